@@ -1,0 +1,1 @@
+//! Chat templates (`tokenizer.chat_template`) rendered with minijinja.

@@ -1,0 +1,10 @@
+//! Switchyard's engine: loads checkpoints (GGUF, Hugging Face safetensors),
+//! tokenizes, runs the Llama-family forward pass on a kernels backend,
+//! samples and generates.
+
+pub mod chat;
+pub mod formats;
+pub mod model;
+pub mod sampling;
+pub mod synthetic;
+pub mod tokenizer;

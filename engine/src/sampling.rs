@@ -1,0 +1,1 @@
+//! Choosing the next token from logits.

@@ -1,0 +1,1 @@
+//! Small deterministic checkpoints for tests, written as GGUF or safetensors.

@@ -1,0 +1,1 @@
+//! Tokenizers from `tokenizer.json` or GGUF metadata, through the `tokenizers` crate.

@@ -1,0 +1,181 @@
+//! The seam between the engine and the compute kernels.
+//!
+//! A model's forward pass is written once, against [`Backend`]. Weights enter
+//! a backend once, at load, through [`Backend::matrix`] and
+//! [`Backend::vector`] (the CPU backend keeps them zero-copy over the memory
+//! map; a GPU backend uploads them). Activations never leave the backend
+//! except through [`Backend::read_row`] (for logits), so the same forward
+//! pass drives device memory without change.
+//!
+//! Activations are row-major `rows × cols` f32 matrices: one row per token in
+//! a batch step.
+
+use std::ops::Range;
+
+use bytes::Bytes;
+
+use crate::{DType, KernelError};
+
+/// A weight matrix as stored in a checkpoint: `rows` rows of `cols` elements,
+/// each row `dtype.bytes_for(cols)` bytes, rows contiguous (ggml layout: a
+/// linear layer `y = W x` has one row per output feature).
+#[derive(Clone, Debug)]
+pub struct WeightView {
+    pub dtype: DType,
+    pub rows: usize,
+    pub cols: usize,
+    pub data: Bytes,
+}
+
+impl WeightView {
+    /// Checks that `data` holds exactly `rows × cols` elements of `dtype`.
+    pub fn new(dtype: DType, rows: usize, cols: usize, data: Bytes) -> Result<Self, KernelError> {
+        let row_bytes = dtype.bytes_for(cols).ok_or(KernelError::RaggedRow {
+            dtype,
+            cols,
+            block: dtype.block_len(),
+        })?;
+        let expected = row_bytes.saturating_mul(rows);
+        if data.len() != expected {
+            return Err(KernelError::WrongByteLength {
+                dtype,
+                rows,
+                cols,
+                expected,
+                actual: data.len(),
+            });
+        }
+        Ok(Self {
+            dtype,
+            rows,
+            cols,
+            data,
+        })
+    }
+
+    /// Bytes of one row.
+    pub fn row_bytes(&self) -> usize {
+        self.data.len() / self.rows.max(1)
+    }
+}
+
+/// How rotary position embedding pairs the dimensions of a head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Dimension `2i` pairs with `2i + 1` (GGUF Llama files: the converter
+    /// permutes the Q and K weights into this order).
+    Interleaved,
+    /// Dimension `i` pairs with `i + head_dim / 2` (Hugging Face's
+    /// `rotate_half`; GGUF Qwen2 files).
+    Neox,
+}
+
+/// Head layout for attention.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttentionShape {
+    pub n_heads: usize,
+    /// Grouped-query attention: query head `h` reads KV head `h / (n_heads / n_kv_heads)`.
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    /// Usually `1 / sqrt(head_dim)`.
+    pub scale: f32,
+}
+
+/// A compute backend. See the module documentation.
+///
+/// Every method that can meet inconsistent shapes returns an error rather
+/// than panicking; the engine validates shapes at load, so those errors mean
+/// an engine bug, not bad input.
+pub trait Backend: Send + Sync + 'static {
+    /// A weight matrix ready for [`Backend::matmul`] and [`Backend::embed`].
+    type Matrix: Send + Sync + 'static;
+    /// A small f32 parameter vector (norm weights, biases).
+    type Vector: Send + Sync + 'static;
+    /// A row-major f32 activation matrix.
+    type Activations: Send + 'static;
+    /// Keys and values of one sequence, for every layer.
+    type KvCache: Send + 'static;
+
+    /// A short name for logs (`cpu-avx512vnni`, ...).
+    fn name(&self) -> String;
+
+    // --- memory -----------------------------------------------------------
+
+    fn matrix(&self, weight: WeightView) -> Result<Self::Matrix, KernelError>;
+    fn vector(&self, values: &[f32]) -> Result<Self::Vector, KernelError>;
+    /// Zero-filled activations.
+    fn activations(&self, rows: usize, cols: usize) -> Self::Activations;
+    fn activations_from(&self, rows: usize, cols: usize, values: &[f32]) -> Self::Activations;
+    /// Copies row `row` to the host.
+    fn read_row(&self, x: &Self::Activations, row: usize, out: &mut [f32]);
+    /// Reshapes `x` to `rows × cols` without preserving contents (reuses the allocation).
+    fn resize(&self, x: &mut Self::Activations, rows: usize, cols: usize);
+    fn kv_cache(
+        &self,
+        layers: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+        capacity: usize,
+    ) -> Result<Self::KvCache, KernelError>;
+
+    // --- operations -------------------------------------------------------
+
+    /// `out[i] = table[tokens[i]]` (a dequantized row per token).
+    fn embed(
+        &self,
+        table: &Self::Matrix,
+        tokens: &[u32],
+        out: &mut Self::Activations,
+    ) -> Result<(), KernelError>;
+    /// `out = x / rms(x) * weight` per row.
+    fn rms_norm(
+        &self,
+        x: &Self::Activations,
+        weight: &Self::Vector,
+        eps: f32,
+        out: &mut Self::Activations,
+    ) -> Result<(), KernelError>;
+    /// `out = x · Wᵀ (+ bias)`: `x` is `n × cols`, `W` is `rows × cols`, `out` is `n × rows`.
+    fn matmul(
+        &self,
+        x: &Self::Activations,
+        w: &Self::Matrix,
+        bias: Option<&Self::Vector>,
+        out: &mut Self::Activations,
+    ) -> Result<(), KernelError>;
+    /// Rotates each head of each row in place; row `i` is at `positions[i]`.
+    /// `inv_freq` has `head_dim / 2` entries (scaling already applied).
+    fn rope(
+        &self,
+        x: &mut Self::Activations,
+        head_dim: usize,
+        positions: &[u32],
+        inv_freq: &[f32],
+        style: RopeStyle,
+    ) -> Result<(), KernelError>;
+    /// Causal attention for the rows `rows` of `q`, `k`, `v`, which belong to
+    /// one sequence and sit at positions `start_pos..start_pos + rows.len()`.
+    /// Writes those rows' keys and values into `cache` at `layer` first, then
+    /// attends over positions `0..=pos` for each row, writing `out[rows]`.
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &self,
+        cache: &mut Self::KvCache,
+        layer: usize,
+        shape: AttentionShape,
+        q: &Self::Activations,
+        k: &Self::Activations,
+        v: &Self::Activations,
+        rows: Range<usize>,
+        start_pos: usize,
+        out: &mut Self::Activations,
+    ) -> Result<(), KernelError>;
+    /// `gate = silu(gate) * up`, elementwise.
+    fn silu_mul(
+        &self,
+        gate: &mut Self::Activations,
+        up: &Self::Activations,
+    ) -> Result<(), KernelError>;
+    /// `x += y`, elementwise.
+    fn add(&self, x: &mut Self::Activations, y: &Self::Activations) -> Result<(), KernelError>;
+}

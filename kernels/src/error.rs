@@ -1,0 +1,25 @@
+//! Errors a kernel call can return.
+
+use crate::DType;
+
+#[derive(Debug, thiserror::Error)]
+pub enum KernelError {
+    #[error("a {dtype} row of {cols} elements is not a whole number of {block}-element blocks")]
+    RaggedRow {
+        dtype: DType,
+        cols: usize,
+        block: usize,
+    },
+    #[error("a {dtype} tensor of {rows}×{cols} needs {expected} bytes but {actual} were given")]
+    WrongByteLength {
+        dtype: DType,
+        rows: usize,
+        cols: usize,
+        expected: usize,
+        actual: usize,
+    },
+    #[error("shape mismatch in {op}: {detail}")]
+    Shape { op: &'static str, detail: String },
+    #[error("KV cache holds {capacity} positions; position {position} does not fit")]
+    KvCacheFull { capacity: usize, position: usize },
+}

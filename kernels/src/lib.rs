@@ -1,0 +1,35 @@
+//! Compute kernels for Switchyard.
+//!
+//! This crate knows tensors, tensor types and arithmetic; it knows nothing of
+//! models. The engine reaches it through the [`Backend`] trait: a model's
+//! forward pass is written once against that trait, and each backend (the CPU
+//! now, CUDA through cudarc next) provides weight matrices, activation
+//! buffers, a KV cache and the operations between them.
+//!
+//! ```
+//! use switchyard_kernels::{Backend, DType, WeightView, cpu::CpuBackend};
+//!
+//! let backend = CpuBackend::new(1);
+//! // A 2×32 F32 matrix: row 0 is all ones, row 1 all twos.
+//! let mut raw = Vec::new();
+//! for v in std::iter::repeat(1.0f32).take(32).chain(std::iter::repeat(2.0f32).take(32)) {
+//!     raw.extend_from_slice(&v.to_le_bytes());
+//! }
+//! let w = backend.matrix(WeightView::new(DType::F32, 2, 32, bytes::Bytes::from(raw)).unwrap()).unwrap();
+//! let x = backend.activations_from(1, 32, &[1.0; 32]);
+//! let mut y = backend.activations(1, 2);
+//! backend.matmul(&x, &w, None, &mut y).unwrap();
+//! let mut out = [0.0f32; 2];
+//! backend.read_row(&y, 0, &mut out);
+//! assert_eq!(out, [32.0, 64.0]);
+//! ```
+
+pub mod backend;
+pub mod cpu;
+pub mod dtype;
+pub mod error;
+pub mod quantize;
+
+pub use backend::{AttentionShape, Backend, RopeStyle, WeightView};
+pub use dtype::DType;
+pub use error::KernelError;

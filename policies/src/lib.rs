@@ -1,0 +1,1 @@
+//! Policy files, validation, scoring, splits, budgets and hot reload. Knows nothing of HTTP.

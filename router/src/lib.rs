@@ -1,0 +1,1 @@
+//! The HTTP server: OpenAI wire types, the tower layers, admin API, metrics.

@@ -1,0 +1,5 @@
+//! `switchyard`: the command-line program.
+
+fn main() {
+    println!("switchyard");
+}
