@@ -1,5 +1,44 @@
 //! `switchyard`: the command-line program.
 
-fn main() {
-    println!("switchyard");
+mod cli;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "switchyard",
+    version,
+    about = "Serve many LLM checkpoints from one shared engine"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate text from a prompt, streaming it to stdout.
+    Generate(cli::generate::GenerateArgs),
+    /// Print the token ids a checkpoint's tokenizer gives for texts (JSON).
+    Tokenize(cli::tokenize::TokenizeArgs),
+    /// Run the forward pass on token ids and write logits (for numerical checks).
+    Logits(cli::logits::LogitsArgs),
+    /// Write a small deterministic synthetic checkpoint (for tests).
+    Synth(cli::synth::SynthArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Generate(args) => cli::generate::run(args),
+        Command::Tokenize(args) => cli::tokenize::run(args),
+        Command::Logits(args) => cli::logits::run(args),
+        Command::Synth(args) => cli::synth::run(args),
+    }
 }

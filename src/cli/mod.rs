@@ -1,0 +1,6 @@
+//! One module per subcommand: its arguments and its `run`.
+
+pub mod generate;
+pub mod logits;
+pub mod synth;
+pub mod tokenize;
