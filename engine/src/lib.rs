@@ -8,3 +8,4 @@ pub mod model;
 pub mod sampling;
 pub mod synthetic;
 pub mod tokenizer;
+pub mod session;

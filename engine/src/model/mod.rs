@@ -1,3 +1,9 @@
 //! The Llama-family forward pass over a [`switchyard_kernels::Backend`].
 
 pub mod config;
+mod error;
+pub mod llama;
+pub mod weights;
+
+pub use error::ModelError;
+pub use llama::{LlamaModel, LogitRows, Scratch, SequenceChunk};

@@ -1,0 +1,67 @@
+//! One sequence run through a model, token after token: the simplest way
+//! to drive the forward pass (the command-line generator, numerical checks).
+
+use switchyard_kernels::Backend;
+
+use crate::model::{LlamaModel, LogitRows, ModelError, Scratch, SequenceChunk};
+
+/// Prompts are run in chunks of at most this many tokens, bounding the
+/// activation buffers (a chunk's activations are `chunk × ffn` floats).
+pub const PREFILL_CHUNK: usize = 512;
+
+/// A sequence and its KV cache.
+pub struct Session<'m, B: Backend> {
+    backend: &'m B,
+    model: &'m LlamaModel<B>,
+    cache: B::KvCache,
+    scratch: Scratch<B>,
+    len: usize,
+}
+
+impl<'m, B: Backend> Session<'m, B> {
+    /// A session that can hold up to `capacity` tokens (prompt and generated).
+    pub fn new(backend: &'m B, model: &'m LlamaModel<B>, capacity: usize) -> Result<Self, ModelError> {
+        let capacity = capacity.min(model.config().context_length);
+        Ok(Self {
+            backend,
+            model,
+            cache: model.new_cache(backend, capacity)?,
+            scratch: model.new_scratch(backend),
+            len: 0,
+        })
+    }
+
+    /// Tokens the sequence holds so far.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Appends `tokens` and returns logits: for the last token only
+    /// (`LogitRows::Last`) or for each of them (`LogitRows::All`), `vocab_size`
+    /// floats per row.
+    pub fn feed(&mut self, tokens: &[u32], rows: LogitRows) -> Result<Vec<f32>, ModelError> {
+        let mut logits = Vec::new();
+        let chunks = tokens.chunks(PREFILL_CHUNK);
+        let count = chunks.len();
+        for (i, piece) in chunks.enumerate() {
+            let wanted = match rows {
+                LogitRows::All => LogitRows::All,
+                LogitRows::Last if i + 1 == count => LogitRows::Last,
+                _ => LogitRows::None,
+            };
+            let mut batch = [SequenceChunk {
+                tokens: piece,
+                start_pos: self.len,
+                cache: &mut self.cache,
+                logits: wanted,
+            }];
+            logits.extend(self.model.forward(self.backend, &mut batch, &mut self.scratch)?);
+            self.len += piece.len();
+        }
+        Ok(logits)
+    }
+}

@@ -1,0 +1,27 @@
+//! Loading a checkpoint and a backend, shared by the subcommands.
+
+use std::path::Path;
+
+use anyhow::Context;
+use switchyard_engine::formats::{load_checkpoint, Checkpoint};
+use switchyard_kernels::cpu::CpuBackend;
+
+#[derive(clap::Args)]
+pub struct ThreadsArg {
+    /// Worker threads for the kernels (default: every core).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+impl ThreadsArg {
+    pub fn count(&self) -> usize {
+        self.threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .max(1)
+    }
+}
+
+pub fn load_model(path: &Path, threads: &ThreadsArg) -> anyhow::Result<(CpuBackend, Checkpoint)> {
+    let checkpoint = load_checkpoint(path).with_context(|| format!("cannot load {}", path.display()))?;
+    Ok((CpuBackend::new(threads.count()), checkpoint))
+}

@@ -1,0 +1,59 @@
+"""Shared fixtures: the switchyard binary, the real test model, synthetic checkpoints.
+
+Environment:
+  SWITCHYARD_BIN    the binary (default: target/release/switchyard)
+  SWITCHYARD_MODEL  the SmolLM2 GGUF (default: fetched by scripts/fetch-model.sh)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+@pytest.fixture(scope="session")
+def switchyard_bin() -> Path:
+    path = Path(os.environ.get("SWITCHYARD_BIN", ROOT / "target" / "release" / "switchyard"))
+    if not path.exists():
+        pytest.fail(f"{path} does not exist: run `cargo build --release` first")
+    return path
+
+
+@pytest.fixture(scope="session")
+def smollm2_path() -> Path:
+    env = os.environ.get("SWITCHYARD_MODEL")
+    if env:
+        return Path(env)
+    out = subprocess.run(
+        [str(ROOT / "scripts" / "fetch-model.sh")], check=True, capture_output=True, text=True
+    )
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def run_json(*args) -> dict:
+    """Runs the binary and parses the JSON it prints last on stdout."""
+    proc = subprocess.run([str(a) for a in args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise AssertionError(f"{' '.join(map(str, args))} failed:\n{proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def engine_logits(bin_path, model, tokens, tmp_path, greedy=0, positions="all"):
+    """The engine's logits for `tokens` ([rows, vocab]) and its greedy continuation."""
+    ids_file = tmp_path / "ids.json"
+    ids_file.write_text(json.dumps(tokens))
+    out = tmp_path / "logits.npy"
+    info = run_json(
+        bin_path, "logits", "--model", model, "--tokens-file", ids_file, "--out", out,
+        "--positions", positions, "--greedy", greedy, "--threads", "2",
+    )
+    return np.load(out), info["greedy"]

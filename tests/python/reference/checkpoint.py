@@ -1,0 +1,176 @@
+"""Loads a checkpoint into NumPy for the reference forward pass.
+
+Independent of the engine: GGUF tensors come from the `gguf` PyPI package
+(its reader and its dequantizers), safetensors from a small header parser
+here. Tensor names are normalised to GGUF's, matrices are `[rows, cols]`.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import gguf
+
+QUANTIZED = {"Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K"}
+
+
+@dataclass
+class Config:
+    arch: str
+    vocab: int
+    hidden: int
+    ffn: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    eps: float
+    theta: float
+    rope_style: str  # "interleaved" or "neox"
+    scaling: dict | None
+    context: int
+
+
+@dataclass
+class Checkpoint:
+    config: Config
+    tensors: dict[str, np.ndarray]  # float32
+    types: dict[str, str]  # tensor name -> storage type name ("Q4_1", "F32", ...)
+
+    def quantized(self, name: str) -> bool:
+        return self.types[name] in QUANTIZED
+
+
+def load(path: str | Path) -> Checkpoint:
+    path = Path(path)
+    return _load_hf(path) if path.is_dir() else _load_gguf(path)
+
+
+def _load_gguf(path: Path) -> Checkpoint:
+    reader = gguf.GGUFReader(str(path))
+
+    def field(key, default=None):
+        f = reader.get_field(key)
+        return default if f is None else f.contents()
+
+    arch = field("general.architecture")
+    tensors, types = {}, {}
+    for t in reader.tensors:
+        values = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
+        shape = tuple(int(d) for d in reversed(t.shape.tolist()))
+        tensors[t.name] = values.reshape(shape)
+        types[t.name] = t.tensor_type.name
+    heads = int(field(f"{arch}.attention.head_count"))
+    hidden = int(field(f"{arch}.embedding_length"))
+    scaling = None
+    if field(f"{arch}.rope.scaling.type") == "linear":
+        scaling = {"type": "linear", "factor": float(field(f"{arch}.rope.scaling.factor"))}
+    config = Config(
+        arch=arch,
+        vocab=tensors["token_embd.weight"].shape[0],
+        hidden=hidden,
+        ffn=int(field(f"{arch}.feed_forward_length")),
+        layers=int(field(f"{arch}.block_count")),
+        heads=heads,
+        kv_heads=int(field(f"{arch}.attention.head_count_kv", heads)),
+        head_dim=int(field(f"{arch}.attention.key_length", hidden // heads)),
+        eps=float(field(f"{arch}.attention.layer_norm_rms_epsilon")),
+        theta=float(field(f"{arch}.rope.freq_base", 10000.0)),
+        # llama.cpp's converter permutes Llama Q/K into interleaved pairs;
+        # Qwen2 keeps Hugging Face's halves.
+        rope_style="neox" if arch == "qwen2" else "interleaved",
+        scaling=scaling,
+        context=int(field(f"{arch}.context_length")),
+    )
+    return Checkpoint(config, tensors, types)
+
+
+HF_NAMES = {
+    "model.embed_tokens.weight": "token_embd.weight",
+    "model.norm.weight": "output_norm.weight",
+    "lm_head.weight": "output.weight",
+}
+HF_LAYER_NAMES = {
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "input_layernorm": "attn_norm",
+    "post_attention_layernorm": "ffn_norm",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+}
+
+
+def _gguf_name(hf: str) -> str:
+    if hf in HF_NAMES:
+        return HF_NAMES[hf]
+    parts = hf.split(".")
+    # model.layers.N.<module...>.<weight|bias>
+    layer, module, kind = parts[2], ".".join(parts[3:-1]), parts[-1]
+    return f"blk.{layer}.{HF_LAYER_NAMES[module]}.{kind}"
+
+
+def _read_safetensors(path: Path) -> dict[str, tuple[str, np.ndarray]]:
+    raw = path.read_bytes()
+    (header_len,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + header_len])
+    base = 8 + header_len
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        start, end = info["data_offsets"]
+        buf = np.frombuffer(raw[base + start : base + end], dtype=np.uint8)
+        dtype = info["dtype"]
+        if dtype == "F32":
+            values = buf.view("<f4")
+        elif dtype == "F16":
+            values = buf.view("<f2").astype(np.float32)
+        elif dtype == "BF16":
+            values = (buf.view("<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            raise ValueError(f"{path}: unsupported dtype {dtype}")
+        out[name] = (dtype, values.astype(np.float32).reshape(info["shape"]))
+    return out
+
+
+def _load_hf(folder: Path) -> Checkpoint:
+    cfg = json.loads((folder / "config.json").read_text())
+    index = folder / "model.safetensors.index.json"
+    files = (
+        sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        if index.exists()
+        else ["model.safetensors"]
+    )
+    tensors, types = {}, {}
+    for f in files:
+        for name, (dtype, values) in _read_safetensors(folder / f).items():
+            tensors[_gguf_name(name)] = values
+            types[_gguf_name(name)] = dtype
+    heads = cfg["num_attention_heads"]
+    scaling = cfg.get("rope_scaling")
+    if scaling is not None:
+        scaling = dict(scaling)
+        scaling["type"] = scaling.get("rope_type", scaling.get("type"))
+    config = Config(
+        arch=cfg["model_type"],
+        vocab=cfg["vocab_size"],
+        hidden=cfg["hidden_size"],
+        ffn=cfg["intermediate_size"],
+        layers=cfg["num_hidden_layers"],
+        heads=heads,
+        kv_heads=cfg.get("num_key_value_heads", heads),
+        head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
+        eps=cfg["rms_norm_eps"],
+        theta=cfg.get("rope_theta", 10000.0),
+        rope_style="neox",  # Hugging Face's rotate_half
+        scaling=scaling,
+        context=cfg["max_position_embeddings"],
+    )
+    return Checkpoint(config, tensors, types)

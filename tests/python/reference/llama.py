@@ -1,0 +1,141 @@
+"""A NumPy Llama-family forward pass: the independent reference.
+
+Shares no code with the engine. Arithmetic is float64, except one step that
+is part of the numeric contract of quantized matrix products (as in ggml):
+before a product with a block-quantized weight matrix, each activation row is
+quantized per 32 elements to int8 with scale d = max|x| / 127 (float32), and
+q = round-half-even(x * (1/d)). `act_quant=False` skips that to compare with
+plain float arithmetic.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .checkpoint import Checkpoint
+
+
+def quantize_activations(x: np.ndarray) -> np.ndarray:
+    x32 = x.astype(np.float32)
+    blocks = x32.reshape(*x32.shape[:-1], -1, 32)
+    amax = np.abs(blocks).max(axis=-1, keepdims=True)
+    d = (amax / np.float32(127.0)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d != 0, np.float32(1.0) / d, np.float32(0.0)).astype(np.float32)
+    q = np.clip(np.rint(blocks * inv), -127, 127)
+    return (q.astype(np.float64) * d.astype(np.float64)).reshape(x.shape)
+
+
+def inv_freq(cfg) -> np.ndarray:
+    dims = np.arange(0, cfg.head_dim, 2, dtype=np.float64)
+    freq = 1.0 / (cfg.theta ** (dims / cfg.head_dim))
+    s = cfg.scaling
+    if not s or s.get("type") in (None, "default", "none"):
+        return freq
+    if s["type"] == "linear":
+        return freq / s["factor"]
+    if s["type"] == "llama3":
+        factor, low, high = s["factor"], s["low_freq_factor"], s["high_freq_factor"]
+        old = s["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / freq
+        smooth = (old / wavelen - low) / (high - low)
+        scaled = np.where(
+            wavelen < old / high,
+            freq,
+            np.where(wavelen > old / low, freq / factor, (1 - smooth) * freq / factor + smooth * freq),
+        )
+        return scaled
+    raise ValueError(f"unknown rope scaling {s}")
+
+
+class Reference:
+    def __init__(self, ckpt: Checkpoint, act_quant: bool = True):
+        self.c = ckpt.config
+        self.ckpt = ckpt
+        self.act_quant = act_quant
+        self.w = {k: v.astype(np.float64) for k, v in ckpt.tensors.items()}
+        self.freq = inv_freq(self.c)
+        self.reset()
+
+    def reset(self):
+        self.k_cache = [np.zeros((0, self.c.kv_heads, self.c.head_dim)) for _ in range(self.c.layers)]
+        self.v_cache = [np.zeros((0, self.c.kv_heads, self.c.head_dim)) for _ in range(self.c.layers)]
+
+    def linear(self, x, name, bias=None):
+        xin = quantize_activations(x) if (self.act_quant and self.ckpt.quantized(name)) else x
+        y = xin @ self.w[name].T
+        if bias is not None and bias in self.w:
+            y = y + self.w[bias]
+        return y
+
+    def rms_norm(self, x, name):
+        x32 = x
+        ms = np.mean(x32 * x32, axis=-1, keepdims=True)
+        return x32 / np.sqrt(ms + self.c.eps) * self.w[name]
+
+    def rope(self, x, positions):
+        # x: [n, heads, head_dim]
+        ang = positions[:, None].astype(np.float64) * self.freq[None, :]
+        cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+        out = x.copy()
+        half = self.c.head_dim // 2
+        if self.c.rope_style == "interleaved":
+            a, b = x[..., 0::2], x[..., 1::2]
+            out[..., 0::2] = a * cos - b * sin
+            out[..., 1::2] = a * sin + b * cos
+        else:
+            a, b = x[..., :half], x[..., half:]
+            out[..., :half] = a * cos - b * sin
+            out[..., half:] = a * sin + b * cos
+        return out
+
+    def forward(self, tokens: list[int]) -> np.ndarray:
+        """Appends `tokens` to the sequence; returns logits for each of them."""
+        c = self.c
+        start = self.k_cache[0].shape[0]
+        n = len(tokens)
+        positions = np.arange(start, start + n)
+        x = self.w["token_embd.weight"][np.asarray(tokens)]
+        group = c.heads // c.kv_heads
+        mask = positions[:, None] >= np.arange(start + n)[None, :]
+        for i in range(c.layers):
+            p = f"blk.{i}."
+            h = self.rms_norm(x, p + "attn_norm.weight")
+            q = self.linear(h, p + "attn_q.weight", p + "attn_q.bias").reshape(n, c.heads, c.head_dim)
+            k = self.linear(h, p + "attn_k.weight", p + "attn_k.bias").reshape(n, c.kv_heads, c.head_dim)
+            v = self.linear(h, p + "attn_v.weight", p + "attn_v.bias").reshape(n, c.kv_heads, c.head_dim)
+            q, k = self.rope(q, positions), self.rope(k, positions)
+            self.k_cache[i] = np.concatenate([self.k_cache[i], k])
+            self.v_cache[i] = np.concatenate([self.v_cache[i], v])
+            keys = np.repeat(self.k_cache[i], group, axis=1)  # [t, heads, d]
+            vals = np.repeat(self.v_cache[i], group, axis=1)
+            scores = np.einsum("nhd,thd->hnt", q, keys) / math.sqrt(c.head_dim)
+            scores = np.where(mask[None], scores, -np.inf)
+            scores -= scores.max(axis=-1, keepdims=True)
+            probs = np.exp(scores)
+            probs /= probs.sum(axis=-1, keepdims=True)
+            attn = np.einsum("hnt,thd->nhd", probs, vals).reshape(n, c.heads * c.head_dim)
+            x = x + self.linear(attn, p + "attn_output.weight")
+            h = self.rms_norm(x, p + "ffn_norm.weight")
+            g = self.linear(h, p + "ffn_gate.weight")
+            u = self.linear(h, p + "ffn_up.weight")
+            x = x + self.linear(g / (1.0 + np.exp(-g)) * u, p + "ffn_down.weight")
+        h = self.rms_norm(x, "output_norm.weight")
+        head = "output.weight" if "output.weight" in self.w else "token_embd.weight"
+        return self.linear(h, head)
+
+    def greedy(self, prompt: list[int], steps: int) -> tuple[np.ndarray, list[int]]:
+        """Prefills `prompt`, then decodes `steps` tokens greedily (EOS ignored).
+        Returns the prompt's logits and the generated ids."""
+        self.reset()
+        logits = self.forward(prompt)
+        out = []
+        nxt = int(np.argmax(logits[-1]))
+        for _ in range(steps):
+            out.append(nxt)
+            if len(out) == steps:
+                break
+            nxt = int(np.argmax(self.forward([nxt])[-1]))
+        return logits, out
