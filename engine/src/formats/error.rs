@@ -115,7 +115,9 @@ pub enum FormatError {
         path: PathBuf,
         source: serde_json::Error,
     },
-    #[error("{path} is not a valid safetensors file: {reason}; the file is corrupt, fetch it again")]
+    #[error(
+        "{path} is not a valid safetensors file: {reason}; the file is corrupt, fetch it again"
+    )]
     Safetensors { path: PathBuf, reason: String },
     #[error(
         "{path}: tensor '{tensor}' has dtype {dtype}; Switchyard loads F32, F16 and BF16 \

@@ -12,12 +12,11 @@ use crate::model::config::{Architecture, ModelConfig, RopeScaling};
 pub fn model_config(file: &GgufFile) -> Result<ModelConfig, FormatError> {
     let meta = Keys { file };
     let arch_name = meta.string("general.architecture")?;
-    let architecture = Architecture::from_name(arch_name).ok_or_else(|| {
-        FormatError::UnsupportedArchitecture {
+    let architecture =
+        Architecture::from_name(arch_name).ok_or_else(|| FormatError::UnsupportedArchitecture {
             path: file.path().to_path_buf(),
             name: arch_name.to_string(),
-        }
-    })?;
+        })?;
     let key = |suffix: &str| format!("{arch_name}.{suffix}");
 
     let hidden_size = meta.count(&key("embedding_length"))?;
@@ -27,12 +26,13 @@ pub fn model_config(file: &GgufFile) -> Result<ModelConfig, FormatError> {
     let rope_theta = meta.float_or(&key("rope.freq_base"), 10_000.0)?;
     let context_length = meta.count(&key("context_length"))?;
 
-    let token_embd = file.tensors().get("token_embd.weight").ok_or_else(|| {
-        FormatError::MissingTensor {
-            path: file.path().to_path_buf(),
-            tensor: "token_embd.weight".into(),
-        }
-    })?;
+    let token_embd =
+        file.tensors()
+            .get("token_embd.weight")
+            .ok_or_else(|| FormatError::MissingTensor {
+                path: file.path().to_path_buf(),
+                tensor: "token_embd.weight".into(),
+            })?;
     let vocab_size = token_embd.shape.first().copied().unwrap_or(0);
 
     let rope_scaling = rope_scaling(file, &meta, arch_name, rope_theta, head_dim)?;
@@ -95,7 +95,10 @@ fn rope_scaling(
         reason,
     };
     if divisors.dtype != DType::F32 {
-        return Err(bad(format!("its type is {}; it must be f32", divisors.dtype)));
+        return Err(bad(format!(
+            "its type is {}; it must be f32",
+            divisors.dtype
+        )));
     }
     let values: Vec<f32> = divisors
         .data

@@ -75,7 +75,10 @@ impl<'a> Cursor<'a> {
             .checked_add(n)
             .filter(|&end| end <= self.buf.len())
             .ok_or_else(|| self.truncated(what, n as u64))?;
-        let bytes = self.buf.get(self.pos..end).ok_or_else(|| self.truncated(what, n as u64))?;
+        let bytes = self
+            .buf
+            .get(self.pos..end)
+            .ok_or_else(|| self.truncated(what, n as u64))?;
         self.pos = end;
         Ok(bytes)
     }
@@ -110,9 +113,8 @@ impl<'a> Cursor<'a> {
         let len = self.check_count(len, 1, what)?;
         let start = self.pos;
         let bytes = self.take(len, what)?;
-        String::from_utf8(bytes.to_vec()).map_err(|_| {
-            self.malformed(format!("{what} at offset {start} is not valid UTF-8"))
-        })
+        String::from_utf8(bytes.to_vec())
+            .map_err(|_| self.malformed(format!("{what} at offset {start} is not valid UTF-8")))
     }
 
     fn value(&mut self, type_id: u32, key: &str, depth: usize) -> Result<MetaValue, FormatError> {
@@ -333,13 +335,23 @@ impl RawTensorInfo {
         for &d in self.dims.iter().rev() {
             match usize::try_from(d) {
                 Ok(d) if d > 0 => shape.push(d),
-                _ => return Err(bad(format!("dimension {d} is invalid (dims {:?})", self.dims))),
+                _ => {
+                    return Err(bad(format!(
+                        "dimension {d} is invalid (dims {:?})",
+                        self.dims
+                    )))
+                }
             }
         }
         let elements = shape
             .iter()
             .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-            .ok_or_else(|| bad(format!("its element count overflows (dims {:?})", self.dims)))?;
+            .ok_or_else(|| {
+                bad(format!(
+                    "its element count overflows (dims {:?})",
+                    self.dims
+                ))
+            })?;
         let row = shape.last().copied().unwrap_or(1);
         if row % dtype.block_len() != 0 {
             return Err(bad(format!(

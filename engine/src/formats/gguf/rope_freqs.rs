@@ -29,7 +29,10 @@ pub(super) fn llama3_from_divisors(
             head_dim / 2
         ));
     }
-    if divisors.iter().any(|d| !(d.is_finite() && *d >= 1.0 - TOLERANCE as f32)) {
+    if divisors
+        .iter()
+        .any(|d| !(d.is_finite() && *d >= 1.0 - TOLERANCE as f32))
+    {
         return Err("its divisors must be finite numbers of at least 1".into());
     }
     let factor = divisors.iter().copied().fold(1.0f32, f32::max) as f64;

@@ -115,10 +115,11 @@ impl GgufWriter {
     /// The whole file as bytes.
     pub fn to_bytes(&self) -> Result<Vec<u8>, FormatError> {
         let mut out = Vec::new();
-        self.write_to(&mut out).map_err(|source| FormatError::Write {
-            path: self.path.clone(),
-            source,
-        })?;
+        self.write_to(&mut out)
+            .map_err(|source| FormatError::Write {
+                path: self.path.clone(),
+                source,
+            })?;
         Ok(out)
     }
 
