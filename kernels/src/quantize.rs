@@ -1,2 +1,386 @@
 //! Quantizers: f32 → each block format (scalar; used offline to make
 //! checkpoints, never on the serving path).
+//!
+//! The byte layouts are ggml's exactly (see [`DType`]); the algorithms are
+//! the simple ones (absolute maximum or min/max per block and sub-block),
+//! not ggml's error-minimising searches, so round trips are close but not
+//! bit-identical to llama.cpp's quantizer.
+
+use half::{bf16, f16};
+
+use crate::{DType, KernelError};
+
+/// Encodes `values` (any whole number of `dtype` blocks) as `dtype`.
+///
+/// ```
+/// use switchyard_kernels::{quantize::quantize, DType};
+/// let bytes = quantize(DType::Q8_0, &[0.5; 32]).unwrap();
+/// assert_eq!(bytes.len(), 34);
+/// ```
+pub fn quantize(dtype: DType, values: &[f32]) -> Result<Vec<u8>, KernelError> {
+    let block = dtype.block_len();
+    if values.len() % block != 0 {
+        return Err(KernelError::RaggedRow {
+            dtype,
+            cols: values.len(),
+            block,
+        });
+    }
+    let mut out = Vec::with_capacity(values.len() / block * dtype.block_bytes());
+    match dtype {
+        DType::F32 => values
+            .iter()
+            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        DType::F16 => values
+            .iter()
+            .for_each(|v| out.extend_from_slice(&f16::from_f32(*v).to_le_bytes())),
+        DType::BF16 => values
+            .iter()
+            .for_each(|v| out.extend_from_slice(&bf16::from_f32(*v).to_le_bytes())),
+        DType::Q8_0 => values.chunks_exact(32).for_each(|b| q8_0(b, &mut out)),
+        DType::Q4_0 => values.chunks_exact(32).for_each(|b| q4_0(b, &mut out)),
+        DType::Q4_1 => values.chunks_exact(32).for_each(|b| q4_1(b, &mut out)),
+        DType::Q4K => values.chunks_exact(256).for_each(|b| q4_k(b, &mut out)),
+        DType::Q6K => values.chunks_exact(256).for_each(|b| q6_k(b, &mut out)),
+    }
+    Ok(out)
+}
+
+/// `x` rounded to f16, as the dequantizer will see it.
+fn f16_round(x: f32) -> f32 {
+    f16::from_f32(x).to_f32()
+}
+
+fn push_f16(out: &mut Vec<u8>, x: f32) {
+    out.extend_from_slice(&f16::from_f32(x).to_le_bytes());
+}
+
+fn inverse(d: f32) -> f32 {
+    if d == 0.0 {
+        0.0
+    } else {
+        1.0 / d
+    }
+}
+
+fn amax(block: &[f32]) -> f32 {
+    block.iter().fold(0.0f32, |m, v| m.max(v.abs()))
+}
+
+/// Q8_0: `d = amax / 127`, `x ≈ d · q`.
+fn q8_0(block: &[f32], out: &mut Vec<u8>) {
+    let d = f16_round(amax(block) / 127.0);
+    let id = inverse(d);
+    push_f16(out, d);
+    out.extend(
+        block
+            .iter()
+            .map(|v| ((v * id).round().clamp(-127.0, 127.0) as i8) as u8),
+    );
+}
+
+/// Q4_0: the element of largest magnitude maps to -8, `x ≈ d · (q - 8)`;
+/// byte `j` holds element `j` (low nibble) and element `j + 16` (high).
+fn q4_0(block: &[f32], out: &mut Vec<u8>) {
+    let max = block
+        .iter()
+        .copied()
+        .fold(0.0f32, |m, v| if v.abs() > m.abs() { v } else { m });
+    let d = f16_round(max / -8.0);
+    let id = inverse(d);
+    push_f16(out, d);
+    let q = |v: f32| (v * id + 8.5).floor().clamp(0.0, 15.0) as u8;
+    let (lo, hi) = block.split_at(16);
+    out.extend(lo.iter().zip(hi).map(|(&a, &b)| q(a) | (q(b) << 4)));
+}
+
+/// Q4_1: `x ≈ d · q + m` with `m` the block minimum; nibbles as Q4_0.
+fn q4_1(block: &[f32], out: &mut Vec<u8>) {
+    let min = block.iter().copied().fold(f32::INFINITY, f32::min);
+    let max = block.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let d = f16_round((max - min) / 15.0);
+    let m = f16_round(min);
+    let id = inverse(d);
+    push_f16(out, d);
+    push_f16(out, m);
+    let q = |v: f32| ((v - m) * id).round().clamp(0.0, 15.0) as u8;
+    let (lo, hi) = block.split_at(16);
+    out.extend(lo.iter().zip(hi).map(|(&a, &b)| q(a) | (q(b) << 4)));
+}
+
+/// Q4_K: 8 sub-blocks of 32, `x ≈ d · sc[j] · q - dmin · m[j]` with 6-bit
+/// `sc` and `m` packed in 12 bytes; 128 bytes of nibbles where each 32-byte
+/// group holds sub-block `2k` (low nibbles) and `2k + 1` (high nibbles).
+fn q4_k(block: &[f32], out: &mut Vec<u8>) {
+    // ggml keeps sub-block minimums at or below zero so `m` is non-negative.
+    let mins: Vec<f32> = block
+        .chunks_exact(32)
+        .map(|s| -s.iter().copied().fold(0.0f32, f32::min))
+        .collect();
+    let dmin = f16_round(mins.iter().copied().fold(0.0, f32::max) / 63.0);
+    // Round the offsets up so each sub-block's minimum stays representable.
+    let m: Vec<u8> = mins
+        .iter()
+        .map(|&v| (v * inverse(dmin)).ceil().clamp(0.0, 63.0) as u8)
+        .collect();
+    let scales: Vec<f32> = block
+        .chunks_exact(32)
+        .zip(&m)
+        .map(|(s, &mj)| {
+            let max = s.iter().copied().fold(0.0f32, f32::max);
+            (max + dmin * f32::from(mj)) / 15.0
+        })
+        .collect();
+    let d = f16_round(scales.iter().copied().fold(0.0, f32::max) / 63.0);
+    let sc: Vec<u8> = scales
+        .iter()
+        .map(|&s| (s * inverse(d)).ceil().clamp(0.0, 63.0) as u8)
+        .collect();
+
+    push_f16(out, d);
+    push_f16(out, dmin);
+    let mut packed = [0u8; 12];
+    for j in 0..8 {
+        let (ls, lm) = (sc[j], m[j]);
+        if j < 4 {
+            packed[j] = ls;
+            packed[j + 4] = lm;
+        } else {
+            packed[j + 4] = (ls & 0x0F) | ((lm & 0x0F) << 4);
+            packed[j - 4] |= (ls >> 4) << 6;
+            packed[j] |= (lm >> 4) << 6;
+        }
+    }
+    out.extend_from_slice(&packed);
+
+    let q: Vec<u8> = block
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let j = i / 32;
+            let step = d * f32::from(sc[j]);
+            let offset = dmin * f32::from(m[j]);
+            ((v + offset) * inverse(step)).round().clamp(0.0, 15.0) as u8
+        })
+        .collect();
+    for group in q.chunks_exact(64) {
+        let (lo, hi) = group.split_at(32);
+        out.extend(lo.iter().zip(hi).map(|(&a, &b)| a | (b << 4)));
+    }
+}
+
+/// Q6_K: 16 sub-blocks of 16, `x ≈ d · sc[j] · (q - 32)` with 6-bit `q`
+/// (low 4 bits in `ql`, high 2 bits in `qh`) and i8 `sc`; then `d` last.
+fn q6_k(block: &[f32], out: &mut Vec<u8>) {
+    let scales: Vec<f32> = block.chunks_exact(16).map(|s| amax(s) / 31.0).collect();
+    let d = f16_round(scales.iter().copied().fold(0.0, f32::max) / 127.0);
+    let sc: Vec<i8> = scales
+        .iter()
+        .map(|&s| (s * inverse(d)).ceil().clamp(0.0, 127.0) as i8)
+        .collect();
+    let q: Vec<u8> = block
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let step = d * f32::from(sc[i / 16]);
+            ((v * inverse(step)).round().clamp(-32.0, 31.0) + 32.0) as u8
+        })
+        .collect();
+
+    let mut ql = [0u8; 128];
+    let mut qh = [0u8; 64];
+    for (half, lq) in q.chunks_exact(128).enumerate() {
+        let (ql, qh) = (&mut ql[half * 64..], &mut qh[half * 32..]);
+        for l in 0..32 {
+            let (a, b, c, e) = (lq[l], lq[l + 32], lq[l + 64], lq[l + 96]);
+            ql[l] = (a & 0x0F) | ((c & 0x0F) << 4);
+            ql[l + 32] = (b & 0x0F) | ((e & 0x0F) << 4);
+            qh[l] = (a >> 4) | ((b >> 4) << 2) | ((c >> 4) << 4) | ((e >> 4) << 6);
+        }
+    }
+    out.extend_from_slice(&ql);
+    out.extend_from_slice(&qh);
+    out.extend(sc.iter().map(|&s| s as u8));
+    push_f16(out, d);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    fn f16_at(b: &[u8], i: usize) -> f32 {
+        f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
+    }
+
+    /// A plain scalar reading of ggml's layouts, independent of the encoder.
+    fn dequantize(dtype: DType, b: &[u8]) -> Vec<f32> {
+        let mut y = Vec::new();
+        match dtype {
+            DType::F32 => b
+                .chunks_exact(4)
+                .for_each(|c| y.push(f32::from_le_bytes(c.try_into().unwrap()))),
+            DType::F16 => b.chunks_exact(2).for_each(|c| y.push(f16_at(c, 0))),
+            DType::BF16 => b
+                .chunks_exact(2)
+                .for_each(|c| y.push(bf16::from_le_bytes([c[0], c[1]]).to_f32())),
+            DType::Q8_0 => b.chunks_exact(34).for_each(|c| {
+                let d = f16_at(c, 0);
+                y.extend(c[2..].iter().map(|&q| d * f32::from(q as i8)));
+            }),
+            DType::Q4_0 => b.chunks_exact(18).for_each(|c| {
+                let d = f16_at(c, 0);
+                let qs = &c[2..];
+                y.extend(qs.iter().map(|q| d * (f32::from(q & 15) - 8.0)));
+                y.extend(qs.iter().map(|q| d * (f32::from(q >> 4) - 8.0)));
+            }),
+            DType::Q4_1 => b.chunks_exact(20).for_each(|c| {
+                let (d, m) = (f16_at(c, 0), f16_at(c, 2));
+                let qs = &c[4..];
+                y.extend(qs.iter().map(|q| d * f32::from(q & 15) + m));
+                y.extend(qs.iter().map(|q| d * f32::from(q >> 4) + m));
+            }),
+            DType::Q4K => b.chunks_exact(144).for_each(|c| {
+                let (d, dmin, s, qs) = (f16_at(c, 0), f16_at(c, 2), &c[4..16], &c[16..]);
+                let scale_min = |j: usize| {
+                    if j < 4 {
+                        (s[j] & 63, s[j + 4] & 63)
+                    } else {
+                        (
+                            (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4),
+                            (s[j + 4] >> 4) | ((s[j] >> 6) << 4),
+                        )
+                    }
+                };
+                for (k, q) in qs.chunks_exact(32).enumerate() {
+                    let (sc1, m1) = scale_min(2 * k);
+                    let (sc2, m2) = scale_min(2 * k + 1);
+                    let (d1, min1) = (d * f32::from(sc1), dmin * f32::from(m1));
+                    let (d2, min2) = (d * f32::from(sc2), dmin * f32::from(m2));
+                    y.extend(q.iter().map(|v| d1 * f32::from(v & 15) - min1));
+                    y.extend(q.iter().map(|v| d2 * f32::from(v >> 4) - min2));
+                }
+            }),
+            DType::Q6K => b.chunks_exact(210).for_each(|c| {
+                let (ql, qh, sc) = (&c[..128], &c[128..192], &c[192..208]);
+                let d = f16_at(c, 208);
+                for n in 0..2 {
+                    let (ql, qh, sc) = (&ql[64 * n..], &qh[32 * n..], &sc[8 * n..]);
+                    let mut part = [0f32; 128];
+                    for l in 0..32 {
+                        let is = l / 16;
+                        let q1 = (ql[l] & 15) | ((qh[l] & 3) << 4);
+                        let q2 = (ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4);
+                        let q3 = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+                        let q4 = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
+                        let v = |q: u8, s: u8| d * f32::from(s as i8) * (f32::from(q) - 32.0);
+                        part[l] = v(q1, sc[is]);
+                        part[l + 32] = v(q2, sc[is + 2]);
+                        part[l + 64] = v(q3, sc[is + 4]);
+                        part[l + 96] = v(q4, sc[is + 6]);
+                    }
+                    y.extend_from_slice(&part);
+                }
+            }),
+        }
+        y
+    }
+
+    fn sample(n: usize, seed: u64) -> Vec<f32> {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect()
+    }
+
+    /// Worst error allowed per element, as a fraction of the largest
+    /// magnitude in the input: half a quantization step, plus slack for
+    /// the f16 scales and the coarser two-level scales of the K types.
+    fn tolerance(dtype: DType) -> f32 {
+        match dtype {
+            DType::F32 => 0.0,
+            DType::F16 => 1e-3,
+            DType::BF16 => 4e-3,
+            DType::Q8_0 => 1.0 / 127.0 * 0.5 + 1e-3,
+            // The largest magnitude maps to -8, so the other sign reaches only +7.
+            DType::Q4_0 => 1.0 / 8.0 + 1e-2,
+            DType::Q4_1 => 2.0 / 15.0 * 0.5 + 1e-2,
+            DType::Q4K => 2.0 / 15.0 * 0.5 + 4e-2,
+            DType::Q6K => 1.0 / 31.0 * 0.5 + 1e-2,
+        }
+    }
+
+    #[test]
+    fn round_trips_stay_within_the_tolerance_of_each_type() {
+        for dtype in DType::ALL {
+            let x = sample(1024, 7);
+            let bytes = quantize(dtype, &x).unwrap();
+            assert_eq!(Some(bytes.len()), dtype.bytes_for(x.len()), "{dtype}");
+            let y = dequantize(dtype, &bytes);
+            assert_eq!(y.len(), x.len(), "{dtype}");
+            let worst = x
+                .iter()
+                .zip(&y)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0, f32::max);
+            assert!(worst <= tolerance(dtype), "{dtype}: worst error {worst}");
+        }
+    }
+
+    #[test]
+    fn scales_follow_each_block() {
+        // Blocks of very different magnitudes: each keeps its own precision.
+        let mut x = sample(512, 3);
+        // (Much smaller would push the f16 super-block scales into subnormals.)
+        x[..256].iter_mut().for_each(|v| *v *= 1e-2);
+        for dtype in DType::ALL {
+            let y = dequantize(dtype, &quantize(dtype, &x).unwrap());
+            for (block_x, block_y) in x.chunks(256).zip(y.chunks(256)) {
+                let scale = block_x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                let worst = block_x
+                    .iter()
+                    .zip(block_y)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0.0, f32::max);
+                assert!(
+                    worst <= tolerance(dtype) * scale * 1.5,
+                    "{dtype}: {worst} vs {scale}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn zeros_and_constants_are_exact_enough() {
+        for dtype in DType::ALL {
+            let zeros = vec![0.0f32; 256];
+            assert_eq!(
+                dequantize(dtype, &quantize(dtype, &zeros).unwrap()),
+                zeros,
+                "{dtype}"
+            );
+            let ones = vec![1.0f32; 256];
+            let y = dequantize(dtype, &quantize(dtype, &ones).unwrap());
+            assert!(y.iter().all(|v| (v - 1.0).abs() < 0.07), "{dtype}: {y:?}");
+        }
+    }
+
+    #[test]
+    fn ragged_input_is_an_error() {
+        let err = quantize(DType::Q4K, &[0.0; 300]).unwrap_err();
+        assert!(err.to_string().contains("300"), "{err}");
+        assert!(quantize(DType::Q8_0, &[0.0; 33]).is_err());
+        assert!(quantize(DType::F16, &[0.0; 33]).is_ok());
+    }
+
+    #[test]
+    fn q4_0_layout_matches_ggml() {
+        // Element 0 is the largest magnitude (-8 after scaling), so d = 1/8
+        // exactly and every value is representable.
+        let x: Vec<f32> = (0..32).map(|i| ((i % 16) as f32 - 8.0) / 8.0).collect();
+        let b = quantize(DType::Q4_0, &x).unwrap();
+        assert_eq!(f16_at(&b, 0), 0.125);
+        // Byte j: element j in the low nibble, element j + 16 in the high.
+        assert_eq!(b[2], 0x00);
+        assert_eq!(b[3], 0x11);
+        assert_eq!(dequantize(DType::Q4_0, &b), x);
+    }
+}

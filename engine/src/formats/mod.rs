@@ -5,7 +5,10 @@
 //! `blk.0.attn_q.weight`, ...), shapes are outermost-first (`[rows, cols]`,
 //! `cols` contiguous), whatever the source.
 
+mod error;
 pub mod gguf;
+
+pub use error::FormatError;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

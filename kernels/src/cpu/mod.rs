@@ -1,1 +1,31 @@
 //! The CPU backend: SIMD kernels chosen at run time, a scalar twin for each.
+//!
+//! [`CpuBackend`] implements [`crate::Backend`]. Construction picks an
+//! [`Isa`] once (AVX-512 with or without VNNI, AVX2, or scalar;
+//! `SWITCHYARD_ISA` caps it) and starts a [`ThreadPool`]. Quantized matmuls
+//! quantize activations per 32 elements (see `quant_act` for the exact
+//! numeric contract) and take integer dot products against the weight
+//! blocks; float weights multiply f32 activations directly.
+
+mod attention;
+mod blocks;
+mod cpu_backend;
+mod dequant;
+mod dot;
+mod elementwise;
+mod isa;
+mod kv_cache;
+mod matmul;
+mod norm;
+mod quant_act;
+mod rope;
+mod tensors;
+pub mod threads;
+mod vecmath;
+
+pub use cpu_backend::CpuBackend;
+pub use dequant::dequantize_row;
+pub use isa::{Isa, ISA_ENV_VAR};
+pub use kv_cache::CpuKvCache;
+pub use tensors::{CpuActivations, CpuMatrix, CpuVector};
+pub use threads::ThreadPool;

@@ -1,0 +1,233 @@
+//! [`CpuBackend`]: the [`Backend`] implementation on the CPU.
+
+use std::ops::Range;
+
+use super::attention::{attention, AttentionCall};
+use super::dequant::dequantize_row;
+use super::isa::CheckedIsa;
+use super::kv_cache::CpuKvCache;
+use super::tensors::{CpuActivations, CpuMatrix, CpuVector};
+use super::threads::ThreadPool;
+use super::{elementwise, matmul, norm, rope, Isa};
+use crate::{AttentionShape, Backend, KernelError, RopeStyle, WeightView};
+
+/// The CPU backend: SIMD kernels for one ISA chosen at construction, run on
+/// a persistent thread pool.
+pub struct CpuBackend {
+    isa: CheckedIsa,
+    pool: ThreadPool,
+}
+
+impl CpuBackend {
+    /// A backend on `threads` threads (`0`: all available) using the best
+    /// ISA this machine supports, capped by `SWITCHYARD_ISA` when set.
+    pub fn new(threads: usize) -> CpuBackend {
+        CpuBackend::with_isa(threads, Isa::from_env())
+    }
+
+    /// A backend using `isa`, or the best supported level below it when the
+    /// machine lacks it (see [`CpuBackend::isa`] for the level in use).
+    /// Ignores `SWITCHYARD_ISA`.
+    pub fn with_isa(threads: usize, isa: Isa) -> CpuBackend {
+        CpuBackend {
+            isa: CheckedIsa::at_most(isa),
+            pool: ThreadPool::new(threads),
+        }
+    }
+
+    /// The ISA the kernels run with.
+    pub fn isa(&self) -> Isa {
+        self.isa.get()
+    }
+
+    /// Threads a kernel call runs on (the caller included).
+    pub fn threads(&self) -> usize {
+        self.pool.threads()
+    }
+
+    /// The pool kernels run on, for callers with their own parallel work.
+    pub fn pool(&self) -> &ThreadPool {
+        &self.pool
+    }
+}
+
+impl std::fmt::Debug for CpuBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CpuBackend")
+            .field("isa", &self.isa.get())
+            .field("threads", &self.threads())
+            .finish()
+    }
+}
+
+impl Backend for CpuBackend {
+    type Matrix = CpuMatrix;
+    type Vector = CpuVector;
+    type Activations = CpuActivations;
+    type KvCache = CpuKvCache;
+
+    fn name(&self) -> String {
+        format!("cpu-{}", self.isa.get().name())
+    }
+
+    fn matrix(&self, weight: WeightView) -> Result<CpuMatrix, KernelError> {
+        // Re-check the invariant WeightView::new established, since its
+        // fields are public and the kernels rely on it.
+        let view = WeightView::new(weight.dtype, weight.rows, weight.cols, weight.data)?;
+        Ok(CpuMatrix { view })
+    }
+
+    fn vector(&self, values: &[f32]) -> Result<CpuVector, KernelError> {
+        Ok(CpuVector {
+            values: values.to_vec(),
+        })
+    }
+
+    fn activations(&self, rows: usize, cols: usize) -> CpuActivations {
+        CpuActivations::zeros(rows, cols)
+    }
+
+    /// Copies `values` in; a `values` shorter than `rows × cols` leaves the
+    /// rest zero and a longer one is cut (both are engine bugs).
+    fn activations_from(&self, rows: usize, cols: usize, values: &[f32]) -> CpuActivations {
+        debug_assert_eq!(
+            values.len(),
+            rows * cols,
+            "activations_from: wrong value count"
+        );
+        let mut x = CpuActivations::zeros(rows, cols);
+        let n = values.len().min(x.data.len());
+        x.data[..n].copy_from_slice(&values[..n]);
+        x
+    }
+
+    /// Copies row `row` into `out`; a row past the end (an engine bug)
+    /// yields NaN so the mistake cannot pass for a real result.
+    fn read_row(&self, x: &CpuActivations, row: usize, out: &mut [f32]) {
+        debug_assert!(row < x.rows, "read_row: row {row} of {}", x.shape());
+        match x.row(row) {
+            Some(values) => {
+                let n = values.len().min(out.len());
+                out[..n].copy_from_slice(&values[..n]);
+                out[n..].fill(f32::NAN);
+            }
+            None => out.fill(f32::NAN),
+        }
+    }
+
+    fn resize(&self, x: &mut CpuActivations, rows: usize, cols: usize) {
+        x.reshape(rows, cols);
+    }
+
+    fn kv_cache(
+        &self,
+        layers: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+        capacity: usize,
+    ) -> Result<CpuKvCache, KernelError> {
+        CpuKvCache::new(layers, n_kv_heads, head_dim, capacity)
+    }
+
+    fn embed(
+        &self,
+        table: &CpuMatrix,
+        tokens: &[u32],
+        out: &mut CpuActivations,
+    ) -> Result<(), KernelError> {
+        if out.rows != tokens.len() || out.cols != table.cols() {
+            return Err(KernelError::Shape {
+                op: "embed",
+                detail: format!(
+                    "{} tokens into out {} from a table of width {}",
+                    tokens.len(),
+                    out.shape(),
+                    table.cols()
+                ),
+            });
+        }
+        let cols = out.cols;
+        for (i, token) in tokens.iter().enumerate() {
+            let bytes = usize::try_from(*token)
+                .ok()
+                .and_then(|t| table.row_bytes(t))
+                .ok_or_else(|| KernelError::Shape {
+                    op: "embed",
+                    detail: format!(
+                        "token {token} is outside the embedding table's {} rows",
+                        table.rows()
+                    ),
+                })?;
+            dequantize_row(
+                table.dtype(),
+                bytes,
+                &mut out.data[i * cols..(i + 1) * cols],
+            )?;
+        }
+        Ok(())
+    }
+
+    fn rms_norm(
+        &self,
+        x: &CpuActivations,
+        weight: &CpuVector,
+        eps: f32,
+        out: &mut CpuActivations,
+    ) -> Result<(), KernelError> {
+        norm::rms_norm(&self.pool, x, &weight.values, eps, out)
+    }
+
+    fn matmul(
+        &self,
+        x: &CpuActivations,
+        w: &CpuMatrix,
+        bias: Option<&CpuVector>,
+        out: &mut CpuActivations,
+    ) -> Result<(), KernelError> {
+        let bias = bias.map(|b| b.values.as_slice());
+        matmul::matmul(&self.pool, self.isa, x, w, bias, out)
+    }
+
+    fn rope(
+        &self,
+        x: &mut CpuActivations,
+        head_dim: usize,
+        positions: &[u32],
+        inv_freq: &[f32],
+        style: RopeStyle,
+    ) -> Result<(), KernelError> {
+        rope::rope(&self.pool, x, head_dim, positions, inv_freq, style)
+    }
+
+    fn attention(
+        &self,
+        cache: &mut CpuKvCache,
+        layer: usize,
+        shape: AttentionShape,
+        q: &CpuActivations,
+        k: &CpuActivations,
+        v: &CpuActivations,
+        rows: Range<usize>,
+        start_pos: usize,
+        out: &mut CpuActivations,
+    ) -> Result<(), KernelError> {
+        let call = AttentionCall {
+            layer,
+            shape,
+            q,
+            k,
+            v,
+            rows,
+            start_pos,
+        };
+        attention(&self.pool, self.isa, cache, call, out)
+    }
+
+    fn silu_mul(&self, gate: &mut CpuActivations, up: &CpuActivations) -> Result<(), KernelError> {
+        elementwise::silu_mul(&self.pool, gate, up)
+    }
+
+    fn add(&self, x: &mut CpuActivations, y: &CpuActivations) -> Result<(), KernelError> {
+        elementwise::add(&self.pool, x, y)
+    }
+}

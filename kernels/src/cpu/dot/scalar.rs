@@ -1,0 +1,148 @@
+//! Scalar dot products: the reference twins of the SIMD kernels.
+//!
+//! Quantized types follow the contract in `quant_act`: per 32-element
+//! activation block `b`, an exact integer sum `Σ q_w · q_a` times
+//! `w_scale · d_a`, plus `w_min · s_b` for types with an offset, summed in
+//! f32 in block order. The SIMD kernels compute the same per-block terms and
+//! differ only in the order the f32 sums are taken.
+
+use crate::cpu::blocks::{
+    bf16_at, f16_at, q4_quant, q4k_quant, q4k_scale_min, q6k_quant, Q4K_DMIN, Q4K_SCALES, Q4_0_QS,
+    Q4_1_M, Q4_1_QS, Q6K_D, Q6K_SCALES, Q8_0_QS, QK, QK_K,
+};
+use crate::cpu::quant_act::QRow;
+use crate::DType;
+
+/// `out[r] = W_row · a[r]` for a quantized `dtype`.
+pub(crate) fn dot_quantized<const R: usize>(
+    dtype: DType,
+    w: &[u8],
+    a: &[QRow<'_>; R],
+    out: &mut [f32; R],
+) {
+    for (out, a) in out.iter_mut().zip(a) {
+        *out = match dtype {
+            DType::Q8_0 => dot_q8_0(w, a),
+            DType::Q4_0 => dot_q4(w, a, false),
+            DType::Q4_1 => dot_q4(w, a, true),
+            DType::Q4K => dot_q4k(w, a),
+            DType::Q6K => dot_q6k(w, a),
+            DType::F32 | DType::F16 | DType::BF16 => f32::NAN,
+        };
+    }
+}
+
+/// `out[r] = W_row · x[r]` for a float `dtype`, summed in element order.
+pub(crate) fn dot_float<const R: usize>(
+    dtype: DType,
+    w: &[u8],
+    x: &[&[f32]; R],
+    out: &mut [f32; R],
+) {
+    let width = dtype.block_bytes();
+    for (out, x) in out.iter_mut().zip(x) {
+        let mut sum = 0.0f32;
+        for (i, v) in x.iter().enumerate() {
+            let weight = match dtype {
+                DType::F16 => f16_at(w, i * width),
+                DType::BF16 => bf16_at(w, i * width),
+                _ => f32::from_le_bytes([w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]]),
+            };
+            sum += weight * v;
+        }
+        *out = sum;
+    }
+}
+
+fn block_ds(a: &QRow<'_>, b: usize) -> (f32, f32) {
+    (a.ds[2 * b], a.ds[2 * b + 1])
+}
+
+fn dot_q8_0(w: &[u8], a: &QRow<'_>) -> f32 {
+    let mut sum = 0.0f32;
+    for (b, block) in w.chunks_exact(DType::Q8_0.block_bytes()).enumerate() {
+        let (da, _) = block_ds(a, b);
+        let qa = &a.qs[b * QK..(b + 1) * QK];
+        let isum: i32 = block[Q8_0_QS..Q8_0_QS + QK]
+            .iter()
+            .zip(qa)
+            .map(|(w, a)| i32::from(*w as i8) * i32::from(*a))
+            .sum();
+        sum += (f16_at(block, 0) * da) * isum as f32;
+    }
+    sum
+}
+
+/// Q4_1 (`q·d + m`) and Q4_0 (`(q-8)·d`, i.e. `q·d + m` with `m = -8d`).
+fn dot_q4(w: &[u8], a: &QRow<'_>, has_min: bool) -> f32 {
+    let dtype = if has_min { DType::Q4_1 } else { DType::Q4_0 };
+    let qs_at = if has_min { Q4_1_QS } else { Q4_0_QS };
+    let mut sum = 0.0f32;
+    for (b, block) in w.chunks_exact(dtype.block_bytes()).enumerate() {
+        let (da, s) = block_ds(a, b);
+        let d = f16_at(block, 0);
+        let m = if has_min {
+            f16_at(block, Q4_1_M)
+        } else {
+            -8.0 * d
+        };
+        let qs = &block[qs_at..qs_at + QK / 2];
+        let qa = &a.qs[b * QK..(b + 1) * QK];
+        let isum: i32 = qa
+            .iter()
+            .enumerate()
+            .map(|(j, a)| i32::from(q4_quant(qs, j)) * i32::from(*a))
+            .sum();
+        sum += (d * da) * isum as f32 + m * s;
+    }
+    sum
+}
+
+fn dot_q4k(w: &[u8], a: &QRow<'_>) -> f32 {
+    let mut sum = 0.0f32;
+    for (i, block) in w.chunks_exact(DType::Q4K.block_bytes()).enumerate() {
+        let d = f16_at(block, 0);
+        let dmin = f16_at(block, Q4K_DMIN);
+        let scales = &block[Q4K_SCALES..Q4K_SCALES + 12];
+        for sub in 0..QK_K / QK {
+            let b = i * (QK_K / QK) + sub;
+            let (da, s) = block_ds(a, b);
+            let (sc, m) = q4k_scale_min(scales, sub);
+            let qa = &a.qs[b * QK..(b + 1) * QK];
+            let isum: i32 = qa
+                .iter()
+                .enumerate()
+                .map(|(l, a)| i32::from(q4k_quant(block, sub * QK + l)) * i32::from(*a))
+                .sum();
+            let scale = d * f32::from(sc);
+            let min = -(dmin * f32::from(m));
+            sum += (scale * da) * isum as f32 + min * s;
+        }
+    }
+    sum
+}
+
+fn dot_q6k(w: &[u8], a: &QRow<'_>) -> f32 {
+    let mut sum = 0.0f32;
+    for (i, block) in w.chunks_exact(DType::Q6K.block_bytes()).enumerate() {
+        let d = f16_at(block, Q6K_D);
+        for sub in 0..QK_K / QK {
+            let b = i * (QK_K / QK) + sub;
+            let (da, _) = block_ds(a, b);
+            let mut isum = 0i32;
+            for half in 0..2 {
+                let mut part = 0i32;
+                let mut scale_index = 0;
+                for l in 0..16 {
+                    let e = sub * QK + half * 16 + l;
+                    let (q, si) = q6k_quant(block, e);
+                    scale_index = si;
+                    part += (i32::from(q) - 32) * i32::from(a.qs[b * QK + half * 16 + l]);
+                }
+                isum += i32::from(block[Q6K_SCALES + scale_index] as i8) * part;
+            }
+            sum += (d * da) * isum as f32;
+        }
+    }
+    sum
+}

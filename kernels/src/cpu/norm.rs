@@ -1,0 +1,59 @@
+//! RMS normalization: `out = weight · x / sqrt(mean(x²) + eps)` per row.
+
+use super::tensors::CpuActivations;
+use super::threads::{DisjointSlice, ThreadPool};
+use crate::KernelError;
+
+/// Rows per task once a batch is worth splitting.
+const ROWS_PER_TASK: usize = 8;
+
+pub(crate) fn rms_norm(
+    pool: &ThreadPool,
+    x: &CpuActivations,
+    weight: &[f32],
+    eps: f32,
+    out: &mut CpuActivations,
+) -> Result<(), KernelError> {
+    if weight.len() != x.cols || out.rows != x.rows || out.cols != x.cols {
+        return Err(KernelError::Shape {
+            op: "rms_norm",
+            detail: format!(
+                "x is {}, weight has {} values, out is {}; need weight of x's width and out shaped like x",
+                x.shape(),
+                weight.len(),
+                out.shape()
+            ),
+        });
+    }
+    let cols = x.cols;
+    if cols == 0 {
+        return Ok(());
+    }
+    let out_data = DisjointSlice::new(&mut out.data);
+    pool.for_each_range(x.rows, ROWS_PER_TASK, &|rows| {
+        for row in rows {
+            // SAFETY: each row belongs to exactly one task.
+            let o = unsafe { out_data.range(row * cols, cols) };
+            rms_norm_row(&x.data[row * cols..(row + 1) * cols], weight, eps, o);
+        }
+    });
+    Ok(())
+}
+
+/// One row. The sum of squares is taken in f32 over eight interleaved
+/// partial sums: deterministic on every ISA, and vectorizable.
+pub(crate) fn rms_norm_row(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    let mut partial = [0.0f32; 8];
+    let mut chunks = x.chunks_exact(8);
+    for chunk in &mut chunks {
+        for (p, v) in partial.iter_mut().zip(chunk) {
+            *p += v * v;
+        }
+    }
+    let mut sum: f32 = partial.iter().sum();
+    sum += chunks.remainder().iter().map(|v| v * v).sum::<f32>();
+    let inv = 1.0 / (sum / x.len() as f32 + eps).sqrt();
+    for ((o, v), w) in out.iter_mut().zip(x).zip(weight) {
+        *o = w * (v * inv);
+    }
+}

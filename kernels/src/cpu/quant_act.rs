@@ -1,0 +1,234 @@
+//! Activation quantization: the numeric contract of quantized matmuls.
+//!
+//! Each activation row is cut into blocks of 32; per block
+//! `amax = max|x_i|`, `d = amax / 127`, `id = 1/d` (0 when `d == 0`) and
+//! `q_i = round_ties_even(x_i · id)` as i8. Every ISA produces bit-identical
+//! blocks: the same f32 multiply, and `cvtps2dq` rounds to nearest even
+//! under the default MXCSR. Each block also carries `s = d · Σq_i`, which
+//! the dot products of types with a per-block offset (Q4_1's `m`, Q4_0's
+//! `-8`, Q4_K's mins) multiply by that offset.
+
+use super::blocks::QK;
+use super::isa::CheckedIsa;
+use super::threads::{DisjointSlice, ThreadPool};
+use super::Isa;
+
+/// Quantized activation rows, reused between calls to avoid allocation.
+#[derive(Default)]
+pub(crate) struct QuantizedRows {
+    k: usize,
+    qs: Vec<i8>,
+    /// Per block, `[d, d · Σq]`, interleaved so SIMD kernels load both.
+    ds: Vec<f32>,
+}
+
+/// One quantized row: `qs.len() == k`, `ds.len() == 2 · k / 32`.
+#[derive(Clone, Copy)]
+pub(crate) struct QRow<'a> {
+    pub(crate) qs: &'a [i8],
+    pub(crate) ds: &'a [f32],
+}
+
+impl QuantizedRows {
+    /// Quantizes `rows` rows of `k` elements (`k % 32 == 0`,
+    /// `x.len() == rows · k`: the caller validated both).
+    pub(crate) fn quantize(
+        &mut self,
+        pool: &ThreadPool,
+        isa: CheckedIsa,
+        x: &[f32],
+        rows: usize,
+        k: usize,
+    ) {
+        self.k = k;
+        self.qs.resize(rows * k, 0);
+        self.ds.resize(rows * 2 * (k / QK), 0.0);
+        let blocks = rows * (k / QK);
+        let qs = DisjointSlice::new(&mut self.qs);
+        let ds = DisjointSlice::new(&mut self.ds);
+        let chunk = pool.chunk_for(blocks, 1, 512);
+        pool.for_each_range(blocks, chunk, &|range| {
+            // SAFETY: for_each_range hands out disjoint block ranges, and
+            // block b owns qs[32b..32b+32] and ds[2b..2b+2].
+            let (q, d) = unsafe {
+                (
+                    qs.range(range.start * QK, range.len() * QK),
+                    ds.range(range.start * 2, range.len() * 2),
+                )
+            };
+            let x = &x[range.start * QK..range.end * QK];
+            quantize_blocks(isa, x, q, d);
+        });
+    }
+
+    /// Row `r` (the caller keeps `r` below the quantized row count).
+    pub(crate) fn row(&self, r: usize) -> QRow<'_> {
+        let blocks = self.k / QK;
+        QRow {
+            qs: &self.qs[r * self.k..(r + 1) * self.k],
+            ds: &self.ds[r * 2 * blocks..(r + 1) * 2 * blocks],
+        }
+    }
+}
+
+/// Quantizes whole blocks: `x.len() == q.len() == 16 · ds.len()`.
+pub(crate) fn quantize_blocks(isa: CheckedIsa, x: &[f32], q: &mut [i8], ds: &mut [f32]) {
+    let blocks = x
+        .chunks_exact(QK)
+        .zip(q.chunks_exact_mut(QK))
+        .zip(ds.chunks_exact_mut(2));
+    for ((x, q), ds) in blocks {
+        let [d, s] = match isa.get() {
+            Isa::Scalar => quantize_block_scalar(x, q),
+            // SAFETY: a CheckedIsa of Avx2 or above means AVX2 was detected;
+            // the slices are exactly 32 long.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => unsafe { x86::quantize_block_avx2(x.as_ptr(), q.as_mut_ptr()) },
+            // SAFETY: AVX-512 F/BW were detected; slices are 32 long.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 | Isa::Avx512Vnni => unsafe {
+                x86::quantize_block_avx512(x.as_ptr(), q.as_mut_ptr())
+            },
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => quantize_block_scalar(x, q),
+        };
+        ds[0] = d;
+        ds[1] = s;
+    }
+}
+
+/// The reference: one block of 32, returning `[d, d · Σq]`.
+pub(crate) fn quantize_block_scalar(x: &[f32], q: &mut [i8]) -> [f32; 2] {
+    let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let mut sum = 0i32;
+    for (q, v) in q.iter_mut().zip(x) {
+        let r = (v * id).round_ties_even() as i8;
+        *q = r;
+        sum += i32::from(r);
+    }
+    [d, d * sum as f32]
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    /// # Safety
+    /// AVX2 must be available; `x` and `q` must point at 32 elements.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn quantize_block_avx2(x: *const f32, q: *mut i8) -> [f32; 2] {
+        let v = [
+            _mm256_loadu_ps(x),
+            _mm256_loadu_ps(x.add(8)),
+            _mm256_loadu_ps(x.add(16)),
+            _mm256_loadu_ps(x.add(24)),
+        ];
+        let sign = _mm256_set1_ps(-0.0);
+        let a = _mm256_max_ps(
+            _mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+            _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])),
+        );
+        let mut m = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+        m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+        let amax = _mm_cvtss_f32(m);
+        let d = amax / 127.0;
+        let id = _mm256_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
+        let i = [
+            _mm256_cvtps_epi32(_mm256_mul_ps(v[0], id)),
+            _mm256_cvtps_epi32(_mm256_mul_ps(v[1], id)),
+            _mm256_cvtps_epi32(_mm256_mul_ps(v[2], id)),
+            _mm256_cvtps_epi32(_mm256_mul_ps(v[3], id)),
+        ];
+        let total = _mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3]));
+        // packs works within 128-bit lanes; the permute puts the 32 bytes
+        // back in element order.
+        let packed = _mm256_packs_epi16(
+            _mm256_packs_epi32(i[0], i[1]),
+            _mm256_packs_epi32(i[2], i[3]),
+        );
+        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        _mm256_storeu_si256(q.cast(), _mm256_permutevar8x32_epi32(packed, order));
+        let t = _mm_add_epi32(
+            _mm256_castsi256_si128(total),
+            _mm256_extracti128_si256(total, 1),
+        );
+        let t = _mm_add_epi32(t, _mm_unpackhi_epi64(t, t));
+        let t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 1));
+        let sum = _mm_cvtsi128_si32(t);
+        [d, d * sum as f32]
+    }
+
+    /// # Safety
+    /// AVX-512 F must be available; `x` and `q` must point at 32 elements.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn quantize_block_avx512(x: *const f32, q: *mut i8) -> [f32; 2] {
+        let v0 = _mm512_loadu_ps(x);
+        let v1 = _mm512_loadu_ps(x.add(16));
+        let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+        let d = amax / 127.0;
+        let id = _mm512_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
+        let i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id));
+        let i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
+        _mm_storeu_si128(q.cast(), _mm512_cvtsepi32_epi8(i0));
+        _mm_storeu_si128(q.add(16).cast(), _mm512_cvtsepi32_epi8(i1));
+        let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+        [d, d * sum as f32]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn scalar_contract_by_hand() {
+        let mut x = [0.0f32; 32];
+        x[0] = 127.0;
+        x[1] = -63.5; // exactly half-way: ties to even -> -64
+        x[2] = 0.5; // ties to even -> 0
+        x[3] = 1.5; // -> 2
+        let mut q = [0i8; 32];
+        let [d, s] = quantize_block_scalar(&x, &mut q);
+        assert_eq!(d, 1.0);
+        assert_eq!(&q[..4], &[127, -64, 0, 2]);
+        assert_eq!(s, (127 - 64 + 2) as f32);
+        let [d, s] = quantize_block_scalar(&[0.0; 32], &mut q);
+        assert_eq!((d, s), (0.0, 0.0));
+        assert!(q.iter().all(|v| *v == 0));
+    }
+
+    #[test]
+    fn every_isa_quantizes_bit_identically() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let blocks = 64;
+        let mut x: Vec<f32> = (0..blocks * QK)
+            .map(|_| rng.random_range(-3.0f32..3.0))
+            .collect();
+        // Exact ties and an all-zero block.
+        x[..QK]
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, v)| *v = i as f32 - 15.5);
+        x[QK..2 * QK].iter_mut().for_each(|v| *v = 0.0);
+        let mut want_q = vec![0i8; x.len()];
+        let mut want_ds = vec![0.0f32; blocks * 2];
+        quantize_blocks(
+            CheckedIsa::at_most(Isa::Scalar),
+            &x,
+            &mut want_q,
+            &mut want_ds,
+        );
+        for isa in Isa::supported() {
+            let mut q = vec![0i8; x.len()];
+            let mut ds = vec![0.0f32; blocks * 2];
+            quantize_blocks(CheckedIsa::at_most(isa), &x, &mut q, &mut ds);
+            assert_eq!(q, want_q, "{isa}");
+            assert_eq!(ds, want_ds, "{isa}");
+            println!("quantization bit-identical on {isa}");
+        }
+    }
+}

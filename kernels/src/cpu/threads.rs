@@ -1,0 +1,440 @@
+//! A small persistent thread pool tuned for many short kernel calls.
+//!
+//! A forward pass calls a few hundred kernels per token, each a few to a few
+//! hundred microseconds long, so dispatch must cost about a microsecond:
+//! workers spin on a generation counter for a while after each job and only
+//! then sleep on a condition variable. The calling thread works too, so a
+//! pool of `threads` has `threads - 1` workers.
+//!
+//! A job is a closure over task indices `0..tasks`; tasks are claimed with an
+//! atomic counter, so uneven tasks balance themselves.
+
+use std::cell::UnsafeCell;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long an idle worker spins before it sleeps. Kernels of one forward
+/// pass follow each other within microseconds; a token's sampling and the
+/// next request's scheduling take longer, and there sleeping is cheaper.
+const SPIN_BEFORE_SLEEP: Duration = Duration::from_micros(300);
+
+/// A job as the workers see it: the caller's closure with its lifetime
+/// erased (see the SAFETY argument in [`ThreadPool::run`]).
+type ErasedJob = &'static (dyn Fn(usize) + Sync);
+
+struct Shared {
+    /// Bumped once per job; a worker runs a job when it sees a new value.
+    generation: AtomicUsize,
+    /// Written only by the dispatching thread while every worker is idle
+    /// (`busy == 0`) and before `generation` is bumped (Release); read by
+    /// workers only after they observe the bump (Acquire).
+    job: UnsafeCell<Option<ErasedJob>>,
+    tasks: AtomicUsize,
+    next_task: AtomicUsize,
+    /// Workers that have not yet finished the current job.
+    busy: AtomicUsize,
+    /// Workers sleeping (or about to) on `wake`; lets the dispatcher skip
+    /// the mutex when every worker is spinning.
+    sleeping: AtomicUsize,
+    sleep_lock: Mutex<()>,
+    wake: Condvar,
+    shutdown: AtomicBool,
+    panicked: AtomicBool,
+}
+
+// SAFETY: every field but `job` is a sync primitive. `job` is written only
+// by the one thread holding `ThreadPool::dispatch` while no worker is inside
+// a job, and published through `generation` with Release/Acquire ordering;
+// the closure it points to is `Sync`.
+unsafe impl Sync for Shared {}
+// SAFETY: as above; the erased closure reference is `Sync`, so sending the
+// reference to other threads is sound.
+unsafe impl Send for Shared {}
+
+/// A fixed set of worker threads plus the calling thread.
+pub struct ThreadPool {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+    /// One job at a time; a second caller (or a nested call from inside a
+    /// job) runs its tasks inline instead of waiting.
+    dispatch: Mutex<()>,
+}
+
+impl ThreadPool {
+    /// A pool that runs jobs on `threads` threads (the caller and
+    /// `threads - 1` workers). `0` means the machine's available parallelism.
+    pub fn new(threads: usize) -> ThreadPool {
+        let threads = if threads == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            threads
+        };
+        let shared = Arc::new(Shared {
+            generation: AtomicUsize::new(0),
+            job: UnsafeCell::new(None),
+            tasks: AtomicUsize::new(0),
+            next_task: AtomicUsize::new(0),
+            busy: AtomicUsize::new(0),
+            sleeping: AtomicUsize::new(0),
+            sleep_lock: Mutex::new(()),
+            wake: Condvar::new(),
+            shutdown: AtomicBool::new(false),
+            panicked: AtomicBool::new(false),
+        });
+        let mut workers = Vec::with_capacity(threads - 1);
+        for index in 1..threads {
+            let shared = Arc::clone(&shared);
+            let spawned = std::thread::Builder::new()
+                .name(format!("switchyard-cpu-{index}"))
+                .spawn(move || worker_loop(&shared));
+            match spawned {
+                Ok(handle) => workers.push(handle),
+                // Fewer workers only means less parallelism; the caller
+                // always runs whatever tasks the workers do not claim.
+                Err(err) => tracing::warn!("could not start CPU worker thread {index}: {err}"),
+            }
+        }
+        ThreadPool {
+            shared,
+            workers,
+            dispatch: Mutex::new(()),
+        }
+    }
+
+    /// Threads that run a job (workers plus the caller).
+    pub fn threads(&self) -> usize {
+        self.workers.len() + 1
+    }
+
+    /// Runs `job(i)` for every `i` in `0..tasks`, spread over the pool, and
+    /// returns when all have finished. Tasks run in no particular order.
+    ///
+    /// # Panics
+    /// Re-raises (as a new panic) a panic from any task, after every task
+    /// has stopped.
+    pub fn run(&self, tasks: usize, job: &(dyn Fn(usize) + Sync)) {
+        if tasks == 0 {
+            return;
+        }
+        if tasks == 1 || self.workers.is_empty() {
+            (0..tasks).for_each(job);
+            return;
+        }
+        let _dispatch = match self.dispatch.try_lock() {
+            Ok(guard) => guard,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                (0..tasks).for_each(job);
+                return;
+            }
+        };
+        let shared = &*self.shared;
+        // SAFETY: the lifetime is erased only for the duration of this call:
+        // `WaitForWorkers` (dropped before we return, even on unwind) waits
+        // until `busy == 0`, i.e. until no worker can touch the closure.
+        let erased: ErasedJob = unsafe {
+            std::mem::transmute::<&(dyn Fn(usize) + Sync), &'static (dyn Fn(usize) + Sync)>(job)
+        };
+        // SAFETY: we hold `dispatch` and the previous job ended with
+        // `busy == 0`, so no worker reads `job` until the bump below.
+        unsafe { *shared.job.get() = Some(erased) };
+        shared.tasks.store(tasks, Ordering::Relaxed);
+        shared.next_task.store(0, Ordering::Relaxed);
+        shared.busy.store(self.workers.len(), Ordering::Relaxed);
+        shared.generation.fetch_add(1, Ordering::SeqCst);
+        if shared.sleeping.load(Ordering::SeqCst) > 0 {
+            let _lock = lock(&shared.sleep_lock);
+            shared.wake.notify_all();
+        }
+        let wait = WaitForWorkers(shared);
+        run_tasks(shared, job);
+        drop(wait);
+        if shared.panicked.swap(false, Ordering::Relaxed) {
+            panic!("a CPU kernel task panicked on a worker thread (see the message above)");
+        }
+    }
+
+    /// Splits `0..len` into consecutive ranges of at most `chunk` (at least
+    /// 1) and runs `job` on each range.
+    pub fn for_each_range(
+        &self,
+        len: usize,
+        chunk: usize,
+        job: &(dyn Fn(std::ops::Range<usize>) + Sync),
+    ) {
+        let chunk = chunk.max(1);
+        let tasks = len.div_ceil(chunk);
+        self.run(tasks, &|task| {
+            let start = task * chunk;
+            job(start..(start + chunk).min(len));
+        });
+    }
+
+    /// A chunk size that gives each thread about `per_thread` ranges of at
+    /// least `min_chunk` items, for [`ThreadPool::for_each_range`].
+    pub fn chunk_for(&self, len: usize, per_thread: usize, min_chunk: usize) -> usize {
+        let pieces = (self.threads() * per_thread).max(1);
+        len.div_ceil(pieces).max(min_chunk).max(1)
+    }
+}
+
+impl Drop for ThreadPool {
+    fn drop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::SeqCst);
+        self.shared.generation.fetch_add(1, Ordering::SeqCst);
+        {
+            let _lock = lock(&self.shared.sleep_lock);
+            self.shared.wake.notify_all();
+        }
+        for worker in self.workers.drain(..) {
+            // A worker that panicked already reported it through `panicked`.
+            let _ = worker.join();
+        }
+    }
+}
+
+/// Waits, on drop, until every worker has finished the current job.
+struct WaitForWorkers<'a>(&'a Shared);
+
+impl Drop for WaitForWorkers<'_> {
+    fn drop(&mut self) {
+        let started = Instant::now();
+        while self.0.busy.load(Ordering::Acquire) != 0 {
+            // Workers are running tasks right now; spin, but yield if one was
+            // descheduled (an oversubscribed machine).
+            if started.elapsed() < Duration::from_micros(50) {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+fn run_tasks(shared: &Shared, job: &(dyn Fn(usize) + Sync)) {
+    let tasks = shared.tasks.load(Ordering::Relaxed);
+    loop {
+        let task = shared.next_task.fetch_add(1, Ordering::Relaxed);
+        if task >= tasks {
+            break;
+        }
+        if catch_unwind(AssertUnwindSafe(|| job(task))).is_err() {
+            shared.panicked.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+fn worker_loop(shared: &Shared) {
+    // Generation 0 is the pool's initial value, not a job; reading the
+    // counter here instead could skip a job dispatched before this thread
+    // started, and the dispatcher would wait for it forever.
+    let mut seen = 0;
+    loop {
+        seen = wait_for_new_generation(shared, seen);
+        if shared.shutdown.load(Ordering::Acquire) {
+            return;
+        }
+        // SAFETY: `generation` was bumped (Acquire above pairs with the
+        // dispatcher's SeqCst bump) after `job` was written, and the
+        // dispatcher does not write it again before `busy` reaches 0, which
+        // needs this worker's decrement below.
+        let job = unsafe { *shared.job.get() };
+        if let Some(job) = job {
+            run_tasks(shared, job);
+        }
+        shared.busy.fetch_sub(1, Ordering::Release);
+    }
+}
+
+/// Spins, then sleeps, until `generation` differs from `seen`; returns it.
+fn wait_for_new_generation(shared: &Shared, seen: usize) -> usize {
+    let started = Instant::now();
+    let mut spins = 0u32;
+    loop {
+        let current = shared.generation.load(Ordering::Acquire);
+        if current != seen {
+            return current;
+        }
+        spins = spins.wrapping_add(1);
+        if spins % 128 == 0 && started.elapsed() > SPIN_BEFORE_SLEEP {
+            break;
+        }
+        std::hint::spin_loop();
+    }
+    let mut guard = lock(&shared.sleep_lock);
+    // Announce sleeping before the final check (both SeqCst) so that a
+    // dispatcher bumping `generation` concurrently either sees us sleeping
+    // and notifies under the lock, or we see its bump here.
+    shared.sleeping.fetch_add(1, Ordering::SeqCst);
+    let mut current = shared.generation.load(Ordering::SeqCst);
+    while current == seen {
+        guard = shared
+            .wake
+            .wait(guard)
+            .unwrap_or_else(PoisonError::into_inner);
+        current = shared.generation.load(Ordering::SeqCst);
+    }
+    shared.sleeping.fetch_sub(1, Ordering::SeqCst);
+    drop(guard);
+    current
+}
+
+fn lock(mutex: &Mutex<()>) -> MutexGuard<'_, ()> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A mutable slice that several tasks of one job write at disjoint places.
+///
+/// The pool hands each task a shared reference to the job closure, so a
+/// closure cannot hold `&mut` to its output; this wrapper keeps the slice's
+/// pointer and length and lets each task borrow the part it alone writes.
+pub(crate) struct DisjointSlice<'a, T> {
+    ptr: *mut T,
+    len: usize,
+    _borrow: std::marker::PhantomData<&'a mut [T]>,
+}
+
+// SAFETY: the wrapper only hands out `&mut` to ranges that callers promise
+// are disjoint between tasks (see `range`), so sharing it across threads is
+// like sending disjoint `&mut [T]`s, which needs `T: Send`.
+unsafe impl<T: Send> Sync for DisjointSlice<'_, T> {}
+
+impl<'a, T> DisjointSlice<'a, T> {
+    pub(crate) fn new(slice: &'a mut [T]) -> Self {
+        DisjointSlice {
+            ptr: slice.as_mut_ptr(),
+            len: slice.len(),
+            _borrow: std::marker::PhantomData,
+        }
+    }
+
+    /// The elements `start..start + len`.
+    ///
+    /// # Safety
+    /// No two live borrows returned by this method (on any thread) may
+    /// overlap.
+    ///
+    /// # Panics
+    /// When the range is out of bounds: callers compute ranges from shapes
+    /// validated beforehand, so this is an internal invariant.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn range(&self, start: usize, len: usize) -> &mut [T] {
+        assert!(
+            start <= self.len && len <= self.len - start,
+            "DisjointSlice range {start}+{len} outside {}",
+            self.len
+        );
+        // SAFETY: in bounds (checked above); exclusivity is the caller's
+        // promise; the borrow of the original slice lives for 'a.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), len) }
+    }
+}
+
+impl<T> DisjointSlice<'_, T> {
+    /// Writes `value` at `index`.
+    ///
+    /// # Safety
+    /// No other task may read or write `index` during this job.
+    ///
+    /// # Panics
+    /// When `index` is out of bounds (an internal invariant, as in `range`).
+    pub(crate) unsafe fn write(&self, index: usize, value: T) {
+        assert!(
+            index < self.len,
+            "DisjointSlice index {index} outside {}",
+            self.len
+        );
+        // SAFETY: in bounds; exclusivity is the caller's promise.
+        unsafe { self.ptr.add(index).write(value) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+
+    fn check_every_task_once(threads: usize) {
+        let pool = ThreadPool::new(threads);
+        assert_eq!(pool.threads(), threads);
+        for tasks in [0usize, 1, 2, 3, 7, 64, 1000] {
+            let hits: Vec<AtomicU64> = (0..tasks).map(|_| AtomicU64::new(0)).collect();
+            for _ in 0..20 {
+                pool.run(tasks, &|i| {
+                    hits[i].fetch_add(1, Ordering::Relaxed);
+                });
+            }
+            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 20));
+        }
+    }
+
+    #[test]
+    fn runs_every_task_exactly_once_with_1_2_3_threads() {
+        for threads in 1..=3 {
+            check_every_task_once(threads);
+        }
+    }
+
+    #[test]
+    fn disjoint_ranges_fill_a_buffer() {
+        for threads in 1..=3 {
+            let pool = ThreadPool::new(threads);
+            let mut out = vec![0usize; 1001];
+            let shared = DisjointSlice::new(&mut out);
+            pool.for_each_range(1001, 17, &|range| {
+                // SAFETY: for_each_range's ranges do not overlap.
+                let part = unsafe { shared.range(range.start, range.len()) };
+                for (offset, slot) in part.iter_mut().enumerate() {
+                    *slot = (range.start + offset) * 2;
+                }
+            });
+            assert!(out.iter().enumerate().all(|(i, v)| *v == i * 2));
+        }
+    }
+
+    #[test]
+    fn wakes_sleeping_workers() {
+        let pool = ThreadPool::new(3);
+        let sum = AtomicU64::new(0);
+        for round in 0..3 {
+            std::thread::sleep(SPIN_BEFORE_SLEEP * 4);
+            pool.run(10, &|i| {
+                sum.fetch_add(i as u64 + round, Ordering::Relaxed);
+            });
+        }
+        assert_eq!(sum.load(Ordering::Relaxed), 3 * 45 + 10 * 3);
+    }
+
+    #[test]
+    fn nested_calls_run_inline() {
+        let pool = ThreadPool::new(2);
+        let count = AtomicU64::new(0);
+        pool.run(4, &|_| {
+            pool.run(3, &|_| {
+                count.fetch_add(1, Ordering::Relaxed);
+            });
+        });
+        assert_eq!(count.load(Ordering::Relaxed), 12);
+    }
+
+    #[test]
+    fn task_panic_is_reraised_and_pool_survives() {
+        let pool = ThreadPool::new(2);
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            pool.run(8, &|i| {
+                if i == 5 {
+                    panic!("task five fails on purpose");
+                }
+            })
+        }));
+        assert!(result.is_err());
+        let count = AtomicU64::new(0);
+        pool.run(8, &|_| {
+            count.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(count.load(Ordering::Relaxed), 8);
+    }
+}
