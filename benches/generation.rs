@@ -1,1 +1,81 @@
-fn main() {}
+//! Prompt and generation throughput of the real test model (SmolLM2-135M
+//! Q4_1) with 1 and 2 threads. `benches/compare_llama_cpp.sh` runs this next
+//! to llama.cpp on the same file and prints the ratios.
+//!
+//! The model path comes from `SWITCHYARD_MODEL` or the cache that
+//! `scripts/fetch-model.sh` fills.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use switchyard_engine::formats::load_checkpoint;
+use switchyard_engine::model::{LlamaModel, LogitRows};
+use switchyard_engine::sampling::argmax;
+use switchyard_engine::session::Session;
+use switchyard_kernels::cpu::CpuBackend;
+
+const PROMPT_TOKENS: usize = 128;
+const GENERATED_TOKENS: usize = 64;
+
+fn model_path() -> PathBuf {
+    if let Some(path) = std::env::var_os("SWITCHYARD_MODEL") {
+        return path.into();
+    }
+    let home = std::env::var_os("HOME").unwrap_or_default();
+    PathBuf::from(home).join(".cache/switchyard/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+}
+
+/// A fixed, ordinary-looking prompt: the same ids are fed to llama.cpp.
+pub fn prompt_ids(len: usize) -> Vec<u32> {
+    (0..len as u32).map(|i| 100 + (i * 7919) % 48000).collect()
+}
+
+fn bench_generation(c: &mut Criterion) {
+    let path = model_path();
+    let checkpoint = match load_checkpoint(&path) {
+        Ok(checkpoint) => checkpoint,
+        Err(e) => panic!("run scripts/fetch-model.sh first: {e}"),
+    };
+    let prompt = prompt_ids(PROMPT_TOKENS);
+    for threads in [1usize, 2] {
+        let backend = CpuBackend::new(threads);
+        let model = LlamaModel::load(&backend, &checkpoint).expect("the test model loads");
+        let capacity = PROMPT_TOKENS + GENERATED_TOKENS;
+
+        let mut group = c.benchmark_group("smollm2-q4_1/prompt");
+        group.sample_size(10).measurement_time(Duration::from_secs(8));
+        group.throughput(Throughput::Elements(PROMPT_TOKENS as u64));
+        group.bench_function(format!("{threads}-threads"), |b| {
+            b.iter(|| {
+                let mut session = Session::new(&backend, &model, capacity).expect("session");
+                session.feed(&prompt, LogitRows::Last).expect("prefill")
+            })
+        });
+        group.finish();
+
+        let mut group = c.benchmark_group("smollm2-q4_1/generate");
+        group.sample_size(10).measurement_time(Duration::from_secs(10));
+        group.throughput(Throughput::Elements(GENERATED_TOKENS as u64));
+        group.bench_function(format!("{threads}-threads"), |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let mut session = Session::new(&backend, &model, capacity).expect("session");
+                    let mut logits = session.feed(&prompt[..8], LogitRows::Last).expect("prefill");
+                    let start = Instant::now();
+                    for _ in 0..GENERATED_TOKENS {
+                        let next = argmax(&logits);
+                        logits = session.feed(&[next], LogitRows::Last).expect("decode");
+                    }
+                    total += start.elapsed();
+                }
+                total
+            })
+        });
+        group.finish();
+    }
+}
+
+criterion_group!(benches, bench_generation);
+criterion_main!(benches);
