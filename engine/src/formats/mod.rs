@@ -7,8 +7,13 @@
 
 mod error;
 pub mod gguf;
+mod load;
+pub mod safetensors;
+mod validate;
 
 pub use error::FormatError;
+pub use load::load_checkpoint;
+pub use validate::expected_tensors;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

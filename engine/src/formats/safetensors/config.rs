@@ -1,0 +1,175 @@
+//! [`ModelConfig`] from a Hugging Face `config.json`.
+
+use std::path::Path;
+
+use serde::Deserialize;
+use switchyard_kernels::RopeStyle;
+
+use crate::formats::FormatError;
+use crate::model::config::{Architecture, ModelConfig, RopeScaling};
+
+/// The fields of `config.json` Switchyard reads; the rest are ignored.
+#[derive(Debug, Deserialize)]
+struct HfConfig {
+    model_type: Option<String>,
+    vocab_size: Option<usize>,
+    hidden_size: Option<usize>,
+    intermediate_size: Option<usize>,
+    num_hidden_layers: Option<usize>,
+    num_attention_heads: Option<usize>,
+    num_key_value_heads: Option<usize>,
+    head_dim: Option<usize>,
+    rms_norm_eps: Option<f64>,
+    rope_theta: Option<f64>,
+    rope_scaling: Option<HfRopeScaling>,
+    max_position_embeddings: Option<usize>,
+    tie_word_embeddings: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+struct HfRopeScaling {
+    /// Older configs say `type`, newer ones `rope_type`.
+    #[serde(alias = "type")]
+    rope_type: Option<String>,
+    factor: Option<f64>,
+    low_freq_factor: Option<f64>,
+    high_freq_factor: Option<f64>,
+    original_max_position_embeddings: Option<usize>,
+}
+
+/// Parses `config.json` text read from `path`. `has_qkv_bias` comes from
+/// the weights (Qwen2 always has the biases; Llama only with
+/// `attention_bias`, which the weights show just as well).
+pub(super) fn parse_config(
+    text: &str,
+    path: &Path,
+    has_qkv_bias: bool,
+) -> Result<ModelConfig, FormatError> {
+    let hf: HfConfig = serde_json::from_str(text).map_err(|source| FormatError::Json {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let bad = |key: &str, reason: &str| FormatError::BadConfig {
+        path: path.to_path_buf(),
+        key: key.to_string(),
+        reason: reason.to_string(),
+    };
+    let required = |value: Option<usize>, key: &str| {
+        value.ok_or_else(|| bad(key, "is missing; config.json must give it"))
+    };
+    let model_type = hf
+        .model_type
+        .as_deref()
+        .ok_or_else(|| bad("model_type", "is missing; expected llama, mistral or qwen2"))?;
+    let architecture = Architecture::from_name(model_type).ok_or_else(|| {
+        FormatError::UnsupportedArchitecture {
+            path: path.to_path_buf(),
+            name: model_type.to_string(),
+        }
+    })?;
+    let hidden_size = required(hf.hidden_size, "hidden_size")?;
+    let n_heads = required(hf.num_attention_heads, "num_attention_heads")?;
+    let rope_scaling = match hf.rope_scaling {
+        None => RopeScaling::None,
+        Some(s) => rope_scaling(&s, path)?,
+    };
+    Ok(ModelConfig {
+        architecture,
+        vocab_size: required(hf.vocab_size, "vocab_size")?,
+        hidden_size,
+        intermediate_size: required(hf.intermediate_size, "intermediate_size")?,
+        n_layers: required(hf.num_hidden_layers, "num_hidden_layers")?,
+        n_heads,
+        n_kv_heads: hf.num_key_value_heads.unwrap_or(n_heads),
+        head_dim: hf.head_dim.unwrap_or(hidden_size / n_heads.max(1)),
+        // Transformers' defaults for these model types.
+        context_length: hf.max_position_embeddings.unwrap_or(2048),
+        rms_norm_eps: hf.rms_norm_eps.unwrap_or(1e-6) as f32,
+        rope_theta: hf.rope_theta.unwrap_or(10_000.0) as f32,
+        rope_scaling,
+        // Hugging Face keeps Q and K in their original order: rotary pairs
+        // are the two halves of each head.
+        rope_style: RopeStyle::Neox,
+        tied_embeddings: hf.tie_word_embeddings.unwrap_or(false),
+        qkv_bias: has_qkv_bias,
+    })
+}
+
+fn rope_scaling(s: &HfRopeScaling, path: &Path) -> Result<RopeScaling, FormatError> {
+    let bad = |key: &str, reason: String| FormatError::BadConfig {
+        path: path.to_path_buf(),
+        key: format!("rope_scaling.{key}"),
+        reason,
+    };
+    let number = |value: Option<f64>, key: &str| match value {
+        Some(v) if v.is_finite() && v > 0.0 => Ok(v as f32),
+        Some(v) => Err(bad(key, format!("is {v}; it must be a positive number"))),
+        None => Err(bad(key, "is missing".into())),
+    };
+    match s.rope_type.as_deref() {
+        None | Some("default") => Ok(RopeScaling::None),
+        Some("linear") => Ok(RopeScaling::Linear {
+            factor: number(s.factor, "factor")?,
+        }),
+        Some("llama3") => {
+            let low_freq_factor = number(s.low_freq_factor, "low_freq_factor")?;
+            let high_freq_factor = number(s.high_freq_factor, "high_freq_factor")?;
+            if high_freq_factor <= low_freq_factor {
+                return Err(bad(
+                    "high_freq_factor",
+                    format!("is {high_freq_factor}; it must exceed low_freq_factor ({low_freq_factor})"),
+                ));
+            }
+            Ok(RopeScaling::Llama3 {
+                factor: number(s.factor, "factor")?,
+                low_freq_factor,
+                high_freq_factor,
+                original_context_length: s.original_max_position_embeddings.ok_or_else(|| {
+                    bad("original_max_position_embeddings", "is missing".into())
+                })?,
+            })
+        }
+        Some(other) => Err(bad(
+            "rope_type",
+            format!("is '{other}'; Switchyard supports default, linear and llama3 scaling"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LLAMA3: &str = r#"{
+        "model_type": "llama", "vocab_size": 128256, "hidden_size": 4096,
+        "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+        "max_position_embeddings": 131072, "tie_word_embeddings": false,
+        "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+    }"#;
+
+    #[test]
+    fn reads_a_llama31_config() {
+        let c = parse_config(LLAMA3, Path::new("config.json"), false).unwrap();
+        assert_eq!(c.architecture, Architecture::Llama);
+        assert_eq!((c.n_heads, c.n_kv_heads, c.head_dim), (32, 8, 128));
+        assert_eq!(c.rope_style, RopeStyle::Neox);
+        assert!(matches!(c.rope_scaling, RopeScaling::Llama3 { factor, original_context_length: 8192, .. } if factor == 8.0));
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let text = LLAMA3.replace("\"hidden_size\": 4096,", "");
+        let err = parse_config(&text, Path::new("m/config.json"), false).unwrap_err();
+        assert!(err.to_string().contains("hidden_size"), "{err}");
+        assert!(err.to_string().contains("m/config.json"), "{err}");
+        let text = LLAMA3.replace("\"llama\"", "\"gpt2\"");
+        let err = parse_config(&text, Path::new("config.json"), false).unwrap_err();
+        assert!(err.to_string().contains("gpt2"), "{err}");
+        let text = LLAMA3.replace("\"llama3\"", "\"yarn\"");
+        let err = parse_config(&text, Path::new("config.json"), false).unwrap_err();
+        assert!(err.to_string().contains("yarn"), "{err}");
+    }
+}
