@@ -1,1 +1,0 @@
-//! Choosing the next token from logits.
