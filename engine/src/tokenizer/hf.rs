@@ -101,22 +101,25 @@ fn chat_template(config: &Value) -> Option<String> {
 /// The ids the tokenizer.json post-processor puts before and after text
 /// (BOS, EOS), found by encoding a probe text with and without it.
 fn post_processor_ids(tok: &tokenizers::Tokenizer) -> (Option<u32>, Option<u32>) {
-    let probe = "a";
-    let (Ok(with), Ok(without)) = (tok.encode_fast(probe, true), tok.encode_fast(probe, false))
-    else {
-        return (None, None);
-    };
-    let (with, without) = (with.get_ids(), without.get_ids());
-    // The probe's own ids sit somewhere inside `with`; what is around them was added.
-    let Some(start) = with
-        .windows(without.len().max(1))
-        .position(|w| w == without)
-    else {
-        return (None, None);
-    };
-    let before = with.get(..start).and_then(|ids| ids.last().copied());
-    let after = with
-        .get(start + without.len()..)
-        .and_then(|ids| ids.first().copied());
-    (before, after)
+    // Probes that any real vocabulary encodes to a few non-special ids.
+    for probe in ["a", "Hello", "hi", "0"] {
+        let (Ok(with), Ok(without)) = (tok.encode_fast(probe, true), tok.encode_fast(probe, false))
+        else {
+            continue;
+        };
+        let (with, without) = (with.get_ids(), without.get_ids());
+        if without.is_empty() {
+            continue;
+        }
+        // The probe's own ids sit somewhere inside `with`; what is around them was added.
+        let Some(start) = with.windows(without.len()).position(|w| w == without) else {
+            continue;
+        };
+        let before = with.get(..start).and_then(|ids| ids.last().copied());
+        let after = with
+            .get(start + without.len()..)
+            .and_then(|ids| ids.first().copied());
+        return (before, after);
+    }
+    (None, None)
 }
