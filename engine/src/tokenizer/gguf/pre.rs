@@ -57,3 +57,56 @@ pub(super) fn lookup(name: &str) -> Option<PreTokenizer> {
         ignore_merges,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+    use tokenizers::{PreTokenizedString, PreTokenizer, SplitDelimiterBehavior};
+
+    fn split(name: &str, text: &str) -> Vec<String> {
+        let pre = lookup(name).unwrap();
+        let mut pretokenized = PreTokenizedString::from(text);
+        for regex in pre.regexes {
+            let split = Split::new(
+                SplitPattern::Regex((*regex).to_string()),
+                SplitDelimiterBehavior::Isolated,
+                false,
+            )
+            .unwrap();
+            split.pre_tokenize(&mut pretokenized).unwrap();
+        }
+        pretokenized
+            .get_splits(
+                tokenizers::OffsetReferential::Original,
+                tokenizers::OffsetType::Byte,
+            )
+            .into_iter()
+            .map(|(s, _, _)| s.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn every_supported_name_compiles() {
+        for name in SUPPORTED {
+            let pre = lookup(name).unwrap();
+            assert!(!pre.regexes.is_empty(), "{name}");
+            split(name, "warm up");
+        }
+        assert!(lookup("mystery").is_none());
+    }
+
+    #[test]
+    fn families_split_digits_and_contractions_their_own_way() {
+        assert_eq!(split("smollm", "ab 123"), ["ab", " ", "1", "2", "3"]);
+        assert_eq!(split("gpt2", "ab 12345"), ["ab", " 12345"]);
+        assert_eq!(
+            split("llama-bpe", "I'M 12345"),
+            ["I", "'M", " ", "123", "45"]
+        );
+        assert_eq!(
+            split("qwen2", "x 123\n\n"),
+            ["x", " ", "1", "2", "3", "\n\n"]
+        );
+    }
+}
