@@ -1,8 +1,95 @@
-//! `switchyard tokenize` (being built).
+//! `switchyard tokenize`: the token ids a checkpoint's tokenizer gives, as JSON.
+//!
+//! For checking our tokenizer against reference implementations:
+//! `--text T` prints `{"ids": [...]}`; `--input FILE` (a JSON array of
+//! strings) prints an array of id arrays; `--chat FILE` (a JSON array of
+//! `{role, content}`) renders the chat template with the generation prompt
+//! and prints `{"text": ..., "ids": [...]}`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use switchyard_engine::chat::{ChatMessage, ChatTemplate};
+use switchyard_engine::formats::{load_checkpoint, TokenizerSource};
+use switchyard_engine::tokenizer::Tokenizer;
 
 #[derive(clap::Args)]
-pub struct TokenizeArgs {}
+#[command(group(
+    clap::ArgGroup::new("what").required(true).args(["text", "input", "chat"])
+))]
+pub struct TokenizeArgs {
+    /// The checkpoint: a GGUF file or a Hugging Face folder (or a lone tokenizer.json).
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Text to tokenize.
+    #[arg(long)]
+    pub text: Option<String>,
+    /// A JSON file holding an array of strings to tokenize.
+    #[arg(long)]
+    pub input: Option<PathBuf>,
+    /// A JSON file holding an array of {"role", "content"} messages to render
+    /// with the chat template and tokenize.
+    #[arg(long)]
+    pub chat: Option<PathBuf>,
+    /// Do not add the BOS/EOS tokens the model asks for.
+    #[arg(long)]
+    pub no_special: bool,
+}
 
-pub fn run(_args: TokenizeArgs) -> anyhow::Result<()> {
-    anyhow::bail!("`switchyard tokenize` is being built")
+pub fn run(args: TokenizeArgs) -> anyhow::Result<()> {
+    let source = tokenizer_source(&args.model)?;
+    let tokenizer = Tokenizer::load(&source)
+        .with_context(|| format!("loading the tokenizer of {}", args.model.display()))?;
+    let add_special = !args.no_special;
+
+    let output = if let Some(text) = &args.text {
+        serde_json::json!({ "ids": tokenizer.encode(text, add_special)? })
+    } else if let Some(path) = &args.input {
+        let expected = "a JSON array of strings";
+        let texts: Vec<String> = serde_json::from_value(read_json(path)?)
+            .with_context(|| format!("{} is not {expected}", path.display()))?;
+        let ids = texts
+            .iter()
+            .map(|text| tokenizer.encode(text, add_special))
+            .collect::<Result<Vec<_>, _>>()?;
+        serde_json::json!(ids)
+    } else if let Some(path) = &args.chat {
+        let expected = "a JSON array of {\"role\", \"content\"} objects";
+        let messages: Vec<ChatMessage> = serde_json::from_value(read_json(path)?)
+            .with_context(|| format!("{} is not {expected}", path.display()))?;
+        let template = ChatTemplate::new_or_default(tokenizer.chat_template())?;
+        let text = template.render(
+            &messages,
+            true,
+            tokenizer.bos_token(),
+            tokenizer.eos_token(),
+        )?;
+        // The template writes any BOS itself; adding one here would double it.
+        let ids = tokenizer.encode(&text, false)?;
+        serde_json::json!({ "text": text, "ids": ids })
+    } else {
+        anyhow::bail!("give one of --text, --input or --chat");
+    };
+    println!("{output}");
+    Ok(())
+}
+
+/// A `tokenizer.json` file stands alone (its sibling `tokenizer_config.json`
+/// is used when present); anything else is loaded as a checkpoint.
+fn tokenizer_source(model: &Path) -> anyhow::Result<TokenizerSource> {
+    if model.is_file() && model.extension().is_some_and(|ext| ext == "json") {
+        let config = model.with_file_name("tokenizer_config.json");
+        return Ok(TokenizerSource::HuggingFace {
+            tokenizer_json: model.to_path_buf(),
+            tokenizer_config: config.is_file().then_some(config),
+        });
+    }
+    let checkpoint = load_checkpoint(model)
+        .with_context(|| format!("loading checkpoint {}", model.display()))?;
+    Ok(checkpoint.tokenizer)
+}
+
+fn read_json(path: &Path) -> anyhow::Result<serde_json::Value> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_slice(&bytes).with_context(|| format!("{} is not valid JSON", path.display()))
 }
