@@ -103,3 +103,49 @@ pub async fn shed(
         Err(refusal) => refusal.into_response(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn admits_up_to_the_limit_then_queues_then_refuses() {
+        let admission = Admission::new(1, 1, Duration::from_secs(2));
+        let first = admission.admit().await.unwrap();
+        assert_eq!(admission.in_flight(), 1);
+
+        let waiting = admission.admit();
+        tokio::pin!(waiting);
+        // One poll puts it in the queue; it cannot get a slot yet.
+        assert!(tokio::time::timeout(Duration::ZERO, &mut waiting)
+            .await
+            .is_err());
+        assert_eq!(admission.queued(), 1);
+
+        let refused = admission.admit().await.unwrap_err();
+        assert!(matches!(
+            refused,
+            ApiError::TooManyRequests {
+                in_flight: 1,
+                queued: 1,
+                ..
+            }
+        ));
+        assert_eq!(refused.retry_after(), Some(Duration::from_secs(2)));
+
+        drop(first);
+        let second = waiting.await.unwrap();
+        assert_eq!(admission.queued(), 0);
+        assert_eq!(admission.in_flight(), 1);
+        drop(second);
+        assert_eq!(admission.in_flight(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_zero_queue_refuses_as_soon_as_slots_are_full() {
+        let admission = Admission::new(0, 0, Duration::from_secs(1));
+        // At least one slot, whatever the configuration says.
+        let _only = admission.admit().await.unwrap();
+        assert!(admission.admit().await.is_err());
+    }
+}

@@ -119,12 +119,14 @@ fn parse_message(i: usize, message: WireMessage) -> Result<ChatMessage, ApiError
         Some("developer") => Role::Developer,
         Some("user") => Role::User,
         Some("assistant") => Role::Assistant,
-        Some(other) => return Err(invalid(
-            &format!("messages[{i}].role"),
-            format!(
+        Some(other) => {
+            return Err(invalid(
+                &format!("messages[{i}].role"),
+                format!(
                 "'{other}' is not a supported role; use one of system, developer, user, assistant."
             ),
-        )),
+            ))
+        }
     };
     let content = match message.content {
         // An assistant turn that only called tools has no content.
@@ -164,13 +166,15 @@ fn parse_parts(i: usize, parts: Vec<Value>) -> Result<String, ApiError> {
                     ),
                 })
             }
-            None => return Err(ApiError::InvalidType {
-                param,
-                detail: format!(
+            None => {
+                return Err(ApiError::InvalidType {
+                    param,
+                    detail: format!(
                     "expected an object like {{\"type\": \"text\", \"text\": \"...\"}}, found {}",
                     describe(part)
                 ),
-            }),
+                })
+            }
         }
         match part.get("text") {
             Some(Value::String(text)) => content.push_str(text),

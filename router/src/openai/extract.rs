@@ -38,7 +38,7 @@ where
                     }
                 }
             })?;
-        parse_json(&bytes).map(OpenAiJson)
+        parse_json_object(&bytes).map(OpenAiJson)
     }
 }
 
@@ -47,8 +47,24 @@ where
 #[derive(Debug, Clone, Copy)]
 pub struct BodyLimit(pub usize);
 
-/// Parses `bytes` as `T`, naming the path of a field with the wrong type.
-pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+/// Parses `bytes`, which must hold one JSON object, as `T`, naming the path
+/// of a field with the wrong type.
+pub fn parse_json_object<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    // serde would happily read a struct from an array of its fields in order;
+    // OpenAI bodies are objects, so anything else is refused up front.
+    match bytes.iter().find(|byte| !byte.is_ascii_whitespace()) {
+        Some(b'{') => {}
+        Some(_) => {
+            return Err(ApiError::InvalidJson {
+                detail: "the body is JSON but not an object".to_owned(),
+            })
+        }
+        None => {
+            return Err(ApiError::InvalidJson {
+                detail: "the body is empty".to_owned(),
+            })
+        }
+    }
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
         let path = err.path().to_string();

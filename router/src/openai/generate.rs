@@ -79,11 +79,14 @@ pub fn submit_all(
     }
     let mut choices = Vec::with_capacity(requests.len());
     for (index, request) in (0u32..).zip(requests) {
-        let metrics = GenerationMetrics::for_model(&request.model);
+        // Series are created only after the backend accepted the model name, so
+        // label values come from the served models, never from arbitrary input.
+        let model = request.model.clone();
         let submitted = Instant::now();
         let stream = backend
             .submit(request)
             .map_err(|err| ApiError::backend(err, prompt_field))?;
+        let metrics = GenerationMetrics::for_model(&model);
         choices.push(Choice {
             index,
             stream,

@@ -121,17 +121,18 @@ impl CommonFields {
             2.0,
             "[-2, 2]",
         )?;
-        let n =
-            match self.n {
-                None => 1,
-                Some(value) if !(1..=MAX_N).contains(&value) => return Err(invalid(
+        let n = match self.n {
+            None => 1,
+            Some(value) if !(1..=MAX_N).contains(&value) => {
+                return Err(invalid(
                     "n",
                     format!(
                         "{value} is outside [1, {MAX_N}]; ask for between 1 and {MAX_N} choices."
                     ),
-                )),
-                Some(value) => u32::try_from(value).unwrap_or(1),
-            };
+                ))
+            }
+            Some(value) => u32::try_from(value).unwrap_or(1),
+        };
         let mode = match (self.stream.unwrap_or(false), self.stream_options) {
             (true, options) => ResponseMode::Stream {
                 include_usage: options.and_then(|o| o.include_usage).unwrap_or(false),
