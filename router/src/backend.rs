@@ -208,7 +208,12 @@ pub struct Usage {
 }
 
 /// The receiving end of one generation. Dropping it cancels the generation.
-pub type GenerationStream = mpsc::Receiver<GenerationEvent>;
+///
+/// Unbounded on purpose: a generation sends at most `max_tokens + 1` events,
+/// so memory stays bounded, and the engine's scheduler can `send` from any
+/// thread without blocking its batch on a slow client. The engine learns of a
+/// cancellation from a failed `send` or from `UnboundedSender::is_closed`.
+pub type GenerationStream = mpsc::UnboundedReceiver<GenerationEvent>;
 
 /// Why the backend refused or failed a generation.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -240,7 +240,7 @@ impl InferenceBackend for FakeBackend {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(request.clone());
-        let (sender, receiver) = mpsc::channel(16);
+        let (sender, receiver) = mpsc::unbounded_channel();
         let shared = Arc::clone(&self.shared);
         let job = Job {
             shared: Arc::clone(&shared),
@@ -265,7 +265,7 @@ impl InferenceBackend for FakeBackend {
 
 struct Job {
     shared: Arc<Shared>,
-    sender: mpsc::Sender<GenerationEvent>,
+    sender: mpsc::UnboundedSender<GenerationEvent>,
     stop: Vec<String>,
     logprobs: Option<u8>,
     max_tokens: u32,
@@ -292,20 +292,16 @@ impl Job {
                 let error = BackendError::Internal {
                     message: format!("fake failure after {i} tokens"),
                 };
-                // Only fails if the receiver is gone, which `closed()` reports.
-                let _ = self.sender.send(GenerationEvent::Error(error)).await;
-                return std::future::pending().await;
+                // A failed generation ends here; the error is its last event.
+                let _ = self.sender.send(GenerationEvent::Error(error));
+                return;
             }
             if !self.shared.token_delay.is_zero() {
                 tokio::time::sleep(self.shared.token_delay).await;
             }
             let token = self.token(i, word);
-            if self
-                .sender
-                .send(GenerationEvent::Token(token))
-                .await
-                .is_err()
-            {
+            if self.sender.send(GenerationEvent::Token(token)).is_err() {
+                // The receiver is gone: let `closed()` count the cancellation.
                 return std::future::pending().await;
             }
             produced += 1;
@@ -317,7 +313,7 @@ impl Job {
                 completion_tokens: produced,
             },
         };
-        let _ = self.sender.send(done).await;
+        let _ = self.sender.send(done);
     }
 
     fn token(&self, i: usize, word: &str) -> GeneratedToken {
