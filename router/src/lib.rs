@@ -1,1 +1,116 @@
-//! The HTTP server: OpenAI wire types, the tower layers, admin API, metrics.
+//! Switchyard's HTTP layer: the OpenAI-compatible API over an
+//! [`InferenceBackend`], with request ids, tracing, timeouts, body limits,
+//! load shedding and Prometheus metrics.
+//!
+//! The router never touches the engine directly: it parses and validates
+//! OpenAI requests, fans `n` and multi-prompt requests out into
+//! [`backend::GenerationRequest`]s, and turns the engine's token streams into
+//! whole JSON bodies or SSE chunks.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use switchyard_router::{app, AppState, RouterConfig};
+//! use switchyard_router::fake::FakeBackend;
+//!
+//! # async fn demo() -> std::io::Result<()> {
+//! let state = AppState::new(Arc::new(FakeBackend::default()), RouterConfig::default());
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! switchyard_router::serve(listener, app(state), switchyard_router::shutdown_signal()).await
+//! # }
+//! ```
+
+pub mod backend;
+pub mod error;
+#[cfg(any(test, feature = "fake"))]
+pub mod fake;
+pub mod health;
+pub mod layers;
+pub mod metrics;
+pub mod openai;
+pub mod serve;
+pub mod sse;
+pub mod state;
+
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::http::Method;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{middleware, Extension, Router};
+use tower_http::trace::TraceLayer;
+
+pub use backend::InferenceBackend;
+pub use error::ApiError;
+pub use serve::{serve, serve_with_drain_deadline, shutdown_signal, DEFAULT_DRAIN_DEADLINE};
+pub use state::{AppState, RouterConfig};
+
+use crate::error::ApiError as Error;
+use crate::layers::request_id::{
+    propagate_request_id_layer, set_request_id_layer, REQUEST_ID_HEADER,
+};
+use crate::openai::extract::BodyLimit;
+
+/// The whole HTTP app for `state`.
+///
+/// Inference routes (`/v1/chat/completions`, `/v1/completions`) sit behind
+/// the timeout and admission control; probes, model listing and metrics do
+/// not, so they answer even when the server is saturated.
+pub fn app(state: AppState) -> Router {
+    let config = state.config().clone();
+    let inference = Router::new()
+        .route("/v1/chat/completions", post(openai::chat::chat_completions))
+        .route("/v1/completions", post(openai::completions::completions))
+        // Layers run bottom-up here: the timeout wraps admission, so time spent
+        // queued for a slot counts against the deadline.
+        .route_layer(middleware::from_fn_with_state(
+            state.admission().clone(),
+            layers::shed::shed,
+        ))
+        .route_layer(middleware::from_fn_with_state(
+            config.request_timeout,
+            layers::timeout::timeout,
+        ));
+    let service = Router::new()
+        .route("/v1/models", get(openai::models::list_models))
+        .route("/v1/models/{*id}", get(openai::models::retrieve_model))
+        .route("/health", get(health::health))
+        .route("/ready", get(health::ready))
+        .route("/metrics", get(metrics::metrics_handler))
+        .merge(inference)
+        .fallback(route_not_found)
+        .with_state(state);
+    // `Router::layer` wraps each route after matching, so `MatchedPath` is
+    // known to the metrics layer. The last `.layer` is the outermost.
+    service
+        .layer(DefaultBodyLimit::max(config.max_body_bytes))
+        .layer(Extension(BodyLimit(config.max_body_bytes)))
+        .layer(middleware::from_fn_with_state(
+            config.max_body_bytes,
+            layers::body_limit::limit_body,
+        ))
+        .layer(middleware::from_fn(layers::request_metrics::record_request))
+        .layer(propagate_request_id_layer())
+        .layer(
+            TraceLayer::new_for_http().make_span_with(|request: &Request| {
+                let request_id = request
+                    .headers()
+                    .get(&REQUEST_ID_HEADER)
+                    .and_then(|value| value.to_str().ok())
+                    .unwrap_or_default();
+                tracing::info_span!(
+                    "http",
+                    method = %request.method(),
+                    path = %request.uri().path(),
+                    request_id,
+                )
+            }),
+        )
+        .layer(set_request_id_layer())
+}
+
+async fn route_not_found(method: Method, request: Request) -> Response {
+    Error::RouteNotFound {
+        method: method.to_string(),
+        path: request.uri().path().to_owned(),
+    }
+    .into_response()
+}

@@ -1,0 +1,275 @@
+//! The one place where failures become HTTP responses and SSE error events.
+//!
+//! Every error a client can meet is an [`ApiError`] variant. Its message names
+//! the field and the value at fault; [`ApiError::status`], [`ApiError::error_type`],
+//! [`ApiError::param`] and [`ApiError::code`] give the rest of OpenAI's error
+//! body `{"error": {"message", "type", "param", "code"}}`.
+
+use std::time::Duration;
+
+use axum::response::sse::Event;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use http::{header, HeaderValue, StatusCode};
+use serde::Serialize;
+
+use crate::backend::BackendError;
+
+/// A request failure, as the client sees it.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The body is not JSON, or not a JSON object of the expected shape.
+    #[error("We could not parse the JSON body of your request ({detail}). Send a JSON object as described in the OpenAI API reference.")]
+    InvalidJson {
+        /// The parser's complaint, with line and column.
+        detail: String,
+    },
+    /// A field has the wrong JSON type.
+    #[error("Invalid type for '{param}': {detail}.")]
+    InvalidType {
+        /// The path of the field, e.g. `messages[0].content`.
+        param: String,
+        /// What was found and what was expected.
+        detail: String,
+    },
+    /// A required field is absent or null.
+    #[error("Missing required parameter: '{param}'.")]
+    MissingParameter {
+        /// The missing field.
+        param: String,
+    },
+    /// A field has the right type but a value outside what is allowed.
+    #[error("Invalid value for '{param}': {message}")]
+    InvalidValue {
+        /// The path of the field.
+        param: String,
+        /// The value given and what is allowed.
+        message: String,
+    },
+    /// A field asks for something this server does not do.
+    #[error("Unsupported parameter '{param}': {message}")]
+    Unsupported {
+        /// The field.
+        param: String,
+        /// What is not supported and what to send instead.
+        message: String,
+    },
+    /// The body is larger than the configured limit.
+    #[error("The request body is larger than the limit of {limit} bytes; send a smaller request.")]
+    PayloadTooLarge {
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// Load shedding: every slot is busy and the wait queue is full.
+    #[error("The server is at capacity ({in_flight} requests in flight, {queued} waiting); retry after {} s.", retry_after.as_secs().max(1))]
+    TooManyRequests {
+        /// The in-flight limit.
+        in_flight: usize,
+        /// The wait-queue limit.
+        queued: usize,
+        /// How long the client should wait before retrying.
+        retry_after: Duration,
+    },
+    /// The request did not finish within the server's deadline.
+    #[error("The request did not complete within {} s; retry with a smaller max_tokens or use stream=true.", after.as_secs_f64())]
+    Timeout {
+        /// The deadline.
+        after: Duration,
+    },
+    /// No route matches the method and path.
+    #[error("Unknown request URL: {method} {path}. See the OpenAI API reference for the endpoints served here.")]
+    RouteNotFound {
+        /// The request method.
+        method: String,
+        /// The request path.
+        path: String,
+    },
+    /// The backend refused or failed the generation.
+    #[error("{source}")]
+    Backend {
+        /// What the backend said.
+        source: BackendError,
+        /// The request field holding the prompt (`messages` or `prompt`), named
+        /// when the prompt does not fit the context.
+        prompt_field: &'static str,
+    },
+}
+
+/// OpenAI's error body: `{"error": {...}}`.
+#[derive(Debug, Serialize)]
+pub struct ErrorBody {
+    /// The error itself.
+    pub error: ErrorDetail,
+}
+
+/// The inner object of OpenAI's error body.
+#[derive(Debug, Serialize)]
+pub struct ErrorDetail {
+    /// What went wrong and what to do.
+    pub message: String,
+    /// A stable category such as `invalid_request_error`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// The request field at fault, if any.
+    pub param: Option<String>,
+    /// A stable machine-readable code, if any.
+    pub code: Option<&'static str>,
+}
+
+impl ApiError {
+    /// Wraps a backend error, remembering which field holds the prompt.
+    pub fn backend(source: BackendError, prompt_field: &'static str) -> Self {
+        ApiError::Backend {
+            source,
+            prompt_field,
+        }
+    }
+
+    /// The HTTP status for this error.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::InvalidJson { .. }
+            | ApiError::InvalidType { .. }
+            | ApiError::MissingParameter { .. }
+            | ApiError::InvalidValue { .. }
+            | ApiError::Unsupported { .. } => StatusCode::BAD_REQUEST,
+            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            ApiError::RouteNotFound { .. } => StatusCode::NOT_FOUND,
+            ApiError::Backend { source, .. } => match source {
+                BackendError::UnknownModel { .. } => StatusCode::NOT_FOUND,
+                BackendError::ContextOverflow { .. } | BackendError::InvalidRequest { .. } => {
+                    StatusCode::BAD_REQUEST
+                }
+                BackendError::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+                BackendError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+            },
+        }
+    }
+
+    /// OpenAI's error `type`.
+    pub fn error_type(&self) -> &'static str {
+        match self.status() {
+            StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
+            status if status.is_server_error() => "server_error",
+            _ => "invalid_request_error",
+        }
+    }
+
+    /// The request field at fault, if any.
+    pub fn param(&self) -> Option<String> {
+        match self {
+            ApiError::InvalidType { param, .. }
+            | ApiError::MissingParameter { param }
+            | ApiError::InvalidValue { param, .. }
+            | ApiError::Unsupported { param, .. } => Some(param.clone()),
+            ApiError::Backend {
+                source,
+                prompt_field,
+            } => match source {
+                BackendError::UnknownModel { .. } => Some("model".to_owned()),
+                BackendError::ContextOverflow {
+                    prompt_tokens,
+                    context,
+                    ..
+                } if prompt_tokens < context => Some("max_tokens".to_owned()),
+                BackendError::ContextOverflow { .. } => Some((*prompt_field).to_owned()),
+                BackendError::InvalidRequest { param, .. } => Some(param.clone()),
+                BackendError::Overloaded | BackendError::Internal { .. } => None,
+            },
+            ApiError::InvalidJson { .. }
+            | ApiError::PayloadTooLarge { .. }
+            | ApiError::TooManyRequests { .. }
+            | ApiError::Timeout { .. }
+            | ApiError::RouteNotFound { .. } => None,
+        }
+    }
+
+    /// OpenAI's error `code`.
+    pub fn code(&self) -> Option<&'static str> {
+        Some(match self {
+            ApiError::InvalidJson { .. } => "invalid_json",
+            ApiError::InvalidType { .. } => "invalid_type",
+            ApiError::MissingParameter { .. } => "missing_required_parameter",
+            ApiError::InvalidValue { .. } => "invalid_value",
+            ApiError::Unsupported { .. } => "unsupported_parameter",
+            ApiError::PayloadTooLarge { .. } => "payload_too_large",
+            ApiError::TooManyRequests { .. } => "rate_limit_exceeded",
+            ApiError::Timeout { .. } => "timeout",
+            ApiError::RouteNotFound { .. } => "unknown_url",
+            ApiError::Backend { source, .. } => match source {
+                BackendError::UnknownModel { .. } => "model_not_found",
+                BackendError::ContextOverflow { .. } => "context_length_exceeded",
+                BackendError::InvalidRequest { .. } => "invalid_value",
+                BackendError::Overloaded => "overloaded",
+                BackendError::Internal { .. } => "internal_error",
+            },
+        })
+    }
+
+    /// How long the client should wait before retrying, when retrying helps.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ApiError::TooManyRequests { retry_after, .. } => Some(*retry_after),
+            ApiError::Backend {
+                source: BackendError::Overloaded,
+                ..
+            } => Some(Duration::from_secs(1)),
+            _ => None,
+        }
+    }
+
+    /// The OpenAI-shaped body.
+    pub fn body(&self) -> ErrorBody {
+        ErrorBody {
+            error: ErrorDetail {
+                message: self.to_string(),
+                kind: self.error_type(),
+                param: self.param(),
+                code: self.code(),
+            },
+        }
+    }
+
+    /// The error as one SSE `data:` event, for failures after a stream began.
+    pub fn sse_event(&self) -> Event {
+        sse_json_event(&self.body())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if self.status().is_server_error() {
+            tracing::warn!(error = %self, "request failed");
+        } else {
+            tracing::debug!(error = %self, "request rejected");
+        }
+        let mut response = (self.status(), Json(self.body())).into_response();
+        if let Some(retry_after) = self.retry_after() {
+            // Retry-After is whole seconds; round up so clients never retry early.
+            let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds.max(1)));
+        }
+        response
+    }
+}
+
+/// Serializes `value` as the data of one SSE event.
+///
+/// Serializing the router's own response types cannot fail (no maps with
+/// non-string keys, no failing `Serialize` impls); if it ever does, the client
+/// gets an error event instead of a broken stream.
+pub fn sse_json_event<T: Serialize>(value: &T) -> Event {
+    match serde_json::to_string(value) {
+        Ok(json) => Event::default().data(json),
+        Err(err) => {
+            tracing::error!(%err, "could not serialize an SSE event");
+            Event::default().data(
+                r#"{"error":{"message":"internal error: could not serialize a stream chunk","type":"server_error","param":null,"code":"internal_error"}}"#,
+            )
+        }
+    }
+}

@@ -1,0 +1,179 @@
+//! Prometheus metrics: names, the recorder, and the `GET /metrics` handler.
+//!
+//! The `metrics` facade has one process-wide recorder, so [`Metrics::global`]
+//! installs a Prometheus recorder once (through a `OnceLock`) and every app
+//! built afterwards — several per test binary, say — shares it.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use http::header;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::state::AppState;
+
+/// Counter: HTTP requests by `path`, `model` and `status`.
+pub const HTTP_REQUESTS_TOTAL: &str = "switchyard_http_requests_total";
+/// Histogram: HTTP request duration (to the end of the body, streams
+/// included) by `path`, `model` and `status`.
+pub const HTTP_REQUEST_DURATION_SECONDS: &str = "switchyard_http_request_duration_seconds";
+/// Gauge: HTTP requests being served, streams included.
+pub const HTTP_REQUESTS_IN_FLIGHT: &str = "switchyard_http_requests_in_flight";
+/// Counter: requests refused by load shedding.
+pub const HTTP_REQUESTS_SHED_TOTAL: &str = "switchyard_http_requests_shed_total";
+/// Histogram: time from submission to the first token of a generation, by `model`.
+pub const TIME_TO_FIRST_TOKEN_SECONDS: &str = "switchyard_time_to_first_token_seconds";
+/// Counter: tokens generated, by `model`.
+pub const GENERATED_TOKENS_TOTAL: &str = "switchyard_generated_tokens_total";
+/// Counter: prompt tokens processed, by `model`.
+pub const PROMPT_TOKENS_TOTAL: &str = "switchyard_prompt_tokens_total";
+/// Gauge: requests waiting in the engine's queue, by `model` (set by the backend).
+pub const ENGINE_QUEUE_DEPTH: &str = "switchyard_engine_queue_depth";
+
+/// Latency buckets in seconds: from a fast cache hit to a long generation.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+];
+
+/// A handle on the process-wide Prometheus recorder.
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    handle: PrometheusHandle,
+}
+
+static GLOBAL: OnceLock<Metrics> = OnceLock::new();
+
+impl Metrics {
+    /// The process-wide recorder, installed on first call.
+    ///
+    /// If some other recorder was installed first, this one still works as a
+    /// handle but stays empty; a warning says so.
+    pub fn global() -> Metrics {
+        GLOBAL.get_or_init(Metrics::install).clone()
+    }
+
+    fn install() -> Metrics {
+        let builder = PrometheusBuilder::new();
+        let builder = match builder
+            .set_buckets_for_metric(Matcher::Suffix("_seconds".to_owned()), LATENCY_BUCKETS)
+        {
+            Ok(builder) => builder,
+            Err(err) => {
+                // Only an empty bucket list fails, and ours is a constant.
+                tracing::error!(%err, "could not set histogram buckets; using summaries");
+                PrometheusBuilder::new()
+            }
+        };
+        let recorder = builder.build_recorder();
+        let handle = recorder.handle();
+        if let Err(err) = metrics::set_global_recorder(recorder) {
+            tracing::warn!(%err, "another metrics recorder is installed; /metrics will be empty");
+        }
+        describe();
+        Metrics { handle }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        self.handle.render()
+    }
+
+    /// Drains histogram buffers so memory stays bounded between scrapes.
+    pub fn run_upkeep(&self) {
+        self.handle.run_upkeep();
+    }
+
+    /// Runs [`Metrics::run_upkeep`] every `every` until the task is aborted.
+    pub fn spawn_upkeep(&self, every: Duration) -> tokio::task::JoinHandle<()> {
+        let metrics = self.clone();
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(every);
+            loop {
+                ticker.tick().await;
+                metrics.run_upkeep();
+            }
+        })
+    }
+}
+
+fn describe() {
+    metrics::describe_counter!(
+        HTTP_REQUESTS_TOTAL,
+        "HTTP requests by path, model and status"
+    );
+    metrics::describe_histogram!(
+        HTTP_REQUEST_DURATION_SECONDS,
+        metrics::Unit::Seconds,
+        "HTTP request duration to the end of the response body"
+    );
+    metrics::describe_gauge!(HTTP_REQUESTS_IN_FLIGHT, "HTTP requests being served");
+    metrics::describe_counter!(
+        HTTP_REQUESTS_SHED_TOTAL,
+        "Requests refused by load shedding"
+    );
+    metrics::describe_histogram!(
+        TIME_TO_FIRST_TOKEN_SECONDS,
+        metrics::Unit::Seconds,
+        "Time from submission to the first generated token"
+    );
+    metrics::describe_counter!(GENERATED_TOKENS_TOTAL, "Tokens generated");
+    metrics::describe_counter!(PROMPT_TOKENS_TOTAL, "Prompt tokens processed");
+    metrics::describe_gauge!(ENGINE_QUEUE_DEPTH, "Requests waiting in the engine queue");
+}
+
+/// Sets the engine queue depth gauge for `model`; the backend calls this.
+pub fn set_queue_depth(model: &str, depth: usize) {
+    metrics::gauge!(ENGINE_QUEUE_DEPTH, "model" => model.to_owned()).set(depth as f64);
+}
+
+/// The per-model series one generation updates, looked up once per
+/// generation rather than once per token.
+#[derive(Clone)]
+pub struct GenerationMetrics {
+    time_to_first_token: metrics::Histogram,
+    generated_tokens: metrics::Counter,
+    prompt_tokens: metrics::Counter,
+}
+
+impl GenerationMetrics {
+    /// The series for `model`, which must be a served model's name (label
+    /// values come from a bounded set, never straight from a request).
+    pub fn for_model(model: &str) -> Self {
+        let label = model.to_owned();
+        GenerationMetrics {
+            time_to_first_token: metrics::histogram!(TIME_TO_FIRST_TOKEN_SECONDS, "model" => label.clone()),
+            generated_tokens: metrics::counter!(GENERATED_TOKENS_TOTAL, "model" => label.clone()),
+            prompt_tokens: metrics::counter!(PROMPT_TOKENS_TOTAL, "model" => label),
+        }
+    }
+
+    /// Records the time from submission to the first token.
+    pub fn first_token(&self, elapsed: Duration) {
+        self.time_to_first_token.record(elapsed.as_secs_f64());
+    }
+
+    /// Counts one generated token.
+    pub fn token(&self) {
+        self.generated_tokens.increment(1);
+    }
+
+    /// Counts the prompt tokens of a finished generation.
+    pub fn prompt(&self, tokens: u32) {
+        self.prompt_tokens.increment(u64::from(tokens));
+    }
+}
+
+/// `GET /metrics`: Prometheus text format.
+pub async fn metrics_handler(State(state): State<AppState>) -> Response {
+    let body = state.metrics().render();
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
+}

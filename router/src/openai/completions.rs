@@ -1,0 +1,252 @@
+//! `POST /v1/completions`: parse into a [`ValidatedCompletionRequest`],
+//! submit prompts × `n` generations, answer whole or streamed.
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use http::HeaderMap;
+use serde_json::Value;
+
+use crate::backend::Prompt;
+use crate::error::ApiError;
+use crate::layers::request_id::request_id;
+use crate::layers::request_metrics::labelled_response;
+use crate::openai::completions_stream::TextChunks;
+use crate::openai::extract::OpenAiJson;
+use crate::openai::generate::{finish_all, merge, submit_all, UsageTally};
+use crate::openai::params::{
+    describe, invalid, parse_model, parse_top_logprobs, CommonFields, GenerationParams,
+    ResponseMode,
+};
+use crate::openai::responses::{TextChoice, TextCompletion, TextLogprobs};
+use crate::openai::types::CompletionRequest;
+use crate::openai::unix_now;
+use crate::sse::{stream_response, StreamSettings};
+use crate::state::AppState;
+
+/// OpenAI's default `max_tokens` for legacy completions.
+pub const DEFAULT_COMPLETION_MAX_TOKENS: i64 = 16;
+
+/// A completion request that passed every check the router can make.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidatedCompletionRequest {
+    /// The model name as sent.
+    pub model: String,
+    /// One or more prompts; each gets `n` choices.
+    pub prompts: Vec<Prompt>,
+    /// Generation parameters.
+    pub params: GenerationParams,
+    /// Whole JSON or SSE.
+    pub mode: ResponseMode,
+}
+
+impl TryFrom<CompletionRequest> for ValidatedCompletionRequest {
+    type Error = ApiError;
+
+    fn try_from(wire: CompletionRequest) -> Result<Self, ApiError> {
+        let model = parse_model(wire.model)?;
+        let prompts = parse_prompts(wire.prompt)?;
+        if wire.echo == Some(true) {
+            return Err(ApiError::Unsupported {
+                param: "echo".to_owned(),
+                message: "echoing the prompt is not supported; set echo to false.".to_owned(),
+            });
+        }
+        if let Some(best_of) = wire.best_of.filter(|&best_of| best_of != 1) {
+            return Err(ApiError::Unsupported {
+                param: "best_of".to_owned(),
+                message: format!(
+                    "best_of = {best_of} is not supported; use n and pick on the client."
+                ),
+            });
+        }
+        if wire
+            .suffix
+            .as_ref()
+            .is_some_and(|suffix| !suffix.is_empty())
+        {
+            return Err(ApiError::Unsupported {
+                param: "suffix".to_owned(),
+                message: "suffix (fill-in-the-middle) is not supported; drop it.".to_owned(),
+            });
+        }
+        let logprobs = wire
+            .logprobs
+            .map(|count| parse_top_logprobs("logprobs", count))
+            .transpose()?;
+        let (params, mode) = CommonFields {
+            max_tokens: Some(wire.max_tokens.unwrap_or(DEFAULT_COMPLETION_MAX_TOKENS)),
+            max_tokens_field: "max_tokens",
+            temperature: wire.temperature,
+            top_p: wire.top_p,
+            n: wire.n,
+            stop: wire.stop,
+            seed: wire.seed,
+            presence_penalty: wire.presence_penalty,
+            frequency_penalty: wire.frequency_penalty,
+            logit_bias: wire.logit_bias,
+            logprobs,
+            user: wire.user,
+            stream: wire.stream,
+            stream_options: wire.stream_options,
+        }
+        .parse()?;
+        Ok(ValidatedCompletionRequest {
+            model,
+            prompts,
+            params,
+            mode,
+        })
+    }
+}
+
+/// `prompt`: a string, strings, token ids, or arrays of token ids.
+fn parse_prompts(prompt: Option<Value>) -> Result<Vec<Prompt>, ApiError> {
+    let items = match prompt {
+        None | Some(Value::Null) => {
+            return Err(ApiError::MissingParameter {
+                param: "prompt".to_owned(),
+            })
+        }
+        Some(Value::String(text)) => return Ok(vec![Prompt::Text(text)]),
+        Some(Value::Array(items)) => items,
+        Some(other) => {
+            return Err(ApiError::InvalidType {
+                param: "prompt".to_owned(),
+                detail: format!(
+                    "expected a string, an array of strings, or token-id arrays, found {}",
+                    describe(&other)
+                ),
+            })
+        }
+    };
+    if items.is_empty() {
+        return Err(invalid(
+            "prompt",
+            "[] is empty; send a string or at least one prompt.".to_owned(),
+        ));
+    }
+    // A flat array of integers is one tokenized prompt.
+    if items.iter().all(Value::is_number) {
+        return Ok(vec![Prompt::Tokens(parse_token_ids("prompt", &items)?)]);
+    }
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| match item {
+            Value::String(text) => Ok(Prompt::Text(text.clone())),
+            Value::Array(ids) => parse_token_ids(&format!("prompt[{i}]"), ids).map(Prompt::Tokens),
+            other => Err(ApiError::InvalidType {
+                param: format!("prompt[{i}]"),
+                detail: format!(
+                    "expected a string or an array of token ids, found {}",
+                    describe(other)
+                ),
+            }),
+        })
+        .collect()
+}
+
+fn parse_token_ids(param: &str, ids: &[Value]) -> Result<Vec<u32>, ApiError> {
+    if ids.is_empty() {
+        return Err(invalid(
+            param,
+            "[] is empty; send at least one token id.".to_owned(),
+        ));
+    }
+    ids.iter()
+        .enumerate()
+        .map(|(j, id)| {
+            id.as_u64()
+                .and_then(|id| u32::try_from(id).ok())
+                .ok_or_else(|| {
+                    invalid(
+                        &format!("{param}[{j}]"),
+                        format!(
+                            "{} is not a token id; token ids are integers from 0 to {}.",
+                            describe(id),
+                            u32::MAX
+                        ),
+                    )
+                })
+        })
+        .collect()
+}
+
+/// The handler.
+pub async fn completions(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    OpenAiJson(wire): OpenAiJson<CompletionRequest>,
+) -> Response {
+    let request = match ValidatedCompletionRequest::try_from(wire) {
+        Ok(request) => request,
+        Err(error) => return error.into_response(),
+    };
+    let model = request.model.clone();
+    let outcome = respond(&state, &request_id(&headers), request).await;
+    labelled_response(&model, outcome)
+}
+
+async fn respond(
+    state: &AppState,
+    request_id: &str,
+    request: ValidatedCompletionRequest,
+) -> Result<Response, ApiError> {
+    let ValidatedCompletionRequest {
+        model,
+        prompts,
+        params,
+        mode,
+    } = request;
+    let requests = params.requests(request_id, &model, prompts);
+    let total = u32::try_from(requests.len()).unwrap_or(u32::MAX);
+    let choices = submit_all(
+        state.backend(),
+        requests,
+        state.config().max_fanout,
+        "prompt",
+    )?;
+    let id = format!("cmpl-{request_id}");
+    let created = unix_now();
+    match mode {
+        ResponseMode::Stream { include_usage } => {
+            let settings = StreamSettings {
+                choices: total,
+                n: params.n,
+                include_usage,
+                prompt_field: "prompt",
+                keep_alive: state.config().sse_keep_alive,
+            };
+            let format = TextChunks::new(id, created, model, include_usage);
+            Ok(stream_response(merge(choices), format, settings))
+        }
+        ResponseMode::Whole => {
+            let finished = finish_all(choices)
+                .await
+                .map_err(|err| ApiError::backend(err, "prompt"))?;
+            let mut tally = UsageTally::new(params.n);
+            let choices = finished
+                .into_iter()
+                .map(|choice| {
+                    tally.add(choice.index, choice.usage);
+                    TextChoice {
+                        logprobs: TextLogprobs::of(&choice.tokens, 0),
+                        text: choice.text,
+                        index: choice.index,
+                        finish_reason: Some(choice.finish_reason.as_str()),
+                    }
+                })
+                .collect();
+            Ok(Json(TextCompletion {
+                id,
+                object: "text_completion",
+                created,
+                model,
+                choices,
+                usage: Some(Some(tally.total().into())),
+            })
+            .into_response())
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! The JSON body extractor: like `axum::Json`, but every failure is an
+//! OpenAI-shaped [`ApiError`] naming the field at fault.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use http::StatusCode;
+use serde::de::DeserializeOwned;
+
+use crate::error::ApiError;
+
+/// A request body parsed as JSON into `T`.
+///
+/// The `Content-Type` is not checked: `curl -d` sends a form type, and the
+/// body either parses as `T` or gets a precise error.
+#[derive(Debug)]
+pub struct OpenAiJson<T>(pub T);
+
+impl<S, T> FromRequest<S> for OpenAiJson<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let limit = request
+            .extensions()
+            .get::<BodyLimit>()
+            .map_or(usize::MAX, |limit| limit.0);
+        let bytes = Bytes::from_request(request, state)
+            .await
+            .map_err(|rejection| {
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::PayloadTooLarge { limit }
+                } else {
+                    ApiError::InvalidJson {
+                        detail: rejection.body_text(),
+                    }
+                }
+            })?;
+        parse_json_object(&bytes).map(OpenAiJson)
+    }
+}
+
+/// The configured body limit, put in request extensions by [`crate::app`] so
+/// that a 413 can state it.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimit(pub usize);
+
+/// Parses `bytes`, which must hold one JSON object, as `T`, naming the path
+/// of a field with the wrong type.
+pub fn parse_json_object<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    // serde would happily read a struct from an array of its fields in order;
+    // OpenAI bodies are objects, so anything else is refused up front.
+    match bytes.iter().find(|byte| !byte.is_ascii_whitespace()) {
+        Some(b'{') => {}
+        Some(_) => {
+            return Err(ApiError::InvalidJson {
+                detail: "the body is JSON but not an object".to_owned(),
+            })
+        }
+        None => {
+            return Err(ApiError::InvalidJson {
+                detail: "the body is empty".to_owned(),
+            })
+        }
+    }
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
+        let path = err.path().to_string();
+        let inner = err.into_inner();
+        // A wrong type on a named field is the client's most common mistake;
+        // say which field. Syntax errors and a non-object body have no field.
+        if inner.is_data() && path != "." {
+            ApiError::InvalidType {
+                param: path,
+                detail: inner.to_string(),
+            }
+        } else {
+            ApiError::InvalidJson {
+                detail: inner.to_string(),
+            }
+        }
+    })?;
+    deserializer.end().map_err(|err| ApiError::InvalidJson {
+        detail: err.to_string(),
+    })?;
+    Ok(value)
+}

@@ -1,0 +1,21 @@
+//! The OpenAI-compatible API: wire types, parsing into validated requests,
+//! and the handlers.
+
+pub mod chat;
+pub mod chat_stream;
+pub mod completions;
+pub mod completions_stream;
+pub mod extract;
+pub mod generate;
+pub mod models;
+pub mod params;
+pub mod responses;
+pub mod types;
+
+/// Seconds since the Unix epoch, for OpenAI's `created` fields.
+pub(crate) fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_secs())
+        .unwrap_or_default()
+}

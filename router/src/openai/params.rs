@@ -1,0 +1,329 @@
+//! Parsing of the parameters chat and completions share: sampling, stop,
+//! `n`, `max_tokens`, logprobs, streaming. Each check names the field, the
+//! allowed range and the value given.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::backend::{GenerationRequest, Prompt, SamplingOptions};
+use crate::error::ApiError;
+use crate::openai::types::StreamOptions;
+
+/// Most stop strings OpenAI accepts.
+pub const MAX_STOP_STRINGS: usize = 4;
+/// Most alternatives per token OpenAI returns.
+pub const MAX_TOP_LOGPROBS: i64 = 20;
+/// Largest `n` accepted.
+pub const MAX_N: i64 = 16;
+
+/// Validated generation parameters, shared by every choice of a request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenerationParams {
+    /// Most tokens per choice; `None`: up to the end of the context.
+    pub max_tokens: Option<u32>,
+    /// Sampling options (the seed is per request; choice `i` uses seed + i).
+    pub sampling: SamplingOptions,
+    /// Stop strings.
+    pub stop: Vec<String>,
+    /// `Some(k)`: log-probabilities with `k` alternatives.
+    pub logprobs: Option<u8>,
+    /// End-user id.
+    pub user: Option<String>,
+    /// Choices per prompt, in [1, 16].
+    pub n: u32,
+}
+
+/// Whole JSON or SSE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResponseMode {
+    /// One JSON body when generation is done.
+    Whole,
+    /// SSE chunks as tokens arrive.
+    Stream {
+        /// Send a last chunk with the usage of the whole request.
+        include_usage: bool,
+    },
+}
+
+/// The shared fields of a request, as they arrived.
+#[derive(Debug, Default)]
+pub struct CommonFields {
+    /// Most tokens to generate.
+    pub max_tokens: Option<i64>,
+    /// The field name `max_tokens` came from, for error messages.
+    pub max_tokens_field: &'static str,
+    /// Temperature.
+    pub temperature: Option<f64>,
+    /// Top-p.
+    pub top_p: Option<f64>,
+    /// Choices per prompt.
+    pub n: Option<i64>,
+    /// Stop string(s).
+    pub stop: Option<Value>,
+    /// Seed.
+    pub seed: Option<i64>,
+    /// Presence penalty.
+    pub presence_penalty: Option<f64>,
+    /// Frequency penalty.
+    pub frequency_penalty: Option<f64>,
+    /// Logit bias.
+    pub logit_bias: Option<BTreeMap<String, f64>>,
+    /// Already parsed by the endpoint (its shape differs between chat and completions).
+    pub logprobs: Option<u8>,
+    /// End-user id.
+    pub user: Option<String>,
+    /// Stream?
+    pub stream: Option<bool>,
+    /// Streaming options.
+    pub stream_options: Option<StreamOptions>,
+}
+
+impl CommonFields {
+    /// Checks every field and returns the parameters and the response mode.
+    pub fn parse(self) -> Result<(GenerationParams, ResponseMode), ApiError> {
+        let max_tokens = match self.max_tokens {
+            None => None,
+            Some(value) if value < 1 => {
+                return Err(invalid(
+                    self.max_tokens_field,
+                    format!("{value} is below the minimum 1; ask for at least one token."),
+                ))
+            }
+            Some(value) => Some(u32::try_from(value).map_err(|_| {
+                invalid(
+                    self.max_tokens_field,
+                    format!("{value} is above the maximum {}.", u32::MAX),
+                )
+            })?),
+        };
+        let temperature = ranged("temperature", self.temperature, 0.0, 2.0, "[0, 2]")?;
+        let top_p = match self.top_p {
+            Some(value) if !(value > 0.0 && value <= 1.0) => {
+                return Err(invalid(
+                    "top_p",
+                    format!("{value} is outside (0, 1]; use a value above 0 and at most 1."),
+                ))
+            }
+            other => other,
+        };
+        let presence_penalty = ranged(
+            "presence_penalty",
+            self.presence_penalty,
+            -2.0,
+            2.0,
+            "[-2, 2]",
+        )?;
+        let frequency_penalty = ranged(
+            "frequency_penalty",
+            self.frequency_penalty,
+            -2.0,
+            2.0,
+            "[-2, 2]",
+        )?;
+        let n = match self.n {
+            None => 1,
+            Some(value) if !(1..=MAX_N).contains(&value) => {
+                return Err(invalid(
+                    "n",
+                    format!(
+                        "{value} is outside [1, {MAX_N}]; ask for between 1 and {MAX_N} choices."
+                    ),
+                ))
+            }
+            Some(value) => u32::try_from(value).unwrap_or(1),
+        };
+        let mode = match (self.stream.unwrap_or(false), self.stream_options) {
+            (true, options) => ResponseMode::Stream {
+                include_usage: options.and_then(|o| o.include_usage).unwrap_or(false),
+            },
+            (false, Some(_)) => {
+                return Err(invalid(
+                    "stream_options",
+                    "stream_options is only allowed when stream is true; set stream to true or drop stream_options.".to_owned(),
+                ))
+            }
+            (false, None) => ResponseMode::Whole,
+        };
+        let params = GenerationParams {
+            max_tokens,
+            sampling: SamplingOptions {
+                temperature: temperature.map(|t| t as f32),
+                top_p: top_p.map(|p| p as f32),
+                // Negative seeds are valid JSON integers; keep their bits.
+                seed: self.seed.map(|seed| seed as u64),
+                presence_penalty: presence_penalty.unwrap_or(0.0) as f32,
+                frequency_penalty: frequency_penalty.unwrap_or(0.0) as f32,
+                logit_bias: parse_logit_bias(self.logit_bias)?,
+            },
+            stop: parse_stop(self.stop)?,
+            logprobs: self.logprobs,
+            user: self.user,
+            n,
+        };
+        Ok((params, mode))
+    }
+}
+
+impl GenerationParams {
+    /// One generation request per (prompt, choice), in OpenAI's choice order:
+    /// index = prompt_index × n + choice. Choice `i` gets seed + i so that
+    /// choices differ yet stay reproducible.
+    pub fn requests(
+        &self,
+        request_id: &str,
+        model: &str,
+        prompts: Vec<Prompt>,
+    ) -> Vec<GenerationRequest> {
+        let total = prompts.len() * self.n as usize;
+        let mut requests = Vec::with_capacity(total);
+        for prompt in prompts {
+            for choice in 0..self.n {
+                let index = requests.len();
+                let mut sampling = self.sampling.clone();
+                sampling.seed = sampling
+                    .seed
+                    .map(|seed| seed.wrapping_add(u64::from(choice)));
+                requests.push(GenerationRequest {
+                    request_id: if total == 1 {
+                        request_id.to_owned()
+                    } else {
+                        format!("{request_id}/{index}")
+                    },
+                    model: model.to_owned(),
+                    prompt: prompt.clone(),
+                    max_tokens: self.max_tokens,
+                    sampling,
+                    stop: self.stop.clone(),
+                    logprobs: self.logprobs,
+                    user: self.user.clone(),
+                });
+            }
+        }
+        requests
+    }
+}
+
+/// An `InvalidValue` error for `param`.
+pub fn invalid(param: &str, message: String) -> ApiError {
+    ApiError::InvalidValue {
+        param: param.to_owned(),
+        message,
+    }
+}
+
+/// The `model` field, required and non-empty.
+pub fn parse_model(model: Option<String>) -> Result<String, ApiError> {
+    match model {
+        None => Err(ApiError::MissingParameter {
+            param: "model".to_owned(),
+        }),
+        Some(model) if model.trim().is_empty() => Err(invalid(
+            "model",
+            "the model name is empty; GET /v1/models lists the models served here.".to_owned(),
+        )),
+        Some(model) => Ok(model),
+    }
+}
+
+/// A top-logprobs count in [0, 20] for `param`.
+pub fn parse_top_logprobs(param: &str, value: i64) -> Result<u8, ApiError> {
+    if (0..=MAX_TOP_LOGPROBS).contains(&value) {
+        u8::try_from(value).map_err(|_| invalid(param, format!("{value} is not a count.")))
+    } else {
+        Err(invalid(
+            param,
+            format!("{value} is outside [0, {MAX_TOP_LOGPROBS}]; ask for at most {MAX_TOP_LOGPROBS} alternatives."),
+        ))
+    }
+}
+
+/// Short description of a JSON value for error messages.
+pub fn describe(value: &Value) -> String {
+    let text = value.to_string();
+    if text.chars().count() > 60 {
+        let head: String = text.chars().take(57).collect();
+        format!("{head}...")
+    } else {
+        text
+    }
+}
+
+fn ranged(
+    param: &str,
+    value: Option<f64>,
+    min: f64,
+    max: f64,
+    range: &str,
+) -> Result<Option<f64>, ApiError> {
+    match value {
+        Some(v) if !(min..=max).contains(&v) => Err(invalid(
+            param,
+            format!("{v} is outside {range}; use a value from {min} to {max}."),
+        )),
+        other => Ok(other),
+    }
+}
+
+fn parse_stop(stop: Option<Value>) -> Result<Vec<String>, ApiError> {
+    let strings = match stop {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::String(text)) => vec![text],
+        Some(Value::Array(items)) => items
+            .into_iter()
+            .enumerate()
+            .map(|(i, item)| match item {
+                Value::String(text) => Ok(text),
+                other => Err(ApiError::InvalidType {
+                    param: format!("stop[{i}]"),
+                    detail: format!("expected a string, found {}", describe(&other)),
+                }),
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        Some(other) => {
+            return Err(ApiError::InvalidType {
+                param: "stop".to_owned(),
+                detail: format!(
+                    "expected a string or an array of strings, found {}",
+                    describe(&other)
+                ),
+            })
+        }
+    };
+    if strings.len() > MAX_STOP_STRINGS {
+        return Err(invalid(
+            "stop",
+            format!(
+                "{} stop strings were given; at most {MAX_STOP_STRINGS} are allowed.",
+                strings.len()
+            ),
+        ));
+    }
+    if let Some(i) = strings.iter().position(String::is_empty) {
+        return Err(invalid(
+            &format!("stop[{i}]"),
+            "the stop string is empty; remove it.".to_owned(),
+        ));
+    }
+    Ok(strings)
+}
+
+fn parse_logit_bias(bias: Option<BTreeMap<String, f64>>) -> Result<BTreeMap<u32, f32>, ApiError> {
+    let mut parsed = BTreeMap::new();
+    for (token, value) in bias.unwrap_or_default() {
+        let id = token.parse::<u32>().map_err(|_| {
+            invalid(
+                "logit_bias",
+                format!("the key \"{token}\" is not a token id; keys must be token ids such as \"50256\"."),
+            )
+        })?;
+        if !(-100.0..=100.0).contains(&value) {
+            return Err(invalid(
+                &format!("logit_bias.{token}"),
+                format!("{value} is outside [-100, 100]."),
+            ));
+        }
+        parsed.insert(id, value as f32);
+    }
+    Ok(parsed)
+}

@@ -1,0 +1,153 @@
+//! Server-sent events: turns a request's merged generation events into
+//! OpenAI's chunk stream, ending in `data: [DONE]`.
+//!
+//! The SSE body owns the [`MergedEvents`], which own every generation
+//! stream: when the client goes away, hyper drops the body, and with it the
+//! receivers, which tells the engine to cancel.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream::{self, StreamExt};
+use serde::Serialize;
+
+use crate::backend::{BackendError, FinishReason, GeneratedToken, GenerationEvent, Usage};
+use crate::error::{sse_json_event, ApiError};
+use crate::openai::generate::{MergedEvents, UsageTally};
+
+/// How one endpoint shapes its chunks.
+pub trait ChunkFormat: Send + 'static {
+    /// The chunk type.
+    type Chunk: Serialize;
+
+    /// A choice's first chunk, sent before any token (chat: the role).
+    fn opening(&mut self, index: u32) -> Option<Self::Chunk>;
+    /// The chunk for one token; `None` to send nothing (e.g. no new text).
+    fn token(&mut self, index: u32, token: &GeneratedToken) -> Option<Self::Chunk>;
+    /// A choice's last chunk.
+    fn finish(&mut self, index: u32, reason: FinishReason) -> Self::Chunk;
+    /// The usage chunk after every choice finished (`include_usage`).
+    fn usage(&mut self, usage: Usage) -> Self::Chunk;
+}
+
+/// What a streamed response needs besides its events.
+#[derive(Debug, Clone, Copy)]
+pub struct StreamSettings {
+    /// Number of choices (all prompts × n).
+    pub choices: u32,
+    /// Choices per prompt, for the usage tally.
+    pub n: u32,
+    /// Send a final usage chunk.
+    pub include_usage: bool,
+    /// Where the prompt is in the request, for error params.
+    pub prompt_field: &'static str,
+    /// Interval of keep-alive comments.
+    pub keep_alive: Duration,
+}
+
+struct Driver<F> {
+    events: MergedEvents,
+    format: F,
+    settings: StreamSettings,
+    pending: VecDeque<Event>,
+    remaining: u32,
+    tally: UsageTally,
+    ended: bool,
+}
+
+impl<F: ChunkFormat> Driver<F> {
+    fn push<T: Serialize>(&mut self, chunk: &T) {
+        self.pending.push_back(sse_json_event(chunk));
+    }
+
+    fn fail(&mut self, error: BackendError) {
+        let error = ApiError::backend(error, self.settings.prompt_field);
+        tracing::warn!(%error, "generation failed mid-stream");
+        self.pending.push_back(error.sse_event());
+        self.end();
+    }
+
+    /// Stops listening: drops (cancels) every remaining generation.
+    fn end(&mut self) {
+        self.ended = true;
+        self.events = stream::select_all(Vec::new());
+    }
+
+    fn handle(&mut self, index: u32, event: GenerationEvent) {
+        match event {
+            GenerationEvent::Token(token) => {
+                if let Some(chunk) = self.format.token(index, &token) {
+                    self.push(&chunk);
+                }
+            }
+            GenerationEvent::Done {
+                finish_reason,
+                usage,
+            } => {
+                let chunk = self.format.finish(index, finish_reason);
+                self.push(&chunk);
+                self.tally.add(index, usage);
+                self.remaining = self.remaining.saturating_sub(1);
+                if self.remaining == 0 {
+                    if self.settings.include_usage {
+                        let chunk = self.format.usage(self.tally.total());
+                        self.push(&chunk);
+                    }
+                    self.pending.push_back(Event::default().data("[DONE]"));
+                    self.end();
+                }
+            }
+            GenerationEvent::Error(error) => self.fail(error),
+        }
+    }
+
+    async fn next(&mut self) -> Option<Event> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                return Some(event);
+            }
+            if self.ended {
+                return None;
+            }
+            match self.events.next().await {
+                Some((index, event)) => self.handle(index, event),
+                // Every choice yields Done or Error before ending, so this
+                // means a choice was lost; say so rather than end silently.
+                None => self.fail(BackendError::Internal {
+                    message: format!("{} generation(s) ended without finishing", self.remaining),
+                }),
+            }
+        }
+    }
+}
+
+/// The SSE response for `events`, shaped by `format`.
+pub fn stream_response<F: ChunkFormat>(
+    events: MergedEvents,
+    mut format: F,
+    settings: StreamSettings,
+) -> Response {
+    let pending = (0..settings.choices)
+        .filter_map(|index| format.opening(index))
+        .map(|chunk| sse_json_event(&chunk))
+        .collect();
+    let driver = Driver {
+        events,
+        format,
+        settings,
+        pending,
+        remaining: settings.choices,
+        tally: UsageTally::new(settings.n),
+        ended: settings.choices == 0,
+    };
+    let body = stream::unfold(driver, |mut driver| async move {
+        let event = driver.next().await?;
+        Some((Ok::<Event, Infallible>(event), driver))
+    });
+    Sse::new(body)
+        .keep_alive(KeepAlive::new().interval(settings.keep_alive))
+        .into_response()
+}

@@ -1,0 +1,96 @@
+//! What every handler shares: the backend, the limits, the metrics handle.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::backend::InferenceBackend;
+use crate::layers::shed::Admission;
+use crate::metrics::Metrics;
+
+/// The router's limits. `RouterConfig::default()` suits a single-node server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RouterConfig {
+    /// Largest request body accepted, in bytes (413 beyond).
+    pub max_body_bytes: usize,
+    /// Deadline for a request to produce its response head: a whole-JSON
+    /// completion must finish, a stream must start (504 beyond). Time spent
+    /// waiting in the admission queue counts.
+    pub request_timeout: Duration,
+    /// Inference requests served at once (streams count until they end).
+    pub max_in_flight: usize,
+    /// Inference requests allowed to wait for a slot; beyond that, 429.
+    pub max_queued: usize,
+    /// The `Retry-After` sent with a 429.
+    pub retry_after: Duration,
+    /// Most generations one request may fan out into (`n` × prompts).
+    pub max_fanout: u32,
+    /// Interval of SSE keep-alive comments while a stream is quiet.
+    pub sse_keep_alive: Duration,
+}
+
+impl Default for RouterConfig {
+    fn default() -> Self {
+        RouterConfig {
+            max_body_bytes: 4 * 1024 * 1024,
+            request_timeout: Duration::from_secs(600),
+            max_in_flight: 256,
+            max_queued: 1024,
+            retry_after: Duration::from_secs(1),
+            max_fanout: 64,
+            sse_keep_alive: Duration::from_secs(15),
+        }
+    }
+}
+
+/// Shared state of one app. Cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    backend: Arc<dyn InferenceBackend>,
+    config: RouterConfig,
+    metrics: Metrics,
+    admission: Arc<Admission>,
+}
+
+impl AppState {
+    /// State for `backend` with the given limits, reporting to the
+    /// process-wide Prometheus recorder ([`Metrics::global`]).
+    pub fn new(backend: Arc<dyn InferenceBackend>, config: RouterConfig) -> Self {
+        let admission = Arc::new(Admission::new(
+            config.max_in_flight,
+            config.max_queued,
+            config.retry_after,
+        ));
+        AppState {
+            inner: Arc::new(Inner {
+                backend,
+                config,
+                metrics: Metrics::global(),
+                admission,
+            }),
+        }
+    }
+
+    /// The engine.
+    pub fn backend(&self) -> &dyn InferenceBackend {
+        self.inner.backend.as_ref()
+    }
+
+    /// The limits.
+    pub fn config(&self) -> &RouterConfig {
+        &self.inner.config
+    }
+
+    /// The metrics handle (render, upkeep).
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    /// The admission controller of the inference routes.
+    pub fn admission(&self) -> &Arc<Admission> {
+        &self.inner.admission
+    }
+}
