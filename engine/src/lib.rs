@@ -9,3 +9,4 @@ pub mod sampling;
 pub mod synthetic;
 pub mod tokenizer;
 pub mod session;
+pub mod prompt;

@@ -1,8 +1,134 @@
-//! `switchyard generate` (being built).
+//! `switchyard generate`: streams a completion of one prompt to stdout, then
+//! reports prompt and generation speed on stderr.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use switchyard_engine::chat::ChatMessage;
+use switchyard_engine::model::{LlamaModel, LogitRows};
+use switchyard_engine::prompt::{encode_chat, encode_text};
+use switchyard_engine::sampling::{FinishReason, Sampler, SamplingParams, StopChecker, StopCondition};
+use switchyard_engine::session::Session;
+use switchyard_engine::tokenizer::Tokenizer;
+
+use super::load::{load_model, ThreadsArg};
 
 #[derive(clap::Args)]
-pub struct GenerateArgs {}
+pub struct GenerateArgs {
+    /// A GGUF file or a Hugging Face folder.
+    #[arg(long)]
+    model: PathBuf,
+    /// The prompt text.
+    #[arg(long)]
+    prompt: String,
+    /// Send the prompt as a user message through the model's chat template.
+    #[arg(long)]
+    chat: bool,
+    /// A system message (with --chat).
+    #[arg(long, requires = "chat")]
+    system: Option<String>,
+    #[arg(long, default_value_t = 256)]
+    max_tokens: usize,
+    /// 0 picks the most likely token every time (greedy).
+    #[arg(long, default_value_t = 0.7)]
+    temperature: f32,
+    #[arg(long, default_value_t = 0.95)]
+    top_p: f32,
+    #[arg(long, default_value_t = 0)]
+    top_k: usize,
+    #[arg(long, default_value_t = 0.0)]
+    min_p: f32,
+    #[arg(long, default_value_t = 1.0)]
+    repetition_penalty: f32,
+    /// Makes sampling reproducible.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Stop when this text is generated (repeatable).
+    #[arg(long)]
+    stop: Vec<String>,
+    #[command(flatten)]
+    threads: ThreadsArg,
+}
 
-pub fn run(_args: GenerateArgs) -> anyhow::Result<()> {
-    anyhow::bail!("`switchyard generate` is being built")
+pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
+    let (backend, checkpoint) = load_model(&args.model, &args.threads)?;
+    let tokenizer = Tokenizer::load(&checkpoint.tokenizer)
+        .with_context(|| format!("cannot load the tokenizer of {}", args.model.display()))?;
+    let model = LlamaModel::load(&backend, &checkpoint)?;
+    let prompt = if args.chat {
+        let mut messages = Vec::new();
+        if let Some(system) = &args.system {
+            messages.push(ChatMessage::new("system", system.as_str()));
+        }
+        messages.push(ChatMessage::new("user", args.prompt.as_str()));
+        encode_chat(&tokenizer, &messages)?
+    } else {
+        encode_text(&tokenizer, &args.prompt)?
+    };
+    let context = model.config().context_length;
+    anyhow::ensure!(
+        prompt.len() < context,
+        "the prompt is {} tokens; the model's context window is {context}",
+        prompt.len()
+    );
+    let max_tokens = args.max_tokens.min(context - prompt.len());
+    let params = SamplingParams {
+        temperature: args.temperature,
+        top_p: args.top_p,
+        top_k: args.top_k,
+        min_p: args.min_p,
+        repetition_penalty: args.repetition_penalty,
+        seed: args.seed,
+        ..SamplingParams::default()
+    };
+    params.validate_for_vocab(model.config().vocab_size)?;
+    let mut sampler = Sampler::new(params);
+    let mut stop = StopChecker::new(StopCondition {
+        stop_token_ids: tokenizer.eos_ids().to_vec(),
+        stop_strings: args.stop.clone(),
+        max_tokens: Some(max_tokens),
+    });
+    let mut decoder = tokenizer.decode_stream(true);
+    let mut session = Session::new(&backend, &model, prompt.len() + max_tokens)?;
+    let mut out = std::io::stdout().lock();
+
+    let started = Instant::now();
+    let mut logits = session.feed(&prompt, LogitRows::Last)?;
+    let prefill = started.elapsed();
+    let mut history = prompt.clone();
+    let decoding = Instant::now();
+    let mut generated = 0usize;
+    loop {
+        let token = sampler.sample(&logits, &history)?.id;
+        generated += 1;
+        history.push(token);
+        let text = decoder.step(token)?.unwrap_or_default();
+        let step = stop.push(token, &text);
+        out.write_all(step.text.as_bytes())?;
+        out.flush()?;
+        if step.finished.is_some() {
+            break;
+        }
+        logits = session.feed(&[token], LogitRows::Last)?;
+    }
+    let tail = decoder.flush()?.unwrap_or_default();
+    // Text after a stop string or token is not output.
+    if stop.finished() != Some(FinishReason::Stop) {
+        out.write_all(tail.as_bytes())?;
+    }
+    out.write_all(stop.flush().as_bytes())?;
+    writeln!(out)?;
+    let decode = decoding.elapsed();
+    eprintln!(
+        "prompt: {} tokens, {:.1} tokens/s; generation: {generated} tokens, {:.1} tokens/s ({} threads, {})",
+        prompt.len(),
+        prompt.len() as f64 / prefill.as_secs_f64(),
+        // The first generated token came from the prompt's logits.
+        generated.saturating_sub(1) as f64 / decode.as_secs_f64(),
+        args.threads.count(),
+        switchyard_kernels::Backend::name(&backend),
+    );
+    Ok(())
 }

@@ -9,7 +9,8 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use switchyard_engine::chat::{ChatMessage, ChatTemplate};
+use switchyard_engine::chat::ChatMessage;
+use switchyard_engine::prompt::render_chat;
 use switchyard_engine::formats::{load_checkpoint, TokenizerSource};
 use switchyard_engine::tokenizer::Tokenizer;
 
@@ -57,13 +58,7 @@ pub fn run(args: TokenizeArgs) -> anyhow::Result<()> {
         let expected = "a JSON array of {\"role\", \"content\"} objects";
         let messages: Vec<ChatMessage> = serde_json::from_value(read_json(path)?)
             .with_context(|| format!("{} is not {expected}", path.display()))?;
-        let template = ChatTemplate::new_or_default(tokenizer.chat_template())?;
-        let text = template.render(
-            &messages,
-            true,
-            tokenizer.bos_token(),
-            tokenizer.eos_token(),
-        )?;
+        let text = render_chat(&tokenizer, &messages)?;
         // The template writes any BOS itself; adding one here would double it.
         let ids = tokenizer.encode(&text, false)?;
         serde_json::json!({ "text": text, "ids": ids })
