@@ -19,8 +19,8 @@ pub(crate) fn rope(
     style: RopeStyle,
 ) -> Result<(), KernelError> {
     if head_dim == 0
-        || head_dim % 2 != 0
-        || x.cols % head_dim != 0
+        || !head_dim.is_multiple_of(2)
+        || !x.cols.is_multiple_of(head_dim)
         || inv_freq.len() != head_dim / 2
         || positions.len() != x.rows
     {

@@ -259,7 +259,7 @@ fn wait_for_new_generation(shared: &Shared, seen: usize) -> usize {
             return current;
         }
         spins = spins.wrapping_add(1);
-        if spins % 128 == 0 && started.elapsed() > SPIN_BEFORE_SLEEP {
+        if spins.is_multiple_of(128) && started.elapsed() > SPIN_BEFORE_SLEEP {
             break;
         }
         std::hint::spin_loop();

@@ -295,13 +295,13 @@ pub(crate) unsafe fn dot_float<const R: usize>(
     }
     for r in 0..R {
         let mut sum = hsum(acc[r]);
-        for j in i..k {
+        for (j, x) in x[r].iter().enumerate().skip(i) {
             let weight = match kind {
                 FloatKind::F32 => crate::cpu::blocks::f32_at(w, 4 * j),
                 FloatKind::F16 => crate::cpu::blocks::f16_at(w, 2 * j),
                 FloatKind::Bf16 => crate::cpu::blocks::bf16_at(w, 2 * j),
             };
-            sum += weight * x[r][j];
+            sum += weight * x;
         }
         out[r] = sum;
     }
