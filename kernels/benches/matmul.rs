@@ -78,7 +78,11 @@ fn dispatch(c: &mut Criterion) {
     for threads in [1, 2] {
         let backend = CpuBackend::new(threads);
         group.bench_function(format!("dispatch8/t{threads}"), |b| {
-            b.iter(|| backend.pool().run(8, &|i| drop(std::hint::black_box(i))))
+            b.iter(|| {
+                backend.pool().run(8, &|i| {
+                    std::hint::black_box(i);
+                })
+            })
         });
     }
     group.finish();
