@@ -20,10 +20,12 @@ thread_local! {
     static SCRATCH: RefCell<QuantizedRows> = RefCell::new(QuantizedRows::default());
 }
 
-/// Weight rows per task: about four tasks per thread balance uneven
-/// progress; fewer than 16 rows make dispatch cost more than the work.
-const TASKS_PER_THREAD: usize = 4;
-const MIN_ROWS_PER_TASK: usize = 16;
+/// Weight rows per task: many small tasks per thread, so that a worker the
+/// OS preempts in the middle of a task holds back little work (the caller
+/// takes every task not yet claimed); claiming a task is one atomic add,
+/// far cheaper than the ≥ 8 rows of dot products behind it.
+const TASKS_PER_THREAD: usize = 16;
+const MIN_ROWS_PER_TASK: usize = 8;
 
 pub(crate) fn matmul(
     pool: &ThreadPool,
