@@ -13,32 +13,46 @@ use crate::cpu::blocks::{
 use crate::cpu::quant_act::QRow;
 use crate::DType;
 
-/// `out[r] = W_row · a[r]` for a quantized `dtype`.
+/// `out[row · R + r] = W[row] · a[r]` for a quantized `dtype`, `w` holding
+/// whole rows of `row_bytes`.
 pub(crate) fn dot_quantized<const R: usize>(
     dtype: DType,
     w: &[u8],
+    row_bytes: usize,
     a: &[QRow<'_>; R],
-    out: &mut [f32; R],
+    out: &mut [f32],
 ) {
-    for (out, a) in out.iter_mut().zip(a) {
-        *out = match dtype {
-            DType::Q8_0 => dot_q8_0(w, a),
-            DType::Q4_0 => dot_q4(w, a, false),
-            DType::Q4_1 => dot_q4(w, a, true),
-            DType::Q4K => dot_q4k(w, a),
-            DType::Q6K => dot_q6k(w, a),
-            DType::F32 | DType::F16 | DType::BF16 => f32::NAN,
-        };
+    let dot: fn(&[u8], &QRow<'_>) -> f32 = match dtype {
+        DType::Q8_0 => dot_q8_0,
+        DType::Q4_0 => |w, a| dot_q4(w, a, false),
+        DType::Q4_1 => |w, a| dot_q4(w, a, true),
+        DType::Q4K => dot_q4k,
+        DType::Q6K => dot_q6k,
+        DType::F32 | DType::F16 | DType::BF16 => |_, _| f32::NAN,
+    };
+    for (w, o) in w.chunks_exact(row_bytes).zip(out.chunks_exact_mut(R)) {
+        for (o, a) in o.iter_mut().zip(a) {
+            *o = dot(w, a);
+        }
     }
 }
 
-/// `out[r] = W_row · x[r]` for a float `dtype`, summed in element order.
+/// `out[row · R + r] = W[row] · x[r]` for a float `dtype`, summed in
+/// element order.
 pub(crate) fn dot_float<const R: usize>(
     dtype: DType,
     w: &[u8],
+    row_bytes: usize,
     x: &[&[f32]; R],
-    out: &mut [f32; R],
+    out: &mut [f32],
 ) {
+    for (w, o) in w.chunks_exact(row_bytes).zip(out.as_chunks_mut::<R>().0) {
+        dot_float_row(dtype, w, x, o);
+    }
+}
+
+#[inline]
+fn dot_float_row<const R: usize>(dtype: DType, w: &[u8], x: &[&[f32]; R], out: &mut [f32; R]) {
     let width = dtype.block_bytes();
     for (out, x) in out.iter_mut().zip(x) {
         let mut sum = 0.0f32;
