@@ -8,11 +8,12 @@
 
 use std::cell::RefCell;
 
+use super::disjoint::DisjointSlice;
 use super::dot::{dot_float, dot_quantized, tile_rows};
 use super::isa::CheckedIsa;
 use super::quant_act::{QRow, QuantizedRows};
 use super::tensors::{CpuActivations, CpuMatrix};
-use super::threads::{DisjointSlice, ThreadPool};
+use super::threads::ThreadPool;
 use crate::KernelError;
 
 thread_local! {

@@ -14,8 +14,9 @@
 //! place once per weight row.
 
 use super::blocks::QK;
+use super::disjoint::DisjointSlice;
 use super::isa::CheckedIsa;
-use super::threads::{DisjointSlice, ThreadPool};
+use super::threads::ThreadPool;
 use super::Isa;
 
 /// Quantized activation rows, reused between calls to avoid allocation.

@@ -6,8 +6,9 @@
 //! several bits, which f64 avoids at the cost of `head_dim / 2` sin/cos per
 //! row, shared by all heads.
 
+use super::disjoint::DisjointSlice;
 use super::tensors::CpuActivations;
-use super::threads::{DisjointSlice, ThreadPool};
+use super::threads::ThreadPool;
 use crate::{KernelError, RopeStyle};
 
 pub(crate) fn rope(
