@@ -7,8 +7,8 @@
 //! differ only in the order the f32 sums are taken.
 
 use crate::cpu::blocks::{
-    bf16_at, f16_at, q4_quant, q4k_quant, q4k_scale_min, q6k_quant, Q4K_DMIN, Q4K_SCALES, Q4_0_QS,
-    Q4_1_M, Q4_1_QS, Q6K_D, Q6K_SCALES, Q8_0_QS, QK, QK_K,
+    bf16_at, f16_at, f32_at, q4_quant, q4k_quant, q4k_scale_min, q6k_quant, Q4K_DMIN, Q4K_SCALES,
+    Q4_0_QS, Q4_1_M, Q4_1_QS, Q6K_D, Q6K_SCALES, Q8_0_QS, QK, QK_K,
 };
 use crate::cpu::quant_act::QRow;
 use crate::DType;
@@ -60,7 +60,7 @@ fn dot_float_row<const R: usize>(dtype: DType, w: &[u8], x: &[&[f32]; R], out: &
             let weight = match dtype {
                 DType::F16 => f16_at(w, i * width),
                 DType::BF16 => bf16_at(w, i * width),
-                _ => f32::from_le_bytes([w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]]),
+                _ => f32_at(w, 4 * i),
             };
             sum += weight * v;
         }
