@@ -59,7 +59,7 @@ impl DType {
     /// Bytes taken by `elements` consecutive elements, or `None` when
     /// `elements` is not a whole number of blocks.
     pub fn bytes_for(self, elements: usize) -> Option<usize> {
-        if elements % self.block_len() != 0 {
+        if !elements.is_multiple_of(self.block_len()) {
             return None;
         }
         (elements / self.block_len()).checked_mul(self.block_bytes())

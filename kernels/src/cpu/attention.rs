@@ -8,10 +8,11 @@
 use std::cell::RefCell;
 use std::ops::Range;
 
+use super::disjoint::DisjointSlice;
 use super::isa::CheckedIsa;
 use super::kv_cache::CpuKvCache;
 use super::tensors::CpuActivations;
-use super::threads::{DisjointSlice, ThreadPool};
+use super::threads::ThreadPool;
 use super::vecmath::{axpy, dot};
 use crate::{AttentionShape, KernelError};
 

@@ -1,7 +1,8 @@
 //! Elementwise kernels: `gate = silu(gate) · up` and `x += y`.
 
+use super::disjoint::DisjointSlice;
 use super::tensors::CpuActivations;
-use super::threads::{DisjointSlice, ThreadPool};
+use super::threads::ThreadPool;
 use crate::KernelError;
 
 /// Elements per task: below this a call runs on the caller alone, since

@@ -3,16 +3,17 @@
 //! For quantized weights the activation rows are quantized once per call
 //! (see `quant_act`); output columns (weight rows) are split across the
 //! pool, and each task walks its weight rows, dotting each with the
-//! activation rows [`TILE`] at a time so a decoded weight block serves
-//! several tokens.
+//! activation rows a tile (4 or 8, by ISA) at a time so a decoded weight
+//! block serves several tokens.
 
 use std::cell::RefCell;
 
-use super::dot::{dot_float, dot_quantized, TILE};
+use super::disjoint::DisjointSlice;
+use super::dot::{dot_float, dot_quantized, tile_rows};
 use super::isa::CheckedIsa;
 use super::quant_act::{QRow, QuantizedRows};
 use super::tensors::{CpuActivations, CpuMatrix};
-use super::threads::{DisjointSlice, ThreadPool};
+use super::threads::ThreadPool;
 use crate::KernelError;
 
 thread_local! {
@@ -20,10 +21,14 @@ thread_local! {
     static SCRATCH: RefCell<QuantizedRows> = RefCell::new(QuantizedRows::default());
 }
 
-/// Weight rows per task: about four tasks per thread balance uneven
-/// progress; fewer than 16 rows make dispatch cost more than the work.
-const TASKS_PER_THREAD: usize = 4;
-const MIN_ROWS_PER_TASK: usize = 16;
+/// Weight rows per task: many small tasks per thread, so that a worker the
+/// OS preempts in the middle of a task holds back little work (the caller
+/// takes every task not yet claimed); claiming a task is one atomic add,
+/// far cheaper than the ≥ 8 rows of dot products behind it.
+const TASKS_PER_THREAD: usize = 16;
+const MIN_ROWS_PER_TASK: usize = 8;
+/// Weight rows per kernel call within a task (outputs buffered on the stack).
+const SUB_CHUNK_ROWS: usize = 64;
 
 pub(crate) fn matmul(
     pool: &ThreadPool,
@@ -72,26 +77,37 @@ pub(crate) fn matmul(
             unsafe { out_rows.write((first + t) * rows + row, v + add) };
         }
     };
+    let tile = tile_rows(isa);
+    // Each task: for each tile of activation rows, its weight rows in
+    // sub-chunks whose outputs fit a stack buffer; the tile (a few KB) and
+    // the sub-chunk's weights stay in L1 while they meet.
+    let for_each_block = |range: std::ops::Range<usize>, dot: &BlockDot<'_>| {
+        let mut buffer = [0.0f32; SUB_CHUNK_ROWS * 8];
+        let mut first = 0;
+        while first < n {
+            // Whole tiles, then single rows.
+            let count = if first + tile <= n { tile } else { 1 };
+            let mut start = range.start;
+            while start < range.end {
+                let end = (start + SUB_CHUNK_ROWS).min(range.end);
+                let o = &mut buffer[..(end - start) * count];
+                dot(first, count, &data[start * row_bytes..end * row_bytes], o);
+                for (row, values) in (start..end).zip(o.chunks_exact(count)) {
+                    store(row, first, values);
+                }
+                start = end;
+            }
+            first += count;
+        }
+    };
     if dtype.is_quantized() {
         let run = |q: &QuantizedRows| {
             pool.for_each_range(rows, chunk, &|range| {
-                for row in range {
-                    let w_row = &data[row * row_bytes..(row + 1) * row_bytes];
-                    tile_rows(n, |first, count| match count {
-                        TILE => {
-                            let mut o = [0.0; TILE];
-                            dot_quantized(isa, dtype, w_row, &q_rows::<TILE>(q, first), &mut o);
-                            store(row, first, &o);
-                        }
-                        _ => {
-                            for t in first..first + count {
-                                let mut o = [0.0; 1];
-                                dot_quantized(isa, dtype, w_row, &[q.row(t)], &mut o);
-                                store(row, t, &o);
-                            }
-                        }
-                    });
-                }
+                for_each_block(range, &|first, count, w, o| match count {
+                    8 => dot_quantized::<8>(isa, dtype, w, row_bytes, &q_rows(q, first), o),
+                    4 => dot_quantized::<4>(isa, dtype, w, row_bytes, &q_rows(q, first), o),
+                    _ => dot_quantized::<1>(isa, dtype, w, row_bytes, &q_rows(q, first), o),
+                });
             });
         };
         SCRATCH.with(|cell| match cell.try_borrow_mut() {
@@ -109,41 +125,26 @@ pub(crate) fn matmul(
         });
     } else {
         let k = x.cols;
+        let xs = |first: usize| x.data.get(first * k..).unwrap_or_default();
         pool.for_each_range(rows, chunk, &|range| {
-            for row in range {
-                let w_row = &data[row * row_bytes..(row + 1) * row_bytes];
-                tile_rows(n, |first, count| {
-                    if count == TILE {
-                        let xs: [&[f32]; TILE] =
-                            std::array::from_fn(|i| &x.data[(first + i) * k..(first + i + 1) * k]);
-                        let mut o = [0.0; TILE];
-                        dot_float(isa, dtype, w_row, &xs, &mut o);
-                        store(row, first, &o);
-                    } else {
-                        for t in first..first + count {
-                            let mut o = [0.0; 1];
-                            dot_float(isa, dtype, w_row, &[&x.data[t * k..(t + 1) * k]], &mut o);
-                            store(row, t, &o);
-                        }
-                    }
-                });
-            }
+            for_each_block(range, &|first, count, w, o| match count {
+                8 => dot_float::<8>(isa, dtype, w, row_bytes, &float_rows(xs(first), k), o),
+                4 => dot_float::<4>(isa, dtype, w, row_bytes, &float_rows(xs(first), k), o),
+                _ => dot_float::<1>(isa, dtype, w, row_bytes, &float_rows(xs(first), k), o),
+            });
         });
     }
     Ok(())
 }
 
-/// Calls `f(first, count)` over `0..n` in groups of [`TILE`], then the rest.
-#[inline]
-fn tile_rows(n: usize, mut f: impl FnMut(usize, usize)) {
-    let mut first = 0;
-    while first + TILE <= n {
-        f(first, TILE);
-        first += TILE;
-    }
-    if first < n {
-        f(first, n - first);
-    }
+/// `dot(first, count, weight_rows, out)`: activation rows
+/// `first..first + count` against whole weight rows, `count` outputs per
+/// weight row.
+type BlockDot<'a> = dyn Fn(usize, usize, &[u8], &mut [f32]) + 'a;
+
+/// `R` consecutive rows of width `k` from the start of `xs`.
+fn float_rows<const R: usize>(xs: &[f32], k: usize) -> [&[f32]; R] {
+    std::array::from_fn(|i| &xs[i * k..(i + 1) * k])
 }
 
 fn q_rows<const R: usize>(q: &QuantizedRows, first: usize) -> [QRow<'_>; R] {

@@ -11,6 +11,7 @@ mod attention;
 mod blocks;
 mod cpu_backend;
 mod dequant;
+mod disjoint;
 mod dot;
 mod elementwise;
 mod isa;

@@ -1,7 +1,8 @@
 //! RMS normalization: `out = weight · x / sqrt(mean(x²) + eps)` per row.
 
+use super::disjoint::DisjointSlice;
 use super::tensors::CpuActivations;
-use super::threads::{DisjointSlice, ThreadPool};
+use super::threads::ThreadPool;
 use crate::KernelError;
 
 /// Rows per task once a batch is worth splitting.

@@ -7,10 +7,16 @@
 //! under the default MXCSR. Each block also carries `s = d · Σq_i`, which
 //! the dot products of types with a per-block offset (Q4_1's `m`, Q4_0's
 //! `-8`, Q4_K's mins) multiply by that offset.
+//!
+//! For the AVX-512 kernels each row also carries the block scales *spread*
+//! over vector lanes (see [`QuantizedRows::quantize`]), so that a kernel
+//! multiplies by them straight from memory instead of shuffling them into
+//! place once per weight row.
 
 use super::blocks::QK;
+use super::disjoint::DisjointSlice;
 use super::isa::CheckedIsa;
-use super::threads::{DisjointSlice, ThreadPool};
+use super::threads::ThreadPool;
 use super::Isa;
 
 /// Quantized activation rows, reused between calls to avoid allocation.
@@ -20,13 +26,25 @@ pub(crate) struct QuantizedRows {
     qs: Vec<i8>,
     /// Per block, `[d, d · Σq]`, interleaved so SIMD kernels load both.
     ds: Vec<f32>,
+    /// Per row, per pair of blocks `(b, b+1)`: 32 floats `[d_b ×8,
+    /// d_b+1 ×8, s_b/8 ×8, s_b+1/8 ×8]` (zeros for a missing last block).
+    /// Only filled for AVX-512; empty otherwise.
+    spread: Vec<f32>,
+    spread_per_row: usize,
 }
 
-/// One quantized row: `qs.len() == k`, `ds.len() == 2 · k / 32`.
+/// One quantized row: `qs.len() == k`, `ds.len() == 2 · k / 32`,
+/// `spread.len()` either 0 or [`spread_len`]`(k / 32)`.
 #[derive(Clone, Copy)]
 pub(crate) struct QRow<'a> {
     pub(crate) qs: &'a [i8],
     pub(crate) ds: &'a [f32],
+    pub(crate) spread: &'a [f32],
+}
+
+/// Floats of spread scales for a row of `blocks` blocks.
+pub(crate) fn spread_len(blocks: usize) -> usize {
+    blocks.div_ceil(2) * 32
 }
 
 impl QuantizedRows {
@@ -59,14 +77,38 @@ impl QuantizedRows {
             let x = &x[range.start * QK..range.end * QK];
             quantize_blocks(isa, x, q, d);
         });
+        self.spread_per_row = 0;
+        if isa.get() >= Isa::Avx512 {
+            self.fill_spread(rows, k / QK);
+        }
+    }
+
+    /// Spreads each row's block scales (see `spread`). The `s/8` makes a
+    /// kernel's eight lanes of `m · s/8` sum to `m · s` (exact: a power of 2).
+    fn fill_spread(&mut self, rows: usize, blocks: usize) {
+        let per_row = spread_len(blocks);
+        self.spread_per_row = per_row;
+        self.spread.clear();
+        self.spread.resize(rows * per_row, 0.0);
+        for r in 0..rows {
+            let ds = &self.ds[r * 2 * blocks..(r + 1) * 2 * blocks];
+            let spread = &mut self.spread[r * per_row..(r + 1) * per_row];
+            for (b, ds) in ds.chunks_exact(2).enumerate() {
+                let at = 32 * (b / 2) + 8 * (b % 2);
+                spread[at..at + 8].fill(ds[0]);
+                spread[at + 16..at + 24].fill(ds[1] / 8.0);
+            }
+        }
     }
 
     /// Row `r` (the caller keeps `r` below the quantized row count).
     pub(crate) fn row(&self, r: usize) -> QRow<'_> {
         let blocks = self.k / QK;
+        let spread = self.spread_per_row;
         QRow {
             qs: &self.qs[r * self.k..(r + 1) * self.k],
             ds: &self.ds[r * 2 * blocks..(r + 1) * 2 * blocks],
+            spread: &self.spread[r * spread..(r + 1) * spread],
         }
     }
 }

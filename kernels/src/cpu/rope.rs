@@ -6,8 +6,9 @@
 //! several bits, which f64 avoids at the cost of `head_dim / 2` sin/cos per
 //! row, shared by all heads.
 
+use super::disjoint::DisjointSlice;
 use super::tensors::CpuActivations;
-use super::threads::{DisjointSlice, ThreadPool};
+use super::threads::ThreadPool;
 use crate::{KernelError, RopeStyle};
 
 pub(crate) fn rope(
@@ -19,8 +20,8 @@ pub(crate) fn rope(
     style: RopeStyle,
 ) -> Result<(), KernelError> {
     if head_dim == 0
-        || head_dim % 2 != 0
-        || x.cols % head_dim != 0
+        || !head_dim.is_multiple_of(2)
+        || !x.cols.is_multiple_of(head_dim)
         || inv_freq.len() != head_dim / 2
         || positions.len() != x.rows
     {

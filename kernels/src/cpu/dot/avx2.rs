@@ -23,16 +23,42 @@ use crate::DType;
 pub(crate) unsafe fn dot_quantized<const R: usize>(
     dtype: DType,
     w: &[u8],
+    row_bytes: usize,
     a: &[QRow<'_>; R],
-    out: &mut [f32; R],
+    out: &mut [f32],
 ) {
+    let rows = w.chunks_exact(row_bytes).zip(out.as_chunks_mut::<R>().0);
     match dtype {
-        DType::Q8_0 => dot_q8_0(w, a, out),
-        DType::Q4_0 => dot_q4::<R, false>(w, a, out),
-        DType::Q4_1 => dot_q4::<R, true>(w, a, out),
-        DType::Q4K => dot_q4k(w, a, out),
-        DType::Q6K => dot_q6k(w, a, out),
-        DType::F32 | DType::F16 | DType::BF16 => *out = [f32::NAN; R],
+        DType::Q8_0 => {
+            for (w, o) in rows {
+                dot_q8_0(w, a, o);
+            }
+        }
+        DType::Q4_0 => {
+            for (w, o) in rows {
+                dot_q4::<R, false>(w, a, o);
+            }
+        }
+        DType::Q4_1 => {
+            for (w, o) in rows {
+                dot_q4::<R, true>(w, a, o);
+            }
+        }
+        DType::Q4K => {
+            for (w, o) in rows {
+                dot_q4k(w, a, o);
+            }
+        }
+        DType::Q6K => {
+            for (w, o) in rows {
+                dot_q6k(w, a, o);
+            }
+        }
+        DType::F32 | DType::F16 | DType::BF16 => {
+            for (_, o) in rows {
+                *o = [f32::NAN; R];
+            }
+        }
     }
 }
 
@@ -82,6 +108,7 @@ unsafe fn act_block(a: &QRow<'_>, b: usize) -> __m256i {
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
 unsafe fn dot_q8_0<const R: usize>(w: &[u8], a: &[QRow<'_>; R], out: &mut [f32; R]) {
     let blocks = w.len() / DType::Q8_0.block_bytes();
     let mut acc = [_mm256_setzero_ps(); R];
@@ -105,6 +132,7 @@ unsafe fn dot_q8_0<const R: usize>(w: &[u8], a: &[QRow<'_>; R], out: &mut [f32; 
 
 /// Q4_1, or Q4_0 as Q4_1 with `m = -8d` (`HAS_MIN == false`).
 #[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
 unsafe fn dot_q4<const R: usize, const HAS_MIN: bool>(
     w: &[u8],
     a: &[QRow<'_>; R],
@@ -157,6 +185,7 @@ pub(crate) fn q4k_block_scales(d: f32, dmin: f32, scales: &[u8]) -> ([f32; 8], [
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
 unsafe fn dot_q4k<const R: usize>(w: &[u8], a: &[QRow<'_>; R], out: &mut [f32; R]) {
     let block_bytes = DType::Q4K.block_bytes();
     let blocks = w.len() / block_bytes;
@@ -191,6 +220,7 @@ unsafe fn dot_q4k<const R: usize>(w: &[u8], a: &[QRow<'_>; R], out: &mut [f32; R
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
 unsafe fn dot_q6k<const R: usize>(w: &[u8], a: &[QRow<'_>; R], out: &mut [f32; R]) {
     let block_bytes = DType::Q6K.block_bytes();
     let blocks = w.len() / block_bytes;
@@ -268,6 +298,20 @@ enum FloatKind {
 pub(crate) unsafe fn dot_float<const R: usize>(
     dtype: DType,
     w: &[u8],
+    row_bytes: usize,
+    x: &[&[f32]; R],
+    out: &mut [f32],
+) {
+    for (w, o) in w.chunks_exact(row_bytes).zip(out.as_chunks_mut::<R>().0) {
+        dot_float_row(dtype, w, x, o);
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn dot_float_row<const R: usize>(
+    dtype: DType,
+    w: &[u8],
     x: &[&[f32]; R],
     out: &mut [f32; R],
 ) {
@@ -295,13 +339,13 @@ pub(crate) unsafe fn dot_float<const R: usize>(
     }
     for r in 0..R {
         let mut sum = hsum(acc[r]);
-        for j in i..k {
+        for (j, x) in x[r].iter().enumerate().skip(i) {
             let weight = match kind {
                 FloatKind::F32 => crate::cpu::blocks::f32_at(w, 4 * j),
                 FloatKind::F16 => crate::cpu::blocks::f16_at(w, 2 * j),
                 FloatKind::Bf16 => crate::cpu::blocks::bf16_at(w, 2 * j),
             };
-            sum += weight * x[r][j];
+            sum += weight * x;
         }
         out[r] = sum;
     }

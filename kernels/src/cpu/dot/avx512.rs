@@ -26,16 +26,42 @@ macro_rules! avx512_kernels {
         pub(crate) unsafe fn dot_quantized<const R: usize>(
             dtype: DType,
             w: &[u8],
+            row_bytes: usize,
             a: &[QRow<'_>; R],
-            out: &mut [f32; R],
+            out: &mut [f32],
         ) {
+            let rows = w.chunks_exact(row_bytes).zip(out.as_chunks_mut::<R>().0);
             match dtype {
-                DType::Q8_0 => dot_q8_0(w, a, out),
-                DType::Q4_0 => dot_q4::<R, false>(w, a, out),
-                DType::Q4_1 => dot_q4::<R, true>(w, a, out),
-                DType::Q4K => dot_q4k(w, a, out),
-                DType::Q6K => dot_q6k(w, a, out),
-                DType::F32 | DType::F16 | DType::BF16 => *out = [f32::NAN; R],
+                DType::Q8_0 => {
+                    for (w, o) in rows {
+                        dot_q8_0(w, a, o);
+                    }
+                }
+                DType::Q4_0 => {
+                    for (w, o) in rows {
+                        dot_q4::<R, false>(w, a, o);
+                    }
+                }
+                DType::Q4_1 => {
+                    for (w, o) in rows {
+                        dot_q4::<R, true>(w, a, o);
+                    }
+                }
+                DType::Q4K => {
+                    for (w, o) in rows {
+                        dot_q4k(w, a, o);
+                    }
+                }
+                DType::Q6K => {
+                    for (w, o) in rows {
+                        dot_q6k(w, a, o);
+                    }
+                }
+                DType::F32 | DType::F16 | DType::BF16 => {
+                    for (_, o) in rows {
+                        *o = [f32::NAN; R];
+                    }
+                }
             }
         }
 
@@ -67,16 +93,11 @@ macro_rules! avx512_kernels {
             }
         }
 
-        /// `[d_b, s_b, d_b+1, s_b+1]`, zeros for the missing block.
+        /// `[d_b, s_b, d_b+1, s_b+1]` (both blocks must exist).
         #[target_feature(enable = $features)]
         #[inline]
-        unsafe fn act_ds(a: &QRow<'_>, b: usize, pair: bool) -> __m128 {
-            let p = a.ds.as_ptr().add(2 * b);
-            if pair {
-                _mm_loadu_ps(p)
-            } else {
-                _mm_castsi128_ps(_mm_loadl_epi64(p.cast()))
-            }
+        unsafe fn act_ds(a: &QRow<'_>, b: usize) -> __m128 {
+            _mm_loadu_ps(a.ds.as_ptr().add(2 * b))
         }
 
         #[target_feature(enable = $features)]
@@ -86,10 +107,12 @@ macro_rules! avx512_kernels {
         }
 
         #[target_feature(enable = $features)]
+        #[inline]
         unsafe fn dot_q8_0<const R: usize>(w: &[u8], a: &[QRow<'_>; R], out: &mut [f32; R]) {
             let bb = DType::Q8_0.block_bytes();
             let blocks = w.len() / bb;
             let zero = _mm512_setzero_si512();
+            let first_half = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
             let mut acc = [_mm512_setzero_ps(); R];
             let mut b = 0;
             while b < blocks {
@@ -104,7 +127,7 @@ macro_rules! avx512_kernels {
                         _mm_insert_epi16(
                             _mm_cvtsi32_si128(read_u16(block)),
                             read_u16(block.add(bb)),
-                            2,
+                            1,
                         ),
                     )
                 } else {
@@ -113,8 +136,9 @@ macro_rules! avx512_kernels {
                         _mm_cvtsi32_si128(read_u16(block)),
                     )
                 };
-                // [d0, 0, d1, 0]
-                let d = _mm_cvtph_ps(d_bits);
+                // [d0 ×8, d1 ×8]
+                let w_d =
+                    _mm512_permutexvar_ps(first_half, _mm512_castps128_ps512(_mm_cvtph_ps(d_bits)));
                 let abs_q = _mm512_abs_epi8(q);
                 let negative = _mm512_movepi8_mask(q);
                 for r in 0..R {
@@ -122,8 +146,8 @@ macro_rules! avx512_kernels {
                     // |w| · (a with w's sign) = w · a, unsigned on the left.
                     let signed = _mm512_mask_sub_epi8(act, negative, zero, act);
                     let dot = _mm512_cvtepi32_ps(dpbusd(zero, abs_q, signed));
-                    let scale = spread_lanes_0_2(_mm_mul_ps(d, act_ds(&a[r], b, pair)));
-                    acc[r] = _mm512_fmadd_ps(dot, scale, acc[r]);
+                    let a_d = _mm512_loadu_ps(a[r].spread.as_ptr().add(16 * b));
+                    acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dot, a_d), w_d, acc[r]);
                 }
                 b += 2;
             }
@@ -134,6 +158,7 @@ macro_rules! avx512_kernels {
 
         /// Q4_1, or Q4_0 as Q4_1 with `m = -8d` (`HAS_MIN == false`).
         #[target_feature(enable = $features)]
+        #[inline]
         unsafe fn dot_q4<const R: usize, const HAS_MIN: bool>(
             w: &[u8],
             a: &[QRow<'_>; R],
@@ -148,8 +173,10 @@ macro_rules! avx512_kernels {
             let low = _mm256_set1_epi8(0x0F);
             let zero = _mm512_setzero_si512();
             let minus_eight = _mm_setr_ps(1.0, -8.0, 1.0, -8.0);
+            let even = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
+            let odd = _mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3);
             let mut acc = [_mm512_setzero_ps(); R];
-            let mut min_acc = [_mm_setzero_ps(); R];
+            let mut min_acc = [_mm512_setzero_ps(); R];
             let mut b = 0;
             while b < blocks {
                 let pair = b + 1 < blocks;
@@ -180,6 +207,10 @@ macro_rules! avx512_kernels {
                     let d = _mm_cvtph_ps(both);
                     _mm_mul_ps(_mm_unpacklo_ps(d, d), minus_eight)
                 };
+                let dm = _mm512_castps128_ps512(dm);
+                // [d0 ×8, d1 ×8] and [m0 ×8, m1 ×8]
+                let w_d = _mm512_permutexvar_ps(even, dm);
+                let w_m = _mm512_permutexvar_ps(odd, dm);
                 let raw = _mm256_inserti128_si256(_mm256_castsi128_si256(raw0), raw1, 1);
                 let lo = _mm256_and_si256(raw, low);
                 let hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
@@ -188,23 +219,22 @@ macro_rules! avx512_kernels {
                 let z = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
                 let q = _mm512_shuffle_i64x2(z, z, 0b11_01_10_00);
                 for r in 0..R {
+                    let spread = a[r].spread.as_ptr().add(16 * b);
                     let dot = _mm512_cvtepi32_ps(dpbusd(zero, q, act_blocks(&a[r], b, pair)));
-                    // [d0·d_a0, m0·s0, d1·d_a1, m1·s1]
-                    let scales = _mm_mul_ps(dm, act_ds(&a[r], b, pair));
-                    acc[r] = _mm512_fmadd_ps(dot, spread_lanes_0_2(scales), acc[r]);
-                    min_acc[r] = _mm_add_ps(min_acc[r], scales);
+                    let a_d = _mm512_loadu_ps(spread);
+                    let a_s8 = _mm512_loadu_ps(spread.add(16));
+                    acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dot, a_d), w_d, acc[r]);
+                    min_acc[r] = _mm512_fmadd_ps(w_m, a_s8, min_acc[r]);
                 }
                 b += 2;
             }
             for r in 0..R {
-                // Lanes 1 and 3 hold the min terms.
-                let mins = _mm_movehdup_ps(min_acc[r]);
-                let mins = _mm_add_ss(mins, _mm_movehl_ps(mins, mins));
-                out[r] = _mm512_reduce_add_ps(acc[r]) + _mm_cvtss_f32(mins);
+                out[r] = _mm512_reduce_add_ps(acc[r]) + _mm512_reduce_add_ps(min_acc[r]);
             }
         }
 
         #[target_feature(enable = $features)]
+        #[inline]
         unsafe fn dot_q4k<const R: usize>(w: &[u8], a: &[QRow<'_>; R], out: &mut [f32; R]) {
             let bb = DType::Q4K.block_bytes();
             let blocks = w.len() / bb;
@@ -270,6 +300,7 @@ macro_rules! avx512_kernels {
         }
 
         #[target_feature(enable = $features)]
+        #[inline]
         unsafe fn dot_q6k<const R: usize>(w: &[u8], a: &[QRow<'_>; R], out: &mut [f32; R]) {
             let bb = DType::Q6K.block_bytes();
             let blocks = w.len() / bb;
@@ -341,7 +372,7 @@ macro_rules! avx512_kernels {
                                 dpbusd(zero, thirty_two, act),
                             );
                             let dot = _mm512_cvtepi32_ps(_mm512_mullo_epi32(centered, sc));
-                            let scale = _mm512_mul_ps(d, spread_lanes_0_2(act_ds(&a[r], b, true)));
+                            let scale = _mm512_mul_ps(d, spread_lanes_0_2(act_ds(&a[r], b)));
                             acc[r] = _mm512_fmadd_ps(dot, scale, acc[r]);
                         }
                     }
@@ -354,6 +385,20 @@ macro_rules! avx512_kernels {
 
         #[target_feature(enable = $features)]
         pub(crate) unsafe fn dot_float<const R: usize>(
+            dtype: DType,
+            w: &[u8],
+            row_bytes: usize,
+            x: &[&[f32]; R],
+            out: &mut [f32],
+        ) {
+            for (w, o) in w.chunks_exact(row_bytes).zip(out.as_chunks_mut::<R>().0) {
+                dot_float_row(dtype, w, x, o);
+            }
+        }
+
+        #[target_feature(enable = $features)]
+        #[inline]
+        unsafe fn dot_float_row<const R: usize>(
             dtype: DType,
             w: &[u8],
             x: &[&[f32]; R],

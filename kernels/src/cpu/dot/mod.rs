@@ -1,4 +1,4 @@
-//! Dot products of one weight row with up to [`TILE`] activation rows.
+//! Dot products of one weight row with up to [`tile_rows`] activation rows.
 //!
 //! The per-type table of ggml (`type_traits_cpu`), as a match: quantized
 //! weights pair with activations quantized per `quant_act`; float weights
@@ -16,52 +16,68 @@ mod avx512;
 mod scalar;
 
 use super::isa::CheckedIsa;
-use super::quant_act::QRow;
+use super::quant_act::{spread_len, QRow};
 use super::Isa;
 use crate::DType;
 
-/// Most activation rows one kernel call takes.
-pub(crate) const TILE: usize = 4;
+/// Activation rows one kernel call takes for a batch: AVX-512 has 32
+/// vector registers, room for eight rows' accumulators; AVX2's 16 hold four.
+pub(crate) fn tile_rows(isa: CheckedIsa) -> usize {
+    if isa.get() >= Isa::Avx512 {
+        8
+    } else {
+        4
+    }
+}
 
-/// `out[r] = W_row · a[r]` for a quantized `dtype`.
+/// `out[row · R + r] = W[row] · a[r]` for every whole row of `row_bytes`
+/// in `w` and a quantized `dtype`. Taking many weight rows per call keeps
+/// the ISA and type dispatch (and these checks) out of the per-row path: a
+/// 576-wide Q4_1 row takes only ~30 ns.
 ///
 /// # Panics
-/// When `w` is not one row of `a[r].qs.len()` elements of `dtype` or the
-/// rows disagree in length: callers validate shapes first, so this guards
-/// the SIMD code's unchecked loads against internal bugs.
+/// When the shapes disagree (`w` not whole rows of `a[r].qs.len()`
+/// elements, `out` not `R` per row, activations inconsistent, AVX-512 spread
+/// scales missing): callers validate shapes first, so this guards the SIMD
+/// code's unchecked loads against internal bugs.
 pub(crate) fn dot_quantized<const R: usize>(
     isa: CheckedIsa,
     dtype: DType,
     w: &[u8],
+    row_bytes: usize,
     a: &[QRow<'_>; R],
-    out: &mut [f32; R],
+    out: &mut [f32],
 ) {
     let k = a.first().map_or(0, |a| a.qs.len());
+    let rows = w.len().checked_div(row_bytes).unwrap_or(0);
     assert!(
         dtype.is_quantized()
-            && dtype.bytes_for(k) == Some(w.len())
+            && dtype.bytes_for(k) == Some(row_bytes)
+            && w.len() == rows * row_bytes
+            && out.len() == rows * R
             && a.iter()
-                .all(|a| a.qs.len() == k && a.ds.len() == 2 * (k / 32)),
-        "dot_quantized: {dtype} row of {} bytes against activations of {k}",
+                .all(|a| a.qs.len() == k && a.ds.len() == 2 * (k / 32))
+            && (isa.get() < Isa::Avx512 || a.iter().all(|a| a.spread.len() == spread_len(k / 32))),
+        "dot_quantized: {dtype} rows of {row_bytes} bytes ({} in all) against activations of {k}",
         w.len()
     );
     match isa.get() {
-        Isa::Scalar => scalar::dot_quantized(dtype, w, a, out),
+        Isa::Scalar => scalar::dot_quantized(dtype, w, row_bytes, a, out),
         // SAFETY: CheckedIsa guarantees the features; shapes checked above.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { avx2::dot_quantized(dtype, w, a, out) },
+        Isa::Avx2 => unsafe { avx2::dot_quantized(dtype, w, row_bytes, a, out) },
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe { avx512::plain::dot_quantized(dtype, w, a, out) },
+        Isa::Avx512 => unsafe { avx512::plain::dot_quantized(dtype, w, row_bytes, a, out) },
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512Vnni => unsafe { avx512::vnni::dot_quantized(dtype, w, a, out) },
+        Isa::Avx512Vnni => unsafe { avx512::vnni::dot_quantized(dtype, w, row_bytes, a, out) },
         #[cfg(not(target_arch = "x86_64"))]
-        _ => scalar::dot_quantized(dtype, w, a, out),
+        _ => scalar::dot_quantized(dtype, w, row_bytes, a, out),
     }
 }
 
-/// `out[r] = W_row · x[r]` for a float `dtype` (F32, F16, BF16).
+/// `out[row · R + r] = W[row] · x[r]` for a float `dtype` (F32, F16, BF16).
 ///
 /// # Panics
 /// As [`dot_quantized`], on inconsistent shapes.
@@ -69,29 +85,33 @@ pub(crate) fn dot_float<const R: usize>(
     isa: CheckedIsa,
     dtype: DType,
     w: &[u8],
+    row_bytes: usize,
     x: &[&[f32]; R],
-    out: &mut [f32; R],
+    out: &mut [f32],
 ) {
     let k = x.first().map_or(0, |x| x.len());
+    let rows = w.len().checked_div(row_bytes).unwrap_or(0);
     assert!(
         !dtype.is_quantized()
-            && dtype.bytes_for(k) == Some(w.len())
+            && dtype.bytes_for(k) == Some(row_bytes)
+            && w.len() == rows * row_bytes
+            && out.len() == rows * R
             && x.iter().all(|x| x.len() == k),
-        "dot_float: {dtype} row of {} bytes against activations of {k}",
+        "dot_float: {dtype} rows of {row_bytes} bytes ({} in all) against activations of {k}",
         w.len()
     );
     match isa.get() {
-        Isa::Scalar => scalar::dot_float(dtype, w, x, out),
+        Isa::Scalar => scalar::dot_float(dtype, w, row_bytes, x, out),
         // SAFETY: CheckedIsa guarantees the features; shapes checked above.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { avx2::dot_float(dtype, w, x, out) },
+        Isa::Avx2 => unsafe { avx2::dot_float(dtype, w, row_bytes, x, out) },
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe { avx512::plain::dot_float(dtype, w, x, out) },
+        Isa::Avx512 => unsafe { avx512::plain::dot_float(dtype, w, row_bytes, x, out) },
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512Vnni => unsafe { avx512::vnni::dot_float(dtype, w, x, out) },
+        Isa::Avx512Vnni => unsafe { avx512::vnni::dot_float(dtype, w, row_bytes, x, out) },
         #[cfg(not(target_arch = "x86_64"))]
-        _ => scalar::dot_float(dtype, w, x, out),
+        _ => scalar::dot_float(dtype, w, row_bytes, x, out),
     }
 }

@@ -7,38 +7,52 @@
 //! differ only in the order the f32 sums are taken.
 
 use crate::cpu::blocks::{
-    bf16_at, f16_at, q4_quant, q4k_quant, q4k_scale_min, q6k_quant, Q4K_DMIN, Q4K_SCALES, Q4_0_QS,
-    Q4_1_M, Q4_1_QS, Q6K_D, Q6K_SCALES, Q8_0_QS, QK, QK_K,
+    bf16_at, f16_at, f32_at, q4_quant, q4k_quant, q4k_scale_min, q6k_quant, Q4K_DMIN, Q4K_SCALES,
+    Q4_0_QS, Q4_1_M, Q4_1_QS, Q6K_D, Q6K_SCALES, Q8_0_QS, QK, QK_K,
 };
 use crate::cpu::quant_act::QRow;
 use crate::DType;
 
-/// `out[r] = W_row · a[r]` for a quantized `dtype`.
+/// `out[row · R + r] = W[row] · a[r]` for a quantized `dtype`, `w` holding
+/// whole rows of `row_bytes`.
 pub(crate) fn dot_quantized<const R: usize>(
     dtype: DType,
     w: &[u8],
+    row_bytes: usize,
     a: &[QRow<'_>; R],
-    out: &mut [f32; R],
+    out: &mut [f32],
 ) {
-    for (out, a) in out.iter_mut().zip(a) {
-        *out = match dtype {
-            DType::Q8_0 => dot_q8_0(w, a),
-            DType::Q4_0 => dot_q4(w, a, false),
-            DType::Q4_1 => dot_q4(w, a, true),
-            DType::Q4K => dot_q4k(w, a),
-            DType::Q6K => dot_q6k(w, a),
-            DType::F32 | DType::F16 | DType::BF16 => f32::NAN,
-        };
+    let dot: fn(&[u8], &QRow<'_>) -> f32 = match dtype {
+        DType::Q8_0 => dot_q8_0,
+        DType::Q4_0 => |w, a| dot_q4(w, a, false),
+        DType::Q4_1 => |w, a| dot_q4(w, a, true),
+        DType::Q4K => dot_q4k,
+        DType::Q6K => dot_q6k,
+        DType::F32 | DType::F16 | DType::BF16 => |_, _| f32::NAN,
+    };
+    for (w, o) in w.chunks_exact(row_bytes).zip(out.chunks_exact_mut(R)) {
+        for (o, a) in o.iter_mut().zip(a) {
+            *o = dot(w, a);
+        }
     }
 }
 
-/// `out[r] = W_row · x[r]` for a float `dtype`, summed in element order.
+/// `out[row · R + r] = W[row] · x[r]` for a float `dtype`, summed in
+/// element order.
 pub(crate) fn dot_float<const R: usize>(
     dtype: DType,
     w: &[u8],
+    row_bytes: usize,
     x: &[&[f32]; R],
-    out: &mut [f32; R],
+    out: &mut [f32],
 ) {
+    for (w, o) in w.chunks_exact(row_bytes).zip(out.as_chunks_mut::<R>().0) {
+        dot_float_row(dtype, w, x, o);
+    }
+}
+
+#[inline]
+fn dot_float_row<const R: usize>(dtype: DType, w: &[u8], x: &[&[f32]; R], out: &mut [f32; R]) {
     let width = dtype.block_bytes();
     for (out, x) in out.iter_mut().zip(x) {
         let mut sum = 0.0f32;
@@ -46,7 +60,7 @@ pub(crate) fn dot_float<const R: usize>(
             let weight = match dtype {
                 DType::F16 => f16_at(w, i * width),
                 DType::BF16 => bf16_at(w, i * width),
-                _ => f32::from_le_bytes([w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]]),
+                _ => f32_at(w, 4 * i),
             };
             sum += weight * v;
         }

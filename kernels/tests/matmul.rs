@@ -1,0 +1,198 @@
+//! Matmul on every ISA and weight type against a naive f64 reference that
+//! follows the activation-quantization contract, and SIMD against scalar.
+
+mod common;
+
+use bytes::Bytes;
+use common::{contract_quantize, isas_to_test, random_activations, random_weights, rng};
+use switchyard_kernels::cpu::{dequantize_row, CpuBackend, Isa};
+use switchyard_kernels::{Backend, DType, WeightView};
+
+/// Quantized types against the f64 reference, relative to `Σ|w_i x̂_i|`.
+/// The integer block sums are exact, so the only error is f32 arithmetic:
+/// one rounding for each `d_w·d_a` (and `m·s`) product and one per f32
+/// addition of up to `2·k/32` block terms (≤ 144 at k = 2304). Each is at
+/// most 2⁻²⁴ ≈ 6e-8 of a partial sum no larger than the magnitude times the
+/// cancellation between a Q4_1/Q4_K block's scale and min terms (≤ ~4×), so
+/// 1e-5 bounds the random-walk error with a wide margin yet still catches
+/// any wrong block, nibble or scale (those are off by ≥ 1e-3).
+const QUANT_REL_TOL: f64 = 1e-5;
+
+/// Float weight types (activations not quantized): a sequential or lane-wise
+/// f32 sum of `k ≤ 2304` products; the worst case is k·2⁻²⁴ ≈ 1.4e-4 but
+/// the actual random-walk error is about √k·2⁻²⁴ ≈ 3e-6; 2e-5 leaves margin.
+const FLOAT_REL_TOL: f64 = 2e-5;
+
+/// Absolute slack for outputs whose magnitude is near zero (a row of zero
+/// activations): f32 noise of exact zeros is zero, so this only matters for
+/// tiny denormal-level leftovers.
+const ABS_TOL: f64 = 1e-6;
+
+fn k_sizes(dtype: DType) -> &'static [usize] {
+    if dtype.block_len() == 256 {
+        &[256, 1536, 2304]
+    } else {
+        &[32, 256, 576, 1536, 2304]
+    }
+}
+
+/// `(y, magnitude)`, both `n × rows`, in f64.
+fn reference(
+    dtype: DType,
+    w: &[u8],
+    rows: usize,
+    k: usize,
+    x: &[f32],
+    n: usize,
+) -> (Vec<f64>, Vec<f64>) {
+    let row_bytes = dtype.bytes_for(k).unwrap();
+    let xs: Vec<Vec<f64>> = (0..n)
+        .map(|t| {
+            let row = &x[t * k..(t + 1) * k];
+            if dtype.is_quantized() {
+                contract_quantize(row)
+            } else {
+                row.iter().map(|v| f64::from(*v)).collect()
+            }
+        })
+        .collect();
+    let mut y = vec![0.0; n * rows];
+    let mut magnitude = vec![0.0; n * rows];
+    let mut w_row = vec![0.0f32; k];
+    for r in 0..rows {
+        dequantize_row(dtype, &w[r * row_bytes..(r + 1) * row_bytes], &mut w_row).unwrap();
+        for (t, xs) in xs.iter().enumerate() {
+            let (mut sum, mut mag) = (0.0f64, 0.0f64);
+            for (w, x) in w_row.iter().zip(xs) {
+                sum += f64::from(*w) * x;
+                mag += (f64::from(*w) * x).abs();
+            }
+            y[t * rows + r] = sum;
+            magnitude[t * rows + r] = mag;
+        }
+    }
+    (y, magnitude)
+}
+
+fn run(
+    backend: &CpuBackend,
+    dtype: DType,
+    w: &Bytes,
+    rows: usize,
+    k: usize,
+    x: &[f32],
+    n: usize,
+) -> Vec<f32> {
+    let matrix = backend
+        .matrix(WeightView::new(dtype, rows, k, w.clone()).unwrap())
+        .unwrap();
+    let x = backend.activations_from(n, k, x);
+    let mut y = backend.activations(n, rows);
+    backend.matmul(&x, &matrix, None, &mut y).unwrap();
+    y.as_slice().to_vec()
+}
+
+#[test]
+fn matmul_matches_f64_reference_and_scalar_on_every_isa() {
+    let isas = isas_to_test("matmul");
+    // Thread counts vary with the ISA so 1, 2 and 3 threads all run.
+    let backends: Vec<CpuBackend> = isas
+        .iter()
+        .enumerate()
+        .map(|(i, isa)| CpuBackend::with_isa(1 + i % 3, *isa))
+        .collect();
+    let scalar_3 = CpuBackend::with_isa(3, Isa::Scalar);
+    let mut rng = rng(11);
+    let mut checked = 0;
+    for dtype in DType::ALL {
+        let tol = if dtype.is_quantized() {
+            QUANT_REL_TOL
+        } else {
+            FLOAT_REL_TOL
+        };
+        for &k in k_sizes(dtype) {
+            for rows in [1usize, 3, 7, 49] {
+                let w = Bytes::from(random_weights(&mut rng, dtype, rows, k));
+                for n in 1..=9 {
+                    let x = random_activations(&mut rng, n, k);
+                    let (want, magnitude) = reference(dtype, &w, rows, k, &x, n);
+                    let scalar = run(&backends[0], dtype, &w, rows, k, &x, n);
+                    assert_eq!(
+                        scalar,
+                        run(&scalar_3, dtype, &w, rows, k, &x, n),
+                        "{dtype} k={k} rows={rows} n={n}: thread count changed the result"
+                    );
+                    for (backend, isa) in backends.iter().zip(&isas) {
+                        let got = run(backend, dtype, &w, rows, k, &x, n);
+                        for i in 0..n * rows {
+                            let bound = tol * magnitude[i] + ABS_TOL;
+                            let err = (f64::from(got[i]) - want[i]).abs();
+                            assert!(
+                                err <= bound,
+                                "{isa} {dtype} k={k} rows={rows} n={n} out[{i}]: got {} want {} (err {err:e} > {bound:e})",
+                                got[i],
+                                want[i]
+                            );
+                            let diff = (f64::from(got[i]) - f64::from(scalar[i])).abs();
+                            assert!(
+                                diff <= 2.0 * bound,
+                                "{isa} vs scalar {dtype} k={k} rows={rows} n={n} out[{i}]: {} vs {}",
+                                got[i],
+                                scalar[i]
+                            );
+                        }
+                        checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    println!("matmul: {checked} (isa, dtype, shape) cases checked");
+}
+
+#[test]
+fn bias_is_added_per_output_row() {
+    let mut rng = rng(5);
+    for isa in isas_to_test("matmul bias") {
+        let backend = CpuBackend::with_isa(2, isa);
+        for dtype in [DType::Q4_1, DType::F16] {
+            let (rows, k, n) = (5, 64, 3);
+            let w = Bytes::from(random_weights(&mut rng, dtype, rows, k));
+            let x = random_activations(&mut rng, n, k);
+            let plain = run(&backend, dtype, &w, rows, k, &x, n);
+            let bias_values = [1.0f32, -2.0, 3.5, 0.0, 10.0];
+            let bias = backend.vector(&bias_values).unwrap();
+            let matrix = backend
+                .matrix(WeightView::new(dtype, rows, k, w.clone()).unwrap())
+                .unwrap();
+            let xa = backend.activations_from(n, k, &x);
+            let mut y = backend.activations(n, rows);
+            backend.matmul(&xa, &matrix, Some(&bias), &mut y).unwrap();
+            for t in 0..n {
+                for r in 0..rows {
+                    assert_eq!(
+                        y.as_slice()[t * rows + r],
+                        plain[t * rows + r] + bias_values[r]
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn matmul_rejects_mismatched_shapes() {
+    let backend = CpuBackend::new(1);
+    let w = backend
+        .matrix(WeightView::new(DType::Q8_0, 2, 32, Bytes::from(vec![0u8; 68])).unwrap())
+        .unwrap();
+    let x = backend.activations(1, 64);
+    let mut y = backend.activations(1, 2);
+    assert!(backend.matmul(&x, &w, None, &mut y).is_err());
+    let x = backend.activations(1, 32);
+    let mut y = backend.activations(2, 2);
+    assert!(backend.matmul(&x, &w, None, &mut y).is_err());
+    let bias = backend.vector(&[1.0; 3]).unwrap();
+    let mut y = backend.activations(1, 2);
+    assert!(backend.matmul(&x, &w, Some(&bias), &mut y).is_err());
+}
