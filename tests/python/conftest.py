@@ -57,3 +57,20 @@ def engine_logits(bin_path, model, tokens, tmp_path, greedy=0, positions="all"):
         "--positions", positions, "--greedy", greedy, "--threads", "2",
     )
     return np.load(out), info["greedy"]
+
+
+def greedy_gaps(reference, prompt, generated):
+    """Teacher-forced check of a greedy continuation: runs the reference once
+    over prompt + generated and returns, per generated token, how far its
+    logit lies below the reference's best logit at that step (0 where the
+    reference picks the same token).
+
+    Two correct implementations may break a near-tie differently (a logit
+    error of a fraction of a unit flips a choice whose margin is smaller);
+    after that the sequences legitimately part. Bounding every gap by the
+    logit tolerance allows exactly that and nothing more: any step where the
+    reference's winner leads by more than the bound must agree."""
+    reference.reset()
+    logits = reference.forward(list(prompt) + list(generated[:-1]))[len(prompt) - 1 :]
+    chosen = logits[np.arange(len(generated)), generated]
+    return logits.max(axis=1) - chosen

@@ -57,6 +57,10 @@ class Reference:
         self.act_quant = act_quant
         self.w = {k: v.astype(np.float64) for k, v in ckpt.tensors.items()}
         self.freq = inv_freq(self.c)
+        if "rope_freqs.weight" in ckpt.tensors:
+            # GGUF Llama 3 files carry their RoPE scaling as per-dimension
+            # divisors of the frequency (llama.cpp's `rope_freqs`).
+            self.freq = self.freq / ckpt.tensors["rope_freqs.weight"].astype(np.float64)
         self.reset()
 
     def reset(self):
