@@ -117,16 +117,18 @@ fn rope_scaling(s: &HfRopeScaling, path: &Path) -> Result<RopeScaling, FormatErr
             if high_freq_factor <= low_freq_factor {
                 return Err(bad(
                     "high_freq_factor",
-                    format!("is {high_freq_factor}; it must exceed low_freq_factor ({low_freq_factor})"),
+                    format!(
+                        "is {high_freq_factor}; it must exceed low_freq_factor ({low_freq_factor})"
+                    ),
                 ));
             }
             Ok(RopeScaling::Llama3 {
                 factor: number(s.factor, "factor")?,
                 low_freq_factor,
                 high_freq_factor,
-                original_context_length: s.original_max_position_embeddings.ok_or_else(|| {
-                    bad("original_max_position_embeddings", "is missing".into())
-                })?,
+                original_context_length: s
+                    .original_max_position_embeddings
+                    .ok_or_else(|| bad("original_max_position_embeddings", "is missing".into()))?,
             })
         }
         Some(other) => Err(bad(
@@ -155,7 +157,9 @@ mod tests {
         assert_eq!(c.architecture, Architecture::Llama);
         assert_eq!((c.n_heads, c.n_kv_heads, c.head_dim), (32, 8, 128));
         assert_eq!(c.rope_style, RopeStyle::Neox);
-        assert!(matches!(c.rope_scaling, RopeScaling::Llama3 { factor, original_context_length: 8192, .. } if factor == 8.0));
+        assert!(
+            matches!(c.rope_scaling, RopeScaling::Llama3 { factor, original_context_length: 8192, .. } if factor == 8.0)
+        );
         c.validate().unwrap();
     }
 
