@@ -202,9 +202,9 @@ pub(super) fn parse_header(buf: &[u8], path: &Path) -> Result<Header, FormatErro
     match version {
         2 | 3 => {}
         v if v.swap_bytes() == 2 || v.swap_bytes() == 3 => {
-            return Err(c.malformed(
-                "the file is big-endian GGUF; Switchyard reads little-endian files only".into(),
-            ))
+            return Err(FormatError::BigEndian {
+                path: path.to_path_buf(),
+            })
         }
         v => {
             return Err(FormatError::UnsupportedVersion {
