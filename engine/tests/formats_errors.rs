@@ -150,7 +150,7 @@ fn bad_tensor_descriptions_are_named() {
         ),
         (
             raw_gguf(3, &[f32_tensor("huge", u64::MAX - 31)], 32),
-            &["huge", "past the end"],
+            &["huge", "beyond any possible file"],
         ),
         (
             raw_gguf(
