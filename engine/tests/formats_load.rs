@@ -22,7 +22,10 @@ fn assert_same_config(actual: &ModelConfig, expected: &ModelConfig, what: &str) 
     assert_eq!(strip(actual), strip(expected), "{what}");
     let (a, e) = (actual.rope_inv_freq(), expected.rope_inv_freq());
     for (x, y) in a.iter().zip(&e) {
-        assert!((x - y).abs() <= 1e-5 * y.abs(), "{what}: inv_freq {a:?} vs {e:?}");
+        assert!(
+            (x - y).abs() <= 1e-5 * y.abs(),
+            "{what}: inv_freq {a:?} vs {e:?}"
+        );
     }
 }
 
@@ -53,7 +56,10 @@ fn every_preset_and_type_loads_from_gguf() {
             // Writing is deterministic.
             let again = dir.path().join("again.gguf");
             write_gguf(&spec, &again).unwrap();
-            assert_eq!(std::fs::read(&path).unwrap(), std::fs::read(&again).unwrap());
+            assert_eq!(
+                std::fs::read(&path).unwrap(),
+                std::fs::read(&again).unwrap()
+            );
         }
     }
 }
@@ -112,7 +118,10 @@ fn gguf_and_safetensors_hold_the_same_model() {
         let (gguf, hf) = (dir.path().join("m.gguf"), dir.path().join("m"));
         write_gguf(&spec, &gguf).unwrap();
         write_safetensors(&spec, &hf, 1).unwrap();
-        let (g, h) = (load_checkpoint(&gguf).unwrap(), load_checkpoint(&hf).unwrap());
+        let (g, h) = (
+            load_checkpoint(&gguf).unwrap(),
+            load_checkpoint(&hf).unwrap(),
+        );
         for (name, _) in expected_tensors(&g.config) {
             let same = g.tensors[&name].data == h.tensors[&name].data;
             let permuted = name.contains("attn_q.") || name.contains("attn_k.");
@@ -128,7 +137,9 @@ fn gguf_and_safetensors_hold_the_same_model() {
 /// The real model fetched by scripts/fetch-model.sh, when present.
 #[test]
 fn real_smollm2_gguf_has_its_known_config() {
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
     let path = home.join(".cache/switchyard/models/SmolLM2-135M-Instruct.Q4_1.gguf");
     if !path.is_file() {
         println!(
@@ -144,15 +155,24 @@ fn real_smollm2_gguf_has_its_known_config() {
         (c.n_layers, c.hidden_size, c.n_heads, c.n_kv_heads),
         (30, 576, 9, 3)
     );
-    assert_eq!((c.intermediate_size, c.vocab_size, c.head_dim), (1536, 49152, 64));
+    assert_eq!(
+        (c.intermediate_size, c.vocab_size, c.head_dim),
+        (1536, 49152, 64)
+    );
     assert!(c.tied_embeddings && !c.qkv_bias);
     assert_eq!(c.rope_style, RopeStyle::Interleaved);
     let file = GgufFile::open(&path).unwrap();
     assert_eq!(file.version(), 3);
-    assert_eq!(file.metadata().get_str("tokenizer.ggml.model"), Some("gpt2"));
+    assert_eq!(
+        file.metadata().get_str("tokenizer.ggml.model"),
+        Some("gpt2")
+    );
     // Every tensor's bytes are reachable, zero-copy.
     for name in file.tensors().keys() {
         let t = file.tensor_data(name).unwrap();
-        assert_eq!(Some(t.data.len()), t.dtype.bytes_for(t.shape.iter().product()));
+        assert_eq!(
+            Some(t.data.len()),
+            t.dtype.bytes_for(t.shape.iter().product())
+        );
     }
 }

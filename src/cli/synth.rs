@@ -41,7 +41,10 @@ pub struct SynthArgs {
 fn parse_preset(name: &str) -> Result<Preset, String> {
     Preset::from_name(name).ok_or_else(|| {
         let names: Vec<_> = Preset::ALL.iter().map(|p| p.name()).collect();
-        format!("unknown preset '{name}'; choose one of {}", names.join(", "))
+        format!(
+            "unknown preset '{name}'; choose one of {}",
+            names.join(", ")
+        )
     })
 }
 

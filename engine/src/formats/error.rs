@@ -19,8 +19,9 @@ pub enum FormatError {
         source: std::io::Error,
     },
     #[error(
-        "{path} is neither a GGUF file (its first bytes are {found:02x?}, not \"GGUF\") nor a \
-         Hugging Face folder; pass a .gguf file or a folder holding config.json"
+        "{path} is neither a GGUF file (it starts with \"{}\", not \"GGUF\") nor a Hugging \
+         Face folder; pass a .gguf file or a folder holding config.json",
+        .found.escape_ascii()
     )]
     NotACheckpoint { path: PathBuf, found: Vec<u8> },
     #[error(
@@ -28,6 +29,11 @@ pub enum FormatError {
          re-convert the model with a current llama.cpp convert script"
     )]
     UnsupportedVersion { path: PathBuf, version: u32 },
+    #[error(
+        "{path} is a big-endian GGUF file; Switchyard reads little-endian files only, convert \
+         the model again without --bigendian"
+    )]
+    BigEndian { path: PathBuf },
     #[error(
         "{path} is truncated: {what} needs {needed} bytes at offset {offset}, but the file ends \
          at {len}; the file is probably a partial download, fetch it again"

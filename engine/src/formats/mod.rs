@@ -4,6 +4,16 @@
 //! Tensor names are normalised to GGUF's (`token_embd.weight`,
 //! `blk.0.attn_q.weight`, ...), shapes are outermost-first (`[rows, cols]`,
 //! `cols` contiguous), whatever the source.
+//!
+//! ```no_run
+//! use switchyard_engine::formats::load_checkpoint;
+//!
+//! // A .gguf file or a Hugging Face folder; errors name the file and the fix.
+//! let ckpt = load_checkpoint(std::path::Path::new("model.gguf"))?;
+//! println!("{} layers, vocab {}", ckpt.config.n_layers, ckpt.config.vocab_size);
+//! let embeddings = &ckpt.tensors["token_embd.weight"]; // [vocab, hidden]
+//! # Ok::<(), switchyard_engine::formats::FormatError>(())
+//! ```
 
 mod error;
 pub mod gguf;

@@ -9,9 +9,7 @@ use crate::model::config::ModelConfig;
 /// The tensors the forward pass reads and their shapes (outermost first),
 /// derived from the configuration alone. Lazy, so a hostile layer count
 /// costs nothing until tensors run out.
-pub fn expected_tensors(
-    config: &ModelConfig,
-) -> impl Iterator<Item = (String, Vec<usize>)> + '_ {
+pub fn expected_tensors(config: &ModelConfig) -> impl Iterator<Item = (String, Vec<usize>)> + '_ {
     let (hidden, ffn, vocab) = (
         config.hidden_size,
         config.intermediate_size,

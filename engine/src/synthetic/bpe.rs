@@ -36,13 +36,18 @@ impl SyntheticVocab {
     /// is large enough for the presets.
     pub fn build(vocab_size: usize) -> Self {
         let to_char = byte_to_unicode();
-        let mut tokens: Vec<String> = (0..=255u8).map(|b| to_char[b as usize].to_string()).collect();
+        let mut tokens: Vec<String> = (0..=255u8)
+            .map(|b| to_char[b as usize].to_string())
+            .collect();
         let target = vocab_size.saturating_sub(SPECIAL_TOKENS.len());
 
         // Words (a leading space belongs to the word, as in GPT-2) with counts.
         let mut words: BTreeMap<Vec<String>, usize> = BTreeMap::new();
         for word in split_words(CORPUS) {
-            let symbols = word.bytes().map(|b| to_char[b as usize].to_string()).collect();
+            let symbols = word
+                .bytes()
+                .map(|b| to_char[b as usize].to_string())
+                .collect();
             *words.entry(symbols).or_default() += 1;
         }
         let mut merges = Vec::new();
@@ -168,6 +173,9 @@ mod tests {
 
     #[test]
     fn splits_like_gpt2() {
-        assert_eq!(split_words("Hello, world 42!"), ["Hello", ",", " world", " 42", "!"]);
+        assert_eq!(
+            split_words("Hello, world 42!"),
+            ["Hello", ",", " world", " 42", "!"]
+        );
     }
 }

@@ -131,7 +131,10 @@ fn write_model_metadata(w: &mut GgufWriter, spec: &SyntheticSpec, config: &Model
 fn write_tokenizer_metadata(w: &mut GgufWriter, vocab: &SyntheticVocab) {
     let strings =
         |items: Vec<String>| MetaValue::Array(items.into_iter().map(MetaValue::String).collect());
-    let special_from = vocab.tokens.len() - super::SPECIAL_TOKENS.len();
+    let special_from = vocab
+        .tokens
+        .len()
+        .saturating_sub(super::SPECIAL_TOKENS.len());
     w.add_metadata("tokenizer.ggml.model", MetaValue::String("gpt2".into()));
     w.add_metadata("tokenizer.ggml.pre", MetaValue::String("gpt-2".into()));
     w.add_metadata("tokenizer.ggml.tokens", strings(vocab.tokens.clone()));

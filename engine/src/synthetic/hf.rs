@@ -21,7 +21,11 @@ use crate::model::config::{Architecture, ModelConfig, RopeScaling};
 /// Writes `spec` as a Hugging Face folder in `dir` (created if missing),
 /// every tensor in `spec.dtype` (f32, f16 or bf16). `shards > 1` splits the
 /// weights into that many files plus `model.safetensors.index.json`.
-pub fn write_safetensors(spec: &SyntheticSpec, dir: &Path, shards: usize) -> Result<(), FormatError> {
+pub fn write_safetensors(
+    spec: &SyntheticSpec,
+    dir: &Path,
+    shards: usize,
+) -> Result<(), FormatError> {
     let unwritable = |reason: String| FormatError::Unwritable {
         path: dir.to_path_buf(),
         reason,
@@ -79,7 +83,10 @@ pub fn write_safetensors(spec: &SyntheticSpec, dir: &Path, shards: usize) -> Res
         let index = json!({ "metadata": { "total_size": total_size }, "weight_map": weight_map });
         write_json(&dir.join(INDEX_FILE), &index)?;
     }
-    write_json(&dir.join("config.json"), &config_json(&config, &vocab, spec.dtype))?;
+    write_json(
+        &dir.join("config.json"),
+        &config_json(&config, &vocab, spec.dtype),
+    )?;
     write_json(&dir.join("tokenizer.json"), &tokenizer_json(&vocab))?;
     write_json(
         &dir.join("tokenizer_config.json"),
@@ -169,7 +176,11 @@ pub fn tokenizer_json(vocab: &SyntheticVocab) -> Value {
         .enumerate()
         .map(|(id, t)| (t.clone(), json!(id)))
         .collect();
-    let merges: Vec<String> = vocab.merges.iter().map(|(a, b)| format!("{a} {b}")).collect();
+    let merges: Vec<String> = vocab
+        .merges
+        .iter()
+        .map(|(a, b)| format!("{a} {b}"))
+        .collect();
     let byte_level = json!({
         "type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true
     });

@@ -27,7 +27,9 @@ pub fn synthetic_tensors(config: &ModelConfig, seed: u64) -> Vec<SyntheticTensor
             let n: usize = shape.iter().product();
             let values = if name.ends_with("_norm.weight") {
                 // Norm gains near 1, so activations keep their scale.
-                (0..n).map(|_| 1.0 + rng.random_range(-0.1f32..0.1)).collect()
+                (0..n)
+                    .map(|_| 1.0 + rng.random_range(-0.1f32..0.1))
+                    .collect()
             } else if name.ends_with(".bias") {
                 (0..n).map(|_| rng.random_range(-0.02f32..0.02)).collect()
             } else if name == "token_embd.weight" {

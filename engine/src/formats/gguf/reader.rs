@@ -202,9 +202,9 @@ pub(super) fn parse_header(buf: &[u8], path: &Path) -> Result<Header, FormatErro
     match version {
         2 | 3 => {}
         v if v.swap_bytes() == 2 || v.swap_bytes() == 3 => {
-            return Err(c.malformed(
-                "the file is big-endian GGUF; Switchyard reads little-endian files only".into(),
-            ))
+            return Err(FormatError::BigEndian {
+                path: path.to_path_buf(),
+            })
         }
         v => {
             return Err(FormatError::UnsupportedVersion {
@@ -368,23 +368,32 @@ impl RawTensorInfo {
                 self.offset
             )));
         }
-        let start = data_start.checked_add(self.offset);
-        let end = start.and_then(|s| s.checked_add(size as u64));
-        match (start, end) {
-            (Some(_), Some(end)) if end <= file_len => Ok(TensorInfo {
-                name: self.name,
-                dtype,
-                shape,
-                offset: self.offset,
-                size,
-            }),
-            _ => Err(FormatError::TensorOutOfBounds {
+        let (Some(start), Some(end)) = (
+            data_start.checked_add(self.offset),
+            data_start
+                .checked_add(self.offset)
+                .and_then(|s| s.checked_add(size as u64)),
+        ) else {
+            return Err(bad(format!(
+                "its data offset {} plus {size} bytes lies beyond any possible file",
+                self.offset
+            )));
+        };
+        if end > file_len {
+            return Err(FormatError::TensorOutOfBounds {
                 path: path.to_path_buf(),
                 tensor: self.name.clone(),
-                start: start.unwrap_or(u64::MAX),
-                end: end.unwrap_or(u64::MAX),
+                start,
+                end,
                 len: file_len,
-            }),
+            });
         }
+        Ok(TensorInfo {
+            name: self.name,
+            dtype,
+            shape,
+            offset: self.offset,
+            size,
+        })
     }
 }

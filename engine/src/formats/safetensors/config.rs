@@ -28,9 +28,10 @@ struct HfConfig {
 
 #[derive(Debug, Deserialize)]
 struct HfRopeScaling {
-    /// Older configs say `type`, newer ones `rope_type`.
-    #[serde(alias = "type")]
+    /// Newer configs say `rope_type`, older ones `type`; some say both.
     rope_type: Option<String>,
+    #[serde(rename = "type")]
+    legacy_type: Option<String>,
     factor: Option<f64>,
     low_freq_factor: Option<f64>,
     high_freq_factor: Option<f64>,
@@ -106,7 +107,7 @@ fn rope_scaling(s: &HfRopeScaling, path: &Path) -> Result<RopeScaling, FormatErr
         Some(v) => Err(bad(key, format!("is {v}; it must be a positive number"))),
         None => Err(bad(key, "is missing".into())),
     };
-    match s.rope_type.as_deref() {
+    match s.rope_type.as_deref().or(s.legacy_type.as_deref()) {
         None | Some("default") => Ok(RopeScaling::None),
         Some("linear") => Ok(RopeScaling::Linear {
             factor: number(s.factor, "factor")?,
@@ -117,16 +118,18 @@ fn rope_scaling(s: &HfRopeScaling, path: &Path) -> Result<RopeScaling, FormatErr
             if high_freq_factor <= low_freq_factor {
                 return Err(bad(
                     "high_freq_factor",
-                    format!("is {high_freq_factor}; it must exceed low_freq_factor ({low_freq_factor})"),
+                    format!(
+                        "is {high_freq_factor}; it must exceed low_freq_factor ({low_freq_factor})"
+                    ),
                 ));
             }
             Ok(RopeScaling::Llama3 {
                 factor: number(s.factor, "factor")?,
                 low_freq_factor,
                 high_freq_factor,
-                original_context_length: s.original_max_position_embeddings.ok_or_else(|| {
-                    bad("original_max_position_embeddings", "is missing".into())
-                })?,
+                original_context_length: s
+                    .original_max_position_embeddings
+                    .ok_or_else(|| bad("original_max_position_embeddings", "is missing".into()))?,
             })
         }
         Some(other) => Err(bad(
@@ -155,7 +158,9 @@ mod tests {
         assert_eq!(c.architecture, Architecture::Llama);
         assert_eq!((c.n_heads, c.n_kv_heads, c.head_dim), (32, 8, 128));
         assert_eq!(c.rope_style, RopeStyle::Neox);
-        assert!(matches!(c.rope_scaling, RopeScaling::Llama3 { factor, original_context_length: 8192, .. } if factor == 8.0));
+        assert!(
+            matches!(c.rope_scaling, RopeScaling::Llama3 { factor, original_context_length: 8192, .. } if factor == 8.0)
+        );
         c.validate().unwrap();
     }
 
@@ -168,6 +173,9 @@ mod tests {
         let text = LLAMA3.replace("\"llama\"", "\"gpt2\"");
         let err = parse_config(&text, Path::new("config.json"), false).unwrap_err();
         assert!(err.to_string().contains("gpt2"), "{err}");
+        let text = LLAMA3.replace("\"rope_type\"", "\"type\"");
+        let c = parse_config(&text, Path::new("config.json"), false).unwrap();
+        assert!(matches!(c.rope_scaling, RopeScaling::Llama3 { .. }));
         let text = LLAMA3.replace("\"llama3\"", "\"yarn\"");
         let err = parse_config(&text, Path::new("config.json"), false).unwrap_err();
         assert!(err.to_string().contains("yarn"), "{err}");

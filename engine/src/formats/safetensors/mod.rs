@@ -98,7 +98,9 @@ fn weight_files(dir: &Path) -> Result<Vec<PathBuf>, FormatError> {
         .into_iter()
         .map(|name| {
             // Shards live beside the index; a path elsewhere is refused.
-            let plain = Path::new(name).file_name().is_some_and(|f| f == name.as_str());
+            let plain = Path::new(name)
+                .file_name()
+                .is_some_and(|f| f == name.as_str());
             if !plain {
                 return Err(FormatError::BadConfig {
                     path: index_path.clone(),
@@ -149,7 +151,9 @@ fn read_shard(path: &Path, tensors: &mut BTreeMap<String, TensorData>) -> Result
             }
         };
         let (start, end) = info.data_offsets;
-        let range = data_start.checked_add(start).zip(data_start.checked_add(end));
+        let range = data_start
+            .checked_add(start)
+            .zip(data_start.checked_add(end));
         let data = match range {
             Some((s, e)) if s <= e && e <= bytes.len() => bytes.slice(s..e),
             _ => {

@@ -70,15 +70,27 @@ mod tests {
             ("model.norm.weight", "output_norm.weight"),
             ("lm_head.weight", "output.weight"),
             ("model.layers.3.self_attn.q_proj.bias", "blk.3.attn_q.bias"),
-            ("model.layers.0.self_attn.o_proj.weight", "blk.0.attn_output.weight"),
-            ("model.layers.12.post_attention_layernorm.weight", "blk.12.ffn_norm.weight"),
-            ("model.layers.1.mlp.down_proj.weight", "blk.1.ffn_down.weight"),
+            (
+                "model.layers.0.self_attn.o_proj.weight",
+                "blk.0.attn_output.weight",
+            ),
+            (
+                "model.layers.12.post_attention_layernorm.weight",
+                "blk.12.ffn_norm.weight",
+            ),
+            (
+                "model.layers.1.mlp.down_proj.weight",
+                "blk.1.ffn_down.weight",
+            ),
         ];
         for (hf, gguf) in pairs {
             assert_eq!(gguf_name(hf).as_deref(), Some(gguf));
             assert_eq!(hf_name(gguf).as_deref(), Some(hf));
         }
         assert_eq!(gguf_name("model.layers.x.mlp.up_proj.weight"), None);
-        assert_eq!(gguf_name("model.layers.0.self_attn.rotary_emb.inv_freq"), None);
+        assert_eq!(
+            gguf_name("model.layers.0.self_attn.rotary_emb.inv_freq"),
+            None
+        );
     }
 }
