@@ -44,7 +44,9 @@ fn bench_generation(c: &mut Criterion) {
         let capacity = PROMPT_TOKENS + GENERATED_TOKENS;
 
         let mut group = c.benchmark_group("smollm2-q4_1/prompt");
-        group.sample_size(10).measurement_time(Duration::from_secs(8));
+        group
+            .sample_size(10)
+            .measurement_time(Duration::from_secs(8));
         group.throughput(Throughput::Elements(PROMPT_TOKENS as u64));
         group.bench_function(format!("{threads}-threads"), |b| {
             b.iter(|| {
@@ -55,14 +57,18 @@ fn bench_generation(c: &mut Criterion) {
         group.finish();
 
         let mut group = c.benchmark_group("smollm2-q4_1/generate");
-        group.sample_size(10).measurement_time(Duration::from_secs(10));
+        group
+            .sample_size(10)
+            .measurement_time(Duration::from_secs(10));
         group.throughput(Throughput::Elements(GENERATED_TOKENS as u64));
         group.bench_function(format!("{threads}-threads"), |b| {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
                     let mut session = Session::new(&backend, &model, capacity).expect("session");
-                    let mut logits = session.feed(&prompt[..8], LogitRows::Last).expect("prefill");
+                    let mut logits = session
+                        .feed(&prompt[..8], LogitRows::Last)
+                        .expect("prefill");
                     let start = Instant::now();
                     for _ in 0..GENERATED_TOKENS {
                         let next = argmax(&logits);

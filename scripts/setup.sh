@@ -11,4 +11,6 @@ fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -r tests/python/requirements.txt
 scripts/fetch-model.sh >/dev/null
+# The tokenizer checks compare against llama.cpp (built from source, AMX off).
+scripts/install-llama-cpp.sh
 echo "setup: .venv ready, test model at $(scripts/fetch-model.sh)"

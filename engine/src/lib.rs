@@ -5,8 +5,8 @@
 pub mod chat;
 pub mod formats;
 pub mod model;
+pub mod prompt;
 pub mod sampling;
+pub mod session;
 pub mod synthetic;
 pub mod tokenizer;
-pub mod session;
-pub mod prompt;

@@ -21,7 +21,10 @@ pub fn render_chat(tokenizer: &Tokenizer, messages: &[ChatMessage]) -> Result<St
 
 /// Token ids of a chat prompt. The template writes any BOS itself, so none is
 /// added here (adding one would double it).
-pub fn encode_chat(tokenizer: &Tokenizer, messages: &[ChatMessage]) -> Result<Vec<u32>, PromptError> {
+pub fn encode_chat(
+    tokenizer: &Tokenizer,
+    messages: &[ChatMessage],
+) -> Result<Vec<u32>, PromptError> {
     let text = render_chat(tokenizer, messages)?;
     Ok(tokenizer.encode(&text, false)?)
 }

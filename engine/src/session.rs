@@ -20,7 +20,11 @@ pub struct Session<'m, B: Backend> {
 
 impl<'m, B: Backend> Session<'m, B> {
     /// A session that can hold up to `capacity` tokens (prompt and generated).
-    pub fn new(backend: &'m B, model: &'m LlamaModel<B>, capacity: usize) -> Result<Self, ModelError> {
+    pub fn new(
+        backend: &'m B,
+        model: &'m LlamaModel<B>,
+        capacity: usize,
+    ) -> Result<Self, ModelError> {
         let capacity = capacity.min(model.config().context_length);
         Ok(Self {
             backend,
@@ -59,7 +63,10 @@ impl<'m, B: Backend> Session<'m, B> {
                 cache: &mut self.cache,
                 logits: wanted,
             }];
-            logits.extend(self.model.forward(self.backend, &mut batch, &mut self.scratch)?);
+            logits.extend(
+                self.model
+                    .forward(self.backend, &mut batch, &mut self.scratch)?,
+            );
             self.len += piece.len();
         }
         Ok(logits)

@@ -9,7 +9,9 @@ use anyhow::Context;
 use switchyard_engine::chat::ChatMessage;
 use switchyard_engine::model::{LlamaModel, LogitRows};
 use switchyard_engine::prompt::{encode_chat, encode_text};
-use switchyard_engine::sampling::{FinishReason, Sampler, SamplingParams, StopChecker, StopCondition};
+use switchyard_engine::sampling::{
+    FinishReason, Sampler, SamplingParams, StopChecker, StopCondition,
+};
 use switchyard_engine::session::Session;
 use switchyard_engine::tokenizer::Tokenizer;
 

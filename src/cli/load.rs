@@ -22,6 +22,7 @@ impl ThreadsArg {
 }
 
 pub fn load_model(path: &Path, threads: &ThreadsArg) -> anyhow::Result<(CpuBackend, Checkpoint)> {
-    let checkpoint = load_checkpoint(path).with_context(|| format!("cannot load {}", path.display()))?;
+    let checkpoint =
+        load_checkpoint(path).with_context(|| format!("cannot load {}", path.display()))?;
     Ok((CpuBackend::new(threads.count()), checkpoint))
 }

@@ -52,7 +52,10 @@ pub fn run(args: LogitsArgs) -> anyhow::Result<()> {
         }
         None => args.tokens.clone(),
     };
-    anyhow::ensure!(!prompt.is_empty(), "the prompt is empty: give --tokens or --tokens-file");
+    anyhow::ensure!(
+        !prompt.is_empty(),
+        "the prompt is empty: give --tokens or --tokens-file"
+    );
     let (backend, checkpoint) = load_model(&args.model, &args.threads)?;
     let model = LlamaModel::load(&backend, &checkpoint)?;
     let vocab = model.config().vocab_size;

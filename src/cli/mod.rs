@@ -2,7 +2,7 @@
 
 pub mod generate;
 pub mod load;
-pub mod npy;
 pub mod logits;
+pub mod npy;
 pub mod synth;
 pub mod tokenize;

@@ -17,7 +17,8 @@ pub fn write_f32(path: &std::path::Path, shape: &[usize], values: &[f32]) -> std
     header.push('\n');
     let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
     out.write_all(b"\x93NUMPY\x01\x00")?;
-    let len = u16::try_from(header.len()).map_err(|_| std::io::Error::other("npy header too long"))?;
+    let len =
+        u16::try_from(header.len()).map_err(|_| std::io::Error::other("npy header too long"))?;
     out.write_all(&len.to_le_bytes())?;
     out.write_all(header.as_bytes())?;
     for v in values {

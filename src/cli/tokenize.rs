@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use switchyard_engine::chat::ChatMessage;
-use switchyard_engine::prompt::render_chat;
 use switchyard_engine::formats::{load_checkpoint, TokenizerSource};
+use switchyard_engine::prompt::render_chat;
 use switchyard_engine::tokenizer::Tokenizer;
 
 #[derive(clap::Args)]

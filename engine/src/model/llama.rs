@@ -183,8 +183,20 @@ impl<B: Backend> LlamaModel<B> {
         backend.matmul(&s.normed, &layer.wq, bq, &mut s.q)?;
         backend.matmul(&s.normed, &layer.wk, bk, &mut s.k)?;
         backend.matmul(&s.normed, &layer.wv, bv, &mut s.v)?;
-        backend.rope(&mut s.q, c.head_dim, positions, &self.inv_freq, c.rope_style)?;
-        backend.rope(&mut s.k, c.head_dim, positions, &self.inv_freq, c.rope_style)?;
+        backend.rope(
+            &mut s.q,
+            c.head_dim,
+            positions,
+            &self.inv_freq,
+            c.rope_style,
+        )?;
+        backend.rope(
+            &mut s.k,
+            c.head_dim,
+            positions,
+            &self.inv_freq,
+            c.rope_style,
+        )?;
         let mut row = 0;
         for chunk in chunks.iter_mut() {
             let rows = row..row + chunk.tokens.len();
@@ -206,8 +218,18 @@ impl<B: Backend> LlamaModel<B> {
         Ok(())
     }
 
-    fn mlp_block(&self, backend: &B, layer: &LayerWeights<B>, s: &mut Scratch<B>) -> Result<(), ModelError> {
-        backend.rms_norm(&s.x, &layer.ffn_norm, self.config.rms_norm_eps, &mut s.normed)?;
+    fn mlp_block(
+        &self,
+        backend: &B,
+        layer: &LayerWeights<B>,
+        s: &mut Scratch<B>,
+    ) -> Result<(), ModelError> {
+        backend.rms_norm(
+            &s.x,
+            &layer.ffn_norm,
+            self.config.rms_norm_eps,
+            &mut s.normed,
+        )?;
         backend.matmul(&s.normed, &layer.gate, None, &mut s.gate)?;
         backend.matmul(&s.normed, &layer.up, None, &mut s.up)?;
         backend.silu_mul(&mut s.gate, &s.up)?;
@@ -239,7 +261,12 @@ impl<B: Backend> LlamaModel<B> {
         if wanted.is_empty() {
             return Ok(Vec::new());
         }
-        backend.rms_norm(&s.x, &self.weights.output_norm, c.rms_norm_eps, &mut s.normed)?;
+        backend.rms_norm(
+            &s.x,
+            &self.weights.output_norm,
+            c.rms_norm_eps,
+            &mut s.normed,
+        )?;
         let mut host = vec![0.0f32; wanted.len() * c.hidden_size];
         for (dst, &src) in host.chunks_exact_mut(c.hidden_size).zip(&wanted) {
             backend.read_row(&s.normed, src, dst);
