@@ -31,7 +31,12 @@ pub struct PolicyStore {
     reload_lock: Mutex<()>,
     generation: AtomicU64,
     last_error: Mutex<Option<String>>,
+    /// Modification time and length of the file as last read (loaded or refused), so the
+    /// watcher reacts to edits made at any time after that read, and only once per edit.
+    file_stamp: Mutex<Option<Stamp>>,
 }
+
+type Stamp = (SystemTime, u64);
 
 impl PolicyStore {
     /// A store holding `policy`, with no file to reload from.
@@ -55,6 +60,7 @@ impl PolicyStore {
             reload_lock: Mutex::new(()),
             generation: AtomicU64::new(1),
             last_error: Mutex::new(None),
+            file_stamp: Mutex::new(None),
         }
     }
 
@@ -97,7 +103,10 @@ impl PolicyStore {
         let Some(path) = &self.path else {
             return Err(PolicyError::NoFile);
         };
+        // Stamp before reading: an edit landing mid-read shows up as a newer stamp later.
+        let stamp = fingerprint(path);
         let loaded = Policy::load(path);
+        *self.file_stamp.lock().unwrap_or_else(|e| e.into_inner()) = stamp;
         self.install(loaded)
     }
 
@@ -159,15 +168,14 @@ impl PolicyStore {
         let thread = std::thread::Builder::new()
             .name("policy-watch".into())
             .spawn(move || {
-                let mut seen = fingerprint(&path);
                 while !stop_flag.load(Ordering::Acquire) {
                     std::thread::park_timeout(interval);
                     if stop_flag.load(Ordering::Acquire) {
                         break;
                     }
                     let now = fingerprint(&path);
+                    let seen = *store.file_stamp.lock().unwrap_or_else(|e| e.into_inner());
                     if now.is_some() && now != seen {
-                        seen = now;
                         // `install` logs the outcome either way.
                         let _ = store.reload_from_file();
                     }
@@ -182,7 +190,7 @@ impl PolicyStore {
 }
 
 /// Modification time and length; `None` while the file is missing (mid-rename).
-fn fingerprint(path: &Path) -> Option<(SystemTime, u64)> {
+fn fingerprint(path: &Path) -> Option<Stamp> {
     let meta = std::fs::metadata(path).ok()?;
     Some((meta.modified().ok()?, meta.len()))
 }

@@ -4,8 +4,8 @@ mod common;
 
 use common::{policy, request, TWO_MODELS};
 use switchyard_policies::{
-    explain, route, CandidateState, Caller, Completion, ConstraintFailure, IdleEngine, ModelHint, RouteError,
-    RouteErrorKind, RouteReason, RouteRequest, StaticEngineView, Usage,
+    explain, route, Caller, CandidateState, Completion, ConstraintFailure, IdleEngine, ModelHint,
+    RouteError, RouteErrorKind, RouteReason, RouteRequest, StaticEngineView, Usage,
 };
 
 fn busy(checkpoint: &str, state: CandidateState) -> StaticEngineView {
@@ -22,8 +22,16 @@ fn auto_without_hints_weighs_quality_against_cost() {
     req.max_output_tokens = Some(100);
     // good: 0.9 - 100 × (0.001 + 0.003) = 0.5; cheap: 0.4 - 100 × 0.0003 = 0.37.
     let r = route(&p, &req, &IdleEngine).unwrap();
-    assert_eq!((&*r.model, &*r.version, r.reason), ("good", "v2", RouteReason::Auto));
-    assert!(r.explanation.starts_with("auto: best utility 0.5000 of 2 qualifying"), "{}", r.explanation);
+    assert_eq!(
+        (&*r.model, &*r.version, r.reason),
+        ("good", "v2", RouteReason::Auto)
+    );
+    assert!(
+        r.explanation
+            .starts_with("auto: best utility 0.5000 of 2 qualifying"),
+        "{}",
+        r.explanation
+    );
     // Long answers make `good` expensive enough that `cheap` wins.
     req.max_output_tokens = Some(2000);
     assert_eq!(&*route(&p, &req, &IdleEngine).unwrap().model, "cheap");
@@ -35,18 +43,33 @@ fn hints_filter_candidates() {
     let mut req = request("auto");
     req.prompt_tokens = 100;
     req.max_output_tokens = Some(2000);
-    req.hints.apply_header("x-switchyard-min-quality", "0.5").unwrap();
+    req.hints
+        .apply_header("x-switchyard-min-quality", "0.5")
+        .unwrap();
     assert_eq!(&*route(&p, &req, &IdleEngine).unwrap().model, "good");
 
-    req.hints.apply_header("x-switchyard-max-cost", "0.001").unwrap();
+    req.hints
+        .apply_header("x-switchyard-max-cost", "0.001")
+        .unwrap();
     let err = route(&p, &req, &IdleEngine).unwrap_err();
-    let RouteError::NoCandidate { rejections, .. } = &err else { panic!("{err}") };
+    let RouteError::NoCandidate { rejections, .. } = &err else {
+        panic!("{err}")
+    };
     assert_eq!(rejections.len(), 2);
     let cheap = rejections.iter().find(|r| r.model == "cheap").unwrap();
-    assert!(matches!(cheap.failures[..], [ConstraintFailure::QualityBelowFloor { .. }, ConstraintFailure::CostAboveCeiling { .. }]));
+    assert!(matches!(
+        cheap.failures[..],
+        [
+            ConstraintFailure::QualityBelowFloor { .. },
+            ConstraintFailure::CostAboveCeiling { .. }
+        ]
+    ));
     assert_eq!(err.kind(), RouteErrorKind::Unsatisfiable);
     let msg = err.to_string();
-    assert!(msg.contains("cheap@v1 (quality 0.400 is below the floor 0.500, estimated cost"), "{msg}");
+    assert!(
+        msg.contains("cheap@v1 (quality 0.400 is below the floor 0.500, estimated cost"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -54,9 +77,14 @@ fn tags_use_the_weakest_per_tag_quality() {
     let p = policy(TWO_MODELS);
     let mut req = request("c");
     req.hints.apply_header("x-switchyard-tags", "code").unwrap();
-    req.hints.apply_header("x-switchyard-min-quality", "0.3").unwrap();
+    req.hints
+        .apply_header("x-switchyard-min-quality", "0.3")
+        .unwrap();
     let err = route(&p, &req, &IdleEngine).unwrap_err();
-    assert!(err.to_string().contains("quality 0.200 for tag `code`"), "{err}");
+    assert!(
+        err.to_string().contains("quality 0.200 for tag `code`"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -68,9 +96,15 @@ fn names_aliases_and_pins() {
     assert_eq!((&*r.version, r.reason), ("v2", RouteReason::Named));
     let r = route(&p, &request("good@v1"), &IdleEngine).unwrap();
     assert_eq!((&*r.version, r.reason), ("v1", RouteReason::Pinned));
-    assert!(matches!(route(&p, &request("good@v7"), &IdleEngine), Err(RouteError::UnknownVersion { .. })));
+    assert!(matches!(
+        route(&p, &request("good@v7"), &IdleEngine),
+        Err(RouteError::UnknownVersion { .. })
+    ));
     let err = route(&p, &request("gpt-5"), &IdleEngine).unwrap_err();
-    assert_eq!(err.to_string(), "unknown model `gpt-5`; use `auto` or one of: cheap, good");
+    assert_eq!(
+        err.to_string(),
+        "unknown model `gpt-5`; use `auto` or one of: cheap, good"
+    );
 }
 
 #[test]
@@ -80,18 +114,39 @@ fn context_and_live_state_constraints() {
     req.prompt_tokens = 4000;
     req.max_output_tokens = Some(200);
     let err = route(&p, &req, &IdleEngine).unwrap_err();
-    assert!(err.to_string().contains("4200 tokens, above the context limit 4096"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("4200 tokens, above the context limit 4096"),
+        "{err}"
+    );
 
     let slow = busy(
         "cheap@v1",
-        CandidateState { resident: false, est_swap_or_load_ms: 1500.0, ..CandidateState::default() },
+        CandidateState {
+            resident: false,
+            est_swap_or_load_ms: 1500.0,
+            ..CandidateState::default()
+        },
     );
     let err = route(&p, &request("cheap"), &slow).unwrap_err();
     assert_eq!(err.kind(), RouteErrorKind::Unavailable);
-    assert!(err.to_string().contains("above the model's latency target of 1000.0 ms"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("above the model's latency target of 1000.0 ms"),
+        "{err}"
+    );
 
-    let full = busy("cheap@v1", CandidateState { queue_depth: 8, ..CandidateState::default() });
-    assert!(route(&p, &request("cheap"), &full).unwrap_err().to_string().contains("queue depth 8"));
+    let full = busy(
+        "cheap@v1",
+        CandidateState {
+            queue_depth: 8,
+            ..CandidateState::default()
+        },
+    );
+    assert!(route(&p, &request("cheap"), &full)
+        .unwrap_err()
+        .to_string()
+        .contains("queue depth 8"));
 }
 
 #[test]
@@ -155,13 +210,25 @@ alternatives = ["mid", "tiny"]
 #[test]
 fn fallbacks_apply_in_order_when_overloaded_or_failing() {
     let p = policy(FALLBACK);
-    let full = busy("big@v1", CandidateState { queue_depth: 4, ..CandidateState::default() });
+    let full = busy(
+        "big@v1",
+        CandidateState {
+            queue_depth: 4,
+            ..CandidateState::default()
+        },
+    );
     let r = route(&p, &request("big"), &full).unwrap();
     assert_eq!((&*r.model, r.reason), ("mid", RouteReason::Fallback));
     assert_eq!(r.explanation, "fallback #1 for `big`");
 
     let mut both = full.clone();
-    both.checkpoints.insert("mid@v1".into(), CandidateState { healthy: false, ..CandidateState::default() });
+    both.checkpoints.insert(
+        "mid@v1".into(),
+        CandidateState {
+            healthy: false,
+            ..CandidateState::default()
+        },
+    );
     assert_eq!(&*route(&p, &request("big"), &both).unwrap().model, "tiny");
 
     let ex = explain(&p, &request("big"), &both);
@@ -176,7 +243,9 @@ fn fallbacks_do_not_apply_to_other_constraints() {
     let mut req = request("big");
     req.max_output_tokens = Some(5000);
     let err = route(&p, &req, &IdleEngine).unwrap_err();
-    let RouteError::NoCandidate { rejections, .. } = err else { panic!() };
+    let RouteError::NoCandidate { rejections, .. } = err else {
+        panic!()
+    };
     assert_eq!(rejections.len(), 1, "only big was a candidate");
     let ex = explain(&p, &req, &IdleEngine);
     assert!(ex.pick.is_none());
@@ -215,9 +284,15 @@ alternatives = ["b"]
 #[test]
 fn tenants_authenticate_and_are_restricted() {
     let p = policy(TENANTS);
-    assert_eq!(route(&p, &request("a"), &IdleEngine).unwrap_err(), RouteError::MissingApiKey);
+    assert_eq!(
+        route(&p, &request("a"), &IdleEngine).unwrap_err(),
+        RouteError::MissingApiKey
+    );
     let wrong = RouteRequest::new(ModelHint::parse("a"), Caller::ApiKey("sk-nope".into()));
-    assert_eq!(route(&p, &wrong, &IdleEngine).unwrap_err(), RouteError::UnknownApiKey);
+    assert_eq!(
+        route(&p, &wrong, &IdleEngine).unwrap_err(),
+        RouteError::UnknownApiKey
+    );
     let mut ok = RouteRequest::new(ModelHint::parse("auto"), Caller::ApiKey("sk-test".into()));
     ok.max_output_tokens = Some(10);
     let r = route(&p, &ok, &IdleEngine).unwrap();
@@ -225,7 +300,11 @@ fn tenants_authenticate_and_are_restricted() {
     // b is both not permitted and below the tenant's default floor.
     ok.model = ModelHint::parse("b");
     let err = route(&p, &ok, &IdleEngine).unwrap_err();
-    assert!(err.to_string().contains("tenant `t` may not use this model"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("tenant `t` may not use this model"),
+        "{err}"
+    );
     assert!(err.to_string().contains("below the floor 0.450"), "{err}");
 }
 
@@ -241,9 +320,16 @@ fn budgets_are_reserved_settled_and_exhausted() {
     // 800 of 1000 reserved: a third request does not fit.
     let err = route(&p, &req, &IdleEngine).unwrap_err();
     assert_eq!(err.kind(), RouteErrorKind::BudgetExhausted, "{err}");
-    assert!(err.to_string().contains("budget `tokens per 3144960000s` has 200.000000 left"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("budget `tokens per 3144960000s` has 200.000000 left"),
+        "{err}"
+    );
     let spent = first.finish(Completion {
-        usage: Usage { prompt_tokens: 100, completion_tokens: 50 },
+        usage: Usage {
+            prompt_tokens: 100,
+            completion_tokens: 50,
+        },
         succeeded: true,
         latency_ms: 10.0,
     });
@@ -251,5 +337,8 @@ fn budgets_are_reserved_settled_and_exhausted() {
     assert!((spent.cost - 0.15).abs() < 1e-12);
     drop(second); // released: nothing spent
     let snapshot = p.tenant("t").unwrap().budgets[0].snapshot();
-    assert_eq!((snapshot.settled, snapshot.reserved, snapshot.remaining), (150.0, 0.0, 850.0));
+    assert_eq!(
+        (snapshot.settled, snapshot.reserved, snapshot.remaining),
+        (150.0, 0.0, 850.0)
+    );
 }

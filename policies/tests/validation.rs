@@ -33,7 +33,9 @@ fn unknown_fields_are_rejected_where_they_are() {
 
 #[test]
 fn negative_costs_and_out_of_range_quality() {
-    let src = MODEL.replace("0.1", "-0.1").replace("quality = 0.5", "quality = 1.5");
+    let src = MODEL
+        .replace("0.1", "-0.1")
+        .replace("quality = 0.5", "quality = 1.5");
     let d = diagnostics(&src);
     assert_diag_at(&d, &src, "-0.1", "cost_per_1k_input");
     assert_diag_at(&d, &src, "1.5", "quality");
@@ -49,7 +51,11 @@ fn duplicate_names_and_aliases() {
     let d = diagnostics(&src);
     let second = src.rfind("\"x\"").unwrap();
     let line = src[..second].matches('\n').count() + 1;
-    assert!(d.iter().any(|d| d.line == line && d.message.contains("already")), "{d:?}");
+    assert!(
+        d.iter()
+            .any(|d| d.line == line && d.message.contains("already")),
+        "{d:?}"
+    );
 }
 
 #[test]
@@ -127,7 +133,10 @@ limit_cost = 1.0
     );
     let d = diagnostics(&src);
     assert_diag_at(&d, &src, "\"1 fortnight\"", "not a window");
-    assert!(d.iter().any(|d| d.message.contains("exactly one of")), "{d:?}");
+    assert!(
+        d.iter().any(|d| d.message.contains("exactly one of")),
+        "{d:?}"
+    );
 }
 
 #[test]
@@ -157,13 +166,18 @@ fn errors_render_as_path_line_column() {
     let err = Policy::from_toml_str_with_env(&src, "p.toml", &|_| None).unwrap_err();
     let (line, col) = pos_of(&src, "-1.0");
     assert_eq!(err.first_location(), Some((line, col)));
-    assert!(err.to_string().contains(&format!("p.toml:{line}:{col}: ")), "{err}");
+    assert!(
+        err.to_string().contains(&format!("p.toml:{line}:{col}: ")),
+        "{err}"
+    );
     assert!(matches!(err, PolicyError::Invalid { .. }));
 }
 
 #[test]
 fn a_model_needs_a_version_and_reserved_names_are_refused() {
-    let src = MODEL.replace("version = \"v1\"\n", "").replace("name = \"m\"", "name = \"auto\"");
+    let src = MODEL
+        .replace("version = \"v1\"\n", "")
+        .replace("name = \"m\"", "name = \"auto\"");
     let d = diagnostics(&src);
     assert!(d.iter().any(|d| d.message.contains("reserved")), "{d:?}");
     assert!(d.iter().any(|d| d.message.contains("no version")), "{d:?}");

@@ -28,10 +28,15 @@ pub fn fake_env(var: &str) -> Option<String> {
 
 /// 1-based (line, column) of the first occurrence of `needle` in `src`.
 pub fn pos_of(src: &str, needle: &str) -> (usize, usize) {
-    let offset = src.find(needle).unwrap_or_else(|| panic!("`{needle}` not in source"));
+    let offset = src
+        .find(needle)
+        .unwrap_or_else(|| panic!("`{needle}` not in source"));
     let before = &src[..offset];
     let line = before.matches('\n').count() + 1;
-    let col = before[before.rfind('\n').map_or(0, |i| i + 1)..].chars().count() + 1;
+    let col = before[before.rfind('\n').map_or(0, |i| i + 1)..]
+        .chars()
+        .count()
+        + 1;
     (line, col)
 }
 
@@ -58,7 +63,9 @@ pub fn keyed(model: &str, key: &str) -> RouteRequest {
 
 /// The examples directory at the workspace root.
 pub fn example(name: &str) -> String {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples").join(name);
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples")
+        .join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
