@@ -12,7 +12,7 @@ use crate::engine::EngineView;
 use crate::policy::Policy;
 use crate::request::{Hints, RouteRequest};
 use crate::route::{build, caller_tenant, select, Plan, RouteReason};
-use crate::score::{latency_limit, Context, Scored, Via};
+use crate::score::{latency_limit, Context, Detail, Scored, Via};
 
 /// One constraint of one candidate.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -128,7 +128,7 @@ pub fn explain(policy: &Policy, req: &RouteRequest, engine: &dyn EngineView) -> 
             return out;
         }
     };
-    let mut primary = plan.score_primary(&ctx, engine);
+    let mut primary = plan.score_primary(&ctx, engine, Detail::All);
     let mut dry_run = |_: &Scored| Ok(Reservation::dry_run());
     let mut picked = select(policy, &mut primary, plan.ranked(), &mut dry_run).map(|p| (p, false));
     let triggered = plan.score_fallbacks(&ctx, &primary, engine);
@@ -229,7 +229,7 @@ fn pass_detail(ctx: &Context, s: &Scored, constraint: &str) -> String {
             Some(t) => format!("tenant `{}` may use it", t.name),
             None => "anonymous request: no tenant restrictions".to_string(),
         },
-        "quality" => match (ctx.min_quality, &s.quality_tag) {
+        "quality" => match (ctx.min_quality, s.quality_tag.and_then(|i| ctx.tags.get(i))) {
             (Some(f), Some(tag)) => {
                 format!("quality {:.3} (tag `{tag}`) >= floor {f:.3}", s.quality)
             }
@@ -254,8 +254,8 @@ fn pass_detail(ctx: &Context, s: &Scored, constraint: &str) -> String {
         ),
         "health" => "healthy".to_string(),
         "queue" => match model.and_then(|m| m.max_queue_depth) {
-            Some(max) => format!("depth {} < limit {max}", s.state.queue_depth),
-            None => format!("depth {}, no limit", s.state.queue_depth),
+            Some(max) => format!("depth {} < limit {max}", s.queue_depth),
+            None => format!("depth {}, no limit", s.queue_depth),
         },
         _ => match latency_limit(ctx.max_latency_ms, model.and_then(|m| m.latency_target_ms)) {
             Some((limit, _)) => format!(

@@ -60,8 +60,9 @@ pub struct Model {
     pub cost_per_1k_output: f64,
     /// Overall quality, 0..=1.
     pub quality: f64,
-    /// Quality per task tag, 0..=1; tags not listed use `quality`.
-    pub quality_by_tag: HashMap<String, f64>,
+    /// Quality per task tag, 0..=1, sorted by tag; tags not listed use `quality`.
+    /// A short vector: a linear scan beats hashing for the handful of tags a model has.
+    pub quality_by_tag: Vec<(String, f64)>,
     /// Most tokens (prompt + output) the model accepts.
     pub context_limit: u32,
     /// Expected latency above which the model counts as overloaded.
@@ -82,9 +83,9 @@ impl Model {
         for tag in tags {
             let q = self
                 .quality_by_tag
-                .get(tag.as_str())
-                .copied()
-                .unwrap_or(self.quality);
+                .iter()
+                .find(|(t, _)| t == tag)
+                .map_or(self.quality, |&(_, q)| q);
             if best.is_none_or(|(b, _)| q < b) {
                 best = Some((q, tag.as_str()));
             }
@@ -160,6 +161,10 @@ pub struct Policy {
     pub(crate) tenant_names: HashMap<Box<str>, usize>,
     pub(crate) keys: HashMap<KeyDigest, usize>,
     pub(crate) splits: Vec<Split>,
+    /// Per model, the index of its first version among all checkpoints (for bitsets).
+    pub(crate) checkpoint_base: Vec<usize>,
+    /// Number of checkpoints (model versions) in the policy.
+    pub(crate) checkpoint_count: usize,
 }
 
 impl Policy {
@@ -300,7 +305,7 @@ mod tests {
             cost_per_1k_input: 0.0,
             cost_per_1k_output: 0.0,
             quality: 0.5,
-            quality_by_tag: [("code".to_string(), 0.9), ("math".to_string(), 0.3)].into(),
+            quality_by_tag: vec![("code".to_string(), 0.9), ("math".to_string(), 0.3)],
             context_limit: 10,
             latency_target_ms: None,
             max_queue_depth: None,

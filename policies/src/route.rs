@@ -22,7 +22,7 @@ use crate::request::{
 };
 use crate::rollback::RollbackMonitor;
 use crate::route_error::{Rejection, RouteError};
-use crate::score::{pick_order, score, Context, Scored, Via};
+use crate::score::{pick_order, score, Context, Detail, Scored, Via};
 use crate::split::Sticky;
 
 /// Why a checkpoint was chosen (also the `reason` metric label).
@@ -147,7 +147,7 @@ fn route_inner(
     let tenant = caller_tenant(policy, &req.caller)?;
     let ctx = Context::new(policy, tenant, req);
     let plan = Plan::new(policy, req, tenant)?;
-    let mut scored = plan.score_primary(&ctx, engine);
+    let mut scored = plan.score_primary(&ctx, engine, Detail::Verdict);
     let now = now_secs();
     let mut reserve = |s: &Scored| {
         let budgets = tenant.map_or(&[][..], |t| &t.budgets[..]);
@@ -178,6 +178,11 @@ fn route_inner(
             }
         }
         scored.extend(fallbacks);
+    }
+    if plan.ranked() {
+        // The fast pass kept verdicts only; score again to say what failed where. Races
+        // lost while reserving show up as budget failures in the fresh scores too.
+        scored = plan.score_primary(&Context::new(policy, tenant, req), engine, Detail::All);
     }
     Err(RouteError::NoCandidate {
         hint: plan.hint_text(),
@@ -256,11 +261,16 @@ impl<'a> Plan<'a> {
         let (reason, requested, candidates) = match &req.model {
             ModelHint::Auto => {
                 let mut c: Vec<(usize, usize, Via)> = Vec::with_capacity(policy.models.len());
+                // A cross-model split arm may repeat another model's checkpoint.
+                let mut seen = vec![false; policy.checkpoint_count];
                 for i in 0..policy.models.len() {
                     if let Some(t) = resolve_named(policy, i, &sticky) {
-                        // A cross-model split arm may repeat a model's own checkpoint.
-                        if !c.iter().any(|&(m, v, _)| (m, v) == (t.0, t.1)) {
-                            c.push(t);
+                        let slot = policy.checkpoint_base.get(t.0).map(|b| b + t.1);
+                        if let Some(seen) = slot.and_then(|s| seen.get_mut(s)) {
+                            if !*seen {
+                                *seen = true;
+                                c.push(t);
+                            }
                         }
                     }
                 }
@@ -305,10 +315,21 @@ impl<'a> Plan<'a> {
         self.requested.is_none()
     }
 
-    pub fn score_primary(&self, ctx: &Context, engine: &dyn EngineView) -> Vec<Scored> {
+    /// Scores the primary candidates. Under `auto` with [`Detail::Verdict`] only the
+    /// verdicts are kept; a named model always gets full detail (its failures decide
+    /// whether fallbacks apply).
+    pub fn score_primary(
+        &self,
+        ctx: &Context,
+        engine: &dyn EngineView,
+        detail: Detail,
+    ) -> Vec<Scored> {
+        let detail = if self.ranked() { detail } else { Detail::All };
         self.candidates
             .iter()
-            .filter_map(|&(m, v, via)| score(ctx, m, v, via, engine))
+            .filter_map(|&(m, v, via)| score(ctx, m, v, via, engine, detail))
+            // Verdict-only scores of rejected candidates carry nothing worth keeping.
+            .filter(|s| detail == Detail::All || s.qualifies())
             .collect()
     }
 
@@ -349,7 +370,7 @@ impl<'a> Plan<'a> {
             .filter_map(|(rank, t)| {
                 let m = self.policy.models.get(t.model)?;
                 let v = t.version.unwrap_or(m.active_version);
-                score(ctx, t.model, v, Via::Fallback { rank }, engine)
+                score(ctx, t.model, v, Via::Fallback { rank }, engine, Detail::All)
             })
             .collect()
     }

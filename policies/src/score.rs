@@ -18,7 +18,7 @@ use std::cmp::Ordering;
 
 use crate::budget::{now_secs, Price, Spend};
 use crate::constraint::{ConstraintFailure, LatencyLimit};
-use crate::engine::{CandidateState, EngineView};
+use crate::engine::EngineView;
 use crate::policy::{Policy, Tenant};
 use crate::request::RouteRequest;
 
@@ -39,19 +39,32 @@ pub(crate) struct Scored {
     pub model: usize,
     pub version: usize,
     pub via: Via,
-    pub state: CandidateState,
+    pub queue_depth: u32,
     pub quality: f64,
-    pub quality_tag: Option<String>,
+    /// Index into the request's tags of the tag that set `quality`.
+    pub quality_tag: Option<usize>,
     pub estimate: Spend,
     pub expected_latency_ms: f64,
     pub utility: f64,
+    /// Broken constraints; with [`Detail::Verdict`] only `rejected` is set.
     pub failures: Vec<ConstraintFailure>,
+    pub rejected: bool,
 }
 
 impl Scored {
     pub fn qualifies(&self) -> bool {
-        self.failures.is_empty()
+        !self.rejected && self.failures.is_empty()
     }
+}
+
+/// How much to record about broken constraints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Detail {
+    /// Every broken constraint, for errors, fallback triggers and explain.
+    All,
+    /// Stop at the first broken constraint and record nothing: the fast path for `auto`,
+    /// which re-scores with `All` only if it has to report an error.
+    Verdict,
 }
 
 /// What every candidate of one request is measured against.
@@ -123,6 +136,7 @@ pub(crate) fn score(
     version: usize,
     via: Via,
     engine: &dyn EngineView,
+    detail: Detail,
 ) -> Option<Scored> {
     let m = ctx.policy.models.get(model)?;
     let version_name = m.versions.get(version)?;
@@ -130,30 +144,63 @@ pub(crate) fn score(
     let (quality, tag) = m.quality_for(ctx.tags);
     let estimate = ctx.price(model).spend(ctx.prompt_tokens, ctx.output_tokens);
     let expected_latency_ms = state.expected_latency_ms(ctx.output_tokens);
-    let mut failures = Vec::new();
+    let r = &ctx.policy.routing;
+    let utility = r.quality_weight * quality
+        - weighted(r.cost_weight, estimate.cost)
+        - weighted(r.latency_weight, expected_latency_ms);
+    let mut scored = Scored {
+        model,
+        version,
+        via,
+        queue_depth: state.queue_depth,
+        quality,
+        quality_tag: tag.and_then(|t| ctx.tags.iter().position(|x| x == t)),
+        estimate,
+        expected_latency_ms,
+        utility,
+        failures: Vec::new(),
+        rejected: false,
+    };
+    // Records a broken constraint; true means "stop checking" (verdict-only mode).
+    let fail = |scored: &mut Scored, failure: &dyn Fn() -> ConstraintFailure| {
+        scored.rejected = true;
+        match detail {
+            Detail::All => {
+                scored.failures.push(failure());
+                false
+            }
+            Detail::Verdict => true,
+        }
+    };
 
     if let Some(t) = ctx.tenant {
-        if !t.may_use(model) {
-            failures.push(ConstraintFailure::NotPermitted {
+        if !t.may_use(model)
+            && fail(&mut scored, &|| ConstraintFailure::NotPermitted {
                 tenant: t.name.clone(),
-            });
+            })
+        {
+            return Some(scored);
         }
     }
     if let Some(floor) = ctx.min_quality {
-        if quality < floor {
-            failures.push(ConstraintFailure::QualityBelowFloor {
+        if quality < floor
+            && fail(&mut scored, &|| ConstraintFailure::QualityBelowFloor {
                 tag: tag.map(str::to_string),
                 quality,
                 floor,
-            });
+            })
+        {
+            return Some(scored);
         }
     }
     if let Some(ceiling) = ctx.max_cost {
-        if estimate.cost > ceiling {
-            failures.push(ConstraintFailure::CostAboveCeiling {
+        if estimate.cost > ceiling
+            && fail(&mut scored, &|| ConstraintFailure::CostAboveCeiling {
                 estimated: estimate.cost,
                 ceiling,
-            });
+            })
+        {
+            return Some(scored);
         }
     }
     if let Some(t) = ctx.tenant {
@@ -162,58 +209,48 @@ pub(crate) fn score(
                 crate::budget::BudgetUnit::Tokens => estimate.tokens as f64,
                 crate::budget::BudgetUnit::Cost => estimate.cost,
             };
-            if needed > remaining {
-                failures.push(ConstraintFailure::OverBudget {
+            if needed > remaining
+                && fail(&mut scored, &|| ConstraintFailure::OverBudget {
                     budget: budget.label().clone(),
                     needed,
                     remaining,
-                });
+                })
+            {
+                return Some(scored);
             }
         }
     }
-    if ctx.context_needed > u64::from(m.context_limit) {
-        failures.push(ConstraintFailure::ContextTooLong {
+    if ctx.context_needed > u64::from(m.context_limit)
+        && fail(&mut scored, &|| ConstraintFailure::ContextTooLong {
             needed: ctx.context_needed,
             limit: m.context_limit,
-        });
+        })
+    {
+        return Some(scored);
     }
-    if !state.healthy {
-        failures.push(ConstraintFailure::Unhealthy);
+    if !state.healthy && fail(&mut scored, &|| ConstraintFailure::Unhealthy) {
+        return Some(scored);
     }
     if let Some(max) = m.max_queue_depth {
-        if state.queue_depth >= max {
-            failures.push(ConstraintFailure::QueueFull {
+        if state.queue_depth >= max
+            && fail(&mut scored, &|| ConstraintFailure::QueueFull {
                 depth: state.queue_depth,
                 max,
-            });
+            })
+        {
+            return Some(scored);
         }
     }
     if let Some((limit_ms, set_by)) = latency_limit(ctx.max_latency_ms, m.latency_target_ms) {
         if expected_latency_ms > limit_ms {
-            failures.push(ConstraintFailure::LatencyAboveTarget {
+            fail(&mut scored, &|| ConstraintFailure::LatencyAboveTarget {
                 expected_ms: expected_latency_ms,
                 limit_ms,
                 set_by,
             });
         }
     }
-
-    let r = &ctx.policy.routing;
-    let utility = r.quality_weight * quality
-        - weighted(r.cost_weight, estimate.cost)
-        - weighted(r.latency_weight, expected_latency_ms);
-    Some(Scored {
-        model,
-        version,
-        via,
-        state,
-        quality,
-        quality_tag: tag.map(str::to_string),
-        estimate,
-        expected_latency_ms,
-        utility,
-        failures,
-    })
+    Some(scored)
 }
 
 /// The tighter of the request's and the model's latency limits.

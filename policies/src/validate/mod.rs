@@ -49,7 +49,15 @@ pub(crate) fn compile(
             m.fallback = Some(fallback);
         }
     }
+    let mut checkpoint_base = Vec::with_capacity(models.len());
+    let mut checkpoint_count = 0;
+    for m in &models {
+        checkpoint_base.push(checkpoint_count);
+        checkpoint_count += m.versions.len();
+    }
     Ok(Policy {
+        checkpoint_base,
+        checkpoint_count,
         source_name: source_name.to_string(),
         routing,
         models,

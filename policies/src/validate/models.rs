@@ -59,7 +59,7 @@ pub(super) fn compile(
             &format!("model `{name}`: quality"),
             diags,
         );
-        let mut quality_by_tag = HashMap::new();
+        let mut quality_by_tag = Vec::with_capacity(e.quality_by_tag.len());
         for (tag, q) in &e.quality_by_tag {
             in_range(
                 q,
@@ -68,7 +68,8 @@ pub(super) fn compile(
                 &format!("model `{name}`: quality_by_tag.{tag}"),
                 diags,
             );
-            quality_by_tag.insert(tag.clone(), *q.get_ref());
+            // BTreeMap order: the vector ends up sorted by tag.
+            quality_by_tag.push((tag.clone(), *q.get_ref()));
         }
         if *e.context_limit.get_ref() == 0 {
             diags.at(
