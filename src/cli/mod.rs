@@ -2,5 +2,6 @@
 
 pub mod generate;
 pub mod logits;
+pub mod policy;
 pub mod synth;
 pub mod tokenize;
