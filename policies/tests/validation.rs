@@ -182,3 +182,25 @@ fn a_model_needs_a_version_and_reserved_names_are_refused() {
     assert!(d.iter().any(|d| d.message.contains("reserved")), "{d:?}");
     assert!(d.iter().any(|d| d.message.contains("no version")), "{d:?}");
 }
+
+#[test]
+fn a_tenant_takes_one_budget_per_unit_and_window() {
+    let src = format!(
+        r#"{MODEL}
+[[tenants]]
+name = "t"
+[[tenants.budgets]]
+window = "1h"
+limit_tokens = 10
+[[tenants.budgets]]
+window = "60m"
+limit_tokens = 20
+"#
+    );
+    let d = diagnostics(&src);
+    assert!(
+        d.iter()
+            .any(|d| d.message.contains("two budgets of tokens per 3600s")),
+        "{d:?}"
+    );
+}

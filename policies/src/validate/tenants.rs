@@ -63,6 +63,23 @@ pub(super) fn compile(
             }
         }
         let tenant_name: Arc<str> = name.as_str().into();
+        let budgets: Vec<BudgetWindow> = e
+            .budgets
+            .iter()
+            .filter_map(|b| budget(b.get_ref(), b.span(), &tenant_name, diags))
+            .collect();
+        for (j, b) in budgets.iter().enumerate() {
+            if budgets.iter().take(j).any(|o| o.same_window(b)) {
+                // Reload carries counters over by (unit, window); two alike would merge.
+                diags.at(
+                    entry.span(),
+                    format!(
+                        "tenant `{name}` has two budgets of {}; keep one per unit and window",
+                        b.label()
+                    ),
+                );
+            }
+        }
         tenants.push(Tenant {
             allowed: allowed(e, names, diags),
             default_hints: e
@@ -70,12 +87,7 @@ pub(super) fn compile(
                 .as_ref()
                 .map(|h| hints(h.get_ref(), name, diags))
                 .unwrap_or_default(),
-            budgets: e
-                .budgets
-                .iter()
-                .filter_map(|b| budget(b.get_ref(), b.span(), &tenant_name, diags))
-                .map(Arc::new)
-                .collect(),
+            budgets: budgets.into_iter().map(Arc::new).collect(),
             name: tenant_name,
         });
     }
