@@ -9,9 +9,10 @@ use serde::Serialize;
 use crate::budget::{Reservation, Spend};
 use crate::constraint::{ConstraintFailure, CONSTRAINTS};
 use crate::engine::EngineView;
+use crate::plan::Plan;
 use crate::policy::Policy;
 use crate::request::{Hints, RouteRequest};
-use crate::route::{build, caller_tenant, select, Plan, RouteReason};
+use crate::route::{build, caller_tenant, select, RouteReason};
 use crate::score::{latency_limit, Context, Detail, Scored, Via};
 
 /// One constraint of one candidate.

@@ -65,8 +65,9 @@ fn decode_hex32(hex: &str) -> Option<KeyDigest> {
     }
     let mut out = [0u8; 32];
     for (i, pair) in bytes.chunks_exact(2).enumerate() {
-        let hi = (pair[0] as char).to_digit(16)?;
-        let lo = (pair[1] as char).to_digit(16)?;
+        let &[hi, lo] = pair else { return None };
+        let hi = (hi as char).to_digit(16)?;
+        let lo = (lo as char).to_digit(16)?;
         *out.get_mut(i)? = (hi * 16 + lo) as u8;
     }
     Some(out)

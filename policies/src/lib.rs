@@ -55,6 +55,7 @@ mod error;
 mod explain;
 mod keys;
 pub mod metrics;
+mod plan;
 mod policy;
 mod reload;
 mod request;

@@ -148,7 +148,10 @@ impl RollbackMonitor {
         };
         let slot = self.slot(now);
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let bucket = &mut s.buckets[which][(slot % BUCKETS as u64) as usize];
+        let ring = (slot % BUCKETS as u64) as usize;
+        let Some(bucket) = s.buckets.get_mut(which).and_then(|b| b.get_mut(ring)) else {
+            return;
+        };
         if bucket.slot != slot {
             *bucket = Bucket {
                 slot,
