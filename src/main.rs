@@ -25,6 +25,8 @@ enum Command {
     Logits(cli::logits::LogitsArgs),
     /// Write a small deterministic synthetic checkpoint (for tests).
     Synth(cli::synth::SynthArgs),
+    /// Check a routing policy file, or explain how it routes a request.
+    Policy(cli::policy::PolicyArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -40,5 +42,6 @@ fn main() -> anyhow::Result<()> {
         Command::Tokenize(args) => cli::tokenize::run(args),
         Command::Logits(args) => cli::logits::run(args),
         Command::Synth(args) => cli::synth::run(args),
+        Command::Policy(args) => cli::policy::run(args),
     }
 }

@@ -1,1 +1,86 @@
-//! Policy files, validation, scoring, splits, budgets and hot reload. Knows nothing of HTTP.
+//! Switchyard's routing policy: which checkpoint answers a request, and why.
+//!
+//! Operators write a TOML policy (models with costs and quality, tenants with API keys,
+//! permissions and budgets, traffic splits with automatic rollback, fallbacks); clients
+//! steer with the `model` field and `x-switchyard-*` hints. This crate validates the file
+//! whole (every problem with its line and column), scores candidates against constraints
+//! and live engine state, keeps budgets and split state, and hot-reloads the file. It
+//! knows nothing of HTTP: the router turns requests into [`RouteRequest`]s and implements
+//! [`EngineView`] over the engine.
+//!
+//! ```
+//! use switchyard_policies::{Caller, IdleEngine, ModelHint, Policy, PolicyStore, RouteRequest, Usage, Completion};
+//!
+//! let policy = Policy::from_toml_str(r#"
+//!     [routing]
+//!     allow_anonymous = true
+//!
+//!     [[models]]
+//!     name = "small"
+//!     version = "v1"
+//!     cost_per_1k_input = 0.01
+//!     cost_per_1k_output = 0.02
+//!     quality = 0.6
+//!     context_limit = 8192
+//!
+//!     [[models]]
+//!     name = "large"
+//!     version = "v3"
+//!     cost_per_1k_input = 0.5
+//!     cost_per_1k_output = 1.5
+//!     quality = 0.9
+//!     context_limit = 8192
+//! "#)?;
+//! let store = PolicyStore::new(policy);
+//!
+//! let mut req = RouteRequest::new(ModelHint::parse("auto"), Caller::Anonymous);
+//! req.hints.apply_header("x-switchyard-min-quality", "0.8")?;
+//! req.prompt_tokens = 200;
+//! req.max_output_tokens = Some(100);
+//!
+//! let route = store.route(&req, &IdleEngine)?;
+//! assert_eq!((&*route.model, &*route.version), ("large", "v3"));
+//! route.finish(Completion {
+//!     usage: Usage { prompt_tokens: 180, completion_tokens: 64 },
+//!     succeeded: true,
+//!     latency_ms: 350.0,
+//! });
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod budget;
+mod constraint;
+mod engine;
+mod error;
+mod explain;
+mod keys;
+pub mod metrics;
+mod plan;
+mod policy;
+mod reload;
+mod request;
+mod rollback;
+mod route;
+mod route_error;
+mod schema;
+mod score;
+mod split;
+mod validate;
+
+pub use budget::{BudgetSnapshot, BudgetUnit, BudgetWindow, Reservation, Spend, Usage};
+pub use constraint::{ConstraintFailure, LatencyLimit, CONSTRAINTS};
+pub use engine::{CandidateState, EngineView, IdleEngine, StaticEngineView};
+pub use error::{Diagnostic, PolicyError};
+pub use explain::{explain, CandidateReport, Check, Explanation, Pick};
+pub use keys::sha256_hex;
+pub use policy::{Fallback, Model, Policy, Routing, Target, Tenant, Triggers};
+pub use reload::{PolicyStore, PolicyWatcher};
+pub use request::{
+    estimate_tokens, Caller, HintError, Hints, ModelHint, RouteRequest, HEADER_COST,
+    HEADER_MAX_COST, HEADER_MAX_LATENCY_MS, HEADER_MIN_QUALITY, HEADER_MODEL, HEADER_ROUTE,
+    HEADER_TAGS, HEADER_VERSION,
+};
+pub use rollback::{ArmStats, RollbackMonitor, RollbackRule, RollbackState, RollbackStatus};
+pub use route::{route, Completion, Route, RouteReason};
+pub use route_error::{Rejection, RouteError, RouteErrorKind};
+pub use split::{stable_hash, Arm, Split, Sticky};

@@ -4,5 +4,6 @@ pub mod generate;
 pub mod load;
 pub mod logits;
 pub mod npy;
+pub mod policy;
 pub mod synth;
 pub mod tokenize;

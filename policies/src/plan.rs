@@ -1,0 +1,211 @@
+//! The candidate set of one request, from its `model` hint: every model for `auto`, the
+//! named model's split arm or active version, or the pinned checkpoint; plus the
+//! requested model's fallbacks.
+
+use std::borrow::Cow;
+
+use crate::engine::EngineView;
+use crate::policy::{Policy, Tenant};
+use crate::request::{Caller, ModelHint, RouteRequest};
+use crate::route::RouteReason;
+use crate::route_error::RouteError;
+use crate::score::{score, Context, Detail, Scored, Via};
+use crate::split::Sticky;
+
+/// The candidate set a request's `model` hint asks for.
+pub(crate) struct Plan<'a> {
+    policy: &'a Policy,
+    hint: &'a ModelHint,
+    reason: RouteReason,
+    /// The requested model (not under `auto`).
+    pub(crate) requested: Option<usize>,
+    candidates: Vec<(usize, usize, Via)>,
+}
+
+impl<'a> Plan<'a> {
+    pub fn new(
+        policy: &'a Policy,
+        req: &'a RouteRequest,
+        tenant: Option<&Tenant>,
+    ) -> Result<Self, RouteError> {
+        let sticky = StickyKey { req, tenant };
+        let (reason, requested, candidates) = match &req.model {
+            ModelHint::Auto => {
+                let mut c: Vec<(usize, usize, Via)> = Vec::with_capacity(policy.models.len());
+                // A cross-model split arm may repeat another model's checkpoint.
+                let mut seen = vec![false; policy.checkpoint_count];
+                for i in 0..policy.models.len() {
+                    if let Some(t) = resolve_named(policy, i, &sticky) {
+                        let slot = policy.checkpoint_base.get(t.0).map(|b| b + t.1);
+                        if let Some(seen) = slot.and_then(|s| seen.get_mut(s)) {
+                            if !*seen {
+                                *seen = true;
+                                c.push(t);
+                            }
+                        }
+                    }
+                }
+                (RouteReason::Auto, None, c)
+            }
+            ModelHint::Named { name } => {
+                let i = model_named(policy, name)?;
+                let reason = match policy.models.get(i) {
+                    Some(m) if *m.name == **name => RouteReason::Named,
+                    _ => RouteReason::Alias,
+                };
+                (
+                    reason,
+                    Some(i),
+                    resolve_named(policy, i, &sticky).into_iter().collect(),
+                )
+            }
+            ModelHint::Pinned { name, version } => {
+                let i = model_named(policy, name)?;
+                let versions = policy.models.get(i).map_or(&[][..], |m| &m.versions[..]);
+                let v = versions
+                    .iter()
+                    .position(|v| **v == **version)
+                    .ok_or_else(|| RouteError::UnknownVersion {
+                        model: name.clone(),
+                        version: version.clone(),
+                        known: versions.iter().map(|v| &**v).collect::<Vec<_>>().join(", "),
+                    })?;
+                (RouteReason::Pinned, Some(i), vec![(i, v, Via::Direct)])
+            }
+        };
+        Ok(Plan {
+            policy,
+            hint: &req.model,
+            reason,
+            requested,
+            candidates,
+        })
+    }
+
+    pub fn ranked(&self) -> bool {
+        self.requested.is_none()
+    }
+
+    /// Scores the primary candidates. Under `auto` with [`Detail::Verdict`] only the
+    /// verdicts are kept; a named model always gets full detail (its failures decide
+    /// whether fallbacks apply).
+    pub fn score_primary(
+        &self,
+        ctx: &Context,
+        engine: &dyn EngineView,
+        detail: Detail,
+    ) -> Vec<Scored> {
+        let detail = if self.ranked() { detail } else { Detail::All };
+        self.candidates
+            .iter()
+            .filter_map(|&(m, v, via)| score(ctx, m, v, via, engine, detail))
+            // Verdict-only scores of rejected candidates carry nothing worth keeping.
+            .filter(|s| detail == Detail::All || s.qualifies())
+            .collect()
+    }
+
+    /// Scores the requested model's fallbacks when its own candidate broke a constraint
+    /// the fallback list is meant for; `None` when no fallback applies.
+    pub fn score_fallbacks(
+        &self,
+        ctx: &Context,
+        primary: &[Scored],
+        engine: &dyn EngineView,
+    ) -> Option<Vec<Scored>> {
+        let model = self.policy.models.get(self.requested?)?;
+        let fallback = model.fallback.as_ref()?;
+        let triggered = primary
+            .iter()
+            .flat_map(|s| &s.failures)
+            .any(|f| match f.trigger() {
+                Some(crate::constraint::Trigger::Overloaded) => fallback.on.overloaded,
+                Some(crate::constraint::Trigger::Failing) => fallback.on.failing,
+                Some(crate::constraint::Trigger::OverBudget) => fallback.on.over_budget,
+                None => false,
+            });
+        triggered.then(|| self.score_all_fallbacks(ctx, engine))
+    }
+
+    /// Scores every fallback alternative of the requested model (explain shows them all).
+    pub fn score_all_fallbacks(&self, ctx: &Context, engine: &dyn EngineView) -> Vec<Scored> {
+        let Some(fallback) = self
+            .requested
+            .and_then(|i| self.policy.models.get(i)?.fallback.as_ref())
+        else {
+            return Vec::new();
+        };
+        fallback
+            .alternatives
+            .iter()
+            .enumerate()
+            .filter_map(|(rank, t)| {
+                let m = self.policy.models.get(t.model)?;
+                let v = t.version.unwrap_or(m.active_version);
+                score(ctx, t.model, v, Via::Fallback { rank }, engine, Detail::All)
+            })
+            .collect()
+    }
+
+    pub fn hint_text(&self) -> String {
+        self.hint.to_string()
+    }
+
+    pub fn reason(&self) -> RouteReason {
+        self.reason
+    }
+}
+
+/// What sticky splits hash for this request.
+struct StickyKey<'a> {
+    req: &'a RouteRequest,
+    tenant: Option<&'a Tenant>,
+}
+
+impl StickyKey<'_> {
+    fn for_split(&self, sticky: Sticky) -> Cow<'_, str> {
+        let key = match &self.req.caller {
+            Caller::ApiKey(k) => Some(k.as_str()),
+            _ => None,
+        };
+        let tenant = self.tenant.map(|t| &*t.name);
+        let chosen = match sticky {
+            Sticky::User => self.req.user.as_deref().or(key).or(tenant),
+            Sticky::Key => key.or(tenant),
+            Sticky::None => None,
+        };
+        chosen.map_or_else(
+            || Cow::Owned(self.req.request_id.to_string()),
+            Cow::Borrowed,
+        )
+    }
+}
+
+/// The checkpoint a model name stands for: its split's arm, else its active version.
+fn resolve_named(policy: &Policy, model: usize, sticky: &StickyKey) -> Option<(usize, usize, Via)> {
+    let m = policy.models.get(model)?;
+    let Some(split_index) = m.split else {
+        return Some((model, m.active_version, Via::Direct));
+    };
+    let split = policy.splits.get(split_index)?;
+    let arm_index = split.assign(&sticky.for_split(split.sticky));
+    let arm = split.arms.get(arm_index)?;
+    Some((
+        arm.model,
+        arm.version,
+        Via::Split {
+            split: split_index,
+            arm: arm_index,
+        },
+    ))
+}
+
+fn model_named(policy: &Policy, name: &str) -> Result<usize, RouteError> {
+    policy.model_index(name).ok_or_else(|| {
+        let mut known: Vec<&str> = policy.models.iter().map(|m| &*m.name).collect();
+        known.sort_unstable();
+        RouteError::UnknownModel {
+            name: name.to_string(),
+            known: known.join(", "),
+        }
+    })
+}

@@ -1,0 +1,318 @@
+//! Routing one request: authenticate, gather candidates, score, pick, reserve budget.
+//!
+//! Candidates come from the `model` hint: every model for `auto`; the named model (its
+//! split arm or active version) for a name or alias; exactly one checkpoint for
+//! `name@version`. Under `auto` the best utility wins (see [`crate::score`]); a named or
+//! pinned model that is overloaded, failing or over budget gives way to its fallback
+//! list, tried in order. The budget is reserved for the pick before returning, and a
+//! reservation that loses a race to a concurrent request counts as over budget.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::budget::{now_secs, Reservation, Spend, Usage};
+use crate::constraint::ConstraintFailure;
+use crate::engine::EngineView;
+use crate::metrics;
+use crate::plan::Plan;
+use crate::policy::{Policy, Tenant};
+use crate::request::{
+    Caller, RouteRequest, HEADER_COST, HEADER_MODEL, HEADER_ROUTE, HEADER_VERSION,
+};
+use crate::rollback::RollbackMonitor;
+use crate::route_error::{Rejection, RouteError};
+use crate::score::{pick_order, Context, Detail, Scored, Via};
+
+/// Why a checkpoint was chosen (also the `reason` metric label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RouteReason {
+    /// `auto`: best utility among qualifying models.
+    Auto,
+    /// The model was named.
+    Named,
+    /// The model was reached through an alias.
+    Alias,
+    /// `name@version` was requested.
+    Pinned,
+    /// A split arm was assigned.
+    Split,
+    /// The split's rollback rule pinned traffic to its baseline arm.
+    RolledBack,
+    /// The requested model could not serve; a fallback did.
+    Fallback,
+}
+
+impl RouteReason {
+    /// A stable lower-case label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RouteReason::Auto => "auto",
+            RouteReason::Named => "named",
+            RouteReason::Alias => "alias",
+            RouteReason::Pinned => "pinned",
+            RouteReason::Split => "split",
+            RouteReason::RolledBack => "rolled_back",
+            RouteReason::Fallback => "fallback",
+        }
+    }
+}
+
+/// The routing decision for one request, holding its budget reservation.
+///
+/// When the request ends, call [`Route::finish`] (or settle [`Route::reservation`] and
+/// call [`Route::record_outcome`] yourself). Dropping a route releases its reservation.
+#[derive(Debug)]
+pub struct Route {
+    /// Chosen model.
+    pub model: Arc<str>,
+    /// Chosen version.
+    pub version: Arc<str>,
+    /// The split that chose the arm, if any.
+    pub split: Option<Arc<str>>,
+    /// The arm, if a split chose it.
+    pub arm: Option<Arc<str>>,
+    /// Why this checkpoint.
+    pub reason: RouteReason,
+    /// One line saying why, for the `x-switchyard-route` header.
+    pub explanation: String,
+    /// Estimated cost of the request on this checkpoint.
+    pub estimated_cost: f64,
+    /// Estimated prompt plus output tokens.
+    pub estimated_tokens: u64,
+    /// The tenant charged, if any.
+    pub tenant: Option<Arc<str>>,
+    /// Budget held for this request.
+    pub reservation: Reservation,
+    rollback: Option<(Arc<RollbackMonitor>, usize)>,
+}
+
+/// How a routed request ended.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Completion {
+    /// Actual token counts.
+    pub usage: Usage,
+    /// False when the engine failed the request.
+    pub succeeded: bool,
+    /// Time from routing to the last token, in milliseconds.
+    pub latency_ms: f64,
+}
+
+impl Route {
+    /// Settles the budget with the actual usage and feeds the split's rollback rule.
+    pub fn finish(self, completion: Completion) -> Spend {
+        self.record_outcome(completion.succeeded, completion.latency_ms);
+        self.reservation.settle(completion.usage)
+    }
+
+    /// Feeds the split's rollback rule (no-op when no rule watches this arm).
+    pub fn record_outcome(&self, succeeded: bool, latency_ms: f64) {
+        if let Some((monitor, arm)) = &self.rollback {
+            monitor.record(*arm, succeeded, latency_ms);
+        }
+    }
+
+    /// The response headers: model, version, route (why) and estimated cost.
+    pub fn response_headers(&self) -> [(&'static str, String); 4] {
+        [
+            (HEADER_MODEL, self.model.to_string()),
+            (HEADER_VERSION, self.version.to_string()),
+            (HEADER_ROUTE, self.explanation.clone()),
+            (HEADER_COST, format!("{:.6}", self.estimated_cost)),
+        ]
+    }
+}
+
+/// Routes `req` under `policy` given live engine state.
+pub fn route(
+    policy: &Policy,
+    req: &RouteRequest,
+    engine: &dyn EngineView,
+) -> Result<Route, RouteError> {
+    let result = route_inner(policy, req, engine);
+    match &result {
+        Ok(r) => metrics::routed(r),
+        Err(e) => metrics::rejected(e),
+    }
+    result
+}
+
+fn route_inner(
+    policy: &Policy,
+    req: &RouteRequest,
+    engine: &dyn EngineView,
+) -> Result<Route, RouteError> {
+    let tenant = caller_tenant(policy, &req.caller)?;
+    let ctx = Context::new(policy, tenant, req);
+    let plan = Plan::new(policy, req, tenant)?;
+    let mut scored = plan.score_primary(&ctx, engine, Detail::Verdict);
+    let now = now_secs();
+    let mut reserve = |s: &Scored| {
+        let budgets = tenant.map_or(&[][..], |t| &t.budgets[..]);
+        Reservation::reserve(
+            tenant.map(|t| t.name.clone()),
+            budgets,
+            s.estimate,
+            ctx.price(s.model),
+            now,
+        )
+        .map_err(|short| ConstraintFailure::OverBudget {
+            budget: short.window,
+            needed: short.needed,
+            remaining: short.remaining,
+        })
+    };
+    if let Some((i, reservation)) = select(policy, &mut scored, plan.ranked(), &mut reserve) {
+        let qualifying = scored.iter().filter(|s| s.qualifies()).count();
+        if let Some(route) = build(&ctx, &plan, &scored, i, qualifying, reservation) {
+            return Ok(route);
+        }
+    }
+    if let Some(mut fallbacks) = plan.score_fallbacks(&ctx, &scored, engine) {
+        if let Some((i, reservation)) = select(policy, &mut fallbacks, false, &mut reserve) {
+            let qualifying = fallbacks.iter().filter(|s| s.qualifies()).count();
+            if let Some(route) = build(&ctx, &plan, &fallbacks, i, qualifying, reservation) {
+                return Ok(route);
+            }
+        }
+        scored.extend(fallbacks);
+    }
+    if plan.ranked() {
+        // The fast pass kept verdicts only; score again to say what failed where. Races
+        // lost while reserving show up as budget failures in the fresh scores too.
+        scored = plan.score_primary(&Context::new(policy, tenant, req), engine, Detail::All);
+    }
+    Err(RouteError::NoCandidate {
+        hint: plan.hint_text(),
+        rejections: scored.iter().map(|s| Rejection::new(policy, s)).collect(),
+    })
+}
+
+/// The tenant behind the caller, or why there is none.
+pub(crate) fn caller_tenant<'p>(
+    policy: &'p Policy,
+    caller: &Caller,
+) -> Result<Option<&'p Tenant>, RouteError> {
+    match caller {
+        Caller::Anonymous if policy.routing.allow_anonymous => Ok(None),
+        Caller::Anonymous => Err(RouteError::MissingApiKey),
+        Caller::ApiKey(key) => policy
+            .authenticate(key)
+            .map(Some)
+            .ok_or(RouteError::UnknownApiKey),
+        Caller::Tenant(name) => policy
+            .tenant(name)
+            .map(Some)
+            .ok_or_else(|| RouteError::UnknownTenant { name: name.clone() }),
+    }
+}
+
+/// Tries qualifying candidates (best utility first when `ranked`, else in order) until
+/// `take` accepts one; a refusal is recorded as a failure of that candidate.
+pub(crate) fn select<T>(
+    policy: &Policy,
+    scored: &mut [Scored],
+    ranked: bool,
+    take: &mut dyn FnMut(&Scored) -> Result<T, ConstraintFailure>,
+) -> Option<(usize, T)> {
+    loop {
+        let next = if ranked {
+            let mut best: Option<usize> = None;
+            for (i, s) in scored.iter().enumerate().filter(|(_, s)| s.qualifies()) {
+                if best.is_none_or(|b| {
+                    scored
+                        .get(b)
+                        .is_some_and(|b| pick_order(policy, s, b).is_lt())
+                }) {
+                    best = Some(i);
+                }
+            }
+            best
+        } else {
+            scored.iter().position(Scored::qualifies)
+        }?;
+        let candidate = scored.get_mut(next)?;
+        match take(candidate) {
+            Ok(t) => return Some((next, t)),
+            Err(failure) => candidate.failures.push(failure),
+        }
+    }
+}
+
+pub(crate) fn build(
+    ctx: &Context,
+    plan: &Plan,
+    scored: &[Scored],
+    i: usize,
+    qualifying: usize,
+    reservation: Reservation,
+) -> Option<Route> {
+    let policy = ctx.policy;
+    let s = scored.get(i)?;
+    let m = policy.models.get(s.model)?;
+    let version = Arc::clone(m.versions.get(s.version)?);
+    let (split, arm, rollback, reason, explanation) = match s.via {
+        Via::Split { split, arm } => {
+            let sp = policy.splits.get(split)?;
+            let a = sp.arms.get(arm)?;
+            let (reason, why) = if sp.is_rolled_back() {
+                (
+                    RouteReason::RolledBack,
+                    format!("split `{}` rolled back to arm `{}`", sp.name, a.name),
+                )
+            } else {
+                (
+                    RouteReason::Split,
+                    format!("split `{}` arm `{}` ({}%)", sp.name, a.name, a.weight),
+                )
+            };
+            let monitor = sp.rollback().map(|mon| (Arc::clone(mon), arm));
+            (
+                Some(sp.name.clone()),
+                Some(a.name.clone()),
+                monitor,
+                reason,
+                why,
+            )
+        }
+        Via::Fallback { rank } => {
+            let requested = plan
+                .requested
+                .and_then(|r| policy.models.get(r))
+                .map_or("?", |r| &*r.name);
+            (
+                None,
+                None,
+                None,
+                RouteReason::Fallback,
+                format!("fallback #{} for `{requested}`", rank + 1),
+            )
+        }
+        Via::Direct => {
+            let why = match plan.reason() {
+                RouteReason::Auto => format!(
+                    "auto: best utility {:.4} of {qualifying} qualifying (quality {:.3}, cost {:.6}, latency {:.0} ms)",
+                    s.utility, s.quality, s.estimate.cost, s.expected_latency_ms
+                ),
+                RouteReason::Alias => format!("alias `{}` of `{}`", plan.hint_text(), m.name),
+                RouteReason::Pinned => "pinned version".to_string(),
+                _ => "named model".to_string(),
+            };
+            (None, None, None, plan.reason(), why)
+        }
+    };
+    Some(Route {
+        model: Arc::clone(&m.name),
+        version,
+        split,
+        arm,
+        reason,
+        explanation,
+        estimated_cost: s.estimate.cost,
+        estimated_tokens: s.estimate.tokens,
+        tenant: ctx.tenant.map(|t| Arc::clone(&t.name)),
+        reservation,
+        rollback,
+    })
+}

@@ -1,0 +1,152 @@
+//! The policy file as written: serde types mirroring the TOML, with spans for error reporting.
+//!
+//! These types are only the parse step; `validate` turns them into a [`crate::Policy`].
+//! Every field that validation may complain about is `Spanned`, so its error can point at
+//! the exact line and column.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+/// The whole file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PolicyFile {
+    #[serde(default)]
+    pub routing: Option<Spanned<RoutingEntry>>,
+    #[serde(default)]
+    pub models: Vec<Spanned<ModelEntry>>,
+    #[serde(default)]
+    pub tenants: Vec<Spanned<TenantEntry>>,
+    #[serde(default)]
+    pub splits: Vec<Spanned<SplitEntry>>,
+    #[serde(default)]
+    pub fallbacks: Vec<Spanned<FallbackEntry>>,
+}
+
+/// `[routing]`: weights of the utility function and request defaults.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RoutingEntry {
+    pub quality_weight: Option<Spanned<f64>>,
+    pub cost_weight: Option<Spanned<f64>>,
+    pub latency_weight: Option<Spanned<f64>>,
+    pub assumed_output_tokens: Option<Spanned<u32>>,
+    #[serde(default)]
+    pub allow_anonymous: bool,
+}
+
+/// `[[models]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ModelEntry {
+    pub name: Spanned<String>,
+    pub version: Option<Spanned<String>>,
+    pub versions: Option<Spanned<Vec<Spanned<String>>>>,
+    pub active_version: Option<Spanned<String>>,
+    #[serde(default)]
+    pub aliases: Vec<Spanned<String>>,
+    pub cost_per_1k_input: Spanned<f64>,
+    pub cost_per_1k_output: Spanned<f64>,
+    pub quality: Spanned<f64>,
+    #[serde(default)]
+    pub quality_by_tag: BTreeMap<String, Spanned<f64>>,
+    pub context_limit: Spanned<u32>,
+    pub latency_target_ms: Option<Spanned<f64>>,
+    pub max_queue_depth: Option<Spanned<u32>>,
+}
+
+/// `[[tenants]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TenantEntry {
+    pub name: Spanned<String>,
+    #[serde(default)]
+    pub api_keys: Vec<Spanned<String>>,
+    pub allowed_models: Option<Vec<Spanned<String>>>,
+    pub default_hints: Option<Spanned<HintsEntry>>,
+    #[serde(default)]
+    pub budgets: Vec<Spanned<BudgetEntry>>,
+}
+
+/// Default hints of a tenant, same meaning as the request headers.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct HintsEntry {
+    pub min_quality: Option<Spanned<f64>>,
+    pub max_cost: Option<Spanned<f64>>,
+    pub max_latency_ms: Option<Spanned<f64>>,
+    #[serde(default)]
+    pub tags: Vec<String>,
+}
+
+/// `[[tenants.budgets]]`: exactly one of `limit_tokens` / `limit_cost`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct BudgetEntry {
+    pub window: Spanned<String>,
+    pub limit_tokens: Option<Spanned<i64>>,
+    pub limit_cost: Option<Spanned<f64>>,
+}
+
+/// `[[splits]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SplitEntry {
+    pub name: Spanned<String>,
+    pub model: Spanned<String>,
+    #[serde(default)]
+    pub sticky: StickyEntry,
+    pub arms: Spanned<Vec<Spanned<ArmEntry>>>,
+    pub rollback: Option<Spanned<RollbackEntry>>,
+}
+
+/// What keeps a caller on one arm.
+#[derive(Debug, Default, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum StickyEntry {
+    #[default]
+    User,
+    Key,
+    None,
+}
+
+/// One arm of a split.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ArmEntry {
+    pub name: Spanned<String>,
+    pub target: Spanned<String>,
+    pub weight: Spanned<f64>,
+}
+
+/// `[splits.rollback]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RollbackEntry {
+    pub baseline: Spanned<String>,
+    pub candidate: Spanned<String>,
+    pub window: Spanned<String>,
+    pub min_samples: Spanned<u32>,
+    pub max_error_rate_increase: Option<Spanned<f64>>,
+    pub max_latency_ratio: Option<Spanned<f64>>,
+}
+
+/// `[[fallbacks]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FallbackEntry {
+    pub model: Spanned<String>,
+    pub on: Option<Vec<TriggerEntry>>,
+    pub alternatives: Spanned<Vec<Spanned<String>>>,
+}
+
+/// When a fallback applies.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum TriggerEntry {
+    Overloaded,
+    Failing,
+    OverBudget,
+}

@@ -1,0 +1,191 @@
+//! Traffic splits: weighted A/B tests and canaries between versions or models, with
+//! sticky assignment by a stable hash and an optional automatic rollback rule.
+//!
+//! An arm is chosen by hashing `(split name, sticky key)` to a point in
+//! `[0, total weight)` and taking the arm whose cumulative weight range holds it, so the
+//! same user stays on the same arm for as long as the split's arms and weights are
+//! unchanged, and the share of users per arm converges to the weights.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::rollback::RollbackMonitor;
+
+/// What keeps a caller on one arm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Sticky {
+    /// The request's `user` field (then the API key, then the tenant).
+    User,
+    /// The API key (then the tenant).
+    Key,
+    /// Not sticky: each request is assigned on its own `request_id`.
+    None,
+}
+
+/// One arm: a checkpoint and its share of traffic.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Arm {
+    /// Arm name (reported in routes and metrics).
+    pub name: Arc<str>,
+    /// Model index.
+    pub model: usize,
+    /// Version index within that model.
+    pub version: usize,
+    /// Relative weight (the file's weights sum to 100).
+    pub weight: f64,
+}
+
+/// A split of one model's traffic between arms.
+#[derive(Debug)]
+pub struct Split {
+    /// Unique name; also salts the hash so different splits assign independently.
+    pub name: Arc<str>,
+    /// Model index whose requests this split decides.
+    pub model: usize,
+    /// What keeps a caller on one arm.
+    pub sticky: Sticky,
+    /// Arms in file order.
+    pub arms: Vec<Arm>,
+    /// Cumulative weights, `cumulative[i] = arms[0..=i].weight` summed.
+    cumulative: Vec<f64>,
+    rollback: Option<Arc<RollbackMonitor>>,
+}
+
+impl Split {
+    /// A split over `arms` (at least one with positive weight, checked by validation).
+    pub fn new(
+        name: Arc<str>,
+        model: usize,
+        sticky: Sticky,
+        arms: Vec<Arm>,
+        rollback: Option<Arc<RollbackMonitor>>,
+    ) -> Self {
+        let cumulative = arms
+            .iter()
+            .scan(0.0, |sum, a| {
+                *sum += a.weight;
+                Some(*sum)
+            })
+            .collect();
+        Split {
+            name,
+            model,
+            sticky,
+            arms,
+            cumulative,
+            rollback,
+        }
+    }
+
+    /// The rollback rule's monitor, if the split has one.
+    pub fn rollback(&self) -> Option<&Arc<RollbackMonitor>> {
+        self.rollback.as_ref()
+    }
+
+    /// The arm for a sticky key. When the rollback rule has tripped, always the baseline.
+    pub fn assign(&self, sticky_key: &str) -> usize {
+        if let Some(m) = &self.rollback {
+            if m.is_rolled_back() {
+                return m.rule().baseline;
+            }
+        }
+        self.arm_for_hash(stable_hash(&self.name, sticky_key))
+    }
+
+    /// Whether the rollback rule has pinned the split to its baseline arm.
+    pub fn is_rolled_back(&self) -> bool {
+        self.rollback.as_ref().is_some_and(|m| m.is_rolled_back())
+    }
+
+    fn arm_for_hash(&self, hash: u64) -> usize {
+        let total = self.cumulative.last().copied().unwrap_or(0.0);
+        // 53 high bits give a uniform point in [0, 1) exactly representable as f64.
+        let point = (hash >> 11) as f64 / (1u64 << 53) as f64 * total;
+        self.cumulative
+            .iter()
+            .position(|&c| point < c)
+            // Rounding can leave `point == total`; the last positive-weight arm takes it.
+            .or_else(|| self.arms.iter().rposition(|a| a.weight > 0.0))
+            .unwrap_or(0)
+    }
+
+    /// Same name, arms, weights, stickiness and rollback rule: state may carry over.
+    pub(crate) fn same_config(&self, other: &Split) -> bool {
+        self.name == other.name
+            && self.model == other.model
+            && self.sticky == other.sticky
+            && self.arms == other.arms
+            && match (&self.rollback, &other.rollback) {
+                (Some(a), Some(b)) => a.rule() == b.rule(),
+                (None, None) => true,
+                _ => false,
+            }
+    }
+
+    /// Takes over the rollback monitor of an identical split from the previous policy.
+    pub(crate) fn adopt_monitor(&mut self, old: &Split) {
+        if let Some(m) = &old.rollback {
+            self.rollback = Some(Arc::clone(m));
+        }
+    }
+}
+
+/// A stable 64-bit hash of `(salt, key)`: FNV-1a over both (with a separator) followed by
+/// the SplitMix64 finalizer, so nearby keys spread evenly. Stable across runs and builds,
+/// unlike `std`'s randomly keyed hasher.
+pub fn stable_hash(salt: &str, key: &str) -> u64 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut h = OFFSET;
+    for &b in salt.as_bytes().iter().chain(&[0xff]).chain(key.as_bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(PRIME);
+    }
+    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arm(name: &str, weight: f64) -> Arm {
+        Arm {
+            name: name.into(),
+            model: 0,
+            version: 0,
+            weight,
+        }
+    }
+
+    #[test]
+    fn zero_weight_arms_get_nothing() {
+        let s = Split::new(
+            "s".into(),
+            0,
+            Sticky::User,
+            vec![arm("a", 0.0), arm("b", 100.0)],
+            None,
+        );
+        for i in 0..1000 {
+            assert_eq!(s.assign(&i.to_string()), 1);
+        }
+        assert_eq!(s.arm_for_hash(u64::MAX), 1);
+    }
+
+    #[test]
+    fn hash_is_stable() {
+        assert_eq!(
+            stable_hash("split", "user-1"),
+            stable_hash("split", "user-1")
+        );
+        assert_ne!(
+            stable_hash("split", "user-1"),
+            stable_hash("split", "user-2")
+        );
+        assert_ne!(stable_hash("a", "bc"), stable_hash("ab", "c"));
+    }
+}
