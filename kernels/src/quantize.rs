@@ -19,7 +19,7 @@ use crate::{DType, KernelError};
 /// ```
 pub fn quantize(dtype: DType, values: &[f32]) -> Result<Vec<u8>, KernelError> {
     let block = dtype.block_len();
-    if values.len() % block != 0 {
+    if !values.len().is_multiple_of(block) {
         return Err(KernelError::RaggedRow {
             dtype,
             cols: values.len(),

@@ -105,13 +105,13 @@ impl ModelConfig {
                 return Err(format!("{name} is 0"));
             }
         }
-        if self.n_heads % self.n_kv_heads != 0 {
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return Err(format!(
                 "n_heads ({}) is not a multiple of n_kv_heads ({})",
                 self.n_heads, self.n_kv_heads
             ));
         }
-        if self.head_dim % 2 != 0 {
+        if !self.head_dim.is_multiple_of(2) {
             return Err(format!(
                 "head_dim ({}) is odd; rotary embedding needs pairs",
                 self.head_dim

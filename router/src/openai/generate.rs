@@ -184,7 +184,7 @@ impl UsageTally {
 
     /// Adds the usage of choice `index`.
     pub fn add(&mut self, index: u32, usage: Usage) {
-        if index % self.n == 0 {
+        if index.is_multiple_of(self.n) {
             self.total.prompt_tokens += usage.prompt_tokens;
         }
         self.total.completion_tokens += usage.completion_tokens;

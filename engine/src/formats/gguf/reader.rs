@@ -362,7 +362,7 @@ impl RawTensorInfo {
         let size = dtype
             .bytes_for(elements)
             .ok_or_else(|| bad(format!("its byte size overflows (dims {:?})", self.dims)))?;
-        if self.offset % alignment != 0 {
+        if !self.offset.is_multiple_of(alignment) {
             return Err(bad(format!(
                 "its data offset {} is not a multiple of the file's alignment {alignment}",
                 self.offset
