@@ -6,6 +6,7 @@ pub mod chat;
 pub mod formats;
 pub mod model;
 pub mod sampling;
+pub mod serving;
+pub mod session;
 pub mod synthetic;
 pub mod tokenizer;
-pub mod session;

@@ -2,7 +2,8 @@
 
 pub mod generate;
 pub mod load;
-pub mod npy;
 pub mod logits;
+pub mod npy;
+pub mod serve;
 pub mod synth;
 pub mod tokenize;

@@ -1,0 +1,254 @@
+//! The continuous-batching executor against the single-sequence `Session`:
+//! batched greedy outputs must match token for token; cancelled sequences
+//! must leave the batch; a full queue refuses work.
+
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use switchyard_engine::formats::load_checkpoint;
+use switchyard_engine::model::{LlamaModel, LogitRows};
+use switchyard_engine::sampling::{argmax, FinishReason, SamplingParams, StopCondition};
+use switchyard_engine::serving::{
+    Executor, ExecutorConfig, SequenceEvent, SequenceRequest, SubmitError,
+};
+use switchyard_engine::session::Session;
+use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
+use switchyard_engine::tokenizer::Tokenizer;
+use switchyard_kernels::cpu::CpuBackend;
+use switchyard_kernels::DType;
+
+struct Fixture {
+    backend: Arc<CpuBackend>,
+    model: Arc<LlamaModel<CpuBackend>>,
+    tokenizer: Tokenizer,
+    _dir: tempfile::TempDir,
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("smollm2-q8.gguf");
+    let spec = SyntheticSpec {
+        preset: Preset::Smollm2,
+        dtype: DType::Q8_0,
+        seed: 11,
+    };
+    write_gguf(&spec, &path).unwrap();
+    let checkpoint = load_checkpoint(&path).unwrap();
+    let backend = Arc::new(CpuBackend::new(2));
+    let model = Arc::new(LlamaModel::load(backend.as_ref(), &checkpoint).unwrap());
+    let tokenizer = Tokenizer::load(&checkpoint.tokenizer).unwrap();
+    Fixture {
+        backend,
+        model,
+        tokenizer,
+        _dir: dir,
+    }
+}
+
+fn greedy_with_session(f: &Fixture, prompt: &[u32], count: usize) -> Vec<u32> {
+    let mut session =
+        Session::new(f.backend.as_ref(), f.model.as_ref(), prompt.len() + count).unwrap();
+    let mut logits = session.feed(prompt, LogitRows::Last).unwrap();
+    let mut out = Vec::new();
+    for _ in 0..count {
+        let id = argmax(&logits);
+        out.push(id);
+        logits = session.feed(&[id], LogitRows::Last).unwrap();
+    }
+    out
+}
+
+fn request(
+    prompt: Vec<u32>,
+    max_tokens: usize,
+) -> (SequenceRequest, mpsc::Receiver<SequenceEvent>) {
+    let (sender, receiver) = mpsc::channel();
+    let request = SequenceRequest {
+        prompt,
+        sampling: SamplingParams::default(),
+        stop: StopCondition {
+            max_tokens: Some(max_tokens),
+            ..StopCondition::default()
+        },
+        decoder: None,
+        sink: Box::new(sender),
+    };
+    (request, receiver)
+}
+
+/// Every token id until `Done`; panics on an error event.
+fn collect(receiver: &mpsc::Receiver<SequenceEvent>) -> (Vec<u32>, FinishReason, usize, usize) {
+    let mut ids = Vec::new();
+    loop {
+        match receiver.recv_timeout(Duration::from_secs(60)).unwrap() {
+            SequenceEvent::Token(token) => ids.push(token.id),
+            SequenceEvent::Done {
+                finish_reason,
+                prompt_tokens,
+                completion_tokens,
+            } => return (ids, finish_reason, prompt_tokens, completion_tokens),
+            SequenceEvent::Error(message) => panic!("sequence failed: {message}"),
+        }
+    }
+}
+
+fn executor(f: &Fixture, config: ExecutorConfig) -> Executor {
+    Executor::spawn(f.backend.clone(), f.model.clone(), config, Arc::new(|_| {})).unwrap()
+}
+
+#[test]
+fn batched_greedy_matches_single_sequence_sessions() {
+    let f = fixture();
+    let texts = [
+        "Hello there, how are you today?",
+        "a",
+        "The quick brown fox jumps over the lazy dog, again and again and again.",
+        "1 2 3 4 5",
+        "Once upon a time",
+    ];
+    let prompts: Vec<Vec<u32>> = texts
+        .iter()
+        .map(|t| f.tokenizer.encode(t, true).unwrap())
+        .collect();
+    let counts = [12, 7, 16, 3, 10];
+    // A small step budget forces chunked prefill mixed with decode rows.
+    let exec = executor(
+        &f,
+        ExecutorConfig {
+            max_active: 3,
+            max_queued: 16,
+            max_step_tokens: 6,
+        },
+    );
+    let receivers: Vec<_> = prompts
+        .iter()
+        .zip(counts)
+        .map(|(prompt, count)| {
+            let (req, rx) = request(prompt.clone(), count);
+            exec.submit(req).unwrap();
+            rx
+        })
+        .collect();
+    for ((prompt, count), rx) in prompts.iter().zip(counts).zip(&receivers) {
+        let (ids, reason, prompt_tokens, completion_tokens) = collect(rx);
+        assert_eq!(
+            ids,
+            greedy_with_session(&f, prompt, count),
+            "prompt {prompt:?}"
+        );
+        assert_eq!(reason, FinishReason::Length);
+        assert_eq!(prompt_tokens, prompt.len());
+        assert_eq!(completion_tokens, count);
+    }
+    exec.shutdown();
+}
+
+#[test]
+fn a_dropped_receiver_cancels_its_sequence() {
+    let f = fixture();
+    let exec = executor(&f, ExecutorConfig::default());
+    let prompt = f.tokenizer.encode("Tell me a long story", true).unwrap();
+    let (req, rx) = request(prompt.clone(), 10_000);
+    exec.submit(req).unwrap();
+    assert!(matches!(
+        rx.recv_timeout(Duration::from_secs(60)).unwrap(),
+        SequenceEvent::Token(_)
+    ));
+    assert_eq!(exec.active_sequences(), 1);
+    drop(rx);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while exec.active_sequences() != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the cancelled sequence stayed active"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The executor still serves after a cancellation.
+    let (req, rx) = request(prompt.clone(), 4);
+    exec.submit(req).unwrap();
+    assert_eq!(collect(&rx).0, greedy_with_session(&f, &prompt, 4));
+    exec.shutdown();
+}
+
+#[test]
+fn a_full_queue_refuses_with_overloaded_and_bad_prompts_are_refused() {
+    let f = fixture();
+    let exec = executor(
+        &f,
+        ExecutorConfig {
+            max_active: 1,
+            max_queued: 1,
+            max_step_tokens: 64,
+        },
+    );
+    let prompt = f.tokenizer.encode("Hello", true).unwrap();
+    let (long, long_rx) = request(prompt.clone(), 10_000);
+    exec.submit(long).unwrap();
+    // Once it streams, it holds the only batch slot and the queue is empty.
+    assert!(matches!(
+        long_rx.recv_timeout(Duration::from_secs(60)).unwrap(),
+        SequenceEvent::Token(_)
+    ));
+    let (waiting, waiting_rx) = request(prompt.clone(), 2);
+    exec.submit(waiting).unwrap();
+    assert_eq!(exec.queue_depth(), 1);
+    let (refused, _refused_rx) = request(prompt.clone(), 2);
+    assert_eq!(
+        exec.submit(refused),
+        Err(SubmitError::Overloaded { queued: 1 })
+    );
+    drop(long_rx);
+    assert_eq!(collect(&waiting_rx).0.len(), 2);
+
+    let (empty, _rx) = request(Vec::new(), 2);
+    assert_eq!(exec.submit(empty), Err(SubmitError::EmptyPrompt));
+    let context = exec.context_length();
+    let (huge, _rx) = request(vec![1; context], 2);
+    assert!(matches!(
+        exec.submit(huge),
+        Err(SubmitError::PromptTooLong { .. })
+    ));
+    exec.shutdown();
+}
+
+#[test]
+fn stop_tokens_and_stop_strings_end_with_stop_and_are_not_output() {
+    let f = fixture();
+    let exec = executor(&f, ExecutorConfig::default());
+    let prompt = f.tokenizer.encode("Once upon a time", true).unwrap();
+    let reference = greedy_with_session(&f, &prompt, 8);
+
+    // The third greedy token as a stop token: two tokens come out.
+    let (mut req, rx) = request(prompt.clone(), 8);
+    req.stop.stop_token_ids = vec![reference[2]];
+    exec.submit(req).unwrap();
+    let (ids, reason, _, completion_tokens) = collect(&rx);
+    if !reference[..2].contains(&reference[2]) {
+        assert_eq!(ids, reference[..2]);
+        assert_eq!(reason, FinishReason::Stop);
+        assert_eq!(completion_tokens, 3);
+    }
+
+    // The text of the greedy tokens 2..4 as a stop string: text before it only.
+    let full = f.tokenizer.decode(&reference, true).unwrap();
+    let head = f.tokenizer.decode(&reference[..2], true).unwrap();
+    let stop = full[head.len()..].chars().take(3).collect::<String>();
+    if !stop.trim().is_empty() && !head.contains(&stop) {
+        let (mut req, rx) = request(prompt.clone(), 8);
+        req.decoder = Some(f.tokenizer.decode_stream(true));
+        req.stop.stop_strings = vec![stop.clone()];
+        exec.submit(req).unwrap();
+        let mut text = String::new();
+        let reason = loop {
+            match rx.recv_timeout(Duration::from_secs(60)).unwrap() {
+                SequenceEvent::Token(token) => text.push_str(&token.text),
+                SequenceEvent::Done { finish_reason, .. } => break finish_reason,
+                SequenceEvent::Error(message) => panic!("{message}"),
+            }
+        };
+        assert_eq!(reason, FinishReason::Stop);
+        assert_eq!(text, head, "stop string {stop:?}");
+    }
+    exec.shutdown();
+}
