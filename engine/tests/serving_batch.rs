@@ -46,16 +46,24 @@ fn fixture() -> Fixture {
 }
 
 fn greedy_with_session(f: &Fixture, prompt: &[u32], count: usize) -> Vec<u32> {
+    greedy_with_logprobs(f, prompt, count).0
+}
+
+/// Greedy ids with a `Session`, and each chosen token's log-probability.
+fn greedy_with_logprobs(f: &Fixture, prompt: &[u32], count: usize) -> (Vec<u32>, Vec<f32>) {
     let mut session =
         Session::new(f.backend.as_ref(), f.model.as_ref(), prompt.len() + count).unwrap();
     let mut logits = session.feed(prompt, LogitRows::Last).unwrap();
-    let mut out = Vec::new();
+    let (mut ids, mut logprobs) = (Vec::new(), Vec::new());
     for _ in 0..count {
         let id = argmax(&logits);
-        out.push(id);
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let log_norm = max + logits.iter().map(|l| (l - max).exp()).sum::<f32>().ln();
+        ids.push(id);
+        logprobs.push(logits[id as usize] - log_norm);
         logits = session.feed(&[id], LogitRows::Last).unwrap();
     }
-    out
+    (ids, logprobs)
 }
 
 fn request(
@@ -78,15 +86,34 @@ fn request(
 
 /// Every token id until `Done`; panics on an error event.
 fn collect(receiver: &mpsc::Receiver<SequenceEvent>) -> (Vec<u32>, FinishReason, usize, usize) {
-    let mut ids = Vec::new();
+    let (ids, _, reason, prompt_tokens, completion_tokens) = collect_with_logprobs(receiver);
+    (ids, reason, prompt_tokens, completion_tokens)
+}
+
+/// Token ids and their log-probabilities until `Done`.
+fn collect_with_logprobs(
+    receiver: &mpsc::Receiver<SequenceEvent>,
+) -> (Vec<u32>, Vec<f32>, FinishReason, usize, usize) {
+    let (mut ids, mut logprobs) = (Vec::new(), Vec::new());
     loop {
-        match receiver.recv_timeout(Duration::from_secs(60)).unwrap() {
-            SequenceEvent::Token(token) => ids.push(token.id),
+        match receiver.recv_timeout(Duration::from_secs(120)).unwrap() {
+            SequenceEvent::Token(token) => {
+                ids.push(token.id);
+                logprobs.push(token.logprob);
+            }
             SequenceEvent::Done {
                 finish_reason,
                 prompt_tokens,
                 completion_tokens,
-            } => return (ids, finish_reason, prompt_tokens, completion_tokens),
+            } => {
+                return (
+                    ids,
+                    logprobs,
+                    finish_reason,
+                    prompt_tokens,
+                    completion_tokens,
+                )
+            }
             SequenceEvent::Error(message) => panic!("sequence failed: {message}"),
         }
     }
@@ -94,6 +121,48 @@ fn collect(receiver: &mpsc::Receiver<SequenceEvent>) -> (Vec<u32>, FinishReason,
 
 fn executor(f: &Fixture, config: ExecutorConfig) -> Executor {
     Executor::spawn(f.backend.clone(), f.model.clone(), config, Arc::new(|_| {})).unwrap()
+}
+
+/// Submits every prompt at once with a small step budget (chunked prefill
+/// mixed with decode rows, more prompts than batch slots) and checks each
+/// output against a lone `Session`: same ids, same log-probabilities.
+fn check_batched_against_sessions(f: &Fixture, texts: &[&str], counts: &[usize]) {
+    let prompts: Vec<Vec<u32>> = texts
+        .iter()
+        .map(|t| f.tokenizer.encode(t, true).unwrap())
+        .collect();
+    let exec = executor(
+        f,
+        ExecutorConfig {
+            max_active: 3,
+            max_queued: 16,
+            max_step_tokens: 6,
+        },
+    );
+    let receivers: Vec<_> = prompts
+        .iter()
+        .zip(counts)
+        .map(|(prompt, &count)| {
+            let (req, rx) = request(prompt.clone(), count);
+            exec.submit(req).unwrap();
+            rx
+        })
+        .collect();
+    for ((prompt, &count), rx) in prompts.iter().zip(counts).zip(&receivers) {
+        let (ids, logprobs, reason, prompt_tokens, completion_tokens) = collect_with_logprobs(rx);
+        let (expected_ids, expected_logprobs) = greedy_with_logprobs(f, prompt, count);
+        assert_eq!(ids, expected_ids, "prompt {prompt:?}");
+        for (got, want) in logprobs.iter().zip(&expected_logprobs) {
+            assert!(
+                (got - want).abs() < 1e-3,
+                "logprob {got} vs {want} for {prompt:?}"
+            );
+        }
+        assert_eq!(reason, FinishReason::Length);
+        assert_eq!(prompt_tokens, prompt.len());
+        assert_eq!(completion_tokens, count);
+    }
+    exec.shutdown();
 }
 
 #[test]
@@ -106,41 +175,36 @@ fn batched_greedy_matches_single_sequence_sessions() {
         "1 2 3 4 5",
         "Once upon a time",
     ];
-    let prompts: Vec<Vec<u32>> = texts
-        .iter()
-        .map(|t| f.tokenizer.encode(t, true).unwrap())
-        .collect();
-    let counts = [12, 7, 16, 3, 10];
-    // A small step budget forces chunked prefill mixed with decode rows.
-    let exec = executor(
-        &f,
-        ExecutorConfig {
-            max_active: 3,
-            max_queued: 16,
-            max_step_tokens: 6,
-        },
-    );
-    let receivers: Vec<_> = prompts
-        .iter()
-        .zip(counts)
-        .map(|(prompt, count)| {
-            let (req, rx) = request(prompt.clone(), count);
-            exec.submit(req).unwrap();
-            rx
+    check_batched_against_sessions(&f, &texts, &[12, 7, 16, 3, 10]);
+}
+
+#[test]
+fn batched_greedy_matches_sessions_on_the_real_model() {
+    let Some(path) = std::env::var_os("HOME")
+        .map(|home| {
+            std::path::Path::new(&home)
+                .join(".cache/switchyard/models/SmolLM2-135M-Instruct.Q4_1.gguf")
         })
-        .collect();
-    for ((prompt, count), rx) in prompts.iter().zip(counts).zip(&receivers) {
-        let (ids, reason, prompt_tokens, completion_tokens) = collect(rx);
-        assert_eq!(
-            ids,
-            greedy_with_session(&f, prompt, count),
-            "prompt {prompt:?}"
-        );
-        assert_eq!(reason, FinishReason::Length);
-        assert_eq!(prompt_tokens, prompt.len());
-        assert_eq!(completion_tokens, count);
-    }
-    exec.shutdown();
+        .filter(|p| p.is_file())
+    else {
+        println!("skipping: SmolLM2 is absent; run scripts/fetch-model.sh");
+        return;
+    };
+    let checkpoint = load_checkpoint(&path).unwrap();
+    let backend = Arc::new(CpuBackend::new(2));
+    let f = Fixture {
+        model: Arc::new(LlamaModel::load(backend.as_ref(), &checkpoint).unwrap()),
+        tokenizer: Tokenizer::load(&checkpoint.tokenizer).unwrap(),
+        backend,
+        _dir: tempfile::tempdir().unwrap(),
+    };
+    let texts = [
+        "The capital of France is",
+        "def fibonacci(n):",
+        "Once upon a time, in a small village by the sea,",
+        "1, 2, 3, 4,",
+    ];
+    check_batched_against_sessions(&f, &texts, &[10, 14, 8, 12]);
 }
 
 #[test]
@@ -219,36 +283,42 @@ fn stop_tokens_and_stop_strings_end_with_stop_and_are_not_output() {
     let prompt = f.tokenizer.encode("Once upon a time", true).unwrap();
     let reference = greedy_with_session(&f, &prompt, 8);
 
-    // The third greedy token as a stop token: two tokens come out.
+    // The third greedy token as a stop token: generation ends at its first
+    // occurrence, which is not reported but counted.
+    let stop_id = reference[2];
+    let first = reference.iter().position(|&id| id == stop_id).unwrap();
     let (mut req, rx) = request(prompt.clone(), 8);
-    req.stop.stop_token_ids = vec![reference[2]];
+    req.stop.stop_token_ids = vec![stop_id];
     exec.submit(req).unwrap();
     let (ids, reason, _, completion_tokens) = collect(&rx);
-    if !reference[..2].contains(&reference[2]) {
-        assert_eq!(ids, reference[..2]);
-        assert_eq!(reason, FinishReason::Stop);
-        assert_eq!(completion_tokens, 3);
-    }
+    assert_eq!(ids, reference[..first]);
+    assert_eq!(reason, FinishReason::Stop);
+    assert_eq!(completion_tokens, first + 1);
 
-    // The text of the greedy tokens 2..4 as a stop string: text before it only.
+    // Three characters of the greedy text as a stop string: the text before
+    // its first occurrence comes out, and nothing of the stop string.
     let full = f.tokenizer.decode(&reference, true).unwrap();
     let head = f.tokenizer.decode(&reference[..2], true).unwrap();
-    let stop = full[head.len()..].chars().take(3).collect::<String>();
-    if !stop.trim().is_empty() && !head.contains(&stop) {
-        let (mut req, rx) = request(prompt.clone(), 8);
-        req.decoder = Some(f.tokenizer.decode_stream(true));
-        req.stop.stop_strings = vec![stop.clone()];
-        exec.submit(req).unwrap();
-        let mut text = String::new();
-        let reason = loop {
-            match rx.recv_timeout(Duration::from_secs(60)).unwrap() {
-                SequenceEvent::Token(token) => text.push_str(&token.text),
-                SequenceEvent::Done { finish_reason, .. } => break finish_reason,
-                SequenceEvent::Error(message) => panic!("{message}"),
-            }
-        };
-        assert_eq!(reason, FinishReason::Stop);
-        assert_eq!(text, head, "stop string {stop:?}");
-    }
+    let stop: String = full[head.len()..].chars().take(3).collect();
+    assert_eq!(
+        stop.chars().count(),
+        3,
+        "the greedy text {full:?} is too short"
+    );
+    let expected = &full[..full.find(&stop).unwrap()];
+    let (mut req, rx) = request(prompt.clone(), 8);
+    req.decoder = Some(f.tokenizer.decode_stream(true));
+    req.stop.stop_strings = vec![stop.clone()];
+    exec.submit(req).unwrap();
+    let mut text = String::new();
+    let reason = loop {
+        match rx.recv_timeout(Duration::from_secs(60)).unwrap() {
+            SequenceEvent::Token(token) => text.push_str(&token.text),
+            SequenceEvent::Done { finish_reason, .. } => break finish_reason,
+            SequenceEvent::Error(message) => panic!("{message}"),
+        }
+    };
+    assert_eq!(reason, FinishReason::Stop);
+    assert_eq!(text, expected, "stop string {stop:?} in {full:?}");
     exec.shutdown();
 }
