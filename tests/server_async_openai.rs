@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use async_openai::config::OpenAIConfig;
 use async_openai::types::{
-    ChatCompletionRequestUserMessageArgs, CompletionFinishReason, CreateChatCompletionRequestArgs,
-    CreateCompletionRequestArgs,
+    ChatCompletionRequestSystemMessageArgs, ChatCompletionRequestUserMessageArgs,
+    CompletionFinishReason, CreateChatCompletionRequestArgs, CreateCompletionRequestArgs,
 };
 use async_openai::Client;
 use futures_util::StreamExt;
@@ -84,11 +84,18 @@ async fn chat_and_streamed_completion_through_async_openai() {
 
     let request = CreateChatCompletionRequestArgs::default()
         .model("smollm2")
-        .messages([ChatCompletionRequestUserMessageArgs::default()
-            .content("What is the capital of France?")
-            .build()
-            .unwrap()
-            .into()])
+        .messages([
+            ChatCompletionRequestSystemMessageArgs::default()
+                .content("You are a helpful assistant.")
+                .build()
+                .unwrap()
+                .into(),
+            ChatCompletionRequestUserMessageArgs::default()
+                .content("What is the capital of France? Answer in one sentence.")
+                .build()
+                .unwrap()
+                .into(),
+        ])
         .max_completion_tokens(24u32)
         .temperature(0.0)
         .build()
