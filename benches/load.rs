@@ -129,7 +129,8 @@ async fn one_request(http: &reqwest::Client, o: &Options, i: u64) -> Sample {
             let Ok(json) = serde_json::from_str::<serde_json::Value>(data) else {
                 continue;
             };
-            if sample.first_token.is_none() && json["choices"][0]["delta"]["content"].is_string() {
+            let content = json["choices"][0]["delta"]["content"].as_str();
+            if sample.first_token.is_none() && content.is_some_and(|c| !c.is_empty()) {
                 sample.first_token = Some(start.elapsed());
             }
             if let Some(tokens) = json["usage"]["completion_tokens"].as_u64() {

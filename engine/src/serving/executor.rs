@@ -233,10 +233,18 @@ impl<B: Backend> Scheduler<B> {
                 },
             });
         }
+        let started = std::time::Instant::now();
+        let rows: usize = chunks.iter().map(|c| c.tokens.len()).sum();
         let result = self
             .model
             .forward(&self.backend, &mut chunks, &mut self.scratch);
         drop(chunks);
+        tracing::debug!(
+            sequences = self.active.len(),
+            rows,
+            forward_ms = started.elapsed().as_secs_f64() * 1e3,
+            "step"
+        );
         let logits = match result {
             Ok(logits) => logits,
             Err(e) => {
