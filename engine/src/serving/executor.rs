@@ -28,7 +28,7 @@ impl Default for ExecutorConfig {
         ExecutorConfig {
             max_active: 64,
             max_queued: 256,
-            max_step_tokens: 512,
+            max_step_tokens: 256,
         }
     }
 }

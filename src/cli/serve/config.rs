@@ -5,7 +5,7 @@
 //! threads = 2
 //! max_batch = 64
 //! max_queue = 256
-//! max_step_tokens = 512
+//! max_step_tokens = 256
 //!
 //! [[models]]
 //! path = "/models/SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -51,7 +51,7 @@ pub struct ServeArgs {
     /// Requests waiting for a batch slot per model before 429s [default: 256].
     #[arg(long)]
     pub max_queue: Option<usize>,
-    /// Tokens one forward step runs at most (prompt chunks and decode rows) [default: 512].
+    /// Tokens one forward step runs at most (prompt chunks and decode rows) [default: 256].
     #[arg(long)]
     pub max_step_tokens: Option<usize>,
     /// Seconds in-flight requests get to finish after SIGTERM/SIGINT [default: 30].
