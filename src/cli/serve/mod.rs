@@ -48,7 +48,8 @@ pub struct ServeArgs {
     /// Sequences batched together per model [default: 64].
     #[arg(long)]
     pub max_batch: Option<usize>,
-    /// Requests waiting for a batch slot per model before 429s [default: 256].
+    /// HTTP requests waiting for a slot (beyond the batch) before the
+    /// server answers 429 with Retry-After [default: 256].
     #[arg(long)]
     pub max_queue: Option<usize>,
     /// Tokens one forward step runs at most (prompt chunks and decode rows) [default: 256].
@@ -69,6 +70,8 @@ struct Settings {
     listen: SocketAddr,
     threads: usize,
     executor: ExecutorConfig,
+    /// HTTP requests allowed to wait for an in-flight slot.
+    max_queue: usize,
     drain: Duration,
     models: Vec<ModelEntry>,
 }
@@ -77,9 +80,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let settings = settings(args)?;
     let backend = Arc::new(EngineBackend::new(load_models(&settings)?));
     let router_config = RouterConfig {
-        // Every model's batch and queue; the engine refuses beyond its own limits too.
-        max_in_flight: settings.executor.max_active + settings.executor.max_queued,
-        max_queued: settings.executor.max_queued,
+        // HTTP requests past the batch and the queue are shed by the router
+        // with 429 + Retry-After; the engine's own queue (sized to hold all
+        // of them, see `settings`) then only refuses large `n` fan-outs.
+        max_in_flight: settings.executor.max_active + settings.max_queue,
+        max_queued: settings.max_queue,
         ..RouterConfig::default()
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -133,6 +138,15 @@ fn settings(args: ServeArgs) -> anyhow::Result<Settings> {
         });
     }
     let defaults = ExecutorConfig::default();
+    let max_active = args
+        .max_batch
+        .or(file.max_batch)
+        .unwrap_or(defaults.max_active)
+        .max(1);
+    let max_queue = args
+        .max_queue
+        .or(file.max_queue)
+        .unwrap_or(defaults.max_queued);
     let threads = args
         .threads
         .or(file.threads)
@@ -145,21 +159,17 @@ fn settings(args: ServeArgs) -> anyhow::Result<Settings> {
             .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080))),
         threads,
         executor: ExecutorConfig {
-            max_active: args
-                .max_batch
-                .or(file.max_batch)
-                .unwrap_or(defaults.max_active)
-                .max(1),
-            max_queued: args
-                .max_queue
-                .or(file.max_queue)
-                .unwrap_or(defaults.max_queued),
+            max_active,
+            // Room for every request the router lets in, so that the
+            // router's 429 is what a client normally sees under overload.
+            max_queued: max_active + max_queue,
             max_step_tokens: args
                 .max_step_tokens
                 .or(file.max_step_tokens)
                 .unwrap_or(defaults.max_step_tokens)
                 .max(1),
         },
+        max_queue,
         drain: Duration::from_secs(args.drain_seconds.or(file.drain_seconds).unwrap_or(30)),
         models,
     })
