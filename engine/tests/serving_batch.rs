@@ -219,6 +219,7 @@ fn a_dropped_receiver_cancels_its_sequence() {
         SequenceEvent::Token(_)
     ));
     assert_eq!(exec.active_sequences(), 1);
+    assert!(exec.is_running());
     drop(rx);
     let deadline = Instant::now() + Duration::from_secs(30);
     while exec.active_sequences() != 0 {

@@ -120,6 +120,12 @@ impl Executor {
         Ok(())
     }
 
+    /// Whether the executor thread is alive (it exits only when it panics
+    /// or after [`Executor::shutdown`]).
+    pub fn is_running(&self) -> bool {
+        self.thread.as_ref().is_some_and(|t| !t.is_finished())
+    }
+
     /// Requests waiting for a batch slot.
     pub fn queue_depth(&self) -> usize {
         self.queued.load(Ordering::Acquire)
@@ -223,7 +229,8 @@ impl<B: Backend> Scheduler<B> {
             let Some(span) = span else { continue };
             let wants_logits = span.end == sequence.tokens.len();
             chunks.push(SequenceChunk {
-                tokens: &sequence.tokens[span.clone()],
+                // `plan` keeps spans inside `tokens`; empty if it ever did not.
+                tokens: sequence.tokens.get(span.clone()).unwrap_or_default(),
                 start_pos: span.start,
                 cache: &mut sequence.cache,
                 logits: if wants_logits {

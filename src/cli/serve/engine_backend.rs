@@ -66,7 +66,7 @@ impl InferenceBackend for EngineBackend {
     }
 
     fn ready(&self) -> bool {
-        !self.models.is_empty()
+        !self.models.is_empty() && self.models.iter().all(|m| m.executor.is_running())
     }
 
     fn submit(&self, request: GenerationRequest) -> Result<GenerationStream, BackendError> {
