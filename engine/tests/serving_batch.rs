@@ -9,7 +9,7 @@ use switchyard_engine::formats::load_checkpoint;
 use switchyard_engine::model::{LlamaModel, LogitRows};
 use switchyard_engine::sampling::{argmax, FinishReason, SamplingParams, StopCondition};
 use switchyard_engine::serving::{
-    Executor, ExecutorConfig, SequenceEvent, SequenceRequest, SubmitError,
+    EventSink, Executor, ExecutorConfig, SequenceEvent, SequenceRequest, SubmitError,
 };
 use switchyard_engine::session::Session;
 use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
@@ -207,28 +207,46 @@ fn batched_greedy_matches_sessions_on_the_real_model() {
     check_batched_against_sessions(&f, &texts, &[10, 14, 8, 12]);
 }
 
+/// A sink that hands each event over only when the test takes it, so the
+/// sequence cannot run ahead (or finish) while the test looks at it.
+struct Rendezvous(mpsc::SyncSender<SequenceEvent>);
+
+impl EventSink for Rendezvous {
+    fn send(&mut self, event: SequenceEvent) -> bool {
+        self.0.send(event).is_ok()
+    }
+}
+
+fn wait_for_active(exec: &Executor, count: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while exec.active_sequences() != count {
+        assert!(
+            Instant::now() < deadline,
+            "{} sequences active, expected {count}",
+            exec.active_sequences()
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 #[test]
 fn a_dropped_receiver_cancels_its_sequence() {
     let f = fixture();
     let exec = executor(&f, ExecutorConfig::default());
     let prompt = f.tokenizer.encode("Tell me a long story", true).unwrap();
-    let (req, rx) = request(prompt.clone(), 10_000);
+    let (events, rx) = mpsc::sync_channel(0);
+    let (mut req, _unused) = request(prompt.clone(), 10_000);
+    req.sink = Box::new(Rendezvous(events));
     exec.submit(req).unwrap();
     assert!(matches!(
         rx.recv_timeout(Duration::from_secs(60)).unwrap(),
         SequenceEvent::Token(_)
     ));
-    assert_eq!(exec.active_sequences(), 1);
+    // Blocked handing over its second token, the sequence is in the batch.
+    wait_for_active(&exec, 1);
     assert!(exec.is_running());
     drop(rx);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while exec.active_sequences() != 0 {
-        assert!(
-            Instant::now() < deadline,
-            "the cancelled sequence stayed active"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for_active(&exec, 0);
     // The executor still serves after a cancellation.
     let (req, rx) = request(prompt.clone(), 4);
     exec.submit(req).unwrap();
@@ -248,9 +266,12 @@ fn a_full_queue_refuses_with_overloaded_and_bad_prompts_are_refused() {
         },
     );
     let prompt = f.tokenizer.encode("Hello", true).unwrap();
-    let (long, long_rx) = request(prompt.clone(), 10_000);
+    let (events, long_rx) = mpsc::sync_channel(0);
+    let (mut long, _unused) = request(prompt.clone(), 10_000);
+    long.sink = Box::new(Rendezvous(events));
     exec.submit(long).unwrap();
-    // Once it streams, it holds the only batch slot and the queue is empty.
+    // Once it streams, it holds the only batch slot and the queue is empty;
+    // blocked handing over its next token, it cannot finish meanwhile.
     assert!(matches!(
         long_rx.recv_timeout(Duration::from_secs(60)).unwrap(),
         SequenceEvent::Token(_)
