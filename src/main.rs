@@ -23,6 +23,8 @@ enum Command {
     Tokenize(cli::tokenize::TokenizeArgs),
     /// Run the forward pass on token ids and write logits (for numerical checks).
     Logits(cli::logits::LogitsArgs),
+    /// Serve the OpenAI-compatible HTTP API (continuous batching).
+    Serve(cli::serve::ServeArgs),
     /// Write a small deterministic synthetic checkpoint (for tests).
     Synth(cli::synth::SynthArgs),
     /// Check a routing policy file, or explain how it routes a request.
@@ -43,5 +45,6 @@ fn main() -> anyhow::Result<()> {
         Command::Logits(args) => cli::logits::run(args),
         Command::Synth(args) => cli::synth::run(args),
         Command::Policy(args) => cli::policy::run(args),
+        Command::Serve(args) => cli::serve::run(args),
     }
 }

@@ -5,5 +5,6 @@ pub mod load;
 pub mod logits;
 pub mod npy;
 pub mod policy;
+pub mod serve;
 pub mod synth;
 pub mod tokenize;

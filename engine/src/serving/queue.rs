@@ -1,0 +1,104 @@
+//! What a caller hands the executor and what it gets back.
+
+use std::sync::mpsc;
+
+use crate::sampling::{FinishReason, SamplingParams, StopCondition};
+use crate::tokenizer::DecodeStream;
+
+/// One generation, ready to run: a tokenized prompt and how to continue it.
+pub struct SequenceRequest {
+    /// The prompt's token ids (chat template and BOS already applied).
+    pub prompt: Vec<u32>,
+    /// How to pick tokens (validated by the caller).
+    pub sampling: SamplingParams,
+    /// Stop tokens, stop strings and the token limit. With no `max_tokens`
+    /// the sequence may run to the end of the context window.
+    pub stop: StopCondition,
+    /// Turns the generated ids into text for stop strings and output;
+    /// `None` reports ids only (stop strings then never match).
+    pub decoder: Option<DecodeStream>,
+    /// Where the sequence's events go; when it closes, the sequence is cancelled.
+    pub sink: Box<dyn EventSink>,
+}
+
+/// One generated token as the executor reports it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SequenceToken {
+    /// The token id.
+    pub id: u32,
+    /// Text to show now: may be empty while a character is incomplete or
+    /// while text that may start a stop string is held back.
+    pub text: String,
+    /// Log-probability of the token (biased and penalised logits, temperature 1).
+    pub logprob: f32,
+    /// The most likely alternatives, most likely first, when asked for.
+    pub top_logprobs: Vec<(u32, f32)>,
+}
+
+/// What a sequence reports, in order: `Token`s, then one `Done` or `Error`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SequenceEvent {
+    /// One sampled token. A stop token ending the sequence is not reported
+    /// (unless held-back text has to be released with it).
+    Token(SequenceToken),
+    /// The sequence ended normally.
+    Done {
+        /// Stop token or stop string (`Stop`), token limit or context end (`Length`).
+        finish_reason: FinishReason,
+        /// Tokens in the prompt.
+        prompt_tokens: usize,
+        /// Tokens sampled, the final stop token included.
+        completion_tokens: usize,
+    },
+    /// The sequence failed; the message says why.
+    Error(String),
+}
+
+/// Receives one sequence's events on the executor thread.
+///
+/// Must not block: the whole batch waits for it.
+pub trait EventSink: Send {
+    /// Delivers `event`; `false` when the receiver is gone, which cancels
+    /// the sequence.
+    fn send(&mut self, event: SequenceEvent) -> bool;
+
+    /// Whether the receiver is gone, checked before every step so that a
+    /// cancelled sequence leaves even before its next token.
+    fn is_closed(&self) -> bool {
+        false
+    }
+}
+
+impl EventSink for mpsc::Sender<SequenceEvent> {
+    fn send(&mut self, event: SequenceEvent) -> bool {
+        mpsc::Sender::send(self, event).is_ok()
+    }
+}
+
+/// Why a request was refused before it was queued.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    /// Nothing to continue.
+    #[error("the prompt has no tokens; send at least one token to continue")]
+    EmptyPrompt,
+    /// The prompt fills the context window.
+    #[error(
+        "the prompt has {prompt_tokens} tokens but the model's context window holds {context}, \
+         leaving no room to generate; shorten the prompt"
+    )]
+    PromptTooLong {
+        /// Tokens in the prompt.
+        prompt_tokens: usize,
+        /// The model's context window.
+        context: usize,
+    },
+    /// The waiting queue is full.
+    #[error("{queued} requests are already waiting, the executor's limit; retry later")]
+    Overloaded {
+        /// Requests waiting when this one came.
+        queued: usize,
+    },
+    /// The executor thread is gone.
+    #[error("the executor thread has stopped (it panicked or was shut down); restart the server")]
+    Stopped,
+}

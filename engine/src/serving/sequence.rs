@@ -1,0 +1,133 @@
+//! One sequence inside the executor: its tokens, KV cache, sampler and stop
+//! checker, and what happens to each token it samples.
+
+use std::ops::Range;
+
+use switchyard_kernels::Backend;
+
+use super::queue::{EventSink, SequenceEvent, SequenceRequest, SequenceToken};
+use crate::sampling::{FinishReason, Sampler, StopChecker};
+use crate::tokenizer::DecodeStream;
+
+/// An admitted sequence.
+pub(super) struct Sequence<B: Backend> {
+    /// Prompt then generated tokens; `tokens[processed..]` are not in the cache yet.
+    pub(super) tokens: Vec<u32>,
+    pub(super) cache: B::KvCache,
+    /// Tokens already run through the model (held by `cache`).
+    pub(super) processed: usize,
+    prompt_len: usize,
+    /// Most tokens the cache holds; generation ends with `Length` there.
+    capacity: usize,
+    sampler: Sampler,
+    stop: StopChecker,
+    /// Ids that end generation (a copy of the stop condition's), so that
+    /// such a token is not reported as output.
+    stop_token_ids: Vec<u32>,
+    decoder: Option<DecodeStream>,
+    sink: Box<dyn EventSink>,
+}
+
+impl<B: Backend> Sequence<B> {
+    /// Takes over `request` with a cache of `capacity` tokens.
+    pub(super) fn new(request: SequenceRequest, cache: B::KvCache, capacity: usize) -> Self {
+        Sequence {
+            prompt_len: request.prompt.len(),
+            tokens: request.prompt,
+            cache,
+            processed: 0,
+            capacity,
+            sampler: Sampler::new(request.sampling),
+            stop_token_ids: request.stop.stop_token_ids.clone(),
+            stop: StopChecker::new(request.stop),
+            decoder: request.decoder,
+            sink: request.sink,
+        }
+    }
+
+    /// Whether the client went away.
+    pub(super) fn is_cancelled(&self) -> bool {
+        self.sink.is_closed()
+    }
+
+    /// Whether the prompt is fully in the cache (the sequence decodes one token per step).
+    pub(super) fn is_decoding(&self) -> bool {
+        self.processed >= self.prompt_len
+    }
+
+    /// The tokens to run this step, given at most `budget` tokens.
+    pub(super) fn next_span(&self, budget: usize) -> Range<usize> {
+        let end = self.tokens.len().min(self.processed + budget);
+        self.processed..end
+    }
+
+    /// Reports a failure and ends the sequence.
+    pub(super) fn fail(&mut self, message: String) {
+        self.sink.send(SequenceEvent::Error(message));
+    }
+
+    /// Samples the next token from `logits` and reports it. Returns whether
+    /// the sequence goes on.
+    pub(super) fn accept_logits(&mut self, logits: &[f32]) -> bool {
+        let history = self.tokens.get(self.prompt_len..).unwrap_or_default();
+        let sampled = match self.sampler.sample(logits, history) {
+            Ok(sampled) => sampled,
+            Err(e) => {
+                self.fail(format!("sampling failed: {e}"));
+                return false;
+            }
+        };
+        self.tokens.push(sampled.id);
+        let text = match self.decoder.as_mut().map(|d| d.step(sampled.id)) {
+            None | Some(Ok(None)) => String::new(),
+            Some(Ok(Some(text))) => text,
+            Some(Err(e)) => {
+                self.fail(format!("decoding token {} failed: {e}", sampled.id));
+                return false;
+            }
+        };
+        let mut step = self.stop.push(sampled.id, &text);
+        if step.finished.is_none() && self.tokens.len() >= self.capacity {
+            // The end of the cache (the context window) before max_tokens.
+            step.finished = Some(FinishReason::Length);
+            step.text.push_str(&self.stop.flush());
+        }
+        if step.finished == Some(FinishReason::Length) {
+            // An incomplete character at the very end is shown as it is.
+            if let Some(Ok(Some(rest))) = self.decoder.as_mut().map(DecodeStream::flush) {
+                step.text.push_str(&rest);
+            }
+        }
+        let ended_by_stop_token =
+            step.finished == Some(FinishReason::Stop) && self.stop_token_was_last();
+        if !ended_by_stop_token || !step.text.is_empty() {
+            let token = SequenceToken {
+                id: sampled.id,
+                text: step.text,
+                logprob: sampled.logprob,
+                top_logprobs: sampled.top_logprobs,
+            };
+            if !self.sink.send(SequenceEvent::Token(token)) {
+                return false;
+            }
+        }
+        match step.finished {
+            Some(finish_reason) => {
+                self.sink.send(SequenceEvent::Done {
+                    finish_reason,
+                    prompt_tokens: self.prompt_len,
+                    completion_tokens: self.tokens.len() - self.prompt_len,
+                });
+                false
+            }
+            None => true,
+        }
+    }
+
+    /// Whether the last token is one of the stop tokens (EOS, end of turn).
+    fn stop_token_was_last(&self) -> bool {
+        self.tokens
+            .last()
+            .is_some_and(|id| self.stop_token_ids.contains(id))
+    }
+}

@@ -1,0 +1,346 @@
+//! The continuous-batching executor against the single-sequence `Session`:
+//! batched greedy outputs must match token for token; cancelled sequences
+//! must leave the batch; a full queue refuses work.
+
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use switchyard_engine::formats::load_checkpoint;
+use switchyard_engine::model::{LlamaModel, LogitRows};
+use switchyard_engine::sampling::{argmax, FinishReason, SamplingParams, StopCondition};
+use switchyard_engine::serving::{
+    EventSink, Executor, ExecutorConfig, SequenceEvent, SequenceRequest, SubmitError,
+};
+use switchyard_engine::session::Session;
+use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
+use switchyard_engine::tokenizer::Tokenizer;
+use switchyard_kernels::cpu::CpuBackend;
+use switchyard_kernels::DType;
+
+struct Fixture {
+    backend: Arc<CpuBackend>,
+    model: Arc<LlamaModel<CpuBackend>>,
+    tokenizer: Tokenizer,
+    _dir: tempfile::TempDir,
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("smollm2-q8.gguf");
+    let spec = SyntheticSpec {
+        preset: Preset::Smollm2,
+        dtype: DType::Q8_0,
+        seed: 11,
+    };
+    write_gguf(&spec, &path).unwrap();
+    let checkpoint = load_checkpoint(&path).unwrap();
+    let backend = Arc::new(CpuBackend::new(2));
+    let model = Arc::new(LlamaModel::load(backend.as_ref(), &checkpoint).unwrap());
+    let tokenizer = Tokenizer::load(&checkpoint.tokenizer).unwrap();
+    Fixture {
+        backend,
+        model,
+        tokenizer,
+        _dir: dir,
+    }
+}
+
+fn greedy_with_session(f: &Fixture, prompt: &[u32], count: usize) -> Vec<u32> {
+    greedy_with_logprobs(f, prompt, count).0
+}
+
+/// Greedy ids with a `Session`, and each chosen token's log-probability.
+fn greedy_with_logprobs(f: &Fixture, prompt: &[u32], count: usize) -> (Vec<u32>, Vec<f32>) {
+    let mut session =
+        Session::new(f.backend.as_ref(), f.model.as_ref(), prompt.len() + count).unwrap();
+    let mut logits = session.feed(prompt, LogitRows::Last).unwrap();
+    let (mut ids, mut logprobs) = (Vec::new(), Vec::new());
+    for _ in 0..count {
+        let id = argmax(&logits);
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let log_norm = max + logits.iter().map(|l| (l - max).exp()).sum::<f32>().ln();
+        ids.push(id);
+        logprobs.push(logits[id as usize] - log_norm);
+        logits = session.feed(&[id], LogitRows::Last).unwrap();
+    }
+    (ids, logprobs)
+}
+
+fn request(
+    prompt: Vec<u32>,
+    max_tokens: usize,
+) -> (SequenceRequest, mpsc::Receiver<SequenceEvent>) {
+    let (sender, receiver) = mpsc::channel();
+    let request = SequenceRequest {
+        prompt,
+        sampling: SamplingParams::default(),
+        stop: StopCondition {
+            max_tokens: Some(max_tokens),
+            ..StopCondition::default()
+        },
+        decoder: None,
+        sink: Box::new(sender),
+    };
+    (request, receiver)
+}
+
+/// Every token id until `Done`; panics on an error event.
+fn collect(receiver: &mpsc::Receiver<SequenceEvent>) -> (Vec<u32>, FinishReason, usize, usize) {
+    let (ids, _, reason, prompt_tokens, completion_tokens) = collect_with_logprobs(receiver);
+    (ids, reason, prompt_tokens, completion_tokens)
+}
+
+/// Token ids and their log-probabilities until `Done`.
+fn collect_with_logprobs(
+    receiver: &mpsc::Receiver<SequenceEvent>,
+) -> (Vec<u32>, Vec<f32>, FinishReason, usize, usize) {
+    let (mut ids, mut logprobs) = (Vec::new(), Vec::new());
+    loop {
+        match receiver.recv_timeout(Duration::from_secs(120)).unwrap() {
+            SequenceEvent::Token(token) => {
+                ids.push(token.id);
+                logprobs.push(token.logprob);
+            }
+            SequenceEvent::Done {
+                finish_reason,
+                prompt_tokens,
+                completion_tokens,
+            } => {
+                return (
+                    ids,
+                    logprobs,
+                    finish_reason,
+                    prompt_tokens,
+                    completion_tokens,
+                )
+            }
+            SequenceEvent::Error(message) => panic!("sequence failed: {message}"),
+        }
+    }
+}
+
+fn executor(f: &Fixture, config: ExecutorConfig) -> Executor {
+    Executor::spawn(f.backend.clone(), f.model.clone(), config, Arc::new(|_| {})).unwrap()
+}
+
+/// Submits every prompt at once with a small step budget (chunked prefill
+/// mixed with decode rows, more prompts than batch slots) and checks each
+/// output against a lone `Session`: same ids, same log-probabilities.
+fn check_batched_against_sessions(f: &Fixture, texts: &[&str], counts: &[usize]) {
+    let prompts: Vec<Vec<u32>> = texts
+        .iter()
+        .map(|t| f.tokenizer.encode(t, true).unwrap())
+        .collect();
+    let exec = executor(
+        f,
+        ExecutorConfig {
+            max_active: 3,
+            max_queued: 16,
+            max_step_tokens: 6,
+        },
+    );
+    let receivers: Vec<_> = prompts
+        .iter()
+        .zip(counts)
+        .map(|(prompt, &count)| {
+            let (req, rx) = request(prompt.clone(), count);
+            exec.submit(req).unwrap();
+            rx
+        })
+        .collect();
+    for ((prompt, &count), rx) in prompts.iter().zip(counts).zip(&receivers) {
+        let (ids, logprobs, reason, prompt_tokens, completion_tokens) = collect_with_logprobs(rx);
+        let (expected_ids, expected_logprobs) = greedy_with_logprobs(f, prompt, count);
+        assert_eq!(ids, expected_ids, "prompt {prompt:?}");
+        for (got, want) in logprobs.iter().zip(&expected_logprobs) {
+            assert!(
+                (got - want).abs() < 1e-3,
+                "logprob {got} vs {want} for {prompt:?}"
+            );
+        }
+        assert_eq!(reason, FinishReason::Length);
+        assert_eq!(prompt_tokens, prompt.len());
+        assert_eq!(completion_tokens, count);
+    }
+    exec.shutdown();
+}
+
+#[test]
+fn batched_greedy_matches_single_sequence_sessions() {
+    let f = fixture();
+    let texts = [
+        "Hello there, how are you today?",
+        "a",
+        "The quick brown fox jumps over the lazy dog, again and again and again.",
+        "1 2 3 4 5",
+        "Once upon a time",
+    ];
+    check_batched_against_sessions(&f, &texts, &[12, 7, 16, 3, 10]);
+}
+
+#[test]
+fn batched_greedy_matches_sessions_on_the_real_model() {
+    let Some(path) = std::env::var_os("HOME")
+        .map(|home| {
+            std::path::Path::new(&home)
+                .join(".cache/switchyard/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+        })
+        .filter(|p| p.is_file())
+    else {
+        println!("skipping: SmolLM2 is absent; run scripts/fetch-model.sh");
+        return;
+    };
+    let checkpoint = load_checkpoint(&path).unwrap();
+    let backend = Arc::new(CpuBackend::new(2));
+    let f = Fixture {
+        model: Arc::new(LlamaModel::load(backend.as_ref(), &checkpoint).unwrap()),
+        tokenizer: Tokenizer::load(&checkpoint.tokenizer).unwrap(),
+        backend,
+        _dir: tempfile::tempdir().unwrap(),
+    };
+    let texts = [
+        "The capital of France is",
+        "def fibonacci(n):",
+        "Once upon a time, in a small village by the sea,",
+        "1, 2, 3, 4,",
+    ];
+    check_batched_against_sessions(&f, &texts, &[10, 14, 8, 12]);
+}
+
+/// A sink that hands each event over only when the test takes it, so the
+/// sequence cannot run ahead (or finish) while the test looks at it.
+struct Rendezvous(mpsc::SyncSender<SequenceEvent>);
+
+impl EventSink for Rendezvous {
+    fn send(&mut self, event: SequenceEvent) -> bool {
+        self.0.send(event).is_ok()
+    }
+}
+
+fn wait_for_active(exec: &Executor, count: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while exec.active_sequences() != count {
+        assert!(
+            Instant::now() < deadline,
+            "{} sequences active, expected {count}",
+            exec.active_sequences()
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn a_dropped_receiver_cancels_its_sequence() {
+    let f = fixture();
+    let exec = executor(&f, ExecutorConfig::default());
+    let prompt = f.tokenizer.encode("Tell me a long story", true).unwrap();
+    let (events, rx) = mpsc::sync_channel(0);
+    let (mut req, _unused) = request(prompt.clone(), 10_000);
+    req.sink = Box::new(Rendezvous(events));
+    exec.submit(req).unwrap();
+    assert!(matches!(
+        rx.recv_timeout(Duration::from_secs(60)).unwrap(),
+        SequenceEvent::Token(_)
+    ));
+    // Blocked handing over its second token, the sequence is in the batch.
+    wait_for_active(&exec, 1);
+    assert!(exec.is_running());
+    drop(rx);
+    wait_for_active(&exec, 0);
+    // The executor still serves after a cancellation.
+    let (req, rx) = request(prompt.clone(), 4);
+    exec.submit(req).unwrap();
+    assert_eq!(collect(&rx).0, greedy_with_session(&f, &prompt, 4));
+    exec.shutdown();
+}
+
+#[test]
+fn a_full_queue_refuses_with_overloaded_and_bad_prompts_are_refused() {
+    let f = fixture();
+    let exec = executor(
+        &f,
+        ExecutorConfig {
+            max_active: 1,
+            max_queued: 1,
+            max_step_tokens: 64,
+        },
+    );
+    let prompt = f.tokenizer.encode("Hello", true).unwrap();
+    let (events, long_rx) = mpsc::sync_channel(0);
+    let (mut long, _unused) = request(prompt.clone(), 10_000);
+    long.sink = Box::new(Rendezvous(events));
+    exec.submit(long).unwrap();
+    // Once it streams, it holds the only batch slot and the queue is empty;
+    // blocked handing over its next token, it cannot finish meanwhile.
+    assert!(matches!(
+        long_rx.recv_timeout(Duration::from_secs(60)).unwrap(),
+        SequenceEvent::Token(_)
+    ));
+    let (waiting, waiting_rx) = request(prompt.clone(), 2);
+    exec.submit(waiting).unwrap();
+    assert_eq!(exec.queue_depth(), 1);
+    let (refused, _refused_rx) = request(prompt.clone(), 2);
+    assert_eq!(
+        exec.submit(refused),
+        Err(SubmitError::Overloaded { queued: 1 })
+    );
+    drop(long_rx);
+    assert_eq!(collect(&waiting_rx).0.len(), 2);
+
+    let (empty, _rx) = request(Vec::new(), 2);
+    assert_eq!(exec.submit(empty), Err(SubmitError::EmptyPrompt));
+    let context = exec.context_length();
+    let (huge, _rx) = request(vec![1; context], 2);
+    assert!(matches!(
+        exec.submit(huge),
+        Err(SubmitError::PromptTooLong { .. })
+    ));
+    exec.shutdown();
+}
+
+#[test]
+fn stop_tokens_and_stop_strings_end_with_stop_and_are_not_output() {
+    let f = fixture();
+    let exec = executor(&f, ExecutorConfig::default());
+    let prompt = f.tokenizer.encode("Once upon a time", true).unwrap();
+    let reference = greedy_with_session(&f, &prompt, 8);
+
+    // The third greedy token as a stop token: generation ends at its first
+    // occurrence, which is not reported but counted.
+    let stop_id = reference[2];
+    let first = reference.iter().position(|&id| id == stop_id).unwrap();
+    let (mut req, rx) = request(prompt.clone(), 8);
+    req.stop.stop_token_ids = vec![stop_id];
+    exec.submit(req).unwrap();
+    let (ids, reason, _, completion_tokens) = collect(&rx);
+    assert_eq!(ids, reference[..first]);
+    assert_eq!(reason, FinishReason::Stop);
+    assert_eq!(completion_tokens, first + 1);
+
+    // Three characters of the greedy text as a stop string: the text before
+    // its first occurrence comes out, and nothing of the stop string.
+    let full = f.tokenizer.decode(&reference, true).unwrap();
+    let head = f.tokenizer.decode(&reference[..2], true).unwrap();
+    let stop: String = full[head.len()..].chars().take(3).collect();
+    assert_eq!(
+        stop.chars().count(),
+        3,
+        "the greedy text {full:?} is too short"
+    );
+    let expected = &full[..full.find(&stop).unwrap()];
+    let (mut req, rx) = request(prompt.clone(), 8);
+    req.decoder = Some(f.tokenizer.decode_stream(true));
+    req.stop.stop_strings = vec![stop.clone()];
+    exec.submit(req).unwrap();
+    let mut text = String::new();
+    let reason = loop {
+        match rx.recv_timeout(Duration::from_secs(60)).unwrap() {
+            SequenceEvent::Token(token) => text.push_str(&token.text),
+            SequenceEvent::Done { finish_reason, .. } => break finish_reason,
+            SequenceEvent::Error(message) => panic!("{message}"),
+        }
+    };
+    assert_eq!(reason, FinishReason::Stop);
+    assert_eq!(text, expected, "stop string {stop:?} in {full:?}");
+    exec.shutdown();
+}

@@ -1,0 +1,120 @@
+//! `switchyard serve` settings: a TOML file, overridden by flags.
+//!
+//! ```toml
+//! listen = "127.0.0.1:8080"
+//! threads = 2
+//! max_batch = 64
+//! max_queue = 256
+//! max_step_tokens = 256
+//!
+//! [[models]]
+//! path = "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+//! name = "smollm2"          # optional: the file stem by default
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde::Deserialize;
+
+/// The settings file's contents; every field optional.
+#[derive(Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ServeFile {
+    pub listen: Option<SocketAddr>,
+    pub threads: Option<usize>,
+    pub max_batch: Option<usize>,
+    pub max_queue: Option<usize>,
+    pub max_step_tokens: Option<usize>,
+    /// Seconds in-flight requests get to finish after SIGTERM/SIGINT.
+    pub drain_seconds: Option<u64>,
+    #[serde(default)]
+    pub models: Vec<ModelEntry>,
+}
+
+/// One model to serve.
+#[derive(Debug, Deserialize, PartialEq, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct ModelEntry {
+    /// A GGUF file or a Hugging Face folder.
+    pub path: PathBuf,
+    /// The name clients use; the file stem when absent.
+    pub name: Option<String>,
+}
+
+impl ModelEntry {
+    /// The name clients use for this model.
+    pub fn served_name(&self) -> String {
+        self.name
+            .clone()
+            .unwrap_or_else(|| default_name(&self.path))
+    }
+}
+
+/// `SmolLM2-135M-Instruct.Q4_1` for `.../SmolLM2-135M-Instruct.Q4_1.gguf`;
+/// a folder's own name for a Hugging Face folder.
+pub fn default_name(path: &Path) -> String {
+    let name = if path.is_dir() {
+        path.file_name()
+    } else {
+        path.file_stem()
+    };
+    name.map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}
+
+impl ServeFile {
+    /// Reads and parses `path`.
+    pub fn read(path: &Path) -> anyhow::Result<ServeFile> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the settings file {}", path.display()))?;
+        toml::from_str(&text).with_context(|| {
+            format!(
+                "the settings file {} is not valid (see `switchyard serve --help` for its keys)",
+                path.display()
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_key_and_refuses_unknown_ones() {
+        let file: ServeFile = toml::from_str(
+            r#"
+            listen = "0.0.0.0:9000"
+            threads = 3
+            max_batch = 8
+            max_queue = 32
+            max_step_tokens = 128
+            drain_seconds = 5
+            [[models]]
+            path = "/m/a.gguf"
+            [[models]]
+            path = "/m/b.gguf"
+            name = "bee"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(file.listen, Some("0.0.0.0:9000".parse().unwrap()));
+        assert_eq!(file.threads, Some(3));
+        assert_eq!(file.models.len(), 2);
+        assert_eq!(file.models[0].served_name(), "a");
+        assert_eq!(file.models[1].served_name(), "bee");
+        assert!(toml::from_str::<ServeFile>("listen_addr = \"x\"").is_err());
+    }
+
+    #[test]
+    fn default_name_is_the_file_stem() {
+        assert_eq!(
+            default_name(Path::new("/x/SmolLM2-135M-Instruct.Q4_1.gguf")),
+            "SmolLM2-135M-Instruct.Q4_1"
+        );
+    }
+}

@@ -1,0 +1,291 @@
+//! The real engine behind the router's [`InferenceBackend`] seam.
+//!
+//! Per model: the tokenizer and chat template (used on the async side to
+//! turn a request into token ids and check it), and an [`Executor`] thread
+//! that batches every sequence of that model. Each generation's events are
+//! converted to the router's shape by a [`RouterSink`] on the executor thread.
+
+use switchyard_engine::chat::{ChatMessage as TemplateMessage, ChatTemplate};
+use switchyard_engine::sampling::{self, SamplingError, SamplingParams, StopCondition};
+use switchyard_engine::serving::{
+    EventSink, Executor, SequenceEvent, SequenceRequest, SubmitError,
+};
+use switchyard_engine::tokenizer::Tokenizer;
+use switchyard_router::backend::{
+    BackendError, FinishReason, GeneratedToken, GenerationEvent, GenerationRequest,
+    GenerationStream, InferenceBackend, ModelCard, Prompt, Role, TopLogprob, Usage,
+};
+use tokio::sync::mpsc;
+
+/// One served model: its name, tokenizer, chat template and executor.
+pub struct ServedModel {
+    /// The name clients put in `model`.
+    pub name: String,
+    /// Unix seconds when it was loaded.
+    pub created: u64,
+    /// Its tokenizer.
+    pub tokenizer: Tokenizer,
+    /// Its chat template (ChatML when the checkpoint has none).
+    pub template: ChatTemplate,
+    /// The thread that runs its sequences.
+    pub executor: Executor,
+}
+
+/// Every served model, behind the router's seam.
+pub struct EngineBackend {
+    models: Vec<ServedModel>,
+}
+
+impl EngineBackend {
+    /// A backend serving `models` (their executors already running).
+    pub fn new(models: Vec<ServedModel>) -> EngineBackend {
+        EngineBackend { models }
+    }
+
+    fn model(&self, name: &str) -> Result<&ServedModel, BackendError> {
+        self.models
+            .iter()
+            .find(|m| m.name == name)
+            .ok_or_else(|| BackendError::UnknownModel {
+                model: name.to_owned(),
+            })
+    }
+}
+
+impl InferenceBackend for EngineBackend {
+    fn models(&self) -> Vec<ModelCard> {
+        self.models
+            .iter()
+            .map(|m| ModelCard {
+                id: m.name.clone(),
+                created: m.created,
+                owned_by: "switchyard".into(),
+                context_length: u32::try_from(m.executor.context_length()).unwrap_or(u32::MAX),
+            })
+            .collect()
+    }
+
+    fn ready(&self) -> bool {
+        !self.models.is_empty() && self.models.iter().all(|m| m.executor.is_running())
+    }
+
+    fn submit(&self, request: GenerationRequest) -> Result<GenerationStream, BackendError> {
+        let model = self.model(&request.model)?;
+        let prompt = tokenize(model, &request.prompt)?;
+        let context = model.executor.context_length();
+        let prompt_tokens = to_u32(prompt.len());
+        let context_u32 = to_u32(context);
+        if prompt.is_empty() {
+            return Err(invalid(
+                prompt_param(&request.prompt),
+                "the prompt is empty after tokenization; send some text",
+            ));
+        }
+        if prompt.len() >= context {
+            return Err(BackendError::ContextOverflow {
+                prompt_tokens,
+                max_tokens: 0,
+                context: context_u32,
+            });
+        }
+        if let Some(max_tokens) = request.max_tokens {
+            if u64::from(prompt_tokens) + u64::from(max_tokens) > u64::from(context_u32) {
+                return Err(BackendError::ContextOverflow {
+                    prompt_tokens,
+                    max_tokens,
+                    context: context_u32,
+                });
+            }
+        }
+        let sampling = sampling_params(&request, model.tokenizer.vocab_size())?;
+        let stop = StopCondition {
+            stop_token_ids: model.tokenizer.eos_ids().to_vec(),
+            stop_strings: request.stop.clone(),
+            max_tokens: request.max_tokens.map(|m| m as usize),
+        };
+        let (sender, receiver) = mpsc::unbounded_channel();
+        let sink = RouterSink {
+            sender,
+            tokenizer: model.tokenizer.clone(),
+            logprobs: request.logprobs.is_some(),
+        };
+        let sequence = SequenceRequest {
+            prompt,
+            sampling,
+            stop,
+            decoder: Some(model.tokenizer.decode_stream(true)),
+            sink: Box::new(sink),
+        };
+        model.executor.submit(sequence).map_err(|e| match e {
+            SubmitError::Overloaded { .. } => BackendError::Overloaded,
+            SubmitError::EmptyPrompt => invalid(prompt_param(&request.prompt), &e.to_string()),
+            SubmitError::PromptTooLong { .. } => BackendError::ContextOverflow {
+                prompt_tokens,
+                max_tokens: 0,
+                context: context_u32,
+            },
+            SubmitError::Stopped => BackendError::Internal {
+                message: e.to_string(),
+            },
+        })?;
+        Ok(receiver)
+    }
+}
+
+/// The prompt's token ids: chat template for conversations, BOS as the
+/// model asks for raw text, ids checked against the vocabulary.
+fn tokenize(model: &ServedModel, prompt: &Prompt) -> Result<Vec<u32>, BackendError> {
+    let tokenizer = &model.tokenizer;
+    match prompt {
+        Prompt::Chat(messages) => {
+            let messages: Vec<TemplateMessage> = messages
+                .iter()
+                .map(|m| TemplateMessage::new(template_role(m.role), m.content.clone()))
+                .collect();
+            let text = model
+                .template
+                .render(
+                    &messages,
+                    true,
+                    tokenizer.bos_token(),
+                    tokenizer.eos_token(),
+                )
+                .map_err(|e| invalid("messages", &e.to_string()))?;
+            // The template writes any BOS itself (as `switchyard tokenize --chat`).
+            tokenizer
+                .encode(&text, false)
+                .map_err(|e| invalid("messages", &e.to_string()))
+        }
+        Prompt::Text(text) => tokenizer
+            .encode(text, true)
+            .map_err(|e| invalid("prompt", &e.to_string())),
+        Prompt::Tokens(ids) => {
+            let vocab_size = tokenizer.vocab_size();
+            match ids.iter().find(|&&id| id as usize >= vocab_size) {
+                Some(id) => Err(invalid(
+                    "prompt",
+                    &format!("token id {id} is outside the vocabulary of {vocab_size} tokens"),
+                )),
+                None => Ok(ids.clone()),
+            }
+        }
+    }
+}
+
+/// Templates know `system`; OpenAI's `developer` plays that part.
+fn template_role(role: Role) -> &'static str {
+    match role {
+        Role::Developer => Role::System.as_str(),
+        other => other.as_str(),
+    }
+}
+
+fn prompt_param(prompt: &Prompt) -> &'static str {
+    match prompt {
+        Prompt::Chat(_) => "messages",
+        Prompt::Text(_) | Prompt::Tokens(_) => "prompt",
+    }
+}
+
+/// The engine's sampling parameters for `request`, checked against the vocabulary.
+fn sampling_params(
+    request: &GenerationRequest,
+    vocab_size: usize,
+) -> Result<SamplingParams, BackendError> {
+    let options = &request.sampling;
+    let params = SamplingParams {
+        temperature: options.temperature.unwrap_or(1.0),
+        top_p: options.top_p.unwrap_or(1.0),
+        seed: options.seed,
+        presence_penalty: options.presence_penalty,
+        frequency_penalty: options.frequency_penalty,
+        logit_bias: options
+            .logit_bias
+            .iter()
+            .map(|(&id, &bias)| (id, bias))
+            .collect(),
+        top_logprobs: request.logprobs.map_or(0, usize::from),
+        ..SamplingParams::default()
+    };
+    params.validate_for_vocab(vocab_size).map_err(|e| {
+        let param = match &e {
+            SamplingError::InvalidParam { field, .. } if *field == "top_logprobs" => {
+                if prompt_param(&request.prompt) == "messages" {
+                    "top_logprobs"
+                } else {
+                    "logprobs"
+                }
+            }
+            SamplingError::InvalidParam { field, .. } => field,
+            SamplingError::BiasIdOutOfRange { .. } => "logit_bias",
+            SamplingError::NoFiniteLogits => "logit_bias",
+        };
+        invalid(param, &e.to_string())
+    })?;
+    Ok(params)
+}
+
+fn invalid(param: &str, message: &str) -> BackendError {
+    BackendError::InvalidRequest {
+        param: param.to_owned(),
+        message: message.to_owned(),
+    }
+}
+
+fn to_u32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// Converts one sequence's events to the router's and forwards them.
+struct RouterSink {
+    sender: mpsc::UnboundedSender<GenerationEvent>,
+    tokenizer: Tokenizer,
+    logprobs: bool,
+}
+
+impl EventSink for RouterSink {
+    fn send(&mut self, event: SequenceEvent) -> bool {
+        let event = match event {
+            SequenceEvent::Token(token) => GenerationEvent::Token(GeneratedToken {
+                text: token.text,
+                id: token.id,
+                logprob: self.logprobs.then_some(token.logprob),
+                top_logprobs: if self.logprobs {
+                    token
+                        .top_logprobs
+                        .iter()
+                        .map(|&(id, logprob)| TopLogprob {
+                            text: self.tokenizer.decode(&[id], false).unwrap_or_default(),
+                            id,
+                            logprob,
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                },
+            }),
+            SequenceEvent::Done {
+                finish_reason,
+                prompt_tokens,
+                completion_tokens,
+            } => GenerationEvent::Done {
+                finish_reason: match finish_reason {
+                    sampling::FinishReason::Stop => FinishReason::Stop,
+                    sampling::FinishReason::Length => FinishReason::Length,
+                },
+                usage: Usage {
+                    prompt_tokens: to_u32(prompt_tokens),
+                    completion_tokens: to_u32(completion_tokens),
+                },
+            },
+            SequenceEvent::Error(message) => {
+                GenerationEvent::Error(BackendError::Internal { message })
+            }
+        };
+        self.sender.send(event).is_ok()
+    }
+
+    fn is_closed(&self) -> bool {
+        self.sender.is_closed()
+    }
+}
