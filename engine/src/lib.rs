@@ -9,5 +9,6 @@ pub mod prompt;
 pub mod sampling;
 pub mod serving;
 pub mod session;
+pub mod store;
 pub mod synthetic;
 pub mod tokenizer;
