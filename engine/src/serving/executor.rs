@@ -222,6 +222,11 @@ impl<B: Backend> Scheduler<B> {
             self.admit();
             self.step_one();
             self.groups.retain(|g| !g.is_idle());
+            if self.groups.is_empty() {
+                // Idle: let go of the last weights so that an unloaded or
+                // evicted version's memory is freed now, not at the next swap.
+                self.table.store(None);
+            }
             let active = self.groups.iter().map(Group::active_len).sum();
             self.shared.active.store(active, Ordering::Release);
         }
