@@ -9,14 +9,14 @@
 //! - `error.rs`: what can go wrong, for the admin API;
 //! - `status.rs`: the serializable views (models, versions, memory);
 //! - `residency.rs`: the RAM budget and which version to evict;
-//! - `registry.rs`: the registry itself.
+//! - `versions.rs`: the registry itself.
 
 mod error;
-mod registry;
+mod versions;
 mod residency;
 mod status;
 
 pub use error::{RegistryError, RegistryErrorKind};
-pub use registry::{LoadReport, Registry, RegistryObserver};
+pub use versions::{LoadReport, Registry, RegistryObserver};
 pub use residency::{eviction_order, EvictionCandidate};
 pub use status::{MemoryStatus, ModelStatus, Tier, VersionStatus};

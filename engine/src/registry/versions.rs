@@ -234,7 +234,8 @@ impl<B: Backend> Registry<B> {
                 slot.last_error = Some(error.message.clone());
                 drop(models);
                 tracing::warn!(checkpoint = %id, %error, "load failed; nothing changed");
-                self.observer.load(&id, Duration::ZERO, Some(&error.message));
+                self.observer
+                    .load(&id, Duration::ZERO, Some(&error.message));
                 Err(error)
             }
         }
@@ -247,15 +248,17 @@ impl<B: Backend> Registry<B> {
     ) -> Result<(CheckpointHandle<B>, Vec<CheckpointId>), RegistryError> {
         let estimate = file_bytes(path);
         let evicted = self.make_room(id, estimate)?;
-        let checkpoint = ServedCheckpoint::load(self.backend.as_ref(), &self.store, id.clone(), path)
-            .map_err(|e| RegistryError::invalid(format!("cannot load {id}: {e}")))?;
+        let checkpoint =
+            ServedCheckpoint::load(self.backend.as_ref(), &self.store, id.clone(), path)
+                .map_err(|e| RegistryError::invalid(format!("cannot load {id}: {e}")))?;
         self.check_matches_active(&checkpoint)?;
         Ok((Arc::new(checkpoint), evicted))
     }
 
     /// A new version must be a drop-in for the active one: same
-    /// architecture, vocabulary and tokenizer size, so that clients'
-    /// prompts and token ids mean the same on both.
+    /// architecture, shapes, vocabulary and tokenizer size (only the tensor
+    /// types and values may differ), so that clients' prompts, token ids
+    /// and context limits mean the same on both.
     fn check_matches_active(&self, candidate: &ServedCheckpoint<B>) -> Result<(), RegistryError> {
         let models = self.read();
         let Some(active) = models
@@ -265,23 +268,44 @@ impl<B: Backend> Registry<B> {
             return Ok(());
         };
         let (new, old) = (candidate.model.config(), active.model.config());
-        let mismatch = if new.architecture != old.architecture {
-            Some(format!(
-                "architecture {} differs from the active {}'s {}",
-                new.architecture.name(),
+        let mismatch =
+            if new.architecture != old.architecture {
+                Some(format!(
+                    "architecture {} differs from the active {}'s {}",
+                    new.architecture.name(),
+                    active.id,
+                    old.architecture.name()
+                ))
+            } else if new.vocab_size != old.vocab_size
+                || candidate.tokenizer.vocab_size() != active.tokenizer.vocab_size()
+            {
+                Some(format!(
+                    "its vocabulary ({} tokens) differs from the active {}'s ({} tokens)",
+                    new.vocab_size, active.id, old.vocab_size
+                ))
+            } else if (
+                new.hidden_size,
+                new.n_layers,
+                new.n_heads,
+                new.n_kv_heads,
+                new.head_dim,
+            ) != (
+                old.hidden_size,
+                old.n_layers,
+                old.n_heads,
+                old.n_kv_heads,
+                old.head_dim,
+            ) {
+                Some(format!(
+                "its shape (hidden {}, {} layers, {}/{} heads of {}) differs from the active {}'s \
+                 (hidden {}, {} layers, {}/{} heads of {})",
+                new.hidden_size, new.n_layers, new.n_heads, new.n_kv_heads, new.head_dim,
                 active.id,
-                old.architecture.name()
+                old.hidden_size, old.n_layers, old.n_heads, old.n_kv_heads, old.head_dim
             ))
-        } else if new.vocab_size != old.vocab_size
-            || candidate.tokenizer.vocab_size() != active.tokenizer.vocab_size()
-        {
-            Some(format!(
-                "its vocabulary ({} tokens) differs from the active {}'s ({} tokens)",
-                new.vocab_size, active.id, old.vocab_size
-            ))
-        } else {
-            None
-        };
+            } else {
+                None
+            };
         match mismatch {
             Some(reason) => Err(RegistryError::invalid(format!(
                 "{} ({}) does not match model `{}`: {reason}; publish it as a new model instead",
@@ -366,7 +390,10 @@ impl<B: Backend> Registry<B> {
 
     fn evict(&self, id: &CheckpointId) {
         let mut models = self.write();
-        if let Some(slot) = models.get_mut(&id.model).and_then(|m| m.slot_mut(&id.version)) {
+        if let Some(slot) = models
+            .get_mut(&id.model)
+            .and_then(|m| m.slot_mut(&id.version))
+        {
             slot.state = State::Disk;
         }
         drop(models);
@@ -405,7 +432,9 @@ impl<B: Backend> Registry<B> {
         let mut models = self.write();
         let entry = models.get_mut(model).ok_or_else(|| unknown_model(model))?;
         let current = entry.active.clone().ok_or_else(|| {
-            RegistryError::conflict(format!("model `{model}` has no active version to roll back from"))
+            RegistryError::conflict(format!(
+                "model `{model}` has no active version to roll back from"
+            ))
         })?;
         while let Some(previous) = entry.history.pop() {
             if previous == current || entry.resident(&previous).is_none() {
