@@ -6,6 +6,9 @@
 //!     --clients 1,4,16,64 --seconds 20 --max-tokens 64
 //! ```
 //!
+//! `--model a,b,c,d` spreads the requests evenly over several models
+//! (request `i` goes to model `i mod 4`): the mixed-traffic measurement.
+//!
 //! Each client sends streamed chat completions back to back (with
 //! `stream_options.include_usage`, so generated tokens are the server's
 //! count) until the time is up; requests started before the deadline finish.
@@ -18,7 +21,8 @@ use futures_util::StreamExt;
 
 struct Options {
     url: String,
-    model: String,
+    /// Request `i` goes to `models[i % models.len()]`.
+    models: Vec<String>,
     clients: Vec<usize>,
     seconds: u64,
     max_tokens: u32,
@@ -27,7 +31,7 @@ struct Options {
 fn options() -> Result<Options, String> {
     let mut o = Options {
         url: "http://127.0.0.1:8080".into(),
-        model: "SmolLM2-135M-Instruct.Q4_1".into(),
+        models: vec!["SmolLM2-135M-Instruct.Q4_1".into()],
         clients: vec![1, 4, 16, 64],
         seconds: 20,
         max_tokens: 64,
@@ -37,7 +41,9 @@ fn options() -> Result<Options, String> {
         let mut value = || args.next().ok_or(format!("{flag} needs a value"));
         match flag.as_str() {
             "--url" => o.url = value()?,
-            "--model" => o.model = value()?,
+            "--model" => {
+                o.models = value()?.split(',').map(|m| m.trim().to_owned()).collect();
+            }
             "--clients" => {
                 o.clients = value()?
                     .split(',')
@@ -78,7 +84,7 @@ const PROMPTS: &[&str] = &[
 
 async fn one_request(http: &reqwest::Client, o: &Options, i: u64) -> Sample {
     let body = serde_json::json!({
-        "model": o.model,
+        "model": o.models[i as usize % o.models.len()],
         "messages": [{"role": "user", "content": PROMPTS[i as usize % PROMPTS.len()]}],
         "max_tokens": o.max_tokens,
         "temperature": 0.7,
@@ -164,7 +170,7 @@ async fn level(http: &reqwest::Client, o: &Options, clients: usize) -> String {
             let counter = counter.clone();
             let o = Options {
                 url: o.url.clone(),
-                model: o.model.clone(),
+                models: o.models.clone(),
                 clients: Vec::new(),
                 seconds: o.seconds,
                 max_tokens: o.max_tokens,

@@ -1,0 +1,137 @@
+//! The admin API's model lifecycle over the engine: list, status, load,
+//! unload, activate, rollback. Loads run on the admin's blocking pool,
+//! never on the executor thread, so serving goes on while a version loads.
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use switchyard_engine::registry::{RegistryError, RegistryErrorKind};
+use switchyard_router::admin::{AdminError, AdminErrorKind, ModelAdmin};
+
+use super::engine_backend::EngineBackend;
+use super::repository::RepositoryWatch;
+
+/// The engine's lifecycle, as the admin API sees it.
+pub struct EngineAdmin {
+    engine: Arc<EngineBackend>,
+    /// The model repository, rescanned before a load so that a version
+    /// published after startup can be loaded; `None` when serving files.
+    repository: Option<RepositoryWatch>,
+}
+
+impl EngineAdmin {
+    pub fn new(engine: Arc<EngineBackend>, repository: Option<RepositoryWatch>) -> Self {
+        EngineAdmin { engine, repository }
+    }
+}
+
+fn admin_error(error: RegistryError) -> AdminError {
+    let kind = match error.kind {
+        RegistryErrorKind::NotFound => AdminErrorKind::NotFound,
+        RegistryErrorKind::Conflict => AdminErrorKind::Conflict,
+        RegistryErrorKind::Invalid => AdminErrorKind::Invalid,
+        RegistryErrorKind::Unavailable => AdminErrorKind::Unavailable,
+    };
+    AdminError {
+        kind,
+        message: error.message,
+    }
+}
+
+impl ModelAdmin for EngineAdmin {
+    fn models(&self) -> Value {
+        let registry = self.engine.registry();
+        json!({
+            "models": registry.status(),
+            "memory": registry.memory(),
+        })
+    }
+
+    fn status(&self) -> Value {
+        let registry = self.engine.registry();
+        let executor = self.engine.executor();
+        let queues: Vec<Value> = registry
+            .status()
+            .into_iter()
+            .flat_map(|model| {
+                let name = model.name;
+                model
+                    .versions
+                    .into_iter()
+                    .filter(|v| v.in_flight > 0 || v.queued > 0)
+                    .map(move |v| {
+                        json!({
+                            "model": name,
+                            "version": v.version,
+                            "queued": v.queued,
+                            "in_flight": v.in_flight,
+                        })
+                    })
+            })
+            .collect();
+        json!({
+            "executor": {
+                "running": executor.is_running(),
+                "queued": executor.queue_depth(),
+                "active_sequences": executor.active_sequences(),
+                "steps": executor.steps(),
+                "swaps": executor.swaps(),
+                "current_checkpoint": executor.current().map(|id| id.to_string()),
+            },
+            "queues": queues,
+            "memory": registry.memory(),
+        })
+    }
+
+    fn load(&self, model: &str, version: &str) -> Result<Value, AdminError> {
+        if let Some(repository) = &self.repository {
+            if let Some(problem) = repository.refresh(self.engine.registry(), model, version) {
+                return Err(AdminError {
+                    kind: AdminErrorKind::Invalid,
+                    message: format!("cannot load {model}@{version}: {problem}; nothing changed"),
+                });
+            }
+        }
+        let report = self
+            .engine
+            .registry()
+            .load(model, version)
+            .map_err(admin_error)?;
+        Ok(json!({
+            "model": model,
+            "version": version,
+            "already_resident": report.already_resident,
+            "load_ms": report.elapsed.as_secs_f64() * 1e3,
+            "bytes": report.bytes,
+            "shared_bytes": report.shared_bytes,
+            "evicted": report.evicted.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        }))
+    }
+
+    fn unload(&self, model: &str, version: &str) -> Result<Value, AdminError> {
+        let draining = self
+            .engine
+            .registry()
+            .unload(model, version)
+            .map_err(admin_error)?;
+        Ok(json!({ "model": model, "version": version, "draining_requests": draining }))
+    }
+
+    fn activate(&self, model: &str, version: &str) -> Result<Value, AdminError> {
+        let previous = self
+            .engine
+            .registry()
+            .activate(model, version)
+            .map_err(admin_error)?;
+        Ok(json!({ "model": model, "active_version": version, "previous_version": previous }))
+    }
+
+    fn rollback(&self, model: &str) -> Result<Value, AdminError> {
+        let (from, to) = self
+            .engine
+            .registry()
+            .rollback(model)
+            .map_err(admin_error)?;
+        Ok(json!({ "model": model, "active_version": to, "rolled_back_from": from }))
+    }
+}
