@@ -19,6 +19,7 @@
 //! # }
 //! ```
 
+pub mod admin;
 pub mod backend;
 pub mod error;
 #[cfg(any(test, feature = "fake"))]
@@ -27,9 +28,12 @@ pub mod health;
 pub mod layers;
 pub mod metrics;
 pub mod openai;
+pub mod policy;
 pub mod serve;
 pub mod sse;
 pub mod state;
+
+use std::sync::Arc;
 
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::Method;
@@ -55,10 +59,22 @@ use crate::openai::extract::BodyLimit;
 /// the timeout and admission control; probes, model listing and metrics do
 /// not, so they answer even when the server is saturated.
 pub fn app(state: AppState) -> Router {
+    app_with_policy(state, None)
+}
+
+/// The whole HTTP app for `state`, routing inference requests through `policy`
+/// (see [`policy`]); `None` serves each request's `model` as sent, like [`app`].
+pub fn app_with_policy(state: AppState, policy: Option<Arc<policy::PolicyRouting>>) -> Router {
     let config = state.config().clone();
     let inference = Router::new()
         .route("/v1/chat/completions", post(openai::chat::chat_completions))
         .route("/v1/completions", post(openai::completions::completions))
+        // Innermost: requests are routed only once admitted, so shedding stays cheap
+        // and budgets are not held by requests waiting for a slot.
+        .route_layer(middleware::from_fn_with_state(
+            policy,
+            policy::layer::route_request,
+        ))
         // Layers run bottom-up here: the timeout wraps admission, so time spent
         // queued for a slot counts against the deadline.
         .route_layer(middleware::from_fn_with_state(
