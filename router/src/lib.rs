@@ -39,9 +39,11 @@ use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{middleware, Extension, Router};
+use axum::{middleware, Extension};
 use tower_http::trace::TraceLayer;
 
+/// The app type [`app`] and [`app_with_policy`] return, for callers without axum.
+pub use axum::Router;
 pub use backend::InferenceBackend;
 pub use error::ApiError;
 pub use serve::{serve, serve_with_drain_deadline, shutdown_signal, DEFAULT_DRAIN_DEADLINE};
