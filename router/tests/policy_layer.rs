@@ -244,14 +244,14 @@ async fn tenants_are_authenticated_and_permissions_enforced() {
 async fn budgets_are_charged_actual_usage_then_exhausted_with_429() {
     let (app, store) = policy_app(two_models(), &tenants_policy());
     let auth = [("authorization", "Bearer sk-acme")];
-    // Estimate per request: 1 + 4 (template) prompt tokens + 5 output = 10; the fake
-    // reports 2 prompt + 5 completion = 7 actual.
-    for _ in 0..2 {
+    // Estimate per request: 1 prompt token + 5 output = 6; the fake reports 2 prompt +
+    // 5 completion = 7 actual, which is what is charged.
+    for _ in 0..3 {
         let reply = chat(&app, "small", "hi", &auth).await;
         assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     }
     let snapshot = store.current().tenant("acme").unwrap().budgets[0].snapshot();
-    assert_eq!((snapshot.settled, snapshot.reserved), (14.0, 0.0));
+    assert_eq!((snapshot.settled, snapshot.reserved), (21.0, 0.0));
     let reply = chat(&app, "small", "hi", &auth).await;
     assert_error(
         &reply,
@@ -260,7 +260,7 @@ async fn budgets_are_charged_actual_usage_then_exhausted_with_429() {
         None,
         &[
             "Budget exhausted",
-            "has 6.000000 left, the request needs 10.000000",
+            "has 0.000000 left, the request needs 6.000000",
         ],
     );
     assert_eq!(reply.json()["error"]["code"], "budget_exhausted");

@@ -1,7 +1,8 @@
 //! From an HTTP request to a [`RouteRequest`]: caller, `model`, hints and size estimates.
 //!
 //! Prompt tokens are *estimated* here, from the characters of the prompt text (about
-//! four per token, [`estimate_tokens`]); token-id prompts count exactly. Tokenizing for
+//! four per token, [`estimate_tokens`], counted as `switchyard policy explain` counts
+//! them); token-id prompts count exactly. Tokenizing for
 //! real would need the checkpoint's tokenizer before the checkpoint is chosen. The
 //! estimate only has to be right in magnitude: it drives the context, cost and budget
 //! checks, while budgets are settled with the engine's exact counts when the request
@@ -131,38 +132,35 @@ fn hints(headers: &HeaderMap) -> Result<Hints, PolicyRejection> {
     Ok(hints)
 }
 
-/// Characters of every message's text, as tokens, plus a few per message for the chat
-/// template's role markers.
+/// Characters of every message's text, as tokens. Counted exactly as
+/// `switchyard policy explain` counts them, so the CLI predicts the server's pick and
+/// cost; the chat template's few tokens per message are left to the output margin.
 fn chat_tokens(messages: &Value) -> u32 {
-    const TEMPLATE_TOKENS_PER_MESSAGE: u32 = 4;
     let Some(messages) = messages.as_array() else {
         return 0;
     };
     let mut chars = 0usize;
     for message in messages {
         match message.get("content") {
-            Some(Value::String(text)) => chars += text.len(),
+            Some(Value::String(text)) => chars += text.chars().count(),
             Some(Value::Array(parts)) => {
                 chars += parts
                     .iter()
                     .filter_map(|p| p.get("text").and_then(Value::as_str))
-                    .map(str::len)
+                    .map(|t| t.chars().count())
                     .sum::<usize>();
             }
             _ => {}
         }
     }
-    let markers = u32::try_from(messages.len())
-        .unwrap_or(u32::MAX)
-        .saturating_mul(TEMPLATE_TOKENS_PER_MESSAGE);
-    estimate_tokens(chars).saturating_add(markers)
+    estimate_tokens(chars)
 }
 
 /// The largest prompt of a completions request: text estimated, token ids counted.
 fn prompt_tokens(prompt: &Value) -> u32 {
     let one = |p: &Value| -> u32 {
         match p {
-            Value::String(text) => estimate_tokens(text.len()),
+            Value::String(text) => estimate_tokens(text.chars().count()),
             Value::Array(ids) => u32::try_from(ids.len()).unwrap_or(u32::MAX),
             _ => 0,
         }
@@ -183,7 +181,7 @@ mod tests {
     fn estimates_chat_and_prompt_sizes() {
         let chat = json!([{"role": "user", "content": "abcdefgh"},
                           {"role": "user", "content": [{"type": "text", "text": "abcd"}]}]);
-        assert_eq!(chat_tokens(&chat), 3 + 8);
+        assert_eq!(chat_tokens(&chat), 3);
         assert_eq!(prompt_tokens(&json!("abcdefgh")), 2);
         assert_eq!(prompt_tokens(&json!([1, 2, 3])), 3);
         assert_eq!(prompt_tokens(&json!(["ab", "abcdefghijkl"])), 3);
