@@ -5,11 +5,13 @@
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
+use switchyard_engine::chat::ChatTemplate;
 use switchyard_engine::formats::load_checkpoint;
 use switchyard_engine::model::{LlamaModel, LogitRows};
 use switchyard_engine::sampling::{argmax, FinishReason, SamplingParams, StopCondition};
 use switchyard_engine::serving::{
-    EventSink, Executor, ExecutorConfig, SequenceEvent, SequenceRequest, SubmitError,
+    CheckpointHandle, CheckpointId, EventSink, Executor, ExecutorConfig, NoObserver, SequenceEvent,
+    SequenceRequest, ServedCheckpoint, SubmitError,
 };
 use switchyard_engine::session::Session;
 use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
@@ -19,7 +21,7 @@ use switchyard_kernels::DType;
 
 struct Fixture {
     backend: Arc<CpuBackend>,
-    model: Arc<LlamaModel<CpuBackend>>,
+    checkpoint: CheckpointHandle<CpuBackend>,
     tokenizer: Tokenizer,
     _dir: tempfile::TempDir,
 }
@@ -33,13 +35,26 @@ fn fixture() -> Fixture {
         seed: 11,
     };
     write_gguf(&spec, &path).unwrap();
-    let checkpoint = load_checkpoint(&path).unwrap();
+    fixture_from(&path, dir)
+}
+
+/// The fixture for the checkpoint at `path`.
+fn fixture_from(path: &std::path::Path, dir: tempfile::TempDir) -> Fixture {
+    let checkpoint = load_checkpoint(path).unwrap();
     let backend = Arc::new(CpuBackend::new(2));
-    let model = Arc::new(LlamaModel::load(backend.as_ref(), &checkpoint).unwrap());
+    let model = LlamaModel::load(backend.as_ref(), &checkpoint).unwrap();
     let tokenizer = Tokenizer::load(&checkpoint.tokenizer).unwrap();
+    let served = Arc::new(ServedCheckpoint::from_parts(
+        CheckpointId::new("test", "1"),
+        model,
+        tokenizer.clone(),
+        ChatTemplate::new_or_default(None).unwrap(),
+        path,
+        checkpoint.format,
+    ));
     Fixture {
         backend,
-        model,
+        checkpoint: served,
         tokenizer,
         _dir: dir,
     }
@@ -51,8 +66,12 @@ fn greedy_with_session(f: &Fixture, prompt: &[u32], count: usize) -> Vec<u32> {
 
 /// Greedy ids with a `Session`, and each chosen token's log-probability.
 fn greedy_with_logprobs(f: &Fixture, prompt: &[u32], count: usize) -> (Vec<u32>, Vec<f32>) {
-    let mut session =
-        Session::new(f.backend.as_ref(), f.model.as_ref(), prompt.len() + count).unwrap();
+    let mut session = Session::new(
+        f.backend.as_ref(),
+        &f.checkpoint.model,
+        prompt.len() + count,
+    )
+    .unwrap();
     let mut logits = session.feed(prompt, LogitRows::Last).unwrap();
     let (mut ids, mut logprobs) = (Vec::new(), Vec::new());
     for _ in 0..count {
@@ -80,6 +99,7 @@ fn request(
         },
         decoder: None,
         sink: Box::new(sender),
+        deadline: None,
     };
     (request, receiver)
 }
@@ -119,8 +139,35 @@ fn collect_with_logprobs(
     }
 }
 
-fn executor(f: &Fixture, config: ExecutorConfig) -> Executor {
-    Executor::spawn(f.backend.clone(), f.model.clone(), config, Arc::new(|_| {})).unwrap()
+/// An executor with the fixture's checkpoint as the target of `submit`.
+struct Running {
+    exec: Executor<CpuBackend>,
+    checkpoint: CheckpointHandle<CpuBackend>,
+}
+
+impl Running {
+    fn submit(&self, request: SequenceRequest) -> Result<(), SubmitError> {
+        self.exec.submit(&self.checkpoint, request)
+    }
+
+    fn shutdown(self) {
+        self.exec.shutdown();
+    }
+}
+
+impl std::ops::Deref for Running {
+    type Target = Executor<CpuBackend>;
+
+    fn deref(&self) -> &Executor<CpuBackend> {
+        &self.exec
+    }
+}
+
+fn executor(f: &Fixture, config: ExecutorConfig) -> Running {
+    Running {
+        exec: Executor::spawn(f.backend.clone(), config, Arc::new(NoObserver)).unwrap(),
+        checkpoint: f.checkpoint.clone(),
+    }
 }
 
 /// Submits every prompt at once with a small step budget (chunked prefill
@@ -180,24 +227,14 @@ fn batched_greedy_matches_single_sequence_sessions() {
 
 #[test]
 fn batched_greedy_matches_sessions_on_the_real_model() {
-    let Some(path) = std::env::var_os("HOME")
-        .map(|home| {
-            std::path::Path::new(&home)
-                .join(".cache/switchyard/models/SmolLM2-135M-Instruct.Q4_1.gguf")
-        })
-        .filter(|p| p.is_file())
-    else {
-        println!("skipping: SmolLM2 is absent; run scripts/fetch-model.sh");
-        return;
-    };
-    let checkpoint = load_checkpoint(&path).unwrap();
-    let backend = Arc::new(CpuBackend::new(2));
-    let f = Fixture {
-        model: Arc::new(LlamaModel::load(backend.as_ref(), &checkpoint).unwrap()),
-        tokenizer: Tokenizer::load(&checkpoint.tokenizer).unwrap(),
-        backend,
-        _dir: tempfile::tempdir().unwrap(),
-    };
+    let path = std::path::Path::new(&std::env::var_os("HOME").expect("HOME is set"))
+        .join(".cache/switchyard/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(
+        path.is_file(),
+        "{} is missing: run scripts/fetch-model.sh",
+        path.display()
+    );
+    let f = fixture_from(&path, tempfile::tempdir().unwrap());
     let texts = [
         "The capital of France is",
         "def fibonacci(n):",
@@ -217,7 +254,7 @@ impl EventSink for Rendezvous {
     }
 }
 
-fn wait_for_active(exec: &Executor, count: usize) {
+fn wait_for_active(exec: &Running, count: usize) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while exec.active_sequences() != count {
         assert!(
@@ -289,7 +326,7 @@ fn a_full_queue_refuses_with_overloaded_and_bad_prompts_are_refused() {
 
     let (empty, _rx) = request(Vec::new(), 2);
     assert_eq!(exec.submit(empty), Err(SubmitError::EmptyPrompt));
-    let context = exec.context_length();
+    let context = f.checkpoint.model.config().context_length;
     let (huge, _rx) = request(vec![1; context], 2);
     assert!(matches!(
         exec.submit(huge),

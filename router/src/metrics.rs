@@ -37,6 +37,20 @@ const LATENCY_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
 ];
 
+/// Histogram: time from the scheduler's decision to switch checkpoints to
+/// the next forward reading the new weights (set by the engine).
+pub const SWAP_DURATION_SECONDS: &str = "switchyard_swap_duration_seconds";
+/// Histogram: rows (tokens) per forward step, by `model` and `version`.
+pub const STEP_ROWS: &str = "switchyard_step_rows";
+
+/// Swap buckets in seconds: a pointer swap takes microseconds.
+const SWAP_BUCKETS: &[f64] = &[
+    1e-7, 2.5e-7, 5e-7, 1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 1e-3, 1e-2,
+];
+
+/// Batch-size buckets in rows.
+const ROW_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0];
+
 /// A handle on the process-wide Prometheus recorder.
 #[derive(Clone, Debug)]
 pub struct Metrics {
@@ -57,8 +71,16 @@ impl Metrics {
     fn install() -> Metrics {
         let builder = PrometheusBuilder::new();
         let builder = match builder
-            .set_buckets_for_metric(Matcher::Suffix("_seconds".to_owned()), LATENCY_BUCKETS)
-        {
+            .set_buckets_for_metric(
+                Matcher::Full(SWAP_DURATION_SECONDS.to_owned()),
+                SWAP_BUCKETS,
+            )
+            .and_then(|b| {
+                b.set_buckets_for_metric(Matcher::Full(STEP_ROWS.to_owned()), ROW_BUCKETS)
+            })
+            .and_then(|b| {
+                b.set_buckets_for_metric(Matcher::Suffix("_seconds".to_owned()), LATENCY_BUCKETS)
+            }) {
             Ok(builder) => builder,
             Err(err) => {
                 // Only an empty bucket list fails, and ours is a constant.

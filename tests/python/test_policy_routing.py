@@ -3,9 +3,10 @@ official `openai` client, the `switchyard policy` CLI and the admin API.
 
 Three checkpoints are served from one settings file: SmolLM2 as `smol@v1` and again as
 `smol-large@v1`, and a synthetic checkpoint (`switchyard synth`, 256-token context) as
-`smol@v2`, the canary of a split on `smol`. The policy declares an 8192-token context for
-`smol`, so long prompts routed to the canary fail in the engine: that is how the canary's
-error rate rises for real.
+`smol-canary@v2`, the canary arm of a split on `smol` (a cross-model arm: the engine only
+takes versions of one model that share a vocabulary). The policy layer asks the engine for
+`name@version`. The policy declares an 8192-token context for the canary, so long prompts
+routed to it fail in the engine: that is how the canary's error rate rises for real.
 
 See conftest.py for SWITCHYARD_BIN and SWITCHYARD_MODEL.
 """
@@ -48,12 +49,20 @@ allow_anonymous = false
 
 [[models]]
 name = "smol"
-versions = ["v1", "v2"]
-active_version = "v1"
+version = "v1"
 aliases = ["cheap"]
 cost_per_1k_input = 0.0001
 cost_per_1k_output = 0.0002
 quality = 0.5
+context_limit = 8192
+
+# Reached through the split on `smol` (its lower quality keeps `auto` off it).
+[[models]]
+name = "smol-canary"
+version = "v2"
+cost_per_1k_input = 0.0001
+cost_per_1k_output = 0.0002
+quality = 0.45
 context_limit = 8192
 
 [[models]]
@@ -83,7 +92,7 @@ model = "smol"
 sticky = "user"
 arms = [
   {{ name = "stable", target = "smol@v1", weight = 50 }},
-  {{ name = "canary", target = "smol@v2", weight = 50 }},
+  {{ name = "canary", target = "smol-canary@v2", weight = 50 }},
 ]
 
 [splits.rollback]
@@ -133,9 +142,9 @@ def deployment(switchyard_bin: Path, smollm2_path: Path, tmp_path_factory):
     settings = tmp / "serve.toml"
     settings.write_text(
         "threads = 2\nmax_batch = 4\n"
-        f'[[models]]\npath = "{smollm2_path}"\nname = "smol@v1"\n'
-        f'[[models]]\npath = "{canary}"\nname = "smol@v2"\n'
-        f'[[models]]\npath = "{smollm2_path}"\nname = "smol-large@v1"\n'
+        f'[[models]]\npath = "{smollm2_path}"\nname = "smol"\nversion = "v1"\n'
+        f'[[models]]\npath = "{canary}"\nname = "smol-canary"\nversion = "v2"\n'
+        f'[[models]]\npath = "{smollm2_path}"\nname = "smol-large"\nversion = "v1"\n'
     )
     port, admin_port = free_port(), free_port()
     proc = subprocess.Popen(
@@ -287,20 +296,20 @@ def test_failing_canary_is_rolled_back_automatically(deployment):
         except openai.BadRequestError as err:
             headers, ok = err.response.headers, False
             assert "context length" in str(err)
-        outcomes.append((headers["x-switchyard-version"], ok))
+        outcomes.append((headers["x-switchyard-model"] + "@" + headers["x-switchyard-version"], ok))
         if "rolled back" in headers["x-switchyard-route"]:
             rolled_back = True
             break
     assert rolled_back, f"no rollback after {outcomes}"
-    assert all(ok == (version == "v1") for version, ok in outcomes[:-1]), outcomes
-    assert any(v == "v2" and not ok for v, ok in outcomes), outcomes
+    assert all(ok == (arm == "smol@v1") for arm, ok in outcomes[:-1]), outcomes
+    assert any(arm == "smol-canary@v2" and not ok for arm, ok in outcomes), outcomes
 
     # Every user is on the stable arm now, and the admin API says why.
     for i in range(4):
         raw = acme.chat.completions.with_raw_response.create(
             model="smol", messages=[{"role": "user", "content": "Hi"}],
             max_tokens=1, user=f"late-{i}")
-        assert raw.headers["x-switchyard-version"] == "v1"
+        assert raw.headers["x-switchyard-model"] == "smol"
     status, policy = admin(deployment, "GET", "/admin/policy")
     rollback = policy["rollback"][0]
     assert rollback["state"]["state"] == "rolled_back", rollback

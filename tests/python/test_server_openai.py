@@ -105,8 +105,10 @@ def greedy_chat(client, model, messages=CHAT, **kw):
 
 def test_models_are_listed_and_retrievable(client, server):
     ids = [m.id for m in client.models.list().data]
-    assert ids == [server["model"]]
+    # The model by name (its active version), then each resident version.
+    assert ids == [server["model"], server["model"] + "@1"]
     assert client.models.retrieve(server["model"]).id == server["model"]
+    assert client.models.retrieve(server["model"] + "@1").id == server["model"] + "@1"
     with pytest.raises(openai.NotFoundError):
         client.models.retrieve("no-such-model")
 

@@ -8,10 +8,11 @@
 
 use switchyard_kernels::{AttentionShape, Backend};
 
-use super::weights::{LayerWeights, ModelWeights};
+use super::weights::{LayerWeights, LoadStats, ModelWeights};
 use super::ModelError;
 use crate::formats::Checkpoint;
 use crate::model::config::ModelConfig;
+use crate::store::WeightStore;
 
 /// Which rows of a chunk need logits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,21 +58,33 @@ pub struct Scratch<B: Backend> {
 }
 
 impl<B: Backend> LlamaModel<B> {
+    /// Loads `checkpoint` on its own (sharing no tensors with other models).
     pub fn load(backend: &B, checkpoint: &Checkpoint) -> Result<Self, ModelError> {
+        Ok(Self::load_shared(backend, checkpoint, &WeightStore::new())?.0)
+    }
+
+    /// Loads `checkpoint` through `store`, sharing every tensor another
+    /// loaded checkpoint already holds.
+    pub fn load_shared(
+        backend: &B,
+        checkpoint: &Checkpoint,
+        store: &WeightStore<B>,
+    ) -> Result<(Self, LoadStats), ModelError> {
         let config = checkpoint.config.clone();
-        let weights = ModelWeights::load(backend, checkpoint)?;
+        let (weights, stats) = ModelWeights::load(backend, checkpoint, store)?;
         let attention = AttentionShape {
             n_heads: config.n_heads,
             n_kv_heads: config.n_kv_heads,
             head_dim: config.head_dim,
             scale: 1.0 / (config.head_dim as f32).sqrt(),
         };
-        Ok(Self {
+        let model = Self {
             inv_freq: config.rope_inv_freq(),
             config,
             weights,
             attention,
-        })
+        };
+        Ok((model, stats))
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -177,7 +190,7 @@ impl<B: Backend> LlamaModel<B> {
         let c = &self.config;
         backend.rms_norm(&s.x, &layer.attn_norm, c.rms_norm_eps, &mut s.normed)?;
         let [bq, bk, bv] = match &layer.qkv_bias {
-            Some([q, k, v]) => [Some(q), Some(k), Some(v)],
+            Some([q, k, v]) => [Some(&***q), Some(&***k), Some(&***v)],
             None => [None, None, None],
         };
         backend.matmul(&s.normed, &layer.wq, bq, &mut s.q)?;

@@ -1,54 +1,64 @@
-//! Moving a checkpoint's tensors into a backend: matrices stay zero-copy
-//! where the backend allows, vectors are dequantized to f32 once.
+//! Moving a checkpoint's tensors into a backend through the weight store:
+//! a tensor another checkpoint already holds is shared, a new one is copied
+//! out of the file (so the checkpoint is resident, not paged in from disk
+//! mid-request) and handed to the backend; vectors are dequantized to f32.
 
+use bytes::Bytes;
 use switchyard_kernels::{cpu::dequantize_row, Backend, WeightView};
 
 use super::ModelError;
 use crate::formats::{Checkpoint, TensorData};
+use crate::store::{Shared, TensorKey, WeightStore};
 
 /// The weights of one transformer block, in the backend.
 pub struct LayerWeights<B: Backend> {
-    pub attn_norm: B::Vector,
-    pub wq: B::Matrix,
-    pub wk: B::Matrix,
-    pub wv: B::Matrix,
-    pub wo: B::Matrix,
+    pub attn_norm: Shared<B::Vector>,
+    pub wq: Shared<B::Matrix>,
+    pub wk: Shared<B::Matrix>,
+    pub wv: Shared<B::Matrix>,
+    pub wo: Shared<B::Matrix>,
     /// Q, K and V biases (Qwen2), all present or all absent.
-    pub qkv_bias: Option<[B::Vector; 3]>,
-    pub ffn_norm: B::Vector,
-    pub gate: B::Matrix,
-    pub up: B::Matrix,
-    pub down: B::Matrix,
+    pub qkv_bias: Option<[Shared<B::Vector>; 3]>,
+    pub ffn_norm: Shared<B::Vector>,
+    pub gate: Shared<B::Matrix>,
+    pub up: Shared<B::Matrix>,
+    pub down: Shared<B::Matrix>,
 }
 
 /// All weights of a Llama-family model, in the backend.
 pub struct ModelWeights<B: Backend> {
-    pub embed: B::Matrix,
+    pub embed: Shared<B::Matrix>,
     /// `None` when the output projection is tied to `embed`.
-    pub output: Option<B::Matrix>,
-    pub output_norm: B::Vector,
+    pub output: Option<Shared<B::Matrix>>,
+    pub output_norm: Shared<B::Vector>,
     pub layers: Vec<LayerWeights<B>>,
 }
 
 impl<B: Backend> ModelWeights<B> {
     /// The matrix that projects hidden states to logits.
     pub fn lm_head(&self) -> &B::Matrix {
-        self.output.as_ref().unwrap_or(&self.embed)
+        self.output.as_deref().unwrap_or(&self.embed)
     }
 
     /// Hands every tensor the forward pass needs to `backend`. The loader has
     /// already checked names and shapes against the config; this re-checks
     /// what it relies on so a mismatch is an error, not a panic.
-    pub fn load(backend: &B, checkpoint: &Checkpoint) -> Result<Self, ModelError> {
+    pub fn load(
+        backend: &B,
+        checkpoint: &Checkpoint,
+        store: &WeightStore<B>,
+    ) -> Result<(Self, LoadStats), ModelError> {
         let loader = Loader {
             backend,
             checkpoint,
+            store,
+            stats: std::cell::Cell::new(LoadStats::default()),
         };
         let config = &checkpoint.config;
         let layers = (0..config.n_layers)
             .map(|i| loader.layer(i))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self {
+        let weights = Self {
             embed: loader.matrix("token_embd.weight")?,
             output: if config.tied_embeddings {
                 None
@@ -57,13 +67,39 @@ impl<B: Backend> ModelWeights<B> {
             },
             output_norm: loader.vector("output_norm.weight")?,
             layers,
-        })
+        };
+        Ok((weights, loader.stats.get()))
+    }
+}
+
+/// How a load used the store.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoadStats {
+    /// Bytes of every tensor the checkpoint uses.
+    pub total_bytes: u64,
+    /// Bytes of tensors another loaded checkpoint already held.
+    pub shared_bytes: u64,
+    /// Tensors the checkpoint uses, and how many of them were shared.
+    pub tensors: u64,
+    pub shared_tensors: u64,
+}
+
+impl LoadStats {
+    fn count(&mut self, bytes: u64, shared: bool) {
+        self.total_bytes += bytes;
+        self.tensors += 1;
+        if shared {
+            self.shared_bytes += bytes;
+            self.shared_tensors += 1;
+        }
     }
 }
 
 struct Loader<'a, B: Backend> {
     backend: &'a B,
     checkpoint: &'a Checkpoint,
+    store: &'a WeightStore<B>,
+    stats: std::cell::Cell<LoadStats>,
 }
 
 impl<B: Backend> Loader<'_, B> {
@@ -102,29 +138,49 @@ impl<B: Backend> Loader<'_, B> {
             })
     }
 
-    fn matrix(&self, name: &str) -> Result<B::Matrix, ModelError> {
+    fn matrix(&self, name: &str) -> Result<Shared<B::Matrix>, ModelError> {
         let t = self.tensor(name)?;
         let &[rows, cols] = t.shape.as_slice() else {
             return Err(self.bad_shape(name, "a matrix", &t.shape));
         };
-        let view = WeightView::new(t.dtype, rows, cols, t.data.clone())
-            .map_err(|source| self.kernel_error(name, source))?;
-        self.backend
-            .matrix(view)
-            .map_err(|source| self.kernel_error(name, source))
+        let key = TensorKey::of(t.dtype, &t.shape, &t.data);
+        let bytes = t.data.len() as u64;
+        let (matrix, shared) = self.store.matrix(key, bytes, || {
+            // Copied out of the mapping: the store owns resident bytes.
+            let data = Bytes::copy_from_slice(&t.data);
+            let view = WeightView::new(t.dtype, rows, cols, data)
+                .map_err(|source| self.kernel_error(name, source))?;
+            self.backend
+                .matrix(view)
+                .map_err(|source| self.kernel_error(name, source))
+        })?;
+        self.count(bytes, shared);
+        Ok(matrix)
     }
 
-    fn vector(&self, name: &str) -> Result<B::Vector, ModelError> {
+    fn vector(&self, name: &str) -> Result<Shared<B::Vector>, ModelError> {
         let t = self.tensor(name)?;
         let &[len] = t.shape.as_slice() else {
             return Err(self.bad_shape(name, "a vector", &t.shape));
         };
-        let mut values = vec![0.0f32; len];
-        dequantize_row(t.dtype, &t.data, &mut values)
-            .map_err(|source| self.kernel_error(name, source))?;
-        self.backend
-            .vector(&values)
-            .map_err(|source| self.kernel_error(name, source))
+        let key = TensorKey::of(t.dtype, &t.shape, &t.data);
+        let bytes = (len * std::mem::size_of::<f32>()) as u64;
+        let (vector, shared) = self.store.vector(key, bytes, || {
+            let mut values = vec![0.0f32; len];
+            dequantize_row(t.dtype, &t.data, &mut values)
+                .map_err(|source| self.kernel_error(name, source))?;
+            self.backend
+                .vector(&values)
+                .map_err(|source| self.kernel_error(name, source))
+        })?;
+        self.count(bytes, shared);
+        Ok(vector)
+    }
+
+    fn count(&self, bytes: u64, shared: bool) {
+        let mut stats = self.stats.get();
+        stats.count(bytes, shared);
+        self.stats.set(stats);
     }
 
     fn bad_shape(&self, name: &str, expected: &'static str, shape: &[usize]) -> ModelError {

@@ -1,20 +1,30 @@
-//! The executor thread: admission, one batched forward per step, sampling.
+//! The executor: one thread, many checkpoints, one batch per step.
+//!
+//! Each checkpoint has its own queue and batch ([`Group`]). Every step the
+//! thread picks one checkpoint ([`super::choice`]), points the weight table
+//! at it (an `ArcSwap` store: a pointer swap, not a copy), and runs one
+//! forward over that checkpoint's batch. Sequences of other checkpoints keep
+//! their KV caches and resume where they were. Admission is global and in
+//! arrival order, bounded by one pool of sequence slots (each slot holds a
+//! KV cache) shared by all checkpoints.
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
+use arc_swap::ArcSwapOption;
 use switchyard_kernels::Backend;
 
+use super::checkpoint::{CheckpointHandle, CheckpointId, ServedCheckpoint};
+use super::group::{Group, Waiting};
 use super::queue::{SequenceRequest, SubmitError};
-use super::sequence::Sequence;
-use crate::model::{LlamaModel, LogitRows, Scratch, SequenceChunk};
+use super::{choice, ExecutorObserver};
 
 /// The executor's limits.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExecutorConfig {
-    /// Sequences in the batch at once (each holds a KV cache).
+    /// Sequences running at once over all checkpoints (each holds a KV cache).
     pub max_active: usize,
     /// Requests waiting for a batch slot; beyond that, [`SubmitError::Overloaded`].
     pub max_queued: usize,
@@ -33,90 +43,106 @@ impl Default for ExecutorConfig {
     }
 }
 
-/// Called with the number of waiting requests whenever it changes.
-pub type QueueObserver = Arc<dyn Fn(usize) + Send + Sync>;
+/// What one checkpoint's request travels with to the executor thread.
+struct Submission<B: Backend> {
+    checkpoint: CheckpointHandle<B>,
+    request: SequenceRequest,
+    arrived: Instant,
+}
+
+/// Counters the handle reads while the thread runs.
+#[derive(Default)]
+struct Shared {
+    queued: AtomicUsize,
+    active: AtomicUsize,
+    swaps: AtomicU64,
+    steps: AtomicU64,
+}
 
 /// A handle to the executor thread. Dropping it lets the thread finish the
 /// sequences it holds and exit.
-pub struct Executor {
-    requests: mpsc::Sender<SequenceRequest>,
-    queued: Arc<AtomicUsize>,
-    active: Arc<AtomicUsize>,
+pub struct Executor<B: Backend> {
+    requests: mpsc::Sender<Submission<B>>,
+    shared: Arc<Shared>,
+    table: Arc<ArcSwapOption<ServedCheckpoint<B>>>,
     max_queued: usize,
-    context_length: usize,
-    observer: QueueObserver,
     thread: Option<JoinHandle<()>>,
 }
 
-impl Executor {
-    /// Starts the executor thread for `model` on `backend`.
-    ///
-    /// `observer` hears the queue depth (for a metrics gauge).
-    pub fn spawn<B: Backend>(
+impl<B: Backend> Executor<B> {
+    /// Starts the executor thread on `backend`. `observer` hears queue
+    /// depths, swaps and steps (for metrics and benchmarks).
+    pub fn spawn(
         backend: Arc<B>,
-        model: Arc<LlamaModel<B>>,
         config: ExecutorConfig,
-        observer: QueueObserver,
-    ) -> std::io::Result<Executor> {
+        observer: Arc<dyn ExecutorObserver>,
+    ) -> std::io::Result<Executor<B>> {
         let (sender, receiver) = mpsc::channel();
-        let queued = Arc::new(AtomicUsize::new(0));
-        let active = Arc::new(AtomicUsize::new(0));
-        let context_length = model.config().context_length;
+        let shared = Arc::new(Shared::default());
+        let table = Arc::new(ArcSwapOption::empty());
         let max_queued = config.max_queued;
-        let scratch = model.new_scratch(&backend);
         let state = Scheduler {
+            scratch: None,
             backend,
-            model,
-            scratch,
             config,
             requests: receiver,
-            waiting: VecDeque::new(),
-            active: Vec::new(),
-            queued: queued.clone(),
-            active_count: active.clone(),
-            observer: observer.clone(),
+            groups: Vec::new(),
+            table: table.clone(),
+            shared: shared.clone(),
+            observer,
         };
         let thread = std::thread::Builder::new()
             .name("switchyard-executor".into())
             .spawn(move || state.run())?;
         Ok(Executor {
             requests: sender,
-            queued,
-            active,
+            shared,
+            table,
             max_queued,
-            context_length,
-            observer,
             thread: Some(thread),
         })
     }
 
-    /// Queues `request`; its events go to its sink.
-    pub fn submit(&self, request: SequenceRequest) -> Result<(), SubmitError> {
+    /// Queues `request` to run on `checkpoint`; its events go to its sink.
+    /// The request stays on this checkpoint (this version) to its end.
+    pub fn submit(
+        &self,
+        checkpoint: &CheckpointHandle<B>,
+        request: SequenceRequest,
+    ) -> Result<(), SubmitError> {
         let prompt_tokens = request.prompt.len();
         if prompt_tokens == 0 {
             return Err(SubmitError::EmptyPrompt);
         }
-        if prompt_tokens >= self.context_length {
+        let context = checkpoint.model.config().context_length;
+        if prompt_tokens >= context {
             return Err(SubmitError::PromptTooLong {
                 prompt_tokens,
-                context: self.context_length,
+                context,
             });
         }
         // Reserve a queue slot first, so that concurrent submits cannot overshoot.
-        let reserved = self
-            .queued
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| {
-                (queued < self.max_queued).then_some(queued + 1)
-            });
-        let depth = match reserved {
-            Ok(before) => before + 1,
-            Err(queued) => return Err(SubmitError::Overloaded { queued }),
+        let reserved =
+            self.shared
+                .queued
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| {
+                    (queued < self.max_queued).then_some(queued + 1)
+                });
+        if let Err(queued) = reserved {
+            return Err(SubmitError::Overloaded { queued });
+        }
+        checkpoint.enqueued();
+        let submission = Submission {
+            checkpoint: checkpoint.clone(),
+            request,
+            arrived: Instant::now(),
         };
-        if self.requests.send(request).is_err() {
-            self.queued.fetch_sub(1, Ordering::AcqRel);
+        if self.requests.send(submission).is_err() {
+            self.shared.queued.fetch_sub(1, Ordering::AcqRel);
+            checkpoint.admitted();
+            checkpoint.finished();
             return Err(SubmitError::Stopped);
         }
-        (self.observer)(depth);
         Ok(())
     }
 
@@ -126,19 +152,29 @@ impl Executor {
         self.thread.as_ref().is_some_and(|t| !t.is_finished())
     }
 
-    /// Requests waiting for a batch slot.
+    /// Requests waiting for a batch slot, over all checkpoints.
     pub fn queue_depth(&self) -> usize {
-        self.queued.load(Ordering::Acquire)
+        self.shared.queued.load(Ordering::Acquire)
     }
 
-    /// Sequences in the batch (holding a KV cache) after the last step.
+    /// Sequences holding a KV cache after the last step, over all checkpoints.
     pub fn active_sequences(&self) -> usize {
-        self.active.load(Ordering::Acquire)
+        self.shared.active.load(Ordering::Acquire)
     }
 
-    /// The model's context window in tokens.
-    pub fn context_length(&self) -> usize {
-        self.context_length
+    /// Weight-table swaps so far.
+    pub fn swaps(&self) -> u64 {
+        self.shared.swaps.load(Ordering::Acquire)
+    }
+
+    /// Forward steps so far.
+    pub fn steps(&self) -> u64 {
+        self.shared.steps.load(Ordering::Acquire)
+    }
+
+    /// The checkpoint whose weights the table points at now.
+    pub fn current(&self) -> Option<CheckpointId> {
+        self.table.load().as_ref().map(|c| c.id.clone())
     }
 
     /// Stops taking requests, lets the thread finish what it holds, and waits for it.
@@ -155,160 +191,158 @@ impl Executor {
 /// The state the executor thread owns.
 struct Scheduler<B: Backend> {
     backend: Arc<B>,
-    model: Arc<LlamaModel<B>>,
-    scratch: Scratch<B>,
+    /// Activation buffers, reused by every checkpoint (resized per step).
+    scratch: Option<crate::model::Scratch<B>>,
     config: ExecutorConfig,
-    requests: mpsc::Receiver<SequenceRequest>,
-    waiting: VecDeque<SequenceRequest>,
-    active: Vec<Sequence<B>>,
-    queued: Arc<AtomicUsize>,
-    /// Mirrors `active.len()` for [`Executor::active_sequences`].
-    active_count: Arc<AtomicUsize>,
-    observer: QueueObserver,
+    requests: mpsc::Receiver<Submission<B>>,
+    /// Checkpoints with work, in the order their first request came.
+    groups: Vec<Group<B>>,
+    /// The weight table the forward reads: swapped between steps.
+    table: Arc<ArcSwapOption<ServedCheckpoint<B>>>,
+    shared: Arc<Shared>,
+    observer: Arc<dyn ExecutorObserver>,
 }
 
 impl<B: Backend> Scheduler<B> {
     fn run(mut self) {
         loop {
-            if self.active.is_empty() && self.waiting.is_empty() {
+            if self.groups.is_empty() {
                 // Idle: sleep until a request comes or every handle is gone.
                 match self.requests.recv() {
-                    Ok(request) => self.waiting.push_back(request),
+                    Ok(submission) => self.accept(submission),
                     Err(mpsc::RecvError) => return,
                 }
             }
-            while let Ok(request) = self.requests.try_recv() {
-                self.waiting.push_back(request);
+            while let Ok(submission) = self.requests.try_recv() {
+                self.accept(submission);
             }
-            // Cancelled sequences leave before the step, freeing their caches.
-            self.active.retain(|sequence| !sequence.is_cancelled());
+            for group in &mut self.groups {
+                group.drop_cancelled();
+            }
             self.admit();
-            if !self.active.is_empty() {
-                self.step();
+            self.step_one();
+            self.groups.retain(|g| !g.is_idle());
+            if self.groups.is_empty() {
+                // Idle: let go of the last weights so that an unloaded or
+                // evicted version's memory is freed now, not at the next swap.
+                self.table.store(None);
             }
-            self.active_count
-                .store(self.active.len(), Ordering::Release);
+            let active = self.groups.iter().map(Group::active_len).sum();
+            self.shared.active.store(active, Ordering::Release);
         }
     }
 
-    /// Moves waiting requests into the batch while there is room.
+    fn accept(&mut self, submission: Submission<B>) {
+        let waiting = Waiting {
+            request: submission.request,
+            arrived: submission.arrived,
+        };
+        let checkpoint = submission.checkpoint;
+        match self
+            .groups
+            .iter_mut()
+            .find(|g| Arc::ptr_eq(&g.checkpoint, &checkpoint))
+        {
+            Some(group) => group.waiting.push_back(waiting),
+            None => {
+                let mut group = Group::new(checkpoint, waiting.arrived);
+                group.waiting.push_back(waiting);
+                self.groups.push(group);
+            }
+        }
+    }
+
+    /// Moves waiting requests into batches, oldest first over every
+    /// checkpoint, while the shared pool has slots.
     fn admit(&mut self) {
+        let mut active: usize = self.groups.iter().map(Group::active_len).sum();
         let mut taken = 0;
-        while self.active.len() < self.config.max_active.max(1) {
-            let Some(request) = self.waiting.pop_front() else {
+        while active < self.config.max_active.max(1) {
+            let oldest = self
+                .groups
+                .iter()
+                .enumerate()
+                .filter_map(|(i, g)| g.waiting.front().map(|w| (i, w.arrived)))
+                .min_by_key(|&(_, arrived)| arrived);
+            let Some((index, _)) = oldest else { break };
+            let Some(group) = self.groups.get_mut(index) else {
                 break;
             };
             taken += 1;
-            if request.sink.is_closed() {
-                continue;
-            }
-            let context = self.model.config().context_length;
-            let wanted = request.stop.max_tokens.unwrap_or(context);
-            let capacity = request.prompt.len().saturating_add(wanted).min(context);
-            match self.model.new_cache(&self.backend, capacity) {
-                Ok(cache) => self.active.push(Sequence::new(request, cache, capacity)),
-                Err(e) => {
-                    let mut request = request;
-                    request.sink.send(super::SequenceEvent::Error(format!(
-                        "cannot allocate a KV cache of {capacity} tokens: {e}"
-                    )));
-                }
+            if group.admit_front(&self.backend) {
+                active += 1;
             }
         }
         if taken > 0 {
-            let before = self.queued.fetch_sub(taken, Ordering::AcqRel);
-            (self.observer)(before.saturating_sub(taken));
+            self.shared.queued.fetch_sub(taken, Ordering::AcqRel);
+            for group in &self.groups {
+                self.observer
+                    .queue_depth(&group.checkpoint.id, group.checkpoint.queued());
+            }
         }
     }
 
-    /// One forward pass over every active sequence, then sampling.
-    fn step(&mut self) {
-        let spans = self.plan();
-        let mut chunks = Vec::with_capacity(self.active.len());
-        for (sequence, span) in self.active.iter_mut().zip(&spans) {
-            let Some(span) = span else { continue };
-            let wants_logits = span.end == sequence.tokens.len();
-            chunks.push(SequenceChunk {
-                // `plan` keeps spans inside `tokens`; empty if it ever did not.
-                tokens: sequence.tokens.get(span.clone()).unwrap_or_default(),
-                start_pos: span.start,
-                cache: &mut sequence.cache,
-                logits: if wants_logits {
-                    LogitRows::Last
-                } else {
-                    LogitRows::None
-                },
-            });
-        }
-        let started = std::time::Instant::now();
-        let rows: usize = chunks.iter().map(|c| c.tokens.len()).sum();
-        let result = self
-            .model
-            .forward(&self.backend, &mut chunks, &mut self.scratch);
-        drop(chunks);
-        tracing::debug!(
-            sequences = self.active.len(),
-            rows,
-            forward_ms = started.elapsed().as_secs_f64() * 1e3,
-            "step"
-        );
-        let logits = match result {
-            Ok(logits) => logits,
-            Err(e) => {
-                // Which sequence caused it is unknown; fail the whole batch
-                // rather than loop on the same error.
-                for sequence in &mut self.active {
-                    sequence.fail(format!("the forward pass failed: {e}"));
-                }
-                self.active.clear();
-                return;
-            }
-        };
-
-        let vocab = self.model.config().vocab_size;
-        let mut rows = logits.chunks_exact(vocab);
-        let mut keep = Vec::with_capacity(self.active.len());
-        for (sequence, span) in self.active.iter_mut().zip(spans) {
-            let Some(span) = span else {
-                keep.push(true);
-                continue;
-            };
-            sequence.processed = span.end;
-            if span.end < sequence.tokens.len() {
-                keep.push(true);
-                continue;
-            }
-            let goes_on = match rows.next() {
-                Some(row) => sequence.accept_logits(row),
-                None => {
-                    sequence.fail("the forward pass returned fewer logits rows than asked".into());
-                    false
-                }
-            };
-            keep.push(goes_on);
-        }
-        let mut keep = keep.into_iter();
-        self.active.retain(|_| keep.next().unwrap_or(false));
-    }
-
-    /// The tokens each active sequence runs this step: one for each decoding
-    /// sequence, then prompt chunks in arrival order within the step budget.
-    fn plan(&self) -> Vec<Option<std::ops::Range<usize>>> {
-        let decoding = self.active.iter().filter(|s| s.is_decoding()).count();
-        let mut budget = self.config.max_step_tokens.max(1).saturating_sub(decoding);
-        self.active
+    /// Picks a checkpoint, swaps the table to it if needed, runs its step.
+    fn step_one(&mut self) {
+        let now = Instant::now();
+        let current = self.table.load_full();
+        let claims: Vec<choice::Claim> = self
+            .groups
             .iter()
-            .map(|sequence| {
-                if sequence.is_decoding() {
-                    return Some(sequence.next_span(1));
-                }
-                if budget == 0 {
-                    return None;
-                }
-                let span = sequence.next_span(budget);
-                budget -= span.len();
-                Some(span)
-            })
-            .collect()
+            .map(|g| g.claim(self.config.max_step_tokens, current.as_ref()))
+            .collect();
+        // Only checkpoints with something to run compete.
+        let runnable: Vec<usize> = claims
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.rows > 0)
+            .map(|(i, _)| i)
+            .collect();
+        let competing: Vec<choice::Claim> = runnable
+            .iter()
+            .filter_map(|&i| claims.get(i).copied())
+            .collect();
+        let Some(chosen) = choice::choose(&competing, now).and_then(|i| runnable.get(i).copied())
+        else {
+            return;
+        };
+        let Some(group) = self.groups.get_mut(chosen) else {
+            return;
+        };
+        let decided = Instant::now();
+        let swapped_from = match &current {
+            Some(c) if Arc::ptr_eq(c, &group.checkpoint) => None,
+            other => Some(other.as_ref().map(|c| c.id.clone())),
+        };
+        if swapped_from.is_some() {
+            self.table.store(Some(group.checkpoint.clone()));
+        }
+        // The forward reads its weights through the table from here on.
+        let Some(weights) = self.table.load_full() else {
+            return;
+        };
+        if let Some(from) = swapped_from {
+            let latency = decided.elapsed();
+            self.shared.swaps.fetch_add(1, Ordering::AcqRel);
+            self.observer.swap(from.as_ref(), &weights.id, latency);
+        }
+        let scratch = self
+            .scratch
+            .get_or_insert_with(|| weights.model.new_scratch(&self.backend));
+        let started = Instant::now();
+        let (rows, sequences) = group.step(
+            &self.backend,
+            &weights.model,
+            scratch,
+            self.config.max_step_tokens,
+        );
+        self.shared.steps.fetch_add(1, Ordering::AcqRel);
+        self.observer
+            .step(&weights.id, rows, sequences, started.elapsed());
     }
 }
+
+/// Observer that ignores everything (tests, tools).
+pub struct NoObserver;
+
+impl ExecutorObserver for NoObserver {}

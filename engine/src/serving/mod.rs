@@ -1,22 +1,54 @@
-//! Continuous batching: many sequences share one forward step.
+//! The shared engine's serving loop: many checkpoints, continuous batching
+//! within each, a weight-table swap between them.
 //!
-//! An [`Executor`] owns a dedicated OS thread with the backend and the model.
-//! Requests arrive already tokenized ([`SequenceRequest`]); each step the
-//! thread admits waiting sequences (their prompts prefilled in chunks, with a
-//! bound on tokens per step), runs ONE forward pass over every active
-//! sequence (one decode row each, plus prefill chunks), samples each
-//! sequence, streams its tokens to its [`EventSink`], and drops finished or
-//! cancelled sequences — and their KV caches — at once. Sequences join and
-//! leave between steps. When nothing is active the thread sleeps on its
-//! request channel.
+//! An [`Executor`] owns a dedicated OS thread with the backend. Requests
+//! arrive already tokenized ([`SequenceRequest`]) together with the
+//! checkpoint version they run on ([`ServedCheckpoint`], shared). Each step
+//! the thread admits waiting sequences into the one shared pool of KV-cache
+//! slots, picks the checkpoint whose batch runs next (queue age, deadlines,
+//! batch size, swap cost: `choice.rs`), points the weight table at it, runs
+//! ONE forward pass over that checkpoint's batch (one decode row per
+//! sequence plus prefill chunks), samples, streams tokens to each
+//! [`EventSink`], and drops finished or cancelled sequences — and their KV
+//! caches — at once. When nothing is active the thread sleeps.
 //!
+//! - `checkpoint.rs`: a loaded version (weights, tokenizer, template, counters);
 //! - `queue.rs`: what a caller submits and receives, and the submit errors;
 //! - `sequence.rs`: one sequence's state and what happens to a sampled token;
-//! - `executor.rs`: the handle and the scheduling loop.
+//! - `group.rs`: one checkpoint's queue and batch;
+//! - `choice.rs`: which checkpoint runs next;
+//! - `executor.rs`: the handle, the weight table and the scheduling loop.
 
+mod checkpoint;
+mod choice;
 mod executor;
+mod group;
 mod queue;
 mod sequence;
 
-pub use executor::{Executor, ExecutorConfig, QueueObserver};
+use std::time::Duration;
+
+pub use checkpoint::{CheckpointError, CheckpointHandle, CheckpointId, ServedCheckpoint};
+pub use choice::{choose, score, Claim};
+pub use executor::{Executor, ExecutorConfig, NoObserver};
 pub use queue::{EventSink, SequenceEvent, SequenceRequest, SequenceToken, SubmitError};
+
+/// Hears what the executor thread does. Called on that thread: must not block.
+pub trait ExecutorObserver: Send + Sync {
+    /// `checkpoint` has `depth` requests waiting for a batch slot.
+    fn queue_depth(&self, checkpoint: &CheckpointId, depth: usize) {
+        let _ = (checkpoint, depth);
+    }
+
+    /// The weight table moved from `from` (none before the first step) to
+    /// `to`; `latency` runs from the scheduler's decision to the moment the
+    /// next forward starts reading the new table.
+    fn swap(&self, from: Option<&CheckpointId>, to: &CheckpointId, latency: Duration) {
+        let _ = (from, to, latency);
+    }
+
+    /// One forward step ran `rows` tokens of `sequences` sequences on `checkpoint`.
+    fn step(&self, checkpoint: &CheckpointId, rows: usize, sequences: usize, elapsed: Duration) {
+        let _ = (checkpoint, rows, sequences, elapsed);
+    }
+}

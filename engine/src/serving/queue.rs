@@ -1,6 +1,7 @@
 //! What a caller hands the executor and what it gets back.
 
 use std::sync::mpsc;
+use std::time::Instant;
 
 use crate::sampling::{FinishReason, SamplingParams, StopCondition};
 use crate::tokenizer::DecodeStream;
@@ -19,6 +20,9 @@ pub struct SequenceRequest {
     pub decoder: Option<DecodeStream>,
     /// Where the sequence's events go; when it closes, the sequence is cancelled.
     pub sink: Box<dyn EventSink>,
+    /// When the client wants it finished (its request timeout); the
+    /// scheduler runs a checkpoint sooner as its requests' deadlines near.
+    pub deadline: Option<Instant>,
 }
 
 /// One generated token as the executor reports it.

@@ -2,6 +2,7 @@
 //! checker, and what happens to each token it samples.
 
 use std::ops::Range;
+use std::time::Instant;
 
 use switchyard_kernels::Backend;
 
@@ -26,6 +27,7 @@ pub(super) struct Sequence<B: Backend> {
     stop_token_ids: Vec<u32>,
     decoder: Option<DecodeStream>,
     sink: Box<dyn EventSink>,
+    deadline: Option<Instant>,
 }
 
 impl<B: Backend> Sequence<B> {
@@ -42,7 +44,13 @@ impl<B: Backend> Sequence<B> {
             stop: StopChecker::new(request.stop),
             decoder: request.decoder,
             sink: request.sink,
+            deadline: request.deadline,
         }
+    }
+
+    /// When the client wants the sequence finished, if it said.
+    pub(super) fn deadline(&self) -> Option<Instant> {
+        self.deadline
     }
 
     /// Whether the client went away.

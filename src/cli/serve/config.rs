@@ -29,6 +29,8 @@ pub struct ServeFile {
     pub max_step_tokens: Option<usize>,
     /// Seconds in-flight requests get to finish after SIGTERM/SIGINT.
     pub drain_seconds: Option<u64>,
+    /// RAM for resident checkpoint tensors, in MiB.
+    pub ram_budget_mb: Option<u64>,
     #[serde(default)]
     pub models: Vec<ModelEntry>,
 }
@@ -41,6 +43,9 @@ pub struct ModelEntry {
     pub path: PathBuf,
     /// The name clients use; the file stem when absent.
     pub name: Option<String>,
+    /// Its version ("1" when absent); several entries with one name and
+    /// different versions are versions of one model, the last one active.
+    pub version: Option<String>,
 }
 
 impl ModelEntry {

@@ -1,78 +1,113 @@
 //! The real engine behind the router's [`InferenceBackend`] seam.
 //!
-//! Per model: the tokenizer and chat template (used on the async side to
-//! turn a request into token ids and check it), and an [`Executor`] thread
-//! that batches every sequence of that model. Each generation's events are
+//! One [`Registry`] of model versions and one [`Executor`] thread for all of
+//! them. A request's `model` (a name, an alias or `name@version`) resolves
+//! to one resident version at submit; its tokenizer and chat template turn
+//! the request into token ids, and the executor runs it on that version to
+//! the end, whatever is activated meanwhile. Each generation's events are
 //! converted to the router's shape by a [`RouterSink`] on the executor thread.
 
-use switchyard_engine::chat::{ChatMessage as TemplateMessage, ChatTemplate};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use switchyard_engine::chat::ChatMessage as TemplateMessage;
+use switchyard_engine::registry::{Registry, RegistryErrorKind, Tier};
 use switchyard_engine::sampling::{self, SamplingError, SamplingParams, StopCondition};
 use switchyard_engine::serving::{
-    EventSink, Executor, SequenceEvent, SequenceRequest, SubmitError,
+    CheckpointHandle, EventSink, Executor, SequenceEvent, SequenceRequest, ServedCheckpoint,
+    SubmitError,
 };
 use switchyard_engine::tokenizer::Tokenizer;
+use switchyard_kernels::cpu::CpuBackend;
 use switchyard_router::backend::{
     BackendError, FinishReason, GeneratedToken, GenerationEvent, GenerationRequest,
     GenerationStream, InferenceBackend, ModelCard, Prompt, Role, TopLogprob, Usage,
 };
 use tokio::sync::mpsc;
 
-/// One served model: its name, tokenizer, chat template and executor.
-pub struct ServedModel {
-    /// The name clients put in `model`.
-    pub name: String,
-    /// Unix seconds when it was loaded.
-    pub created: u64,
-    /// Its tokenizer.
-    pub tokenizer: Tokenizer,
-    /// Its chat template (ChatML when the checkpoint has none).
-    pub template: ChatTemplate,
-    /// The thread that runs its sequences.
-    pub executor: Executor,
-}
-
-/// Every served model, behind the router's seam.
+/// Every served model version, behind the router's seam.
 pub struct EngineBackend {
-    models: Vec<ServedModel>,
+    registry: Arc<Registry<CpuBackend>>,
+    executor: Executor<CpuBackend>,
+    /// Unix seconds when the server started.
+    created: u64,
+    /// How long a request may take (the router's timeout), handed to the
+    /// scheduler as each sequence's deadline.
+    request_timeout: Duration,
 }
 
 impl EngineBackend {
-    /// A backend serving `models` (their executors already running).
-    pub fn new(models: Vec<ServedModel>) -> EngineBackend {
-        EngineBackend { models }
+    /// A backend over `registry`'s versions, run by `executor`.
+    pub fn new(
+        registry: Arc<Registry<CpuBackend>>,
+        executor: Executor<CpuBackend>,
+        created: u64,
+        request_timeout: Duration,
+    ) -> EngineBackend {
+        EngineBackend {
+            registry,
+            executor,
+            created,
+            request_timeout,
+        }
     }
 
-    fn model(&self, name: &str) -> Result<&ServedModel, BackendError> {
-        self.models
-            .iter()
-            .find(|m| m.name == name)
-            .ok_or_else(|| BackendError::UnknownModel {
-                model: name.to_owned(),
-            })
+    /// The registry (for the admin API).
+    pub fn registry(&self) -> &Arc<Registry<CpuBackend>> {
+        &self.registry
+    }
+
+    /// The executor (for the admin API's status).
+    pub fn executor(&self) -> &Executor<CpuBackend> {
+        &self.executor
+    }
+
+    fn checkpoint(&self, spec: &str) -> Result<CheckpointHandle<CpuBackend>, BackendError> {
+        self.registry.resolve(spec).map_err(|e| match e.kind {
+            RegistryErrorKind::NotFound => BackendError::UnknownModel {
+                model: spec.to_owned(),
+            },
+            _ => BackendError::InvalidRequest {
+                param: "model".into(),
+                message: e.message,
+            },
+        })
     }
 }
 
 impl InferenceBackend for EngineBackend {
     fn models(&self) -> Vec<ModelCard> {
-        self.models
-            .iter()
-            .map(|m| ModelCard {
-                id: m.name.clone(),
-                created: m.created,
-                owned_by: "switchyard".into(),
-                context_length: u32::try_from(m.executor.context_length()).unwrap_or(u32::MAX),
-            })
-            .collect()
+        let card = |id: String, checkpoint: &ServedCheckpoint<CpuBackend>| ModelCard {
+            id,
+            created: self.created,
+            owned_by: "switchyard".into(),
+            context_length: u32::try_from(checkpoint.model.config().context_length)
+                .unwrap_or(u32::MAX),
+        };
+        let mut cards = Vec::new();
+        for model in self.registry.status() {
+            let Ok(active) = self.registry.resolve(&model.name) else {
+                continue;
+            };
+            cards.push(card(model.name.clone(), &active));
+            for version in model.versions.iter().filter(|v| v.tier == Tier::Ram) {
+                let spec = format!("{}@{}", model.name, version.version);
+                if let Ok(checkpoint) = self.registry.resolve(&spec) {
+                    cards.push(card(spec, &checkpoint));
+                }
+            }
+        }
+        cards
     }
 
     fn ready(&self) -> bool {
-        !self.models.is_empty() && self.models.iter().all(|m| m.executor.is_running())
+        self.executor.is_running() && !self.registry.active().is_empty()
     }
 
     fn submit(&self, request: GenerationRequest) -> Result<GenerationStream, BackendError> {
-        let model = self.model(&request.model)?;
-        let prompt = tokenize(model, &request.prompt)?;
-        let context = model.executor.context_length();
+        let model = self.checkpoint(&request.model)?;
+        let prompt = tokenize(&model, &request.prompt)?;
+        let context = model.model.config().context_length;
         let prompt_tokens = to_u32(prompt.len());
         let context_u32 = to_u32(context);
         if prompt.is_empty() {
@@ -115,26 +150,32 @@ impl InferenceBackend for EngineBackend {
             stop,
             decoder: Some(model.tokenizer.decode_stream(true)),
             sink: Box::new(sink),
+            deadline: Some(Instant::now() + self.request_timeout),
         };
-        model.executor.submit(sequence).map_err(|e| match e {
-            SubmitError::Overloaded { .. } => BackendError::Overloaded,
-            SubmitError::EmptyPrompt => invalid(prompt_param(&request.prompt), &e.to_string()),
-            SubmitError::PromptTooLong { .. } => BackendError::ContextOverflow {
-                prompt_tokens,
-                max_tokens: 0,
-                context: context_u32,
-            },
-            SubmitError::Stopped => BackendError::Internal {
-                message: e.to_string(),
-            },
-        })?;
+        self.executor
+            .submit(&model, sequence)
+            .map_err(|e| match e {
+                SubmitError::Overloaded { .. } => BackendError::Overloaded,
+                SubmitError::EmptyPrompt => invalid(prompt_param(&request.prompt), &e.to_string()),
+                SubmitError::PromptTooLong { .. } => BackendError::ContextOverflow {
+                    prompt_tokens,
+                    max_tokens: 0,
+                    context: context_u32,
+                },
+                SubmitError::Stopped => BackendError::Internal {
+                    message: e.to_string(),
+                },
+            })?;
         Ok(receiver)
     }
 }
 
 /// The prompt's token ids: chat template for conversations, BOS as the
 /// model asks for raw text, ids checked against the vocabulary.
-fn tokenize(model: &ServedModel, prompt: &Prompt) -> Result<Vec<u32>, BackendError> {
+fn tokenize(
+    model: &ServedCheckpoint<CpuBackend>,
+    prompt: &Prompt,
+) -> Result<Vec<u32>, BackendError> {
     let tokenizer = &model.tokenizer;
     match prompt {
         Prompt::Chat(messages) => {

@@ -1,12 +1,15 @@
 //! `switchyard serve`: the OpenAI-compatible HTTP server.
 //!
-//! Loads each model with its own executor thread (continuous batching),
-//! mounts the router's app over an [`engine_backend::EngineBackend`], and
-//! serves until SIGTERM/SIGINT, then drains in-flight requests for at most
+//! Registers every model version in one [`Registry`], loads and activates
+//! each model's default version, starts ONE executor thread that batches
+//! all of them (swapping the weight table between steps), mounts the
+//! router's app over an [`engine_backend::EngineBackend`], and serves until
+//! SIGTERM/SIGINT, then drains in-flight requests for at most
 //! `--drain-seconds`.
 
 mod config;
 mod engine_backend;
+mod engine_metrics;
 mod policy;
 
 use std::net::SocketAddr;
@@ -15,16 +18,14 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use switchyard_engine::chat::ChatTemplate;
-use switchyard_engine::formats::load_checkpoint;
-use switchyard_engine::model::LlamaModel;
+use switchyard_engine::registry::Registry;
 use switchyard_engine::serving::{Executor, ExecutorConfig};
-use switchyard_engine::tokenizer::Tokenizer;
 use switchyard_kernels::cpu::CpuBackend;
 use switchyard_router::{serve_with_drain_deadline, shutdown_signal, AppState, RouterConfig};
 
 use config::{ModelEntry, ServeFile};
-use engine_backend::{EngineBackend, ServedModel};
+use engine_backend::EngineBackend;
+use engine_metrics::{ExecutorMetrics, RegistryMetrics};
 
 /// The model served when none is named (fetched by `scripts/fetch-model.sh`).
 const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -43,10 +44,14 @@ pub struct ServeArgs {
     /// as --model); default: the file stem.
     #[arg(long = "model-name")]
     pub model_names: Vec<String>,
-    /// Kernel worker threads per model [default: every core].
+    /// RAM for resident checkpoint tensors, in MiB (shared tensors counted
+    /// once); loading beyond it evicts idle non-active versions [default: no limit].
+    #[arg(long)]
+    pub ram_budget_mb: Option<u64>,
+    /// Kernel worker threads [default: every core].
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Sequences batched together per model [default: 64].
+    /// Sequences running at once over all models (each holds a KV cache) [default: 64].
     #[arg(long)]
     pub max_batch: Option<usize>,
     /// HTTP requests waiting for a slot (beyond the batch) before the
@@ -76,13 +81,15 @@ struct Settings {
     /// HTTP requests allowed to wait for an in-flight slot.
     max_queue: usize,
     drain: Duration,
+    ram_budget: Option<u64>,
     models: Vec<ModelEntry>,
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let policy = policy::PolicySetup::load(&args.policy)?;
     let settings = settings(args)?;
-    let backend = Arc::new(EngineBackend::new(load_models(&settings)?));
+    let router_defaults = RouterConfig::default();
+    let backend = Arc::new(start_engine(&settings, router_defaults.request_timeout)?);
     let router_config = RouterConfig {
         // HTTP requests past the batch and the queue are shed by the router
         // with 429 + Retry-After; the engine's own queue (sized to hold all
@@ -140,6 +147,7 @@ fn settings(args: ServeArgs) -> anyhow::Result<Settings> {
         .map(|(i, path)| ModelEntry {
             path: path.clone(),
             name: args.model_names.get(i).cloned(),
+            version: None,
         })
         .collect();
     if models.is_empty() {
@@ -149,6 +157,7 @@ fn settings(args: ServeArgs) -> anyhow::Result<Settings> {
         models.push(ModelEntry {
             path: default_model()?,
             name: None,
+            version: None,
         });
     }
     let defaults = ExecutorConfig::default();
@@ -185,6 +194,10 @@ fn settings(args: ServeArgs) -> anyhow::Result<Settings> {
         },
         max_queue,
         drain: Duration::from_secs(args.drain_seconds.or(file.drain_seconds).unwrap_or(30)),
+        ram_budget: args
+            .ram_budget_mb
+            .or(file.ram_budget_mb)
+            .map(|mb| mb.saturating_mul(1024 * 1024)),
         models,
     })
 }
@@ -230,43 +243,54 @@ fn default_model() -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-fn load_models(settings: &Settings) -> anyhow::Result<Vec<ServedModel>> {
+/// The registry with every configured version loaded and each model's
+/// version activated, and the executor that runs them all.
+fn start_engine(settings: &Settings, request_timeout: Duration) -> anyhow::Result<EngineBackend> {
     let created = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let mut served = Vec::with_capacity(settings.models.len());
+    let backend = Arc::new(CpuBackend::new(settings.threads));
+    let registry_metrics = RegistryMetrics::new();
+    let registry = Arc::new(
+        Registry::new(backend.clone(), settings.ram_budget).with_observer(registry_metrics.clone()),
+    );
+    registry_metrics.attach(&registry);
+    let mut names = Vec::new();
     for entry in &settings.models {
         let name = entry.served_name();
-        if served.iter().any(|m: &ServedModel| m.name == name) {
-            anyhow::bail!("two models are named `{name}`; give them distinct --model-name values");
+        let version = entry.version.clone().unwrap_or_else(|| "1".to_owned());
+        if names.contains(&(name.clone(), version.clone())) {
+            anyhow::bail!(
+                "two models are named `{name}@{version}`; give them distinct --model-name values"
+            );
         }
-        let path = &entry.path;
-        let checkpoint =
-            load_checkpoint(path).with_context(|| format!("cannot load {}", path.display()))?;
-        let tokenizer = Tokenizer::load(&checkpoint.tokenizer)
-            .with_context(|| format!("cannot load the tokenizer of {}", path.display()))?;
-        let template = ChatTemplate::new_or_default(tokenizer.chat_template())
-            .with_context(|| format!("the chat template of {} is unusable", path.display()))?;
-        let backend = Arc::new(CpuBackend::new(settings.threads));
-        let model = Arc::new(
-            LlamaModel::load(backend.as_ref(), &checkpoint)
-                .with_context(|| format!("cannot load the weights of {}", path.display()))?,
-        );
-        drop(checkpoint);
-        let gauge_name = name.clone();
-        let observer = Arc::new(move |depth: usize| {
-            switchyard_router::metrics::set_queue_depth(&gauge_name, depth);
-        });
-        let executor = Executor::spawn(backend, model, settings.executor.clone(), observer)
-            .context("cannot start the executor thread")?;
-        eprintln!("switchyard: loaded `{name}` from {}", path.display());
-        served.push(ServedModel {
-            name,
-            created,
-            tokenizer,
-            template,
-            executor,
-        });
+        registry.register(&name, &version, &entry.path, &[]);
+        names.push((name, version));
     }
-    Ok(served)
+    for (name, version) in &names {
+        let report = registry
+            .load(name, version)
+            .with_context(|| format!("cannot serve `{name}@{version}`"))?;
+        registry
+            .activate(name, version)
+            .with_context(|| format!("cannot activate `{name}@{version}`"))?;
+        eprintln!(
+            "switchyard: loaded `{name}@{version}` in {:.0} ms ({:.1} MB, {:.1} MB shared)",
+            report.elapsed.as_secs_f64() * 1e3,
+            report.bytes as f64 / 1e6,
+            report.shared_bytes as f64 / 1e6
+        );
+    }
+    let executor = Executor::spawn(
+        backend,
+        settings.executor.clone(),
+        Arc::new(ExecutorMetrics),
+    )
+    .context("cannot start the executor thread")?;
+    Ok(EngineBackend::new(
+        registry,
+        executor,
+        created,
+        request_timeout,
+    ))
 }

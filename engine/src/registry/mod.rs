@@ -1,0 +1,22 @@
+//! Model versions: which checkpoint versions are known, resident and
+//! active, and the lifecycle that moves them: load (beside the active one,
+//! validated, smoke-tested), activate (atomic), rollback, unload.
+//!
+//! Requests resolve a model name to its active version's handle once, at
+//! submit; the handle pins that version until the request ends, so an
+//! activation, rollback or unload never moves a request in flight.
+//!
+//! - `error.rs`: what can go wrong, for the admin API;
+//! - `status.rs`: the serializable views (models, versions, memory);
+//! - `residency.rs`: the RAM budget and which version to evict;
+//! - `versions.rs`: the registry itself.
+
+mod error;
+mod versions;
+mod residency;
+mod status;
+
+pub use error::{RegistryError, RegistryErrorKind};
+pub use versions::{LoadReport, Registry, RegistryObserver};
+pub use residency::{eviction_order, EvictionCandidate};
+pub use status::{MemoryStatus, ModelStatus, Tier, VersionStatus};

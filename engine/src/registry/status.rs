@@ -1,0 +1,61 @@
+//! What the registry reports: per model, per version, and memory by tier.
+
+use serde::Serialize;
+
+/// Where a version's weights are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tier {
+    /// In RAM, ready to run.
+    Ram,
+    /// Being read into RAM.
+    Loading,
+    /// Only in its file.
+    Disk,
+}
+
+/// One version of a model.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct VersionStatus {
+    pub version: String,
+    pub path: String,
+    pub tier: Tier,
+    pub active: bool,
+    /// Bytes of the file (on disk) or of its tensors (resident).
+    pub bytes: u64,
+    /// Of `bytes`, how many are tensors shared with other resident checkpoints.
+    pub shared_bytes: u64,
+    /// Requests waiting or running on it.
+    pub in_flight: usize,
+    pub queued: usize,
+    /// Milliseconds the last load took.
+    pub load_ms: Option<f64>,
+    /// Why the last load failed, if it did.
+    pub last_error: Option<String>,
+}
+
+/// One model and its versions.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ModelStatus {
+    pub name: String,
+    pub aliases: Vec<String>,
+    pub active_version: Option<String>,
+    /// Versions rollback would return to, most recent last.
+    pub rollback_history: Vec<String>,
+    pub versions: Vec<VersionStatus>,
+}
+
+/// Bytes by tier.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct MemoryStatus {
+    /// Distinct tensor bytes in RAM (shared tensors counted once).
+    pub ram_bytes: u64,
+    /// What the resident versions would take without sharing.
+    pub ram_bytes_without_sharing: u64,
+    /// The RAM budget, if one is set.
+    pub ram_budget_bytes: Option<u64>,
+    /// Bytes of known versions that are only on disk.
+    pub disk_bytes: u64,
+    pub resident_versions: usize,
+    pub disk_versions: usize,
+}

@@ -1,0 +1,645 @@
+//! The registry of model versions and their lifecycle.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
+
+use switchyard_kernels::Backend;
+
+use super::error::RegistryError;
+use super::residency::{eviction_order, EvictionCandidate};
+use super::status::{MemoryStatus, ModelStatus, Tier, VersionStatus};
+use crate::serving::{CheckpointHandle, CheckpointId, ServedCheckpoint};
+use crate::store::WeightStore;
+
+/// Hears lifecycle events (for metrics and logs).
+pub trait RegistryObserver: Send + Sync {
+    /// A load finished (`error` is `None` when it succeeded).
+    fn load(&self, id: &CheckpointId, elapsed: Duration, error: Option<&str>) {
+        let _ = (id, elapsed, error);
+    }
+
+    /// `model`'s active version is now `version` (after `previous`).
+    fn activated(&self, model: &str, version: &str, previous: Option<&str>) {
+        let _ = (model, version, previous);
+    }
+
+    /// `id` left RAM (unloaded or evicted).
+    fn unloaded(&self, id: &CheckpointId, evicted: bool) {
+        let _ = (id, evicted);
+    }
+}
+
+struct Quiet;
+impl RegistryObserver for Quiet {}
+
+/// What a successful load did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoadReport {
+    pub id: CheckpointId,
+    pub elapsed: Duration,
+    /// Bytes of its tensors, and how many it shares with other checkpoints.
+    pub bytes: u64,
+    pub shared_bytes: u64,
+    /// Versions evicted to make room.
+    pub evicted: Vec<CheckpointId>,
+    /// Whether it was resident already (nothing done).
+    pub already_resident: bool,
+}
+
+enum State<B: Backend> {
+    Disk,
+    Loading,
+    Resident(CheckpointHandle<B>),
+}
+
+struct Slot<B: Backend> {
+    version: String,
+    path: PathBuf,
+    state: State<B>,
+    last_error: Option<String>,
+}
+
+struct Model<B: Backend> {
+    aliases: Vec<String>,
+    /// Ordered by [`version_order`].
+    versions: Vec<Slot<B>>,
+    active: Option<String>,
+    /// Previously active versions, most recent last.
+    history: Vec<String>,
+}
+
+impl<B: Backend> Model<B> {
+    fn slot(&self, version: &str) -> Option<&Slot<B>> {
+        self.versions.iter().find(|s| s.version == version)
+    }
+
+    fn slot_mut(&mut self, version: &str) -> Option<&mut Slot<B>> {
+        self.versions.iter_mut().find(|s| s.version == version)
+    }
+
+    fn resident(&self, version: &str) -> Option<&CheckpointHandle<B>> {
+        match self.slot(version).map(|s| &s.state) {
+            Some(State::Resident(handle)) => Some(handle),
+            _ => None,
+        }
+    }
+}
+
+/// Numeric versions in numeric order, then the others in lexical order.
+fn version_order(a: &str, b: &str) -> std::cmp::Ordering {
+    match (a.parse::<u64>(), b.parse::<u64>()) {
+        (Ok(x), Ok(y)) => x.cmp(&y),
+        (Ok(_), Err(_)) => std::cmp::Ordering::Less,
+        (Err(_), Ok(_)) => std::cmp::Ordering::Greater,
+        (Err(_), Err(_)) => a.cmp(b),
+    }
+}
+
+/// Every known model version, which are resident, and which is active.
+pub struct Registry<B: Backend> {
+    backend: Arc<B>,
+    store: WeightStore<B>,
+    ram_budget: Option<u64>,
+    models: RwLock<BTreeMap<String, Model<B>>>,
+    /// One load at a time: loads compete for memory and cores, and the
+    /// budget check must see the result of the previous one.
+    loading: Mutex<()>,
+    observer: Arc<dyn RegistryObserver>,
+}
+
+impl<B: Backend> Registry<B> {
+    /// An empty registry loading into `backend`, keeping resident tensors
+    /// under `ram_budget` bytes when set.
+    pub fn new(backend: Arc<B>, ram_budget: Option<u64>) -> Self {
+        Registry {
+            backend,
+            store: WeightStore::new(),
+            ram_budget,
+            models: RwLock::new(BTreeMap::new()),
+            loading: Mutex::new(()),
+            observer: Arc::new(Quiet),
+        }
+    }
+
+    /// Reports lifecycle events to `observer`.
+    pub fn with_observer(mut self, observer: Arc<dyn RegistryObserver>) -> Self {
+        self.observer = observer;
+        self
+    }
+
+    /// The weight store every version loads through.
+    pub fn store(&self) -> &WeightStore<B> {
+        &self.store
+    }
+
+    /// Makes `model@version` known (on disk at `path`); aliases are added
+    /// to the model's. Registering a known version again updates its path.
+    pub fn register(&self, model: &str, version: &str, path: &Path, aliases: &[String]) {
+        let mut models = self.write();
+        let entry = models.entry(model.to_owned()).or_insert_with(|| Model {
+            aliases: Vec::new(),
+            versions: Vec::new(),
+            active: None,
+            history: Vec::new(),
+        });
+        for alias in aliases {
+            if !entry.aliases.contains(alias) {
+                entry.aliases.push(alias.clone());
+            }
+        }
+        match entry.slot_mut(version) {
+            Some(slot) => slot.path = path.to_path_buf(),
+            None => {
+                entry.versions.push(Slot {
+                    version: version.to_owned(),
+                    path: path.to_path_buf(),
+                    state: State::Disk,
+                    last_error: None,
+                });
+                entry
+                    .versions
+                    .sort_by(|a, b| version_order(&a.version, &b.version));
+            }
+        }
+    }
+
+    /// Reads `model@version` into RAM beside whatever is active, checks it
+    /// (format, tokenizer, shapes, a smoke forward, and that it matches the
+    /// model's active version), evicting idle versions if the budget needs
+    /// room. On failure nothing changes and the error says why.
+    pub fn load(&self, model: &str, version: &str) -> Result<LoadReport, RegistryError> {
+        let _one_at_a_time = lock(&self.loading);
+        let id = CheckpointId::new(model, version);
+        let path = {
+            let mut models = self.write();
+            let entry = models.get_mut(model).ok_or_else(|| unknown_model(model))?;
+            let slot = entry
+                .slot_mut(version)
+                .ok_or_else(|| unknown_version(model, version))?;
+            match &slot.state {
+                State::Resident(handle) => {
+                    return Ok(LoadReport {
+                        id,
+                        elapsed: Duration::ZERO,
+                        bytes: handle.load_stats.total_bytes,
+                        shared_bytes: handle.load_stats.shared_bytes,
+                        evicted: Vec::new(),
+                        already_resident: true,
+                    })
+                }
+                State::Loading => {
+                    return Err(RegistryError::conflict(format!(
+                        "{id} is already loading; wait for that load to finish"
+                    )))
+                }
+                State::Disk => {}
+            }
+            slot.state = State::Loading;
+            slot.path.clone()
+        };
+        tracing::info!(checkpoint = %id, path = %path.display(), "loading");
+        let result = self.load_unlocked(&id, &path);
+        let mut models = self.write();
+        let slot = models
+            .get_mut(model)
+            .and_then(|m| m.slot_mut(version))
+            .ok_or_else(|| unknown_version(model, version))?;
+        match result {
+            Ok((handle, evicted)) => {
+                let report = LoadReport {
+                    id: id.clone(),
+                    elapsed: handle.load_time,
+                    bytes: handle.load_stats.total_bytes,
+                    shared_bytes: handle.load_stats.shared_bytes,
+                    evicted,
+                    already_resident: false,
+                };
+                slot.state = State::Resident(handle);
+                slot.last_error = None;
+                drop(models);
+                tracing::info!(
+                    checkpoint = %id,
+                    ms = report.elapsed.as_secs_f64() * 1e3,
+                    bytes = report.bytes,
+                    shared_bytes = report.shared_bytes,
+                    "loaded"
+                );
+                self.observer.load(&id, report.elapsed, None);
+                Ok(report)
+            }
+            Err(error) => {
+                slot.state = State::Disk;
+                slot.last_error = Some(error.message.clone());
+                drop(models);
+                tracing::warn!(checkpoint = %id, %error, "load failed; nothing changed");
+                self.observer
+                    .load(&id, Duration::ZERO, Some(&error.message));
+                Err(error)
+            }
+        }
+    }
+
+    fn load_unlocked(
+        &self,
+        id: &CheckpointId,
+        path: &Path,
+    ) -> Result<(CheckpointHandle<B>, Vec<CheckpointId>), RegistryError> {
+        let estimate = file_bytes(path);
+        let evicted = self.make_room(id, estimate)?;
+        let checkpoint =
+            ServedCheckpoint::load(self.backend.as_ref(), &self.store, id.clone(), path)
+                .map_err(|e| RegistryError::invalid(format!("cannot load {id}: {e}")))?;
+        self.check_matches_active(&checkpoint)?;
+        Ok((Arc::new(checkpoint), evicted))
+    }
+
+    /// A new version must be a drop-in for the active one: same
+    /// architecture, shapes, vocabulary and tokenizer size (only the tensor
+    /// types and values may differ), so that clients' prompts, token ids
+    /// and context limits mean the same on both.
+    fn check_matches_active(&self, candidate: &ServedCheckpoint<B>) -> Result<(), RegistryError> {
+        let models = self.read();
+        let Some(active) = models
+            .get(&candidate.id.model)
+            .and_then(|m| m.active.as_deref().and_then(|v| m.resident(v)))
+        else {
+            return Ok(());
+        };
+        let (new, old) = (candidate.model.config(), active.model.config());
+        let mismatch =
+            if new.architecture != old.architecture {
+                Some(format!(
+                    "architecture {} differs from the active {}'s {}",
+                    new.architecture.name(),
+                    active.id,
+                    old.architecture.name()
+                ))
+            } else if new.vocab_size != old.vocab_size
+                || candidate.tokenizer.vocab_size() != active.tokenizer.vocab_size()
+            {
+                Some(format!(
+                    "its vocabulary ({} tokens) differs from the active {}'s ({} tokens)",
+                    new.vocab_size, active.id, old.vocab_size
+                ))
+            } else if (
+                new.hidden_size,
+                new.n_layers,
+                new.n_heads,
+                new.n_kv_heads,
+                new.head_dim,
+            ) != (
+                old.hidden_size,
+                old.n_layers,
+                old.n_heads,
+                old.n_kv_heads,
+                old.head_dim,
+            ) {
+                Some(format!(
+                "its shape (hidden {}, {} layers, {}/{} heads of {}) differs from the active {}'s \
+                 (hidden {}, {} layers, {}/{} heads of {})",
+                new.hidden_size, new.n_layers, new.n_heads, new.n_kv_heads, new.head_dim,
+                active.id,
+                old.hidden_size, old.n_layers, old.n_heads, old.n_kv_heads, old.head_dim
+            ))
+            } else {
+                None
+            };
+        match mismatch {
+            Some(reason) => Err(RegistryError::invalid(format!(
+                "{} ({}) does not match model `{}`: {reason}; publish it as a new model instead",
+                candidate.id,
+                candidate.source.display(),
+                candidate.id.model
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Evicts idle non-active versions until `needed` more bytes fit the budget.
+    fn make_room(
+        &self,
+        loading: &CheckpointId,
+        needed: u64,
+    ) -> Result<Vec<CheckpointId>, RegistryError> {
+        let Some(budget) = self.ram_budget else {
+            return Ok(Vec::new());
+        };
+        let mut evicted = Vec::new();
+        let mut waited = false;
+        loop {
+            let resident = self.store.stats().resident_bytes;
+            if resident.saturating_add(needed) <= budget {
+                return Ok(evicted);
+            }
+            if let Some(victim) = self.pick_victim(loading) {
+                self.evict(&victim);
+                evicted.push(victim);
+                continue;
+            }
+            if !waited {
+                // Evicted versions still running sequences (or still in the
+                // executor's weight table) give their bytes back when those
+                // finish; give them a moment.
+                waited = true;
+                let deadline = std::time::Instant::now() + Duration::from_secs(2);
+                while self.store.stats().resident_bytes.saturating_add(needed) > budget
+                    && std::time::Instant::now() < deadline
+                {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                continue;
+            }
+            return Err(RegistryError::unavailable(format!(
+                "loading {loading} needs about {needed} bytes but {resident} of the {budget}-byte \
+                 RAM budget are held by active or busy versions; unload a version or raise \
+                 the budget (--ram-budget-mb)"
+            )));
+        }
+    }
+
+    fn pick_victim(&self, loading: &CheckpointId) -> Option<CheckpointId> {
+        let models = self.read();
+        let mut ids = Vec::new();
+        let mut candidates = Vec::new();
+        for (name, model) in models.iter() {
+            for slot in &model.versions {
+                let State::Resident(handle) = &slot.state else {
+                    continue;
+                };
+                let is_active = model.active.as_deref() == Some(slot.version.as_str());
+                if is_active || handle.id == *loading {
+                    continue;
+                }
+                candidates.push(EvictionCandidate {
+                    index: ids.len(),
+                    demand: handle.demand(),
+                    bytes: handle
+                        .load_stats
+                        .total_bytes
+                        .saturating_sub(handle.load_stats.shared_bytes),
+                    idle: handle.idle_for(),
+                });
+                ids.push(CheckpointId::new(name.clone(), slot.version.clone()));
+            }
+        }
+        let first = eviction_order(candidates).into_iter().next()?;
+        ids.get(first.index).cloned()
+    }
+
+    fn evict(&self, id: &CheckpointId) {
+        let mut models = self.write();
+        if let Some(slot) = models
+            .get_mut(&id.model)
+            .and_then(|m| m.slot_mut(&id.version))
+        {
+            slot.state = State::Disk;
+        }
+        drop(models);
+        tracing::info!(checkpoint = %id, "evicted to make room");
+        self.observer.unloaded(id, true);
+    }
+
+    /// Makes `model@version` (resident) the one new requests get. Requests
+    /// in flight finish on the version they started on.
+    pub fn activate(&self, model: &str, version: &str) -> Result<Option<String>, RegistryError> {
+        let mut models = self.write();
+        let entry = models.get_mut(model).ok_or_else(|| unknown_model(model))?;
+        if entry.slot(version).is_none() {
+            return Err(unknown_version(model, version));
+        }
+        if entry.resident(version).is_none() {
+            return Err(RegistryError::conflict(format!(
+                "{model}@{version} is not loaded; load it first (POST /admin/models/{model}/versions/{version}/load)"
+            )));
+        }
+        let previous = entry.active.replace(version.to_owned());
+        if let Some(previous) = &previous {
+            if previous != version {
+                entry.history.push(previous.clone());
+            }
+        }
+        drop(models);
+        self.observer.activated(model, version, previous.as_deref());
+        tracing::info!(model, version, previous = ?previous, "activated");
+        Ok(previous)
+    }
+
+    /// Makes the most recently active, still resident, earlier version
+    /// active again. Returns `(from, to)`.
+    pub fn rollback(&self, model: &str) -> Result<(String, String), RegistryError> {
+        let mut models = self.write();
+        let entry = models.get_mut(model).ok_or_else(|| unknown_model(model))?;
+        let current = entry.active.clone().ok_or_else(|| {
+            RegistryError::conflict(format!(
+                "model `{model}` has no active version to roll back from"
+            ))
+        })?;
+        while let Some(previous) = entry.history.pop() {
+            if previous == current || entry.resident(&previous).is_none() {
+                continue;
+            }
+            entry.active = Some(previous.clone());
+            drop(models);
+            self.observer.activated(model, &previous, Some(&current));
+            tracing::info!(model, from = %current, to = %previous, "rolled back");
+            return Ok((current, previous));
+        }
+        Err(RegistryError::conflict(format!(
+            "model `{model}` has no earlier version still loaded to roll back to; load one and activate it"
+        )))
+    }
+
+    /// Takes `model@version` out of RAM. Its requests in flight finish
+    /// first (they hold the version); the active version cannot be unloaded.
+    /// Returns how many requests are still draining from it.
+    pub fn unload(&self, model: &str, version: &str) -> Result<usize, RegistryError> {
+        let mut models = self.write();
+        let entry = models.get_mut(model).ok_or_else(|| unknown_model(model))?;
+        if entry.active.as_deref() == Some(version) {
+            return Err(RegistryError::conflict(format!(
+                "{model}@{version} is the active version; activate another version (or roll back) first"
+            )));
+        }
+        let slot = entry
+            .slot_mut(version)
+            .ok_or_else(|| unknown_version(model, version))?;
+        let draining = match std::mem::replace(&mut slot.state, State::Disk) {
+            State::Resident(handle) => handle.demand(),
+            State::Loading => {
+                slot.state = State::Loading;
+                return Err(RegistryError::conflict(format!(
+                    "{model}@{version} is loading; unload it when the load finishes"
+                )));
+            }
+            State::Disk => {
+                return Err(RegistryError::conflict(format!(
+                    "{model}@{version} is not loaded"
+                )))
+            }
+        };
+        drop(models);
+        self.observer
+            .unloaded(&CheckpointId::new(model, version), false);
+        tracing::info!(model, version, draining, "unloaded");
+        Ok(draining)
+    }
+
+    /// The checkpoint a request for `spec` runs on: `model` or an alias
+    /// (its active version) or `model@version` (that version, resident).
+    pub fn resolve(&self, spec: &str) -> Result<CheckpointHandle<B>, RegistryError> {
+        let (name, version) = match spec.rsplit_once('@') {
+            Some((name, version)) => (name, Some(version)),
+            None => (spec, None),
+        };
+        let models = self.read();
+        let (model_name, model) = models
+            .get_key_value(name)
+            .or_else(|| {
+                models
+                    .iter()
+                    .find(|(_, m)| m.aliases.iter().any(|a| a == name))
+            })
+            .ok_or_else(|| unknown_model(name))?;
+        let version = match version {
+            Some(version) => version,
+            None => model.active.as_deref().ok_or_else(|| {
+                RegistryError::conflict(format!(
+                    "model `{model_name}` has no active version; activate one through the admin API"
+                ))
+            })?,
+        };
+        if model.slot(version).is_none() {
+            return Err(unknown_version(model_name, version));
+        }
+        model.resident(version).cloned().ok_or_else(|| {
+            RegistryError::conflict(format!(
+                "{model_name}@{version} is not loaded; ask for `{model_name}` (its active version) \
+                 or load this version through the admin API"
+            ))
+        })
+    }
+
+    /// Every model with an active version: `(name, active handle)`.
+    pub fn active(&self) -> Vec<CheckpointHandle<B>> {
+        let models = self.read();
+        models
+            .values()
+            .filter_map(|m| m.active.as_deref().and_then(|v| m.resident(v)).cloned())
+            .collect()
+    }
+
+    /// Every model, version and its tier.
+    pub fn status(&self) -> Vec<ModelStatus> {
+        let models = self.read();
+        models
+            .iter()
+            .map(|(name, model)| ModelStatus {
+                name: name.clone(),
+                aliases: model.aliases.clone(),
+                active_version: model.active.clone(),
+                rollback_history: model.history.clone(),
+                versions: model
+                    .versions
+                    .iter()
+                    .map(|slot| version_status(model, slot))
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// Bytes by tier.
+    pub fn memory(&self) -> MemoryStatus {
+        let mut memory = MemoryStatus {
+            ram_bytes: self.store.stats().resident_bytes,
+            ram_budget_bytes: self.ram_budget,
+            ..MemoryStatus::default()
+        };
+        for model in self.status() {
+            for version in model.versions {
+                match version.tier {
+                    Tier::Ram => {
+                        memory.resident_versions += 1;
+                        memory.ram_bytes_without_sharing += version.bytes;
+                    }
+                    Tier::Disk | Tier::Loading => {
+                        memory.disk_versions += 1;
+                        memory.disk_bytes += version.bytes;
+                    }
+                }
+            }
+        }
+        memory
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, BTreeMap<String, Model<B>>> {
+        self.models.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, BTreeMap<String, Model<B>>> {
+        self.models.write().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn version_status<B: Backend>(model: &Model<B>, slot: &Slot<B>) -> VersionStatus {
+    let active = model.active.as_deref() == Some(slot.version.as_str());
+    let (tier, bytes, shared_bytes, in_flight, queued, load_ms) = match &slot.state {
+        State::Resident(h) => (
+            Tier::Ram,
+            h.load_stats.total_bytes,
+            h.load_stats.shared_bytes,
+            h.demand(),
+            h.queued(),
+            Some(h.load_time.as_secs_f64() * 1e3),
+        ),
+        State::Loading => (Tier::Loading, file_bytes(&slot.path), 0, 0, 0, None),
+        State::Disk => (Tier::Disk, file_bytes(&slot.path), 0, 0, 0, None),
+    };
+    VersionStatus {
+        version: slot.version.clone(),
+        path: slot.path.display().to_string(),
+        tier,
+        active,
+        bytes,
+        shared_bytes,
+        in_flight,
+        queued,
+        load_ms,
+        last_error: slot.last_error.clone(),
+    }
+}
+
+/// Bytes of a checkpoint file, or of every file in a checkpoint folder.
+fn file_bytes(path: &Path) -> u64 {
+    if path.is_dir() {
+        std::fs::read_dir(path)
+            .map(|entries| {
+                entries
+                    .filter_map(Result::ok)
+                    .filter_map(|e| e.metadata().ok())
+                    .filter(|m| m.is_file())
+                    .map(|m| m.len())
+                    .sum()
+            })
+            .unwrap_or(0)
+    } else {
+        std::fs::metadata(path).map_or(0, |m| m.len())
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn unknown_model(model: &str) -> RegistryError {
+    RegistryError::not_found(format!(
+        "no model named `{model}`; GET /v1/models lists the served models"
+    ))
+}
+
+fn unknown_version(model: &str, version: &str) -> RegistryError {
+    RegistryError::not_found(format!(
+        "model `{model}` has no version `{version}`; GET /admin/models lists its versions"
+    ))
+}

@@ -1,0 +1,235 @@
+//! A checkpoint version ready to serve: its weight table, tokenizer and
+//! chat template, and the live counters the scheduler and eviction read.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use switchyard_kernels::Backend;
+
+use crate::chat::ChatTemplate;
+use crate::formats::{load_checkpoint, CheckpointFormat};
+use crate::model::weights::LoadStats;
+use crate::model::{LlamaModel, LogitRows, SequenceChunk};
+use crate::store::WeightStore;
+use crate::tokenizer::Tokenizer;
+
+/// Which checkpoint: a model name and one of its versions.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CheckpointId {
+    pub model: String,
+    pub version: String,
+}
+
+impl CheckpointId {
+    pub fn new(model: impl Into<String>, version: impl Into<String>) -> Self {
+        CheckpointId {
+            model: model.into(),
+            version: version.into(),
+        }
+    }
+}
+
+impl fmt::Display for CheckpointId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}@{}", self.model, self.version)
+    }
+}
+
+/// Why a checkpoint could not be made servable. Each message names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error("cannot read {path}: {reason}")]
+    Format { path: PathBuf, reason: String },
+    #[error("cannot load the tokenizer of {path}: {reason}")]
+    Tokenizer { path: PathBuf, reason: String },
+    #[error("the chat template of {path} is unusable: {reason}")]
+    Template { path: PathBuf, reason: String },
+    #[error("cannot load the weights of {path}: {reason}")]
+    Weights { path: PathBuf, reason: String },
+    #[error(
+        "the smoke forward of {path} failed: {reason}; the checkpoint is corrupt or its \
+         configuration does not match its tensors"
+    )]
+    Smoke { path: PathBuf, reason: String },
+}
+
+/// A loaded checkpoint version. Shared (`Arc`) by the registry, the
+/// executor and every sequence running on it, so a version that is
+/// unloaded while it serves finishes its sequences first.
+pub struct ServedCheckpoint<B: Backend> {
+    pub id: CheckpointId,
+    /// The weight table: handles into the shared [`WeightStore`].
+    pub model: LlamaModel<B>,
+    pub tokenizer: Tokenizer,
+    pub template: ChatTemplate,
+    pub source: PathBuf,
+    pub format: CheckpointFormat,
+    /// Bytes of its tensors, and how many were shared with other checkpoints.
+    pub load_stats: LoadStats,
+    /// How long reading, storing and checking it took.
+    pub load_time: Duration,
+    /// Requests submitted and not finished (waiting or running).
+    demand: AtomicUsize,
+    /// Requests waiting for a batch slot.
+    queued: AtomicUsize,
+    /// Milliseconds since [`epoch`] when a request last used it.
+    last_used_ms: AtomicU64,
+}
+
+impl<B: Backend> ServedCheckpoint<B> {
+    /// Reads `path` (GGUF file or Hugging Face folder), stores its tensors
+    /// through `store` and runs a smoke forward: one short prompt whose
+    /// logits must all be finite.
+    pub fn load(
+        backend: &B,
+        store: &WeightStore<B>,
+        id: CheckpointId,
+        path: &Path,
+    ) -> Result<Self, CheckpointError> {
+        let started = Instant::now();
+        let fail = |reason: String| (path.to_path_buf(), reason);
+        let checkpoint = load_checkpoint(path).map_err(|e| {
+            let (path, reason) = fail(e.to_string());
+            CheckpointError::Format { path, reason }
+        })?;
+        let tokenizer = Tokenizer::load(&checkpoint.tokenizer).map_err(|e| {
+            let (path, reason) = fail(e.to_string());
+            CheckpointError::Tokenizer { path, reason }
+        })?;
+        let template = ChatTemplate::new_or_default(tokenizer.chat_template()).map_err(|e| {
+            let (path, reason) = fail(e.to_string());
+            CheckpointError::Template { path, reason }
+        })?;
+        let (model, load_stats) =
+            LlamaModel::load_shared(backend, &checkpoint, store).map_err(|e| {
+                let (path, reason) = fail(e.to_string());
+                CheckpointError::Weights { path, reason }
+            })?;
+        let format = checkpoint.format;
+        drop(checkpoint);
+        smoke_forward(backend, &model, &tokenizer).map_err(|reason| {
+            let (path, reason) = fail(reason);
+            CheckpointError::Smoke { path, reason }
+        })?;
+        Ok(
+            Self::from_parts(id, model, tokenizer, template, path, format)
+                .with_load(load_stats, started.elapsed()),
+        )
+    }
+
+    /// A checkpoint from parts already loaded (tests, single-model tools).
+    pub fn from_parts(
+        id: CheckpointId,
+        model: LlamaModel<B>,
+        tokenizer: Tokenizer,
+        template: ChatTemplate,
+        source: &Path,
+        format: CheckpointFormat,
+    ) -> Self {
+        ServedCheckpoint {
+            id,
+            model,
+            tokenizer,
+            template,
+            source: source.to_path_buf(),
+            format,
+            load_stats: LoadStats::default(),
+            load_time: Duration::ZERO,
+            demand: AtomicUsize::new(0),
+            queued: AtomicUsize::new(0),
+            last_used_ms: AtomicU64::new(now_ms()),
+        }
+    }
+
+    fn with_load(mut self, stats: LoadStats, time: Duration) -> Self {
+        self.load_stats = stats;
+        self.load_time = time;
+        self
+    }
+
+    /// Requests submitted to it that have not finished.
+    pub fn demand(&self) -> usize {
+        self.demand.load(Ordering::Acquire)
+    }
+
+    /// Requests waiting for a batch slot.
+    pub fn queued(&self) -> usize {
+        self.queued.load(Ordering::Acquire)
+    }
+
+    /// How long ago a request last used it.
+    pub fn idle_for(&self) -> Duration {
+        Duration::from_millis(now_ms().saturating_sub(self.last_used_ms.load(Ordering::Acquire)))
+    }
+
+    pub(super) fn enqueued(&self) {
+        self.demand.fetch_add(1, Ordering::AcqRel);
+        self.queued.fetch_add(1, Ordering::AcqRel);
+        self.last_used_ms.store(now_ms(), Ordering::Release);
+    }
+
+    pub(super) fn admitted(&self) {
+        self.queued.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    pub(super) fn finished(&self) {
+        self.demand.fetch_sub(1, Ordering::AcqRel);
+        self.last_used_ms.store(now_ms(), Ordering::Release);
+    }
+}
+
+/// Milliseconds since the first call in this process (a monotonic clock
+/// that fits an atomic).
+fn now_ms() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    let epoch = *EPOCH.get_or_init(Instant::now);
+    u64::try_from(epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Runs BOS (or token 0) and one more token through `model`: shapes that
+/// disagree with the config, or weights that produce NaN, fail here
+/// rather than on a client's request.
+fn smoke_forward<B: Backend>(
+    backend: &B,
+    model: &LlamaModel<B>,
+    tokenizer: &Tokenizer,
+) -> Result<(), String> {
+    let first = tokenizer.bos_id().unwrap_or(0);
+    let tokens = [first, first];
+    let mut cache = model
+        .new_cache(backend, tokens.len())
+        .map_err(|e| e.to_string())?;
+    let mut scratch = model.new_scratch(backend);
+    let mut chunks = [SequenceChunk {
+        tokens: &tokens,
+        start_pos: 0,
+        cache: &mut cache,
+        logits: LogitRows::All,
+    }];
+    let logits = model
+        .forward(backend, &mut chunks, &mut scratch)
+        .map_err(|e| e.to_string())?;
+    let expected = tokens.len() * model.config().vocab_size;
+    if logits.len() != expected {
+        return Err(format!(
+            "it returned {} logits for {} tokens of a {}-token vocabulary",
+            logits.len(),
+            tokens.len(),
+            model.config().vocab_size
+        ));
+    }
+    match logits.iter().enumerate().find(|(_, l)| !l.is_finite()) {
+        Some((i, value)) => Err(format!(
+            "logit {} of token {} is {value} (weights with NaN or infinity?)",
+            i % model.config().vocab_size,
+            i / model.config().vocab_size,
+        )),
+        None => Ok(()),
+    }
+}
+
+/// A shared handle to a served checkpoint.
+pub type CheckpointHandle<B> = Arc<ServedCheckpoint<B>>;

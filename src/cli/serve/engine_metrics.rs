@@ -1,0 +1,117 @@
+//! The engine's Prometheus series: swaps, steps, queues, loads, residency
+//! and active versions. Label values are checkpoint names the registry
+//! knows (a bounded set), never raw request text.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use switchyard_engine::registry::{Registry, RegistryObserver};
+use switchyard_engine::serving::{CheckpointId, ExecutorObserver};
+use switchyard_kernels::cpu::CpuBackend;
+use switchyard_router::metrics::{set_queue_depth, STEP_ROWS, SWAP_DURATION_SECONDS};
+
+/// Counter: weight-table swaps between checkpoints.
+const SWAPS_TOTAL: &str = "switchyard_swaps_total";
+/// Counter: forward steps, by `model` and `version`.
+const STEPS_TOTAL: &str = "switchyard_steps_total";
+/// Gauge: requests waiting for a batch slot, by `model` and `version`.
+const CHECKPOINT_QUEUE_DEPTH: &str = "switchyard_checkpoint_queue_depth";
+/// Counter: checkpoint loads by `model`, `version` and `result`.
+const LOADS_TOTAL: &str = "switchyard_loads_total";
+/// Histogram: checkpoint load duration (read, store, smoke forward).
+const LOAD_DURATION_SECONDS: &str = "switchyard_load_duration_seconds";
+/// Counter: versions taken out of RAM, by `reason` (unload or evict).
+const UNLOADS_TOTAL: &str = "switchyard_unloads_total";
+/// Gauge: 1 for each model's active version, by `model` and `version`.
+const ACTIVE_VERSION: &str = "switchyard_active_version";
+/// Gauge: bytes by `tier` (ram: distinct resident tensor bytes; disk:
+/// known versions only on disk).
+const RESIDENT_BYTES: &str = "switchyard_memory_bytes";
+
+/// Reports the executor's events.
+pub struct ExecutorMetrics;
+
+impl ExecutorObserver for ExecutorMetrics {
+    fn queue_depth(&self, checkpoint: &CheckpointId, depth: usize) {
+        metrics::gauge!(
+            CHECKPOINT_QUEUE_DEPTH,
+            "model" => checkpoint.model.clone(),
+            "version" => checkpoint.version.clone()
+        )
+        .set(depth as f64);
+        set_queue_depth(&checkpoint.model, depth);
+    }
+
+    fn swap(&self, _from: Option<&CheckpointId>, _to: &CheckpointId, latency: Duration) {
+        metrics::counter!(SWAPS_TOTAL).increment(1);
+        metrics::histogram!(SWAP_DURATION_SECONDS).record(latency.as_secs_f64());
+    }
+
+    fn step(&self, checkpoint: &CheckpointId, rows: usize, _sequences: usize, _elapsed: Duration) {
+        let (model, version) = (checkpoint.model.clone(), checkpoint.version.clone());
+        metrics::counter!(STEPS_TOTAL, "model" => model.clone(), "version" => version.clone())
+            .increment(1);
+        metrics::histogram!(STEP_ROWS, "model" => model, "version" => version).record(rows as f64);
+    }
+}
+
+/// Reports the registry's events and keeps the memory gauges current.
+pub struct RegistryMetrics {
+    registry: std::sync::OnceLock<std::sync::Weak<Registry<CpuBackend>>>,
+}
+
+impl RegistryMetrics {
+    pub fn new() -> Arc<RegistryMetrics> {
+        Arc::new(RegistryMetrics {
+            registry: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// Lets the observer read the registry's memory after each event.
+    pub fn attach(&self, registry: &Arc<Registry<CpuBackend>>) {
+        let _ = self.registry.set(Arc::downgrade(registry));
+        self.refresh_memory();
+    }
+
+    /// Sets the memory gauges from the registry.
+    pub fn refresh_memory(&self) {
+        let Some(registry) = self.registry.get().and_then(std::sync::Weak::upgrade) else {
+            return;
+        };
+        let memory = registry.memory();
+        metrics::gauge!(RESIDENT_BYTES, "tier" => "ram").set(memory.ram_bytes as f64);
+        metrics::gauge!(RESIDENT_BYTES, "tier" => "disk").set(memory.disk_bytes as f64);
+    }
+}
+
+impl RegistryObserver for RegistryMetrics {
+    fn load(&self, id: &CheckpointId, elapsed: Duration, error: Option<&str>) {
+        let result = if error.is_some() { "error" } else { "ok" };
+        metrics::counter!(
+            LOADS_TOTAL,
+            "model" => id.model.clone(),
+            "version" => id.version.clone(),
+            "result" => result
+        )
+        .increment(1);
+        if error.is_none() {
+            metrics::histogram!(LOAD_DURATION_SECONDS).record(elapsed.as_secs_f64());
+        }
+        self.refresh_memory();
+    }
+
+    fn activated(&self, model: &str, version: &str, previous: Option<&str>) {
+        if let Some(previous) = previous {
+            metrics::gauge!(ACTIVE_VERSION, "model" => model.to_owned(), "version" => previous.to_owned())
+                .set(0.0);
+        }
+        metrics::gauge!(ACTIVE_VERSION, "model" => model.to_owned(), "version" => version.to_owned())
+            .set(1.0);
+    }
+
+    fn unloaded(&self, _id: &CheckpointId, evicted: bool) {
+        let reason = if evicted { "evict" } else { "unload" };
+        metrics::counter!(UNLOADS_TOTAL, "reason" => reason).increment(1);
+        self.refresh_memory();
+    }
+}
