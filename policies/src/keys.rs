@@ -21,7 +21,7 @@ pub fn sha256_hex(key: &str) -> String {
 }
 
 /// Constant-time comparison of two digests.
-pub(crate) fn digests_equal(a: &KeyDigest, b: &KeyDigest) -> bool {
+pub fn digests_equal(a: &KeyDigest, b: &KeyDigest) -> bool {
     a.ct_eq(b).into()
 }
 

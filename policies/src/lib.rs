@@ -72,7 +72,7 @@ pub use constraint::{ConstraintFailure, LatencyLimit, CONSTRAINTS};
 pub use engine::{CandidateState, EngineView, IdleEngine, StaticEngineView};
 pub use error::{Diagnostic, PolicyError};
 pub use explain::{explain, CandidateReport, Check, Explanation, Pick};
-pub use keys::sha256_hex;
+pub use keys::{digest as key_digest, digests_equal, sha256_hex, KeyDigest};
 pub use policy::{Fallback, Model, Policy, Routing, Target, Tenant, Triggers};
 pub use reload::{PolicyStore, PolicyWatcher};
 pub use request::{

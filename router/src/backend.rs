@@ -31,6 +31,21 @@ pub trait InferenceBackend: Send + Sync + 'static {
     /// streamed response is sent. Dropping the returned stream cancels the
     /// generation and must free its resources (KV cache, queue slot).
     fn submit(&self, request: GenerationRequest) -> Result<GenerationStream, BackendError>;
+
+    /// Live state of checkpoint `model` (at `version`, when the policy names one) for
+    /// engine-aware routing: residency, queue depth, expected waits, health.
+    ///
+    /// Must be cheap (it runs for every candidate of every routed request) and must not
+    /// block. `None` (the default) means "no information": the policy then treats the
+    /// checkpoint as resident, idle and healthy.
+    fn checkpoint_state(
+        &self,
+        model: &str,
+        version: Option<&str>,
+    ) -> Option<switchyard_policies::CandidateState> {
+        let _ = (model, version);
+        None
+    }
 }
 
 /// One model as listed by `GET /v1/models`.

@@ -19,6 +19,7 @@
 //! # }
 //! ```
 
+pub mod admin;
 pub mod backend;
 pub mod error;
 #[cfg(any(test, feature = "fake"))]
@@ -27,17 +28,22 @@ pub mod health;
 pub mod layers;
 pub mod metrics;
 pub mod openai;
+pub mod policy;
 pub mod serve;
 pub mod sse;
 pub mod state;
+
+use std::sync::Arc;
 
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{middleware, Extension, Router};
+use axum::{middleware, Extension};
 use tower_http::trace::TraceLayer;
 
+/// The app type [`app`] and [`app_with_policy`] return, for callers without axum.
+pub use axum::Router;
 pub use backend::InferenceBackend;
 pub use error::ApiError;
 pub use serve::{serve, serve_with_drain_deadline, shutdown_signal, DEFAULT_DRAIN_DEADLINE};
@@ -55,10 +61,22 @@ use crate::openai::extract::BodyLimit;
 /// the timeout and admission control; probes, model listing and metrics do
 /// not, so they answer even when the server is saturated.
 pub fn app(state: AppState) -> Router {
+    app_with_policy(state, None)
+}
+
+/// The whole HTTP app for `state`, routing inference requests through `policy`
+/// (see [`policy`]); `None` serves each request's `model` as sent, like [`app`].
+pub fn app_with_policy(state: AppState, policy: Option<Arc<policy::PolicyRouting>>) -> Router {
     let config = state.config().clone();
     let inference = Router::new()
         .route("/v1/chat/completions", post(openai::chat::chat_completions))
         .route("/v1/completions", post(openai::completions::completions))
+        // Innermost: requests are routed only once admitted, so shedding stays cheap
+        // and budgets are not held by requests waiting for a slot.
+        .route_layer(middleware::from_fn_with_state(
+            policy,
+            policy::layer::route_request,
+        ))
         // Layers run bottom-up here: the timeout wraps admission, so time spent
         // queued for a slot counts against the deadline.
         .route_layer(middleware::from_fn_with_state(

@@ -13,7 +13,7 @@ use crate::layers::request_id::request_id;
 use crate::layers::request_metrics::labelled_response;
 use crate::openai::chat_stream::ChatChunks;
 use crate::openai::extract::OpenAiJson;
-use crate::openai::generate::{finish_all, merge, submit_all, UsageTally};
+use crate::openai::generate::{merge, UsageTally};
 use crate::openai::params::{
     describe, invalid, parse_model, parse_top_logprobs, CommonFields, GenerationParams,
     ResponseMode,
@@ -21,6 +21,7 @@ use crate::openai::params::{
 use crate::openai::responses::{AssistantMessage, ChatChoice, ChatCompletion, ChatLogprobs};
 use crate::openai::types::{ChatCompletionRequest, WireMessage};
 use crate::openai::unix_now;
+use crate::policy::{self, RoutedRequest};
 use crate::sse::{stream_response, StreamSettings};
 use crate::state::AppState;
 
@@ -211,6 +212,7 @@ fn check_response_format(format: Option<&Value>) -> Result<(), ApiError> {
 /// The handler.
 pub async fn chat_completions(
     State(state): State<AppState>,
+    routed: RoutedRequest,
     headers: HeaderMap,
     OpenAiJson(wire): OpenAiJson<ChatCompletionRequest>,
 ) -> Response {
@@ -218,33 +220,32 @@ pub async fn chat_completions(
         Ok(request) => request,
         Err(error) => return error.into_response(),
     };
-    let model = request.model.clone();
-    let outcome = respond(&state, &request_id(&headers), request).await;
-    labelled_response(&model, outcome)
+    let requested = request.model.clone();
+    let outcome = respond(&state, &routed, &request_id(&headers), request).await;
+    labelled_response(&routed.backend_model(&requested), outcome)
 }
 
 async fn respond(
     state: &AppState,
+    routed: &RoutedRequest,
     request_id: &str,
     request: ValidatedChatRequest,
 ) -> Result<Response, ApiError> {
     let ValidatedChatRequest {
-        model,
+        model: requested,
         messages,
         params,
         mode,
     } = request;
-    let requests = params.requests(request_id, &model, vec![Prompt::Chat(messages)]);
-    let choices = submit_all(
-        state.backend(),
-        requests,
-        state.config().max_fanout,
-        "messages",
-    )?;
+    let prompts = vec![Prompt::Chat(messages)];
+    // Built again only when a fallback checkpoint takes over the request.
+    let make = |model: &str| params.requests(request_id, model, prompts.clone());
     let id = format!("chatcmpl-{request_id}");
     let created = unix_now();
     match mode {
         ResponseMode::Stream { include_usage } => {
+            let choices = policy::submit::submit(state, routed, &requested, &make, "messages")?;
+            let model = routed.backend_model(&requested);
             let settings = StreamSettings {
                 choices: params.n,
                 n: params.n,
@@ -253,12 +254,16 @@ async fn respond(
                 keep_alive: state.config().sse_keep_alive,
             };
             let format = ChatChunks::new(id, created, model, include_usage);
-            Ok(stream_response(merge(choices), format, settings))
+            let events =
+                policy::submit::observe(merge(choices), routed.clone(), params.n, params.n);
+            Ok(stream_response(events, format, settings))
         }
         ResponseMode::Whole => {
-            let finished = finish_all(choices)
-                .await
-                .map_err(|err| ApiError::backend(err, "messages"))?;
+            let finished = policy::submit::finish_whole(
+                state, routed, &requested, &make, "messages", params.n,
+            )
+            .await?;
+            let model = routed.backend_model(&requested);
             let mut tally = UsageTally::new(params.n);
             let choices = finished
                 .into_iter()

@@ -13,7 +13,7 @@ use crate::layers::request_id::request_id;
 use crate::layers::request_metrics::labelled_response;
 use crate::openai::completions_stream::TextChunks;
 use crate::openai::extract::OpenAiJson;
-use crate::openai::generate::{finish_all, merge, submit_all, UsageTally};
+use crate::openai::generate::{merge, UsageTally};
 use crate::openai::params::{
     describe, invalid, parse_model, parse_top_logprobs, CommonFields, GenerationParams,
     ResponseMode,
@@ -21,6 +21,7 @@ use crate::openai::params::{
 use crate::openai::responses::{TextChoice, TextCompletion, TextLogprobs};
 use crate::openai::types::CompletionRequest;
 use crate::openai::unix_now;
+use crate::policy::{self, RoutedRequest};
 use crate::sse::{stream_response, StreamSettings};
 use crate::state::AppState;
 
@@ -176,6 +177,7 @@ fn parse_token_ids(param: &str, ids: &[Value]) -> Result<Vec<u32>, ApiError> {
 /// The handler.
 pub async fn completions(
     State(state): State<AppState>,
+    routed: RoutedRequest,
     headers: HeaderMap,
     OpenAiJson(wire): OpenAiJson<CompletionRequest>,
 ) -> Response {
@@ -183,34 +185,32 @@ pub async fn completions(
         Ok(request) => request,
         Err(error) => return error.into_response(),
     };
-    let model = request.model.clone();
-    let outcome = respond(&state, &request_id(&headers), request).await;
-    labelled_response(&model, outcome)
+    let requested = request.model.clone();
+    let outcome = respond(&state, &routed, &request_id(&headers), request).await;
+    labelled_response(&routed.backend_model(&requested), outcome)
 }
 
 async fn respond(
     state: &AppState,
+    routed: &RoutedRequest,
     request_id: &str,
     request: ValidatedCompletionRequest,
 ) -> Result<Response, ApiError> {
     let ValidatedCompletionRequest {
-        model,
+        model: requested,
         prompts,
         params,
         mode,
     } = request;
-    let requests = params.requests(request_id, &model, prompts);
-    let total = u32::try_from(requests.len()).unwrap_or(u32::MAX);
-    let choices = submit_all(
-        state.backend(),
-        requests,
-        state.config().max_fanout,
-        "prompt",
-    )?;
+    // Built again only when a fallback checkpoint takes over the request.
+    let make = |model: &str| params.requests(request_id, model, prompts.clone());
     let id = format!("cmpl-{request_id}");
     let created = unix_now();
     match mode {
         ResponseMode::Stream { include_usage } => {
+            let choices = policy::submit::submit(state, routed, &requested, &make, "prompt")?;
+            let total = u32::try_from(choices.len()).unwrap_or(u32::MAX);
+            let model = routed.backend_model(&requested);
             let settings = StreamSettings {
                 choices: total,
                 n: params.n,
@@ -219,12 +219,14 @@ async fn respond(
                 keep_alive: state.config().sse_keep_alive,
             };
             let format = TextChunks::new(id, created, model, include_usage);
-            Ok(stream_response(merge(choices), format, settings))
+            let events = policy::submit::observe(merge(choices), routed.clone(), total, params.n);
+            Ok(stream_response(events, format, settings))
         }
         ResponseMode::Whole => {
-            let finished = finish_all(choices)
-                .await
-                .map_err(|err| ApiError::backend(err, "prompt"))?;
+            let finished =
+                policy::submit::finish_whole(state, routed, &requested, &make, "prompt", params.n)
+                    .await?;
+            let model = routed.backend_model(&requested);
             let mut tally = UsageTally::new(params.n);
             let choices = finished
                 .into_iter()

@@ -10,6 +10,7 @@
 mod config;
 mod engine_backend;
 mod engine_metrics;
+mod policy;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -20,7 +21,7 @@ use anyhow::Context;
 use switchyard_engine::registry::Registry;
 use switchyard_engine::serving::{Executor, ExecutorConfig};
 use switchyard_kernels::cpu::CpuBackend;
-use switchyard_router::{app, serve_with_drain_deadline, shutdown_signal, AppState, RouterConfig};
+use switchyard_router::{serve_with_drain_deadline, shutdown_signal, AppState, RouterConfig};
 
 use config::{ModelEntry, ServeFile};
 use engine_backend::EngineBackend;
@@ -68,6 +69,8 @@ pub struct ServeArgs {
     /// flags override it.
     #[arg(long)]
     pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub policy: policy::PolicyFlags,
 }
 
 /// Settings after the file and the flags are merged.
@@ -83,6 +86,7 @@ struct Settings {
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let policy = policy::PolicySetup::load(&args.policy)?;
     let settings = settings(args)?;
     let router_defaults = RouterConfig::default();
     let backend = Arc::new(start_engine(&settings, router_defaults.request_timeout)?);
@@ -105,10 +109,20 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
         let address = listener.local_addr().unwrap_or(settings.listen);
         eprintln!("switchyard: serving OpenAI-compatible API on http://{address}/v1");
-        let state = AppState::new(backend, router_config);
-        serve_with_drain_deadline(listener, app(state), shutdown_signal(), settings.drain)
+        // lead: engine adapter — pass the engine's `ModelAdmin` here instead of `None`.
+        let admin = policy.spawn_admin(None, settings.drain).await?;
+        let state = AppState::new(backend.clone(), router_config);
+        let app = policy.app(state, backend);
+        serve_with_drain_deadline(listener, app, shutdown_signal(), settings.drain)
             .await
-            .context("serving failed")
+            .context("serving failed")?;
+        if let Some(admin) = admin {
+            admin
+                .await
+                .context("the admin API task failed")?
+                .context("the admin API failed")?;
+        }
+        anyhow::Ok(())
     })?;
     eprintln!("switchyard: stopped");
     Ok(())

@@ -1,0 +1,144 @@
+//! Admin API failures as OpenAI-shaped error responses.
+
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use http::{HeaderValue, StatusCode};
+use switchyard_policies::Diagnostic;
+
+use crate::admin::models::{AdminError, AdminErrorKind};
+use crate::error::{ErrorBody, ErrorDetail};
+
+/// Why an admin request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminApiError {
+    /// No `Authorization: Bearer` header.
+    #[error("The admin API needs `Authorization: Bearer <admin token>` (the token given to `switchyard serve` with --admin-token or SWITCHYARD_ADMIN_TOKEN).")]
+    MissingToken,
+    /// A token that is not the admin token.
+    #[error("The admin token is wrong; use the token given to `switchyard serve` with --admin-token or SWITCHYARD_ADMIN_TOKEN.")]
+    WrongToken,
+    /// The part of the server this endpoint manages was not configured.
+    #[error("No {what} is configured on this server; {how}.")]
+    NotConfigured {
+        /// What is missing.
+        what: &'static str,
+        /// How to configure it.
+        how: &'static str,
+    },
+    /// No such endpoint.
+    #[error("Unknown admin URL: {method} {path}. The admin endpoints are under /admin/policy and /admin/models.")]
+    UnknownEndpoint {
+        /// Request method.
+        method: String,
+        /// Request path.
+        path: String,
+    },
+    /// The new policy is invalid; the old one is still in force.
+    #[error("{message}")]
+    InvalidPolicy {
+        /// Every problem as `FILE:LINE:COLUMN: message`, after a summary line.
+        message: String,
+        /// The problems, for clients that want them structured.
+        diagnostics: Vec<Diagnostic>,
+    },
+    /// The policy could not be reloaded for a reason other than its contents.
+    #[error("{message}")]
+    ReloadFailed {
+        /// What went wrong and what to do.
+        message: String,
+        /// The status to answer with.
+        status: StatusCode,
+    },
+    /// No split of that name has a rollback rule.
+    #[error("The active policy has no split named `{split}` with a rollback rule; GET /admin/policy lists the splits.")]
+    UnknownSplit {
+        /// As requested.
+        split: String,
+    },
+    /// The model adapter refused or failed.
+    #[error("{0}")]
+    Model(#[from] AdminError),
+    /// A model operation panicked or was cancelled.
+    #[error("The model operation did not complete: {0}")]
+    Task(String),
+}
+
+impl AdminApiError {
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            AdminApiError::MissingToken | AdminApiError::WrongToken => StatusCode::UNAUTHORIZED,
+            AdminApiError::NotConfigured { .. }
+            | AdminApiError::UnknownEndpoint { .. }
+            | AdminApiError::UnknownSplit { .. } => StatusCode::NOT_FOUND,
+            AdminApiError::InvalidPolicy { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            AdminApiError::ReloadFailed { status, .. } => *status,
+            AdminApiError::Model(error) => match error.kind {
+                AdminErrorKind::NotFound => StatusCode::NOT_FOUND,
+                AdminErrorKind::Conflict => StatusCode::CONFLICT,
+                AdminErrorKind::Invalid => StatusCode::UNPROCESSABLE_ENTITY,
+                AdminErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            },
+            AdminApiError::Task(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn code(&self) -> &'static str {
+        match self {
+            AdminApiError::MissingToken => "missing_admin_token",
+            AdminApiError::WrongToken => "invalid_admin_token",
+            AdminApiError::NotConfigured { .. } => "not_configured",
+            AdminApiError::UnknownEndpoint { .. } => "unknown_url",
+            AdminApiError::InvalidPolicy { .. } => "invalid_policy",
+            AdminApiError::ReloadFailed { .. } => "reload_failed",
+            AdminApiError::UnknownSplit { .. } => "split_not_found",
+            AdminApiError::Model(error) => match error.kind {
+                AdminErrorKind::NotFound => "not_found",
+                AdminErrorKind::Conflict => "conflict",
+                AdminErrorKind::Invalid => "invalid_checkpoint",
+                AdminErrorKind::Unavailable => "unavailable",
+            },
+            AdminApiError::Task(_) => "internal_error",
+        }
+    }
+}
+
+impl IntoResponse for AdminApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let kind = match status {
+            StatusCode::UNAUTHORIZED => "authentication_error",
+            s if s.is_server_error() => "server_error",
+            _ => "invalid_request_error",
+        };
+        let body = ErrorBody {
+            error: ErrorDetail {
+                message: self.to_string(),
+                kind,
+                param: None,
+                code: Some(self.code()),
+            },
+        };
+        let mut response = match &self {
+            // Diagnostics ride along next to the standard error object.
+            AdminApiError::InvalidPolicy { diagnostics, .. } => {
+                let mut value = serde_json::to_value(&body).unwrap_or_default();
+                if let Some(error) = value.get_mut("error").and_then(|e| e.as_object_mut()) {
+                    error.insert(
+                        "diagnostics".to_owned(),
+                        serde_json::to_value(diagnostics).unwrap_or_default(),
+                    );
+                }
+                (status, Json(value)).into_response()
+            }
+            _ => (status, Json(body)).into_response(),
+        };
+        if status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                http::header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer"),
+            );
+        }
+        response
+    }
+}

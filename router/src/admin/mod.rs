@@ -1,0 +1,122 @@
+//! The admin API, served on its own listener: the routing policy and model lifecycle.
+//!
+//! Every request needs `Authorization: Bearer <admin token>` (compared in constant
+//! time); anything else gets an OpenAI-shaped 401. Endpoints:
+//!
+//! | method and path | what |
+//! | --- | --- |
+//! | `GET /admin/policy` | the active policy's summary, generation and last reload error |
+//! | `POST /admin/policy/reload` | re-read the policy file (empty body) or install the TOML body; validated whole, swapped atomically; invalid: 422 with `FILE:LINE:COLUMN` diagnostics, the old policy kept |
+//! | `POST /admin/policy/splits/{split}/reset` | return a tripped rollback rule to watching |
+//! | `GET /admin/models`, `GET /admin/status` | [`ModelAdmin::models`], [`ModelAdmin::status`] |
+//! | `POST /admin/models/{model}/versions/{version}/load` (`unload`, `activate`) | lifecycle |
+//! | `POST /admin/models/{model}/rollback` | back to the previous active version |
+//!
+//! Parts that were not configured (no policy, no model adapter) answer 404 saying what
+//! to configure.
+
+mod auth;
+mod error;
+pub mod models;
+mod policy;
+
+use std::sync::Arc;
+
+use axum::extract::Request;
+use axum::http::Method;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{middleware, Router};
+use switchyard_policies::{key_digest, KeyDigest, PolicyStore};
+
+pub use error::AdminApiError;
+pub use models::{AdminError, AdminErrorKind, ModelAdmin};
+
+/// What the admin API serves. Cheap to clone.
+#[derive(Clone)]
+pub struct AdminState {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    token: KeyDigest,
+    policy: Option<Arc<PolicyStore>>,
+    models: Option<Arc<dyn ModelAdmin>>,
+}
+
+impl AdminState {
+    /// State for an admin API protected by `token`, managing `policy` and `models`
+    /// (either may be absent: its endpoints then answer 404).
+    pub fn new(
+        token: String,
+        policy: Option<Arc<PolicyStore>>,
+        models: Option<Arc<dyn ModelAdmin>>,
+    ) -> Self {
+        AdminState {
+            inner: Arc::new(Inner {
+                // Only the digest is kept: comparing digests in constant time leaks
+                // nothing about the token, and the token itself is not held in memory.
+                token: key_digest(&token),
+                policy,
+                models,
+            }),
+        }
+    }
+
+    pub(crate) fn token(&self) -> &KeyDigest {
+        &self.inner.token
+    }
+
+    pub(crate) fn policy(&self) -> Result<&Arc<PolicyStore>, AdminApiError> {
+        self.inner
+            .policy
+            .as_ref()
+            .ok_or(AdminApiError::NotConfigured {
+                what: "routing policy",
+                how: "start `switchyard serve` with --policy FILE",
+            })
+    }
+
+    pub(crate) fn models(&self) -> Result<Arc<dyn ModelAdmin>, AdminApiError> {
+        self.inner
+            .models
+            .clone()
+            .ok_or(AdminApiError::NotConfigured {
+                what: "model lifecycle",
+                how: "serve with an engine that supports model administration",
+            })
+    }
+}
+
+/// The admin API's routes, behind bearer-token authentication.
+pub fn admin_app(state: AdminState) -> Router {
+    Router::new()
+        .route("/admin/policy", get(policy::show))
+        .route("/admin/policy/reload", post(policy::reload))
+        .route(
+            "/admin/policy/splits/{split}/reset",
+            post(policy::reset_split),
+        )
+        .route("/admin/models", get(models::list))
+        .route("/admin/status", get(models::status))
+        .route(
+            "/admin/models/{model}/versions/{version}/{action}",
+            post(models::version_action),
+        )
+        .route("/admin/models/{model}/rollback", post(models::rollback))
+        .fallback(not_found)
+        // `layer`, not `route_layer`: unknown paths need the token too.
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_token,
+        ))
+        .with_state(state)
+}
+
+async fn not_found(method: Method, request: Request) -> Response {
+    AdminApiError::UnknownEndpoint {
+        method: method.to_string(),
+        path: request.uri().path().to_owned(),
+    }
+    .into_response()
+}

@@ -1,0 +1,124 @@
+//! Model lifecycle through the admin API, delegated to a [`ModelAdmin`] the engine
+//! adapter implements.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Request, State};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+use crate::admin::{AdminApiError, AdminState};
+
+/// Model lifecycle operations the admin API exposes; implemented by the engine adapter.
+/// Calls may block (loads take seconds): the admin handlers run them in spawn_blocking.
+pub trait ModelAdmin: Send + Sync + 'static {
+    fn models(&self) -> serde_json::Value; // GET  /admin/models
+    fn status(&self) -> serde_json::Value; // GET  /admin/status
+    fn load(&self, model: &str, version: &str) -> Result<serde_json::Value, AdminError>; // POST /admin/models/{model}/versions/{version}/load
+    fn unload(&self, model: &str, version: &str) -> Result<serde_json::Value, AdminError>; // POST .../unload
+    fn activate(&self, model: &str, version: &str) -> Result<serde_json::Value, AdminError>; // POST .../activate
+    fn rollback(&self, model: &str) -> Result<serde_json::Value, AdminError>; // POST /admin/models/{model}/rollback
+}
+
+/// Why a model operation failed; `message` says what and what to do.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct AdminError {
+    /// The class of failure (decides the HTTP status).
+    pub kind: AdminErrorKind,
+    /// What went wrong and what to do.
+    pub message: String,
+}
+
+/// Classes of model operation failures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdminErrorKind {
+    /// No such model or version (404).
+    NotFound, /*404*/
+    /// The operation conflicts with the current state, e.g. unloading the active version (409).
+    Conflict, /*409*/
+    /// Corrupt or mismatched checkpoint (422).
+    Invalid, /*422: corrupt or mismatched checkpoint*/
+    /// The engine cannot do it now, e.g. out of memory (503).
+    Unavailable, /*503*/
+}
+
+/// Runs `op` on the blocking pool (model operations may take seconds).
+async fn blocking<T: Send + 'static>(
+    models: Arc<dyn ModelAdmin>,
+    op: impl FnOnce(&dyn ModelAdmin) -> T + Send + 'static,
+) -> Result<T, AdminApiError> {
+    tokio::task::spawn_blocking(move || op(models.as_ref()))
+        .await
+        .map_err(|error| AdminApiError::Task(error.to_string()))
+}
+
+/// `GET /admin/models`.
+pub(crate) async fn list(State(state): State<AdminState>) -> Response {
+    match state.models() {
+        Ok(models) => match blocking(models, |m| m.models()).await {
+            Ok(value) => Json(value).into_response(),
+            Err(error) => error.into_response(),
+        },
+        Err(error) => error.into_response(),
+    }
+}
+
+/// `GET /admin/status`.
+pub(crate) async fn status(State(state): State<AdminState>) -> Response {
+    match state.models() {
+        Ok(models) => match blocking(models, |m| m.status()).await {
+            Ok(value) => Json(value).into_response(),
+            Err(error) => error.into_response(),
+        },
+        Err(error) => error.into_response(),
+    }
+}
+
+/// `POST /admin/models/{model}/versions/{version}/{load|unload|activate}`.
+pub(crate) async fn version_action(
+    State(state): State<AdminState>,
+    Path((model, version, action)): Path<(String, String, String)>,
+    request: Request,
+) -> Response {
+    let op: fn(&dyn ModelAdmin, &str, &str) -> Result<serde_json::Value, AdminError> =
+        match action.as_str() {
+            "load" => |m, model, version| m.load(model, version),
+            "unload" => |m, model, version| m.unload(model, version),
+            "activate" => |m, model, version| m.activate(model, version),
+            _ => {
+                return AdminApiError::UnknownEndpoint {
+                    method: "POST".to_owned(),
+                    path: request.uri().path().to_owned(),
+                }
+                .into_response()
+            }
+        };
+    let models = match state.models() {
+        Ok(models) => models,
+        Err(error) => return error.into_response(),
+    };
+    tracing::info!(%model, %version, %action, "admin: model operation");
+    respond(blocking(models, move |m| op(m, &model, &version)).await)
+}
+
+/// `POST /admin/models/{model}/rollback`.
+pub(crate) async fn rollback(
+    State(state): State<AdminState>,
+    Path(model): Path<String>,
+) -> Response {
+    let models = match state.models() {
+        Ok(models) => models,
+        Err(error) => return error.into_response(),
+    };
+    tracing::info!(%model, "admin: model rollback");
+    respond(blocking(models, move |m| m.rollback(&model)).await)
+}
+
+fn respond(result: Result<Result<serde_json::Value, AdminError>, AdminApiError>) -> Response {
+    match result {
+        Ok(Ok(value)) => Json(value).into_response(),
+        Ok(Err(error)) => AdminApiError::Model(error).into_response(),
+        Err(error) => error.into_response(),
+    }
+}

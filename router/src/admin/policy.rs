@@ -1,0 +1,146 @@
+//! The routing policy through the admin API: show, reload, reset a rollback rule.
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use http::StatusCode;
+use serde_json::{json, Value};
+use switchyard_policies::{Policy, PolicyError, PolicyStore};
+
+use crate::admin::{AdminApiError, AdminState};
+
+/// `GET /admin/policy`: the active policy's summary, its generation and the last
+/// reload error (cleared by the next good reload).
+pub(crate) async fn show(State(state): State<AdminState>) -> Response {
+    match state.policy() {
+        Ok(store) => Json(summary(store)).into_response(),
+        Err(error) => error.into_response(),
+    }
+}
+
+/// `POST /admin/policy/reload`: with an empty body, re-reads the policy file; with a
+/// TOML body, installs that. Either way the new policy is validated whole and swapped in
+/// atomically, or the old one stays and the answer lists every problem with its line
+/// and column (422).
+pub(crate) async fn reload(State(state): State<AdminState>, body: Bytes) -> Response {
+    let store = match state.policy() {
+        Ok(store) => std::sync::Arc::clone(store),
+        Err(error) => return error.into_response(),
+    };
+    // Reading and validating a file is blocking work.
+    let result = tokio::task::spawn_blocking(move || {
+        let result = if body.iter().all(u8::is_ascii_whitespace) {
+            store.reload_from_file()
+        } else {
+            match std::str::from_utf8(&body) {
+                Ok(text) => store.reload_from_str(text, "admin-request"),
+                Err(error) => {
+                    return Err(AdminApiError::ReloadFailed {
+                        message: format!("The request body is not UTF-8 text ({error}); send the policy as TOML, or an empty body to re-read the policy file."),
+                        status: StatusCode::BAD_REQUEST,
+                    })
+                }
+            }
+        };
+        match result {
+            Ok(_) => Ok(summary(&store)),
+            Err(error) => Err(reload_error(error)),
+        }
+    })
+    .await;
+    match result {
+        Ok(Ok(summary)) => Json(summary).into_response(),
+        Ok(Err(error)) => error.into_response(),
+        Err(error) => AdminApiError::Task(error.to_string()).into_response(),
+    }
+}
+
+/// `POST /admin/policy/splits/{split}/reset`: returns a tripped rollback rule to
+/// watching, so the split's weights apply again.
+pub(crate) async fn reset_split(
+    State(state): State<AdminState>,
+    Path(split): Path<String>,
+) -> Response {
+    let store = match state.policy() {
+        Ok(store) => store,
+        Err(error) => return error.into_response(),
+    };
+    if store.current().reset_rollback(&split) {
+        tracing::info!(%split, "admin: rollback rule reset");
+        Json(summary(store)).into_response()
+    } else {
+        AdminApiError::UnknownSplit { split }.into_response()
+    }
+}
+
+fn reload_error(error: PolicyError) -> AdminApiError {
+    match error {
+        PolicyError::Invalid {
+            ref diagnostics, ..
+        } => AdminApiError::InvalidPolicy {
+            diagnostics: diagnostics.clone(),
+            message: format!("{error}\nThe previous policy is still in force."),
+        },
+        PolicyError::NoFile => AdminApiError::ReloadFailed {
+            message: format!("{error}; or send the policy TOML as the request body"),
+            status: StatusCode::CONFLICT,
+        },
+        other => AdminApiError::ReloadFailed {
+            message: format!("{other}; the previous policy is still in force"),
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+        },
+    }
+}
+
+/// What `GET /admin/policy` shows.
+pub(crate) fn summary(store: &PolicyStore) -> Value {
+    let policy = store.current();
+    json!({
+        "source": policy.source_name(),
+        "file": store.path().map(|p| p.display().to_string()),
+        "generation": store.generation(),
+        "last_reload_error": store.last_error(),
+        "routing": policy.routing(),
+        "models": models(&policy),
+        "tenants": policy.tenants().iter().map(|t| json!({
+            "name": &*t.name,
+            "budgets": t.budgets.iter().map(|b| b.snapshot()).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+        "splits": policy.splits().iter().map(|s| json!({
+            "name": &*s.name,
+            "model": policy.models().get(s.model).map(|m| &*m.name),
+            "sticky": s.sticky,
+            "arms": s.arms.iter().map(|a| json!({
+                "name": &*a.name,
+                "target": target(&policy, a.model, a.version),
+                "weight": a.weight,
+            })).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+        "rollback": policy.rollback_status(),
+    })
+}
+
+fn models(policy: &Policy) -> Vec<Value> {
+    policy
+        .models()
+        .iter()
+        .map(|m| {
+            json!({
+                "name": &*m.name,
+                "versions": m.versions.iter().map(|v| &**v).collect::<Vec<_>>(),
+                "active_version": m.versions.get(m.active_version).map(|v| &**v),
+                "aliases": m.aliases.iter().map(|a| &**a).collect::<Vec<_>>(),
+                "quality": m.quality,
+                "cost_per_1k_input": m.cost_per_1k_input,
+                "cost_per_1k_output": m.cost_per_1k_output,
+                "context_limit": m.context_limit,
+            })
+        })
+        .collect()
+}
+
+fn target(policy: &Policy, model: usize, version: usize) -> Option<String> {
+    let m = policy.models().get(model)?;
+    Some(format!("{}@{}", m.name, m.versions.get(version)?))
+}

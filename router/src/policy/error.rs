@@ -1,0 +1,158 @@
+//! Failures of the policy layer, as OpenAI-shaped error responses.
+//!
+//! Routing errors come from [`switchyard_policies::RouteError`]; this module only picks
+//! the HTTP status and the OpenAI `type`/`code` for each, in one place.
+
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use http::StatusCode;
+use switchyard_policies::{ConstraintFailure, HintError, RouteError, RouteErrorKind};
+
+use crate::error::{ErrorBody, ErrorDetail};
+
+/// Why the policy layer refused a request before its handler ran.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyRejection {
+    /// `Authorization` is present but not `Bearer <key>`.
+    #[error("The Authorization header must be `Bearer <API key>`; got a header with another scheme or no key.")]
+    MalformedAuthorization,
+    /// An `x-switchyard-*` hint header could not be used.
+    #[error("{source}")]
+    Hint {
+        /// The header's problem, naming the header and an example value.
+        source: HintError,
+        /// The header name.
+        header: String,
+    },
+    /// A hint header's value is not visible ASCII.
+    #[error("header {header}: the value is not plain ASCII text; send a number or a comma-separated list")]
+    HintNotText {
+        /// The header name.
+        header: String,
+    },
+    /// The policy could not route the request.
+    #[error("{0}")]
+    Route(#[from] RouteError),
+    /// A handler behind the policy layer ran without a routed request: the app was
+    /// assembled without [`crate::policy::layer::route_request`]. Fails closed.
+    #[error("This request was not routed by the policy layer, so it cannot be served; this is a server configuration bug, please report it.")]
+    NotRouted,
+}
+
+impl PolicyRejection {
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            PolicyRejection::MalformedAuthorization => StatusCode::UNAUTHORIZED,
+            PolicyRejection::Hint { .. } | PolicyRejection::HintNotText { .. } => {
+                StatusCode::BAD_REQUEST
+            }
+            PolicyRejection::Route(error) => route_status(error),
+            PolicyRejection::NotRouted => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self.status() {
+            StatusCode::UNAUTHORIZED => "authentication_error",
+            StatusCode::FORBIDDEN => "permission_error",
+            StatusCode::TOO_MANY_REQUESTS => "insufficient_quota",
+            StatusCode::NOT_FOUND => "invalid_request_error",
+            status if status.is_server_error() => "server_error",
+            _ => "invalid_request_error",
+        }
+    }
+
+    fn code(&self) -> &'static str {
+        match self {
+            PolicyRejection::MalformedAuthorization => "invalid_api_key",
+            PolicyRejection::Hint { .. } | PolicyRejection::HintNotText { .. } => "invalid_value",
+            PolicyRejection::NotRouted => "not_routed",
+            PolicyRejection::Route(error) => match error.kind() {
+                RouteErrorKind::Unauthenticated => "invalid_api_key",
+                RouteErrorKind::UnknownModel => "model_not_found",
+                RouteErrorKind::BudgetExhausted => "budget_exhausted",
+                RouteErrorKind::Unavailable => "no_checkpoint_available",
+                RouteErrorKind::Unsatisfiable if all_forbidden(error) => "model_not_permitted",
+                RouteErrorKind::Unsatisfiable => "no_candidate",
+            },
+        }
+    }
+
+    fn param(&self) -> Option<String> {
+        match self {
+            PolicyRejection::Hint { header, .. } | PolicyRejection::HintNotText { header } => {
+                Some(header.clone())
+            }
+            PolicyRejection::Route(error) if error.kind() == RouteErrorKind::UnknownModel => {
+                Some("model".to_owned())
+            }
+            _ => None,
+        }
+    }
+
+    /// The OpenAI-shaped body.
+    pub fn body(&self) -> ErrorBody {
+        let message = match self {
+            PolicyRejection::Route(error) if error.kind() == RouteErrorKind::BudgetExhausted => {
+                format!("Budget exhausted: {error}. The budget refills as its window moves on; retry later or ask an operator to raise it.")
+            }
+            other => other.to_string(),
+        };
+        ErrorBody {
+            error: ErrorDetail {
+                message,
+                kind: self.kind(),
+                param: self.param(),
+                code: Some(self.code()),
+            },
+        }
+    }
+}
+
+/// 401 unauthenticated, 403 when every candidate is forbidden to the tenant, 429 when
+/// every candidate is over budget, 404 unknown model, 503 all overloaded or failing,
+/// 400 for the rest (hints no candidate can meet).
+fn route_status(error: &RouteError) -> StatusCode {
+    match error.kind() {
+        RouteErrorKind::Unauthenticated => StatusCode::UNAUTHORIZED,
+        RouteErrorKind::UnknownModel => StatusCode::NOT_FOUND,
+        RouteErrorKind::BudgetExhausted => StatusCode::TOO_MANY_REQUESTS,
+        RouteErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        RouteErrorKind::Unsatisfiable if all_forbidden(error) => StatusCode::FORBIDDEN,
+        RouteErrorKind::Unsatisfiable => StatusCode::BAD_REQUEST,
+    }
+}
+
+fn all_forbidden(error: &RouteError) -> bool {
+    match error {
+        RouteError::NoCandidate { rejections, .. } => {
+            !rejections.is_empty()
+                && rejections.iter().all(|r| {
+                    r.failures
+                        .iter()
+                        .any(|f| matches!(f, ConstraintFailure::NotPermitted { .. }))
+                })
+        }
+        _ => false,
+    }
+}
+
+impl IntoResponse for PolicyRejection {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if status.is_server_error() {
+            tracing::error!(error = %self, "policy layer failure");
+        } else {
+            tracing::debug!(error = %self, "request refused by the routing policy");
+        }
+        let mut response = (status, Json(self.body())).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                http::header::WWW_AUTHENTICATE,
+                http::HeaderValue::from_static("Bearer"),
+            );
+        }
+        response
+    }
+}

@@ -1,0 +1,115 @@
+//! The middleware in front of the inference handlers: authenticate, route, hand over a
+//! [`RoutedRequest`], and say on the response which checkpoint answered and why.
+
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http::{HeaderName, HeaderValue};
+use switchyard_policies::{HEADER_COST, HEADER_MODEL, HEADER_ROUTE, HEADER_VERSION};
+
+use crate::error::ApiError;
+use crate::layers::request_id::request_id;
+use crate::openai::extract::{parse_json_object, BodyLimit};
+use crate::policy::request::{route_request as build_route_request, RequestProblem, RoutingFields};
+use crate::policy::routed::{RouteSummary, RoutedRequest};
+use crate::policy::routing::PolicyRouting;
+
+/// Middleware for the inference routes. With no policy (`None`) every request gets a
+/// pass-through [`RoutedRequest`]; with one, the request is routed (or refused with an
+/// OpenAI-shaped error naming what failed) before its handler runs.
+pub async fn route_request(
+    State(routing): State<Option<Arc<PolicyRouting>>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Some(routing) = routing else {
+        let mut request = request;
+        request
+            .extensions_mut()
+            .insert(RoutedRequest::passthrough());
+        return next.run(request).await;
+    };
+    let (mut parts, body) = request.into_parts();
+    let limit = parts
+        .extensions
+        .get::<BodyLimit>()
+        .map_or(usize::MAX, |limit| limit.0);
+    let bytes = match read_body(body, limit).await {
+        Ok(bytes) => bytes,
+        Err(error) => return error.into_response(),
+    };
+    let fields: RoutingFields = match parse_json_object(&bytes) {
+        Ok(fields) => fields,
+        Err(error) => return error.into_response(),
+    };
+    let id = request_id(&parts.headers);
+    let route_request = match build_route_request(&routing, &parts.headers, &id, fields) {
+        Ok(request) => request,
+        Err(RequestProblem::Api(error)) => return error.into_response(),
+        Err(RequestProblem::Policy(rejection)) => return rejection.into_response(),
+    };
+    let route = match routing.route(&route_request) {
+        Ok(route) => route,
+        Err(error) => return crate::policy::PolicyRejection::Route(error).into_response(),
+    };
+    let routed = RoutedRequest::routed(Arc::clone(&routing), route_request, route);
+    parts.extensions.insert(routed.clone());
+    let mut response = next
+        .run(Request::from_parts(parts, Body::from(bytes)))
+        .await;
+    if let Some(summary) = routed.summary() {
+        decorate(&mut response, &summary);
+    }
+    response
+}
+
+/// Reads the whole body, with the same errors as the JSON extractor.
+async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    axum::body::to_bytes(body, limit).await.map_err(|error| {
+        let inner = error.into_inner();
+        let too_large = inner
+            .downcast_ref::<http_body_util::LengthLimitError>()
+            .is_some()
+            || std::error::Error::source(inner.as_ref())
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+        if too_large {
+            ApiError::PayloadTooLarge { limit }
+        } else {
+            ApiError::InvalidJson {
+                detail: format!("the body could not be read: {inner}"),
+            }
+        }
+    })
+}
+
+/// Adds `x-switchyard-model`, `-version`, `-route` and `-cost`.
+fn decorate(response: &mut Response, summary: &RouteSummary) {
+    let headers = response.headers_mut();
+    let values = [
+        (HEADER_MODEL, summary.model.to_string()),
+        (HEADER_VERSION, summary.version.to_string()),
+        (HEADER_ROUTE, summary.explanation.clone()),
+        (HEADER_COST, format!("{:.6}", summary.estimated_cost)),
+    ];
+    for (name, value) in values {
+        headers.insert(HeaderName::from_static(name), header_text(&value));
+    }
+}
+
+/// `value` as a header value; characters a header cannot carry become `?`.
+fn header_text(value: &str) -> HeaderValue {
+    let clean: String = value
+        .chars()
+        .map(|c| {
+            if c == ' ' || c.is_ascii_graphic() {
+                c
+            } else {
+                '?'
+            }
+        })
+        .collect();
+    HeaderValue::from_str(&clean).unwrap_or_else(|_| HeaderValue::from_static("?"))
+}

@@ -1,0 +1,41 @@
+//! The policy layer: routing each inference request through a
+//! [`switchyard_policies::PolicyStore`].
+//!
+//! For `/v1/chat/completions` and `/v1/completions` the [`layer::route_request`]
+//! middleware
+//!
+//! 1. authenticates the tenant from `Authorization: Bearer <key>` (hashed, compared in
+//!    constant time by the policy crate);
+//! 2. reads `model`, `max_tokens`, `user` and the prompt size from the body and the
+//!    `x-switchyard-*` hint headers (the prompt size is estimated from its characters, see `policy/request.rs`);
+//! 3. routes with the current policy against live engine state
+//!    ([`InferenceBackend::checkpoint_state`](crate::backend::InferenceBackend::checkpoint_state)),
+//!    reserving the tenant's budget, or answers with an OpenAI-shaped error naming which
+//!    constraint failed for which candidate (401, 403, 404, 429, 503 or 400);
+//! 4. hands the handler a [`RoutedRequest`]; the backend is asked for `name@version`;
+//! 5. adds `x-switchyard-model`, `-version`, `-route` and `-cost` to the response.
+//!
+//! The handler settles the route when the request ends ([`submit`]): budgets are charged
+//! the engine's token counts, the split's rollback rule gets the outcome and latency, and
+//! a checkpoint that refuses (overloaded) or fails before any output gives way to the
+//! policy's fallbacks.
+//!
+//! Metrics: the policy crate's (`switchyard_policy_*`, see
+//! [`switchyard_policies::metrics`]) plus [`FALLBACKS_TOTAL`].
+
+pub mod engine_view;
+pub mod error;
+pub mod layer;
+pub(crate) mod request;
+pub mod routed;
+pub mod routing;
+pub mod submit;
+
+pub use engine_view::BackendEngineView;
+pub use error::PolicyRejection;
+pub use routed::{RouteSummary, RoutedRequest};
+pub use routing::PolicyRouting;
+
+/// Counter: requests moved to a fallback after the backend refused or failed them, by
+/// `from` and `to` checkpoint and `trigger` (`overloaded` or `failing`).
+pub const FALLBACKS_TOTAL: &str = "switchyard_policy_fallbacks_total";

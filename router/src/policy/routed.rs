@@ -1,0 +1,334 @@
+//! The typed result of routing, handed to the inference handlers.
+//!
+//! The policy layer puts a [`RoutedRequest`] in the request's extensions; handlers take
+//! it as an extractor, which fails closed (500) when it is missing, so a handler cannot
+//! serve a request the policy did not route. With no policy configured the layer hands
+//! out [`RoutedRequest::passthrough`], which uses the request's `model` as is.
+//!
+//! A routed request owns the routing decision until the request ends: the handler
+//! reports the outcome ([`RoutedRequest::succeeded`], [`RoutedRequest::failed`]), or the
+//! stream it returns does ([`crate::policy::submit::observe`]); that settles the budget
+//! with the engine's token counts and feeds the split's rollback rule. A request that
+//! ends without a report (refused by validation, dropped) releases its reservation.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+use axum::extract::FromRequestParts;
+use http::request::Parts;
+use switchyard_policies::{Completion, ModelHint, Route, RouteReason, RouteRequest, Usage};
+
+use crate::backend::{self, BackendError};
+use crate::policy::error::PolicyRejection;
+use crate::policy::routing::PolicyRouting;
+
+/// The checkpoint chosen for a request and why (what the response headers say).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RouteSummary {
+    /// Model name.
+    pub model: Arc<str>,
+    /// Version.
+    pub version: Arc<str>,
+    /// Why this checkpoint (also the `reason` metric label).
+    pub reason: RouteReason,
+    /// One line saying why, for `x-switchyard-route`.
+    pub explanation: String,
+    /// Estimated cost of the request on this checkpoint.
+    pub estimated_cost: f64,
+    /// The tenant charged, if any.
+    pub tenant: Option<Arc<str>>,
+    /// The split and arm that chose it, if any.
+    pub split_arm: Option<(Arc<str>, Arc<str>)>,
+}
+
+impl RouteSummary {
+    fn of(route: &Route) -> Self {
+        RouteSummary {
+            model: Arc::clone(&route.model),
+            version: Arc::clone(&route.version),
+            reason: route.reason,
+            explanation: route.explanation.clone(),
+            estimated_cost: route.estimated_cost,
+            tenant: route.tenant.clone(),
+            split_arm: route.split.clone().zip(route.arm.clone()),
+        }
+    }
+
+    /// The model name the backend is asked for: `name@version`.
+    pub fn backend_model(&self) -> String {
+        format!("{}@{}", self.model, self.version)
+    }
+}
+
+/// A request the policy layer let through. Cheap to clone; clones share the decision.
+#[derive(Clone)]
+pub struct RoutedRequest {
+    ticket: Option<Arc<Ticket>>,
+}
+
+impl std::fmt::Debug for RoutedRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RoutedRequest")
+            .field("route", &self.summary())
+            .finish()
+    }
+}
+
+/// One request's routing decision, shared by the layer (for response headers), the
+/// handler and the response stream.
+pub(crate) struct Ticket {
+    routing: Arc<PolicyRouting>,
+    request: RouteRequest,
+    started: Instant,
+    state: Mutex<TicketState>,
+}
+
+struct TicketState {
+    /// `None` once settled.
+    route: Option<Route>,
+    summary: RouteSummary,
+    /// Checkpoints already given up on (fallbacks never go back to one).
+    tried: Vec<(Arc<str>, Arc<str>)>,
+}
+
+/// How a failure reflects on the checkpoint that had it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Blame {
+    /// The checkpoint could not serve what the policy routed to it (unknown to the
+    /// engine, smaller context than the policy says, engine failure): counts as an error
+    /// for the split's rollback rule and may trigger `failing` fallbacks.
+    Failing,
+    /// The checkpoint is busy: triggers `overloaded` fallbacks, not counted as an error.
+    Overloaded,
+    /// The request itself was at fault (a parameter only the engine could check).
+    Request,
+}
+
+fn blame(error: &BackendError) -> Blame {
+    match error {
+        BackendError::UnknownModel { .. }
+        | BackendError::ContextOverflow { .. }
+        | BackendError::Internal { .. } => Blame::Failing,
+        BackendError::Overloaded => Blame::Overloaded,
+        BackendError::InvalidRequest { .. } => Blame::Request,
+    }
+}
+
+impl RoutedRequest {
+    /// No policy: the backend is asked for the request's `model` as sent.
+    pub fn passthrough() -> Self {
+        RoutedRequest { ticket: None }
+    }
+
+    pub(crate) fn routed(routing: Arc<PolicyRouting>, request: RouteRequest, route: Route) -> Self {
+        let summary = RouteSummary::of(&route);
+        RoutedRequest {
+            ticket: Some(Arc::new(Ticket {
+                routing,
+                request,
+                started: Instant::now(),
+                state: Mutex::new(TicketState {
+                    route: Some(route),
+                    summary,
+                    tried: Vec::new(),
+                }),
+            })),
+        }
+    }
+
+    /// Whether a policy routed this request (false: pass-through).
+    pub fn is_routed(&self) -> bool {
+        self.ticket.is_some()
+    }
+
+    /// The current routing decision; `None` for a pass-through request.
+    pub fn summary(&self) -> Option<RouteSummary> {
+        self.ticket.as_ref().map(|t| t.lock().summary.clone())
+    }
+
+    /// The model to ask the backend for: `name@version` of the routed checkpoint, or
+    /// `requested` (the body's `model`) for a pass-through request.
+    pub fn backend_model(&self, requested: &str) -> String {
+        match &self.ticket {
+            Some(ticket) => ticket.lock().summary.backend_model(),
+            None => requested.to_owned(),
+        }
+    }
+
+    /// Estimated prompt tokens the route was chosen with (0 for pass-through).
+    pub fn estimated_prompt_tokens(&self) -> u32 {
+        self.ticket.as_ref().map_or(0, |t| t.request.prompt_tokens)
+    }
+
+    /// The request finished: settles the budget with `usage` and records a success.
+    pub fn succeeded(&self, usage: backend::Usage) {
+        self.settle(usage, Some(true));
+    }
+
+    /// The request failed with `error` after routing; settles with what was generated
+    /// (`usage`) and, when the checkpoint is to blame, records an error for its split.
+    pub fn failed(&self, error: &BackendError, usage: backend::Usage) {
+        let outcome = (blame(error) == Blame::Failing).then_some(false);
+        self.settle(usage, outcome);
+    }
+
+    /// The client went away (or the request was abandoned): settles what was generated,
+    /// without counting it for or against the checkpoint.
+    pub fn cancelled(&self, usage: backend::Usage) {
+        self.settle(usage, None);
+    }
+
+    fn settle(&self, usage: backend::Usage, outcome: Option<bool>) {
+        let Some(ticket) = &self.ticket else { return };
+        let Some(route) = ticket.lock().route.take() else {
+            return;
+        };
+        let usage = Usage {
+            prompt_tokens: usage.prompt_tokens,
+            completion_tokens: usage.completion_tokens,
+        };
+        let latency_ms = ticket.started.elapsed().as_secs_f64() * 1000.0;
+        match outcome {
+            Some(succeeded) => {
+                route.finish(Completion {
+                    usage,
+                    succeeded,
+                    latency_ms,
+                });
+            }
+            None => {
+                route.reservation.settle(usage);
+            }
+        }
+    }
+
+    /// After the backend refused or failed the request with `error` before anything was
+    /// sent to the client: if the policy has a fallback for this (the requested model's
+    /// `[[fallbacks]]`, `on = overloaded` or `failing`), routes to the first alternative
+    /// that qualifies and returns true; the caller then retries with
+    /// [`RoutedRequest::backend_model`]. The failed attempt is settled either way
+    /// (false: the caller reports the error as usual).
+    pub fn fall_back(&self, error: &BackendError) -> bool {
+        let Some(ticket) = &self.ticket else {
+            return false;
+        };
+        let blame = blame(error);
+        if blame == Blame::Request {
+            return false;
+        }
+        let Some(next) = ticket.next_fallback(blame) else {
+            return false;
+        };
+        let mut state = ticket.lock();
+        let failed = state.route.take();
+        let from = state.summary.backend_model();
+        let tried = (state.summary.model.clone(), state.summary.version.clone());
+        state.tried.push(tried);
+        state.summary = RouteSummary::of(&next);
+        state.route = Some(next);
+        drop(state);
+        if let Some(failed) = failed {
+            let latency_ms = ticket.started.elapsed().as_secs_f64() * 1000.0;
+            if blame == Blame::Failing {
+                failed.record_outcome(false, latency_ms);
+            }
+            failed.reservation.release();
+        }
+        let to = self.backend_model("");
+        let trigger = if blame == Blame::Overloaded {
+            "overloaded"
+        } else {
+            "failing"
+        };
+        tracing::info!(%from, %to, trigger, %error, "falling back");
+        ::metrics::counter!(crate::policy::FALLBACKS_TOTAL,
+            "from" => from, "to" => to, "trigger" => trigger)
+        .increment(1);
+        true
+    }
+}
+
+impl Ticket {
+    fn lock(&self) -> MutexGuard<'_, TicketState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Routes to the first fallback alternative of the requested model that the policy
+    /// accepts for this request and that was not tried yet.
+    fn next_fallback(&self, blame: Blame) -> Option<Route> {
+        let policy = self.routing.store().current();
+        let (failed_model, tried) = {
+            let state = self.lock();
+            let mut tried = state.tried.clone();
+            tried.push((state.summary.model.clone(), state.summary.version.clone()));
+            (state.summary.model.clone(), tried)
+        };
+        // The fallback list belongs to the model the client asked for (a split arm may
+        // be another model); under `auto`, to the model that was picked.
+        let requested = match &self.request.model {
+            ModelHint::Named { name } | ModelHint::Pinned { name, .. } => name.as_str(),
+            ModelHint::Auto => &failed_model,
+        };
+        let model = policy.models().get(policy.model_index(requested)?)?;
+        let fallback = model.fallback.as_ref()?;
+        let applies = match blame {
+            Blame::Overloaded => fallback.on.overloaded,
+            Blame::Failing => fallback.on.failing,
+            Blame::Request => false,
+        };
+        if !applies {
+            return None;
+        }
+        for (rank, target) in fallback.alternatives.iter().enumerate() {
+            let Some(alt) = policy.models().get(target.model) else {
+                continue;
+            };
+            let hint = match target.version.and_then(|v| alt.versions.get(v)) {
+                Some(version) => ModelHint::Pinned {
+                    name: alt.name.to_string(),
+                    version: version.to_string(),
+                },
+                None => ModelHint::Named {
+                    name: alt.name.to_string(),
+                },
+            };
+            let mut request = self.request.clone();
+            request.model = hint;
+            let Ok(mut route) = self.routing.route(&request) else {
+                continue;
+            };
+            if tried
+                .iter()
+                .any(|(m, v)| *m == route.model && *v == route.version)
+            {
+                continue;
+            }
+            route.reason = RouteReason::Fallback;
+            route.explanation = format!(
+                "fallback #{} for `{requested}` ({} was {})",
+                rank + 1,
+                tried
+                    .last()
+                    .map_or_else(String::new, |(m, v)| format!("{m}@{v}")),
+                match blame {
+                    Blame::Overloaded => "overloaded",
+                    _ => "failing",
+                }
+            );
+            return Some(route);
+        }
+        None
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for RoutedRequest {
+    type Rejection = PolicyRejection;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        parts
+            .extensions
+            .get::<RoutedRequest>()
+            .cloned()
+            .ok_or(PolicyRejection::NotRouted)
+    }
+}

@@ -1,0 +1,76 @@
+//! The policy the router routes with: a [`PolicyStore`] plus live engine state.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use switchyard_policies::{metrics, EngineView, PolicyStore, Route, RouteError, RouteRequest};
+
+use crate::backend::InferenceBackend;
+use crate::policy::engine_view::BackendEngineView;
+
+/// What the policy layer routes with. Shared by `Arc` between the layer, in-flight
+/// requests (for fallbacks) and whoever reloads the store (watcher, admin API).
+pub struct PolicyRouting {
+    store: Arc<PolicyStore>,
+    engine: Arc<dyn EngineView + Send + Sync>,
+    /// The store generation whose rollback gauges were last published, so a reload
+    /// (from the watcher, the admin API or anywhere else) shows every split's state.
+    published: AtomicU64,
+}
+
+impl PolicyRouting {
+    /// Routes with `store`, scoring against `engine`.
+    pub fn new(store: Arc<PolicyStore>, engine: Arc<dyn EngineView + Send + Sync>) -> Self {
+        let routing = PolicyRouting {
+            store,
+            engine,
+            published: AtomicU64::new(0),
+        };
+        routing.publish_rollback_gauges();
+        routing
+    }
+
+    /// Routes with `store`, scoring against the backend's
+    /// [`InferenceBackend::checkpoint_state`].
+    pub fn over_backend(store: Arc<PolicyStore>, backend: Arc<dyn InferenceBackend>) -> Self {
+        Self::new(store, Arc::new(BackendEngineView::new(backend)))
+    }
+
+    /// The policy store (reload it, read the current policy).
+    pub fn store(&self) -> &Arc<PolicyStore> {
+        &self.store
+    }
+
+    /// Routes `request` with the current policy.
+    pub fn route(&self, request: &RouteRequest) -> Result<Route, RouteError> {
+        if self.published.load(Ordering::Acquire) != self.store.generation() {
+            self.publish_rollback_gauges();
+        }
+        self.store.route(request, self.engine.as_ref())
+    }
+
+    /// Whether `key` belongs to a tenant of the current policy (constant-time compare).
+    pub fn knows_key(&self, key: &str) -> bool {
+        self.store.current().authenticate(key).is_some()
+    }
+
+    /// Whether the current policy routes requests without an API key.
+    pub fn allows_anonymous(&self) -> bool {
+        self.store.current().routing().allow_anonymous
+    }
+
+    /// Sets `switchyard_policy_rollback_tripped` for every split with a rule, so the
+    /// gauge exists (at 0) before a rule ever trips, and after reloads.
+    fn publish_rollback_gauges(&self) {
+        let generation = self.store.generation();
+        for status in self.store.current().rollback_status() {
+            let tripped = !matches!(status.state, switchyard_policies::RollbackState::Watching);
+            ::metrics::gauge!(metrics::ROLLBACK_TRIPPED, "split" => status.split).set(if tripped {
+                1.0
+            } else {
+                0.0
+            });
+        }
+        self.published.store(generation, Ordering::Release);
+    }
+}

@@ -1,0 +1,174 @@
+//! Running a routed request's generations: fallbacks when the chosen checkpoint refuses
+//! or fails, and settling the route when the request ends (whole JSON or stream).
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures_util::stream::{self, Stream};
+
+use crate::backend::{BackendError, GenerationEvent, GenerationRequest, Usage};
+use crate::error::ApiError;
+use crate::openai::generate::{finish_all, submit_all, Choice, Finished, MergedEvents, UsageTally};
+use crate::policy::routed::RoutedRequest;
+use crate::state::AppState;
+
+/// Submits the generations `make(model)` builds for the routed model; when the backend
+/// refuses them and the policy names a fallback for that, submits again to the fallback.
+/// Every refusal that ends the request is settled on `routed`.
+pub fn submit(
+    state: &AppState,
+    routed: &RoutedRequest,
+    requested_model: &str,
+    make: &(dyn Fn(&str) -> Vec<GenerationRequest> + Sync),
+    prompt_field: &'static str,
+) -> Result<Vec<Choice>, ApiError> {
+    loop {
+        let model = routed.backend_model(requested_model);
+        match submit_all(
+            state.backend(),
+            make(&model),
+            state.config().max_fanout,
+            prompt_field,
+        ) {
+            Ok(choices) => return Ok(choices),
+            Err(ApiError::Backend { source, .. }) if routed.fall_back(&source) => continue,
+            Err(error) => {
+                match &error {
+                    ApiError::Backend { source, .. } => routed.failed(source, Usage::default()),
+                    _ => routed.cancelled(Usage::default()),
+                }
+                return Err(error);
+            }
+        }
+    }
+}
+
+/// Runs a whole-JSON request to its end: submits (with fallbacks), waits for every
+/// generation, and on a failure before any output falls back again if the policy says
+/// so. Settles `routed` with the usage of the whole request (`n` choices per prompt).
+pub async fn finish_whole(
+    state: &AppState,
+    routed: &RoutedRequest,
+    requested_model: &str,
+    make: &(dyn Fn(&str) -> Vec<GenerationRequest> + Sync),
+    prompt_field: &'static str,
+    n: u32,
+) -> Result<Vec<Finished>, ApiError> {
+    loop {
+        let choices = submit(state, routed, requested_model, make, prompt_field)?;
+        match finish_all(choices).await {
+            Ok(finished) => {
+                let mut tally = UsageTally::new(n);
+                for choice in &finished {
+                    tally.add(choice.index, choice.usage);
+                }
+                routed.succeeded(tally.total());
+                return Ok(finished);
+            }
+            Err(error) if routed.fall_back(&error) => continue,
+            Err(error) => {
+                routed.failed(&error, Usage::default());
+                return Err(ApiError::backend(error, prompt_field));
+            }
+        }
+    }
+}
+
+/// Wraps a streamed request's events so that the route is settled when the stream ends:
+/// with the summed usage when every choice is done, as a failure on an error event, and
+/// as a cancellation (tokens seen so far, the estimated prompt) when the client leaves.
+pub fn observe(events: MergedEvents, routed: RoutedRequest, choices: u32, n: u32) -> MergedEvents {
+    if !routed.is_routed() {
+        return events;
+    }
+    let observed = Observed {
+        events,
+        routed,
+        tally: UsageTally::new(n),
+        remaining: choices,
+        tokens_seen: 0,
+        settled: false,
+    };
+    stream::select_all(vec![
+        Box::pin(observed) as Pin<Box<dyn Stream<Item = (u32, GenerationEvent)> + Send>>
+    ])
+}
+
+struct Observed {
+    events: MergedEvents,
+    routed: RoutedRequest,
+    tally: UsageTally,
+    remaining: u32,
+    tokens_seen: u32,
+    settled: bool,
+}
+
+impl Observed {
+    fn see(&mut self, index: u32, event: &GenerationEvent) {
+        if self.settled {
+            return;
+        }
+        match event {
+            GenerationEvent::Token(_) => self.tokens_seen = self.tokens_seen.saturating_add(1),
+            GenerationEvent::Done { usage, .. } => {
+                self.tally.add(index, *usage);
+                self.remaining = self.remaining.saturating_sub(1);
+                if self.remaining == 0 {
+                    self.settled = true;
+                    self.routed.succeeded(self.tally.total());
+                }
+            }
+            GenerationEvent::Error(error) => {
+                self.settled = true;
+                let usage = self.partial_usage();
+                self.routed.failed(error, usage);
+            }
+        }
+    }
+
+    /// Usage of an unfinished request: finished choices as counted, the prompt estimate
+    /// when none finished, and every token seen.
+    fn partial_usage(&self) -> Usage {
+        let counted = self.tally.total();
+        Usage {
+            prompt_tokens: counted
+                .prompt_tokens
+                .max(self.routed.estimated_prompt_tokens()),
+            completion_tokens: self.tokens_seen,
+        }
+    }
+}
+
+impl Stream for Observed {
+    type Item = (u32, GenerationEvent);
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        let polled = Pin::new(&mut this.events).poll_next(cx);
+        match &polled {
+            Poll::Ready(Some((index, event))) => this.see(*index, event),
+            Poll::Ready(None) if !this.settled => {
+                this.settled = true;
+                let usage = this.partial_usage();
+                this.routed.failed(
+                    &BackendError::Internal {
+                        message: "the generation stream ended before every choice finished"
+                            .to_owned(),
+                    },
+                    usage,
+                );
+            }
+            _ => {}
+        }
+        polled
+    }
+}
+
+impl Drop for Observed {
+    fn drop(&mut self) {
+        if !self.settled {
+            let usage = self.partial_usage();
+            self.routed.cancelled(usage);
+        }
+    }
+}
