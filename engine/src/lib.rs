@@ -6,6 +6,7 @@ pub mod chat;
 pub mod formats;
 pub mod model;
 pub mod prompt;
+pub mod repository;
 pub mod sampling;
 pub mod serving;
 pub mod session;
