@@ -92,7 +92,7 @@ pub struct DemoRepository {
 /// An error making the demo repository.
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {
-    #[error("the demo base {0}")]
+    #[error("cannot make a demo from the base checkpoint: {0}")]
     Base(#[source] FormatError),
     #[error("{path} is a Hugging Face folder; the demo repository is made from a GGUF file, pass one with --base")]
     BaseNotGguf { path: PathBuf },
