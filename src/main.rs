@@ -29,6 +29,10 @@ enum Command {
     Synth(cli::synth::SynthArgs),
     /// Check a routing policy file, or explain how it routes a request.
     Policy(cli::policy::PolicyArgs),
+    /// List the models and versions of a model repository.
+    Models(cli::models::ModelsArgs),
+    /// Make a demo model repository from the SmolLM2 model (base, Q8_0, derived).
+    DemoRepo(cli::demo_repo::DemoRepoArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -46,5 +50,7 @@ fn main() -> anyhow::Result<()> {
         Command::Synth(args) => cli::synth::run(args),
         Command::Policy(args) => cli::policy::run(args),
         Command::Serve(args) => cli::serve::run(args),
+        Command::Models(args) => cli::models::run(args),
+        Command::DemoRepo(args) => cli::demo_repo::run(args),
     }
 }

@@ -7,6 +7,7 @@ pub mod formats;
 pub mod model;
 pub mod prompt;
 pub mod registry;
+pub mod repository;
 pub mod sampling;
 pub mod serving;
 pub mod session;

@@ -31,6 +31,8 @@ pub struct ServeFile {
     pub drain_seconds: Option<u64>,
     /// RAM for resident checkpoint tensors, in MiB.
     pub ram_budget_mb: Option<u64>,
+    /// A model repository folder to serve instead of `[[models]]`.
+    pub repo: Option<PathBuf>,
     #[serde(default)]
     pub models: Vec<ModelEntry>,
 }

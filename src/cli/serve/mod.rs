@@ -10,7 +10,9 @@
 mod config;
 mod engine_backend;
 mod engine_metrics;
+mod model_admin;
 mod policy;
+mod repository;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -26,6 +28,8 @@ use switchyard_router::{serve_with_drain_deadline, shutdown_signal, AppState, Ro
 use config::{ModelEntry, ServeFile};
 use engine_backend::EngineBackend;
 use engine_metrics::{ExecutorMetrics, RegistryMetrics};
+use repository::{RepositoryWatch, StartupVersion};
+use switchyard_router::admin::ModelAdmin;
 
 /// The model served when none is named (fetched by `scripts/fetch-model.sh`).
 const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -44,6 +48,13 @@ pub struct ServeArgs {
     /// as --model); default: the file stem.
     #[arg(long = "model-name")]
     pub model_names: Vec<String>,
+    /// A model repository to serve: REPO/<model>/<version>/ holding a GGUF
+    /// file or a Hugging Face folder, with an optional REPO/<model>/model.toml
+    /// (aliases, default version, version policy). Each model's served
+    /// versions are loaded and its default version is active; the admin API
+    /// loads, activates, rolls back and unloads versions. Replaces --model.
+    #[arg(long, conflicts_with = "models")]
+    pub repo: Option<PathBuf>,
     /// RAM for resident checkpoint tensors, in MiB (shared tensors counted
     /// once); loading beyond it evicts idle non-active versions [default: no limit].
     #[arg(long)]
@@ -82,6 +93,7 @@ struct Settings {
     max_queue: usize,
     drain: Duration,
     ram_budget: Option<u64>,
+    repo: Option<PathBuf>,
     models: Vec<ModelEntry>,
 }
 
@@ -89,7 +101,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let policy = policy::PolicySetup::load(&args.policy)?;
     let settings = settings(args)?;
     let router_defaults = RouterConfig::default();
-    let backend = Arc::new(start_engine(&settings, router_defaults.request_timeout)?);
+    let (engine, repository) = start_engine(&settings, router_defaults.request_timeout)?;
+    let engine = Arc::new(engine);
+    let model_admin: Arc<dyn ModelAdmin> =
+        Arc::new(model_admin::EngineAdmin::new(engine.clone(), repository));
+    let backend: Arc<dyn switchyard_router::backend::InferenceBackend> = engine;
     let router_config = RouterConfig {
         // HTTP requests past the batch and the queue are shed by the router
         // with 429 + Retry-After; the engine's own queue (sized to hold all
@@ -109,8 +125,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
         let address = listener.local_addr().unwrap_or(settings.listen);
         eprintln!("switchyard: serving OpenAI-compatible API on http://{address}/v1");
-        // lead: engine adapter — pass the engine's `ModelAdmin` here instead of `None`.
-        let admin = policy.spawn_admin(None, settings.drain).await?;
+        let admin = policy.spawn_admin(Some(model_admin), settings.drain).await?;
         let state = AppState::new(backend.clone(), router_config);
         let app = policy.app(state, backend);
         serve_with_drain_deadline(listener, app, shutdown_signal(), settings.drain)
@@ -153,7 +168,8 @@ fn settings(args: ServeArgs) -> anyhow::Result<Settings> {
     if models.is_empty() {
         models = file.models;
     }
-    if models.is_empty() {
+    let repo = args.repo.clone().or(file.repo.clone());
+    if models.is_empty() && repo.is_none() {
         models.push(ModelEntry {
             path: default_model()?,
             name: None,
@@ -198,6 +214,7 @@ fn settings(args: ServeArgs) -> anyhow::Result<Settings> {
             .ram_budget_mb
             .or(file.ram_budget_mb)
             .map(|mb| mb.saturating_mul(1024 * 1024)),
+        repo,
         models,
     })
 }
@@ -245,7 +262,10 @@ fn default_model() -> anyhow::Result<PathBuf> {
 
 /// The registry with every configured version loaded and each model's
 /// version activated, and the executor that runs them all.
-fn start_engine(settings: &Settings, request_timeout: Duration) -> anyhow::Result<EngineBackend> {
+fn start_engine(
+    settings: &Settings,
+    request_timeout: Duration,
+) -> anyhow::Result<(EngineBackend, Option<RepositoryWatch>)> {
     let created = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -255,31 +275,29 @@ fn start_engine(settings: &Settings, request_timeout: Duration) -> anyhow::Resul
         Registry::new(backend.clone(), settings.ram_budget).with_observer(registry_metrics.clone()),
     );
     registry_metrics.attach(&registry);
-    let mut names = Vec::new();
-    for entry in &settings.models {
-        let name = entry.served_name();
-        let version = entry.version.clone().unwrap_or_else(|| "1".to_owned());
-        if names.contains(&(name.clone(), version.clone())) {
-            anyhow::bail!(
-                "two models are named `{name}@{version}`; give them distinct --model-name values"
-            );
+    let (startup, repository) = match &settings.repo {
+        Some(root) => {
+            let (watch, startup) = RepositoryWatch::open(root, &registry)?;
+            (startup, Some(watch))
         }
-        registry.register(&name, &version, &entry.path, &[]);
-        names.push((name, version));
-    }
-    for (name, version) in &names {
+        None => (register_files(&settings.models, &registry)?, None),
+    };
+    for version in &startup {
+        let (name, number) = (&version.model, &version.version);
         let report = registry
-            .load(name, version)
-            .with_context(|| format!("cannot serve `{name}@{version}`"))?;
-        registry
-            .activate(name, version)
-            .with_context(|| format!("cannot activate `{name}@{version}`"))?;
+            .load(name, number)
+            .with_context(|| format!("cannot serve `{name}@{number}`"))?;
         eprintln!(
-            "switchyard: loaded `{name}@{version}` in {:.0} ms ({:.1} MB, {:.1} MB shared)",
+            "switchyard: loaded `{name}@{number}` in {:.0} ms ({:.1} MB, {:.1} MB shared)",
             report.elapsed.as_secs_f64() * 1e3,
             report.bytes as f64 / 1e6,
             report.shared_bytes as f64 / 1e6
         );
+    }
+    for version in startup.iter().filter(|v| v.activate) {
+        registry
+            .activate(&version.model, &version.version)
+            .with_context(|| format!("cannot activate `{}@{}`", version.model, version.version))?;
     }
     let executor = Executor::spawn(
         backend,
@@ -287,10 +305,35 @@ fn start_engine(settings: &Settings, request_timeout: Duration) -> anyhow::Resul
         Arc::new(ExecutorMetrics),
     )
     .context("cannot start the executor thread")?;
-    Ok(EngineBackend::new(
-        registry,
-        executor,
-        created,
-        request_timeout,
-    ))
+    let engine = EngineBackend::new(registry, executor, created, request_timeout);
+    Ok((engine, repository))
+}
+
+/// Registers `--model` files (or the settings file's `[[models]]`): each
+/// is version "1" of its name unless it says otherwise; the last version
+/// listed for a name becomes active.
+fn register_files(
+    models: &[ModelEntry],
+    registry: &Registry<CpuBackend>,
+) -> anyhow::Result<Vec<StartupVersion>> {
+    let mut startup: Vec<StartupVersion> = Vec::new();
+    for entry in models {
+        let name = entry.served_name();
+        let version = entry.version.clone().unwrap_or_else(|| "1".to_owned());
+        if startup.iter().any(|v| v.model == name && v.version == version) {
+            anyhow::bail!(
+                "two models are named `{name}@{version}`; give them distinct --model-name values"
+            );
+        }
+        registry.register(&name, &version, &entry.path, &[]);
+        for earlier in startup.iter_mut().filter(|v| v.model == name) {
+            earlier.activate = false;
+        }
+        startup.push(StartupVersion {
+            model: name,
+            version,
+            activate: true,
+        });
+    }
+    Ok(startup)
 }
