@@ -139,6 +139,21 @@ fn synthetic_demo_repository() {
     make(&base_path, &out);
     assert_eq!(fs::read(&v1).unwrap(), fs::read(&base_path).unwrap());
 
+    let listed = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["models", "--json"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        listed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(json["models"].as_array().unwrap().len(), 4, "{json}");
+    assert_eq!(json["models"][0]["default_version"], "1", "{json}");
+    assert_eq!(json["models"][0]["versions"][1]["served"], true, "{json}");
+
     let readme = fs::read_to_string(out.join("README.txt")).unwrap();
     assert!(readme.contains("NOT A TRAINED MODEL"), "{readme}");
     check_repository(&out);

@@ -1,6 +1,7 @@
 //! `switchyard models REPO`: the models and versions of a model repository
 //! as a table (or JSON), and what in it could not be used.
 
+use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -23,12 +24,17 @@ pub struct ModelsArgs {
 pub fn run(args: ModelsArgs) -> anyhow::Result<()> {
     let repo = ModelRepository::open(&args.repo)
         .with_context(|| format!("cannot open the model repository {}", args.repo.display()))?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&repository_json(&repo))?);
+    let text = if args.json {
+        serde_json::to_string_pretty(&repository_json(&repo))? + "\n"
     } else {
-        print!("{}", repository_table(&repo));
+        repository_table(&repo)
+    };
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        // `switchyard models REPO | head` closing the pipe early is fine.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("cannot write to stdout"),
     }
-    Ok(())
 }
 
 const HEADERS: [&str; 10] = [
