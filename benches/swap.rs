@@ -23,6 +23,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use switchyard_engine::registry::Registry;
+use switchyard_engine::repository::demo::{make_demo_repository, DemoOptions};
 use switchyard_engine::sampling::{SamplingParams, StopCondition};
 use switchyard_engine::serving::{
     CheckpointId, Executor, ExecutorConfig, ExecutorObserver, SequenceEvent, SequenceRequest,
@@ -139,7 +140,10 @@ fn restart_to_first_token(binary: &Path, model: &Path, port: u16) -> Duration {
                 break started.elapsed();
             }
         }
-        assert!(started.elapsed() < Duration::from_secs(120), "the server never answered");
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the server never answered"
+        );
         std::thread::sleep(Duration::from_millis(2));
     };
     let _ = child.kill();
@@ -160,9 +164,7 @@ fn main() {
     while let Some(flag) = args.next() {
         match flag.as_str() {
             "--swaps" => swaps = args.next().and_then(|v| v.parse().ok()).unwrap_or(swaps),
-            "--restarts" => {
-                restarts = args.next().and_then(|v| v.parse().ok()).unwrap_or(restarts)
-            }
+            "--restarts" => restarts = args.next().and_then(|v| v.parse().ok()).unwrap_or(restarts),
             "--model" => model = args.next().map(PathBuf::from).unwrap_or(model),
             _ => {}
         }
@@ -180,10 +182,24 @@ fn main() {
             path
         })
         .collect();
-    // The real model and a Q8_0 re-quantization of it (distinct tensors).
-    let requantized = dir.path().join("smollm2-q8_0.gguf");
-    switchyard::demo::requantize(&model, &requantized, DType::Q8_0)
-        .expect("the real model re-quantizes");
+    // The real model and its Q8_0 re-quantization (distinct tensors), as
+    // versions 1 and 2 of the demo repository.
+    let demo = make_demo_repository(
+        &DemoOptions {
+            base: model.clone(),
+            out: dir.path().join("demo"),
+        },
+        &mut |_| {},
+    )
+    .expect("the demo repository is made from the real model");
+    let version = |v: &str| {
+        demo.checkpoints
+            .iter()
+            .find(|c| c.model == "smollm2" && c.version == v)
+            .map(|c| c.path.clone())
+            .expect("the demo has smollm2 versions 1 and 2")
+    };
+    let (model, requantized) = (version("1"), version("2"));
 
     println!("| checkpoints | swaps | p50 µs | p99 µs | max µs |");
     println!("|---|---|---|---|---|");

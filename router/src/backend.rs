@@ -46,6 +46,15 @@ pub trait InferenceBackend: Send + Sync + 'static {
         let _ = (model, version);
         None
     }
+
+    /// The checkpoint `model` (a name or an alias) resolves to now, as
+    /// `name@version`, so that every generation of one request runs on one
+    /// version and the response can name it (as OpenAI names the snapshot
+    /// behind an alias). The default, and any name the backend cannot
+    /// resolve, is `model` unchanged (the submit then reports the problem).
+    fn pin_model(&self, model: &str) -> String {
+        model.to_owned()
+    }
 }
 
 /// One model as listed by `GET /v1/models`.

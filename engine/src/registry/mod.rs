@@ -12,11 +12,11 @@
 //! - `versions.rs`: the registry itself.
 
 mod error;
-mod versions;
 mod residency;
 mod status;
+mod versions;
 
 pub use error::{RegistryError, RegistryErrorKind};
-pub use versions::{LoadReport, Registry, RegistryObserver};
 pub use residency::{eviction_order, EvictionCandidate};
 pub use status::{MemoryStatus, ModelStatus, Tier, VersionStatus};
+pub use versions::{LoadReport, Registry, RegistryObserver};

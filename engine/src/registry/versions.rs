@@ -521,6 +521,20 @@ impl<B: Backend> Registry<B> {
         })
     }
 
+    /// Where `model@version` (or the active version of `model`) is, and its
+    /// bytes on disk when it is not resident; `None` if unknown.
+    pub fn tier(&self, model: &str, version: Option<&str>) -> Option<(Tier, u64)> {
+        let models = self.read();
+        let entry = models.get(model)?;
+        let version = version.or(entry.active.as_deref())?;
+        let slot = entry.slot(version)?;
+        Some(match &slot.state {
+            State::Resident(handle) => (Tier::Ram, handle.load_stats.total_bytes),
+            State::Loading => (Tier::Loading, file_bytes(&slot.path)),
+            State::Disk => (Tier::Disk, file_bytes(&slot.path)),
+        })
+    }
+
     /// Every model with an active version: `(name, active handle)`.
     pub fn active(&self) -> Vec<CheckpointHandle<B>> {
         let models = self.read();

@@ -57,6 +57,8 @@ struct Shared {
     active: AtomicUsize,
     swaps: AtomicU64,
     steps: AtomicU64,
+    /// Moving average of a forward step's duration, in microseconds.
+    step_micros: AtomicU64,
 }
 
 /// A handle to the executor thread. Dropping it lets the thread finish the
@@ -170,6 +172,12 @@ impl<B: Backend> Executor<B> {
     /// Forward steps so far.
     pub fn steps(&self) -> u64 {
         self.shared.steps.load(Ordering::Acquire)
+    }
+
+    /// Recent average duration of one forward step (one token for each
+    /// decoding sequence of the batch).
+    pub fn step_time(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(self.shared.step_micros.load(Ordering::Acquire))
     }
 
     /// The checkpoint whose weights the table points at now.
@@ -336,9 +344,18 @@ impl<B: Backend> Scheduler<B> {
             scratch,
             self.config.max_step_tokens,
         );
+        let elapsed = started.elapsed();
         self.shared.steps.fetch_add(1, Ordering::AcqRel);
-        self.observer
-            .step(&weights.id, rows, sequences, started.elapsed());
+        let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+        let average = self.shared.step_micros.load(Ordering::Acquire);
+        // An exponential moving average over ~8 steps.
+        let updated = if average == 0 {
+            micros
+        } else {
+            (average * 7 + micros) / 8
+        };
+        self.shared.step_micros.store(updated, Ordering::Release);
+        self.observer.step(&weights.id, rows, sequences, elapsed);
     }
 }
 

@@ -64,6 +64,9 @@ impl RouteSummary {
 #[derive(Clone)]
 pub struct RoutedRequest {
     ticket: Option<Arc<Ticket>>,
+    /// For a pass-through request, the version the backend pinned its
+    /// model to at the first submit.
+    pinned: Arc<std::sync::OnceLock<String>>,
 }
 
 impl std::fmt::Debug for RoutedRequest {
@@ -117,7 +120,18 @@ fn blame(error: &BackendError) -> Blame {
 impl RoutedRequest {
     /// No policy: the backend is asked for the request's `model` as sent.
     pub fn passthrough() -> Self {
-        RoutedRequest { ticket: None }
+        RoutedRequest {
+            ticket: None,
+            pinned: Arc::default(),
+        }
+    }
+
+    /// Pins a pass-through request to `model` (`name@version` from the
+    /// backend); later calls keep the first pin. Routed requests ignore it.
+    pub fn pin(&self, model: String) {
+        if self.ticket.is_none() {
+            let _ = self.pinned.set(model);
+        }
     }
 
     pub(crate) fn routed(routing: Arc<PolicyRouting>, request: RouteRequest, route: Route) -> Self {
@@ -133,6 +147,7 @@ impl RoutedRequest {
                     tried: Vec::new(),
                 }),
             })),
+            pinned: Arc::default(),
         }
     }
 
@@ -151,7 +166,11 @@ impl RoutedRequest {
     pub fn backend_model(&self, requested: &str) -> String {
         match &self.ticket {
             Some(ticket) => ticket.lock().summary.backend_model(),
-            None => requested.to_owned(),
+            None => self
+                .pinned
+                .get()
+                .cloned()
+                .unwrap_or_else(|| requested.to_owned()),
         }
     }
 

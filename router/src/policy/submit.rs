@@ -22,6 +22,9 @@ pub fn submit(
     make: &(dyn Fn(&str) -> Vec<GenerationRequest> + Sync),
     prompt_field: &'static str,
 ) -> Result<Vec<Choice>, ApiError> {
+    if !routed.is_routed() {
+        routed.pin(state.backend().pin_model(requested_model));
+    }
     loop {
         let model = routed.backend_model(requested_model);
         match submit_all(

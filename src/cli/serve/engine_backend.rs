@@ -19,6 +19,7 @@ use switchyard_engine::serving::{
 };
 use switchyard_engine::tokenizer::Tokenizer;
 use switchyard_kernels::cpu::CpuBackend;
+use switchyard_policies::CandidateState;
 use switchyard_router::backend::{
     BackendError, FinishReason, GeneratedToken, GenerationEvent, GenerationRequest,
     GenerationStream, InferenceBackend, ModelCard, Prompt, Role, TopLogprob, Usage,
@@ -98,6 +99,36 @@ impl InferenceBackend for EngineBackend {
             }
         }
         cards
+    }
+
+    fn pin_model(&self, model: &str) -> String {
+        self.registry
+            .resolve(model)
+            .map_or_else(|_| model.to_owned(), |checkpoint| checkpoint.id.to_string())
+    }
+
+    fn checkpoint_state(&self, model: &str, version: Option<&str>) -> Option<CandidateState> {
+        let (tier, bytes) = self.registry.tier(model, version)?;
+        let step_ms = self.executor.step_time().as_secs_f64() * 1e3;
+        let queued = match version {
+            Some(v) => self.registry.resolve(&format!("{model}@{v}")),
+            None => self.registry.resolve(model),
+        }
+        .map_or(0, |checkpoint| checkpoint.queued());
+        // Waiting requests start as running sequences finish: roughly one
+        // batch slot per step; a cold version first reads its file (~1 GB/s).
+        Some(CandidateState {
+            resident: tier == Tier::Ram,
+            queue_depth: u32::try_from(queued).unwrap_or(u32::MAX),
+            est_queue_wait_ms: queued as f64 * step_ms,
+            est_swap_or_load_ms: if tier == Tier::Ram {
+                0.0
+            } else {
+                bytes as f64 / 1e6
+            },
+            est_ms_per_token: step_ms,
+            healthy: self.executor.is_running(),
+        })
     }
 
     fn ready(&self) -> bool {

@@ -125,7 +125,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
         let address = listener.local_addr().unwrap_or(settings.listen);
         eprintln!("switchyard: serving OpenAI-compatible API on http://{address}/v1");
-        let admin = policy.spawn_admin(Some(model_admin), settings.drain).await?;
+        let admin = policy
+            .spawn_admin(Some(model_admin), settings.drain)
+            .await?;
         let state = AppState::new(backend.clone(), router_config);
         let app = policy.app(state, backend);
         serve_with_drain_deadline(listener, app, shutdown_signal(), settings.drain)
@@ -320,7 +322,10 @@ fn register_files(
     for entry in models {
         let name = entry.served_name();
         let version = entry.version.clone().unwrap_or_else(|| "1".to_owned());
-        if startup.iter().any(|v| v.model == name && v.version == version) {
+        if startup
+            .iter()
+            .any(|v| v.model == name && v.version == version)
+        {
             anyhow::bail!(
                 "two models are named `{name}@{version}`; give them distinct --model-name values"
             );
