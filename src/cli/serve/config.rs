@@ -6,10 +6,13 @@
 //! max_batch = 64
 //! max_queue = 256
 //! max_step_tokens = 256
+//! ram_budget_mb = 2048      # resident tensors, shared ones counted once
+//! # repo = "/models"        # a model repository instead of [[models]]
 //!
 //! [[models]]
 //! path = "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 //! name = "smollm2"          # optional: the file stem by default
+//! version = "1"             # optional: "1" by default
 //! ```
 
 use std::net::SocketAddr;

@@ -76,8 +76,8 @@ pub struct ServeArgs {
     #[arg(long)]
     pub drain_seconds: Option<u64>,
     /// A TOML settings file with the same keys (listen, threads, max_batch,
-    /// max_queue, max_step_tokens, drain_seconds, [[models]] path/name);
-    /// flags override it.
+    /// max_queue, max_step_tokens, drain_seconds, ram_budget_mb, repo,
+    /// [[models]] path/name/version); flags override it.
     #[arg(long)]
     pub config: Option<PathBuf>,
     #[command(flatten)]
