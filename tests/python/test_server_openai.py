@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import threading
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import openai
 import pytest
+from serve_process import free_port, running_server
 
 MAX_TOKENS = 24
 CHAT = [
@@ -30,43 +28,15 @@ CHAT = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.fixture(scope="module")
 def server(switchyard_bin: Path, smollm2_path: Path):
     port = free_port()
-    proc = subprocess.Popen(
-        [str(switchyard_bin), "serve", "--model", str(smollm2_path),
-         "--listen", f"127.0.0.1:{port}", "--drain-seconds", "5"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 60
-    while True:
-        if proc.poll() is not None:
-            pytest.fail(f"switchyard serve exited early: {proc.stderr.read()}")
-        try:
-            with urllib.request.urlopen(f"{base}/ready", timeout=1) as r:
-                if r.status == 200:
-                    break
-        except (urllib.error.URLError, ConnectionError, OSError):
-            pass
-        if time.time() > deadline:
-            proc.kill()
-            pytest.fail("switchyard serve did not become ready within 60 s")
-        time.sleep(0.2)
-    yield {"base": base, "model": smollm2_path.stem, "path": smollm2_path, "proc": proc}
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        pytest.fail("switchyard serve did not stop within 15 s of SIGTERM")
-    assert proc.returncode == 0, proc.stderr.read()
+    args = [str(switchyard_bin), "serve", "--model", str(smollm2_path),
+            "--listen", f"127.0.0.1:{port}", "--drain-seconds", "5"]
+    with running_server(args, port, ready_within=60) as proc:
+        yield {"base": f"http://127.0.0.1:{port}", "model": smollm2_path.stem,
+               "path": smollm2_path, "proc": proc}
 
 
 @pytest.fixture(scope="module")

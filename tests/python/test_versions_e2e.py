@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
-import socket
 import subprocess
 import threading
 import time
@@ -26,17 +24,13 @@ from pathlib import Path
 
 import openai
 import pytest
+from serve_process import free_port, running_server
 
 TOKEN = "test-admin-token"
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time"]
 MAX_TOKENS = 12
 CHECKPOINTS = ["smollm2@1", "smollm2@2", "smollm2-derived-a@1", "smollm2-derived-b@1"]
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -50,34 +44,12 @@ def repo(switchyard_bin: Path, smollm2_path: Path, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def server(switchyard_bin: Path, repo: Path):
     port, admin_port = free_port(), free_port()
-    proc = subprocess.Popen(
-        [str(switchyard_bin), "serve", "--repo", str(repo), "--listen", f"127.0.0.1:{port}",
-         "--admin-listen", f"127.0.0.1:{admin_port}", "--admin-token", TOKEN,
-         "--drain-seconds", "5"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )
-    base, admin = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin_port}"
-    deadline = time.time() + 120
-    while True:
-        if proc.poll() is not None:
-            pytest.fail(f"switchyard serve exited early: {proc.stderr.read()}")
-        try:
-            with urllib.request.urlopen(f"{base}/ready", timeout=1) as r:
-                if r.status == 200:
-                    break
-        except (urllib.error.URLError, ConnectionError, OSError):
-            pass
-        if time.time() > deadline:
-            proc.kill()
-            pytest.fail("switchyard serve did not become ready within 120 s")
-        time.sleep(0.2)
-    yield {"base": base, "admin": admin, "proc": proc, "repo": repo}
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        pytest.fail("switchyard serve did not stop within 15 s of SIGTERM")
+    args = [str(switchyard_bin), "serve", "--repo", str(repo), "--listen", f"127.0.0.1:{port}",
+            "--admin-listen", f"127.0.0.1:{admin_port}", "--admin-token", TOKEN,
+            "--drain-seconds", "5"]
+    with running_server(args, port):
+        yield {"base": f"http://127.0.0.1:{port}", "admin": f"http://127.0.0.1:{admin_port}",
+               "repo": repo}
 
 
 @pytest.fixture(scope="module")
