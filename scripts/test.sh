@@ -8,4 +8,4 @@ cd "$(dirname "$0")/.."
 
 cargo build --release --locked
 cargo test --release --locked --workspace
-SWITCHYARD_BIN="$PWD/target/release/switchyard" .venv/bin/python -m pytest -q tests/python "$@"
+SWITCHYARD_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/switchyard" .venv/bin/python -m pytest -q tests/python "$@"
