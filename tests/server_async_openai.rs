@@ -79,8 +79,9 @@ async fn chat_and_streamed_completion_through_async_openai() {
     );
 
     let models = client.models().list().await.unwrap();
-    assert_eq!(models.data.len(), 1);
-    assert_eq!(models.data[0].id, "smollm2");
+    // The model by name (its active version), then its resident version.
+    let ids: Vec<&str> = models.data.iter().map(|m| m.id.as_str()).collect();
+    assert_eq!(ids, ["smollm2", "smollm2@1"]);
 
     let request = CreateChatCompletionRequestArgs::default()
         .model("smollm2")
