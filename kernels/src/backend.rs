@@ -178,4 +178,15 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<(), KernelError>;
     /// `x += y`, elementwise.
     fn add(&self, x: &mut Self::Activations, y: &Self::Activations) -> Result<(), KernelError>;
+    /// Copies rows `rows` of `src` into `dst` from row `dst_row` on (same
+    /// width). A step that runs several checkpoints at once gathers the rows
+    /// of the checkpoints whose tensor differs, multiplies them apart, and
+    /// scatters the results back with it.
+    fn copy_rows(
+        &self,
+        src: &Self::Activations,
+        rows: Range<usize>,
+        dst: &mut Self::Activations,
+        dst_row: usize,
+    ) -> Result<(), KernelError>;
 }

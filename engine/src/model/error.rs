@@ -30,6 +30,13 @@ pub enum ModelError {
     },
     #[error("a forward step needs at least one token")]
     EmptyBatch,
+    #[error(
+        "one step cannot run checkpoints of different architectures or shapes \
+         ({first} and {other}); run them in separate steps"
+    )]
+    MixedArchitectures { first: String, other: String },
+    #[error("a checkpoint in the step has no layer {index} although its configuration does")]
+    MissingLayer { index: usize },
     #[error("kernel failed: {0}")]
     Kernel(#[from] KernelError),
 }

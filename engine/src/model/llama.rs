@@ -4,11 +4,14 @@
 //! A forward step takes chunks of one or more sequences (a prompt being
 //! prefilled, or one new token of each of several sequences being decoded)
 //! and runs them as one batch: every matrix multiply sees all rows at once,
-//! attention runs per sequence over that sequence's KV cache.
+//! attention runs per sequence over that sequence's KV cache. The step
+//! itself is in `step.rs`, which can also run several checkpoints at once.
 
 use switchyard_kernels::{AttentionShape, Backend};
 
-use super::weights::{LayerWeights, LoadStats, ModelWeights};
+use super::runs::Gather;
+use super::step::{forward_many, ModelPart};
+use super::weights::{LoadStats, ModelWeights};
 use super::ModelError;
 use crate::formats::Checkpoint;
 use crate::model::config::ModelConfig;
@@ -44,17 +47,19 @@ pub struct LlamaModel<B: Backend> {
 
 /// Activation buffers reused across steps (one set per executor).
 pub struct Scratch<B: Backend> {
-    x: B::Activations,
-    normed: B::Activations,
-    q: B::Activations,
-    k: B::Activations,
-    v: B::Activations,
-    attn: B::Activations,
-    proj: B::Activations,
-    gate: B::Activations,
-    up: B::Activations,
-    selected: B::Activations,
-    logits: B::Activations,
+    pub(super) x: B::Activations,
+    pub(super) normed: B::Activations,
+    pub(super) q: B::Activations,
+    pub(super) k: B::Activations,
+    pub(super) v: B::Activations,
+    pub(super) attn: B::Activations,
+    pub(super) proj: B::Activations,
+    pub(super) gate: B::Activations,
+    pub(super) up: B::Activations,
+    pub(super) selected: B::Activations,
+    pub(super) logits: B::Activations,
+    /// Rows of one checkpoint while a step that runs several multiplies them apart.
+    pub(super) gather: Gather<B>,
 }
 
 impl<B: Backend> LlamaModel<B> {
@@ -115,6 +120,7 @@ impl<B: Backend> LlamaModel<B> {
             up: empty(),
             selected: empty(),
             logits: empty(),
+            gather: Gather::new(backend),
         }
     }
 
@@ -126,171 +132,40 @@ impl<B: Backend> LlamaModel<B> {
         chunks: &mut [SequenceChunk<'_, B>],
         scratch: &mut Scratch<B>,
     ) -> Result<Vec<f32>, ModelError> {
-        let c = &self.config;
-        let (tokens, positions) = self.flatten(chunks)?;
-        let n = tokens.len();
-        let q_width = c.n_heads * c.head_dim;
-        let kv_width = c.n_kv_heads * c.head_dim;
-
-        backend.resize(&mut scratch.x, n, c.hidden_size);
-        backend.embed(&self.weights.embed, &tokens, &mut scratch.x)?;
-        backend.resize(&mut scratch.normed, n, c.hidden_size);
-        backend.resize(&mut scratch.q, n, q_width);
-        backend.resize(&mut scratch.k, n, kv_width);
-        backend.resize(&mut scratch.v, n, kv_width);
-        backend.resize(&mut scratch.attn, n, q_width);
-        backend.resize(&mut scratch.proj, n, c.hidden_size);
-        backend.resize(&mut scratch.gate, n, c.intermediate_size);
-        backend.resize(&mut scratch.up, n, c.intermediate_size);
-
-        for (index, layer) in self.weights.layers.iter().enumerate() {
-            self.attention_block(backend, index, layer, chunks, &positions, scratch)?;
-            self.mlp_block(backend, layer, scratch)?;
-        }
-        self.logits(backend, chunks, scratch)
+        let mut parts = [ModelPart {
+            model: self,
+            chunks,
+        }];
+        forward_many(backend, &mut parts, scratch)
     }
 
-    fn flatten(&self, chunks: &[SequenceChunk<'_, B>]) -> Result<(Vec<u32>, Vec<u32>), ModelError> {
-        let mut tokens = Vec::new();
-        let mut positions = Vec::new();
-        for chunk in chunks {
-            for (i, &token) in chunk.tokens.iter().enumerate() {
-                if token as usize >= self.config.vocab_size {
-                    return Err(ModelError::TokenOutOfRange {
-                        token,
-                        vocab_size: self.config.vocab_size,
-                    });
-                }
-                let position = chunk.start_pos + i;
-                if position >= self.config.context_length {
-                    return Err(ModelError::ContextExceeded {
-                        position,
-                        context_length: self.config.context_length,
-                    });
-                }
-                tokens.push(token);
-                positions.push(position as u32);
+    /// Whether a step can run this model's rows together with `other`'s
+    /// ([`forward_many`]) and gain by it: the same architecture and shapes,
+    /// and at least half of this model's matrix bytes the very same stored
+    /// tensors (checkpoints derived from one base; frozen layers).
+    pub fn shares_steps_with(&self, other: &LlamaModel<B>) -> bool {
+        if self.config != other.config {
+            return false;
+        }
+        let (mut shared, mut total) = (0u64, 0u64);
+        for (mine, theirs) in self.weights.matrices().zip(other.weights.matrices()) {
+            total += mine.bytes();
+            if std::sync::Arc::ptr_eq(mine, theirs) {
+                shared += mine.bytes();
             }
         }
-        if tokens.is_empty() {
-            return Err(ModelError::EmptyBatch);
-        }
-        Ok((tokens, positions))
+        total > 0 && shared * 2 >= total
     }
 
-    fn attention_block(
-        &self,
-        backend: &B,
-        index: usize,
-        layer: &LayerWeights<B>,
-        chunks: &mut [SequenceChunk<'_, B>],
-        positions: &[u32],
-        s: &mut Scratch<B>,
-    ) -> Result<(), ModelError> {
-        let c = &self.config;
-        backend.rms_norm(&s.x, &layer.attn_norm, c.rms_norm_eps, &mut s.normed)?;
-        let [bq, bk, bv] = match &layer.qkv_bias {
-            Some([q, k, v]) => [Some(&***q), Some(&***k), Some(&***v)],
-            None => [None, None, None],
-        };
-        backend.matmul(&s.normed, &layer.wq, bq, &mut s.q)?;
-        backend.matmul(&s.normed, &layer.wk, bk, &mut s.k)?;
-        backend.matmul(&s.normed, &layer.wv, bv, &mut s.v)?;
-        backend.rope(
-            &mut s.q,
-            c.head_dim,
-            positions,
-            &self.inv_freq,
-            c.rope_style,
-        )?;
-        backend.rope(
-            &mut s.k,
-            c.head_dim,
-            positions,
-            &self.inv_freq,
-            c.rope_style,
-        )?;
-        let mut row = 0;
-        for chunk in chunks.iter_mut() {
-            let rows = row..row + chunk.tokens.len();
-            row = rows.end;
-            backend.attention(
-                chunk.cache,
-                index,
-                self.attention,
-                &s.q,
-                &s.k,
-                &s.v,
-                rows,
-                chunk.start_pos,
-                &mut s.attn,
-            )?;
-        }
-        backend.matmul(&s.attn, &layer.wo, None, &mut s.proj)?;
-        backend.add(&mut s.x, &s.proj)?;
-        Ok(())
+    pub(super) fn weights(&self) -> &ModelWeights<B> {
+        &self.weights
     }
 
-    fn mlp_block(
-        &self,
-        backend: &B,
-        layer: &LayerWeights<B>,
-        s: &mut Scratch<B>,
-    ) -> Result<(), ModelError> {
-        backend.rms_norm(
-            &s.x,
-            &layer.ffn_norm,
-            self.config.rms_norm_eps,
-            &mut s.normed,
-        )?;
-        backend.matmul(&s.normed, &layer.gate, None, &mut s.gate)?;
-        backend.matmul(&s.normed, &layer.up, None, &mut s.up)?;
-        backend.silu_mul(&mut s.gate, &s.up)?;
-        backend.matmul(&s.gate, &layer.down, None, &mut s.proj)?;
-        backend.add(&mut s.x, &s.proj)?;
-        Ok(())
+    pub(super) fn inv_freq(&self) -> &[f32] {
+        &self.inv_freq
     }
 
-    /// Final norm and output projection, on the rows that want logits only
-    /// (the output projection is the largest matrix of a small model).
-    fn logits(
-        &self,
-        backend: &B,
-        chunks: &[SequenceChunk<'_, B>],
-        s: &mut Scratch<B>,
-    ) -> Result<Vec<f32>, ModelError> {
-        let c = &self.config;
-        let mut wanted = Vec::new();
-        let mut row = 0;
-        for chunk in chunks {
-            let len = chunk.tokens.len();
-            match chunk.logits {
-                LogitRows::None => {}
-                LogitRows::Last => wanted.push(row + len - 1),
-                LogitRows::All => wanted.extend(row..row + len),
-            }
-            row += len;
-        }
-        if wanted.is_empty() {
-            return Ok(Vec::new());
-        }
-        backend.rms_norm(
-            &s.x,
-            &self.weights.output_norm,
-            c.rms_norm_eps,
-            &mut s.normed,
-        )?;
-        let mut host = vec![0.0f32; wanted.len() * c.hidden_size];
-        for (dst, &src) in host.chunks_exact_mut(c.hidden_size).zip(&wanted) {
-            backend.read_row(&s.normed, src, dst);
-        }
-        s.selected = backend.activations_from(wanted.len(), c.hidden_size, &host);
-        backend.resize(&mut s.logits, wanted.len(), c.vocab_size);
-        backend.matmul(&s.selected, self.weights.lm_head(), None, &mut s.logits)?;
-        let mut out = vec![0.0f32; wanted.len() * c.vocab_size];
-        for (i, dst) in out.chunks_exact_mut(c.vocab_size).enumerate() {
-            backend.read_row(&s.logits, i, dst);
-        }
-        Ok(out)
+    pub(super) fn attention_shape(&self) -> AttentionShape {
+        self.attention
     }
 }

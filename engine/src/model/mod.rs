@@ -3,7 +3,10 @@
 pub mod config;
 mod error;
 pub mod llama;
+mod runs;
+mod step;
 pub mod weights;
 
 pub use error::ModelError;
 pub use llama::{LlamaModel, LogitRows, Scratch, SequenceChunk};
+pub use step::{forward_many, ModelPart};

@@ -40,6 +40,19 @@ impl<B: Backend> ModelWeights<B> {
         self.output.as_deref().unwrap_or(&self.embed)
     }
 
+    /// Every matrix, in a fixed order (the same for two models of one
+    /// architecture): the embedding table, the output projection if not
+    /// tied, then each layer's.
+    pub fn matrices(&self) -> impl Iterator<Item = &Shared<B::Matrix>> {
+        let layers = self
+            .layers
+            .iter()
+            .flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down]);
+        std::iter::once(&self.embed)
+            .chain(self.output.iter())
+            .chain(layers)
+    }
+
     /// Hands every tensor the forward pass needs to `backend`. The loader has
     /// already checked names and shapes against the config; this re-checks
     /// what it relies on so a mismatch is an error, not a panic.

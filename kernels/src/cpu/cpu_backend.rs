@@ -8,7 +8,7 @@ use super::isa::CheckedIsa;
 use super::kv_cache::CpuKvCache;
 use super::tensors::{CpuActivations, CpuMatrix, CpuVector};
 use super::threads::ThreadPool;
-use super::{elementwise, matmul, norm, rope, Isa};
+use super::{elementwise, matmul, norm, rope, row_copy, Isa};
 use crate::{AttentionShape, Backend, KernelError, RopeStyle, WeightView};
 
 /// The CPU backend: SIMD kernels for one ISA chosen at construction, run on
@@ -229,5 +229,15 @@ impl Backend for CpuBackend {
 
     fn add(&self, x: &mut CpuActivations, y: &CpuActivations) -> Result<(), KernelError> {
         elementwise::add(&self.pool, x, y)
+    }
+
+    fn copy_rows(
+        &self,
+        src: &CpuActivations,
+        rows: Range<usize>,
+        dst: &mut CpuActivations,
+        dst_row: usize,
+    ) -> Result<(), KernelError> {
+        row_copy::copy_rows(src, rows, dst, dst_row)
     }
 }

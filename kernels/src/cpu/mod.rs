@@ -20,6 +20,7 @@ mod matmul;
 mod norm;
 mod quant_act;
 mod rope;
+mod row_copy;
 mod tensors;
 pub mod threads;
 mod vecmath;

@@ -1,0 +1,426 @@
+//! One forward step over the chunks of one or more checkpoints.
+//!
+//! Checkpoints of one architecture can share a step: their rows are laid
+//! one part after another, every operation whose tensor they share runs
+//! once over all rows, and the few tensors that differ (a fine-tuned layer,
+//! a delta) run per checkpoint on that checkpoint's rows (`runs.rs`). A
+//! row's result does not depend on which other rows share its step: every
+//! kernel computes each row on its own.
+
+use std::ops::Range;
+
+use switchyard_kernels::Backend;
+
+use super::config::ModelConfig;
+use super::llama::{LlamaModel, LogitRows, Scratch, SequenceChunk};
+use super::runs::{by_runs, runs, Run, SameTensor, Widths};
+use super::weights::LayerWeights;
+use super::ModelError;
+
+/// One checkpoint's share of a step: its weights and its sequences' chunks.
+pub struct ModelPart<'s, 'a, B: Backend> {
+    pub model: &'s LlamaModel<B>,
+    pub chunks: &'s mut [SequenceChunk<'a, B>],
+}
+
+/// Runs one step over every part's chunks and returns the requested logits,
+/// row after row in part then chunk order (`vocab_size` floats per row).
+/// Every part must have the first part's configuration.
+pub fn forward_many<B: Backend>(
+    backend: &B,
+    parts: &mut [ModelPart<'_, '_, B>],
+    scratch: &mut Scratch<B>,
+) -> Result<Vec<f32>, ModelError> {
+    let Some(lead) = parts.first().map(|p| p.model) else {
+        return Err(ModelError::EmptyBatch);
+    };
+    let c = lead.config();
+    if let Some(other) = parts.iter().find(|p| p.model.config() != c) {
+        return Err(ModelError::MixedArchitectures {
+            first: describe(c),
+            other: describe(other.model.config()),
+        });
+    }
+    let (tokens, positions, part_rows) = flatten(lead, parts)?;
+    let n = tokens.len();
+    let q_width = c.n_heads * c.head_dim;
+    let kv_width = c.n_kv_heads * c.head_dim;
+    let s = scratch;
+
+    backend.resize(&mut s.x, n, c.hidden_size);
+    backend.resize(&mut s.normed, n, c.hidden_size);
+    backend.resize(&mut s.q, n, q_width);
+    backend.resize(&mut s.k, n, kv_width);
+    backend.resize(&mut s.v, n, kv_width);
+    backend.resize(&mut s.attn, n, q_width);
+    backend.resize(&mut s.proj, n, c.hidden_size);
+    backend.resize(&mut s.gate, n, c.intermediate_size);
+    backend.resize(&mut s.up, n, c.intermediate_size);
+
+    let embeds = runs(&part_rows, parts.iter().map(|p| &**p.model.weights().embed));
+    embed(backend, &embeds, &tokens, c.hidden_size, s)?;
+
+    let step = Step {
+        backend,
+        lead,
+        part_rows: &part_rows,
+        positions: &positions,
+    };
+    for index in 0..c.n_layers {
+        let layers: Vec<&LayerWeights<B>> = parts
+            .iter()
+            .filter_map(|p| p.model.weights().layers.get(index))
+            .collect();
+        if layers.len() != parts.len() {
+            return Err(ModelError::MissingLayer { index });
+        }
+        step.attention_block(index, &layers, parts, s)?;
+        step.mlp_block(&layers, s)?;
+    }
+    step.logits(parts, s)
+}
+
+fn describe(c: &ModelConfig) -> String {
+    format!(
+        "{:?}, {} layers of width {}, vocabulary {}",
+        c.architecture, c.n_layers, c.hidden_size, c.vocab_size
+    )
+}
+
+/// Every part's tokens and positions, one after another, and each part's rows.
+type Flat = (Vec<u32>, Vec<u32>, Vec<Range<usize>>);
+
+fn flatten<B: Backend>(
+    lead: &LlamaModel<B>,
+    parts: &[ModelPart<'_, '_, B>],
+) -> Result<Flat, ModelError> {
+    let c = lead.config();
+    let mut tokens = Vec::new();
+    let mut positions = Vec::new();
+    let mut part_rows = Vec::with_capacity(parts.len());
+    for part in parts {
+        let first = tokens.len();
+        for chunk in part.chunks.iter() {
+            for (i, &token) in chunk.tokens.iter().enumerate() {
+                if token as usize >= c.vocab_size {
+                    return Err(ModelError::TokenOutOfRange {
+                        token,
+                        vocab_size: c.vocab_size,
+                    });
+                }
+                let position = chunk.start_pos + i;
+                if position >= c.context_length {
+                    return Err(ModelError::ContextExceeded {
+                        position,
+                        context_length: c.context_length,
+                    });
+                }
+                tokens.push(token);
+                positions.push(position as u32);
+            }
+        }
+        part_rows.push(first..tokens.len());
+    }
+    if tokens.is_empty() {
+        return Err(ModelError::EmptyBatch);
+    }
+    Ok((tokens, positions, part_rows))
+}
+
+/// Looks up each run's token rows in its own embedding table.
+fn embed<B: Backend>(
+    backend: &B,
+    tables: &[Run<&B::Matrix>],
+    tokens: &[u32],
+    hidden: usize,
+    s: &mut Scratch<B>,
+) -> Result<(), ModelError> {
+    if let [only] = tables {
+        return Ok(backend.embed(only.tensor, tokens, &mut s.x)?);
+    }
+    for run in tables {
+        let len = run.rows.len();
+        let ids = tokens.get(run.rows.clone()).unwrap_or_default();
+        backend.resize(&mut s.gather.output, len, hidden);
+        backend.embed(run.tensor, ids, &mut s.gather.output)?;
+        backend.copy_rows(&s.gather.output, 0..len, &mut s.x, run.rows.start)?;
+    }
+    Ok(())
+}
+
+/// What every block of one step shares.
+struct Step<'s, B: Backend> {
+    backend: &'s B,
+    /// The first part's model: the configuration every part has.
+    lead: &'s LlamaModel<B>,
+    part_rows: &'s [Range<usize>],
+    positions: &'s [u32],
+}
+
+impl<B: Backend> Step<'_, B> {
+    fn runs<K: SameTensor>(&self, tensors: impl IntoIterator<Item = K>) -> Vec<Run<K>> {
+        runs(self.part_rows, tensors)
+    }
+
+    fn attention_block(
+        &self,
+        index: usize,
+        layers: &[&LayerWeights<B>],
+        parts: &mut [ModelPart<'_, '_, B>],
+        s: &mut Scratch<B>,
+    ) -> Result<(), ModelError> {
+        let (b, c) = (self.backend, self.lead.config());
+        let hidden = c.hidden_size;
+        let q_width = c.n_heads * c.head_dim;
+        let kv_width = c.n_kv_heads * c.head_dim;
+        let eps = c.rms_norm_eps;
+
+        let norms = self.runs(layers.iter().map(|l| &**l.attn_norm));
+        let widths = Widths {
+            input: hidden,
+            output: hidden,
+        };
+        by_runs(
+            b,
+            &norms,
+            &s.x,
+            &mut s.normed,
+            widths,
+            &mut s.gather,
+            |x, w, out| b.rms_norm(x, w, eps, out),
+        )?;
+        let matmul = |x: &B::Activations,
+                      (w, bias): (&B::Matrix, Option<&B::Vector>),
+                      out: &mut B::Activations| { b.matmul(x, w, bias, out) };
+        let q = self.runs(layers.iter().map(|l| (&**l.wq, bias(l, 0))));
+        let k = self.runs(layers.iter().map(|l| (&**l.wk, bias(l, 1))));
+        let v = self.runs(layers.iter().map(|l| (&**l.wv, bias(l, 2))));
+        let to = |output| Widths {
+            input: hidden,
+            output,
+        };
+        by_runs(
+            b,
+            &q,
+            &s.normed,
+            &mut s.q,
+            to(q_width),
+            &mut s.gather,
+            matmul,
+        )?;
+        by_runs(
+            b,
+            &k,
+            &s.normed,
+            &mut s.k,
+            to(kv_width),
+            &mut s.gather,
+            matmul,
+        )?;
+        by_runs(
+            b,
+            &v,
+            &s.normed,
+            &mut s.v,
+            to(kv_width),
+            &mut s.gather,
+            matmul,
+        )?;
+
+        let inv_freq = self.lead.inv_freq();
+        b.rope(&mut s.q, c.head_dim, self.positions, inv_freq, c.rope_style)?;
+        b.rope(&mut s.k, c.head_dim, self.positions, inv_freq, c.rope_style)?;
+        let shape = self.lead.attention_shape();
+        let mut row = 0;
+        for chunk in parts.iter_mut().flat_map(|p| p.chunks.iter_mut()) {
+            let rows = row..row + chunk.tokens.len();
+            row = rows.end;
+            b.attention(
+                chunk.cache,
+                index,
+                shape,
+                &s.q,
+                &s.k,
+                &s.v,
+                rows,
+                chunk.start_pos,
+                &mut s.attn,
+            )?;
+        }
+
+        let wo = self.runs(layers.iter().map(|l| (&**l.wo, None::<&B::Vector>)));
+        let from_heads = Widths {
+            input: q_width,
+            output: hidden,
+        };
+        by_runs(
+            b,
+            &wo,
+            &s.attn,
+            &mut s.proj,
+            from_heads,
+            &mut s.gather,
+            matmul,
+        )?;
+        b.add(&mut s.x, &s.proj)?;
+        Ok(())
+    }
+
+    fn mlp_block(&self, layers: &[&LayerWeights<B>], s: &mut Scratch<B>) -> Result<(), ModelError> {
+        let (b, c) = (self.backend, self.lead.config());
+        let (hidden, inner) = (c.hidden_size, c.intermediate_size);
+        let eps = c.rms_norm_eps;
+        let norms = self.runs(layers.iter().map(|l| &**l.ffn_norm));
+        let same = Widths {
+            input: hidden,
+            output: hidden,
+        };
+        by_runs(
+            b,
+            &norms,
+            &s.x,
+            &mut s.normed,
+            same,
+            &mut s.gather,
+            |x, w, out| b.rms_norm(x, w, eps, out),
+        )?;
+        let matmul =
+            |x: &B::Activations, w: &B::Matrix, out: &mut B::Activations| b.matmul(x, w, None, out);
+        let up_widths = Widths {
+            input: hidden,
+            output: inner,
+        };
+        let gate = self.runs(layers.iter().map(|l| &**l.gate));
+        let up = self.runs(layers.iter().map(|l| &**l.up));
+        by_runs(
+            b,
+            &gate,
+            &s.normed,
+            &mut s.gate,
+            up_widths,
+            &mut s.gather,
+            matmul,
+        )?;
+        by_runs(
+            b,
+            &up,
+            &s.normed,
+            &mut s.up,
+            up_widths,
+            &mut s.gather,
+            matmul,
+        )?;
+        b.silu_mul(&mut s.gate, &s.up)?;
+        let down = self.runs(layers.iter().map(|l| &**l.down));
+        let down_widths = Widths {
+            input: inner,
+            output: hidden,
+        };
+        by_runs(
+            b,
+            &down,
+            &s.gate,
+            &mut s.proj,
+            down_widths,
+            &mut s.gather,
+            matmul,
+        )?;
+        b.add(&mut s.x, &s.proj)?;
+        Ok(())
+    }
+
+    /// Final norm and output projection, on the rows that want logits only
+    /// (the output projection is the largest matrix of a small model).
+    fn logits(
+        &self,
+        parts: &[ModelPart<'_, '_, B>],
+        s: &mut Scratch<B>,
+    ) -> Result<Vec<f32>, ModelError> {
+        let (b, c) = (self.backend, self.lead.config());
+        let hidden = c.hidden_size;
+        // The rows that want logits, and each part's share of them.
+        let mut wanted = Vec::new();
+        let mut wanted_rows = Vec::with_capacity(parts.len());
+        let mut row = 0;
+        for part in parts {
+            let first = wanted.len();
+            for chunk in part.chunks.iter() {
+                let len = chunk.tokens.len();
+                match chunk.logits {
+                    LogitRows::None => {}
+                    LogitRows::Last => wanted.push(row + len - 1),
+                    LogitRows::All => wanted.extend(row..row + len),
+                }
+                row += len;
+            }
+            wanted_rows.push(first..wanted.len());
+        }
+        if wanted.is_empty() {
+            return Ok(Vec::new());
+        }
+        select_rows(b, &s.x, &wanted, hidden, &mut s.selected)?;
+        let norms = runs(
+            &wanted_rows,
+            parts.iter().map(|p| &**p.model.weights().output_norm),
+        );
+        let same = Widths {
+            input: hidden,
+            output: hidden,
+        };
+        let eps = c.rms_norm_eps;
+        b.resize(&mut s.normed, wanted.len(), hidden);
+        by_runs(
+            b,
+            &norms,
+            &s.selected,
+            &mut s.normed,
+            same,
+            &mut s.gather,
+            |x, w, out| b.rms_norm(x, w, eps, out),
+        )?;
+        let heads = runs(
+            &wanted_rows,
+            parts.iter().map(|p| p.model.weights().lm_head()),
+        );
+        let to_vocab = Widths {
+            input: hidden,
+            output: c.vocab_size,
+        };
+        b.resize(&mut s.logits, wanted.len(), c.vocab_size);
+        by_runs(
+            b,
+            &heads,
+            &s.normed,
+            &mut s.logits,
+            to_vocab,
+            &mut s.gather,
+            |x, w, out| b.matmul(x, w, None, out),
+        )?;
+        let mut out = vec![0.0f32; wanted.len() * c.vocab_size];
+        for (i, dst) in out.chunks_exact_mut(c.vocab_size).enumerate() {
+            b.read_row(&s.logits, i, dst);
+        }
+        Ok(out)
+    }
+}
+
+/// Layer `l`'s Q (0), K (1) or V (2) bias, if it has them.
+fn bias<B: Backend>(l: &LayerWeights<B>, which: usize) -> Option<&B::Vector> {
+    let biases = l.qkv_bias.as_ref()?;
+    biases.get(which).map(|v| &***v)
+}
+
+/// Copies rows `wanted` of `x` into `selected`, in order.
+fn select_rows<B: Backend>(
+    b: &B,
+    x: &B::Activations,
+    wanted: &[usize],
+    cols: usize,
+    selected: &mut B::Activations,
+) -> Result<(), ModelError> {
+    b.resize(selected, wanted.len(), cols);
+    for (i, &row) in wanted.iter().enumerate() {
+        b.copy_rows(x, row..row + 1, selected, i)?;
+    }
+    Ok(())
+}

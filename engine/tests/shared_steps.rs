@@ -1,0 +1,255 @@
+//! Checkpoints that share most tensors run in one forward step: every
+//! shared matrix multiplies all their rows at once, the differing ones run
+//! per checkpoint, and each row's logits are exactly those of its own
+//! checkpoint run alone.
+
+use std::path::{Path, PathBuf};
+
+use switchyard_engine::formats::load_checkpoint;
+use switchyard_engine::model::{
+    forward_many, LlamaModel, LogitRows, ModelError, ModelPart, SequenceChunk,
+};
+use switchyard_engine::repository::demo::{make_demo_repository, DemoOptions};
+use switchyard_engine::store::WeightStore;
+use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
+use switchyard_kernels::cpu::CpuBackend;
+use switchyard_kernels::DType;
+use tempfile::TempDir;
+
+type Model = LlamaModel<CpuBackend>;
+
+fn synthetic(dir: &Path, name: &str, preset: Preset, seed: u64) -> PathBuf {
+    let path = dir.join(name);
+    let spec = SyntheticSpec {
+        preset,
+        dtype: DType::Q4_1,
+        seed,
+    };
+    write_gguf(&spec, &path).unwrap();
+    path
+}
+
+/// The synthetic base, its Q8_0 re-quantization and three derived
+/// checkpoints (a rank-4 delta on the last two `ffn_down`), all loaded
+/// through one store.
+struct Family {
+    base: Model,
+    requantized: Model,
+    derived: Vec<Model>,
+}
+
+fn family(dir: &Path, backend: &CpuBackend, store: &WeightStore<CpuBackend>) -> Family {
+    let base_path = synthetic(dir, "base.gguf", Preset::Smollm2, 7);
+    let options = DemoOptions {
+        base: base_path,
+        out: dir.join("repo"),
+    };
+    let repo = make_demo_repository(&options, &mut |_| {}).unwrap();
+    let mut models = repo.checkpoints.iter().map(|c| {
+        let checkpoint = load_checkpoint(&c.path).unwrap();
+        LlamaModel::load_shared(backend, &checkpoint, store)
+            .unwrap()
+            .0
+    });
+    let base = models.next().unwrap();
+    let requantized = models.next().unwrap();
+    Family {
+        base,
+        requantized,
+        derived: models.collect(),
+    }
+}
+
+const PROMPTS: [&[u32]; 4] = [
+    &[1, 5, 9, 2, 44],
+    &[7, 7, 3],
+    &[4, 100, 200, 12, 33, 8],
+    &[9],
+];
+
+/// Logits of every token of `prompt` then of `decode` more greedy tokens,
+/// run on `model` alone.
+fn alone(model: &Model, backend: &CpuBackend, prompt: &[u32], decode: usize) -> Vec<Vec<f32>> {
+    let mut cache = model.new_cache(backend, 64).unwrap();
+    let mut scratch = model.new_scratch(backend);
+    let mut chunks = [SequenceChunk {
+        tokens: prompt,
+        start_pos: 0,
+        cache: &mut cache,
+        logits: LogitRows::All,
+    }];
+    let logits = model.forward(backend, &mut chunks, &mut scratch).unwrap();
+    let vocab = model.config().vocab_size;
+    let mut rows: Vec<Vec<f32>> = logits.chunks(vocab).map(<[f32]>::to_vec).collect();
+    let mut position = prompt.len();
+    for _ in 0..decode {
+        let next = [argmax(rows.last().unwrap())];
+        let mut chunks = [SequenceChunk {
+            tokens: &next,
+            start_pos: position,
+            cache: &mut cache,
+            logits: LogitRows::Last,
+        }];
+        rows.push(model.forward(backend, &mut chunks, &mut scratch).unwrap());
+        position += 1;
+    }
+    rows
+}
+
+fn argmax(row: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, v) in row.iter().enumerate() {
+        if *v > row[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+#[test]
+fn derived_checkpoints_share_steps_and_a_requantized_one_does_not() {
+    let dir = TempDir::new().unwrap();
+    let backend = CpuBackend::new(1);
+    let store = WeightStore::new();
+    let f = family(dir.path(), &backend, &store);
+    for derived in &f.derived {
+        assert!(f.base.shares_steps_with(derived));
+        assert!(derived.shares_steps_with(&f.base));
+    }
+    assert!(f.derived[0].shares_steps_with(&f.derived[1]));
+    assert!(!f.base.shares_steps_with(&f.requantized));
+    let other = synthetic(dir.path(), "other.gguf", Preset::Llama, 7);
+    let other = LlamaModel::load(&backend, &load_checkpoint(&other).unwrap()).unwrap();
+    assert!(!f.base.shares_steps_with(&other));
+}
+
+/// Prefill then greedy decode of four sequences over three checkpoints in
+/// shared steps, compared with each run alone: equal to the bit.
+#[test]
+fn a_shared_step_gives_each_row_its_own_checkpoints_logits() {
+    let dir = TempDir::new().unwrap();
+    let backend = CpuBackend::new(2);
+    let store = WeightStore::new();
+    let f = family(dir.path(), &backend, &store);
+    // Sequence i runs on owners[i]; the base appears twice, not adjacent.
+    let owners: [&Model; 4] = [&f.base, &f.derived[0], &f.derived[1], &f.base];
+    const DECODE: usize = 6;
+    let expected: Vec<Vec<Vec<f32>>> = owners
+        .iter()
+        .zip(PROMPTS)
+        .map(|(m, p)| alone(m, &backend, p, DECODE))
+        .collect();
+
+    let mut caches: Vec<_> = owners
+        .iter()
+        .map(|m| m.new_cache(&backend, 64).unwrap())
+        .collect();
+    let mut scratch = f.base.new_scratch(&backend);
+    let vocab = f.base.config().vocab_size;
+    let mut got: Vec<Vec<Vec<f32>>> = vec![Vec::new(); owners.len()];
+    let mut last: Vec<Vec<u32>> = PROMPTS.iter().map(|p| p.to_vec()).collect();
+    let mut positions = vec![0usize; owners.len()];
+    for step in 0..=DECODE {
+        let mut chunks: Vec<SequenceChunk<'_, CpuBackend>> = caches
+            .iter_mut()
+            .zip(&last)
+            .zip(&positions)
+            .map(|((cache, tokens), &start_pos)| SequenceChunk {
+                tokens,
+                start_pos,
+                cache,
+                logits: if step == 0 {
+                    LogitRows::All
+                } else {
+                    LogitRows::Last
+                },
+            })
+            .collect();
+        let (first, rest) = chunks.split_at_mut(1);
+        let (second, rest) = rest.split_at_mut(1);
+        let (third, fourth) = rest.split_at_mut(1);
+        let mut parts = [
+            ModelPart {
+                model: owners[0],
+                chunks: first,
+            },
+            ModelPart {
+                model: owners[1],
+                chunks: second,
+            },
+            ModelPart {
+                model: owners[2],
+                chunks: third,
+            },
+            ModelPart {
+                model: owners[3],
+                chunks: fourth,
+            },
+        ];
+        let logits = forward_many(&backend, &mut parts, &mut scratch).unwrap();
+        drop(chunks);
+        let mut rows = logits.chunks(vocab);
+        for (i, tokens) in last.iter_mut().enumerate() {
+            let wanted = if step == 0 { tokens.len() } else { 1 };
+            for _ in 0..wanted {
+                got[i].push(rows.next().unwrap().to_vec());
+            }
+            positions[i] += tokens.len();
+            *tokens = vec![argmax(got[i].last().unwrap())];
+        }
+        assert!(rows.next().is_none(), "more logits rows than asked");
+    }
+    for (i, (got, expected)) in got.iter().zip(&expected).enumerate() {
+        assert_eq!(got.len(), expected.len(), "sequence {i}");
+        for (t, (g, e)) in got.iter().zip(expected).enumerate() {
+            assert!(
+                g == e,
+                "sequence {i} row {t}: the shared step's logits differ"
+            );
+        }
+    }
+    // The derived checkpoints do answer differently from the base, so the
+    // equality above is not a base-only coincidence.
+    let base_on_1 = alone(&f.base, &backend, PROMPTS[1], 0);
+    assert!(base_on_1 != expected[1][..PROMPTS[1].len()]);
+}
+
+#[test]
+fn a_step_refuses_checkpoints_of_different_shapes() {
+    let dir = TempDir::new().unwrap();
+    let backend = CpuBackend::new(1);
+    let a = synthetic(dir.path(), "a.gguf", Preset::Smollm2, 1);
+    let b = synthetic(dir.path(), "b.gguf", Preset::Llama, 1);
+    let a = LlamaModel::load(&backend, &load_checkpoint(&a).unwrap()).unwrap();
+    let b = LlamaModel::load(&backend, &load_checkpoint(&b).unwrap()).unwrap();
+    let mut ca = a.new_cache(&backend, 8).unwrap();
+    let mut cb = b.new_cache(&backend, 8).unwrap();
+    let mut first = [SequenceChunk {
+        tokens: &[1, 2],
+        start_pos: 0,
+        cache: &mut ca,
+        logits: LogitRows::Last,
+    }];
+    let mut second = [SequenceChunk {
+        tokens: &[3],
+        start_pos: 0,
+        cache: &mut cb,
+        logits: LogitRows::Last,
+    }];
+    let mut parts = [
+        ModelPart {
+            model: &a,
+            chunks: &mut first,
+        },
+        ModelPart {
+            model: &b,
+            chunks: &mut second,
+        },
+    ];
+    let mut scratch = a.new_scratch(&backend);
+    let err = forward_many(&backend, &mut parts, &mut scratch).unwrap_err();
+    assert!(
+        matches!(err, ModelError::MixedArchitectures { .. }),
+        "{err}"
+    );
+}
