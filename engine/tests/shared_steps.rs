@@ -81,8 +81,7 @@ fn alone(model: &Model, backend: &CpuBackend, prompt: &[u32], decode: usize) -> 
     let logits = model.forward(backend, &mut chunks, &mut scratch).unwrap();
     let vocab = model.config().vocab_size;
     let mut rows: Vec<Vec<f32>> = logits.chunks(vocab).map(<[f32]>::to_vec).collect();
-    let mut position = prompt.len();
-    for _ in 0..decode {
+    for position in prompt.len()..prompt.len() + decode {
         let next = [argmax(rows.last().unwrap())];
         let mut chunks = [SequenceChunk {
             tokens: &next,
@@ -91,7 +90,6 @@ fn alone(model: &Model, backend: &CpuBackend, prompt: &[u32], decode: usize) -> 
             logits: LogitRows::Last,
         }];
         rows.push(model.forward(backend, &mut chunks, &mut scratch).unwrap());
-        position += 1;
     }
     rows
 }
