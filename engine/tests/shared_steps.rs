@@ -3,13 +3,22 @@
 //! per checkpoint, and each row's logits are exactly those of its own
 //! checkpoint run alone.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
 
 use switchyard_engine::formats::load_checkpoint;
 use switchyard_engine::model::{
     forward_many, LlamaModel, LogitRows, ModelError, ModelPart, SequenceChunk,
 };
+use switchyard_engine::registry::Registry;
 use switchyard_engine::repository::demo::{make_demo_repository, DemoOptions};
+use switchyard_engine::sampling::{SamplingParams, StopCondition};
+use switchyard_engine::serving::{
+    CheckpointId, Executor, ExecutorConfig, ExecutorObserver, SequenceEvent, SequenceRequest,
+};
 use switchyard_engine::store::WeightStore;
 use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
 use switchyard_kernels::cpu::CpuBackend;
@@ -249,5 +258,102 @@ fn a_step_refuses_checkpoints_of_different_shapes() {
     assert!(
         matches!(err, ModelError::MixedArchitectures { .. }),
         "{err}"
+    );
+}
+
+/// Counts the checkpoints' shares of steps (one call per checkpoint per step).
+#[derive(Default)]
+struct ShareCounter(AtomicU64);
+
+impl ExecutorObserver for ShareCounter {
+    fn step(&self, _: &CheckpointId, _: usize, _: usize, _: Duration) {
+        self.0.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// Clients hammer the base and its three derived checkpoints at once: the
+/// executor runs them in shared steps, and every greedy output equals that
+/// checkpoint's output run alone.
+#[test]
+fn the_executor_runs_derived_checkpoints_together_without_mixing_them() {
+    const TOKENS: usize = 8;
+    let dir = TempDir::new().unwrap();
+    let backend = Arc::new(CpuBackend::new(2));
+    let base_path = synthetic(dir.path(), "base.gguf", Preset::Smollm2, 7);
+    let options = DemoOptions {
+        base: base_path,
+        out: dir.path().join("repo"),
+    };
+    let repo = make_demo_repository(&options, &mut |_| {}).unwrap();
+    let registry = Arc::new(Registry::new(backend.clone(), None));
+    let mut names = Vec::new();
+    // The base (version 1) and the three derived checkpoints; not the Q8_0 one.
+    for c in repo.checkpoints.iter().filter(|c| c.version == "1") {
+        registry.register(&c.model, &c.version, &c.path, &[]);
+        registry.load(&c.model, &c.version).unwrap();
+        registry.activate(&c.model, &c.version).unwrap();
+        names.push(c.model.clone());
+    }
+    assert_eq!(names.len(), 4);
+    let mut expected: HashMap<(String, usize), Vec<u32>> = HashMap::new();
+    for name in &names {
+        let checkpoint = registry.resolve(name).unwrap();
+        for (p, prompt) in PROMPTS.iter().enumerate() {
+            let rows = alone(&checkpoint.model, &backend, prompt, TOKENS - 1);
+            let ids = rows[prompt.len() - 1..].iter().map(|r| argmax(r)).collect();
+            expected.insert((name.clone(), p), ids);
+        }
+    }
+    let counter = Arc::new(ShareCounter::default());
+    let executor = Arc::new(
+        Executor::spawn(backend.clone(), ExecutorConfig::default(), counter.clone()).unwrap(),
+    );
+    let clients: Vec<_> = (0..8)
+        .map(|client| {
+            let (registry, executor, expected, names) = (
+                registry.clone(),
+                executor.clone(),
+                expected.clone(),
+                names.clone(),
+            );
+            std::thread::spawn(move || {
+                for i in 0..6 {
+                    let name = &names[(client + i) % names.len()];
+                    let p = (client * 3 + i) % PROMPTS.len();
+                    let checkpoint = registry.resolve(name).unwrap();
+                    let (sender, receiver) = mpsc::channel();
+                    let request = SequenceRequest {
+                        prompt: PROMPTS[p].to_vec(),
+                        sampling: SamplingParams::default(),
+                        stop: StopCondition {
+                            max_tokens: Some(TOKENS),
+                            ..StopCondition::default()
+                        },
+                        decoder: None,
+                        sink: Box::new(sender),
+                        deadline: None,
+                    };
+                    executor.submit(&checkpoint, request).unwrap();
+                    let mut ids = Vec::new();
+                    loop {
+                        match receiver.recv_timeout(Duration::from_secs(60)).unwrap() {
+                            SequenceEvent::Token(token) => ids.push(token.id),
+                            SequenceEvent::Done { .. } => break,
+                            SequenceEvent::Error(message) => panic!("request failed: {message}"),
+                        }
+                    }
+                    assert_eq!(ids, expected[&(name.clone(), p)], "{name} prompt {p}");
+                }
+            })
+        })
+        .collect();
+    for client in clients {
+        client.join().unwrap();
+    }
+    let shares = counter.0.load(Ordering::Acquire);
+    let steps = executor.steps();
+    assert!(
+        shares > steps + steps / 4,
+        "{shares} checkpoint shares over {steps} steps: the checkpoints rarely shared a step"
     );
 }

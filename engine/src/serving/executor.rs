@@ -1,12 +1,14 @@
 //! The executor: one thread, many checkpoints, one batch per step.
 //!
 //! Each checkpoint has its own queue and batch ([`Group`]). Every step the
-//! thread picks one checkpoint ([`super::choice`]), points the weight table
-//! at it (an `ArcSwap` store: a pointer swap, not a copy), and runs one
-//! forward over that checkpoint's batch. Sequences of other checkpoints keep
-//! their KV caches and resume where they were. Admission is global and in
-//! arrival order, bounded by one pool of sequence slots (each slot holds a
-//! KV cache) shared by all checkpoints.
+//! thread picks one checkpoint ([`super::choice`]), adds the runnable
+//! checkpoints that share most of its tensors (a base and checkpoints
+//! derived from it: their shared matrices then multiply every row at once),
+//! points the weight table at them (an `ArcSwap` store: a pointer swap, not
+//! a copy), and runs one forward over their batches. Sequences of other
+//! checkpoints keep their KV caches and resume where they were. Admission
+//! is global and in arrival order, bounded by one pool of sequence slots
+//! (each slot holds a KV cache) shared by all checkpoints.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
@@ -16,10 +18,12 @@ use std::time::Instant;
 use arc_swap::ArcSwapOption;
 use switchyard_kernels::Backend;
 
-use super::checkpoint::{CheckpointHandle, CheckpointId, ServedCheckpoint};
+use super::checkpoint::{CheckpointHandle, CheckpointId};
 use super::group::{Group, Waiting};
 use super::queue::{SequenceRequest, SubmitError};
+use super::table::WeightTable;
 use super::{choice, ExecutorObserver};
+use crate::model::{forward_many, ModelPart};
 
 /// The executor's limits.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,7 +70,7 @@ struct Shared {
 pub struct Executor<B: Backend> {
     requests: mpsc::Sender<Submission<B>>,
     shared: Arc<Shared>,
-    table: Arc<ArcSwapOption<ServedCheckpoint<B>>>,
+    table: Arc<ArcSwapOption<WeightTable<B>>>,
     max_queued: usize,
     thread: Option<JoinHandle<()>>,
 }
@@ -182,7 +186,7 @@ impl<B: Backend> Executor<B> {
 
     /// The checkpoint whose weights the table points at now.
     pub fn current(&self) -> Option<CheckpointId> {
-        self.table.load().as_ref().map(|c| c.id.clone())
+        self.table.load().as_ref().and_then(|t| t.lead_id())
     }
 
     /// Stops taking requests, lets the thread finish what it holds, and waits for it.
@@ -206,7 +210,7 @@ struct Scheduler<B: Backend> {
     /// Checkpoints with work, in the order their first request came.
     groups: Vec<Group<B>>,
     /// The weight table the forward reads: swapped between steps.
-    table: Arc<ArcSwapOption<ServedCheckpoint<B>>>,
+    table: Arc<ArcSwapOption<WeightTable<B>>>,
     shared: Arc<Shared>,
     observer: Arc<dyn ExecutorObserver>,
 }
@@ -290,14 +294,19 @@ impl<B: Backend> Scheduler<B> {
         }
     }
 
-    /// Picks a checkpoint, swaps the table to it if needed, runs its step.
+    /// Picks a checkpoint and the checkpoints that can share its step,
+    /// points the weight table at them if it is not already, runs the step.
     fn step_one(&mut self) {
         let now = Instant::now();
         let current = self.table.load_full();
+        let budget = self.config.max_step_tokens;
         let claims: Vec<choice::Claim> = self
             .groups
             .iter()
-            .map(|g| g.claim(self.config.max_step_tokens, current.as_ref()))
+            .map(|g| {
+                let held = current.as_ref().is_some_and(|t| t.holds(&g.checkpoint));
+                g.claim(budget, held)
+            })
             .collect();
         // Only checkpoints with something to run compete.
         let runnable: Vec<usize> = claims
@@ -314,36 +323,38 @@ impl<B: Backend> Scheduler<B> {
         else {
             return;
         };
-        let Some(group) = self.groups.get_mut(chosen) else {
+        let plan = self.plan_step(chosen, &runnable);
+        if plan.is_empty() {
             return;
-        };
+        }
+        let wanted: Vec<CheckpointHandle<B>> = plan
+            .iter()
+            .filter_map(|(i, _)| self.groups.get(*i))
+            .map(|g| g.checkpoint.clone())
+            .collect();
+
         let decided = Instant::now();
         let swapped_from = match &current {
-            Some(c) if Arc::ptr_eq(c, &group.checkpoint) => None,
-            other => Some(other.as_ref().map(|c| c.id.clone())),
+            Some(table) if table.is(&wanted) => None,
+            other => Some(other.as_ref().and_then(|t| t.lead_id())),
         };
         if swapped_from.is_some() {
-            self.table.store(Some(group.checkpoint.clone()));
+            self.table.store(Some(Arc::new(WeightTable {
+                checkpoints: wanted,
+            })));
         }
         // The forward reads its weights through the table from here on.
-        let Some(weights) = self.table.load_full() else {
+        let Some(table) = self.table.load_full() else {
             return;
         };
+        let Some(lead) = table.lead() else { return };
         if let Some(from) = swapped_from {
             let latency = decided.elapsed();
             self.shared.swaps.fetch_add(1, Ordering::AcqRel);
-            self.observer.swap(from.as_ref(), &weights.id, latency);
+            self.observer.swap(from.as_ref(), &lead.id, latency);
         }
-        let scratch = self
-            .scratch
-            .get_or_insert_with(|| weights.model.new_scratch(&self.backend));
         let started = Instant::now();
-        let (rows, sequences) = group.step(
-            &self.backend,
-            &weights.model,
-            scratch,
-            self.config.max_step_tokens,
-        );
+        self.run_step(&table, plan);
         let elapsed = started.elapsed();
         self.shared.steps.fetch_add(1, Ordering::AcqRel);
         let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
@@ -355,9 +366,102 @@ impl<B: Backend> Scheduler<B> {
             (average * 7 + micros) / 8
         };
         self.shared.step_micros.store(updated, Ordering::Release);
-        self.observer.step(&weights.id, rows, sequences, elapsed);
+    }
+
+    /// The groups that run this step, `chosen` first, with the spans each
+    /// runs: `chosen` plus every runnable group whose checkpoint shares
+    /// most tensors with it, while the step's token budget lasts.
+    fn plan_step(&self, chosen: usize, runnable: &[usize]) -> Vec<(usize, Spans)> {
+        let Some(lead) = self.groups.get(chosen) else {
+            return Vec::new();
+        };
+        let mut budget = self.config.max_step_tokens.max(1);
+        let mut plan = Vec::new();
+        let companions = runnable.iter().copied().filter(|&i| {
+            i != chosen
+                && self
+                    .groups
+                    .get(i)
+                    .is_some_and(|g| lead.checkpoint.model.shares_steps_with(&g.checkpoint.model))
+        });
+        for index in std::iter::once(chosen).chain(companions) {
+            if budget == 0 {
+                break;
+            }
+            let Some(group) = self.groups.get(index) else {
+                continue;
+            };
+            let spans = group.plan(budget);
+            let (rows, _) = Group::<B>::size(&spans);
+            if rows == 0 {
+                continue;
+            }
+            budget = budget.saturating_sub(rows);
+            plan.push((index, spans));
+        }
+        plan
+    }
+
+    /// One forward over the planned groups' chunks with the table's
+    /// weights (the table lists the groups' checkpoints in plan order),
+    /// then sampling.
+    fn run_step(&mut self, table: &WeightTable<B>, plan: Vec<(usize, Spans)>) {
+        let order: Vec<usize> = plan.iter().map(|(i, _)| *i).collect();
+        let mut picked: Vec<(usize, &mut Group<B>)> = self
+            .groups
+            .iter_mut()
+            .enumerate()
+            .filter(|(i, _)| order.contains(i))
+            .collect();
+        picked.sort_by_key(|(i, _)| order.iter().position(|o| o == i));
+        let spans: Vec<Spans> = plan.into_iter().map(|(_, s)| s).collect();
+        let Some(lead) = table.lead() else { return };
+        let scratch = self
+            .scratch
+            .get_or_insert_with(|| lead.model.new_scratch(&self.backend));
+
+        let mut chunk_lists: Vec<_> = picked
+            .iter_mut()
+            .zip(&spans)
+            .map(|((_, group), spans)| group.chunks(spans))
+            .collect();
+        let mut parts: Vec<ModelPart<'_, '_, B>> = chunk_lists
+            .iter_mut()
+            .zip(&table.checkpoints)
+            .map(|(chunks, checkpoint)| ModelPart {
+                model: &checkpoint.model,
+                chunks,
+            })
+            .collect();
+        let started = Instant::now();
+        let result = forward_many(&*self.backend, &mut parts, scratch);
+        drop(parts);
+        drop(chunk_lists);
+        let elapsed = started.elapsed();
+
+        match result {
+            Ok(logits) => {
+                let vocab = lead.model.config().vocab_size.max(1);
+                let mut rows = logits.chunks_exact(vocab);
+                for ((_, group), spans) in picked.iter_mut().zip(spans) {
+                    let (count, sequences) = Group::<B>::size(&spans);
+                    self.observer
+                        .step(&group.checkpoint.id, count, sequences, elapsed);
+                    group.finish(spans, &mut rows);
+                }
+            }
+            Err(e) => {
+                let message = format!("the forward pass failed: {e}");
+                for (_, group) in picked.iter_mut() {
+                    group.fail_all(&message);
+                }
+            }
+        }
     }
 }
+
+/// Each sequence's span of tokens in a step (`None`: it sits this one out).
+type Spans = Vec<Option<std::ops::Range<usize>>>;
 
 /// Observer that ignores everything (tests, tools).
 pub struct NoObserver;

@@ -2,16 +2,15 @@
 
 use std::collections::VecDeque;
 use std::ops::Range;
-use std::sync::Arc;
 use std::time::Instant;
 
 use switchyard_kernels::Backend;
 
-use super::checkpoint::{CheckpointHandle, ServedCheckpoint};
+use super::checkpoint::CheckpointHandle;
 use super::choice::Claim;
 use super::queue::{SequenceEvent, SequenceRequest};
 use super::sequence::Sequence;
-use crate::model::{LlamaModel, LogitRows, Scratch, SequenceChunk};
+use crate::model::{LogitRows, SequenceChunk};
 
 /// A request waiting for a batch slot.
 pub(super) struct Waiting {
@@ -89,12 +88,9 @@ impl<B: Backend> Group<B> {
         }
     }
 
-    /// This checkpoint's claim on the next step.
-    pub(super) fn claim(
-        &self,
-        max_step_tokens: usize,
-        current: Option<&Arc<ServedCheckpoint<B>>>,
-    ) -> Claim {
+    /// This checkpoint's claim on the next step; `current` says whether
+    /// the weight table holds its weights now.
+    pub(super) fn claim(&self, max_step_tokens: usize, current: bool) -> Claim {
         let rows = self
             .plan(max_step_tokens)
             .iter()
@@ -111,23 +107,16 @@ impl<B: Backend> Group<B> {
             waiting_since: self.last_run,
             rows,
             deadline,
-            current: current.is_some_and(|c| Arc::ptr_eq(c, &self.checkpoint)),
+            current,
         }
     }
 
-    /// One forward pass over the batch with `model` (the weight table the
-    /// executor swapped in), then sampling. Returns rows and sequences run.
-    pub(super) fn step(
-        &mut self,
-        backend: &B,
-        model: &LlamaModel<B>,
-        scratch: &mut Scratch<B>,
-        max_step_tokens: usize,
-    ) -> (usize, usize) {
+    /// The chunks `spans` (from [`Group::plan`]) asks for, in sequence
+    /// order: this checkpoint's share of the step that runs now.
+    pub(super) fn chunks(&mut self, spans: &[Option<Range<usize>>]) -> Vec<SequenceChunk<'_, B>> {
         self.last_run = Instant::now();
-        let spans = self.plan(max_step_tokens);
         let mut chunks = Vec::with_capacity(self.active.len());
-        for (sequence, span) in self.active.iter_mut().zip(&spans) {
+        for (sequence, span) in self.active.iter_mut().zip(spans) {
             let Some(span) = span else { continue };
             let wants_logits = span.end == sequence.tokens.len();
             chunks.push(SequenceChunk {
@@ -142,29 +131,34 @@ impl<B: Backend> Group<B> {
                 },
             });
         }
-        let rows: usize = chunks.iter().map(|c| c.tokens.len()).sum();
-        let sequences = chunks.len();
-        if chunks.is_empty() {
-            return (0, 0);
-        }
-        let result = model.forward(backend, &mut chunks, scratch);
-        drop(chunks);
-        let logits = match result {
-            Ok(logits) => logits,
-            Err(e) => {
-                // Which sequence caused it is unknown; fail the whole batch
-                // rather than loop on the same error.
-                for sequence in &mut self.active {
-                    sequence.fail(format!("the forward pass failed: {e}"));
-                    self.checkpoint.finished();
-                }
-                self.active.clear();
-                return (rows, sequences);
-            }
-        };
+        chunks
+    }
 
-        let vocab = model.config().vocab_size;
-        let mut logit_rows = logits.chunks_exact(vocab);
+    /// Rows and sequences that `spans` runs.
+    pub(super) fn size(spans: &[Option<Range<usize>>]) -> (usize, usize) {
+        let rows = spans.iter().flatten().map(|s| s.len()).sum();
+        let sequences = spans.iter().flatten().count();
+        (rows, sequences)
+    }
+
+    /// Ends every sequence with `message` (the step's forward failed; which
+    /// sequence caused it is unknown, so the whole batch fails rather than
+    /// loop on the same error).
+    pub(super) fn fail_all(&mut self, message: &str) {
+        for sequence in &mut self.active {
+            sequence.fail(message.to_string());
+            self.checkpoint.finished();
+        }
+        self.active.clear();
+    }
+
+    /// Takes the step's results: each sequence whose span reached its last
+    /// token samples from the next row of `logits` (`vocab` floats each).
+    pub(super) fn finish<'l>(
+        &mut self,
+        spans: Vec<Option<Range<usize>>>,
+        logits: &mut impl Iterator<Item = &'l [f32]>,
+    ) {
         let mut keep = Vec::with_capacity(self.active.len());
         for (sequence, span) in self.active.iter_mut().zip(spans) {
             let Some(span) = span else {
@@ -176,7 +170,7 @@ impl<B: Backend> Group<B> {
                 keep.push(true);
                 continue;
             }
-            let goes_on = match logit_rows.next() {
+            let goes_on = match logits.next() {
                 Some(row) => sequence.accept_logits(row),
                 None => {
                     sequence.fail("the forward pass returned fewer logits rows than asked".into());
@@ -194,12 +188,11 @@ impl<B: Backend> Group<B> {
             }
             goes_on
         });
-        (rows, sequences)
     }
 
     /// The tokens each sequence runs next step: one for each decoding
     /// sequence, then prompt chunks in arrival order within the step budget.
-    fn plan(&self, max_step_tokens: usize) -> Vec<Option<Range<usize>>> {
+    pub(super) fn plan(&self, max_step_tokens: usize) -> Vec<Option<Range<usize>>> {
         let decoding = self.active.iter().filter(|s| s.is_decoding()).count();
         let mut budget = max_step_tokens.max(1).saturating_sub(decoding);
         self.active

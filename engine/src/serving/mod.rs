@@ -6,8 +6,9 @@
 //! checkpoint version they run on ([`ServedCheckpoint`], shared). Each step
 //! the thread admits waiting sequences into the one shared pool of KV-cache
 //! slots, picks the checkpoint whose batch runs next (queue age, deadlines,
-//! batch size, swap cost: `choice.rs`), points the weight table at it, runs
-//! ONE forward pass over that checkpoint's batch (one decode row per
+//! batch size, swap cost: `choice.rs`), points the weight table at it (and
+//! at the checkpoints that share most of its tensors, which join the step:
+//! `table.rs`), runs ONE forward pass over their batches (one decode row per
 //! sequence plus prefill chunks), samples, streams tokens to each
 //! [`EventSink`], and drops finished or cancelled sequences — and their KV
 //! caches — at once. When nothing is active the thread sleeps.
@@ -17,6 +18,7 @@
 //! - `sequence.rs`: one sequence's state and what happens to a sampled token;
 //! - `group.rs`: one checkpoint's queue and batch;
 //! - `choice.rs`: which checkpoint runs next;
+//! - `table.rs`: the weight table a step reads;
 //! - `executor.rs`: the handle, the weight table and the scheduling loop.
 
 mod checkpoint;
@@ -25,6 +27,7 @@ mod executor;
 mod group;
 mod queue;
 mod sequence;
+mod table;
 
 use std::time::Duration;
 
