@@ -12,7 +12,8 @@ use switchyard_router::metrics::{set_queue_depth, STEP_ROWS, SWAP_DURATION_SECON
 
 /// Counter: weight-table swaps between checkpoints.
 const SWAPS_TOTAL: &str = "switchyard_swaps_total";
-/// Counter: forward steps, by `model` and `version`.
+/// Counter: forward steps that ran a checkpoint's rows, by `model` and
+/// `version` (a step shared by checkpoints that share tensors counts for each).
 const STEPS_TOTAL: &str = "switchyard_steps_total";
 /// Gauge: requests waiting for a batch slot, by `model` and `version`.
 const CHECKPOINT_QUEUE_DEPTH: &str = "switchyard_checkpoint_queue_depth";
