@@ -19,12 +19,16 @@ port=18500
 
 [[ -d "$repo/smollm2-derived-c" ]] || "$bin" demo-repo "$repo" --base "$(scripts/fetch-model.sh)"
 
-"$bin" serve --repo "$repo" --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$((port + 1))" \
-  > /tmp/switchyard-mixed-traffic.log 2>&1 &
+log=/tmp/switchyard-mixed-traffic.log
+"$bin" serve --repo "$repo" --listen "127.0.0.1:$port" > "$log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null || true' EXIT
-for _ in $(seq 1 120); do
-  curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+until curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1; do
+  if ! kill -0 $server 2>/dev/null; then
+    echo "the server exited; its log ($log):" >&2
+    tail -20 "$log" >&2
+    exit 1
+  fi
   sleep 0.5
 done
 
