@@ -101,6 +101,12 @@ def test_the_repository_is_served_with_shared_tensors_once(server, client):
     # The derived checkpoints share all but two matrices with smollm2@1.
     assert memory["ram_bytes"] < 0.6 * memory["ram_bytes_without_sharing"], memory
     assert active_version(server, "smollm2") == "1"
+    # What the engine recorded while it loaded, before serving, is exported.
+    with urllib.request.urlopen(server["base"] + "/metrics", timeout=30) as r:
+        metrics = r.read().decode()
+    assert f'switchyard_memory_bytes{{tier="ram"}} {memory["ram_bytes"]}' in metrics
+    assert 'switchyard_active_version{model="smollm2",version="1"} 1' in metrics
+    assert 'switchyard_loads_total{model="smollm2-derived-a",version="1",result="ok"} 1' in metrics
 
 
 def test_no_request_mixes_weights_while_versions_flip(server, client, reference):

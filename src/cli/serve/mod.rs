@@ -101,6 +101,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let policy = policy::PolicySetup::load(&args.policy)?;
     let settings = settings(args)?;
     let router_defaults = RouterConfig::default();
+    // The recorder first: what the engine records while it loads (load
+    // durations, resident bytes, active versions) would otherwise be lost.
+    let _ = switchyard_router::metrics::Metrics::global();
     let (engine, repository) = start_engine(&settings, router_defaults.request_timeout)?;
     let engine = Arc::new(engine);
     let model_admin: Arc<dyn ModelAdmin> =
