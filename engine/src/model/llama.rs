@@ -6,7 +6,7 @@
 //! and runs them as one batch: every matrix multiply sees all rows at once,
 //! attention runs per sequence over that sequence's KV cache.
 
-use switchyard_kernels::{AttentionShape, Backend};
+use switchyard_kernels::{AttentionShape, Backend, MatmulProduct};
 
 use super::weights::{LayerWeights, LoadStats, ModelWeights};
 use super::ModelError;
@@ -193,9 +193,27 @@ impl<B: Backend> LlamaModel<B> {
             Some([q, k, v]) => [Some(&***q), Some(&***k), Some(&***v)],
             None => [None, None, None],
         };
-        backend.matmul(&s.normed, &layer.wq, bq, &mut s.q)?;
-        backend.matmul(&s.normed, &layer.wk, bk, &mut s.k)?;
-        backend.matmul(&s.normed, &layer.wv, bv, &mut s.v)?;
+        // One call: the backend quantizes `normed` once for all three.
+        backend.matmul_many(
+            &s.normed,
+            &mut [
+                MatmulProduct {
+                    w: &layer.wq,
+                    bias: bq,
+                    out: &mut s.q,
+                },
+                MatmulProduct {
+                    w: &layer.wk,
+                    bias: bk,
+                    out: &mut s.k,
+                },
+                MatmulProduct {
+                    w: &layer.wv,
+                    bias: bv,
+                    out: &mut s.v,
+                },
+            ],
+        )?;
         backend.rope(
             &mut s.q,
             c.head_dim,
@@ -243,8 +261,21 @@ impl<B: Backend> LlamaModel<B> {
             self.config.rms_norm_eps,
             &mut s.normed,
         )?;
-        backend.matmul(&s.normed, &layer.gate, None, &mut s.gate)?;
-        backend.matmul(&s.normed, &layer.up, None, &mut s.up)?;
+        backend.matmul_many(
+            &s.normed,
+            &mut [
+                MatmulProduct {
+                    w: &layer.gate,
+                    bias: None,
+                    out: &mut s.gate,
+                },
+                MatmulProduct {
+                    w: &layer.up,
+                    bias: None,
+                    out: &mut s.up,
+                },
+            ],
+        )?;
         backend.silu_mul(&mut s.gate, &s.up)?;
         backend.matmul(&s.gate, &layer.down, None, &mut s.proj)?;
         backend.add(&mut s.x, &s.proj)?;
