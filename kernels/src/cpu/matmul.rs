@@ -88,7 +88,7 @@ pub(crate) fn matmul_many(
         return Ok(());
     }
     let run = |q: &QuantizedRows| {
-        let tasks = plan(pool, &quantized);
+        let tasks = plan(pool, &quantized, x.rows);
         pool.run(tasks.len(), &|i| {
             let task = &tasks[i];
             let target = &quantized[task.target];
@@ -167,12 +167,21 @@ struct Task {
     unit: Unit,
 }
 
-/// Splits every target's output rows into tasks: its groups (if repacked),
-/// then the rows no group covers.
-fn plan(pool: &ThreadPool, targets: &[Target<'_>]) -> Vec<Task> {
+/// Activation rows from which the group kernels take a repacked matrix.
+/// Below it (decode of one or a few sequences) the per-row kernels run on
+/// the checkpoint's bytes: the weights then stream from DRAM, and there
+/// the per-row kernels measured faster (SmolLM2 decode, 1 thread: 79 tok/s
+/// against 57 with groups; the 30 MB Q8_0 output matrix: 3.0 ms against
+/// 4.6 ms) although the group kernels are 3.5× faster on weights in cache.
+const GROUP_MIN_ROWS: usize = 4;
+
+/// Splits every target's output rows into tasks: its groups (if repacked
+/// and `n` rows make them pay), then the rows no group covers.
+fn plan(pool: &ThreadPool, targets: &[Target<'_>], n: usize) -> Vec<Task> {
     let mut tasks = Vec::new();
     for (i, t) in targets.iter().enumerate() {
-        let groups = t.w.packed.as_ref().map_or(0, |p| p.groups());
+        let packed = t.w.packed.as_ref().filter(|_| n >= GROUP_MIN_ROWS);
+        let groups = packed.map_or(0, |p| p.groups());
         let chunk = pool.chunk_for(groups, TASKS_PER_THREAD, MIN_GROUPS_PER_TASK);
         for start in (0..groups).step_by(chunk) {
             tasks.push(Task {
@@ -180,7 +189,7 @@ fn plan(pool: &ThreadPool, targets: &[Target<'_>]) -> Vec<Task> {
                 unit: Unit::Groups(start..(start + chunk).min(groups)),
             });
         }
-        let (first, rows) = (t.w.packed.as_ref().map_or(0, |p| p.rows()), t.w.rows());
+        let (first, rows) = (packed.map_or(0, |p| p.rows()), t.w.rows());
         let chunk = pool.chunk_for(rows - first, TASKS_PER_THREAD, MIN_ROWS_PER_TASK);
         for start in (first..rows).step_by(chunk) {
             tasks.push(Task {
@@ -201,7 +210,6 @@ fn run_groups(
     n: usize,
     groups: Range<usize>,
 ) {
-    let rows = t.w.rows();
     let mut first = 0;
     while first < n {
         let count = match n - first {
@@ -210,42 +218,46 @@ fn run_groups(
             2.. => 2,
             _ => 1,
         };
-        for g in groups.clone() {
-            let mut buffer = [[0.0f32; GROUP_ROWS]; GROUP_TILE];
-            match count {
-                GROUP_TILE => {
-                    packed.dot_group::<GROUP_TILE>(isa, g, &q_rows(q, first), &mut buffer)
-                }
-                4 => packed.dot_group::<4>(isa, g, &q_rows(q, first), first_n(&mut buffer)),
-                2 => packed.dot_group::<2>(isa, g, &q_rows(q, first), first_n(&mut buffer)),
-                _ => packed.dot_group::<1>(isa, g, &q_rows(q, first), first_n(&mut buffer)),
-            }
-            for (r, values) in buffer[..count].iter().enumerate() {
-                let start = (first + r) * rows + g * GROUP_ROWS;
-                // SAFETY: each task owns the output columns of its groups
-                // in every activation row.
-                let o = unsafe { t.out.range(start, GROUP_ROWS) };
-                match t.bias {
-                    Some(bias) => {
-                        let bias = &bias[g * GROUP_ROWS..(g + 1) * GROUP_ROWS];
-                        for ((o, v), b) in o.iter_mut().zip(values).zip(bias) {
-                            *o = v + b;
-                        }
-                    }
-                    None => o.copy_from_slice(values),
-                }
-            }
+        let groups = groups.clone();
+        match count {
+            GROUP_TILE => run_tile::<GROUP_TILE>(isa, packed, t, q_rows(q, first), first, groups),
+            4 => run_tile::<4>(isa, packed, t, q_rows(q, first), first, groups),
+            2 => run_tile::<2>(isa, packed, t, q_rows(q, first), first, groups),
+            _ => run_tile::<1>(isa, packed, t, q_rows(q, first), first, groups),
         }
         first += count;
     }
 }
 
-fn first_n<const N: usize>(
-    buffer: &mut [[f32; GROUP_ROWS]; GROUP_TILE],
-) -> &mut [[f32; GROUP_ROWS]; N] {
-    buffer
-        .first_chunk_mut::<N>()
-        .unwrap_or_else(|| unreachable!("tiles are at most GROUP_TILE rows"))
+/// Activation rows `first..first + C` (`tile`) against `groups`.
+fn run_tile<const C: usize>(
+    isa: CheckedIsa,
+    packed: &PackedRows,
+    t: &Target<'_>,
+    tile: [QRow<'_>; C],
+    first: usize,
+    groups: Range<usize>,
+) {
+    let rows = t.w.rows();
+    for g in groups {
+        let mut buffer = [[0.0f32; GROUP_ROWS]; C];
+        packed.dot_group::<C>(isa, g, &tile, &mut buffer);
+        for (r, values) in buffer.iter().enumerate() {
+            let start = (first + r) * rows + g * GROUP_ROWS;
+            // SAFETY: each task owns the output columns of its groups in
+            // every activation row.
+            let o = unsafe { t.out.range(start, GROUP_ROWS) };
+            match t.bias {
+                Some(bias) => {
+                    let bias = &bias[g * GROUP_ROWS..(g + 1) * GROUP_ROWS];
+                    for ((o, v), b) in o.iter_mut().zip(values).zip(bias) {
+                        *o = v + b;
+                    }
+                }
+                None => o.copy_from_slice(values),
+            }
+        }
+    }
 }
 
 /// The per-row kernels over weight rows `range`: for each tile of

@@ -32,6 +32,20 @@ pub(super) unsafe fn dot_group<const T: usize>(
     }
 }
 
+/// Runs `$body` with `$t` bound to each literal `0..T` (`T <= 8`). The
+/// copies carry constant indices, so the per-row accumulators stay in
+/// registers; a `for t in 0..T` loop this large is not unrolled by LLVM
+/// and spills them to the stack on every block.
+macro_rules! for_each_row {
+    ($T:ident, $t:ident, $body:block) => {
+        for_each_row!(@ $T, $t, $body, 0 1 2 3 4 5 6 7)
+    };
+    (@ $T:ident, $t:ident, $body:block, $($n:literal)*) => {
+        const { assert!($T <= 8, "group kernels take at most 8 activation rows") };
+        $( if $n < $T { let $t: usize = $n; $body } )*
+    };
+}
+
 /// Four activation bytes (`qa[4w..4w+4]`) in every i32 lane.
 #[target_feature(enable = "avx512f")]
 #[inline]
@@ -63,6 +77,9 @@ unsafe fn dot_q4<const T: usize, const HAS_MIN: bool>(
     let low = _mm512_set1_epi8(0x0F);
     let zero = _mm512_setzero_si512();
     let mut acc = [_mm512_setzero_ps(); T];
+    let qs: [*const i8; T] = std::array::from_fn(|t| a[t].qs.as_ptr());
+    let ds: [*const f32; T] = std::array::from_fn(|t| a[t].ds.as_ptr());
+    let sums: [*const i32; T] = std::array::from_fn(|t| a[t].sums.as_ptr());
     for b in 0..blocks {
         // SAFETY: block b's quants, scales and mins lie inside the group.
         let (w, d, m) = unsafe {
@@ -82,13 +99,21 @@ unsafe fn dot_q4<const T: usize, const HAS_MIN: bool>(
             };
             (w, d, m)
         };
-        for t in 0..T {
-            let at = &a[t];
-            let qa = at.qs[QK * b..].as_ptr();
+        for_each_row!(T, t, {
+            // SAFETY: every activation row holds `blocks` blocks (checked
+            // by the caller), so block b's bytes, scales and sum exist.
+            let (qa, da, sa, sum) = unsafe {
+                (
+                    qs[t].add(QK * b),
+                    *ds[t].add(2 * b),
+                    *ds[t].add(2 * b + 1),
+                    *sums[t].add(b),
+                )
+            };
             let mut s0 = if HAS_MIN {
                 zero
             } else {
-                _mm512_set1_epi32(-8 * at.sums[b])
+                _mm512_set1_epi32(-8 * sum)
             };
             let mut s1 = zero;
             // Two chains halve the dependent vpdpbusd latency of one block.
@@ -100,12 +125,12 @@ unsafe fn dot_q4<const T: usize, const HAS_MIN: bool>(
                 }
             }
             let isum = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
-            let scale = _mm512_mul_ps(d, _mm512_set1_ps(at.ds[2 * b]));
+            let scale = _mm512_mul_ps(d, _mm512_set1_ps(da));
             acc[t] = _mm512_fmadd_ps(isum, scale, acc[t]);
             if HAS_MIN {
-                acc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(at.ds[2 * b + 1]), acc[t]);
+                acc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(sa), acc[t]);
             }
-        }
+        });
     }
     for (o, acc) in out.iter_mut().zip(acc) {
         // SAFETY: `o` is sixteen f32.
@@ -126,17 +151,25 @@ unsafe fn dot_q8_0<const T: usize>(
     let g = group.as_ptr();
     let zero = _mm512_setzero_si512();
     let mut acc = [_mm512_setzero_ps(); T];
+    let qs: [*const i8; T] = std::array::from_fn(|t| a[t].qs.as_ptr());
+    let ds: [*const f32; T] = std::array::from_fn(|t| a[t].ds.as_ptr());
+    let sums: [*const i32; T] = std::array::from_fn(|t| a[t].sums.as_ptr());
     for b in 0..blocks {
         // SAFETY: block b's quants and scales lie inside the group.
         let (w, d) = unsafe {
             let q = g.add(512 * b);
-            let w: [__m512i; 8] = std::array::from_fn(|i| _mm512_loadu_si512(q.add(64 * i).cast()));
+            // A loop rather than `array::from_fn`: keep the loads in this
+            // function's target features.
+            let mut w = [zero; 8];
+            for (i, w) in w.iter_mut().enumerate() {
+                *w = _mm512_loadu_si512(q.add(64 * i).cast());
+            }
             (w, halves(g.add(scales_at + 32 * b)))
         };
-        for t in 0..T {
-            let at = &a[t];
-            let qa = at.qs[QK * b..].as_ptr();
-            let mut s0 = _mm512_set1_epi32(-128 * at.sums[b]);
+        for_each_row!(T, t, {
+            // SAFETY: as in `dot_q4`.
+            let (qa, da, sum) = unsafe { (qs[t].add(QK * b), *ds[t].add(2 * b), *sums[t].add(b)) };
+            let mut s0 = _mm512_set1_epi32(-128 * sum);
             let mut s1 = zero;
             for c in 0..4 {
                 // SAFETY: qa points at block b's 32 bytes; c + 4 < 8.
@@ -146,9 +179,9 @@ unsafe fn dot_q8_0<const T: usize>(
                 }
             }
             let isum = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
-            let scale = _mm512_mul_ps(d, _mm512_set1_ps(at.ds[2 * b]));
+            let scale = _mm512_mul_ps(d, _mm512_set1_ps(da));
             acc[t] = _mm512_fmadd_ps(isum, scale, acc[t]);
-        }
+        });
     }
     for (o, acc) in out.iter_mut().zip(acc) {
         // SAFETY: `o` is sixteen f32.
