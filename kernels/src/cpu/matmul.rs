@@ -42,6 +42,9 @@ const SUB_CHUNK_ROWS: usize = 64;
 /// Activation rows per group-kernel call: eight f32 accumulators plus the
 /// eight unpacked weight vectors of a block fit AVX-512's 32 registers.
 const GROUP_TILE: usize = 8;
+/// Weight bytes of the groups a task runs all activation tiles over before
+/// moving on: most of a 32 KB L1 data cache, leaving room for the tile.
+const GROUP_BLOCK_BYTES: usize = 24 * 1024;
 
 /// One product of a [`matmul_many`] call.
 pub(crate) struct Product<'a> {
@@ -203,6 +206,28 @@ fn plan(pool: &ThreadPool, targets: &[Target<'_>], n: usize) -> Vec<Task> {
 
 /// The group kernels over `groups`, activation rows a tile at a time.
 fn run_groups(
+    isa: CheckedIsa,
+    packed: &PackedRows,
+    t: &Target<'_>,
+    q: &QuantizedRows,
+    n: usize,
+    groups: Range<usize>,
+) {
+    // Groups a few at a time (about L1's worth of weights), each block of
+    // them meeting every activation tile before the next is loaded: a
+    // task's whole range (up to ~1 MB of the output matrix) would be
+    // streamed again from L3 or DRAM for every tile.
+    let block = (GROUP_BLOCK_BYTES / packed.group_bytes()).max(1);
+    let mut start = groups.start;
+    while start < groups.end {
+        let end = (start + block).min(groups.end);
+        run_group_block(isa, packed, t, q, n, start..end);
+        start = end;
+    }
+}
+
+/// Every activation tile against `groups`.
+fn run_group_block(
     isa: CheckedIsa,
     packed: &PackedRows,
     t: &Target<'_>,

@@ -162,6 +162,11 @@ impl PackedRows {
         self.groups * GROUP_ROWS
     }
 
+    /// Bytes of one group.
+    pub(crate) fn group_bytes(&self) -> usize {
+        self.group_bytes
+    }
+
     /// Bytes held (for load statistics).
     pub(crate) fn bytes(&self) -> usize {
         self.lines.len() * LINE
