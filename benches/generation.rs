@@ -1,5 +1,5 @@
-//! Prompt and generation throughput of the real test model (SmolLM2-135M
-//! Q4_1) with 1 and 2 threads. `benches/compare_llama_cpp.sh` runs this next
+//! Prompt (128 and 512 tokens) and generation (128 tokens) throughput of
+//! the real test model (SmolLM2-135M Q4_1) with 1 and 2 threads. `benches/compare_llama_cpp.sh` runs this next
 //! to llama.cpp on the same file and prints the ratios.
 //!
 //! The model path comes from `SWITCHYARD_MODEL` or the cache that
@@ -15,8 +15,8 @@ use switchyard_engine::sampling::argmax;
 use switchyard_engine::session::Session;
 use switchyard_kernels::cpu::CpuBackend;
 
-const PROMPT_TOKENS: usize = 128;
-const GENERATED_TOKENS: usize = 64;
+const PROMPT_LENGTHS: [usize; 2] = [128, 512];
+const GENERATED_TOKENS: usize = 128;
 
 fn model_path() -> PathBuf {
     if let Some(path) = std::env::var_os("SWITCHYARD_MODEL") {
@@ -37,24 +37,27 @@ fn bench_generation(c: &mut Criterion) {
         Ok(checkpoint) => checkpoint,
         Err(e) => panic!("run scripts/fetch-model.sh first: {e}"),
     };
-    let prompt = prompt_ids(PROMPT_TOKENS);
+    let prompt = prompt_ids(*PROMPT_LENGTHS.iter().max().unwrap_or(&0));
     for threads in [1usize, 2] {
         let backend = CpuBackend::new(threads);
         let model = LlamaModel::load(&backend, &checkpoint).expect("the test model loads");
-        let capacity = PROMPT_TOKENS + GENERATED_TOKENS;
 
-        let mut group = c.benchmark_group("smollm2-q4_1/prompt");
-        group
-            .sample_size(10)
-            .measurement_time(Duration::from_secs(8));
-        group.throughput(Throughput::Elements(PROMPT_TOKENS as u64));
-        group.bench_function(format!("{threads}-threads"), |b| {
-            b.iter(|| {
-                let mut session = Session::new(&backend, &model, capacity).expect("session");
-                session.feed(&prompt, LogitRows::Last).expect("prefill")
-            })
-        });
-        group.finish();
+        for len in PROMPT_LENGTHS {
+            let mut group = c.benchmark_group(format!("smollm2-q4_1/prompt{len}"));
+            group
+                .sample_size(10)
+                .measurement_time(Duration::from_secs(8));
+            group.throughput(Throughput::Elements(len as u64));
+            group.bench_function(format!("{threads}-threads"), |b| {
+                b.iter(|| {
+                    let mut session = Session::new(&backend, &model, len).expect("session");
+                    session
+                        .feed(&prompt[..len], LogitRows::Last)
+                        .expect("prefill")
+                })
+            });
+            group.finish();
+        }
 
         let mut group = c.benchmark_group("smollm2-q4_1/generate");
         group
@@ -65,6 +68,7 @@ fn bench_generation(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
+                    let capacity = 8 + GENERATED_TOKENS;
                     let mut session = Session::new(&backend, &model, capacity).expect("session");
                     let mut logits = session
                         .feed(&prompt[..8], LogitRows::Last)

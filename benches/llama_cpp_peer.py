@@ -13,8 +13,8 @@ import time
 import numpy as np
 from llama_cpp import Llama
 
-PROMPT_TOKENS = 128
-GENERATED_TOKENS = 64
+PROMPT_LENGTHS = (128, 512)
+GENERATED_TOKENS = 128
 
 
 def prompt_ids(n: int) -> list[int]:
@@ -22,15 +22,17 @@ def prompt_ids(n: int) -> list[int]:
 
 
 def measure(model: str, threads: int, repeats: int) -> dict:
-    llm = Llama(model_path=model, n_ctx=512, n_threads=threads, n_threads_batch=threads,
-                n_batch=512, verbose=False)
-    prompt = prompt_ids(PROMPT_TOKENS)
-    prompt_s, gen_s = [], []
+    llm = Llama(model_path=model, n_ctx=1024, n_threads=threads, n_threads_batch=threads,
+                n_batch=512, n_ubatch=512, verbose=False)
+    prompt = prompt_ids(max(PROMPT_LENGTHS))
+    prompt_s = {n: [] for n in PROMPT_LENGTHS}
+    gen_s = []
     for _ in range(repeats):
-        llm.reset()
-        start = time.perf_counter()
-        llm.eval(prompt)
-        prompt_s.append(time.perf_counter() - start)
+        for n in PROMPT_LENGTHS:
+            llm.reset()
+            start = time.perf_counter()
+            llm.eval(prompt[:n])
+            prompt_s[n].append(time.perf_counter() - start)
 
         llm.reset()
         llm.eval(prompt[:8])
@@ -39,11 +41,11 @@ def measure(model: str, threads: int, repeats: int) -> dict:
             nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
             llm.eval([nxt])
         gen_s.append(time.perf_counter() - start)
-    return {
-        "threads": threads,
-        "prompt_tok_s": PROMPT_TOKENS / float(np.median(prompt_s)),
-        "generate_tok_s": GENERATED_TOKENS / float(np.median(gen_s)),
-    }
+    result = {"threads": threads,
+              "generate_tok_s": GENERATED_TOKENS / float(np.median(gen_s))}
+    for n in PROMPT_LENGTHS:
+        result[f"prompt{n}_tok_s"] = n / float(np.median(prompt_s[n]))
+    return result
 
 
 def main():

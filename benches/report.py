@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-PROMPT_TOKENS, GENERATED_TOKENS = 128, 64
+PROMPT_LENGTHS, GENERATED_TOKENS = (128, 512), 128
 
 
 def criterion_tok_s(root: Path, group: str, threads: int, tokens: int) -> float:
@@ -21,10 +21,11 @@ def main():
     print("| threads | metric | Switchyard tok/s | llama.cpp tok/s | ratio |")
     print("| --- | --- | --- | --- | --- |")
     for threads in (1, 2):
-        for metric, group, tokens, key in (
-            (f"prompt ({PROMPT_TOKENS})", "smollm2-q4_1_prompt", PROMPT_TOKENS, "prompt_tok_s"),
-            (f"generate ({GENERATED_TOKENS})", "smollm2-q4_1_generate", GENERATED_TOKENS, "generate_tok_s"),
-        ):
+        rows = [(f"prompt ({n})", f"smollm2-q4_1_prompt{n}", n, f"prompt{n}_tok_s")
+                for n in PROMPT_LENGTHS]
+        rows.append((f"generate ({GENERATED_TOKENS})", "smollm2-q4_1_generate",
+                     GENERATED_TOKENS, "generate_tok_s"))
+        for metric, group, tokens, key in rows:
             ours = criterion_tok_s(root, group, threads, tokens)
             theirs = peer[threads][key]
             print(f"| {threads} | {metric} | {ours:.1f} | {theirs:.1f} | {ours / theirs:.2f}× |")

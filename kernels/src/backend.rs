@@ -81,6 +81,13 @@ pub struct AttentionShape {
     pub scale: f32,
 }
 
+/// One product of [`Backend::matmul_many`]: `out = x · wᵀ (+ bias)`.
+pub struct MatmulProduct<'a, B: Backend> {
+    pub w: &'a B::Matrix,
+    pub bias: Option<&'a B::Vector>,
+    pub out: &'a mut B::Activations,
+}
+
 /// A compute backend. See the module documentation.
 ///
 /// Every method that can meet inconsistent shapes returns an error rather
@@ -143,6 +150,23 @@ pub trait Backend: Send + Sync + 'static {
         bias: Option<&Self::Vector>,
         out: &mut Self::Activations,
     ) -> Result<(), KernelError>;
+    /// Every `products[i].out = x · products[i].wᵀ (+ bias)`: several
+    /// matrices against one input (Q/K/V, gate/up). A backend can quantize
+    /// `x` once and run all of them as one parallel job; this default runs
+    /// [`Backend::matmul`] on each in turn.
+    fn matmul_many(
+        &self,
+        x: &Self::Activations,
+        products: &mut [MatmulProduct<'_, Self>],
+    ) -> Result<(), KernelError>
+    where
+        Self: Sized,
+    {
+        for p in products.iter_mut() {
+            self.matmul(x, p.w, p.bias, p.out)?;
+        }
+        Ok(())
+    }
     /// Rotates each head of each row in place; row `i` is at `positions[i]`.
     /// `inv_freq` has `head_dim / 2` entries (scaling already applied).
     fn rope(

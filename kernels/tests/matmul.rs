@@ -6,7 +6,7 @@ mod common;
 use bytes::Bytes;
 use common::{contract_quantize, isas_to_test, random_activations, random_weights, rng};
 use switchyard_kernels::cpu::{dequantize_row, CpuBackend, Isa};
-use switchyard_kernels::{Backend, DType, WeightView};
+use switchyard_kernels::{Backend, DType, MatmulProduct, WeightView};
 
 /// Quantized types against the f64 reference, relative to `Σ|w_i x̂_i|`.
 /// The integer block sums are exact, so the only error is f32 arithmetic:
@@ -111,7 +111,9 @@ fn matmul_matches_f64_reference_and_scalar_on_every_isa() {
             FLOAT_REL_TOL
         };
         for &k in k_sizes(dtype) {
-            for rows in [1usize, 3, 7, 49] {
+            // 16, 33 and 49 rows cover the 16-row groups of repacked matrices
+            // (AVX-512 VNNI) with and without tail rows.
+            for rows in [1usize, 3, 7, 16, 33, 49] {
                 let w = Bytes::from(random_weights(&mut rng, dtype, rows, k));
                 for n in 1..=9 {
                     let x = random_activations(&mut rng, n, k);
@@ -175,6 +177,59 @@ fn bias_is_added_per_output_row() {
                         plain[t * rows + r] + bias_values[r]
                     );
                 }
+            }
+        }
+    }
+}
+
+/// `matmul_many` (one quantization, one pool job) gives exactly what
+/// separate `matmul` calls give, for repacked, tail-row and float matrices
+/// mixed in one call, with and without bias.
+#[test]
+fn matmul_many_equals_separate_matmuls() {
+    let mut rng = rng(9);
+    for isa in isas_to_test("matmul_many") {
+        let backend = CpuBackend::with_isa(2, isa);
+        let k = 96;
+        let shapes = [
+            (DType::Q4_1, 48),
+            (DType::Q8_0, 21),
+            (DType::F16, 5),
+            (DType::Q4_0, 32),
+        ];
+        let matrices: Vec<_> = shapes
+            .iter()
+            .map(|&(dtype, rows)| {
+                let w = Bytes::from(random_weights(&mut rng, dtype, rows, k));
+                backend
+                    .matrix(WeightView::new(dtype, rows, k, w).unwrap())
+                    .unwrap()
+            })
+            .collect();
+        let bias: Vec<f32> = (0..21).map(|i| i as f32 * 0.25 - 2.0).collect();
+        let bias = backend.vector(&bias).unwrap();
+        for n in [1usize, 3, 8, 13] {
+            let x = backend.activations_from(n, k, &random_activations(&mut rng, n, k));
+            let mut outs: Vec<_> = shapes
+                .iter()
+                .map(|&(_, rows)| backend.activations(n, rows))
+                .collect();
+            let mut products: Vec<_> = matrices
+                .iter()
+                .zip(outs.iter_mut())
+                .enumerate()
+                .map(|(i, (w, out))| MatmulProduct {
+                    w,
+                    bias: (i == 1).then_some(&bias),
+                    out,
+                })
+                .collect();
+            backend.matmul_many(&x, &mut products).unwrap();
+            for (i, (w, out)) in matrices.iter().zip(&outs).enumerate() {
+                let mut want = backend.activations(n, shapes[i].1);
+                let b = (i == 1).then_some(&bias);
+                backend.matmul(&x, w, b, &mut want).unwrap();
+                assert_eq!(out.as_slice(), want.as_slice(), "{isa} matrix {i} n={n}");
             }
         }
     }

@@ -116,6 +116,15 @@ def test_plain_float_reference_is_close(switchyard_bin, smollm2_path, tmp_path):
     got, _ = engine_logits(switchyard_bin, smollm2_path, ids, tmp_path)
     want = ref.forward(ids)
     diff = np.abs(got - want)
-    # int8 activations perturb each logit by up to about a percent of its range.
-    assert diff.max() <= 1.0, diff.max()
+    # int8 activations perturb each logit by up to about a percent of its range
+    # (the act-quant float64 reference is itself 0.96 from this one). Where an
+    # activation sits near an int8 rounding boundary, f32 summation order
+    # decides which way it rounds, and SmolLM2's outlier blocks make such a
+    # flip move logits by tenths. Measured on this prompt (2026-12-03), with
+    # kernels that compute the same exact-arithmetic terms in different f32
+    # orders (kernels/src/cpu/packed/tests.rs checks the terms): scalar
+    # per-row 1.034, AVX-512 per-row 0.980, AVX-512 VNNI 16-row groups 1.151.
+    # 1.0 sat inside that spread; 1.25 bounds it and still fails on any real
+    # error (a wrong block or scale moves logits by whole units).
+    assert diff.max() <= 1.25, diff.max()
     assert np.argmax(got[-1]) == np.argmax(want[-1])

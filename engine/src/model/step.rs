@@ -9,7 +9,7 @@
 
 use std::ops::Range;
 
-use switchyard_kernels::Backend;
+use switchyard_kernels::{Backend, MatmulProduct};
 
 use super::config::ModelConfig;
 use super::llama::{LlamaModel, LogitRows, Scratch, SequenceChunk};
@@ -199,34 +199,21 @@ impl<B: Backend> Step<'_, B> {
             input: hidden,
             output,
         };
-        by_runs(
-            b,
-            &q,
-            &s.normed,
-            &mut s.q,
-            to(q_width),
-            &mut s.gather,
-            matmul,
-        )?;
-        by_runs(
-            b,
-            &k,
-            &s.normed,
-            &mut s.k,
-            to(kv_width),
-            &mut s.gather,
-            matmul,
-        )?;
-        by_runs(
-            b,
-            &v,
-            &s.normed,
-            &mut s.v,
-            to(kv_width),
-            &mut s.gather,
-            matmul,
-        )?;
-
+        if let ([q], [k], [v]) = (q.as_slice(), k.as_slice(), v.as_slice()) {
+            // Every part shares Q, K and V: `normed` is quantized once for all three.
+            let product = |(w, bias), out| MatmulProduct { w, bias, out };
+            let mut products = [
+                product(q.tensor, &mut s.q),
+                product(k.tensor, &mut s.k),
+                product(v.tensor, &mut s.v),
+            ];
+            b.matmul_many(&s.normed, &mut products)?;
+        } else {
+            let g = &mut s.gather;
+            by_runs(b, &q, &s.normed, &mut s.q, to(q_width), g, matmul)?;
+            by_runs(b, &k, &s.normed, &mut s.k, to(kv_width), g, matmul)?;
+            by_runs(b, &v, &s.normed, &mut s.v, to(kv_width), g, matmul)?;
+        }
         let inv_freq = self.lead.inv_freq();
         b.rope(&mut s.q, c.head_dim, self.positions, inv_freq, c.rope_style)?;
         b.rope(&mut s.k, c.head_dim, self.positions, inv_freq, c.rope_style)?;
@@ -292,24 +279,19 @@ impl<B: Backend> Step<'_, B> {
         };
         let gate = self.runs(layers.iter().map(|l| &**l.gate));
         let up = self.runs(layers.iter().map(|l| &**l.up));
-        by_runs(
-            b,
-            &gate,
-            &s.normed,
-            &mut s.gate,
-            up_widths,
-            &mut s.gather,
-            matmul,
-        )?;
-        by_runs(
-            b,
-            &up,
-            &s.normed,
-            &mut s.up,
-            up_widths,
-            &mut s.gather,
-            matmul,
-        )?;
+        if let ([gate], [up]) = (gate.as_slice(), up.as_slice()) {
+            // Every part shares both: `normed` is quantized once for the two.
+            let product = |w, out| MatmulProduct { w, bias: None, out };
+            let mut products = [
+                product(gate.tensor, &mut s.gate),
+                product(up.tensor, &mut s.up),
+            ];
+            b.matmul_many(&s.normed, &mut products)?;
+        } else {
+            let g = &mut s.gather;
+            by_runs(b, &gate, &s.normed, &mut s.gate, up_widths, g, matmul)?;
+            by_runs(b, &up, &s.normed, &mut s.up, up_widths, g, matmul)?;
+        }
         b.silu_mul(&mut s.gate, &s.up)?;
         let down = self.runs(layers.iter().map(|l| &**l.down));
         let down_widths = Widths {

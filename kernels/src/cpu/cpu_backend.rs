@@ -1,15 +1,17 @@
 //! [`CpuBackend`]: the [`Backend`] implementation on the CPU.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use super::attention::{attention, AttentionCall};
 use super::dequant::dequantize_row;
 use super::isa::CheckedIsa;
 use super::kv_cache::CpuKvCache;
+use super::packed::{self, PackedRows};
 use super::tensors::{CpuActivations, CpuMatrix, CpuVector};
 use super::threads::ThreadPool;
 use super::{elementwise, matmul, norm, rope, row_copy, Isa};
-use crate::{AttentionShape, Backend, KernelError, RopeStyle, WeightView};
+use crate::{AttentionShape, Backend, KernelError, MatmulProduct, RopeStyle, WeightView};
 
 /// The CPU backend: SIMD kernels for one ISA chosen at construction, run on
 /// a persistent thread pool.
@@ -74,7 +76,12 @@ impl Backend for CpuBackend {
         // Re-check the invariant WeightView::new established, since its
         // fields are public and the kernels rely on it.
         let view = WeightView::new(weight.dtype, weight.rows, weight.cols, weight.data)?;
-        Ok(CpuMatrix { view })
+        let packed = if packed::packs(self.isa, view.dtype) {
+            PackedRows::pack(&view).map(Arc::new)
+        } else {
+            None
+        };
+        Ok(CpuMatrix { view, packed })
     }
 
     fn vector(&self, values: &[f32]) -> Result<CpuVector, KernelError> {
@@ -186,6 +193,22 @@ impl Backend for CpuBackend {
     ) -> Result<(), KernelError> {
         let bias = bias.map(|b| b.values.as_slice());
         matmul::matmul(&self.pool, self.isa, x, w, bias, out)
+    }
+
+    fn matmul_many(
+        &self,
+        x: &CpuActivations,
+        products: &mut [MatmulProduct<'_, Self>],
+    ) -> Result<(), KernelError> {
+        let mut products: Vec<matmul::Product<'_>> = products
+            .iter_mut()
+            .map(|p| matmul::Product {
+                w: p.w,
+                bias: p.bias.map(|b| b.values.as_slice()),
+                out: &mut *p.out,
+            })
+            .collect();
+        matmul::matmul_many(&self.pool, self.isa, x, &mut products)
     }
 
     fn rope(

@@ -6,15 +6,20 @@
 //! calls into `#[target_feature]` functions sound.
 
 /// Environment variable that caps the ISA [`Isa::from_env`] picks:
-/// `scalar`, `avx2`, `avx512` (AVX-512 without VNNI) or `avx512vnni`.
+/// `scalar`, `neon` (aarch64), `avx2`, `avx512` (AVX-512 without VNNI) or
+/// `avx512vnni`.
 pub const ISA_ENV_VAR: &str = "SWITCHYARD_ISA";
 
 /// An instruction-set level for the CPU kernels, ordered from least to most
-/// capable: each level implies the ones below it.
+/// capable: each x86 level implies the x86 levels below it. `Neon` is the
+/// aarch64 level; it sorts below every x86 level so that the x86 kernels'
+/// `>= Avx512` tests never take it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Isa {
     /// Portable Rust; the reference every SIMD kernel is tested against.
     Scalar,
+    /// aarch64 Advanced SIMD: quantized dot products of Q8_0, Q4_0, Q4_1.
+    Neon,
     /// AVX2 with FMA and F16C (Haswell, Zen 1 and later).
     Avx2,
     /// AVX-512 F and BW (plus the AVX2 set); integer dot products through
@@ -26,12 +31,19 @@ pub enum Isa {
 
 impl Isa {
     /// Every level, lowest first.
-    pub const ALL: [Isa; 4] = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni];
+    pub const ALL: [Isa; 5] = [
+        Isa::Scalar,
+        Isa::Neon,
+        Isa::Avx2,
+        Isa::Avx512,
+        Isa::Avx512Vnni,
+    ];
 
     /// Lower-case name, as accepted by [`ISA_ENV_VAR`].
     pub const fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
+            Isa::Neon => "neon",
             Isa::Avx2 => "avx2",
             Isa::Avx512 => "avx512",
             Isa::Avx512Vnni => "avx512vnni",
@@ -49,6 +61,8 @@ impl Isa {
     pub fn is_supported(self) -> bool {
         match self {
             Isa::Scalar => true,
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => std::arch::is_aarch64_feature_detected!("neon"),
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => {
                 is_x86_feature_detected!("avx2")
@@ -63,7 +77,7 @@ impl Isa {
             }
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512Vnni => Isa::Avx512.is_supported() && is_x86_feature_detected!("avx512vnni"),
-            #[cfg(not(target_arch = "x86_64"))]
+            #[allow(unreachable_patterns)]
             _ => false,
         }
     }
@@ -94,7 +108,7 @@ impl Isa {
                 Some(cap) => detected.min(cap),
                 None => {
                     tracing::warn!(
-                        "{ISA_ENV_VAR}={value:?} is not one of scalar, avx2, avx512, avx512vnni; \
+                        "{ISA_ENV_VAR}={value:?} is not one of scalar, neon, avx2, avx512, avx512vnni; \
                          using the detected {}",
                         detected.name()
                     );
@@ -144,7 +158,8 @@ mod tests {
             assert_eq!(Isa::from_name(isa.name()), Some(isa));
         }
         assert_eq!(Isa::from_name("AVX2"), Some(Isa::Avx2));
-        assert_eq!(Isa::from_name("neon"), None);
+        assert_eq!(Isa::from_name("NEON"), Some(Isa::Neon));
+        assert_eq!(Isa::from_name("sse"), None);
     }
 
     #[test]

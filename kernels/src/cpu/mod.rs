@@ -18,6 +18,7 @@ mod isa;
 mod kv_cache;
 mod matmul;
 mod norm;
+mod packed;
 mod quant_act;
 mod rope;
 mod row_copy;

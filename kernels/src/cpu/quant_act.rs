@@ -26,6 +26,9 @@ pub(crate) struct QuantizedRows {
     qs: Vec<i8>,
     /// Per block, `[d, d · Σq]`, interleaved so SIMD kernels load both.
     ds: Vec<f32>,
+    /// Per block, the exact `Σq`: the repacked kernels fold an integer
+    /// weight offset (Q4_0's 8, Q8_0's 128) into the integer sum with it.
+    sums: Vec<i32>,
     /// Per row, per pair of blocks `(b, b+1)`: 32 floats `[d_b ×8,
     /// d_b+1 ×8, s_b/8 ×8, s_b+1/8 ×8]` (zeros for a missing last block).
     /// Only filled for AVX-512; empty otherwise.
@@ -34,11 +37,13 @@ pub(crate) struct QuantizedRows {
 }
 
 /// One quantized row: `qs.len() == k`, `ds.len() == 2 · k / 32`,
-/// `spread.len()` either 0 or [`spread_len`]`(k / 32)`.
+/// `sums.len() == k / 32`, `spread.len()` either 0 or
+/// [`spread_len`]`(k / 32)`.
 #[derive(Clone, Copy)]
 pub(crate) struct QRow<'a> {
     pub(crate) qs: &'a [i8],
     pub(crate) ds: &'a [f32],
+    pub(crate) sums: &'a [i32],
     pub(crate) spread: &'a [f32],
 }
 
@@ -61,21 +66,24 @@ impl QuantizedRows {
         self.k = k;
         self.qs.resize(rows * k, 0);
         self.ds.resize(rows * 2 * (k / QK), 0.0);
+        self.sums.resize(rows * (k / QK), 0);
         let blocks = rows * (k / QK);
         let qs = DisjointSlice::new(&mut self.qs);
         let ds = DisjointSlice::new(&mut self.ds);
+        let sums = DisjointSlice::new(&mut self.sums);
         let chunk = pool.chunk_for(blocks, 1, 512);
         pool.for_each_range(blocks, chunk, &|range| {
             // SAFETY: for_each_range hands out disjoint block ranges, and
-            // block b owns qs[32b..32b+32] and ds[2b..2b+2].
-            let (q, d) = unsafe {
+            // block b owns qs[32b..32b+32], ds[2b..2b+2] and sums[b].
+            let (q, d, s) = unsafe {
                 (
                     qs.range(range.start * QK, range.len() * QK),
                     ds.range(range.start * 2, range.len() * 2),
+                    sums.range(range.start, range.len()),
                 )
             };
             let x = &x[range.start * QK..range.end * QK];
-            quantize_blocks(isa, x, q, d);
+            quantize_blocks(isa, x, q, d, s);
         });
         self.spread_per_row = 0;
         if isa.get() >= Isa::Avx512 {
@@ -108,19 +116,28 @@ impl QuantizedRows {
         QRow {
             qs: &self.qs[r * self.k..(r + 1) * self.k],
             ds: &self.ds[r * 2 * blocks..(r + 1) * 2 * blocks],
+            sums: &self.sums[r * blocks..(r + 1) * blocks],
             spread: &self.spread[r * spread..(r + 1) * spread],
         }
     }
 }
 
-/// Quantizes whole blocks: `x.len() == q.len() == 16 · ds.len()`.
-pub(crate) fn quantize_blocks(isa: CheckedIsa, x: &[f32], q: &mut [i8], ds: &mut [f32]) {
+/// Quantizes whole blocks: `x.len() == q.len() == 16 · ds.len() == 32 ·
+/// sums.len()`.
+pub(crate) fn quantize_blocks(
+    isa: CheckedIsa,
+    x: &[f32],
+    q: &mut [i8],
+    ds: &mut [f32],
+    sums: &mut [i32],
+) {
     let blocks = x
         .chunks_exact(QK)
         .zip(q.chunks_exact_mut(QK))
-        .zip(ds.chunks_exact_mut(2));
-    for ((x, q), ds) in blocks {
-        let [d, s] = match isa.get() {
+        .zip(ds.chunks_exact_mut(2))
+        .zip(sums.iter_mut());
+    for (((x, q), ds), sum) in blocks {
+        let (d, total) = match isa.get() {
             Isa::Scalar => quantize_block_scalar(x, q),
             // SAFETY: a CheckedIsa of Avx2 or above means AVX2 was detected;
             // the slices are exactly 32 long.
@@ -131,16 +148,17 @@ pub(crate) fn quantize_blocks(isa: CheckedIsa, x: &[f32], q: &mut [i8], ds: &mut
             Isa::Avx512 | Isa::Avx512Vnni => unsafe {
                 x86::quantize_block_avx512(x.as_ptr(), q.as_mut_ptr())
             },
-            #[cfg(not(target_arch = "x86_64"))]
+            // NEON and other architectures' levels: the scalar code.
             _ => quantize_block_scalar(x, q),
         };
         ds[0] = d;
-        ds[1] = s;
+        ds[1] = d * total as f32;
+        *sum = total;
     }
 }
 
-/// The reference: one block of 32, returning `[d, d · Σq]`.
-pub(crate) fn quantize_block_scalar(x: &[f32], q: &mut [i8]) -> [f32; 2] {
+/// The reference: one block of 32, returning `(d, Σq)`.
+pub(crate) fn quantize_block_scalar(x: &[f32], q: &mut [i8]) -> (f32, i32) {
     let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let d = amax / 127.0;
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
@@ -150,7 +168,7 @@ pub(crate) fn quantize_block_scalar(x: &[f32], q: &mut [i8]) -> [f32; 2] {
         *q = r;
         sum += i32::from(r);
     }
-    [d, d * sum as f32]
+    (d, sum)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -160,7 +178,7 @@ mod x86 {
     /// # Safety
     /// AVX2 must be available; `x` and `q` must point at 32 elements.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn quantize_block_avx2(x: *const f32, q: *mut i8) -> [f32; 2] {
+    pub(super) unsafe fn quantize_block_avx2(x: *const f32, q: *mut i8) -> (f32, i32) {
         let v = [
             _mm256_loadu_ps(x),
             _mm256_loadu_ps(x.add(8)),
@@ -199,14 +217,13 @@ mod x86 {
         );
         let t = _mm_add_epi32(t, _mm_unpackhi_epi64(t, t));
         let t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 1));
-        let sum = _mm_cvtsi128_si32(t);
-        [d, d * sum as f32]
+        (d, _mm_cvtsi128_si32(t))
     }
 
     /// # Safety
     /// AVX-512 F must be available; `x` and `q` must point at 32 elements.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn quantize_block_avx512(x: *const f32, q: *mut i8) -> [f32; 2] {
+    pub(super) unsafe fn quantize_block_avx512(x: *const f32, q: *mut i8) -> (f32, i32) {
         let v0 = _mm512_loadu_ps(x);
         let v1 = _mm512_loadu_ps(x.add(16));
         let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
@@ -216,8 +233,7 @@ mod x86 {
         let i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
         _mm_storeu_si128(q.cast(), _mm512_cvtsepi32_epi8(i0));
         _mm_storeu_si128(q.add(16).cast(), _mm512_cvtsepi32_epi8(i1));
-        let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
-        [d, d * sum as f32]
+        (d, _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1)))
     }
 }
 
@@ -234,12 +250,12 @@ mod tests {
         x[2] = 0.5; // ties to even -> 0
         x[3] = 1.5; // -> 2
         let mut q = [0i8; 32];
-        let [d, s] = quantize_block_scalar(&x, &mut q);
+        let (d, s) = quantize_block_scalar(&x, &mut q);
         assert_eq!(d, 1.0);
         assert_eq!(&q[..4], &[127, -64, 0, 2]);
-        assert_eq!(s, (127 - 64 + 2) as f32);
-        let [d, s] = quantize_block_scalar(&[0.0; 32], &mut q);
-        assert_eq!((d, s), (0.0, 0.0));
+        assert_eq!(s, 127 - 64 + 2);
+        let (d, s) = quantize_block_scalar(&[0.0; 32], &mut q);
+        assert_eq!((d, s), (0.0, 0));
         assert!(q.iter().all(|v| *v == 0));
     }
 
@@ -258,18 +274,22 @@ mod tests {
         x[QK..2 * QK].iter_mut().for_each(|v| *v = 0.0);
         let mut want_q = vec![0i8; x.len()];
         let mut want_ds = vec![0.0f32; blocks * 2];
+        let mut want_sums = vec![0i32; blocks];
         quantize_blocks(
             CheckedIsa::at_most(Isa::Scalar),
             &x,
             &mut want_q,
             &mut want_ds,
+            &mut want_sums,
         );
         for isa in Isa::supported() {
             let mut q = vec![0i8; x.len()];
             let mut ds = vec![0.0f32; blocks * 2];
-            quantize_blocks(CheckedIsa::at_most(isa), &x, &mut q, &mut ds);
+            let mut sums = vec![0i32; blocks];
+            quantize_blocks(CheckedIsa::at_most(isa), &x, &mut q, &mut ds, &mut sums);
             assert_eq!(q, want_q, "{isa}");
             assert_eq!(ds, want_ds, "{isa}");
+            assert_eq!(sums, want_sums, "{isa}");
             println!("quantization bit-identical on {isa}");
         }
     }

@@ -1,12 +1,19 @@
 //! The CPU backend's buffers: weight matrices, parameter vectors and
 //! activations.
 
+use std::sync::Arc;
+
+use super::packed::PackedRows;
 use crate::{DType, WeightView};
 
-/// A weight matrix, kept zero-copy over the checkpoint's bytes.
+/// A weight matrix, kept zero-copy over the checkpoint's bytes, plus (for
+/// the types and ISAs that have group kernels) its rows repacked sixteen at
+/// a time. The checkpoint's bytes stay for row lookups (`embed`) and for
+/// the tail rows that do not fill a group.
 #[derive(Clone, Debug)]
 pub struct CpuMatrix {
     pub(crate) view: WeightView,
+    pub(crate) packed: Option<Arc<PackedRows>>,
 }
 
 impl CpuMatrix {
@@ -27,6 +34,11 @@ impl CpuMatrix {
     /// Input features (elements per row).
     pub fn cols(&self) -> usize {
         self.view.cols
+    }
+
+    /// Bytes held by the repacked copy (0 when the matrix is not repacked).
+    pub fn packed_bytes(&self) -> usize {
+        self.packed.as_ref().map_or(0, |p| p.bytes())
     }
 
     /// The bytes of row `row`, or `None` past the last row.

@@ -15,7 +15,7 @@ pub(crate) fn dot(isa: CheckedIsa, a: &[f32], b: &[f32]) -> f32 {
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 | Isa::Avx512Vnni => unsafe { x86::dot_avx512(a, b) },
-        #[cfg(not(target_arch = "x86_64"))]
+        // NEON and other architectures' levels: the scalar code.
         _ => dot_scalar(a, b),
     }
 }
@@ -32,7 +32,7 @@ pub(crate) fn axpy(isa: CheckedIsa, alpha: f32, x: &[f32], y: &mut [f32]) {
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 | Isa::Avx512Vnni => unsafe { x86::axpy_avx512(alpha, x, y) },
-        #[cfg(not(target_arch = "x86_64"))]
+        // NEON and other architectures' levels: the scalar code.
         _ => axpy_scalar(alpha, x, y),
     }
 }

@@ -13,6 +13,8 @@
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 mod scalar;
 
 use super::isa::CheckedIsa;
@@ -63,6 +65,9 @@ pub(crate) fn dot_quantized<const R: usize>(
     );
     match isa.get() {
         Isa::Scalar => scalar::dot_quantized(dtype, w, row_bytes, a, out),
+        // SAFETY: CheckedIsa guarantees NEON; shapes checked above.
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => unsafe { neon::dot_quantized(dtype, w, row_bytes, a, out) },
         // SAFETY: CheckedIsa guarantees the features; shapes checked above.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => unsafe { avx2::dot_quantized(dtype, w, row_bytes, a, out) },
@@ -72,7 +77,8 @@ pub(crate) fn dot_quantized<const R: usize>(
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512Vnni => unsafe { avx512::vnni::dot_quantized(dtype, w, row_bytes, a, out) },
-        #[cfg(not(target_arch = "x86_64"))]
+        // Levels of another architecture (never checked on this one).
+        #[allow(unreachable_patterns)]
         _ => scalar::dot_quantized(dtype, w, row_bytes, a, out),
     }
 }
@@ -111,7 +117,8 @@ pub(crate) fn dot_float<const R: usize>(
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512Vnni => unsafe { avx512::vnni::dot_float(dtype, w, row_bytes, x, out) },
-        #[cfg(not(target_arch = "x86_64"))]
+        // NEON has no float kernels yet; other architectures' levels are
+        // never checked on this one.
         _ => scalar::dot_float(dtype, w, row_bytes, x, out),
     }
 }

@@ -1,0 +1,190 @@
+//! The group kernels on AVX-512 VNNI: one `vpdpbusd` adds four products
+//! to each of sixteen row sums. See the module documentation for the
+//! layout and the contract `scalar` spells out.
+//!
+//! # Safety
+//! Every function needs AVX-512 F/BW/VNNI and F16C, a `group` in the
+//! layout of `blocks` blocks, and activation rows of `blocks` blocks.
+
+use std::arch::x86_64::*;
+
+use super::{part_offsets, GROUP_ROWS};
+use crate::cpu::blocks::QK;
+use crate::cpu::quant_act::QRow;
+use crate::DType;
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+pub(super) unsafe fn dot_group<const T: usize>(
+    dtype: DType,
+    group: &[u8],
+    blocks: usize,
+    a: &[QRow<'_>; T],
+    out: &mut [[f32; GROUP_ROWS]; T],
+) {
+    // SAFETY (all arms): forwarded preconditions.
+    unsafe {
+        match dtype {
+            DType::Q4_1 => dot_q4::<T, true>(group, blocks, a, out),
+            DType::Q4_0 => dot_q4::<T, false>(group, blocks, a, out),
+            DType::Q8_0 => dot_q8_0(group, blocks, a, out),
+            _ => out.iter_mut().for_each(|o| *o = [f32::NAN; GROUP_ROWS]),
+        }
+    }
+}
+
+/// Runs `$body` with `$t` bound to each literal `0..T` (`T <= 8`). The
+/// copies carry constant indices, so the per-row accumulators stay in
+/// registers; a `for t in 0..T` loop this large is not unrolled by LLVM
+/// and spills them to the stack on every block.
+macro_rules! for_each_row {
+    ($T:ident, $t:ident, $body:block) => {
+        for_each_row!(@ $T, $t, $body, 0 1 2 3 4 5 6 7)
+    };
+    (@ $T:ident, $t:ident, $body:block, $($n:literal)*) => {
+        const { assert!($T <= 8, "group kernels take at most 8 activation rows") };
+        $( if $n < $T { let $t: usize = $n; $body } )*
+    };
+}
+
+/// Four activation bytes (`qa[4w..4w+4]`) in every i32 lane.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn word(qa: *const i8, w: usize) -> __m512i {
+    // SAFETY: the caller's `qa` points at a 32-byte block and `w < 8`.
+    unsafe { _mm512_set1_epi32(qa.add(4 * w).cast::<i32>().read_unaligned()) }
+}
+
+/// The sixteen f16 values at `p`, widened.
+#[target_feature(enable = "avx512f,f16c")]
+#[inline]
+unsafe fn halves(p: *const u8) -> __m512 {
+    // SAFETY: the caller's `p` points at 32 bytes.
+    unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())) }
+}
+
+/// Q4_1 (`HAS_MIN`) and Q4_0 (offset 8 taken off the integer sum).
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+#[inline]
+unsafe fn dot_q4<const T: usize, const HAS_MIN: bool>(
+    group: &[u8],
+    blocks: usize,
+    a: &[QRow<'_>; T],
+    out: &mut [[f32; GROUP_ROWS]; T],
+) {
+    let dtype = if HAS_MIN { DType::Q4_1 } else { DType::Q4_0 };
+    let (scales_at, mins_at) = part_offsets(dtype, blocks);
+    let g = group.as_ptr();
+    let low = _mm512_set1_epi8(0x0F);
+    let zero = _mm512_setzero_si512();
+    let mut acc = [_mm512_setzero_ps(); T];
+    let qs: [*const i8; T] = std::array::from_fn(|t| a[t].qs.as_ptr());
+    let ds: [*const f32; T] = std::array::from_fn(|t| a[t].ds.as_ptr());
+    let sums: [*const i32; T] = std::array::from_fn(|t| a[t].sums.as_ptr());
+    for b in 0..blocks {
+        // SAFETY: block b's quants, scales and mins lie inside the group.
+        let (w, d, m) = unsafe {
+            let q = g.add(256 * b);
+            let mut w = [zero; 8];
+            for c in 0..4 {
+                let raw = _mm512_loadu_si512(q.add(64 * c).cast());
+                // Low nibbles: elements 4c..4c+4; high: 16+4c..16+4c+4.
+                w[c] = _mm512_and_si512(raw, low);
+                w[c + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low);
+            }
+            let d = halves(g.add(scales_at + 32 * b));
+            let m = if HAS_MIN {
+                halves(g.add(mins_at + 32 * b))
+            } else {
+                _mm512_setzero_ps()
+            };
+            (w, d, m)
+        };
+        for_each_row!(T, t, {
+            // SAFETY: every activation row holds `blocks` blocks (checked
+            // by the caller), so block b's bytes, scales and sum exist.
+            let (qa, da, sa, sum) = unsafe {
+                (
+                    qs[t].add(QK * b),
+                    *ds[t].add(2 * b),
+                    *ds[t].add(2 * b + 1),
+                    *sums[t].add(b),
+                )
+            };
+            let mut s0 = if HAS_MIN {
+                zero
+            } else {
+                _mm512_set1_epi32(-8 * sum)
+            };
+            let mut s1 = zero;
+            // Two chains halve the dependent vpdpbusd latency of one block.
+            for c in 0..4 {
+                // SAFETY: qa points at block b's 32 bytes; c + 4 < 8.
+                unsafe {
+                    s0 = _mm512_dpbusd_epi32(s0, w[c], word(qa, c));
+                    s1 = _mm512_dpbusd_epi32(s1, w[c + 4], word(qa, c + 4));
+                }
+            }
+            let isum = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
+            let scale = _mm512_mul_ps(d, _mm512_set1_ps(da));
+            acc[t] = _mm512_fmadd_ps(isum, scale, acc[t]);
+            if HAS_MIN {
+                acc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(sa), acc[t]);
+            }
+        });
+    }
+    for (o, acc) in out.iter_mut().zip(acc) {
+        // SAFETY: `o` is sixteen f32.
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), acc) };
+    }
+}
+
+/// Q8_0: quants stored as `q + 128`; `128 · Σq_a` is taken off exactly.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+#[inline]
+unsafe fn dot_q8_0<const T: usize>(
+    group: &[u8],
+    blocks: usize,
+    a: &[QRow<'_>; T],
+    out: &mut [[f32; GROUP_ROWS]; T],
+) {
+    let (scales_at, _) = part_offsets(DType::Q8_0, blocks);
+    let g = group.as_ptr();
+    let zero = _mm512_setzero_si512();
+    let mut acc = [_mm512_setzero_ps(); T];
+    let qs: [*const i8; T] = std::array::from_fn(|t| a[t].qs.as_ptr());
+    let ds: [*const f32; T] = std::array::from_fn(|t| a[t].ds.as_ptr());
+    let sums: [*const i32; T] = std::array::from_fn(|t| a[t].sums.as_ptr());
+    for b in 0..blocks {
+        // SAFETY: block b's quants and scales lie inside the group.
+        let (w, d) = unsafe {
+            let q = g.add(512 * b);
+            // A loop rather than `array::from_fn`: keep the loads in this
+            // function's target features.
+            let mut w = [zero; 8];
+            for (i, w) in w.iter_mut().enumerate() {
+                *w = _mm512_loadu_si512(q.add(64 * i).cast());
+            }
+            (w, halves(g.add(scales_at + 32 * b)))
+        };
+        for_each_row!(T, t, {
+            // SAFETY: as in `dot_q4`.
+            let (qa, da, sum) = unsafe { (qs[t].add(QK * b), *ds[t].add(2 * b), *sums[t].add(b)) };
+            let mut s0 = _mm512_set1_epi32(-128 * sum);
+            let mut s1 = zero;
+            for c in 0..4 {
+                // SAFETY: qa points at block b's 32 bytes; c + 4 < 8.
+                unsafe {
+                    s0 = _mm512_dpbusd_epi32(s0, w[c], word(qa, c));
+                    s1 = _mm512_dpbusd_epi32(s1, w[c + 4], word(qa, c + 4));
+                }
+            }
+            let isum = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
+            let scale = _mm512_mul_ps(d, _mm512_set1_ps(da));
+            acc[t] = _mm512_fmadd_ps(isum, scale, acc[t]);
+        });
+    }
+    for (o, acc) in out.iter_mut().zip(acc) {
+        // SAFETY: `o` is sixteen f32.
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), acc) };
+    }
+}

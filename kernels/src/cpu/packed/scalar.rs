@@ -1,0 +1,59 @@
+//! The scalar twin of the group kernels: the numeric contract of the
+//! module documentation written out lane by lane. The SIMD kernels must
+//! match it bit for bit (same integer sums, same f32 operations in the
+//! same order, fused multiply-adds where they fuse).
+
+use super::{part_offsets, quant_bytes, quant_offset, GROUP_ROWS};
+use crate::cpu::blocks::{f16_at, QK};
+use crate::cpu::quant_act::QRow;
+use crate::DType;
+
+/// See [`super::PackedRows::dot_group`]; `group` holds `blocks` blocks.
+pub(crate) fn dot_group<const T: usize>(
+    dtype: DType,
+    group: &[u8],
+    blocks: usize,
+    a: &[QRow<'_>; T],
+    out: &mut [[f32; GROUP_ROWS]; T],
+) {
+    let qb = quant_bytes(dtype);
+    let (scales_at, mins_at) = part_offsets(dtype, blocks);
+    let offset = quant_offset(dtype);
+    for (a, out) in a.iter().zip(out.iter_mut()) {
+        let mut acc = [0.0f32; GROUP_ROWS];
+        for b in 0..blocks {
+            let quants = &group[qb * b..qb * (b + 1)];
+            let qa = &a.qs[QK * b..QK * (b + 1)];
+            let (da, sa) = (a.ds[2 * b], a.ds[2 * b + 1]);
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let mut isum = -offset * a.sums[b];
+                match dtype {
+                    DType::Q8_0 => {
+                        for w in 0..8 {
+                            for e in 0..4 {
+                                let u = i32::from(quants[64 * w + 4 * r + e]);
+                                isum += u * i32::from(qa[4 * w + e]);
+                            }
+                        }
+                    }
+                    _ => {
+                        for w in 0..4 {
+                            for e in 0..4 {
+                                let byte = quants[64 * w + 4 * r + e];
+                                isum += i32::from(byte & 0x0F) * i32::from(qa[4 * w + e]);
+                                isum += i32::from(byte >> 4) * i32::from(qa[16 + 4 * w + e]);
+                            }
+                        }
+                    }
+                }
+                let d = f16_at(group, scales_at + 32 * b + 2 * r);
+                *acc = (isum as f32).mul_add(d * da, *acc);
+                if dtype == DType::Q4_1 {
+                    let m = f16_at(group, mins_at + 32 * b + 2 * r);
+                    *acc = m.mul_add(sa, *acc);
+                }
+            }
+        }
+        *out = acc;
+    }
+}
