@@ -96,12 +96,15 @@ impl<'a> Plan<'a> {
         detail: Detail,
     ) -> Vec<Scored> {
         let detail = if self.ranked() { detail } else { Detail::All };
-        self.candidates
-            .iter()
-            .filter_map(|&(m, v, via)| score(ctx, m, v, via, engine, detail))
-            // Verdict-only scores of rejected candidates carry nothing worth keeping.
-            .filter(|s| detail == Detail::All || s.qualifies())
-            .collect()
+        // Sized up front: growing a vector of scores copies them all at each doubling.
+        let mut scored = Vec::with_capacity(self.candidates.len());
+        scored.extend(
+            self.candidates
+                .iter()
+                // Under Verdict, rejected candidates come back as `None`.
+                .filter_map(|&(m, v, via)| score(ctx, m, v, via, engine, detail)),
+        );
+        scored
     }
 
     /// Scores the requested model's fallbacks when its own candidate broke a constraint

@@ -12,6 +12,7 @@ use toml::Spanned;
 use crate::error::{Diagnostics, PolicyError};
 use crate::policy::{Model, Policy, Routing, Target};
 use crate::schema::{PolicyFile, RoutingEntry};
+use crate::tags::TagTable;
 
 /// Parses and validates `src` (named `source_name` in errors).
 pub(crate) fn compile(
@@ -56,6 +57,7 @@ pub(crate) fn compile(
         checkpoint_count += m.versions.len();
     }
     Ok(Policy {
+        tags: TagTable::new(&models),
         checkpoint_base,
         checkpoint_count,
         source_name: source_name.to_string(),

@@ -7,22 +7,27 @@ use http::StatusCode;
 use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
+use crate::policy::ParsedBody;
 
 /// A request body parsed as JSON into `T`.
 ///
 /// The `Content-Type` is not checked: `curl -d` sends a form type, and the
-/// body either parses as `T` or gets a precise error.
+/// body either parses as `T` or gets a precise error. A body the policy layer
+/// already parsed ([`ParsedBody`]) is taken as is, not parsed again.
 #[derive(Debug)]
 pub struct OpenAiJson<T>(pub T);
 
 impl<S, T> FromRequest<S> for OpenAiJson<T>
 where
     S: Send + Sync,
-    T: DeserializeOwned,
+    T: DeserializeOwned + Send + Sync + 'static,
 {
     type Rejection = ApiError;
 
-    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+    async fn from_request(mut request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        if let Some(ParsedBody(parsed)) = request.extensions_mut().remove::<ParsedBody<T>>() {
+            return Ok(OpenAiJson(parsed));
+        }
         let limit = request
             .extensions()
             .get::<BodyLimit>()
