@@ -30,23 +30,7 @@ impl<'a> Plan<'a> {
     ) -> Result<Self, RouteError> {
         let sticky = StickyKey { req, tenant };
         let (reason, requested, candidates) = match &req.model {
-            ModelHint::Auto => {
-                let mut c: Vec<(usize, usize, Via)> = Vec::with_capacity(policy.models.len());
-                // A cross-model split arm may repeat another model's checkpoint.
-                let mut seen = vec![false; policy.checkpoint_count];
-                for i in 0..policy.models.len() {
-                    if let Some(t) = resolve_named(policy, i, &sticky) {
-                        let slot = policy.checkpoint_base.get(t.0).map(|b| b + t.1);
-                        if let Some(seen) = slot.and_then(|s| seen.get_mut(s)) {
-                            if !*seen {
-                                *seen = true;
-                                c.push(t);
-                            }
-                        }
-                    }
-                }
-                (RouteReason::Auto, None, c)
-            }
+            ModelHint::Auto => (RouteReason::Auto, None, every_model(policy, &sticky)),
             ModelHint::Named { name } => {
                 let i = model_named(policy, name)?;
                 let reason = match policy.models.get(i) {
@@ -181,6 +165,35 @@ impl StickyKey<'_> {
             Cow::Borrowed,
         )
     }
+}
+
+/// The checkpoint every model stands for (under `auto`), in model order, each once.
+fn every_model(policy: &Policy, sticky: &StickyKey) -> Vec<(usize, usize, Via)> {
+    let mut c: Vec<(usize, usize, Via)> = Vec::with_capacity(policy.models.len());
+    if !policy.cross_model_arms {
+        // Each model's checkpoints are its own: no two models can stand for the same one.
+        for (i, m) in policy.models.iter().enumerate() {
+            match m.split {
+                None => c.push((i, m.active_version, Via::Direct)),
+                Some(_) => c.extend(resolve_named(policy, i, sticky)),
+            }
+        }
+        return c;
+    }
+    // A cross-model split arm may repeat another model's checkpoint.
+    let mut seen = vec![false; policy.checkpoint_count];
+    for i in 0..policy.models.len() {
+        if let Some(t) = resolve_named(policy, i, sticky) {
+            let slot = policy.checkpoint_base.get(t.0).map(|b| b + t.1);
+            if let Some(seen) = slot.and_then(|s| seen.get_mut(s)) {
+                if !*seen {
+                    *seen = true;
+                    c.push(t);
+                }
+            }
+        }
+    }
+    c
 }
 
 /// The checkpoint a model name stands for: its split's arm, else its active version.

@@ -168,6 +168,9 @@ pub struct Policy {
     pub(crate) checkpoint_count: usize,
     /// Per-tag quality of every model, by tag id, for scoring.
     pub(crate) tags: TagTable,
+    /// Whether some split arm targets another model than its split's: then two models
+    /// can stand for the same checkpoint, and `auto` must drop the repeat.
+    pub(crate) cross_model_arms: bool,
 }
 
 impl Policy {

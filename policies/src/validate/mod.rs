@@ -56,8 +56,12 @@ pub(crate) fn compile(
         checkpoint_base.push(checkpoint_count);
         checkpoint_count += m.versions.len();
     }
+    let cross_model_arms = splits
+        .iter()
+        .any(|s| s.arms.iter().any(|a| a.model != s.model));
     Ok(Policy {
         tags: TagTable::new(&models),
+        cross_model_arms,
         checkpoint_base,
         checkpoint_count,
         source_name: source_name.to_string(),
