@@ -23,8 +23,9 @@ use crate::policy::request::{chat_tokens, prompt_tokens, RoutingFields};
 #[derive(Debug, Clone)]
 pub struct ParsedBody<T>(pub T);
 
-/// A wire type the policy layer can route on.
-pub(crate) trait RoutableBody: DeserializeOwned + Clone + Send + Sync + 'static {
+/// A wire type the policy layer can route on: [`ChatCompletionRequest`] and
+/// [`CompletionRequest`] (sealed: only this crate can build [`RoutingFields`]).
+pub trait RoutableBody: DeserializeOwned + Clone + Send + Sync + 'static {
     /// What routing reads from the body.
     fn routing_fields(&self) -> RoutingFields;
 }

@@ -26,7 +26,7 @@ use crate::policy::routing::PolicyRouting;
 /// one, the body is parsed once (and handed to the handler as a [`ParsedBody`]), the
 /// request is routed (or refused with an OpenAI-shaped error naming what failed) before
 /// its handler runs, and the response says which checkpoint answered and why.
-pub(crate) async fn route_request<B: RoutableBody>(
+pub async fn route_request<B: RoutableBody>(
     State(routing): State<Option<Arc<PolicyRouting>>>,
     request: Request,
     next: Next,

@@ -33,17 +33,18 @@ pub(crate) struct RawFields {
 }
 
 /// What routing reads from a body, from the wire type
-/// ([`crate::policy::body::RoutableBody`]) or from [`RawFields`].
+/// ([`crate::policy::body::RoutableBody`]) or from [`RawFields`]. Public only as the
+/// return type of that trait; nothing outside this crate can build one.
 #[derive(Debug)]
-pub(crate) struct RoutingFields {
+pub struct RoutingFields {
     /// The `model` hint; the handler's error when it is missing or not a string.
-    pub model: Result<ModelHint, ApiError>,
+    pub(crate) model: Result<ModelHint, ApiError>,
     /// `max_completion_tokens`, else `max_tokens`, when a count that fits a `u32`.
-    pub max_output_tokens: Option<u32>,
+    pub(crate) max_output_tokens: Option<u32>,
     /// A non-empty `user`.
-    pub user: Option<String>,
+    pub(crate) user: Option<String>,
     /// The estimated prompt size.
-    pub prompt_tokens: u32,
+    pub(crate) prompt_tokens: u32,
 }
 
 impl From<RawFields> for RoutingFields {
