@@ -43,7 +43,11 @@ where
                     }
                 }
             })?;
-        parse_json_object(&bytes).map(OpenAiJson)
+        // Well-formed bodies (nearly all) skip the field-path tracking only errors need.
+        match try_parse_json_object(&bytes) {
+            Some(parsed) => Ok(OpenAiJson(parsed)),
+            None => parse_json_object(&bytes).map(OpenAiJson),
+        }
     }
 }
 
@@ -51,6 +55,18 @@ where
 /// that a 413 can state it.
 #[derive(Debug, Clone, Copy)]
 pub struct BodyLimit(pub usize);
+
+/// Parses `bytes` as `T` when they hold one JSON object that `T` accepts; `None`
+/// otherwise, without saying why: the fast path for a caller that falls back to
+/// [`parse_json_object`] for the error (tracking the path of every field, which only an
+/// error needs, costs about a third of a parse).
+pub fn try_parse_json_object<T: DeserializeOwned>(bytes: &[u8]) -> Option<T> {
+    // As in `parse_json_object`: serde would read a struct from an array of its fields.
+    if bytes.iter().find(|byte| !byte.is_ascii_whitespace()) != Some(&b'{') {
+        return None;
+    }
+    serde_json::from_slice(bytes).ok()
+}
 
 /// Parses `bytes`, which must hold one JSON object, as `T`, naming the path
 /// of a field with the wrong type.

@@ -13,7 +13,7 @@ use switchyard_policies::{HEADER_COST, HEADER_MODEL, HEADER_ROUTE, HEADER_VERSIO
 
 use crate::error::ApiError;
 use crate::layers::request_id::request_id;
-use crate::openai::extract::{parse_json_object, BodyLimit};
+use crate::openai::extract::{parse_json_object, try_parse_json_object, BodyLimit};
 use crate::policy::body::{ParsedBody, RoutableBody};
 use crate::policy::request::{
     route_request as build_route_request, RawFields, RequestProblem, RoutingFields,
@@ -47,11 +47,11 @@ pub async fn route_request<B: RoutableBody>(
         Ok(bytes) => bytes,
         Err(error) => return error.into_response(),
     };
-    let (fields, parsed) = match parse_json_object::<B>(&bytes) {
-        Ok(parsed) => (parsed.routing_fields(), Some(parsed)),
+    let (fields, parsed) = match try_parse_json_object::<B>(&bytes) {
+        Some(parsed) => (parsed.routing_fields(), Some(parsed)),
         // The handler parses again and names the field at fault, after routing, as
         // it would without a policy; routing reads what it needs leniently.
-        Err(_) => match parse_json_object::<RawFields>(&bytes) {
+        None => match parse_json_object::<RawFields>(&bytes) {
             Ok(raw) => (RoutingFields::from(raw), None),
             Err(error) => return error.into_response(),
         },
