@@ -9,7 +9,7 @@ use crate::policy::{Policy, Tenant};
 use crate::request::{Caller, ModelHint, RouteRequest};
 use crate::route::RouteReason;
 use crate::route_error::RouteError;
-use crate::score::{score, Context, Detail, Scored, Via};
+use crate::score::{pick_order, score, Context, Detail, Scored, Via};
 use crate::split::Sticky;
 
 /// The candidate set a request's `model` hint asks for.
@@ -89,6 +89,27 @@ impl<'a> Plan<'a> {
                 .filter_map(|&(m, v, via)| score(ctx, m, v, via, engine, detail)),
         );
         scored
+    }
+
+    /// Under `auto`: the best qualifying candidate (in [`pick_order`]) and how many
+    /// qualify, keeping no other score. The common case needs nothing more; a pick whose
+    /// budget reservation then fails goes through [`Plan::score_primary`] and `select`.
+    pub fn best_primary(&self, ctx: &Context, engine: &dyn EngineView) -> (Option<Scored>, usize) {
+        let mut best: Option<Scored> = None;
+        let mut qualifying = 0;
+        for &(m, v, via) in &self.candidates {
+            let Some(s) = score(ctx, m, v, via, engine, Detail::Verdict) else {
+                continue;
+            };
+            qualifying += 1;
+            if best
+                .as_ref()
+                .is_none_or(|b| pick_order(self.policy, &s, b).is_lt())
+            {
+                best = Some(s);
+            }
+        }
+        (best, qualifying)
     }
 
     /// Scores the requested model's fallbacks when its own candidate broke a constraint
