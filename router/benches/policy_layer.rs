@@ -235,6 +235,9 @@ fn row(case: &str, s: &Summary) -> String {
     )
 }
 
+/// Which durations of a case a table shows.
+type Pick = dyn Fn(&[Spans]) -> Vec<Duration>;
+
 /// The four HTTP cases, one sample each per round.
 #[derive(Default)]
 struct Samples {
@@ -337,7 +340,7 @@ async fn run(requests: usize) {
         ("`PolicyRouting::route` + settle alone", &alone),
         ("reading both clocks (timer floor)", &clock),
     ];
-    let tables: [(&str, &dyn Fn(&[Spans]) -> Vec<Duration>); 3] = [
+    let tables: [(&str, &Pick); 3] = [
         ("wall clock", &|spans| {
             spans.iter().map(|s| s.wall).collect()
         }),
