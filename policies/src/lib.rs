@@ -65,6 +65,7 @@ mod route_error;
 mod schema;
 mod score;
 mod split;
+mod tags;
 mod validate;
 
 pub use budget::{BudgetSnapshot, BudgetUnit, BudgetWindow, Reservation, Spend, Usage};

@@ -9,7 +9,7 @@ use crate::policy::{Policy, Tenant};
 use crate::request::{Caller, ModelHint, RouteRequest};
 use crate::route::RouteReason;
 use crate::route_error::RouteError;
-use crate::score::{score, Context, Detail, Scored, Via};
+use crate::score::{pick_order, score, Context, Detail, Scored, Via};
 use crate::split::Sticky;
 
 /// The candidate set a request's `model` hint asks for.
@@ -30,23 +30,7 @@ impl<'a> Plan<'a> {
     ) -> Result<Self, RouteError> {
         let sticky = StickyKey { req, tenant };
         let (reason, requested, candidates) = match &req.model {
-            ModelHint::Auto => {
-                let mut c: Vec<(usize, usize, Via)> = Vec::with_capacity(policy.models.len());
-                // A cross-model split arm may repeat another model's checkpoint.
-                let mut seen = vec![false; policy.checkpoint_count];
-                for i in 0..policy.models.len() {
-                    if let Some(t) = resolve_named(policy, i, &sticky) {
-                        let slot = policy.checkpoint_base.get(t.0).map(|b| b + t.1);
-                        if let Some(seen) = slot.and_then(|s| seen.get_mut(s)) {
-                            if !*seen {
-                                *seen = true;
-                                c.push(t);
-                            }
-                        }
-                    }
-                }
-                (RouteReason::Auto, None, c)
-            }
+            ModelHint::Auto => (RouteReason::Auto, None, every_model(policy, &sticky)),
             ModelHint::Named { name } => {
                 let i = model_named(policy, name)?;
                 let reason = match policy.models.get(i) {
@@ -96,12 +80,36 @@ impl<'a> Plan<'a> {
         detail: Detail,
     ) -> Vec<Scored> {
         let detail = if self.ranked() { detail } else { Detail::All };
-        self.candidates
-            .iter()
-            .filter_map(|&(m, v, via)| score(ctx, m, v, via, engine, detail))
-            // Verdict-only scores of rejected candidates carry nothing worth keeping.
-            .filter(|s| detail == Detail::All || s.qualifies())
-            .collect()
+        // Sized up front: growing a vector of scores copies them all at each doubling.
+        let mut scored = Vec::with_capacity(self.candidates.len());
+        scored.extend(
+            self.candidates
+                .iter()
+                // Under Verdict, rejected candidates come back as `None`.
+                .filter_map(|&(m, v, via)| score(ctx, m, v, via, engine, detail)),
+        );
+        scored
+    }
+
+    /// Under `auto`: the best qualifying candidate (in [`pick_order`]) and how many
+    /// qualify, keeping no other score. The common case needs nothing more; a pick whose
+    /// budget reservation then fails goes through [`Plan::score_primary`] and `select`.
+    pub fn best_primary(&self, ctx: &Context, engine: &dyn EngineView) -> (Option<Scored>, usize) {
+        let mut best: Option<Scored> = None;
+        let mut qualifying = 0;
+        for &(m, v, via) in &self.candidates {
+            let Some(s) = score(ctx, m, v, via, engine, Detail::Verdict) else {
+                continue;
+            };
+            qualifying += 1;
+            if best
+                .as_ref()
+                .is_none_or(|b| pick_order(self.policy, &s, b).is_lt())
+            {
+                best = Some(s);
+            }
+        }
+        (best, qualifying)
     }
 
     /// Scores the requested model's fallbacks when its own candidate broke a constraint
@@ -178,6 +186,35 @@ impl StickyKey<'_> {
             Cow::Borrowed,
         )
     }
+}
+
+/// The checkpoint every model stands for (under `auto`), in model order, each once.
+fn every_model(policy: &Policy, sticky: &StickyKey) -> Vec<(usize, usize, Via)> {
+    let mut c: Vec<(usize, usize, Via)> = Vec::with_capacity(policy.models.len());
+    if !policy.cross_model_arms {
+        // Each model's checkpoints are its own: no two models can stand for the same one.
+        for (i, m) in policy.models.iter().enumerate() {
+            match m.split {
+                None => c.push((i, m.active_version, Via::Direct)),
+                Some(_) => c.extend(resolve_named(policy, i, sticky)),
+            }
+        }
+        return c;
+    }
+    // A cross-model split arm may repeat another model's checkpoint.
+    let mut seen = vec![false; policy.checkpoint_count];
+    for i in 0..policy.models.len() {
+        if let Some(t) = resolve_named(policy, i, sticky) {
+            let slot = policy.checkpoint_base.get(t.0).map(|b| b + t.1);
+            if let Some(seen) = slot.and_then(|s| seen.get_mut(s)) {
+                if !*seen {
+                    *seen = true;
+                    c.push(t);
+                }
+            }
+        }
+    }
+    c
 }
 
 /// The checkpoint a model name stands for: its split's arm, else its active version.

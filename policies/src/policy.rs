@@ -12,6 +12,7 @@ use crate::keys::{self, KeyDigest};
 use crate::request::Hints;
 use crate::rollback::RollbackStatus;
 use crate::split::Split;
+use crate::tags::TagTable;
 
 /// Weights of the utility function and request defaults (`[routing]`).
 ///
@@ -165,6 +166,11 @@ pub struct Policy {
     pub(crate) checkpoint_base: Vec<usize>,
     /// Number of checkpoints (model versions) in the policy.
     pub(crate) checkpoint_count: usize,
+    /// Per-tag quality of every model, by tag id, for scoring.
+    pub(crate) tags: TagTable,
+    /// Whether some split arm targets another model than its split's: then two models
+    /// can stand for the same checkpoint, and `auto` must drop the repeat.
+    pub(crate) cross_model_arms: bool,
 }
 
 impl Policy {

@@ -146,7 +146,6 @@ fn route_inner(
     let tenant = caller_tenant(policy, &req.caller)?;
     let ctx = Context::new(policy, tenant, req);
     let plan = Plan::new(policy, req, tenant)?;
-    let mut scored = plan.score_primary(&ctx, engine, Detail::Verdict);
     let now = now_secs();
     let mut reserve = |s: &Scored| {
         let budgets = tenant.map_or(&[][..], |t| &t.budgets[..]);
@@ -162,6 +161,25 @@ fn route_inner(
             needed: short.needed,
             remaining: short.remaining,
         })
+    };
+    let mut scored = if plan.ranked() {
+        // Under `auto`, first the best candidate alone: when its budget holds, as it
+        // nearly always does, no other score is kept. Otherwise the full list, below.
+        match plan.best_primary(&ctx, engine) {
+            (Some(best), qualifying) => {
+                if let Ok(reservation) = reserve(&best) {
+                    let best = std::slice::from_ref(&best);
+                    if let Some(route) = build(&ctx, &plan, best, 0, qualifying, reservation) {
+                        return Ok(route);
+                    }
+                }
+                plan.score_primary(&ctx, engine, Detail::Verdict)
+            }
+            // Nothing qualifies: straight to the detailed scores for the error.
+            (None, _) => Vec::new(),
+        }
+    } else {
+        plan.score_primary(&ctx, engine, Detail::Verdict)
     };
     if let Some((i, reservation)) = select(policy, &mut scored, plan.ranked(), &mut reserve) {
         let qualifying = scored.iter().filter(|s| s.qualifies()).count();

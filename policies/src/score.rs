@@ -46,14 +46,13 @@ pub(crate) struct Scored {
     pub estimate: Spend,
     pub expected_latency_ms: f64,
     pub utility: f64,
-    /// Broken constraints; with [`Detail::Verdict`] only `rejected` is set.
+    /// Broken constraints (under [`Detail::Verdict`] only qualifying candidates are scored).
     pub failures: Vec<ConstraintFailure>,
-    pub rejected: bool,
 }
 
 impl Scored {
     pub fn qualifies(&self) -> bool {
-        !self.rejected && self.failures.is_empty()
+        self.failures.is_empty()
     }
 }
 
@@ -75,6 +74,8 @@ pub(crate) struct Context<'a> {
     pub max_cost: Option<f64>,
     pub max_latency_ms: Option<f64>,
     pub tags: &'a [String],
+    /// Each of `tags` as an id of the policy's tag table (`None`: no model scores it).
+    pub tag_ids: Vec<Option<usize>>,
     pub prompt_tokens: u64,
     /// `max_tokens`, or the assumed output length, for cost and latency estimates.
     pub output_tokens: u64,
@@ -104,6 +105,7 @@ impl<'a> Context<'a> {
             max_cost: pick(req.hints.max_cost, |d| d.max_cost),
             max_latency_ms: pick(req.hints.max_latency_ms, |d| d.max_latency_ms),
             tags,
+            tag_ids: tags.iter().map(|t| policy.tags.id(t)).collect(),
             prompt_tokens: u64::from(req.prompt_tokens),
             output_tokens: u64::from(
                 req.max_output_tokens
@@ -130,6 +132,12 @@ impl<'a> Context<'a> {
 }
 
 /// Measures checkpoint `model`/`version` against every constraint and computes its utility.
+///
+/// The constraints that need only the policy and the request come first, in the order
+/// [`ConstraintFailure`]s are reported; those on live engine state (health, queue,
+/// latency) last. Under [`Detail::Verdict`] the first broken constraint ends it with
+/// `None`, so a candidate the policy or the request rules out never costs an engine
+/// query; `None` also means the indices name no checkpoint.
 pub(crate) fn score(
     ctx: &Context,
     model: usize,
@@ -140,67 +148,43 @@ pub(crate) fn score(
 ) -> Option<Scored> {
     let m = ctx.policy.models.get(model)?;
     let version_name = m.versions.get(version)?;
-    let state = engine.state(&m.name, version_name);
-    let (quality, tag) = m.quality_for(ctx.tags);
-    let estimate = ctx.price(model).spend(ctx.prompt_tokens, ctx.output_tokens);
-    let expected_latency_ms = state.expected_latency_ms(ctx.output_tokens);
-    let r = &ctx.policy.routing;
-    let utility = r.quality_weight * quality
-        - weighted(r.cost_weight, estimate.cost)
-        - weighted(r.latency_weight, expected_latency_ms);
-    let mut scored = Scored {
-        model,
-        version,
-        via,
-        queue_depth: state.queue_depth,
-        quality,
-        quality_tag: tag.and_then(|t| ctx.tags.iter().position(|x| x == t)),
-        estimate,
-        expected_latency_ms,
-        utility,
-        failures: Vec::new(),
-        rejected: false,
-    };
-    // Records a broken constraint; true means "stop checking" (verdict-only mode).
-    let fail = |scored: &mut Scored, failure: &dyn Fn() -> ConstraintFailure| {
-        scored.rejected = true;
-        match detail {
-            Detail::All => {
-                scored.failures.push(failure());
-                false
-            }
-            Detail::Verdict => true,
-        }
-    };
+    let verdict = detail == Detail::Verdict;
+    // Every broken constraint, in report order (under Verdict the first one returns).
+    let mut failures = Vec::new();
 
     if let Some(t) = ctx.tenant {
-        if !t.may_use(model)
-            && fail(&mut scored, &|| ConstraintFailure::NotPermitted {
+        if !t.may_use(model) {
+            if verdict {
+                return None;
+            }
+            failures.push(ConstraintFailure::NotPermitted {
                 tenant: t.name.clone(),
-            })
-        {
-            return Some(scored);
+            });
         }
     }
+    let (quality, quality_tag) = ctx.policy.tags.quality(model, m.quality, &ctx.tag_ids);
     if let Some(floor) = ctx.min_quality {
-        if quality < floor
-            && fail(&mut scored, &|| ConstraintFailure::QualityBelowFloor {
-                tag: tag.map(str::to_string),
+        if quality < floor {
+            if verdict {
+                return None;
+            }
+            failures.push(ConstraintFailure::QualityBelowFloor {
+                tag: quality_tag.and_then(|i| ctx.tags.get(i)).cloned(),
                 quality,
                 floor,
-            })
-        {
-            return Some(scored);
+            });
         }
     }
+    let estimate = ctx.price(model).spend(ctx.prompt_tokens, ctx.output_tokens);
     if let Some(ceiling) = ctx.max_cost {
-        if estimate.cost > ceiling
-            && fail(&mut scored, &|| ConstraintFailure::CostAboveCeiling {
+        if estimate.cost > ceiling {
+            if verdict {
+                return None;
+            }
+            failures.push(ConstraintFailure::CostAboveCeiling {
                 estimated: estimate.cost,
                 ceiling,
-            })
-        {
-            return Some(scored);
+            });
         }
     }
     if let Some(t) = ctx.tenant {
@@ -209,48 +193,75 @@ pub(crate) fn score(
                 crate::budget::BudgetUnit::Tokens => estimate.tokens as f64,
                 crate::budget::BudgetUnit::Cost => estimate.cost,
             };
-            if needed > remaining
-                && fail(&mut scored, &|| ConstraintFailure::OverBudget {
+            if needed > remaining {
+                if verdict {
+                    return None;
+                }
+                failures.push(ConstraintFailure::OverBudget {
                     budget: budget.label().clone(),
                     needed,
                     remaining,
-                })
-            {
-                return Some(scored);
+                });
             }
         }
     }
-    if ctx.context_needed > u64::from(m.context_limit)
-        && fail(&mut scored, &|| ConstraintFailure::ContextTooLong {
+    if ctx.context_needed > u64::from(m.context_limit) {
+        if verdict {
+            return None;
+        }
+        failures.push(ConstraintFailure::ContextTooLong {
             needed: ctx.context_needed,
             limit: m.context_limit,
-        })
-    {
-        return Some(scored);
+        });
     }
-    if !state.healthy && fail(&mut scored, &|| ConstraintFailure::Unhealthy) {
-        return Some(scored);
+
+    let state = engine.state(&m.name, version_name);
+    let expected_latency_ms = state.expected_latency_ms(ctx.output_tokens);
+    if !state.healthy {
+        if verdict {
+            return None;
+        }
+        failures.push(ConstraintFailure::Unhealthy);
     }
     if let Some(max) = m.max_queue_depth {
-        if state.queue_depth >= max
-            && fail(&mut scored, &|| ConstraintFailure::QueueFull {
+        if state.queue_depth >= max {
+            if verdict {
+                return None;
+            }
+            failures.push(ConstraintFailure::QueueFull {
                 depth: state.queue_depth,
                 max,
-            })
-        {
-            return Some(scored);
+            });
         }
     }
     if let Some((limit_ms, set_by)) = latency_limit(ctx.max_latency_ms, m.latency_target_ms) {
         if expected_latency_ms > limit_ms {
-            fail(&mut scored, &|| ConstraintFailure::LatencyAboveTarget {
+            if verdict {
+                return None;
+            }
+            failures.push(ConstraintFailure::LatencyAboveTarget {
                 expected_ms: expected_latency_ms,
                 limit_ms,
                 set_by,
             });
         }
     }
-    Some(scored)
+    let r = &ctx.policy.routing;
+    let utility = r.quality_weight * quality
+        - weighted(r.cost_weight, estimate.cost)
+        - weighted(r.latency_weight, expected_latency_ms);
+    Some(Scored {
+        model,
+        version,
+        via,
+        queue_depth: state.queue_depth,
+        quality,
+        quality_tag,
+        estimate,
+        expected_latency_ms,
+        utility,
+        failures,
+    })
 }
 
 /// The tighter of the request's and the model's latency limits.

@@ -50,6 +50,8 @@ pub struct Split {
     pub arms: Vec<Arm>,
     /// Cumulative weights, `cumulative[i] = arms[0..=i].weight` summed.
     cumulative: Vec<f64>,
+    /// The hash state after the split's name (see [`stable_hash`]), computed once.
+    salt: u64,
     rollback: Option<Arc<RollbackMonitor>>,
 }
 
@@ -70,6 +72,7 @@ impl Split {
             })
             .collect();
         Split {
+            salt: salt_state(&name),
             name,
             model,
             sticky,
@@ -91,7 +94,7 @@ impl Split {
                 return m.rule().baseline;
             }
         }
-        self.arm_for_hash(stable_hash(&self.name, sticky_key))
+        self.arm_for_hash(salted_hash(self.salt, sticky_key))
     }
 
     /// Whether the rollback rule has pinned the split to its baseline arm.
@@ -136,16 +139,32 @@ impl Split {
 /// the SplitMix64 finalizer, so nearby keys spread evenly. Stable across runs and builds,
 /// unlike `std`'s randomly keyed hasher.
 pub fn stable_hash(salt: &str, key: &str) -> u64 {
+    salted_hash(salt_state(salt), key)
+}
+
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+
+/// The FNV-1a state after `salt` and the separator: a split computes it once, and each
+/// request hashes only its key ([`salted_hash`]).
+fn salt_state(salt: &str) -> u64 {
     const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-    let mut h = OFFSET;
-    for &b in salt.as_bytes().iter().chain(&[0xff]).chain(key.as_bytes()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(PRIME);
-    }
+    fnv(OFFSET, salt.as_bytes().iter().chain(&[0xff]))
+}
+
+/// [`stable_hash`] of `key` from a [`salt_state`].
+fn salted_hash(state: u64, key: &str) -> u64 {
+    let mut h = fnv(state, key.as_bytes());
     h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     h ^ (h >> 31)
+}
+
+fn fnv<'a>(mut h: u64, bytes: impl IntoIterator<Item = &'a u8>) -> u64 {
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(FNV_PRIME);
+    }
+    h
 }
 
 #[cfg(test)]
@@ -187,5 +206,22 @@ mod tests {
             stable_hash("split", "user-2")
         );
         assert_ne!(stable_hash("a", "bc"), stable_hash("ab", "c"));
+        // Pinned: sticky assignments must survive upgrades, so the hash never changes.
+        assert_eq!(stable_hash("split", "user-1"), 0x13bc_cf16_22d8_92f3);
+    }
+
+    #[test]
+    fn assignment_hashes_name_and_key() {
+        let s = Split::new(
+            "canary".into(),
+            0,
+            Sticky::User,
+            vec![arm("a", 50.0), arm("b", 50.0)],
+            None,
+        );
+        for i in 0..200 {
+            let key = format!("user-{i}");
+            assert_eq!(s.assign(&key), s.arm_for_hash(stable_hash("canary", &key)));
+        }
     }
 }

@@ -342,3 +342,47 @@ fn budgets_are_reserved_settled_and_exhausted() {
         (150.0, 0.0, 850.0)
     );
 }
+
+/// A split arm on another model's checkpoint: under `auto` that checkpoint is one
+/// candidate, not two.
+#[test]
+fn auto_counts_a_checkpoint_shared_through_a_split_once() {
+    let p = policy(
+        r#"
+[routing]
+allow_anonymous = true
+
+[[models]]
+name = "a"
+version = "v1"
+cost_per_1k_input = 0.0
+cost_per_1k_output = 0.0
+quality = 0.5
+context_limit = 1000
+
+[[models]]
+name = "b"
+version = "v1"
+cost_per_1k_input = 0.0
+cost_per_1k_output = 0.0
+quality = 0.9
+context_limit = 1000
+
+[[splits]]
+name = "a-to-b"
+model = "a"
+arms = [{ name = "all", target = "b@v1", weight = 100 }, { name = "none", target = "a@v1", weight = 0 }]
+"#,
+    );
+    let r = route(&p, &request("auto"), &IdleEngine).unwrap();
+    // The first model leading to the checkpoint keeps it: `a`, through its split.
+    assert_eq!((&*r.model, &*r.version), ("b", "v1"));
+    assert_eq!(r.reason, RouteReason::Split);
+    let e = explain(&p, &request("auto"), &IdleEngine);
+    let roles: Vec<String> = e
+        .candidates
+        .iter()
+        .map(|c| format!("{}@{} {}", c.model, c.version, c.role))
+        .collect();
+    assert_eq!(roles, ["b@v1 split a-to-b arm all"]);
+}

@@ -1,155 +1,162 @@
-//! Routing overhead of the policy LAYER on a real HTTP request: the same
-//! `POST /v1/chat/completions` sent through the whole app with a policy of 100 models and
-//! 1,000 tenants (`app_with_policy`) and without one (`app`, pass-through), over the fake
-//! backend answering at once with four tokens. The layer's cost per request is the
-//! difference; `PolicyRouting::route` (plus settling) is also timed alone.
+//! Routing overhead of the policy LAYER on a real HTTP request (100 models, 1,000
+//! tenants; the workload is in `support/fixture.rs`), measured three ways:
+//!
+//! 1. **Whole request, two apps.** The same `POST /v1/chat/completions` through the
+//!    whole app with the policy (`app_with_policy`, `model: auto`) and without
+//!    (`app`, naming a served checkpoint), over the fake backend answering at once;
+//!    the layer's cost is the difference of the two distributions.
+//! 2. **The layer's own work, per request.** The chat route alone behind the policy
+//!    layer, with a timer between the layer and the handler: each request's time minus
+//!    the time inside the handler (extraction, generation, settling, response) is the
+//!    layer's own work — reading and parsing the body, authenticating, routing,
+//!    writing the response headers — plus axum's dispatch. The same route behind the
+//!    pass-through layer (no policy) gives that dispatch floor. One difference per
+//!    request, so machine noise does not pile up from two distributions.
+//! 3. **`PolicyRouting::route` plus settling alone**, no HTTP.
 //!
 //! One thread: a current-thread tokio runtime, requests sent one at a time with
-//! `tower::ServiceExt::oneshot`, each timed from the call to the last body byte, the two
-//! apps interleaved so machine noise hits both alike.
+//! `tower::ServiceExt::oneshot`, each timed from the call to the last body byte, the
+//! apps interleaved so machine noise hits them alike.
 //!
-//! Run: `cargo bench -p switchyard-router --bench policy_layer`
-//! (`POLICY_LAYER_REQUESTS=N` changes the 20,000 requests per app.)
+//! Run: `taskset -c 0 cargo bench -p switchyard-router --bench policy_layer`
+//! (`POLICY_LAYER_REQUESTS=N` changes the 20,000 requests per case.) Instruction counts
+//! of the same work, free of noise: `scripts/policy-callgrind.sh`.
 
-use std::fmt::Write as _;
+#[path = "support/fixture.rs"]
+mod fixture;
+
+use std::cell::Cell;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
+use axum::extract::Request as AxumRequest;
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::post;
 use axum::Router;
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;
-use serde_json::json;
-use switchyard_policies::{
-    estimate_tokens, sha256_hex, stable_hash, Caller, Completion, Hints, ModelHint, Policy,
-    PolicyStore, RouteRequest, Usage, HEADER_MIN_QUALITY, HEADER_TAGS,
-};
-use switchyard_router::backend::{InferenceBackend, ModelCard};
-use switchyard_router::fake::FakeBackend;
+use switchyard_policies::{Completion, RouteRequest, Usage};
+use switchyard_router::openai::chat::chat_completions;
+use switchyard_router::openai::types::ChatCompletionRequest;
+use switchyard_router::policy::layer::route_request;
 use switchyard_router::policy::PolicyRouting;
 use switchyard_router::{app, app_with_policy, AppState, RouterConfig};
 use tower::ServiceExt;
 
-const MODELS: usize = 100;
-const TENANTS: usize = 1000;
+use fixture::{chat_request, Tenants, MODELS, PASSTHROUGH_MODEL, TENANTS};
+
 const DEFAULT_REQUESTS: usize = 20_000;
 const WARMUP: usize = 2_000;
-/// What the fake generates: one token per word.
-const REPLY: &str = "Routers route requests";
-const SYSTEM: &str = "You are a terse assistant.";
-const PROMPT: &str = "Write one sentence about request routing in under twenty words.";
-/// The hints every request carries, as headers.
-const HINTS: [(&str, &str); 2] = [(HEADER_MIN_QUALITY, "0.5"), (HEADER_TAGS, "chat")];
-/// The checkpoint pass-through requests name (the fake serves it).
-const PASSTHROUGH_MODEL: &str = "model-042@v1";
 
-/// A policy of `MODELS` models (two versions each, a split with a rollback rule on every
-/// tenth) and `TENANTS` tenants (half allowed everything, half two thirds of the
-/// models), each with a token and a cost budget far above what the bench spends.
-fn policy_toml() -> String {
-    let mut s = String::from("[routing]\nassumed_output_tokens = 256\n");
-    for i in 0..MODELS {
-        let _ = write!(
-            s,
-            "[[models]]\nname = \"model-{i:03}\"\nversions = [\"v1\", \"v2\"]\n\
-             cost_per_1k_input = {:?}\ncost_per_1k_output = {:?}\nquality = {:?}\n\
-             quality_by_tag = {{ chat = {:?} }}\ncontext_limit = 8192\n\
-             latency_target_ms = 5000.0\nmax_queue_depth = 32\n",
-            0.0001 * (1 + i % 17) as f64,
-            0.0003 * (1 + i % 13) as f64,
-            0.3 + 0.006 * i as f64,
-            0.4 + 0.005 * (i % 89) as f64,
-        );
-    }
-    for i in (0..MODELS).step_by(10) {
-        let _ = write!(
-            s,
-            "[[splits]]\nname = \"split-{i:03}\"\nmodel = \"model-{i:03}\"\n\
-             arms = [{{ name = \"old\", target = \"model-{i:03}@v1\", weight = 90 }}, \
-             {{ name = \"new\", target = \"model-{i:03}@v2\", weight = 10 }}]\n\
-             [splits.rollback]\nbaseline = \"old\"\ncandidate = \"new\"\nwindow = \"10m\"\n\
-             min_samples = 100\nmax_error_rate_increase = 0.1\n"
-        );
-    }
-    for t in 0..TENANTS {
-        let allowed = if t % 2 == 0 {
-            "[\"*\"]".to_owned()
-        } else {
-            let names: Vec<String> = (0..MODELS)
-                .filter(|m| (m + t) % 3 != 0)
-                .map(|m| format!("\"model-{m:03}\""))
-                .collect();
-            format!("[{}]", names.join(", "))
-        };
-        let _ = write!(
-            s,
-            "[[tenants]]\nname = \"tenant-{t:04}\"\napi_keys = [\"sha256:{}\"]\n\
-             allowed_models = {allowed}\n\
-             [[tenants.budgets]]\nwindow = \"1h\"\nlimit_tokens = 1000000000000\n\
-             [[tenants.budgets]]\nwindow = \"1d\"\nlimit_cost = 1000000000.0\n",
-            sha256_hex(&api_key(t))
-        );
-    }
-    s
+/// A point in time on two clocks: the wall clock, and the CPU time this thread has run
+/// (which does not advance while the thread is preempted, so it shows the work done on
+/// one core free of the shared machine's scheduling noise).
+#[derive(Clone, Copy)]
+struct Stamp {
+    wall: Instant,
+    cpu: Duration,
+    /// Context switches of this thread so far.
+    switches: i64,
 }
 
-fn api_key(tenant: usize) -> String {
-    format!("sk-tenant-{tenant:04}")
-}
+impl Stamp {
+    fn now() -> Stamp {
+        Stamp {
+            switches: thread_context_switches(),
+            wall: Instant::now(),
+            cpu: thread_cpu_time(),
+        }
+    }
 
-/// The fake serving every `model-NNN@v1` and `@v2`, answering at once.
-fn backend() -> FakeBackend {
-    let cards = (0..MODELS)
-        .flat_map(|i| ["v1", "v2"].map(|v| format!("model-{i:03}@{v}")))
-        .map(|id| ModelCard {
-            id,
-            created: 1_700_000_000,
-            owned_by: "bench".to_owned(),
-            context_length: 8192,
-        })
-        .collect();
-    FakeBackend::builder().models(cards).reply(REPLY).build()
-}
-
-/// xorshift64: a reproducible "random" tenant per request without a dependency.
-struct Tenants(u64);
-
-impl Tenants {
-    fn next(&mut self) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % TENANTS as u64) as usize
+    /// Wall and CPU time since `self`.
+    fn elapsed(self) -> Spans {
+        let now = Stamp::now();
+        Spans {
+            wall: now.wall.duration_since(self.wall),
+            cpu: now.cpu.saturating_sub(self.cpu),
+            switched: now.switches != self.switches,
+        }
     }
 }
 
-/// The request both apps get: only `model` differs (`auto`, or a served checkpoint).
-fn chat_request(model: &str, tenant: usize, n: usize) -> Request<Body> {
-    let body = json!({
-        "model": model,
-        "max_tokens": 4,
-        "user": format!("user-{n}"),
-        "messages": [
-            {"role": "system", "content": SYSTEM},
-            {"role": "user", "content": PROMPT},
-        ],
-    });
-    let mut request = Request::post("/v1/chat/completions")
-        .header("content-type", "application/json")
-        .header("authorization", format!("Bearer {}", api_key(tenant)));
-    for (name, value) in HINTS {
-        request = request.header(name, value);
+/// A span measured on both clocks.
+#[derive(Clone, Copy, Default)]
+struct Spans {
+    wall: Duration,
+    cpu: Duration,
+    /// Whether the scheduler switched the thread out during the span: then other
+    /// processes ran on this core and left its caches cold, which no clock subtracts.
+    switched: bool,
+}
+
+impl Spans {
+    fn minus(self, other: Spans) -> Spans {
+        Spans {
+            wall: self.wall.saturating_sub(other.wall),
+            cpu: self.cpu.saturating_sub(other.cpu),
+            switched: self.switched,
+        }
     }
-    request
-        .body(Body::from(body.to_string()))
-        .expect("the bench request is well-formed")
+}
+
+/// Voluntary plus involuntary context switches of the calling thread.
+fn thread_context_switches() -> i64 {
+    // SAFETY: an all-zero rusage is a valid value of this plain C struct.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is a valid, writable rusage; the call only writes into it.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
+    assert_eq!(rc, 0, "per-thread resource usage is readable on Linux");
+    usage.ru_nvcsw + usage.ru_nivcsw
+}
+
+/// `CLOCK_THREAD_CPUTIME_ID`: CPU time consumed by the calling thread.
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the call only writes into it.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "the thread CPU clock is readable on Linux");
+    Duration::new(
+        u64::try_from(ts.tv_sec).unwrap_or(0),
+        u32::try_from(ts.tv_nsec).unwrap_or(0),
+    )
+}
+
+thread_local! {
+    /// Time the last request spent inside the handler (set by [`time_handler`]).
+    static IN_HANDLER: Cell<Option<Spans>> = const { Cell::new(None) };
+}
+
+/// Innermost middleware: times everything below the policy layer.
+async fn time_handler(request: AxumRequest, next: Next) -> Response {
+    let start = Stamp::now();
+    let response = next.run(request).await;
+    IN_HANDLER.with(|t| t.set(Some(start.elapsed())));
+    response
+}
+
+/// The chat route alone: policy layer (or pass-through), timer, handler.
+fn chat_route(state: AppState, policy: Option<Arc<PolicyRouting>>) -> Router {
+    let route = post(chat_completions)
+        .route_layer(middleware::from_fn(time_handler))
+        .route_layer(middleware::from_fn_with_state(
+            policy,
+            route_request::<ChatCompletionRequest>,
+        ));
+    Router::new()
+        .route("/v1/chat/completions", route)
+        .with_state(state)
 }
 
 /// Sends one request through `app`, timed from the call to the last body byte.
-async fn timed(app: &Router, request: Request<Body>, policy: bool) -> Duration {
+async fn timed(app: &Router, request: Request<Body>, policy: bool) -> Spans {
     let app = app.clone();
-    let start = Instant::now();
+    let start = Stamp::now();
     let response = app
         .oneshot(request)
         .await
@@ -170,26 +177,19 @@ async fn timed(app: &Router, request: Request<Body>, policy: bool) -> Duration {
     elapsed
 }
 
-/// The route request the layer builds for the bench request of `tenant`.
-fn route_request(tenant: usize, n: usize) -> RouteRequest {
-    let mut request = RouteRequest::new(ModelHint::parse("auto"), Caller::ApiKey(api_key(tenant)));
-    let mut hints = Hints::default();
-    for (name, value) in HINTS {
-        hints
-            .apply_header(name, value)
-            .expect("the bench hints are valid");
-    }
-    request.hints = hints;
-    request.user = Some(format!("user-{n}"));
-    request.max_output_tokens = Some(4);
-    request.prompt_tokens = estimate_tokens(SYSTEM.chars().count() + PROMPT.chars().count());
-    request.request_id = stable_hash("request", &format!("bench-{n}"));
-    request
+/// The request's time minus the handler's: what the layer (and dispatch) did.
+async fn own_work(app: &Router, request: Request<Body>, policy: bool) -> Spans {
+    IN_HANDLER.with(|t| t.set(None));
+    let total = timed(app, request, policy).await;
+    let inner = IN_HANDLER
+        .with(Cell::take)
+        .expect("the handler timer runs for every request");
+    total.minus(inner)
 }
 
 /// Routes and settles one request, as the layer and the handler do between them.
-fn route_alone(routing: &PolicyRouting, request: &RouteRequest) -> Duration {
-    let start = Instant::now();
+fn route_alone(routing: &PolicyRouting, request: &RouteRequest) -> Spans {
+    let start = Stamp::now();
     let route = routing
         .route(request)
         .expect("every bench tenant has a model");
@@ -235,72 +235,147 @@ fn row(case: &str, s: &Summary) -> String {
     )
 }
 
-async fn run(requests: usize) {
-    let policy = Policy::from_toml_str(&policy_toml()).expect("the bench policy is valid");
-    let store = Arc::new(PolicyStore::new(policy));
-    let backend: Arc<dyn InferenceBackend> = Arc::new(backend());
-    let routing = Arc::new(PolicyRouting::over_backend(
-        Arc::clone(&store),
-        Arc::clone(&backend),
-    ));
-    let state = AppState::new(backend, RouterConfig::default());
-    let with_policy = app_with_policy(state.clone(), Some(Arc::clone(&routing)));
-    let passthrough = app(state);
+/// Which durations of a case a table shows.
+type Pick = dyn Fn(&[Spans]) -> Vec<Duration>;
 
-    let mut tenants = Tenants(0x5eed_1234_abcd_0001);
-    for n in 0..WARMUP {
-        let tenant = tenants.next();
-        timed(&with_policy, chat_request("auto", tenant, n), true).await;
-        timed(
-            &passthrough,
-            chat_request(PASSTHROUGH_MODEL, tenant, n),
-            false,
-        )
-        .await;
-    }
-    let mut layered = Vec::with_capacity(requests);
-    let mut plain = Vec::with_capacity(requests);
-    for n in 0..requests {
-        let tenant = tenants.next();
-        // Alternate which app goes first so neither always follows the other.
-        let policy_request = chat_request("auto", tenant, n);
-        let plain_request = chat_request(PASSTHROUGH_MODEL, tenant, n);
-        if n % 2 == 0 {
-            layered.push(timed(&with_policy, policy_request, true).await);
-            plain.push(timed(&passthrough, plain_request, false).await);
-        } else {
-            plain.push(timed(&passthrough, plain_request, false).await);
-            layered.push(timed(&with_policy, policy_request, true).await);
+/// The four HTTP cases, one sample each per round.
+#[derive(Default)]
+struct Samples {
+    whole_policy: Vec<Spans>,
+    whole_plain: Vec<Spans>,
+    own_policy: Vec<Spans>,
+    own_plain: Vec<Spans>,
+}
+
+struct Apps {
+    with_policy: Router,
+    passthrough: Router,
+    route_policy: Router,
+    route_plain: Router,
+}
+
+/// One round: the same tenant through every case, in an order that rotates with `n`
+/// so that no case always follows another.
+async fn round(apps: &Apps, tenant: usize, n: usize, samples: &mut Samples) {
+    for k in 0..4 {
+        match (n + k) % 4 {
+            0 => samples
+                .whole_policy
+                .push(timed(&apps.with_policy, chat_request("auto", tenant, n), true).await),
+            1 => samples.whole_plain.push(
+                timed(
+                    &apps.passthrough,
+                    chat_request(PASSTHROUGH_MODEL, tenant, n),
+                    false,
+                )
+                .await,
+            ),
+            2 => samples
+                .own_policy
+                .push(own_work(&apps.route_policy, chat_request("auto", tenant, n), true).await),
+            _ => samples.own_plain.push(
+                own_work(
+                    &apps.route_plain,
+                    chat_request(PASSTHROUGH_MODEL, tenant, n),
+                    false,
+                )
+                .await,
+            ),
         }
     }
+}
+
+async fn run(requests: usize) {
+    let backend = fixture::backend();
+    let routing = fixture::routing(&backend);
+    let state = AppState::new(backend, RouterConfig::default());
+    let apps = Apps {
+        with_policy: app_with_policy(state.clone(), Some(Arc::clone(&routing))),
+        passthrough: app(state.clone()),
+        route_policy: chat_route(state.clone(), Some(Arc::clone(&routing))),
+        route_plain: chat_route(state, None),
+    };
+
+    let mut tenants = Tenants(0x5eed_1234_abcd_0001);
+    let mut warm = Samples::default();
+    for n in 0..WARMUP {
+        round(&apps, tenants.next(), n, &mut warm).await;
+    }
+    let mut samples = Samples {
+        whole_policy: Vec::with_capacity(requests),
+        whole_plain: Vec::with_capacity(requests),
+        own_policy: Vec::with_capacity(requests),
+        own_plain: Vec::with_capacity(requests),
+    };
+    for n in 0..requests {
+        round(&apps, tenants.next(), n, &mut samples).await;
+    }
     let alone_requests: Vec<RouteRequest> = (0..requests)
-        .map(|n| route_request(tenants.next(), n))
+        .map(|n| fixture::route_request(tenants.next(), n))
         .collect();
     for request in alone_requests.iter().take(WARMUP) {
         route_alone(&routing, request);
     }
-    let alone: Vec<Duration> = alone_requests
+    let alone: Vec<Spans> = alone_requests
         .iter()
         .map(|request| route_alone(&routing, request))
         .collect();
+    let clock: Vec<Spans> = (0..requests).map(|_| Stamp::now().elapsed()).collect();
 
-    let layered = summarize(layered);
-    let plain = summarize(plain);
-    let alone = summarize(alone);
     println!(
         "\nPolicy layer overhead: {MODELS} models, {TENANTS} tenants, {requests} requests \
-         per app after {WARMUP} warm-up, one thread\n"
+         per case after {WARMUP} warm-up, one thread\n"
     );
-    println!("| case | p50 | p99 | mean | max |\n| --- | --- | --- | --- | --- |");
-    println!("{}", row("`app` (pass-through), whole request", &plain));
-    println!("{}", row("`app_with_policy`, whole request", &layered));
-    println!(
-        "| policy layer overhead (difference) | {:.1} µs | {:.1} µs | {:.1} µs | |",
-        layered.p50 - plain.p50,
-        layered.p99 - plain.p99,
-        layered.mean - plain.mean,
-    );
-    println!("{}", row("`PolicyRouting::route` + settle alone", &alone));
+    let cases = [
+        ("`app` (pass-through), whole request", &samples.whole_plain),
+        ("`app_with_policy`, whole request", &samples.whole_policy),
+        (
+            "policy layer's own work (request − handler)",
+            &samples.own_policy,
+        ),
+        (
+            "pass-through layer's own work (dispatch floor)",
+            &samples.own_plain,
+        ),
+        ("`PolicyRouting::route` + settle alone", &alone),
+        ("reading both clocks (timer floor)", &clock),
+    ];
+    let tables: [(&str, &Pick); 3] = [
+        ("wall clock", &|spans| {
+            spans.iter().map(|s| s.wall).collect()
+        }),
+        ("thread CPU time", &|spans| {
+            spans.iter().map(|s| s.cpu).collect()
+        }),
+        (
+            "thread CPU time, requests the scheduler did not switch out",
+            &|spans| {
+                spans
+                    .iter()
+                    .filter(|s| !s.switched)
+                    .map(|s| s.cpu)
+                    .collect()
+            },
+        ),
+    ];
+    for (clock_name, pick) in tables {
+        println!("{clock_name}:\n");
+        println!("| case | p50 | p99 | mean | max | samples |");
+        println!("| --- | --- | --- | --- | --- | --- |");
+        for (case, spans) in cases {
+            let picked = pick(spans);
+            let kept = picked.len();
+            println!("{} {kept} |", row(case, &summarize(picked)));
+        }
+        let policy = summarize(pick(&samples.whole_policy));
+        let plain = summarize(pick(&samples.whole_plain));
+        println!(
+            "| whole-request difference (policy − pass-through) | {:.1} µs | {:.1} µs | {:.1} µs | | |\n",
+            policy.p50 - plain.p50,
+            policy.p99 - plain.p99,
+            policy.mean - plain.mean,
+        );
+    }
 }
 
 fn main() {

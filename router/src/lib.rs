@@ -68,15 +68,21 @@ pub fn app(state: AppState) -> Router {
 /// (see [`policy`]); `None` serves each request's `model` as sent, like [`app`].
 pub fn app_with_policy(state: AppState, policy: Option<Arc<policy::PolicyRouting>>) -> Router {
     let config = state.config().clone();
-    let inference = Router::new()
-        .route("/v1/chat/completions", post(openai::chat::chat_completions))
-        .route("/v1/completions", post(openai::completions::completions))
-        // Innermost: requests are routed only once admitted, so shedding stays cheap
-        // and budgets are not held by requests waiting for a slot.
-        .route_layer(middleware::from_fn_with_state(
+    // Innermost, per route (each parses its own body type once for routing and
+    // handler): requests are routed only once admitted, so shedding stays cheap and
+    // budgets are not held by requests waiting for a slot.
+    let chat = post(openai::chat::chat_completions).route_layer(middleware::from_fn_with_state(
+        policy.clone(),
+        policy::layer::route_request::<openai::types::ChatCompletionRequest>,
+    ));
+    let completions =
+        post(openai::completions::completions).route_layer(middleware::from_fn_with_state(
             policy,
-            policy::layer::route_request,
-        ))
+            policy::layer::route_request::<openai::types::CompletionRequest>,
+        ));
+    let inference = Router::new()
+        .route("/v1/chat/completions", chat)
+        .route("/v1/completions", completions)
         // Layers run bottom-up here: the timeout wraps admission, so time spent
         // queued for a slot counts against the deadline.
         .route_layer(middleware::from_fn_with_state(

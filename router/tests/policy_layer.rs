@@ -451,3 +451,43 @@ async fn without_a_policy_the_model_is_used_as_sent() {
     assert!(reply.headers.get("x-switchyard-model").is_none());
     assert_eq!(fake.submitted()[0].model, "small@v1");
 }
+
+/// The layer parses the body once for itself and the handler; a body its wire type
+/// refuses is still routed first (credentials before field types), then refused by the
+/// handler naming the field, and nothing is charged for it.
+#[tokio::test]
+async fn field_type_errors_come_after_credentials_as_before() {
+    let (app, store) = policy_app(two_models(), &tenants_policy());
+    let bad_type = json!({"model": "small", "max_tokens": 2, "temperature": "hot",
+                          "messages": [{"role": "user", "content": "hi"}]});
+    let reply = chat_body(
+        &app,
+        bad_type.clone(),
+        &[("authorization", "Bearer sk-wrong")],
+    )
+    .await;
+    assert_error(
+        &reply,
+        StatusCode::UNAUTHORIZED,
+        "authentication_error",
+        None,
+        &["not known"],
+    );
+    let reply = chat_body(&app, bad_type, &[("authorization", "Bearer sk-acme")]).await;
+    assert_error(
+        &reply,
+        StatusCode::BAD_REQUEST,
+        "invalid_request_error",
+        Some("temperature"),
+        &["invalid type"],
+    );
+    let policy = store.current();
+    let budget = policy.tenant("acme").unwrap().budgets[0].snapshot();
+    assert_eq!((budget.settled, budget.reserved), (0.0, 0.0));
+    // A well-formed body goes through the handler with the layer's parse.
+    let good = json!({"model": "small", "max_tokens": 2,
+                      "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]});
+    let reply = chat_body(&app, good, &[("authorization", "Bearer sk-acme")]).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(reply.json()["model"], "small@v1");
+}

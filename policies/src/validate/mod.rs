@@ -12,6 +12,7 @@ use toml::Spanned;
 use crate::error::{Diagnostics, PolicyError};
 use crate::policy::{Model, Policy, Routing, Target};
 use crate::schema::{PolicyFile, RoutingEntry};
+use crate::tags::TagTable;
 
 /// Parses and validates `src` (named `source_name` in errors).
 pub(crate) fn compile(
@@ -55,7 +56,12 @@ pub(crate) fn compile(
         checkpoint_base.push(checkpoint_count);
         checkpoint_count += m.versions.len();
     }
+    let cross_model_arms = splits
+        .iter()
+        .any(|s| s.arms.iter().any(|a| a.model != s.model));
     Ok(Policy {
+        tags: TagTable::new(&models),
+        cross_model_arms,
         checkpoint_base,
         checkpoint_count,
         source_name: source_name.to_string(),

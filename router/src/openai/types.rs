@@ -6,7 +6,8 @@
 //! when these become [`super::chat::ValidatedChatRequest`] and
 //! [`super::completions::ValidatedCompletionRequest`], with messages that
 //! name the field and the value. Unknown fields are ignored, as OpenAI
-//! clients send many optional ones.
+//! clients send many optional ones. (`Clone` only so that the policy layer can hand a
+//! parsed body over in request extensions, which require it; nothing clones one.)
 
 use std::collections::BTreeMap;
 
@@ -14,7 +15,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 /// `POST /v1/chat/completions` body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct ChatCompletionRequest {
     /// Model name.
     pub model: Option<String>,
@@ -57,7 +58,7 @@ pub struct ChatCompletionRequest {
 }
 
 /// One chat message on the wire.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct WireMessage {
     /// `system`, `developer`, `user` or `assistant`.
     pub role: Option<String>,
@@ -66,14 +67,14 @@ pub struct WireMessage {
 }
 
 /// `stream_options`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct StreamOptions {
     /// Send a final chunk with token usage.
     pub include_usage: Option<bool>,
 }
 
 /// `POST /v1/completions` body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct CompletionRequest {
     /// Model name.
     pub model: Option<String>,

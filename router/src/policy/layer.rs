@@ -1,5 +1,6 @@
 //! The middleware in front of the inference handlers: authenticate, route, hand over a
-//! [`RoutedRequest`], and say on the response which checkpoint answered and why.
+//! [`RoutedRequest`] and the parsed body, and say on the response which checkpoint
+//! answered and why.
 
 use std::sync::Arc;
 
@@ -12,15 +13,20 @@ use switchyard_policies::{HEADER_COST, HEADER_MODEL, HEADER_ROUTE, HEADER_VERSIO
 
 use crate::error::ApiError;
 use crate::layers::request_id::request_id;
-use crate::openai::extract::{parse_json_object, BodyLimit};
-use crate::policy::request::{route_request as build_route_request, RequestProblem, RoutingFields};
+use crate::openai::extract::{parse_json_object, try_parse_json_object, BodyLimit};
+use crate::policy::body::{ParsedBody, RoutableBody};
+use crate::policy::request::{
+    route_request as build_route_request, RawFields, RequestProblem, RoutingFields,
+};
 use crate::policy::routed::{RouteSummary, RoutedRequest};
 use crate::policy::routing::PolicyRouting;
 
-/// Middleware for the inference routes. With no policy (`None`) every request gets a
-/// pass-through [`RoutedRequest`]; with one, the request is routed (or refused with an
-/// OpenAI-shaped error naming what failed) before its handler runs.
-pub async fn route_request(
+/// Middleware for an inference route whose body is a `B`. With no policy (`None`) every
+/// request gets a pass-through [`RoutedRequest`] and the handler reads the body; with
+/// one, the body is parsed once (and handed to the handler as a [`ParsedBody`]), the
+/// request is routed (or refused with an OpenAI-shaped error naming what failed) before
+/// its handler runs, and the response says which checkpoint answered and why.
+pub async fn route_request<B: RoutableBody>(
     State(routing): State<Option<Arc<PolicyRouting>>>,
     request: Request,
     next: Next,
@@ -41,9 +47,14 @@ pub async fn route_request(
         Ok(bytes) => bytes,
         Err(error) => return error.into_response(),
     };
-    let fields: RoutingFields = match parse_json_object(&bytes) {
-        Ok(fields) => fields,
-        Err(error) => return error.into_response(),
+    let (fields, parsed) = match try_parse_json_object::<B>(&bytes) {
+        Some(parsed) => (parsed.routing_fields(), Some(parsed)),
+        // The handler parses again and names the field at fault, after routing, as
+        // it would without a policy; routing reads what it needs leniently.
+        None => match parse_json_object::<RawFields>(&bytes) {
+            Ok(raw) => (RoutingFields::from(raw), None),
+            Err(error) => return error.into_response(),
+        },
     };
     let id = request_id(&parts.headers);
     let route_request = match build_route_request(&routing, &parts.headers, &id, fields) {
@@ -57,12 +68,13 @@ pub async fn route_request(
     };
     let routed = RoutedRequest::routed(Arc::clone(&routing), route_request, route);
     parts.extensions.insert(routed.clone());
+    if let Some(parsed) = parsed {
+        parts.extensions.insert(ParsedBody(parsed));
+    }
     let mut response = next
         .run(Request::from_parts(parts, Body::from(bytes)))
         .await;
-    if let Some(summary) = routed.summary() {
-        decorate(&mut response, &summary);
-    }
+    routed.with_summary(|summary| decorate(&mut response, summary));
     response
 }
 
@@ -88,19 +100,26 @@ async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
 /// Adds `x-switchyard-model`, `-version`, `-route` and `-cost`.
 fn decorate(response: &mut Response, summary: &RouteSummary) {
     let headers = response.headers_mut();
-    let values = [
-        (HEADER_MODEL, summary.model.to_string()),
-        (HEADER_VERSION, summary.version.to_string()),
-        (HEADER_ROUTE, summary.explanation.clone()),
-        (HEADER_COST, format!("{:.6}", summary.estimated_cost)),
+    let cost = format!("{:.6}", summary.estimated_cost);
+    let values: [(&'static str, &str); 4] = [
+        (HEADER_MODEL, &summary.model),
+        (HEADER_VERSION, &summary.version),
+        (HEADER_ROUTE, &summary.explanation),
+        (HEADER_COST, &cost),
     ];
     for (name, value) in values {
-        headers.insert(HeaderName::from_static(name), header_text(&value));
+        headers.insert(HeaderName::from_static(name), header_text(value));
     }
 }
 
 /// `value` as a header value; characters a header cannot carry become `?`.
 fn header_text(value: &str) -> HeaderValue {
+    // Policy names and explanations are almost always plain ASCII: take them as they are.
+    if value.bytes().all(|b| b == b' ' || b.is_ascii_graphic()) {
+        if let Ok(value) = HeaderValue::from_str(value) {
+            return value;
+        }
+    }
     let clean: String = value
         .chars()
         .map(|c| {

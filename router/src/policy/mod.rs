@@ -6,8 +6,10 @@
 //!
 //! 1. authenticates the tenant from `Authorization: Bearer <key>` (hashed, compared in
 //!    constant time by the policy crate);
-//! 2. reads `model`, `max_tokens`, `user` and the prompt size from the body and the
-//!    `x-switchyard-*` hint headers (the prompt size is estimated from its characters, see `policy/request.rs`);
+//! 2. parses the body once into the endpoint's wire type, handed on to the handler
+//!    ([`body`]), and reads `model`, `max_tokens`, `user` and the prompt size from it and
+//!    the `x-switchyard-*` hint headers (the prompt size is estimated from its
+//!    characters, see `policy/request.rs`);
 //! 3. routes with the current policy against live engine state
 //!    ([`InferenceBackend::checkpoint_state`](crate::backend::InferenceBackend::checkpoint_state)),
 //!    reserving the tenant's budget, or answers with an OpenAI-shaped error naming which
@@ -23,6 +25,7 @@
 //! Metrics: the policy crate's (`switchyard_policy_*`, see
 //! [`switchyard_policies::metrics`]) plus [`FALLBACKS_TOTAL`].
 
+pub mod body;
 pub mod engine_view;
 pub mod error;
 pub mod layer;
@@ -31,6 +34,7 @@ pub mod routed;
 pub mod routing;
 pub mod submit;
 
+pub use body::ParsedBody;
 pub use engine_view::BackendEngineView;
 pub use error::PolicyRejection;
 pub use routed::{RouteSummary, RoutedRequest};

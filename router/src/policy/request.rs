@@ -19,16 +19,70 @@ use crate::error::ApiError;
 use crate::policy::error::PolicyRejection;
 use crate::policy::routing::PolicyRouting;
 
-/// The only fields of a chat or completions body routing reads. Everything is a raw
-/// value: the handler reports wrong types with its own precise messages.
+/// The only fields of a chat or completions body routing reads, read leniently: every
+/// field is a raw value, so that a body the wire type refuses can still be routed and the
+/// handler reports wrong types with its own precise messages.
 #[derive(Debug, Default, Deserialize)]
-pub(crate) struct RoutingFields {
+pub(crate) struct RawFields {
     model: Option<Value>,
     max_tokens: Option<Value>,
     max_completion_tokens: Option<Value>,
     user: Option<Value>,
     messages: Option<Value>,
     prompt: Option<Value>,
+}
+
+/// What routing reads from a body, from the wire type
+/// ([`crate::policy::body::RoutableBody`]) or from [`RawFields`]. Public only as the
+/// return type of that trait; nothing outside this crate can build one.
+#[derive(Debug)]
+pub struct RoutingFields {
+    /// The `model` hint; the handler's error when it is missing or not a string.
+    pub(crate) model: Result<ModelHint, ApiError>,
+    /// `max_completion_tokens`, else `max_tokens`, when a count that fits a `u32`.
+    pub(crate) max_output_tokens: Option<u32>,
+    /// A non-empty `user`.
+    pub(crate) user: Option<String>,
+    /// The estimated prompt size.
+    pub(crate) prompt_tokens: u32,
+}
+
+impl From<RawFields> for RoutingFields {
+    fn from(raw: RawFields) -> Self {
+        let model = match raw.model {
+            Some(Value::String(model)) => Ok(ModelHint::parse(&model)),
+            None | Some(Value::Null) => Err(ApiError::MissingParameter {
+                param: "model".to_owned(),
+            }),
+            Some(other) => Err(ApiError::InvalidType {
+                param: "model".to_owned(),
+                detail: format!(
+                    "expected a model name string, found {}",
+                    crate::openai::params::describe(&other)
+                ),
+            }),
+        };
+        let prompt_tokens = match (&raw.messages, &raw.prompt) {
+            (Some(messages), _) => messages.as_array().map_or(0, |messages| {
+                chat_tokens(messages.iter().map(|m| m.get("content")))
+            }),
+            (None, Some(prompt)) => prompt_tokens(prompt),
+            (None, None) => 0,
+        };
+        RoutingFields {
+            model,
+            max_output_tokens: raw
+                .max_completion_tokens
+                .or(raw.max_tokens)
+                .and_then(|v| v.as_u64())
+                .and_then(|v| u32::try_from(v).ok()),
+            user: match raw.user {
+                Some(Value::String(user)) if !user.is_empty() => Some(user),
+                _ => None,
+            },
+            prompt_tokens,
+        }
+    }
 }
 
 /// Why a body could not be turned into a route request.
@@ -47,40 +101,13 @@ pub(crate) fn route_request(
     request_id: &str,
     fields: RoutingFields,
 ) -> Result<RouteRequest, RequestProblem> {
-    let model = match fields.model {
-        Some(Value::String(model)) => ModelHint::parse(&model),
-        None | Some(Value::Null) => {
-            return Err(RequestProblem::Api(ApiError::MissingParameter {
-                param: "model".to_owned(),
-            }))
-        }
-        Some(other) => {
-            return Err(RequestProblem::Api(ApiError::InvalidType {
-                param: "model".to_owned(),
-                detail: format!(
-                    "expected a model name string, found {}",
-                    crate::openai::params::describe(&other)
-                ),
-            }))
-        }
-    };
+    let model = fields.model.map_err(RequestProblem::Api)?;
     let caller = caller(routing, headers).map_err(RequestProblem::Policy)?;
     let mut request = RouteRequest::new(model, caller);
     request.hints = hints(headers).map_err(RequestProblem::Policy)?;
-    request.user = match fields.user {
-        Some(Value::String(user)) if !user.is_empty() => Some(user),
-        _ => None,
-    };
-    request.max_output_tokens = fields
-        .max_completion_tokens
-        .or(fields.max_tokens)
-        .and_then(|v| v.as_u64())
-        .and_then(|v| u32::try_from(v).ok());
-    request.prompt_tokens = match (&fields.messages, &fields.prompt) {
-        (Some(messages), _) => chat_tokens(messages),
-        (None, Some(prompt)) => prompt_tokens(prompt),
-        (None, None) => 0,
-    };
+    request.user = fields.user;
+    request.max_output_tokens = fields.max_output_tokens;
+    request.prompt_tokens = fields.prompt_tokens;
     request.request_id = stable_hash("request", request_id);
     Ok(request)
 }
@@ -132,16 +159,14 @@ fn hints(headers: &HeaderMap) -> Result<Hints, PolicyRejection> {
     Ok(hints)
 }
 
-/// Characters of every message's text, as tokens. Counted exactly as
-/// `switchyard policy explain` counts them, so the CLI predicts the server's pick and
-/// cost; the chat template's few tokens per message are left to the output margin.
-fn chat_tokens(messages: &Value) -> u32 {
-    let Some(messages) = messages.as_array() else {
-        return 0;
-    };
+/// Characters of every message's text (given as each message's `content`), as tokens.
+/// Counted exactly as `switchyard policy explain` counts them, so the CLI predicts the
+/// server's pick and cost; the chat template's few tokens per message are left to the
+/// output margin.
+pub(crate) fn chat_tokens<'a>(contents: impl Iterator<Item = Option<&'a Value>>) -> u32 {
     let mut chars = 0usize;
-    for message in messages {
-        match message.get("content") {
+    for content in contents {
+        match content {
             Some(Value::String(text)) => chars += text.chars().count(),
             Some(Value::Array(parts)) => {
                 chars += parts
@@ -157,7 +182,7 @@ fn chat_tokens(messages: &Value) -> u32 {
 }
 
 /// The largest prompt of a completions request: text estimated, token ids counted.
-fn prompt_tokens(prompt: &Value) -> u32 {
+pub(crate) fn prompt_tokens(prompt: &Value) -> u32 {
     let one = |p: &Value| -> u32 {
         match p {
             Value::String(text) => estimate_tokens(text.chars().count()),
@@ -181,7 +206,12 @@ mod tests {
     fn estimates_chat_and_prompt_sizes() {
         let chat = json!([{"role": "user", "content": "abcdefgh"},
                           {"role": "user", "content": [{"type": "text", "text": "abcd"}]}]);
-        assert_eq!(chat_tokens(&chat), 3);
+        let contents = chat
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|m| m.get("content"));
+        assert_eq!(chat_tokens(contents), 3);
         assert_eq!(prompt_tokens(&json!("abcdefgh")), 2);
         assert_eq!(prompt_tokens(&json!([1, 2, 3])), 3);
         assert_eq!(prompt_tokens(&json!(["ab", "abcdefghijkl"])), 3);

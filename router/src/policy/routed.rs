@@ -39,6 +39,8 @@ pub struct RouteSummary {
     pub tenant: Option<Arc<str>>,
     /// The split and arm that chose it, if any.
     pub split_arm: Option<(Arc<str>, Arc<str>)>,
+    /// `model@version`, formatted once: the handler asks for it several times.
+    backend_model: String,
 }
 
 impl RouteSummary {
@@ -51,12 +53,13 @@ impl RouteSummary {
             estimated_cost: route.estimated_cost,
             tenant: route.tenant.clone(),
             split_arm: route.split.clone().zip(route.arm.clone()),
+            backend_model: format!("{}@{}", route.model, route.version),
         }
     }
 
     /// The model name the backend is asked for: `name@version`.
     pub fn backend_model(&self) -> String {
-        format!("{}@{}", self.model, self.version)
+        self.backend_model.clone()
     }
 }
 
@@ -158,7 +161,13 @@ impl RoutedRequest {
 
     /// The current routing decision; `None` for a pass-through request.
     pub fn summary(&self) -> Option<RouteSummary> {
-        self.ticket.as_ref().map(|t| t.lock().summary.clone())
+        self.with_summary(RouteSummary::clone)
+    }
+
+    /// Reads the current routing decision in place (no copy); `None` for a pass-through
+    /// request. `read` runs under the decision's lock: keep it short.
+    pub fn with_summary<R>(&self, read: impl FnOnce(&RouteSummary) -> R) -> Option<R> {
+        self.ticket.as_ref().map(|t| read(&t.lock().summary))
     }
 
     /// The model to ask the backend for: `name@version` of the routed checkpoint, or

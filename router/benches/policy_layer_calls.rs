@@ -1,0 +1,135 @@
+//! A driver for counting the policy layer's instructions with callgrind (noise-free,
+//! unlike wall-clock time on a shared machine). It sends the `policy_layer` bench's
+//! request through one app, after a warm-up, inside [`measured`], so that callgrind
+//! can count only that part:
+//!
+//! ```sh
+//! scripts/policy-callgrind.sh        # both apps and routing alone, per-request counts
+//! ```
+//!
+//! `POLICY_CALLS_APP` picks what is driven: `policy` (`app_with_policy`, `model: auto`),
+//! `passthrough` (`app`, naming a served checkpoint) or `route`
+//! (`PolicyRouting::route` plus settling, no HTTP). `POLICY_CALLS_REQUESTS` sets how
+//! many requests are measured (default 1,000).
+
+#[path = "support/fixture.rs"]
+mod fixture;
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::Router;
+use http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use switchyard_policies::{Completion, RouteRequest, Usage};
+use switchyard_router::policy::PolicyRouting;
+use switchyard_router::{app, app_with_policy, AppState, RouterConfig};
+use tokio::runtime::Runtime;
+use tower::ServiceExt;
+
+use fixture::{chat_request, route_request, Tenants, PASSTHROUGH_MODEL};
+
+const WARMUP: usize = 500;
+
+enum Work {
+    Http(Router, Vec<Request<Body>>),
+    Route(Arc<PolicyRouting>, Vec<RouteRequest>),
+}
+
+/// The counted part: everything callgrind sees runs inside this call.
+#[inline(never)]
+fn measured(runtime: &Runtime, work: Work) -> usize {
+    match work {
+        Work::Http(app, requests) => runtime.block_on(send_all(&app, requests)),
+        Work::Route(routing, requests) => {
+            requests.iter().for_each(|r| route_one(&routing, r));
+            requests.len()
+        }
+    }
+}
+
+async fn send_all(app: &Router, requests: Vec<Request<Body>>) -> usize {
+    let mut sent = 0;
+    for request in requests {
+        let response = app
+            .clone()
+            .oneshot(request)
+            .await
+            .expect("the router is infallible");
+        let status = response.status();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .expect("the fake's body reads")
+            .to_bytes();
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+        black_box(body);
+        sent += 1;
+    }
+    sent
+}
+
+fn route_one(routing: &PolicyRouting, request: &RouteRequest) {
+    let route = routing
+        .route(request)
+        .expect("every bench tenant has a model");
+    black_box(route.finish(Completion {
+        usage: Usage {
+            prompt_tokens: request.prompt_tokens,
+            completion_tokens: 3,
+        },
+        succeeded: true,
+        latency_ms: 1.0,
+    }));
+}
+
+fn main() {
+    let which = std::env::var("POLICY_CALLS_APP").unwrap_or_else(|_| "policy".to_owned());
+    let requests = std::env::var("POLICY_CALLS_REQUESTS")
+        .ok()
+        .and_then(|n| n.parse::<usize>().ok())
+        .unwrap_or(1000);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread runtime starts");
+    let backend = fixture::backend();
+    let routing = fixture::routing(&backend);
+    let state = AppState::new(backend, RouterConfig::default());
+    let mut tenants = Tenants(0x5eed_1234_abcd_0001);
+    let mut work = |n: usize| -> Work {
+        match which.as_str() {
+            "policy" => Work::Http(
+                app_with_policy(state.clone(), Some(Arc::clone(&routing))),
+                (0..n)
+                    .map(|i| chat_request("auto", tenants.next(), i))
+                    .collect(),
+            ),
+            "passthrough" => Work::Http(
+                app(state.clone()),
+                (0..n)
+                    .map(|i| chat_request(PASSTHROUGH_MODEL, tenants.next(), i))
+                    .collect(),
+            ),
+            "route" => Work::Route(
+                Arc::clone(&routing),
+                (0..n).map(|i| route_request(tenants.next(), i)).collect(),
+            ),
+            other => panic!("POLICY_CALLS_APP={other}: use policy, passthrough or route"),
+        }
+    };
+    // The warm-up runs outside `measured` (one-time costs: metric registration, lazy
+    // statics, allocator growth); then the measured batch.
+    let warm = work(WARMUP);
+    match warm {
+        Work::Http(app, requests) => {
+            runtime.block_on(send_all(&app, requests));
+        }
+        Work::Route(routing, requests) => requests.iter().for_each(|r| route_one(&routing, r)),
+    }
+    let batch = work(requests);
+    let sent = measured(&runtime, batch);
+    println!("{which}: {sent} requests measured");
+}
