@@ -27,7 +27,9 @@ import pytest
 from serve_process import free_port, running_server
 
 TOKEN = "test-admin-token"
-PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time"]
+# Each derived checkpoint's greedy text differs from the base's on at least
+# one of these (checked below: equal outputs would prove nothing).
+PROMPTS = ["The capital of France is", "My favourite food is", "Once upon a time"]
 MAX_TOKENS = 12
 CHECKPOINTS = ["smollm2@1", "smollm2@2", "smollm2-derived-a@1", "smollm2-derived-b@1"]
 
