@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Prompt and generation tokens/s of Switchyard and llama.cpp on the same
-# GGUF, same prompt ids, 1 and 2 threads, measured in one run. Prints a
-# Markdown table for BENCHMARKS.md.
+# Prompt (128 and 512 tokens) and generation (128 tokens) tokens/s of
+# Switchyard and llama.cpp on the same GGUF, same prompt ids, 1 and 2
+# threads, measured in one run. Prints a Markdown table for BENCHMARKS.md.
+# Batched decode has no llama.cpp peer here: `cargo bench --bench batched_decode`.
 #
 # llama.cpp comes from llama-cpp-python, built from source with its AMX
 # paths off (they die with SIGILL on these machines): see scripts/install-llama-cpp.sh.
@@ -9,7 +10,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 model="${SWITCHYARD_MODEL:-$(scripts/fetch-model.sh)}"
+target="${CARGO_TARGET_DIR:-target}"
+mkdir -p "$target"
 scripts/install-llama-cpp.sh
 SWITCHYARD_MODEL="$model" cargo bench --bench generation -- --noplot >&2
-.venv/bin/python benches/llama_cpp_peer.py "$model" > target/llama_cpp_peer.jsonl
-.venv/bin/python benches/report.py target/criterion target/llama_cpp_peer.jsonl
+.venv/bin/python benches/llama_cpp_peer.py "$model" > "$target/llama_cpp_peer.jsonl"
+.venv/bin/python benches/report.py "$target/criterion" "$target/llama_cpp_peer.jsonl"

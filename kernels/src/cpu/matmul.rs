@@ -170,12 +170,14 @@ struct Task {
     unit: Unit,
 }
 
-/// Activation rows from which the group kernels take a repacked matrix.
-/// Below it (decode of one or a few sequences) the per-row kernels run on
-/// the checkpoint's bytes: the weights then stream from DRAM, and there
-/// the per-row kernels measured faster (SmolLM2 decode, 1 thread: 79 tok/s
-/// against 57 with groups; the 30 MB Q8_0 output matrix: 3.0 ms against
-/// 4.6 ms) although the group kernels are 3.5× faster on weights in cache.
+/// Activation rows from which the group kernels take a repacked matrix: 1,
+/// i.e. always. Results must not depend on batch composition (the engine
+/// checks that a sequence decodes the same alone or batched, to 1e-3 in
+/// log-probability), and the group and per-row kernels round in different
+/// f32 orders, which int8 activation rounding amplifies; so a repacked
+/// matrix always takes the group kernels. The cost: at one row, on weights
+/// streaming from DRAM, the group kernels measured slower than the per-row
+/// ones (the 30 MB output matrix 4.6 ms against 3.0 ms, see BENCHMARKS.md).
 const GROUP_MIN_ROWS: usize = 1;
 
 /// Splits every target's output rows into tasks: its groups (if repacked
