@@ -162,6 +162,30 @@ impl<B: Backend> Step<'_, B> {
         runs(self.part_rows, tensors)
     }
 
+    /// `normed = rms_norm(x)` with each part's norm weights.
+    fn norm_hidden<'w>(
+        &self,
+        weights: impl IntoIterator<Item = &'w B::Vector>,
+        s: &mut Scratch<B>,
+    ) -> Result<(), ModelError> {
+        let (b, c) = (self.backend, self.lead.config());
+        let eps = c.rms_norm_eps;
+        let same = Widths {
+            input: c.hidden_size,
+            output: c.hidden_size,
+        };
+        let norms = self.runs(weights);
+        by_runs(
+            b,
+            &norms,
+            &s.x,
+            &mut s.normed,
+            same,
+            &mut s.gather,
+            |x, w, out| b.rms_norm(x, w, eps, out),
+        )
+    }
+
     fn attention_block(
         &self,
         index: usize,
@@ -173,22 +197,8 @@ impl<B: Backend> Step<'_, B> {
         let hidden = c.hidden_size;
         let q_width = c.n_heads * c.head_dim;
         let kv_width = c.n_kv_heads * c.head_dim;
-        let eps = c.rms_norm_eps;
 
-        let norms = self.runs(layers.iter().map(|l| &**l.attn_norm));
-        let widths = Widths {
-            input: hidden,
-            output: hidden,
-        };
-        by_runs(
-            b,
-            &norms,
-            &s.x,
-            &mut s.normed,
-            widths,
-            &mut s.gather,
-            |x, w, out| b.rms_norm(x, w, eps, out),
-        )?;
+        self.norm_hidden(layers.iter().map(|l| &**l.attn_norm), s)?;
         let matmul = |x: &B::Activations,
                       (w, bias): (&B::Matrix, Option<&B::Vector>),
                       out: &mut B::Activations| { b.matmul(x, w, bias, out) };
@@ -256,21 +266,7 @@ impl<B: Backend> Step<'_, B> {
     fn mlp_block(&self, layers: &[&LayerWeights<B>], s: &mut Scratch<B>) -> Result<(), ModelError> {
         let (b, c) = (self.backend, self.lead.config());
         let (hidden, inner) = (c.hidden_size, c.intermediate_size);
-        let eps = c.rms_norm_eps;
-        let norms = self.runs(layers.iter().map(|l| &**l.ffn_norm));
-        let same = Widths {
-            input: hidden,
-            output: hidden,
-        };
-        by_runs(
-            b,
-            &norms,
-            &s.x,
-            &mut s.normed,
-            same,
-            &mut s.gather,
-            |x, w, out| b.rms_norm(x, w, eps, out),
-        )?;
+        self.norm_hidden(layers.iter().map(|l| &**l.ffn_norm), s)?;
         let matmul =
             |x: &B::Activations, w: &B::Matrix, out: &mut B::Activations| b.matmul(x, w, None, out);
         let up_widths = Widths {
