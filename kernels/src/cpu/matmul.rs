@@ -287,42 +287,28 @@ fn run_tile<const C: usize>(
     }
 }
 
-/// The per-row kernels over weight rows `range`: for each tile of
-/// activation rows, the rows in sub-chunks whose outputs fit a stack
-/// buffer; the tile (a few KB) and the sub-chunk's weights stay in L1
-/// while they meet.
+/// The per-row kernels over weight rows `range` (see [`walk_tiles`]).
 fn run_rows(isa: CheckedIsa, t: &Target<'_>, q: &QuantizedRows, n: usize, range: Range<usize>) {
     let (dtype, rows) = (t.w.dtype(), t.w.rows());
     let data: &[u8] = &t.w.view.data;
     let row_bytes = t.w.view.row_bytes();
-    let tile = tile_rows(isa);
-    let mut buffer = [0.0f32; SUB_CHUNK_ROWS * 8];
-    let mut first = 0;
-    while first < n {
-        // Whole tiles, then single rows.
-        let count = if first + tile <= n { tile } else { 1 };
-        let mut start = range.start;
-        while start < range.end {
-            let end = (start + SUB_CHUNK_ROWS).min(range.end);
-            let o = &mut buffer[..(end - start) * count];
-            let w = &data[start * row_bytes..end * row_bytes];
-            match count {
-                8 => dot_quantized::<8>(isa, dtype, w, row_bytes, &q_rows(q, first), o),
-                4 => dot_quantized::<4>(isa, dtype, w, row_bytes, &q_rows(q, first), o),
-                _ => dot_quantized::<1>(isa, dtype, w, row_bytes, &q_rows(q, first), o),
-            }
-            for (row, values) in (start..end).zip(o.chunks_exact(count)) {
-                let add = t.bias.map_or(0.0, |b| b[row]);
-                for (r, v) in values.iter().enumerate() {
-                    // SAFETY: each task owns the output column `row` of
-                    // every activation row.
-                    unsafe { t.out.write((first + r) * rows + row, v + add) };
-                }
-            }
-            start = end;
+    let dot = |first: usize, count: usize, weights: Range<usize>, o: &mut [f32]| {
+        let w = &data[weights.start * row_bytes..weights.end * row_bytes];
+        match count {
+            8 => dot_quantized::<8>(isa, dtype, w, row_bytes, &q_rows(q, first), o),
+            4 => dot_quantized::<4>(isa, dtype, w, row_bytes, &q_rows(q, first), o),
+            _ => dot_quantized::<1>(isa, dtype, w, row_bytes, &q_rows(q, first), o),
         }
-        first += count;
-    }
+    };
+    let store = |row: usize, first: usize, values: &[f32]| {
+        let add = t.bias.map_or(0.0, |b| b[row]);
+        for (r, v) in values.iter().enumerate() {
+            // SAFETY: each task owns the output column `row` of every
+            // activation row.
+            unsafe { t.out.write((first + r) * rows + row, v + add) };
+        }
+    };
+    walk_tiles(n, tile_rows(isa), range, dot, store);
 }
 
 /// Float weights (F32, F16, BF16) against the f32 activations, split by
@@ -338,33 +324,55 @@ fn matmul_float(pool: &ThreadPool, isa: CheckedIsa, x: &CpuActivations, p: &mut 
     let xs = |first: usize| x.data.get(first * k..).unwrap_or_default();
     let chunk = pool.chunk_for(rows, TASKS_PER_THREAD, MIN_ROWS_PER_TASK);
     pool.for_each_range(rows, chunk, &|range| {
-        let mut buffer = [0.0f32; SUB_CHUNK_ROWS * 8];
-        let mut first = 0;
-        while first < n {
-            let count = if first + tile <= n { tile } else { 1 };
-            let mut start = range.start;
-            while start < range.end {
-                let end = (start + SUB_CHUNK_ROWS).min(range.end);
-                let o = &mut buffer[..(end - start) * count];
-                let w = &data[start * row_bytes..end * row_bytes];
-                match count {
-                    8 => dot_float::<8>(isa, dtype, w, row_bytes, &float_rows(xs(first), k), o),
-                    4 => dot_float::<4>(isa, dtype, w, row_bytes, &float_rows(xs(first), k), o),
-                    _ => dot_float::<1>(isa, dtype, w, row_bytes, &float_rows(xs(first), k), o),
-                }
-                for (row, values) in (start..end).zip(o.chunks_exact(count)) {
-                    let add = bias.map_or(0.0, |b| b[row]);
-                    for (r, v) in values.iter().enumerate() {
-                        // SAFETY: each task owns the output column `row`
-                        // of every activation row.
-                        unsafe { out.write((first + r) * rows + row, v + add) };
-                    }
-                }
-                start = end;
+        let dot = |first: usize, count: usize, weights: Range<usize>, o: &mut [f32]| {
+            let w = &data[weights.start * row_bytes..weights.end * row_bytes];
+            match count {
+                8 => dot_float::<8>(isa, dtype, w, row_bytes, &float_rows(xs(first), k), o),
+                4 => dot_float::<4>(isa, dtype, w, row_bytes, &float_rows(xs(first), k), o),
+                _ => dot_float::<1>(isa, dtype, w, row_bytes, &float_rows(xs(first), k), o),
             }
-            first += count;
-        }
+        };
+        let store = |row: usize, first: usize, values: &[f32]| {
+            let add = bias.map_or(0.0, |b| b[row]);
+            for (r, v) in values.iter().enumerate() {
+                // SAFETY: each task owns the output column `row` of every
+                // activation row.
+                unsafe { out.write((first + r) * rows + row, v + add) };
+            }
+        };
+        walk_tiles(n, tile, range, dot, store);
     });
+}
+
+/// Walks `n` activation rows a tile at a time (whole tiles of `tile` rows,
+/// then single rows) against weight rows `range` in sub-chunks whose
+/// outputs fit a stack buffer, so the tile (a few KB) and the sub-chunk's
+/// weights stay in L1 while they meet. `dot(first, count, weight_rows, out)`
+/// fills `count` outputs per weight row; `store(row, first, values)` takes
+/// weight row `row`'s outputs for activation rows `first..`.
+fn walk_tiles(
+    n: usize,
+    tile: usize,
+    range: Range<usize>,
+    dot: impl Fn(usize, usize, Range<usize>, &mut [f32]),
+    store: impl Fn(usize, usize, &[f32]),
+) {
+    let mut buffer = [0.0f32; SUB_CHUNK_ROWS * 8];
+    let mut first = 0;
+    while first < n {
+        let count = if first + tile <= n { tile } else { 1 };
+        let mut start = range.start;
+        while start < range.end {
+            let end = (start + SUB_CHUNK_ROWS).min(range.end);
+            let o = &mut buffer[..(end - start) * count];
+            dot(first, count, start..end, o);
+            for (row, values) in (start..end).zip(o.chunks_exact(count)) {
+                store(row, first, values);
+            }
+            start = end;
+        }
+        first += count;
+    }
 }
 
 /// `R` consecutive rows of width `k` from the start of `xs`.
