@@ -13,7 +13,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use crate::metrics;
+use crate::metrics::{self, TenantMeter};
 
 /// What a budget counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -226,6 +226,14 @@ pub(crate) struct Price {
 }
 
 impl Price {
+    /// The prices `model` sets.
+    pub(crate) fn of(model: &crate::policy::Model) -> Price {
+        Price {
+            per_1k_input: model.cost_per_1k_input,
+            per_1k_output: model.cost_per_1k_output,
+        }
+    }
+
     pub(crate) fn spend(&self, prompt_tokens: u64, output_tokens: u64) -> Spend {
         Spend {
             tokens: prompt_tokens + output_tokens,
@@ -249,7 +257,7 @@ pub(crate) struct Shortfall {
 /// reservation without settling releases it and records no spend (the request never ran).
 #[derive(Debug)]
 pub struct Reservation {
-    tenant: Option<Arc<str>>,
+    tenant: Option<Arc<TenantMeter>>,
     holds: Vec<Hold>,
     price: Price,
     estimate: Spend,
@@ -259,7 +267,7 @@ pub struct Reservation {
 impl Reservation {
     /// Holds `estimate` on every window, all or nothing.
     pub(crate) fn reserve(
-        tenant: Option<Arc<str>>,
+        tenant: Option<Arc<TenantMeter>>,
         windows: &[Arc<BudgetWindow>],
         estimate: Spend,
         price: Price,

@@ -50,6 +50,7 @@
 
 mod budget;
 mod constraint;
+mod decimal;
 mod engine;
 mod error;
 mod explain;
@@ -70,6 +71,7 @@ mod validate;
 
 pub use budget::{BudgetSnapshot, BudgetUnit, BudgetWindow, Reservation, Spend, Usage};
 pub use constraint::{ConstraintFailure, LatencyLimit, CONSTRAINTS};
+pub use decimal::{fixed, push_fixed};
 pub use engine::{CandidateState, EngineView, IdleEngine, StaticEngineView};
 pub use error::{Diagnostic, PolicyError};
 pub use explain::{explain, CandidateReport, Check, Explanation, Pick};

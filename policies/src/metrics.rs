@@ -12,12 +12,12 @@
 //! | `switchyard_policy_rollback_tripped` | gauge | split (1 rolled back, 0 watching) |
 //! | `switchyard_policy_reloads_total` | counter | result (`ok` or `error`) |
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use metrics::{counter, gauge};
+use metrics::{counter, gauge, Counter};
 
 use crate::budget::Spend;
-use crate::route::Route;
+use crate::route::{Route, RouteReason};
 use crate::route_error::RouteError;
 
 /// Requests routed, by model, version, arm and reason.
@@ -39,16 +39,103 @@ pub const RELOADS: &str = "switchyard_policy_reloads_total";
 
 const NO_ARM: &str = "none";
 
-pub(crate) fn routed(r: &Route) {
-    let arm: metrics::SharedString = r.arm.clone().map_or(NO_ARM.into(), Into::into);
-    counter!(ROUTED,
-        "model" => Arc::clone(&r.model),
-        "version" => Arc::clone(&r.version),
-        "arm" => arm.clone(),
-        "reason" => r.reason.as_str())
-    .increment(1);
-    if let Some(split) = &r.split {
-        counter!(SPLIT_ARM, "split" => Arc::clone(split), "arm" => arm).increment(1);
+/// Counter handles a policy keeps, so that a routed request increments its counters
+/// without looking its label set up in the recorder's registry (hashing four labels
+/// costs more than the rest of the accounting). Each is registered on first use: by
+/// then the server has installed its recorder, and a policy routed without one keeps
+/// the no-op handles, as the macros would give it.
+#[derive(Debug, Default)]
+pub(crate) struct RouteCounters {
+    /// Per checkpoint slot ([`crate::Policy`]'s `checkpoint_base` + version), per reason
+    /// of a route that no split arm decided ([`direct_reason`]).
+    direct: Vec<[OnceLock<Counter>; DIRECT_REASONS]>,
+    /// Per split, per arm: routed by the split, routed while rolled back, and the arm's
+    /// traffic counter.
+    arms: Vec<Vec<[OnceLock<Counter>; 3]>>,
+}
+
+const DIRECT_REASONS: usize = 5;
+
+/// The slot of a reason no split arm decided; `None` for split reasons.
+fn direct_reason(reason: RouteReason) -> Option<usize> {
+    match reason {
+        RouteReason::Auto => Some(0),
+        RouteReason::Named => Some(1),
+        RouteReason::Alias => Some(2),
+        RouteReason::Pinned => Some(3),
+        RouteReason::Fallback => Some(4),
+        RouteReason::Split | RouteReason::RolledBack => None,
+    }
+}
+
+impl RouteCounters {
+    /// Empty handles for `checkpoints` checkpoints and splits with `arms[i]` arms.
+    pub(crate) fn new(checkpoints: usize, arms: impl Iterator<Item = usize>) -> Self {
+        RouteCounters {
+            direct: (0..checkpoints).map(|_| Default::default()).collect(),
+            arms: arms
+                .map(|n| (0..n).map(|_| Default::default()).collect())
+                .collect(),
+        }
+    }
+}
+
+/// Where a route's counters live in [`RouteCounters`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RouteKey {
+    /// Checkpoint slot of the pick.
+    pub checkpoint: usize,
+    /// The split and arm that decided it, if any.
+    pub split_arm: Option<(usize, usize)>,
+}
+
+pub(crate) fn routed(counters: &RouteCounters, key: RouteKey, r: &Route) {
+    let register = || {
+        let arm: metrics::SharedString = r.arm.clone().map_or(NO_ARM.into(), Into::into);
+        counter!(ROUTED,
+            "model" => Arc::clone(&r.model),
+            "version" => Arc::clone(&r.version),
+            "arm" => arm,
+            "reason" => r.reason.as_str())
+    };
+    let handles =
+        match (key.split_arm, direct_reason(r.reason)) {
+            (Some((split, arm)), None) => counters
+                .arms
+                .get(split)
+                .and_then(|arms| arms.get(arm))
+                .map(|h| {
+                    (
+                        &h[usize::from(r.reason == RouteReason::RolledBack)],
+                        h.get(2),
+                    )
+                }),
+            (_, Some(reason)) => counters
+                .direct
+                .get(key.checkpoint)
+                .and_then(|h| h.get(reason))
+                .map(|h| (h, None)),
+            (None, None) => None,
+        };
+    match handles {
+        Some((routed, arm_total)) => {
+            routed.get_or_init(register).increment(1);
+            if let (Some(total), Some(split), Some(arm)) = (arm_total, &r.split, &r.arm) {
+                total
+                    .get_or_init(|| {
+                        counter!(SPLIT_ARM, "split" => Arc::clone(split), "arm" => Arc::clone(arm))
+                    })
+                    .increment(1);
+            }
+        }
+        // A key outside the tables (not built by this policy): look the labels up.
+        None => {
+            register().increment(1);
+            if let (Some(split), Some(arm)) = (&r.split, &r.arm) {
+                counter!(SPLIT_ARM, "split" => Arc::clone(split), "arm" => Arc::clone(arm))
+                    .increment(1);
+            }
+        }
     }
 }
 
@@ -66,11 +153,41 @@ pub(crate) fn rejected(e: &RouteError) {
     }
 }
 
-pub(crate) fn spend(tenant: &Arc<str>, spend: Spend) {
-    counter!(SPEND_TOKENS, "tenant" => Arc::clone(tenant)).increment(spend.tokens);
+/// A tenant's name with its spend counters, registered on first use (see
+/// [`RouteCounters`] for why).
+#[derive(Debug)]
+pub struct TenantMeter {
+    name: Arc<str>,
+    tokens: OnceLock<Counter>,
+    cost_micros: OnceLock<Counter>,
+}
+
+impl TenantMeter {
+    pub(crate) fn new(name: Arc<str>) -> Self {
+        TenantMeter {
+            name,
+            tokens: OnceLock::new(),
+            cost_micros: OnceLock::new(),
+        }
+    }
+
+    /// The tenant's name.
+    pub fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+}
+
+pub(crate) fn spend(tenant: &TenantMeter, spend: Spend) {
+    tenant
+        .tokens
+        .get_or_init(|| counter!(SPEND_TOKENS, "tenant" => Arc::clone(&tenant.name)))
+        .increment(spend.tokens);
     let micros = (spend.cost * 1e6).round();
     if micros.is_finite() && micros > 0.0 {
-        counter!(SPEND_COST_MICROS, "tenant" => Arc::clone(tenant)).increment(micros as u64);
+        tenant
+            .cost_micros
+            .get_or_init(|| counter!(SPEND_COST_MICROS, "tenant" => Arc::clone(&tenant.name)))
+            .increment(micros as u64);
     }
 }
 

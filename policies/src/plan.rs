@@ -9,7 +9,7 @@ use crate::policy::{Policy, Tenant};
 use crate::request::{Caller, ModelHint, RouteRequest};
 use crate::route::RouteReason;
 use crate::route_error::RouteError;
-use crate::score::{pick_order, score, Context, Detail, Scored, Via};
+use crate::score::{order, pick_order, qualifying_utility, score, Context, Detail, Scored, Via};
 use crate::split::Sticky;
 
 /// The candidate set a request's `model` hint asks for.
@@ -95,6 +95,36 @@ impl<'a> Plan<'a> {
     /// qualify, keeping no other score. The common case needs nothing more; a pick whose
     /// budget reservation then fails goes through [`Plan::score_primary`] and `select`.
     pub fn best_primary(&self, ctx: &Context, engine: &dyn EngineView) -> (Option<Scored>, usize) {
+        // The scan keeps one utility per candidate; only the winner is scored in full.
+        let mut best: Option<(f64, usize, usize, Via)> = None;
+        let mut qualifying = 0;
+        for &(m, v, via) in &self.candidates {
+            let Some(utility) = qualifying_utility(ctx, m, v, engine) else {
+                continue;
+            };
+            qualifying += 1;
+            if best.is_none_or(|(bu, bm, bv, _)| {
+                order(self.policy, (utility, m, v), (bu, bm, bv)).is_lt()
+            }) {
+                best = Some((utility, m, v, via));
+            }
+        }
+        let Some((_, m, v, via)) = best else {
+            return (None, 0);
+        };
+        match score(ctx, m, v, via, engine, Detail::Verdict) {
+            Some(winner) => (Some(winner), qualifying),
+            // Live engine state changed between the two reads: scan again in full.
+            None => self.best_primary_scored(ctx, engine),
+        }
+    }
+
+    /// [`Plan::best_primary`] keeping a full score per candidate as it scans.
+    fn best_primary_scored(
+        &self,
+        ctx: &Context,
+        engine: &dyn EngineView,
+    ) -> (Option<Scored>, usize) {
         let mut best: Option<Scored> = None;
         let mut qualifying = 0;
         for &(m, v, via) in &self.candidates {

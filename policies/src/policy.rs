@@ -9,6 +9,7 @@ use serde::Serialize;
 use crate::budget::BudgetWindow;
 use crate::error::PolicyError;
 use crate::keys::{self, KeyDigest};
+use crate::metrics::{RouteCounters, TenantMeter};
 use crate::request::Hints;
 use crate::rollback::RollbackStatus;
 use crate::split::Split;
@@ -138,6 +139,8 @@ pub struct Tenant {
     pub default_hints: Hints,
     /// Spend budgets, all of which must cover a request.
     pub budgets: Vec<Arc<BudgetWindow>>,
+    /// The tenant's spend counters.
+    pub meter: Arc<TenantMeter>,
 }
 
 impl Tenant {
@@ -171,6 +174,8 @@ pub struct Policy {
     /// Whether some split arm targets another model than its split's: then two models
     /// can stand for the same checkpoint, and `auto` must drop the repeat.
     pub(crate) cross_model_arms: bool,
+    /// Handles of the routed-request counters.
+    pub(crate) route_counters: RouteCounters,
 }
 
 impl Policy {

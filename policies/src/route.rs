@@ -7,14 +7,16 @@
 //! list, tried in order. The budget is reserved for the pick before returning, and a
 //! reservation that loses a race to a concurrent request counts as over budget.
 
+use std::fmt::Write as _;
 use std::sync::Arc;
 
 use serde::Serialize;
 
 use crate::budget::{now_secs, Reservation, Spend, Usage};
 use crate::constraint::ConstraintFailure;
+use crate::decimal::{fixed, push_fixed};
 use crate::engine::EngineView;
-use crate::metrics;
+use crate::metrics::{self, RouteKey};
 use crate::plan::Plan;
 use crate::policy::{Policy, Tenant};
 use crate::request::{
@@ -86,6 +88,7 @@ pub struct Route {
     /// Budget held for this request.
     pub reservation: Reservation,
     rollback: Option<(Arc<RollbackMonitor>, usize)>,
+    key: RouteKey,
 }
 
 /// How a routed request ended.
@@ -119,7 +122,7 @@ impl Route {
             (HEADER_MODEL, self.model.to_string()),
             (HEADER_VERSION, self.version.to_string()),
             (HEADER_ROUTE, self.explanation.clone()),
-            (HEADER_COST, format!("{:.6}", self.estimated_cost)),
+            (HEADER_COST, fixed(self.estimated_cost, 6)),
         ]
     }
 }
@@ -132,7 +135,7 @@ pub fn route(
 ) -> Result<Route, RouteError> {
     let result = route_inner(policy, req, engine);
     match &result {
-        Ok(r) => metrics::routed(r),
+        Ok(r) => metrics::routed(&policy.route_counters, r.key, r),
         Err(e) => metrics::rejected(e),
     }
     result
@@ -150,7 +153,7 @@ fn route_inner(
     let mut reserve = |s: &Scored| {
         let budgets = tenant.map_or(&[][..], |t| &t.budgets[..]);
         Reservation::reserve(
-            tenant.map(|t| t.name.clone()),
+            tenant.map(|t| Arc::clone(&t.meter)),
             budgets,
             s.estimate,
             ctx.price(s.model),
@@ -309,10 +312,7 @@ pub(crate) fn build(
         }
         Via::Direct => {
             let why = match plan.reason() {
-                RouteReason::Auto => format!(
-                    "auto: best utility {:.4} of {qualifying} qualifying (quality {:.3}, cost {:.6}, latency {:.0} ms)",
-                    s.utility, s.quality, s.estimate.cost, s.expected_latency_ms
-                ),
+                RouteReason::Auto => auto_explanation(s, qualifying),
                 RouteReason::Alias => format!("alias `{}` of `{}`", plan.hint_text(), m.name),
                 RouteReason::Pinned => "pinned version".to_string(),
                 _ => "named model".to_string(),
@@ -332,5 +332,30 @@ pub(crate) fn build(
         tenant: ctx.tenant.map(|t| Arc::clone(&t.name)),
         reservation,
         rollback,
+        key: RouteKey {
+            checkpoint: policy
+                .checkpoint_base
+                .get(s.model)
+                .map_or(usize::MAX, |b| b + s.version),
+            split_arm: match s.via {
+                Via::Split { split, arm } => Some((split, arm)),
+                _ => None,
+            },
+        },
     })
+}
+
+/// `auto: best utility 0.8123 of 7 qualifying (quality 0.850, cost 0.000420, latency 35 ms)`.
+fn auto_explanation(s: &Scored, qualifying: usize) -> String {
+    let mut why = String::with_capacity(96);
+    why.push_str("auto: best utility ");
+    push_fixed(&mut why, s.utility, 4);
+    let _ = write!(why, " of {qualifying} qualifying (quality ");
+    push_fixed(&mut why, s.quality, 3);
+    why.push_str(", cost ");
+    push_fixed(&mut why, s.estimate.cost, 6);
+    why.push_str(", latency ");
+    push_fixed(&mut why, s.expected_latency_ms, 0);
+    why.push_str(" ms)");
+    why
 }

@@ -16,10 +16,10 @@
 
 use std::cmp::Ordering;
 
-use crate::budget::{now_secs, Price, Spend};
+use crate::budget::{now_secs, BudgetUnit, Price, Spend};
 use crate::constraint::{ConstraintFailure, LatencyLimit};
 use crate::engine::EngineView;
-use crate::policy::{Policy, Tenant};
+use crate::policy::{Model, Policy, Tenant};
 use crate::request::RouteRequest;
 
 /// How a candidate entered the candidate set.
@@ -83,6 +83,9 @@ pub(crate) struct Context<'a> {
     pub context_needed: u64,
     /// Remaining amount per tenant budget, read once per request.
     pub budget_remaining: Vec<f64>,
+    /// The least remaining over the tenant's budgets of each unit: a candidate fits
+    /// every budget exactly when it fits these (infinite where no budget applies).
+    pub budget_room: BudgetRoom,
 }
 
 impl<'a> Context<'a> {
@@ -98,6 +101,19 @@ impl<'a> Context<'a> {
             &req.hints.tags
         };
         let now = now_secs();
+        let budgets = tenant.map_or(&[][..], |t| &t.budgets[..]);
+        let budget_remaining: Vec<f64> = budgets.iter().map(|b| b.remaining_at(now)).collect();
+        let mut budget_room = BudgetRoom {
+            tokens: f64::INFINITY,
+            cost: f64::INFINITY,
+        };
+        for (budget, &remaining) in budgets.iter().zip(&budget_remaining) {
+            let room = match budget.unit() {
+                BudgetUnit::Tokens => &mut budget_room.tokens,
+                BudgetUnit::Cost => &mut budget_room.cost,
+            };
+            *room = room.min(remaining);
+        }
         Context {
             policy,
             tenant,
@@ -113,10 +129,27 @@ impl<'a> Context<'a> {
             ),
             context_needed: u64::from(req.prompt_tokens)
                 + u64::from(req.max_output_tokens.unwrap_or(0)),
-            budget_remaining: tenant
-                .map(|t| t.budgets.iter().map(|b| b.remaining_at(now)).collect())
-                .unwrap_or_default(),
+            budget_remaining,
+            budget_room,
         }
+    }
+
+    /// The quality of `model` for the request's tags, and the index of the tag that set it.
+    fn quality(&self, model: usize, m: &Model) -> (f64, Option<usize>) {
+        self.policy.tags.quality(model, m.quality, &self.tag_ids)
+    }
+
+    /// This request's estimated tokens and cost on `m`.
+    fn estimate(&self, m: &Model) -> Spend {
+        Price::of(m).spend(self.prompt_tokens, self.output_tokens)
+    }
+
+    /// Utility of a candidate with these numbers (see the module documentation).
+    fn utility(&self, quality: f64, cost: f64, expected_latency_ms: f64) -> f64 {
+        let r = &self.policy.routing;
+        r.quality_weight * quality
+            - weighted(r.cost_weight, cost)
+            - weighted(r.latency_weight, expected_latency_ms)
     }
 
     /// The price of a model, for estimates and settling.
@@ -124,10 +157,20 @@ impl<'a> Context<'a> {
         self.policy
             .models
             .get(model)
-            .map_or(Price::default(), |m| Price {
-                per_1k_input: m.cost_per_1k_input,
-                per_1k_output: m.cost_per_1k_output,
-            })
+            .map_or(Price::default(), Price::of)
+    }
+}
+
+/// The least remaining amount of each budget unit (see [`Context::budget_room`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BudgetRoom {
+    pub tokens: f64,
+    pub cost: f64,
+}
+
+impl BudgetRoom {
+    fn holds(&self, estimate: Spend) -> bool {
+        estimate.tokens as f64 <= self.tokens && estimate.cost <= self.cost
     }
 }
 
@@ -162,7 +205,7 @@ pub(crate) fn score(
             });
         }
     }
-    let (quality, quality_tag) = ctx.policy.tags.quality(model, m.quality, &ctx.tag_ids);
+    let (quality, quality_tag) = ctx.quality(model, m);
     if let Some(floor) = ctx.min_quality {
         if quality < floor {
             if verdict {
@@ -175,7 +218,7 @@ pub(crate) fn score(
             });
         }
     }
-    let estimate = ctx.price(model).spend(ctx.prompt_tokens, ctx.output_tokens);
+    let estimate = ctx.estimate(m);
     if let Some(ceiling) = ctx.max_cost {
         if estimate.cost > ceiling {
             if verdict {
@@ -190,8 +233,8 @@ pub(crate) fn score(
     if let Some(t) = ctx.tenant {
         for (budget, &remaining) in t.budgets.iter().zip(&ctx.budget_remaining) {
             let needed = match budget.unit() {
-                crate::budget::BudgetUnit::Tokens => estimate.tokens as f64,
-                crate::budget::BudgetUnit::Cost => estimate.cost,
+                BudgetUnit::Tokens => estimate.tokens as f64,
+                BudgetUnit::Cost => estimate.cost,
             };
             if needed > remaining {
                 if verdict {
@@ -246,10 +289,7 @@ pub(crate) fn score(
             });
         }
     }
-    let r = &ctx.policy.routing;
-    let utility = r.quality_weight * quality
-        - weighted(r.cost_weight, estimate.cost)
-        - weighted(r.latency_weight, expected_latency_ms);
+    let utility = ctx.utility(quality, estimate.cost, expected_latency_ms);
     Some(Scored {
         model,
         version,
@@ -262,6 +302,48 @@ pub(crate) fn score(
         utility,
         failures,
     })
+}
+
+/// The utility of checkpoint `model`/`version` when it breaks no constraint, else
+/// `None`: the verdict of [`score`] under [`Detail::Verdict`], for scanning every model
+/// under `auto` without building a [`Scored`] per candidate. The same checks on the same
+/// numbers, in the same order (the `fast_verdict_matches_score` test holds them equal).
+pub(crate) fn qualifying_utility(
+    ctx: &Context,
+    model: usize,
+    version: usize,
+    engine: &dyn EngineView,
+) -> Option<f64> {
+    let m = ctx.policy.models.get(model)?;
+    let version_name = m.versions.get(version)?;
+    if ctx.tenant.is_some_and(|t| !t.may_use(model)) {
+        return None;
+    }
+    let (quality, _) = ctx.quality(model, m);
+    if ctx.min_quality.is_some_and(|floor| quality < floor) {
+        return None;
+    }
+    let estimate = ctx.estimate(m);
+    if ctx.max_cost.is_some_and(|ceiling| estimate.cost > ceiling)
+        || !ctx.budget_room.holds(estimate)
+        || ctx.context_needed > u64::from(m.context_limit)
+    {
+        return None;
+    }
+    let state = engine.state(&m.name, version_name);
+    let expected_latency_ms = state.expected_latency_ms(ctx.output_tokens);
+    if !state.healthy
+        || m.max_queue_depth
+            .is_some_and(|max| state.queue_depth >= max)
+    {
+        return None;
+    }
+    if latency_limit(ctx.max_latency_ms, m.latency_target_ms)
+        .is_some_and(|(limit_ms, _)| expected_latency_ms > limit_ms)
+    {
+        return None;
+    }
+    Some(ctx.utility(quality, estimate.cost, expected_latency_ms))
 }
 
 /// The tighter of the request's and the model's latency limits.
@@ -288,13 +370,125 @@ fn weighted(weight: f64, value: f64) -> f64 {
 
 /// Pick order: higher utility first, then model name, then version name (ascending).
 pub(crate) fn pick_order(policy: &Policy, a: &Scored, b: &Scored) -> Ordering {
-    b.utility.total_cmp(&a.utility).then_with(|| {
-        let name = |s: &Scored| {
+    order(
+        policy,
+        (a.utility, a.model, a.version),
+        (b.utility, b.model, b.version),
+    )
+}
+
+/// [`pick_order`] on `(utility, model, version)`.
+pub(crate) fn order(policy: &Policy, a: (f64, usize, usize), b: (f64, usize, usize)) -> Ordering {
+    b.0.total_cmp(&a.0).then_with(|| {
+        let name = |(_, model, version): (f64, usize, usize)| {
             policy
                 .models
-                .get(s.model)
-                .map(|m| (&m.name, m.versions.get(s.version)))
+                .get(model)
+                .map(|m| (&m.name, m.versions.get(version)))
         };
         name(a).cmp(&name(b))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{CandidateState, StaticEngineView};
+    use crate::request::{Caller, ModelHint};
+    use proptest::prelude::*;
+
+    /// Models with every constraint set, a tenant allowed some of them with a token and
+    /// a cost budget, so every check of the fast verdict can decide.
+    fn policy(
+        models: &[(u16, u16, u8, u8, u16, u8)],
+        allowed: &[bool],
+        budgets: (u32, u32),
+    ) -> Policy {
+        let mut src = String::from("[routing]\ncost_weight = 3.0\nlatency_weight = 0.001\n");
+        for (i, &(cost_in, cost_out, quality, code, context, queue)) in models.iter().enumerate() {
+            src.push_str(&format!(
+                "[[models]]\nname = \"m{i}\"\nversion = \"v1\"\ncost_per_1k_input = {:?}\n\
+                 cost_per_1k_output = {:?}\nquality = {:?}\nquality_by_tag = {{ code = {:?} }}\n\
+                 context_limit = {}\nlatency_target_ms = 900.0\nmax_queue_depth = {}\n",
+                f64::from(cost_in) / 1e4,
+                f64::from(cost_out) / 1e4,
+                f64::from(quality) / 100.0,
+                f64::from(code) / 100.0,
+                u32::from(context) + 1,
+                u32::from(queue) + 1,
+            ));
+        }
+        let allowed: Vec<String> = (0..models.len())
+            .filter(|&i| allowed.get(i).copied().unwrap_or(true))
+            .map(|i| format!("\"m{i}\""))
+            .collect();
+        src.push_str(&format!(
+            "[[tenants]]\nname = \"t\"\nallowed_models = [{}]\n\
+             [[tenants.budgets]]\nwindow = \"1h\"\nlimit_tokens = {}\n\
+             [[tenants.budgets]]\nwindow = \"1d\"\nlimit_cost = {:?}\n",
+            allowed.join(", "),
+            budgets.0,
+            f64::from(budgets.1) / 1e4,
+        ));
+        Policy::from_toml_str(&src).expect("test policy is valid")
+    }
+
+    fn state() -> impl Strategy<Value = CandidateState> {
+        (any::<bool>(), 0u32..6, 0u32..600, 0u32..800, any::<bool>()).prop_map(
+            |(resident, queue_depth, wait, swap, healthy)| CandidateState {
+                resident,
+                queue_depth,
+                est_queue_wait_ms: f64::from(wait),
+                est_swap_or_load_ms: f64::from(swap),
+                est_ms_per_token: 1.5,
+                healthy,
+            },
+        )
+    }
+
+    proptest! {
+        /// `qualifying_utility` says exactly what `score` under `Verdict` says, for every
+        /// candidate, whatever breaks (permission, quality, cost, each budget, context,
+        /// health, queue, latency).
+        #[test]
+        fn fast_verdict_matches_score(
+            models in prop::collection::vec(
+                (0u16..400, 0u16..900, 0u8..=100, 0u8..=100, 0u16..3000, 0u8..5),
+                1..8,
+            ),
+            states in prop::collection::vec(state(), 8),
+            allowed in prop::collection::vec(prop::bool::weighted(0.8), 8),
+            budgets in (1u32..3000, 1u32..400),
+            hints in (
+                prop::option::of(0u8..=100),
+                prop::option::of(0u32..400),
+                prop::option::of(1u32..2000),
+                any::<bool>(),
+            ),
+            tokens in (0u32..2000, prop::option::of(1u32..1000)),
+        ) {
+            let policy = policy(&models, &allowed, budgets);
+            let mut engine = StaticEngineView::default();
+            for (i, s) in states.iter().enumerate().take(models.len()) {
+                engine.checkpoints.insert(format!("m{i}@v1"), *s);
+            }
+            let mut req = RouteRequest::new(ModelHint::Auto, Caller::Tenant("t".into()));
+            req.hints.min_quality = hints.0.map(|q| f64::from(q) / 100.0);
+            req.hints.max_cost = hints.1.map(|c| f64::from(c) / 1e4);
+            req.hints.max_latency_ms = hints.2.map(f64::from);
+            if hints.3 {
+                req.hints.tags = vec!["code".into()];
+            }
+            req.prompt_tokens = tokens.0;
+            req.max_output_tokens = tokens.1;
+            let ctx = Context::new(&policy, policy.tenant("t"), &req);
+            for model in 0..models.len() {
+                let full = score(&ctx, model, 0, Via::Direct, &engine, Detail::Verdict);
+                let fast = qualifying_utility(&ctx, model, 0, &engine);
+                prop_assert_eq!(fast, full.as_ref().map(|s| s.utility), "model m{}", model);
+                let all = score(&ctx, model, 0, Via::Direct, &engine, Detail::All);
+                prop_assert_eq!(fast.is_some(), all.is_some_and(|s| s.qualifies()));
+            }
+        }
+    }
 }

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use toml::Spanned;
 
 use crate::error::{Diagnostics, PolicyError};
+use crate::metrics::RouteCounters;
 use crate::policy::{Model, Policy, Routing, Target};
 use crate::schema::{PolicyFile, RoutingEntry};
 use crate::tags::TagTable;
@@ -60,6 +61,7 @@ pub(crate) fn compile(
         .iter()
         .any(|s| s.arms.iter().any(|a| a.model != s.model));
     Ok(Policy {
+        route_counters: RouteCounters::new(checkpoint_count, splits.iter().map(|s| s.arms.len())),
         tags: TagTable::new(&models),
         cross_model_arms,
         checkpoint_base,

@@ -10,6 +10,7 @@ use super::{check_name, in_range, non_negative, positive, window_secs, Names};
 use crate::budget::{BudgetUnit, BudgetWindow};
 use crate::error::Diagnostics;
 use crate::keys::{self, KeyDigest};
+use crate::metrics::TenantMeter;
 use crate::policy::Tenant;
 use crate::request::Hints;
 use crate::schema::{BudgetEntry, HintsEntry, TenantEntry};
@@ -88,6 +89,7 @@ pub(super) fn compile(
                 .map(|h| hints(h.get_ref(), name, diags))
                 .unwrap_or_default(),
             budgets: budgets.into_iter().map(Arc::new).collect(),
+            meter: Arc::new(TenantMeter::new(Arc::clone(&tenant_name))),
             name: tenant_name,
         });
     }

@@ -100,7 +100,7 @@ async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
 /// Adds `x-switchyard-model`, `-version`, `-route` and `-cost`.
 fn decorate(response: &mut Response, summary: &RouteSummary) {
     let headers = response.headers_mut();
-    let cost = format!("{:.6}", summary.estimated_cost);
+    let cost = switchyard_policies::fixed(summary.estimated_cost, 6);
     let values: [(&'static str, &str); 4] = [
         (HEADER_MODEL, &summary.model),
         (HEADER_VERSION, &summary.version),
