@@ -19,7 +19,59 @@ pub(crate) struct Plan<'a> {
     reason: RouteReason,
     /// The requested model (not under `auto`).
     pub(crate) requested: Option<usize>,
-    candidates: Vec<(usize, usize, Via)>,
+    candidates: Candidates,
+}
+
+/// One candidate checkpoint: model index, version index, and how it entered.
+type Candidate = (usize, usize, Via);
+
+/// The candidate set, kept small: under `auto` a request must not copy a row per model
+/// (with a hundred models that was a 4 KB allocation per request, from the allocator's
+/// slow path for large chunks).
+enum Candidates {
+    /// Every model once, in model order: its active version, or the arm its split
+    /// resolved for this request (`arms`, by split index).
+    EveryModel { arms: Vec<Option<Candidate>> },
+    /// An explicit list.
+    Listed(Vec<Candidate>),
+}
+
+/// Iterates [`Candidates`].
+enum CandidateIter<'a> {
+    EveryModel {
+        models: std::iter::Enumerate<std::slice::Iter<'a, crate::policy::Model>>,
+        arms: &'a [Option<Candidate>],
+    },
+    Listed(std::slice::Iter<'a, Candidate>),
+}
+
+impl Iterator for CandidateIter<'_> {
+    type Item = Candidate;
+
+    fn next(&mut self) -> Option<Candidate> {
+        match self {
+            CandidateIter::Listed(list) => list.next().copied(),
+            CandidateIter::EveryModel { models, arms } => loop {
+                let (i, m) = models.next()?;
+                match m.split {
+                    None => return Some((i, m.active_version, Via::Direct)),
+                    Some(split) => {
+                        // A split whose arm did not resolve leaves its model out.
+                        if let Some(Some(arm)) = arms.get(split) {
+                            return Some(*arm);
+                        }
+                    }
+                }
+            },
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        match self {
+            CandidateIter::Listed(list) => list.size_hint(),
+            CandidateIter::EveryModel { models, .. } => (0, models.size_hint().1),
+        }
+    }
 }
 
 impl<'a> Plan<'a> {
@@ -40,7 +92,7 @@ impl<'a> Plan<'a> {
                 (
                     reason,
                     Some(i),
-                    resolve_named(policy, i, &sticky).into_iter().collect(),
+                    Candidates::Listed(resolve_named(policy, i, &sticky).into_iter().collect()),
                 )
             }
             ModelHint::Pinned { name, version } => {
@@ -54,7 +106,11 @@ impl<'a> Plan<'a> {
                         version: version.clone(),
                         known: versions.iter().map(|v| &**v).collect::<Vec<_>>().join(", "),
                     })?;
-                (RouteReason::Pinned, Some(i), vec![(i, v, Via::Direct)])
+                (
+                    RouteReason::Pinned,
+                    Some(i),
+                    Candidates::Listed(vec![(i, v, Via::Direct)]),
+                )
             }
         };
         Ok(Plan {
@@ -64,6 +120,17 @@ impl<'a> Plan<'a> {
             requested,
             candidates,
         })
+    }
+
+    /// The candidates, in model order under `auto`.
+    fn candidates(&self) -> CandidateIter<'_> {
+        match &self.candidates {
+            Candidates::EveryModel { arms } => CandidateIter::EveryModel {
+                models: self.policy.models.iter().enumerate(),
+                arms,
+            },
+            Candidates::Listed(list) => CandidateIter::Listed(list.iter()),
+        }
     }
 
     pub fn ranked(&self) -> bool {
@@ -81,12 +148,11 @@ impl<'a> Plan<'a> {
     ) -> Vec<Scored> {
         let detail = if self.ranked() { detail } else { Detail::All };
         // Sized up front: growing a vector of scores copies them all at each doubling.
-        let mut scored = Vec::with_capacity(self.candidates.len());
+        let mut scored = Vec::with_capacity(self.candidates().size_hint().1.unwrap_or(0));
         scored.extend(
-            self.candidates
-                .iter()
+            self.candidates()
                 // Under Verdict, rejected candidates come back as `None`.
-                .filter_map(|&(m, v, via)| score(ctx, m, v, via, engine, detail)),
+                .filter_map(|(m, v, via)| score(ctx, m, v, via, engine, detail)),
         );
         scored
     }
@@ -98,7 +164,7 @@ impl<'a> Plan<'a> {
         // The scan keeps one utility per candidate; only the winner is scored in full.
         let mut best: Option<(f64, usize, usize, Via)> = None;
         let mut qualifying = 0;
-        for &(m, v, via) in &self.candidates {
+        for (m, v, via) in self.candidates() {
             let Some(utility) = qualifying_utility(ctx, m, v, engine) else {
                 continue;
             };
@@ -127,7 +193,7 @@ impl<'a> Plan<'a> {
     ) -> (Option<Scored>, usize) {
         let mut best: Option<Scored> = None;
         let mut qualifying = 0;
-        for &(m, v, via) in &self.candidates {
+        for (m, v, via) in self.candidates() {
             let Some(s) = score(ctx, m, v, via, engine, Detail::Verdict) else {
                 continue;
             };
@@ -219,18 +285,17 @@ impl StickyKey<'_> {
 }
 
 /// The checkpoint every model stands for (under `auto`), in model order, each once.
-fn every_model(policy: &Policy, sticky: &StickyKey) -> Vec<(usize, usize, Via)> {
-    let mut c: Vec<(usize, usize, Via)> = Vec::with_capacity(policy.models.len());
+fn every_model(policy: &Policy, sticky: &StickyKey) -> Candidates {
     if !policy.cross_model_arms {
         // Each model's checkpoints are its own: no two models can stand for the same one.
-        for (i, m) in policy.models.iter().enumerate() {
-            match m.split {
-                None => c.push((i, m.active_version, Via::Direct)),
-                Some(_) => c.extend(resolve_named(policy, i, sticky)),
-            }
-        }
-        return c;
+        let arms = policy
+            .splits
+            .iter()
+            .map(|split| resolve_named(policy, split.model, sticky))
+            .collect();
+        return Candidates::EveryModel { arms };
     }
+    let mut c: Vec<Candidate> = Vec::with_capacity(policy.models.len());
     // A cross-model split arm may repeat another model's checkpoint.
     let mut seen = vec![false; policy.checkpoint_count];
     for i in 0..policy.models.len() {
@@ -244,7 +309,7 @@ fn every_model(policy: &Policy, sticky: &StickyKey) -> Vec<(usize, usize, Via)> 
             }
         }
     }
-    c
+    Candidates::Listed(c)
 }
 
 /// The checkpoint a model name stands for: its split's arm, else its active version.
