@@ -9,7 +9,7 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use switchyard_engine::model::LogitRows;
-use switchyard_engine::registry::{Registry, RegistryErrorKind};
+use switchyard_engine::registry::{Registry, RegistryErrorKind, Tier};
 use switchyard_engine::sampling::{argmax, SamplingParams, StopCondition};
 use switchyard_engine::serving::{
     CheckpointId, Executor, ExecutorConfig, NoObserver, SequenceEvent, SequenceRequest,
@@ -351,4 +351,35 @@ fn a_ram_budget_evicts_the_idle_version_not_the_active_one() {
         CheckpointId::new("m", "1")
     );
     assert!(registry.resolve("m@3").is_ok());
+}
+
+#[test]
+fn routing_state_reports_tier_bytes_and_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Arc::new(CpuBackend::new(1));
+    let path = write(dir.path(), "base", Preset::Smollm2, 3);
+    let file_bytes = std::fs::metadata(&path).unwrap().len();
+    let registry = Registry::new(backend, None);
+    registry.register("a", "1", &path, &[]);
+    registry.register("a", "2", &path, &[]);
+    let on_disk = registry.routing_state("a", Some("1")).unwrap();
+    assert_eq!(
+        (on_disk.tier, on_disk.bytes, on_disk.queued),
+        (Tier::Disk, file_bytes, 0)
+    );
+    // No active version yet, and unknown names: nothing to report.
+    assert_eq!(registry.routing_state("a", None), None);
+    assert_eq!(registry.routing_state("a", Some("3")), None);
+    assert_eq!(registry.routing_state("b", Some("1")), None);
+    let loaded = registry.load("a", "1").unwrap();
+    registry.activate("a", "1").unwrap();
+    let resident = registry.routing_state("a", None).unwrap();
+    assert_eq!(
+        (resident.tier, resident.bytes, resident.queued),
+        (Tier::Ram, loaded.bytes, 0)
+    );
+    assert_eq!(
+        registry.routing_state("a", Some("2")).unwrap().tier,
+        Tier::Disk
+    );
 }

@@ -18,5 +18,5 @@ mod versions;
 
 pub use error::{RegistryError, RegistryErrorKind};
 pub use residency::{eviction_order, EvictionCandidate};
-pub use status::{MemoryStatus, ModelStatus, Tier, VersionStatus};
+pub use status::{MemoryStatus, ModelStatus, RoutingState, Tier, VersionStatus};
 pub use versions::{LoadReport, Registry, RegistryObserver};

@@ -14,6 +14,17 @@ pub enum Tier {
     Disk,
 }
 
+/// What routing reads about one checkpoint ([`super::Registry::routing_state`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RoutingState {
+    /// Where its weights are.
+    pub tier: Tier,
+    /// Its size: in RAM when resident, else on disk (as registered).
+    pub bytes: u64,
+    /// Requests waiting for it (0 unless resident).
+    pub queued: usize,
+}
+
 /// One version of a model.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct VersionStatus {

@@ -9,7 +9,7 @@ use switchyard_kernels::Backend;
 
 use super::error::RegistryError;
 use super::residency::{eviction_order, EvictionCandidate};
-use super::status::{MemoryStatus, ModelStatus, Tier, VersionStatus};
+use super::status::{MemoryStatus, ModelStatus, RoutingState, Tier, VersionStatus};
 use crate::serving::{CheckpointHandle, CheckpointId, ServedCheckpoint};
 use crate::store::WeightStore;
 
@@ -57,6 +57,10 @@ enum State<B: Backend> {
 struct Slot<B: Backend> {
     version: String,
     path: PathBuf,
+    /// Bytes of `path` when it was registered: routing reads this for every
+    /// candidate of every request, where a `stat` (a directory listing for
+    /// sharded checkpoints) each time would cost more than the routing itself.
+    disk_bytes: u64,
     state: State<B>,
     last_error: Option<String>,
 }
@@ -149,12 +153,17 @@ impl<B: Backend> Registry<B> {
                 entry.aliases.push(alias.clone());
             }
         }
+        let disk_bytes = file_bytes(path);
         match entry.slot_mut(version) {
-            Some(slot) => slot.path = path.to_path_buf(),
+            Some(slot) => {
+                slot.path = path.to_path_buf();
+                slot.disk_bytes = disk_bytes;
+            }
             None => {
                 entry.versions.push(Slot {
                     version: version.to_owned(),
                     path: path.to_path_buf(),
+                    disk_bytes,
                     state: State::Disk,
                     last_error: None,
                 });
@@ -530,8 +539,35 @@ impl<B: Backend> Registry<B> {
         let slot = entry.slot(version)?;
         Some(match &slot.state {
             State::Resident(handle) => (Tier::Ram, handle.load_stats.total_bytes),
-            State::Loading => (Tier::Loading, file_bytes(&slot.path)),
-            State::Disk => (Tier::Disk, file_bytes(&slot.path)),
+            State::Loading => (Tier::Loading, slot.disk_bytes),
+            State::Disk => (Tier::Disk, slot.disk_bytes),
+        })
+    }
+
+    /// What routing weighs for `model@version` (or the active version of
+    /// `model`): its tier, its bytes, and the requests waiting for it; one
+    /// lookup under one read lock, no allocation. `None` if unknown.
+    pub fn routing_state(&self, model: &str, version: Option<&str>) -> Option<RoutingState> {
+        let models = self.read();
+        let entry = models.get(model)?;
+        let version = version.or(entry.active.as_deref())?;
+        let slot = entry.slot(version)?;
+        Some(match &slot.state {
+            State::Resident(handle) => RoutingState {
+                tier: Tier::Ram,
+                bytes: handle.load_stats.total_bytes,
+                queued: handle.queued(),
+            },
+            State::Loading => RoutingState {
+                tier: Tier::Loading,
+                bytes: slot.disk_bytes,
+                queued: 0,
+            },
+            State::Disk => RoutingState {
+                tier: Tier::Disk,
+                bytes: slot.disk_bytes,
+                queued: 0,
+            },
         })
     }
 
@@ -607,8 +643,8 @@ fn version_status<B: Backend>(model: &Model<B>, slot: &Slot<B>) -> VersionStatus
             h.queued(),
             Some(h.load_time.as_secs_f64() * 1e3),
         ),
-        State::Loading => (Tier::Loading, file_bytes(&slot.path), 0, 0, 0, None),
-        State::Disk => (Tier::Disk, file_bytes(&slot.path), 0, 0, 0, None),
+        State::Loading => (Tier::Loading, slot.disk_bytes, 0, 0, 0, None),
+        State::Disk => (Tier::Disk, slot.disk_bytes, 0, 0, 0, None),
     };
     VersionStatus {
         version: slot.version.clone(),

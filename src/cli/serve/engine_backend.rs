@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use switchyard_engine::chat::ChatMessage as TemplateMessage;
-use switchyard_engine::registry::{Registry, RegistryErrorKind, Tier};
+use switchyard_engine::registry::{Registry, RegistryErrorKind, RoutingState, Tier};
 use switchyard_engine::sampling::{self, SamplingError, SamplingParams, StopCondition};
 use switchyard_engine::serving::{
     CheckpointHandle, EventSink, Executor, SequenceEvent, SequenceRequest, ServedCheckpoint,
@@ -108,13 +108,12 @@ impl InferenceBackend for EngineBackend {
     }
 
     fn checkpoint_state(&self, model: &str, version: Option<&str>) -> Option<CandidateState> {
-        let (tier, bytes) = self.registry.tier(model, version)?;
+        let RoutingState {
+            tier,
+            bytes,
+            queued,
+        } = self.registry.routing_state(model, version)?;
         let step_ms = self.executor.step_time().as_secs_f64() * 1e3;
-        let queued = match version {
-            Some(v) => self.registry.resolve(&format!("{model}@{v}")),
-            None => self.registry.resolve(model),
-        }
-        .map_or(0, |checkpoint| checkpoint.queued());
         // Waiting requests start as running sequences finish: roughly one
         // batch slot per step; a cold version first reads its file (~1 GB/s).
         Some(CandidateState {
