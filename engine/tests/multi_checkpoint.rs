@@ -362,6 +362,9 @@ fn routing_state_reports_tier_bytes_and_queue() {
     let registry = Registry::new(backend, None);
     registry.register("a", "1", &path, &[]);
     registry.register("a", "2", &path, &[]);
+    let live = registry.live("a", "1").unwrap();
+    assert!(registry.live("a", "3").is_none());
+    assert_eq!(live.routing_state().tier, Tier::Disk);
     let on_disk = registry.routing_state("a", Some("1")).unwrap();
     assert_eq!(
         (on_disk.tier, on_disk.bytes, on_disk.queued),
@@ -382,4 +385,10 @@ fn routing_state_reports_tier_bytes_and_queue() {
         registry.routing_state("a", Some("2")).unwrap().tier,
         Tier::Disk
     );
+    // The live slot taken while on disk follows the version through load and unload.
+    assert_eq!(live.routing_state(), resident);
+    registry.load("a", "2").unwrap();
+    registry.activate("a", "2").unwrap();
+    registry.unload("a", "1").unwrap();
+    assert_eq!(live.routing_state(), on_disk);
 }

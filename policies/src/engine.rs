@@ -1,6 +1,7 @@
 //! The live engine state scoring needs, behind a small trait the router implements.
 
 use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
@@ -56,23 +57,86 @@ impl CandidateState {
     }
 }
 
+/// The live state of one checkpoint, kept between requests by an engine view (see
+/// [`ProbeCell`]). It must stay correct as the checkpoint loads, unloads and fills its
+/// queue, and must be cheap and non-blocking.
+pub trait CheckpointProbe: Send + Sync {
+    /// The state now.
+    fn state(&self) -> CandidateState;
+}
+
+/// Where an engine view may keep its [`CheckpointProbe`] for one checkpoint of a policy,
+/// so that routing does not look every candidate up by name (a lock and a hash each,
+/// more than the rest of a decision with a hundred models). A policy holds one per
+/// checkpoint; the first view to fill it owns it (by `view` id), others ask by name.
+#[derive(Default)]
+pub struct ProbeCell(OnceLock<(u64, Arc<dyn CheckpointProbe>)>);
+
+impl ProbeCell {
+    /// The probe view `view` kept here, if it did.
+    pub fn get(&self, view: u64) -> Option<&dyn CheckpointProbe> {
+        self.0
+            .get()
+            .filter(|(owner, _)| *owner == view)
+            .map(|(_, probe)| &**probe)
+    }
+
+    /// Keeps `probe` for view `view` unless the cell is taken.
+    pub fn set(&self, view: u64, probe: Arc<dyn CheckpointProbe>) {
+        let _ = self.0.set((view, probe));
+    }
+}
+
+impl std::fmt::Debug for ProbeCell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let owner = self.0.get().map(|(owner, _)| *owner);
+        f.debug_tuple("ProbeCell").field(&owner).finish()
+    }
+}
+
+/// One checkpoint of a policy as routing asks the engine about it: by name, with the
+/// policy's [`ProbeCell`] for it.
+#[derive(Debug, Clone, Copy)]
+pub struct CheckpointKey<'a> {
+    /// Model name.
+    pub model: &'a str,
+    /// Version name.
+    pub version: &'a str,
+    /// Where a view may keep its probe for this checkpoint.
+    pub probe: &'a ProbeCell,
+}
+
 /// Read access to live engine state. The router implements it over the engine; tests and
 /// the `explain` command use [`IdleEngine`] or [`StaticEngineView`].
 pub trait EngineView {
     /// The state of checkpoint `model@version`. Unknown checkpoints should report
     /// `resident: false` with a load estimate, or `healthy: false` if they cannot load.
     fn state(&self, model: &str, version: &str) -> CandidateState;
+
+    /// The state of the checkpoint `key` names, as [`EngineView::state`] reports it;
+    /// routing calls this, and a view may answer from a handle cached per slot.
+    fn state_at(&self, key: &CheckpointKey<'_>) -> CandidateState {
+        self.state(key.model, key.version)
+    }
 }
 
 impl<T: EngineView + ?Sized> EngineView for &T {
     fn state(&self, model: &str, version: &str) -> CandidateState {
         (**self).state(model, version)
     }
+
+    fn state_at(&self, key: &CheckpointKey<'_>) -> CandidateState {
+        (**self).state_at(key)
+    }
 }
 
 impl<T: EngineView + ?Sized> EngineView for std::sync::Arc<T> {
     fn state(&self, model: &str, version: &str) -> CandidateState {
         (**self).state(model, version)
+    }
+
+    fn state_at(&self, key: &CheckpointKey<'_>) -> CandidateState {
+        (**self).state_at(key)
     }
 }
 

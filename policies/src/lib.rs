@@ -72,7 +72,10 @@ mod validate;
 pub use budget::{BudgetSnapshot, BudgetUnit, BudgetWindow, Reservation, Spend, Usage};
 pub use constraint::{ConstraintFailure, LatencyLimit, CONSTRAINTS};
 pub use decimal::{fixed, push_fixed};
-pub use engine::{CandidateState, EngineView, IdleEngine, StaticEngineView};
+pub use engine::{
+    CandidateState, CheckpointKey, CheckpointProbe, EngineView, IdleEngine, ProbeCell,
+    StaticEngineView,
+};
 pub use error::{Diagnostic, PolicyError};
 pub use explain::{explain, CandidateReport, Check, Explanation, Pick};
 pub use keys::{digest as key_digest, digests_equal, sha256_hex, KeyDigest};

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::budget::BudgetWindow;
+use crate::engine::{CheckpointKey, ProbeCell};
 use crate::error::PolicyError;
 use crate::keys::{self, KeyDigest};
 use crate::metrics::{RouteCounters, TenantMeter};
@@ -176,6 +177,8 @@ pub struct Policy {
     pub(crate) cross_model_arms: bool,
     /// Handles of the routed-request counters.
     pub(crate) route_counters: RouteCounters,
+    /// Per checkpoint slot, where the engine view keeps its probe.
+    pub(crate) probes: Box<[ProbeCell]>,
 }
 
 impl Policy {
@@ -218,6 +221,18 @@ impl Policy {
     }
 
     /// All models, in file order.
+    /// How routing names checkpoint `model`/`version` (indices) to the engine view.
+    pub(crate) fn checkpoint_key(&self, model: usize, version: usize) -> Option<CheckpointKey<'_>> {
+        let m = self.models.get(model)?;
+        Some(CheckpointKey {
+            model: &m.name,
+            version: m.versions.get(version)?,
+            probe: self
+                .probes
+                .get(self.checkpoint_base.get(model)? + version)?,
+        })
+    }
+
     pub fn models(&self) -> &[Model] {
         &self.models
     }

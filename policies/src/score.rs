@@ -190,7 +190,7 @@ pub(crate) fn score(
     detail: Detail,
 ) -> Option<Scored> {
     let m = ctx.policy.models.get(model)?;
-    let version_name = m.versions.get(version)?;
+    let key = ctx.policy.checkpoint_key(model, version)?;
     let verdict = detail == Detail::Verdict;
     // Every broken constraint, in report order (under Verdict the first one returns).
     let mut failures = Vec::new();
@@ -258,7 +258,7 @@ pub(crate) fn score(
         });
     }
 
-    let state = engine.state(&m.name, version_name);
+    let state = engine.state_at(&key);
     let expected_latency_ms = state.expected_latency_ms(ctx.output_tokens);
     if !state.healthy {
         if verdict {
@@ -315,7 +315,7 @@ pub(crate) fn qualifying_utility(
     engine: &dyn EngineView,
 ) -> Option<f64> {
     let m = ctx.policy.models.get(model)?;
-    let version_name = m.versions.get(version)?;
+    let key = ctx.policy.checkpoint_key(model, version)?;
     if ctx.tenant.is_some_and(|t| !t.may_use(model)) {
         return None;
     }
@@ -330,7 +330,7 @@ pub(crate) fn qualifying_utility(
     {
         return None;
     }
-    let state = engine.state(&m.name, version_name);
+    let state = engine.state_at(&key);
     let expected_latency_ms = state.expected_latency_ms(ctx.output_tokens);
     if !state.healthy
         || m.max_queue_depth

@@ -7,6 +7,9 @@
 //! templates, stop strings and sampling stay on the engine side.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub use switchyard_policies::CheckpointProbe;
 
 use tokio::sync::mpsc;
 
@@ -43,6 +46,15 @@ pub trait InferenceBackend: Send + Sync + 'static {
         model: &str,
         version: Option<&str>,
     ) -> Option<switchyard_policies::CandidateState> {
+        let _ = (model, version);
+        None
+    }
+
+    /// A handle that answers [`InferenceBackend::checkpoint_state`] for `model@version`
+    /// from now on, kept per policy checkpoint by the router so that routing a request
+    /// does not look every candidate up by name. `None` (the default) when the backend
+    /// has none or does not know the version yet; routing then asks `checkpoint_state`.
+    fn checkpoint_probe(&self, model: &str, version: &str) -> Option<Arc<dyn CheckpointProbe>> {
         let _ = (model, version);
         None
     }

@@ -10,11 +10,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use switchyard_policies::CandidateState;
 use tokio::sync::{mpsc, watch, Notify};
 
 use crate::backend::{
-    BackendError, FinishReason, GeneratedToken, GenerationEvent, GenerationRequest,
-    GenerationStream, InferenceBackend, ModelCard, Prompt, TopLogprob, Usage,
+    BackendError, CheckpointProbe, FinishReason, GeneratedToken, GenerationEvent,
+    GenerationRequest, GenerationStream, InferenceBackend, ModelCard, Prompt, TopLogprob, Usage,
 };
 
 /// The model a default fake serves.
@@ -200,9 +201,31 @@ impl FakeBackend {
     }
 }
 
+/// The fake's routing probe: every served checkpoint is resident, idle and healthy, as
+/// a backend with no state to report; it exists so that routing over the fake takes the
+/// same per-slot probe path as over the engine.
+struct FakeProbe;
+
+impl CheckpointProbe for FakeProbe {
+    fn state(&self) -> CandidateState {
+        CandidateState::default()
+    }
+}
+
 impl InferenceBackend for FakeBackend {
     fn models(&self) -> Vec<ModelCard> {
         self.shared.models.clone()
+    }
+
+    fn checkpoint_probe(&self, model: &str, version: &str) -> Option<Arc<dyn CheckpointProbe>> {
+        let served = self.shared.models.iter().any(|card| {
+            card.id == model
+                || card
+                    .id
+                    .split_once('@')
+                    .is_some_and(|(m, v)| m == model && v == version)
+        });
+        served.then(|| Arc::new(FakeProbe) as Arc<dyn CheckpointProbe>)
     }
 
     fn ready(&self) -> bool {

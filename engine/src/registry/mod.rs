@@ -8,15 +8,18 @@
 //!
 //! - `error.rs`: what can go wrong, for the admin API;
 //! - `status.rs`: the serializable views (models, versions, memory);
+//! - `live.rs`: each version's routing state, readable without the lock;
 //! - `residency.rs`: the RAM budget and which version to evict;
 //! - `versions.rs`: the registry itself.
 
 mod error;
+mod live;
 mod residency;
 mod status;
 mod versions;
 
 pub use error::{RegistryError, RegistryErrorKind};
+pub use live::LiveSlot;
 pub use residency::{eviction_order, EvictionCandidate};
 pub use status::{MemoryStatus, ModelStatus, RoutingState, Tier, VersionStatus};
 pub use versions::{LoadReport, Registry, RegistryObserver};

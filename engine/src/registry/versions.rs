@@ -8,6 +8,7 @@ use std::time::Duration;
 use switchyard_kernels::Backend;
 
 use super::error::RegistryError;
+use super::live::LiveSlot;
 use super::residency::{eviction_order, EvictionCandidate};
 use super::status::{MemoryStatus, ModelStatus, RoutingState, Tier, VersionStatus};
 use crate::serving::{CheckpointHandle, CheckpointId, ServedCheckpoint};
@@ -61,6 +62,8 @@ struct Slot<B: Backend> {
     /// candidate of every request, where a `stat` (a directory listing for
     /// sharded checkpoints) each time would cost more than the routing itself.
     disk_bytes: u64,
+    /// `state` as routing reads it without the registry's lock.
+    live: Arc<LiveSlot<B>>,
     state: State<B>,
     last_error: Option<String>,
 }
@@ -72,6 +75,22 @@ struct Model<B: Backend> {
     active: Option<String>,
     /// Previously active versions, most recent last.
     history: Vec<String>,
+}
+
+impl<B: Backend> Slot<B> {
+    /// Moves the slot to `state` and publishes it to routing.
+    fn set_state(&mut self, state: State<B>) {
+        match &state {
+            State::Resident(handle) => self.live.publish(
+                Tier::Ram,
+                handle.load_stats.total_bytes,
+                Some(Arc::clone(handle)),
+            ),
+            State::Loading => self.live.publish(Tier::Loading, self.disk_bytes, None),
+            State::Disk => self.live.publish(Tier::Disk, self.disk_bytes, None),
+        }
+        self.state = state;
+    }
 }
 
 impl<B: Backend> Model<B> {
@@ -158,12 +177,16 @@ impl<B: Backend> Registry<B> {
             Some(slot) => {
                 slot.path = path.to_path_buf();
                 slot.disk_bytes = disk_bytes;
+                if matches!(slot.state, State::Disk) {
+                    slot.live.publish(Tier::Disk, disk_bytes, None);
+                }
             }
             None => {
                 entry.versions.push(Slot {
                     version: version.to_owned(),
                     path: path.to_path_buf(),
                     disk_bytes,
+                    live: Arc::new(LiveSlot::on_disk(disk_bytes)),
                     state: State::Disk,
                     last_error: None,
                 });
@@ -205,7 +228,7 @@ impl<B: Backend> Registry<B> {
                 }
                 State::Disk => {}
             }
-            slot.state = State::Loading;
+            slot.set_state(State::Loading);
             slot.path.clone()
         };
         tracing::info!(checkpoint = %id, path = %path.display(), "loading");
@@ -225,7 +248,7 @@ impl<B: Backend> Registry<B> {
                     evicted,
                     already_resident: false,
                 };
-                slot.state = State::Resident(handle);
+                slot.set_state(State::Resident(handle));
                 slot.last_error = None;
                 drop(models);
                 tracing::info!(
@@ -239,7 +262,7 @@ impl<B: Backend> Registry<B> {
                 Ok(report)
             }
             Err(error) => {
-                slot.state = State::Disk;
+                slot.set_state(State::Disk);
                 slot.last_error = Some(error.message.clone());
                 drop(models);
                 tracing::warn!(checkpoint = %id, %error, "load failed; nothing changed");
@@ -403,7 +426,7 @@ impl<B: Backend> Registry<B> {
             .get_mut(&id.model)
             .and_then(|m| m.slot_mut(&id.version))
         {
-            slot.state = State::Disk;
+            slot.set_state(State::Disk);
         }
         drop(models);
         tracing::info!(checkpoint = %id, "evicted to make room");
@@ -474,10 +497,9 @@ impl<B: Backend> Registry<B> {
         let slot = entry
             .slot_mut(version)
             .ok_or_else(|| unknown_version(model, version))?;
-        let draining = match std::mem::replace(&mut slot.state, State::Disk) {
+        let draining = match &slot.state {
             State::Resident(handle) => handle.demand(),
             State::Loading => {
-                slot.state = State::Loading;
                 return Err(RegistryError::conflict(format!(
                     "{model}@{version} is loading; unload it when the load finishes"
                 )));
@@ -488,6 +510,7 @@ impl<B: Backend> Registry<B> {
                 )))
             }
         };
+        slot.set_state(State::Disk);
         drop(models);
         self.observer
             .unloaded(&CheckpointId::new(model, version), false);
@@ -542,6 +565,15 @@ impl<B: Backend> Registry<B> {
             State::Loading => (Tier::Loading, slot.disk_bytes),
             State::Disk => (Tier::Disk, slot.disk_bytes),
         })
+    }
+
+    /// The live routing state of `model@version`, to keep and read without
+    /// the registry's lock; `None` if that version is not registered. It
+    /// follows the version through loads, evictions and unloads.
+    pub fn live(&self, model: &str, version: &str) -> Option<Arc<LiveSlot<B>>> {
+        let models = self.read();
+        let slot = models.get(model)?.slot(version)?;
+        Some(Arc::clone(&slot.live))
     }
 
     /// What routing weighs for `model@version` (or the active version of

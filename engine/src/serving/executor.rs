@@ -10,7 +10,7 @@
 //! is global and in arrival order, bounded by one pool of sequence slots
 //! (each slot holds a KV cache) shared by all checkpoints.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -63,6 +63,36 @@ struct Shared {
     steps: AtomicU64,
     /// Moving average of a forward step's duration, in microseconds.
     step_micros: AtomicU64,
+    /// Set when the executor thread ends, by return or by panic.
+    stopped: AtomicBool,
+}
+
+/// Marks the executor stopped when the thread ends, unwinding included.
+struct MarkStopped(Arc<Shared>);
+
+impl Drop for MarkStopped {
+    fn drop(&mut self) {
+        self.0.stopped.store(true, Ordering::Release);
+    }
+}
+
+/// A cheap read-only view of the executor's health and pace, to keep where
+/// the [`Executor`] handle cannot go (routing probes).
+#[derive(Clone)]
+pub struct ExecutorPulse {
+    shared: Arc<Shared>,
+}
+
+impl ExecutorPulse {
+    /// Whether the executor thread is alive.
+    pub fn is_running(&self) -> bool {
+        !self.shared.stopped.load(Ordering::Acquire)
+    }
+
+    /// As [`Executor::step_time`].
+    pub fn step_time(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(self.shared.step_micros.load(Ordering::Acquire))
+    }
 }
 
 /// A handle to the executor thread. Dropping it lets the thread finish the
@@ -99,7 +129,10 @@ impl<B: Backend> Executor<B> {
         };
         let thread = std::thread::Builder::new()
             .name("switchyard-executor".into())
-            .spawn(move || state.run())?;
+            .spawn(move || {
+                let _mark = MarkStopped(Arc::clone(&state.shared));
+                state.run()
+            })?;
         Ok(Executor {
             requests: sender,
             shared,
@@ -156,6 +189,14 @@ impl<B: Backend> Executor<B> {
     /// or after [`Executor::shutdown`]).
     pub fn is_running(&self) -> bool {
         self.thread.as_ref().is_some_and(|t| !t.is_finished())
+    }
+
+    /// A view of [`Executor::is_running`] and [`Executor::step_time`] that
+    /// does not hold the executor up.
+    pub fn pulse(&self) -> ExecutorPulse {
+        ExecutorPulse {
+            shared: Arc::clone(&self.shared),
+        }
     }
 
     /// Requests waiting for a batch slot, over all checkpoints.

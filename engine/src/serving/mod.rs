@@ -33,7 +33,7 @@ use std::time::Duration;
 
 pub use checkpoint::{CheckpointError, CheckpointHandle, CheckpointId, ServedCheckpoint};
 pub use choice::{choose, score, Claim};
-pub use executor::{Executor, ExecutorConfig, NoObserver};
+pub use executor::{Executor, ExecutorConfig, ExecutorPulse, NoObserver};
 pub use queue::{EventSink, SequenceEvent, SequenceRequest, SequenceToken, SubmitError};
 
 /// Hears what the executor thread does. Called on that thread: must not block.

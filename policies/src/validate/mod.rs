@@ -9,6 +9,7 @@ use std::collections::HashMap;
 
 use toml::Spanned;
 
+use crate::engine::ProbeCell;
 use crate::error::{Diagnostics, PolicyError};
 use crate::metrics::RouteCounters;
 use crate::policy::{Model, Policy, Routing, Target};
@@ -61,6 +62,9 @@ pub(crate) fn compile(
         .iter()
         .any(|s| s.arms.iter().any(|a| a.model != s.model));
     Ok(Policy {
+        probes: (0..checkpoint_count)
+            .map(|_| ProbeCell::default())
+            .collect(),
         route_counters: RouteCounters::new(checkpoint_count, splits.iter().map(|s| s.arms.len())),
         tags: TagTable::new(&models),
         cross_model_arms,

@@ -11,20 +11,58 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use switchyard_engine::chat::ChatMessage as TemplateMessage;
-use switchyard_engine::registry::{Registry, RegistryErrorKind, RoutingState, Tier};
+use switchyard_engine::registry::{LiveSlot, Registry, RegistryErrorKind, RoutingState, Tier};
 use switchyard_engine::sampling::{self, SamplingError, SamplingParams, StopCondition};
 use switchyard_engine::serving::{
-    CheckpointHandle, EventSink, Executor, SequenceEvent, SequenceRequest, ServedCheckpoint,
-    SubmitError,
+    CheckpointHandle, EventSink, Executor, ExecutorPulse, SequenceEvent, SequenceRequest,
+    ServedCheckpoint, SubmitError,
 };
 use switchyard_engine::tokenizer::Tokenizer;
 use switchyard_kernels::cpu::CpuBackend;
 use switchyard_policies::CandidateState;
 use switchyard_router::backend::{
-    BackendError, FinishReason, GeneratedToken, GenerationEvent, GenerationRequest,
-    GenerationStream, InferenceBackend, ModelCard, Prompt, Role, TopLogprob, Usage,
+    BackendError, CheckpointProbe, FinishReason, GeneratedToken, GenerationEvent,
+    GenerationRequest, GenerationStream, InferenceBackend, ModelCard, Prompt, Role, TopLogprob,
+    Usage,
 };
 use tokio::sync::mpsc;
+
+/// What routing weighs for one checkpoint, from the registry's view of it and the
+/// executor's pace.
+fn candidate_state(state: RoutingState, pulse: &ExecutorPulse) -> CandidateState {
+    let RoutingState {
+        tier,
+        bytes,
+        queued,
+    } = state;
+    let step_ms = pulse.step_time().as_secs_f64() * 1e3;
+    // Waiting requests start as running sequences finish: roughly one
+    // batch slot per step; a cold version first reads its file (~1 GB/s).
+    CandidateState {
+        resident: tier == Tier::Ram,
+        queue_depth: u32::try_from(queued).unwrap_or(u32::MAX),
+        est_queue_wait_ms: queued as f64 * step_ms,
+        est_swap_or_load_ms: if tier == Tier::Ram {
+            0.0
+        } else {
+            bytes as f64 / 1e6
+        },
+        est_ms_per_token: step_ms,
+        healthy: pulse.is_running(),
+    }
+}
+
+/// One checkpoint's live state, kept by the router's engine view.
+struct EngineProbe {
+    live: Arc<LiveSlot<CpuBackend>>,
+    pulse: ExecutorPulse,
+}
+
+impl CheckpointProbe for EngineProbe {
+    fn state(&self) -> CandidateState {
+        candidate_state(self.live.routing_state(), &self.pulse)
+    }
+}
 
 /// Every served model version, behind the router's seam.
 pub struct EngineBackend {
@@ -108,26 +146,16 @@ impl InferenceBackend for EngineBackend {
     }
 
     fn checkpoint_state(&self, model: &str, version: Option<&str>) -> Option<CandidateState> {
-        let RoutingState {
-            tier,
-            bytes,
-            queued,
-        } = self.registry.routing_state(model, version)?;
-        let step_ms = self.executor.step_time().as_secs_f64() * 1e3;
-        // Waiting requests start as running sequences finish: roughly one
-        // batch slot per step; a cold version first reads its file (~1 GB/s).
-        Some(CandidateState {
-            resident: tier == Tier::Ram,
-            queue_depth: u32::try_from(queued).unwrap_or(u32::MAX),
-            est_queue_wait_ms: queued as f64 * step_ms,
-            est_swap_or_load_ms: if tier == Tier::Ram {
-                0.0
-            } else {
-                bytes as f64 / 1e6
-            },
-            est_ms_per_token: step_ms,
-            healthy: self.executor.is_running(),
-        })
+        let state = self.registry.routing_state(model, version)?;
+        Some(candidate_state(state, &self.executor.pulse()))
+    }
+
+    fn checkpoint_probe(&self, model: &str, version: &str) -> Option<Arc<dyn CheckpointProbe>> {
+        let live = self.registry.live(model, version)?;
+        Some(Arc::new(EngineProbe {
+            live,
+            pulse: self.executor.pulse(),
+        }))
     }
 
     fn ready(&self) -> bool {
