@@ -5,13 +5,13 @@
 //!    whole app with the policy (`app_with_policy`, `model: auto`) and without
 //!    (`app`, naming a served checkpoint), over the fake backend answering at once;
 //!    the layer's cost is the difference of the two distributions.
-//! 2. **The layer's own work, per request.** The chat route alone behind the policy
-//!    layer, with a timer between the layer and the handler: each request's time minus
-//!    the time inside the handler (extraction, generation, settling, response) is the
-//!    layer's own work — reading and parsing the body, authenticating, routing,
-//!    writing the response headers — plus axum's dispatch. The same route behind the
-//!    pass-through layer (no policy) gives that dispatch floor. One difference per
-//!    request, so machine noise does not pile up from two distributions.
+//! 2. **The layer's own work, per request.** The chat route alone with a timer around
+//!    the policy layer and another between the layer and the handler: the layer's span
+//!    minus the handler's (extraction, generation, settling, response) is the layer's
+//!    own work — reading and parsing the body, authenticating, routing, writing the
+//!    response headers — plus one middleware hop. The same route with the pass-through
+//!    layer (no policy) gives that hop's floor. One difference per request, so machine
+//!    noise does not pile up from two distributions.
 //! 3. **`PolicyRouting::route` plus settling alone**, no HTTP.
 //!
 //! One thread: a current-thread tokio runtime, requests sent one at a time with
@@ -130,6 +130,9 @@ fn thread_cpu_time() -> Duration {
 thread_local! {
     /// Time the last request spent inside the handler (set by [`time_handler`]).
     static IN_HANDLER: Cell<Option<Spans>> = const { Cell::new(None) };
+    /// Time the last request spent inside the layer under test, handler included (set
+    /// by [`time_layer`]).
+    static IN_LAYER: Cell<Option<Spans>> = const { Cell::new(None) };
 }
 
 /// Innermost middleware: times everything below the policy layer.
@@ -140,14 +143,23 @@ async fn time_handler(request: AxumRequest, next: Next) -> Response {
     response
 }
 
-/// The chat route alone: policy layer (or pass-through), timer, handler.
+/// Outermost middleware of the chat route: times the layer under test and all below.
+async fn time_layer(request: AxumRequest, next: Next) -> Response {
+    let start = Stamp::now();
+    let response = next.run(request).await;
+    IN_LAYER.with(|t| t.set(Some(start.elapsed())));
+    response
+}
+
+/// The chat route alone: timer, policy layer (or pass-through), timer, handler.
 fn chat_route(state: AppState, policy: Option<Arc<PolicyRouting>>) -> Router {
     let route = post(chat_completions)
         .route_layer(middleware::from_fn(time_handler))
         .route_layer(middleware::from_fn_with_state(
             policy,
             route_request::<ChatCompletionRequest>,
-        ));
+        ))
+        .route_layer(middleware::from_fn(time_layer));
     Router::new()
         .route("/v1/chat/completions", route)
         .with_state(state)
@@ -177,14 +189,18 @@ async fn timed(app: &Router, request: Request<Body>, policy: bool) -> Spans {
     elapsed
 }
 
-/// The request's time minus the handler's: what the layer (and dispatch) did.
+/// The layer's span minus the handler's: what the layer did (plus one middleware hop).
 async fn own_work(app: &Router, request: Request<Body>, policy: bool) -> Spans {
     IN_HANDLER.with(|t| t.set(None));
-    let total = timed(app, request, policy).await;
+    IN_LAYER.with(|t| t.set(None));
+    timed(app, request, policy).await;
     let inner = IN_HANDLER
         .with(Cell::take)
         .expect("the handler timer runs for every request");
-    total.minus(inner)
+    let layer = IN_LAYER
+        .with(Cell::take)
+        .expect("the layer timer runs for every request");
+    layer.minus(inner)
 }
 
 /// Routes and settles one request, as the layer and the handler do between them.
@@ -330,11 +346,11 @@ async fn run(requests: usize) {
         ("`app` (pass-through), whole request", &samples.whole_plain),
         ("`app_with_policy`, whole request", &samples.whole_policy),
         (
-            "policy layer's own work (request − handler)",
+            "policy layer's own work (layer − handler)",
             &samples.own_policy,
         ),
         (
-            "pass-through layer's own work (dispatch floor)",
+            "pass-through layer's own work (middleware floor)",
             &samples.own_plain,
         ),
         ("`PolicyRouting::route` + settle alone", &alone),
