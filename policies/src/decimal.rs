@@ -25,9 +25,27 @@ pub fn push_fixed(out: &mut String, x: f64, decimals: u32) {
     if x < 0.0 && scaled != 0 {
         out.push('-');
     }
-    let _ = write!(out, "{}", scaled / unit);
+    push_digits(out, scaled / unit, 1);
     if decimals > 0 {
-        let _ = write!(out, ".{:0width$}", scaled % unit, width = decimals as usize);
+        out.push('.');
+        push_digits(out, scaled % unit, decimals as usize);
+    }
+}
+
+/// Appends `n` in decimal, zero-padded to at least `width` digits.
+pub fn push_digits(out: &mut String, mut n: u64, width: usize) {
+    let mut digits = [b'0'; 20];
+    let mut at = digits.len();
+    while n > 0 || digits.len() - at < width.min(digits.len()) {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if at == 0 {
+            break;
+        }
+    }
+    for &d in &digits[at..] {
+        out.push(char::from(d));
     }
 }
 
@@ -54,6 +72,11 @@ mod tests {
         assert_eq!(fixed(f64::NEG_INFINITY, 0), "-inf");
         assert_eq!(fixed(f64::NAN, 2), "NaN");
         assert_eq!(fixed(3e20, 2), format!("{:.2}", 3e20));
+        let mut s = String::new();
+        push_digits(&mut s, 0, 1);
+        push_digits(&mut s, 7, 3);
+        push_digits(&mut s, u64::MAX, 1);
+        assert_eq!(s, format!("0007{}", u64::MAX));
     }
 
     proptest! {

@@ -7,14 +7,13 @@
 //! list, tried in order. The budget is reserved for the pick before returning, and a
 //! reservation that loses a race to a concurrent request counts as over budget.
 
-use std::fmt::Write as _;
 use std::sync::Arc;
 
 use serde::Serialize;
 
 use crate::budget::{now_secs, Reservation, Spend, Usage};
 use crate::constraint::ConstraintFailure;
-use crate::decimal::{fixed, push_fixed};
+use crate::decimal::{fixed, push_digits, push_fixed};
 use crate::engine::EngineView;
 use crate::metrics::{self, RouteKey};
 use crate::plan::Plan;
@@ -350,7 +349,9 @@ fn auto_explanation(s: &Scored, qualifying: usize) -> String {
     let mut why = String::with_capacity(96);
     why.push_str("auto: best utility ");
     push_fixed(&mut why, s.utility, 4);
-    let _ = write!(why, " of {qualifying} qualifying (quality ");
+    why.push_str(" of ");
+    push_digits(&mut why, qualifying as u64, 1);
+    why.push_str(" qualifying (quality ");
     push_fixed(&mut why, s.quality, 3);
     why.push_str(", cost ");
     push_fixed(&mut why, s.estimate.cost, 6);
