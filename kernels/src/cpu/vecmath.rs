@@ -1,4 +1,5 @@
-//! f32 vector primitives for attention: `a · b` and `y += α·x`.
+//! f32 vector primitives for attention: `a · b`, `x *= c` and
+//! the weighted sum of value rows.
 
 use super::isa::CheckedIsa;
 use super::Isa;
@@ -20,31 +21,45 @@ pub(crate) fn dot(isa: CheckedIsa, a: &[f32], b: &[f32]) -> f32 {
     }
 }
 
-/// `y_i += alpha · x_i` over the common length.
-pub(crate) fn axpy(isa: CheckedIsa, alpha: f32, x: &[f32], y: &mut [f32]) {
-    let n = x.len().min(y.len());
-    let (x, y) = (&x[..n], &mut y[..n]);
+/// `x_i *= c`.
+pub(crate) fn scale_in_place(isa: CheckedIsa, c: f32, x: &mut [f32]) {
     match isa.get() {
-        Isa::Scalar => axpy_scalar(alpha, x, y),
-        // SAFETY: CheckedIsa guarantees the features; equal lengths above.
+        // SAFETY: CheckedIsa guarantees the features.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { x86::axpy_avx2(alpha, x, y) },
-        // SAFETY: as above.
+        Isa::Avx512 | Isa::Avx512Vnni => unsafe { x86::scale_avx512(c, x) },
+        _ => x.iter_mut().for_each(|x| *x *= c),
+    }
+}
+
+/// `acc += Σ_j p_j · values[j]`, where `values` holds `p.len()` rows of
+/// `acc.len()` floats. Each element adds its terms in order of `j` with one
+/// fused multiply-add each, on every ISA (so SIMD and scalar agree bit for
+/// bit); the SIMD code keeps sixteen elements of `acc` in a register
+/// across all the rows.
+pub(crate) fn weighted_sum(isa: CheckedIsa, p: &[f32], values: &[f32], acc: &mut [f32]) {
+    let width = acc.len();
+    let rows = p.len().min(values.len() / width.max(1));
+    let (p, values) = (&p[..rows], &values[..rows * width]);
+    match isa.get() {
+        // SAFETY: CheckedIsa guarantees the features; `values` holds
+        // `p.len()` rows of `acc.len()` (cut above).
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 | Isa::Avx512Vnni => unsafe { x86::axpy_avx512(alpha, x, y) },
-        // NEON and other architectures' levels: the scalar code.
-        _ => axpy_scalar(alpha, x, y),
+        Isa::Avx512 | Isa::Avx512Vnni => unsafe { x86::weighted_sum_avx512(p, values, acc) },
+        _ => weighted_sum_scalar(p, values, acc),
+    }
+}
+
+pub(crate) fn weighted_sum_scalar(p: &[f32], values: &[f32], acc: &mut [f32]) {
+    let width = acc.len();
+    for (j, p) in p.iter().enumerate() {
+        for (a, v) in acc.iter_mut().zip(&values[j * width..(j + 1) * width]) {
+            *a = p.mul_add(*v, *a);
+        }
     }
 }
 
 pub(crate) fn dot_scalar(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(a, b)| a * b).sum()
-}
-
-pub(crate) fn axpy_scalar(alpha: f32, x: &[f32], y: &mut [f32]) {
-    for (y, x) in y.iter_mut().zip(x) {
-        *y += alpha * x;
-    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -90,24 +105,6 @@ mod x86 {
         sum
     }
 
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn axpy_avx2(alpha: f32, x: &[f32], y: &mut [f32]) {
-        let n = x.len();
-        let va = _mm256_set1_ps(alpha);
-        let mut i = 0;
-        while i + 8 <= n {
-            let p = y.as_mut_ptr().add(i);
-            _mm256_storeu_ps(
-                p,
-                _mm256_fmadd_ps(va, _mm256_loadu_ps(x.as_ptr().add(i)), _mm256_loadu_ps(p)),
-            );
-            i += 8;
-        }
-        for j in i..n {
-            y[j] += alpha * x[j];
-        }
-    }
-
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn dot_avx512(a: &[f32], b: &[f32]) -> f32 {
         let n = a.len();
@@ -150,21 +147,34 @@ mod x86 {
     }
 
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn axpy_avx512(alpha: f32, x: &[f32], y: &mut [f32]) {
+    pub(super) unsafe fn scale_avx512(c: f32, x: &mut [f32]) {
         let n = x.len();
-        let va = _mm512_set1_ps(alpha);
+        let vc = _mm512_set1_ps(c);
         let mut i = 0;
         while i < n {
-            let rest = (n - i).min(16);
-            let mask: __mmask16 = ((1u32 << rest) - 1) as __mmask16;
-            let p = y.as_mut_ptr().add(i);
-            let sum = _mm512_fmadd_ps(
-                va,
-                _mm512_maskz_loadu_ps(mask, x.as_ptr().add(i)),
-                _mm512_maskz_loadu_ps(mask, p),
-            );
-            _mm512_mask_storeu_ps(p, mask, sum);
-            i += rest;
+            let mask: __mmask16 = ((1u32 << (n - i).min(16)) - 1) as __mmask16;
+            let p = x.as_mut_ptr().add(i);
+            _mm512_mask_storeu_ps(p, mask, _mm512_mul_ps(vc, _mm512_maskz_loadu_ps(mask, p)));
+            i += 16;
+        }
+    }
+
+    /// `values` holds `p.len()` rows of `acc.len()` floats.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn weighted_sum_avx512(p: &[f32], values: &[f32], acc: &mut [f32]) {
+        let width = acc.len();
+        let mut c = 0;
+        while c < width {
+            let mask: __mmask16 = ((1u32 << (width - c).min(16)) - 1) as __mmask16;
+            let out = acc.as_mut_ptr().add(c);
+            let mut sum = _mm512_maskz_loadu_ps(mask, out);
+            let mut v = values.as_ptr().add(c);
+            for p in p {
+                sum = _mm512_fmadd_ps(_mm512_set1_ps(*p), _mm512_maskz_loadu_ps(mask, v), sum);
+                v = v.add(width);
+            }
+            _mm512_mask_storeu_ps(out, mask, sum);
+            c += 16;
         }
     }
 }
@@ -194,14 +204,21 @@ mod tests {
                     (got - want).abs() <= F32_REORDER_TOL * magnitude.max(1.0),
                     "{isa:?} n={n}"
                 );
-                let mut y1 = b.clone();
-                let mut y2 = b.clone();
-                axpy(isa, 0.75, &a, &mut y1);
-                axpy_scalar(0.75, &a, &mut y2);
-                // FMA rounds once, mul+add twice: within an ulp or two.
-                for (u, v) in y1.iter().zip(&y2) {
-                    assert!((u - v).abs() <= 4.0 * f32::EPSILON, "{isa:?} n={n}");
-                }
+            }
+            for (rows, width) in [(0usize, 5usize), (1, 1), (3, 17), (32, 64), (7, 33)] {
+                let p: Vec<f32> = (0..rows).map(|_| rng.random_range(0.0..1.0)).collect();
+                let v: Vec<f32> = (0..rows * width)
+                    .map(|_| rng.random_range(-1.0..1.0))
+                    .collect();
+                let start: Vec<f32> = (0..width).map(|_| rng.random_range(-1.0..1.0)).collect();
+                let (mut got, mut want) = (start.clone(), start);
+                weighted_sum(isa, &p, &v, &mut got);
+                weighted_sum_scalar(&p, &v, &mut want);
+                assert_eq!(got, want, "{isa:?} weighted_sum {rows}×{width}");
+                let mut scaled = got.clone();
+                scale_in_place(isa, 0.3, &mut scaled);
+                let want: Vec<f32> = got.iter().map(|g| g * 0.3).collect();
+                assert_eq!(scaled, want, "{isa:?} scale {width}");
             }
             println!("vecmath checked on {}", isa.get());
         }
