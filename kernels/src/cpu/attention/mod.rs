@@ -9,6 +9,7 @@
 
 #[cfg(test)]
 mod reference;
+mod scores;
 mod stream;
 #[cfg(test)]
 mod tests;
@@ -193,7 +194,7 @@ pub(crate) fn attention(
             group,
             head_dim,
             scale,
-            keys: cache.keys(call.layer, task.kv_head, seen),
+            keys: cache.key_tiles(call.layer, task.kv_head, seen),
             values: cache.values(call.layer, task.kv_head, seen),
         };
         let first_head = task.kv_head * group;

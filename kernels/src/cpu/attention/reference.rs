@@ -3,15 +3,13 @@
 //! of scores, a softmax with the maximum subtracted first, then the
 //! weighted sum of the values.
 
-use crate::cpu::vecmath::dot_scalar;
-
 /// One query against `keys`/`values` (`seen × head_dim` each): `out` is the
 /// softmax(`scale · q·k`)-weighted sum of the values.
 pub(crate) fn attend_one(query: &[f32], keys: &[f32], values: &[f32], scale: f32, out: &mut [f32]) {
     let head_dim = query.len();
     let mut scores: Vec<f32> = keys
         .chunks_exact(head_dim)
-        .map(|k| scale * dot_scalar(query, k))
+        .map(|k| scale * query.iter().zip(k).map(|(q, k)| q * k).sum::<f32>())
         .collect();
     let max = scores.iter().fold(f32::NEG_INFINITY, |m, s| m.max(*s));
     let mut total = 0.0f32;

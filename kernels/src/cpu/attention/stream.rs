@@ -14,21 +14,25 @@
 
 use std::cell::RefCell;
 
+use super::scores::scores16;
 use crate::cpu::exp::{exp_scalar, exp_shifted};
 use crate::cpu::isa::CheckedIsa;
-use crate::cpu::vecmath::{dot, scale_in_place, weighted_sum};
+use crate::cpu::kv_cache::KEY_TILE;
+use crate::cpu::vecmath::{scale_in_place, weighted_sum};
 
 /// Key positions per block: 32 keys and 32 values of 64 f32 are 16 KB,
-/// half of L1, leaving room for the queries, scores and outputs.
-pub(super) const KEY_BLOCK: usize = 32;
+/// half of L1, leaving room for the queries, scores and outputs. Whole
+/// key tiles, so that a block's scores come from whole tiles.
+pub(super) const KEY_BLOCK: usize = 2 * KEY_TILE;
 /// Query rows per task: with a group of three heads, 24 queries share each
 /// block read from the cache.
 pub(super) const ROW_TILE: usize = 8;
 
 /// What one task reads: `rows` query rows at positions
 /// `first_pos..first_pos + rows`, each row's `group` heads of `head_dim`
-/// found by `query(i, h)`, against `keys`/`values` of positions
-/// `0..first_pos + rows` (`head_dim` floats per position).
+/// found by `query(i, h)`, against the key tiles (see `kv_cache`) and the
+/// values (`head_dim` floats per position) of positions
+/// `0..first_pos + rows`.
 pub(super) struct Tile<'a> {
     pub(super) rows: usize,
     pub(super) first_pos: usize,
@@ -95,14 +99,23 @@ fn run<'q>(
                 continue;
             }
             let end = (block + KEY_BLOCK).min(seen);
-            let keys = &tile.keys[block * hd..end * hd];
             let values = &tile.values[block * hd..end * hd];
             for h in 0..tile.group {
                 let qi = i * tile.group + h;
                 let q = query(i, h);
                 let scores = &mut state.scores[..end - block];
-                for (s, k) in scores.iter_mut().zip(keys.chunks_exact(hd)) {
-                    *s = tile.scale * dot(isa, q, k);
+                for (t, scores) in scores.chunks_mut(KEY_TILE).enumerate() {
+                    let at = (block + t * KEY_TILE) * hd;
+                    let mut all = [0.0; KEY_TILE];
+                    scores16(
+                        isa,
+                        q,
+                        &tile.keys[at..at + KEY_TILE * hd],
+                        tile.scale,
+                        &mut all,
+                    );
+                    // Lanes past the row's last position are dropped here.
+                    scores.copy_from_slice(&all[..scores.len()]);
                 }
                 let block_max = scores.iter().fold(f32::NEG_INFINITY, |m, s| m.max(*s));
                 let acc = &mut state.acc[qi * hd..(qi + 1) * hd];

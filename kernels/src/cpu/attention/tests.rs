@@ -115,11 +115,10 @@ fn check(isa: CheckedIsa, threads: usize, case: &Case, rng: &mut impl Rng) {
             for h in 0..n_heads {
                 let at = row * q_cols + h * head_dim;
                 let query = &q.data[at..at + head_dim];
-                let (keys, values) = (
-                    cache.keys(0, h / group, seen),
-                    cache.values(0, h / group, seen),
-                );
-                attend_one(query, keys, values, shape.scale, &mut want);
+                let kv = h / group;
+                let keys: Vec<f32> = (0..seen).flat_map(|p| cache.key(0, kv, p)).collect();
+                let values = cache.values(0, kv, seen);
+                attend_one(query, &keys, values, shape.scale, &mut want);
                 let got = &out.data[at..at + head_dim];
                 for (g, w) in got.iter().zip(&want) {
                     assert!(
