@@ -88,6 +88,14 @@ pub struct MatmulProduct<'a, B: Backend> {
     pub out: &'a mut B::Activations,
 }
 
+/// One sequence of [`Backend::attention_many`]: its rows of `q`, `k`, `v`
+/// and `out`, at positions `start_pos..start_pos + rows.len()` of `cache`.
+pub struct AttentionRows<'a, B: Backend> {
+    pub cache: &'a mut B::KvCache,
+    pub rows: Range<usize>,
+    pub start_pos: usize,
+}
+
 /// A compute backend. See the module documentation.
 ///
 /// Every method that can meet inconsistent shapes returns an error rather
@@ -194,6 +202,30 @@ pub trait Backend: Send + Sync + 'static {
         start_pos: usize,
         out: &mut Self::Activations,
     ) -> Result<(), KernelError>;
+    /// [`Backend::attention`] for several sequences of one step, whose rows
+    /// are disjoint and in ascending order. A backend can run them all as
+    /// one parallel job; this default calls [`Backend::attention`] on each
+    /// in turn.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_many(
+        &self,
+        layer: usize,
+        shape: AttentionShape,
+        q: &Self::Activations,
+        k: &Self::Activations,
+        v: &Self::Activations,
+        seqs: &mut [AttentionRows<'_, Self>],
+        out: &mut Self::Activations,
+    ) -> Result<(), KernelError>
+    where
+        Self: Sized,
+    {
+        for seq in seqs.iter_mut() {
+            let rows = seq.rows.clone();
+            self.attention(seq.cache, layer, shape, q, k, v, rows, seq.start_pos, out)?;
+        }
+        Ok(())
+    }
     /// `gate = silu(gate) * up`, elementwise.
     fn silu_mul(
         &self,

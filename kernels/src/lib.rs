@@ -30,6 +30,6 @@ pub mod dtype;
 pub mod error;
 pub mod quantize;
 
-pub use backend::{AttentionShape, Backend, MatmulProduct, RopeStyle, WeightView};
+pub use backend::{AttentionRows, AttentionShape, Backend, MatmulProduct, RopeStyle, WeightView};
 pub use dtype::DType;
 pub use error::KernelError;

@@ -9,7 +9,7 @@
 
 use std::ops::Range;
 
-use switchyard_kernels::{Backend, MatmulProduct};
+use switchyard_kernels::{AttentionRows, Backend, MatmulProduct};
 
 use super::config::ModelConfig;
 use super::llama::{LlamaModel, LogitRows, Scratch, SequenceChunk};
@@ -228,22 +228,24 @@ impl<B: Backend> Step<'_, B> {
         b.rope(&mut s.q, c.head_dim, self.positions, inv_freq, c.rope_style)?;
         b.rope(&mut s.k, c.head_dim, self.positions, inv_freq, c.rope_style)?;
         let shape = self.lead.attention_shape();
+        // Every sequence's attention in one call: one parallel job per layer
+        // rather than one per sequence.
         let mut row = 0;
-        for chunk in parts.iter_mut().flat_map(|p| p.chunks.iter_mut()) {
-            let rows = row..row + chunk.tokens.len();
-            row = rows.end;
-            b.attention(
-                chunk.cache,
-                index,
-                shape,
-                &s.q,
-                &s.k,
-                &s.v,
-                rows,
-                chunk.start_pos,
-                &mut s.attn,
-            )?;
-        }
+        let mut seqs: Vec<AttentionRows<'_, B>> = parts
+            .iter_mut()
+            .flat_map(|p| p.chunks.iter_mut())
+            .map(|chunk| {
+                let rows = row..row + chunk.tokens.len();
+                row = rows.end;
+                AttentionRows {
+                    cache: &mut *chunk.cache,
+                    rows,
+                    start_pos: chunk.start_pos,
+                }
+            })
+            .collect();
+        b.attention_many(index, shape, &s.q, &s.k, &s.v, &mut seqs, &mut s.attn)?;
+        drop(seqs);
 
         let wo = self.runs(layers.iter().map(|l| (&**l.wo, None::<&B::Vector>)));
         let from_heads = Widths {

@@ -160,15 +160,32 @@ fn more_likely_first(a: &(u32, f32), b: &(u32, f32)) -> std::cmp::Ordering {
     b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
 }
 
-/// The most likely id; the lowest id on ties.
+/// The most likely id; the lowest id on ties. NaN logits never win (a NaN
+/// first logit makes 0 the answer, as a scan that starts there would).
 pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0usize;
-    for (i, &l) in logits.iter().enumerate() {
-        if logits.get(best).is_some_and(|&b| l > b) {
-            best = i;
+    // Sixteen running maxima the compiler keeps in one vector register,
+    // then the first position holding the maximum: two passes over a row
+    // that stays in cache, several times faster than one scalar scan over
+    // a 49,152-entry vocabulary (batched decode does this for every row).
+    const LANES: usize = 16;
+    let Some(&first) = logits.first() else {
+        return 0;
+    };
+    let mut lanes = [first; LANES];
+    let chunks = logits.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for chunk in chunks {
+        for (m, &l) in lanes.iter_mut().zip(chunk) {
+            if l > *m {
+                *m = l;
+            }
         }
     }
-    best as u32
+    let max = lanes
+        .iter()
+        .chain(rest)
+        .fold(first, |m, &l| if l > m { l } else { m });
+    logits.iter().position(|&l| l == max).unwrap_or(0) as u32
 }
 
 /// The `n` most likely (id, logit) pairs, most likely first.
@@ -220,6 +237,38 @@ mod tests {
         let mut p = SamplingParams::default();
         f(&mut p);
         p
+    }
+
+    /// The scan `argmax` replaced: the first strictly greater logit wins.
+    fn argmax_scan(logits: &[f32]) -> u32 {
+        let mut best = 0usize;
+        for (i, &l) in logits.iter().enumerate() {
+            if logits.get(best).is_some_and(|&b| l > b) {
+                best = i;
+            }
+        }
+        best as u32
+    }
+
+    #[test]
+    fn argmax_matches_a_plain_scan() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        for n in [0usize, 1, 15, 16, 17, 33, 1000, 49152] {
+            // Few distinct values: ties everywhere, the lowest id must win.
+            let mut logits: Vec<f32> = (0..n).map(|_| rng.random_range(0..40) as f32).collect();
+            assert_eq!(argmax(&logits), argmax_scan(&logits), "n={n}");
+            if n > 3 {
+                logits[n / 2] = f32::NAN;
+                logits[n - 1] = -0.0;
+                assert_eq!(argmax(&logits), argmax_scan(&logits), "n={n} with NaN");
+                logits[0] = f32::NAN;
+                assert_eq!(argmax(&logits), argmax_scan(&logits), "n={n} NaN first");
+                logits.iter_mut().for_each(|l| *l = -0.0);
+                logits[n - 2] = 0.0;
+                assert_eq!(argmax(&logits), argmax_scan(&logits), "n={n} signed zeros");
+            }
+        }
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::attention::{attention, AttentionCall};
+use super::attention::{attention, AttentionCall, SeqRows};
 use super::dequant::dequantize_row;
 use super::isa::CheckedIsa;
 use super::kv_cache::CpuKvCache;
@@ -11,7 +11,9 @@ use super::packed::{self, PackedRows};
 use super::tensors::{CpuActivations, CpuMatrix, CpuVector};
 use super::threads::ThreadPool;
 use super::{elementwise, matmul, norm, rope, row_copy, Isa};
-use crate::{AttentionShape, Backend, KernelError, MatmulProduct, RopeStyle, WeightView};
+use crate::{
+    AttentionRows, AttentionShape, Backend, KernelError, MatmulProduct, RopeStyle, WeightView,
+};
 
 /// The CPU backend: SIMD kernels for one ISA chosen at construction, run on
 /// a persistent thread pool.
@@ -240,14 +242,45 @@ impl Backend for CpuBackend {
             q,
             k,
             v,
+        };
+        let mut seqs = [SeqRows {
+            cache,
             rows,
             start_pos,
+        }];
+        attention(&self.pool, self.isa, call, &mut seqs, out)
+    }
+
+    fn attention_many(
+        &self,
+        layer: usize,
+        shape: AttentionShape,
+        q: &CpuActivations,
+        k: &CpuActivations,
+        v: &CpuActivations,
+        seqs: &mut [AttentionRows<'_, Self>],
+        out: &mut CpuActivations,
+    ) -> Result<(), KernelError> {
+        let call = AttentionCall {
+            layer,
+            shape,
+            q,
+            k,
+            v,
         };
-        attention(&self.pool, self.isa, cache, call, out)
+        let mut seqs: Vec<SeqRows<'_>> = seqs
+            .iter_mut()
+            .map(|s| SeqRows {
+                cache: &mut *s.cache,
+                rows: s.rows.clone(),
+                start_pos: s.start_pos,
+            })
+            .collect();
+        attention(&self.pool, self.isa, call, &mut seqs, out)
     }
 
     fn silu_mul(&self, gate: &mut CpuActivations, up: &CpuActivations) -> Result<(), KernelError> {
-        elementwise::silu_mul(&self.pool, gate, up)
+        elementwise::silu_mul(&self.pool, self.isa, gate, up)
     }
 
     fn add(&self, x: &mut CpuActivations, y: &CpuActivations) -> Result<(), KernelError> {

@@ -1,6 +1,8 @@
 //! Elementwise kernels: `gate = silu(gate) · up` and `x += y`.
 
 use super::disjoint::DisjointSlice;
+use super::exp;
+use super::isa::CheckedIsa;
 use super::tensors::CpuActivations;
 use super::threads::ThreadPool;
 use crate::KernelError;
@@ -24,14 +26,10 @@ fn same_shape(op: &'static str, a: &CpuActivations, b: &CpuActivations) -> Resul
     }
 }
 
-/// `silu(g) = g / (1 + e^-g)`.
-#[inline]
-pub(crate) fn silu(g: f32) -> f32 {
-    g / (1.0 + (-g).exp())
-}
-
+/// `gate = silu(gate) · up`, with the vectorised `exp` of [`exp`].
 pub(crate) fn silu_mul(
     pool: &ThreadPool,
+    isa: CheckedIsa,
     gate: &mut CpuActivations,
     up: &CpuActivations,
 ) -> Result<(), KernelError> {
@@ -41,9 +39,7 @@ pub(crate) fn silu_mul(
     pool.for_each_range(len, ELEMENTS_PER_TASK, &|range| {
         // SAFETY: for_each_range's ranges are disjoint.
         let g = unsafe { gate_data.range(range.start, range.len()) };
-        for (g, u) in g.iter_mut().zip(&up.data[range]) {
-            *g = silu(*g) * u;
-        }
+        exp::silu_mul(isa, g, &up.data[range]);
     });
     Ok(())
 }

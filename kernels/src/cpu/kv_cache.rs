@@ -1,12 +1,19 @@
 //! Keys and values of one sequence, every layer, f32.
 //!
-//! Layout `[layer][kv_head][position][head_dim]`: one head's keys for
-//! consecutive positions are contiguous, which is the order attention reads
-//! them in. Capacity is fixed at creation; memory is zero-filled lazily by
-//! the allocator, so a large capacity costs address space, not RAM, until
+//! Values: `[layer][kv_head][position][head_dim]`, one head's values for
+//! consecutive positions contiguous, the order the weighted sum reads them.
+//! Keys: `[layer][kv_head][tile][head_dim][16]`, tiles of [`KEY_TILE`]
+//! positions stored dimension-major, so that attention takes sixteen
+//! scores at once with one multiply-add per dimension and no horizontal
+//! sum (see `attention::scores`). Capacity is fixed at creation (rounded
+//! up to whole tiles for keys); memory is zero-filled lazily by the
+//! allocator, so a large capacity costs address space, not RAM, until
 //! used.
 
 use crate::KernelError;
+
+/// Positions per key tile: the sixteen f32 lanes of a zmm.
+pub(crate) const KEY_TILE: usize = 16;
 
 /// A sequence's KV cache for the CPU backend.
 #[derive(Clone, Debug)]
@@ -15,6 +22,8 @@ pub struct CpuKvCache {
     n_kv_heads: usize,
     head_dim: usize,
     capacity: usize,
+    /// `capacity` rounded up to whole key tiles.
+    key_capacity: usize,
     keys: Vec<f32>,
     values: Vec<f32>,
     /// Per layer, positions `0..filled` hold written entries.
@@ -28,10 +37,13 @@ impl CpuKvCache {
         head_dim: usize,
         capacity: usize,
     ) -> Result<Self, KernelError> {
-        let len = layers
+        let key_capacity = capacity.div_ceil(KEY_TILE) * KEY_TILE;
+        let per_position = layers
             .checked_mul(n_kv_heads)
-            .and_then(|v| v.checked_mul(head_dim))
-            .and_then(|v| v.checked_mul(capacity))
+            .and_then(|v| v.checked_mul(head_dim));
+        // Keys take at least the values' room: checking them covers both.
+        let key_len = per_position
+            .and_then(|v| v.checked_mul(key_capacity))
             .filter(|len| {
                 len.checked_mul(8)
                     .is_some_and(|bytes| bytes <= isize::MAX as usize)
@@ -48,8 +60,9 @@ impl CpuKvCache {
             n_kv_heads,
             head_dim,
             capacity,
-            keys: vec![0.0; len],
-            values: vec![0.0; len],
+            key_capacity,
+            keys: vec![0.0; key_len],
+            values: vec![0.0; per_position.unwrap_or_default() * capacity],
             filled: vec![0; layers],
         })
     }
@@ -90,13 +103,22 @@ impl CpuKvCache {
         ((layer * self.n_kv_heads + head) * self.capacity + position) * self.head_dim
     }
 
+    /// Where `head`'s key tiles of `layer` start.
+    fn key_base(&self, layer: usize, head: usize) -> usize {
+        (layer * self.n_kv_heads + head) * self.key_capacity * self.head_dim
+    }
+
     /// Stores `key` and `value` (each `n_kv_heads × head_dim`) at
     /// `position` of `layer`; the caller checked bounds.
     pub(crate) fn write(&mut self, layer: usize, position: usize, key: &[f32], value: &[f32]) {
         let hd = self.head_dim;
+        let (tile, lane) = (position / KEY_TILE, position % KEY_TILE);
         for head in 0..self.n_kv_heads {
+            let at = self.key_base(layer, head) + tile * KEY_TILE * hd + lane;
+            for (d, k) in key[head * hd..(head + 1) * hd].iter().enumerate() {
+                self.keys[at + d * KEY_TILE] = *k;
+            }
             let at = self.offset(layer, head, position);
-            self.keys[at..at + hd].copy_from_slice(&key[head * hd..(head + 1) * hd]);
             self.values[at..at + hd].copy_from_slice(&value[head * hd..(head + 1) * hd]);
         }
     }
@@ -109,13 +131,26 @@ impl CpuKvCache {
         }
     }
 
-    /// Keys (or values) of `head` in `layer` for positions `0..count`,
-    /// position after position.
-    pub(crate) fn keys(&self, layer: usize, head: usize, count: usize) -> &[f32] {
-        let at = self.offset(layer, head, 0);
-        &self.keys[at..at + count * self.head_dim]
+    /// The key tiles of `head` in `layer` that cover positions `0..count`
+    /// (`KEY_TILE · head_dim` floats per tile; lanes past `count` in the
+    /// last tile are stale or zero).
+    pub(crate) fn key_tiles(&self, layer: usize, head: usize, count: usize) -> &[f32] {
+        let at = self.key_base(layer, head);
+        &self.keys[at..at + count.div_ceil(KEY_TILE) * KEY_TILE * self.head_dim]
     }
 
+    /// `head`'s key at `position` of `layer`, gathered out of its tile.
+    #[cfg(test)]
+    pub(crate) fn key(&self, layer: usize, head: usize, position: usize) -> Vec<f32> {
+        let (tile, lane) = (position / KEY_TILE, position % KEY_TILE);
+        let at = self.key_base(layer, head) + tile * KEY_TILE * self.head_dim + lane;
+        (0..self.head_dim)
+            .map(|d| self.keys[at + d * KEY_TILE])
+            .collect()
+    }
+
+    /// Values of `head` in `layer` for positions `0..count`, position after
+    /// position.
     pub(crate) fn values(&self, layer: usize, head: usize, count: usize) -> &[f32] {
         let at = self.offset(layer, head, 0);
         &self.values[at..at + count * self.head_dim]

@@ -267,21 +267,20 @@ fn run_tile<const C: usize>(
 ) {
     let rows = t.w.rows();
     for g in groups {
-        let mut buffer = [[0.0f32; GROUP_ROWS]; C];
-        packed.dot_group::<C>(isa, g, &tile, &mut buffer);
-        for (r, values) in buffer.iter().enumerate() {
+        let out: [&mut [f32; GROUP_ROWS]; C] = std::array::from_fn(|r| {
             let start = (first + r) * rows + g * GROUP_ROWS;
             // SAFETY: each task owns the output columns of its groups in
-            // every activation row.
-            let o = unsafe { t.out.range(start, GROUP_ROWS) };
-            match t.bias {
-                Some(bias) => {
-                    let bias = &bias[g * GROUP_ROWS..(g + 1) * GROUP_ROWS];
-                    for ((o, v), b) in o.iter_mut().zip(values).zip(bias) {
-                        *o = v + b;
-                    }
-                }
-                None => o.copy_from_slice(values),
+            // every activation row; `range` returns GROUP_ROWS elements.
+            unsafe { &mut *t.out.range(start, GROUP_ROWS).as_mut_ptr().cast() }
+        });
+        packed.dot_group::<C>(isa, g, &tile, out);
+        if let Some(bias) = t.bias {
+            let bias = &bias[g * GROUP_ROWS..(g + 1) * GROUP_ROWS];
+            for r in 0..C {
+                let start = (first + r) * rows + g * GROUP_ROWS;
+                // SAFETY: as above; the kernel's borrow has ended.
+                let o = unsafe { t.out.range(start, GROUP_ROWS) };
+                o.iter_mut().zip(bias).for_each(|(o, b)| *o += b);
             }
         }
     }

@@ -18,6 +18,7 @@ mod dequant;
 mod disjoint;
 mod dot;
 mod elementwise;
+mod exp;
 mod isa;
 mod kv_cache;
 mod matmul;

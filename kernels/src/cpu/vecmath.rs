@@ -1,49 +1,43 @@
-//! f32 vector primitives for attention: `a · b` and `y += α·x`.
+//! f32 vector primitives for attention: `x *= c` and the weighted sum of
+//! value rows.
 
 use super::isa::CheckedIsa;
 use super::Isa;
 
-/// `Σ a_i b_i` over the common length.
-pub(crate) fn dot(isa: CheckedIsa, a: &[f32], b: &[f32]) -> f32 {
-    let n = a.len().min(b.len());
-    let (a, b) = (&a[..n], &b[..n]);
+/// `x_i *= c`.
+pub(crate) fn scale_in_place(isa: CheckedIsa, c: f32, x: &mut [f32]) {
     match isa.get() {
-        Isa::Scalar => dot_scalar(a, b),
-        // SAFETY: CheckedIsa guarantees the features; equal lengths above.
+        // SAFETY: CheckedIsa guarantees the features.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { x86::dot_avx2(a, b) },
-        // SAFETY: as above.
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 | Isa::Avx512Vnni => unsafe { x86::dot_avx512(a, b) },
-        // NEON and other architectures' levels: the scalar code.
-        _ => dot_scalar(a, b),
+        Isa::Avx512 | Isa::Avx512Vnni => unsafe { x86::scale_avx512(c, x) },
+        _ => x.iter_mut().for_each(|x| *x *= c),
     }
 }
 
-/// `y_i += alpha · x_i` over the common length.
-pub(crate) fn axpy(isa: CheckedIsa, alpha: f32, x: &[f32], y: &mut [f32]) {
-    let n = x.len().min(y.len());
-    let (x, y) = (&x[..n], &mut y[..n]);
+/// `acc += Σ_j p_j · values[j]`, where `values` holds `p.len()` rows of
+/// `acc.len()` floats. Each element adds its terms in order of `j` with one
+/// fused multiply-add each, on every ISA (so SIMD and scalar agree bit for
+/// bit); the SIMD code keeps sixteen elements of `acc` in a register
+/// across all the rows.
+pub(crate) fn weighted_sum(isa: CheckedIsa, p: &[f32], values: &[f32], acc: &mut [f32]) {
+    let width = acc.len();
+    let rows = p.len().min(values.len() / width.max(1));
+    let (p, values) = (&p[..rows], &values[..rows * width]);
     match isa.get() {
-        Isa::Scalar => axpy_scalar(alpha, x, y),
-        // SAFETY: CheckedIsa guarantees the features; equal lengths above.
+        // SAFETY: CheckedIsa guarantees the features; `values` holds
+        // `p.len()` rows of `acc.len()` (cut above).
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { x86::axpy_avx2(alpha, x, y) },
-        // SAFETY: as above.
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 | Isa::Avx512Vnni => unsafe { x86::axpy_avx512(alpha, x, y) },
-        // NEON and other architectures' levels: the scalar code.
-        _ => axpy_scalar(alpha, x, y),
+        Isa::Avx512 | Isa::Avx512Vnni => unsafe { x86::weighted_sum_avx512(p, values, acc) },
+        _ => weighted_sum_scalar(p, values, acc),
     }
 }
 
-pub(crate) fn dot_scalar(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(a, b)| a * b).sum()
-}
-
-pub(crate) fn axpy_scalar(alpha: f32, x: &[f32], y: &mut [f32]) {
-    for (y, x) in y.iter_mut().zip(x) {
-        *y += alpha * x;
+pub(crate) fn weighted_sum_scalar(p: &[f32], values: &[f32], acc: &mut [f32]) {
+    let width = acc.len();
+    for (j, p) in p.iter().enumerate() {
+        for (a, v) in acc.iter_mut().zip(&values[j * width..(j + 1) * width]) {
+            *a = p.mul_add(*v, *a);
+        }
     }
 }
 
@@ -53,118 +47,61 @@ mod x86 {
     //! Callers pass slices of equal length and have the named features.
     use std::arch::x86_64::*;
 
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
-        let n = a.len();
-        let mut acc0 = _mm256_setzero_ps();
-        let mut acc1 = _mm256_setzero_ps();
-        let mut i = 0;
-        while i + 16 <= n {
-            acc0 = _mm256_fmadd_ps(
-                _mm256_loadu_ps(a.as_ptr().add(i)),
-                _mm256_loadu_ps(b.as_ptr().add(i)),
-                acc0,
-            );
-            acc1 = _mm256_fmadd_ps(
-                _mm256_loadu_ps(a.as_ptr().add(i + 8)),
-                _mm256_loadu_ps(b.as_ptr().add(i + 8)),
-                acc1,
-            );
-            i += 16;
-        }
-        while i + 8 <= n {
-            acc0 = _mm256_fmadd_ps(
-                _mm256_loadu_ps(a.as_ptr().add(i)),
-                _mm256_loadu_ps(b.as_ptr().add(i)),
-                acc0,
-            );
-            i += 8;
-        }
-        let v = _mm256_add_ps(acc0, acc1);
-        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let mut sum = _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-        for j in i..n {
-            sum += a[j] * b[j];
-        }
-        sum
-    }
-
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn axpy_avx2(alpha: f32, x: &[f32], y: &mut [f32]) {
-        let n = x.len();
-        let va = _mm256_set1_ps(alpha);
-        let mut i = 0;
-        while i + 8 <= n {
-            let p = y.as_mut_ptr().add(i);
-            _mm256_storeu_ps(
-                p,
-                _mm256_fmadd_ps(va, _mm256_loadu_ps(x.as_ptr().add(i)), _mm256_loadu_ps(p)),
-            );
-            i += 8;
-        }
-        for j in i..n {
-            y[j] += alpha * x[j];
-        }
-    }
-
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn dot_avx512(a: &[f32], b: &[f32]) -> f32 {
-        let n = a.len();
-        let mut acc0 = _mm512_setzero_ps();
-        let mut acc1 = _mm512_setzero_ps();
-        let mut i = 0;
-        while i + 32 <= n {
-            acc0 = _mm512_fmadd_ps(
-                _mm512_loadu_ps(a.as_ptr().add(i)),
-                _mm512_loadu_ps(b.as_ptr().add(i)),
-                acc0,
-            );
-            acc1 = _mm512_fmadd_ps(
-                _mm512_loadu_ps(a.as_ptr().add(i + 16)),
-                _mm512_loadu_ps(b.as_ptr().add(i + 16)),
-                acc1,
-            );
-            i += 32;
-        }
-        if i < n {
-            // A masked load reads only the remaining elements.
-            let rest = (n - i).min(16);
-            let mask: __mmask16 = ((1u32 << rest) - 1) as __mmask16;
-            acc0 = _mm512_fmadd_ps(
-                _mm512_maskz_loadu_ps(mask, a.as_ptr().add(i)),
-                _mm512_maskz_loadu_ps(mask, b.as_ptr().add(i)),
-                acc0,
-            );
-            i += rest;
-        }
-        if i < n {
-            let mask: __mmask16 = ((1u32 << (n - i)) - 1) as __mmask16;
-            acc1 = _mm512_fmadd_ps(
-                _mm512_maskz_loadu_ps(mask, a.as_ptr().add(i)),
-                _mm512_maskz_loadu_ps(mask, b.as_ptr().add(i)),
-                acc1,
-            );
-        }
-        _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1))
-    }
-
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn axpy_avx512(alpha: f32, x: &[f32], y: &mut [f32]) {
+    pub(super) unsafe fn scale_avx512(c: f32, x: &mut [f32]) {
         let n = x.len();
-        let va = _mm512_set1_ps(alpha);
+        let vc = _mm512_set1_ps(c);
         let mut i = 0;
         while i < n {
-            let rest = (n - i).min(16);
-            let mask: __mmask16 = ((1u32 << rest) - 1) as __mmask16;
-            let p = y.as_mut_ptr().add(i);
-            let sum = _mm512_fmadd_ps(
-                va,
-                _mm512_maskz_loadu_ps(mask, x.as_ptr().add(i)),
-                _mm512_maskz_loadu_ps(mask, p),
-            );
-            _mm512_mask_storeu_ps(p, mask, sum);
-            i += rest;
+            let mask: __mmask16 = ((1u32 << (n - i).min(16)) - 1) as __mmask16;
+            let p = x.as_mut_ptr().add(i);
+            _mm512_mask_storeu_ps(p, mask, _mm512_mul_ps(vc, _mm512_maskz_loadu_ps(mask, p)));
+            i += 16;
+        }
+    }
+
+    /// `values` holds `p.len()` rows of `acc.len()` floats. Sixty-four
+    /// elements of `acc` at a time, in four registers: four independent
+    /// chains of fused multiply-adds, where one chain would wait on the
+    /// previous row's result (the FMA latency) at every row.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn weighted_sum_avx512(p: &[f32], values: &[f32], acc: &mut [f32]) {
+        let width = acc.len();
+        let mask_at = |at: usize| -> __mmask16 {
+            ((1u32 << width.saturating_sub(at).min(16)) - 1) as __mmask16
+        };
+        let mut c = 0;
+        while c < width {
+            let m = [
+                mask_at(c),
+                mask_at(c + 16),
+                mask_at(c + 32),
+                mask_at(c + 48),
+            ];
+            let out = acc.as_mut_ptr().add(c);
+            let mut sum = [_mm512_setzero_ps(); 4];
+            for k in 0..4 {
+                // A zero mask loads nothing (and cannot fault).
+                sum[k] = _mm512_maskz_loadu_ps(m[k], out.wrapping_add(16 * k));
+            }
+            // Wrapping offsets: past the last chunk or row the pointers are
+            // only formed, never read through (masked off, or the loop ends).
+            let mut v = values.as_ptr().add(c);
+            for p in p {
+                let p = _mm512_set1_ps(*p);
+                for k in 0..4 {
+                    sum[k] = _mm512_fmadd_ps(
+                        p,
+                        _mm512_maskz_loadu_ps(m[k], v.wrapping_add(16 * k)),
+                        sum[k],
+                    );
+                }
+                v = v.wrapping_add(width);
+            }
+            for k in 0..4 {
+                _mm512_mask_storeu_ps(out.wrapping_add(16 * k), m[k], sum[k]);
+            }
+            c += 64;
         }
     }
 }
@@ -174,34 +111,33 @@ mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
 
-    /// Sums of up to ~200 products of values in ±1, reordered: the rounding
-    /// error of either order is ≤ n·2⁻²⁴·Σ|a_i b_i|; 1e-5 of the magnitude
-    /// covers n ≤ 160 with margin, and these tests use |a b| ≤ 1.
-    const F32_REORDER_TOL: f32 = 1e-5;
-
     #[test]
     fn simd_matches_scalar() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
         for isa in Isa::supported() {
             let isa = CheckedIsa::at_most(isa);
-            for n in [0usize, 1, 7, 15, 16, 17, 31, 33, 64, 100, 129] {
-                let a: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
-                let b: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
-                let magnitude: f32 = a.iter().zip(&b).map(|(a, b)| (a * b).abs()).sum();
-                let got = dot(isa, &a, &b);
-                let want = dot_scalar(&a, &b);
-                assert!(
-                    (got - want).abs() <= F32_REORDER_TOL * magnitude.max(1.0),
-                    "{isa:?} n={n}"
-                );
-                let mut y1 = b.clone();
-                let mut y2 = b.clone();
-                axpy(isa, 0.75, &a, &mut y1);
-                axpy_scalar(0.75, &a, &mut y2);
-                // FMA rounds once, mul+add twice: within an ulp or two.
-                for (u, v) in y1.iter().zip(&y2) {
-                    assert!((u - v).abs() <= 4.0 * f32::EPSILON, "{isa:?} n={n}");
-                }
+            for (rows, width) in [
+                (0usize, 5usize),
+                (1, 1),
+                (3, 17),
+                (32, 64),
+                (7, 33),
+                (5, 100),
+                (2, 128),
+            ] {
+                let p: Vec<f32> = (0..rows).map(|_| rng.random_range(0.0..1.0)).collect();
+                let v: Vec<f32> = (0..rows * width)
+                    .map(|_| rng.random_range(-1.0..1.0))
+                    .collect();
+                let start: Vec<f32> = (0..width).map(|_| rng.random_range(-1.0..1.0)).collect();
+                let (mut got, mut want) = (start.clone(), start);
+                weighted_sum(isa, &p, &v, &mut got);
+                weighted_sum_scalar(&p, &v, &mut want);
+                assert_eq!(got, want, "{isa:?} weighted_sum {rows}×{width}");
+                let mut scaled = got.clone();
+                scale_in_place(isa, 0.3, &mut scaled);
+                let want: Vec<f32> = got.iter().map(|g| g * 0.3).collect();
+                assert_eq!(scaled, want, "{isa:?} scale {width}");
             }
             println!("vecmath checked on {}", isa.get());
         }

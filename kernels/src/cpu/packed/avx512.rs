@@ -19,7 +19,7 @@ pub(super) unsafe fn dot_group<const T: usize>(
     group: &[u8],
     blocks: usize,
     a: &[QRow<'_>; T],
-    out: &mut [[f32; GROUP_ROWS]; T],
+    out: [&mut [f32; GROUP_ROWS]; T],
 ) {
     // SAFETY (all arms): forwarded preconditions.
     unsafe {
@@ -27,7 +27,7 @@ pub(super) unsafe fn dot_group<const T: usize>(
             DType::Q4_1 => dot_q4::<T, true>(group, blocks, a, out),
             DType::Q4_0 => dot_q4::<T, false>(group, blocks, a, out),
             DType::Q8_0 => dot_q8_0(group, blocks, a, out),
-            _ => out.iter_mut().for_each(|o| *o = [f32::NAN; GROUP_ROWS]),
+            _ => out.into_iter().for_each(|o| *o = [f32::NAN; GROUP_ROWS]),
         }
     }
 }
@@ -69,7 +69,7 @@ unsafe fn dot_q4<const T: usize, const HAS_MIN: bool>(
     group: &[u8],
     blocks: usize,
     a: &[QRow<'_>; T],
-    out: &mut [[f32; GROUP_ROWS]; T],
+    out: [&mut [f32; GROUP_ROWS]; T],
 ) {
     let dtype = if HAS_MIN { DType::Q4_1 } else { DType::Q4_0 };
     let (scales_at, mins_at) = part_offsets(dtype, blocks);
@@ -132,7 +132,7 @@ unsafe fn dot_q4<const T: usize, const HAS_MIN: bool>(
             }
         });
     }
-    for (o, acc) in out.iter_mut().zip(acc) {
+    for (o, acc) in out.into_iter().zip(acc) {
         // SAFETY: `o` is sixteen f32.
         unsafe { _mm512_storeu_ps(o.as_mut_ptr(), acc) };
     }
@@ -145,7 +145,7 @@ unsafe fn dot_q8_0<const T: usize>(
     group: &[u8],
     blocks: usize,
     a: &[QRow<'_>; T],
-    out: &mut [[f32; GROUP_ROWS]; T],
+    out: [&mut [f32; GROUP_ROWS]; T],
 ) {
     let (scales_at, _) = part_offsets(DType::Q8_0, blocks);
     let g = group.as_ptr();
@@ -183,7 +183,7 @@ unsafe fn dot_q8_0<const T: usize>(
             acc[t] = _mm512_fmadd_ps(isum, scale, acc[t]);
         });
     }
-    for (o, acc) in out.iter_mut().zip(acc) {
+    for (o, acc) in out.into_iter().zip(acc) {
         // SAFETY: `o` is sixteen f32.
         unsafe { _mm512_storeu_ps(o.as_mut_ptr(), acc) };
     }

@@ -178,7 +178,9 @@ impl PackedRows {
     }
 
     /// `out[t][r] = W[16·g + r] · a[t]` for group `g` and the `T`
-    /// activation rows `a` (each of `32 · blocks` elements).
+    /// activation rows `a` (each of `32 · blocks` elements). `out` points
+    /// straight into the destination rows: a stack buffer copied out in
+    /// narrower pieces cost store-forwarding stalls (5% of batched decode).
     ///
     /// # Panics
     /// When `g` is not a group or an activation row has the wrong length
@@ -188,7 +190,7 @@ impl PackedRows {
         isa: CheckedIsa,
         g: usize,
         a: &[QRow<'_>; T],
-        out: &mut [[f32; GROUP_ROWS]; T],
+        out: [&mut [f32; GROUP_ROWS]; T],
     ) {
         let k = self.blocks * QK;
         assert!(

@@ -14,12 +14,12 @@ pub(crate) fn dot_group<const T: usize>(
     group: &[u8],
     blocks: usize,
     a: &[QRow<'_>; T],
-    out: &mut [[f32; GROUP_ROWS]; T],
+    out: [&mut [f32; GROUP_ROWS]; T],
 ) {
     let qb = quant_bytes(dtype);
     let (scales_at, mins_at) = part_offsets(dtype, blocks);
     let offset = quant_offset(dtype);
-    for (a, out) in a.iter().zip(out.iter_mut()) {
+    for (a, out) in a.iter().zip(out) {
         let mut acc = [0.0f32; GROUP_ROWS];
         for b in 0..blocks {
             let quants = &group[qb * b..qb * (b + 1)];

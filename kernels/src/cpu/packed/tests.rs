@@ -44,10 +44,16 @@ fn check<const T: usize>(packed: &PackedRows, q: &QuantizedRows, simd: Option<Ch
     let a: [QRow<'_>; T] = std::array::from_fn(|t| q.row(t));
     for g in 0..packed.groups() {
         let mut want = [[0.0f32; GROUP_ROWS]; T];
-        scalar::dot_group(packed.dtype, packed.group(g), packed.blocks, &a, &mut want);
+        scalar::dot_group(
+            packed.dtype,
+            packed.group(g),
+            packed.blocks,
+            &a,
+            want.each_mut(),
+        );
         if let Some(isa) = simd {
             let mut got = [[0.0f32; GROUP_ROWS]; T];
-            packed.dot_group(isa, g, &a, &mut got);
+            packed.dot_group(isa, g, &a, got.each_mut());
             let bits = |v: &[[f32; GROUP_ROWS]; T]| -> Vec<u32> {
                 v.iter().flatten().map(|f| f.to_bits()).collect()
             };
@@ -111,7 +117,7 @@ fn packed_twin_agrees_with_per_row_kernel() {
         dot_quantized::<1>(scalar, dtype, &data, view.row_bytes(), &a, &mut per_row);
         for g in 0..packed.groups() {
             let mut got = [[0.0f32; GROUP_ROWS]; 1];
-            scalar::dot_group(dtype, packed.group(g), blocks, &a, &mut got);
+            scalar::dot_group(dtype, packed.group(g), blocks, &a, got.each_mut());
             for r in 0..GROUP_ROWS {
                 let want = per_row[g * GROUP_ROWS + r];
                 let diff = (got[0][r] - want).abs();

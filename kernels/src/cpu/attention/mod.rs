@@ -1,0 +1,216 @@
+//! Causal grouped-query attention over [`CpuKvCache`]s.
+//!
+//! Query head `h` reads KV head `h / (n_heads / n_kv_heads)`. The row at
+//! position `p` attends to positions `0..=p` with a softmax computed online
+//! (see `stream`), so `exp` never overflows. One call takes every sequence
+//! of a step: their keys and values go into their caches first, then one
+//! pool job runs a task per (sequence, KV head, tile of query rows), the
+//! tiles with the most positions to read first.
+
+#[cfg(test)]
+mod reference;
+mod scores;
+mod stream;
+#[cfg(test)]
+mod tests;
+
+use std::cmp::Reverse;
+use std::ops::Range;
+
+use super::disjoint::DisjointSlice;
+use super::isa::CheckedIsa;
+use super::kv_cache::CpuKvCache;
+use super::tensors::CpuActivations;
+use super::threads::ThreadPool;
+use crate::{AttentionShape, KernelError};
+use stream::{attend_tile, Tile, ROW_TILE};
+
+/// The inputs every sequence of one attention call shares.
+pub(crate) struct AttentionCall<'a> {
+    pub(crate) layer: usize,
+    pub(crate) shape: AttentionShape,
+    pub(crate) q: &'a CpuActivations,
+    pub(crate) k: &'a CpuActivations,
+    pub(crate) v: &'a CpuActivations,
+}
+
+/// One sequence: its rows of `q`, `k`, `v` and `out`, at positions
+/// `start_pos..start_pos + rows.len()` of `cache`.
+pub(crate) struct SeqRows<'a> {
+    pub(crate) cache: &'a mut CpuKvCache,
+    pub(crate) rows: Range<usize>,
+    pub(crate) start_pos: usize,
+}
+
+fn shape_error(detail: String) -> KernelError {
+    KernelError::Shape {
+        op: "attention",
+        detail,
+    }
+}
+
+fn validate(
+    cache: &CpuKvCache,
+    call: &AttentionCall<'_>,
+    seq: &SeqRows<'_>,
+    out: &CpuActivations,
+) -> Result<(), KernelError> {
+    let AttentionShape {
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        ..
+    } = call.shape;
+    if n_kv_heads == 0 || n_heads % n_kv_heads != 0 {
+        return Err(shape_error(format!(
+            "{n_heads} query heads are not a multiple of {n_kv_heads} KV heads"
+        )));
+    }
+    if n_kv_heads != cache.n_kv_heads()
+        || head_dim != cache.head_dim()
+        || call.layer >= cache.layers()
+    {
+        return Err(shape_error(format!(
+            "layer {} with {n_kv_heads} KV heads of {head_dim} does not fit a cache of {} layers, \
+             {} KV heads of {}",
+            call.layer,
+            cache.layers(),
+            cache.n_kv_heads(),
+            cache.head_dim()
+        )));
+    }
+    let q_cols = n_heads * head_dim;
+    let kv_cols = n_kv_heads * head_dim;
+    let rows_end = seq.rows.end;
+    let ok = seq.rows.start <= rows_end
+        && call.q.cols == q_cols
+        && out.cols == q_cols
+        && call.k.cols == kv_cols
+        && call.v.cols == kv_cols
+        && rows_end <= call.q.rows
+        && rows_end <= call.k.rows
+        && rows_end <= call.v.rows
+        && rows_end <= out.rows;
+    if !ok {
+        return Err(shape_error(format!(
+            "rows {:?} of q {}, k {}, v {}, out {} for {n_heads} heads / {n_kv_heads} KV heads of {head_dim}",
+            seq.rows,
+            call.q.shape(),
+            call.k.shape(),
+            call.v.shape(),
+            out.shape()
+        )));
+    }
+    if seq.start_pos > cache.len(call.layer) {
+        return Err(shape_error(format!(
+            "start position {} leaves a gap after the {} positions layer {} holds",
+            seq.start_pos,
+            cache.len(call.layer),
+            call.layer
+        )));
+    }
+    let end = seq.start_pos + seq.rows.len();
+    if end > cache.capacity() {
+        return Err(KernelError::KvCacheFull {
+            capacity: cache.capacity(),
+            position: seq.start_pos.max(cache.capacity()),
+        });
+    }
+    Ok(())
+}
+
+/// One task: query rows `rows` (tile) of sequence `seq`, KV head `kv_head`.
+struct Task {
+    seq: usize,
+    kv_head: usize,
+    rows: Range<usize>,
+    first_pos: usize,
+}
+
+pub(crate) fn attention(
+    pool: &ThreadPool,
+    isa: CheckedIsa,
+    call: AttentionCall<'_>,
+    seqs: &mut [SeqRows<'_>],
+    out: &mut CpuActivations,
+) -> Result<(), KernelError> {
+    let mut rows_end = 0;
+    for seq in seqs.iter() {
+        validate(seq.cache, &call, seq, out)?;
+        // Tasks write their rows of `out` through one shared slice: the
+        // sequences' rows must not overlap.
+        if seq.rows.start < rows_end && !seq.rows.is_empty() {
+            return Err(shape_error(format!(
+                "rows {:?} overlap an earlier sequence's rows (which end at {rows_end}); \
+                 give sequences disjoint rows in ascending order",
+                seq.rows
+            )));
+        }
+        rows_end = rows_end.max(seq.rows.end);
+    }
+    let AttentionShape {
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        scale,
+    } = call.shape;
+    let kv_cols = n_kv_heads * head_dim;
+    let mut tasks = Vec::new();
+    for (s, seq) in seqs.iter_mut().enumerate() {
+        for (i, row) in seq.rows.clone().enumerate() {
+            let key = &call.k.data[row * kv_cols..(row + 1) * kv_cols];
+            let value = &call.v.data[row * kv_cols..(row + 1) * kv_cols];
+            seq.cache.write(call.layer, seq.start_pos + i, key, value);
+        }
+        seq.cache
+            .set_len(call.layer, seq.start_pos + seq.rows.len());
+        for first in seq.rows.clone().step_by(ROW_TILE) {
+            let rows = first..(first + ROW_TILE).min(seq.rows.end);
+            let first_pos = seq.start_pos + (first - seq.rows.start);
+            for kv_head in 0..n_kv_heads {
+                tasks.push(Task {
+                    seq: s,
+                    kv_head,
+                    rows: rows.clone(),
+                    first_pos,
+                });
+            }
+        }
+    }
+    // Longest first: the pool hands tasks out in index order, so the long
+    // tail of a causal prompt does not end up alone on one thread.
+    tasks.sort_by_key(|t| Reverse(t.first_pos + t.rows.len()));
+    let caches: Vec<&CpuKvCache> = seqs.iter().map(|s| &*s.cache).collect();
+    let group = n_heads / n_kv_heads;
+    let q_cols = n_heads * head_dim;
+    let out_data = DisjointSlice::new(&mut out.data);
+    pool.run(tasks.len(), &|t| {
+        let task = &tasks[t];
+        let cache = caches[task.seq];
+        let seen = task.first_pos + task.rows.len();
+        let tile = Tile {
+            rows: task.rows.len(),
+            first_pos: task.first_pos,
+            group,
+            head_dim,
+            scale,
+            keys: cache.key_tiles(call.layer, task.kv_head, seen),
+            values: cache.values(call.layer, task.kv_head, seen),
+        };
+        let first_head = task.kv_head * group;
+        let at = |i: usize, h: usize| (task.rows.start + i) * q_cols + (first_head + h) * head_dim;
+        attend_tile(
+            isa,
+            &tile,
+            |i, h| &call.q.data[at(i, h)..at(i, h) + head_dim],
+            |i, h, values| {
+                // SAFETY: this task alone writes the heads of KV head
+                // `kv_head` in its rows, and sequences' rows are disjoint
+                // (checked above).
+                let o = unsafe { out_data.range(at(i, h), head_dim) };
+                o.copy_from_slice(values);
+            },
+        );
+    });
+    Ok(())
+}

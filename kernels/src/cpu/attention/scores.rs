@@ -1,0 +1,115 @@
+//! Sixteen attention scores at once from a key tile of the cache (sixteen
+//! positions stored dimension-major, see `kv_cache`): one broadcast
+//! multiply-add per dimension, no horizontal sum per key.
+//!
+//! Order, the same on every ISA (so a score never depends on the ISA's
+//! lanes or on which other rows share the tile): four partial sums over
+//! the dimensions `d ≡ 0, 1, 2, 3 (mod 4)`, each a chain of fused
+//! multiply-adds in increasing `d` starting from 0, then
+//! `(p0 + p1) + (p2 + p3)`, then `× scale`. Four chains rather than one
+//! keep the FMA unit busy instead of waiting on each result.
+
+use crate::cpu::isa::CheckedIsa;
+use crate::cpu::kv_cache::KEY_TILE;
+use crate::cpu::Isa;
+
+/// `out[j] = scale · (q · key_j)` for the [`KEY_TILE`] keys of `tile`
+/// (`q.len() · KEY_TILE` floats: dimension `d` of key `j` at
+/// `d · KEY_TILE + j`).
+pub(super) fn scores16(
+    isa: CheckedIsa,
+    q: &[f32],
+    tile: &[f32],
+    scale: f32,
+    out: &mut [f32; KEY_TILE],
+) {
+    let tile = &tile[..q.len() * KEY_TILE];
+    match isa.get() {
+        // SAFETY: CheckedIsa guarantees AVX-512 F; `tile` holds
+        // `q.len() · KEY_TILE` floats (cut above).
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 | Isa::Avx512Vnni => unsafe { x86::scores16(q, tile, scale, out) },
+        _ => scores16_scalar(q, tile, scale, out),
+    }
+}
+
+pub(super) fn scores16_scalar(q: &[f32], tile: &[f32], scale: f32, out: &mut [f32; KEY_TILE]) {
+    for (j, out) in out.iter_mut().enumerate() {
+        let mut p = [0.0f32; 4];
+        for (d, q) in q.iter().enumerate() {
+            p[d % 4] = q.mul_add(tile[d * KEY_TILE + j], p[d % 4]);
+        }
+        *out = ((p[0] + p[1]) + (p[2] + p[3])) * scale;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::KEY_TILE;
+
+    /// # Safety
+    /// AVX-512 F; `tile.len() == q.len() · KEY_TILE`.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn scores16(q: &[f32], tile: &[f32], scale: f32, out: &mut [f32; KEY_TILE]) {
+        // Four named accumulators: an array indexed by `d % 4` stays in
+        // memory, and every multiply-add then waits on a store.
+        let (mut p0, mut p1, mut p2, mut p3) = (
+            _mm512_setzero_ps(),
+            _mm512_setzero_ps(),
+            _mm512_setzero_ps(),
+            _mm512_setzero_ps(),
+        );
+        let t = tile.as_ptr();
+        // SAFETY (every load): row d of the tile is inside `tile` (d < q.len()).
+        let k = |d: usize| unsafe { _mm512_loadu_ps(t.add(d * KEY_TILE)) };
+        let quads = q.len() / 4;
+        for i in 0..quads {
+            let d = 4 * i;
+            p0 = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), k(d), p0);
+            p1 = _mm512_fmadd_ps(_mm512_set1_ps(q[d + 1]), k(d + 1), p1);
+            p2 = _mm512_fmadd_ps(_mm512_set1_ps(q[d + 2]), k(d + 2), p2);
+            p3 = _mm512_fmadd_ps(_mm512_set1_ps(q[d + 3]), k(d + 3), p3);
+        }
+        let d = 4 * quads;
+        let rest = q.len() - d;
+        if rest > 0 {
+            p0 = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), k(d), p0);
+        }
+        if rest > 1 {
+            p1 = _mm512_fmadd_ps(_mm512_set1_ps(q[d + 1]), k(d + 1), p1);
+        }
+        if rest > 2 {
+            p2 = _mm512_fmadd_ps(_mm512_set1_ps(q[d + 2]), k(d + 2), p2);
+        }
+        let p = [p0, p1, p2, p3];
+        let sum = _mm512_add_ps(_mm512_add_ps(p[0], p[1]), _mm512_add_ps(p[2], p[3]));
+        // SAFETY: `out` is sixteen f32.
+        unsafe { _mm512_storeu_ps(out.as_mut_ptr(), _mm512_mul_ps(sum, _mm512_set1_ps(scale))) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn simd_is_bit_identical_to_the_scalar_twin() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+        for isa in Isa::supported() {
+            for hd in [1usize, 3, 4, 7, 33, 64, 128] {
+                let q: Vec<f32> = (0..hd).map(|_| rng.random_range(-2.0..2.0)).collect();
+                let tile: Vec<f32> = (0..hd * KEY_TILE)
+                    .map(|_| rng.random_range(-2.0..2.0))
+                    .collect();
+                let (mut got, mut want) = ([0.0; KEY_TILE], [0.0; KEY_TILE]);
+                scores16(CheckedIsa::at_most(isa), &q, &tile, 0.125, &mut got);
+                scores16_scalar(&q, &tile, 0.125, &mut want);
+                assert_eq!(got, want, "{isa} head_dim {hd}");
+            }
+            println!("scores bit-identical on {isa}");
+        }
+    }
+}

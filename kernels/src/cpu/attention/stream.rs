@@ -1,0 +1,146 @@
+//! Attention that streams the KV cache: one task takes a tile of query
+//! rows of one sequence and every query head of one KV head (the GQA
+//! group), and walks that KV head's keys and values a block at a time with
+//! an online softmax (a running maximum `m` and sum `l` per query; when a
+//! block raises `m`, the sum and the output so far are rescaled by
+//! `e^(m_old − m_new)`). Each block of keys and values is read from the
+//! cache once per tile and then served from L1 to all `rows × group`
+//! queries; no score row grows with the context; `exp` is vectorised.
+//!
+//! Blocks start at multiples of [`KEY_BLOCK`] positions, and a row at
+//! position `p` stops at `p` (the causal mask) inside its last block, so a
+//! row's arithmetic depends only on its own query, its position and the
+//! cache: the same in any tile, batch or chunking.
+
+use std::cell::RefCell;
+
+use super::scores::scores16;
+use crate::cpu::exp::{exp_scalar, exp_shifted};
+use crate::cpu::isa::CheckedIsa;
+use crate::cpu::kv_cache::KEY_TILE;
+use crate::cpu::vecmath::{scale_in_place, weighted_sum};
+
+/// Key positions per block: 32 keys and 32 values of 64 f32 are 16 KB,
+/// half of L1, leaving room for the queries, scores and outputs. Whole
+/// key tiles, so that a block's scores come from whole tiles.
+pub(super) const KEY_BLOCK: usize = 2 * KEY_TILE;
+/// Query rows per task: with a group of three heads, 24 queries share each
+/// block read from the cache.
+pub(super) const ROW_TILE: usize = 8;
+
+/// What one task reads: `rows` query rows at positions
+/// `first_pos..first_pos + rows`, each row's `group` heads of `head_dim`
+/// found by `query(i, h)`, against the key tiles (see `kv_cache`) and the
+/// values (`head_dim` floats per position) of positions
+/// `0..first_pos + rows`.
+pub(super) struct Tile<'a> {
+    pub(super) rows: usize,
+    pub(super) first_pos: usize,
+    pub(super) group: usize,
+    pub(super) head_dim: usize,
+    pub(super) scale: f32,
+    pub(super) keys: &'a [f32],
+    pub(super) values: &'a [f32],
+}
+
+/// Per-query state of a tile, reused across calls on each thread.
+#[derive(Default)]
+struct State {
+    /// Running maximum and sum per query.
+    max: Vec<f32>,
+    sum: Vec<f32>,
+    /// Unnormalised outputs, `head_dim` per query.
+    acc: Vec<f32>,
+    scores: Vec<f32>,
+}
+
+thread_local! {
+    static STATE: RefCell<State> = RefCell::new(State::default());
+}
+
+/// Runs `tile`; `query(i, h)` is row `i`'s head `h` (of the group) and
+/// `out(i, h, values)` receives its normalised output.
+pub(super) fn attend_tile<'q>(
+    isa: CheckedIsa,
+    tile: &Tile<'_>,
+    query: impl Fn(usize, usize) -> &'q [f32],
+    mut out: impl FnMut(usize, usize, &[f32]),
+) {
+    STATE.with(|state| match state.try_borrow_mut() {
+        Ok(mut state) => run(isa, tile, &query, &mut out, &mut state),
+        // Only a nested call on this thread gets here.
+        Err(_) => run(isa, tile, &query, &mut out, &mut State::default()),
+    });
+}
+
+fn run<'q>(
+    isa: CheckedIsa,
+    tile: &Tile<'_>,
+    query: &impl Fn(usize, usize) -> &'q [f32],
+    out: &mut impl FnMut(usize, usize, &[f32]),
+    state: &mut State,
+) {
+    let hd = tile.head_dim;
+    let queries = tile.rows * tile.group;
+    state.max.clear();
+    state.max.resize(queries, f32::NEG_INFINITY);
+    state.sum.clear();
+    state.sum.resize(queries, 0.0);
+    state.acc.clear();
+    state.acc.resize(queries * hd, 0.0);
+    state.scores.resize(KEY_BLOCK, 0.0);
+    let seen_last = tile.first_pos + tile.rows;
+    let mut block = 0;
+    while block < seen_last {
+        for i in 0..tile.rows {
+            // Positions this row sees in this block (causal mask).
+            let seen = tile.first_pos + i + 1;
+            if block >= seen {
+                continue;
+            }
+            let end = (block + KEY_BLOCK).min(seen);
+            let values = &tile.values[block * hd..end * hd];
+            for h in 0..tile.group {
+                let qi = i * tile.group + h;
+                let q = query(i, h);
+                let scores = &mut state.scores[..end - block];
+                for (t, scores) in scores.chunks_mut(KEY_TILE).enumerate() {
+                    let at = (block + t * KEY_TILE) * hd;
+                    let mut all = [0.0; KEY_TILE];
+                    scores16(
+                        isa,
+                        q,
+                        &tile.keys[at..at + KEY_TILE * hd],
+                        tile.scale,
+                        &mut all,
+                    );
+                    // Lanes past the row's last position are dropped here.
+                    scores.copy_from_slice(&all[..scores.len()]);
+                }
+                let block_max = scores.iter().fold(f32::NEG_INFINITY, |m, s| m.max(*s));
+                let acc = &mut state.acc[qi * hd..(qi + 1) * hd];
+                let max = &mut state.max[qi];
+                if block_max > *max {
+                    // The first block finds sum and acc zero: nothing to rescale.
+                    if state.sum[qi] != 0.0 {
+                        let c = exp_scalar(*max - block_max);
+                        state.sum[qi] *= c;
+                        scale_in_place(isa, c, acc);
+                    }
+                    *max = block_max;
+                }
+                state.sum[qi] += exp_shifted(isa, scores, *max);
+                weighted_sum(isa, scores, values, acc);
+            }
+        }
+        block += KEY_BLOCK;
+    }
+    for i in 0..tile.rows {
+        for h in 0..tile.group {
+            let qi = i * tile.group + h;
+            let acc = &mut state.acc[qi * hd..(qi + 1) * hd];
+            scale_in_place(isa, 1.0 / state.sum[qi], acc);
+            out(i, h, acc);
+        }
+    }
+}

@@ -1,0 +1,219 @@
+//! The streaming kernel against the straightforward reference
+//! (`reference::attend_one`, with libm's `exp`) on awkward shapes: odd
+//! head sizes, one and several query rows starting past position 0, seen
+//! lengths around the block size, GQA groups of 1 and 3, several
+//! sequences in one call.
+
+use rand::{Rng, SeedableRng};
+
+use super::reference::attend_one;
+use super::*;
+use crate::cpu::Isa;
+
+/// Outputs are convex combinations of values in ±1. Both kernels compute
+/// the same scores (the same dot products), then differ in `exp` (libm
+/// against ours, each within an ulp or two), in the order of the sums
+/// (one pass against blocks of 32 with rescaling, ~10 roundings of
+/// relative 2⁻²⁴ each on a sum of ≤ 300 terms) and in fused against split
+/// multiply-adds: a few 1e-7 in all; 2e-6 absolute leaves margin and is
+/// still ten times tighter than the engine-level tolerance (2e-5).
+const STREAM_ABS_TOL: f32 = 2e-6;
+
+struct Case {
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    /// Per sequence: (positions already in the cache, new rows).
+    seqs: Vec<(usize, usize)>,
+}
+
+fn act_from(rows: usize, cols: usize, data: Vec<f32>) -> CpuActivations {
+    CpuActivations { rows, cols, data }
+}
+
+fn random(rng: &mut impl Rng, n: usize, range: f32) -> Vec<f32> {
+    (0..n).map(|_| rng.random_range(-range..range)).collect()
+}
+
+fn check(isa: CheckedIsa, threads: usize, case: &Case, rng: &mut impl Rng) {
+    let Case {
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        ref seqs,
+    } = *case;
+    let shape = AttentionShape {
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        scale: 1.0 / (head_dim as f32).sqrt(),
+    };
+    let pool = ThreadPool::new(threads);
+    let (q_cols, kv_cols) = (n_heads * head_dim, n_kv_heads * head_dim);
+    let total: usize = seqs.iter().map(|s| s.1).sum();
+    // Caches with their earlier positions written through the kernel itself
+    // (a prefill call), then one call over every sequence's new rows.
+    let mut caches: Vec<CpuKvCache> = Vec::new();
+    for &(before, rows) in seqs {
+        let mut cache = CpuKvCache::new(1, n_kv_heads, head_dim, before + rows).unwrap();
+        if before > 0 {
+            let mut act = |cols, range| act_from(before, cols, random(rng, before * cols, range));
+            let (q, k, v) = (act(q_cols, 1.0), act(kv_cols, 1.0), act(kv_cols, 1.0));
+            let mut out = CpuActivations::zeros(before, q_cols);
+            let call = AttentionCall {
+                layer: 0,
+                shape,
+                q: &q,
+                k: &k,
+                v: &v,
+            };
+            let mut seq = [SeqRows {
+                cache: &mut cache,
+                rows: 0..before,
+                start_pos: 0,
+            }];
+            attention(&pool, isa, call, &mut seq, &mut out).unwrap();
+        }
+        caches.push(cache);
+    }
+    // Scores up to ±8·√head_dim·scale·… : large enough that the running
+    // maximum moves and blocks rescale.
+    let q = act_from(total, q_cols, random(rng, total * q_cols, 3.0));
+    let k = act_from(total, kv_cols, random(rng, total * kv_cols, 3.0));
+    let v = act_from(total, kv_cols, random(rng, total * kv_cols, 1.0));
+    let mut out = CpuActivations::zeros(total, q_cols);
+    let mut first = 0;
+    let mut rows = Vec::new();
+    for &(before, n) in seqs {
+        rows.push((first..first + n, before));
+        first += n;
+    }
+    {
+        let mut seq_rows: Vec<SeqRows<'_>> = caches
+            .iter_mut()
+            .zip(&rows)
+            .map(|(cache, (rows, before))| SeqRows {
+                cache,
+                rows: rows.clone(),
+                start_pos: *before,
+            })
+            .collect();
+        let call = AttentionCall {
+            layer: 0,
+            shape,
+            q: &q,
+            k: &k,
+            v: &v,
+        };
+        attention(&pool, isa, call, &mut seq_rows, &mut out).unwrap();
+    }
+    let group = n_heads / n_kv_heads;
+    let mut want = vec![0.0f32; head_dim];
+    for (cache, (rows, before)) in caches.iter().zip(&rows) {
+        for (i, row) in rows.clone().enumerate() {
+            let seen = before + i + 1;
+            for h in 0..n_heads {
+                let at = row * q_cols + h * head_dim;
+                let query = &q.data[at..at + head_dim];
+                let kv = h / group;
+                let keys: Vec<f32> = (0..seen).flat_map(|p| cache.key(0, kv, p)).collect();
+                let values = cache.values(0, kv, seen);
+                attend_one(query, &keys, values, shape.scale, &mut want);
+                let got = &out.data[at..at + head_dim];
+                for (g, w) in got.iter().zip(&want) {
+                    assert!(
+                        (g - w).abs() <= STREAM_ABS_TOL,
+                        "{:?} t{threads} {n_heads}/{n_kv_heads}×{head_dim} seen {seen} head {h}: {g} vs {w}",
+                        isa.get()
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn streaming_matches_the_reference_on_awkward_shapes() {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(21);
+    let cases = [
+        // SmolLM2's layout: decode at seen lengths 1, 17, 300 in one call.
+        Case {
+            n_heads: 9,
+            n_kv_heads: 3,
+            head_dim: 64,
+            seqs: vec![(0, 1), (16, 1), (299, 1)],
+        },
+        // A prompt chunk of several tiles after earlier positions.
+        Case {
+            n_heads: 9,
+            n_kv_heads: 3,
+            head_dim: 64,
+            seqs: vec![(40, 19)],
+        },
+        // No GQA, odd head size, chunks straddling block boundaries.
+        Case {
+            n_heads: 2,
+            n_kv_heads: 2,
+            head_dim: 7,
+            seqs: vec![(31, 3), (0, 17), (63, 2)],
+        },
+        Case {
+            n_heads: 6,
+            n_kv_heads: 2,
+            head_dim: 33,
+            seqs: vec![(5, 40), (300, 1)],
+        },
+        Case {
+            n_heads: 3,
+            n_kv_heads: 1,
+            head_dim: 1,
+            seqs: vec![(0, 33)],
+        },
+    ];
+    for isa in Isa::supported() {
+        for threads in [1, 2, 3] {
+            for case in &cases {
+                check(CheckedIsa::at_most(isa), threads, case, &mut rng);
+            }
+        }
+        println!("streaming attention matches the reference on {isa}");
+    }
+}
+
+#[test]
+fn overlapping_sequences_are_refused() {
+    let pool = ThreadPool::new(1);
+    let shape = AttentionShape {
+        n_heads: 1,
+        n_kv_heads: 1,
+        head_dim: 4,
+        scale: 0.5,
+    };
+    let x = CpuActivations::zeros(3, 4);
+    let mut out = CpuActivations::zeros(3, 4);
+    let (mut a, mut b) = (
+        CpuKvCache::new(1, 1, 4, 4).unwrap(),
+        CpuKvCache::new(1, 1, 4, 4).unwrap(),
+    );
+    let mut seqs = [
+        SeqRows {
+            cache: &mut a,
+            rows: 0..2,
+            start_pos: 0,
+        },
+        SeqRows {
+            cache: &mut b,
+            rows: 1..3,
+            start_pos: 0,
+        },
+    ];
+    let call = AttentionCall {
+        layer: 0,
+        shape,
+        q: &x,
+        k: &x,
+        v: &x,
+    };
+    let isa = CheckedIsa::at_most(Isa::Scalar);
+    assert!(attention(&pool, isa, call, &mut seqs, &mut out).is_err());
+}
