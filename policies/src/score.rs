@@ -86,6 +86,8 @@ pub(crate) struct Context<'a> {
     /// The least remaining over the tenant's budgets of each unit: a candidate fits
     /// every budget exactly when it fits these (infinite where no budget applies).
     pub budget_room: BudgetRoom,
+    /// Prompt and output tokens in thousands, as prices are quoted.
+    pub thousands: (f64, f64),
 }
 
 impl<'a> Context<'a> {
@@ -114,6 +116,10 @@ impl<'a> Context<'a> {
             };
             *room = room.min(remaining);
         }
+        let output_tokens = u64::from(
+            req.max_output_tokens
+                .unwrap_or(policy.routing.assumed_output_tokens),
+        );
         Context {
             policy,
             tenant,
@@ -123,14 +129,15 @@ impl<'a> Context<'a> {
             tags,
             tag_ids: tags.iter().map(|t| policy.tags.id(t)).collect(),
             prompt_tokens: u64::from(req.prompt_tokens),
-            output_tokens: u64::from(
-                req.max_output_tokens
-                    .unwrap_or(policy.routing.assumed_output_tokens),
-            ),
+            output_tokens,
             context_needed: u64::from(req.prompt_tokens)
                 + u64::from(req.max_output_tokens.unwrap_or(0)),
             budget_remaining,
             budget_room,
+            thousands: (
+                u64::from(req.prompt_tokens) as f64 / 1000.0,
+                output_tokens as f64 / 1000.0,
+            ),
         }
     }
 
@@ -139,9 +146,14 @@ impl<'a> Context<'a> {
         self.policy.tags.quality(model, m.quality, &self.tag_ids)
     }
 
-    /// This request's estimated tokens and cost on `m`.
+    /// This request's estimated tokens and cost on `m`: [`Price::spend`] with the
+    /// per-request divisions done once, in [`Context::new`] (the same operations in the
+    /// same order, so the same bits; `estimate_is_price_spend` checks it).
     fn estimate(&self, m: &Model) -> Spend {
-        Price::of(m).spend(self.prompt_tokens, self.output_tokens)
+        Spend {
+            tokens: self.prompt_tokens + self.output_tokens,
+            cost: self.thousands.0 * m.cost_per_1k_input + self.thousands.1 * m.cost_per_1k_output,
+        }
     }
 
     /// Utility of a candidate with these numbers (see the module documentation).
@@ -315,7 +327,6 @@ pub(crate) fn qualifying_utility(
     engine: &dyn EngineView,
 ) -> Option<f64> {
     let m = ctx.policy.models.get(model)?;
-    let key = ctx.policy.checkpoint_key(model, version)?;
     if ctx.tenant.is_some_and(|t| !t.may_use(model)) {
         return None;
     }
@@ -330,6 +341,7 @@ pub(crate) fn qualifying_utility(
     {
         return None;
     }
+    let key = ctx.policy.checkpoint_key(model, version)?;
     let state = engine.state_at(&key);
     let expected_latency_ms = state.expected_latency_ms(ctx.output_tokens);
     if !state.healthy
@@ -447,6 +459,21 @@ mod tests {
     }
 
     proptest! {
+        /// The per-request estimate is bit for bit what the reservation's price gives.
+        #[test]
+        fn estimate_is_price_spend(prompt in 0u32..200_000, out in 0u32..200_000, cin in 0u16..60_000, cout in 0u16..60_000) {
+            let p = policy(&[(cin, cout, 50, 50, 100, 1)], &[true], (1, 1));
+            let mut req = RouteRequest::new(ModelHint::Auto, Caller::Tenant("t".into()));
+            req.prompt_tokens = prompt;
+            req.max_output_tokens = Some(out);
+            let ctx = Context::new(&p, p.tenant("t"), &req);
+            let m = &p.models()[0];
+            let reference = Price::of(m).spend(u64::from(prompt), u64::from(out));
+            let fast = ctx.estimate(m);
+            prop_assert_eq!(fast.tokens, reference.tokens);
+            prop_assert_eq!(fast.cost.to_bits(), reference.cost.to_bits());
+        }
+
         /// `qualifying_utility` says exactly what `score` under `Verdict` says, for every
         /// candidate, whatever breaks (permission, quality, cost, each budget, context,
         /// health, queue, latency).
