@@ -39,6 +39,7 @@ use axum::Router;
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use switchyard_policies::{Completion, RouteRequest, Usage};
+use switchyard_router::layers::request_id::set_request_id_layer;
 use switchyard_router::openai::chat::chat_completions;
 use switchyard_router::openai::types::ChatCompletionRequest;
 use switchyard_router::policy::layer::route_request;
@@ -151,7 +152,10 @@ async fn time_layer(request: AxumRequest, next: Next) -> Response {
     response
 }
 
-/// The chat route alone: timer, policy layer (or pass-through), timer, handler.
+/// The chat route alone: timer, policy layer (or pass-through), timer, handler. Outside
+/// the timers, the app's request-id layer: in the app every request carries an id by
+/// the time it reaches the policy layer (generating one is a `getrandom` call, which
+/// belongs to that layer, not to routing).
 fn chat_route(state: AppState, policy: Option<Arc<PolicyRouting>>) -> Router {
     let route = post(chat_completions)
         .route_layer(middleware::from_fn(time_handler))
@@ -162,6 +166,7 @@ fn chat_route(state: AppState, policy: Option<Arc<PolicyRouting>>) -> Router {
         .route_layer(middleware::from_fn(time_layer));
     Router::new()
         .route("/v1/chat/completions", route)
+        .layer(set_request_id_layer())
         .with_state(state)
 }
 
