@@ -14,6 +14,7 @@
 //! Measured error against f64: see the tests (`EXP_MAX_ULPS`).
 
 use super::isa::CheckedIsa;
+#[cfg(any(target_arch = "x86_64", test))]
 use super::Isa;
 
 const MIN_X: f32 = -87.0;

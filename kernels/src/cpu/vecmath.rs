@@ -2,6 +2,7 @@
 //! value rows.
 
 use super::isa::CheckedIsa;
+#[cfg(any(target_arch = "x86_64", test))]
 use super::Isa;
 
 /// `x_i *= c`.

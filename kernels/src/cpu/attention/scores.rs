@@ -11,6 +11,7 @@
 
 use crate::cpu::isa::CheckedIsa;
 use crate::cpu::kv_cache::KEY_TILE;
+#[cfg(any(target_arch = "x86_64", test))]
 use crate::cpu::Isa;
 
 /// `out[j] = scale · (q · key_j)` for the [`KEY_TILE`] keys of `tile`
