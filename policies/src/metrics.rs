@@ -90,7 +90,7 @@ pub(crate) struct RouteKey {
 }
 
 pub(crate) fn routed(counters: &RouteCounters, key: RouteKey, r: &Route) {
-    let register = || {
+    let routed = || {
         let arm: metrics::SharedString = r.arm.clone().map_or(NO_ARM.into(), Into::into);
         counter!(ROUTED,
             "model" => Arc::clone(&r.model),
@@ -98,44 +98,50 @@ pub(crate) fn routed(counters: &RouteCounters, key: RouteKey, r: &Route) {
             "arm" => arm,
             "reason" => r.reason.as_str())
     };
-    let handles =
-        match (key.split_arm, direct_reason(r.reason)) {
-            (Some((split, arm)), None) => counters
-                .arms
-                .get(split)
-                .and_then(|arms| arms.get(arm))
-                .map(|h| {
-                    (
-                        &h[usize::from(r.reason == RouteReason::RolledBack)],
-                        h.get(2),
-                    )
-                }),
-            (_, Some(reason)) => counters
-                .direct
-                .get(key.checkpoint)
-                .and_then(|h| h.get(reason))
-                .map(|h| (h, None)),
-            (None, None) => None,
-        };
-    match handles {
-        Some((routed, arm_total)) => {
-            routed.get_or_init(register).increment(1);
-            if let (Some(total), Some(split), Some(arm)) = (arm_total, &r.split, &r.arm) {
-                total
-                    .get_or_init(|| {
-                        counter!(SPLIT_ARM, "split" => Arc::clone(split), "arm" => Arc::clone(arm))
-                    })
-                    .increment(1);
-            }
-        }
-        // A key outside the tables (not built by this policy): look the labels up.
-        None => {
-            register().increment(1);
+    let arm_total = || match (&r.split, &r.arm) {
+        (Some(split), Some(arm)) => Some(split_arm_counter(split, arm)),
+        _ => None,
+    };
+    match (key.split_arm, direct_reason(r.reason)) {
+        (Some((split, arm)), None) => {
+            let Some(h) = counters.arms.get(split).and_then(|arms| arms.get(arm)) else {
+                return uncached(routed, arm_total);
+            };
+            let [by_split, rolled_back, total] = h;
+            let by_reason = if r.reason == RouteReason::RolledBack {
+                rolled_back
+            } else {
+                by_split
+            };
+            by_reason.get_or_init(routed).increment(1);
             if let (Some(split), Some(arm)) = (&r.split, &r.arm) {
-                counter!(SPLIT_ARM, "split" => Arc::clone(split), "arm" => Arc::clone(arm))
+                total
+                    .get_or_init(|| split_arm_counter(split, arm))
                     .increment(1);
             }
         }
+        (_, Some(reason)) => match counters
+            .direct
+            .get(key.checkpoint)
+            .and_then(|h| h.get(reason))
+        {
+            Some(handle) => handle.get_or_init(routed).increment(1),
+            None => uncached(routed, arm_total),
+        },
+        (None, None) => uncached(routed, arm_total),
+    }
+}
+
+fn split_arm_counter(split: &Arc<str>, arm: &Arc<str>) -> Counter {
+    counter!(SPLIT_ARM, "split" => Arc::clone(split), "arm" => Arc::clone(arm))
+}
+
+/// A route whose key is outside the tables (not built by this policy): the labels are
+/// looked up in the registry each time.
+fn uncached(routed: impl Fn() -> Counter, arm_total: impl Fn() -> Option<Counter>) {
+    routed().increment(1);
+    if let Some(total) = arm_total() {
+        total.increment(1);
     }
 }
 

@@ -38,7 +38,7 @@ use axum::routing::post;
 use axum::Router;
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;
-use switchyard_policies::{Completion, RouteRequest, Usage};
+use switchyard_policies::RouteRequest;
 use switchyard_router::layers::request_id::set_request_id_layer;
 use switchyard_router::openai::chat::chat_completions;
 use switchyard_router::openai::types::ChatCompletionRequest;
@@ -47,7 +47,7 @@ use switchyard_router::policy::PolicyRouting;
 use switchyard_router::{app, app_with_policy, AppState, RouterConfig};
 use tower::ServiceExt;
 
-use fixture::{chat_request, Tenants, MODELS, PASSTHROUGH_MODEL, TENANTS};
+use fixture::{chat_request, route_and_settle, Tenants, MODELS, PASSTHROUGH_MODEL, TENANTS};
 
 const DEFAULT_REQUESTS: usize = 20_000;
 const WARMUP: usize = 2_000;
@@ -208,20 +208,10 @@ async fn own_work(app: &Router, request: Request<Body>, policy: bool) -> Spans {
     layer.minus(inner)
 }
 
-/// Routes and settles one request, as the layer and the handler do between them.
+/// Routes and settles one request, timed.
 fn route_alone(routing: &PolicyRouting, request: &RouteRequest) -> Spans {
     let start = Stamp::now();
-    let route = routing
-        .route(request)
-        .expect("every bench tenant has a model");
-    black_box(route.finish(Completion {
-        usage: Usage {
-            prompt_tokens: request.prompt_tokens,
-            completion_tokens: 3,
-        },
-        succeeded: true,
-        latency_ms: 1.0,
-    }));
+    route_and_settle(routing, request);
     start.elapsed()
 }
 

@@ -22,13 +22,13 @@ use axum::body::Body;
 use axum::Router;
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;
-use switchyard_policies::{Completion, RouteRequest, Usage};
+use switchyard_policies::RouteRequest;
 use switchyard_router::policy::PolicyRouting;
 use switchyard_router::{app, app_with_policy, AppState, RouterConfig};
 use tokio::runtime::Runtime;
 use tower::ServiceExt;
 
-use fixture::{chat_request, route_request, Tenants, PASSTHROUGH_MODEL};
+use fixture::{chat_request, route_and_settle, route_request, Tenants, PASSTHROUGH_MODEL};
 
 const WARMUP: usize = 500;
 
@@ -43,7 +43,7 @@ fn measured(runtime: &Runtime, work: Work) -> usize {
     match work {
         Work::Http(app, requests) => runtime.block_on(send_all(&app, requests)),
         Work::Route(routing, requests) => {
-            requests.iter().for_each(|r| route_one(&routing, r));
+            requests.iter().for_each(|r| route_and_settle(&routing, r));
             requests.len()
         }
     }
@@ -69,20 +69,6 @@ async fn send_all(app: &Router, requests: Vec<Request<Body>>) -> usize {
         sent += 1;
     }
     sent
-}
-
-fn route_one(routing: &PolicyRouting, request: &RouteRequest) {
-    let route = routing
-        .route(request)
-        .expect("every bench tenant has a model");
-    black_box(route.finish(Completion {
-        usage: Usage {
-            prompt_tokens: request.prompt_tokens,
-            completion_tokens: 3,
-        },
-        succeeded: true,
-        latency_ms: 1.0,
-    }));
 }
 
 fn main() {
@@ -127,7 +113,9 @@ fn main() {
         Work::Http(app, requests) => {
             runtime.block_on(send_all(&app, requests));
         }
-        Work::Route(routing, requests) => requests.iter().for_each(|r| route_one(&routing, r)),
+        Work::Route(routing, requests) => {
+            requests.iter().for_each(|r| route_and_settle(&routing, r))
+        }
     }
     let batch = work(requests);
     let sent = measured(&runtime, batch);

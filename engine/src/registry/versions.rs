@@ -553,20 +553,6 @@ impl<B: Backend> Registry<B> {
         })
     }
 
-    /// Where `model@version` (or the active version of `model`) is, and its
-    /// bytes on disk when it is not resident; `None` if unknown.
-    pub fn tier(&self, model: &str, version: Option<&str>) -> Option<(Tier, u64)> {
-        let models = self.read();
-        let entry = models.get(model)?;
-        let version = version.or(entry.active.as_deref())?;
-        let slot = entry.slot(version)?;
-        Some(match &slot.state {
-            State::Resident(handle) => (Tier::Ram, handle.load_stats.total_bytes),
-            State::Loading => (Tier::Loading, slot.disk_bytes),
-            State::Disk => (Tier::Disk, slot.disk_bytes),
-        })
-    }
-
     /// The live routing state of `model@version`, to keep and read without
     /// the registry's lock; `None` if that version is not registered. It
     /// follows the version through loads, evictions and unloads.
@@ -583,24 +569,7 @@ impl<B: Backend> Registry<B> {
         let models = self.read();
         let entry = models.get(model)?;
         let version = version.or(entry.active.as_deref())?;
-        let slot = entry.slot(version)?;
-        Some(match &slot.state {
-            State::Resident(handle) => RoutingState {
-                tier: Tier::Ram,
-                bytes: handle.load_stats.total_bytes,
-                queued: handle.queued(),
-            },
-            State::Loading => RoutingState {
-                tier: Tier::Loading,
-                bytes: slot.disk_bytes,
-                queued: 0,
-            },
-            State::Disk => RoutingState {
-                tier: Tier::Disk,
-                bytes: slot.disk_bytes,
-                queued: 0,
-            },
-        })
+        Some(entry.slot(version)?.live.routing_state())
     }
 
     /// Every model with an active version: `(name, active handle)`.

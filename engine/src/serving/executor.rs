@@ -67,6 +67,12 @@ struct Shared {
     stopped: AtomicBool,
 }
 
+impl Shared {
+    fn step_time(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(self.step_micros.load(Ordering::Acquire))
+    }
+}
+
 /// Marks the executor stopped when the thread ends, unwinding included.
 struct MarkStopped(Arc<Shared>);
 
@@ -91,7 +97,7 @@ impl ExecutorPulse {
 
     /// As [`Executor::step_time`].
     pub fn step_time(&self) -> std::time::Duration {
-        std::time::Duration::from_micros(self.shared.step_micros.load(Ordering::Acquire))
+        self.shared.step_time()
     }
 }
 
@@ -222,7 +228,7 @@ impl<B: Backend> Executor<B> {
     /// Recent average duration of one forward step (one token for each
     /// decoding sequence of the batch).
     pub fn step_time(&self) -> std::time::Duration {
-        std::time::Duration::from_micros(self.shared.step_micros.load(Ordering::Acquire))
+        self.shared.step_time()
     }
 
     /// The checkpoint whose weights the table points at now.

@@ -9,8 +9,8 @@ use axum::body::Body;
 use http::Request;
 use serde_json::json;
 use switchyard_policies::{
-    estimate_tokens, sha256_hex, stable_hash, Caller, Hints, ModelHint, Policy, PolicyStore,
-    RouteRequest, HEADER_MIN_QUALITY, HEADER_TAGS,
+    estimate_tokens, sha256_hex, stable_hash, Caller, Completion, Hints, ModelHint, Policy,
+    PolicyStore, RouteRequest, Usage, HEADER_MIN_QUALITY, HEADER_TAGS,
 };
 use switchyard_router::backend::{InferenceBackend, ModelCard};
 use switchyard_router::fake::FakeBackend;
@@ -151,4 +151,20 @@ pub fn route_request(tenant: usize, n: usize) -> RouteRequest {
     request.prompt_tokens = estimate_tokens(SYSTEM.chars().count() + PROMPT.chars().count());
     request.request_id = stable_hash("request", &format!("bench-{n}"));
     request
+}
+
+/// Routes `request` and settles it with a three-token completion, as the layer and the
+/// handler do between them for one request.
+pub fn route_and_settle(routing: &PolicyRouting, request: &RouteRequest) {
+    let route = routing
+        .route(request)
+        .expect("every bench tenant has a model");
+    std::hint::black_box(route.finish(Completion {
+        usage: Usage {
+            prompt_tokens: request.prompt_tokens,
+            completion_tokens: 3,
+        },
+        succeeded: true,
+        latency_ms: 1.0,
+    }));
 }

@@ -62,6 +62,37 @@ unsafe fn halves(p: *const u8) -> __m512 {
     unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())) }
 }
 
+/// One block of one activation row against the group's sixteen rows:
+/// `acc + (offset + Σ w·qa) · (d · da)`, `w` the block's quants as eight
+/// four-element columns, `offset` the format's integer correction.
+///
+/// # Safety
+/// `qa` points at the activation block's 32 bytes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma")]
+#[inline]
+unsafe fn add_block(
+    acc: __m512,
+    w: &[__m512i; 8],
+    qa: *const i8,
+    offset: __m512i,
+    d: __m512,
+    da: f32,
+) -> __m512 {
+    let mut s0 = offset;
+    let mut s1 = _mm512_setzero_si512();
+    // Two chains halve the dependent vpdpbusd latency of one block.
+    for c in 0..4 {
+        // SAFETY: qa points at 32 bytes (the caller's contract); c + 4 < 8.
+        unsafe {
+            s0 = _mm512_dpbusd_epi32(s0, w[c], word(qa, c));
+            s1 = _mm512_dpbusd_epi32(s1, w[c + 4], word(qa, c + 4));
+        }
+    }
+    let isum = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
+    let scale = _mm512_mul_ps(d, _mm512_set1_ps(da));
+    _mm512_fmadd_ps(isum, scale, acc)
+}
+
 /// Q4_1 (`HAS_MIN`) and Q4_0 (offset 8 taken off the integer sum).
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
 #[inline]
@@ -110,23 +141,13 @@ unsafe fn dot_q4<const T: usize, const HAS_MIN: bool>(
                     *sums[t].add(b),
                 )
             };
-            let mut s0 = if HAS_MIN {
+            let offset = if HAS_MIN {
                 zero
             } else {
                 _mm512_set1_epi32(-8 * sum)
             };
-            let mut s1 = zero;
-            // Two chains halve the dependent vpdpbusd latency of one block.
-            for c in 0..4 {
-                // SAFETY: qa points at block b's 32 bytes; c + 4 < 8.
-                unsafe {
-                    s0 = _mm512_dpbusd_epi32(s0, w[c], word(qa, c));
-                    s1 = _mm512_dpbusd_epi32(s1, w[c + 4], word(qa, c + 4));
-                }
-            }
-            let isum = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
-            let scale = _mm512_mul_ps(d, _mm512_set1_ps(da));
-            acc[t] = _mm512_fmadd_ps(isum, scale, acc[t]);
+            // SAFETY: qa points at block b's 32 bytes.
+            acc[t] = unsafe { add_block(acc[t], &w, qa, offset, d, da) };
             if HAS_MIN {
                 acc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(sa), acc[t]);
             }
@@ -169,18 +190,9 @@ unsafe fn dot_q8_0<const T: usize>(
         for_each_row!(T, t, {
             // SAFETY: as in `dot_q4`.
             let (qa, da, sum) = unsafe { (qs[t].add(QK * b), *ds[t].add(2 * b), *sums[t].add(b)) };
-            let mut s0 = _mm512_set1_epi32(-128 * sum);
-            let mut s1 = zero;
-            for c in 0..4 {
-                // SAFETY: qa points at block b's 32 bytes; c + 4 < 8.
-                unsafe {
-                    s0 = _mm512_dpbusd_epi32(s0, w[c], word(qa, c));
-                    s1 = _mm512_dpbusd_epi32(s1, w[c + 4], word(qa, c + 4));
-                }
-            }
-            let isum = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
-            let scale = _mm512_mul_ps(d, _mm512_set1_ps(da));
-            acc[t] = _mm512_fmadd_ps(isum, scale, acc[t]);
+            let offset = _mm512_set1_epi32(-128 * sum);
+            // SAFETY: qa points at block b's 32 bytes.
+            acc[t] = unsafe { add_block(acc[t], &w, qa, offset, d, da) };
         });
     }
     for (o, acc) in out.into_iter().zip(acc) {
