@@ -15,7 +15,9 @@
 #[path = "support/fixture.rs"]
 mod fixture;
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -31,6 +33,41 @@ use tower::ServiceExt;
 use fixture::{chat_request, route_and_settle, route_request, Tenants, PASSTHROUGH_MODEL};
 
 const WARMUP: usize = 500;
+
+/// The system allocator, counting allocations (a relaxed add each: a few instructions
+/// in every app alike), so the driver can print allocations per request.
+struct CountingAllocator;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every call forwards to `System` with the caller's arguments unchanged.
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract, passed on as is.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from `System` through `alloc` or `realloc` with `layout`.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: as for `alloc`.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller upholds `GlobalAlloc::realloc`'s contract, passed on as is.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 enum Work {
     Http(Router, Vec<Request<Body>>),
@@ -118,6 +155,11 @@ fn main() {
         }
     }
     let batch = work(requests);
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
     let sent = measured(&runtime, batch);
-    println!("{which}: {sent} requests measured");
+    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    println!(
+        "{which}: {sent} requests measured, {:.1} allocations (or reallocations) per request",
+        allocations as f64 / sent.max(1) as f64
+    );
 }
