@@ -18,7 +18,7 @@ use std::cmp::Ordering;
 
 use crate::budget::{now_secs, BudgetUnit, Price, Spend};
 use crate::constraint::{ConstraintFailure, LatencyLimit};
-use crate::engine::EngineView;
+use crate::engine::{CheckpointKey, EngineView};
 use crate::policy::{Model, Policy, Tenant};
 use crate::request::RouteRequest;
 
@@ -88,6 +88,22 @@ pub(crate) struct Context<'a> {
     pub budget_room: BudgetRoom,
     /// Prompt and output tokens in thousands, as prices are quoted.
     pub thousands: (f64, f64),
+    /// The request's constants as the `auto` scan reads them.
+    pub scan: ScanBounds<'a>,
+}
+
+/// The limits of one request that do not depend on the candidate, in the form the
+/// fast verdict ([`qualifying_utility`]) compares against.
+pub(crate) struct ScanBounds<'a> {
+    /// The tenant's model permissions (`None`: every model).
+    pub allowed: Option<&'a [bool]>,
+    /// The quality floor, or -inf.
+    pub quality_floor: f64,
+    /// The cost ceiling, or +inf.
+    pub cost_ceiling: f64,
+    /// Whether the request's tokens fit every token budget (they are the same on every
+    /// model).
+    pub tokens_fit: bool,
 }
 
 impl<'a> Context<'a> {
@@ -120,11 +136,20 @@ impl<'a> Context<'a> {
             req.max_output_tokens
                 .unwrap_or(policy.routing.assumed_output_tokens),
         );
+        let min_quality = pick(req.hints.min_quality, |d| d.min_quality);
+        let max_cost = pick(req.hints.max_cost, |d| d.max_cost);
+        let tokens = u64::from(req.prompt_tokens) + output_tokens;
+        let scan = ScanBounds {
+            allowed: tenant.and_then(|t| t.allowed.as_deref()),
+            quality_floor: min_quality.unwrap_or(f64::NEG_INFINITY),
+            cost_ceiling: max_cost.unwrap_or(f64::INFINITY),
+            tokens_fit: tokens as f64 <= budget_room.tokens,
+        };
         Context {
             policy,
             tenant,
-            min_quality: pick(req.hints.min_quality, |d| d.min_quality),
-            max_cost: pick(req.hints.max_cost, |d| d.max_cost),
+            min_quality,
+            max_cost,
             max_latency_ms: pick(req.hints.max_latency_ms, |d| d.max_latency_ms),
             tags,
             tag_ids: tags.iter().map(|t| policy.tags.id(t)).collect(),
@@ -138,6 +163,7 @@ impl<'a> Context<'a> {
                 u64::from(req.prompt_tokens) as f64 / 1000.0,
                 output_tokens as f64 / 1000.0,
             ),
+            scan,
         }
     }
 
@@ -178,12 +204,6 @@ impl<'a> Context<'a> {
 pub(crate) struct BudgetRoom {
     pub tokens: f64,
     pub cost: f64,
-}
-
-impl BudgetRoom {
-    fn holds(&self, estimate: Spend) -> bool {
-        estimate.tokens as f64 <= self.tokens && estimate.cost <= self.cost
-    }
 }
 
 /// Measures checkpoint `model`/`version` against every constraint and computes its utility.
@@ -320,42 +340,63 @@ pub(crate) fn score(
 /// `None`: the verdict of [`score`] under [`Detail::Verdict`], for scanning every model
 /// under `auto` without building a [`Scored`] per candidate. The same checks on the same
 /// numbers, in the same order (the `fast_verdict_matches_score` test holds them equal).
+#[inline(always)]
 pub(crate) fn qualifying_utility(
     ctx: &Context,
     model: usize,
     version: usize,
     engine: &dyn EngineView,
 ) -> Option<f64> {
+    // Inlined into the scan, with what does not depend on the model decided once per
+    // request in [`Context::new`] (`scan`): a hundred calls per request made the call,
+    // the repeated index checks and the per-model re-reading of request constants a
+    // good share of the decision.
+    let scan = &ctx.scan;
     let m = ctx.policy.models.get(model)?;
-    if ctx.tenant.is_some_and(|t| !t.may_use(model)) {
+    if scan
+        .allowed
+        .is_some_and(|a| !a.get(model).copied().unwrap_or(false))
+    {
         return None;
     }
-    let (quality, _) = ctx.quality(model, m);
-    if ctx.min_quality.is_some_and(|floor| quality < floor) {
-        return None;
-    }
-    let estimate = ctx.estimate(m);
-    if ctx.max_cost.is_some_and(|ceiling| estimate.cost > ceiling)
-        || !ctx.budget_room.holds(estimate)
+    let quality = if ctx.tag_ids.is_empty() {
+        m.quality
+    } else {
+        ctx.quality(model, m).0
+    };
+    // A missing floor or ceiling is -inf or +inf, which no finite number crosses (and
+    // NaN compares false either way, as `is_some_and` did).
+    let cost = ctx.estimate(m).cost;
+    if quality < scan.quality_floor
+        || cost > scan.cost_ceiling
+        || !scan.tokens_fit
+        || !(cost <= ctx.budget_room.cost)
         || ctx.context_needed > u64::from(m.context_limit)
     {
         return None;
     }
-    let key = ctx.policy.checkpoint_key(model, version)?;
+    let key = CheckpointKey {
+        model: &m.name,
+        version: m.versions.get(version)?,
+        probe: ctx
+            .policy
+            .probes
+            .get(ctx.policy.checkpoint_base.get(model)? + version)?,
+    };
     let state = engine.state_at(&key);
-    let expected_latency_ms = state.expected_latency_ms(ctx.output_tokens);
     if !state.healthy
         || m.max_queue_depth
             .is_some_and(|max| state.queue_depth >= max)
     {
         return None;
     }
+    let expected_latency_ms = state.expected_latency_ms(ctx.output_tokens);
     if latency_limit(ctx.max_latency_ms, m.latency_target_ms)
         .is_some_and(|(limit_ms, _)| expected_latency_ms > limit_ms)
     {
         return None;
     }
-    Some(ctx.utility(quality, estimate.cost, expected_latency_ms))
+    Some(ctx.utility(quality, cost, expected_latency_ms))
 }
 
 /// The tighter of the request's and the model's latency limits.
@@ -390,6 +431,7 @@ pub(crate) fn pick_order(policy: &Policy, a: &Scored, b: &Scored) -> Ordering {
 }
 
 /// [`pick_order`] on `(utility, model, version)`.
+#[inline]
 pub(crate) fn order(policy: &Policy, a: (f64, usize, usize), b: (f64, usize, usize)) -> Ordering {
     b.0.total_cmp(&a.0).then_with(|| {
         let name = |(_, model, version): (f64, usize, usize)| {

@@ -103,16 +103,23 @@ fn decorate(response: &mut Response, summary: &RouteSummary) {
     // One growth of the map for all four, not one per insert that crosses a boundary.
     headers.reserve(4);
     let cost = switchyard_policies::fixed(summary.estimated_cost, 6);
-    let values: [(&'static str, &str); 4] = [
-        (HEADER_MODEL, &summary.model),
-        (HEADER_VERSION, &summary.version),
-        (HEADER_ROUTE, &summary.explanation),
-        (HEADER_COST, &cost),
+    let values: [(HeaderName, &str); 4] = [
+        (MODEL, &summary.model),
+        (VERSION, &summary.version),
+        (ROUTE, &summary.explanation),
+        (COST, &cost),
     ];
     for (name, value) in values {
-        headers.insert(HeaderName::from_static(name), header_text(value));
+        headers.insert(name, header_text(value));
     }
 }
+
+// Names checked once, at compile time: `HeaderName::from_static` at run time validates
+// the name byte by byte on every response.
+const MODEL: HeaderName = HeaderName::from_static(HEADER_MODEL);
+const VERSION: HeaderName = HeaderName::from_static(HEADER_VERSION);
+const ROUTE: HeaderName = HeaderName::from_static(HEADER_ROUTE);
+const COST: HeaderName = HeaderName::from_static(HEADER_COST);
 
 /// `value` as a header value; characters a header cannot carry become `?`.
 fn header_text(value: &str) -> HeaderValue {
