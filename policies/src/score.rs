@@ -365,12 +365,13 @@ pub(crate) fn qualifying_utility(
         ctx.quality(model, m).0
     };
     // A missing floor or ceiling is -inf or +inf, which no finite number crosses (and
-    // NaN compares false either way, as `is_some_and` did).
+    // NaN compares false either way, as `is_some_and` did). Costs are never NaN (prices
+    // are finite, validated at load), so `cost > room` is `score`'s `!(cost <= room)`.
     let cost = ctx.estimate(m).cost;
     if quality < scan.quality_floor
         || cost > scan.cost_ceiling
         || !scan.tokens_fit
-        || !(cost <= ctx.budget_room.cost)
+        || cost > ctx.budget_room.cost
         || ctx.context_needed > u64::from(m.context_limit)
     {
         return None;
