@@ -63,6 +63,7 @@ mod request;
 mod rollback;
 mod route;
 mod route_error;
+mod scan;
 mod schema;
 mod score;
 mod split;

@@ -9,7 +9,10 @@ use crate::policy::{Policy, Tenant};
 use crate::request::{Caller, ModelHint, RouteRequest};
 use crate::route::RouteReason;
 use crate::route_error::RouteError;
-use crate::score::{order, pick_order, qualifying_utility, score, Context, Detail, Scored, Via};
+use crate::scan::BLOCK;
+use crate::score::{
+    live_utility, order, pick_order, qualifying_utility, score, Context, Detail, Scored, Via,
+};
 use crate::split::Sticky;
 
 /// The candidate set a request's `model` hint asks for.
@@ -164,15 +167,24 @@ impl<'a> Plan<'a> {
         // The scan keeps one utility per candidate; only the winner is scored in full.
         let mut best: Option<(f64, usize, usize, Via)> = None;
         let mut qualifying = 0;
-        for (m, v, via) in self.candidates() {
-            let Some(utility) = qualifying_utility(ctx, m, v, engine) else {
-                continue;
-            };
+        let mut consider = |utility: f64, (m, v, via): Candidate| {
             qualifying += 1;
             if best.is_none_or(|(bu, bm, bv, _)| {
                 order(self.policy, (utility, m, v), (bu, bm, bv)).is_lt()
             }) {
                 best = Some((utility, m, v, via));
+            }
+        };
+        match &self.candidates {
+            Candidates::EveryModel { arms } => {
+                self.scan_every_model(ctx, engine, arms, &mut consider)
+            }
+            Candidates::Listed(list) => {
+                for &(m, v, via) in list {
+                    if let Some(utility) = qualifying_utility(ctx, m, v, engine) {
+                        consider(utility, (m, v, via));
+                    }
+                }
             }
         }
         let Some((_, m, v, via)) = best else {
@@ -182,6 +194,45 @@ impl<'a> Plan<'a> {
             Some(winner) => (Some(winner), qualifying),
             // Live engine state changed between the two reads: scan again in full.
             None => self.best_primary_scored(ctx, engine),
+        }
+    }
+
+    /// Under `auto` (each model's checkpoints its own): every model's candidate that
+    /// qualifies, with its utility, in model order. The policy-and-request constraints
+    /// are decided a block of models at a time ([`crate::scan::ScanTable::pass`]); only the models
+    /// that pass them read live engine state.
+    fn scan_every_model(
+        &self,
+        ctx: &Context,
+        engine: &dyn EngineView,
+        arms: &[Option<Candidate>],
+        consider: &mut impl FnMut(f64, Candidate),
+    ) {
+        let models = &self.policy.models;
+        for start in (0..models.len()).step_by(BLOCK) {
+            let pass = self.policy.scan.pass(ctx, start);
+            let mut passed = pass.passed;
+            while passed != 0 {
+                let j = passed.trailing_zeros() as usize;
+                passed &= passed - 1;
+                let i = start + j;
+                let Some(m) = models.get(i) else { break };
+                let candidate = match m.split {
+                    None => (i, m.active_version, Via::Direct),
+                    // A split whose arm did not resolve leaves its model out; without
+                    // cross-model arms an arm is a version of this model.
+                    Some(split) => match arms.get(split) {
+                        Some(&Some(arm)) if arm.0 == i => arm,
+                        _ => continue,
+                    },
+                };
+                let (Some(&quality), Some(&cost)) = (pass.quality.get(j), pass.cost.get(j)) else {
+                    continue;
+                };
+                if let Some(utility) = live_utility(ctx, i, candidate.1, m, quality, cost, engine) {
+                    consider(utility, candidate);
+                }
+            }
         }
     }
 

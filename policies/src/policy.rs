@@ -13,6 +13,7 @@ use crate::keys::{self, KeyDigest};
 use crate::metrics::{RouteCounters, TenantMeter};
 use crate::request::Hints;
 use crate::rollback::RollbackStatus;
+use crate::scan::ScanTable;
 use crate::split::Split;
 use crate::tags::TagTable;
 
@@ -172,6 +173,8 @@ pub struct Policy {
     pub(crate) checkpoint_count: usize,
     /// Per-tag quality of every model, by tag id, for scoring.
     pub(crate) tags: TagTable,
+    /// The numbers the `auto` scan checks for every model, as columns.
+    pub(crate) scan: ScanTable,
     /// Whether some split arm targets another model than its split's: then two models
     /// can stand for the same checkpoint, and `auto` must drop the repeat.
     pub(crate) cross_model_arms: bool,

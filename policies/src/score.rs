@@ -340,19 +340,23 @@ pub(crate) fn score(
 /// `None`: the verdict of [`score`] under [`Detail::Verdict`], for scanning every model
 /// under `auto` without building a [`Scored`] per candidate. The same checks on the same
 /// numbers, in the same order (the `fast_verdict_matches_score` test holds them equal).
-#[inline(always)]
 pub(crate) fn qualifying_utility(
     ctx: &Context,
     model: usize,
     version: usize,
     engine: &dyn EngineView,
 ) -> Option<f64> {
-    // Inlined into the scan, with what does not depend on the model decided once per
-    // request in [`Context::new`] (`scan`): a hundred calls per request made the call,
-    // the repeated index checks and the per-model re-reading of request constants a
-    // good share of the decision.
-    let scan = &ctx.scan;
     let m = ctx.policy.models.get(model)?;
+    let (quality, cost) = static_verdict(ctx, model, m)?;
+    live_utility(ctx, model, version, m, quality, cost, engine)
+}
+
+/// The constraints of [`qualifying_utility`] that need only the policy and the request,
+/// with the model's quality and estimated cost when it passes them. Under `auto` the
+/// scan decides these for a block of models at once ([`crate::scan::ScanTable::pass`]).
+pub(crate) fn static_verdict(ctx: &Context, model: usize, m: &Model) -> Option<(f64, f64)> {
+    // The request's constants are decided once, in [`Context::new`] (`scan`).
+    let scan = &ctx.scan;
     if scan
         .allowed
         .is_some_and(|a| !a.get(model).copied().unwrap_or(false))
@@ -376,6 +380,21 @@ pub(crate) fn qualifying_utility(
     {
         return None;
     }
+    Some((quality, cost))
+}
+
+/// The rest of [`qualifying_utility`] for a candidate that passed [`static_verdict`]
+/// with `quality` and `cost`: live engine state (health, queue, latency) and utility.
+#[inline(always)]
+pub(crate) fn live_utility(
+    ctx: &Context,
+    model: usize,
+    version: usize,
+    m: &Model,
+    quality: f64,
+    cost: f64,
+    engine: &dyn EngineView,
+) -> Option<f64> {
     let key = CheckpointKey {
         model: &m.name,
         version: m.versions.get(version)?,
@@ -559,6 +578,41 @@ mod tests {
                 let all = score(&ctx, model, 0, Via::Direct, &engine, Detail::All);
                 prop_assert_eq!(fast.is_some(), all.is_some_and(|s| s.qualifies()));
             }
+        }
+
+        /// The `auto` scan's block pass decides the policy-and-request constraints as
+        /// `static_verdict` does, model by model, with the same quality and cost bits.
+        #[test]
+        fn static_pass_matches_the_fast_verdict(
+            models in prop::collection::vec(
+                (0u16..400, 0u16..900, 0u8..=100, 0u8..=100, 0u16..3000, 0u8..5),
+                1..8,
+            ),
+            allowed in prop::collection::vec(prop::bool::weighted(0.8), 8),
+            budgets in (1u32..3000, 1u32..400),
+            hints in (prop::option::of(0u8..=100), prop::option::of(0u32..400), any::<bool>()),
+            tokens in (0u32..2000, prop::option::of(1u32..1000)),
+        ) {
+            let policy = policy(&models, &allowed, budgets);
+            let mut req = RouteRequest::new(ModelHint::Auto, Caller::Tenant("t".into()));
+            req.hints.min_quality = hints.0.map(|q| f64::from(q) / 100.0);
+            req.hints.max_cost = hints.1.map(|c| f64::from(c) / 1e4);
+            if hints.2 {
+                req.hints.tags = vec!["code".into()];
+            }
+            req.prompt_tokens = tokens.0;
+            req.max_output_tokens = tokens.1;
+            let ctx = Context::new(&policy, policy.tenant("t"), &req);
+            let pass = policy.scan.pass(&ctx, 0);
+            for (model, m) in policy.models().iter().enumerate() {
+                let verdict = static_verdict(&ctx, model, m);
+                prop_assert_eq!(pass.passed >> model & 1 == 1, verdict.is_some(), "model m{}", model);
+                if let Some((quality, cost)) = verdict {
+                    prop_assert_eq!(pass.quality[model].to_bits(), quality.to_bits());
+                    prop_assert_eq!(pass.cost[model].to_bits(), cost.to_bits());
+                }
+            }
+            prop_assert_eq!(pass.passed >> models.len(), 0, "no bits past the last model");
         }
     }
 }

@@ -242,10 +242,53 @@ fn oracle(i: usize, m: &GenModel, req: &GenRequest) -> (bool, f64) {
 }
 
 fn models_and_request() -> impl Strategy<Value = (Vec<GenModel>, GenRequest)> {
-    prop::collection::vec(model(), 1..12).prop_flat_map(|models| {
+    models_and_request_of(1..12)
+}
+
+fn models_and_request_of(
+    count: std::ops::Range<usize>,
+) -> impl Strategy<Value = (Vec<GenModel>, GenRequest)> {
+    prop::collection::vec(model(), count).prop_flat_map(|models| {
         let n = models.len();
         (Just(models), request(n))
     })
+}
+
+/// Under `auto`: the pick qualifies, no qualifying model beats it, and the explanation
+/// counts exactly the models that qualify; a refusal only when none does.
+fn check_auto_pick(
+    policy: &Policy,
+    engine: &StaticEngineView,
+    req: &GenRequest,
+    verdicts: &[(bool, f64)],
+) -> Result<(), TestCaseError> {
+    match route(policy, &route_request(req, ModelHint::Auto), engine) {
+        Ok(r) => {
+            let picked: usize = r.model[1..].parse().unwrap();
+            let (ok, utility) = verdicts[picked];
+            prop_assert!(ok, "pick m{picked:02} breaks a constraint");
+            for (i, &(q, u)) in verdicts.iter().enumerate() {
+                if q {
+                    prop_assert!(
+                        u < utility || (u == utility && i >= picked),
+                        "m{i:02} (utility {u}) beats the pick m{picked:02} ({utility})"
+                    );
+                }
+            }
+            let qualifying = verdicts.iter().filter(|v| v.0).count();
+            let counted = format!(" of {qualifying} qualifying ");
+            prop_assert!(
+                r.explanation.contains(&counted),
+                "{} should say{counted}",
+                r.explanation
+            );
+        }
+        Err(e) => prop_assert!(
+            verdicts.iter().all(|v| !v.0),
+            "refused although some qualify: {e}"
+        ),
+    }
+    Ok(())
 }
 
 proptest! {
@@ -256,25 +299,27 @@ proptest! {
         let policy = Policy::from_toml_str(&policy_toml(&models, &req)).unwrap();
         let engine = engine(&models);
         let verdicts: Vec<(bool, f64)> = models.iter().enumerate().map(|(i, m)| oracle(i, m, &req)).collect();
-        match route(&policy, &route_request(&req, ModelHint::Auto), &engine) {
-            Ok(r) => {
-                let picked: usize = r.model[1..].parse().unwrap();
-                let (ok, utility) = verdicts[picked];
-                prop_assert!(ok, "pick m{picked:02} breaks a constraint");
-                for (i, &(q, u)) in verdicts.iter().enumerate() {
-                    if q {
-                        prop_assert!(u < utility || (u == utility && i >= picked),
-                            "m{i:02} (utility {u}) beats the pick m{picked:02} ({utility})");
-                    }
-                }
-            }
-            Err(e) => prop_assert!(verdicts.iter().all(|v| !v.0), "refused although some qualify: {e}"),
-        }
+        check_auto_pick(&policy, &engine, &req, &verdicts)?;
         // A named model routes exactly when it qualifies (no splits or fallbacks here).
         for (i, &(ok, _)) in verdicts.iter().enumerate() {
             let named = route(&policy, &route_request(&req, ModelHint::parse(&format!("m{i:02}"))), &engine);
             prop_assert_eq!(named.is_ok(), ok);
         }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// The same with more models than one block of the `auto` scan (64): blocks, their
+    /// ends and the models past them are checked as the first ones. (Names stay two
+    /// digits, so name order is index order for the tie-break.)
+    #[test]
+    fn the_pick_is_best_across_scan_blocks((models, req) in models_and_request_of(60..100)) {
+        let policy = Policy::from_toml_str(&policy_toml(&models, &req)).unwrap();
+        let engine = engine(&models);
+        let verdicts: Vec<(bool, f64)> = models.iter().enumerate().map(|(i, m)| oracle(i, m, &req)).collect();
+        check_auto_pick(&policy, &engine, &req, &verdicts)?;
     }
 }
 

@@ -13,6 +13,7 @@ use crate::engine::ProbeCell;
 use crate::error::{Diagnostics, PolicyError};
 use crate::metrics::RouteCounters;
 use crate::policy::{Model, Policy, Routing, Target};
+use crate::scan::ScanTable;
 use crate::schema::{PolicyFile, RoutingEntry};
 use crate::tags::TagTable;
 
@@ -67,6 +68,7 @@ pub(crate) fn compile(
             .collect(),
         route_counters: RouteCounters::new(checkpoint_count, splits.iter().map(|s| s.arms.len())),
         tags: TagTable::new(&models),
+        scan: ScanTable::new(&models),
         cross_model_arms,
         checkpoint_base,
         checkpoint_count,

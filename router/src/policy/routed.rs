@@ -44,12 +44,14 @@ pub struct RouteSummary {
 }
 
 impl RouteSummary {
-    fn of(route: &Route) -> Self {
+    /// The summary of `route`, taking its explanation (the route keeps only what
+    /// settling needs).
+    fn of(route: &mut Route) -> Self {
         RouteSummary {
             model: Arc::clone(&route.model),
             version: Arc::clone(&route.version),
             reason: route.reason,
-            explanation: route.explanation.clone(),
+            explanation: std::mem::take(&mut route.explanation),
             estimated_cost: route.estimated_cost,
             tenant: route.tenant.clone(),
             split_arm: route.split.clone().zip(route.arm.clone()),
@@ -137,8 +139,12 @@ impl RoutedRequest {
         }
     }
 
-    pub(crate) fn routed(routing: Arc<PolicyRouting>, request: RouteRequest, route: Route) -> Self {
-        let summary = RouteSummary::of(&route);
+    pub(crate) fn routed(
+        routing: Arc<PolicyRouting>,
+        request: RouteRequest,
+        mut route: Route,
+    ) -> Self {
+        let summary = RouteSummary::of(&mut route);
         RoutedRequest {
             ticket: Some(Arc::new(Ticket {
                 routing,
@@ -252,7 +258,8 @@ impl RoutedRequest {
         let from = state.summary.backend_model();
         let tried = (state.summary.model.clone(), state.summary.version.clone());
         state.tried.push(tried);
-        state.summary = RouteSummary::of(&next);
+        let mut next = next;
+        state.summary = RouteSummary::of(&mut next);
         state.route = Some(next);
         drop(state);
         if let Some(failed) = failed {
