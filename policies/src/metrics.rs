@@ -181,19 +181,30 @@ impl TenantMeter {
     pub fn name(&self) -> &Arc<str> {
         &self.name
     }
+
+    /// Registers both spend counters with the installed recorder now (at 0), instead of
+    /// on the tenant's first settled request.
+    pub(crate) fn register(&self) {
+        self.tokens();
+        self.cost_micros();
+    }
+
+    fn tokens(&self) -> &Counter {
+        self.tokens
+            .get_or_init(|| counter!(SPEND_TOKENS, "tenant" => Arc::clone(&self.name)))
+    }
+
+    fn cost_micros(&self) -> &Counter {
+        self.cost_micros
+            .get_or_init(|| counter!(SPEND_COST_MICROS, "tenant" => Arc::clone(&self.name)))
+    }
 }
 
 pub(crate) fn spend(tenant: &TenantMeter, spend: Spend) {
-    tenant
-        .tokens
-        .get_or_init(|| counter!(SPEND_TOKENS, "tenant" => Arc::clone(&tenant.name)))
-        .increment(spend.tokens);
+    tenant.tokens().increment(spend.tokens);
     let micros = (spend.cost * 1e6).round();
     if micros.is_finite() && micros > 0.0 {
-        tenant
-            .cost_micros
-            .get_or_init(|| counter!(SPEND_COST_MICROS, "tenant" => Arc::clone(&tenant.name)))
-            .increment(micros as u64);
+        tenant.cost_micros().increment(micros as u64);
     }
 }
 

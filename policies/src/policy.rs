@@ -273,6 +273,16 @@ impl Policy {
         }
     }
 
+    /// Registers every tenant's spend counters with the installed metrics recorder, so
+    /// each tenant's series exists (at 0) from now on and no tenant's first request
+    /// pays for registering them. Call it once a recorder is installed (a policy loaded
+    /// before that keeps no-op handles until its first requests otherwise).
+    pub fn register_metrics(&self) {
+        for tenant in &self.tenants {
+            tenant.meter.register();
+        }
+    }
+
     /// The rollback state of every split that has a rule.
     pub fn rollback_status(&self) -> Vec<RollbackStatus> {
         self.splits

@@ -119,3 +119,30 @@ fn routed_and_spend_counters_count_every_request() {
     );
     assert_eq!(spent, 4 * 12, "{text}");
 }
+
+#[test]
+fn registering_shows_every_tenant_at_zero_and_later_spend_adds_to_it() {
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let p = policy(POLICY);
+    let series = "switchyard_policy_spend_tokens_total{tenant=\"acme\"}";
+    metrics::with_local_recorder(&recorder, || p.register_metrics());
+    let text = handle.render();
+    assert!(
+        text.lines().any(|l| l.trim() == format!("{series} 0")),
+        "{text}"
+    );
+    metrics::with_local_recorder(&recorder, || {
+        let caller = Caller::ApiKey("sk-test".into());
+        let r = route(&p, &request("cheap", caller, 0), &IdleEngine).unwrap();
+        r.finish(Completion {
+            usage: Usage {
+                prompt_tokens: 7,
+                completion_tokens: 5,
+            },
+            succeeded: true,
+            latency_ms: 1.0,
+        });
+    });
+    assert_eq!(sample(&handle.render(), series), 12);
+}

@@ -13,20 +13,24 @@ use crate::policy::engine_view::BackendEngineView;
 pub struct PolicyRouting {
     store: Arc<PolicyStore>,
     engine: Arc<dyn EngineView + Send + Sync>,
-    /// The store generation whose rollback gauges were last published, so a reload
-    /// (from the watcher, the admin API or anywhere else) shows every split's state.
+    /// The store generation whose metrics were last published, so a reload (from the
+    /// watcher, the admin API or anywhere else) shows every split's state and every
+    /// tenant's spend.
     published: AtomicU64,
 }
 
 impl PolicyRouting {
     /// Routes with `store`, scoring against `engine`.
     pub fn new(store: Arc<PolicyStore>, engine: Arc<dyn EngineView + Send + Sync>) -> Self {
+        // The process's recorder before any handle is registered: a handle taken from no
+        // recorder would count nothing for the policy's whole life.
+        let _ = crate::metrics::Metrics::global();
         let routing = PolicyRouting {
             store,
             engine,
             published: AtomicU64::new(0),
         };
-        routing.publish_rollback_gauges();
+        routing.publish_metrics();
         routing
     }
 
@@ -44,7 +48,7 @@ impl PolicyRouting {
     /// Routes `request` with the current policy.
     pub fn route(&self, request: &RouteRequest) -> Result<Route, RouteError> {
         if self.published.load(Ordering::Acquire) != self.store.generation() {
-            self.publish_rollback_gauges();
+            self.publish_metrics();
         }
         self.store.route(request, self.engine.as_ref())
     }
@@ -60,10 +64,14 @@ impl PolicyRouting {
     }
 
     /// Sets `switchyard_policy_rollback_tripped` for every split with a rule, so the
-    /// gauge exists (at 0) before a rule ever trips, and after reloads.
-    fn publish_rollback_gauges(&self) {
+    /// gauge exists (at 0) before a rule ever trips, and after reloads; registers every
+    /// tenant's spend counters (at 0), so that no tenant's first request after a reload
+    /// pays for it (a thousand tenants take a few milliseconds, once per reload).
+    fn publish_metrics(&self) {
         let generation = self.store.generation();
-        for status in self.store.current().rollback_status() {
+        let policy = self.store.current();
+        policy.register_metrics();
+        for status in policy.rollback_status() {
             let tripped = !matches!(status.state, switchyard_policies::RollbackState::Watching);
             ::metrics::gauge!(metrics::ROLLBACK_TRIPPED, "split" => status.split).set(if tripped {
                 1.0
