@@ -5,7 +5,9 @@ mod common;
 
 use common::policy;
 use metrics_exporter_prometheus::PrometheusBuilder;
-use switchyard_policies::{route, Caller, Completion, IdleEngine, ModelHint, RouteRequest, Usage};
+use switchyard_policies::{
+    route, Caller, Completion, IdleEngine, ModelHint, Route, RouteRequest, Usage,
+};
 
 const POLICY: &str = r#"
 [routing]
@@ -61,6 +63,18 @@ fn sample(text: &str, series: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Settles `r` as a success of 7 prompt and 5 completion tokens.
+fn finish_with_12_tokens(r: Route) {
+    r.finish(Completion {
+        usage: Usage {
+            prompt_tokens: 7,
+            completion_tokens: 5,
+        },
+        succeeded: true,
+        latency_ms: 1.0,
+    });
+}
+
 #[test]
 fn routed_and_spend_counters_count_every_request() {
     let recorder = PrometheusBuilder::new().build_recorder();
@@ -82,15 +96,7 @@ fn routed_and_spend_counters_count_every_request() {
         }
         for _ in 0..4 {
             let caller = Caller::ApiKey("sk-test".into());
-            let r = route(&p, &request("cheap", caller, 0), &IdleEngine).unwrap();
-            r.finish(Completion {
-                usage: Usage {
-                    prompt_tokens: 7,
-                    completion_tokens: 5,
-                },
-                succeeded: true,
-                latency_ms: 1.0,
-            });
+            finish_with_12_tokens(route(&p, &request("cheap", caller, 0), &IdleEngine).unwrap());
         }
     });
     let text = handle.render();
@@ -134,15 +140,7 @@ fn registering_shows_every_tenant_at_zero_and_later_spend_adds_to_it() {
     );
     metrics::with_local_recorder(&recorder, || {
         let caller = Caller::ApiKey("sk-test".into());
-        let r = route(&p, &request("cheap", caller, 0), &IdleEngine).unwrap();
-        r.finish(Completion {
-            usage: Usage {
-                prompt_tokens: 7,
-                completion_tokens: 5,
-            },
-            succeeded: true,
-            latency_ms: 1.0,
-        });
+        finish_with_12_tokens(route(&p, &request("cheap", caller, 0), &IdleEngine).unwrap());
     });
     assert_eq!(sample(&handle.render(), series), 12);
 }
