@@ -123,6 +123,11 @@ pub trait Backend: Send + Sync + 'static {
     fn activations_from(&self, rows: usize, cols: usize, values: &[f32]) -> Self::Activations;
     /// Copies row `row` to the host.
     fn read_row(&self, x: &Self::Activations, row: usize, out: &mut [f32]);
+    /// Every row of `x` on the host, row after row: a backend whose
+    /// activations live in host memory lends them as they are, a device
+    /// backend copies them into `staging` (kept by the caller and reused,
+    /// so a step's logits cost no allocation).
+    fn host_rows<'a>(&self, x: &'a Self::Activations, staging: &'a mut Vec<f32>) -> &'a [f32];
     /// Reshapes `x` to `rows × cols` without preserving contents (reuses the allocation).
     fn resize(&self, x: &mut Self::Activations, rows: usize, cols: usize);
     fn kv_cache(

@@ -25,12 +25,15 @@ pub struct ModelPart<'s, 'a, B: Backend> {
 
 /// Runs one step over every part's chunks and returns the requested logits,
 /// row after row in part then chunk order (`vocab_size` floats per row).
-/// Every part must have the first part's configuration.
-pub fn forward_many<B: Backend>(
+/// Every part must have the first part's configuration. The logits live in
+/// `scratch` until its next step: a step allocates no output buffer (at
+/// batch 16 they are 3 MB, and a fresh allocation each step cost page
+/// faults on the serial path).
+pub fn forward_many<'s, B: Backend>(
     backend: &B,
     parts: &mut [ModelPart<'_, '_, B>],
-    scratch: &mut Scratch<B>,
-) -> Result<Vec<f32>, ModelError> {
+    scratch: &'s mut Scratch<B>,
+) -> Result<&'s [f32], ModelError> {
     let Some(lead) = parts.first().map(|p| p.model) else {
         return Err(ModelError::EmptyBatch);
     };
@@ -311,11 +314,11 @@ impl<B: Backend> Step<'_, B> {
 
     /// Final norm and output projection, on the rows that want logits only
     /// (the output projection is the largest matrix of a small model).
-    fn logits(
+    fn logits<'s>(
         &self,
         parts: &[ModelPart<'_, '_, B>],
-        s: &mut Scratch<B>,
-    ) -> Result<Vec<f32>, ModelError> {
+        s: &'s mut Scratch<B>,
+    ) -> Result<&'s [f32], ModelError> {
         let (b, c) = (self.backend, self.lead.config());
         let hidden = c.hidden_size;
         // The rows that want logits, and each part's share of them.
@@ -336,7 +339,7 @@ impl<B: Backend> Step<'_, B> {
             wanted_rows.push(first..wanted.len());
         }
         if wanted.is_empty() {
-            return Ok(Vec::new());
+            return Ok(&[]);
         }
         select_rows(b, &s.x, &wanted, hidden, &mut s.selected)?;
         let norms = runs(
@@ -376,11 +379,7 @@ impl<B: Backend> Step<'_, B> {
             &mut s.gather,
             |x, w, out| b.matmul(x, w, None, out),
         )?;
-        let mut out = vec![0.0f32; wanted.len() * c.vocab_size];
-        for (i, dst) in out.chunks_exact_mut(c.vocab_size).enumerate() {
-            b.read_row(&s.logits, i, dst);
-        }
-        Ok(out)
+        Ok(b.host_rows(&s.logits, &mut s.host_logits))
     }
 }
 

@@ -124,6 +124,11 @@ impl Backend for CpuBackend {
         }
     }
 
+    /// Lends `x`'s own buffer: no copy (`staging` stays untouched).
+    fn host_rows<'a>(&self, x: &'a CpuActivations, _staging: &'a mut Vec<f32>) -> &'a [f32] {
+        x.data.get(..x.rows * x.cols).unwrap_or(&x.data)
+    }
+
     fn resize(&self, x: &mut CpuActivations, rows: usize, cols: usize) {
         x.reshape(rows, cols);
     }
