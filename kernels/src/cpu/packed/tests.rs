@@ -8,7 +8,6 @@ use rand_chacha::ChaCha8Rng;
 use super::*;
 use crate::cpu::dot::dot_quantized;
 use crate::cpu::quant_act::QuantizedRows;
-use crate::cpu::ThreadPool;
 
 fn random_rows(rng: &mut ChaCha8Rng, dtype: DType, rows: usize, k: usize) -> Vec<u8> {
     let mut out = Vec::new();
@@ -36,7 +35,7 @@ fn quantized(rng: &mut ChaCha8Rng, isa: CheckedIsa, n: usize, k: usize) -> Quant
         })
         .collect();
     let mut q = QuantizedRows::default();
-    q.quantize(&ThreadPool::new(1), isa, &x, n, k);
+    q.quantize(isa, &x, n, k);
     q
 }
 
