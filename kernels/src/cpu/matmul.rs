@@ -361,9 +361,12 @@ fn accumulate_group<const C: usize>(
         }
         let start = (first + r) * rows + g * GROUP_ROWS;
         // SAFETY: each task owns the output columns of its groups in
-        // every activation row.
-        let o = unsafe { t.out.range(start, GROUP_ROWS) };
-        o.iter_mut().zip(sums.iter()).for_each(|(o, v)| *o += v);
+        // every activation row; `range` returns GROUP_ROWS elements.
+        let o: &mut [f32; GROUP_ROWS] =
+            unsafe { &mut *t.out.range(start, GROUP_ROWS).as_mut_ptr().cast() };
+        for (o, v) in o.iter_mut().zip(sums) {
+            *o += *v;
+        }
     }
 }
 

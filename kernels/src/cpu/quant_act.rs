@@ -144,22 +144,25 @@ impl SharedRows<'_> {
         }
     }
 
-    /// Row `r`.
+    /// Row `r`. Inlined and unchecked: the group kernels' tile walk builds
+    /// eight of these per tile and block of groups.
     ///
     /// # Safety
-    /// Row `r` was quantized, and no thread writes any row while the
-    /// result lives.
-    #[inline]
+    /// `r` is below the row count given to [`QuantizedRows::shared`], row
+    /// `r` was quantized, and no thread writes any row while the result
+    /// lives.
+    #[inline(always)]
     pub(crate) unsafe fn row(&self, r: usize) -> QRow<'_> {
         let blocks = self.k / QK;
         let spread = self.spread_per_row;
-        // SAFETY: the caller's promise; the ranges are row r's.
+        // SAFETY: the caller's promises; the ranges are row r's, inside
+        // buffers sized for every row by `shared`.
         unsafe {
             QRow {
-                qs: self.qs.get(r * self.k, self.k),
-                ds: self.ds.get(r * 2 * blocks, 2 * blocks),
-                sums: self.sums.get(r * blocks, blocks),
-                spread: self.spread.get(r * spread, spread),
+                qs: self.qs.get_unchecked(r * self.k, self.k),
+                ds: self.ds.get_unchecked(r * 2 * blocks, 2 * blocks),
+                sums: self.sums.get_unchecked(r * blocks, blocks),
+                spread: self.spread.get_unchecked(r * spread, spread),
             }
         }
     }
