@@ -37,6 +37,11 @@ const TASKS_PER_THREAD: usize = 16;
 const MIN_ROWS_PER_TASK: usize = 8;
 /// A group is 16 rows; two make a task worth its atomic.
 const MIN_GROUPS_PER_TASK: usize = 2;
+/// At most this many groups per task, so that the last task of a job is
+/// short: the 49,152-row output matrix split by thread count alone gave
+/// tasks of 96 groups (~120 µs at 16 rows), and a thread that finished
+/// first waited up to that long at the job's end.
+const MAX_GROUPS_PER_TASK: usize = 16;
 /// Weight rows per per-row kernel call within a task (outputs buffered on
 /// the stack).
 const SUB_CHUNK_ROWS: usize = 64;
@@ -238,7 +243,9 @@ fn plan(pool: &ThreadPool, targets: &[Target<'_>], n: usize) -> Vec<Task> {
     for (i, t) in targets.iter().enumerate() {
         let packed = t.w.packed.as_ref().filter(|_| n >= GROUP_MIN_ROWS);
         let groups = packed.map_or(0, |p| p.groups());
-        let chunk = pool.chunk_for(groups, TASKS_PER_THREAD, MIN_GROUPS_PER_TASK);
+        let chunk = pool
+            .chunk_for(groups, TASKS_PER_THREAD, MIN_GROUPS_PER_TASK)
+            .min(MAX_GROUPS_PER_TASK);
         for start in (0..groups).step_by(chunk) {
             tasks.push(Task {
                 target: i,
