@@ -324,57 +324,55 @@ fn run_tile<const C: usize>(
     groups: Range<usize>,
 ) {
     let rows = t.w.rows();
-    for g in groups {
-        if t.accumulate {
-            accumulate_group(isa, packed, t, &tile, first, g);
+    let span = groups.len() * GROUP_ROWS;
+    // Each tile row's outputs for all of `groups`, bounds-checked once
+    // here rather than per group (a check per row and group showed in
+    // profiles); every access below goes through these pointers.
+    let bases: [*mut f32; C] = std::array::from_fn(|r| {
+        let start = (first + r) * rows + groups.start * GROUP_ROWS;
+        // SAFETY: each task owns the output columns of its groups in
+        // every activation row.
+        unsafe { t.out.range(start, span).as_mut_ptr() }
+    });
+    // A bias before a residual add rounds as `x + (dot + bias)`: through
+    // a buffer. (No model here has both on one matrix.)
+    let buffered = t.accumulate && t.bias.is_some();
+    for (i, g) in groups.enumerate() {
+        // SAFETY: group `i` of the span checked above; the arrays are
+        // used one at a time.
+        let outs = || unsafe { group_outs(bases, i) };
+        let bias = t.bias.map(|b| &b[g * GROUP_ROWS..(g + 1) * GROUP_ROWS]);
+        if buffered {
+            let mut sums = [[0.0f32; GROUP_ROWS]; C];
+            packed.dot_group::<C>(isa, g, &tile, sums.each_mut(), false);
+            let bias = bias.unwrap_or(&[0.0; GROUP_ROWS]);
+            for (o, sums) in outs().into_iter().zip(&sums) {
+                for ((o, v), b) in o.iter_mut().zip(sums).zip(bias) {
+                    *o += v + b;
+                }
+            }
             continue;
         }
-        let out: [&mut [f32; GROUP_ROWS]; C] = std::array::from_fn(|r| {
-            let start = (first + r) * rows + g * GROUP_ROWS;
-            // SAFETY: each task owns the output columns of its groups in
-            // every activation row; `range` returns GROUP_ROWS elements.
-            unsafe { &mut *t.out.range(start, GROUP_ROWS).as_mut_ptr().cast() }
-        });
-        packed.dot_group::<C>(isa, g, &tile, out);
-        if let Some(bias) = t.bias {
-            let bias = &bias[g * GROUP_ROWS..(g + 1) * GROUP_ROWS];
-            for r in 0..C {
-                let start = (first + r) * rows + g * GROUP_ROWS;
-                // SAFETY: as above; the kernel's borrow has ended.
-                let o = unsafe { t.out.range(start, GROUP_ROWS) };
+        packed.dot_group::<C>(isa, g, &tile, outs(), t.accumulate);
+        if let Some(bias) = bias {
+            for o in outs() {
                 o.iter_mut().zip(bias).for_each(|(o, b)| *o += b);
             }
         }
     }
 }
 
-/// Group `g` of a product with `accumulate`: `out += dot (+ bias)`,
-/// rounded as the product into a buffer (plus bias) and then an add.
-fn accumulate_group<const C: usize>(
-    isa: CheckedIsa,
-    packed: &PackedRows,
-    t: &Target<'_>,
-    tile: &[QRow<'_>; C],
-    first: usize,
-    g: usize,
-) {
-    let rows = t.w.rows();
-    let mut sums = [[0.0f32; GROUP_ROWS]; C];
-    packed.dot_group::<C>(isa, g, tile, sums.each_mut());
-    let bias = t.bias.map(|b| &b[g * GROUP_ROWS..(g + 1) * GROUP_ROWS]);
-    for (r, sums) in sums.iter_mut().enumerate() {
-        if let Some(bias) = bias {
-            sums.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
-        }
-        let start = (first + r) * rows + g * GROUP_ROWS;
-        // SAFETY: each task owns the output columns of its groups in
-        // every activation row; `range` returns GROUP_ROWS elements.
-        let o: &mut [f32; GROUP_ROWS] =
-            unsafe { &mut *t.out.range(start, GROUP_ROWS).as_mut_ptr().cast() };
-        for (o, v) in o.iter_mut().zip(sums) {
-            *o += *v;
-        }
-    }
+/// Group `i`'s sixteen outputs in each row from `bases`.
+///
+/// # Safety
+/// Each base points at least `16 · (i + 1)` floats this task alone
+/// accesses, and no other borrow of them lives while the result does.
+unsafe fn group_outs<'a, const C: usize>(
+    bases: [*mut f32; C],
+    i: usize,
+) -> [&'a mut [f32; GROUP_ROWS]; C] {
+    // SAFETY: the caller's promise.
+    std::array::from_fn(|r| unsafe { &mut *bases[r].add(i * GROUP_ROWS).cast() })
 }
 
 /// Stores `value` at `index` of `out`, or adds it with `accumulate`.
