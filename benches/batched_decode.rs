@@ -91,7 +91,7 @@ fn decode_steps(backend: &CpuBackend, model: &LlamaModel<CpuBackend>, batch: usi
         let logits = model
             .forward(backend, &mut chunk, &mut scratch)
             .expect("prefill");
-        next.push([argmax(&logits)]);
+        next.push([argmax(logits)]);
     }
     let start = Instant::now();
     for step in 0..STEPS {

@@ -98,7 +98,12 @@ fn alone(model: &Model, backend: &CpuBackend, prompt: &[u32], decode: usize) -> 
             cache: &mut cache,
             logits: LogitRows::Last,
         }];
-        rows.push(model.forward(backend, &mut chunks, &mut scratch).unwrap());
+        rows.push(
+            model
+                .forward(backend, &mut chunks, &mut scratch)
+                .unwrap()
+                .to_vec(),
+        );
     }
     rows
 }

@@ -81,11 +81,36 @@ pub struct AttentionShape {
     pub scale: f32,
 }
 
-/// One product of [`Backend::matmul_many`]: `out = x · wᵀ (+ bias)`.
+/// One product of [`Backend::matmul_many`]: `out = x · wᵀ (+ bias)`, or
+/// with `accumulate`, `out += x · wᵀ (+ bias)` (a residual connection,
+/// rounded as a product into a buffer and then an add would be).
 pub struct MatmulProduct<'a, B: Backend> {
     pub w: &'a B::Matrix,
     pub bias: Option<&'a B::Vector>,
     pub out: &'a mut B::Activations,
+    pub accumulate: bool,
+}
+
+/// The rows [`Backend::matmul_many`] multiplies, with the elementwise step
+/// that makes them when there is one: a backend can run that step inside
+/// the multiply's parallel job instead of as a job of its own.
+pub enum MatmulInput<'a, B: Backend> {
+    /// `x` as it is.
+    Rows(&'a B::Activations),
+    /// `out = rms_norm(x) · weight` as [`Backend::rms_norm`] computes it;
+    /// the products take `out`.
+    RmsNorm {
+        x: &'a B::Activations,
+        weight: &'a B::Vector,
+        eps: f32,
+        out: &'a mut B::Activations,
+    },
+    /// `gate = silu(gate) · up` as [`Backend::silu_mul`] computes it; the
+    /// products take `gate`.
+    SiluMul {
+        gate: &'a mut B::Activations,
+        up: &'a B::Activations,
+    },
 }
 
 /// One sequence of [`Backend::attention_many`]: its rows of `q`, `k`, `v`
@@ -123,6 +148,11 @@ pub trait Backend: Send + Sync + 'static {
     fn activations_from(&self, rows: usize, cols: usize, values: &[f32]) -> Self::Activations;
     /// Copies row `row` to the host.
     fn read_row(&self, x: &Self::Activations, row: usize, out: &mut [f32]);
+    /// Every row of `x` on the host, row after row: a backend whose
+    /// activations live in host memory lends them as they are, a device
+    /// backend copies them into `staging` (kept by the caller and reused,
+    /// so a step's logits cost no allocation).
+    fn host_rows<'a>(&self, x: &'a Self::Activations, staging: &'a mut Vec<f32>) -> &'a [f32];
     /// Reshapes `x` to `rows × cols` without preserving contents (reuses the allocation).
     fn resize(&self, x: &mut Self::Activations, rows: usize, cols: usize);
     fn kv_cache(
@@ -158,23 +188,18 @@ pub trait Backend: Send + Sync + 'static {
         bias: Option<&Self::Vector>,
         out: &mut Self::Activations,
     ) -> Result<(), KernelError>;
-    /// Every `products[i].out = x · products[i].wᵀ (+ bias)`: several
-    /// matrices against one input (Q/K/V, gate/up). A backend can quantize
-    /// `x` once and run all of them as one parallel job; this default runs
-    /// [`Backend::matmul`] on each in turn.
+    /// Every product of `products` (see [`MatmulProduct`]) on the rows of
+    /// `input`: one or several matrices against one input (Q/K/V,
+    /// gate/up), the input's elementwise step first. A backend can quantize
+    /// the input once for all of them and run the step, the quantization
+    /// and the products as one parallel job.
     fn matmul_many(
         &self,
-        x: &Self::Activations,
+        input: MatmulInput<'_, Self>,
         products: &mut [MatmulProduct<'_, Self>],
     ) -> Result<(), KernelError>
     where
-        Self: Sized,
-    {
-        for p in products.iter_mut() {
-            self.matmul(x, p.w, p.bias, p.out)?;
-        }
-        Ok(())
-    }
+        Self: Sized;
     /// Rotates each head of each row in place; row `i` is at `positions[i]`.
     /// `inv_freq` has `head_dim / 2` entries (scaling already applied).
     fn rope(

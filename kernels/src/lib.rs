@@ -30,6 +30,8 @@ pub mod dtype;
 pub mod error;
 pub mod quantize;
 
-pub use backend::{AttentionRows, AttentionShape, Backend, MatmulProduct, RopeStyle, WeightView};
+pub use backend::{
+    AttentionRows, AttentionShape, Backend, MatmulInput, MatmulProduct, RopeStyle, WeightView,
+};
 pub use dtype::DType;
 pub use error::KernelError;

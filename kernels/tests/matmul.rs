@@ -6,7 +6,7 @@ mod common;
 use bytes::Bytes;
 use common::{contract_quantize, isas_to_test, random_activations, random_weights, rng};
 use switchyard_kernels::cpu::{dequantize_row, CpuBackend, Isa};
-use switchyard_kernels::{Backend, DType, MatmulProduct, WeightView};
+use switchyard_kernels::{Backend, DType, MatmulInput, MatmulProduct, WeightView};
 
 /// Quantized types against the f64 reference, relative to `Σ|w_i x̂_i|`.
 /// The integer block sums are exact, so the only error is f32 arithmetic:
@@ -222,9 +222,12 @@ fn matmul_many_equals_separate_matmuls() {
                     w,
                     bias: (i == 1).then_some(&bias),
                     out,
+                    accumulate: false,
                 })
                 .collect();
-            backend.matmul_many(&x, &mut products).unwrap();
+            backend
+                .matmul_many(MatmulInput::Rows(&x), &mut products)
+                .unwrap();
             for (i, (w, out)) in matrices.iter().zip(&outs).enumerate() {
                 let mut want = backend.activations(n, shapes[i].1);
                 let b = (i == 1).then_some(&bias);

@@ -58,6 +58,8 @@ pub struct Scratch<B: Backend> {
     pub(super) up: B::Activations,
     pub(super) selected: B::Activations,
     pub(super) logits: B::Activations,
+    /// The logits on the host, for a backend that cannot lend `logits`.
+    pub(super) host_logits: Vec<f32>,
     /// Rows of one checkpoint while a step that runs several multiplies them apart.
     pub(super) gather: Gather<B>,
 }
@@ -120,18 +122,20 @@ impl<B: Backend> LlamaModel<B> {
             up: empty(),
             selected: empty(),
             logits: empty(),
+            host_logits: Vec::new(),
             gather: Gather::new(backend),
         }
     }
 
     /// Runs one step over `chunks` and returns the requested logits, row after
-    /// row in chunk order (`vocab_size` floats per row).
-    pub fn forward(
+    /// row in chunk order (`vocab_size` floats per row), held in `scratch`
+    /// until its next step.
+    pub fn forward<'s>(
         &self,
         backend: &B,
         chunks: &mut [SequenceChunk<'_, B>],
-        scratch: &mut Scratch<B>,
-    ) -> Result<Vec<f32>, ModelError> {
+        scratch: &'s mut Scratch<B>,
+    ) -> Result<&'s [f32], ModelError> {
         let mut parts = [ModelPart {
             model: self,
             chunks,

@@ -9,11 +9,11 @@
 
 use std::ops::Range;
 
-use switchyard_kernels::{AttentionRows, Backend, MatmulProduct};
+use switchyard_kernels::{AttentionRows, Backend, MatmulInput, MatmulProduct};
 
 use super::config::ModelConfig;
 use super::llama::{LlamaModel, LogitRows, Scratch, SequenceChunk};
-use super::runs::{by_runs, runs, Run, SameTensor, Widths};
+use super::runs::{by_runs, runs, Gather, Run, SameTensor, Widths};
 use super::weights::LayerWeights;
 use super::ModelError;
 
@@ -25,12 +25,15 @@ pub struct ModelPart<'s, 'a, B: Backend> {
 
 /// Runs one step over every part's chunks and returns the requested logits,
 /// row after row in part then chunk order (`vocab_size` floats per row).
-/// Every part must have the first part's configuration.
-pub fn forward_many<B: Backend>(
+/// Every part must have the first part's configuration. The logits live in
+/// `scratch` until its next step: a step allocates no output buffer (at
+/// batch 16 they are 3 MB, and a fresh allocation each step cost page
+/// faults on the serial path).
+pub fn forward_many<'s, B: Backend>(
     backend: &B,
     parts: &mut [ModelPart<'_, '_, B>],
-    scratch: &mut Scratch<B>,
-) -> Result<Vec<f32>, ModelError> {
+    scratch: &'s mut Scratch<B>,
+) -> Result<&'s [f32], ModelError> {
     let Some(lead) = parts.first().map(|p| p.model) else {
         return Err(ModelError::EmptyBatch);
     };
@@ -162,11 +165,17 @@ impl<B: Backend> Step<'_, B> {
         runs(self.part_rows, tensors)
     }
 
-    /// `normed = rms_norm(x)` with each part's norm weights.
-    fn norm_hidden<'w>(
+    /// `normed = rms_norm(x)` with each part's norm weights (`norms`).
+    fn norm_hidden(&self, norms: &[Run<&B::Vector>], s: &mut Scratch<B>) -> Result<(), ModelError> {
+        self.norm_rows(norms, &s.x, &mut s.normed, &mut s.gather)
+    }
+
+    fn norm_rows(
         &self,
-        weights: impl IntoIterator<Item = &'w B::Vector>,
-        s: &mut Scratch<B>,
+        norms: &[Run<&B::Vector>],
+        x: &B::Activations,
+        normed: &mut B::Activations,
+        gather: &mut Gather<B>,
     ) -> Result<(), ModelError> {
         let (b, c) = (self.backend, self.lead.config());
         let eps = c.rms_norm_eps;
@@ -174,16 +183,31 @@ impl<B: Backend> Step<'_, B> {
             input: c.hidden_size,
             output: c.hidden_size,
         };
-        let norms = self.runs(weights);
-        by_runs(
-            b,
-            &norms,
-            &s.x,
-            &mut s.normed,
-            same,
-            &mut s.gather,
-            |x, w, out| b.rms_norm(x, w, eps, out),
-        )
+        by_runs(b, norms, x, normed, same, gather, |x, w, out| {
+            b.rms_norm(x, w, eps, out)
+        })
+    }
+
+    /// The input of a matmul on `rms_norm(x)`: the norm itself when every
+    /// part shares its weights (the backend fuses it into the matmul's
+    /// job), else `normed`, normed here part by part.
+    fn normed_input<'a>(
+        &self,
+        norms: &'a [Run<&B::Vector>],
+        x: &'a B::Activations,
+        normed: &'a mut B::Activations,
+        gather: &mut Gather<B>,
+    ) -> Result<MatmulInput<'a, B>, ModelError> {
+        if let [norm] = norms {
+            return Ok(MatmulInput::RmsNorm {
+                x,
+                weight: norm.tensor,
+                eps: self.lead.config().rms_norm_eps,
+                out: normed,
+            });
+        }
+        self.norm_rows(norms, x, normed, gather)?;
+        Ok(MatmulInput::Rows(normed))
     }
 
     fn attention_block(
@@ -198,7 +222,7 @@ impl<B: Backend> Step<'_, B> {
         let q_width = c.n_heads * c.head_dim;
         let kv_width = c.n_kv_heads * c.head_dim;
 
-        self.norm_hidden(layers.iter().map(|l| &**l.attn_norm), s)?;
+        let norms = self.runs(layers.iter().map(|l| &**l.attn_norm));
         let matmul = |x: &B::Activations,
                       (w, bias): (&B::Matrix, Option<&B::Vector>),
                       out: &mut B::Activations| { b.matmul(x, w, bias, out) };
@@ -210,15 +234,24 @@ impl<B: Backend> Step<'_, B> {
             output,
         };
         if let ([q], [k], [v]) = (q.as_slice(), k.as_slice(), v.as_slice()) {
-            // Every part shares Q, K and V: `normed` is quantized once for all three.
-            let product = |(w, bias), out| MatmulProduct { w, bias, out };
+            // Every part shares Q, K and V: the norm's rows are quantized
+            // once for all three, in one job with the norm when that is
+            // shared too.
+            let product = |(w, bias), out| MatmulProduct {
+                w,
+                bias,
+                out,
+                accumulate: false,
+            };
             let mut products = [
                 product(q.tensor, &mut s.q),
                 product(k.tensor, &mut s.k),
                 product(v.tensor, &mut s.v),
             ];
-            b.matmul_many(&s.normed, &mut products)?;
+            let input = self.normed_input(&norms, &s.x, &mut s.normed, &mut s.gather)?;
+            b.matmul_many(input, &mut products)?;
         } else {
+            self.norm_hidden(&norms, s)?;
             let g = &mut s.gather;
             by_runs(b, &q, &s.normed, &mut s.q, to(q_width), g, matmul)?;
             by_runs(b, &k, &s.normed, &mut s.k, to(kv_width), g, matmul)?;
@@ -248,6 +281,17 @@ impl<B: Backend> Step<'_, B> {
         drop(seqs);
 
         let wo = self.runs(layers.iter().map(|l| (&**l.wo, None::<&B::Vector>)));
+        if let [wo] = wo.as_slice() {
+            // The residual add rides on the product's job.
+            let mut products = [MatmulProduct {
+                w: wo.tensor.0,
+                bias: None,
+                out: &mut s.x,
+                accumulate: true,
+            }];
+            b.matmul_many(MatmulInput::Rows(&s.attn), &mut products)?;
+            return Ok(());
+        }
         let from_heads = Widths {
             input: q_width,
             output: hidden,
@@ -268,7 +312,7 @@ impl<B: Backend> Step<'_, B> {
     fn mlp_block(&self, layers: &[&LayerWeights<B>], s: &mut Scratch<B>) -> Result<(), ModelError> {
         let (b, c) = (self.backend, self.lead.config());
         let (hidden, inner) = (c.hidden_size, c.intermediate_size);
-        self.norm_hidden(layers.iter().map(|l| &**l.ffn_norm), s)?;
+        let norms = self.runs(layers.iter().map(|l| &**l.ffn_norm));
         let matmul =
             |x: &B::Activations, w: &B::Matrix, out: &mut B::Activations| b.matmul(x, w, None, out);
         let up_widths = Widths {
@@ -278,20 +322,43 @@ impl<B: Backend> Step<'_, B> {
         let gate = self.runs(layers.iter().map(|l| &**l.gate));
         let up = self.runs(layers.iter().map(|l| &**l.up));
         if let ([gate], [up]) = (gate.as_slice(), up.as_slice()) {
-            // Every part shares both: `normed` is quantized once for the two.
-            let product = |w, out| MatmulProduct { w, bias: None, out };
+            // Every part shares both: the norm's rows are quantized once
+            // for the two (as for Q, K and V above).
+            let product = |w, out| MatmulProduct {
+                w,
+                bias: None,
+                out,
+                accumulate: false,
+            };
             let mut products = [
                 product(gate.tensor, &mut s.gate),
                 product(up.tensor, &mut s.up),
             ];
-            b.matmul_many(&s.normed, &mut products)?;
+            let input = self.normed_input(&norms, &s.x, &mut s.normed, &mut s.gather)?;
+            b.matmul_many(input, &mut products)?;
         } else {
+            self.norm_hidden(&norms, s)?;
             let g = &mut s.gather;
             by_runs(b, &gate, &s.normed, &mut s.gate, up_widths, g, matmul)?;
             by_runs(b, &up, &s.normed, &mut s.up, up_widths, g, matmul)?;
         }
-        b.silu_mul(&mut s.gate, &s.up)?;
         let down = self.runs(layers.iter().map(|l| &**l.down));
+        if let [down] = down.as_slice() {
+            // SiLU gating and the residual add ride on the product's job.
+            let mut products = [MatmulProduct {
+                w: down.tensor,
+                bias: None,
+                out: &mut s.x,
+                accumulate: true,
+            }];
+            let input = MatmulInput::SiluMul {
+                gate: &mut s.gate,
+                up: &s.up,
+            };
+            b.matmul_many(input, &mut products)?;
+            return Ok(());
+        }
+        b.silu_mul(&mut s.gate, &s.up)?;
         let down_widths = Widths {
             input: inner,
             output: hidden,
@@ -311,11 +378,11 @@ impl<B: Backend> Step<'_, B> {
 
     /// Final norm and output projection, on the rows that want logits only
     /// (the output projection is the largest matrix of a small model).
-    fn logits(
+    fn logits<'s>(
         &self,
         parts: &[ModelPart<'_, '_, B>],
-        s: &mut Scratch<B>,
-    ) -> Result<Vec<f32>, ModelError> {
+        s: &'s mut Scratch<B>,
+    ) -> Result<&'s [f32], ModelError> {
         let (b, c) = (self.backend, self.lead.config());
         let hidden = c.hidden_size;
         // The rows that want logits, and each part's share of them.
@@ -336,7 +403,7 @@ impl<B: Backend> Step<'_, B> {
             wanted_rows.push(first..wanted.len());
         }
         if wanted.is_empty() {
-            return Ok(Vec::new());
+            return Ok(&[]);
         }
         select_rows(b, &s.x, &wanted, hidden, &mut s.selected)?;
         let norms = runs(
@@ -376,11 +443,7 @@ impl<B: Backend> Step<'_, B> {
             &mut s.gather,
             |x, w, out| b.matmul(x, w, None, out),
         )?;
-        let mut out = vec![0.0f32; wanted.len() * c.vocab_size];
-        for (i, dst) in out.chunks_exact_mut(c.vocab_size).enumerate() {
-            b.read_row(&s.logits, i, dst);
-        }
-        Ok(out)
+        Ok(b.host_rows(&s.logits, &mut s.host_logits))
     }
 }
 

@@ -7,12 +7,14 @@ use super::attention::{attention, AttentionCall, SeqRows};
 use super::dequant::dequantize_row;
 use super::isa::CheckedIsa;
 use super::kv_cache::CpuKvCache;
+use super::matmul_input::Input;
 use super::packed::{self, PackedRows};
 use super::tensors::{CpuActivations, CpuMatrix, CpuVector};
 use super::threads::ThreadPool;
 use super::{elementwise, matmul, norm, rope, row_copy, Isa};
 use crate::{
-    AttentionRows, AttentionShape, Backend, KernelError, MatmulProduct, RopeStyle, WeightView,
+    AttentionRows, AttentionShape, Backend, KernelError, MatmulInput, MatmulProduct, RopeStyle,
+    WeightView,
 };
 
 /// The CPU backend: SIMD kernels for one ISA chosen at construction, run on
@@ -124,6 +126,11 @@ impl Backend for CpuBackend {
         }
     }
 
+    /// Lends `x`'s own buffer: no copy (`staging` stays untouched).
+    fn host_rows<'a>(&self, x: &'a CpuActivations, _staging: &'a mut Vec<f32>) -> &'a [f32] {
+        x.data.get(..x.rows * x.cols).unwrap_or(&x.data)
+    }
+
     fn resize(&self, x: &mut CpuActivations, rows: usize, cols: usize) {
         x.reshape(rows, cols);
     }
@@ -199,18 +206,34 @@ impl Backend for CpuBackend {
 
     fn matmul_many(
         &self,
-        x: &CpuActivations,
+        input: MatmulInput<'_, Self>,
         products: &mut [MatmulProduct<'_, Self>],
     ) -> Result<(), KernelError> {
+        let input = match input {
+            MatmulInput::Rows(x) => Input::Rows(x),
+            MatmulInput::RmsNorm {
+                x,
+                weight,
+                eps,
+                out,
+            } => Input::RmsNorm {
+                x,
+                weight: &weight.values,
+                eps,
+                out,
+            },
+            MatmulInput::SiluMul { gate, up } => Input::SiluMul { gate, up },
+        };
         let mut products: Vec<matmul::Product<'_>> = products
             .iter_mut()
             .map(|p| matmul::Product {
                 w: p.w,
                 bias: p.bias.map(|b| b.values.as_slice()),
                 out: &mut *p.out,
+                accumulate: p.accumulate,
             })
             .collect();
-        matmul::matmul_many(&self.pool, self.isa, x, &mut products)
+        matmul::matmul_many(&self.pool, self.isa, input, &mut products)
     }
 
     fn rope(

@@ -48,6 +48,38 @@ impl<'a, T> DisjointSlice<'a, T> {
 }
 
 impl<T> DisjointSlice<'_, T> {
+    /// The elements `start..start + len`, to read.
+    ///
+    /// # Safety
+    /// No live borrow from [`DisjointSlice::range`] (on any thread) may
+    /// overlap them.
+    ///
+    /// # Panics
+    /// When the range is out of bounds (an internal invariant, as in `range`).
+    pub(crate) unsafe fn get(&self, start: usize, len: usize) -> &[T] {
+        assert!(
+            start <= self.len && len <= self.len - start,
+            "DisjointSlice range {start}+{len} outside {}",
+            self.len
+        );
+        // SAFETY: in bounds (checked above); the caller promises no
+        // overlapping `&mut` is live.
+        unsafe { std::slice::from_raw_parts(self.ptr.add(start), len) }
+    }
+
+    /// As [`DisjointSlice::get`], bounds checked in debug builds only: for
+    /// the group kernels' tile walk, which builds eight rows' views per
+    /// block of groups (a checked call each showed up in profiles).
+    ///
+    /// # Safety
+    /// As for `get`, and `start + len` must not exceed the length.
+    #[inline(always)]
+    pub(crate) unsafe fn get_unchecked(&self, start: usize, len: usize) -> &[T] {
+        debug_assert!(start <= self.len && len <= self.len - start);
+        // SAFETY: the caller's promises.
+        unsafe { std::slice::from_raw_parts(self.ptr.add(start), len) }
+    }
+
     /// Writes `value` at `index`.
     ///
     /// # Safety

@@ -11,7 +11,11 @@ use crate::KernelError;
 /// waking workers would cost more than the arithmetic.
 const ELEMENTS_PER_TASK: usize = 16 * 1024;
 
-fn same_shape(op: &'static str, a: &CpuActivations, b: &CpuActivations) -> Result<(), KernelError> {
+pub(crate) fn same_shape(
+    op: &'static str,
+    a: &CpuActivations,
+    b: &CpuActivations,
+) -> Result<(), KernelError> {
     if a.rows == b.rows && a.cols == b.cols {
         Ok(())
     } else {

@@ -10,6 +10,7 @@
 //! allocator, so a large capacity costs address space, not RAM, until
 //! used.
 
+use super::disjoint::DisjointSlice;
 use crate::KernelError;
 
 /// Positions per key tile: the sixteen f32 lanes of a zmm.
@@ -99,11 +100,13 @@ impl CpuKvCache {
         self.filled.iter_mut().for_each(|f| *f = 0);
     }
 
+    #[cfg(test)]
     fn offset(&self, layer: usize, head: usize, position: usize) -> usize {
         ((layer * self.n_kv_heads + head) * self.capacity + position) * self.head_dim
     }
 
     /// Where `head`'s key tiles of `layer` start.
+    #[cfg(test)]
     fn key_base(&self, layer: usize, head: usize) -> usize {
         (layer * self.n_kv_heads + head) * self.key_capacity * self.head_dim
     }
@@ -112,14 +115,29 @@ impl CpuKvCache {
     /// `position` of `layer`; the caller checked bounds.
     pub(crate) fn write(&mut self, layer: usize, position: usize, key: &[f32], value: &[f32]) {
         let hd = self.head_dim;
-        let (tile, lane) = (position / KEY_TILE, position % KEY_TILE);
-        for head in 0..self.n_kv_heads {
-            let at = self.key_base(layer, head) + tile * KEY_TILE * hd + lane;
-            for (d, k) in key[head * hd..(head + 1) * hd].iter().enumerate() {
-                self.keys[at + d * KEY_TILE] = *k;
-            }
-            let at = self.offset(layer, head, position);
-            self.values[at..at + hd].copy_from_slice(&value[head * hd..(head + 1) * hd]);
+        let heads = self.layer_heads(layer);
+        for head in 0..heads.n_kv_heads {
+            let span = head * hd..(head + 1) * hd;
+            // SAFETY: `heads` lives only in this call and nothing else
+            // borrows the cache meanwhile.
+            unsafe { heads.write(head, position, &key[span.clone()], &value[span]) };
+        }
+    }
+
+    /// Layer `layer`'s keys and values as one view whose KV heads tasks of
+    /// one job can write and read apart (see [`LayerHeads`]).
+    pub(crate) fn layer_heads(&mut self, layer: usize) -> LayerHeads<'_> {
+        let key_len = self.n_kv_heads * self.key_capacity * self.head_dim;
+        let value_len = self.n_kv_heads * self.capacity * self.head_dim;
+        LayerHeads {
+            keys: DisjointSlice::new(&mut self.keys[layer * key_len..(layer + 1) * key_len]),
+            values: DisjointSlice::new(
+                &mut self.values[layer * value_len..(layer + 1) * value_len],
+            ),
+            n_kv_heads: self.n_kv_heads,
+            head_dim: self.head_dim,
+            capacity: self.capacity,
+            key_capacity: self.key_capacity,
         }
     }
 
@@ -129,14 +147,6 @@ impl CpuKvCache {
         if let Some(filled) = self.filled.get_mut(layer) {
             *filled = end;
         }
-    }
-
-    /// The key tiles of `head` in `layer` that cover positions `0..count`
-    /// (`KEY_TILE · head_dim` floats per tile; lanes past `count` in the
-    /// last tile are stale or zero).
-    pub(crate) fn key_tiles(&self, layer: usize, head: usize, count: usize) -> &[f32] {
-        let at = self.key_base(layer, head);
-        &self.keys[at..at + count.div_ceil(KEY_TILE) * KEY_TILE * self.head_dim]
     }
 
     /// `head`'s key at `position` of `layer`, gathered out of its tile.
@@ -151,8 +161,75 @@ impl CpuKvCache {
 
     /// Values of `head` in `layer` for positions `0..count`, position after
     /// position.
+    #[cfg(test)]
     pub(crate) fn values(&self, layer: usize, head: usize, count: usize) -> &[f32] {
         let at = self.offset(layer, head, 0);
         &self.values[at..at + count * self.head_dim]
+    }
+}
+
+/// One layer of a [`CpuKvCache`], split by KV head: the attention job's
+/// task for a KV head of a one-tile sequence (a decode step) writes that
+/// head's new keys and values itself and then reads them, so the writes
+/// run in parallel instead of before the job on the calling thread.
+pub(crate) struct LayerHeads<'a> {
+    keys: DisjointSlice<'a, f32>,
+    values: DisjointSlice<'a, f32>,
+    n_kv_heads: usize,
+    head_dim: usize,
+    capacity: usize,
+    key_capacity: usize,
+}
+
+impl LayerHeads<'_> {
+    /// Stores `head`'s `key` and `value` (`head_dim` each) at `position`
+    /// (below the capacity: the caller checked bounds).
+    ///
+    /// # Safety
+    /// No other thread may read or write `head` of this layer meanwhile.
+    pub(crate) unsafe fn write(&self, head: usize, position: usize, key: &[f32], value: &[f32]) {
+        let hd = self.head_dim;
+        let (tile, lane) = (position / KEY_TILE, position % KEY_TILE);
+        let tile_at = (head * self.key_capacity + tile * KEY_TILE) * hd;
+        // SAFETY: the tile and the value row belong to `head`, which the
+        // caller holds alone.
+        let (tile, row) = unsafe {
+            (
+                self.keys.range(tile_at, KEY_TILE * hd),
+                self.values
+                    .range((head * self.capacity + position) * hd, hd),
+            )
+        };
+        for (d, k) in key.iter().enumerate() {
+            tile[d * KEY_TILE + lane] = *k;
+        }
+        row.copy_from_slice(value);
+    }
+
+    /// `head`'s key tiles covering positions `0..count`: `KEY_TILE ·
+    /// head_dim` floats per tile; lanes past `count` in the last tile are
+    /// stale or zero.
+    ///
+    /// # Safety
+    /// No thread may write `head` of this layer while the borrow lives.
+    pub(crate) unsafe fn key_tiles(&self, head: usize, count: usize) -> &[f32] {
+        let hd = self.head_dim;
+        // SAFETY: the caller's promise.
+        unsafe {
+            self.keys.get(
+                head * self.key_capacity * hd,
+                count.div_ceil(KEY_TILE) * KEY_TILE * hd,
+            )
+        }
+    }
+
+    /// `head`'s values for positions `0..count`.
+    ///
+    /// # Safety
+    /// As for [`LayerHeads::key_tiles`].
+    pub(crate) unsafe fn values(&self, head: usize, count: usize) -> &[f32] {
+        let hd = self.head_dim;
+        // SAFETY: the caller's promise.
+        unsafe { self.values.get(head * self.capacity * hd, count * hd) }
     }
 }

@@ -17,8 +17,9 @@ use std::ops::Range;
 use super::disjoint::DisjointSlice;
 use super::dot::{dot_float, dot_quantized, tile_rows};
 use super::isa::CheckedIsa;
+use super::matmul_input::Input;
 use super::packed::{PackedRows, GROUP_ROWS};
-use super::quant_act::{QRow, QuantizedRows};
+use super::quant_act::{QRow, QuantizedRows, SharedRows};
 use super::tensors::{CpuActivations, CpuMatrix};
 use super::threads::ThreadPool;
 use crate::KernelError;
@@ -36,6 +37,11 @@ const TASKS_PER_THREAD: usize = 16;
 const MIN_ROWS_PER_TASK: usize = 8;
 /// A group is 16 rows; two make a task worth its atomic.
 const MIN_GROUPS_PER_TASK: usize = 2;
+/// At most this many groups per task, so that the last task of a job is
+/// short: the 49,152-row output matrix split by thread count alone gave
+/// tasks of 96 groups (~120 µs at 16 rows), and a thread that finished
+/// first waited up to that long at the job's end.
+const MAX_GROUPS_PER_TASK: usize = 16;
 /// Weight rows per per-row kernel call within a task (outputs buffered on
 /// the stack).
 const SUB_CHUNK_ROWS: usize = 64;
@@ -51,6 +57,8 @@ pub(crate) struct Product<'a> {
     pub(crate) w: &'a CpuMatrix,
     pub(crate) bias: Option<&'a [f32]>,
     pub(crate) out: &'a mut CpuActivations,
+    /// `out +=` instead of `out =`.
+    pub(crate) accumulate: bool,
 }
 
 pub(crate) fn matmul(
@@ -61,74 +69,121 @@ pub(crate) fn matmul(
     bias: Option<&[f32]>,
     out: &mut CpuActivations,
 ) -> Result<(), KernelError> {
-    matmul_many(pool, isa, x, &mut [Product { w, bias, out }])
+    let product = Product {
+        w,
+        bias,
+        out,
+        accumulate: false,
+    };
+    matmul_many(pool, isa, Input::Rows(x), &mut [product])
 }
 
-/// Every `product.out = x · product.wᵀ (+ bias)`, in one pool job per
-/// weight kind (quantized, float).
+/// Every product on the rows of `input`. When every weight is quantized,
+/// one pool job does it all: its first phase makes the input's rows (the
+/// elementwise step, if any) and quantizes them, a few rows per task; its
+/// second runs the products' tasks. Float weights read f32 rows, so with
+/// any of them the step runs first as a job of its own.
 pub(crate) fn matmul_many(
     pool: &ThreadPool,
     isa: CheckedIsa,
-    x: &CpuActivations,
+    input: Input<'_>,
     products: &mut [Product<'_>],
 ) -> Result<(), KernelError> {
+    input.validate()?;
+    let (n, k) = input.shape();
     for p in products.iter() {
-        validate(x, p)?;
+        validate(n, k, p)?;
     }
+    if products.iter().all(|p| p.w.dtype().is_quantized()) {
+        run_quantized(pool, isa, input, products);
+        return Ok(());
+    }
+    let x = input.finish(pool, isa)?;
     for p in products.iter_mut().filter(|p| !p.w.dtype().is_quantized()) {
         matmul_float(pool, isa, x, p);
     }
-    let quantized: Vec<Target<'_>> = products
+    let mut quantized: Vec<Product<'_>> = products
         .iter_mut()
         .filter(|p| p.w.dtype().is_quantized())
-        .map(|p| Target {
+        .map(|p| Product {
             w: p.w,
             bias: p.bias,
-            out: DisjointSlice::new(&mut p.out.data),
+            out: &mut *p.out,
+            accumulate: p.accumulate,
         })
         .collect();
-    if quantized.is_empty() {
-        return Ok(());
+    if !quantized.is_empty() {
+        run_quantized(pool, isa, Input::Rows(x), &mut quantized);
     }
-    let run = |q: &QuantizedRows| {
-        let tasks = plan(pool, &quantized, x.rows);
-        pool.run(tasks.len(), &|i| {
-            let task = &tasks[i];
-            let target = &quantized[task.target];
-            match &task.unit {
-                Unit::Groups(groups) => {
-                    if let Some(packed) = &target.w.packed {
-                        run_groups(isa, packed, target, q, x.rows, groups.clone());
-                    }
-                }
-                Unit::Rows(rows) => run_rows(isa, target, q, x.rows, rows.clone()),
-            }
-        });
-    };
-    SCRATCH.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut q) => {
-            q.quantize(pool, isa, &x.data, x.rows, x.cols);
-            run(&q);
-        }
-        // Only a nested matmul on this thread gets here; it pays for its
-        // own buffer.
-        Err(_) => {
-            let mut q = QuantizedRows::default();
-            q.quantize(pool, isa, &x.data, x.rows, x.cols);
-            run(&q);
-        }
-    });
     Ok(())
 }
 
-fn validate(x: &CpuActivations, p: &Product<'_>) -> Result<(), KernelError> {
+/// First-phase tasks per thread: enough that both threads share the step
+/// and the quantization, few enough that each is worth its atomic.
+const ROW_TASKS_PER_THREAD: usize = 4;
+
+/// The one job of [`matmul_many`] for quantized weights (validated).
+fn run_quantized(
+    pool: &ThreadPool,
+    isa: CheckedIsa,
+    input: Input<'_>,
+    products: &mut [Product<'_>],
+) {
+    let (n, k) = input.shape();
+    let targets: Vec<Target<'_>> = products
+        .iter_mut()
+        .map(|p| Target {
+            w: p.w,
+            bias: p.bias,
+            accumulate: p.accumulate,
+            out: DisjointSlice::new(&mut p.out.data),
+        })
+        .collect();
+    let steps = input.by_rows(isa);
+    let tasks = plan(pool, &targets, n);
+    let rows_per_task = pool.chunk_for(n, ROW_TASKS_PER_THREAD, 1);
+    let run = |q: &mut QuantizedRows| {
+        let q = q.shared(isa, n, k);
+        pool.run_phased(
+            n.div_ceil(rows_per_task),
+            &|i| {
+                for r in i * rows_per_task..((i + 1) * rows_per_task).min(n) {
+                    // SAFETY: each first-phase task makes and quantizes its
+                    // own rows; nothing reads them before the second phase.
+                    unsafe { q.quantize_row(r, steps.row(r)) };
+                }
+            },
+            tasks.len(),
+            &|i| {
+                let task = &tasks[i];
+                let target = &targets[task.target];
+                match &task.unit {
+                    Unit::Groups(groups) => {
+                        if let Some(packed) = &target.w.packed {
+                            run_groups(isa, packed, target, &q, n, groups.clone());
+                        }
+                    }
+                    Unit::Rows(rows) => run_rows(isa, target, &q, n, rows.clone()),
+                }
+            },
+        );
+    };
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut q) => run(&mut q),
+        // Only a nested matmul on this thread gets here; it pays for its
+        // own buffer.
+        Err(_) => run(&mut QuantizedRows::default()),
+    });
+}
+
+/// Checks product `p` against input rows of `n × k`.
+fn validate(n: usize, k: usize, p: &Product<'_>) -> Result<(), KernelError> {
     let (w, out) = (p.w, &p.out);
-    if x.cols != w.cols() || out.rows != x.rows || out.cols != w.rows() {
+    if k != w.cols() || out.rows != n || out.cols != w.rows() {
         return Err(KernelError::Shape {
             op: "matmul",
             detail: format!(
-                "x is {}, W is {}×{} ({}), out is {}; need x n×{2}, out n×{1}",
-                x.shape(),
+                "x is {n}×{k}, W is {}×{} ({}), out is {}; need x n×{1}, out n×{0}",
                 w.rows(),
                 w.cols(),
                 w.dtype(),
@@ -155,6 +210,7 @@ fn validate(x: &CpuActivations, p: &Product<'_>) -> Result<(), KernelError> {
 struct Target<'a> {
     w: &'a CpuMatrix,
     bias: Option<&'a [f32]>,
+    accumulate: bool,
     out: DisjointSlice<'a, f32>,
 }
 
@@ -187,7 +243,9 @@ fn plan(pool: &ThreadPool, targets: &[Target<'_>], n: usize) -> Vec<Task> {
     for (i, t) in targets.iter().enumerate() {
         let packed = t.w.packed.as_ref().filter(|_| n >= GROUP_MIN_ROWS);
         let groups = packed.map_or(0, |p| p.groups());
-        let chunk = pool.chunk_for(groups, TASKS_PER_THREAD, MIN_GROUPS_PER_TASK);
+        let chunk = pool
+            .chunk_for(groups, TASKS_PER_THREAD, MIN_GROUPS_PER_TASK)
+            .min(MAX_GROUPS_PER_TASK);
         for start in (0..groups).step_by(chunk) {
             tasks.push(Task {
                 target: i,
@@ -211,7 +269,7 @@ fn run_groups(
     isa: CheckedIsa,
     packed: &PackedRows,
     t: &Target<'_>,
-    q: &QuantizedRows,
+    q: &SharedRows<'_>,
     n: usize,
     groups: Range<usize>,
 ) {
@@ -233,7 +291,7 @@ fn run_group_block(
     isa: CheckedIsa,
     packed: &PackedRows,
     t: &Target<'_>,
-    q: &QuantizedRows,
+    q: &SharedRows<'_>,
     n: usize,
     groups: Range<usize>,
 ) {
@@ -266,28 +324,73 @@ fn run_tile<const C: usize>(
     groups: Range<usize>,
 ) {
     let rows = t.w.rows();
-    for g in groups {
-        let out: [&mut [f32; GROUP_ROWS]; C] = std::array::from_fn(|r| {
-            let start = (first + r) * rows + g * GROUP_ROWS;
-            // SAFETY: each task owns the output columns of its groups in
-            // every activation row; `range` returns GROUP_ROWS elements.
-            unsafe { &mut *t.out.range(start, GROUP_ROWS).as_mut_ptr().cast() }
-        });
-        packed.dot_group::<C>(isa, g, &tile, out);
-        if let Some(bias) = t.bias {
-            let bias = &bias[g * GROUP_ROWS..(g + 1) * GROUP_ROWS];
-            for r in 0..C {
-                let start = (first + r) * rows + g * GROUP_ROWS;
-                // SAFETY: as above; the kernel's borrow has ended.
-                let o = unsafe { t.out.range(start, GROUP_ROWS) };
+    let span = groups.len() * GROUP_ROWS;
+    // Each tile row's outputs for all of `groups`, bounds-checked once
+    // here rather than per group (a check per row and group showed in
+    // profiles); every access below goes through these pointers.
+    let bases: [*mut f32; C] = std::array::from_fn(|r| {
+        let start = (first + r) * rows + groups.start * GROUP_ROWS;
+        // SAFETY: each task owns the output columns of its groups in
+        // every activation row.
+        unsafe { t.out.range(start, span).as_mut_ptr() }
+    });
+    // A bias before a residual add rounds as `x + (dot + bias)`: through
+    // a buffer. (No model here has both on one matrix.)
+    let buffered = t.accumulate && t.bias.is_some();
+    for (i, g) in groups.enumerate() {
+        // SAFETY: group `i` of the span checked above; the arrays are
+        // used one at a time.
+        let outs = || unsafe { group_outs(bases, i) };
+        let bias = t.bias.map(|b| &b[g * GROUP_ROWS..(g + 1) * GROUP_ROWS]);
+        if buffered {
+            let mut sums = [[0.0f32; GROUP_ROWS]; C];
+            packed.dot_group::<C>(isa, g, &tile, sums.each_mut(), false);
+            let bias = bias.unwrap_or(&[0.0; GROUP_ROWS]);
+            for (o, sums) in outs().into_iter().zip(&sums) {
+                for ((o, v), b) in o.iter_mut().zip(sums).zip(bias) {
+                    *o += v + b;
+                }
+            }
+            continue;
+        }
+        packed.dot_group::<C>(isa, g, &tile, outs(), t.accumulate);
+        if let Some(bias) = bias {
+            for o in outs() {
                 o.iter_mut().zip(bias).for_each(|(o, b)| *o += b);
             }
         }
     }
 }
 
+/// Group `i`'s sixteen outputs in each row from `bases`.
+///
+/// # Safety
+/// Each base points at least `16 · (i + 1)` floats this task alone
+/// accesses, and no other borrow of them lives while the result does.
+unsafe fn group_outs<'a, const C: usize>(
+    bases: [*mut f32; C],
+    i: usize,
+) -> [&'a mut [f32; GROUP_ROWS]; C] {
+    // SAFETY: the caller's promise.
+    std::array::from_fn(|r| unsafe { &mut *bases[r].add(i * GROUP_ROWS).cast() })
+}
+
+/// Stores `value` at `index` of `out`, or adds it with `accumulate`.
+///
+/// # Safety
+/// No other task may read or write `index` during this job.
+unsafe fn store(out: &DisjointSlice<'_, f32>, accumulate: bool, index: usize, value: f32) {
+    if accumulate {
+        // SAFETY: the caller's promise.
+        unsafe { out.range(index, 1)[0] += value };
+    } else {
+        // SAFETY: the caller's promise.
+        unsafe { out.write(index, value) };
+    }
+}
+
 /// The per-row kernels over weight rows `range` (see [`walk_tiles`]).
-fn run_rows(isa: CheckedIsa, t: &Target<'_>, q: &QuantizedRows, n: usize, range: Range<usize>) {
+fn run_rows(isa: CheckedIsa, t: &Target<'_>, q: &SharedRows<'_>, n: usize, range: Range<usize>) {
     let (dtype, rows) = (t.w.dtype(), t.w.rows());
     let data: &[u8] = &t.w.view.data;
     let row_bytes = t.w.view.row_bytes();
@@ -304,7 +407,7 @@ fn run_rows(isa: CheckedIsa, t: &Target<'_>, q: &QuantizedRows, n: usize, range:
         for (r, v) in values.iter().enumerate() {
             // SAFETY: each task owns the output column `row` of every
             // activation row.
-            unsafe { t.out.write((first + r) * rows + row, v + add) };
+            unsafe { store(&t.out, t.accumulate, (first + r) * rows + row, v + add) };
         }
     };
     walk_tiles(n, tile_rows(isa), range, dot, store);
@@ -313,7 +416,7 @@ fn run_rows(isa: CheckedIsa, t: &Target<'_>, q: &QuantizedRows, n: usize, range:
 /// Float weights (F32, F16, BF16) against the f32 activations, split by
 /// weight rows as `run_rows` splits quantized ones.
 fn matmul_float(pool: &ThreadPool, isa: CheckedIsa, x: &CpuActivations, p: &mut Product<'_>) {
-    let (w, bias) = (p.w, p.bias);
+    let (w, bias, accumulate) = (p.w, p.bias, p.accumulate);
     let (n, k, rows) = (x.rows, x.cols, w.rows());
     let dtype = w.dtype();
     let data: &[u8] = &w.view.data;
@@ -336,7 +439,7 @@ fn matmul_float(pool: &ThreadPool, isa: CheckedIsa, x: &CpuActivations, p: &mut 
             for (r, v) in values.iter().enumerate() {
                 // SAFETY: each task owns the output column `row` of every
                 // activation row.
-                unsafe { out.write((first + r) * rows + row, v + add) };
+                unsafe { store(&out, accumulate, (first + r) * rows + row, v + add) };
             }
         };
         walk_tiles(n, tile, range, dot, store);
@@ -379,6 +482,9 @@ fn float_rows<const R: usize>(xs: &[f32], k: usize) -> [&[f32]; R] {
     std::array::from_fn(|i| &xs[i * k..(i + 1) * k])
 }
 
-fn q_rows<const R: usize>(q: &QuantizedRows, first: usize) -> [QRow<'_>; R] {
-    std::array::from_fn(|i| q.row(first + i))
+/// Quantized rows `first..first + R`, read in a job's second phase.
+fn q_rows<'q, const R: usize>(q: &'q SharedRows<'_>, first: usize) -> [QRow<'q>; R] {
+    // SAFETY: the job's first phase quantized every row and has finished;
+    // the second phase only reads them.
+    std::array::from_fn(|i| unsafe { q.row(first + i) })
 }

@@ -22,6 +22,7 @@ mod exp;
 mod isa;
 mod kv_cache;
 mod matmul;
+mod matmul_input;
 mod norm;
 mod packed;
 mod quant_act;

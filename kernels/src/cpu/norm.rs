@@ -15,17 +15,7 @@ pub(crate) fn rms_norm(
     eps: f32,
     out: &mut CpuActivations,
 ) -> Result<(), KernelError> {
-    if weight.len() != x.cols || out.rows != x.rows || out.cols != x.cols {
-        return Err(KernelError::Shape {
-            op: "rms_norm",
-            detail: format!(
-                "x is {}, weight has {} values, out is {}; need weight of x's width and out shaped like x",
-                x.shape(),
-                weight.len(),
-                out.shape()
-            ),
-        });
-    }
+    check_shapes(x, weight, out)?;
     let cols = x.cols;
     if cols == 0 {
         return Ok(());
@@ -38,6 +28,26 @@ pub(crate) fn rms_norm(
             rms_norm_row(&x.data[row * cols..(row + 1) * cols], weight, eps, o);
         }
     });
+    Ok(())
+}
+
+/// Checks that `weight` has `x`'s width and `out` is shaped like `x`.
+pub(crate) fn check_shapes(
+    x: &CpuActivations,
+    weight: &[f32],
+    out: &CpuActivations,
+) -> Result<(), KernelError> {
+    if weight.len() != x.cols || out.rows != x.rows || out.cols != x.cols {
+        return Err(KernelError::Shape {
+            op: "rms_norm",
+            detail: format!(
+                "x is {}, weight has {} values, out is {}; need weight of x's width and out shaped like x",
+                x.shape(),
+                weight.len(),
+                out.shape()
+            ),
+        });
+    }
     Ok(())
 }
 

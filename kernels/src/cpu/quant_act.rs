@@ -16,7 +16,6 @@
 use super::blocks::QK;
 use super::disjoint::DisjointSlice;
 use super::isa::CheckedIsa;
-use super::threads::ThreadPool;
 use super::Isa;
 
 /// Quantized activation rows, reused between calls to avoid allocation.
@@ -53,66 +52,46 @@ pub(crate) fn spread_len(blocks: usize) -> usize {
 }
 
 impl QuantizedRows {
-    /// Quantizes `rows` rows of `k` elements (`k % 32 == 0`,
-    /// `x.len() == rows · k`: the caller validated both).
-    pub(crate) fn quantize(
-        &mut self,
-        pool: &ThreadPool,
-        isa: CheckedIsa,
-        x: &[f32],
-        rows: usize,
-        k: usize,
-    ) {
+    /// Sizes the buffers for `rows` rows of `k` elements (`k % 32 == 0`:
+    /// the caller validated it) and lends them as [`SharedRows`], whose
+    /// rows the tasks of one pool job quantize in parallel. Grows the
+    /// buffers but never clears them: every row is rewritten.
+    pub(crate) fn shared(&mut self, isa: CheckedIsa, rows: usize, k: usize) -> SharedRows<'_> {
+        let blocks = k / QK;
         self.k = k;
+        self.spread_per_row = if isa.get() >= Isa::Avx512 {
+            spread_len(blocks)
+        } else {
+            0
+        };
         self.qs.resize(rows * k, 0);
-        self.ds.resize(rows * 2 * (k / QK), 0.0);
-        self.sums.resize(rows * (k / QK), 0);
-        let blocks = rows * (k / QK);
-        let qs = DisjointSlice::new(&mut self.qs);
-        let ds = DisjointSlice::new(&mut self.ds);
-        let sums = DisjointSlice::new(&mut self.sums);
-        let chunk = pool.chunk_for(blocks, 1, 512);
-        pool.for_each_range(blocks, chunk, &|range| {
-            // SAFETY: for_each_range hands out disjoint block ranges, and
-            // block b owns qs[32b..32b+32], ds[2b..2b+2] and sums[b].
-            let (q, d, s) = unsafe {
-                (
-                    qs.range(range.start * QK, range.len() * QK),
-                    ds.range(range.start * 2, range.len() * 2),
-                    sums.range(range.start, range.len()),
-                )
-            };
-            let x = &x[range.start * QK..range.end * QK];
-            quantize_blocks(isa, x, q, d, s);
-        });
-        self.spread_per_row = 0;
-        if isa.get() >= Isa::Avx512 {
-            self.fill_spread(rows, k / QK);
+        self.ds.resize(rows * 2 * blocks, 0.0);
+        self.sums.resize(rows * blocks, 0);
+        self.spread.resize(rows * self.spread_per_row, 0.0);
+        SharedRows {
+            isa,
+            k,
+            spread_per_row: self.spread_per_row,
+            qs: DisjointSlice::new(&mut self.qs),
+            ds: DisjointSlice::new(&mut self.ds),
+            sums: DisjointSlice::new(&mut self.sums),
+            spread: DisjointSlice::new(&mut self.spread),
         }
     }
 
-    /// Spreads each row's block scales (see `spread`). The `s/8` makes a
-    /// kernel's eight lanes of `m · s/8` sum to `m · s` (exact: a power of 2).
-    fn fill_spread(&mut self, rows: usize, blocks: usize) {
-        let per_row = spread_len(blocks);
-        self.spread_per_row = per_row;
-        self.spread.clear();
-        self.spread.resize(rows * per_row, 0.0);
-        for r in 0..rows {
-            let ds = &self.ds[r * 2 * blocks..(r + 1) * 2 * blocks];
-            let spread = &mut self.spread[r * per_row..(r + 1) * per_row];
-            for (b, ds) in ds.chunks_exact(2).enumerate() {
-                let at = 32 * (b / 2) + 8 * (b % 2);
-                spread[at..at + 8].fill(ds[0]);
-                spread[at + 16..at + 24].fill(ds[1] / 8.0);
-            }
+    /// Quantizes `rows` rows of `k` elements on the calling thread
+    /// (`x.len() == rows · k`).
+    #[cfg(test)]
+    pub(crate) fn quantize(&mut self, isa: CheckedIsa, x: &[f32], rows: usize, k: usize) {
+        let shared = self.shared(isa, rows, k);
+        for (r, x) in x.chunks_exact(k).take(rows).enumerate() {
+            // SAFETY: one thread, one row at a time, no reader yet.
+            unsafe { shared.quantize_row(r, x) };
         }
     }
 
     /// Row `r` (the caller keeps `r` below the quantized row count).
-    /// Inlined: the group kernels' tile walk builds eight of these per
-    /// tile and block of groups, and a call each showed up in profiles.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn row(&self, r: usize) -> QRow<'_> {
         let blocks = self.k / QK;
         let spread = self.spread_per_row;
@@ -122,6 +101,85 @@ impl QuantizedRows {
             sums: &self.sums[r * blocks..(r + 1) * blocks],
             spread: &self.spread[r * spread..(r + 1) * spread],
         }
+    }
+}
+
+/// Quantized rows being written, then read, by the tasks of one pool job:
+/// its first phase quantizes rows (each row by one task), its second reads
+/// them all (see `ThreadPool::run_phased`).
+pub(crate) struct SharedRows<'a> {
+    isa: CheckedIsa,
+    k: usize,
+    spread_per_row: usize,
+    qs: DisjointSlice<'a, i8>,
+    ds: DisjointSlice<'a, f32>,
+    sums: DisjointSlice<'a, i32>,
+    spread: DisjointSlice<'a, f32>,
+}
+
+impl SharedRows<'_> {
+    /// Quantizes `x` (`k` floats) into row `r`, spread scales included.
+    ///
+    /// # Safety
+    /// No other thread may touch row `r` meanwhile, and no [`QRow`] may be
+    /// live.
+    pub(crate) unsafe fn quantize_row(&self, r: usize, x: &[f32]) {
+        let blocks = self.k / QK;
+        // SAFETY: row r's parts, which the caller holds alone.
+        let (q, ds, sums) = unsafe {
+            (
+                self.qs.range(r * self.k, self.k),
+                self.ds.range(r * 2 * blocks, 2 * blocks),
+                self.sums.range(r * blocks, blocks),
+            )
+        };
+        quantize_blocks(self.isa, &x[..self.k], q, ds, sums);
+        if self.spread_per_row > 0 {
+            // SAFETY: as above.
+            let spread = unsafe {
+                self.spread
+                    .range(r * self.spread_per_row, self.spread_per_row)
+            };
+            fill_spread(ds, spread);
+        }
+    }
+
+    /// Row `r`. Inlined and unchecked: the group kernels' tile walk builds
+    /// eight of these per tile and block of groups.
+    ///
+    /// # Safety
+    /// `r` is below the row count given to [`QuantizedRows::shared`], row
+    /// `r` was quantized, and no thread writes any row while the result
+    /// lives.
+    #[inline(always)]
+    pub(crate) unsafe fn row(&self, r: usize) -> QRow<'_> {
+        let blocks = self.k / QK;
+        let spread = self.spread_per_row;
+        // SAFETY: the caller's promises; the ranges are row r's, inside
+        // buffers sized for every row by `shared`.
+        unsafe {
+            QRow {
+                qs: self.qs.get_unchecked(r * self.k, self.k),
+                ds: self.ds.get_unchecked(r * 2 * blocks, 2 * blocks),
+                sums: self.sums.get_unchecked(r * blocks, blocks),
+                spread: self.spread.get_unchecked(r * spread, spread),
+            }
+        }
+    }
+}
+
+/// Spreads one row's block scales `ds` (`[d, s]` per block) over
+/// `spread`, a pair of blocks `(b, b+1)` as 32 floats `[d_b ×8, d_b+1 ×8,
+/// s_b/8 ×8, s_b+1/8 ×8]`, zeros for a missing last block. The `s/8` makes
+/// a kernel's eight lanes of `m · s/8` sum to `m · s` (exact: a power of
+/// 2).
+fn fill_spread(ds: &[f32], spread: &mut [f32]) {
+    for (pair, out) in ds.chunks(4).zip(spread.chunks_exact_mut(32)) {
+        let second = |i: usize| pair.get(2 + i).copied().unwrap_or(0.0);
+        out[..8].fill(pair[0]);
+        out[8..16].fill(second(0));
+        out[16..24].fill(pair[1] / 8.0);
+        out[24..].fill(second(1) / 8.0);
     }
 }
 

@@ -3,9 +3,11 @@
 //! Query head `h` reads KV head `h / (n_heads / n_kv_heads)`. The row at
 //! position `p` attends to positions `0..=p` with a softmax computed online
 //! (see `stream`), so `exp` never overflows. One call takes every sequence
-//! of a step: their keys and values go into their caches first, then one
-//! pool job runs a task per (sequence, KV head, tile of query rows), the
-//! tiles with the most positions to read first.
+//! of a step: one pool job runs a task per (sequence, KV head, tile of
+//! query rows), the tiles with the most positions to read first. A
+//! sequence whose rows fit one tile (decode) has its new keys and values
+//! stored by its tasks, each its own KV head; a longer one stores them
+//! before the job.
 
 #[cfg(test)]
 mod reference;
@@ -19,7 +21,7 @@ use std::ops::Range;
 
 use super::disjoint::DisjointSlice;
 use super::isa::CheckedIsa;
-use super::kv_cache::CpuKvCache;
+use super::kv_cache::{CpuKvCache, LayerHeads};
 use super::tensors::CpuActivations;
 use super::threads::ThreadPool;
 use crate::{AttentionShape, KernelError};
@@ -125,6 +127,9 @@ struct Task {
     kv_head: usize,
     rows: Range<usize>,
     first_pos: usize,
+    /// Whether the task stores its rows' keys and values first: when the
+    /// sequence's rows fit one tile, no other task reads its KV head.
+    writes: bool,
 }
 
 pub(crate) fn attention(
@@ -157,10 +162,16 @@ pub(crate) fn attention(
     let kv_cols = n_kv_heads * head_dim;
     let mut tasks = Vec::new();
     for (s, seq) in seqs.iter_mut().enumerate() {
-        for (i, row) in seq.rows.clone().enumerate() {
-            let key = &call.k.data[row * kv_cols..(row + 1) * kv_cols];
-            let value = &call.v.data[row * kv_cols..(row + 1) * kv_cols];
-            seq.cache.write(call.layer, seq.start_pos + i, key, value);
+        // A sequence of one tile (a decode step) leaves its writes to its
+        // tasks, which run in parallel; a longer one (a prompt) writes here
+        // first, since every later tile of it reads the earlier rows.
+        let writes = seq.rows.len() <= ROW_TILE;
+        if !writes {
+            for (i, row) in seq.rows.clone().enumerate() {
+                let key = &call.k.data[row * kv_cols..(row + 1) * kv_cols];
+                let value = &call.v.data[row * kv_cols..(row + 1) * kv_cols];
+                seq.cache.write(call.layer, seq.start_pos + i, key, value);
+            }
         }
         seq.cache
             .set_len(call.layer, seq.start_pos + seq.rows.len());
@@ -173,6 +184,7 @@ pub(crate) fn attention(
                     kv_head,
                     rows: rows.clone(),
                     first_pos,
+                    writes,
                 });
             }
         }
@@ -180,22 +192,45 @@ pub(crate) fn attention(
     // Longest first: the pool hands tasks out in index order, so the long
     // tail of a causal prompt does not end up alone on one thread.
     tasks.sort_by_key(|t| Reverse(t.first_pos + t.rows.len()));
-    let caches: Vec<&CpuKvCache> = seqs.iter().map(|s| &*s.cache).collect();
+    let heads: Vec<LayerHeads<'_>> = seqs
+        .iter_mut()
+        .map(|s| s.cache.layer_heads(call.layer))
+        .collect();
     let group = n_heads / n_kv_heads;
     let q_cols = n_heads * head_dim;
     let out_data = DisjointSlice::new(&mut out.data);
     pool.run(tasks.len(), &|t| {
         let task = &tasks[t];
-        let cache = caches[task.seq];
+        let cache = &heads[task.seq];
         let seen = task.first_pos + task.rows.len();
+        let span = task.kv_head * head_dim..(task.kv_head + 1) * head_dim;
+        if task.writes {
+            for (i, row) in task.rows.clone().enumerate() {
+                let at = row * kv_cols;
+                let key = &call.k.data[at..at + kv_cols][span.clone()];
+                let value = &call.v.data[at..at + kv_cols][span.clone()];
+                // SAFETY: a writing task is its sequence's only task for
+                // `kv_head` (its rows fit one tile), so nothing else
+                // touches that head of the layer during the job.
+                unsafe { cache.write(task.kv_head, task.first_pos + i, key, value) };
+            }
+        }
+        // SAFETY: the head is written only by this task (just above, now
+        // finished) or before the job; other tasks only read it.
+        let (keys, values) = unsafe {
+            (
+                cache.key_tiles(task.kv_head, seen),
+                cache.values(task.kv_head, seen),
+            )
+        };
         let tile = Tile {
             rows: task.rows.len(),
             first_pos: task.first_pos,
             group,
             head_dim,
             scale,
-            keys: cache.key_tiles(call.layer, task.kv_head, seen),
-            values: cache.values(call.layer, task.kv_head, seen),
+            keys,
+            values,
         };
         let first_head = task.kv_head * group;
         let at = |i: usize, h: usize| (task.rows.start + i) * q_cols + (first_head + h) * head_dim;

@@ -20,15 +20,32 @@ pub(super) unsafe fn dot_group<const T: usize>(
     blocks: usize,
     a: &[QRow<'_>; T],
     out: [&mut [f32; GROUP_ROWS]; T],
+    accumulate: bool,
 ) {
     // SAFETY (all arms): forwarded preconditions.
     unsafe {
         match dtype {
-            DType::Q4_1 => dot_q4::<T, true>(group, blocks, a, out),
-            DType::Q4_0 => dot_q4::<T, false>(group, blocks, a, out),
-            DType::Q8_0 => dot_q8_0(group, blocks, a, out),
+            DType::Q4_1 => dot_q4::<T, true>(group, blocks, a, out, accumulate),
+            DType::Q4_0 => dot_q4::<T, false>(group, blocks, a, out, accumulate),
+            DType::Q8_0 => dot_q8_0(group, blocks, a, out, accumulate),
             _ => out.into_iter().for_each(|o| *o = [f32::NAN; GROUP_ROWS]),
         }
+    }
+}
+
+/// Stores the sixteen sums `acc` in `o`, or adds them to it (`o + acc`,
+/// the residual add as the scalar twin rounds it).
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn store(o: &mut [f32; GROUP_ROWS], acc: __m512, accumulate: bool) {
+    // SAFETY: `o` is sixteen f32.
+    unsafe {
+        let acc = if accumulate {
+            _mm512_add_ps(_mm512_loadu_ps(o.as_ptr()), acc)
+        } else {
+            acc
+        };
+        _mm512_storeu_ps(o.as_mut_ptr(), acc);
     }
 }
 
@@ -101,6 +118,7 @@ unsafe fn dot_q4<const T: usize, const HAS_MIN: bool>(
     blocks: usize,
     a: &[QRow<'_>; T],
     out: [&mut [f32; GROUP_ROWS]; T],
+    accumulate: bool,
 ) {
     let dtype = if HAS_MIN { DType::Q4_1 } else { DType::Q4_0 };
     let (scales_at, mins_at) = part_offsets(dtype, blocks);
@@ -155,7 +173,7 @@ unsafe fn dot_q4<const T: usize, const HAS_MIN: bool>(
     }
     for (o, acc) in out.into_iter().zip(acc) {
         // SAFETY: `o` is sixteen f32.
-        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), acc) };
+        unsafe { store(o, acc, accumulate) };
     }
 }
 
@@ -167,6 +185,7 @@ unsafe fn dot_q8_0<const T: usize>(
     blocks: usize,
     a: &[QRow<'_>; T],
     out: [&mut [f32; GROUP_ROWS]; T],
+    accumulate: bool,
 ) {
     let (scales_at, _) = part_offsets(DType::Q8_0, blocks);
     let g = group.as_ptr();
@@ -197,6 +216,6 @@ unsafe fn dot_q8_0<const T: usize>(
     }
     for (o, acc) in out.into_iter().zip(acc) {
         // SAFETY: `o` is sixteen f32.
-        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), acc) };
+        unsafe { store(o, acc, accumulate) };
     }
 }

@@ -178,9 +178,11 @@ impl PackedRows {
     }
 
     /// `out[t][r] = W[16·g + r] · a[t]` for group `g` and the `T`
-    /// activation rows `a` (each of `32 · blocks` elements). `out` points
-    /// straight into the destination rows: a stack buffer copied out in
-    /// narrower pieces cost store-forwarding stalls (5% of batched decode).
+    /// activation rows `a` (each of `32 · blocks` elements), or with
+    /// `accumulate` `out[t][r] += …` (one f32 add of the finished sum: a
+    /// residual connection). `out` points straight into the destination
+    /// rows: a stack buffer copied out in narrower pieces cost
+    /// store-forwarding stalls (5% of batched decode).
     ///
     /// # Panics
     /// When `g` is not a group or an activation row has the wrong length
@@ -191,6 +193,7 @@ impl PackedRows {
         g: usize,
         a: &[QRow<'_>; T],
         out: [&mut [f32; GROUP_ROWS]; T],
+        accumulate: bool,
     ) {
         let k = self.blocks * QK;
         assert!(
@@ -207,8 +210,10 @@ impl PackedRows {
             // `blocks` blocks in the layout above and every activation row
             // `blocks` blocks (checked above).
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512Vnni => unsafe { avx512::dot_group(self.dtype, group, self.blocks, a, out) },
-            _ => scalar::dot_group(self.dtype, group, self.blocks, a, out),
+            Isa::Avx512Vnni => unsafe {
+                avx512::dot_group(self.dtype, group, self.blocks, a, out, accumulate)
+            },
+            _ => scalar::dot_group(self.dtype, group, self.blocks, a, out, accumulate),
         }
     }
 }

@@ -15,6 +15,7 @@ pub(crate) fn dot_group<const T: usize>(
     blocks: usize,
     a: &[QRow<'_>; T],
     out: [&mut [f32; GROUP_ROWS]; T],
+    accumulate: bool,
 ) {
     let qb = quant_bytes(dtype);
     let (scales_at, mins_at) = part_offsets(dtype, blocks);
@@ -54,6 +55,10 @@ pub(crate) fn dot_group<const T: usize>(
                 }
             }
         }
-        *out = acc;
+        if accumulate {
+            out.iter_mut().zip(acc).for_each(|(o, a)| *o += a);
+        } else {
+            *out = acc;
+        }
     }
 }

@@ -8,7 +8,6 @@ use rand_chacha::ChaCha8Rng;
 use super::*;
 use crate::cpu::dot::dot_quantized;
 use crate::cpu::quant_act::QuantizedRows;
-use crate::cpu::ThreadPool;
 
 fn random_rows(rng: &mut ChaCha8Rng, dtype: DType, rows: usize, k: usize) -> Vec<u8> {
     let mut out = Vec::new();
@@ -36,32 +35,48 @@ fn quantized(rng: &mut ChaCha8Rng, isa: CheckedIsa, n: usize, k: usize) -> Quant
         })
         .collect();
     let mut q = QuantizedRows::default();
-    q.quantize(&ThreadPool::new(1), isa, &x, n, k);
+    q.quantize(isa, &x, n, k);
     q
 }
 
 fn check<const T: usize>(packed: &PackedRows, q: &QuantizedRows, simd: Option<CheckedIsa>) {
     let a: [QRow<'_>; T] = std::array::from_fn(|t| q.row(t));
     for g in 0..packed.groups() {
+        let bits = |v: &[[f32; GROUP_ROWS]; T]| -> Vec<u32> {
+            v.iter().flatten().map(|f| f.to_bits()).collect()
+        };
+        let (dtype, group, blocks) = (packed.dtype, packed.group(g), packed.blocks);
         let mut want = [[0.0f32; GROUP_ROWS]; T];
-        scalar::dot_group(
-            packed.dtype,
-            packed.group(g),
-            packed.blocks,
-            &a,
-            want.each_mut(),
+        scalar::dot_group(dtype, group, blocks, &a, want.each_mut(), false);
+        // Accumulating adds the finished sums to what `out` held.
+        let start: [[f32; GROUP_ROWS]; T] =
+            std::array::from_fn(|t| std::array::from_fn(|r| (t * 7 + r) as f32 * 0.37 - 3.0));
+        let mut want_acc = start;
+        scalar::dot_group(dtype, group, blocks, &a, want_acc.each_mut(), true);
+        let mut sum = start;
+        sum.iter_mut()
+            .flatten()
+            .zip(want.iter().flatten())
+            .for_each(|(s, w)| *s += w);
+        assert_eq!(
+            bits(&want_acc),
+            bits(&sum),
+            "{dtype} group {g}: scalar accumulate"
         );
         if let Some(isa) = simd {
             let mut got = [[0.0f32; GROUP_ROWS]; T];
-            packed.dot_group(isa, g, &a, got.each_mut());
-            let bits = |v: &[[f32; GROUP_ROWS]; T]| -> Vec<u32> {
-                v.iter().flatten().map(|f| f.to_bits()).collect()
-            };
+            packed.dot_group(isa, g, &a, got.each_mut(), false);
             assert_eq!(
                 bits(&got),
                 bits(&want),
-                "{} group {g} T={T}: SIMD differs from scalar",
-                packed.dtype
+                "{dtype} group {g} T={T}: SIMD differs from scalar"
+            );
+            let mut got = start;
+            packed.dot_group(isa, g, &a, got.each_mut(), true);
+            assert_eq!(
+                bits(&got),
+                bits(&want_acc),
+                "{dtype} group {g} T={T}: accumulating SIMD differs from scalar"
             );
         }
     }
@@ -117,7 +132,7 @@ fn packed_twin_agrees_with_per_row_kernel() {
         dot_quantized::<1>(scalar, dtype, &data, view.row_bytes(), &a, &mut per_row);
         for g in 0..packed.groups() {
             let mut got = [[0.0f32; GROUP_ROWS]; 1];
-            scalar::dot_group(dtype, packed.group(g), blocks, &a, got.each_mut());
+            scalar::dot_group(dtype, packed.group(g), blocks, &a, got.each_mut(), false);
             for r in 0..GROUP_ROWS {
                 let want = per_row[g * GROUP_ROWS + r];
                 let diff = (got[0][r] - want).abs();
