@@ -2,8 +2,8 @@
 //!
 //! Under `auto` every model is a candidate. The constraints that need only the policy
 //! and the request (permission, quality floor, cost ceiling, budgets, context length)
-//! are the same few operations on every model, so they run as one pass over columns of
-//! numbers, which the compiler turns into vector code; only the models that pass read
+//! are the same few operations on every model, so they run as one tight pass over
+//! columns of numbers (no calls, no branches per model); only the models that pass read
 //! live engine state. [`crate::score::qualifying_utility`] makes the same checks one
 //! model at a time; `static_pass_matches_the_fast_verdict` holds the two equal.
 
@@ -77,16 +77,18 @@ impl ScanTable {
         let (per_1k_in, per_1k_out) = ctx.thousands;
         let (room, needed) = (ctx.budget_room.cost, ctx.context_needed);
         let mut passed = 0u64;
-        for j in 0..n {
+        let columns = cost_in.iter().zip(cost_out).zip(context_limit);
+        let outputs = cost.iter_mut().zip(quality.iter());
+        for (j, (((&per_1k_input, &per_1k_output), &limit), (c, &q))) in
+            columns.zip(outputs).enumerate()
+        {
             // The same operations in the same order as `Context::estimate`: same bits.
-            let c = per_1k_in * cost_in[j] + per_1k_out * cost_out[j];
-            cost[j] = c;
-            let q = quality[j];
+            *c = per_1k_in * per_1k_input + per_1k_out * per_1k_output;
             // The comparisons `static_verdict` makes (NaN fails none of them).
             let fails = (q < scan.quality_floor)
-                | (c > scan.cost_ceiling)
-                | (c > room)
-                | (needed > context_limit[j]);
+                | (*c > scan.cost_ceiling)
+                | (*c > room)
+                | (needed > limit);
             passed |= u64::from(!fails) << j;
         }
         if let Some(allowed) = scan.allowed {
