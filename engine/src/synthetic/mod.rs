@@ -9,8 +9,11 @@
 //! use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
 //! use switchyard_kernels::DType;
 //!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let spec = SyntheticSpec { preset: Preset::Llama, dtype: DType::Q4K, seed: 7 };
-//! write_gguf(&spec, std::path::Path::new("/tmp/llama-q4k.gguf")).unwrap();
+//! write_gguf(&spec, std::path::Path::new("/tmp/llama-q4k.gguf"))?;
+//! # Ok(())
+//! # }
 //! ```
 
 mod bpe;

@@ -16,12 +16,15 @@ use crate::formats::FormatError;
 /// use switchyard_engine::formats::gguf::{GgufFile, GgufWriter, MetaValue};
 /// use switchyard_kernels::DType;
 ///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let mut w = GgufWriter::new("tiny.gguf");
 /// w.add_metadata("general.architecture", MetaValue::String("llama".into()));
 /// let ones: Vec<u8> = [1.0f32; 4].iter().flat_map(|v| v.to_le_bytes()).collect();
-/// w.add_tensor("ones", DType::F32, &[2, 2], ones.into()).unwrap();
-/// let file = GgufFile::parse(&w.to_bytes().unwrap()).unwrap();
+/// w.add_tensor("ones", DType::F32, &[2, 2], ones.into())?;
+/// let file = GgufFile::parse(&w.to_bytes()?)?;
 /// assert_eq!(file.tensors()["ones"].shape, vec![2, 2]);
+/// # Ok(())
+/// # }
 /// ```
 #[derive(Debug)]
 pub struct GgufWriter {

@@ -35,6 +35,22 @@ fn random(rng: &mut impl Rng, n: usize, range: f32) -> Vec<f32> {
     (0..n).map(|_| rng.random_range(-range..range)).collect()
 }
 
+/// An attention call on layer 0 of the caches.
+fn layer0<'a>(
+    shape: AttentionShape,
+    q: &'a CpuActivations,
+    k: &'a CpuActivations,
+    v: &'a CpuActivations,
+) -> AttentionCall<'a> {
+    AttentionCall {
+        layer: 0,
+        shape,
+        q,
+        k,
+        v,
+    }
+}
+
 fn check(isa: CheckedIsa, threads: usize, case: &Case, rng: &mut impl Rng) {
     let Case {
         n_heads,
@@ -60,13 +76,7 @@ fn check(isa: CheckedIsa, threads: usize, case: &Case, rng: &mut impl Rng) {
             let mut act = |cols, range| act_from(before, cols, random(rng, before * cols, range));
             let (q, k, v) = (act(q_cols, 1.0), act(kv_cols, 1.0), act(kv_cols, 1.0));
             let mut out = CpuActivations::zeros(before, q_cols);
-            let call = AttentionCall {
-                layer: 0,
-                shape,
-                q: &q,
-                k: &k,
-                v: &v,
-            };
+            let call = layer0(shape, &q, &k, &v);
             let mut seq = [SeqRows {
                 cache: &mut cache,
                 rows: 0..before,
@@ -98,13 +108,7 @@ fn check(isa: CheckedIsa, threads: usize, case: &Case, rng: &mut impl Rng) {
                 start_pos: *before,
             })
             .collect();
-        let call = AttentionCall {
-            layer: 0,
-            shape,
-            q: &q,
-            k: &k,
-            v: &v,
-        };
+        let call = layer0(shape, &q, &k, &v);
         attention(&pool, isa, call, &mut seq_rows, &mut out).unwrap();
     }
     let group = n_heads / n_kv_heads;
@@ -207,13 +211,7 @@ fn overlapping_sequences_are_refused() {
             start_pos: 0,
         },
     ];
-    let call = AttentionCall {
-        layer: 0,
-        shape,
-        q: &x,
-        k: &x,
-        v: &x,
-    };
+    let call = layer0(shape, &x, &x, &x);
     let isa = CheckedIsa::at_most(Isa::Scalar);
     assert!(attention(&pool, isa, call, &mut seqs, &mut out).is_err());
 }
