@@ -34,9 +34,10 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::Request as AxumRequest;
+use axum::handler::Handler;
 use axum::middleware::{self, Next};
 use axum::response::Response;
-use axum::routing::post;
+use axum::routing::post_service;
 use axum::Router;
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;
@@ -44,10 +45,9 @@ use switchyard_policies::RouteRequest;
 use switchyard_router::layers::request_id::set_request_id_layer;
 use switchyard_router::openai::chat::chat_completions;
 use switchyard_router::openai::types::ChatCompletionRequest;
-use switchyard_router::policy::layer::route_request;
-use switchyard_router::policy::PolicyRouting;
+use switchyard_router::policy::{PolicyLayer, PolicyRouting};
 use switchyard_router::{app, app_with_policy, AppState, RouterConfig};
-use tower::ServiceExt;
+use tower::{Layer, ServiceExt};
 
 use fixture::{chat_request, route_and_settle, Tenants, MODELS, PASSTHROUGH_MODEL, TENANTS};
 
@@ -191,17 +191,12 @@ async fn time_layer(request: AxumRequest, next: Next) -> Response {
 /// the time it reaches the policy layer (generating one is a `getrandom` call, which
 /// belongs to that layer, not to routing).
 fn chat_route(state: AppState, policy: Option<Arc<PolicyRouting>>) -> Router {
-    let route = post(chat_completions)
-        .route_layer(middleware::from_fn(time_handler))
-        .route_layer(middleware::from_fn_with_state(
-            policy,
-            route_request::<ChatCompletionRequest>,
-        ))
+    let handler = middleware::from_fn(time_handler).layer(chat_completions.with_state(state));
+    let route = post_service(PolicyLayer::<ChatCompletionRequest>::new(policy).layer(handler))
         .route_layer(middleware::from_fn(time_layer));
     Router::new()
         .route("/v1/chat/completions", route)
         .layer(set_request_id_layer())
-        .with_state(state)
 }
 
 /// Sends one request through `app`, timed from the call to the last body byte.

@@ -36,10 +36,12 @@ pub mod state;
 use std::sync::Arc;
 
 use axum::extract::{DefaultBodyLimit, Request};
+use axum::handler::Handler;
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post_service};
 use axum::{middleware, Extension};
+use tower::Layer;
 use tower_http::trace::TraceLayer;
 
 /// The app type [`app`] and [`app_with_policy`] return, for callers without axum.
@@ -71,15 +73,16 @@ pub fn app_with_policy(state: AppState, policy: Option<Arc<policy::PolicyRouting
     // Innermost, per route (each parses its own body type once for routing and
     // handler): requests are routed only once admitted, so shedding stays cheap and
     // budgets are not held by requests waiting for a slot.
-    let chat = post(openai::chat::chat_completions).route_layer(middleware::from_fn_with_state(
-        policy.clone(),
-        policy::layer::route_request::<openai::types::ChatCompletionRequest>,
-    ));
-    let completions =
-        post(openai::completions::completions).route_layer(middleware::from_fn_with_state(
-            policy,
-            policy::layer::route_request::<openai::types::CompletionRequest>,
-        ));
+    // The policy layer wraps each handler directly (not through `route_layer`, which
+    // would box the handler once more and clone that box for every request).
+    let chat = post_service(
+        policy::PolicyLayer::<openai::types::ChatCompletionRequest>::new(policy.clone())
+            .layer(openai::chat::chat_completions.with_state(state.clone())),
+    );
+    let completions = post_service(
+        policy::PolicyLayer::<openai::types::CompletionRequest>::new(policy)
+            .layer(openai::completions::completions.with_state(state.clone())),
+    );
     let inference = Router::new()
         .route("/v1/chat/completions", chat)
         .route("/v1/completions", completions)

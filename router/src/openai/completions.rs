@@ -3,7 +3,6 @@
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use http::HeaderMap;
 use serde_json::Value;
 
@@ -14,6 +13,7 @@ use crate::layers::request_metrics::labelled_response;
 use crate::openai::completions_stream::TextChunks;
 use crate::openai::extract::OpenAiJson;
 use crate::openai::generate::{merge, UsageTally};
+use crate::openai::json_response::json_response;
 use crate::openai::params::{
     describe, invalid, parse_model, parse_top_logprobs, CommonFields, GenerationParams,
     ResponseMode,
@@ -240,15 +240,17 @@ async fn respond(
                     }
                 })
                 .collect();
-            Ok(Json(TextCompletion {
-                id,
-                object: "text_completion",
-                created,
-                model,
-                choices,
-                usage: Some(Some(tally.total().into())),
-            })
-            .into_response())
+            json_response(
+                &TextCompletion {
+                    id,
+                    object: "text_completion",
+                    created,
+                    model,
+                    choices,
+                    usage: Some(Some(tally.total().into())),
+                },
+                "prompt",
+            )
         }
     }
 }

@@ -7,6 +7,7 @@ pub mod completions;
 pub mod completions_stream;
 pub mod extract;
 pub mod generate;
+pub mod json_response;
 pub mod models;
 pub mod params;
 pub mod responses;

@@ -34,7 +34,7 @@ pub enum PolicyRejection {
     #[error("{0}")]
     Route(#[from] RouteError),
     /// A handler behind the policy layer ran without a routed request: the app was
-    /// assembled without [`crate::policy::layer::route_request`]. Fails closed.
+    /// assembled without [`crate::policy::PolicyLayer`]. Fails closed.
     #[error("This request was not routed by the policy layer, so it cannot be served; this is a server configuration bug, please report it.")]
     NotRouted,
 }

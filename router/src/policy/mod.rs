@@ -1,7 +1,7 @@
 //! The policy layer: routing each inference request through a
 //! [`switchyard_policies::PolicyStore`].
 //!
-//! For `/v1/chat/completions` and `/v1/completions` the [`layer::route_request`]
+//! For `/v1/chat/completions` and `/v1/completions` the [`PolicyLayer`]
 //! middleware
 //!
 //! 1. authenticates the tenant from `Authorization: Bearer <key>` (hashed, compared in
@@ -37,6 +37,7 @@ pub mod submit;
 pub use body::ParsedBody;
 pub use engine_view::BackendEngineView;
 pub use error::PolicyRejection;
+pub use layer::{PolicyLayer, PolicyService};
 pub use routed::{RouteSummary, RoutedRequest};
 pub use routing::PolicyRouting;
 

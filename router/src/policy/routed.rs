@@ -70,8 +70,8 @@ impl RouteSummary {
 pub struct RoutedRequest {
     ticket: Option<Arc<Ticket>>,
     /// For a pass-through request, the version the backend pinned its
-    /// model to at the first submit.
-    pinned: Arc<std::sync::OnceLock<String>>,
+    /// model to at the first submit (`None` for a routed request, which never pins).
+    pinned: Option<Arc<std::sync::OnceLock<String>>>,
 }
 
 impl std::fmt::Debug for RoutedRequest {
@@ -127,15 +127,15 @@ impl RoutedRequest {
     pub fn passthrough() -> Self {
         RoutedRequest {
             ticket: None,
-            pinned: Arc::default(),
+            pinned: Some(Arc::default()),
         }
     }
 
     /// Pins a pass-through request to `model` (`name@version` from the
     /// backend); later calls keep the first pin. Routed requests ignore it.
     pub fn pin(&self, model: String) {
-        if self.ticket.is_none() {
-            let _ = self.pinned.set(model);
+        if let Some(pinned) = &self.pinned {
+            let _ = pinned.set(model);
         }
     }
 
@@ -156,7 +156,7 @@ impl RoutedRequest {
                     tried: Vec::new(),
                 }),
             })),
-            pinned: Arc::default(),
+            pinned: None,
         }
     }
 
@@ -183,7 +183,8 @@ impl RoutedRequest {
             Some(ticket) => ticket.lock().summary.backend_model(),
             None => self
                 .pinned
-                .get()
+                .as_ref()
+                .and_then(|pinned| pinned.get())
                 .cloned()
                 .unwrap_or_else(|| requested.to_owned()),
         }
