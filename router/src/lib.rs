@@ -41,7 +41,7 @@ use axum::http::Method;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post_service};
 use axum::{middleware, Extension};
-use tower::Layer;
+use tower::{Layer, ServiceBuilder};
 use tower_http::trace::TraceLayer;
 
 /// The app type [`app`] and [`app_with_policy`] return, for callers without axum.
@@ -86,16 +86,20 @@ pub fn app_with_policy(state: AppState, policy: Option<Arc<policy::PolicyRouting
     let inference = Router::new()
         .route("/v1/chat/completions", chat)
         .route("/v1/completions", completions)
-        // Layers run bottom-up here: the timeout wraps admission, so time spent
-        // queued for a slot counts against the deadline.
-        .route_layer(middleware::from_fn_with_state(
-            state.admission().clone(),
-            layers::shed::shed,
-        ))
-        .route_layer(middleware::from_fn_with_state(
-            config.request_timeout,
-            layers::timeout::timeout,
-        ));
+        // The timeout wraps admission, so time spent queued for a slot counts against
+        // the deadline. One `route_layer` with both: each `route_layer` call boxes the
+        // routes again, and every box is cloned for every request.
+        .route_layer(
+            ServiceBuilder::new()
+                .layer(middleware::from_fn_with_state(
+                    config.request_timeout,
+                    layers::timeout::timeout,
+                ))
+                .layer(middleware::from_fn_with_state(
+                    state.admission().clone(),
+                    layers::shed::shed,
+                )),
+        );
     let service = Router::new()
         .route("/v1/models", get(openai::models::list_models))
         .route("/v1/models/{*id}", get(openai::models::retrieve_model))
@@ -105,33 +109,37 @@ pub fn app_with_policy(state: AppState, policy: Option<Arc<policy::PolicyRouting
         .merge(inference)
         .fallback(route_not_found)
         .with_state(state);
-    // `Router::layer` wraps each route after matching, so `MatchedPath` is
-    // known to the metrics layer. The last `.layer` is the outermost.
-    service
-        .layer(DefaultBodyLimit::max(config.max_body_bytes))
-        .layer(Extension(BodyLimit(config.max_body_bytes)))
-        .layer(middleware::from_fn_with_state(
-            config.max_body_bytes,
-            layers::body_limit::limit_body,
-        ))
-        .layer(middleware::from_fn(layers::request_metrics::record_request))
-        .layer(propagate_request_id_layer())
-        .layer(
-            TraceLayer::new_for_http().make_span_with(|request: &Request| {
-                let request_id = request
-                    .headers()
-                    .get(&REQUEST_ID_HEADER)
-                    .and_then(|value| value.to_str().ok())
-                    .unwrap_or_default();
-                tracing::info_span!(
-                    "http",
-                    method = %request.method(),
-                    path = %request.uri().path(),
-                    request_id,
-                )
-            }),
-        )
-        .layer(set_request_id_layer())
+    // `Router::layer` wraps each route after matching, so `MatchedPath` is known to
+    // the metrics layer. One call with the whole stack, outermost first: each
+    // `Router::layer` call boxes every route once more, and a request clones each box
+    // between it and its handler (allocations that grew with the square of the layers).
+    service.layer(
+        ServiceBuilder::new()
+            .layer(set_request_id_layer())
+            .layer(
+                TraceLayer::new_for_http().make_span_with(|request: &Request| {
+                    let request_id = request
+                        .headers()
+                        .get(&REQUEST_ID_HEADER)
+                        .and_then(|value| value.to_str().ok())
+                        .unwrap_or_default();
+                    tracing::info_span!(
+                        "http",
+                        method = %request.method(),
+                        path = %request.uri().path(),
+                        request_id,
+                    )
+                }),
+            )
+            .layer(propagate_request_id_layer())
+            .layer(middleware::from_fn(layers::request_metrics::record_request))
+            .layer(middleware::from_fn_with_state(
+                config.max_body_bytes,
+                layers::body_limit::limit_body,
+            ))
+            .layer(Extension(BodyLimit(config.max_body_bytes)))
+            .layer(DefaultBodyLimit::max(config.max_body_bytes)),
+    )
 }
 
 async fn route_not_found(method: Method, request: Request) -> Response {
