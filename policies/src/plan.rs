@@ -23,6 +23,8 @@ pub(crate) struct Plan<'a> {
     /// The requested model (not under `auto`).
     pub(crate) requested: Option<usize>,
     candidates: Candidates,
+    /// What sticky splits hash for this request.
+    sticky: StickyKey<'a>,
 }
 
 /// One candidate checkpoint: model index, version index, and how it entered.
@@ -33,8 +35,10 @@ type Candidate = (usize, usize, Via);
 /// slow path for large chunks).
 enum Candidates {
     /// Every model once, in model order: its active version, or the arm its split
-    /// resolved for this request (`arms`, by split index).
-    EveryModel { arms: Vec<Option<Candidate>> },
+    /// assigns this request. Arms are resolved only for the models a scan reaches (a
+    /// sticky assignment is a hash of the request's key: the same every time it is
+    /// asked), so a model the policy's constraints rule out costs no hashing.
+    EveryModel,
     /// An explicit list.
     Listed(Vec<Candidate>),
 }
@@ -43,7 +47,8 @@ enum Candidates {
 enum CandidateIter<'a> {
     EveryModel {
         models: std::iter::Enumerate<std::slice::Iter<'a, crate::policy::Model>>,
-        arms: &'a [Option<Candidate>],
+        policy: &'a Policy,
+        sticky: &'a StickyKey<'a>,
     },
     Listed(std::slice::Iter<'a, Candidate>),
 }
@@ -54,16 +59,18 @@ impl Iterator for CandidateIter<'_> {
     fn next(&mut self) -> Option<Candidate> {
         match self {
             CandidateIter::Listed(list) => list.next().copied(),
-            CandidateIter::EveryModel { models, arms } => loop {
+            CandidateIter::EveryModel {
+                models,
+                policy,
+                sticky,
+            } => loop {
                 let (i, m) = models.next()?;
-                match m.split {
-                    None => return Some((i, m.active_version, Via::Direct)),
-                    Some(split) => {
-                        // A split whose arm did not resolve leaves its model out.
-                        if let Some(Some(arm)) = arms.get(split) {
-                            return Some(*arm);
-                        }
-                    }
+                if m.split.is_none() {
+                    return Some((i, m.active_version, Via::Direct));
+                }
+                // A split whose arm does not resolve leaves its model out.
+                if let Some(arm) = resolve_named(policy, i, sticky) {
+                    return Some(arm);
                 }
             },
         }
@@ -81,7 +88,7 @@ impl<'a> Plan<'a> {
     pub fn new(
         policy: &'a Policy,
         req: &'a RouteRequest,
-        tenant: Option<&Tenant>,
+        tenant: Option<&'a Tenant>,
     ) -> Result<Self, RouteError> {
         let sticky = StickyKey { req, tenant };
         let (reason, requested, candidates) = match &req.model {
@@ -122,15 +129,17 @@ impl<'a> Plan<'a> {
             reason,
             requested,
             candidates,
+            sticky,
         })
     }
 
     /// The candidates, in model order under `auto`.
     fn candidates(&self) -> CandidateIter<'_> {
         match &self.candidates {
-            Candidates::EveryModel { arms } => CandidateIter::EveryModel {
+            Candidates::EveryModel => CandidateIter::EveryModel {
                 models: self.policy.models.iter().enumerate(),
-                arms,
+                policy: self.policy,
+                sticky: &self.sticky,
             },
             Candidates::Listed(list) => CandidateIter::Listed(list.iter()),
         }
@@ -176,9 +185,7 @@ impl<'a> Plan<'a> {
             }
         };
         match &self.candidates {
-            Candidates::EveryModel { arms } => {
-                self.scan_every_model(ctx, engine, arms, &mut consider)
-            }
+            Candidates::EveryModel => self.scan_every_model(ctx, engine, &mut consider),
             Candidates::Listed(list) => {
                 for &(m, v, via) in list {
                     if let Some(utility) = qualifying_utility(ctx, m, v, engine) {
@@ -205,7 +212,6 @@ impl<'a> Plan<'a> {
         &self,
         ctx: &Context,
         engine: &dyn EngineView,
-        arms: &[Option<Candidate>],
         consider: &mut impl FnMut(f64, Candidate),
     ) {
         let models = &self.policy.models;
@@ -221,8 +227,8 @@ impl<'a> Plan<'a> {
                     None => (i, m.active_version, Via::Direct),
                     // A split whose arm did not resolve leaves its model out; without
                     // cross-model arms an arm is a version of this model.
-                    Some(split) => match arms.get(split) {
-                        Some(&Some(arm)) if arm.0 == i => arm,
+                    Some(_) => match resolve_named(self.policy, i, &self.sticky) {
+                        Some(arm) if arm.0 == i => arm,
                         _ => continue,
                     },
                 };
@@ -339,12 +345,7 @@ impl StickyKey<'_> {
 fn every_model(policy: &Policy, sticky: &StickyKey) -> Candidates {
     if !policy.cross_model_arms {
         // Each model's checkpoints are its own: no two models can stand for the same one.
-        let arms = policy
-            .splits
-            .iter()
-            .map(|split| resolve_named(policy, split.model, sticky))
-            .collect();
-        return Candidates::EveryModel { arms };
+        return Candidates::EveryModel;
     }
     let mut c: Vec<Candidate> = Vec::with_capacity(policy.models.len());
     // A cross-model split arm may repeat another model's checkpoint.
