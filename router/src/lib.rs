@@ -40,7 +40,7 @@ use axum::handler::Handler;
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post_service};
-use axum::{middleware, Extension};
+use axum::Extension;
 use tower::{Layer, ServiceBuilder};
 use tower_http::trace::TraceLayer;
 
@@ -91,14 +91,8 @@ pub fn app_with_policy(state: AppState, policy: Option<Arc<policy::PolicyRouting
         // routes again, and every box is cloned for every request.
         .route_layer(
             ServiceBuilder::new()
-                .layer(middleware::from_fn_with_state(
-                    config.request_timeout,
-                    layers::timeout::timeout,
-                ))
-                .layer(middleware::from_fn_with_state(
-                    state.admission().clone(),
-                    layers::shed::shed,
-                )),
+                .layer(layers::timeout::TimeoutLayer::new(config.request_timeout))
+                .layer(layers::shed::ShedLayer::new(state.admission().clone())),
         );
     let service = Router::new()
         .route("/v1/models", get(openai::models::list_models))
@@ -132,10 +126,9 @@ pub fn app_with_policy(state: AppState, policy: Option<Arc<policy::PolicyRouting
                 }),
             )
             .layer(propagate_request_id_layer())
-            .layer(middleware::from_fn(layers::request_metrics::record_request))
-            .layer(middleware::from_fn_with_state(
+            .layer(layers::request_metrics::RequestMetricsLayer)
+            .layer(layers::body_limit::BodyLimitLayer::new(
                 config.max_body_bytes,
-                layers::body_limit::limit_body,
             ))
             .layer(Extension(BodyLimit(config.max_body_bytes)))
             .layer(DefaultBodyLimit::max(config.max_body_bytes)),

@@ -2,6 +2,12 @@
 //!
 //! Order in [`crate::app`], outermost first: request id → trace → request
 //! metrics → body limit → (inference routes only) timeout → load shedding.
+//!
+//! The router's own layers are tower services written out rather than
+//! `axum::middleware::from_fn` functions: a `from_fn` middleware boxes the rest of the
+//! stack again for every request, and its future (about a kilobyte) is too large for
+//! the allocator's per-thread cache. These call the service they wrap directly and box
+//! at most one small future.
 
 pub mod body_limit;
 pub mod guarded_body;
@@ -9,3 +15,26 @@ pub mod request_id;
 pub mod request_metrics;
 pub mod shed;
 pub mod timeout;
+
+use std::convert::Infallible;
+
+use axum::extract::Request;
+use axum::response::Response;
+use tower::Service;
+
+/// What the router's layers wrap: axum routes and handlers, and each other.
+pub trait Inner:
+    Service<Request, Response = Response, Error = Infallible, Future: Send + 'static>
+    + Clone
+    + Send
+    + 'static
+{
+}
+
+impl<S> Inner for S where
+    S: Service<Request, Response = Response, Error = Infallible, Future: Send + 'static>
+        + Clone
+        + Send
+        + 'static
+{
+}

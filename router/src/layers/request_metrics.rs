@@ -1,15 +1,19 @@
 //! Per-request metrics: count, duration to the end of the body, in flight.
 
+use std::convert::Infallible;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use futures_util::future::BoxFuture;
+use tower::{Layer, Service};
 
 use crate::backend::BackendError;
 use crate::error::ApiError;
 
 use crate::layers::guarded_body::guard_response;
+use crate::layers::Inner;
 use crate::metrics::{HTTP_REQUESTS_IN_FLIGHT, HTTP_REQUESTS_TOTAL, HTTP_REQUEST_DURATION_SECONDS};
 
 /// Response extension a handler sets to label the request's metrics with the
@@ -18,31 +22,61 @@ use crate::metrics::{HTTP_REQUESTS_IN_FLIGHT, HTTP_REQUESTS_TOTAL, HTTP_REQUEST_
 #[derive(Debug, Clone)]
 pub struct ModelLabel(pub String);
 
-/// Middleware: records `switchyard_http_*` metrics for every request.
+/// Records `switchyard_http_*` metrics for every request.
 ///
 /// Must be installed with `Router::layer` so that `MatchedPath` is known;
 /// the path label is the route pattern, never the raw URL.
-pub async fn record_request(request: Request, next: Next) -> Response {
-    let path = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_owned(), |path| path.as_str().to_owned());
-    let in_flight = InFlight::enter();
-    let started = Instant::now();
-    let response = next.run(request).await;
-    let model = response
-        .extensions()
-        .get::<ModelLabel>()
-        .map(|label| label.0.clone())
-        .unwrap_or_default();
-    let finished = Finished {
-        _in_flight: in_flight,
-        started,
-        path,
-        model,
-        status: response.status().as_u16().to_string(),
-    };
-    guard_response(response, finished)
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RequestMetricsLayer;
+
+impl<S> Layer<S> for RequestMetricsLayer {
+    type Service = RequestMetrics<S>;
+
+    fn layer(&self, inner: S) -> RequestMetrics<S> {
+        RequestMetrics { inner }
+    }
+}
+
+/// The service of [`RequestMetricsLayer`].
+#[derive(Debug, Clone)]
+pub struct RequestMetrics<S> {
+    inner: S,
+}
+
+impl<S: Inner> Service<Request> for RequestMetrics<S> {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Response, Infallible>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        let path = request
+            .extensions()
+            .get::<MatchedPath>()
+            .map_or_else(|| "unmatched".to_owned(), |path| path.as_str().to_owned());
+        let in_flight = InFlight::enter();
+        let started = Instant::now();
+        let response = self.inner.call(request);
+        Box::pin(async move {
+            let response = response.await?;
+            let model = response
+                .extensions()
+                .get::<ModelLabel>()
+                .map(|label| label.0.clone())
+                .unwrap_or_default();
+            let finished = Finished {
+                _in_flight: in_flight,
+                started,
+                path,
+                model,
+                status: response.status().as_u16().to_string(),
+            };
+            Ok(guard_response(response, finished))
+        })
+    }
 }
 
 /// Holds the in-flight gauge up while alive.

@@ -5,17 +5,21 @@
 //! A slot is held until the response body ends, so a long SSE stream counts
 //! as in flight for its whole life.
 
+use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::extract::{Request, State};
-use axum::middleware::Next;
+use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
+use futures_util::future::BoxFuture;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tower::{Layer, Service};
 
 use crate::error::ApiError;
 use crate::layers::guarded_body::guard_response;
+use crate::layers::Inner;
 use crate::metrics::HTTP_REQUESTS_SHED_TOTAL;
 
 /// Slots for requests in flight and places in the queue for a slot.
@@ -42,9 +46,14 @@ impl Admission {
         }
     }
 
+    /// Takes a free slot, if there is one, without waiting.
+    pub fn try_admit(&self) -> Option<OwnedSemaphorePermit> {
+        Arc::clone(&self.slots).try_acquire_owned().ok()
+    }
+
     /// Takes a slot, waiting in the queue if there is room; refuses otherwise.
     pub async fn admit(&self) -> Result<OwnedSemaphorePermit, ApiError> {
-        if let Ok(permit) = Arc::clone(&self.slots).try_acquire_owned() {
+        if let Some(permit) = self.try_admit() {
             return Ok(permit);
         }
         let reserved = self
@@ -92,15 +101,63 @@ impl Drop for QueuePlace<'_> {
     }
 }
 
-/// Middleware: admits the request through `admission` or answers 429.
-pub async fn shed(
-    State(admission): State<Arc<Admission>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    match admission.admit().await {
-        Ok(permit) => guard_response(next.run(request).await, permit),
-        Err(refusal) => refusal.into_response(),
+/// Admits each request through an [`Admission`] or answers 429.
+#[derive(Debug, Clone)]
+pub struct ShedLayer {
+    admission: Arc<Admission>,
+}
+
+impl ShedLayer {
+    /// Admission through `admission`.
+    pub fn new(admission: Arc<Admission>) -> Self {
+        ShedLayer { admission }
+    }
+}
+
+impl<S> Layer<S> for ShedLayer {
+    type Service = Shed<S>;
+
+    fn layer(&self, inner: S) -> Shed<S> {
+        Shed {
+            inner,
+            admission: Arc::clone(&self.admission),
+        }
+    }
+}
+
+/// The service of [`ShedLayer`].
+#[derive(Debug, Clone)]
+pub struct Shed<S> {
+    inner: S,
+    admission: Arc<Admission>,
+}
+
+impl<S: Inner> Service<Request> for Shed<S> {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Response, Infallible>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        // A free slot (the common case) admits at once and the request goes straight on.
+        if let Some(permit) = self.admission.try_admit() {
+            let response = self.inner.call(request);
+            return Box::pin(async move { Ok(guard_response(response.await?, permit)) });
+        }
+        // The request waits for a slot: the service made ready is taken along and a
+        // clone left in its place (tower's rule for services called later).
+        let ready = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, ready);
+        let admission = Arc::clone(&self.admission);
+        Box::pin(async move {
+            match admission.admit().await {
+                Ok(permit) => Ok(guard_response(inner.call(request).await?, permit)),
+                Err(refusal) => Ok(refusal.into_response()),
+            }
+        })
     }
 }
 
