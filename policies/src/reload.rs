@@ -158,8 +158,9 @@ impl PolicyStore {
     }
 
     /// Starts a thread that checks the file's modification time and size every
-    /// `interval` and reloads when either changes. Errors are logged and the old policy
-    /// kept; the thread stops when the returned watcher is dropped.
+    /// `interval` and reloads when either has changed and then stayed the same for one
+    /// more interval (a file being written is not read). Errors are logged and the old
+    /// policy kept; the thread stops when the returned watcher is dropped.
     pub fn watch(self: &Arc<Self>, interval: Duration) -> Result<PolicyWatcher, PolicyError> {
         let path = self.path.clone().ok_or(PolicyError::NoFile)?;
         let store = Arc::clone(self);
@@ -168,6 +169,11 @@ impl PolicyStore {
         let thread = std::thread::Builder::new()
             .name("policy-watch".into())
             .spawn(move || {
+                // A change is read once the file has stood still for a whole interval:
+                // an editor that truncates and rewrites in place leaves a moment where
+                // the file is empty or half written, and a half that happens to parse
+                // would be swapped in.
+                let mut settling = None;
                 while !stop_flag.load(Ordering::Acquire) {
                     std::thread::park_timeout(interval);
                     if stop_flag.load(Ordering::Acquire) {
@@ -175,7 +181,12 @@ impl PolicyStore {
                     }
                     let now = fingerprint(&path);
                     let seen = *store.file_stamp.lock().unwrap_or_else(|e| e.into_inner());
-                    if now.is_some() && now != seen {
+                    if now.is_none() || now == seen {
+                        settling = None;
+                    } else if settling != now {
+                        settling = now;
+                    } else {
+                        settling = None;
                         // `install` logs the outcome either way.
                         let _ = store.reload_from_file();
                     }
