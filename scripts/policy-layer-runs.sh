@@ -62,4 +62,11 @@ for case, build in sorted(cases, key=lambda k: (order.index(k[0]), k[1] != "othe
     p50s = [s[0] for s in samples]
     p99s = [s[1] for s in samples]
     print(f"| {case} | {build} | {len(samples)} | {spread(p50s)} | {spread(p99s)} |")
+
+# The target (issue 5): the layer's own work under 20 µs at p99, in every run.
+print()
+for (case, build), samples in cases.items():
+    if case.startswith("policy layer's own work"):
+        over = sum(1 for _, p99 in samples if p99 >= 20.0)
+        print(f"{build}: policy layer's own work p99 >= 20 µs in {over} of {len(samples)} runs")
 EOF
