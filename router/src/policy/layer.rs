@@ -237,11 +237,10 @@ const COST: HeaderName = HeaderName::from_static(HEADER_COST);
 
 /// `value` as a header value; characters a header cannot carry become `?`.
 fn header_text(value: &str) -> HeaderValue {
-    // Policy names and explanations are almost always plain ASCII: take them as they are.
-    if value.bytes().all(|b| b == b' ' || b.is_ascii_graphic()) {
-        if let Ok(value) = HeaderValue::from_str(value) {
-            return value;
-        }
+    // Policy names and explanations are almost always plain ASCII: take them as they are
+    // (`from_str` checks each byte once).
+    if let Ok(value) = HeaderValue::from_str(value) {
+        return value;
     }
     let clean: String = value
         .chars()
@@ -254,4 +253,19 @@ fn header_text(value: &str) -> HeaderValue {
         })
         .collect();
     HeaderValue::from_str(&clean).unwrap_or_else(|_| HeaderValue::from_static("?"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::header_text;
+
+    #[test]
+    fn header_text_keeps_ascii_and_replaces_what_a_header_cannot_carry() {
+        assert_eq!(
+            header_text("auto: best utility 0.9 of 3"),
+            "auto: best utility 0.9 of 3"
+        );
+        assert_eq!(header_text("modèle\u{7f}x"), "mod?le?x");
+        assert_eq!(header_text("line\nbreak"), "line?break");
+    }
 }
