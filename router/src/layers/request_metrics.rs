@@ -1,12 +1,17 @@
 //! Per-request metrics: count, duration to the end of the body, in flight.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::convert::Infallible;
+use std::fmt::Write;
+use std::sync::OnceLock;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request};
 use axum::response::{IntoResponse, Response};
 use futures_util::future::BoxFuture;
+use metrics::{Counter, Gauge, Histogram};
 use tower::{Layer, Service};
 
 use crate::backend::BackendError;
@@ -53,10 +58,7 @@ impl<S: Inner> Service<Request> for RequestMetrics<S> {
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
-        let path = request
-            .extensions()
-            .get::<MatchedPath>()
-            .map_or_else(|| "unmatched".to_owned(), |path| path.as_str().to_owned());
+        let path = request.extensions().get::<MatchedPath>().cloned();
         let in_flight = InFlight::enter();
         let started = Instant::now();
         let response = self.inner.call(request);
@@ -65,14 +67,12 @@ impl<S: Inner> Service<Request> for RequestMetrics<S> {
             let model = response
                 .extensions()
                 .get::<ModelLabel>()
-                .map(|label| label.0.clone())
-                .unwrap_or_default();
+                .map_or("", |label| label.0.as_str());
+            let path = path.as_ref().map_or("unmatched", MatchedPath::as_str);
             let finished = Finished {
                 _in_flight: in_flight,
                 started,
-                path,
-                model,
-                status: response.status().as_u16().to_string(),
+                series: Series::of(path, model, response.status().as_u16()),
             };
             Ok(guard_response(response, finished))
         })
@@ -84,14 +84,61 @@ struct InFlight;
 
 impl InFlight {
     fn enter() -> Self {
-        metrics::gauge!(HTTP_REQUESTS_IN_FLIGHT).increment(1.0);
+        in_flight_gauge().increment(1.0);
         InFlight
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        metrics::gauge!(HTTP_REQUESTS_IN_FLIGHT).decrement(1.0);
+        in_flight_gauge().decrement(1.0);
+    }
+}
+
+/// The in-flight gauge, looked up in the recorder once (the router installs its
+/// recorder before it serves a request).
+fn in_flight_gauge() -> &'static Gauge {
+    static GAUGE: OnceLock<Gauge> = OnceLock::new();
+    GAUGE.get_or_init(|| metrics::gauge!(HTTP_REQUESTS_IN_FLIGHT))
+}
+
+/// The count and duration series of one label set.
+#[derive(Clone)]
+struct Series {
+    total: Counter,
+    duration: Histogram,
+}
+
+thread_local! {
+    /// Series by label set (`path`, `model`, `status` joined by NULs), so that a request
+    /// costs one hash of a short string instead of building the labels and looking them
+    /// up in the recorder twice. Label values come from bounded sets (route patterns,
+    /// served models, status codes), so the map stays small.
+    static SERIES: RefCell<(String, HashMap<Box<str>, Series>)> = RefCell::default();
+}
+
+impl Series {
+    fn of(path: &str, model: &str, status: u16) -> Series {
+        SERIES.with(|cell| {
+            let mut cell = cell.borrow_mut();
+            let (key, known) = &mut *cell;
+            key.clear();
+            let _ = write!(key, "{path}\0{model}\0{status}");
+            if let Some(series) = known.get(key.as_str()) {
+                return series.clone();
+            }
+            let labels = [
+                ("path", path.to_owned()),
+                ("model", model.to_owned()),
+                ("status", status.to_string()),
+            ];
+            let series = Series {
+                total: metrics::counter!(HTTP_REQUESTS_TOTAL, &labels),
+                duration: metrics::histogram!(HTTP_REQUEST_DURATION_SECONDS, &labels),
+            };
+            known.insert(key.as_str().into(), series.clone());
+            series
+        })
     }
 }
 
@@ -99,20 +146,14 @@ impl Drop for InFlight {
 struct Finished {
     _in_flight: InFlight,
     started: Instant,
-    path: String,
-    model: String,
-    status: String,
+    series: Series,
 }
 
 impl Drop for Finished {
     fn drop(&mut self) {
-        let labels = [
-            ("path", self.path.clone()),
-            ("model", self.model.clone()),
-            ("status", self.status.clone()),
-        ];
-        metrics::counter!(HTTP_REQUESTS_TOTAL, &labels).increment(1);
-        metrics::histogram!(HTTP_REQUEST_DURATION_SECONDS, &labels)
+        self.series.total.increment(1);
+        self.series
+            .duration
             .record(self.started.elapsed().as_secs_f64());
     }
 }
