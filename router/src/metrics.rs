@@ -4,6 +4,8 @@
 //! installs a Prometheus recorder once (through a `OnceLock`) and every app
 //! built afterwards — several per test binary, say — shares it.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -163,12 +165,25 @@ impl GenerationMetrics {
     /// The series for `model`, which must be a served model's name (label
     /// values come from a bounded set, never straight from a request).
     pub fn for_model(model: &str) -> Self {
-        let label = model.to_owned();
-        GenerationMetrics {
-            time_to_first_token: metrics::histogram!(TIME_TO_FIRST_TOKEN_SECONDS, "model" => label.clone()),
-            generated_tokens: metrics::counter!(GENERATED_TOKENS_TOTAL, "model" => label.clone()),
-            prompt_tokens: metrics::counter!(PROMPT_TOKENS_TOTAL, "model" => label),
+        thread_local! {
+            /// By model, so that a request hashes one name instead of building three
+            /// labels and looking each series up in the recorder.
+            static BY_MODEL: RefCell<HashMap<Box<str>, GenerationMetrics>> = RefCell::default();
         }
+        BY_MODEL.with(|cell| {
+            let mut known = cell.borrow_mut();
+            if let Some(metrics) = known.get(model) {
+                return metrics.clone();
+            }
+            let label = model.to_owned();
+            let metrics = GenerationMetrics {
+                time_to_first_token: metrics::histogram!(TIME_TO_FIRST_TOKEN_SECONDS, "model" => label.clone()),
+                generated_tokens: metrics::counter!(GENERATED_TOKENS_TOTAL, "model" => label.clone()),
+                prompt_tokens: metrics::counter!(PROMPT_TOKENS_TOTAL, "model" => label),
+            };
+            known.insert(model.into(), metrics.clone());
+            metrics
+        })
     }
 
     /// Records the time from submission to the first token.
