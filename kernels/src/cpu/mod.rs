@@ -31,6 +31,7 @@ mod row_copy;
 mod tensors;
 pub mod threads;
 mod vecmath;
+mod weight_arena;
 
 pub use cpu_backend::CpuBackend;
 pub use dequant::dequantize_row;

@@ -8,6 +8,7 @@ use rand_chacha::ChaCha8Rng;
 use super::*;
 use crate::cpu::dot::dot_quantized;
 use crate::cpu::quant_act::QuantizedRows;
+use crate::cpu::weight_arena::WeightArena;
 
 fn random_rows(rng: &mut ChaCha8Rng, dtype: DType, rows: usize, k: usize) -> Vec<u8> {
     let mut out = Vec::new();
@@ -96,7 +97,7 @@ fn simd_group_kernels_match_scalar_twin_bit_for_bit() {
                 let k = blocks * QK;
                 let data = random_rows(&mut rng, dtype, rows, k);
                 let view = WeightView::new(dtype, rows, k, data.into()).unwrap();
-                let packed = PackedRows::pack(&view).unwrap();
+                let packed = PackedRows::pack(&view, &WeightArena::default()).unwrap();
                 assert_eq!(packed.rows(), rows / 16 * 16);
                 let q = quantized(&mut rng, vnni, 8, k);
                 check::<1>(&packed, &q, simd);
@@ -125,7 +126,7 @@ fn packed_twin_agrees_with_per_row_kernel() {
         let k = blocks * QK;
         let data = random_rows(&mut rng, dtype, rows, k);
         let view = WeightView::new(dtype, rows, k, data.clone().into()).unwrap();
-        let packed = PackedRows::pack(&view).unwrap();
+        let packed = PackedRows::pack(&view, &WeightArena::default()).unwrap();
         let q = quantized(&mut rng, scalar, 1, k);
         let a = [q.row(0)];
         let mut per_row = vec![0.0f32; rows];
