@@ -99,12 +99,13 @@ fn simd_group_kernels_match_scalar_twin_bit_for_bit() {
                 let view = WeightView::new(dtype, rows, k, data.into()).unwrap();
                 let packed = PackedRows::pack(&view, &WeightArena::default()).unwrap();
                 assert_eq!(packed.rows(), rows / 16 * 16);
-                let q = quantized(&mut rng, vnni, 8, k);
+                let q = quantized(&mut rng, vnni, 16, k);
                 check::<1>(&packed, &q, simd);
                 check::<2>(&packed, &q, simd);
                 check::<3>(&packed, &q, simd);
                 check::<4>(&packed, &q, simd);
                 check::<8>(&packed, &q, simd);
+                check::<16>(&packed, &q, simd);
             }
         }
     }
