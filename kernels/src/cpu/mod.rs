@@ -25,6 +25,7 @@ mod matmul;
 mod matmul_input;
 mod norm;
 mod packed;
+mod prefetch;
 mod quant_act;
 mod rope;
 mod row_copy;
