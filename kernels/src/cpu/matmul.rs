@@ -325,10 +325,12 @@ fn run_tile<const C: usize>(
     isa: CheckedIsa,
     packed: &PackedRows,
     t: &Target<'_>,
-    tile: [QRow<'_>; C],
+    activations: [QRow<'_>; C],
     first: usize,
     groups: Range<usize>,
 ) {
+    // The rows' widths are checked here, once per tile, not per group.
+    let tile = packed.tile(&activations);
     let rows = t.w.rows();
     let span = groups.len() * GROUP_ROWS;
     // Each tile row's outputs for all of `groups`, bounds-checked once

@@ -175,38 +175,59 @@ impl PackedRows {
         &self.bytes.as_slice()[g * self.group_bytes..(g + 1) * self.group_bytes]
     }
 
-    /// `out[t][r] = W[16·g + r] · a[t]` for group `g` and the `T`
-    /// activation rows `a` (each of `32 · blocks` elements), or with
-    /// `accumulate` `out[t][r] += …` (one f32 add of the finished sum: a
-    /// residual connection). `out` points straight into the destination
-    /// rows: a stack buffer copied out in narrower pieces cost
-    /// store-forwarding stalls (5% of batched decode).
+    /// The `T` activation rows `a` checked once against this matrix's
+    /// width (`32 · blocks` elements each), for the group calls of a tile
+    /// walk.
     ///
     /// # Panics
-    /// When `g` is not a group or an activation row has the wrong length
-    /// (callers validate shapes; this guards the SIMD code's loads).
+    /// When a row has the wrong length (callers validate shapes; this
+    /// guards the SIMD code's loads).
+    pub(crate) fn tile<'t, 'a, const T: usize>(
+        &self,
+        a: &'t [QRow<'a>; T],
+    ) -> CheckedTile<'t, 'a, T> {
+        let k = self.blocks * QK;
+        assert!(
+            a.iter().all(|a| a.qs.len() == k
+                && a.ds.len() == 2 * self.blocks
+                && a.sums.len() == self.blocks),
+            "dot_group: activations of the wrong width (want {k})"
+        );
+        CheckedTile {
+            rows: a,
+            blocks: self.blocks,
+        }
+    }
+
+    /// `out[t][r] = W[16·g + r] · a[t]` for group `g` and the activation
+    /// rows `a` of `tile`, or with `accumulate` `out[t][r] += …` (one f32
+    /// add of the finished sum: a residual connection). `out` points
+    /// straight into the destination rows: a stack buffer copied out in
+    /// narrower pieces cost store-forwarding stalls (5% of batched decode).
+    ///
+    /// # Panics
+    /// When `g` is not a group or `tile` was checked against a matrix of
+    /// another width.
     pub(crate) fn dot_group<const T: usize>(
         &self,
         isa: CheckedIsa,
         g: usize,
-        a: &[QRow<'_>; T],
+        tile: &CheckedTile<'_, '_, T>,
         out: [&mut [f32; GROUP_ROWS]; T],
         accumulate: bool,
     ) {
-        let k = self.blocks * QK;
         assert!(
-            g < self.groups
-                && a.iter().all(|a| a.qs.len() == k
-                    && a.ds.len() == 2 * self.blocks
-                    && a.sums.len() == self.blocks),
-            "dot_group: group {g} of {} against activations of the wrong width (want {k})",
-            self.groups
+            g < self.groups && tile.blocks == self.blocks,
+            "dot_group: group {g} of {} ({} blocks) against a tile of {} blocks",
+            self.groups,
+            self.blocks,
+            tile.blocks
         );
-        let group = self.group(g);
+        let (group, a) = (self.group(g), tile.rows);
         match isa.get() {
             // SAFETY: CheckedIsa guarantees the features; the group holds
             // `blocks` blocks in the layout above and every activation row
-            // `blocks` blocks (checked above).
+            // `blocks` blocks (checked by `tile` and above).
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512Vnni => unsafe {
                 avx512::dot_group(self.dtype, group, self.blocks, a, out, accumulate)
@@ -214,6 +235,12 @@ impl PackedRows {
             _ => scalar::dot_group(self.dtype, group, self.blocks, a, out, accumulate),
         }
     }
+}
+
+/// Activation rows whose width [`PackedRows::tile`] checked.
+pub(crate) struct CheckedTile<'t, 'a, const T: usize> {
+    rows: &'t [QRow<'a>; T],
+    blocks: usize,
 }
 
 /// Where the parts of a group start: `(scales, mins)` offsets after the

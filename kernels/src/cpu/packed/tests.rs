@@ -66,14 +66,14 @@ fn check<const T: usize>(packed: &PackedRows, q: &QuantizedRows, simd: Option<Ch
         );
         if let Some(isa) = simd {
             let mut got = [[0.0f32; GROUP_ROWS]; T];
-            packed.dot_group(isa, g, &a, got.each_mut(), false);
+            packed.dot_group(isa, g, &packed.tile(&a), got.each_mut(), false);
             assert_eq!(
                 bits(&got),
                 bits(&want),
                 "{dtype} group {g} T={T}: SIMD differs from scalar"
             );
             let mut got = start;
-            packed.dot_group(isa, g, &a, got.each_mut(), true);
+            packed.dot_group(isa, g, &packed.tile(&a), got.each_mut(), true);
             assert_eq!(
                 bits(&got),
                 bits(&want_acc),
