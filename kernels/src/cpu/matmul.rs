@@ -50,7 +50,7 @@ const SUB_CHUNK_ROWS: usize = 64;
 /// eight unpacked weight vectors and the block's scales nearly fill
 /// AVX-512's 32 registers, and LLVM keeps a few accumulators on the stack
 /// (one store and one reload each per block, against ~180 vector ops per
-/// block); batch 16 still measured ~12% faster than with tiles of 8.
+/// block); batch 16 still measured ~10% faster than with tiles of 8.
 const GROUP_TILE: usize = 16;
 /// Weight bytes of the groups a task runs all activation tiles over before
 /// moving on: most of a 32 KB L1 data cache, leaving room for the tile.
