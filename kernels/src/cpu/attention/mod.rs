@@ -205,7 +205,10 @@ pub(crate) fn attention(
         let cache = &heads[task.seq];
         let seen = task.first_pos + task.rows.len();
         let span = task.kv_head * head_dim..(task.kv_head + 1) * head_dim;
-        // SAFETY: as for the reads below; the views end before the writes.
+        // Ask for the head's keys and values first (see `prefetch`).
+        // SAFETY: no other task writes this KV head during the job (see
+        // the writes below), and these views end before this task's own
+        // writes start.
         unsafe {
             prefetch_all(cache.key_tiles(task.kv_head, seen));
             prefetch_all(cache.values(task.kv_head, seen));
