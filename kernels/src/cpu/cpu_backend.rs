@@ -11,6 +11,7 @@ use super::matmul_input::Input;
 use super::packed::{self, PackedRows};
 use super::tensors::{CpuActivations, CpuMatrix, CpuVector};
 use super::threads::ThreadPool;
+use super::weight_arena::WeightArena;
 use super::{elementwise, matmul, norm, rope, row_copy, Isa};
 use crate::{
     AttentionRows, AttentionShape, Backend, KernelError, MatmulInput, MatmulProduct, RopeStyle,
@@ -22,6 +23,8 @@ use crate::{
 pub struct CpuBackend {
     isa: CheckedIsa,
     pool: ThreadPool,
+    /// Where repacked matrices live (on 2 MB pages where the OS allows).
+    arena: WeightArena,
 }
 
 impl CpuBackend {
@@ -38,6 +41,7 @@ impl CpuBackend {
         CpuBackend {
             isa: CheckedIsa::at_most(isa),
             pool: ThreadPool::new(threads),
+            arena: WeightArena::default(),
         }
     }
 
@@ -81,7 +85,7 @@ impl Backend for CpuBackend {
         // fields are public and the kernels rely on it.
         let view = WeightView::new(weight.dtype, weight.rows, weight.cols, weight.data)?;
         let packed = if packed::packs(self.isa, view.dtype) {
-            PackedRows::pack(&view).map(Arc::new)
+            PackedRows::pack(&view, &self.arena).map(Arc::new)
         } else {
             None
         };

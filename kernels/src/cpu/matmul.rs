@@ -45,9 +45,13 @@ const MAX_GROUPS_PER_TASK: usize = 16;
 /// Weight rows per per-row kernel call within a task (outputs buffered on
 /// the stack).
 const SUB_CHUNK_ROWS: usize = 64;
-/// Activation rows per group-kernel call: eight f32 accumulators plus the
-/// eight unpacked weight vectors of a block fit AVX-512's 32 registers.
-const GROUP_TILE: usize = 8;
+/// Activation rows per group-kernel call: at 16 a batch of 16 sequences
+/// unpacks each weight block once instead of twice. Sixteen accumulators,
+/// eight unpacked weight vectors and the block's scales nearly fill
+/// AVX-512's 32 registers, and LLVM keeps a few accumulators on the stack
+/// (one store and one reload each per block, against ~180 vector ops per
+/// block); batch 16 still measured ~10% faster than with tiles of 8.
+const GROUP_TILE: usize = 16;
 /// Weight bytes of the groups a task runs all activation tiles over before
 /// moving on: most of a 32 KB L1 data cache, leaving room for the tile.
 const GROUP_BLOCK_BYTES: usize = 24 * 1024;
@@ -299,6 +303,7 @@ fn run_group_block(
     while first < n {
         let count = match n - first {
             GROUP_TILE.. => GROUP_TILE,
+            8.. => 8,
             4.. => 4,
             2.. => 2,
             _ => 1,
@@ -306,6 +311,7 @@ fn run_group_block(
         let groups = groups.clone();
         match count {
             GROUP_TILE => run_tile::<GROUP_TILE>(isa, packed, t, q_rows(q, first), first, groups),
+            8 => run_tile::<8>(isa, packed, t, q_rows(q, first), first, groups),
             4 => run_tile::<4>(isa, packed, t, q_rows(q, first), first, groups),
             2 => run_tile::<2>(isa, packed, t, q_rows(q, first), first, groups),
             _ => run_tile::<1>(isa, packed, t, q_rows(q, first), first, groups),
@@ -319,10 +325,12 @@ fn run_tile<const C: usize>(
     isa: CheckedIsa,
     packed: &PackedRows,
     t: &Target<'_>,
-    tile: [QRow<'_>; C],
+    activations: [QRow<'_>; C],
     first: usize,
     groups: Range<usize>,
 ) {
+    // The rows' widths are checked here, once per tile, not per group.
+    let tile = packed.tile(&activations);
     let rows = t.w.rows();
     let span = groups.len() * GROUP_ROWS;
     // Each tile row's outputs for all of `groups`, bounds-checked once

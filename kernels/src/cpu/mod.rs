@@ -25,12 +25,14 @@ mod matmul;
 mod matmul_input;
 mod norm;
 mod packed;
+mod prefetch;
 mod quant_act;
 mod rope;
 mod row_copy;
 mod tensors;
 pub mod threads;
 mod vecmath;
+mod weight_arena;
 
 pub use cpu_backend::CpuBackend;
 pub use dequant::dequantize_row;

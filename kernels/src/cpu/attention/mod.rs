@@ -22,6 +22,7 @@ use std::ops::Range;
 use super::disjoint::DisjointSlice;
 use super::isa::CheckedIsa;
 use super::kv_cache::{CpuKvCache, LayerHeads};
+use super::prefetch::prefetch_all;
 use super::tensors::CpuActivations;
 use super::threads::ThreadPool;
 use crate::{AttentionShape, KernelError};
@@ -204,6 +205,14 @@ pub(crate) fn attention(
         let cache = &heads[task.seq];
         let seen = task.first_pos + task.rows.len();
         let span = task.kv_head * head_dim..(task.kv_head + 1) * head_dim;
+        // Ask for the head's keys and values first (see `prefetch`).
+        // SAFETY: no other task writes this KV head during the job (see
+        // the writes below), and these views end before this task's own
+        // writes start.
+        unsafe {
+            prefetch_all(cache.key_tiles(task.kv_head, seen));
+            prefetch_all(cache.values(task.kv_head, seen));
+        }
         if task.writes {
             for (i, row) in task.rows.clone().enumerate() {
                 let at = row * kv_cols;

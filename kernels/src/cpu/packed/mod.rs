@@ -45,17 +45,15 @@ pub(crate) mod scalar;
 use super::blocks::QK;
 use super::isa::CheckedIsa;
 use super::quant_act::QRow;
+use super::weight_arena::{ArenaBytes, WeightArena, ALIGN};
 use super::Isa;
 use crate::{DType, WeightView};
 
 /// Weight rows per group: the sixteen i32 lanes of a zmm.
 pub(crate) const GROUP_ROWS: usize = 16;
-const LINE: usize = 64;
-
-/// A 64-byte line, so that group data is aligned for full-width loads.
-#[derive(Clone, Copy)]
-#[repr(C, align(64))]
-struct Line([u8; LINE]);
+/// Groups are padded to whole cache lines, so that each starts aligned
+/// for full-width loads (the arena aligns the first).
+const LINE: usize = ALIGN;
 
 /// The groups of a repacked matrix; see the module documentation.
 pub(crate) struct PackedRows {
@@ -64,7 +62,7 @@ pub(crate) struct PackedRows {
     blocks: usize,
     /// Bytes per group, a multiple of [`LINE`].
     group_bytes: usize,
-    lines: Vec<Line>,
+    bytes: ArenaBytes,
 }
 
 impl std::fmt::Debug for PackedRows {
@@ -92,9 +90,10 @@ pub(crate) fn packs(isa: CheckedIsa, dtype: DType) -> bool {
 }
 
 impl PackedRows {
-    /// Repacks the whole groups of `view` (`view.dtype` must be Q4_0, Q4_1
-    /// or Q8_0; `None` otherwise or when there is no whole group).
-    pub(crate) fn pack(view: &WeightView) -> Option<PackedRows> {
+    /// Repacks the whole groups of `view` into a buffer from `arena`
+    /// (`view.dtype` must be Q4_0, Q4_1 or Q8_0; `None` otherwise or when
+    /// there is no whole group).
+    pub(crate) fn pack(view: &WeightView, arena: &WeightArena) -> Option<PackedRows> {
         let dtype = view.dtype;
         if !matches!(dtype, DType::Q4_0 | DType::Q4_1 | DType::Q8_0) {
             return None;
@@ -108,8 +107,8 @@ impl PackedRows {
         let qb = quant_bytes(dtype);
         let raw = blocks * (qb + 32 + if has_min { 32 } else { 0 });
         let group_bytes = raw.div_ceil(LINE) * LINE;
-        let mut lines = vec![Line([0; LINE]); groups * group_bytes / LINE];
-        let bytes: &mut [u8] = bytemuck_lines(&mut lines);
+        let mut packed = arena.alloc(groups * group_bytes);
+        let bytes = packed.as_mut_slice();
         let row_bytes = view.row_bytes();
         let bb = dtype.block_bytes();
         for (g, out) in bytes.chunks_exact_mut(group_bytes).enumerate() {
@@ -148,7 +147,7 @@ impl PackedRows {
             groups,
             blocks,
             group_bytes,
-            lines,
+            bytes: packed,
         })
     }
 
@@ -169,46 +168,66 @@ impl PackedRows {
 
     /// Bytes held (for load statistics).
     pub(crate) fn bytes(&self) -> usize {
-        self.lines.len() * LINE
+        self.bytes.as_slice().len()
     }
 
     fn group(&self, g: usize) -> &[u8] {
-        let all: &[u8] = bytemuck_lines_ref(&self.lines);
-        &all[g * self.group_bytes..(g + 1) * self.group_bytes]
+        &self.bytes.as_slice()[g * self.group_bytes..(g + 1) * self.group_bytes]
     }
 
-    /// `out[t][r] = W[16·g + r] · a[t]` for group `g` and the `T`
-    /// activation rows `a` (each of `32 · blocks` elements), or with
-    /// `accumulate` `out[t][r] += …` (one f32 add of the finished sum: a
-    /// residual connection). `out` points straight into the destination
-    /// rows: a stack buffer copied out in narrower pieces cost
-    /// store-forwarding stalls (5% of batched decode).
+    /// The `T` activation rows `a` checked once against this matrix's
+    /// width (`32 · blocks` elements each), for the group calls of a tile
+    /// walk.
     ///
     /// # Panics
-    /// When `g` is not a group or an activation row has the wrong length
-    /// (callers validate shapes; this guards the SIMD code's loads).
+    /// When a row has the wrong length (callers validate shapes; this
+    /// guards the SIMD code's loads).
+    pub(crate) fn tile<'t, 'a, const T: usize>(
+        &self,
+        a: &'t [QRow<'a>; T],
+    ) -> CheckedTile<'t, 'a, T> {
+        let k = self.blocks * QK;
+        assert!(
+            a.iter().all(|a| a.qs.len() == k
+                && a.ds.len() == 2 * self.blocks
+                && a.sums.len() == self.blocks),
+            "dot_group: activations of the wrong width (want {k})"
+        );
+        CheckedTile {
+            rows: a,
+            blocks: self.blocks,
+        }
+    }
+
+    /// `out[t][r] = W[16·g + r] · a[t]` for group `g` and the activation
+    /// rows `a` of `tile`, or with `accumulate` `out[t][r] += …` (one f32
+    /// add of the finished sum: a residual connection). `out` points
+    /// straight into the destination rows: a stack buffer copied out in
+    /// narrower pieces cost store-forwarding stalls (5% of batched decode).
+    ///
+    /// # Panics
+    /// When `g` is not a group or `tile` was checked against a matrix of
+    /// another width.
     pub(crate) fn dot_group<const T: usize>(
         &self,
         isa: CheckedIsa,
         g: usize,
-        a: &[QRow<'_>; T],
+        tile: &CheckedTile<'_, '_, T>,
         out: [&mut [f32; GROUP_ROWS]; T],
         accumulate: bool,
     ) {
-        let k = self.blocks * QK;
         assert!(
-            g < self.groups
-                && a.iter().all(|a| a.qs.len() == k
-                    && a.ds.len() == 2 * self.blocks
-                    && a.sums.len() == self.blocks),
-            "dot_group: group {g} of {} against activations of the wrong width (want {k})",
-            self.groups
+            g < self.groups && tile.blocks == self.blocks,
+            "dot_group: group {g} of {} ({} blocks) against a tile of {} blocks",
+            self.groups,
+            self.blocks,
+            tile.blocks
         );
-        let group = self.group(g);
+        let (group, a) = (self.group(g), tile.rows);
         match isa.get() {
             // SAFETY: CheckedIsa guarantees the features; the group holds
             // `blocks` blocks in the layout above and every activation row
-            // `blocks` blocks (checked above).
+            // `blocks` blocks (checked by `tile` and above).
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512Vnni => unsafe {
                 avx512::dot_group(self.dtype, group, self.blocks, a, out, accumulate)
@@ -218,15 +237,10 @@ impl PackedRows {
     }
 }
 
-fn bytemuck_lines(lines: &mut [Line]) -> &mut [u8] {
-    // SAFETY: `Line` is `repr(C)` over `[u8; 64]` with no padding (size 64,
-    // align 64), so the lines are `64 · len` initialised bytes.
-    unsafe { std::slice::from_raw_parts_mut(lines.as_mut_ptr().cast(), lines.len() * LINE) }
-}
-
-fn bytemuck_lines_ref(lines: &[Line]) -> &[u8] {
-    // SAFETY: as in `bytemuck_lines`.
-    unsafe { std::slice::from_raw_parts(lines.as_ptr().cast(), lines.len() * LINE) }
+/// Activation rows whose width [`PackedRows::tile`] checked.
+pub(crate) struct CheckedTile<'t, 'a, const T: usize> {
+    rows: &'t [QRow<'a>; T],
+    blocks: usize,
 }
 
 /// Where the parts of a group start: `(scales, mins)` offsets after the

@@ -8,6 +8,7 @@ use rand_chacha::ChaCha8Rng;
 use super::*;
 use crate::cpu::dot::dot_quantized;
 use crate::cpu::quant_act::QuantizedRows;
+use crate::cpu::weight_arena::WeightArena;
 
 fn random_rows(rng: &mut ChaCha8Rng, dtype: DType, rows: usize, k: usize) -> Vec<u8> {
     let mut out = Vec::new();
@@ -65,14 +66,14 @@ fn check<const T: usize>(packed: &PackedRows, q: &QuantizedRows, simd: Option<Ch
         );
         if let Some(isa) = simd {
             let mut got = [[0.0f32; GROUP_ROWS]; T];
-            packed.dot_group(isa, g, &a, got.each_mut(), false);
+            packed.dot_group(isa, g, &packed.tile(&a), got.each_mut(), false);
             assert_eq!(
                 bits(&got),
                 bits(&want),
                 "{dtype} group {g} T={T}: SIMD differs from scalar"
             );
             let mut got = start;
-            packed.dot_group(isa, g, &a, got.each_mut(), true);
+            packed.dot_group(isa, g, &packed.tile(&a), got.each_mut(), true);
             assert_eq!(
                 bits(&got),
                 bits(&want_acc),
@@ -96,14 +97,15 @@ fn simd_group_kernels_match_scalar_twin_bit_for_bit() {
                 let k = blocks * QK;
                 let data = random_rows(&mut rng, dtype, rows, k);
                 let view = WeightView::new(dtype, rows, k, data.into()).unwrap();
-                let packed = PackedRows::pack(&view).unwrap();
+                let packed = PackedRows::pack(&view, &WeightArena::default()).unwrap();
                 assert_eq!(packed.rows(), rows / 16 * 16);
-                let q = quantized(&mut rng, vnni, 8, k);
+                let q = quantized(&mut rng, vnni, 16, k);
                 check::<1>(&packed, &q, simd);
                 check::<2>(&packed, &q, simd);
                 check::<3>(&packed, &q, simd);
                 check::<4>(&packed, &q, simd);
                 check::<8>(&packed, &q, simd);
+                check::<16>(&packed, &q, simd);
             }
         }
     }
@@ -125,7 +127,7 @@ fn packed_twin_agrees_with_per_row_kernel() {
         let k = blocks * QK;
         let data = random_rows(&mut rng, dtype, rows, k);
         let view = WeightView::new(dtype, rows, k, data.clone().into()).unwrap();
-        let packed = PackedRows::pack(&view).unwrap();
+        let packed = PackedRows::pack(&view, &WeightArena::default()).unwrap();
         let q = quantized(&mut rng, scalar, 1, k);
         let a = [q.row(0)];
         let mut per_row = vec![0.0f32; rows];
