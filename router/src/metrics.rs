@@ -6,7 +6,9 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::fmt::{self, Write};
 use std::sync::OnceLock;
+use std::thread::LocalKey;
 use std::time::Duration;
 
 use axum::extract::State;
@@ -152,6 +154,38 @@ pub fn set_queue_depth(model: &str, depth: usize) {
     metrics::gauge!(ENGINE_QUEUE_DEPTH, "model" => model.to_owned()).set(depth as f64);
 }
 
+/// Metric handles by label key, one map per thread (see [`cached_handles`]).
+pub(crate) type HandleCache<T> = RefCell<HashMap<Box<str>, T>>;
+
+/// The handles registered for `key` (the label values, joined), registering them with
+/// `register` the first time this thread asks. A request then hashes one short key
+/// instead of building its labels and looking each series up in the recorder. Keys come
+/// from bounded sets (route patterns, served models, status codes), so the maps stay
+/// small; the recorder is installed before anything is served, so no cached handle
+/// points at a recorder that is gone.
+pub(crate) fn cached_handles<T: Clone>(
+    cache: &'static LocalKey<HandleCache<T>>,
+    key: fmt::Arguments<'_>,
+    register: impl FnOnce() -> T,
+) -> T {
+    thread_local! {
+        /// The key being looked up, kept so that a lookup does not allocate.
+        static KEY: RefCell<String> = RefCell::default();
+    }
+    KEY.with_borrow_mut(|text| {
+        text.clear();
+        let _ = text.write_fmt(key);
+        cache.with_borrow_mut(|known| {
+            if let Some(handles) = known.get(text.as_str()) {
+                return handles.clone();
+            }
+            let handles = register();
+            known.insert(text.as_str().into(), handles.clone());
+            handles
+        })
+    })
+}
+
 /// The per-model series one generation updates, looked up once per
 /// generation rather than once per token.
 #[derive(Clone)]
@@ -166,23 +200,15 @@ impl GenerationMetrics {
     /// values come from a bounded set, never straight from a request).
     pub fn for_model(model: &str) -> Self {
         thread_local! {
-            /// By model, so that a request hashes one name instead of building three
-            /// labels and looking each series up in the recorder.
-            static BY_MODEL: RefCell<HashMap<Box<str>, GenerationMetrics>> = RefCell::default();
+            static BY_MODEL: HandleCache<GenerationMetrics> = HandleCache::default();
         }
-        BY_MODEL.with(|cell| {
-            let mut known = cell.borrow_mut();
-            if let Some(metrics) = known.get(model) {
-                return metrics.clone();
-            }
+        cached_handles(&BY_MODEL, format_args!("{model}"), || {
             let label = model.to_owned();
-            let metrics = GenerationMetrics {
+            GenerationMetrics {
                 time_to_first_token: metrics::histogram!(TIME_TO_FIRST_TOKEN_SECONDS, "model" => label.clone()),
                 generated_tokens: metrics::counter!(GENERATED_TOKENS_TOTAL, "model" => label.clone()),
                 prompt_tokens: metrics::counter!(PROMPT_TOKENS_TOTAL, "model" => label),
-            };
-            known.insert(model.into(), metrics.clone());
-            metrics
+            }
         })
     }
 

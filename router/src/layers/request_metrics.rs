@@ -1,9 +1,6 @@
 //! Per-request metrics: count, duration to the end of the body, in flight.
 
-use std::cell::RefCell;
-use std::collections::HashMap;
 use std::convert::Infallible;
-use std::fmt::Write;
 use std::sync::OnceLock;
 use std::task::{Context, Poll};
 use std::time::Instant;
@@ -19,7 +16,10 @@ use crate::error::ApiError;
 
 use crate::layers::guarded_body::guard_response;
 use crate::layers::Inner;
-use crate::metrics::{HTTP_REQUESTS_IN_FLIGHT, HTTP_REQUESTS_TOTAL, HTTP_REQUEST_DURATION_SECONDS};
+use crate::metrics::{
+    cached_handles, HandleCache, HTTP_REQUESTS_IN_FLIGHT, HTTP_REQUESTS_TOTAL,
+    HTTP_REQUEST_DURATION_SECONDS,
+};
 
 /// Response extension a handler sets to label the request's metrics with the
 /// model. Handlers set it only once the backend has accepted the model name,
@@ -109,36 +109,26 @@ struct Series {
     duration: Histogram,
 }
 
-thread_local! {
-    /// Series by label set (`path`, `model`, `status` joined by NULs), so that a request
-    /// costs one hash of a short string instead of building the labels and looking them
-    /// up in the recorder twice. Label values come from bounded sets (route patterns,
-    /// served models, status codes), so the map stays small.
-    static SERIES: RefCell<(String, HashMap<Box<str>, Series>)> = RefCell::default();
-}
-
 impl Series {
     fn of(path: &str, model: &str, status: u16) -> Series {
-        SERIES.with(|cell| {
-            let mut cell = cell.borrow_mut();
-            let (key, known) = &mut *cell;
-            key.clear();
-            let _ = write!(key, "{path}\0{model}\0{status}");
-            if let Some(series) = known.get(key.as_str()) {
-                return series.clone();
-            }
-            let labels = [
-                ("path", path.to_owned()),
-                ("model", model.to_owned()),
-                ("status", status.to_string()),
-            ];
-            let series = Series {
-                total: metrics::counter!(HTTP_REQUESTS_TOTAL, &labels),
-                duration: metrics::histogram!(HTTP_REQUEST_DURATION_SECONDS, &labels),
-            };
-            known.insert(key.as_str().into(), series.clone());
-            series
-        })
+        thread_local! {
+            static BY_LABELS: HandleCache<Series> = HandleCache::default();
+        }
+        cached_handles(
+            &BY_LABELS,
+            format_args!("{path}\0{model}\0{status}"),
+            || {
+                let labels = [
+                    ("path", path.to_owned()),
+                    ("model", model.to_owned()),
+                    ("status", status.to_string()),
+                ];
+                Series {
+                    total: metrics::counter!(HTTP_REQUESTS_TOTAL, &labels),
+                    duration: metrics::histogram!(HTTP_REQUEST_DURATION_SECONDS, &labels),
+                }
+            },
+        )
     }
 }
 

@@ -23,6 +23,7 @@ use tower::{Layer, Service};
 
 use crate::error::ApiError;
 use crate::layers::request_id::request_id;
+use crate::layers::Inner;
 use crate::openai::extract::{parse_json_object, try_parse_json_object, BodyLimit};
 use crate::policy::body::{ParsedBody, RoutableBody};
 use crate::policy::request::{
@@ -86,12 +87,7 @@ impl<S: Clone, B> Clone for PolicyService<S, B> {
     }
 }
 
-impl<S, B> Service<Request> for PolicyService<S, B>
-where
-    S: Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    B: RoutableBody,
-{
+impl<S: Inner, B: RoutableBody> Service<Request> for PolicyService<S, B> {
     type Response = Response;
     type Error = Infallible;
     type Future = Either<S::Future, BoxFuture<'static, Result<Response, Infallible>>>;

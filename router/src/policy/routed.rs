@@ -11,7 +11,7 @@
 //! with the engine's token counts and feeds the split's rollback rule. A request that
 //! ends without a report (refused by validation, dropped) releases its reservation.
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Instant;
 
 use axum::extract::FromRequestParts;
@@ -67,11 +67,15 @@ impl RouteSummary {
 
 /// A request the policy layer let through. Cheap to clone; clones share the decision.
 #[derive(Clone)]
-pub struct RoutedRequest {
-    ticket: Option<Arc<Ticket>>,
-    /// For a pass-through request, the version the backend pinned its
-    /// model to at the first submit (`None` for a routed request, which never pins).
-    pinned: Option<Arc<std::sync::OnceLock<String>>>,
+pub struct RoutedRequest(Decision);
+
+#[derive(Clone)]
+enum Decision {
+    /// The policy's choice, shared by the layer, the handler and the response stream.
+    Routed(Arc<Ticket>),
+    /// No policy: the request's `model` as sent, pinned to the version the backend
+    /// picked at the first submit.
+    Passthrough(Arc<OnceLock<String>>),
 }
 
 impl std::fmt::Debug for RoutedRequest {
@@ -125,16 +129,13 @@ fn blame(error: &BackendError) -> Blame {
 impl RoutedRequest {
     /// No policy: the backend is asked for the request's `model` as sent.
     pub fn passthrough() -> Self {
-        RoutedRequest {
-            ticket: None,
-            pinned: Some(Arc::default()),
-        }
+        RoutedRequest(Decision::Passthrough(Arc::default()))
     }
 
     /// Pins a pass-through request to `model` (`name@version` from the
     /// backend); later calls keep the first pin. Routed requests ignore it.
     pub fn pin(&self, model: String) {
-        if let Some(pinned) = &self.pinned {
+        if let Decision::Passthrough(pinned) = &self.0 {
             let _ = pinned.set(model);
         }
     }
@@ -145,24 +146,28 @@ impl RoutedRequest {
         mut route: Route,
     ) -> Self {
         let summary = RouteSummary::of(&mut route);
-        RoutedRequest {
-            ticket: Some(Arc::new(Ticket {
-                routing,
-                request,
-                started: Instant::now(),
-                state: Mutex::new(TicketState {
-                    route: Some(route),
-                    summary,
-                    tried: Vec::new(),
-                }),
-            })),
-            pinned: None,
-        }
+        RoutedRequest(Decision::Routed(Arc::new(Ticket {
+            routing,
+            request,
+            started: Instant::now(),
+            state: Mutex::new(TicketState {
+                route: Some(route),
+                summary,
+                tried: Vec::new(),
+            }),
+        })))
     }
 
     /// Whether a policy routed this request (false: pass-through).
     pub fn is_routed(&self) -> bool {
-        self.ticket.is_some()
+        self.ticket().is_some()
+    }
+
+    fn ticket(&self) -> Option<&Arc<Ticket>> {
+        match &self.0 {
+            Decision::Routed(ticket) => Some(ticket),
+            Decision::Passthrough(_) => None,
+        }
     }
 
     /// The current routing decision; `None` for a pass-through request.
@@ -173,18 +178,16 @@ impl RoutedRequest {
     /// Reads the current routing decision in place (no copy); `None` for a pass-through
     /// request. `read` runs under the decision's lock: keep it short.
     pub fn with_summary<R>(&self, read: impl FnOnce(&RouteSummary) -> R) -> Option<R> {
-        self.ticket.as_ref().map(|t| read(&t.lock().summary))
+        self.ticket().map(|t| read(&t.lock().summary))
     }
 
     /// The model to ask the backend for: `name@version` of the routed checkpoint, or
     /// `requested` (the body's `model`) for a pass-through request.
     pub fn backend_model(&self, requested: &str) -> String {
-        match &self.ticket {
-            Some(ticket) => ticket.lock().summary.backend_model(),
-            None => self
-                .pinned
-                .as_ref()
-                .and_then(|pinned| pinned.get())
+        match &self.0 {
+            Decision::Routed(ticket) => ticket.lock().summary.backend_model(),
+            Decision::Passthrough(pinned) => pinned
+                .get()
                 .cloned()
                 .unwrap_or_else(|| requested.to_owned()),
         }
@@ -192,7 +195,7 @@ impl RoutedRequest {
 
     /// Estimated prompt tokens the route was chosen with (0 for pass-through).
     pub fn estimated_prompt_tokens(&self) -> u32 {
-        self.ticket.as_ref().map_or(0, |t| t.request.prompt_tokens)
+        self.ticket().map_or(0, |t| t.request.prompt_tokens)
     }
 
     /// The request finished: settles the budget with `usage` and records a success.
@@ -214,7 +217,7 @@ impl RoutedRequest {
     }
 
     fn settle(&self, usage: backend::Usage, outcome: Option<bool>) {
-        let Some(ticket) = &self.ticket else { return };
+        let Some(ticket) = self.ticket() else { return };
         let Some(route) = ticket.lock().route.take() else {
             return;
         };
@@ -244,7 +247,7 @@ impl RoutedRequest {
     /// [`RoutedRequest::backend_model`]. The failed attempt is settled either way
     /// (false: the caller reports the error as usual).
     pub fn fall_back(&self, error: &BackendError) -> bool {
-        let Some(ticket) = &self.ticket else {
+        let Some(ticket) = self.ticket() else {
             return false;
         };
         let blame = blame(error);
