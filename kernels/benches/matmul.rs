@@ -28,7 +28,7 @@ const SHAPES: [(usize, usize); 5] = [
 fn bench(c: &mut Criterion) {
     let mut rng = common::rng(1);
     let best = Isa::detect();
-    for (name, n) in [("matvec", 1usize), ("matmul64", 64)] {
+    for (name, n) in [("matvec", 1usize), ("matmul16", 16), ("matmul64", 64)] {
         let mut group = c.benchmark_group(name);
         group
             .sample_size(10)
