@@ -240,6 +240,53 @@ impl ThreadPool {
         let pieces = (self.threads() * per_thread).max(1);
         len.div_ceil(pieces).max(min_chunk).max(1)
     }
+
+    /// `range` cut into consecutive pieces for tasks, largest first: each
+    /// takes about the rest over twice the thread count, kept within
+    /// `min_chunk..=max_chunk` (guided self-scheduling). A few large tasks
+    /// cost less than many small ones (each task start pays its setup and
+    /// a cold start of its memory stream), and the small ones at the end
+    /// still even out the threads' finishing times.
+    pub fn guided_ranges(
+        &self,
+        range: std::ops::Range<usize>,
+        min_chunk: usize,
+        max_chunk: usize,
+    ) -> GuidedRanges {
+        let min = min_chunk.max(1);
+        GuidedRanges {
+            next: range.start,
+            end: range.end,
+            shares: 2 * self.threads(),
+            min,
+            max: max_chunk.max(min),
+        }
+    }
+}
+
+/// The pieces of [`ThreadPool::guided_ranges`], in order.
+#[derive(Clone, Debug)]
+pub struct GuidedRanges {
+    next: usize,
+    end: usize,
+    shares: usize,
+    min: usize,
+    max: usize,
+}
+
+impl Iterator for GuidedRanges {
+    type Item = std::ops::Range<usize>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let left = self.end.checked_sub(self.next).filter(|&left| left > 0)?;
+        let len = left
+            .div_ceil(self.shares)
+            .clamp(self.min, self.max)
+            .min(left);
+        let start = self.next;
+        self.next += len;
+        Some(start..self.next)
+    }
 }
 
 impl Drop for ThreadPool {
@@ -410,6 +457,44 @@ mod tests {
             }
             assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 20));
         }
+    }
+
+    #[test]
+    fn guided_ranges_cover_the_range_largest_first() {
+        for threads in 1..=3 {
+            let pool = ThreadPool::new(threads);
+            for (start, end, min, max) in [
+                (0, 0, 2, 64),
+                (5, 5, 2, 64),
+                (0, 1, 2, 64),
+                (0, 96, 2, 64),
+                (8, 1000, 8, 1024),
+                (0, 3072, 2, 64),
+                (3, 40, 1, 1),
+            ] {
+                let pieces: Vec<_> = pool.guided_ranges(start..end, min, max).collect();
+                let mut at = start;
+                for piece in &pieces {
+                    assert_eq!(
+                        piece.start, at,
+                        "{threads} threads, {start}..{end}: contiguous"
+                    );
+                    assert!(piece.len() <= max && !piece.is_empty());
+                    // Only the last piece may be under the minimum.
+                    assert!(piece.len() >= min || piece.end == end);
+                    at = piece.end;
+                }
+                assert_eq!(at, end, "{threads} threads, {start}..{end}: covered");
+                assert!(
+                    pieces.windows(2).all(|w| w[0].len() >= w[1].len()),
+                    "largest first: {pieces:?}"
+                );
+            }
+        }
+        // Two threads over 96 groups: a quarter first, then ever smaller.
+        let pool = ThreadPool::new(2);
+        let lens: Vec<usize> = pool.guided_ranges(0..96, 2, 64).map(|r| r.len()).collect();
+        assert_eq!(lens, [24, 18, 14, 10, 8, 6, 4, 3, 3, 2, 2, 2]);
     }
 
     #[test]
