@@ -36,8 +36,9 @@ thread_local! {
 /// 16 on two threads (14% at batch 4, 17% on the AVX2 per-row path) in
 /// paired runs, and no faster on one thread: with small tasks the threads
 /// take turns along a matrix, so neither reads its weights as one
-/// sequential stream. The float path still splits evenly, this many per
-/// thread.
+/// sequential stream. A preempted worker now holds back up to half a
+/// matrix, against the scheduler's time slice it lost. The float path
+/// still splits evenly, this many per thread.
 const TASKS_PER_THREAD: usize = 16;
 const MIN_ROWS_PER_TASK: usize = 8;
 /// A group is 16 rows; two make a task worth its atomic.
