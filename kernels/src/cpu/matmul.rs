@@ -37,14 +37,12 @@ thread_local! {
 /// paired runs, and no faster on one thread: with small tasks the threads
 /// take turns along a matrix, so neither reads its weights as one
 /// sequential stream. A preempted worker now holds back up to half a
-/// matrix, against the scheduler's time slice it lost. The float path
-/// still splits evenly, this many per thread.
-const TASKS_PER_THREAD: usize = 16;
+/// matrix, against the scheduler's time slice it lost.
 const MIN_ROWS_PER_TASK: usize = 8;
 /// A group is 16 rows; two make a task worth its atomic.
 const MIN_GROUPS_PER_TASK: usize = 2;
 /// At most this many groups (1,024 rows) per task, so that the first tasks
-/// of the 49,152-row output matrix do not hold a quarter of it each.
+/// of the 49,152-row output matrix do not hold half of it each.
 const MAX_GROUPS_PER_TASK: usize = 64;
 const MAX_ROWS_PER_TASK: usize = MAX_GROUPS_PER_TASK * GROUP_ROWS;
 /// Weight rows per per-row kernel call within a task (outputs buffered on
@@ -431,8 +429,11 @@ fn matmul_float(pool: &ThreadPool, isa: CheckedIsa, x: &CpuActivations, p: &mut 
     let out = DisjointSlice::new(&mut p.out.data);
     let tile = tile_rows(isa);
     let xs = |first: usize| x.data.get(first * k..).unwrap_or_default();
-    let chunk = pool.chunk_for(rows, TASKS_PER_THREAD, MIN_ROWS_PER_TASK);
-    pool.for_each_range(rows, chunk, &|range| {
+    let ranges: Vec<Range<usize>> = pool
+        .guided_ranges(0..rows, MIN_ROWS_PER_TASK, MAX_ROWS_PER_TASK)
+        .collect();
+    pool.run(ranges.len(), &|task| {
+        let range = ranges[task].clone();
         let dot = |first: usize, count: usize, weights: Range<usize>, o: &mut [f32]| {
             let w = &data[weights.start * row_bytes..weights.end * row_bytes];
             match count {
