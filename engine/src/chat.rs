@@ -7,7 +7,8 @@
 //! templates render byte for byte as they do in transformers.
 
 use minijinja::{Environment, ErrorKind, Value};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+use switchyard_seam::{ChatMessage, Role};
 
 /// ChatML, for checkpoints that ship no template.
 pub const DEFAULT_CHATML_TEMPLATE: &str = "{% for message in messages %}\
@@ -17,19 +18,23 @@ pub const DEFAULT_CHATML_TEMPLATE: &str = "{% for message in messages %}\
 
 const TEMPLATE_NAME: &str = "chat_template";
 
-/// One message of a conversation.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ChatMessage {
-    /// `system`, `user`, `assistant`, ... (whatever the template knows).
-    pub role: String,
-    pub content: String,
+/// One message as a template reads it: `message['role']`, `message['content']`.
+#[derive(Serialize)]
+struct TemplateMessage<'a> {
+    role: &'static str,
+    content: &'a str,
 }
 
-impl ChatMessage {
-    pub fn new(role: impl Into<String>, content: impl Into<String>) -> ChatMessage {
-        ChatMessage {
-            role: role.into(),
-            content: content.into(),
+impl<'a> TemplateMessage<'a> {
+    fn of(message: &'a ChatMessage) -> Self {
+        // Templates know `system`; OpenAI's `developer` plays that part.
+        let role = match message.role {
+            Role::Developer => Role::System,
+            other => other,
+        };
+        TemplateMessage {
+            role: role.as_str(),
+            content: &message.content,
         }
     }
 }
@@ -89,6 +94,7 @@ impl ChatTemplate {
             .map_err(|e| ChatError::Render {
                 reason: describe(&e),
             })?;
+        let messages: Vec<TemplateMessage<'_>> = messages.iter().map(TemplateMessage::of).collect();
         let context = minijinja::context! {
             messages => messages,
             add_generation_prompt => add_generation_prompt,
@@ -147,8 +153,8 @@ mod tests {
 
     fn conversation() -> Vec<ChatMessage> {
         vec![
-            ChatMessage::new("system", "Be brief."),
-            ChatMessage::new("user", "Hi"),
+            ChatMessage::new(Role::System, "Be brief."),
+            ChatMessage::new(Role::User, "Hi"),
         ]
     }
 
@@ -168,10 +174,10 @@ mod tests {
     fn python_string_methods_and_tokens_are_available() {
         let source = "{{ bos_token }}{% for m in messages %}{% if m.content.startswith('B') %}{{ m.content.strip().upper() }}{% endif %}{% endfor %}{{ eos_token }}";
         let template = ChatTemplate::new(source).unwrap();
-        let messages = [ChatMessage::new("system", "  Be brief.  ")];
+        let messages = [ChatMessage::new(Role::System, "  Be brief.  ")];
         let text = template.render(&messages, false, "<s>", "</s>").unwrap();
         assert_eq!(text, "<s></s>");
-        let messages = [ChatMessage::new("system", "Be brief.  ")];
+        let messages = [ChatMessage::new(Role::System, "Be brief.  ")];
         let text = template.render(&messages, false, "<s>", "</s>").unwrap();
         assert_eq!(text, "<s>BE BRIEF.</s>");
     }

@@ -1,8 +1,14 @@
 //! Switchyard's engine: loads checkpoints (GGUF, Hugging Face safetensors),
 //! tokenizes, runs the Llama-family forward pass on a kernels backend,
 //! samples and generates.
+//!
+//! [`Engine`] is the front door: it takes a [`switchyard_seam::GenerationRequest`]
+//! and returns the stream of its events. The modules below it are the stages a
+//! request passes through (`prompt`, `serving`, `model`, `sampling`) and the
+//! checkpoints they run on (`registry`, `repository`, `store`, `formats`).
 
 pub mod chat;
+mod engine;
 pub mod formats;
 pub mod model;
 pub mod prompt;
@@ -14,3 +20,5 @@ pub mod session;
 pub mod store;
 pub mod synthetic;
 pub mod tokenizer;
+
+pub use engine::{prepare, Engine};

@@ -1,35 +1,59 @@
-//! Turning what a user asked for into prompt token ids: plain text, or chat
-//! messages rendered through the checkpoint's chat template.
+//! The one place a prompt becomes token ids: raw text, token ids checked
+//! against the vocabulary, or chat messages rendered through the checkpoint's
+//! chat template.
 
-use crate::chat::{ChatError, ChatMessage, ChatTemplate};
+use switchyard_seam::{ChatMessage, Prompt};
+
+use crate::chat::{ChatError, ChatTemplate};
 use crate::tokenizer::{Tokenizer, TokenizerError};
 
+/// Why a prompt has no token ids.
 #[derive(Debug, thiserror::Error)]
 pub enum PromptError {
-    #[error("chat template: {0}")]
+    #[error("{0}")]
     Chat(#[from] ChatError),
-    #[error("tokenizer: {0}")]
+    #[error("{0}")]
     Tokenizer(#[from] TokenizerError),
+    #[error("token id {id} is outside the vocabulary of {vocab_size} tokens")]
+    TokenOutOfVocabulary { id: u32, vocab_size: usize },
+    #[error("the prompt is empty after tokenization; send some text")]
+    Empty,
 }
 
-/// Renders `messages` with the tokenizer's chat template (ChatML when the
-/// checkpoint has none), ending with the assistant's turn opened.
-pub fn render_chat(tokenizer: &Tokenizer, messages: &[ChatMessage]) -> Result<String, PromptError> {
-    let template = ChatTemplate::new_or_default(tokenizer.chat_template())?;
-    Ok(template.render(messages, true, tokenizer.bos_token(), tokenizer.eos_token())?)
-}
-
-/// Token ids of a chat prompt. The template writes any BOS itself, so none is
-/// added here (adding one would double it).
-pub fn encode_chat(
+/// The prompt's token ids: chat template for conversations (the template
+/// writes any BOS itself, so none is added), BOS as the model asks for raw
+/// text, ids checked against the vocabulary. Never empty.
+pub fn encode(
+    prompt: &Prompt,
     tokenizer: &Tokenizer,
-    messages: &[ChatMessage],
+    template: &ChatTemplate,
 ) -> Result<Vec<u32>, PromptError> {
-    let text = render_chat(tokenizer, messages)?;
-    Ok(tokenizer.encode(&text, false)?)
+    let ids = match prompt {
+        Prompt::Chat(messages) => {
+            let text = chat_text(messages, tokenizer, template)?;
+            tokenizer.encode(&text, false)?
+        }
+        Prompt::Text(text) => tokenizer.encode(text, true)?,
+        Prompt::Tokens(ids) => {
+            let vocab_size = tokenizer.vocab_size();
+            if let Some(&id) = ids.iter().find(|&&id| id as usize >= vocab_size) {
+                return Err(PromptError::TokenOutOfVocabulary { id, vocab_size });
+            }
+            ids.clone()
+        }
+    };
+    if ids.is_empty() {
+        return Err(PromptError::Empty);
+    }
+    Ok(ids)
 }
 
-/// Token ids of a plain-text prompt, with BOS when the model wants one.
-pub fn encode_text(tokenizer: &Tokenizer, text: &str) -> Result<Vec<u32>, PromptError> {
-    Ok(tokenizer.encode(text, true)?)
+/// The text a conversation's ids come from: `messages` rendered through `template`,
+/// ending where the assistant's reply begins.
+pub fn chat_text(
+    messages: &[ChatMessage],
+    tokenizer: &Tokenizer,
+    template: &ChatTemplate,
+) -> Result<String, ChatError> {
+    template.render(messages, true, tokenizer.bos_token(), tokenizer.eos_token())
 }

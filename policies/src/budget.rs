@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
+pub use switchyard_seam::Usage;
 
 use crate::metrics::{self, TenantMeter};
 
@@ -198,15 +199,6 @@ impl Hold {
             s.settled += actual;
         }
     }
-}
-
-/// Token counts of a finished request.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Usage {
-    /// Tokens in the prompt.
-    pub prompt_tokens: u32,
-    /// Tokens generated.
-    pub completion_tokens: u32,
 }
 
 /// What a request spent (or is estimated to spend).

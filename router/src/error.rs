@@ -13,7 +13,7 @@ use axum::Json;
 use http::{header, HeaderValue, StatusCode};
 use serde::Serialize;
 
-use crate::backend::BackendError;
+use switchyard_seam::BackendError;
 
 /// A request failure, as the client sees it.
 #[derive(Debug, thiserror::Error)]

@@ -13,7 +13,7 @@ use std::time::Duration;
 use switchyard_policies::CandidateState;
 use tokio::sync::{mpsc, watch, Notify};
 
-use crate::backend::{
+use switchyard_seam::{
     BackendError, CheckpointProbe, FinishReason, GeneratedToken, GenerationEvent,
     GenerationRequest, GenerationStream, InferenceBackend, ModelCard, Prompt, TopLogprob, Usage,
 };

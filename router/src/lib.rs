@@ -1,10 +1,10 @@
 //! Switchyard's HTTP layer: the OpenAI-compatible API over an
-//! [`InferenceBackend`], with request ids, tracing, timeouts, body limits,
+//! [`InferenceBackend`](switchyard_seam::InferenceBackend), with request ids, tracing, timeouts, body limits,
 //! load shedding and Prometheus metrics.
 //!
 //! The router never touches the engine directly: it parses and validates
 //! OpenAI requests, fans `n` and multi-prompt requests out into
-//! [`backend::GenerationRequest`]s, and turns the engine's token streams into
+//! [`GenerationRequest`](switchyard_seam::GenerationRequest)s, and turns the engine's token streams into
 //! whole JSON bodies or SSE chunks.
 //!
 //! ```
@@ -20,7 +20,6 @@
 //! ```
 
 pub mod admin;
-pub mod backend;
 pub mod error;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
@@ -46,7 +45,6 @@ use tower_http::trace::TraceLayer;
 
 /// The app type [`app`] and [`app_with_policy`] return, for callers without axum.
 pub use axum::Router;
-pub use backend::InferenceBackend;
 pub use error::ApiError;
 pub use serve::{serve, serve_with_drain_deadline, shutdown_signal, DEFAULT_DRAIN_DEADLINE};
 pub use state::{AppState, RouterConfig};

@@ -14,9 +14,9 @@ use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, StreamExt};
 use serde::Serialize;
 
-use crate::backend::{BackendError, FinishReason, GeneratedToken, GenerationEvent, Usage};
 use crate::error::{sse_json_event, ApiError};
 use crate::openai::generate::{MergedEvents, UsageTally};
+use switchyard_seam::{BackendError, FinishReason, GeneratedToken, GenerationEvent, Usage};
 
 /// How one endpoint shapes its chunks.
 pub trait ChunkFormat: Send + 'static {

@@ -3,9 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::InferenceBackend;
 use crate::layers::shed::Admission;
 use crate::metrics::Metrics;
+use switchyard_seam::InferenceBackend;
 
 /// The router's limits. `RouterConfig::default()` suits a single-node server.
 #[derive(Debug, Clone, PartialEq)]

@@ -4,8 +4,8 @@ mod support;
 
 use serde_json::json;
 use support::{app_for, post_json};
-use switchyard_router::backend::{ChatMessage, Prompt, Role};
 use switchyard_router::fake::{FakeBackend, FAKE_MODEL};
+use switchyard_seam::{ChatMessage, Prompt, Role};
 
 const CHAT: &str = "/v1/chat/completions";
 

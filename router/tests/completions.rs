@@ -4,8 +4,8 @@ mod support;
 
 use serde_json::json;
 use support::{app_for, post_json};
-use switchyard_router::backend::Prompt;
 use switchyard_router::fake::{FakeBackend, FAKE_MODEL};
+use switchyard_seam::Prompt;
 
 const COMPLETIONS: &str = "/v1/completions";
 

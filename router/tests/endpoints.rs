@@ -7,9 +7,9 @@ use std::sync::Arc;
 use http::StatusCode;
 use serde_json::json;
 use support::{app_for, assert_error, get, post_json};
-use switchyard_router::backend::ModelCard;
 use switchyard_router::fake::FakeBackend;
 use switchyard_router::{AppState, RouterConfig};
+use switchyard_seam::ModelCard;
 
 fn card(id: &str, context_length: u32) -> ModelCard {
     ModelCard {

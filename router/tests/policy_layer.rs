@@ -11,8 +11,8 @@ use axum::Router;
 use http::StatusCode;
 use serde_json::json;
 use switchyard_policies::{sha256_hex, RollbackState};
-use switchyard_router::backend::InferenceBackend;
 use switchyard_router::{AppState, RouterConfig};
+use switchyard_seam::InferenceBackend;
 
 use policy_support::{chat, chat_body, fake_serving, header, policy_app, Refusing};
 use support::{assert_error, get, post_json};

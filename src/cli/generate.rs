@@ -6,14 +6,15 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
-use switchyard_engine::chat::ChatMessage;
+use switchyard_engine::chat::ChatTemplate;
 use switchyard_engine::model::{LlamaModel, LogitRows};
-use switchyard_engine::prompt::{encode_chat, encode_text};
+use switchyard_engine::prompt;
 use switchyard_engine::sampling::{
     FinishReason, Sampler, SamplingParams, StopChecker, StopCondition,
 };
 use switchyard_engine::session::Session;
 use switchyard_engine::tokenizer::Tokenizer;
+use switchyard_seam::{ChatMessage, Prompt, Role};
 
 use super::load::{load_model, ThreadsArg};
 
@@ -62,13 +63,15 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let prompt = if args.chat {
         let mut messages = Vec::new();
         if let Some(system) = &args.system {
-            messages.push(ChatMessage::new("system", system.as_str()));
+            messages.push(ChatMessage::new(Role::System, system.as_str()));
         }
-        messages.push(ChatMessage::new("user", args.prompt.as_str()));
-        encode_chat(&tokenizer, &messages)?
+        messages.push(ChatMessage::new(Role::User, args.prompt.as_str()));
+        Prompt::Chat(messages)
     } else {
-        encode_text(&tokenizer, &args.prompt)?
+        Prompt::Text(args.prompt.clone())
     };
+    let template = ChatTemplate::new_or_default(tokenizer.chat_template())?;
+    let prompt = prompt::encode(&prompt, &tokenizer, &template)?;
     let context = model.config().context_length;
     anyhow::ensure!(
         prompt.len() < context,

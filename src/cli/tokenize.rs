@@ -9,10 +9,11 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use switchyard_engine::chat::ChatMessage;
+use switchyard_engine::chat::ChatTemplate;
 use switchyard_engine::formats::{load_checkpoint, TokenizerSource};
-use switchyard_engine::prompt::render_chat;
+use switchyard_engine::prompt::chat_text;
 use switchyard_engine::tokenizer::Tokenizer;
+use switchyard_seam::{ChatMessage, Role};
 
 #[derive(clap::Args)]
 #[command(group(
@@ -56,9 +57,21 @@ pub fn run(args: TokenizeArgs) -> anyhow::Result<()> {
         serde_json::json!(ids)
     } else if let Some(path) = &args.chat {
         let expected = "a JSON array of {\"role\", \"content\"} objects";
-        let messages: Vec<ChatMessage> = serde_json::from_value(read_json(path)?)
+        let turns: Vec<Turn> = serde_json::from_value(read_json(path)?)
             .with_context(|| format!("{} is not {expected}", path.display()))?;
-        let text = render_chat(&tokenizer, &messages)?;
+        let messages = turns
+            .into_iter()
+            .map(|turn| match Role::parse(&turn.role) {
+                Some(role) => Ok(ChatMessage::new(role, turn.content)),
+                None => Err(anyhow::anyhow!(
+                    "{}: '{}' is not a role; use system, developer, user or assistant",
+                    path.display(),
+                    turn.role
+                )),
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let template = ChatTemplate::new_or_default(tokenizer.chat_template())?;
+        let text = chat_text(&messages, &tokenizer, &template)?;
         // The template writes any BOS itself; adding one here would double it.
         let ids = tokenizer.encode(&text, false)?;
         serde_json::json!({ "text": text, "ids": ids })
@@ -67,6 +80,13 @@ pub fn run(args: TokenizeArgs) -> anyhow::Result<()> {
     };
     println!("{output}");
     Ok(())
+}
+
+/// One `{role, content}` object of a `--chat` file.
+#[derive(serde::Deserialize)]
+struct Turn {
+    role: String,
+    content: String,
 }
 
 /// A `tokenizer.json` file stands alone (its sibling `tokenizer_config.json`

@@ -10,6 +10,6 @@ mod params;
 mod sampler;
 mod stop;
 
-pub use params::{SamplingError, SamplingParams};
+pub use params::{SamplingError, SamplingParams, MAX_TOP_LOGPROBS};
 pub use sampler::{argmax, SampledToken, Sampler};
 pub use stop::{FinishReason, StopChecker, StopCondition, StopStep};

@@ -5,24 +5,7 @@
 //! back until the next pieces show whether it is one (then it is cut, with
 //! everything after it) or not (then it is released).
 
-/// Why generation ended (OpenAI's `finish_reason`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FinishReason {
-    /// A stop token or stop string.
-    Stop,
-    /// The token limit.
-    Length,
-}
-
-impl FinishReason {
-    /// The OpenAI API's string for it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FinishReason::Stop => "stop",
-            FinishReason::Length => "length",
-        }
-    }
-}
+pub use switchyard_seam::FinishReason;
 
 /// When to stop generating.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

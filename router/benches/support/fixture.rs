@@ -12,9 +12,9 @@ use switchyard_policies::{
     estimate_tokens, sha256_hex, stable_hash, Caller, Completion, Hints, ModelHint, Policy,
     PolicyStore, RouteRequest, Usage, HEADER_MIN_QUALITY, HEADER_TAGS,
 };
-use switchyard_router::backend::{InferenceBackend, ModelCard};
 use switchyard_router::fake::FakeBackend;
 use switchyard_router::policy::PolicyRouting;
+use switchyard_seam::{InferenceBackend, ModelCard};
 
 pub const MODELS: usize = 100;
 pub const TENANTS: usize = 1000;

@@ -11,8 +11,8 @@ use futures_util::future::BoxFuture;
 use metrics::{Counter, Gauge, Histogram};
 use tower::{Layer, Service};
 
-use crate::backend::BackendError;
 use crate::error::ApiError;
+use switchyard_seam::BackendError;
 
 use crate::layers::guarded_body::guard_response;
 use crate::layers::Inner;

@@ -6,7 +6,6 @@ use axum::response::{IntoResponse, Response};
 use http::HeaderMap;
 use serde_json::Value;
 
-use crate::backend::{ChatMessage, Prompt, Role};
 use crate::error::ApiError;
 use crate::layers::request_id::request_id;
 use crate::layers::request_metrics::labelled_response;
@@ -24,6 +23,7 @@ use crate::openai::unix_now;
 use crate::policy::{self, RoutedRequest};
 use crate::sse::{stream_response, StreamSettings};
 use crate::state::AppState;
+use switchyard_seam::{ChatMessage, Prompt, Role};
 
 /// A chat request that passed every check the router can make.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,8 +1,8 @@
 //! The chunk shapes of a streamed chat completion.
 
-use crate::backend::{FinishReason, GeneratedToken, Usage};
 use crate::openai::responses::{ChatChunkChoice, ChatCompletionChunk, ChatLogprobs, Delta};
 use crate::sse::ChunkFormat;
+use switchyard_seam::{FinishReason, GeneratedToken, Usage};
 
 /// Builds `chat.completion.chunk`s for one response.
 pub struct ChatChunks {

@@ -2,9 +2,9 @@
 
 use std::collections::HashMap;
 
-use crate::backend::{FinishReason, GeneratedToken, Usage};
 use crate::openai::responses::{TextChoice, TextCompletion, TextLogprobs};
 use crate::sse::ChunkFormat;
+use switchyard_seam::{FinishReason, GeneratedToken, Usage};
 
 /// Builds `text_completion` chunks for one response.
 pub struct TextChunks {

@@ -8,12 +8,12 @@ use std::time::Instant;
 
 use futures_util::stream::{self, SelectAll, Stream};
 
-use crate::backend::{
+use crate::error::ApiError;
+use crate::metrics::GenerationMetrics;
+use switchyard_seam::{
     BackendError, FinishReason, GeneratedToken, GenerationEvent, GenerationRequest,
     GenerationStream, InferenceBackend, Usage,
 };
-use crate::error::ApiError;
-use crate::metrics::GenerationMetrics;
 
 /// One running generation and its place in the response.
 pub struct Choice {

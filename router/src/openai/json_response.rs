@@ -12,8 +12,8 @@ use http::header::CONTENT_TYPE;
 use http::{HeaderMap, HeaderValue};
 use serde::Serialize;
 
-use crate::backend::BackendError;
 use crate::error::ApiError;
+use switchyard_seam::BackendError;
 
 /// Headers a response has room for before its map grows.
 const HEADER_ROOM: usize = 12;

@@ -5,9 +5,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
 
-use crate::backend::{BackendError, ModelCard};
 use crate::error::ApiError;
 use crate::state::AppState;
+use switchyard_seam::{BackendError, ModelCard};
 
 /// `GET /v1/models` body.
 #[derive(Debug, Serialize)]

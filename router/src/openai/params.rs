@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::backend::{GenerationRequest, Prompt, SamplingOptions};
 use crate::error::ApiError;
 use crate::openai::types::StreamOptions;
+use switchyard_seam::{GenerationRequest, Prompt, SamplingOptions};
 
 /// Most stop strings OpenAI accepts.
 pub const MAX_STOP_STRINGS: usize = 4;

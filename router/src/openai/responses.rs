@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::backend::{GeneratedToken, Usage};
+use switchyard_seam::{GeneratedToken, Usage};
 
 /// `usage` of a response or of the last stream chunk.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]

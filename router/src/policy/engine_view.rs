@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use switchyard_policies::{CandidateState, CheckpointKey, EngineView};
 
-use crate::backend::InferenceBackend;
+use switchyard_seam::InferenceBackend;
 
 /// Reads live checkpoint state from the backend for scoring; a backend that reports
 /// nothing ([`InferenceBackend::checkpoint_state`] returns `None`) counts as resident,
@@ -65,9 +65,9 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
-    use crate::backend::CheckpointProbe;
-    use crate::backend::{BackendError, GenerationRequest, GenerationStream, ModelCard};
     use switchyard_policies::ProbeCell;
+    use switchyard_seam::CheckpointProbe;
+    use switchyard_seam::{BackendError, GenerationRequest, GenerationStream, ModelCard};
 
     /// A backend whose one checkpoint `a@1` has a live queue depth, registered on demand,
     /// counting the probes and name lookups routing asks for.

@@ -11,7 +11,7 @@
 //!    the `x-switchyard-*` hint headers (the prompt size is estimated from its
 //!    characters, see `policy/request.rs`);
 //! 3. routes with the current policy against live engine state
-//!    ([`InferenceBackend::checkpoint_state`](crate::backend::InferenceBackend::checkpoint_state)),
+//!    ([`InferenceBackend::checkpoint_state`](switchyard_seam::InferenceBackend::checkpoint_state)),
 //!    reserving the tenant's budget, or answers with an OpenAI-shaped error naming which
 //!    constraint failed for which candidate (401, 403, 404, 429, 503 or 400);
 //! 4. hands the handler a [`RoutedRequest`]; the backend is asked for `name@version`;

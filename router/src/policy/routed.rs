@@ -18,9 +18,9 @@ use axum::extract::FromRequestParts;
 use http::request::Parts;
 use switchyard_policies::{Completion, ModelHint, Route, RouteReason, RouteRequest, Usage};
 
-use crate::backend::{self, BackendError};
 use crate::policy::error::PolicyRejection;
 use crate::policy::routing::PolicyRouting;
+use switchyard_seam::BackendError;
 
 /// The checkpoint chosen for a request and why (what the response headers say).
 #[derive(Debug, Clone, PartialEq)]
@@ -199,31 +199,27 @@ impl RoutedRequest {
     }
 
     /// The request finished: settles the budget with `usage` and records a success.
-    pub fn succeeded(&self, usage: backend::Usage) {
+    pub fn succeeded(&self, usage: Usage) {
         self.settle(usage, Some(true));
     }
 
     /// The request failed with `error` after routing; settles with what was generated
     /// (`usage`) and, when the checkpoint is to blame, records an error for its split.
-    pub fn failed(&self, error: &BackendError, usage: backend::Usage) {
+    pub fn failed(&self, error: &BackendError, usage: Usage) {
         let outcome = (blame(error) == Blame::Failing).then_some(false);
         self.settle(usage, outcome);
     }
 
     /// The client went away (or the request was abandoned): settles what was generated,
     /// without counting it for or against the checkpoint.
-    pub fn cancelled(&self, usage: backend::Usage) {
+    pub fn cancelled(&self, usage: Usage) {
         self.settle(usage, None);
     }
 
-    fn settle(&self, usage: backend::Usage, outcome: Option<bool>) {
+    fn settle(&self, usage: Usage, outcome: Option<bool>) {
         let Some(ticket) = self.ticket() else { return };
         let Some(route) = ticket.lock().route.take() else {
             return;
-        };
-        let usage = Usage {
-            prompt_tokens: usage.prompt_tokens,
-            completion_tokens: usage.completion_tokens,
         };
         let latency_ms = ticket.started.elapsed().as_secs_f64() * 1000.0;
         match outcome {

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use switchyard_policies::{metrics, EngineView, PolicyStore, Route, RouteError, RouteRequest};
 
-use crate::backend::InferenceBackend;
 use crate::policy::engine_view::BackendEngineView;
+use switchyard_seam::InferenceBackend;
 
 /// What the policy layer routes with. Shared by `Arc` between the layer, in-flight
 /// requests (for fallbacks) and whoever reloads the store (watcher, admin API).

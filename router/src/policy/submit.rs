@@ -6,11 +6,11 @@ use std::task::{Context, Poll};
 
 use futures_util::stream::{self, Stream};
 
-use crate::backend::{BackendError, GenerationEvent, GenerationRequest, Usage};
 use crate::error::ApiError;
 use crate::openai::generate::{finish_all, submit_all, Choice, Finished, MergedEvents, UsageTally};
 use crate::policy::routed::RoutedRequest;
 use crate::state::AppState;
+use switchyard_seam::{BackendError, GenerationEvent, GenerationRequest, Usage};
 
 /// Submits the generations `make(model)` builds for the routed model; when the backend
 /// refuses them and the policy names a fallback for that, submits again to the fallback.

@@ -10,12 +10,12 @@ use axum::Router;
 use http::Request;
 use serde_json::{json, Value};
 use switchyard_policies::{Policy, PolicyStore};
-use switchyard_router::backend::{
-    BackendError, GenerationRequest, GenerationStream, InferenceBackend, ModelCard,
-};
 use switchyard_router::fake::FakeBackend;
 use switchyard_router::policy::PolicyRouting;
 use switchyard_router::{app_with_policy, AppState, RouterConfig};
+use switchyard_seam::{
+    BackendError, GenerationRequest, GenerationStream, InferenceBackend, ModelCard,
+};
 
 use crate::support::{send, Reply};
 

@@ -3,12 +3,11 @@
 //! Registers every model version in one [`Registry`], loads and activates
 //! each model's default version, starts ONE executor thread that batches
 //! all of them (swapping the weight table between steps), mounts the
-//! router's app over an [`engine_backend::EngineBackend`], and serves until
+//! router's app over an [`switchyard_engine::Engine`], and serves until
 //! SIGTERM/SIGINT, then drains in-flight requests for at most
 //! `--drain-seconds`.
 
 mod config;
-mod engine_backend;
 mod engine_metrics;
 mod model_admin;
 mod policy;
@@ -22,11 +21,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use switchyard_engine::registry::Registry;
 use switchyard_engine::serving::{Executor, ExecutorConfig};
+use switchyard_engine::Engine;
 use switchyard_kernels::cpu::CpuBackend;
 use switchyard_router::{serve_with_drain_deadline, shutdown_signal, AppState, RouterConfig};
 
 use config::{ModelEntry, ServeFile};
-use engine_backend::EngineBackend;
 use engine_metrics::{ExecutorMetrics, RegistryMetrics};
 use repository::{RepositoryWatch, StartupVersion};
 use switchyard_router::admin::ModelAdmin;
@@ -108,7 +107,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let engine = Arc::new(engine);
     let model_admin: Arc<dyn ModelAdmin> =
         Arc::new(model_admin::EngineAdmin::new(engine.clone(), repository));
-    let backend: Arc<dyn switchyard_router::backend::InferenceBackend> = engine;
+    let backend: Arc<dyn switchyard_seam::InferenceBackend> = engine;
     let router_config = RouterConfig {
         // HTTP requests past the batch and the queue are shed by the router
         // with 429 + Retry-After; the engine's own queue (sized to hold all
@@ -270,7 +269,7 @@ fn default_model() -> anyhow::Result<PathBuf> {
 fn start_engine(
     settings: &Settings,
     request_timeout: Duration,
-) -> anyhow::Result<(EngineBackend, Option<RepositoryWatch>)> {
+) -> anyhow::Result<(Engine<CpuBackend>, Option<RepositoryWatch>)> {
     let created = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -310,7 +309,7 @@ fn start_engine(
         Arc::new(ExecutorMetrics),
     )
     .context("cannot start the executor thread")?;
-    let engine = EngineBackend::new(registry, executor, created, request_timeout);
+    let engine = Engine::new(registry, executor, created, request_timeout);
     Ok((engine, repository))
 }
 

@@ -8,19 +8,20 @@ use serde_json::{json, Value};
 use switchyard_engine::registry::{RegistryError, RegistryErrorKind};
 use switchyard_router::admin::{AdminError, AdminErrorKind, ModelAdmin};
 
-use super::engine_backend::EngineBackend;
 use super::repository::RepositoryWatch;
+use switchyard_engine::Engine;
+use switchyard_kernels::cpu::CpuBackend;
 
 /// The engine's lifecycle, as the admin API sees it.
 pub struct EngineAdmin {
-    engine: Arc<EngineBackend>,
+    engine: Arc<Engine<CpuBackend>>,
     /// The model repository, rescanned before a load so that a version
     /// published after startup can be loaded; `None` when serving files.
     repository: Option<RepositoryWatch>,
 }
 
 impl EngineAdmin {
-    pub fn new(engine: Arc<EngineBackend>, repository: Option<RepositoryWatch>) -> Self {
+    pub fn new(engine: Arc<Engine<CpuBackend>>, repository: Option<RepositoryWatch>) -> Self {
         EngineAdmin { engine, repository }
     }
 }

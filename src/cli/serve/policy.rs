@@ -17,8 +17,9 @@ use switchyard_policies::{PolicyStore, PolicyWatcher};
 use switchyard_router::admin::{admin_app, AdminState, ModelAdmin};
 use switchyard_router::policy::PolicyRouting;
 use switchyard_router::{
-    app_with_policy, serve_with_drain_deadline, shutdown_signal, AppState, InferenceBackend, Router,
+    app_with_policy, serve_with_drain_deadline, shutdown_signal, AppState, Router,
 };
+use switchyard_seam::InferenceBackend;
 
 /// Environment variable holding the admin token when `--admin-token` is not given.
 pub const ADMIN_TOKEN_ENV: &str = "SWITCHYARD_ADMIN_TOKEN";

@@ -1,0 +1,82 @@
+//! The executor's events for one sequence, turned into the seam's and sent to
+//! the router's stream. Runs on the executor thread, so it never blocks.
+
+use switchyard_seam::{BackendError, GeneratedToken, GenerationEvent, TopLogprob, Usage};
+use tokio::sync::mpsc;
+
+use crate::serving::{EventSink, SequenceEvent};
+use crate::tokenizer::Tokenizer;
+
+/// Sends one sequence's events to its [`switchyard_seam::GenerationStream`].
+pub(super) struct StreamSink {
+    sender: mpsc::UnboundedSender<GenerationEvent>,
+    tokenizer: Tokenizer,
+    logprobs: bool,
+}
+
+impl StreamSink {
+    pub(super) fn new(
+        sender: mpsc::UnboundedSender<GenerationEvent>,
+        tokenizer: Tokenizer,
+        logprobs: bool,
+    ) -> Self {
+        StreamSink {
+            sender,
+            tokenizer,
+            logprobs,
+        }
+    }
+
+    fn token(&self, token: crate::serving::SequenceToken) -> GeneratedToken {
+        if !self.logprobs {
+            return GeneratedToken {
+                text: token.text,
+                id: token.id,
+                logprob: None,
+                top_logprobs: Vec::new(),
+            };
+        }
+        let top_logprobs = token
+            .top_logprobs
+            .iter()
+            .map(|&(id, logprob)| TopLogprob {
+                text: self.tokenizer.decode(&[id], false).unwrap_or_default(),
+                id,
+                logprob,
+            })
+            .collect();
+        GeneratedToken {
+            text: token.text,
+            id: token.id,
+            logprob: Some(token.logprob),
+            top_logprobs,
+        }
+    }
+}
+
+impl EventSink for StreamSink {
+    fn send(&mut self, event: SequenceEvent) -> bool {
+        let event = match event {
+            SequenceEvent::Token(token) => GenerationEvent::Token(self.token(token)),
+            SequenceEvent::Done {
+                finish_reason,
+                prompt_tokens,
+                completion_tokens,
+            } => GenerationEvent::Done {
+                finish_reason,
+                usage: Usage {
+                    prompt_tokens: u32::try_from(prompt_tokens).unwrap_or(u32::MAX),
+                    completion_tokens: u32::try_from(completion_tokens).unwrap_or(u32::MAX),
+                },
+            },
+            SequenceEvent::Error(message) => {
+                GenerationEvent::Error(BackendError::Internal { message })
+            }
+        };
+        self.sender.send(event).is_ok()
+    }
+
+    fn is_closed(&self) -> bool {
+        self.sender.is_closed()
+    }
+}

@@ -1,0 +1,129 @@
+//! The engine's front door: one [`Engine`] takes a generation request as the
+//! router sends it ([`switchyard_seam::GenerationRequest`]) and returns its
+//! stream of events.
+//!
+//! A request's path through it reads in one direction:
+//! [`resolve`](Engine::submit) the model spec to one resident version,
+//! [`prepare`] the sequence (template, tokens, context and parameter checks),
+//! hand it to the [`Executor`], and let an [`events::StreamSink`] turn the
+//! executor's events into the seam's as they come. A request runs to its end
+//! on the version it resolved to, whatever is activated meanwhile.
+
+mod events;
+mod model_cards;
+mod prepare;
+mod routing_state;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use switchyard_kernels::Backend;
+use switchyard_seam::{
+    BackendError, CandidateState, CheckpointProbe, GenerationRequest, GenerationStream,
+    InferenceBackend, ModelCard,
+};
+use tokio::sync::mpsc;
+
+use crate::registry::{Registry, RegistryErrorKind};
+use crate::serving::{CheckpointHandle, Executor, SubmitError};
+
+pub use prepare::prepare;
+
+/// Every served model version and the one executor that runs them.
+pub struct Engine<B: Backend> {
+    registry: Arc<Registry<B>>,
+    executor: Executor<B>,
+    /// Unix seconds when the models were made available (for `/v1/models`).
+    created: u64,
+    /// How long a request may take: each sequence's deadline for the scheduler.
+    request_timeout: Duration,
+}
+
+impl<B: Backend> Engine<B> {
+    /// An engine over `registry`'s versions, run by `executor`.
+    pub fn new(
+        registry: Arc<Registry<B>>,
+        executor: Executor<B>,
+        created: u64,
+        request_timeout: Duration,
+    ) -> Self {
+        Engine {
+            registry,
+            executor,
+            created,
+            request_timeout,
+        }
+    }
+
+    /// The registry of versions (for the admin API).
+    pub fn registry(&self) -> &Arc<Registry<B>> {
+        &self.registry
+    }
+
+    /// The executor (for the admin API's status and metrics).
+    pub fn executor(&self) -> &Executor<B> {
+        &self.executor
+    }
+
+    /// The resident version `spec` (a name, an alias or `name@version`) names now.
+    fn resolve(&self, spec: &str) -> Result<CheckpointHandle<B>, BackendError> {
+        self.registry.resolve(spec).map_err(|e| match e.kind {
+            RegistryErrorKind::NotFound => BackendError::UnknownModel {
+                model: spec.to_owned(),
+            },
+            _ => BackendError::invalid("model", e.message),
+        })
+    }
+}
+
+impl<B: Backend> InferenceBackend for Engine<B> {
+    fn models(&self) -> Vec<ModelCard> {
+        model_cards::model_cards(&self.registry, self.created)
+    }
+
+    fn ready(&self) -> bool {
+        self.executor.is_running() && !self.registry.active().is_empty()
+    }
+
+    fn submit(&self, request: GenerationRequest) -> Result<GenerationStream, BackendError> {
+        let checkpoint = self.resolve(&request.model)?;
+        let (sender, receiver) = mpsc::unbounded_channel();
+        let deadline = Instant::now() + self.request_timeout;
+        let sequence = prepare(&checkpoint, &request, sender, deadline)?;
+        self.executor
+            .submit(&checkpoint, sequence)
+            .map_err(|error| match error {
+                SubmitError::Overloaded { .. } => BackendError::Overloaded,
+                SubmitError::Stopped => BackendError::Internal {
+                    message: error.to_string(),
+                },
+                // `prepare` refuses these first, with the request's own numbers.
+                SubmitError::EmptyPrompt | SubmitError::PromptTooLong { .. } => {
+                    BackendError::invalid(request.prompt_field(), error.to_string())
+                }
+            })?;
+        Ok(receiver)
+    }
+
+    fn checkpoint_state(&self, model: &str, version: Option<&str>) -> Option<CandidateState> {
+        let state = self.registry.routing_state(model, version)?;
+        Some(routing_state::candidate_state(
+            state,
+            &self.executor.pulse(),
+        ))
+    }
+
+    fn checkpoint_probe(&self, model: &str, version: &str) -> Option<Arc<dyn CheckpointProbe>> {
+        let live = self.registry.live(model, version)?;
+        Some(Arc::new(routing_state::SlotProbe::new(
+            live,
+            self.executor.pulse(),
+        )))
+    }
+
+    fn pin_model(&self, model: &str) -> String {
+        self.registry
+            .resolve(model)
+            .map_or_else(|_| model.to_owned(), |checkpoint| checkpoint.id.to_string())
+    }
+}

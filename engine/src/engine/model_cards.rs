@@ -1,0 +1,31 @@
+//! The served models as `GET /v1/models` lists them: each model by name (its
+//! active version) and each resident `name@version`.
+
+use switchyard_kernels::Backend;
+use switchyard_seam::ModelCard;
+
+use crate::registry::{Registry, Tier};
+use crate::serving::ServedCheckpoint;
+
+pub(super) fn model_cards<B: Backend>(registry: &Registry<B>, created: u64) -> Vec<ModelCard> {
+    let card = |id: String, checkpoint: &ServedCheckpoint<B>| ModelCard {
+        id,
+        created,
+        owned_by: "switchyard".into(),
+        context_length: u32::try_from(checkpoint.model.config().context_length).unwrap_or(u32::MAX),
+    };
+    let mut cards = Vec::new();
+    for model in registry.status() {
+        let Ok(active) = registry.resolve(&model.name) else {
+            continue;
+        };
+        cards.push(card(model.name.clone(), &active));
+        for version in model.versions.iter().filter(|v| v.tier == Tier::Ram) {
+            let spec = format!("{}@{}", model.name, version.version);
+            if let Ok(checkpoint) = registry.resolve(&spec) {
+                cards.push(card(spec, &checkpoint));
+            }
+        }
+    }
+    cards
+}

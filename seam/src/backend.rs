@@ -1,0 +1,59 @@
+//! The engine as the router sees it.
+
+use std::sync::Arc;
+
+use crate::{
+    BackendError, CandidateState, CheckpointProbe, GenerationRequest, GenerationStream, ModelCard,
+};
+
+/// The engine as the router sees it.
+///
+/// Implementations must be cheap to call from async handlers: `submit`
+/// validates and enqueues, then returns at once; the work happens elsewhere
+/// and reports through the returned [`GenerationStream`].
+pub trait InferenceBackend: Send + Sync + 'static {
+    /// The models this backend serves, as listed by `GET /v1/models`.
+    fn models(&self) -> Vec<ModelCard>;
+
+    /// Whether the backend can take requests now (weights loaded, workers up).
+    /// `GET /ready` answers 503 until this is true.
+    fn ready(&self) -> bool;
+
+    /// Validates, tokenizes and enqueues one generation.
+    ///
+    /// Errors that depend only on the request (unknown model, prompt too long,
+    /// bad parameter) must be returned here rather than through the stream, so
+    /// the router can answer with the right HTTP status before any byte of a
+    /// streamed response is sent. Dropping the returned stream cancels the
+    /// generation and must free its resources (KV cache, queue slot).
+    fn submit(&self, request: GenerationRequest) -> Result<GenerationStream, BackendError>;
+
+    /// Live state of checkpoint `model` (at `version`, when the policy names one) for
+    /// engine-aware routing: residency, queue depth, expected waits, health.
+    ///
+    /// Must be cheap (it runs for every candidate of every routed request) and must not
+    /// block. `None` (the default) means "no information": the policy then treats the
+    /// checkpoint as resident, idle and healthy.
+    fn checkpoint_state(&self, model: &str, version: Option<&str>) -> Option<CandidateState> {
+        let _ = (model, version);
+        None
+    }
+
+    /// A handle that answers [`InferenceBackend::checkpoint_state`] for `model@version`
+    /// from now on, kept per policy checkpoint by the router so that routing a request
+    /// does not look every candidate up by name. `None` (the default) when the backend
+    /// has none or does not know the version yet; routing then asks `checkpoint_state`.
+    fn checkpoint_probe(&self, model: &str, version: &str) -> Option<Arc<dyn CheckpointProbe>> {
+        let _ = (model, version);
+        None
+    }
+
+    /// The checkpoint `model` (a name or an alias) resolves to now, as
+    /// `name@version`, so that every generation of one request runs on one
+    /// version and the response can name it (as OpenAI names the snapshot
+    /// behind an alias). The default, and any name the backend cannot
+    /// resolve, is `model` unchanged (the submit then reports the problem).
+    fn pin_model(&self, model: &str) -> String {
+        model.to_owned()
+    }
+}

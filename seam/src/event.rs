@@ -1,0 +1,85 @@
+//! What a running generation reports back, token by token.
+
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+use crate::BackendError;
+
+/// What a generation reports, in order: zero or more `Token`s, then exactly
+/// one `Done` or `Error`, after which the sender is dropped.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GenerationEvent {
+    /// One generated token.
+    Token(GeneratedToken),
+    /// The generation finished normally.
+    Done {
+        /// Why it stopped.
+        finish_reason: FinishReason,
+        /// Token counts, as the engine measured them.
+        usage: Usage,
+    },
+    /// The generation failed after it was accepted.
+    Error(BackendError),
+}
+
+/// One generated token.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GeneratedToken {
+    /// The text this token adds to the output. May be empty while a UTF-8
+    /// character spans several tokens, or when the token is part of a stop
+    /// string that is being held back.
+    pub text: String,
+    /// The token id.
+    pub id: u32,
+    /// The sampled token's log-probability, when logprobs were asked for.
+    pub logprob: Option<f32>,
+    /// The most likely alternatives, best first, when logprobs were asked for.
+    pub top_logprobs: Vec<TopLogprob>,
+}
+
+/// One alternative token and its log-probability.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopLogprob {
+    /// The token's text.
+    pub text: String,
+    /// The token id.
+    pub id: u32,
+    /// Its log-probability.
+    pub logprob: f32,
+}
+
+/// Why a generation ended (OpenAI's `finish_reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// End-of-sequence token or a stop string.
+    Stop,
+    /// `max_tokens` or the end of the context window.
+    Length,
+}
+
+impl FinishReason {
+    /// OpenAI's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+        }
+    }
+}
+
+/// Token counts of a generation, or of a whole request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct Usage {
+    /// Tokens in the prompt after templating.
+    pub prompt_tokens: u32,
+    /// Tokens generated.
+    pub completion_tokens: u32,
+}
+
+/// The receiving end of one generation. Dropping it cancels the generation.
+///
+/// Unbounded on purpose: a generation sends at most `max_tokens + 1` events,
+/// so memory stays bounded, and the engine's scheduler can `send` from any
+/// thread without blocking its batch on a slow client. The engine learns of a
+/// cancellation from a failed `send` or from `UnboundedSender::is_closed`.
+pub type GenerationStream = mpsc::UnboundedReceiver<GenerationEvent>;

@@ -1,0 +1,30 @@
+//! The seam between Switchyard's router and its engine.
+//!
+//! The router knows the engine only through [`InferenceBackend`]: list the
+//! models, say whether it is ready, report each checkpoint's live state for
+//! routing, and submit one [`GenerationRequest`] that streams
+//! [`GenerationEvent`]s back. Every type that crosses between them lives here,
+//! once: the router depends on this crate and on the policies, the engine on
+//! this crate and on the kernels, and no arrow points back up.
+//!
+//! Everything OpenAI-specific (wire shapes, `n`, SSE framing, error bodies)
+//! stays in the router; tokenizing, chat templates, context checks, stop
+//! strings and sampling stay in the engine.
+
+mod backend;
+mod checkpoint_state;
+mod error;
+mod event;
+mod model_card;
+mod request;
+
+pub use backend::InferenceBackend;
+pub use checkpoint_state::{CandidateState, CheckpointProbe};
+pub use error::BackendError;
+pub use event::{
+    FinishReason, GeneratedToken, GenerationEvent, GenerationStream, TopLogprob, Usage,
+};
+pub use model_card::ModelCard;
+pub use request::{
+    ChatMessage, GenerationRequest, Prompt, Role, SamplingOptions, SamplingRangeError,
+};
