@@ -1,0 +1,237 @@
+//! The engine's front door: a seam request in, a stream of events out. What it
+//! generates equals the model run directly; every refusal names the field, with
+//! the request's own numbers, before anything is queued.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use switchyard_engine::model::LogitRows;
+use switchyard_engine::registry::Registry;
+use switchyard_engine::sampling::argmax;
+use switchyard_engine::serving::{Executor, ExecutorConfig, NoObserver};
+use switchyard_engine::session::Session;
+use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
+use switchyard_engine::Engine;
+use switchyard_kernels::cpu::CpuBackend;
+use switchyard_kernels::DType;
+use switchyard_seam::{
+    BackendError, ChatMessage, FinishReason, GenerationEvent, GenerationRequest, InferenceBackend,
+    Prompt, Role, SamplingOptions,
+};
+
+/// The synthetic presets' context window.
+const CONTEXT: u32 = 256;
+
+fn engine(dir: &Path) -> (Engine<CpuBackend>, Arc<CpuBackend>) {
+    let backend = Arc::new(CpuBackend::new(1));
+    let path = dir.join("tiny.gguf");
+    let spec = SyntheticSpec {
+        preset: Preset::Smollm2,
+        dtype: DType::Q8_0,
+        seed: 7,
+    };
+    write_gguf(&spec, &path).unwrap();
+    let registry = Arc::new(Registry::new(backend.clone(), None));
+    registry.register("tiny", "1", &path, &[]);
+    registry.load("tiny", "1").unwrap();
+    registry.activate("tiny", "1").unwrap();
+    let executor = Executor::spawn(
+        backend.clone(),
+        ExecutorConfig::default(),
+        Arc::new(NoObserver),
+    )
+    .unwrap();
+    let engine = Engine::new(registry, executor, 0, Duration::from_secs(60));
+    (engine, backend)
+}
+
+fn request(prompt: Prompt, max_tokens: Option<u32>) -> GenerationRequest {
+    GenerationRequest {
+        request_id: "test".into(),
+        model: "tiny".into(),
+        prompt,
+        max_tokens,
+        sampling: SamplingOptions {
+            temperature: Some(0.0),
+            ..SamplingOptions::default()
+        },
+        stop: Vec::new(),
+        logprobs: None,
+        user: None,
+    }
+}
+
+/// Every event of one generation, in order.
+fn run(engine: &Engine<CpuBackend>, request: GenerationRequest) -> Vec<GenerationEvent> {
+    let mut stream = engine.submit(request).unwrap();
+    let mut events = Vec::new();
+    while let Some(event) = stream.blocking_recv() {
+        events.push(event);
+    }
+    events
+}
+
+fn refusal(engine: &Engine<CpuBackend>, request: GenerationRequest) -> BackendError {
+    match engine.submit(request) {
+        Ok(_) => panic!("the request was accepted"),
+        Err(error) => error,
+    }
+}
+
+#[test]
+fn greedy_tokens_equal_the_model_run_directly() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, backend) = engine(dir.path());
+    let prompt = vec![1u32, 5, 9, 2, 40];
+    let events = run(&engine, request(Prompt::Tokens(prompt.clone()), Some(8)));
+
+    let checkpoint = engine.registry().resolve("tiny").unwrap();
+    let mut session = Session::new(&*backend, &checkpoint.model, prompt.len() + 8).unwrap();
+    let mut logits = session.feed(&prompt, LogitRows::Last).unwrap();
+    let mut expected = Vec::new();
+    for _ in 0..8 {
+        let id = argmax(&logits);
+        expected.push(id);
+        logits = session.feed(&[id], LogitRows::Last).unwrap();
+    }
+    let eos = checkpoint.tokenizer.eos_ids().to_vec();
+    let expected: Vec<u32> = expected
+        .into_iter()
+        .take_while(|id| !eos.contains(id))
+        .collect();
+
+    let generated: Vec<u32> = events
+        .iter()
+        .filter_map(|event| match event {
+            GenerationEvent::Token(token) => Some(token.id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(generated, expected);
+    match events.last() {
+        Some(GenerationEvent::Done {
+            usage,
+            finish_reason,
+        }) => {
+            assert_eq!(usage.prompt_tokens, 5);
+            let reason = if expected.len() == 8 {
+                FinishReason::Length
+            } else {
+                FinishReason::Stop
+            };
+            assert_eq!(*finish_reason, reason);
+        }
+        other => panic!("the generation did not end with Done: {other:?}"),
+    }
+}
+
+#[test]
+fn chat_and_text_prompts_go_through_the_template_and_tokenizer() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, _backend) = engine(dir.path());
+    let checkpoint = engine.registry().resolve("tiny").unwrap();
+    let messages = vec![
+        ChatMessage::new(Role::Developer, "Be brief."),
+        ChatMessage::new(Role::User, "hello"),
+    ];
+    let text = checkpoint
+        .template
+        .render(
+            &messages,
+            true,
+            checkpoint.tokenizer.bos_token(),
+            checkpoint.tokenizer.eos_token(),
+        )
+        .unwrap();
+    // Templates know no developer role: it is rendered as the system turn.
+    let as_system = [
+        ChatMessage::new(Role::System, "Be brief."),
+        messages[1].clone(),
+    ];
+    let system_text = checkpoint
+        .template
+        .render(
+            &as_system,
+            true,
+            checkpoint.tokenizer.bos_token(),
+            checkpoint.tokenizer.eos_token(),
+        )
+        .unwrap();
+    assert_eq!(text, system_text);
+    let ids = checkpoint.tokenizer.encode(&text, false).unwrap();
+
+    let events = run(&engine, request(Prompt::Chat(messages), Some(2)));
+    match events.last() {
+        Some(GenerationEvent::Done { usage, .. }) => {
+            assert_eq!(usage.prompt_tokens as usize, ids.len())
+        }
+        other => panic!("no Done: {other:?}"),
+    }
+    let events = run(
+        &engine,
+        request(Prompt::Text("hello world".into()), Some(2)),
+    );
+    assert!(matches!(events.last(), Some(GenerationEvent::Done { .. })));
+}
+
+#[test]
+fn refusals_name_the_field_with_the_requests_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, _backend) = engine(dir.path());
+
+    let mut unknown = request(Prompt::Tokens(vec![1, 2]), Some(1));
+    unknown.model = "nope".into();
+    assert_eq!(
+        refusal(&engine, unknown),
+        BackendError::UnknownModel {
+            model: "nope".into()
+        }
+    );
+
+    let prompt: Vec<u32> = (1..=200).collect();
+    assert_eq!(
+        refusal(&engine, request(Prompt::Tokens(prompt.clone()), Some(57))),
+        BackendError::ContextOverflow {
+            prompt_tokens: 200,
+            max_tokens: 57,
+            context: CONTEXT
+        }
+    );
+    let full: Vec<u32> = (0..CONTEXT).map(|i| i % 300).collect();
+    assert_eq!(
+        refusal(&engine, request(Prompt::Tokens(full), None)),
+        BackendError::ContextOverflow {
+            prompt_tokens: CONTEXT,
+            max_tokens: 0,
+            context: CONTEXT
+        }
+    );
+
+    let field = |error: BackendError| match error {
+        BackendError::InvalidRequest { param, .. } => param,
+        other => panic!("expected InvalidRequest, got {other:?}"),
+    };
+    assert_eq!(
+        field(refusal(
+            &engine,
+            request(Prompt::Tokens(vec![1, 320]), None)
+        )),
+        "prompt"
+    );
+    assert_eq!(
+        field(refusal(&engine, request(Prompt::Tokens(Vec::new()), None))),
+        "prompt"
+    );
+    let mut hot = request(Prompt::Tokens(vec![1, 2]), None);
+    hot.sampling.temperature = Some(3.0);
+    assert_eq!(field(refusal(&engine, hot)), "temperature");
+    let mut bias = request(Prompt::Tokens(vec![1, 2]), None);
+    bias.sampling.logit_bias.insert(320, 1.0);
+    assert_eq!(field(refusal(&engine, bias)), "logit_bias");
+    let mut alternatives = request(Prompt::Chat(vec![ChatMessage::new(Role::User, "hi")]), None);
+    alternatives.logprobs = Some(21);
+    assert_eq!(field(refusal(&engine, alternatives)), "top_logprobs");
+    // Nothing refused was queued.
+    assert_eq!(engine.executor().queue_depth(), 0);
+}
