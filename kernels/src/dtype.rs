@@ -19,11 +19,15 @@ pub enum DType {
     Q4K,
     /// 256 elements: 128 bytes low 4 bits, 64 bytes high 2 bits, 16 × i8 scales, f16 d.
     Q6K,
+    /// 32 elements: f16 scale, 32 high bits (u32), 16 bytes of low 4 bits (offset 16).
+    Q5_0,
+    /// 32 elements: f16 scale, f16 min, 32 high bits (u32), 16 bytes of low 4 bits.
+    Q5_1,
 }
 
 impl DType {
     /// Every supported type, for tests and tables.
-    pub const ALL: [DType; 8] = [
+    pub const ALL: [DType; 10] = [
         DType::F32,
         DType::F16,
         DType::BF16,
@@ -32,13 +36,15 @@ impl DType {
         DType::Q4_1,
         DType::Q4K,
         DType::Q6K,
+        DType::Q5_0,
+        DType::Q5_1,
     ];
 
     /// Elements per block.
     pub const fn block_len(self) -> usize {
         match self {
             DType::F32 | DType::F16 | DType::BF16 => 1,
-            DType::Q8_0 | DType::Q4_0 | DType::Q4_1 => 32,
+            DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 => 32,
             DType::Q4K | DType::Q6K => 256,
         }
     }
@@ -53,6 +59,8 @@ impl DType {
             DType::Q4_1 => 20,
             DType::Q4K => 144,
             DType::Q6K => 210,
+            DType::Q5_0 => 22,
+            DType::Q5_1 => 24,
         }
     }
 
@@ -72,6 +80,8 @@ impl DType {
             DType::F16 => 1,
             DType::Q4_0 => 2,
             DType::Q4_1 => 3,
+            DType::Q5_0 => 6,
+            DType::Q5_1 => 7,
             DType::Q8_0 => 8,
             DType::Q4K => 12,
             DType::Q6K => 14,
@@ -95,6 +105,8 @@ impl DType {
             DType::Q4_1 => "q4_1",
             DType::Q4K => "q4_k",
             DType::Q6K => "q6_k",
+            DType::Q5_0 => "q5_0",
+            DType::Q5_1 => "q5_1",
         }
     }
 
@@ -127,7 +139,8 @@ mod tests {
             assert_eq!(DType::from_ggml_id(t.ggml_id()), Some(t));
             assert_eq!(DType::from_name(t.name()), Some(t));
         }
-        assert_eq!(DType::from_ggml_id(6), None, "Q5_0 is not supported");
+        assert_eq!(DType::from_ggml_id(6), Some(DType::Q5_0));
+        assert_eq!(DType::from_ggml_id(16), None, "IQ2_XXS is not supported");
     }
 
     #[test]
@@ -136,5 +149,6 @@ mod tests {
         assert_eq!(DType::Q4K.bytes_for(576), None);
         assert_eq!(DType::Q6K.bytes_for(512), Some(420));
         assert_eq!(DType::BF16.bytes_for(3), Some(6));
+        assert_eq!(DType::Q5_0.bytes_for(64), Some(44));
     }
 }

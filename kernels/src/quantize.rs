@@ -42,6 +42,8 @@ pub fn quantize(dtype: DType, values: &[f32]) -> Result<Vec<u8>, KernelError> {
         DType::Q4_1 => values.chunks_exact(32).for_each(|b| q4_1(b, &mut out)),
         DType::Q4K => values.chunks_exact(256).for_each(|b| q4_k(b, &mut out)),
         DType::Q6K => values.chunks_exact(256).for_each(|b| q6_k(b, &mut out)),
+        DType::Q5_0 => values.chunks_exact(32).for_each(|b| q5_0(b, &mut out)),
+        DType::Q5_1 => values.chunks_exact(32).for_each(|b| q5_1(b, &mut out)),
     }
     Ok(out)
 }
@@ -106,6 +108,50 @@ fn q4_1(block: &[f32], out: &mut Vec<u8>) {
     let q = |v: f32| ((v - m) * id).round().clamp(0.0, 15.0) as u8;
     let (lo, hi) = block.split_at(16);
     out.extend(lo.iter().zip(hi).map(|(&a, &b)| q(a) | (q(b) << 4)));
+}
+
+/// The 32 quants (0..32) of a Q5 block as ggml stores them: the u32 of
+/// fifth bits (bit j for element j), then nibbles as Q4_0.
+fn push_q5(q: &[u8], out: &mut Vec<u8>) {
+    let qh = q
+        .iter()
+        .enumerate()
+        .fold(0u32, |h, (j, v)| h | (u32::from(v >> 4) << j));
+    out.extend_from_slice(&qh.to_le_bytes());
+    let (lo, hi) = q.split_at(16);
+    out.extend(lo.iter().zip(hi).map(|(&a, &b)| (a & 0x0F) | (b << 4)));
+}
+
+/// Q5_0: the element of largest magnitude maps to -16, `x ≈ d · (q - 16)`.
+fn q5_0(block: &[f32], out: &mut Vec<u8>) {
+    let max = block
+        .iter()
+        .copied()
+        .fold(0.0f32, |m, v| if v.abs() > m.abs() { v } else { m });
+    let d = f16_round(max / -16.0);
+    let id = inverse(d);
+    push_f16(out, d);
+    let q: Vec<u8> = block
+        .iter()
+        .map(|v| (v * id + 16.5).floor().clamp(0.0, 31.0) as u8)
+        .collect();
+    push_q5(&q, out);
+}
+
+/// Q5_1: `x ≈ d · q + m` with `m` the block minimum.
+fn q5_1(block: &[f32], out: &mut Vec<u8>) {
+    let min = block.iter().copied().fold(f32::INFINITY, f32::min);
+    let max = block.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let d = f16_round((max - min) / 31.0);
+    let m = f16_round(min);
+    let id = inverse(d);
+    push_f16(out, d);
+    push_f16(out, m);
+    let q: Vec<u8> = block
+        .iter()
+        .map(|v| ((v - m) * id).round().clamp(0.0, 31.0) as u8)
+        .collect();
+    push_q5(&q, out);
 }
 
 /// Q4_K: 8 sub-blocks of 32, `x ≈ d · sc[j] · q - dmin · m[j]` with 6-bit
@@ -240,6 +286,17 @@ mod tests {
                 y.extend(qs.iter().map(|q| d * f32::from(q & 15) + m));
                 y.extend(qs.iter().map(|q| d * f32::from(q >> 4) + m));
             }),
+            DType::Q5_0 | DType::Q5_1 => b.chunks_exact(dtype.block_bytes()).for_each(|c| {
+                let has_min = dtype == DType::Q5_1;
+                let d = f16_at(c, 0);
+                let m = if has_min { f16_at(c, 2) } else { -16.0 * d };
+                let rest = &c[if has_min { 4 } else { 2 }..];
+                let qh = u32::from_le_bytes(rest[..4].try_into().unwrap());
+                let qs = &rest[4..];
+                let fifth = |j: usize| if qh >> j & 1 == 1 { 16.0 } else { 0.0 };
+                y.extend((0..16).map(|j| d * (f32::from(qs[j] & 15) + fifth(j)) + m));
+                y.extend((0..16).map(|j| d * (f32::from(qs[j] >> 4) + fifth(j + 16)) + m));
+            }),
             DType::Q4K => b.chunks_exact(144).for_each(|c| {
                 let (d, dmin, s, qs) = (f16_at(c, 0), f16_at(c, 2), &c[4..16], &c[16..]);
                 let scale_min = |j: usize| {
@@ -305,6 +362,9 @@ mod tests {
             DType::Q4_1 => 2.0 / 15.0 * 0.5 + 1e-2,
             DType::Q4K => 2.0 / 15.0 * 0.5 + 4e-2,
             DType::Q6K => 1.0 / 31.0 * 0.5 + 1e-2,
+            // As Q4_0 and Q4_1, with twice the levels.
+            DType::Q5_0 => 1.0 / 16.0 + 1e-2,
+            DType::Q5_1 => 2.0 / 31.0 * 0.5 + 1e-2,
         }
     }
 

@@ -52,6 +52,15 @@ pub fn random_weights(rng: &mut ChaCha8Rng, dtype: DType, rows: usize, cols: usi
                 out.extend(f16(-8.0 * scale * rng.random_range(0.5f32..1.5)));
                 out.extend((0..16).map(|_| rng.random::<u8>()));
             }
+            DType::Q5_0 => {
+                out.extend(f16(scale / 2.0));
+                out.extend((0..4 + 16).map(|_| rng.random::<u8>()));
+            }
+            DType::Q5_1 => {
+                out.extend(f16(scale / 2.0));
+                out.extend(f16(-8.0 * scale * rng.random_range(0.5f32..1.5)));
+                out.extend((0..4 + 16).map(|_| rng.random::<u8>()));
+            }
             DType::Q4K => {
                 out.extend(f16(scale / 32.0));
                 out.extend(f16(scale / 16.0));
