@@ -23,11 +23,21 @@ pub enum DType {
     Q5_0,
     /// 32 elements: f16 scale, f16 min, 32 high bits (u32), 16 bytes of low 4 bits.
     Q5_1,
+    /// 256 elements: 16 bytes of 4-bit scales and mins, 64 bytes of 2-bit quants, f16 d, f16 dmin.
+    Q2K,
+    /// 256 elements: 32 bytes of high bits, 64 bytes of 2-bit quants, 12 bytes of 6-bit scales, f16 d.
+    Q3K,
+    /// 256 elements: f16 d, f16 dmin, 12 bytes of scales/mins, 32 bytes of fifth bits, 128 bytes of nibbles.
+    Q5K,
+    /// 32 elements: f16 scale, 16 bytes of 4-bit indices into a fixed non-linear table.
+    IQ4NL,
+    /// 256 elements: f16 d, 6-bit scales per 32 (u16 high bits, 4 bytes low nibbles), 128 bytes of indices.
+    IQ4XS,
 }
 
 impl DType {
     /// Every supported type, for tests and tables.
-    pub const ALL: [DType; 10] = [
+    pub const ALL: [DType; 15] = [
         DType::F32,
         DType::F16,
         DType::BF16,
@@ -38,14 +48,21 @@ impl DType {
         DType::Q6K,
         DType::Q5_0,
         DType::Q5_1,
+        DType::Q2K,
+        DType::Q3K,
+        DType::Q5K,
+        DType::IQ4NL,
+        DType::IQ4XS,
     ];
 
     /// Elements per block.
     pub const fn block_len(self) -> usize {
         match self {
             DType::F32 | DType::F16 | DType::BF16 => 1,
-            DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 => 32,
-            DType::Q4K | DType::Q6K => 256,
+            DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::IQ4NL => {
+                32
+            }
+            DType::Q2K | DType::Q3K | DType::Q4K | DType::Q5K | DType::Q6K | DType::IQ4XS => 256,
         }
     }
 
@@ -61,6 +78,11 @@ impl DType {
             DType::Q6K => 210,
             DType::Q5_0 => 22,
             DType::Q5_1 => 24,
+            DType::Q2K => 84,
+            DType::Q3K => 110,
+            DType::Q5K => 176,
+            DType::IQ4NL => 18,
+            DType::IQ4XS => 136,
         }
     }
 
@@ -83,6 +105,11 @@ impl DType {
             DType::Q5_0 => 6,
             DType::Q5_1 => 7,
             DType::Q8_0 => 8,
+            DType::Q2K => 10,
+            DType::Q3K => 11,
+            DType::Q5K => 13,
+            DType::IQ4NL => 20,
+            DType::IQ4XS => 23,
             DType::Q4K => 12,
             DType::Q6K => 14,
             DType::BF16 => 30,
@@ -107,6 +134,11 @@ impl DType {
             DType::Q6K => "q6_k",
             DType::Q5_0 => "q5_0",
             DType::Q5_1 => "q5_1",
+            DType::Q2K => "q2_k",
+            DType::Q3K => "q3_k",
+            DType::Q5K => "q5_k",
+            DType::IQ4NL => "iq4_nl",
+            DType::IQ4XS => "iq4_xs",
         }
     }
 

@@ -6,6 +6,8 @@
 //! not ggml's error-minimising searches, so round trips are close but not
 //! bit-identical to llama.cpp's quantizer.
 
+mod low_bit;
+
 use half::{bf16, f16};
 
 use crate::{DType, KernelError};
@@ -44,6 +46,21 @@ pub fn quantize(dtype: DType, values: &[f32]) -> Result<Vec<u8>, KernelError> {
         DType::Q6K => values.chunks_exact(256).for_each(|b| q6_k(b, &mut out)),
         DType::Q5_0 => values.chunks_exact(32).for_each(|b| q5_0(b, &mut out)),
         DType::Q5_1 => values.chunks_exact(32).for_each(|b| q5_1(b, &mut out)),
+        DType::Q2K => values
+            .chunks_exact(256)
+            .for_each(|b| low_bit::q2_k(b, &mut out)),
+        DType::Q3K => values
+            .chunks_exact(256)
+            .for_each(|b| low_bit::q3_k(b, &mut out)),
+        DType::Q5K => values
+            .chunks_exact(256)
+            .for_each(|b| low_bit::q5_k(b, &mut out)),
+        DType::IQ4NL => values
+            .chunks_exact(32)
+            .for_each(|b| low_bit::iq4_nl(b, &mut out)),
+        DType::IQ4XS => values
+            .chunks_exact(256)
+            .for_each(|b| low_bit::iq4_xs(b, &mut out)),
     }
     Ok(out)
 }
@@ -185,19 +202,7 @@ fn q4_k(block: &[f32], out: &mut Vec<u8>) {
 
     push_f16(out, d);
     push_f16(out, dmin);
-    let mut packed = [0u8; 12];
-    for j in 0..8 {
-        let (ls, lm) = (sc[j], m[j]);
-        if j < 4 {
-            packed[j] = ls;
-            packed[j + 4] = lm;
-        } else {
-            packed[j + 4] = (ls & 0x0F) | ((lm & 0x0F) << 4);
-            packed[j - 4] |= (ls >> 4) << 6;
-            packed[j] |= (lm >> 4) << 6;
-        }
-    }
-    out.extend_from_slice(&packed);
+    out.extend_from_slice(&pack_k_scales(&sc, &m));
 
     let q: Vec<u8> = block
         .iter()
@@ -213,6 +218,24 @@ fn q4_k(block: &[f32], out: &mut Vec<u8>) {
         let (lo, hi) = group.split_at(32);
         out.extend(lo.iter().zip(hi).map(|(&a, &b)| a | (b << 4)));
     }
+}
+
+/// The eight 6-bit scales and mins of Q4_K/Q5_K in their 12 bytes (the
+/// inverse of ggml's `get_scale_min_k4`).
+fn pack_k_scales(sc: &[u8], m: &[u8]) -> [u8; 12] {
+    let mut packed = [0u8; 12];
+    for j in 0..8 {
+        let (ls, lm) = (sc[j], m[j]);
+        if j < 4 {
+            packed[j] = ls;
+            packed[j + 4] = lm;
+        } else {
+            packed[j + 4] = (ls & 0x0F) | ((lm & 0x0F) << 4);
+            packed[j - 4] |= (ls >> 4) << 6;
+            packed[j] |= (lm >> 4) << 6;
+        }
+    }
+    packed
 }
 
 /// Q6_K: 16 sub-blocks of 16, `x ≈ d · sc[j] · (q - 32)` with 6-bit `q`
@@ -297,6 +320,12 @@ mod tests {
                 y.extend((0..16).map(|j| d * (f32::from(qs[j] & 15) + fifth(j)) + m));
                 y.extend((0..16).map(|j| d * (f32::from(qs[j] >> 4) + fifth(j + 16)) + m));
             }),
+            // The library's dequantizer, which tests/gguf_dequant.rs checks
+            // bit for bit against the `gguf` package's.
+            DType::Q2K | DType::Q3K | DType::Q5K | DType::IQ4NL | DType::IQ4XS => {
+                y = vec![0.0; b.len() / dtype.block_bytes() * dtype.block_len()];
+                crate::cpu::dequantize_row(dtype, b, &mut y).unwrap();
+            }
             DType::Q4K => b.chunks_exact(144).for_each(|c| {
                 let (d, dmin, s, qs) = (f16_at(c, 0), f16_at(c, 2), &c[4..16], &c[16..]);
                 let scale_min = |j: usize| {
@@ -365,6 +394,18 @@ mod tests {
             // As Q4_0 and Q4_1, with twice the levels.
             DType::Q5_0 => 1.0 / 16.0 + 1e-2,
             DType::Q5_1 => 2.0 / 31.0 * 0.5 + 1e-2,
+            // Half a step of 3 levels over a sub-block's range (up to twice
+            // the magnitude), plus the rounded-up 4-bit scales.
+            DType::Q2K => 2.0 / 3.0 * 0.5 + 0.1,
+            // The largest magnitude maps to -4, so the other sign reaches
+            // only +3: a whole step of 1/4, plus the 6-bit scales' rounding.
+            DType::Q3K => 1.0 / 4.0 + 4e-2,
+            DType::Q5K => 2.0 / 31.0 * 0.5 + 4e-2,
+            // The largest magnitude maps to -127, so the other sign reaches
+            // only the table's 113 (more than half its widest gap, 23),
+            // plus the IQ4_XS 6-bit scales' rounding.
+            DType::IQ4NL => 14.0 / 127.0 + 1e-2,
+            DType::IQ4XS => 14.0 / 127.0 + 4e-2,
         }
     }
 

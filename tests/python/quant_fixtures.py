@@ -30,6 +30,11 @@ TYPES = {
     "q5_1": (GGMLQuantizationType.Q5_1, [0, 2]),
     "q4_k": (GGMLQuantizationType.Q4_K, [0, 2]),
     "q6_k": (GGMLQuantizationType.Q6_K, [208]),
+    "q2_k": (GGMLQuantizationType.Q2_K, [80, 82]),
+    "q3_k": (GGMLQuantizationType.Q3_K, [108]),
+    "q5_k": (GGMLQuantizationType.Q5_K, [0, 2]),
+    "iq4_nl": (GGMLQuantizationType.IQ4_NL, [0]),
+    "iq4_xs": (GGMLQuantizationType.IQ4_XS, [0]),
 }
 
 # Elements per type: several blocks, and rows of more than one block.

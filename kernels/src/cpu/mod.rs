@@ -13,8 +13,11 @@
 
 mod attention;
 mod blocks;
+pub(crate) mod blocks_iq4;
+mod blocks_k;
 mod cpu_backend;
 mod dequant;
+mod dequant_low_bit;
 mod disjoint;
 mod dot;
 mod elementwise;

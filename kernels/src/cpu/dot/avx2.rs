@@ -63,6 +63,9 @@ pub(crate) unsafe fn dot_quantized<const R: usize>(
                 dot_q6k(w, a, o);
             }
         }
+        DType::Q2K | DType::Q3K | DType::Q5K | DType::IQ4NL | DType::IQ4XS => {
+            super::avx2_low_bit::dot_quantized(dtype, w, row_bytes, a, out)
+        }
         DType::F32 | DType::F16 | DType::BF16 => {
             for (_, o) in rows {
                 *o = [f32::NAN; R];
@@ -75,7 +78,7 @@ pub(crate) unsafe fn dot_quantized<const R: usize>(
 /// saturation).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn mul_sum_u8_i8(u: __m256i, s: __m256i) -> __m256i {
+pub(super) fn mul_sum_u8_i8(u: __m256i, s: __m256i) -> __m256i {
     _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
 }
 
@@ -90,14 +93,14 @@ pub(crate) fn hsum(v: __m256) -> f32 {
 /// The f16 pair at `p` (4 bytes), widened: `[a, b, 0, 0]`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn f16_pair(p: *const u8) -> __m128 {
+pub(super) unsafe fn f16_pair(p: *const u8) -> __m128 {
     _mm_cvtph_ps(_mm_cvtsi32_si128(p.cast::<i32>().read_unaligned()))
 }
 
 /// The f16 at `p` (2 bytes), widened: `[a, 0, 0, 0]`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn f16_one(p: *const u8) -> __m128 {
+pub(super) unsafe fn f16_one(p: *const u8) -> __m128 {
     _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(
         p.cast::<u16>().read_unaligned(),
     )))
@@ -106,13 +109,13 @@ unsafe fn f16_one(p: *const u8) -> __m128 {
 /// The activation block `b`'s `[d, s, 0, 0]`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn act_ds(a: &QRow<'_>, b: usize) -> __m128 {
+pub(super) unsafe fn act_ds(a: &QRow<'_>, b: usize) -> __m128 {
     _mm_castsi128_ps(_mm_loadl_epi64(a.ds.as_ptr().add(2 * b).cast()))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn act_block(a: &QRow<'_>, b: usize) -> __m256i {
+pub(super) unsafe fn act_block(a: &QRow<'_>, b: usize) -> __m256i {
     _mm256_loadu_si256(a.qs.as_ptr().add(b * QK).cast())
 }
 

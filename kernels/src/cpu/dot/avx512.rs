@@ -67,6 +67,10 @@ macro_rules! avx512_kernels {
                         dot_q6k(w, a, o);
                     }
                 }
+                // The AVX2 kernels (see `avx2_low_bit` for why).
+                DType::Q2K | DType::Q3K | DType::Q5K | DType::IQ4NL | DType::IQ4XS => {
+                    crate::cpu::dot::avx2_low_bit::dot_quantized(dtype, w, row_bytes, a, out)
+                }
                 DType::F32 | DType::F16 | DType::BF16 => {
                     for (_, o) in rows {
                         *o = [f32::NAN; R];

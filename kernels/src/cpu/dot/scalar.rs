@@ -6,6 +6,7 @@
 //! f32 in block order. The SIMD kernels compute the same per-block terms and
 //! differ only in the order the f32 sums are taken.
 
+use super::scalar_low_bit;
 use crate::cpu::blocks::{
     bf16_at, f16_at, f32_at, q4_quant, q4k_quant, q4k_scale_min, q6k_quant, u32_at, NibbleBlock,
     Q4K_DMIN, Q4K_SCALES, Q6K_D, Q6K_SCALES, Q8_0_QS, QK, QK_K,
@@ -30,6 +31,11 @@ pub(crate) fn dot_quantized<const R: usize>(
         DType::Q5_1 => |w, a| dot_nibbles(w, a, NibbleBlock::of(true, true)),
         DType::Q4K => dot_q4k,
         DType::Q6K => dot_q6k,
+        DType::Q2K => scalar_low_bit::dot_q2k,
+        DType::Q3K => scalar_low_bit::dot_q3k,
+        DType::Q5K => scalar_low_bit::dot_q5k,
+        DType::IQ4NL => scalar_low_bit::dot_iq4nl,
+        DType::IQ4XS => scalar_low_bit::dot_iq4xs,
         DType::F32 | DType::F16 | DType::BF16 => |_, _| f32::NAN,
     };
     for (w, o) in w.chunks_exact(row_bytes).zip(out.chunks_exact_mut(R)) {
