@@ -10,6 +10,7 @@ use std::arch::x86_64::*;
 
 use super::{part_offsets, quant_bytes, quant_offset, GROUP_ROWS};
 use crate::cpu::blocks::QK;
+use crate::cpu::blocks_iq4::IQ4_VALUES;
 use crate::cpu::quant_act::QRow;
 use crate::DType;
 
@@ -25,10 +26,11 @@ pub(super) unsafe fn dot_group<const T: usize>(
     // SAFETY (all arms): forwarded preconditions.
     unsafe {
         match dtype {
-            DType::Q4_1 => dot_nibbles::<T, true, false>(group, blocks, a, out, accumulate),
-            DType::Q4_0 => dot_nibbles::<T, false, false>(group, blocks, a, out, accumulate),
-            DType::Q5_1 => dot_nibbles::<T, true, true>(group, blocks, a, out, accumulate),
-            DType::Q5_0 => dot_nibbles::<T, false, true>(group, blocks, a, out, accumulate),
+            DType::Q4_1 => dot_nibbles::<T, true, false, false>(group, blocks, a, out, accumulate),
+            DType::Q4_0 => dot_nibbles::<T, false, false, false>(group, blocks, a, out, accumulate),
+            DType::Q5_1 => dot_nibbles::<T, true, true, false>(group, blocks, a, out, accumulate),
+            DType::Q5_0 => dot_nibbles::<T, false, true, false>(group, blocks, a, out, accumulate),
+            DType::IQ4NL => dot_nibbles::<T, false, false, true>(group, blocks, a, out, accumulate),
             DType::Q8_0 => dot_q8_0(group, blocks, a, out, accumulate),
             _ => out.into_iter().for_each(|o| *o = [f32::NAN; GROUP_ROWS]),
         }
@@ -144,6 +146,17 @@ fn prefetch_block(g: *const u8, len: usize, blocks: usize, qb: usize, parts: &[u
     }
 }
 
+/// [`IQ4_VALUES`] plus 128, for `vpdpbusd`'s unsigned operand.
+const IQ4_UNSIGNED: [u8; 16] = {
+    let mut out = [0u8; 16];
+    let mut i = 0;
+    while i < 16 {
+        out[i] = (IQ4_VALUES[i] as i16 + 128) as u8;
+        i += 1;
+    }
+    out
+};
+
 /// Four bits of each lane of `bits` (`bits & 15`) spread to bit 4 of the
 /// lane's four bytes (bit `k` to byte `k`): the multiply places copies of
 /// the nibble 7 bits apart, so bit `k` lands at `8k` with no carries.
@@ -155,11 +168,12 @@ fn spread_nibble(bits: __m512i) -> __m512i {
     _mm512_slli_epi32(_mm512_and_si512(spread, _mm512_set1_epi32(0x0101_0101)), 4)
 }
 
-/// Q4_1 (`HAS_MIN`), Q4_0 (offset 8 taken off the integer sum), and Q5_1
-/// and Q5_0 (offset 16) with `FIVE`.
+/// Q4_1 (`HAS_MIN`), Q4_0 (offset 8 taken off the integer sum), Q5_1
+/// and Q5_0 (offset 16) with `FIVE`, and IQ4_NL (`TABLE`: each nibble
+/// looked up as `T[q] + 128`, offset 128).
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
 #[inline]
-unsafe fn dot_nibbles<const T: usize, const HAS_MIN: bool, const FIVE: bool>(
+unsafe fn dot_nibbles<const T: usize, const HAS_MIN: bool, const FIVE: bool, const TABLE: bool>(
     group: &[u8],
     blocks: usize,
     a: &[QRow<'_>; T],
@@ -167,6 +181,7 @@ unsafe fn dot_nibbles<const T: usize, const HAS_MIN: bool, const FIVE: bool>(
     accumulate: bool,
 ) {
     let dtype = match (HAS_MIN, FIVE) {
+        _ if TABLE => DType::IQ4NL,
         (true, false) => DType::Q4_1,
         (false, false) => DType::Q4_0,
         (true, true) => DType::Q5_1,
@@ -174,6 +189,8 @@ unsafe fn dot_nibbles<const T: usize, const HAS_MIN: bool, const FIVE: bool>(
     };
     let qb = quant_bytes(dtype);
     let offset_per_sum = -quant_offset(dtype);
+    // IQ4_NL's table, unsigned (`+ 128`), in every 128-bit lane.
+    let table = _mm512_broadcast_i32x4(_mm_loadu_si128(IQ4_UNSIGNED.as_ptr().cast()));
     let (scales_at, mins_at) = part_offsets(dtype, blocks);
     let g = group.as_ptr();
     let low = _mm512_set1_epi8(0x0F);
@@ -204,6 +221,10 @@ unsafe fn dot_nibbles<const T: usize, const HAS_MIN: bool, const FIVE: bool>(
                 // Low nibbles: elements 4c..4c+4; high: 16+4c..16+4c+4.
                 w[c] = _mm512_and_si512(raw, low);
                 w[c + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low);
+                if TABLE {
+                    w[c] = _mm512_shuffle_epi8(table, w[c]);
+                    w[c + 4] = _mm512_shuffle_epi8(table, w[c + 4]);
+                }
                 if FIVE {
                     let shift = _mm512_set1_epi32(4 * c as i32);
                     let low_bits = _mm512_srlv_epi32(qh, shift);

@@ -10,8 +10,8 @@
 //!
 //! # Layout
 //!
-//! A matrix of `rows × k` (Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0, `k = 32 ·
-//! blocks`) becomes
+//! A matrix of `rows × k` (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL or Q8_0, `k =
+//! 32 · blocks`) becomes
 //! `rows / 16` *groups*; the last `rows % 16` rows (the *tail*) stay in the
 //! checkpoint's layout and go through the per-row kernels. A group is, in
 //! order, 64-byte aligned and padded to a whole number of 64-byte lines:
@@ -23,6 +23,8 @@
 //!     nibbles elements `16+4w..16+4w+4` (ggml's nibble order);
 //!   - Q8_0 (`QB = 512`, `w < 8`): elements `4w..4w+4` as `q + 128`
 //!     (unsigned, for `vpdpbusd`'s unsigned operand);
+//!   - IQ4_NL (`QB = 256`): as Q4_0 (the same block layout; the kernels
+//!     look each nibble up as `T[q] + 128`);
 //!   - Q5_0/Q5_1 (`QB = 320`): the nibble words as Q4_0/Q4_1, then at
 //!     `QB·b + 256 + 4·r` row `r`'s u32 of fifth bits, unchanged.
 //! - scales, `blocks × 32` bytes: block `b`'s sixteen f16 `d`, row order.
@@ -36,7 +38,7 @@
 //!
 //! Per output row, per block `b` in order, with the integer sum
 //! `isum = Σ q_w · q_a` over the block (the unsigned offset of Q4_0 (8),
-//! Q5_0 (16) and Q8_0 (128) taken off exactly as `offset · Σq_a`):
+//! Q5_0 (16), IQ4_NL and Q8_0 (128) taken off exactly as `offset · Σq_a`):
 //! `acc = fma(isum as f32, d_w · d_a, acc)`, then for Q4_1/Q5_1
 //! `acc = fma(m_w, s_a, acc)`. [`scalar`] computes exactly this, so SIMD and
 //! scalar agree bit for bit.
@@ -91,7 +93,7 @@ const fn quant_bytes(dtype: DType) -> usize {
 const fn is_packed_type(dtype: DType) -> bool {
     matches!(
         dtype,
-        DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0
+        DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 | DType::IQ4NL
     )
 }
 
@@ -108,7 +110,7 @@ pub(crate) fn packs(isa: CheckedIsa, dtype: DType) -> bool {
 
 impl PackedRows {
     /// Repacks the whole groups of `view` into a buffer from `arena`
-    /// (`view.dtype` must be Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0; `None`
+    /// (`view.dtype` must be Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL or Q8_0; `None`
     /// otherwise or when there is no whole group).
     pub(crate) fn pack(view: &WeightView, arena: &WeightArena) -> Option<PackedRows> {
         let dtype = view.dtype;
@@ -277,6 +279,7 @@ fn quant_offset(dtype: DType) -> i32 {
         DType::Q8_0 => 128,
         DType::Q4_0 => 8,
         DType::Q5_0 => 16,
+        DType::IQ4NL => 128,
         _ => 0,
     }
 }

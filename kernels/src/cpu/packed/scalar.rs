@@ -5,6 +5,7 @@
 
 use super::{has_min, part_offsets, quant_bytes, quant_offset, GROUP_ROWS};
 use crate::cpu::blocks::{f16_at, u32_at, QK};
+use crate::cpu::blocks_iq4::IQ4_VALUES;
 use crate::cpu::quant_act::QRow;
 use crate::DType;
 
@@ -45,12 +46,18 @@ pub(crate) fn dot_group<const T: usize>(
                             0
                         };
                         let fifth = |j: usize| i32::from(((qh >> j) & 1) as u8) << 4;
+                        // IQ4_NL's nibbles stand for `T[q] + 128`.
+                        let unsigned = |nibble: u8| match dtype {
+                            DType::IQ4NL => i32::from(IQ4_VALUES[usize::from(nibble)]) + 128,
+                            _ => i32::from(nibble),
+                        };
                         for w in 0..4 {
                             for e in 0..4 {
                                 let byte = quants[64 * w + 4 * r + e];
                                 let (lo, hi) = (4 * w + e, 16 + 4 * w + e);
-                                isum += (i32::from(byte & 0x0F) + fifth(lo)) * i32::from(qa[lo]);
-                                isum += (i32::from(byte >> 4) + fifth(hi)) * i32::from(qa[hi]);
+                                let (u_lo, u_hi) = (byte & 0x0F, byte >> 4);
+                                isum += (unsigned(u_lo) + fifth(lo)) * i32::from(qa[lo]);
+                                isum += (unsigned(u_hi) + fifth(hi)) * i32::from(qa[hi]);
                             }
                         }
                     }
