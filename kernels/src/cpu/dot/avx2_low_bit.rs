@@ -1,7 +1,6 @@
 //! AVX2 (+FMA, F16C) dot products of Q2_K, Q3_K, Q5_K, IQ4_NL and IQ4_XS,
-//! one 32-element activation block per step. The AVX-512 levels run these
-//! too: a decode matrix-vector product streams the weights once, so it is
-//! bound by memory bandwidth, which a wider register does not raise.
+//! one 32-element activation block per step. (The AVX-512 levels have
+//! their own for all but IQ4_NL, in `avx512_low_bit`.)
 //!
 //! Integer sums follow `avx2`'s rules (`vpmaddubsw` with an unsigned
 //! operand small enough not to saturate); the 16-element scales of Q2_K and

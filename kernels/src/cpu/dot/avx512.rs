@@ -67,7 +67,8 @@ macro_rules! avx512_kernels {
                         dot_q6k(w, a, o);
                     }
                 }
-                // The AVX2 kernels (see `avx2_low_bit` for why).
+                // Q2_K, Q3_K, Q5_K and IQ4_XS go to `avx512_low_bit`
+                // first; IQ4_NL's tail rows take the AVX2 kernel.
                 DType::Q2K | DType::Q3K | DType::Q5K | DType::IQ4NL | DType::IQ4XS => {
                     crate::cpu::dot::avx2_low_bit::dot_quantized(dtype, w, row_bytes, a, out)
                 }
