@@ -206,6 +206,7 @@ unsafe fn dot_nibbles<const R: usize, const HAS_MIN: bool, const FIVE: bool>(
 }
 
 /// Per super-block: each sub-block's `d·sc` and `-dmin·m`.
+#[inline]
 pub(crate) fn q4k_block_scales(d: f32, dmin: f32, scales: &[u8]) -> ([f32; 8], [f32; 8]) {
     let mut scale = [0.0f32; 8];
     let mut min = [0.0f32; 8];
