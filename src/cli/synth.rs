@@ -21,7 +21,8 @@ pub struct SynthArgs {
     /// Model family: llama, llama3, smollm2, tinyllama, mistral or qwen2.
     #[arg(long, value_parser = parse_preset)]
     pub preset: Preset,
-    /// Weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q4_k or q6_k
+    /// Weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k,
+    /// q6_k, iq4_nl or iq4_xs
     /// (safetensors: f32, f16 or bf16 only).
     #[arg(long, value_parser = parse_dtype, default_value = "f32")]
     pub dtype: DType,

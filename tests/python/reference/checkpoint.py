@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import gguf
 
-QUANTIZED = {"Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K"}
+QUANTIZED = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS"}
 
 
 @dataclass

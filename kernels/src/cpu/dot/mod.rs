@@ -12,10 +12,15 @@
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
+mod avx2_low_bit;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod avx512_low_bit;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 mod scalar;
+mod scalar_low_bit;
 
 use super::isa::CheckedIsa;
 use super::quant_act::{spread_len, QRow};
@@ -71,6 +76,16 @@ pub(crate) fn dot_quantized<const R: usize>(
         // SAFETY: CheckedIsa guarantees the features; shapes checked above.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => unsafe { avx2::dot_quantized(dtype, w, row_bytes, a, out) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 if avx512_low_bit::takes(dtype) => unsafe {
+            avx512_low_bit::plain::dot_quantized(dtype, w, row_bytes, a, out)
+        },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni if avx512_low_bit::takes(dtype) => unsafe {
+            avx512_low_bit::vnni::dot_quantized(dtype, w, row_bytes, a, out)
+        },
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => unsafe { avx512::plain::dot_quantized(dtype, w, row_bytes, a, out) },
