@@ -62,8 +62,9 @@ async fn call(app: &Router, method: &str, path: &str, token: Option<&str>) -> Re
     send(app, request.body(Body::empty()).unwrap()).await
 }
 
-const ASSETS: [(&str, &str); 4] = [
+const ASSETS: [(&str, &str); 5] = [
     ("/admin/console", "text/html; charset=utf-8"),
+    ("/admin/console/", "text/html; charset=utf-8"),
     (
         "/admin/console/console.js",
         "text/javascript; charset=utf-8",

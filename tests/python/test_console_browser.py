@@ -20,6 +20,7 @@ import json
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -174,6 +175,41 @@ def chat(base: str, model: str, key: str = "unused") -> dict:
         return json.loads(r.read())
 
 
+class TrafficFor:
+    """Two clients sending chat requests to pinned checkpoints (never to `smollm2`,
+    whose active version the test changes) for at least `seconds`."""
+
+    MODELS = ["smollm2-derived-a", "smollm2@1", "smollm2-derived-b", "smollm2@2"]
+
+    def __init__(self, base: str, seconds: float):
+        self.base, self.seconds = base, seconds
+        self.failures: list[str] = []
+        self.threads = [threading.Thread(target=self.client, args=(i,)) for i in range(2)]
+
+    def client(self, index: int):
+        end, i = time.time() + self.seconds, index
+        while time.time() < end:
+            model = self.MODELS[i % len(self.MODELS)]
+            expected = model if "@" in model else f"{model}@1"
+            try:
+                served = chat(self.base, model)["model"]
+                if served != expected:
+                    self.failures.append(f"{model} answered by {served}")
+            except (urllib.error.URLError, OSError) as e:
+                self.failures.append(f"{model}: {e!r}")
+            i += 1
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        for t in self.threads:
+            t.join()
+        assert not self.failures, self.failures
+
+
 def csp_violations(driver) -> list[str]:
     return [entry["message"] for entry in driver.get_log("browser")
             if "Content Security Policy" in entry["message"] or "Refused to" in entry["message"]]
@@ -234,16 +270,19 @@ def test_the_console_drives_versions_with_the_keyboard(server, browser):
     reply = chat(server["base"], "smollm2")
     assert reply["model"] == "smollm2@2", reply["model"]
     assert reply["choices"][0]["message"]["content"]
-    # Traffic to other checkpoints too, so that the swap chart has something to show.
-    for model in ["smollm2-derived-a", "smollm2@1", "smollm2"]:
-        chat(server["base"], model)
-    # ...and shows up in the throughput chart (y below the baseline: a rate above zero).
+    # Traffic over several checkpoints for a few seconds (two clients, so requests queue
+    # and checkpoints swap): the charts show it.
+    with TrafficFor(server["base"], seconds=8):
+        wait(driver, lambda d: d.execute_script(
+            "const p = document.querySelector('#chart-throughput polyline');"
+            "return !!p && p.getAttribute('points').split(' ').some(xy => Number(xy.split(',')[1]) < 87);"),
+            "the throughput chart to show the traffic", timeout=15)
     wait(driver, lambda d: d.execute_script(
-        "const p = document.querySelector('#chart-throughput polyline');"
+        "const p = document.querySelector('#chart-swaps polyline');"
         "return !!p && p.getAttribute('points').split(' ').some(xy => Number(xy.split(',')[1]) < 87);"),
-        "the throughput chart to show the request", timeout=15)
+        "the swap chart to show swaps", timeout=15)
     driver.execute_script("window.scrollTo(0, 0)")
-    time.sleep(0.3)
+    time.sleep(2.5)  # one more poll, so the tables show the traffic gone
     screenshot(driver, "dashboard-1280x800")
     screenshot(driver, "dashboard-1280-full", full_page=True)
 
@@ -258,6 +297,7 @@ def test_the_console_drives_versions_with_the_keyboard(server, browser):
 
     # Narrow window: one column, no sideways scrolling, the actions still there.
     viewport(driver, 400, 800)
+    driver.execute_script("window.scrollTo(0, 0)")
     time.sleep(0.5)
     width = driver.execute_script("return [document.documentElement.scrollWidth, window.innerWidth]")
     assert width[0] <= width[1], f"horizontal overflow at 400 px: {width}"

@@ -7,9 +7,9 @@
 (() => {
   const TOKEN_KEY = "switchyard.adminToken";
   const POLL_MS = 2000;
-  // The charts span the server's activity history: at least a minute, at most the ten
+  // The charts span the server's activity history: at least 30 s, at most the ten
   // minutes the server keeps.
-  const MIN_SPAN_MS = 60 * 1000;
+  const MIN_SPAN_MS = 30 * 1000;
   const MAX_SPAN_MS = 10 * 60 * 1000;
   const SVG_NS = "http://www.w3.org/2000/svg";
 
@@ -408,11 +408,11 @@
         .map((r) => `${(((r.t - start) / span) * width).toFixed(1)},${(height - (r[s.field] / top) * (height - 4) - 2).toFixed(1)}`);
       if (points.length) chart.appendChild(svg("polyline", { class: `series-${s.cls}`, points: points.join(" ") }));
     }
-    const minutes = Math.round(span / 60000);
-    chart.setAttribute("aria-label", `${what} over the last ${minutes} minute(s): now ${now}; scale 0 to ${number(top, 1)}`);
+    const spanText = span < 60000 ? `${Math.round(span / 1000)} s` : `${Math.round(span / 60000)} min`;
+    chart.setAttribute("aria-label", `${what} over the last ${spanText}: now ${now}; scale 0 to ${number(top, 1)}`);
     const scale = el("div", { class: "legend" },
       el("span", {}, `scale 0–${number(top, 1)}`),
-      el("span", {}, `last ${minutes} min`),
+      el("span", {}, `last ${spanText}`),
       series.length > 1 ? series.map((s) => el("span", {}, el("i", { class: s.cls }), s.label)) : null);
     const old = figure.querySelectorAll("svg, .legend");
     old.forEach((node) => node.remove());
@@ -581,7 +581,7 @@
       busy = false;
     }
     $("log").prepend(entry);
-    $("connection").textContent = `Done: ${action.method} ${action.path}`;
+    $("connection").textContent = entry.querySelector(".what").textContent;
     try {
       await refresh();
     } catch (error) {

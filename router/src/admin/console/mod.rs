@@ -34,10 +34,8 @@ const ICON_SVG: &str = include_str!("icon.svg");
 /// The console's routes; they need no token (see the module docs).
 pub(crate) fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
     Router::new()
-        .route(
-            CONSOLE_PATH,
-            get(|| async { asset(INDEX_HTML, "text/html; charset=utf-8") }),
-        )
+        .route(CONSOLE_PATH, get(page))
+        .route("/admin/console/", get(page))
         .route(
             "/admin/console/console.js",
             get(|| async { asset(CONSOLE_JS, "text/javascript; charset=utf-8") }),
@@ -50,6 +48,10 @@ pub(crate) fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
             "/admin/console/icon.svg",
             get(|| async { asset(ICON_SVG, "image/svg+xml") }),
         )
+}
+
+async fn page() -> Response {
+    asset(INDEX_HTML, "text/html; charset=utf-8")
 }
 
 fn asset(body: &'static str, content_type: &'static str) -> Response {
