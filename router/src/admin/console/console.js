@@ -15,7 +15,9 @@
 
   const $ = (id) => document.getElementById(id);
   let pollTimer = null;
-  let polling = false;
+  // Bumped on every start and stop, so that a poll still in flight from an earlier
+  // sign-in does not start a second loop.
+  let pollSession = 0;
   let busy = false;
   // What was last drawn, to redraw (and so disturb focus) only on change.
   const drawn = { overview: "", models: "", policy: "" };
@@ -194,29 +196,30 @@
 
   function startPolling() {
     stopPolling();
-    polling = true;
-    poll();
+    poll(pollSession);
   }
 
   function stopPolling() {
-    polling = false;
+    pollSession += 1;
     if (pollTimer) clearTimeout(pollTimer);
     pollTimer = null;
   }
 
-  async function poll() {
-    if (!polling) return;
+  async function poll(session) {
+    if (session !== pollSession) return;
     try {
       await refresh();
+      if (session !== pollSession) return;
       if (!busy) $("connection").textContent = `Connected · updated ${clock(new Date())}`;
     } catch (error) {
+      if (session !== pollSession) return;
       if (error instanceof AuthError) {
         showSignIn(`Signed out: ${error.message}`);
         return;
       }
       $("connection").textContent = `Cannot reach the admin API (${error.message}); retrying`;
     }
-    if (polling) pollTimer = setTimeout(poll, POLL_MS);
+    if (session === pollSession) pollTimer = setTimeout(() => poll(session), POLL_MS);
   }
 
   async function refresh() {
