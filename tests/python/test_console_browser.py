@@ -398,4 +398,10 @@ def test_the_console_shows_the_routing_policy(switchyard_bin, repo, browser, tmp
         assert "POST /admin/policy/reload → 200" in log_entries(driver)[0]
         driver.execute_script("document.getElementById('policy-title').scrollIntoView()")
         screenshot(driver, "policy-1280x800")
+        viewport(driver, 400, 800)
+        time.sleep(0.5)
+        width = driver.execute_script("return [document.documentElement.scrollWidth, window.innerWidth]")
+        assert width[0] <= width[1], f"horizontal overflow at 400 px: {width}"
+        driver.execute_script("document.getElementById('policy-title').scrollIntoView()")
+        screenshot(driver, "policy-400x800")
         assert csp_violations(driver) == []
