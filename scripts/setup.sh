@@ -5,6 +5,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The console's browser test drives Debian's headless Chromium through its own
+# chromedriver (no browser download at test time).
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+  sudo_if_needed=()
+  if [[ $(id -u) -ne 0 ]]; then sudo_if_needed=(sudo); fi
+  "${sudo_if_needed[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_if_needed[@]}" apt-get install -y -qq --no-install-recommends \
+    chromium chromium-driver >/dev/null
+fi
+
 if [[ ! -x .venv/bin/python ]]; then
   python3 -m venv .venv
 fi

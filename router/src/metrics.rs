@@ -7,6 +7,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt::{self, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::thread::LocalKey;
 use std::time::Duration;
@@ -220,12 +221,38 @@ impl GenerationMetrics {
     /// Counts one generated token.
     pub fn token(&self) {
         self.generated_tokens.increment(1);
+        GENERATED_TOKENS.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts the prompt tokens of a finished generation.
     pub fn prompt(&self, tokens: u32) {
         self.prompt_tokens.increment(u64::from(tokens));
+        PROMPT_TOKENS.fetch_add(u64::from(tokens), Ordering::Relaxed);
     }
+}
+
+/// Process-wide token totals over every model, kept beside the Prometheus
+/// series because a recorder's counters cannot be read back: the admin
+/// console's throughput chart samples them.
+static GENERATED_TOKENS: AtomicU64 = AtomicU64::new(0);
+static PROMPT_TOKENS: AtomicU64 = AtomicU64::new(0);
+
+/// Tokens generated and prompt tokens processed since the process started,
+/// over every model.
+pub fn token_totals() -> TokenTotals {
+    TokenTotals {
+        generated: GENERATED_TOKENS.load(Ordering::Relaxed),
+        prompt: PROMPT_TOKENS.load(Ordering::Relaxed),
+    }
+}
+
+/// See [`token_totals`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TokenTotals {
+    /// Tokens generated.
+    pub generated: u64,
+    /// Prompt tokens processed (counted when a generation finishes).
+    pub prompt: u64,
 }
 
 /// `GET /metrics`: Prometheus text format.

@@ -1,7 +1,9 @@
 //! The admin API, served on its own listener: the routing policy and model lifecycle.
 //!
 //! Every request needs `Authorization: Bearer <admin token>` (compared in constant
-//! time); anything else gets an OpenAI-shaped 401. Endpoints:
+//! time); anything else gets an OpenAI-shaped 401. The one exception is the operator
+//! console's page and files (`GET /admin/console`, see [`console`]), which hold no data
+//! and call the endpoints below with the token. Endpoints:
 //!
 //! | method and path | what |
 //! | --- | --- |
@@ -11,11 +13,14 @@
 //! | `GET /admin/models`, `GET /admin/status` | [`ModelAdmin::models`], [`ModelAdmin::status`] |
 //! | `POST /admin/models/{model}/versions/{version}/load` (`unload`, `activate`) | lifecycle |
 //! | `POST /admin/models/{model}/rollback` | back to the previous active version |
+//! | `GET /admin/activity` | swaps, steps, tokens, queue and batch sampled every 2 s over the last 10 minutes |
 //!
 //! Parts that were not configured (no policy, no model adapter) answer 404 saying what
 //! to configure.
 
+pub mod activity;
 mod auth;
+pub mod console;
 mod error;
 pub mod models;
 mod policy;
@@ -42,6 +47,7 @@ struct Inner {
     token: KeyDigest,
     policy: Option<Arc<PolicyStore>>,
     models: Option<Arc<dyn ModelAdmin>>,
+    activity: Arc<activity::ActivityLog>,
 }
 
 impl AdminState {
@@ -59,12 +65,17 @@ impl AdminState {
                 token: key_digest(&token),
                 policy,
                 models,
+                activity: Arc::default(),
             }),
         }
     }
 
     pub(crate) fn token(&self) -> &KeyDigest {
         &self.inner.token
+    }
+
+    pub(crate) fn activity(&self) -> &Arc<activity::ActivityLog> {
+        &self.inner.activity
     }
 
     pub(crate) fn policy(&self) -> Result<&Arc<PolicyStore>, AdminApiError> {
@@ -88,9 +99,11 @@ impl AdminState {
     }
 }
 
-/// The admin API's routes, behind bearer-token authentication.
+/// The admin API's routes, behind bearer-token authentication, and the console's page.
+/// Built inside a Tokio runtime, it also starts the activity sampler (see [`activity`]).
 pub fn admin_app(state: AdminState) -> Router {
-    Router::new()
+    activity::spawn_sampler(&state);
+    let api = Router::new()
         .route("/admin/policy", get(policy::show))
         .route("/admin/policy/reload", post(policy::reload))
         .route(
@@ -104,13 +117,16 @@ pub fn admin_app(state: AdminState) -> Router {
             post(models::version_action),
         )
         .route("/admin/models/{model}/rollback", post(models::rollback))
+        .route("/admin/activity", get(activity::show))
         .fallback(not_found)
         // `layer`, not `route_layer`: unknown paths need the token too.
         .layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_token,
         ))
-        .with_state(state)
+        .with_state(state);
+    // Merged after the token layer, so only the console's own files skip it.
+    console::routes().merge(api)
 }
 
 async fn not_found(method: Method, request: Request) -> Response {
