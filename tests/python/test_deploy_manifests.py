@@ -8,10 +8,13 @@ and the Grafana dashboard use only real flags and real metric names.
   and newest versions the chart supports (`kubernetes-validate`, strict:
   unknown fields fail), with a negative control showing the validator
   rejects a misspelt field;
-- InferencePool and HTTPRoute are CRDs whose schemas no package of the
-  registries reachable here ships: they are checked against the fields of
-  their v1 APIs written out below (a structural check, NOT the upstream CRD
-  schemas), and for consistency with the Deployment (selector, port);
+- HTTPRoute is a CRD: it is validated against the JSON schema generated
+  from the Gateway API's CRDs (`@kubernetes-models/gateway-api`, npm), with
+  a negative control;
+- InferencePool's CRD schema is in no package of the registries reachable
+  here: it is checked against the fields of its v1 API written out below (a
+  structural check, NOT the upstream CRD schema), and both for consistency
+  with the Deployment (selector, port);
 - the server's arguments against `switchyard serve --help`, the policy in
   the ConfigMap with `switchyard policy check`, the grace period against
   `--drain-seconds`, the dashboard's and autoscaler's metric names against
@@ -61,7 +64,39 @@ def helm() -> str:
     for candidate in (os.environ.get("HELM"), str(ROOT / ".venv" / "bin" / "helm"), shutil.which("helm")):
         if candidate and Path(candidate).is_file():
             return candidate
-    pytest.fail("helm is not installed: run scripts/setup.sh (it runs scripts/install-helm.sh)")
+    pytest.fail("helm is not installed: run scripts/setup.sh (it runs scripts/install-deploy-tools.sh)")
+
+
+@pytest.fixture(scope="session")
+def gateway_models() -> Path:
+    path = Path(os.environ.get("GATEWAY_MODELS_DIR", ROOT / ".venv" / "node" / "node_modules"
+                               / "@kubernetes-models" / "gateway-api"))
+    if not (path / "package.json").is_file() or not shutil.which("node"):
+        pytest.fail(f"{path} or node is missing: run scripts/setup.sh "
+                    "(it runs scripts/install-deploy-tools.sh)")
+    return path
+
+
+# Validates the JSON resource on stdin with the HTTPRoute model's schema;
+# prints `ok` or `invalid <reason>`.
+VALIDATE_HTTPROUTE = """
+import { pathToFileURL } from "node:url";
+import fs from "node:fs";
+const { HTTPRoute } = await import(pathToFileURL(process.argv[2]).href);
+const doc = JSON.parse(fs.readFileSync(0, "utf8"));
+try { new HTTPRoute(doc).validate(); console.log("ok"); }
+catch (e) { console.log("invalid " + e.message); }
+"""
+
+
+def validate_http_route(gateway_models: Path, route: dict, tmp_path: Path) -> str:
+    script = tmp_path / "validate_httproute.mjs"
+    script.write_text(VALIDATE_HTTPROUTE)
+    model = gateway_models / "gateway.networking.k8s.io" / "v1" / "HTTPRoute.js"
+    proc = subprocess.run(["node", str(script), str(model)], input=json.dumps(route),
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
 
 
 def render(helm: str, values: list[str]) -> list[dict]:
@@ -223,6 +258,15 @@ def check_http_route(route: dict, pool_name: str) -> None:
         refs = rule["backendRefs"]
         assert refs == [{"group": "inference.networking.k8s.io", "kind": "InferencePool",
                          "name": pool_name}]
+
+
+def test_the_http_route_validates_against_the_gateway_api_schema(rendered, gateway_models, tmp_path):
+    for name in ("pool", "external-secret"):
+        route = one(rendered[name], "HTTPRoute")
+        assert validate_http_route(gateway_models, route, tmp_path) == "ok", name
+    broken = json.loads(json.dumps(one(rendered["pool"], "HTTPRoute")))
+    broken["spec"]["rules"][0]["timeouts"]["request"] = "5 minutes"
+    assert validate_http_route(gateway_models, broken, tmp_path).startswith("invalid")
 
 
 def test_the_inference_pool_selects_the_servers_and_the_route_leads_to_it(rendered):
