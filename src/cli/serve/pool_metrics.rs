@@ -167,7 +167,8 @@ impl PoolSnapshot {
             "KV-cache usage, 1 means full (switchyard_kv_cache_usage_ratio)",
             usage,
         );
-        // The name pickers before vLLM 0.10 read; vLLM still exports both.
+        // The older name, which earlier endpoint pickers read; vLLM exports
+        // both (this one deprecated).
         gauge(
             out,
             "vllm:gpu_cache_usage_perc",
