@@ -23,4 +23,6 @@ fi
 scripts/fetch-model.sh >/dev/null
 # The tokenizer checks compare against llama.cpp (built from source, AMX off).
 scripts/install-llama-cpp.sh
+# The deploy/ tests: helm, and the Gateway API schemas for the HTTPRoute.
+scripts/install-deploy-tools.sh >/dev/null
 echo "setup: .venv ready, test model at $(scripts/fetch-model.sh)"

@@ -8,7 +8,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt::{self, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock, RwLock};
 use std::thread::LocalKey;
 use std::time::Duration;
 
@@ -255,9 +255,40 @@ pub struct TokenTotals {
     pub prompt: u64,
 }
 
+/// Series computed from live state when `/metrics` is scraped, rather than
+/// recorded as events happen: gauges that must agree with the state at the
+/// moment of the scrape, or whose label set changes (one current series, no
+/// stale ones left behind). Writes complete families in the Prometheus text
+/// format, under names the recorder does not use.
+pub trait ScrapeSource: Send + Sync {
+    /// Appends this source's families to `out`.
+    fn render(&self, out: &mut String);
+}
+
+/// The scrape sources, process-wide like the recorder.
+static SCRAPE_SOURCES: RwLock<Vec<Arc<dyn ScrapeSource>>> = RwLock::new(Vec::new());
+
+/// Adds `source` to every later `/metrics` response of this process.
+pub fn add_scrape_source(source: Arc<dyn ScrapeSource>) {
+    SCRAPE_SOURCES
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(source);
+}
+
 /// `GET /metrics`: Prometheus text format.
 pub async fn metrics_handler(State(state): State<AppState>) -> Response {
-    let body = state.metrics().render();
+    let mut body = state.metrics().render();
+    if !body.is_empty() && !body.ends_with('\n') {
+        body.push('\n');
+    }
+    for source in SCRAPE_SOURCES
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+    {
+        source.render(&mut body);
+    }
     (
         [(
             header::CONTENT_TYPE,

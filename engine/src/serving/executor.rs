@@ -59,6 +59,8 @@ struct Submission<B: Backend> {
 struct Shared {
     queued: AtomicUsize,
     active: AtomicUsize,
+    /// Token positions written in the running sequences' KV caches.
+    kv_tokens: AtomicUsize,
     swaps: AtomicU64,
     steps: AtomicU64,
     /// Moving average of a forward step's duration, in microseconds.
@@ -108,6 +110,8 @@ pub struct Executor<B: Backend> {
     shared: Arc<Shared>,
     table: Arc<ArcSwapOption<WeightTable<B>>>,
     max_queued: usize,
+    /// Sequence slots, each holding one KV cache: the KV capacity.
+    kv_slots: usize,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -123,6 +127,7 @@ impl<B: Backend> Executor<B> {
         let shared = Arc::new(Shared::default());
         let table = Arc::new(ArcSwapOption::empty());
         let max_queued = config.max_queued;
+        let kv_slots = config.max_active.max(1);
         let state = Scheduler {
             scratch: None,
             backend,
@@ -144,6 +149,7 @@ impl<B: Backend> Executor<B> {
             shared,
             table,
             max_queued,
+            kv_slots,
             thread: Some(thread),
         })
     }
@@ -213,6 +219,19 @@ impl<B: Backend> Executor<B> {
     /// Sequences holding a KV cache after the last step, over all checkpoints.
     pub fn active_sequences(&self) -> usize {
         self.shared.active.load(Ordering::Acquire)
+    }
+
+    /// Sequence slots over all checkpoints, each holding one KV cache: the
+    /// executor's KV capacity. Admission stops when every slot is held, so
+    /// `active_sequences() / kv_slots()` is the share of KV capacity in use.
+    pub fn kv_slots(&self) -> usize {
+        self.kv_slots
+    }
+
+    /// Token positions written in the running sequences' KV caches after
+    /// the last step (what their caches hold in RAM, rounded to pages).
+    pub fn kv_tokens(&self) -> usize {
+        self.shared.kv_tokens.load(Ordering::Acquire)
     }
 
     /// Weight-table swaps so far.
@@ -288,6 +307,8 @@ impl<B: Backend> Scheduler<B> {
             }
             let active = self.groups.iter().map(Group::active_len).sum();
             self.shared.active.store(active, Ordering::Release);
+            let kv_tokens = self.groups.iter().map(Group::kv_tokens).sum();
+            self.shared.kv_tokens.store(kv_tokens, Ordering::Release);
         }
     }
 

@@ -41,6 +41,11 @@ impl<B: Backend> Group<B> {
         self.active.len()
     }
 
+    /// Token positions its running sequences hold in their KV caches.
+    pub(super) fn kv_tokens(&self) -> usize {
+        self.active.iter().map(|s| s.processed).sum()
+    }
+
     pub(super) fn is_idle(&self) -> bool {
         self.waiting.is_empty() && self.active.is_empty()
     }

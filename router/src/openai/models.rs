@@ -31,11 +31,19 @@ pub struct ModelObject {
     pub owned_by: String,
     /// Context window in tokens (not in OpenAI's schema; vLLM-style clients use it).
     pub context_length: u32,
+    /// For a `name@version` entry (one version of a model, Switchyard's
+    /// spelling), the model it is a version of; absent for a model itself.
+    /// vLLM lists each LoRA adapter with its base model as `parent`, which is
+    /// how inference gateways and their tools tell the two kinds apart.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
 }
 
 impl From<ModelCard> for ModelObject {
     fn from(card: ModelCard) -> Self {
+        let parent = card.id.rsplit_once('@').map(|(name, _)| name.to_owned());
         ModelObject {
+            parent,
             id: card.id,
             object: "model",
             created: card.created,

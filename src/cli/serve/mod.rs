@@ -11,6 +11,7 @@ mod config;
 mod engine_metrics;
 mod model_admin;
 mod policy;
+mod pool_metrics;
 mod repository;
 
 use std::net::SocketAddr;
@@ -105,6 +106,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let _ = switchyard_router::metrics::Metrics::global();
     let (engine, repository) = start_engine(&settings, router_defaults.request_timeout)?;
     let engine = Arc::new(engine);
+    switchyard_router::metrics::add_scrape_source(Arc::new(pool_metrics::PoolMetrics::new(
+        engine.clone(),
+    )));
     let model_admin: Arc<dyn ModelAdmin> =
         Arc::new(model_admin::EngineAdmin::new(engine.clone(), repository));
     let backend: Arc<dyn switchyard_seam::InferenceBackend> = engine;

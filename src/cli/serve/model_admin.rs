@@ -75,6 +75,8 @@ impl ModelAdmin for EngineAdmin {
                 "running": executor.is_running(),
                 "queued": executor.queue_depth(),
                 "active_sequences": executor.active_sequences(),
+                "kv_slots": executor.kv_slots(),
+                "kv_tokens": executor.kv_tokens(),
                 "steps": executor.steps(),
                 "swaps": executor.swaps(),
                 "current_checkpoint": executor.current().map(|id| id.to_string()),
