@@ -156,14 +156,14 @@ fn bad_tensor_descriptions_are_named() {
             raw_gguf(
                 3,
                 &[RawTensor {
-                    name: "q5",
-                    dims: &[32],
-                    type_id: 6,
+                    name: "iq2",
+                    dims: &[256],
+                    type_id: 16,
                     offset: 0,
                 }],
                 32,
             ),
-            &["q5", "Q5_0", "id 6", "re-quantize"],
+            &["iq2", "IQ2_XXS", "id 16", "re-quantize"],
         ),
         (
             raw_gguf(3, &[f32_tensor("twice", 0), f32_tensor("twice", 32)], 64),

@@ -19,11 +19,25 @@ pub enum DType {
     Q4K,
     /// 256 elements: 128 bytes low 4 bits, 64 bytes high 2 bits, 16 × i8 scales, f16 d.
     Q6K,
+    /// 32 elements: f16 scale, 32 high bits (u32), 16 bytes of low 4 bits (offset 16).
+    Q5_0,
+    /// 32 elements: f16 scale, f16 min, 32 high bits (u32), 16 bytes of low 4 bits.
+    Q5_1,
+    /// 256 elements: 16 bytes of 4-bit scales and mins, 64 bytes of 2-bit quants, f16 d, f16 dmin.
+    Q2K,
+    /// 256 elements: 32 bytes of high bits, 64 bytes of 2-bit quants, 12 bytes of 6-bit scales, f16 d.
+    Q3K,
+    /// 256 elements: f16 d, f16 dmin, 12 bytes of scales/mins, 32 bytes of fifth bits, 128 bytes of nibbles.
+    Q5K,
+    /// 32 elements: f16 scale, 16 bytes of 4-bit indices into a fixed non-linear table.
+    IQ4NL,
+    /// 256 elements: f16 d, 6-bit scales per 32 (u16 high bits, 4 bytes low nibbles), 128 bytes of indices.
+    IQ4XS,
 }
 
 impl DType {
     /// Every supported type, for tests and tables.
-    pub const ALL: [DType; 8] = [
+    pub const ALL: [DType; 15] = [
         DType::F32,
         DType::F16,
         DType::BF16,
@@ -32,14 +46,23 @@ impl DType {
         DType::Q4_1,
         DType::Q4K,
         DType::Q6K,
+        DType::Q5_0,
+        DType::Q5_1,
+        DType::Q2K,
+        DType::Q3K,
+        DType::Q5K,
+        DType::IQ4NL,
+        DType::IQ4XS,
     ];
 
     /// Elements per block.
     pub const fn block_len(self) -> usize {
         match self {
             DType::F32 | DType::F16 | DType::BF16 => 1,
-            DType::Q8_0 | DType::Q4_0 | DType::Q4_1 => 32,
-            DType::Q4K | DType::Q6K => 256,
+            DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::IQ4NL => {
+                32
+            }
+            DType::Q2K | DType::Q3K | DType::Q4K | DType::Q5K | DType::Q6K | DType::IQ4XS => 256,
         }
     }
 
@@ -53,6 +76,13 @@ impl DType {
             DType::Q4_1 => 20,
             DType::Q4K => 144,
             DType::Q6K => 210,
+            DType::Q5_0 => 22,
+            DType::Q5_1 => 24,
+            DType::Q2K => 84,
+            DType::Q3K => 110,
+            DType::Q5K => 176,
+            DType::IQ4NL => 18,
+            DType::IQ4XS => 136,
         }
     }
 
@@ -72,7 +102,14 @@ impl DType {
             DType::F16 => 1,
             DType::Q4_0 => 2,
             DType::Q4_1 => 3,
+            DType::Q5_0 => 6,
+            DType::Q5_1 => 7,
             DType::Q8_0 => 8,
+            DType::Q2K => 10,
+            DType::Q3K => 11,
+            DType::Q5K => 13,
+            DType::IQ4NL => 20,
+            DType::IQ4XS => 23,
             DType::Q4K => 12,
             DType::Q6K => 14,
             DType::BF16 => 30,
@@ -95,6 +132,13 @@ impl DType {
             DType::Q4_1 => "q4_1",
             DType::Q4K => "q4_k",
             DType::Q6K => "q6_k",
+            DType::Q5_0 => "q5_0",
+            DType::Q5_1 => "q5_1",
+            DType::Q2K => "q2_k",
+            DType::Q3K => "q3_k",
+            DType::Q5K => "q5_k",
+            DType::IQ4NL => "iq4_nl",
+            DType::IQ4XS => "iq4_xs",
         }
     }
 
@@ -127,7 +171,8 @@ mod tests {
             assert_eq!(DType::from_ggml_id(t.ggml_id()), Some(t));
             assert_eq!(DType::from_name(t.name()), Some(t));
         }
-        assert_eq!(DType::from_ggml_id(6), None, "Q5_0 is not supported");
+        assert_eq!(DType::from_ggml_id(6), Some(DType::Q5_0));
+        assert_eq!(DType::from_ggml_id(16), None, "IQ2_XXS is not supported");
     }
 
     #[test]
@@ -136,5 +181,6 @@ mod tests {
         assert_eq!(DType::Q4K.bytes_for(576), None);
         assert_eq!(DType::Q6K.bytes_for(512), Some(420));
         assert_eq!(DType::BF16.bytes_for(3), Some(6));
+        assert_eq!(DType::Q5_0.bytes_for(64), Some(44));
     }
 }

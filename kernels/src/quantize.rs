@@ -6,6 +6,8 @@
 //! not ggml's error-minimising searches, so round trips are close but not
 //! bit-identical to llama.cpp's quantizer.
 
+mod low_bit;
+
 use half::{bf16, f16};
 
 use crate::{DType, KernelError};
@@ -42,6 +44,23 @@ pub fn quantize(dtype: DType, values: &[f32]) -> Result<Vec<u8>, KernelError> {
         DType::Q4_1 => values.chunks_exact(32).for_each(|b| q4_1(b, &mut out)),
         DType::Q4K => values.chunks_exact(256).for_each(|b| q4_k(b, &mut out)),
         DType::Q6K => values.chunks_exact(256).for_each(|b| q6_k(b, &mut out)),
+        DType::Q5_0 => values.chunks_exact(32).for_each(|b| q5_0(b, &mut out)),
+        DType::Q5_1 => values.chunks_exact(32).for_each(|b| q5_1(b, &mut out)),
+        DType::Q2K => values
+            .chunks_exact(256)
+            .for_each(|b| low_bit::q2_k(b, &mut out)),
+        DType::Q3K => values
+            .chunks_exact(256)
+            .for_each(|b| low_bit::q3_k(b, &mut out)),
+        DType::Q5K => values
+            .chunks_exact(256)
+            .for_each(|b| low_bit::q5_k(b, &mut out)),
+        DType::IQ4NL => values
+            .chunks_exact(32)
+            .for_each(|b| low_bit::iq4_nl(b, &mut out)),
+        DType::IQ4XS => values
+            .chunks_exact(256)
+            .for_each(|b| low_bit::iq4_xs(b, &mut out)),
     }
     Ok(out)
 }
@@ -108,6 +127,50 @@ fn q4_1(block: &[f32], out: &mut Vec<u8>) {
     out.extend(lo.iter().zip(hi).map(|(&a, &b)| q(a) | (q(b) << 4)));
 }
 
+/// The 32 quants (0..32) of a Q5 block as ggml stores them: the u32 of
+/// fifth bits (bit j for element j), then nibbles as Q4_0.
+fn push_q5(q: &[u8], out: &mut Vec<u8>) {
+    let qh = q
+        .iter()
+        .enumerate()
+        .fold(0u32, |h, (j, v)| h | (u32::from(v >> 4) << j));
+    out.extend_from_slice(&qh.to_le_bytes());
+    let (lo, hi) = q.split_at(16);
+    out.extend(lo.iter().zip(hi).map(|(&a, &b)| (a & 0x0F) | (b << 4)));
+}
+
+/// Q5_0: the element of largest magnitude maps to -16, `x ≈ d · (q - 16)`.
+fn q5_0(block: &[f32], out: &mut Vec<u8>) {
+    let max = block
+        .iter()
+        .copied()
+        .fold(0.0f32, |m, v| if v.abs() > m.abs() { v } else { m });
+    let d = f16_round(max / -16.0);
+    let id = inverse(d);
+    push_f16(out, d);
+    let q: Vec<u8> = block
+        .iter()
+        .map(|v| (v * id + 16.5).floor().clamp(0.0, 31.0) as u8)
+        .collect();
+    push_q5(&q, out);
+}
+
+/// Q5_1: `x ≈ d · q + m` with `m` the block minimum.
+fn q5_1(block: &[f32], out: &mut Vec<u8>) {
+    let min = block.iter().copied().fold(f32::INFINITY, f32::min);
+    let max = block.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let d = f16_round((max - min) / 31.0);
+    let m = f16_round(min);
+    let id = inverse(d);
+    push_f16(out, d);
+    push_f16(out, m);
+    let q: Vec<u8> = block
+        .iter()
+        .map(|v| ((v - m) * id).round().clamp(0.0, 31.0) as u8)
+        .collect();
+    push_q5(&q, out);
+}
+
 /// Q4_K: 8 sub-blocks of 32, `x ≈ d · sc[j] · q - dmin · m[j]` with 6-bit
 /// `sc` and `m` packed in 12 bytes; 128 bytes of nibbles where each 32-byte
 /// group holds sub-block `2k` (low nibbles) and `2k + 1` (high nibbles).
@@ -139,19 +202,7 @@ fn q4_k(block: &[f32], out: &mut Vec<u8>) {
 
     push_f16(out, d);
     push_f16(out, dmin);
-    let mut packed = [0u8; 12];
-    for j in 0..8 {
-        let (ls, lm) = (sc[j], m[j]);
-        if j < 4 {
-            packed[j] = ls;
-            packed[j + 4] = lm;
-        } else {
-            packed[j + 4] = (ls & 0x0F) | ((lm & 0x0F) << 4);
-            packed[j - 4] |= (ls >> 4) << 6;
-            packed[j] |= (lm >> 4) << 6;
-        }
-    }
-    out.extend_from_slice(&packed);
+    out.extend_from_slice(&pack_k_scales(&sc, &m));
 
     let q: Vec<u8> = block
         .iter()
@@ -167,6 +218,24 @@ fn q4_k(block: &[f32], out: &mut Vec<u8>) {
         let (lo, hi) = group.split_at(32);
         out.extend(lo.iter().zip(hi).map(|(&a, &b)| a | (b << 4)));
     }
+}
+
+/// The eight 6-bit scales and mins of Q4_K/Q5_K in their 12 bytes (the
+/// inverse of ggml's `get_scale_min_k4`).
+fn pack_k_scales(sc: &[u8], m: &[u8]) -> [u8; 12] {
+    let mut packed = [0u8; 12];
+    for j in 0..8 {
+        let (ls, lm) = (sc[j], m[j]);
+        if j < 4 {
+            packed[j] = ls;
+            packed[j + 4] = lm;
+        } else {
+            packed[j + 4] = (ls & 0x0F) | ((lm & 0x0F) << 4);
+            packed[j - 4] |= (ls >> 4) << 6;
+            packed[j] |= (lm >> 4) << 6;
+        }
+    }
+    packed
 }
 
 /// Q6_K: 16 sub-blocks of 16, `x ≈ d · sc[j] · (q - 32)` with 6-bit `q`
@@ -240,6 +309,23 @@ mod tests {
                 y.extend(qs.iter().map(|q| d * f32::from(q & 15) + m));
                 y.extend(qs.iter().map(|q| d * f32::from(q >> 4) + m));
             }),
+            DType::Q5_0 | DType::Q5_1 => b.chunks_exact(dtype.block_bytes()).for_each(|c| {
+                let has_min = dtype == DType::Q5_1;
+                let d = f16_at(c, 0);
+                let m = if has_min { f16_at(c, 2) } else { -16.0 * d };
+                let rest = &c[if has_min { 4 } else { 2 }..];
+                let qh = u32::from_le_bytes(rest[..4].try_into().unwrap());
+                let qs = &rest[4..];
+                let fifth = |j: usize| if qh >> j & 1 == 1 { 16.0 } else { 0.0 };
+                y.extend((0..16).map(|j| d * (f32::from(qs[j] & 15) + fifth(j)) + m));
+                y.extend((0..16).map(|j| d * (f32::from(qs[j] >> 4) + fifth(j + 16)) + m));
+            }),
+            // The library's dequantizer, which tests/gguf_dequant.rs checks
+            // bit for bit against the `gguf` package's.
+            DType::Q2K | DType::Q3K | DType::Q5K | DType::IQ4NL | DType::IQ4XS => {
+                y = vec![0.0; b.len() / dtype.block_bytes() * dtype.block_len()];
+                crate::cpu::dequantize_row(dtype, b, &mut y).unwrap();
+            }
             DType::Q4K => b.chunks_exact(144).for_each(|c| {
                 let (d, dmin, s, qs) = (f16_at(c, 0), f16_at(c, 2), &c[4..16], &c[16..]);
                 let scale_min = |j: usize| {
@@ -305,6 +391,21 @@ mod tests {
             DType::Q4_1 => 2.0 / 15.0 * 0.5 + 1e-2,
             DType::Q4K => 2.0 / 15.0 * 0.5 + 4e-2,
             DType::Q6K => 1.0 / 31.0 * 0.5 + 1e-2,
+            // As Q4_0 and Q4_1, with twice the levels.
+            DType::Q5_0 => 1.0 / 16.0 + 1e-2,
+            DType::Q5_1 => 2.0 / 31.0 * 0.5 + 1e-2,
+            // Half a step of 3 levels over a sub-block's range (up to twice
+            // the magnitude), plus the rounded-up 4-bit scales.
+            DType::Q2K => 2.0 / 3.0 * 0.5 + 0.1,
+            // The largest magnitude maps to -4, so the other sign reaches
+            // only +3: a whole step of 1/4, plus the 6-bit scales' rounding.
+            DType::Q3K => 1.0 / 4.0 + 4e-2,
+            DType::Q5K => 2.0 / 31.0 * 0.5 + 4e-2,
+            // The largest magnitude maps to -127, so the other sign reaches
+            // only the table's 113 (more than half its widest gap, 23),
+            // plus the IQ4_XS 6-bit scales' rounding.
+            DType::IQ4NL => 14.0 / 127.0 + 1e-2,
+            DType::IQ4XS => 14.0 / 127.0 + 4e-2,
         }
     }
 

@@ -238,6 +238,33 @@ fn matmul_many_equals_separate_matmuls() {
     }
 }
 
+/// A batch of activation rows (register-tiled kernels, 16-row groups of
+/// repacked matrices) gives, row for row, what a matrix-vector product of
+/// that row alone gives. The integer block sums are exact and each output
+/// takes the same f32 operations in the same order either way, so the
+/// results must be equal bit for bit.
+#[test]
+fn matmul_rows_equal_matvec_per_row() {
+    let mut rng = rng(21);
+    for isa in isas_to_test("matmul_vs_matvec") {
+        let backend = CpuBackend::with_isa(2, isa);
+        for dtype in DType::ALL {
+            let (rows, k, n) = (37, 512, 11);
+            let w = Bytes::from(random_weights(&mut rng, dtype, rows, k));
+            let x = random_activations(&mut rng, n, k);
+            let batch = run(&backend, dtype, &w, rows, k, &x, n);
+            for t in 0..n {
+                let single = run(&backend, dtype, &w, rows, k, &x[t * k..(t + 1) * k], 1);
+                assert_eq!(
+                    &batch[t * rows..(t + 1) * rows],
+                    &single[..],
+                    "{isa} {dtype}: row {t} of a batch of {n} differs from its matvec"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn matmul_rejects_mismatched_shapes() {
     let backend = CpuBackend::new(1);

@@ -17,7 +17,10 @@ from reference import checkpoint, llama
 import subprocess
 
 PRESETS = ["llama", "llama3", "smollm2", "tinyllama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"]
-GGUF_TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k"]
+GGUF_TYPES = [
+    "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1",
+    "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs",
+]
 SAFETENSORS_TYPES = ["f32", "f16", "bf16"]
 
 # Maximum |engine - reference| of any logit. Synthetic logits are O(1-10).
@@ -33,6 +36,13 @@ ATOL = {
     "q8_0": 0.25,
     "q4_0": 0.25,
     "q4_1": 0.25,
+    "q5_0": 0.25,
+    "q5_1": 0.25,
+    "q2_k": 0.25,
+    "q3_k": 0.25,
+    "q5_k": 0.25,
+    "iq4_nl": 0.25,
+    "iq4_xs": 0.25,
     "q4_k": 0.25,
     "q6_k": 0.25,
 }

@@ -49,8 +49,8 @@ pub enum FormatError {
     MalformedHeader { path: PathBuf, reason: String },
     #[error(
         "{path}: tensor '{tensor}' has ggml type {type_name} (id {type_id}), which Switchyard \
-         does not support; supported types are f32, f16, bf16, q8_0, q4_0, q4_1, q4_k and q6_k, \
-         re-quantize the model to one of them"
+         does not support; supported types are f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, \
+         q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl and iq4_xs, re-quantize the model to one of them"
     )]
     UnsupportedTensorType {
         path: PathBuf,

@@ -8,6 +8,8 @@
 //! | Q4_1 | 32  | 20  | f16 d, f16 m, 16 B nibbles, value q·d + m |
 //! | Q4_K | 256 | 144 | f16 d, f16 dmin, 12 B 6-bit scales/mins, 128 B nibbles |
 //! | Q6_K | 256 | 210 | 128 B low nibbles, 64 B high 2-bit pairs, 16 × i8 scales, f16 d |
+//! | Q5_0 | 32  | 22  | f16 d, u32 fifth bits (bit j: element j), 16 B nibbles as Q4_0, value (q-16)·d |
+//! | Q5_1 | 32  | 24  | f16 d, f16 m, u32 fifth bits, 16 B nibbles, value q·d + m |
 
 /// Elements per block of the 32-element types, and per activation block.
 pub(crate) const QK: usize = 32;
@@ -18,6 +20,11 @@ pub(crate) const Q8_0_QS: usize = 2;
 pub(crate) const Q4_0_QS: usize = 2;
 pub(crate) const Q4_1_M: usize = 2;
 pub(crate) const Q4_1_QS: usize = 4;
+pub(crate) const Q5_0_QH: usize = 2;
+pub(crate) const Q5_0_QS: usize = 6;
+pub(crate) const Q5_1_M: usize = 2;
+pub(crate) const Q5_1_QH: usize = 4;
+pub(crate) const Q5_1_QS: usize = 8;
 pub(crate) const Q4K_DMIN: usize = 2;
 pub(crate) const Q4K_SCALES: usize = 4;
 pub(crate) const Q4K_QS: usize = 16;
@@ -89,6 +96,71 @@ pub(crate) fn q4_quant(qs: &[u8], j: usize) -> u8 {
     } else {
         qs[j - 16] >> 4
     }
+}
+
+/// Q5_0/Q5_1: the 5-bit quant of element `j` (0..32): the Q4_0 nibble
+/// in `qs` and bit `j` of the little-endian u32 `qh`.
+#[inline]
+pub(crate) fn q5_quant(qh: u32, qs: &[u8], j: usize) -> u8 {
+    q4_quant(qs, j) | ((((qh >> j) & 1) as u8) << 4)
+}
+
+/// Where the parts of a 32-element nibble block (Q4_0, Q4_1, Q5_0, Q5_1)
+/// sit, all read as `q·d + m`: the types without a stored min have
+/// `m = -offset·d`.
+#[derive(Clone, Copy)]
+pub(crate) struct NibbleBlock {
+    pub(crate) bytes: usize,
+    /// The f16 min's offset, for Q4_1/Q5_1.
+    pub(crate) min: Option<usize>,
+    /// The u32 of fifth bits' offset, for Q5_0/Q5_1.
+    pub(crate) qh: Option<usize>,
+    pub(crate) qs: usize,
+    /// `-m/d` of the types without a stored min (8 or 16).
+    pub(crate) offset: f32,
+}
+
+impl NibbleBlock {
+    /// The layout of the type with (`has_min`) a stored min and (`five`)
+    /// a fifth bit.
+    pub(crate) const fn of(has_min: bool, five: bool) -> NibbleBlock {
+        match (has_min, five) {
+            (false, false) => NibbleBlock {
+                bytes: 18,
+                min: None,
+                qh: None,
+                qs: Q4_0_QS,
+                offset: 8.0,
+            },
+            (true, false) => NibbleBlock {
+                bytes: 20,
+                min: Some(Q4_1_M),
+                qh: None,
+                qs: Q4_1_QS,
+                offset: 0.0,
+            },
+            (false, true) => NibbleBlock {
+                bytes: 22,
+                min: None,
+                qh: Some(Q5_0_QH),
+                qs: Q5_0_QS,
+                offset: 16.0,
+            },
+            (true, true) => NibbleBlock {
+                bytes: 24,
+                min: Some(Q5_1_M),
+                qh: Some(Q5_1_QH),
+                qs: Q5_1_QS,
+                offset: 0.0,
+            },
+        }
+    }
+}
+
+/// The little-endian u32 at `bytes[at..at + 4]`.
+#[inline]
+pub(crate) fn u32_at(bytes: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
 }
 
 /// The little-endian f32 at `bytes[at..at + 4]`.

@@ -6,7 +6,7 @@
 //! quantize activations per 32 elements (see `quant_act` for the exact
 //! numeric contract) and take integer dot products against the weight
 //! blocks; float weights multiply f32 activations directly. On AVX-512
-//! VNNI, Q4_0/Q4_1/Q8_0 matrices are also repacked at load into 16-row
+//! VNNI, Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 matrices are also repacked at load into 16-row
 //! groups (see `packed`) for prompt processing and batched decode.
 //! `SWITCHYARD_ISA` also accepts `neon` on aarch64 (per-row Q8_0/Q4_0/Q4_1
 //! dot products).
@@ -14,8 +14,11 @@
 mod activation;
 mod attention;
 mod blocks;
+pub(crate) mod blocks_iq4;
+mod blocks_k;
 mod cpu_backend;
 mod dequant;
+mod dequant_low_bit;
 mod disjoint;
 mod dot;
 mod elementwise;

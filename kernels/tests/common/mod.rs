@@ -52,6 +52,37 @@ pub fn random_weights(rng: &mut ChaCha8Rng, dtype: DType, rows: usize, cols: usi
                 out.extend(f16(-8.0 * scale * rng.random_range(0.5f32..1.5)));
                 out.extend((0..16).map(|_| rng.random::<u8>()));
             }
+            DType::Q5_0 => {
+                out.extend(f16(scale / 2.0));
+                out.extend((0..4 + 16).map(|_| rng.random::<u8>()));
+            }
+            DType::Q5_1 => {
+                out.extend(f16(scale / 2.0));
+                out.extend(f16(-8.0 * scale * rng.random_range(0.5f32..1.5)));
+                out.extend((0..4 + 16).map(|_| rng.random::<u8>()));
+            }
+            DType::Q2K => {
+                out.extend((0..16 + 64).map(|_| rng.random::<u8>()));
+                out.extend(f16(scale / 8.0));
+                out.extend(f16(scale / 16.0));
+            }
+            DType::Q3K => {
+                out.extend((0..32 + 64 + 12).map(|_| rng.random::<u8>()));
+                out.extend(f16(scale / 32.0));
+            }
+            DType::Q5K => {
+                out.extend(f16(scale / 64.0));
+                out.extend(f16(scale / 32.0));
+                out.extend((0..12 + 32 + 128).map(|_| rng.random::<u8>()));
+            }
+            DType::IQ4NL => {
+                out.extend(f16(scale / 64.0));
+                out.extend((0..16).map(|_| rng.random::<u8>()));
+            }
+            DType::IQ4XS => {
+                out.extend(f16(scale / 1024.0));
+                out.extend((0..2 + 4 + 128).map(|_| rng.random::<u8>()));
+            }
             DType::Q4K => {
                 out.extend(f16(scale / 32.0));
                 out.extend(f16(scale / 16.0));

@@ -13,8 +13,7 @@
 use std::arch::x86_64::*;
 
 use crate::cpu::blocks::{
-    q4k_scale_min, Q4K_QS, Q4K_SCALES, Q4_0_QS, Q4_1_QS, Q6K_D, Q6K_QH, Q6K_SCALES, Q8_0_QS, QK,
-    QK_K,
+    q4k_scale_min, NibbleBlock, Q4K_QS, Q4K_SCALES, Q6K_D, Q6K_QH, Q6K_SCALES, Q8_0_QS, QK, QK_K,
 };
 use crate::cpu::quant_act::QRow;
 use crate::DType;
@@ -36,12 +35,22 @@ pub(crate) unsafe fn dot_quantized<const R: usize>(
         }
         DType::Q4_0 => {
             for (w, o) in rows {
-                dot_q4::<R, false>(w, a, o);
+                dot_nibbles::<R, false, false>(w, a, o);
             }
         }
         DType::Q4_1 => {
             for (w, o) in rows {
-                dot_q4::<R, true>(w, a, o);
+                dot_nibbles::<R, true, false>(w, a, o);
+            }
+        }
+        DType::Q5_0 => {
+            for (w, o) in rows {
+                dot_nibbles::<R, false, true>(w, a, o);
+            }
+        }
+        DType::Q5_1 => {
+            for (w, o) in rows {
+                dot_nibbles::<R, true, true>(w, a, o);
             }
         }
         DType::Q4K => {
@@ -53,6 +62,9 @@ pub(crate) unsafe fn dot_quantized<const R: usize>(
             for (w, o) in rows {
                 dot_q6k(w, a, o);
             }
+        }
+        DType::Q2K | DType::Q3K | DType::Q5K | DType::IQ4NL | DType::IQ4XS => {
+            super::avx2_low_bit::dot_quantized(dtype, w, row_bytes, a, out)
         }
         DType::F32 | DType::F16 | DType::BF16 => {
             for (_, o) in rows {
@@ -66,7 +78,7 @@ pub(crate) unsafe fn dot_quantized<const R: usize>(
 /// saturation).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn mul_sum_u8_i8(u: __m256i, s: __m256i) -> __m256i {
+pub(super) fn mul_sum_u8_i8(u: __m256i, s: __m256i) -> __m256i {
     _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
 }
 
@@ -81,14 +93,14 @@ pub(crate) fn hsum(v: __m256) -> f32 {
 /// The f16 pair at `p` (4 bytes), widened: `[a, b, 0, 0]`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn f16_pair(p: *const u8) -> __m128 {
+pub(super) unsafe fn f16_pair(p: *const u8) -> __m128 {
     _mm_cvtph_ps(_mm_cvtsi32_si128(p.cast::<i32>().read_unaligned()))
 }
 
 /// The f16 at `p` (2 bytes), widened: `[a, 0, 0, 0]`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn f16_one(p: *const u8) -> __m128 {
+pub(super) unsafe fn f16_one(p: *const u8) -> __m128 {
     _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(
         p.cast::<u16>().read_unaligned(),
     )))
@@ -97,13 +109,13 @@ unsafe fn f16_one(p: *const u8) -> __m128 {
 /// The activation block `b`'s `[d, s, 0, 0]`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn act_ds(a: &QRow<'_>, b: usize) -> __m128 {
+pub(super) unsafe fn act_ds(a: &QRow<'_>, b: usize) -> __m128 {
     _mm_castsi128_ps(_mm_loadl_epi64(a.ds.as_ptr().add(2 * b).cast()))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn act_block(a: &QRow<'_>, b: usize) -> __m256i {
+pub(super) unsafe fn act_block(a: &QRow<'_>, b: usize) -> __m256i {
     _mm256_loadu_si256(a.qs.as_ptr().add(b * QK).cast())
 }
 
@@ -130,35 +142,56 @@ unsafe fn dot_q8_0<const R: usize>(w: &[u8], a: &[QRow<'_>; R], out: &mut [f32; 
     }
 }
 
-/// Q4_1, or Q4_0 as Q4_1 with `m = -8d` (`HAS_MIN == false`).
+/// The 32 bits at `p` as 32 bytes, `0x10` where the bit is set (byte `j`
+/// for bit `j`): Q5_0/Q5_1's fifth bits in place.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn dot_q4<const R: usize, const HAS_MIN: bool>(
+pub(crate) unsafe fn fifth_bits(p: *const u8) -> __m256i {
+    let bits = _mm256_set1_epi32(p.cast::<i32>().read_unaligned());
+    // Byte j takes source byte j / 8, then every bit but bit j % 8 is set.
+    let spread = _mm256_shuffle_epi8(
+        bits,
+        _mm256_set_epi64x(
+            0x0303_0303_0303_0303,
+            0x0202_0202_0202_0202,
+            0x0101_0101_0101_0101,
+            0,
+        ),
+    );
+    let others = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe);
+    let set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi8(-1));
+    _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+}
+
+/// Q4_0, Q4_1, Q5_0 (`FIVE`) and Q5_1 as `q·d + m` (`HAS_MIN == false`:
+/// `m = -offset·d`).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn dot_nibbles<const R: usize, const HAS_MIN: bool, const FIVE: bool>(
     w: &[u8],
     a: &[QRow<'_>; R],
     out: &mut [f32; R],
 ) {
-    let (block_bytes, qs_at) = if HAS_MIN {
-        (DType::Q4_1.block_bytes(), Q4_1_QS)
-    } else {
-        (DType::Q4_0.block_bytes(), Q4_0_QS)
-    };
-    let blocks = w.len() / block_bytes;
+    let layout = const { NibbleBlock::of(HAS_MIN, FIVE) };
+    let blocks = w.len() / layout.bytes;
     let low = _mm256_set1_epi8(0x0F);
-    let minus_eight = _mm_setr_ps(1.0, -8.0, 0.0, 0.0);
+    let minus_offset = _mm_setr_ps(1.0, -layout.offset, 0.0, 0.0);
     let mut acc = [_mm256_setzero_ps(); R];
     let mut min_acc = [_mm_setzero_ps(); R];
     for b in 0..blocks {
-        let block = w.as_ptr().add(b * block_bytes);
+        let block = w.as_ptr().add(b * layout.bytes);
         // [d, m, 0, 0]
         let dm = if HAS_MIN {
             f16_pair(block)
         } else {
             let d = f16_one(block);
-            _mm_mul_ps(_mm_moveldup_ps(d), minus_eight)
+            _mm_mul_ps(_mm_moveldup_ps(d), minus_offset)
         };
-        let raw = _mm_loadu_si128(block.add(qs_at).cast());
-        let q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low);
+        let raw = _mm_loadu_si128(block.add(layout.qs).cast());
+        let mut q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low);
+        if let Some(qh) = layout.qh {
+            q = _mm256_or_si256(q, fifth_bits(block.add(qh)));
+        }
         for r in 0..R {
             let dot = _mm256_cvtepi32_ps(mul_sum_u8_i8(q, act_block(&a[r], b)));
             // [d·d_a, m·s, 0, 0]

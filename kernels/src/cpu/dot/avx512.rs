@@ -15,8 +15,8 @@ macro_rules! avx512_kernels {
         use std::arch::x86_64::*;
 
         use crate::cpu::blocks::{
-            bf16_at, f16_at, f32_at, Q4K_QS, Q4K_SCALES, Q4_0_QS, Q4_1_QS, Q6K_D, Q6K_QH,
-            Q6K_SCALES, Q8_0_QS, QK,
+            bf16_at, f16_at, f32_at, NibbleBlock, Q4K_QS, Q4K_SCALES, Q6K_D, Q6K_QH, Q6K_SCALES,
+            Q8_0_QS, QK,
         };
         use crate::cpu::dot::avx2::q4k_block_scales;
         use crate::cpu::quant_act::QRow;
@@ -39,12 +39,22 @@ macro_rules! avx512_kernels {
                 }
                 DType::Q4_0 => {
                     for (w, o) in rows {
-                        dot_q4::<R, false>(w, a, o);
+                        dot_nibbles::<R, false, false>(w, a, o);
                     }
                 }
                 DType::Q4_1 => {
                     for (w, o) in rows {
-                        dot_q4::<R, true>(w, a, o);
+                        dot_nibbles::<R, true, false>(w, a, o);
+                    }
+                }
+                DType::Q5_0 => {
+                    for (w, o) in rows {
+                        dot_nibbles::<R, false, true>(w, a, o);
+                    }
+                }
+                DType::Q5_1 => {
+                    for (w, o) in rows {
+                        dot_nibbles::<R, true, true>(w, a, o);
                     }
                 }
                 DType::Q4K => {
@@ -56,6 +66,10 @@ macro_rules! avx512_kernels {
                     for (w, o) in rows {
                         dot_q6k(w, a, o);
                     }
+                }
+                // The AVX2 kernels (see `avx2_low_bit` for why).
+                DType::Q2K | DType::Q3K | DType::Q5K | DType::IQ4NL | DType::IQ4XS => {
+                    crate::cpu::dot::avx2_low_bit::dot_quantized(dtype, w, row_bytes, a, out)
                 }
                 DType::F32 | DType::F16 | DType::BF16 => {
                     for (_, o) in rows {
@@ -156,23 +170,21 @@ macro_rules! avx512_kernels {
             }
         }
 
-        /// Q4_1, or Q4_0 as Q4_1 with `m = -8d` (`HAS_MIN == false`).
+        /// Q4_0, Q4_1, Q5_0 (`FIVE`) and Q5_1 as `q·d + m` (`HAS_MIN ==
+        /// false`: `m = -offset·d`).
         #[target_feature(enable = $features)]
         #[inline]
-        unsafe fn dot_q4<const R: usize, const HAS_MIN: bool>(
+        unsafe fn dot_nibbles<const R: usize, const HAS_MIN: bool, const FIVE: bool>(
             w: &[u8],
             a: &[QRow<'_>; R],
             out: &mut [f32; R],
         ) {
-            let (bb, qs_at) = if HAS_MIN {
-                (DType::Q4_1.block_bytes(), Q4_1_QS)
-            } else {
-                (DType::Q4_0.block_bytes(), Q4_0_QS)
-            };
+            let layout = const { NibbleBlock::of(HAS_MIN, FIVE) };
+            let (bb, qs_at) = (layout.bytes, layout.qs);
             let blocks = w.len() / bb;
             let low = _mm256_set1_epi8(0x0F);
             let zero = _mm512_setzero_si512();
-            let minus_eight = _mm_setr_ps(1.0, -8.0, 1.0, -8.0);
+            let minus_offset = _mm_setr_ps(1.0, -layout.offset, 1.0, -layout.offset);
             let even = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
             let odd = _mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3);
             let mut acc = [_mm512_setzero_ps(); R];
@@ -205,7 +217,7 @@ macro_rules! avx512_kernels {
                     };
                     // [d0, d1, ..] -> [d0, d0, d1, d1] · [1, -8, 1, -8]
                     let d = _mm_cvtph_ps(both);
-                    _mm_mul_ps(_mm_unpacklo_ps(d, d), minus_eight)
+                    _mm_mul_ps(_mm_unpacklo_ps(d, d), minus_offset)
                 };
                 let dm = _mm512_castps128_ps512(dm);
                 // [d0 ×8, d1 ×8] and [m0 ×8, m1 ×8]
@@ -217,7 +229,18 @@ macro_rules! avx512_kernels {
                 // 128-bit lanes [lo0, lo1, hi0, hi1] -> [lo0, hi0, lo1, hi1]:
                 // element order of two consecutive blocks.
                 let z = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-                let q = _mm512_shuffle_i64x2(z, z, 0b11_01_10_00);
+                let mut q = _mm512_shuffle_i64x2(z, z, 0b11_01_10_00);
+                if let Some(qh) = layout.qh {
+                    // Bit j of the two u32 is element j's fifth bit.
+                    let first = u64::from(block.add(qh).cast::<u32>().read_unaligned());
+                    let second = if pair {
+                        u64::from(block.add(bb + qh).cast::<u32>().read_unaligned())
+                    } else {
+                        0
+                    };
+                    let high = _mm512_maskz_mov_epi8(first | second << 32, _mm512_set1_epi8(0x10));
+                    q = _mm512_or_si512(q, high);
+                }
                 for r in 0..R {
                     let spread = a[r].spread.as_ptr().add(16 * b);
                     let dot = _mm512_cvtepi32_ps(dpbusd(zero, q, act_blocks(&a[r], b, pair)));

@@ -12,10 +12,13 @@
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
+mod avx2_low_bit;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 mod scalar;
+mod scalar_low_bit;
 
 use super::isa::CheckedIsa;
 use super::quant_act::{spread_len, QRow};

@@ -6,9 +6,10 @@
 //! f32 in block order. The SIMD kernels compute the same per-block terms and
 //! differ only in the order the f32 sums are taken.
 
+use super::scalar_low_bit;
 use crate::cpu::blocks::{
-    bf16_at, f16_at, f32_at, q4_quant, q4k_quant, q4k_scale_min, q6k_quant, Q4K_DMIN, Q4K_SCALES,
-    Q4_0_QS, Q4_1_M, Q4_1_QS, Q6K_D, Q6K_SCALES, Q8_0_QS, QK, QK_K,
+    bf16_at, f16_at, f32_at, q4_quant, q4k_quant, q4k_scale_min, q6k_quant, u32_at, NibbleBlock,
+    Q4K_DMIN, Q4K_SCALES, Q6K_D, Q6K_SCALES, Q8_0_QS, QK, QK_K,
 };
 use crate::cpu::quant_act::QRow;
 use crate::DType;
@@ -24,10 +25,17 @@ pub(crate) fn dot_quantized<const R: usize>(
 ) {
     let dot: fn(&[u8], &QRow<'_>) -> f32 = match dtype {
         DType::Q8_0 => dot_q8_0,
-        DType::Q4_0 => |w, a| dot_q4(w, a, false),
-        DType::Q4_1 => |w, a| dot_q4(w, a, true),
+        DType::Q4_0 => |w, a| dot_nibbles(w, a, NibbleBlock::of(false, false)),
+        DType::Q4_1 => |w, a| dot_nibbles(w, a, NibbleBlock::of(true, false)),
+        DType::Q5_0 => |w, a| dot_nibbles(w, a, NibbleBlock::of(false, true)),
+        DType::Q5_1 => |w, a| dot_nibbles(w, a, NibbleBlock::of(true, true)),
         DType::Q4K => dot_q4k,
         DType::Q6K => dot_q6k,
+        DType::Q2K => scalar_low_bit::dot_q2k,
+        DType::Q3K => scalar_low_bit::dot_q3k,
+        DType::Q5K => scalar_low_bit::dot_q5k,
+        DType::IQ4NL => scalar_low_bit::dot_iq4nl,
+        DType::IQ4XS => scalar_low_bit::dot_iq4xs,
         DType::F32 | DType::F16 | DType::BF16 => |_, _| f32::NAN,
     };
     for (w, o) in w.chunks_exact(row_bytes).zip(out.chunks_exact_mut(R)) {
@@ -87,25 +95,27 @@ fn dot_q8_0(w: &[u8], a: &QRow<'_>) -> f32 {
     sum
 }
 
-/// Q4_1 (`q·d + m`) and Q4_0 (`(q-8)·d`, i.e. `q·d + m` with `m = -8d`).
-fn dot_q4(w: &[u8], a: &QRow<'_>, has_min: bool) -> f32 {
-    let dtype = if has_min { DType::Q4_1 } else { DType::Q4_0 };
-    let qs_at = if has_min { Q4_1_QS } else { Q4_0_QS };
+/// Q4_0, Q4_1, Q5_0 and Q5_1, each as `q·d + m` (Q4_0's `(q-8)·d` has
+/// `m = -8d`, Q5_0's `(q-16)·d` `m = -16d`).
+fn dot_nibbles(w: &[u8], a: &QRow<'_>, layout: NibbleBlock) -> f32 {
     let mut sum = 0.0f32;
-    for (b, block) in w.chunks_exact(dtype.block_bytes()).enumerate() {
+    for (b, block) in w.chunks_exact(layout.bytes).enumerate() {
         let (da, s) = block_ds(a, b);
         let d = f16_at(block, 0);
-        let m = if has_min {
-            f16_at(block, Q4_1_M)
-        } else {
-            -8.0 * d
+        let m = match layout.min {
+            Some(at) => f16_at(block, at),
+            None => -layout.offset * d,
         };
-        let qs = &block[qs_at..qs_at + QK / 2];
+        let qh = layout.qh.map_or(0, |at| u32_at(block, at));
+        let qs = &block[layout.qs..layout.qs + QK / 2];
         let qa = &a.qs[b * QK..(b + 1) * QK];
         let isum: i32 = qa
             .iter()
             .enumerate()
-            .map(|(j, a)| i32::from(q4_quant(qs, j)) * i32::from(*a))
+            .map(|(j, a)| {
+                let q = q4_quant(qs, j) | ((((qh >> j) & 1) as u8) << 4);
+                i32::from(q) * i32::from(*a)
+            })
             .sum();
         sum += (d * da) * isum as f32 + m * s;
     }

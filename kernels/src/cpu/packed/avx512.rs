@@ -8,7 +8,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{part_offsets, GROUP_ROWS};
+use super::{part_offsets, quant_bytes, quant_offset, GROUP_ROWS};
 use crate::cpu::blocks::QK;
 use crate::cpu::quant_act::QRow;
 use crate::DType;
@@ -25,8 +25,10 @@ pub(super) unsafe fn dot_group<const T: usize>(
     // SAFETY (all arms): forwarded preconditions.
     unsafe {
         match dtype {
-            DType::Q4_1 => dot_q4::<T, true>(group, blocks, a, out, accumulate),
-            DType::Q4_0 => dot_q4::<T, false>(group, blocks, a, out, accumulate),
+            DType::Q4_1 => dot_nibbles::<T, true, false>(group, blocks, a, out, accumulate),
+            DType::Q4_0 => dot_nibbles::<T, false, false>(group, blocks, a, out, accumulate),
+            DType::Q5_1 => dot_nibbles::<T, true, true>(group, blocks, a, out, accumulate),
+            DType::Q5_0 => dot_nibbles::<T, false, true>(group, blocks, a, out, accumulate),
             DType::Q8_0 => dot_q8_0(group, blocks, a, out, accumulate),
             _ => out.into_iter().for_each(|o| *o = [f32::NAN; GROUP_ROWS]),
         }
@@ -142,17 +144,36 @@ fn prefetch_block(g: *const u8, len: usize, blocks: usize, qb: usize, parts: &[u
     }
 }
 
-/// Q4_1 (`HAS_MIN`) and Q4_0 (offset 8 taken off the integer sum).
+/// Four bits of each lane of `bits` (`bits & 15`) spread to bit 4 of the
+/// lane's four bytes (bit `k` to byte `k`): the multiply places copies of
+/// the nibble 7 bits apart, so bit `k` lands at `8k` with no carries.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn spread_nibble(bits: __m512i) -> __m512i {
+    let nibble = _mm512_and_si512(bits, _mm512_set1_epi32(0x0F));
+    let spread = _mm512_mullo_epi32(nibble, _mm512_set1_epi32(0x0020_4081));
+    _mm512_slli_epi32(_mm512_and_si512(spread, _mm512_set1_epi32(0x0101_0101)), 4)
+}
+
+/// Q4_1 (`HAS_MIN`), Q4_0 (offset 8 taken off the integer sum), and Q5_1
+/// and Q5_0 (offset 16) with `FIVE`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
 #[inline]
-unsafe fn dot_q4<const T: usize, const HAS_MIN: bool>(
+unsafe fn dot_nibbles<const T: usize, const HAS_MIN: bool, const FIVE: bool>(
     group: &[u8],
     blocks: usize,
     a: &[QRow<'_>; T],
     out: [&mut [f32; GROUP_ROWS]; T],
     accumulate: bool,
 ) {
-    let dtype = if HAS_MIN { DType::Q4_1 } else { DType::Q4_0 };
+    let dtype = match (HAS_MIN, FIVE) {
+        (true, false) => DType::Q4_1,
+        (false, false) => DType::Q4_0,
+        (true, true) => DType::Q5_1,
+        (false, true) => DType::Q5_0,
+    };
+    let qb = quant_bytes(dtype);
+    let offset_per_sum = -quant_offset(dtype);
     let (scales_at, mins_at) = part_offsets(dtype, blocks);
     let g = group.as_ptr();
     let low = _mm512_set1_epi8(0x0F);
@@ -167,16 +188,29 @@ unsafe fn dot_q4<const T: usize, const HAS_MIN: bool>(
         &[scales_at][..]
     };
     for b in 0..blocks {
-        prefetch_block(g, group.len(), blocks, 256, parts, b);
+        prefetch_block(g, group.len(), blocks, qb, parts, b);
         // SAFETY: block b's quants, scales and mins lie inside the group.
         let (w, d, m) = unsafe {
-            let q = g.add(256 * b);
+            let q = g.add(qb * b);
             let mut w = [zero; 8];
+            // Each row's fifth bits (bit j: element j), one row per lane.
+            let qh = if FIVE {
+                _mm512_loadu_si512(q.add(256).cast())
+            } else {
+                zero
+            };
             for c in 0..4 {
                 let raw = _mm512_loadu_si512(q.add(64 * c).cast());
                 // Low nibbles: elements 4c..4c+4; high: 16+4c..16+4c+4.
                 w[c] = _mm512_and_si512(raw, low);
                 w[c + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low);
+                if FIVE {
+                    let shift = _mm512_set1_epi32(4 * c as i32);
+                    let low_bits = _mm512_srlv_epi32(qh, shift);
+                    let high_bits = _mm512_srli_epi32(low_bits, 16);
+                    w[c] = _mm512_or_si512(w[c], spread_nibble(low_bits));
+                    w[c + 4] = _mm512_or_si512(w[c + 4], spread_nibble(high_bits));
+                }
             }
             let d = halves(g.add(scales_at + 32 * b));
             let m = if HAS_MIN {
@@ -200,7 +234,7 @@ unsafe fn dot_q4<const T: usize, const HAS_MIN: bool>(
             let offset = if HAS_MIN {
                 zero
             } else {
-                _mm512_set1_epi32(-8 * sum)
+                _mm512_set1_epi32(offset_per_sum * sum)
             };
             // SAFETY: qa points at block b's 32 bytes.
             acc[t] = unsafe { add_block(acc[t], &w, qa, offset, d, da) };

@@ -10,7 +10,8 @@
 //!
 //! # Layout
 //!
-//! A matrix of `rows × k` (Q4_0, Q4_1 or Q8_0, `k = 32 · blocks`) becomes
+//! A matrix of `rows × k` (Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0, `k = 32 ·
+//! blocks`) becomes
 //! `rows / 16` *groups*; the last `rows % 16` rows (the *tail*) stay in the
 //! checkpoint's layout and go through the per-row kernels. A group is, in
 //! order, 64-byte aligned and padded to a whole number of 64-byte lines:
@@ -21,9 +22,11 @@
 //!     unchanged, so the low nibbles are elements `4w..4w+4` and the high
 //!     nibbles elements `16+4w..16+4w+4` (ggml's nibble order);
 //!   - Q8_0 (`QB = 512`, `w < 8`): elements `4w..4w+4` as `q + 128`
-//!     (unsigned, for `vpdpbusd`'s unsigned operand).
+//!     (unsigned, for `vpdpbusd`'s unsigned operand);
+//!   - Q5_0/Q5_1 (`QB = 320`): the nibble words as Q4_0/Q4_1, then at
+//!     `QB·b + 256 + 4·r` row `r`'s u32 of fifth bits, unchanged.
 //! - scales, `blocks × 32` bytes: block `b`'s sixteen f16 `d`, row order.
-//! - Q4_1 only, mins, `blocks × 32` bytes: block `b`'s sixteen f16 `m`.
+//! - Q4_1/Q5_1 only, mins, `blocks × 32` bytes: block `b`'s sixteen f16 `m`.
 //!
 //! Scales stay f16, as in the checkpoint, so a group streams no more bytes
 //! than the rows it replaces (a conversion per block is cheaper than 40%
@@ -32,9 +35,9 @@
 //! # Numeric contract
 //!
 //! Per output row, per block `b` in order, with the integer sum
-//! `isum = Σ q_w · q_a` over the block (the unsigned offset of Q4_0 (8) and
-//! Q8_0 (128) taken off exactly as `offset · Σq_a`):
-//! `acc = fma(isum as f32, d_w · d_a, acc)`, then for Q4_1
+//! `isum = Σ q_w · q_a` over the block (the unsigned offset of Q4_0 (8),
+//! Q5_0 (16) and Q8_0 (128) taken off exactly as `offset · Σq_a`):
+//! `acc = fma(isum as f32, d_w · d_a, acc)`, then for Q4_1/Q5_1
 //! `acc = fma(m_w, s_a, acc)`. [`scalar`] computes exactly this, so SIMD and
 //! scalar agree bit for bit.
 
@@ -42,7 +45,7 @@
 mod avx512;
 pub(crate) mod scalar;
 
-use super::blocks::QK;
+use super::blocks::{NibbleBlock, QK};
 use super::isa::CheckedIsa;
 use super::quant_act::QRow;
 use super::weight_arena::{ArenaBytes, WeightArena, ALIGN};
@@ -79,23 +82,37 @@ impl std::fmt::Debug for PackedRows {
 const fn quant_bytes(dtype: DType) -> usize {
     match dtype {
         DType::Q8_0 => 2 * 256,
+        DType::Q5_0 | DType::Q5_1 => 256 + 64,
         _ => 256,
     }
+}
+
+/// The types repacked into groups.
+const fn is_packed_type(dtype: DType) -> bool {
+    matches!(
+        dtype,
+        DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0
+    )
+}
+
+/// Whether `dtype` stores a per-block min (Q4_1, Q5_1).
+const fn has_min(dtype: DType) -> bool {
+    matches!(dtype, DType::Q4_1 | DType::Q5_1)
 }
 
 /// Whether matrices of `dtype` are repacked for `isa`: the group kernels
 /// exist for AVX-512 VNNI only; other levels keep the per-row kernels.
 pub(crate) fn packs(isa: CheckedIsa, dtype: DType) -> bool {
-    isa.get() == Isa::Avx512Vnni && matches!(dtype, DType::Q4_0 | DType::Q4_1 | DType::Q8_0)
+    isa.get() == Isa::Avx512Vnni && is_packed_type(dtype)
 }
 
 impl PackedRows {
     /// Repacks the whole groups of `view` into a buffer from `arena`
-    /// (`view.dtype` must be Q4_0, Q4_1 or Q8_0; `None` otherwise or when
-    /// there is no whole group).
+    /// (`view.dtype` must be Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0; `None`
+    /// otherwise or when there is no whole group).
     pub(crate) fn pack(view: &WeightView, arena: &WeightArena) -> Option<PackedRows> {
         let dtype = view.dtype;
-        if !matches!(dtype, DType::Q4_0 | DType::Q4_1 | DType::Q8_0) {
+        if !is_packed_type(dtype) {
             return None;
         }
         let groups = view.rows / GROUP_ROWS;
@@ -103,7 +120,8 @@ impl PackedRows {
         if groups == 0 || blocks == 0 {
             return None;
         }
-        let has_min = dtype == DType::Q4_1;
+        let has_min = has_min(dtype);
+        let layout = NibbleBlock::of(has_min, matches!(dtype, DType::Q5_0 | DType::Q5_1));
         let qb = quant_bytes(dtype);
         let raw = blocks * (qb + 32 + if has_min { 32 } else { 0 });
         let group_bytes = raw.div_ceil(LINE) * LINE;
@@ -128,10 +146,13 @@ impl PackedRows {
                             }
                         }
                         _ => {
-                            let qs_at = if has_min { 4 } else { 2 };
+                            let qs_at = layout.qs;
                             for w in 0..4 {
                                 q[64 * w + 4 * r..64 * w + 4 * r + 4]
                                     .copy_from_slice(&block[qs_at + 4 * w..qs_at + 4 * w + 4]);
+                            }
+                            if let Some(qh) = layout.qh {
+                                q[256 + 4 * r..256 + 4 * r + 4].copy_from_slice(&block[qh..qh + 4]);
                             }
                             if has_min {
                                 rest[32 * b + 2 * r..32 * b + 2 * r + 2]
@@ -255,6 +276,7 @@ fn quant_offset(dtype: DType) -> i32 {
     match dtype {
         DType::Q8_0 => 128,
         DType::Q4_0 => 8,
+        DType::Q5_0 => 16,
         _ => 0,
     }
 }

@@ -3,8 +3,8 @@
 //! match it bit for bit (same integer sums, same f32 operations in the
 //! same order, fused multiply-adds where they fuse).
 
-use super::{part_offsets, quant_bytes, quant_offset, GROUP_ROWS};
-use crate::cpu::blocks::{f16_at, QK};
+use super::{has_min, part_offsets, quant_bytes, quant_offset, GROUP_ROWS};
+use crate::cpu::blocks::{f16_at, u32_at, QK};
 use crate::cpu::quant_act::QRow;
 use crate::DType;
 
@@ -38,18 +38,26 @@ pub(crate) fn dot_group<const T: usize>(
                         }
                     }
                     _ => {
+                        // Q5_0/Q5_1: the fifth bits, 0 for the Q4 types.
+                        let qh = if qb > 256 {
+                            u32_at(quants, 256 + 4 * r)
+                        } else {
+                            0
+                        };
+                        let fifth = |j: usize| i32::from(((qh >> j) & 1) as u8) << 4;
                         for w in 0..4 {
                             for e in 0..4 {
                                 let byte = quants[64 * w + 4 * r + e];
-                                isum += i32::from(byte & 0x0F) * i32::from(qa[4 * w + e]);
-                                isum += i32::from(byte >> 4) * i32::from(qa[16 + 4 * w + e]);
+                                let (lo, hi) = (4 * w + e, 16 + 4 * w + e);
+                                isum += (i32::from(byte & 0x0F) + fifth(lo)) * i32::from(qa[lo]);
+                                isum += (i32::from(byte >> 4) + fifth(hi)) * i32::from(qa[hi]);
                             }
                         }
                     }
                 }
                 let d = f16_at(group, scales_at + 32 * b + 2 * r);
                 *acc = (isum as f32).mul_add(d * da, *acc);
-                if dtype == DType::Q4_1 {
+                if has_min(dtype) {
                     let m = f16_at(group, mins_at + 32 * b + 2 * r);
                     *acc = m.mul_add(sa, *acc);
                 }

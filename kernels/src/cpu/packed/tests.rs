@@ -15,9 +15,12 @@ fn random_rows(rng: &mut ChaCha8Rng, dtype: DType, rows: usize, k: usize) -> Vec
     for _ in 0..rows * k / QK {
         let scale = rng.random_range(0.001f32..0.05);
         out.extend(half::f16::from_f32(scale).to_le_bytes());
-        if dtype == DType::Q4_1 {
+        if has_min(dtype) {
             let min = -8.0 * scale * rng.random_range(0.5f32..1.5);
             out.extend(half::f16::from_f32(min).to_le_bytes());
+        }
+        if matches!(dtype, DType::Q5_0 | DType::Q5_1) {
+            out.extend((0..4).map(|_| rng.random::<u8>()));
         }
         let quants = if dtype == DType::Q8_0 { 32 } else { 16 };
         out.extend((0..quants).map(|_| rng.random::<u8>()));
@@ -91,7 +94,13 @@ fn simd_group_kernels_match_scalar_twin_bit_for_bit() {
         println!("AVX-512 VNNI not on this CPU: only the scalar twin runs");
     }
     let mut rng = ChaCha8Rng::seed_from_u64(3);
-    for dtype in [DType::Q4_0, DType::Q4_1, DType::Q8_0] {
+    for dtype in [
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+        DType::Q8_0,
+    ] {
         for rows in [16usize, 33, 48] {
             for blocks in [1usize, 2, 3, 7, 18] {
                 let k = blocks * QK;
@@ -122,7 +131,13 @@ fn simd_group_kernels_match_scalar_twin_bit_for_bit() {
 fn packed_twin_agrees_with_per_row_kernel() {
     let scalar = CheckedIsa::at_most(Isa::Scalar);
     let mut rng = ChaCha8Rng::seed_from_u64(4);
-    for dtype in [DType::Q4_0, DType::Q4_1, DType::Q8_0] {
+    for dtype in [
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+        DType::Q8_0,
+    ] {
         let (rows, blocks) = (32, 18);
         let k = blocks * QK;
         let data = random_rows(&mut rng, dtype, rows, k);
