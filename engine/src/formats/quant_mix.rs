@@ -40,7 +40,9 @@ pub fn file_type_name(file_type: u64) -> Option<&'static str> {
 pub fn quant_mix(checkpoint: &Checkpoint) -> String {
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     for t in checkpoint.tensors.values().filter(|t| t.shape.len() >= 2) {
-        *counts.entry(t.dtype.to_string().to_uppercase()).or_default() += 1;
+        *counts
+            .entry(t.dtype.to_string().to_uppercase())
+            .or_default() += 1;
     }
     let mut by_count: Vec<(String, usize)> = counts.into_iter().collect();
     by_count.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));

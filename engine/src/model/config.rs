@@ -55,9 +55,8 @@ impl Architecture {
     /// The architecture named `name` in GGUF's `general.architecture` or a
     /// Hugging Face `model_type` (`gemma3_text` for Gemma 3's text model).
     pub fn from_name(name: &str) -> Option<Self> {
-        match name {
-            "gemma3_text" => return Some(Architecture::Gemma3),
-            _ => {}
+        if name == "gemma3_text" {
+            return Some(Architecture::Gemma3);
         }
         ARCHITECTURES.into_iter().find(|a| a.name() == name)
     }

@@ -261,8 +261,16 @@ impl<B: Backend> Step<'_, B> {
             by_runs(b, &v, &s.normed, &mut s.v, to(kv_width), g, matmul)?;
         }
         if c.traits.qk_norm {
-            let q_norms = self.runs(layers.iter().filter_map(|l| l.qk_norm.as_ref().map(|n| &**n[0])));
-            let k_norms = self.runs(layers.iter().filter_map(|l| l.qk_norm.as_ref().map(|n| &**n[1])));
+            let q_norms = self.runs(
+                layers
+                    .iter()
+                    .filter_map(|l| l.qk_norm.as_ref().map(|n| &**n[0])),
+            );
+            let k_norms = self.runs(
+                layers
+                    .iter()
+                    .filter_map(|l| l.qk_norm.as_ref().map(|n| &**n[1])),
+            );
             self.norm_heads(&q_norms, &mut s.q, q_width, &mut s.gather)?;
             self.norm_heads(&k_norms, &mut s.k, kv_width, &mut s.gather)?;
         }

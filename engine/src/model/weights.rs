@@ -229,7 +229,11 @@ impl<B: Backend> Loader<'_, B> {
     }
 
     /// Rows `wanted` of matrix `name`, as a matrix of their own.
-    fn matrix_rows(&self, name: &str, wanted: Range<usize>) -> Result<Shared<B::Matrix>, ModelError> {
+    fn matrix_rows(
+        &self,
+        name: &str,
+        wanted: Range<usize>,
+    ) -> Result<Shared<B::Matrix>, ModelError> {
         let t = self.tensor(name)?;
         let &[rows, cols] = t.shape.as_slice() else {
             return Err(self.bad_shape(name, "a matrix", &t.shape));
@@ -239,7 +243,13 @@ impl<B: Backend> Loader<'_, B> {
             .data
             .get(wanted.start * row_bytes..wanted.end * row_bytes)
             .filter(|_| wanted.end <= rows)
-            .ok_or_else(|| self.bad_shape(name, "a matrix holding the rows the config implies", &t.shape))?;
+            .ok_or_else(|| {
+                self.bad_shape(
+                    name,
+                    "a matrix holding the rows the config implies",
+                    &t.shape,
+                )
+            })?;
         let rows = wanted.len();
         let shape = [rows, cols];
         let key = TensorKey::of(t.dtype, &shape, data);

@@ -125,10 +125,16 @@ fn write_model_metadata(w: &mut GgufWriter, spec: &SyntheticSpec, config: &Model
         );
     }
     if let Some(cap) = t.attn_softcap {
-        w.add_metadata(format!("{arch}.attention.logit_softcapping"), MetaValue::F32(cap));
+        w.add_metadata(
+            format!("{arch}.attention.logit_softcapping"),
+            MetaValue::F32(cap),
+        );
     }
     if let Some(cap) = t.final_softcap {
-        w.add_metadata(format!("{arch}.final_logit_softcapping"), MetaValue::F32(cap));
+        w.add_metadata(
+            format!("{arch}.final_logit_softcapping"),
+            MetaValue::F32(cap),
+        );
     }
     if let Some(theta) = t.rope_local_theta {
         w.add_metadata(format!("{arch}.rope.freq_base_swa"), MetaValue::F32(theta));

@@ -37,8 +37,17 @@ pub fn model_config(file: &GgufFile) -> Result<ModelConfig, FormatError> {
 
     let rope_scaling = rope_scaling(file, &meta, arch_name, rope_theta, head_dim)?;
     let n_layers = meta.count(&key("block_count"))?;
-    let traits = family_traits(&meta, architecture, arch_name, hidden_size, n_heads, head_dim, n_layers)?;
-    if architecture == Architecture::Phi3 && file.tensors().contains_key("rope_factors_long.weight") {
+    let traits = family_traits(
+        &meta,
+        architecture,
+        arch_name,
+        hidden_size,
+        n_heads,
+        head_dim,
+        n_layers,
+    )?;
+    if architecture == Architecture::Phi3 && file.tensors().contains_key("rope_factors_long.weight")
+    {
         return Err(FormatError::BadConfig {
             path: file.path().to_path_buf(),
             key: "rope_factors_long.weight".into(),
@@ -117,17 +126,26 @@ fn family_traits(
             // 1/√head_dim, except for the 27B models (46 and 62 layers),
             // whose scalar is hidden_size / n_heads.
             let big = n_layers == if gemma3 { 62 } else { 46 };
-            let scalar = if big { hidden_size / n_heads.max(1) } else { head_dim };
+            let scalar = if big {
+                hidden_size / n_heads.max(1)
+            } else {
+                head_dim
+            };
             traits.attn_scale = Some(1.0 / (scalar as f32).sqrt());
             traits.attn_softcap = optional_float(&key("attention.logit_softcapping"))?;
             traits.final_softcap = optional_float(&key("final_logit_softcapping"))?;
-            traits.swa_pattern = match meta.file.metadata().get(&key("attention.sliding_window_pattern")) {
+            traits.swa_pattern = match meta
+                .file
+                .metadata()
+                .get(&key("attention.sliding_window_pattern"))
+            {
                 Some(_) => meta.count(&key("attention.sliding_window_pattern"))?,
                 None if gemma3 => 6,
                 None => 2,
             };
             if gemma3 {
-                traits.rope_local_theta = Some(meta.float_or(&key("rope.freq_base_swa"), 10_000.0)?);
+                traits.rope_local_theta =
+                    Some(meta.float_or(&key("rope.freq_base_swa"), 10_000.0)?);
             }
         }
     }

@@ -11,7 +11,6 @@ use crate::model::config::{Activation, Architecture, FamilyTraits, ModelConfig, 
 /// The fields of `config.json` Switchyard reads; the rest are ignored.
 #[derive(Debug, Deserialize)]
 struct HfConfig {
-    model_type: Option<String>,
     vocab_size: Option<usize>,
     hidden_size: Option<usize>,
     intermediate_size: Option<usize>,
@@ -50,7 +49,10 @@ pub(super) fn architecture(text: &str, path: &Path) -> Result<Architecture, Form
     let model_type = family.model_type.ok_or_else(|| FormatError::BadConfig {
         path: path.to_path_buf(),
         key: "model_type".into(),
-        reason: format!("is missing; expected one of {}", Architecture::supported_list()),
+        reason: format!(
+            "is missing; expected one of {}",
+            Architecture::supported_list()
+        ),
     })?;
     Architecture::from_name(&model_type).ok_or_else(|| FormatError::UnsupportedArchitecture {
         path: path.to_path_buf(),
@@ -117,9 +119,7 @@ pub(super) fn parse_config(
         // are the two halves of each head.
         rope_style: RopeStyle::Neox,
         // Gemma ties them unless it says otherwise.
-        tied_embeddings: hf
-            .tie_word_embeddings
-            .unwrap_or(architecture.is_gemma()),
+        tied_embeddings: hf.tie_word_embeddings.unwrap_or(architecture.is_gemma()),
         qkv_bias: has_qkv_bias,
         traits,
     })
@@ -206,7 +206,11 @@ fn pattern_of(types: &[String]) -> Result<usize, String> {
             "sliding_attention"
         }
     };
-    match types.iter().enumerate().find(|(i, t)| t.as_str() != expected(*i)) {
+    match types
+        .iter()
+        .enumerate()
+        .find(|(i, t)| t.as_str() != expected(*i))
+    {
         None => Ok(n),
         Some((i, t)) => Err(format!(
             "layer {i} is '{t}'; Switchyard supports a repeating pattern of local layers \
@@ -298,5 +302,45 @@ mod tests {
         let text = LLAMA3.replace("\"llama3\"", "\"yarn\"");
         let err = parse_config(&text, Path::new("config.json"), false).unwrap_err();
         assert!(err.to_string().contains("yarn"), "{err}");
+    }
+
+    /// Gemma 3 270M's text config.json (abridged): layer_types gives five
+    /// local layers per global one.
+    const GEMMA3: &str = r#"{
+        "model_type": "gemma3_text", "vocab_size": 262144, "hidden_size": 640,
+        "intermediate_size": 2048, "num_hidden_layers": 12, "num_attention_heads": 4,
+        "num_key_value_heads": 1, "head_dim": 256, "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+        "max_position_embeddings": 32768, "query_pre_attn_scalar": 256,
+        "hidden_activation": "gelu_pytorch_tanh", "sliding_window": 512,
+        "final_logit_softcapping": null, "attn_logit_softcapping": null,
+        "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention",
+            "sliding_attention", "sliding_attention", "full_attention",
+            "sliding_attention", "sliding_attention", "sliding_attention",
+            "sliding_attention", "sliding_attention", "full_attention"]
+    }"#;
+
+    #[test]
+    fn reads_a_gemma3_text_config() {
+        let c = parse_config(GEMMA3, Path::new("config.json"), false).unwrap();
+        assert_eq!(c.architecture, Architecture::Gemma3);
+        assert!(c.tied_embeddings, "Gemma ties embeddings by default");
+        let t = &c.traits;
+        assert_eq!(t.activation, Activation::GeluTanh);
+        assert_eq!((t.sliding_window, t.swa_pattern), (Some(512), 6));
+        assert_eq!(t.attn_scale, Some(1.0 / 16.0));
+        assert_eq!((t.norm_offset, t.rope_local_theta), (1.0, Some(10_000.0)));
+        assert_eq!(t.embed_scale, Some(640f32.sqrt()));
+        let windows = c.layer_windows();
+        assert_eq!(windows[4], Some(512));
+        assert_eq!(windows[5], None);
+        c.validate().unwrap();
+
+        let odd = GEMMA3.replacen("\"sliding_attention\"", "\"full_attention\"", 1);
+        let err = parse_config(&odd, Path::new("config.json"), false).unwrap_err();
+        assert!(err.to_string().contains("layer_types"), "{err}");
+        let gelu = GEMMA3.replace("gelu_pytorch_tanh", "relu");
+        let err = parse_config(&gelu, Path::new("config.json"), false).unwrap_err();
+        assert!(err.to_string().contains("relu"), "{err}");
     }
 }

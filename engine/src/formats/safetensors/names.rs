@@ -39,7 +39,8 @@ fn modules(arch: Architecture) -> impl Iterator<Item = (&'static str, &'static s
         let gemma_norm = *hf == "post_attention_layernorm";
         let fused_up = *hf == "mlp.gate_up_proj";
         let plain_up = *hf == "mlp.up_proj";
-        !(gemma && gemma_norm) && !(phi3 && plain_up) && !(!phi3 && fused_up)
+        let skip = (gemma && gemma_norm) || (phi3 && plain_up) || (!phi3 && fused_up);
+        !skip
     });
     let extra: &'static [(&'static str, &'static str)] = if gemma { &GEMMA_NORMS } else { &[] };
     extra.iter().copied().chain(shared)
@@ -121,10 +122,22 @@ mod tests {
     #[test]
     fn gemma_norms_and_phi3_fused_tensors_map_both_ways() {
         let gemma = [
-            ("model.layers.2.post_attention_layernorm.weight", "blk.2.post_attention_norm.weight"),
-            ("model.layers.2.pre_feedforward_layernorm.weight", "blk.2.ffn_norm.weight"),
-            ("model.layers.2.post_feedforward_layernorm.weight", "blk.2.post_ffw_norm.weight"),
-            ("model.layers.2.self_attn.q_norm.weight", "blk.2.attn_q_norm.weight"),
+            (
+                "model.layers.2.post_attention_layernorm.weight",
+                "blk.2.post_attention_norm.weight",
+            ),
+            (
+                "model.layers.2.pre_feedforward_layernorm.weight",
+                "blk.2.ffn_norm.weight",
+            ),
+            (
+                "model.layers.2.post_feedforward_layernorm.weight",
+                "blk.2.post_ffw_norm.weight",
+            ),
+            (
+                "model.layers.2.self_attn.q_norm.weight",
+                "blk.2.attn_q_norm.weight",
+            ),
             ("model.layers.2.mlp.up_proj.weight", "blk.2.ffn_up.weight"),
         ];
         for (hf, gguf) in gemma {
@@ -132,8 +145,14 @@ mod tests {
             assert_eq!(hf_name(gguf, Architecture::Gemma3).as_deref(), Some(hf));
         }
         let phi3 = [
-            ("model.layers.0.self_attn.qkv_proj.weight", "blk.0.attn_qkv.weight"),
-            ("model.layers.0.mlp.gate_up_proj.weight", "blk.0.ffn_up.weight"),
+            (
+                "model.layers.0.self_attn.qkv_proj.weight",
+                "blk.0.attn_qkv.weight",
+            ),
+            (
+                "model.layers.0.mlp.gate_up_proj.weight",
+                "blk.0.ffn_up.weight",
+            ),
         ];
         for (hf, gguf) in phi3 {
             assert_eq!(gguf_name(hf, Architecture::Phi3).as_deref(), Some(gguf));
