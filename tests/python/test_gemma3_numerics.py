@@ -19,13 +19,19 @@ import pytest
 from conftest import engine_logits, run_json
 from reference import checkpoint, llama
 
-# Gemma 3 270M's logits span roughly [-40, 40]. As for SmolLM2 (see
+# Gemma 3 270M's logits span roughly [-25, 25]. As for SmolLM2 (see
 # test_smollm2_numerics.py), the two sides agree to float rounding until an
 # activation rounds to the other int8 neighbour in float32 and float64; each
-# such flip moves later logits by tenths. Observed worst cases: see the
-# NUMERICS lines (pytest -s) and the report of this test's commit.
-LOGIT_ATOL = 3.0  # max |engine - reference| over every compared row and vocab entry
-LOGIT_MEAN_ATOL = 0.3  # mean |engine - reference|
+# such flip moves later logits by tenths (the float64 reference with and
+# without int8 activations differs by 0.10 mean, 0.65 max on "capital").
+# Logits are compared after subtracting each row's mean: Gemma's tied
+# embeddings share a large common component, so a small change of the final
+# state along it shifts a whole row of logits by the same amount (up to 0.94
+# on "turns", 2026-12-04), which the softmax ignores and would otherwise
+# dominate the mean. Observed on the prompts below (2026-12-04, raw and
+# centred): max 0.71-1.53, mean of centred differences <= 0.19 (raw 0.11-0.30).
+LOGIT_ATOL = 3.0  # max |engine - reference| of centred logits, every compared row and entry
+LOGIT_MEAN_ATOL = 0.3  # mean |engine - reference| of centred logits
 # A greedy step may pick a token whose reference logit is at most this far
 # below the reference's best (a near-tie broken the other way).
 GREEDY_GAP = 1.0
@@ -55,6 +61,11 @@ PROMPTS = {
     # Past the 512-position window of the local layers.
     "long": LONG_TEXT * 7 + "In summary, the most important idea is",
 }
+
+
+def centred(logits):
+    """Each row minus its mean: the softmax-invariant part of the logits."""
+    return logits - logits.mean(axis=1, keepdims=True)
 
 
 def kl_divergence(p_logits, q_logits):
@@ -91,7 +102,8 @@ def test_logits_and_greedy_match_reference(name, switchyard_bin, gemma3_path, re
     reference.reset()
     want_logits = reference.forward(ids, from_row=from_row)
     assert got_logits.shape == want_logits.shape
-    diff = np.abs(got_logits - want_logits)
+    raw = np.abs(got_logits - want_logits)
+    diff = np.abs(centred(got_logits) - centred(want_logits))
 
     # Teacher-forced: the reference over prompt + generated, one row per step.
     reference.reset()
@@ -99,7 +111,8 @@ def test_logits_and_greedy_match_reference(name, switchyard_bin, gemma3_path, re
     gaps = steps.max(axis=1) - steps[np.arange(len(got_tokens)), got_tokens]
     kl = kl_divergence(want_logits, got_logits)
     print(
-        f"NUMERICS gemma3 {name}: {len(ids)} tokens, logits max |diff| {diff.max():.4f} mean {diff.mean():.5f}; "
+        f"NUMERICS gemma3 {name}: {len(ids)} tokens, centred logits max |diff| {diff.max():.4f} "
+        f"mean {diff.mean():.5f} (raw max {raw.max():.4f} mean {raw.mean():.5f}); "
         f"greedy {int((gaps == 0).sum())}/{GREEDY_STEPS} steps pick the reference's argmax, "
         f"max gap {gaps.max():.4f}; KL mean {kl.mean():.5f} max {kl.max():.5f}"
     )
