@@ -38,12 +38,14 @@ fn bench_generation(c: &mut Criterion) {
         Err(e) => panic!("run scripts/fetch-model.sh first: {e}"),
     };
     let prompt = prompt_ids(*PROMPT_LENGTHS.iter().max().unwrap_or(&0));
+    // Names the criterion groups: `benches/compare_llama_cpp.sh gemma3` sets it.
+    let label = std::env::var("SWITCHYARD_BENCH_LABEL").unwrap_or_else(|_| "smollm2-q4_1".into());
     for threads in [1usize, 2] {
         let backend = CpuBackend::new(threads);
         let model = LlamaModel::load(&backend, &checkpoint).expect("the test model loads");
 
         for len in PROMPT_LENGTHS {
-            let mut group = c.benchmark_group(format!("smollm2-q4_1/prompt{len}"));
+            let mut group = c.benchmark_group(format!("{label}/prompt{len}"));
             group
                 .sample_size(10)
                 .measurement_time(Duration::from_secs(8));
@@ -59,7 +61,7 @@ fn bench_generation(c: &mut Criterion) {
             group.finish();
         }
 
-        let mut group = c.benchmark_group("smollm2-q4_1/generate");
+        let mut group = c.benchmark_group(format!("{label}/generate"));
         group
             .sample_size(10)
             .measurement_time(Duration::from_secs(10));

@@ -329,7 +329,14 @@ fn gguf_contradictions_and_missing_parts_are_named() {
         },
         &[],
     );
-    expect_error(&arch, &["gpt2", "llama, mistral and qwen2"]);
+    expect_error(
+        &arch,
+        &[
+            "gpt2",
+            "qwen3, gemma2, gemma3 (text) and phi3",
+            "convert the model",
+        ],
+    );
 
     let heads = dir.path().join("heads.gguf");
     rewrite(

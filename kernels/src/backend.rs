@@ -79,6 +79,11 @@ pub struct AttentionShape {
     pub head_dim: usize,
     /// Usually `1 / sqrt(head_dim)`.
     pub scale: f32,
+    /// A row at position `p` sees positions `p + 1 - window ..= p` only
+    /// (sliding-window layers of Gemma, Mistral); `None` sees all.
+    pub window: Option<usize>,
+    /// Scores become `cap · tanh(score / cap)` before the softmax (Gemma 2).
+    pub softcap: Option<f32>,
 }
 
 /// One product of [`Backend::matmul_many`]: `out = x · wᵀ (+ bias)`, or
@@ -162,6 +167,22 @@ pub trait Backend: Send + Sync + 'static {
         head_dim: usize,
         capacity: usize,
     ) -> Result<Self::KvCache, KernelError>;
+
+    /// A KV cache whose layer `l` attends over a sliding window of
+    /// `windows[l]` positions when that is `Some`: a backend may keep only
+    /// that window's keys and values for the layer. This default keeps
+    /// every position.
+    fn kv_cache_windowed(
+        &self,
+        layers: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+        capacity: usize,
+        windows: &[Option<usize>],
+    ) -> Result<Self::KvCache, KernelError> {
+        let _ = windows;
+        self.kv_cache(layers, n_kv_heads, head_dim, capacity)
+    }
 
     // --- operations -------------------------------------------------------
 
@@ -256,6 +277,25 @@ pub trait Backend: Send + Sync + 'static {
         &self,
         gate: &mut Self::Activations,
         up: &Self::Activations,
+    ) -> Result<(), KernelError>;
+    /// `gate = gelu(gate) * up`, elementwise, with the tanh approximation
+    /// of GELU (Gemma's GeGLU).
+    fn gelu_mul(
+        &self,
+        gate: &mut Self::Activations,
+        up: &Self::Activations,
+    ) -> Result<(), KernelError>;
+    /// `x *= factor`, elementwise (Gemma's embedding scale).
+    fn scale(&self, x: &mut Self::Activations, factor: f32) -> Result<(), KernelError>;
+    /// `x = cap · tanh(x / cap)`, elementwise (Gemma 2's final logits).
+    fn softcap(&self, x: &mut Self::Activations, cap: f32) -> Result<(), KernelError>;
+    /// RMS-normalizes each `weight.len()`-wide head of every row in place
+    /// (query and key norms of Qwen3 and Gemma 3).
+    fn rms_norm_heads(
+        &self,
+        x: &mut Self::Activations,
+        weight: &Self::Vector,
+        eps: f32,
     ) -> Result<(), KernelError>;
     /// `x += y`, elementwise.
     fn add(&self, x: &mut Self::Activations, y: &Self::Activations) -> Result<(), KernelError>;

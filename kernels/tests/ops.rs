@@ -181,6 +181,8 @@ fn attention_matches_f64_over_prefill_and_decode() {
         n_kv_heads: 3,
         head_dim: 64,
         scale: 1.0 / 8.0,
+        window: None,
+        softcap: None,
     };
     let q_cols = shape.n_heads * shape.head_dim;
     let kv_cols = shape.n_kv_heads * shape.head_dim;
@@ -266,6 +268,8 @@ fn attention_reports_a_full_cache_and_bad_shapes() {
         n_kv_heads: 1,
         head_dim: 4,
         scale: 0.5,
+        window: None,
+        softcap: None,
     };
     let mut cache: CpuKvCache = backend.kv_cache(1, 1, 4, 4).unwrap();
     let q = backend.activations(2, 8);

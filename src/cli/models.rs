@@ -37,14 +37,14 @@ pub fn run(args: ModelsArgs) -> anyhow::Result<()> {
     }
 }
 
-const HEADERS: [&str; 10] = [
-    "MODEL", "ALIASES", "VERSION", "FORMAT", "ARCH", "PARAMS", "SIZE", "SERVED", "DEFAULT",
-    "STATUS",
+const HEADERS: [&str; 11] = [
+    "MODEL", "ALIASES", "VERSION", "FORMAT", "ARCH", "QUANT", "PARAMS", "SIZE", "SERVED",
+    "DEFAULT", "STATUS",
 ];
 
 /// The table, one row per version, then the problems.
 pub fn repository_table(repo: &ModelRepository) -> String {
-    let mut rows: Vec<[String; 10]> = vec![HEADERS.map(String::from)];
+    let mut rows: Vec<[String; 11]> = vec![HEADERS.map(String::from)];
     for model in &repo.models {
         let default = model.default_version().map(|v| v.version.as_str());
         for (i, v) in model.versions.iter().enumerate() {
@@ -65,6 +65,7 @@ pub fn repository_table(repo: &ModelRepository) -> String {
                 v.version.clone(),
                 format_name(v.format).into(),
                 v.architecture.clone(),
+                v.quant_mix.clone(),
                 human_count(v.parameters),
                 human_bytes(v.bytes),
                 yes_no(model.serves(&v.version)).into(),
@@ -78,7 +79,7 @@ pub fn repository_table(repo: &ModelRepository) -> String {
             ]);
         }
     }
-    let mut widths = [0usize; 10];
+    let mut widths = [0usize; 11];
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
@@ -135,6 +136,8 @@ fn version_json(model: &RepoModel, v: &RepoVersion) -> Value {
         "path": v.path.display().to_string(),
         "format": format_name(v.format),
         "architecture": v.architecture,
+        "family": v.architecture,
+        "quant_mix": v.quant_mix,
         "parameters": v.parameters,
         "bytes": v.bytes,
         "served": model.serves(&v.version),

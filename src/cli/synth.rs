@@ -18,7 +18,8 @@ pub enum SynthFormat {
 
 #[derive(clap::Args, Debug)]
 pub struct SynthArgs {
-    /// Model family: llama, llama3, smollm2, tinyllama, mistral or qwen2.
+    /// Model family: llama, llama3, smollm2, tinyllama, mistral, qwen2, qwen3, gemma2, gemma3
+    /// or phi3.
     #[arg(long, value_parser = parse_preset)]
     pub preset: Preset,
     /// Weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k,

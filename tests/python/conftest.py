@@ -3,6 +3,7 @@
 Environment:
   SWITCHYARD_BIN    the binary (default: target/release/switchyard)
   SWITCHYARD_MODEL  the SmolLM2 GGUF (default: fetched by scripts/fetch-model.sh)
+  SWITCHYARD_GEMMA3 the Gemma 3 270M GGUF (default: fetched by scripts/fetch-gemma3.sh)
 """
 
 from __future__ import annotations
@@ -35,6 +36,19 @@ def smollm2_path() -> Path:
         return Path(env)
     out = subprocess.run(
         [str(ROOT / "scripts" / "fetch-model.sh")], check=True, capture_output=True, text=True
+    )
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def gemma3_path() -> Path:
+    """Gemma 3 270M Q4_K_M (SentencePiece, 262k vocabulary), fetched and
+    verified by scripts/fetch-gemma3.sh (or SWITCHYARD_GEMMA3)."""
+    env = os.environ.get("SWITCHYARD_GEMMA3")
+    if env:
+        return Path(env)
+    out = subprocess.run(
+        [str(ROOT / "scripts" / "fetch-gemma3.sh")], check=True, capture_output=True, text=True
     )
     return Path(out.stdout.strip().splitlines()[-1])
 

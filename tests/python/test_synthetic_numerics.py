@@ -16,7 +16,7 @@ from reference import checkpoint, llama
 
 import subprocess
 
-PRESETS = ["llama", "llama3", "smollm2", "tinyllama", "mistral", "qwen2"]
+PRESETS = ["llama", "llama3", "smollm2", "tinyllama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"]
 GGUF_TYPES = [
     "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1",
     "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs",

@@ -146,6 +146,38 @@ def test_gguf_ids_match_llama_cpp(binary, model, llama, tmp_path, add_special):
     assert not mismatches, f"{len(mismatches)} of {len(CORPUS)} texts differ:\n" + "\n".join(mismatches)
 
 
+def _gemma3() -> Path:
+    default = Path.home() / ".cache" / "switchyard" / "models" / "gemma-3-270m-q4_k_m.gguf"
+    path = Path(os.environ.get("SWITCHYARD_GEMMA3", default))
+    if not path.exists():
+        subprocess.run([str(REPO / "scripts" / "fetch-gemma3.sh")], check=True, capture_output=True)
+    return path
+
+
+@pytest.mark.parametrize("add_special", [True, False], ids=["special", "no-special"])
+def test_gemma3_ids_match_llama_cpp(binary, tmp_path, add_special):
+    """Gemma 3's SentencePiece vocabulary (262k tokens, no space prefix,
+    byte fallback) tokenizes the corpus exactly as llama.cpp does."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    model = _gemma3()
+    llama = llama_cpp.Llama(str(model), vocab_only=True, verbose=False)
+    corpus_file = tmp_path / "corpus.json"
+    corpus_file.write_text(json.dumps(CORPUS, ensure_ascii=False), encoding="utf-8")
+    args = ["--model", model, "--input", corpus_file] + ([] if add_special else ["--no-special"])
+    ours = run_cli(binary, *args)
+    assert len(ours) == len(CORPUS)
+    mismatches = []
+    for text, our_ids in zip(CORPUS, ours):
+        reference = llama.tokenize(text.encode("utf-8"), add_bos=add_special, special=True)
+        if our_ids != reference:
+            mismatches.append(f"{text[:60]!r}: {first_difference(our_ids, reference)}")
+    assert not mismatches, f"{len(mismatches)} of {len(CORPUS)} texts differ:\n" + "\n".join(mismatches)
+    text = "Hello <start_of_turn>user 123 🤖\n\n  spaces"
+    ids = run_cli(binary, "--model", model, "--text", text)["ids"]
+    assert ids == llama.tokenize(text.encode("utf-8"), add_bos=True, special=True)
+    assert llama.detokenize(ids, special=True).decode("utf-8").endswith(text)
+
+
 def test_single_text_and_detokenization(binary, model, llama):
     text = "Hello <|im_start|> 123 🤖"
     ours = run_cli(binary, "--model", model, "--text", text)["ids"]

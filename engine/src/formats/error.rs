@@ -106,8 +106,9 @@ pub enum FormatError {
         reason: String,
     },
     #[error(
-        "{path}: architecture '{name}' is not supported; Switchyard serves llama, mistral and \
-         qwen2 models"
+        "{path}: architecture '{name}' is not supported; Switchyard serves llama, mistral, \
+         qwen2, qwen3, gemma2, gemma3 (text) and phi3 models: convert the model from one of \
+         those families, or serve this one with another engine"
     )]
     UnsupportedArchitecture { path: PathBuf, name: String },
     #[error("{path}: the model configuration is inconsistent: {reason}")]

@@ -18,11 +18,13 @@
 mod error;
 pub mod gguf;
 mod load;
+mod quant_mix;
 pub mod safetensors;
 mod validate;
 
 pub use error::FormatError;
 pub use load::load_checkpoint;
+pub use quant_mix::{file_type_name, quant_mix};
 pub use validate::expected_tensors;
 
 use std::collections::BTreeMap;

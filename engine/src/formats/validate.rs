@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use super::{Checkpoint, FormatError, TensorData};
-use crate::model::config::ModelConfig;
+use crate::model::config::{Architecture, ModelConfig};
 
 /// The tensors the forward pass reads and their shapes (outermost first),
 /// derived from the configuration alone. Lazy, so a hostile layer count
@@ -25,18 +25,40 @@ pub fn expected_tensors(config: &ModelConfig) -> impl Iterator<Item = (String, V
     if !config.tied_embeddings {
         globals.push(("output.weight".into(), vec![vocab, hidden]));
     }
+    let fused = config.architecture == Architecture::Phi3;
+    let traits = &config.traits;
+    let (qk_norm, post_norms) = (traits.qk_norm, traits.post_norms);
+    let head_dim = config.head_dim;
     let layers = (0..config.n_layers).flat_map(move |i| {
-        let mut layer = vec![
-            ("attn_norm.weight", vec![hidden]),
-            ("attn_q.weight", vec![q_dim, hidden]),
-            ("attn_k.weight", vec![kv_dim, hidden]),
-            ("attn_v.weight", vec![kv_dim, hidden]),
-            ("attn_output.weight", vec![hidden, q_dim]),
-            ("ffn_norm.weight", vec![hidden]),
-            ("ffn_gate.weight", vec![ffn, hidden]),
-            ("ffn_up.weight", vec![ffn, hidden]),
-            ("ffn_down.weight", vec![hidden, ffn]),
-        ];
+        // Llama's order (errors name the first mismatch), Phi-3's fused
+        // matrices in place of the parts they hold.
+        let qkv = q_dim.saturating_add(kv_dim.saturating_mul(2));
+        let mut layer = vec![("attn_norm.weight", vec![hidden])];
+        if fused {
+            layer.push(("attn_qkv.weight", vec![qkv, hidden]));
+        } else {
+            layer.push(("attn_q.weight", vec![q_dim, hidden]));
+            layer.push(("attn_k.weight", vec![kv_dim, hidden]));
+            layer.push(("attn_v.weight", vec![kv_dim, hidden]));
+        }
+        layer.push(("attn_output.weight", vec![hidden, q_dim]));
+        layer.push(("ffn_norm.weight", vec![hidden]));
+        if fused {
+            // Gate then up in one matrix.
+            layer.push(("ffn_up.weight", vec![ffn.saturating_mul(2), hidden]));
+        } else {
+            layer.push(("ffn_gate.weight", vec![ffn, hidden]));
+            layer.push(("ffn_up.weight", vec![ffn, hidden]));
+        }
+        layer.push(("ffn_down.weight", vec![hidden, ffn]));
+        if qk_norm {
+            layer.push(("attn_q_norm.weight", vec![head_dim]));
+            layer.push(("attn_k_norm.weight", vec![head_dim]));
+        }
+        if post_norms {
+            layer.push(("post_attention_norm.weight", vec![hidden]));
+            layer.push(("post_ffw_norm.weight", vec![hidden]));
+        }
         if config.qkv_bias {
             layer.push(("attn_q.bias", vec![q_dim]));
             layer.push(("attn_k.bias", vec![kv_dim]));

@@ -42,6 +42,8 @@ pub struct LlamaModel<B: Backend> {
     config: ModelConfig,
     weights: ModelWeights<B>,
     inv_freq: Vec<f32>,
+    /// Local layers' frequencies when their RoPE base differs (Gemma 3).
+    inv_freq_local: Option<Vec<f32>>,
     attention: AttentionShape,
 }
 
@@ -83,10 +85,13 @@ impl<B: Backend> LlamaModel<B> {
             n_heads: config.n_heads,
             n_kv_heads: config.n_kv_heads,
             head_dim: config.head_dim,
-            scale: 1.0 / (config.head_dim as f32).sqrt(),
+            scale: config.attention_scale(),
+            window: None,
+            softcap: config.traits.attn_softcap,
         };
         let model = Self {
             inv_freq: config.rope_inv_freq(),
+            inv_freq_local: config.rope_local_inv_freq(),
             config,
             weights,
             attention,
@@ -98,13 +103,15 @@ impl<B: Backend> LlamaModel<B> {
         &self.config
     }
 
-    /// A KV cache for one sequence of up to `capacity` tokens.
+    /// A KV cache for one sequence of up to `capacity` tokens (local
+    /// layers may keep only their window of it).
     pub fn new_cache(&self, backend: &B, capacity: usize) -> Result<B::KvCache, ModelError> {
-        Ok(backend.kv_cache(
+        Ok(backend.kv_cache_windowed(
             self.config.n_layers,
             self.config.n_kv_heads,
             self.config.head_dim,
             capacity,
+            &self.config.layer_windows(),
         )?)
     }
 
@@ -165,11 +172,19 @@ impl<B: Backend> LlamaModel<B> {
         &self.weights
     }
 
-    pub(super) fn inv_freq(&self) -> &[f32] {
-        &self.inv_freq
+    /// Layer `layer`'s rotary frequencies.
+    pub(super) fn inv_freq(&self, layer: usize) -> &[f32] {
+        match (&self.inv_freq_local, self.config.traits.window(layer)) {
+            (Some(local), Some(_)) => local,
+            _ => &self.inv_freq,
+        }
     }
 
-    pub(super) fn attention_shape(&self) -> AttentionShape {
-        self.attention
+    /// Layer `layer`'s attention shape (its window, if local).
+    pub(super) fn attention_shape(&self, layer: usize) -> AttentionShape {
+        AttentionShape {
+            window: self.config.traits.window(layer),
+            ..self.attention
+        }
     }
 }

@@ -11,7 +11,7 @@ use std::ops::Range;
 
 use switchyard_kernels::{AttentionRows, Backend, MatmulInput, MatmulProduct};
 
-use super::config::ModelConfig;
+use super::config::{Activation, ModelConfig};
 use super::llama::{LlamaModel, LogitRows, Scratch, SequenceChunk};
 use super::runs::{by_runs, runs, Gather, Run, SameTensor, Widths};
 use super::weights::LayerWeights;
@@ -62,6 +62,9 @@ pub fn forward_many<'s, B: Backend>(
 
     let embeds = runs(&part_rows, parts.iter().map(|p| &**p.model.weights().embed));
     embed(backend, &embeds, &tokens, c.hidden_size, s)?;
+    if let Some(scale) = c.traits.embed_scale {
+        backend.scale(&mut s.x, scale)?;
+    }
 
     let step = Step {
         backend,
@@ -257,10 +260,24 @@ impl<B: Backend> Step<'_, B> {
             by_runs(b, &k, &s.normed, &mut s.k, to(kv_width), g, matmul)?;
             by_runs(b, &v, &s.normed, &mut s.v, to(kv_width), g, matmul)?;
         }
-        let inv_freq = self.lead.inv_freq();
+        if c.traits.qk_norm {
+            let q_norms = self.runs(
+                layers
+                    .iter()
+                    .filter_map(|l| l.qk_norm.as_ref().map(|n| &**n[0])),
+            );
+            let k_norms = self.runs(
+                layers
+                    .iter()
+                    .filter_map(|l| l.qk_norm.as_ref().map(|n| &**n[1])),
+            );
+            self.norm_heads(&q_norms, &mut s.q, q_width, &mut s.gather)?;
+            self.norm_heads(&k_norms, &mut s.k, kv_width, &mut s.gather)?;
+        }
+        let inv_freq = self.lead.inv_freq(index);
         b.rope(&mut s.q, c.head_dim, self.positions, inv_freq, c.rope_style)?;
         b.rope(&mut s.k, c.head_dim, self.positions, inv_freq, c.rope_style)?;
-        let shape = self.lead.attention_shape();
+        let shape = self.lead.attention_shape(index);
         // Every sequence's attention in one call: one parallel job per layer
         // rather than one per sequence.
         let mut row = 0;
@@ -281,7 +298,8 @@ impl<B: Backend> Step<'_, B> {
         drop(seqs);
 
         let wo = self.runs(layers.iter().map(|l| (&**l.wo, None::<&B::Vector>)));
-        if let [wo] = wo.as_slice() {
+        let post_norms = c.traits.post_norms;
+        if let ([wo], false) = (wo.as_slice(), post_norms) {
             // The residual add rides on the product's job.
             let mut products = [MatmulProduct {
                 w: wo.tensor.0,
@@ -305,7 +323,55 @@ impl<B: Backend> Step<'_, B> {
             &mut s.gather,
             matmul,
         )?;
-        b.add(&mut s.x, &s.proj)?;
+        self.residual(layers, 0, s)
+    }
+
+    /// `x += proj`, through the layer's post norm (`which`: 0 after
+    /// attention, 1 after the MLP) when the family has them.
+    fn residual(
+        &self,
+        layers: &[&LayerWeights<B>],
+        which: usize,
+        s: &mut Scratch<B>,
+    ) -> Result<(), ModelError> {
+        let b = self.backend;
+        if !self.lead.config().traits.post_norms {
+            b.add(&mut s.x, &s.proj)?;
+            return Ok(());
+        }
+        let norms = self.runs(
+            layers
+                .iter()
+                .filter_map(|l| l.post_norms.as_ref().map(|n| &**n[which])),
+        );
+        if norms.is_empty() {
+            return Err(ModelError::MissingLayer { index: which });
+        }
+        self.norm_rows(&norms, &s.proj, &mut s.normed, &mut s.gather)?;
+        b.add(&mut s.x, &s.normed)?;
+        Ok(())
+    }
+
+    /// RMS-normalizes each `head_dim`-wide head of `x` (`width` columns)
+    /// in place with each part's weights (`norms`).
+    fn norm_heads(
+        &self,
+        norms: &[Run<&B::Vector>],
+        x: &mut B::Activations,
+        width: usize,
+        gather: &mut Gather<B>,
+    ) -> Result<(), ModelError> {
+        let (b, eps) = (self.backend, self.lead.config().rms_norm_eps);
+        if let [only] = norms {
+            return Ok(b.rms_norm_heads(x, only.tensor, eps)?);
+        }
+        for run in norms {
+            let len = run.rows.len();
+            b.resize(&mut gather.input, len, width);
+            b.copy_rows(x, run.rows.clone(), &mut gather.input, 0)?;
+            b.rms_norm_heads(&mut gather.input, run.tensor, eps)?;
+            b.copy_rows(&gather.input, 0..len, x, run.rows.start)?;
+        }
         Ok(())
     }
 
@@ -343,7 +409,8 @@ impl<B: Backend> Step<'_, B> {
             by_runs(b, &up, &s.normed, &mut s.up, up_widths, g, matmul)?;
         }
         let down = self.runs(layers.iter().map(|l| &**l.down));
-        if let [down] = down.as_slice() {
+        let plain = c.traits.activation == Activation::Silu && !c.traits.post_norms;
+        if let ([down], true) = (down.as_slice(), plain) {
             // SiLU gating and the residual add ride on the product's job.
             let mut products = [MatmulProduct {
                 w: down.tensor,
@@ -358,7 +425,10 @@ impl<B: Backend> Step<'_, B> {
             b.matmul_many(input, &mut products)?;
             return Ok(());
         }
-        b.silu_mul(&mut s.gate, &s.up)?;
+        match c.traits.activation {
+            Activation::Silu => b.silu_mul(&mut s.gate, &s.up)?,
+            Activation::GeluTanh => b.gelu_mul(&mut s.gate, &s.up)?,
+        }
         let down_widths = Widths {
             input: inner,
             output: hidden,
@@ -372,8 +442,7 @@ impl<B: Backend> Step<'_, B> {
             &mut s.gather,
             matmul,
         )?;
-        b.add(&mut s.x, &s.proj)?;
-        Ok(())
+        self.residual(layers, 1, s)
     }
 
     /// Final norm and output projection, on the rows that want logits only
@@ -443,6 +512,9 @@ impl<B: Backend> Step<'_, B> {
             &mut s.gather,
             |x, w, out| b.matmul(x, w, None, out),
         )?;
+        if let Some(cap) = c.traits.final_softcap {
+            b.softcap(&mut s.logits, cap)?;
+        }
         Ok(b.host_rows(&s.logits, &mut s.host_logits))
     }
 }

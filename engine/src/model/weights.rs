@@ -6,8 +6,11 @@
 use bytes::Bytes;
 use switchyard_kernels::{cpu::dequantize_row, Backend, WeightView};
 
+use std::ops::Range;
+
 use super::ModelError;
 use crate::formats::{Checkpoint, TensorData};
+use crate::model::config::Architecture;
 use crate::store::{Shared, TensorKey, WeightStore};
 
 /// The weights of one transformer block, in the backend.
@@ -23,6 +26,10 @@ pub struct LayerWeights<B: Backend> {
     pub gate: Shared<B::Matrix>,
     pub up: Shared<B::Matrix>,
     pub down: Shared<B::Matrix>,
+    /// Per-head query and key norms (Qwen3, Gemma 3).
+    pub qk_norm: Option<[Shared<B::Vector>; 2]>,
+    /// Norms after attention and after the MLP (Gemma).
+    pub post_norms: Option<[Shared<B::Vector>; 2]>,
 }
 
 /// All weights of a Llama-family model, in the backend.
@@ -78,7 +85,7 @@ impl<B: Backend> ModelWeights<B> {
             } else {
                 Some(loader.matrix("output.weight")?)
             },
-            output_norm: loader.vector("output_norm.weight")?,
+            output_norm: loader.norm("output_norm.weight")?,
             layers,
         };
         Ok((weights, loader.stats.get()))
@@ -118,6 +125,34 @@ struct Loader<'a, B: Backend> {
 impl<B: Backend> Loader<'_, B> {
     fn layer(&self, i: usize) -> Result<LayerWeights<B>, ModelError> {
         let name = |suffix: &str| format!("blk.{i}.{suffix}");
+        let traits = &self.checkpoint.config.traits;
+        let qk_norm = if traits.qk_norm {
+            Some([
+                self.norm(&name("attn_q_norm.weight"))?,
+                self.norm(&name("attn_k_norm.weight"))?,
+            ])
+        } else {
+            None
+        };
+        let post_norms = if traits.post_norms {
+            Some([
+                self.norm(&name("post_attention_norm.weight"))?,
+                self.norm(&name("post_ffw_norm.weight"))?,
+            ])
+        } else {
+            None
+        };
+        let (wq, wk, wv, gate, up) = if self.checkpoint.config.architecture == Architecture::Phi3 {
+            self.fused(i)?
+        } else {
+            (
+                self.matrix(&name("attn_q.weight"))?,
+                self.matrix(&name("attn_k.weight"))?,
+                self.matrix(&name("attn_v.weight"))?,
+                self.matrix(&name("ffn_gate.weight"))?,
+                self.matrix(&name("ffn_up.weight"))?,
+            )
+        };
         let qkv_bias = if self.checkpoint.config.qkv_bias {
             Some([
                 self.vector(&name("attn_q.bias"))?,
@@ -128,17 +163,53 @@ impl<B: Backend> Loader<'_, B> {
             None
         };
         Ok(LayerWeights {
-            attn_norm: self.vector(&name("attn_norm.weight"))?,
-            wq: self.matrix(&name("attn_q.weight"))?,
-            wk: self.matrix(&name("attn_k.weight"))?,
-            wv: self.matrix(&name("attn_v.weight"))?,
+            attn_norm: self.norm(&name("attn_norm.weight"))?,
+            wq,
+            wk,
+            wv,
             wo: self.matrix(&name("attn_output.weight"))?,
             qkv_bias,
-            ffn_norm: self.vector(&name("ffn_norm.weight"))?,
-            gate: self.matrix(&name("ffn_gate.weight"))?,
-            up: self.matrix(&name("ffn_up.weight"))?,
+            ffn_norm: self.norm(&name("ffn_norm.weight"))?,
+            gate,
+            up,
             down: self.matrix(&name("ffn_down.weight"))?,
+            qk_norm,
+            post_norms,
         })
+    }
+
+    /// Phi-3's fused matrices split by rows (rows are contiguous, so each
+    /// part is a byte range): Q, K, V from `attn_qkv`, gate then up from
+    /// `ffn_up`.
+    #[allow(clippy::type_complexity)]
+    fn fused(
+        &self,
+        i: usize,
+    ) -> Result<
+        (
+            Shared<B::Matrix>,
+            Shared<B::Matrix>,
+            Shared<B::Matrix>,
+            Shared<B::Matrix>,
+            Shared<B::Matrix>,
+        ),
+        ModelError,
+    > {
+        let c = &self.checkpoint.config;
+        let (q, kv, ffn) = (
+            c.n_heads * c.head_dim,
+            c.n_kv_heads * c.head_dim,
+            c.intermediate_size,
+        );
+        let qkv = format!("blk.{i}.attn_qkv.weight");
+        let up = format!("blk.{i}.ffn_up.weight");
+        Ok((
+            self.matrix_rows(&qkv, 0..q)?,
+            self.matrix_rows(&qkv, q..q + kv)?,
+            self.matrix_rows(&qkv, q + kv..q + 2 * kv)?,
+            self.matrix_rows(&up, 0..ffn)?,
+            self.matrix_rows(&up, ffn..2 * ffn)?,
+        ))
     }
 
     fn tensor(&self, name: &str) -> Result<&TensorData, ModelError> {
@@ -153,14 +224,39 @@ impl<B: Backend> Loader<'_, B> {
 
     fn matrix(&self, name: &str) -> Result<Shared<B::Matrix>, ModelError> {
         let t = self.tensor(name)?;
+        let rows = t.shape.first().copied().unwrap_or(0);
+        self.matrix_rows(name, 0..rows)
+    }
+
+    /// Rows `wanted` of matrix `name`, as a matrix of their own.
+    fn matrix_rows(
+        &self,
+        name: &str,
+        wanted: Range<usize>,
+    ) -> Result<Shared<B::Matrix>, ModelError> {
+        let t = self.tensor(name)?;
         let &[rows, cols] = t.shape.as_slice() else {
             return Err(self.bad_shape(name, "a matrix", &t.shape));
         };
-        let key = TensorKey::of(t.dtype, &t.shape, &t.data);
-        let bytes = t.data.len() as u64;
+        let row_bytes = t.data.len() / rows.max(1);
+        let data = t
+            .data
+            .get(wanted.start * row_bytes..wanted.end * row_bytes)
+            .filter(|_| wanted.end <= rows)
+            .ok_or_else(|| {
+                self.bad_shape(
+                    name,
+                    "a matrix holding the rows the config implies",
+                    &t.shape,
+                )
+            })?;
+        let rows = wanted.len();
+        let shape = [rows, cols];
+        let key = TensorKey::of(t.dtype, &shape, data);
+        let bytes = data.len() as u64;
         let (matrix, shared) = self.store.matrix(key, bytes, || {
             // Copied out of the mapping: the store owns resident bytes.
-            let data = Bytes::copy_from_slice(&t.data);
+            let data = Bytes::copy_from_slice(data);
             let view = WeightView::new(t.dtype, rows, cols, data)
                 .map_err(|source| self.kernel_error(name, source))?;
             self.backend
@@ -171,17 +267,33 @@ impl<B: Backend> Loader<'_, B> {
         Ok(matrix)
     }
 
+    /// A norm weight, with the family's offset added (see
+    /// [`crate::model::config::FamilyTraits::norm_offset`]).
+    fn norm(&self, name: &str) -> Result<Shared<B::Vector>, ModelError> {
+        self.vector_plus(name, self.checkpoint.config.traits.norm_offset)
+    }
+
     fn vector(&self, name: &str) -> Result<Shared<B::Vector>, ModelError> {
+        self.vector_plus(name, 0.0)
+    }
+
+    /// Vector `name` with `offset` added to every value.
+    fn vector_plus(&self, name: &str, offset: f32) -> Result<Shared<B::Vector>, ModelError> {
         let t = self.tensor(name)?;
         let &[len] = t.shape.as_slice() else {
             return Err(self.bad_shape(name, "a vector", &t.shape));
         };
-        let key = TensorKey::of(t.dtype, &t.shape, &t.data);
+        // The offset is part of the key: the same bytes with and without
+        // it are different vectors.
+        let key = TensorKey::of(t.dtype, &t.shape, &t.data).offset_by(offset);
         let bytes = (len * std::mem::size_of::<f32>()) as u64;
         let (vector, shared) = self.store.vector(key, bytes, || {
             let mut values = vec![0.0f32; len];
             dequantize_row(t.dtype, &t.data, &mut values)
                 .map_err(|source| self.kernel_error(name, source))?;
+            if offset != 0.0 {
+                values.iter_mut().for_each(|v| *v += offset);
+            }
             self.backend
                 .vector(&values)
                 .map_err(|source| self.kernel_error(name, source))

@@ -43,6 +43,10 @@ pub struct VersionStatus {
     pub load_ms: Option<f64>,
     /// Why the last load failed, if it did.
     pub last_error: Option<String>,
+    /// The model family (`llama`, `gemma3`, ...), once loaded.
+    pub family: Option<String>,
+    /// Its tensor types (`Q4_K_M: Q5_0 81, Q4_K 27, ...`), once loaded.
+    pub quant_mix: Option<String>,
 }
 
 /// One model and its versions.

@@ -647,7 +647,16 @@ fn version_status<B: Backend>(model: &Model<B>, slot: &Slot<B>) -> VersionStatus
         State::Loading => (Tier::Loading, slot.disk_bytes, 0, 0, 0, None),
         State::Disk => (Tier::Disk, slot.disk_bytes, 0, 0, 0, None),
     };
+    let (family, quant_mix) = match &slot.state {
+        State::Resident(h) => (
+            Some(h.model.config().architecture.name().to_string()),
+            h.quant_mix.clone(),
+        ),
+        _ => (None, None),
+    };
     VersionStatus {
+        family,
+        quant_mix,
         version: slot.version.clone(),
         path: slot.path.display().to_string(),
         tier,

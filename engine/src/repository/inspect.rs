@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::formats::{load_checkpoint, CheckpointFormat};
+use crate::formats::{load_checkpoint, quant_mix, CheckpointFormat};
 
 /// One version of a model, as found on disk.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -17,8 +17,12 @@ pub struct RepoVersion {
     /// [`crate::formats::load_checkpoint`].
     pub path: PathBuf,
     pub format: CheckpointFormat,
-    /// `llama`, `mistral` or `qwen2`.
+    /// The family: `llama`, `gemma3`, ... (see
+    /// [`crate::model::config::Architecture::name`]).
     pub architecture: String,
+    /// Tensor types: `Q4_K_M: Q5_0 81, Q4_K 27, Q8_0 10, Q6_K 9` (see
+    /// [`crate::formats::quant_mix`]).
+    pub quant_mix: String,
     /// Number of weights (elements of every tensor).
     pub parameters: u64,
     /// Bytes on disk (the GGUF file, or every file of the folder).
@@ -41,6 +45,7 @@ pub(super) fn inspect_version(dir: &Path, version: &str) -> Result<RepoVersion, 
         path,
         format: checkpoint.format,
         architecture: checkpoint.config.architecture.name().to_string(),
+        quant_mix: quant_mix(&checkpoint),
         parameters,
         bytes,
     })

@@ -67,6 +67,9 @@ pub struct ServedCheckpoint<B: Backend> {
     pub template: ChatTemplate,
     pub source: PathBuf,
     pub format: CheckpointFormat,
+    /// Its tensor types (see [`crate::formats::quant_mix`]), when loaded
+    /// from a file.
+    pub quant_mix: Option<String>,
     /// Bytes of its tensors, and how many were shared with other checkpoints.
     pub load_stats: LoadStats,
     /// How long reading, storing and checking it took.
@@ -109,15 +112,16 @@ impl<B: Backend> ServedCheckpoint<B> {
                 CheckpointError::Weights { path, reason }
             })?;
         let format = checkpoint.format;
+        let mix = crate::formats::quant_mix(&checkpoint);
         drop(checkpoint);
         smoke_forward(backend, &model, &tokenizer).map_err(|reason| {
             let (path, reason) = fail(reason);
             CheckpointError::Smoke { path, reason }
         })?;
-        Ok(
-            Self::from_parts(id, model, tokenizer, template, path, format)
-                .with_load(load_stats, started.elapsed()),
-        )
+        let mut served = Self::from_parts(id, model, tokenizer, template, path, format)
+            .with_load(load_stats, started.elapsed());
+        served.quant_mix = Some(mix);
+        Ok(served)
     }
 
     /// A checkpoint from parts already loaded (tests, single-model tools).
@@ -136,6 +140,7 @@ impl<B: Backend> ServedCheckpoint<B> {
             template,
             source: source.to_path_buf(),
             format,
+            quant_mix: None,
             load_stats: LoadStats::default(),
             load_time: Duration::ZERO,
             demand: AtomicUsize::new(0),

@@ -27,6 +27,23 @@ impl TensorKey {
             hash: *blake3::hash(data).as_bytes(),
         }
     }
+
+    /// The key of this tensor with `offset` added to every value (a
+    /// Hugging Face Gemma norm weight, `1 + w`): another tensor, unless
+    /// the offset is 0.
+    pub fn offset_by(self, offset: f32) -> TensorKey {
+        if offset == 0.0 {
+            return self;
+        }
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(&self.hash);
+        hasher.update(b"+offset");
+        hasher.update(&offset.to_le_bytes());
+        TensorKey {
+            hash: *hasher.finalize().as_bytes(),
+            ..self
+        }
+    }
 }
 
 /// Bytes and tensors held by a store right now.

@@ -114,6 +114,31 @@ fn write_model_metadata(w: &mut GgufWriter, spec: &SyntheticSpec, config: &Model
     for (key, value) in entries {
         w.add_metadata(format!("{arch}.{key}"), value);
     }
+    let t = &config.traits;
+    if let Some(window) = t.sliding_window {
+        w.add_metadata(format!("{arch}.attention.sliding_window"), u32_of(window));
+    }
+    if config.architecture.is_gemma() {
+        w.add_metadata(
+            format!("{arch}.attention.sliding_window_pattern"),
+            u32_of(t.swa_pattern),
+        );
+    }
+    if let Some(cap) = t.attn_softcap {
+        w.add_metadata(
+            format!("{arch}.attention.logit_softcapping"),
+            MetaValue::F32(cap),
+        );
+    }
+    if let Some(cap) = t.final_softcap {
+        w.add_metadata(
+            format!("{arch}.final_logit_softcapping"),
+            MetaValue::F32(cap),
+        );
+    }
+    if let Some(theta) = t.rope_local_theta {
+        w.add_metadata(format!("{arch}.rope.freq_base_swa"), MetaValue::F32(theta));
+    }
     if let RopeScaling::Llama3 {
         original_context_length,
         ..

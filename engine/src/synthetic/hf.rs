@@ -50,8 +50,15 @@ pub fn write_safetensors(
 
     let mut tensors = Vec::new();
     for t in synthetic_tensors(&config, spec.seed) {
-        let name = hf_name(&t.name).unwrap_or(t.name);
-        let bytes = quantize(spec.dtype, &t.values).map_err(|e| unwritable(e.to_string()))?;
+        // Hugging Face Gemma stores norm weights as `w` for a scale of `1 + w`.
+        let offset = config.traits.norm_offset;
+        let values: Vec<f32> = if offset != 0.0 && t.name.ends_with("norm.weight") {
+            t.values.iter().map(|v| v - offset).collect()
+        } else {
+            t.values
+        };
+        let name = hf_name(&t.name, config.architecture).unwrap_or(t.name);
+        let bytes = quantize(spec.dtype, &values).map_err(|e| unwritable(e.to_string()))?;
         tensors.push((name, t.shape, bytes));
     }
     let shards = shards.clamp(1, tensors.len().max(1));
@@ -110,7 +117,12 @@ fn config_json(config: &ModelConfig, vocab: &SyntheticVocab, dtype: DType) -> Va
         Architecture::Llama => ("llama", "LlamaForCausalLM"),
         Architecture::Mistral => ("mistral", "MistralForCausalLM"),
         Architecture::Qwen2 => ("qwen2", "Qwen2ForCausalLM"),
+        Architecture::Qwen3 => ("qwen3", "Qwen3ForCausalLM"),
+        Architecture::Gemma2 => ("gemma2", "Gemma2ForCausalLM"),
+        Architecture::Gemma3 => ("gemma3_text", "Gemma3ForCausalLM"),
+        Architecture::Phi3 => ("phi3", "Phi3ForCausalLM"),
     };
+    let t = &config.traits;
     let rope_scaling = match config.rope_scaling {
         RopeScaling::None => Value::Null,
         RopeScaling::Linear { factor } => json!({ "rope_type": "linear", "factor": factor }),
@@ -127,7 +139,7 @@ fn config_json(config: &ModelConfig, vocab: &SyntheticVocab, dtype: DType) -> Va
             "original_max_position_embeddings": original_context_length,
         }),
     };
-    json!({
+    let mut value = json!({
         "architectures": [class],
         "model_type": model_type,
         "vocab_size": config.vocab_size,
@@ -151,7 +163,22 @@ fn config_json(config: &ModelConfig, vocab: &SyntheticVocab, dtype: DType) -> Va
             DType::BF16 => "bfloat16",
             _ => "float32",
         },
-    })
+    });
+    if let Some(map) = value.as_object_mut() {
+        if config.architecture.is_gemma() {
+            map.insert("hidden_activation".into(), json!("gelu_pytorch_tanh"));
+            let scale = t.attn_scale.unwrap_or(1.0);
+            map.insert("query_pre_attn_scalar".into(), json!(1.0 / (scale * scale)));
+            map.insert("attn_logit_softcapping".into(), json!(t.attn_softcap));
+            map.insert("final_logit_softcapping".into(), json!(t.final_softcap));
+            map.insert("sliding_window_pattern".into(), json!(t.swa_pattern));
+            if let Some(theta) = t.rope_local_theta {
+                map.insert("rope_local_base_freq".into(), json!(theta));
+            }
+        }
+        map.insert("sliding_window".into(), json!(t.sliding_window));
+    }
+    value
 }
 
 /// The `tokenizer.json` of a synthetic vocabulary (Hugging Face

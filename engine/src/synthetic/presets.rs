@@ -3,7 +3,7 @@
 use switchyard_kernels::RopeStyle;
 
 use crate::formats::CheckpointFormat;
-use crate::model::config::{Architecture, ModelConfig, RopeScaling};
+use crate::model::config::{Activation, Architecture, FamilyTraits, ModelConfig, RopeScaling};
 
 /// A family of synthetic model. All share small dimensions that every
 /// tensor type can hold (rows of 256 elements, the K-quant block), and
@@ -22,17 +22,31 @@ pub enum Preset {
     Mistral,
     /// Qwen2 style: GQA, biases on Q, K and V, Neox rope even in GGUF.
     Qwen2,
+    /// Qwen3 style: per-head query and key norms, no biases.
+    Qwen3,
+    /// Gemma 2 style: √d embeddings, post norms, GeGLU, local and global
+    /// layers alternating (a window of 16), soft-capped scores and logits.
+    Gemma2,
+    /// Gemma 3 style: query/key norms, a local layer (window 16, RoPE base
+    /// 10 000) then a global one (base 1 000 000).
+    Gemma3,
+    /// Phi-3 style: fused QKV and gate/up, a sliding window of 24.
+    Phi3,
 }
 
 impl Preset {
     /// Every preset, for tests.
-    pub const ALL: [Preset; 6] = [
+    pub const ALL: [Preset; 10] = [
         Preset::Llama,
         Preset::Llama3,
         Preset::Smollm2,
         Preset::Tinyllama,
         Preset::Mistral,
         Preset::Qwen2,
+        Preset::Qwen3,
+        Preset::Gemma2,
+        Preset::Gemma3,
+        Preset::Phi3,
     ];
 
     /// The command-line name.
@@ -44,6 +58,10 @@ impl Preset {
             Preset::Tinyllama => "tinyllama",
             Preset::Mistral => "mistral",
             Preset::Qwen2 => "qwen2",
+            Preset::Qwen3 => "qwen3",
+            Preset::Gemma2 => "gemma2",
+            Preset::Gemma3 => "gemma3",
+            Preset::Phi3 => "phi3",
         }
     }
 
@@ -59,6 +77,10 @@ impl Preset {
         match self {
             Preset::Mistral => Architecture::Mistral,
             Preset::Qwen2 => Architecture::Qwen2,
+            Preset::Qwen3 => Architecture::Qwen3,
+            Preset::Gemma2 => Architecture::Gemma2,
+            Preset::Gemma3 => Architecture::Gemma3,
+            Preset::Phi3 => Architecture::Phi3,
             _ => Architecture::Llama,
         }
     }
@@ -67,8 +89,12 @@ impl Preset {
     /// models as `llama`, and so do we, so llama.cpp can read our files.
     pub const fn gguf_architecture(self) -> Architecture {
         match self {
-            Preset::Qwen2 => Architecture::Qwen2,
-            _ => Architecture::Llama,
+            Preset::Llama
+            | Preset::Llama3
+            | Preset::Smollm2
+            | Preset::Tinyllama
+            | Preset::Mistral => Architecture::Llama,
+            _ => self.hf_architecture(),
         }
     }
 
@@ -80,14 +106,17 @@ impl Preset {
             Preset::Smollm2 => (2, 100_000.0, 1e-5),
             Preset::Tinyllama => (1, 10_000.0, 1e-5),
             Preset::Mistral => (2, 1_000_000.0, 1e-5),
-            Preset::Qwen2 => (2, 1_000_000.0, 1e-6),
+            Preset::Qwen2 | Preset::Qwen3 => (2, 1_000_000.0, 1e-6),
+            Preset::Gemma2 => (2, 10_000.0, 1e-6),
+            Preset::Gemma3 => (1, 1_000_000.0, 1e-6),
+            Preset::Phi3 => (4, 10_000.0, 1e-5),
         };
         let (architecture, rope_style) = match format {
             CheckpointFormat::Gguf => (
                 self.gguf_architecture(),
-                match self {
-                    Preset::Qwen2 => RopeStyle::Neox,
-                    _ => RopeStyle::Interleaved,
+                match self.gguf_architecture() {
+                    Architecture::Llama => RopeStyle::Interleaved,
+                    _ => RopeStyle::Neox,
                 },
             ),
             CheckpointFormat::Safetensors => (self.hf_architecture(), RopeStyle::Neox),
@@ -116,8 +145,49 @@ impl Preset {
                 _ => RopeScaling::None,
             },
             rope_style,
-            tied_embeddings: self == Preset::Smollm2,
+            tied_embeddings: matches!(self, Preset::Smollm2 | Preset::Gemma2 | Preset::Gemma3),
             qkv_bias: self == Preset::Qwen2,
+            traits: self.traits(format),
+        }
+    }
+
+    /// What the family changes, as a loader reads it back from `format`.
+    fn traits(self, format: CheckpointFormat) -> FamilyTraits {
+        let base = FamilyTraits::default();
+        let gemma = |gemma3: bool| FamilyTraits {
+            activation: Activation::GeluTanh,
+            embed_scale: Some(16.0),
+            post_norms: true,
+            qk_norm: gemma3,
+            attn_scale: Some(0.125),
+            // Small caps, so that capping changes the numbers.
+            attn_softcap: (!gemma3).then_some(5.0),
+            final_softcap: (!gemma3).then_some(5.0),
+            sliding_window: Some(16),
+            swa_pattern: 2,
+            rope_local_theta: gemma3.then_some(10_000.0),
+            norm_offset: if format == CheckpointFormat::Safetensors {
+                1.0
+            } else {
+                0.0
+            },
+        };
+        match self {
+            Preset::Mistral if format == CheckpointFormat::Safetensors => FamilyTraits {
+                sliding_window: Some(24),
+                ..base
+            },
+            Preset::Qwen3 => FamilyTraits {
+                qk_norm: true,
+                ..base
+            },
+            Preset::Gemma2 => gemma(false),
+            Preset::Gemma3 => gemma(true),
+            Preset::Phi3 => FamilyTraits {
+                sliding_window: Some(24),
+                ..base
+            },
+            _ => base,
         }
     }
 }

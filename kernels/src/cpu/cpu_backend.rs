@@ -12,7 +12,7 @@ use super::packed::{self, PackedRows};
 use super::tensors::{CpuActivations, CpuMatrix, CpuVector};
 use super::threads::ThreadPool;
 use super::weight_arena::WeightArena;
-use super::{elementwise, matmul, norm, rope, row_copy, Isa};
+use super::{activation, elementwise, matmul, norm, rope, row_copy, Isa};
 use crate::{
     AttentionRows, AttentionShape, Backend, KernelError, MatmulInput, MatmulProduct, RopeStyle,
     WeightView,
@@ -147,6 +147,18 @@ impl Backend for CpuBackend {
         capacity: usize,
     ) -> Result<CpuKvCache, KernelError> {
         CpuKvCache::new(layers, n_kv_heads, head_dim, capacity)
+    }
+
+    /// Windowed layers keep a ring of a little more than their window.
+    fn kv_cache_windowed(
+        &self,
+        layers: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+        capacity: usize,
+        windows: &[Option<usize>],
+    ) -> Result<CpuKvCache, KernelError> {
+        CpuKvCache::windowed(layers, n_kv_heads, head_dim, capacity, windows)
     }
 
     fn embed(
@@ -308,6 +320,29 @@ impl Backend for CpuBackend {
 
     fn silu_mul(&self, gate: &mut CpuActivations, up: &CpuActivations) -> Result<(), KernelError> {
         elementwise::silu_mul(&self.pool, self.isa, gate, up)
+    }
+
+    fn gelu_mul(&self, gate: &mut CpuActivations, up: &CpuActivations) -> Result<(), KernelError> {
+        activation::gelu_mul(&self.pool, gate, up)
+    }
+
+    fn scale(&self, x: &mut CpuActivations, factor: f32) -> Result<(), KernelError> {
+        activation::map(&self.pool, x, |v| v * factor);
+        Ok(())
+    }
+
+    fn softcap(&self, x: &mut CpuActivations, cap: f32) -> Result<(), KernelError> {
+        activation::map(&self.pool, x, |v| cap * (v / cap).tanh());
+        Ok(())
+    }
+
+    fn rms_norm_heads(
+        &self,
+        x: &mut CpuActivations,
+        weight: &CpuVector,
+        eps: f32,
+    ) -> Result<(), KernelError> {
+        norm::rms_norm_heads(&self.pool, x, &weight.values, eps)
     }
 
     fn add(&self, x: &mut CpuActivations, y: &CpuActivations) -> Result<(), KernelError> {

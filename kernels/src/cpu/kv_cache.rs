@@ -1,20 +1,36 @@
 //! Keys and values of one sequence, every layer, f32.
 //!
-//! Values: `[layer][kv_head][position][head_dim]`, one head's values for
+//! Values: `[layer][kv_head][slot][head_dim]`, one head's values for
 //! consecutive positions contiguous, the order the weighted sum reads them.
 //! Keys: `[layer][kv_head][tile][head_dim][16]`, tiles of [`KEY_TILE`]
 //! positions stored dimension-major, so that attention takes sixteen
 //! scores at once with one multiply-add per dimension and no horizontal
-//! sum (see `attention::scores`). Capacity is fixed at creation (rounded
-//! up to whole tiles for keys); memory is zero-filled lazily by the
+//! sum (see `attention::scores`). Memory is zero-filled lazily by the
 //! allocator, so a large capacity costs address space, not RAM, until
 //! used.
+//!
+//! A layer with a sliding window (Gemma's local layers, Mistral) keeps only
+//! a ring of slots a little larger than its window: position `p` lives in
+//! slot `p % ring`, so a long context costs those layers window-sized
+//! memory. The ring is a multiple of the attention's key block, so a block
+//! of positions maps onto one contiguous run of slots; it exceeds the
+//! window so that a prompt chunk's rows, written before they are read,
+//! never overwrite a key an earlier row of the chunk still needs (see
+//! [`CpuKvCache::piece_rows`]).
 
 use super::disjoint::DisjointSlice;
 use crate::KernelError;
 
 /// Positions per key tile: the sixteen f32 lanes of a zmm.
 pub(crate) const KEY_TILE: usize = 16;
+
+/// A ring is a multiple of this many slots: the attention's key block
+/// (`attention::stream::KEY_BLOCK`), so blocks never wrap.
+pub(crate) const RING_ALIGN: usize = 2 * KEY_TILE;
+
+/// Slots a ring holds beyond its window: a prompt chunk writes this many
+/// rows (plus one) at a time in a windowed layer.
+pub(crate) const RING_SLACK: usize = 128;
 
 /// A sequence's KV cache for the CPU backend.
 #[derive(Clone, Debug)]
@@ -23,8 +39,14 @@ pub struct CpuKvCache {
     n_kv_heads: usize,
     head_dim: usize,
     capacity: usize,
-    /// `capacity` rounded up to whole key tiles.
-    key_capacity: usize,
+    /// Slots per layer: `capacity` rounded up to whole key tiles, or a
+    /// windowed layer's ring when that is smaller.
+    slots: Vec<usize>,
+    /// Per layer, its sliding window (positions a row sees, itself
+    /// included), if any.
+    windows: Vec<Option<usize>>,
+    /// Where each layer's keys and values start (in f32s).
+    bases: Vec<usize>,
     keys: Vec<f32>,
     values: Vec<f32>,
     /// Per layer, positions `0..filled` hold written entries.
@@ -38,13 +60,38 @@ impl CpuKvCache {
         head_dim: usize,
         capacity: usize,
     ) -> Result<Self, KernelError> {
-        let key_capacity = capacity.div_ceil(KEY_TILE) * KEY_TILE;
-        let per_position = layers
-            .checked_mul(n_kv_heads)
-            .and_then(|v| v.checked_mul(head_dim));
-        // Keys take at least the values' room: checking them covers both.
-        let key_len = per_position
-            .and_then(|v| v.checked_mul(key_capacity))
+        Self::windowed(layers, n_kv_heads, head_dim, capacity, &[])
+    }
+
+    /// A cache whose layer `l` keeps a ring for `windows[l]` when that is
+    /// `Some` (layers past `windows` keep every position).
+    pub(crate) fn windowed(
+        layers: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+        capacity: usize,
+        windows: &[Option<usize>],
+    ) -> Result<Self, KernelError> {
+        let full = capacity.div_ceil(KEY_TILE) * KEY_TILE;
+        let window_of = |l: usize| windows.get(l).copied().flatten().filter(|w| *w > 0);
+        let slots: Vec<usize> = (0..layers)
+            .map(|l| match window_of(l) {
+                Some(w) => {
+                    let ring = w.saturating_add(RING_SLACK).div_ceil(RING_ALIGN) * RING_ALIGN;
+                    ring.min(full)
+                }
+                None => full,
+            })
+            .collect();
+        let per_slot = n_kv_heads.checked_mul(head_dim);
+        let mut bases = Vec::with_capacity(layers + 1);
+        let mut total = Some(0usize);
+        for s in &slots {
+            bases.push(total.unwrap_or_default());
+            total = total.and_then(|t| t.checked_add(per_slot?.checked_mul(*s)?));
+        }
+        // Keys and values each take `total` floats.
+        let total = total
             .filter(|len| {
                 len.checked_mul(8)
                     .is_some_and(|bytes| bytes <= isize::MAX as usize)
@@ -61,11 +108,38 @@ impl CpuKvCache {
             n_kv_heads,
             head_dim,
             capacity,
-            key_capacity,
-            keys: vec![0.0; key_len],
-            values: vec![0.0; per_position.unwrap_or_default() * capacity],
+            windows: (0..layers).map(window_of).collect(),
+            slots,
+            bases,
+            keys: vec![0.0; total],
+            values: vec![0.0; total],
             filled: vec![0; layers],
         })
+    }
+
+    /// Rows of one prompt chunk that layer `layer` can take in one go: a
+    /// windowed layer's ring holds the window plus this many rows less one,
+    /// so writing them before reading overwrites nothing still needed.
+    pub(crate) fn piece_rows(&self, layer: usize) -> usize {
+        match (
+            self.windows.get(layer).copied().flatten(),
+            self.slots.get(layer),
+        ) {
+            (Some(w), Some(&slots)) if slots < self.capacity => {
+                (slots + 1).saturating_sub(w).max(1)
+            }
+            _ => usize::MAX,
+        }
+    }
+
+    /// Layer `layer`'s sliding window, if it has one.
+    pub(crate) fn window(&self, layer: usize) -> Option<usize> {
+        self.windows.get(layer).copied().flatten()
+    }
+
+    /// f32s of keys (and of values) the cache holds, every layer.
+    pub fn floats(&self) -> usize {
+        self.keys.len()
     }
 
     /// Positions the cache can hold.
@@ -100,15 +174,10 @@ impl CpuKvCache {
         self.filled.iter_mut().for_each(|f| *f = 0);
     }
 
-    #[cfg(test)]
-    fn offset(&self, layer: usize, head: usize, position: usize) -> usize {
-        ((layer * self.n_kv_heads + head) * self.capacity + position) * self.head_dim
-    }
-
-    /// Where `head`'s key tiles of `layer` start.
+    /// Where `head`'s values (and key tiles) of `layer` start.
     #[cfg(test)]
     fn key_base(&self, layer: usize, head: usize) -> usize {
-        (layer * self.n_kv_heads + head) * self.key_capacity * self.head_dim
+        self.bases[layer] + head * self.slots[layer] * self.head_dim
     }
 
     /// Stores `key` and `value` (each `n_kv_heads × head_dim`) at
@@ -127,17 +196,15 @@ impl CpuKvCache {
     /// Layer `layer`'s keys and values as one view whose KV heads tasks of
     /// one job can write and read apart (see [`LayerHeads`]).
     pub(crate) fn layer_heads(&mut self, layer: usize) -> LayerHeads<'_> {
-        let key_len = self.n_kv_heads * self.key_capacity * self.head_dim;
-        let value_len = self.n_kv_heads * self.capacity * self.head_dim;
+        let slots = self.slots.get(layer).copied().unwrap_or(0);
+        let len = self.n_kv_heads * slots * self.head_dim;
+        let base = self.bases.get(layer).copied().unwrap_or(0);
         LayerHeads {
-            keys: DisjointSlice::new(&mut self.keys[layer * key_len..(layer + 1) * key_len]),
-            values: DisjointSlice::new(
-                &mut self.values[layer * value_len..(layer + 1) * value_len],
-            ),
+            keys: DisjointSlice::new(&mut self.keys[base..base + len]),
+            values: DisjointSlice::new(&mut self.values[base..base + len]),
             n_kv_heads: self.n_kv_heads,
             head_dim: self.head_dim,
-            capacity: self.capacity,
-            key_capacity: self.key_capacity,
+            slots,
         }
     }
 
@@ -152,7 +219,8 @@ impl CpuKvCache {
     /// `head`'s key at `position` of `layer`, gathered out of its tile.
     #[cfg(test)]
     pub(crate) fn key(&self, layer: usize, head: usize, position: usize) -> Vec<f32> {
-        let (tile, lane) = (position / KEY_TILE, position % KEY_TILE);
+        let slot = position % self.slots[layer];
+        let (tile, lane) = (slot / KEY_TILE, slot % KEY_TILE);
         let at = self.key_base(layer, head) + tile * KEY_TILE * self.head_dim + lane;
         (0..self.head_dim)
             .map(|d| self.keys[at + d * KEY_TILE])
@@ -163,7 +231,7 @@ impl CpuKvCache {
     /// position.
     #[cfg(test)]
     pub(crate) fn values(&self, layer: usize, head: usize, count: usize) -> &[f32] {
-        let at = self.offset(layer, head, 0);
+        let at = self.key_base(layer, head);
         &self.values[at..at + count * self.head_dim]
     }
 }
@@ -177,27 +245,32 @@ pub(crate) struct LayerHeads<'a> {
     values: DisjointSlice<'a, f32>,
     n_kv_heads: usize,
     head_dim: usize,
-    capacity: usize,
-    key_capacity: usize,
+    /// Slots per head: position `p` lives in slot `p % slots`.
+    slots: usize,
 }
 
 impl LayerHeads<'_> {
+    /// Slots per head (a windowed layer's ring, else the whole capacity).
+    pub(crate) fn slots(&self) -> usize {
+        self.slots
+    }
+
     /// Stores `head`'s `key` and `value` (`head_dim` each) at `position`
-    /// (below the capacity: the caller checked bounds).
+    /// (below the capacity: the caller checked bounds), in its slot.
     ///
     /// # Safety
     /// No other thread may read or write `head` of this layer meanwhile.
     pub(crate) unsafe fn write(&self, head: usize, position: usize, key: &[f32], value: &[f32]) {
         let hd = self.head_dim;
-        let (tile, lane) = (position / KEY_TILE, position % KEY_TILE);
-        let tile_at = (head * self.key_capacity + tile * KEY_TILE) * hd;
+        let slot = position % self.slots.max(1);
+        let (tile, lane) = (slot / KEY_TILE, slot % KEY_TILE);
+        let tile_at = (head * self.slots + tile * KEY_TILE) * hd;
         // SAFETY: the tile and the value row belong to `head`, which the
         // caller holds alone.
         let (tile, row) = unsafe {
             (
                 self.keys.range(tile_at, KEY_TILE * hd),
-                self.values
-                    .range((head * self.capacity + position) * hd, hd),
+                self.values.range((head * self.slots + slot) * hd, hd),
             )
         };
         for (d, k) in key.iter().enumerate() {
@@ -206,9 +279,9 @@ impl LayerHeads<'_> {
         row.copy_from_slice(value);
     }
 
-    /// `head`'s key tiles covering positions `0..count`: `KEY_TILE ·
-    /// head_dim` floats per tile; lanes past `count` in the last tile are
-    /// stale or zero.
+    /// `head`'s key tiles covering slots `0..count` (`count` at most the
+    /// slots): `KEY_TILE · head_dim` floats per tile; lanes past `count` in
+    /// the last tile are stale or zero.
     ///
     /// # Safety
     /// No thread may write `head` of this layer while the borrow lives.
@@ -217,19 +290,19 @@ impl LayerHeads<'_> {
         // SAFETY: the caller's promise.
         unsafe {
             self.keys.get(
-                head * self.key_capacity * hd,
+                head * self.slots * hd,
                 count.div_ceil(KEY_TILE) * KEY_TILE * hd,
             )
         }
     }
 
-    /// `head`'s values for positions `0..count`.
+    /// `head`'s values for slots `0..count`.
     ///
     /// # Safety
     /// As for [`LayerHeads::key_tiles`].
     pub(crate) unsafe fn values(&self, head: usize, count: usize) -> &[f32] {
         let hd = self.head_dim;
         // SAFETY: the caller's promise.
-        unsafe { self.values.get(head * self.capacity * hd, count * hd) }
+        unsafe { self.values.get(head * self.slots * hd, count * hd) }
     }
 }

@@ -11,6 +11,7 @@
 //! `SWITCHYARD_ISA` also accepts `neon` on aarch64 (per-row Q8_0/Q4_0/Q4_1
 //! dot products).
 
+mod activation;
 mod attention;
 mod blocks;
 pub(crate) mod blocks_iq4;

@@ -68,3 +68,35 @@ pub(crate) fn rms_norm_row(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32])
         *o = w * (v * inv);
     }
 }
+
+/// Normalizes each `weight.len()`-wide head of every row of `x` in place
+/// (per-head query and key norms), as [`rms_norm_row`] does a row.
+pub(crate) fn rms_norm_heads(
+    pool: &ThreadPool,
+    x: &mut CpuActivations,
+    weight: &[f32],
+    eps: f32,
+) -> Result<(), KernelError> {
+    let width = weight.len();
+    if width == 0 || !x.cols.is_multiple_of(width) {
+        return Err(KernelError::Shape {
+            op: "rms_norm_heads",
+            detail: format!(
+                "x is {}, heads of {width}; the width must be whole heads",
+                x.shape()
+            ),
+        });
+    }
+    let heads = x.rows * (x.cols / width);
+    let data = DisjointSlice::new(&mut x.data);
+    pool.for_each_range(heads, ROWS_PER_TASK * 4, &|range| {
+        let mut input = vec![0.0f32; width];
+        for head in range {
+            // SAFETY: each head belongs to exactly one task.
+            let h = unsafe { data.range(head * width, width) };
+            input.copy_from_slice(h);
+            rms_norm_row(&input, weight, eps, h);
+        }
+    });
+    Ok(())
+}

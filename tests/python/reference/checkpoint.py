@@ -8,6 +8,7 @@ here. Tensor names are normalised to GGUF's, matrices are `[rows, cols]`.
 from __future__ import annotations
 
 import json
+import math
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,10 @@ from pathlib import Path
 import numpy as np
 import gguf
 
-QUANTIZED = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS"}
+QUANTIZED = {
+    "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+    "IQ4_NL", "IQ4_XS",
+}
 
 
 @dataclass
@@ -33,6 +37,24 @@ class Config:
     rope_style: str  # "interleaved" or "neox"
     scaling: dict | None
     context: int
+    # Family traits (defaults: Llama's block).
+    gelu: bool = False  # GeGLU (tanh GELU) instead of SwiGLU
+    embed_scale: float | None = None  # Gemma: sqrt(hidden)
+    post_norms: bool = False  # Gemma: norms after attention and MLP
+    qk_norm: bool = False  # Qwen3, Gemma 3: per-head query/key RMSNorm
+    attn_scale: float | None = None  # None: 1/sqrt(head_dim)
+    attn_softcap: float | None = None
+    final_softcap: float | None = None
+    window: int | None = None  # sliding window (positions seen, self included)
+    swa_pattern: int = 0  # layer i local unless i % n == n - 1; 0: all local
+    local_theta: float | None = None  # Gemma 3 local layers' RoPE base
+    norm_offset: float = 0.0  # Hugging Face Gemma: norms scale by 1 + w
+
+    def local(self, layer: int) -> bool:
+        if self.window is None:
+            return False
+        n = self.swa_pattern
+        return n == 0 or layer % n != n - 1
 
 
 @dataclass
@@ -69,6 +91,27 @@ def _load_gguf(path: Path) -> Checkpoint:
     scaling = None
     if field(f"{arch}.rope.scaling.type") == "linear":
         scaling = {"type": "linear", "factor": float(field(f"{arch}.rope.scaling.factor"))}
+    head_dim = int(field(f"{arch}.attention.key_length", hidden // heads))
+    layers = int(field(f"{arch}.block_count"))
+    window = field(f"{arch}.attention.sliding_window")
+    traits = dict(window=int(window) if window else None)
+    if arch == "qwen3":
+        traits = dict(qk_norm=True)
+    if arch in ("gemma2", "gemma3"):
+        g3 = arch == "gemma3"
+        # llama.cpp: 1/sqrt(head_dim), or 1/sqrt(hidden/heads) for the 27B models.
+        big = layers == (62 if g3 else 46)
+        traits.update(
+            gelu=True,
+            embed_scale=math.sqrt(hidden),
+            post_norms=True,
+            qk_norm=g3,
+            attn_scale=1.0 / math.sqrt(hidden // heads if big else head_dim),
+            attn_softcap=field(f"{arch}.attention.logit_softcapping"),
+            final_softcap=field(f"{arch}.final_logit_softcapping"),
+            swa_pattern=int(field(f"{arch}.attention.sliding_window_pattern", 6 if g3 else 2)),
+            local_theta=float(field(f"{arch}.rope.freq_base_swa", 10000.0)) if g3 else None,
+        )
     config = Config(
         arch=arch,
         vocab=tensors["token_embd.weight"].shape[0],
@@ -77,14 +120,15 @@ def _load_gguf(path: Path) -> Checkpoint:
         layers=int(field(f"{arch}.block_count")),
         heads=heads,
         kv_heads=int(field(f"{arch}.attention.head_count_kv", heads)),
-        head_dim=int(field(f"{arch}.attention.key_length", hidden // heads)),
+        head_dim=head_dim,
         eps=float(field(f"{arch}.attention.layer_norm_rms_epsilon")),
         theta=float(field(f"{arch}.rope.freq_base", 10000.0)),
-        # llama.cpp's converter permutes Llama Q/K into interleaved pairs;
-        # Qwen2 keeps Hugging Face's halves.
-        rope_style="neox" if arch == "qwen2" else "interleaved",
+        # llama.cpp's converter permutes Llama/Mistral Q/K into interleaved
+        # pairs; the other families keep Hugging Face's halves.
+        rope_style="interleaved" if arch in ("llama", "mistral") else "neox",
         scaling=scaling,
         context=int(field(f"{arch}.context_length")),
+        **traits,
     )
     return Checkpoint(config, tensors, types)
 
@@ -99,21 +143,34 @@ HF_LAYER_NAMES = {
     "self_attn.k_proj": "attn_k",
     "self_attn.v_proj": "attn_v",
     "self_attn.o_proj": "attn_output",
+    "self_attn.q_norm": "attn_q_norm",
+    "self_attn.k_norm": "attn_k_norm",
+    "self_attn.qkv_proj": "attn_qkv",
     "input_layernorm": "attn_norm",
     "post_attention_layernorm": "ffn_norm",
     "mlp.gate_proj": "ffn_gate",
     "mlp.up_proj": "ffn_up",
+    "mlp.gate_up_proj": "ffn_up",
     "mlp.down_proj": "ffn_down",
+}
+# Gemma names its MLP input norm `pre_feedforward_layernorm` and has a norm
+# after attention under Llama's name for that one.
+GEMMA_LAYER_NAMES = {
+    **HF_LAYER_NAMES,
+    "post_attention_layernorm": "post_attention_norm",
+    "pre_feedforward_layernorm": "ffn_norm",
+    "post_feedforward_layernorm": "post_ffw_norm",
 }
 
 
-def _gguf_name(hf: str) -> str:
+def _gguf_name(hf: str, gemma: bool = False) -> str:
     if hf in HF_NAMES:
         return HF_NAMES[hf]
     parts = hf.split(".")
     # model.layers.N.<module...>.<weight|bias>
     layer, module, kind = parts[2], ".".join(parts[3:-1]), parts[-1]
-    return f"blk.{layer}.{HF_LAYER_NAMES[module]}.{kind}"
+    names = GEMMA_LAYER_NAMES if gemma else HF_LAYER_NAMES
+    return f"blk.{layer}.{names[module]}.{kind}"
 
 
 def _read_safetensors(path: Path) -> dict[str, tuple[str, np.ndarray]]:
@@ -149,11 +206,34 @@ def _load_hf(folder: Path) -> Checkpoint:
         else ["model.safetensors"]
     )
     tensors, types = {}, {}
+    arch = cfg["model_type"]
+    gemma = arch in ("gemma2", "gemma3_text")
     for f in files:
         for name, (dtype, values) in _read_safetensors(folder / f).items():
-            tensors[_gguf_name(name)] = values
-            types[_gguf_name(name)] = dtype
+            tensors[_gguf_name(name, gemma)] = values
+            types[_gguf_name(name, gemma)] = dtype
     heads = cfg["num_attention_heads"]
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    traits = {}
+    if arch in ("mistral", "phi3"):
+        traits = dict(window=cfg.get("sliding_window"))
+    if arch == "qwen3":
+        traits = dict(qk_norm=True)
+    if gemma:
+        g3 = arch == "gemma3_text"
+        traits = dict(
+            gelu=True,
+            embed_scale=math.sqrt(cfg["hidden_size"]),
+            post_norms=True,
+            qk_norm=g3,
+            attn_scale=cfg.get("query_pre_attn_scalar", head_dim) ** -0.5,
+            attn_softcap=cfg.get("attn_logit_softcapping"),
+            final_softcap=cfg.get("final_logit_softcapping"),
+            window=cfg.get("sliding_window"),
+            swa_pattern=cfg.get("sliding_window_pattern", 6 if g3 else 2),
+            local_theta=cfg.get("rope_local_base_freq", 10000.0) if g3 else None,
+            norm_offset=1.0,
+        )
     scaling = cfg.get("rope_scaling")
     if scaling is not None:
         scaling = dict(scaling)
@@ -166,11 +246,12 @@ def _load_hf(folder: Path) -> Checkpoint:
         layers=cfg["num_hidden_layers"],
         heads=heads,
         kv_heads=cfg.get("num_key_value_heads", heads),
-        head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
+        head_dim=head_dim,
         eps=cfg["rms_norm_eps"],
         theta=cfg.get("rope_theta", 10000.0),
         rope_style="neox",  # Hugging Face's rotate_half
         scaling=scaling,
         context=cfg["max_position_embeddings"],
+        **traits,
     )
     return Checkpoint(config, tensors, types)

@@ -28,10 +28,10 @@ def quantize_activations(x: np.ndarray) -> np.ndarray:
     return (q.astype(np.float64) * d.astype(np.float64)).reshape(x.shape)
 
 
-def inv_freq(cfg) -> np.ndarray:
+def inv_freq(cfg, theta=None, scaling=True) -> np.ndarray:
     dims = np.arange(0, cfg.head_dim, 2, dtype=np.float64)
-    freq = 1.0 / (cfg.theta ** (dims / cfg.head_dim))
-    s = cfg.scaling
+    freq = 1.0 / ((theta or cfg.theta) ** (dims / cfg.head_dim))
+    s = cfg.scaling if scaling else None
     if not s or s.get("type") in (None, "default", "none"):
         return freq
     if s["type"] == "linear":
@@ -57,6 +57,8 @@ class Reference:
         self.act_quant = act_quant
         self.w = {k: v.astype(np.float64) for k, v in ckpt.tensors.items()}
         self.freq = inv_freq(self.c)
+        # Gemma 3's local layers: their own base, no scaling.
+        self.local_freq = inv_freq(self.c, self.c.local_theta, scaling=False) if self.c.local_theta else None
         if "rope_freqs.weight" in ckpt.tensors:
             # GGUF Llama 3 files carry their RoPE scaling as per-dimension
             # divisors of the frequency (llama.cpp's `rope_freqs`).
@@ -77,11 +79,13 @@ class Reference:
     def rms_norm(self, x, name):
         x32 = x
         ms = np.mean(x32 * x32, axis=-1, keepdims=True)
-        return x32 / np.sqrt(ms + self.c.eps) * self.w[name]
+        # Hugging Face Gemma stores w and scales by 1 + w.
+        return x32 / np.sqrt(ms + self.c.eps) * (self.w[name] + self.c.norm_offset)
 
-    def rope(self, x, positions):
+    def rope(self, x, positions, freq=None):
         # x: [n, heads, head_dim]
-        ang = positions[:, None].astype(np.float64) * self.freq[None, :]
+        freq = self.freq if freq is None else freq
+        ang = positions[:, None].astype(np.float64) * freq[None, :]
         cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
         out = x.copy()
         half = self.c.head_dim // 2
@@ -95,8 +99,9 @@ class Reference:
             out[..., half:] = a * sin + b * cos
         return out
 
-    def forward(self, tokens: list[int]) -> np.ndarray:
-        """Appends `tokens` to the sequence; returns logits for each of them."""
+    def forward(self, tokens: list[int], from_row: int = 0) -> np.ndarray:
+        """Appends `tokens` to the sequence; returns logits for each of them
+        from row `from_row` on (a 262k vocabulary makes every row costly)."""
         c = self.c
         start = self.k_cache[0].shape[0]
         n = len(tokens)
@@ -104,31 +109,70 @@ class Reference:
         x = self.w["token_embd.weight"][np.asarray(tokens)]
         group = c.heads // c.kv_heads
         mask = positions[:, None] >= np.arange(start + n)[None, :]
+        if c.embed_scale:
+            x = x * c.embed_scale
+        q_width, kv_width = c.heads * c.head_dim, c.kv_heads * c.head_dim
+        distance = positions[:, None] - np.arange(start + n)[None, :]
         for i in range(c.layers):
             p = f"blk.{i}."
             h = self.rms_norm(x, p + "attn_norm.weight")
-            q = self.linear(h, p + "attn_q.weight", p + "attn_q.bias").reshape(n, c.heads, c.head_dim)
-            k = self.linear(h, p + "attn_k.weight", p + "attn_k.bias").reshape(n, c.kv_heads, c.head_dim)
-            v = self.linear(h, p + "attn_v.weight", p + "attn_v.bias").reshape(n, c.kv_heads, c.head_dim)
-            q, k = self.rope(q, positions), self.rope(k, positions)
+            if p + "attn_qkv.weight" in self.w:
+                # Phi-3: Q, K and V rows in one matrix.
+                qkv = self.linear(h, p + "attn_qkv.weight")
+                q, k, v = qkv[:, :q_width], qkv[:, q_width : q_width + kv_width], qkv[:, q_width + kv_width :]
+            else:
+                q = self.linear(h, p + "attn_q.weight", p + "attn_q.bias")
+                k = self.linear(h, p + "attn_k.weight", p + "attn_k.bias")
+                v = self.linear(h, p + "attn_v.weight", p + "attn_v.bias")
+            q = q.reshape(n, c.heads, c.head_dim)
+            k = k.reshape(n, c.kv_heads, c.head_dim)
+            v = v.reshape(n, c.kv_heads, c.head_dim)
+            if c.qk_norm:
+                q = self.rms_norm(q, p + "attn_q_norm.weight")
+                k = self.rms_norm(k, p + "attn_k_norm.weight")
+            local = c.local(i)
+            freq = self.local_freq if (local and self.local_freq is not None) else self.freq
+            q, k = self.rope(q, positions, freq), self.rope(k, positions, freq)
             self.k_cache[i] = np.concatenate([self.k_cache[i], k])
             self.v_cache[i] = np.concatenate([self.v_cache[i], v])
             keys = np.repeat(self.k_cache[i], group, axis=1)  # [t, heads, d]
             vals = np.repeat(self.v_cache[i], group, axis=1)
-            scores = np.einsum("nhd,thd->hnt", q, keys) / math.sqrt(c.head_dim)
-            scores = np.where(mask[None], scores, -np.inf)
+            scale = c.attn_scale if c.attn_scale else 1.0 / math.sqrt(c.head_dim)
+            scores = np.einsum("nhd,thd->hnt", q, keys) * scale
+            if c.attn_softcap:
+                scores = c.attn_softcap * np.tanh(scores / c.attn_softcap)
+            seen = mask & (distance < c.window) if local else mask
+            scores = np.where(seen[None], scores, -np.inf)
             scores -= scores.max(axis=-1, keepdims=True)
             probs = np.exp(scores)
             probs /= probs.sum(axis=-1, keepdims=True)
             attn = np.einsum("hnt,thd->nhd", probs, vals).reshape(n, c.heads * c.head_dim)
-            x = x + self.linear(attn, p + "attn_output.weight")
+            out = self.linear(attn, p + "attn_output.weight")
+            if c.post_norms:
+                out = self.rms_norm(out, p + "post_attention_norm.weight")
+            x = x + out
             h = self.rms_norm(x, p + "ffn_norm.weight")
-            g = self.linear(h, p + "ffn_gate.weight")
-            u = self.linear(h, p + "ffn_up.weight")
-            x = x + self.linear(g / (1.0 + np.exp(-g)) * u, p + "ffn_down.weight")
-        h = self.rms_norm(x, "output_norm.weight")
+            if p + "ffn_gate.weight" in self.w:
+                g = self.linear(h, p + "ffn_gate.weight")
+                u = self.linear(h, p + "ffn_up.weight")
+            else:
+                # Phi-3: gate then up in one matrix.
+                gu = self.linear(h, p + "ffn_up.weight")
+                g, u = gu[:, : c.ffn], gu[:, c.ffn :]
+            if c.gelu:
+                act = 0.5 * g * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (g + 0.044715 * g**3)))
+            else:
+                act = g / (1.0 + np.exp(-g))
+            out = self.linear(act * u, p + "ffn_down.weight")
+            if c.post_norms:
+                out = self.rms_norm(out, p + "post_ffw_norm.weight")
+            x = x + out
+        h = self.rms_norm(x[from_row:], "output_norm.weight")
         head = "output.weight" if "output.weight" in self.w else "token_embd.weight"
-        return self.linear(h, head)
+        logits = self.linear(h, head)
+        if c.final_softcap:
+            logits = c.final_softcap * np.tanh(logits / c.final_softcap)
+        return logits
 
     def greedy(self, prompt: list[int], steps: int) -> tuple[np.ndarray, list[int]]:
         """Prefills `prompt`, then decodes `steps` tokens greedily (EOS ignored).

@@ -5,7 +5,7 @@ use switchyard_kernels::{DType, RopeStyle};
 use super::rope_freqs::llama3_from_divisors;
 use super::GgufFile;
 use crate::formats::FormatError;
-use crate::model::config::{Architecture, ModelConfig, RopeScaling};
+use crate::model::config::{Activation, Architecture, FamilyTraits, ModelConfig, RopeScaling};
 
 /// Reads the model configuration of a GGUF file. Validation against the
 /// tensors happens in [`crate::formats::load_checkpoint`].
@@ -36,12 +36,33 @@ pub fn model_config(file: &GgufFile) -> Result<ModelConfig, FormatError> {
     let vocab_size = token_embd.shape.first().copied().unwrap_or(0);
 
     let rope_scaling = rope_scaling(file, &meta, arch_name, rope_theta, head_dim)?;
+    let n_layers = meta.count(&key("block_count"))?;
+    let traits = family_traits(
+        &meta,
+        architecture,
+        arch_name,
+        hidden_size,
+        n_heads,
+        head_dim,
+        n_layers,
+    )?;
+    if architecture == Architecture::Phi3 && file.tensors().contains_key("rope_factors_long.weight")
+    {
+        return Err(FormatError::BadConfig {
+            path: file.path().to_path_buf(),
+            key: "rope_factors_long.weight".into(),
+            reason: "is present: this Phi-3 file uses LongRoPE (a 128k-context variant), which \
+                     Switchyard does not support; use a 4k-context Phi-3 checkpoint"
+                .into(),
+        });
+    }
+    let intermediate_size = meta.count(&key("feed_forward_length"))?;
     Ok(ModelConfig {
         architecture,
         vocab_size,
         hidden_size,
-        intermediate_size: meta.count(&key("feed_forward_length"))?,
-        n_layers: meta.count(&key("block_count"))?,
+        intermediate_size,
+        n_layers,
         n_heads,
         n_kv_heads,
         head_dim,
@@ -50,14 +71,85 @@ pub fn model_config(file: &GgufFile) -> Result<ModelConfig, FormatError> {
         rope_theta,
         rope_scaling,
         // llama.cpp's converter permutes Llama/Mistral Q and K rows so that
-        // rotary pairs are adjacent; Qwen2 files keep Hugging Face's halves.
+        // rotary pairs are adjacent; the other families keep Hugging Face's
+        // halves.
         rope_style: match architecture {
             Architecture::Llama | Architecture::Mistral => RopeStyle::Interleaved,
-            Architecture::Qwen2 => RopeStyle::Neox,
+            _ => RopeStyle::Neox,
         },
         tied_embeddings: !file.tensors().contains_key("output.weight"),
         qkv_bias: file.tensors().contains_key("blk.0.attn_q.bias"),
+        traits,
     })
+}
+
+/// The family's traits from GGUF metadata and llama.cpp's conventions for
+/// what the metadata leaves out.
+fn family_traits(
+    meta: &Keys<'_>,
+    architecture: Architecture,
+    arch: &str,
+    hidden_size: usize,
+    n_heads: usize,
+    head_dim: usize,
+    n_layers: usize,
+) -> Result<FamilyTraits, FormatError> {
+    let key = |suffix: &str| format!("{arch}.{suffix}");
+    let optional_float = |k: &str| -> Result<Option<f32>, FormatError> {
+        match meta.file.metadata().get(k) {
+            None => Ok(None),
+            Some(_) => meta.float(k).map(Some),
+        }
+    };
+    let window = match meta.file.metadata().get(&key("attention.sliding_window")) {
+        None => None,
+        Some(_) => Some(meta.count(&key("attention.sliding_window"))?).filter(|w| *w > 0),
+    };
+    let mut traits = FamilyTraits {
+        sliding_window: window,
+        ..FamilyTraits::default()
+    };
+    match architecture {
+        Architecture::Llama | Architecture::Mistral | Architecture::Qwen2 | Architecture::Phi3 => {}
+        Architecture::Qwen3 => {
+            traits.qk_norm = true;
+            // Qwen3 checkpoints declare a window they do not use.
+            traits.sliding_window = None;
+        }
+        Architecture::Gemma2 | Architecture::Gemma3 => {
+            let gemma3 = architecture == Architecture::Gemma3;
+            traits.activation = Activation::GeluTanh;
+            traits.embed_scale = Some((hidden_size as f32).sqrt());
+            traits.post_norms = true;
+            traits.qk_norm = gemma3;
+            // GGUF has no query_pre_attn_scalar: llama.cpp scales by
+            // 1/√head_dim, except for the 27B models (46 and 62 layers),
+            // whose scalar is hidden_size / n_heads.
+            let big = n_layers == if gemma3 { 62 } else { 46 };
+            let scalar = if big {
+                hidden_size / n_heads.max(1)
+            } else {
+                head_dim
+            };
+            traits.attn_scale = Some(1.0 / (scalar as f32).sqrt());
+            traits.attn_softcap = optional_float(&key("attention.logit_softcapping"))?;
+            traits.final_softcap = optional_float(&key("final_logit_softcapping"))?;
+            traits.swa_pattern = match meta
+                .file
+                .metadata()
+                .get(&key("attention.sliding_window_pattern"))
+            {
+                Some(_) => meta.count(&key("attention.sliding_window_pattern"))?,
+                None if gemma3 => 6,
+                None => 2,
+            };
+            if gemma3 {
+                traits.rope_local_theta =
+                    Some(meta.float_or(&key("rope.freq_base_swa"), 10_000.0)?);
+            }
+        }
+    }
+    Ok(traits)
 }
 
 fn rope_scaling(

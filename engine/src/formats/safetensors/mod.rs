@@ -15,6 +15,7 @@ use serde::Deserialize;
 use switchyard_kernels::DType;
 
 use super::{Checkpoint, CheckpointFormat, FormatError, TensorData, TokenizerSource};
+use crate::model::config::Architecture;
 pub use names::{gguf_name, hf_name};
 
 /// The single-file weights name.
@@ -41,9 +42,11 @@ pub(super) fn load_folder(dir: &Path) -> Result<Checkpoint, FormatError> {
     }
     let tokenizer_config = Some(dir.join("tokenizer_config.json")).filter(|p| p.is_file());
 
+    // Tensor names depend on the family (see `names`).
+    let arch = config::architecture(&config_text, &config_path)?;
     let mut tensors = BTreeMap::new();
     for file in weight_files(dir)? {
-        read_shard(&file, &mut tensors)?;
+        read_shard(&file, arch, &mut tensors)?;
     }
     let config = config::parse_config(
         &config_text,
@@ -121,7 +124,11 @@ fn weight_files(dir: &Path) -> Result<Vec<PathBuf>, FormatError> {
 }
 
 /// Maps one safetensors file and adds its tensors, renamed, to `tensors`.
-fn read_shard(path: &Path, tensors: &mut BTreeMap<String, TensorData>) -> Result<(), FormatError> {
+fn read_shard(
+    path: &Path,
+    arch: Architecture,
+    tensors: &mut BTreeMap<String, TensorData>,
+) -> Result<(), FormatError> {
     let io_err = |source| FormatError::Io {
         path: path.to_path_buf(),
         source,
@@ -166,7 +173,7 @@ fn read_shard(path: &Path, tensors: &mut BTreeMap<String, TensorData>) -> Result
                 })
             }
         };
-        let name = gguf_name(&hf_name).unwrap_or_else(|| hf_name.clone());
+        let name = gguf_name(&hf_name, arch).unwrap_or_else(|| hf_name.clone());
         let tensor = TensorData {
             dtype,
             shape: info.shape.clone(),

@@ -15,6 +15,8 @@ mod scores;
 mod stream;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod window_tests;
 
 use std::cmp::Reverse;
 use std::ops::Range;
@@ -29,6 +31,7 @@ use crate::{AttentionShape, KernelError};
 use stream::{attend_tile, Tile, ROW_TILE};
 
 /// The inputs every sequence of one attention call shares.
+#[derive(Clone, Copy)]
 pub(crate) struct AttentionCall<'a> {
     pub(crate) layer: usize,
     pub(crate) shape: AttentionShape,
@@ -64,6 +67,15 @@ fn validate(
         head_dim,
         ..
     } = call.shape;
+    if let Some(ring) = cache.window(call.layer) {
+        if call.shape.window != Some(ring) {
+            return Err(shape_error(format!(
+                "layer {} of the cache keeps a window of {ring} positions but the call asks \
+                 for {:?}; create the cache with the model's windows",
+                call.layer, call.shape.window
+            )));
+        }
+    }
     if n_kv_heads == 0 || n_heads % n_kv_heads != 0 {
         return Err(shape_error(format!(
             "{n_heads} query heads are not a multiple of {n_kv_heads} KV heads"
@@ -140,6 +152,47 @@ pub(crate) fn attention(
     seqs: &mut [SeqRows<'_>],
     out: &mut CpuActivations,
 ) -> Result<(), KernelError> {
+    let too_long = |s: &SeqRows<'_>| s.rows.len() > s.cache.piece_rows(call.layer).max(ROW_TILE);
+    if !seqs.iter().any(too_long) {
+        return attention_job(pool, isa, call, seqs, out);
+    }
+    // A prompt chunk longer than a windowed layer's ring allows runs in
+    // pieces, one after another, so that no row's write overwrites a key
+    // an earlier row still reads; the other sequences run together.
+    let mut rest = Vec::with_capacity(seqs.len());
+    for seq in seqs.iter_mut() {
+        if !too_long(seq) {
+            rest.push(SeqRows {
+                cache: &mut *seq.cache,
+                rows: seq.rows.clone(),
+                start_pos: seq.start_pos,
+            });
+            continue;
+        }
+        let piece = seq.cache.piece_rows(call.layer);
+        let mut first = seq.rows.start;
+        while first < seq.rows.end {
+            let end = first.saturating_add(piece).min(seq.rows.end);
+            let mut one = [SeqRows {
+                cache: &mut *seq.cache,
+                rows: first..end,
+                start_pos: seq.start_pos + (first - seq.rows.start),
+            }];
+            attention_job(pool, isa, call, &mut one, out)?;
+            first = end;
+        }
+    }
+    attention_job(pool, isa, call, &mut rest, out)
+}
+
+/// [`attention`] for sequences whose rows each fit their layer's ring.
+fn attention_job(
+    pool: &ThreadPool,
+    isa: CheckedIsa,
+    call: AttentionCall<'_>,
+    seqs: &mut [SeqRows<'_>],
+    out: &mut CpuActivations,
+) -> Result<(), KernelError> {
     let mut rows_end = 0;
     for seq in seqs.iter() {
         validate(seq.cache, &call, seq, out)?;
@@ -159,6 +212,8 @@ pub(crate) fn attention(
         n_kv_heads,
         head_dim,
         scale,
+        window,
+        softcap,
     } = call.shape;
     let kv_cols = n_kv_heads * head_dim;
     let mut tasks = Vec::new();
@@ -203,7 +258,8 @@ pub(crate) fn attention(
     pool.run(tasks.len(), &|t| {
         let task = &tasks[t];
         let cache = &heads[task.seq];
-        let seen = task.first_pos + task.rows.len();
+        // Slots to read: every position so far, or the whole ring.
+        let seen = (task.first_pos + task.rows.len()).min(cache.slots());
         let span = task.kv_head * head_dim..(task.kv_head + 1) * head_dim;
         // Ask for the head's keys and values first (see `prefetch`).
         // SAFETY: no other task writes this KV head during the job (see
@@ -238,6 +294,9 @@ pub(crate) fn attention(
             group,
             head_dim,
             scale,
+            window,
+            softcap,
+            slots: cache.slots(),
             keys,
             values,
         };

@@ -39,6 +39,13 @@ pub(super) struct Tile<'a> {
     pub(super) group: usize,
     pub(super) head_dim: usize,
     pub(super) scale: f32,
+    /// Positions a row sees (itself included) in a sliding-window layer.
+    pub(super) window: Option<usize>,
+    /// Scores become `cap · tanh(score / cap)` (Gemma 2).
+    pub(super) softcap: Option<f32>,
+    /// Slots of the cache: position `p` is in slot `p % slots` (a ring in
+    /// a windowed layer; otherwise every position is below it).
+    pub(super) slots: usize,
     pub(super) keys: &'a [f32],
     pub(super) values: &'a [f32],
 }
@@ -66,11 +73,101 @@ pub(super) fn attend_tile<'q>(
     query: impl Fn(usize, usize) -> &'q [f32],
     mut out: impl FnMut(usize, usize, &[f32]),
 ) {
+    let general = tile.window.is_some() || tile.softcap.is_some();
     STATE.with(|state| match state.try_borrow_mut() {
+        Ok(mut state) if general => run_general(isa, tile, &query, &mut out, &mut state),
         Ok(mut state) => run(isa, tile, &query, &mut out, &mut state),
         // Only a nested call on this thread gets here.
+        Err(_) if general => run_general(isa, tile, &query, &mut out, &mut State::default()),
         Err(_) => run(isa, tile, &query, &mut out, &mut State::default()),
     });
+}
+
+/// [`run`] for a layer with a sliding window or capped scores: a row at
+/// position `p` sees positions `p + 1 - window ..= p`, read from their
+/// slots. Blocks start at multiples of [`KEY_BLOCK`] positions and map to
+/// one run of slots each (the ring is a multiple of the block); a row
+/// visits the blocks that meet its range, in position order, so its
+/// arithmetic depends only on its query, position and the cache, as in
+/// [`run`].
+fn run_general<'q>(
+    isa: CheckedIsa,
+    tile: &Tile<'_>,
+    query: &impl Fn(usize, usize) -> &'q [f32],
+    out: &mut impl FnMut(usize, usize, &[f32]),
+    state: &mut State,
+) {
+    let hd = tile.head_dim;
+    let queries = tile.rows * tile.group;
+    state.max.clear();
+    state.max.resize(queries, f32::NEG_INFINITY);
+    state.sum.clear();
+    state.sum.resize(queries, 0.0);
+    state.acc.clear();
+    state.acc.resize(queries * hd, 0.0);
+    state.scores.resize(KEY_BLOCK, 0.0);
+    let first_seen = |p: usize| tile.window.map_or(0, |w| (p + 1).saturating_sub(w));
+    let seen_last = tile.first_pos + tile.rows;
+    let slots = tile.slots.max(1);
+    let mut block = first_seen(tile.first_pos) / KEY_BLOCK * KEY_BLOCK;
+    while block < seen_last {
+        let slot = block % slots;
+        for i in 0..tile.rows {
+            let p = tile.first_pos + i;
+            // The row's part of this block: positions `lo..end`.
+            let (lo, end) = (first_seen(p).max(block), (block + KEY_BLOCK).min(p + 1));
+            if lo >= end {
+                continue;
+            }
+            let tiles_end = slot + (end - block);
+            let values = &tile.values[(slot + lo - block) * hd..tiles_end * hd];
+            for h in 0..tile.group {
+                let qi = i * tile.group + h;
+                let q = query(i, h);
+                let scores = &mut state.scores[..end - block];
+                for (t, scores) in scores.chunks_mut(KEY_TILE).enumerate() {
+                    let at = (slot + t * KEY_TILE) * hd;
+                    let mut all = [0.0; KEY_TILE];
+                    scores16(
+                        isa,
+                        q,
+                        &tile.keys[at..at + KEY_TILE * hd],
+                        tile.scale,
+                        &mut all,
+                    );
+                    scores.copy_from_slice(&all[..scores.len()]);
+                }
+                let scores = &mut scores[lo - block..];
+                if let Some(cap) = tile.softcap {
+                    for s in scores.iter_mut() {
+                        *s = cap * (*s / cap).tanh();
+                    }
+                }
+                let block_max = scores.iter().fold(f32::NEG_INFINITY, |m, s| m.max(*s));
+                let acc = &mut state.acc[qi * hd..(qi + 1) * hd];
+                let max = &mut state.max[qi];
+                if block_max > *max {
+                    if state.sum[qi] != 0.0 {
+                        let c = exp_scalar(*max - block_max);
+                        state.sum[qi] *= c;
+                        scale_in_place(isa, c, acc);
+                    }
+                    *max = block_max;
+                }
+                state.sum[qi] += exp_shifted(isa, scores, *max);
+                weighted_sum(isa, scores, values, acc);
+            }
+        }
+        block += KEY_BLOCK;
+    }
+    for i in 0..tile.rows {
+        for h in 0..tile.group {
+            let qi = i * tile.group + h;
+            let acc = &mut state.acc[qi * hd..(qi + 1) * hd];
+            scale_in_place(isa, 1.0 / state.sum[qi], acc);
+            out(i, h, acc);
+        }
+    }
 }
 
 fn run<'q>(

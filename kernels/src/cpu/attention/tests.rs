@@ -63,6 +63,8 @@ fn check(isa: CheckedIsa, threads: usize, case: &Case, rng: &mut impl Rng) {
         n_kv_heads,
         head_dim,
         scale: 1.0 / (head_dim as f32).sqrt(),
+        window: None,
+        softcap: None,
     };
     let pool = ThreadPool::new(threads);
     let (q_cols, kv_cols) = (n_heads * head_dim, n_kv_heads * head_dim);
@@ -192,6 +194,8 @@ fn overlapping_sequences_are_refused() {
         n_kv_heads: 1,
         head_dim: 4,
         scale: 0.5,
+        window: None,
+        softcap: None,
     };
     let x = CpuActivations::zeros(3, 4);
     let mut out = CpuActivations::zeros(3, 4);

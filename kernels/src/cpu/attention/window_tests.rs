@@ -1,0 +1,173 @@
+//! Sliding-window attention over a ring of slots, and capped scores,
+//! against a direct scalar computation over the window's keys; and the
+//! ring against a cache that keeps every position (bit-identical: a row's
+//! arithmetic does not depend on where its keys live).
+
+use rand::{Rng, SeedableRng};
+
+use super::*;
+use crate::cpu::Isa;
+
+/// As `tests::STREAM_ABS_TOL`: the same scores and sums in another order,
+/// plus `tanh` on both sides (f32 against f64, a few 1e-7).
+const WINDOW_ABS_TOL: f32 = 3e-6;
+
+fn random(rng: &mut impl Rng, n: usize, range: f32) -> Vec<f32> {
+    (0..n).map(|_| rng.random_range(-range..range)).collect()
+}
+
+/// One query over `keys`/`values` of the positions it sees, in f64.
+fn attend(q: &[f32], keys: &[&[f32]], values: &[&[f32]], shape: AttentionShape) -> Vec<f32> {
+    let scores: Vec<f64> = keys
+        .iter()
+        .map(|k| {
+            let s = q
+                .iter()
+                .zip(*k)
+                .map(|(a, b)| *a as f64 * *b as f64)
+                .sum::<f64>()
+                * shape.scale as f64;
+            shape
+                .softcap
+                .map_or(s, |c| c as f64 * (s / c as f64).tanh())
+        })
+        .collect();
+    let max = scores.iter().fold(f64::NEG_INFINITY, |m, s| m.max(*s));
+    let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+    let total: f64 = weights.iter().sum();
+    (0..q.len())
+        .map(|d| {
+            let v: f64 = weights
+                .iter()
+                .zip(values)
+                .map(|(w, v)| w * v[d] as f64)
+                .sum();
+            (v / total) as f32
+        })
+        .collect()
+}
+
+#[test]
+fn a_ring_of_slots_attends_over_the_window_like_the_whole_cache() {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+    let (n_heads, n_kv_heads, head_dim, window) = (4, 2, 24, 40);
+    for softcap in [None, Some(5.0f32)] {
+        let shape = AttentionShape {
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            window: Some(window),
+            softcap,
+        };
+        // A prompt longer than the ring (pieces), decode steps, a chunk.
+        let chunks = [300usize, 1, 1, 20, 1, 150];
+        let total: usize = chunks.iter().sum();
+        let capacity = total + 7;
+        for isa in Isa::supported() {
+            let isa = CheckedIsa::at_most(isa);
+            let pool = ThreadPool::new(2);
+            let mut ring =
+                CpuKvCache::windowed(1, n_kv_heads, head_dim, capacity, &[Some(window)]).unwrap();
+            assert!(
+                ring.floats()
+                    < CpuKvCache::new(1, n_kv_heads, head_dim, capacity)
+                        .unwrap()
+                        .floats()
+            );
+            let mut whole = CpuKvCache::new(1, n_kv_heads, head_dim, capacity).unwrap();
+            let (q_cols, kv_cols) = (n_heads * head_dim, n_kv_heads * head_dim);
+            let q_all = random(&mut rng, total * q_cols, 3.0);
+            let k_all = random(&mut rng, total * kv_cols, 3.0);
+            let v_all = random(&mut rng, total * kv_cols, 1.0);
+            let mut start = 0;
+            for n in chunks {
+                let act = |data: &[f32], cols: usize| CpuActivations {
+                    rows: n,
+                    cols,
+                    data: data[start * cols..(start + n) * cols].to_vec(),
+                };
+                let (q, k, v) = (
+                    act(&q_all, q_cols),
+                    act(&k_all, kv_cols),
+                    act(&v_all, kv_cols),
+                );
+                let call = AttentionCall {
+                    layer: 0,
+                    shape,
+                    q: &q,
+                    k: &k,
+                    v: &v,
+                };
+                let mut outs = Vec::new();
+                for cache in [&mut ring, &mut whole] {
+                    let mut out = CpuActivations::zeros(n, q_cols);
+                    let mut seq = [SeqRows {
+                        cache,
+                        rows: 0..n,
+                        start_pos: start,
+                    }];
+                    attention(&pool, isa, call, &mut seq, &mut out).unwrap();
+                    outs.push(out.data);
+                }
+                assert_eq!(
+                    outs[0], outs[1],
+                    "{isa:?} chunk at {start}: ring against whole cache"
+                );
+                for i in 0..n {
+                    let p = start + i;
+                    let seen = (p + 1).saturating_sub(window)..p + 1;
+                    for h in 0..n_heads {
+                        let kv = h / (n_heads / n_kv_heads);
+                        let span = |pos: usize| {
+                            pos * kv_cols + kv * head_dim..pos * kv_cols + (kv + 1) * head_dim
+                        };
+                        let keys: Vec<&[f32]> = seen.clone().map(|pos| &k_all[span(pos)]).collect();
+                        let values: Vec<&[f32]> =
+                            seen.clone().map(|pos| &v_all[span(pos)]).collect();
+                        let at = (start + i) * q_cols + h * head_dim;
+                        let want = attend(&q_all[at..at + head_dim], &keys, &values, shape);
+                        let got = &outs[0][i * q_cols + h * head_dim..][..head_dim];
+                        for (g, w) in got.iter().zip(&want) {
+                            assert!(
+                                (g - w).abs() <= WINDOW_ABS_TOL,
+                                "{isa:?} cap {softcap:?} position {p} head {h}: {g} vs {w}"
+                            );
+                        }
+                    }
+                }
+                start += n;
+            }
+        }
+    }
+}
+
+#[test]
+fn a_ring_refuses_a_call_without_its_window() {
+    let pool = ThreadPool::new(1);
+    let shape = AttentionShape {
+        n_heads: 1,
+        n_kv_heads: 1,
+        head_dim: 4,
+        scale: 0.5,
+        window: None,
+        softcap: None,
+    };
+    let x = CpuActivations::zeros(1, 4);
+    let mut out = CpuActivations::zeros(1, 4);
+    let mut cache = CpuKvCache::windowed(1, 1, 4, 1000, &[Some(8)]).unwrap();
+    let call = AttentionCall {
+        layer: 0,
+        shape,
+        q: &x,
+        k: &x,
+        v: &x,
+    };
+    let mut seq = [SeqRows {
+        cache: &mut cache,
+        rows: 0..1,
+        start_pos: 0,
+    }];
+    let isa = CheckedIsa::at_most(Isa::Scalar);
+    assert!(attention(&pool, isa, call, &mut seq, &mut out).is_err());
+}
