@@ -298,6 +298,8 @@ mod tests {
             queued,
             load_ms: None,
             last_error: None,
+            family: None,
+            quant_mix: None,
         }
     }
 
