@@ -1,5 +1,6 @@
-//! Turns a parsed [`PolicyFile`] into a [`Policy`], checking the whole file and reporting
-//! every problem with its line and column. Nothing is half-loaded: any problem fails it.
+//! Turns a parsed [`PolicyFile`] into a [`CompiledPolicy`], checking the whole file and
+//! reporting every problem with its line and column. Nothing is half-loaded: any problem
+//! fails it.
 
 mod models;
 mod tenants;
@@ -9,20 +10,19 @@ use std::collections::HashMap;
 
 use toml::Spanned;
 
-use crate::engine::ProbeCell;
+use crate::compiled::model::{Model, Target};
+use crate::compiled::scan_table::ScanTable;
+use crate::compiled::tags::TagTable;
+use crate::compiled::{CompiledPolicy, Routing};
 use crate::error::{Diagnostics, PolicyError};
-use crate::metrics::RouteCounters;
-use crate::policy::{Model, Policy, Routing, Target};
-use crate::scan::ScanTable;
 use crate::schema::{PolicyFile, RoutingEntry};
-use crate::tags::TagTable;
 
 /// Parses and validates `src` (named `source_name` in errors).
 pub(crate) fn compile(
     src: &str,
     source_name: &str,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Policy, PolicyError> {
+) -> Result<CompiledPolicy, PolicyError> {
     let mut diags = Diagnostics::new(src);
     let file: PolicyFile = match toml::from_str(src) {
         Ok(file) => file,
@@ -62,11 +62,7 @@ pub(crate) fn compile(
     let cross_model_arms = splits
         .iter()
         .any(|s| s.arms.iter().any(|a| a.model != s.model));
-    Ok(Policy {
-        probes: (0..checkpoint_count)
-            .map(|_| ProbeCell::default())
-            .collect(),
-        route_counters: RouteCounters::new(checkpoint_count, splits.iter().map(|s| s.arms.len())),
+    Ok(CompiledPolicy {
         tags: TagTable::new(&models),
         scan: ScanTable::new(&models),
         cross_model_arms,
