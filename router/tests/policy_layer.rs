@@ -482,7 +482,7 @@ async fn field_type_errors_come_after_credentials_as_before() {
         &["invalid type"],
     );
     let policy = store.current();
-    let budget = policy.tenant("acme").unwrap().budgets[0].snapshot();
+    let budget = policy.budgets("acme").unwrap()[0].snapshot();
     assert_eq!((budget.settled, budget.reserved), (0.0, 0.0));
     // A well-formed body goes through the handler with the layer's parse.
     let good = json!({"model": "small", "max_tokens": 2,
