@@ -171,7 +171,7 @@ pub(crate) fn rejected(e: &RouteError) {
 /// A tenant's name with its spend counters, registered on first use (see
 /// [`RouteCounters`] for why).
 #[derive(Debug)]
-pub struct TenantMeter {
+pub(crate) struct TenantMeter {
     name: Arc<str>,
     tokens: OnceLock<Counter>,
     cost_micros: OnceLock<Counter>,
@@ -184,11 +184,6 @@ impl TenantMeter {
             tokens: OnceLock::new(),
             cost_micros: OnceLock::new(),
         }
-    }
-
-    /// The tenant's name.
-    pub fn name(&self) -> &Arc<str> {
-        &self.name
     }
 
     /// Registers both spend counters with the installed recorder now (at 0), instead of
