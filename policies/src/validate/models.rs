@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use toml::Spanned;
 
-use super::{check_name, in_range, non_negative, positive};
+use super::checks::{check_name, in_range, non_negative, positive};
 use crate::compiled::model::Model;
 use crate::error::Diagnostics;
 use crate::schema::ModelEntry;

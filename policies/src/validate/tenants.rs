@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use toml::Spanned;
 
-use super::{check_name, in_range, non_negative, positive, window_secs, Names};
+use super::checks::{check_name, in_range, non_negative, positive, window_secs};
+use super::names::Names;
 use crate::compiled::tenant::{Budget, Tenant};
 use crate::error::Diagnostics;
 use crate::keys::{self, KeyDigest};

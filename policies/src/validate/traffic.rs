@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use toml::Spanned;
 
-use super::{check_name, in_range, non_negative, positive, window_secs, Names};
+use super::checks::{check_name, in_range, non_negative, positive, window_secs};
+use super::names::Names;
 use crate::compiled::model::{Fallback, Triggers};
 use crate::compiled::split::{Arm, RollbackRule, Split, Sticky};
 use crate::error::Diagnostics;
