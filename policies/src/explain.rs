@@ -6,14 +6,19 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::budget::{Reservation, Spend};
+use crate::authenticate::caller_tenant;
 use crate::constraint::{ConstraintFailure, CONSTRAINTS};
-use crate::engine::EngineView;
+use crate::context::Context;
+use crate::engine_view::EngineView;
+use crate::live::budget::Reservation;
 use crate::plan::Plan;
 use crate::policy::Policy;
 use crate::request::{Hints, RouteRequest};
-use crate::route::{build, caller_tenant, select, RouteReason};
-use crate::score::{latency_limit, Context, Detail, Scored, Via};
+use crate::route::{build, select};
+use crate::route_error::RouteError;
+use crate::route_reason::RouteReason;
+use crate::score::{latency_limit, Detail, Scored, Via};
+use crate::spend::Spend;
 
 /// One constraint of one candidate.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -113,7 +118,7 @@ pub fn explain(policy: &Policy, req: &RouteRequest, engine: &dyn EngineView) -> 
             return out;
         }
     };
-    out.tenant = tenant.map(|t| t.name.to_string());
+    out.tenant = tenant.map(|t| t.compiled.name.to_string());
     let ctx = Context::new(policy, tenant, req);
     out.output_tokens = ctx.output_tokens;
     out.effective_hints = Hints {
@@ -151,12 +156,12 @@ pub fn explain(policy: &Policy, req: &RouteRequest, engine: &dyn EngineView) -> 
         });
     } else {
         out.error = Some(
-            crate::route_error::RouteError::NoCandidate {
+            RouteError::NoCandidate {
                 hint: plan.hint_text(),
                 rejections: primary
                     .iter()
                     .chain(if considered { &fallbacks[..] } else { &[] })
-                    .map(|s| crate::route_error::Rejection::new(policy, s))
+                    .map(|s| s.rejection(policy))
                     .collect(),
             }
             .to_string(),
@@ -172,11 +177,11 @@ pub fn explain(policy: &Policy, req: &RouteRequest, engine: &dyn EngineView) -> 
 
 fn report(ctx: &Context, s: &Scored, considered: bool) -> CandidateReport {
     let policy = ctx.policy;
-    let model = policy.models.get(s.model);
+    let model = policy.compiled.models.get(s.model);
     let role = match s.via {
         Via::Direct => "direct".to_string(),
         Via::Split { split, arm } => {
-            let sp = policy.splits.get(split);
+            let sp = policy.compiled.splits.get(split);
             format!(
                 "split {} arm {}",
                 sp.map_or("?", |sp| &*sp.name),
@@ -224,10 +229,10 @@ fn report(ctx: &Context, s: &Scored, considered: bool) -> CandidateReport {
 
 /// Why a passed check passed, with its numbers.
 fn pass_detail(ctx: &Context, s: &Scored, constraint: &str) -> String {
-    let model = ctx.policy.models.get(s.model);
+    let model = ctx.policy.compiled.models.get(s.model);
     match constraint {
         "permission" => match ctx.tenant {
-            Some(t) => format!("tenant `{}` may use it", t.name),
+            Some(t) => format!("tenant `{}` may use it", t.compiled.name),
             None => "anonymous request: no tenant restrictions".to_string(),
         },
         "quality" => match (ctx.min_quality, s.quality_tag.and_then(|i| ctx.tags.get(i))) {
@@ -241,7 +246,7 @@ fn pass_detail(ctx: &Context, s: &Scored, constraint: &str) -> String {
             Some(c) => format!("estimated {:.6} <= ceiling {c:.6}", s.estimate.cost),
             None => format!("no ceiling (estimated {:.6})", s.estimate.cost),
         },
-        "budget" => match ctx.tenant.map_or(0, |t| t.budgets.len()) {
+        "budget" => match ctx.tenant.map_or(0, |t| t.compiled.budgets.len()) {
             0 => "no budgets".to_string(),
             n => format!(
                 "{n} budget(s) cover {} tokens / {:.6}",

@@ -48,46 +48,68 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-mod budget;
+// The modules in layers, each using only those above it (`scripts/check-module-cycles.sh`
+// holds every crate to that):
+// - words every stage shares: the request, the engine view, constraints, amounts, reasons
+//   and errors, number formatting, key digests, the file's schema, metric hooks;
+// - the compiled policy (`compiled`: what the file says, immutable) and `validate`,
+//   which builds it;
+// - the live state it feeds (`live`: budget windows, rollback monitors) and `policy`,
+//   the two together, carried over on reload;
+// - the stages of one routing decision: `authenticate`, `context`, `score`, `scan`,
+//   `plan`, `route`, and `explain` beside it;
+// - `reload`, the store that holds the current policy.
 mod constraint;
 mod decimal;
-mod engine;
+mod engine_view;
 mod error;
-mod explain;
 mod keys;
 pub mod metrics;
-mod plan;
-mod policy;
-mod reload;
 mod request;
-mod rollback;
-mod route;
 mod route_error;
-mod scan;
+mod route_reason;
 mod schema;
-mod score;
-mod split;
-mod tags;
+mod spend;
+
+mod compiled;
 mod validate;
 
-pub use budget::{BudgetSnapshot, BudgetUnit, BudgetWindow, Reservation, Spend, Usage};
+mod live;
+mod policy;
+
+mod authenticate;
+mod context;
+mod explain;
+mod plan;
+mod route;
+mod scan;
+mod score;
+
+mod reload;
+
+pub use compiled::model::{Fallback, Model, Target, Triggers};
+pub use compiled::split::{stable_hash, Arm, RollbackRule, Split, Sticky};
+pub use compiled::tenant::{Budget, Tenant};
+pub use compiled::Routing;
 pub use constraint::{ConstraintFailure, LatencyLimit, CONSTRAINTS};
 pub use decimal::{fixed, push_fixed};
-pub use engine::{
+pub use engine_view::{
     CandidateState, CheckpointKey, CheckpointProbe, EngineView, IdleEngine, ProbeCell,
     StaticEngineView,
 };
 pub use error::{Diagnostic, PolicyError};
 pub use explain::{explain, CandidateReport, Check, Explanation, Pick};
 pub use keys::{digest as key_digest, digests_equal, sha256_hex, KeyDigest};
-pub use policy::{Fallback, Model, Policy, Routing, Target, Tenant, Triggers};
+pub use live::budget::{BudgetSnapshot, BudgetWindow, Reservation};
+pub use live::rollback::{ArmStats, RollbackMonitor, RollbackState, RollbackStatus};
+pub use policy::Policy;
 pub use reload::{PolicyStore, PolicyWatcher};
 pub use request::{
     estimate_tokens, Caller, HintError, Hints, ModelHint, RouteRequest, HEADER_COST,
     HEADER_MAX_COST, HEADER_MAX_LATENCY_MS, HEADER_MIN_QUALITY, HEADER_MODEL, HEADER_ROUTE,
     HEADER_TAGS, HEADER_VERSION,
 };
-pub use rollback::{ArmStats, RollbackMonitor, RollbackRule, RollbackState, RollbackStatus};
-pub use route::{route, Completion, Route, RouteReason};
+pub use route::{route, Completion, Route};
 pub use route_error::{Rejection, RouteError, RouteErrorKind};
-pub use split::{stable_hash, Arm, Split, Sticky};
+pub use route_reason::RouteReason;
+pub use spend::{BudgetUnit, Spend, Usage};

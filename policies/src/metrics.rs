@@ -16,9 +16,9 @@ use std::sync::{Arc, OnceLock};
 
 use metrics::{counter, gauge, Counter};
 
-use crate::budget::Spend;
-use crate::route::{Route, RouteReason};
-use crate::route_error::RouteError;
+use crate::route_error::{RouteError, RouteErrorKind};
+use crate::route_reason::RouteReason;
+use crate::spend::Spend;
 
 /// Requests routed, by model, version, arm and reason.
 pub const ROUTED: &str = "switchyard_policy_routed_total";
@@ -46,7 +46,7 @@ const NO_ARM: &str = "none";
 /// the no-op handles, as the macros would give it.
 #[derive(Debug, Default)]
 pub(crate) struct RouteCounters {
-    /// Per checkpoint slot ([`crate::Policy`]'s `checkpoint_base` + version), per reason
+    /// Per checkpoint slot (the compiled policy's `checkpoint_base` + version), per reason
     /// of a route that no split arm decided ([`direct_reason`]).
     direct: Vec<[OnceLock<Counter>; DIRECT_REASONS]>,
     /// Per split, per arm: routed by the split, routed while rolled back, and the arm's
@@ -80,6 +80,15 @@ impl RouteCounters {
     }
 }
 
+/// The labels of one routed request.
+pub(crate) struct RoutedLabels<'a> {
+    pub model: &'a Arc<str>,
+    pub version: &'a Arc<str>,
+    pub split: Option<&'a Arc<str>>,
+    pub arm: Option<&'a Arc<str>>,
+    pub reason: RouteReason,
+}
+
 /// Where a route's counters live in [`RouteCounters`].
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RouteKey {
@@ -89,16 +98,16 @@ pub(crate) struct RouteKey {
     pub split_arm: Option<(usize, usize)>,
 }
 
-pub(crate) fn routed(counters: &RouteCounters, key: RouteKey, r: &Route) {
+pub(crate) fn routed(counters: &RouteCounters, key: RouteKey, r: &RoutedLabels) {
     let routed = || {
-        let arm: metrics::SharedString = r.arm.clone().map_or(NO_ARM.into(), Into::into);
+        let arm: metrics::SharedString = r.arm.map_or(NO_ARM.into(), |a| Arc::clone(a).into());
         counter!(ROUTED,
-            "model" => Arc::clone(&r.model),
-            "version" => Arc::clone(&r.version),
+            "model" => Arc::clone(r.model),
+            "version" => Arc::clone(r.version),
             "arm" => arm,
             "reason" => r.reason.as_str())
     };
-    let arm_total = || match (&r.split, &r.arm) {
+    let arm_total = || match (r.split, r.arm) {
         (Some(split), Some(arm)) => Some(split_arm_counter(split, arm)),
         _ => None,
     };
@@ -114,7 +123,7 @@ pub(crate) fn routed(counters: &RouteCounters, key: RouteKey, r: &Route) {
                 by_split
             };
             by_reason.get_or_init(routed).increment(1);
-            if let (Some(split), Some(arm)) = (&r.split, &r.arm) {
+            if let (Some(split), Some(arm)) = (r.split, r.arm) {
                 total
                     .get_or_init(|| split_arm_counter(split, arm))
                     .increment(1);
@@ -147,11 +156,11 @@ fn uncached(routed: impl Fn() -> Counter, arm_total: impl Fn() -> Option<Counter
 
 pub(crate) fn rejected(e: &RouteError) {
     let kind = match e.kind() {
-        crate::RouteErrorKind::Unauthenticated => "unauthenticated",
-        crate::RouteErrorKind::UnknownModel => "unknown_model",
-        crate::RouteErrorKind::BudgetExhausted => "budget_exhausted",
-        crate::RouteErrorKind::Unavailable => "unavailable",
-        crate::RouteErrorKind::Unsatisfiable => "unsatisfiable",
+        RouteErrorKind::Unauthenticated => "unauthenticated",
+        RouteErrorKind::UnknownModel => "unknown_model",
+        RouteErrorKind::BudgetExhausted => "budget_exhausted",
+        RouteErrorKind::Unavailable => "unavailable",
+        RouteErrorKind::Unsatisfiable => "unsatisfiable",
     };
     counter!(ROUTE_ERRORS, "kind" => kind).increment(1);
     for constraint in e.failed_constraints() {
@@ -162,7 +171,7 @@ pub(crate) fn rejected(e: &RouteError) {
 /// A tenant's name with its spend counters, registered on first use (see
 /// [`RouteCounters`] for why).
 #[derive(Debug)]
-pub struct TenantMeter {
+pub(crate) struct TenantMeter {
     name: Arc<str>,
     tokens: OnceLock<Counter>,
     cost_micros: OnceLock<Counter>,
@@ -175,11 +184,6 @@ impl TenantMeter {
             tokens: OnceLock::new(),
             cost_micros: OnceLock::new(),
         }
-    }
-
-    /// The tenant's name.
-    pub fn name(&self) -> &Arc<str> {
-        &self.name
     }
 
     /// Registers both spend counters with the installed recorder now (at 0), instead of

@@ -4,16 +4,20 @@
 
 use std::borrow::Cow;
 
-use crate::engine::EngineView;
-use crate::policy::{Policy, Tenant};
+use crate::authenticate::TenantRef;
+use crate::compiled::model::Model;
+use crate::compiled::split::Sticky;
+use crate::constraint::Trigger;
+use crate::context::Context;
+use crate::engine_view::EngineView;
+use crate::policy::Policy;
 use crate::request::{Caller, ModelHint, RouteRequest};
-use crate::route::RouteReason;
 use crate::route_error::RouteError;
-use crate::scan::BLOCK;
+use crate::route_reason::RouteReason;
+use crate::scan::{self, BLOCK};
 use crate::score::{
-    live_utility, order, pick_order, qualifying_utility, score, Context, Detail, Scored, Via,
+    live_utility, order, pick_order, qualifying_utility, score, Detail, Scored, Via,
 };
-use crate::split::Sticky;
 
 /// The candidate set a request's `model` hint asks for.
 pub(crate) struct Plan<'a> {
@@ -46,7 +50,7 @@ enum Candidates {
 /// Iterates [`Candidates`].
 enum CandidateIter<'a> {
     EveryModel {
-        models: std::iter::Enumerate<std::slice::Iter<'a, crate::policy::Model>>,
+        models: std::iter::Enumerate<std::slice::Iter<'a, Model>>,
         policy: &'a Policy,
         sticky: &'a StickyKey<'a>,
     },
@@ -88,14 +92,14 @@ impl<'a> Plan<'a> {
     pub fn new(
         policy: &'a Policy,
         req: &'a RouteRequest,
-        tenant: Option<&'a Tenant>,
+        tenant: Option<TenantRef<'a>>,
     ) -> Result<Self, RouteError> {
         let sticky = StickyKey { req, tenant };
         let (reason, requested, candidates) = match &req.model {
             ModelHint::Auto => (RouteReason::Auto, None, every_model(policy, &sticky)),
             ModelHint::Named { name } => {
                 let i = model_named(policy, name)?;
-                let reason = match policy.models.get(i) {
+                let reason = match policy.compiled.models.get(i) {
                     Some(m) if *m.name == **name => RouteReason::Named,
                     _ => RouteReason::Alias,
                 };
@@ -107,7 +111,11 @@ impl<'a> Plan<'a> {
             }
             ModelHint::Pinned { name, version } => {
                 let i = model_named(policy, name)?;
-                let versions = policy.models.get(i).map_or(&[][..], |m| &m.versions[..]);
+                let versions = policy
+                    .compiled
+                    .models
+                    .get(i)
+                    .map_or(&[][..], |m| &m.versions[..]);
                 let v = versions
                     .iter()
                     .position(|v| **v == **version)
@@ -137,7 +145,7 @@ impl<'a> Plan<'a> {
     fn candidates(&self) -> CandidateIter<'_> {
         match &self.candidates {
             Candidates::EveryModel => CandidateIter::EveryModel {
-                models: self.policy.models.iter().enumerate(),
+                models: self.policy.compiled.models.iter().enumerate(),
                 policy: self.policy,
                 sticky: &self.sticky,
             },
@@ -206,7 +214,7 @@ impl<'a> Plan<'a> {
 
     /// Under `auto` (each model's checkpoints its own): every model's candidate that
     /// qualifies, with its utility, in model order. The policy-and-request constraints
-    /// are decided a block of models at a time ([`crate::scan::ScanTable::pass`]); only the models
+    /// are decided a block of models at a time ([`scan::pass`]); only the models
     /// that pass them read live engine state.
     fn scan_every_model(
         &self,
@@ -214,9 +222,9 @@ impl<'a> Plan<'a> {
         engine: &dyn EngineView,
         consider: &mut impl FnMut(f64, Candidate),
     ) {
-        let models = &self.policy.models;
+        let models = &self.policy.compiled.models;
         for start in (0..models.len()).step_by(BLOCK) {
-            let pass = self.policy.scan.pass(ctx, start);
+            let pass = scan::pass(ctx, start);
             let mut passed = pass.passed;
             while passed != 0 {
                 let j = passed.trailing_zeros() as usize;
@@ -273,15 +281,15 @@ impl<'a> Plan<'a> {
         primary: &[Scored],
         engine: &dyn EngineView,
     ) -> Option<Vec<Scored>> {
-        let model = self.policy.models.get(self.requested?)?;
+        let model = self.policy.compiled.models.get(self.requested?)?;
         let fallback = model.fallback.as_ref()?;
         let triggered = primary
             .iter()
             .flat_map(|s| &s.failures)
             .any(|f| match f.trigger() {
-                Some(crate::constraint::Trigger::Overloaded) => fallback.on.overloaded,
-                Some(crate::constraint::Trigger::Failing) => fallback.on.failing,
-                Some(crate::constraint::Trigger::OverBudget) => fallback.on.over_budget,
+                Some(Trigger::Overloaded) => fallback.on.overloaded,
+                Some(Trigger::Failing) => fallback.on.failing,
+                Some(Trigger::OverBudget) => fallback.on.over_budget,
                 None => false,
             });
         triggered.then(|| self.score_all_fallbacks(ctx, engine))
@@ -291,7 +299,7 @@ impl<'a> Plan<'a> {
     pub fn score_all_fallbacks(&self, ctx: &Context, engine: &dyn EngineView) -> Vec<Scored> {
         let Some(fallback) = self
             .requested
-            .and_then(|i| self.policy.models.get(i)?.fallback.as_ref())
+            .and_then(|i| self.policy.compiled.models.get(i)?.fallback.as_ref())
         else {
             return Vec::new();
         };
@@ -300,7 +308,7 @@ impl<'a> Plan<'a> {
             .iter()
             .enumerate()
             .filter_map(|(rank, t)| {
-                let m = self.policy.models.get(t.model)?;
+                let m = self.policy.compiled.models.get(t.model)?;
                 let v = t.version.unwrap_or(m.active_version);
                 score(ctx, t.model, v, Via::Fallback { rank }, engine, Detail::All)
             })
@@ -319,7 +327,7 @@ impl<'a> Plan<'a> {
 /// What sticky splits hash for this request.
 struct StickyKey<'a> {
     req: &'a RouteRequest,
-    tenant: Option<&'a Tenant>,
+    tenant: Option<TenantRef<'a>>,
 }
 
 impl StickyKey<'_> {
@@ -328,7 +336,7 @@ impl StickyKey<'_> {
             Caller::ApiKey(k) => Some(k.as_str()),
             _ => None,
         };
-        let tenant = self.tenant.map(|t| &*t.name);
+        let tenant = self.tenant.map(|t| &*t.compiled.name);
         let chosen = match sticky {
             Sticky::User => self.req.user.as_deref().or(key).or(tenant),
             Sticky::Key => key.or(tenant),
@@ -343,16 +351,16 @@ impl StickyKey<'_> {
 
 /// The checkpoint every model stands for (under `auto`), in model order, each once.
 fn every_model(policy: &Policy, sticky: &StickyKey) -> Candidates {
-    if !policy.cross_model_arms {
+    if !policy.compiled.cross_model_arms {
         // Each model's checkpoints are its own: no two models can stand for the same one.
         return Candidates::EveryModel;
     }
-    let mut c: Vec<Candidate> = Vec::with_capacity(policy.models.len());
+    let mut c: Vec<Candidate> = Vec::with_capacity(policy.compiled.models.len());
     // A cross-model split arm may repeat another model's checkpoint.
-    let mut seen = vec![false; policy.checkpoint_count];
-    for i in 0..policy.models.len() {
+    let mut seen = vec![false; policy.compiled.checkpoint_count];
+    for i in 0..policy.compiled.models.len() {
         if let Some(t) = resolve_named(policy, i, sticky) {
-            let slot = policy.checkpoint_base.get(t.0).map(|b| b + t.1);
+            let slot = policy.compiled.checkpoint_base.get(t.0).map(|b| b + t.1);
             if let Some(seen) = slot.and_then(|s| seen.get_mut(s)) {
                 if !*seen {
                     *seen = true;
@@ -366,12 +374,16 @@ fn every_model(policy: &Policy, sticky: &StickyKey) -> Candidates {
 
 /// The checkpoint a model name stands for: its split's arm, else its active version.
 fn resolve_named(policy: &Policy, model: usize, sticky: &StickyKey) -> Option<(usize, usize, Via)> {
-    let m = policy.models.get(model)?;
+    let m = policy.compiled.models.get(model)?;
     let Some(split_index) = m.split else {
         return Some((model, m.active_version, Via::Direct));
     };
-    let split = policy.splits.get(split_index)?;
-    let arm_index = split.assign(&sticky.for_split(split.sticky));
+    let split = policy.compiled.splits.get(split_index)?;
+    // A tripped rollback rule pins every request to the split's baseline arm.
+    let arm_index = match policy.live.rollback(split_index) {
+        Some(monitor) if monitor.is_rolled_back() => monitor.rule().baseline,
+        _ => split.assign(&sticky.for_split(split.sticky)),
+    };
     let arm = split.arms.get(arm_index)?;
     Some((
         arm.model,
@@ -385,7 +397,7 @@ fn resolve_named(policy: &Policy, model: usize, sticky: &StickyKey) -> Option<(u
 
 fn model_named(policy: &Policy, name: &str) -> Result<usize, RouteError> {
     policy.model_index(name).ok_or_else(|| {
-        let mut known: Vec<&str> = policy.models.iter().map(|m| &*m.name).collect();
+        let mut known: Vec<&str> = policy.compiled.models.iter().map(|m| &*m.name).collect();
         known.sort_unstable();
         RouteError::UnknownModel {
             name: name.to_string(),

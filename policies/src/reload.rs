@@ -13,9 +13,10 @@ use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
 
-use crate::engine::EngineView;
+use crate::engine_view::EngineView;
 use crate::error::PolicyError;
 use crate::explain::{explain, Explanation};
+use crate::metrics;
 use crate::policy::Policy;
 use crate::request::RouteRequest;
 use crate::route::{route, Route};
@@ -136,13 +137,13 @@ impl PolicyStore {
                     generation = self.generation(),
                     "policy reloaded"
                 );
-                crate::metrics::reload(true);
+                metrics::reload(true);
                 Ok(new)
             }
             Err(e) => {
                 tracing::error!(error = %e, "policy reload failed; keeping the current policy");
                 *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
-                crate::metrics::reload(false);
+                metrics::reload(false);
                 Err(e)
             }
         }

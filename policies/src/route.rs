@@ -9,56 +9,21 @@
 
 use std::sync::Arc;
 
-use serde::Serialize;
-
-use crate::budget::{now_secs, Reservation, Spend, Usage};
+use crate::authenticate::caller_tenant;
 use crate::constraint::ConstraintFailure;
+use crate::context::Context;
 use crate::decimal::{fixed, push_digits, push_fixed};
-use crate::engine::EngineView;
-use crate::metrics::{self, RouteKey};
+use crate::engine_view::EngineView;
+use crate::live::budget::{now_secs, Reservation};
+use crate::live::rollback::RollbackMonitor;
+use crate::metrics::{self, RouteKey, RoutedLabels};
 use crate::plan::Plan;
-use crate::policy::{Policy, Tenant};
-use crate::request::{
-    Caller, RouteRequest, HEADER_COST, HEADER_MODEL, HEADER_ROUTE, HEADER_VERSION,
-};
-use crate::rollback::RollbackMonitor;
-use crate::route_error::{Rejection, RouteError};
-use crate::score::{pick_order, Context, Detail, Scored, Via};
-
-/// Why a checkpoint was chosen (also the `reason` metric label).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RouteReason {
-    /// `auto`: best utility among qualifying models.
-    Auto,
-    /// The model was named.
-    Named,
-    /// The model was reached through an alias.
-    Alias,
-    /// `name@version` was requested.
-    Pinned,
-    /// A split arm was assigned.
-    Split,
-    /// The split's rollback rule pinned traffic to its baseline arm.
-    RolledBack,
-    /// The requested model could not serve; a fallback did.
-    Fallback,
-}
-
-impl RouteReason {
-    /// A stable lower-case label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RouteReason::Auto => "auto",
-            RouteReason::Named => "named",
-            RouteReason::Alias => "alias",
-            RouteReason::Pinned => "pinned",
-            RouteReason::Split => "split",
-            RouteReason::RolledBack => "rolled_back",
-            RouteReason::Fallback => "fallback",
-        }
-    }
-}
+use crate::policy::Policy;
+use crate::request::{RouteRequest, HEADER_COST, HEADER_MODEL, HEADER_ROUTE, HEADER_VERSION};
+use crate::route_error::RouteError;
+use crate::route_reason::RouteReason;
+use crate::score::{pick_order, Detail, Scored, Via};
+use crate::spend::{Spend, Usage};
 
 /// The routing decision for one request, holding its budget reservation.
 ///
@@ -124,6 +89,16 @@ impl Route {
             (HEADER_COST, fixed(self.estimated_cost, 6)),
         ]
     }
+
+    fn metric_labels(&self) -> RoutedLabels<'_> {
+        RoutedLabels {
+            model: &self.model,
+            version: &self.version,
+            split: self.split.as_ref(),
+            arm: self.arm.as_ref(),
+            reason: self.reason,
+        }
+    }
 }
 
 /// Routes `req` under `policy` given live engine state.
@@ -134,7 +109,7 @@ pub fn route(
 ) -> Result<Route, RouteError> {
     let result = route_inner(policy, req, engine);
     match &result {
-        Ok(r) => metrics::routed(&policy.route_counters, r.key, r),
+        Ok(r) => metrics::routed(&policy.live.route_counters, r.key, &r.metric_labels()),
         Err(e) => metrics::rejected(e),
     }
     result
@@ -150,9 +125,9 @@ fn route_inner(
     let plan = Plan::new(policy, req, tenant)?;
     let now = now_secs();
     let mut reserve = |s: &Scored| {
-        let budgets = tenant.map_or(&[][..], |t| &t.budgets[..]);
+        let budgets = tenant.map_or(&[][..], |t| &t.live.budgets[..]);
         Reservation::reserve(
-            tenant.map(|t| Arc::clone(&t.meter)),
+            tenant.map(|t| Arc::clone(&t.live.meter)),
             budgets,
             s.estimate,
             ctx.price(s.model),
@@ -205,27 +180,8 @@ fn route_inner(
     }
     Err(RouteError::NoCandidate {
         hint: plan.hint_text(),
-        rejections: scored.iter().map(|s| Rejection::new(policy, s)).collect(),
+        rejections: scored.iter().map(|s| s.rejection(policy)).collect(),
     })
-}
-
-/// The tenant behind the caller, or why there is none.
-pub(crate) fn caller_tenant<'p>(
-    policy: &'p Policy,
-    caller: &Caller,
-) -> Result<Option<&'p Tenant>, RouteError> {
-    match caller {
-        Caller::Anonymous if policy.routing.allow_anonymous => Ok(None),
-        Caller::Anonymous => Err(RouteError::MissingApiKey),
-        Caller::ApiKey(key) => policy
-            .authenticate(key)
-            .map(Some)
-            .ok_or(RouteError::UnknownApiKey),
-        Caller::Tenant(name) => policy
-            .tenant(name)
-            .map(Some)
-            .ok_or_else(|| RouteError::UnknownTenant { name: name.clone() }),
-    }
 }
 
 /// Tries qualifying candidates (best utility first when `ranked`, else in order) until
@@ -270,13 +226,13 @@ pub(crate) fn build(
 ) -> Option<Route> {
     let policy = ctx.policy;
     let s = scored.get(i)?;
-    let m = policy.models.get(s.model)?;
+    let m = policy.compiled.models.get(s.model)?;
     let version = Arc::clone(m.versions.get(s.version)?);
     let (split, arm, rollback, reason, explanation) = match s.via {
         Via::Split { split, arm } => {
-            let sp = policy.splits.get(split)?;
+            let sp = policy.compiled.splits.get(split)?;
             let a = sp.arms.get(arm)?;
-            let (reason, why) = if sp.is_rolled_back() {
+            let (reason, why) = if policy.live.is_rolled_back(split) {
                 (
                     RouteReason::RolledBack,
                     format!("split `{}` rolled back to arm `{}`", sp.name, a.name),
@@ -287,7 +243,10 @@ pub(crate) fn build(
                     format!("split `{}` arm `{}` ({}%)", sp.name, a.name, a.weight),
                 )
             };
-            let monitor = sp.rollback().map(|mon| (Arc::clone(mon), arm));
+            let monitor = policy
+                .live
+                .rollback(split)
+                .map(|mon| (Arc::clone(mon), arm));
             (
                 Some(sp.name.clone()),
                 Some(a.name.clone()),
@@ -299,7 +258,7 @@ pub(crate) fn build(
         Via::Fallback { rank } => {
             let requested = plan
                 .requested
-                .and_then(|r| policy.models.get(r))
+                .and_then(|r| policy.compiled.models.get(r))
                 .map_or("?", |r| &*r.name);
             (
                 None,
@@ -328,14 +287,14 @@ pub(crate) fn build(
         explanation,
         estimated_cost: s.estimate.cost,
         estimated_tokens: s.estimate.tokens,
-        tenant: ctx.tenant.map(|t| Arc::clone(&t.name)),
+        tenant: ctx.tenant.map(|t| Arc::clone(&t.compiled.name)),
         reservation,
         rollback,
         key: RouteKey {
             checkpoint: policy
-                .checkpoint_base
-                .get(s.model)
-                .map_or(usize::MAX, |b| b + s.version),
+                .compiled
+                .checkpoint_slot(s.model, s.version)
+                .unwrap_or(usize::MAX),
             split_arm: match s.via {
                 Via::Split { split, arm } => Some((split, arm)),
                 _ => None,

@@ -3,8 +3,6 @@
 use serde::Serialize;
 
 use crate::constraint::ConstraintFailure;
-use crate::policy::Policy;
-use crate::score::Scored;
 
 /// One candidate that did not qualify, and every constraint it broke.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -15,19 +13,6 @@ pub struct Rejection {
     pub version: String,
     /// The constraints it broke.
     pub failures: Vec<ConstraintFailure>,
-}
-
-impl Rejection {
-    pub(crate) fn new(policy: &Policy, s: &Scored) -> Self {
-        let m = policy.models.get(s.model);
-        Rejection {
-            model: m.map_or_else(String::new, |m| m.name.to_string()),
-            version: m
-                .and_then(|m| m.versions.get(s.version))
-                .map_or_else(String::new, |v| v.to_string()),
-            failures: s.failures.clone(),
-        }
-    }
 }
 
 /// Broad classes of routing errors, for mapping to HTTP status codes in one place.

@@ -16,11 +16,13 @@
 
 use std::cmp::Ordering;
 
-use crate::budget::{now_secs, BudgetUnit, Price, Spend};
+use crate::compiled::model::Model;
 use crate::constraint::{ConstraintFailure, LatencyLimit};
-use crate::engine::{CheckpointKey, EngineView};
-use crate::policy::{Model, Policy, Tenant};
-use crate::request::RouteRequest;
+use crate::context::Context;
+use crate::engine_view::{CheckpointKey, EngineView};
+use crate::policy::Policy;
+use crate::route_error::Rejection;
+use crate::spend::Spend;
 
 /// How a candidate entered the candidate set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +56,18 @@ impl Scored {
     pub fn qualifies(&self) -> bool {
         self.failures.is_empty()
     }
+
+    /// This candidate as a routing error lists it.
+    pub fn rejection(&self, policy: &Policy) -> Rejection {
+        let m = policy.compiled.models.get(self.model);
+        Rejection {
+            model: m.map_or_else(String::new, |m| m.name.to_string()),
+            version: m
+                .and_then(|m| m.versions.get(self.version))
+                .map_or_else(String::new, |v| v.to_string()),
+            failures: self.failures.clone(),
+        }
+    }
 }
 
 /// How much to record about broken constraints.
@@ -64,146 +78,6 @@ pub(crate) enum Detail {
     /// Stop at the first broken constraint and record nothing: the fast path for `auto`,
     /// which re-scores with `All` only if it has to report an error.
     Verdict,
-}
-
-/// What every candidate of one request is measured against.
-pub(crate) struct Context<'a> {
-    pub policy: &'a Policy,
-    pub tenant: Option<&'a Tenant>,
-    pub min_quality: Option<f64>,
-    pub max_cost: Option<f64>,
-    pub max_latency_ms: Option<f64>,
-    pub tags: &'a [String],
-    /// Each of `tags` as an id of the policy's tag table (`None`: no model scores it).
-    pub tag_ids: Vec<Option<usize>>,
-    pub prompt_tokens: u64,
-    /// `max_tokens`, or the assumed output length, for cost and latency estimates.
-    pub output_tokens: u64,
-    /// Prompt plus `max_tokens` (0 when unset), for the context limit.
-    pub context_needed: u64,
-    /// Remaining amount per tenant budget, read once per request.
-    pub budget_remaining: Vec<f64>,
-    /// The least remaining over the tenant's budgets of each unit: a candidate fits
-    /// every budget exactly when it fits these (infinite where no budget applies).
-    pub budget_room: BudgetRoom,
-    /// Prompt and output tokens in thousands, as prices are quoted.
-    pub thousands: (f64, f64),
-    /// The request's constants as the `auto` scan reads them.
-    pub scan: ScanBounds<'a>,
-}
-
-/// The limits of one request that do not depend on the candidate, in the form the
-/// fast verdict ([`qualifying_utility`]) compares against.
-pub(crate) struct ScanBounds<'a> {
-    /// The tenant's model permissions (`None`: every model).
-    pub allowed: Option<&'a [bool]>,
-    /// The quality floor, or -inf.
-    pub quality_floor: f64,
-    /// The cost ceiling, or +inf.
-    pub cost_ceiling: f64,
-    /// Whether the request's tokens fit every token budget (they are the same on every
-    /// model).
-    pub tokens_fit: bool,
-}
-
-impl<'a> Context<'a> {
-    /// Request hints win; the tenant's defaults fill what the request leaves unset.
-    pub fn new(policy: &'a Policy, tenant: Option<&'a Tenant>, req: &'a RouteRequest) -> Self {
-        let defaults = tenant.map(|t| &t.default_hints);
-        let pick = |own: Option<f64>, default: fn(&crate::request::Hints) -> Option<f64>| {
-            own.or_else(|| defaults.and_then(default))
-        };
-        let tags: &[String] = if req.hints.tags.is_empty() {
-            defaults.map_or(&[], |d| &d.tags[..])
-        } else {
-            &req.hints.tags
-        };
-        let now = now_secs();
-        let budgets = tenant.map_or(&[][..], |t| &t.budgets[..]);
-        let budget_remaining: Vec<f64> = budgets.iter().map(|b| b.remaining_at(now)).collect();
-        let mut budget_room = BudgetRoom {
-            tokens: f64::INFINITY,
-            cost: f64::INFINITY,
-        };
-        for (budget, &remaining) in budgets.iter().zip(&budget_remaining) {
-            let room = match budget.unit() {
-                BudgetUnit::Tokens => &mut budget_room.tokens,
-                BudgetUnit::Cost => &mut budget_room.cost,
-            };
-            *room = room.min(remaining);
-        }
-        let output_tokens = u64::from(
-            req.max_output_tokens
-                .unwrap_or(policy.routing.assumed_output_tokens),
-        );
-        let min_quality = pick(req.hints.min_quality, |d| d.min_quality);
-        let max_cost = pick(req.hints.max_cost, |d| d.max_cost);
-        let tokens = u64::from(req.prompt_tokens) + output_tokens;
-        let scan = ScanBounds {
-            allowed: tenant.and_then(|t| t.allowed.as_deref()),
-            quality_floor: min_quality.unwrap_or(f64::NEG_INFINITY),
-            cost_ceiling: max_cost.unwrap_or(f64::INFINITY),
-            tokens_fit: tokens as f64 <= budget_room.tokens,
-        };
-        Context {
-            policy,
-            tenant,
-            min_quality,
-            max_cost,
-            max_latency_ms: pick(req.hints.max_latency_ms, |d| d.max_latency_ms),
-            tags,
-            tag_ids: tags.iter().map(|t| policy.tags.id(t)).collect(),
-            prompt_tokens: u64::from(req.prompt_tokens),
-            output_tokens,
-            context_needed: u64::from(req.prompt_tokens)
-                + u64::from(req.max_output_tokens.unwrap_or(0)),
-            budget_remaining,
-            budget_room,
-            thousands: (
-                u64::from(req.prompt_tokens) as f64 / 1000.0,
-                output_tokens as f64 / 1000.0,
-            ),
-            scan,
-        }
-    }
-
-    /// The quality of `model` for the request's tags, and the index of the tag that set it.
-    fn quality(&self, model: usize, m: &Model) -> (f64, Option<usize>) {
-        self.policy.tags.quality(model, m.quality, &self.tag_ids)
-    }
-
-    /// This request's estimated tokens and cost on `m`: [`Price::spend`] with the
-    /// per-request divisions done once, in [`Context::new`] (the same operations in the
-    /// same order, so the same bits; `estimate_is_price_spend` checks it).
-    fn estimate(&self, m: &Model) -> Spend {
-        Spend {
-            tokens: self.prompt_tokens + self.output_tokens,
-            cost: self.thousands.0 * m.cost_per_1k_input + self.thousands.1 * m.cost_per_1k_output,
-        }
-    }
-
-    /// Utility of a candidate with these numbers (see the module documentation).
-    fn utility(&self, quality: f64, cost: f64, expected_latency_ms: f64) -> f64 {
-        let r = &self.policy.routing;
-        r.quality_weight * quality
-            - weighted(r.cost_weight, cost)
-            - weighted(r.latency_weight, expected_latency_ms)
-    }
-
-    /// The price of a model, for estimates and settling.
-    pub fn price(&self, model: usize) -> Price {
-        self.policy
-            .models
-            .get(model)
-            .map_or(Price::default(), Price::of)
-    }
-}
-
-/// The least remaining amount of each budget unit (see [`Context::budget_room`]).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct BudgetRoom {
-    pub tokens: f64,
-    pub cost: f64,
 }
 
 /// Measures checkpoint `model`/`version` against every constraint and computes its utility.
@@ -221,13 +95,13 @@ pub(crate) fn score(
     engine: &dyn EngineView,
     detail: Detail,
 ) -> Option<Scored> {
-    let m = ctx.policy.models.get(model)?;
+    let m = ctx.policy.compiled.models.get(model)?;
     let key = ctx.policy.checkpoint_key(model, version)?;
     let verdict = detail == Detail::Verdict;
     // Every broken constraint, in report order (under Verdict the first one returns).
     let mut failures = Vec::new();
 
-    if let Some(t) = ctx.tenant {
+    if let Some(t) = ctx.tenant.map(|t| t.compiled) {
         if !t.may_use(model) {
             if verdict {
                 return None;
@@ -262,12 +136,9 @@ pub(crate) fn score(
             });
         }
     }
-    if let Some(t) = ctx.tenant {
+    if let Some(t) = ctx.tenant.map(|t| t.compiled) {
         for (budget, &remaining) in t.budgets.iter().zip(&ctx.budget_remaining) {
-            let needed = match budget.unit() {
-                BudgetUnit::Tokens => estimate.tokens as f64,
-                BudgetUnit::Cost => estimate.cost,
-            };
+            let needed = estimate.in_unit(budget.unit());
             if needed > remaining {
                 if verdict {
                     return None;
@@ -346,14 +217,14 @@ pub(crate) fn qualifying_utility(
     version: usize,
     engine: &dyn EngineView,
 ) -> Option<f64> {
-    let m = ctx.policy.models.get(model)?;
+    let m = ctx.policy.compiled.models.get(model)?;
     let (quality, cost) = static_verdict(ctx, model, m)?;
     live_utility(ctx, model, version, m, quality, cost, engine)
 }
 
 /// The constraints of [`qualifying_utility`] that need only the policy and the request,
 /// with the model's quality and estimated cost when it passes them. Under `auto` the
-/// scan decides these for a block of models at once ([`crate::scan::ScanTable::pass`]).
+/// scan decides these for a block of models at once ([`crate::scan::pass`]).
 pub(crate) fn static_verdict(ctx: &Context, model: usize, m: &Model) -> Option<(f64, f64)> {
     // The request's constants are decided once, in [`Context::new`] (`scan`).
     let scan = &ctx.scan;
@@ -400,8 +271,9 @@ pub(crate) fn live_utility(
         version: m.versions.get(version)?,
         probe: ctx
             .policy
+            .live
             .probes
-            .get(ctx.policy.checkpoint_base.get(model)? + version)?,
+            .get(ctx.policy.compiled.checkpoint_slot(model, version)?)?,
     };
     let state = engine.state_at(&key);
     if !state.healthy
@@ -432,15 +304,6 @@ pub(crate) fn latency_limit(
     }
 }
 
-/// `weight × value`, where a zero weight ignores the value even when it is infinite.
-fn weighted(weight: f64, value: f64) -> f64 {
-    if weight == 0.0 {
-        0.0
-    } else {
-        weight * value
-    }
-}
-
 /// Pick order: higher utility first, then model name, then version name (ascending).
 pub(crate) fn pick_order(policy: &Policy, a: &Scored, b: &Scored) -> Ordering {
     order(
@@ -456,6 +319,7 @@ pub(crate) fn order(policy: &Policy, a: (f64, usize, usize), b: (f64, usize, usi
     b.0.total_cmp(&a.0).then_with(|| {
         let name = |(_, model, version): (f64, usize, usize)| {
             policy
+                .compiled
                 .models
                 .get(model)
                 .map(|m| (&m.name, m.versions.get(version)))
@@ -467,8 +331,10 @@ pub(crate) fn order(policy: &Policy, a: (f64, usize, usize), b: (f64, usize, usi
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{CandidateState, StaticEngineView};
-    use crate::request::{Caller, ModelHint};
+    use crate::authenticate::caller_tenant;
+    use crate::engine_view::{CandidateState, StaticEngineView};
+    use crate::request::{Caller, ModelHint, RouteRequest};
+    use crate::scan;
     use proptest::prelude::*;
 
     /// Models with every constraint set, a tenant allowed some of them with a token and
@@ -528,9 +394,9 @@ mod tests {
             let mut req = RouteRequest::new(ModelHint::Auto, Caller::Tenant("t".into()));
             req.prompt_tokens = prompt;
             req.max_output_tokens = Some(out);
-            let ctx = Context::new(&p, p.tenant("t"), &req);
+            let ctx = Context::new(&p, caller_tenant(&p, &req.caller).unwrap(), &req);
             let m = &p.models()[0];
-            let reference = Price::of(m).spend(u64::from(prompt), u64::from(out));
+            let reference = m.price().spend(u64::from(prompt), u64::from(out));
             let fast = ctx.estimate(m);
             prop_assert_eq!(fast.tokens, reference.tokens);
             prop_assert_eq!(fast.cost.to_bits(), reference.cost.to_bits());
@@ -570,7 +436,7 @@ mod tests {
             }
             req.prompt_tokens = tokens.0;
             req.max_output_tokens = tokens.1;
-            let ctx = Context::new(&policy, policy.tenant("t"), &req);
+            let ctx = Context::new(&policy, caller_tenant(&policy, &req.caller).unwrap(), &req);
             for model in 0..models.len() {
                 let full = score(&ctx, model, 0, Via::Direct, &engine, Detail::Verdict);
                 let fast = qualifying_utility(&ctx, model, 0, &engine);
@@ -602,8 +468,8 @@ mod tests {
             }
             req.prompt_tokens = tokens.0;
             req.max_output_tokens = tokens.1;
-            let ctx = Context::new(&policy, policy.tenant("t"), &req);
-            let pass = policy.scan.pass(&ctx, 0);
+            let ctx = Context::new(&policy, caller_tenant(&policy, &req.caller).unwrap(), &req);
+            let pass = scan::pass(&ctx, 0);
             for (model, m) in policy.models().iter().enumerate() {
                 let verdict = static_verdict(&ctx, model, m);
                 prop_assert_eq!(pass.passed >> model & 1 == 1, verdict.is_some(), "model m{}", model);

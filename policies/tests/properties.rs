@@ -431,7 +431,7 @@ proptest! {
                         Ok(r) => {
                             ok += 1;
                             let current = store.current();
-                            for b in &current.tenant("t").unwrap().budgets {
+                            for b in current.budgets("t").unwrap() {
                                 let s = b.snapshot();
                                 assert!(s.settled + s.reserved <= s.limit + 1e-9, "{s:?}");
                             }
@@ -454,7 +454,7 @@ proptest! {
             total_ok += w.join().unwrap().0;
         }
         prop_assert!(total_ok > 0);
-        for b in &store.current().tenant("t").unwrap().budgets {
+        for b in store.current().budgets("t").unwrap() {
             let s = b.snapshot();
             prop_assert!(s.reserved.abs() < 1e-9, "reservations left: {:?}", s);
             prop_assert!(s.settled <= s.limit + 1e-9, "overspent: {:?}", s);

@@ -99,7 +99,7 @@ fn reload_keeps_spend_and_takes_the_new_limit() {
     drop(held);
     drop(second);
     assert_eq!(
-        store.current().tenant("t").unwrap().budgets[0]
+        store.current().budgets("t").unwrap()[0]
             .snapshot()
             .remaining,
         1500.0

@@ -336,7 +336,7 @@ fn budgets_are_reserved_settled_and_exhausted() {
     assert_eq!(spent.tokens, 150);
     assert!((spent.cost - 0.15).abs() < 1e-12);
     drop(second); // released: nothing spent
-    let snapshot = p.tenant("t").unwrap().budgets[0].snapshot();
+    let snapshot = p.budgets("t").unwrap()[0].snapshot();
     assert_eq!(
         (snapshot.settled, snapshot.reserved, snapshot.remaining),
         (150.0, 0.0, 850.0)

@@ -228,7 +228,7 @@ async fn resets_a_tripped_rollback_rule() {
     let file = policy_file(POLICY);
     let (app, store, _) = full_app(&file);
     let policy = store.current();
-    let monitor = policy.splits()[0].rollback().unwrap();
+    let monitor = policy.rollback_monitor("canary").unwrap();
     monitor.record(0, true, 10.0);
     monitor.record(1, false, 10.0);
     assert!(monitor.is_rolled_back());

@@ -250,7 +250,7 @@ async fn budgets_are_charged_actual_usage_then_exhausted_with_429() {
         let reply = chat(&app, "small", "hi", &auth).await;
         assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     }
-    let snapshot = store.current().tenant("acme").unwrap().budgets[0].snapshot();
+    let snapshot = store.current().budgets("acme").unwrap()[0].snapshot();
     assert_eq!((snapshot.settled, snapshot.reserved), (21.0, 0.0));
     let reply = chat(&app, "small", "hi", &auth).await;
     assert_error(
@@ -286,7 +286,7 @@ async fn streams_settle_the_budget_when_they_end() {
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     assert_eq!(header(&reply, "x-switchyard-model"), "small");
     assert_eq!(reply.sse_data().last().unwrap(), "[DONE]");
-    let snapshot = store.current().tenant("acme").unwrap().budgets[0].snapshot();
+    let snapshot = store.current().budgets("acme").unwrap()[0].snapshot();
     assert_eq!((snapshot.settled, snapshot.reserved), (7.0, 0.0));
 }
 
@@ -482,7 +482,7 @@ async fn field_type_errors_come_after_credentials_as_before() {
         &["invalid type"],
     );
     let policy = store.current();
-    let budget = policy.tenant("acme").unwrap().budgets[0].snapshot();
+    let budget = policy.budgets("acme").unwrap()[0].snapshot();
     assert_eq!((budget.settled, budget.reserved), (0.0, 0.0));
     // A well-formed body goes through the handler with the layer's parse.
     let good = json!({"model": "small", "max_tokens": 2,

@@ -1,28 +1,29 @@
-//! Turns a parsed [`PolicyFile`] into a [`Policy`], checking the whole file and reporting
-//! every problem with its line and column. Nothing is half-loaded: any problem fails it.
+//! Turns a parsed [`PolicyFile`] into a [`CompiledPolicy`], checking the whole file and
+//! reporting every problem with its line and column. Nothing is half-loaded: any problem
+//! fails it.
 
+mod checks;
 mod models;
+mod names;
 mod tenants;
 mod traffic;
 
-use std::collections::HashMap;
-
 use toml::Spanned;
 
-use crate::engine::ProbeCell;
+use crate::compiled::scan_table::ScanTable;
+use crate::compiled::tags::TagTable;
+use crate::compiled::{CompiledPolicy, Routing};
 use crate::error::{Diagnostics, PolicyError};
-use crate::metrics::RouteCounters;
-use crate::policy::{Model, Policy, Routing, Target};
-use crate::scan::ScanTable;
 use crate::schema::{PolicyFile, RoutingEntry};
-use crate::tags::TagTable;
+use checks::non_negative;
+use names::Names;
 
 /// Parses and validates `src` (named `source_name` in errors).
 pub(crate) fn compile(
     src: &str,
     source_name: &str,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Policy, PolicyError> {
+) -> Result<CompiledPolicy, PolicyError> {
     let mut diags = Diagnostics::new(src);
     let file: PolicyFile = match toml::from_str(src) {
         Ok(file) => file,
@@ -62,11 +63,7 @@ pub(crate) fn compile(
     let cross_model_arms = splits
         .iter()
         .any(|s| s.arms.iter().any(|a| a.model != s.model));
-    Ok(Policy {
-        probes: (0..checkpoint_count)
-            .map(|_| ProbeCell::default())
-            .collect(),
-        route_counters: RouteCounters::new(checkpoint_count, splits.iter().map(|s| s.arms.len())),
+    Ok(CompiledPolicy {
         tags: TagTable::new(&models),
         scan: ScanTable::new(&models),
         cross_model_arms,
@@ -103,152 +100,4 @@ fn routing(entry: Option<&Spanned<RoutingEntry>>, diags: &mut Diagnostics) -> Ro
     }
     r.allow_anonymous = e.allow_anonymous;
     r
-}
-
-/// Model lookup shared by the tenant, split and fallback checks.
-pub(super) struct Names<'a> {
-    pub models: &'a [Model],
-    pub index: &'a HashMap<Box<str>, usize>,
-}
-
-impl Names<'_> {
-    /// A model by name or alias, or an error listing the known names.
-    pub fn model(&self, name: &str) -> Result<usize, String> {
-        self.index.get(name).copied().ok_or_else(|| {
-            let mut known: Vec<&str> = self.models.iter().map(|m| &*m.name).collect();
-            known.sort_unstable();
-            format!(
-                "unknown model `{name}`; define it under [[models]] or use one of: {}",
-                known.join(", ")
-            )
-        })
-    }
-
-    /// `name`, `alias` or `name@version`.
-    pub fn target(&self, spec: &str) -> Result<Target, String> {
-        let Some((name, version)) = spec.split_once('@') else {
-            return Ok(Target {
-                model: self.model(spec)?,
-                version: None,
-            });
-        };
-        let model = self.model(name)?;
-        let versions = self.models.get(model).map_or(&[][..], |m| &m.versions[..]);
-        match versions.iter().position(|v| &**v == version) {
-            Some(v) => Ok(Target {
-                model,
-                version: Some(v),
-            }),
-            None => Err(format!(
-                "model `{name}` has no version `{version}`; its versions are: {}",
-                versions.iter().map(|v| &**v).collect::<Vec<_>>().join(", ")
-            )),
-        }
-    }
-
-    /// The concrete version a target resolves to when no split applies.
-    pub fn version_of(&self, target: Target) -> usize {
-        target.version.unwrap_or_else(|| {
-            self.models
-                .get(target.model)
-                .map_or(0, |m| m.active_version)
-        })
-    }
-}
-
-/// Checks a name used for models, aliases, versions, tenants, splits and arms.
-pub(super) fn check_name(name: &Spanned<String>, what: &str, diags: &mut Diagnostics) -> bool {
-    let n = name.get_ref();
-    let problem = if n.is_empty() {
-        Some("must not be empty".to_string())
-    } else if n.contains('@') || n.contains(char::is_whitespace) || n.contains(',') {
-        Some(format!("`{n}` must not contain `@`, `,` or whitespace"))
-    } else if n.eq_ignore_ascii_case("auto") {
-        Some("`auto` is reserved for automatic routing; pick another name".to_string())
-    } else {
-        None
-    };
-    if let Some(p) = &problem {
-        diags.at(name.span(), format!("{what}: {p}"));
-    }
-    problem.is_none()
-}
-
-/// Checks `v >= 0` and finite.
-pub(super) fn non_negative(v: &Spanned<f64>, field: &str, diags: &mut Diagnostics) -> bool {
-    let x = *v.get_ref();
-    let ok = x.is_finite() && x >= 0.0;
-    if !ok {
-        diags.at(
-            v.span(),
-            format!("{field} must be a finite number of 0 or more, got {x}"),
-        );
-    }
-    ok
-}
-
-/// Checks `lo <= v <= hi`.
-pub(super) fn in_range(
-    v: &Spanned<f64>,
-    lo: f64,
-    hi: f64,
-    field: &str,
-    diags: &mut Diagnostics,
-) -> bool {
-    let x = *v.get_ref();
-    let ok = (lo..=hi).contains(&x);
-    if !ok {
-        diags.at(
-            v.span(),
-            format!("{field} must lie between {lo} and {hi}, got {x}"),
-        );
-    }
-    ok
-}
-
-/// Checks `v > 0` and finite.
-pub(super) fn positive(v: &Spanned<f64>, field: &str, diags: &mut Diagnostics) -> bool {
-    let x = *v.get_ref();
-    let ok = x.is_finite() && x > 0.0;
-    if !ok {
-        diags.at(
-            v.span(),
-            format!("{field} must be a finite number above 0, got {x}"),
-        );
-    }
-    ok
-}
-
-/// Parses a window such as `90s`, `15m`, `1h`, `1d` or `1w` into seconds.
-pub(super) fn window_secs(
-    w: &Spanned<String>,
-    field: &str,
-    diags: &mut Diagnostics,
-) -> Option<u64> {
-    let text = w.get_ref().trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
-    let scale = match unit {
-        "s" => Some(1),
-        "m" => Some(60),
-        "h" => Some(3600),
-        "d" => Some(86_400),
-        "w" => Some(604_800),
-        _ => None,
-    };
-    match (digits.parse::<u64>(), scale) {
-        (Ok(n), Some(scale)) if n > 0 => n.checked_mul(scale).or_else(|| {
-            diags.at(w.span(), format!("{field} `{text}` is too long"));
-            None
-        }),
-        _ => {
-            diags.at(
-                w.span(),
-                format!("{field} `{text}` is not a window; write a whole number and a unit: s, m, h, d or w (e.g. `1h`)"),
-            );
-            None
-        }
-    }
 }

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use toml::Spanned;
 
-use super::{check_name, in_range, non_negative, positive};
+use super::checks::{check_name, in_range, non_negative, positive};
+use crate::compiled::model::Model;
 use crate::error::Diagnostics;
-use crate::policy::Model;
 use crate::schema::ModelEntry;
 
 /// Builds the models and the name/alias index. Models with problems are still returned

@@ -6,14 +6,14 @@ use std::sync::Arc;
 
 use toml::Spanned;
 
-use super::{check_name, in_range, non_negative, positive, window_secs, Names};
-use crate::budget::{BudgetUnit, BudgetWindow};
+use super::checks::{check_name, in_range, non_negative, positive, window_secs};
+use super::names::Names;
+use crate::compiled::tenant::{Budget, Tenant};
 use crate::error::Diagnostics;
 use crate::keys::{self, KeyDigest};
-use crate::metrics::TenantMeter;
-use crate::policy::Tenant;
 use crate::request::Hints;
 use crate::schema::{BudgetEntry, HintsEntry, TenantEntry};
+use crate::spend::BudgetUnit;
 
 type Compiled = (
     Vec<Tenant>,
@@ -64,7 +64,7 @@ pub(super) fn compile(
             }
         }
         let tenant_name: Arc<str> = name.as_str().into();
-        let budgets: Vec<BudgetWindow> = e
+        let budgets: Vec<Budget> = e
             .budgets
             .iter()
             .filter_map(|b| budget(b.get_ref(), b.span(), &tenant_name, diags))
@@ -88,8 +88,7 @@ pub(super) fn compile(
                 .as_ref()
                 .map(|h| hints(h.get_ref(), name, diags))
                 .unwrap_or_default(),
-            budgets: budgets.into_iter().map(Arc::new).collect(),
-            meter: Arc::new(TenantMeter::new(Arc::clone(&tenant_name))),
+            budgets,
             name: tenant_name,
         });
     }
@@ -142,7 +141,7 @@ fn budget(
     span: Range<usize>,
     tenant: &Arc<str>,
     diags: &mut Diagnostics,
-) -> Option<BudgetWindow> {
+) -> Option<Budget> {
     let secs = window_secs(
         &b.window,
         &format!("tenant `{tenant}`: budget window"),
@@ -176,5 +175,5 @@ fn budget(
             return None;
         }
     };
-    Some(BudgetWindow::new(Arc::clone(tenant), unit, secs?, limit))
+    Some(Budget::new(unit, secs?, limit))
 }

@@ -2,19 +2,18 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::Arc;
 use std::time::Duration;
 
 use toml::Spanned;
 
-use super::{check_name, in_range, non_negative, positive, window_secs, Names};
+use super::checks::{check_name, in_range, non_negative, positive, window_secs};
+use super::names::Names;
+use crate::compiled::model::{Fallback, Triggers};
+use crate::compiled::split::{Arm, RollbackRule, Split, Sticky};
 use crate::error::Diagnostics;
-use crate::policy::{Fallback, Triggers};
-use crate::rollback::{RollbackMonitor, RollbackRule};
 use crate::schema::{
     ArmEntry, FallbackEntry, RollbackEntry, SplitEntry, StickyEntry, TriggerEntry,
 };
-use crate::split::{Arm, Split, Sticky};
 
 /// Weights are percentages; this much rounding slack is accepted.
 const WEIGHT_SLACK: f64 = 1e-6;
@@ -71,7 +70,7 @@ pub(super) fn splits(
             model,
             sticky,
             arms,
-            rollback.map(Arc::new),
+            rollback,
         ));
     }
     out
@@ -136,7 +135,7 @@ fn rollback(
     r: &RollbackEntry,
     arms: &[Arm],
     diags: &mut Diagnostics,
-) -> Option<RollbackMonitor> {
+) -> Option<RollbackRule> {
     let arm_index = |n: &Spanned<String>, diags: &mut Diagnostics| {
         let found = arms.iter().position(|a| *a.name == **n.get_ref());
         if found.is_none() {
@@ -189,19 +188,14 @@ fn rollback(
         );
     }
     let (baseline, candidate) = (baseline?, candidate?);
-    Some(RollbackMonitor::new(
-        split.into(),
-        Arc::clone(&arms.get(baseline)?.name),
-        Arc::clone(&arms.get(candidate)?.name),
-        RollbackRule {
-            baseline,
-            candidate,
-            window: Duration::from_secs(window?),
-            min_samples: *r.min_samples.get_ref(),
-            max_error_rate_increase: r.max_error_rate_increase.as_ref().map(|v| *v.get_ref()),
-            max_latency_ratio: r.max_latency_ratio.as_ref().map(|v| *v.get_ref()),
-        },
-    ))
+    Some(RollbackRule {
+        baseline,
+        candidate,
+        window: Duration::from_secs(window?),
+        min_samples: *r.min_samples.get_ref(),
+        max_error_rate_increase: r.max_error_rate_increase.as_ref().map(|v| *v.get_ref()),
+        max_latency_ratio: r.max_latency_ratio.as_ref().map(|v| *v.get_ref()),
+    })
 }
 
 pub(super) fn fallbacks(

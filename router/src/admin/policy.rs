@@ -105,7 +105,8 @@ pub(crate) fn summary(store: &PolicyStore) -> Value {
         "models": models(&policy),
         "tenants": policy.tenants().iter().map(|t| json!({
             "name": &*t.name,
-            "budgets": t.budgets.iter().map(|b| b.snapshot()).collect::<Vec<_>>(),
+            "budgets": policy.budgets(&t.name).unwrap_or_default()
+                .iter().map(|b| b.snapshot()).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
         "splits": policy.splits().iter().map(|s| json!({
             "name": &*s.name,

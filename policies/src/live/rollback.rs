@@ -1,5 +1,5 @@
-//! The automatic rollback rule of a split: watch the new arm against the old one over a
-//! sliding window and, when it is clearly worse, pin all traffic to the old arm.
+//! The automatic rollback rule of a split at work: watch the new arm against the old one
+//! over a sliding window and, when it is clearly worse, pin all traffic to the old arm.
 //!
 //! States: `Watching` → `RolledBack` (sticky until an operator resets it or the split is
 //! changed in the policy file). Outcomes are kept in ten time buckets per arm, so the
@@ -7,28 +7,14 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
-const BUCKETS: usize = 10;
+use crate::compiled::split::RollbackRule;
+use crate::metrics;
 
-/// When the new arm counts as worse than the old one.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RollbackRule {
-    /// Arm index of the old (trusted) arm.
-    pub baseline: usize,
-    /// Arm index of the new arm under watch.
-    pub candidate: usize,
-    /// How far back outcomes count.
-    pub window: Duration,
-    /// Outcomes each arm needs in the window before the rule may trip.
-    pub min_samples: u32,
-    /// Trip when candidate error rate exceeds baseline error rate by more than this.
-    pub max_error_rate_increase: Option<f64>,
-    /// Trip when candidate mean latency exceeds baseline mean latency times this.
-    pub max_latency_ratio: Option<f64>,
-}
+const BUCKETS: usize = 10;
 
 /// Outcome counts of one arm over the window.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -175,7 +161,7 @@ impl RollbackMonitor {
                     at_unix_ms: unix_ms(),
                 };
                 self.tripped.store(true, Ordering::Release);
-                crate::metrics::rollback_state(&self.split, true);
+                metrics::rollback_state(&self.split, true);
             }
         }
     }
@@ -187,7 +173,7 @@ impl RollbackMonitor {
         s.buckets = [[Bucket::default(); BUCKETS]; 2];
         s.state = RollbackState::Watching;
         self.tripped.store(false, Ordering::Release);
-        crate::metrics::rollback_state(&self.split, false);
+        metrics::rollback_state(&self.split, false);
     }
 
     /// The state and both arms' window statistics now.
@@ -268,6 +254,7 @@ fn unix_ms() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn monitor(min_samples: u32) -> RollbackMonitor {
         RollbackMonitor::new(

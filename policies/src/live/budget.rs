@@ -12,19 +12,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
-pub use switchyard_seam::Usage;
 
 use crate::metrics::{self, TenantMeter};
-
-/// What a budget counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BudgetUnit {
-    /// Prompt plus completion tokens.
-    Tokens,
-    /// Currency, priced with the model's per-1k-token costs.
-    Cost,
-}
+use crate::spend::{BudgetUnit, Price, Spend, Usage};
 
 /// One tenant budget: a limit per rolling window. Shared by `Arc` so that in-flight
 /// reservations and a reloaded policy keep counting against the same window.
@@ -77,12 +67,8 @@ impl BudgetWindow {
     /// A window of `window_secs` seconds (at least 1) allowing `limit` per window.
     pub fn new(tenant: Arc<str>, unit: BudgetUnit, window_secs: u64, limit: f64) -> Self {
         let window_secs = window_secs.max(1);
-        let unit_name = match unit {
-            BudgetUnit::Tokens => "tokens",
-            BudgetUnit::Cost => "cost",
-        };
         BudgetWindow {
-            label: format!("{unit_name} per {window_secs}s").into(),
+            label: unit.label(window_secs),
             tenant,
             unit,
             window_secs,
@@ -110,20 +96,9 @@ impl BudgetWindow {
         &self.label
     }
 
-    /// Identity used to carry state across reloads: same tenant, unit and window length.
-    pub(crate) fn same_window(&self, other: &BudgetWindow) -> bool {
-        self.tenant == other.tenant
-            && self.unit == other.unit
-            && self.window_secs == other.window_secs
-    }
-
     /// Replaces the limit (on reload); counters are kept.
     pub(crate) fn set_limit(&self, limit: f64) {
         self.lock_at(now_secs()).limit = limit;
-    }
-
-    pub(crate) fn limit(&self) -> f64 {
-        self.lock_at(now_secs()).limit
     }
 
     /// The state now, for display.
@@ -201,40 +176,6 @@ impl Hold {
     }
 }
 
-/// What a request spent (or is estimated to spend).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct Spend {
-    /// Prompt plus completion tokens.
-    pub tokens: u64,
-    /// Cost in the policy's currency.
-    pub cost: f64,
-}
-
-/// Per-1k-token prices of the model a reservation was made for.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub(crate) struct Price {
-    pub per_1k_input: f64,
-    pub per_1k_output: f64,
-}
-
-impl Price {
-    /// The prices `model` sets.
-    pub(crate) fn of(model: &crate::policy::Model) -> Price {
-        Price {
-            per_1k_input: model.cost_per_1k_input,
-            per_1k_output: model.cost_per_1k_output,
-        }
-    }
-
-    pub(crate) fn spend(&self, prompt_tokens: u64, output_tokens: u64) -> Spend {
-        Spend {
-            tokens: prompt_tokens + output_tokens,
-            cost: prompt_tokens as f64 / 1000.0 * self.per_1k_input
-                + output_tokens as f64 / 1000.0 * self.per_1k_output,
-        }
-    }
-}
-
 /// Which budget refused a reservation.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Shortfall {
@@ -273,10 +214,7 @@ impl Reservation {
             finished: false,
         };
         for window in windows {
-            let amount = match window.unit {
-                BudgetUnit::Tokens => estimate.tokens as f64,
-                BudgetUnit::Cost => estimate.cost,
-            };
+            let amount = estimate.in_unit(window.unit);
             match window.try_hold(amount, now) {
                 Ok(hold) => reservation.holds.push(hold),
                 // Dropping `reservation` here releases the holds taken so far.
@@ -319,10 +257,7 @@ impl Reservation {
             u64::from(usage.completion_tokens),
         );
         for hold in &self.holds {
-            let actual = match hold.window.unit {
-                BudgetUnit::Tokens => spend.tokens as f64,
-                BudgetUnit::Cost => spend.cost,
-            };
+            let actual = spend.in_unit(hold.window.unit);
             hold.finish(Some(actual), now);
         }
         self.finished = true;

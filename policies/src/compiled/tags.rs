@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::policy::Model;
+use crate::compiled::model::Model;
 
 /// Every tag any model scores, and each model's quality under each of them.
 #[derive(Debug, Default)]
@@ -74,7 +74,7 @@ impl TagTable {
 
 #[cfg(test)]
 mod tests {
-    use crate::policy::Policy;
+    use crate::Policy;
     use proptest::prelude::*;
 
     fn policy(models: &[(f64, Vec<(&str, f64)>)]) -> Policy {
@@ -118,10 +118,10 @@ mod tests {
                 .collect();
             let policy = policy(&models);
             let asked: Vec<String> = asked.iter().map(|&t| TAGS[t].to_string()).collect();
-            let ids: Vec<Option<usize>> = asked.iter().map(|t| policy.tags.id(t)).collect();
+            let ids: Vec<Option<usize>> = asked.iter().map(|t| policy.compiled.tags.id(t)).collect();
             for (i, m) in policy.models().iter().enumerate() {
                 let (q, tag) = m.quality_for(&asked);
-                let (fast, at) = policy.tags.quality(i, m.quality, &ids);
+                let (fast, at) = policy.compiled.tags.quality(i, m.quality, &ids);
                 prop_assert_eq!(q, fast);
                 prop_assert_eq!(tag, at.map(|i| asked[i].as_str()));
             }

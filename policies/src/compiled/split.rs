@@ -4,13 +4,13 @@
 //! An arm is chosen by hashing `(split name, sticky key)` to a point in
 //! `[0, total weight)` and taking the arm whose cumulative weight range holds it, so the
 //! same user stays on the same arm for as long as the split's arms and weights are
-//! unchanged, and the share of users per arm converges to the weights.
+//! unchanged, and the share of users per arm converges to the weights. Whether the rule
+//! has tripped is live state, watched by a [`crate::RollbackMonitor`].
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::Serialize;
-
-use crate::rollback::RollbackMonitor;
 
 /// What keeps a caller on one arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -37,6 +37,23 @@ pub struct Arm {
     pub weight: f64,
 }
 
+/// When the new arm of a split counts as worse than the old one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RollbackRule {
+    /// Arm index of the old (trusted) arm.
+    pub baseline: usize,
+    /// Arm index of the new arm under watch.
+    pub candidate: usize,
+    /// How far back outcomes count.
+    pub window: Duration,
+    /// Outcomes each arm needs in the window before the rule may trip.
+    pub min_samples: u32,
+    /// Trip when candidate error rate exceeds baseline error rate by more than this.
+    pub max_error_rate_increase: Option<f64>,
+    /// Trip when candidate mean latency exceeds baseline mean latency times this.
+    pub max_latency_ratio: Option<f64>,
+}
+
 /// A split of one model's traffic between arms.
 #[derive(Debug)]
 pub struct Split {
@@ -52,7 +69,7 @@ pub struct Split {
     cumulative: Vec<f64>,
     /// The hash state after the split's name (see [`stable_hash`]), computed once.
     salt: u64,
-    rollback: Option<Arc<RollbackMonitor>>,
+    rollback: Option<RollbackRule>,
 }
 
 impl Split {
@@ -62,7 +79,7 @@ impl Split {
         model: usize,
         sticky: Sticky,
         arms: Vec<Arm>,
-        rollback: Option<Arc<RollbackMonitor>>,
+        rollback: Option<RollbackRule>,
     ) -> Self {
         let cumulative = arms
             .iter()
@@ -82,24 +99,15 @@ impl Split {
         }
     }
 
-    /// The rollback rule's monitor, if the split has one.
-    pub fn rollback(&self) -> Option<&Arc<RollbackMonitor>> {
+    /// The rollback rule, if the split has one.
+    pub fn rollback(&self) -> Option<&RollbackRule> {
         self.rollback.as_ref()
     }
 
-    /// The arm for a sticky key. When the rollback rule has tripped, always the baseline.
+    /// The arm the weights give a sticky key. (Routing sends a split whose rollback rule
+    /// has tripped to the baseline arm without asking.)
     pub fn assign(&self, sticky_key: &str) -> usize {
-        if let Some(m) = &self.rollback {
-            if m.is_rolled_back() {
-                return m.rule().baseline;
-            }
-        }
         self.arm_for_hash(salted_hash(self.salt, sticky_key))
-    }
-
-    /// Whether the rollback rule has pinned the split to its baseline arm.
-    pub fn is_rolled_back(&self) -> bool {
-        self.rollback.as_ref().is_some_and(|m| m.is_rolled_back())
     }
 
     fn arm_for_hash(&self, hash: u64) -> usize {
@@ -120,18 +128,7 @@ impl Split {
             && self.model == other.model
             && self.sticky == other.sticky
             && self.arms == other.arms
-            && match (&self.rollback, &other.rollback) {
-                (Some(a), Some(b)) => a.rule() == b.rule(),
-                (None, None) => true,
-                _ => false,
-            }
-    }
-
-    /// Takes over the rollback monitor of an identical split from the previous policy.
-    pub(crate) fn adopt_monitor(&mut self, old: &Split) {
-        if let Some(m) = &old.rollback {
-            self.rollback = Some(Arc::clone(m));
-        }
+            && self.rollback == other.rollback
     }
 }
 

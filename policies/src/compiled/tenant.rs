@@ -1,0 +1,77 @@
+//! A tenant of the compiled policy: who may use what, with which defaults, within which
+//! budgets.
+
+use std::sync::Arc;
+
+use crate::request::Hints;
+use crate::spend::BudgetUnit;
+
+/// A tenant: who may use what, and how much.
+#[derive(Debug)]
+pub struct Tenant {
+    /// Unique name.
+    pub name: Arc<str>,
+    /// Per model index, whether the tenant may use it; `None` allows all.
+    pub allowed: Option<Vec<bool>>,
+    /// Hints applied when a request does not set them.
+    pub default_hints: Hints,
+    /// Spend budgets, all of which must cover a request. What each has spent lives in
+    /// the policy's live state ([`crate::Policy::budgets`]).
+    pub budgets: Vec<Budget>,
+}
+
+impl Tenant {
+    /// Whether the tenant may use model `model` (an index into [`crate::Policy::models`]).
+    pub fn may_use(&self, model: usize) -> bool {
+        self.allowed
+            .as_ref()
+            .is_none_or(|a| a.get(model).copied().unwrap_or(false))
+    }
+}
+
+/// One budget as the file sets it: a limit in tokens or currency per window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Budget {
+    unit: BudgetUnit,
+    window_secs: u64,
+    limit: f64,
+    label: Arc<str>,
+}
+
+impl Budget {
+    /// A limit of `limit` per window of `window_secs` seconds (at least 1).
+    pub fn new(unit: BudgetUnit, window_secs: u64, limit: f64) -> Self {
+        let window_secs = window_secs.max(1);
+        Budget {
+            unit,
+            window_secs,
+            limit,
+            label: unit.label(window_secs),
+        }
+    }
+
+    /// Tokens or cost.
+    pub fn unit(&self) -> BudgetUnit {
+        self.unit
+    }
+
+    /// Window length in seconds.
+    pub fn window_secs(&self) -> u64 {
+        self.window_secs
+    }
+
+    /// Limit per window.
+    pub fn limit(&self) -> f64 {
+        self.limit
+    }
+
+    /// A short label such as `tokens per 3600s`.
+    pub fn label(&self) -> &Arc<str> {
+        &self.label
+    }
+
+    /// Same unit and window length: one tenant's spend against it carries over a reload.
+    pub(crate) fn same_window(&self, other: &Budget) -> bool {
+        self.unit == other.unit && self.window_secs == other.window_secs
+    }
+}
