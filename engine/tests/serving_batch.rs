@@ -184,6 +184,7 @@ fn check_batched_against_sessions(f: &Fixture, texts: &[&str], counts: &[usize])
             max_active: 3,
             max_queued: 16,
             max_step_tokens: 6,
+            kv_budget_bytes: None,
         },
     );
     let receivers: Vec<_> = prompts
@@ -300,6 +301,7 @@ fn a_full_queue_refuses_with_overloaded_and_bad_prompts_are_refused() {
             max_active: 1,
             max_queued: 1,
             max_step_tokens: 64,
+            kv_budget_bytes: None,
         },
     );
     let prompt = f.tokenizer.encode("Hello", true).unwrap();

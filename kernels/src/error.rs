@@ -22,4 +22,6 @@ pub enum KernelError {
     Shape { op: &'static str, detail: String },
     #[error("KV cache holds {capacity} positions; position {position} does not fit")]
     KvCacheFull { capacity: usize, position: usize },
+    #[error("cannot allocate a KV cache of {positions} positions ({bytes} bytes): out of memory")]
+    KvCacheAlloc { positions: usize, bytes: usize },
 }

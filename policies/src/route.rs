@@ -154,7 +154,7 @@ fn route_inner(
         Reservation::reserve(
             tenant.map(|t| Arc::clone(&t.meter)),
             budgets,
-            s.estimate,
+            ctx.worst_case(s.model, req),
             ctx.price(s.model),
             now,
         )

@@ -182,6 +182,27 @@ impl<'a> Context<'a> {
         }
     }
 
+    /// The most this request can spend on model `model`, which its budget reservation
+    /// holds: every generation (prompts × `n`) running to its `max_tokens`, or to the
+    /// end of the model's context window when it sets none (the engine generates up to
+    /// there), each generation's prompt and output together never past that window.
+    pub fn worst_case(&self, model: usize, req: &RouteRequest) -> Spend {
+        let Some(m) = self.policy.models.get(model) else {
+            return Spend::default();
+        };
+        let context = u64::from(m.context_limit);
+        let prompt = self.prompt_tokens.min(context);
+        let output = match req.max_output_tokens {
+            Some(max) => u64::from(max).min(context - prompt),
+            None => context - prompt,
+        };
+        let generations = u64::from(req.generations.max(1));
+        Price::of(m).spend(
+            prompt.saturating_mul(generations),
+            output.saturating_mul(generations),
+        )
+    }
+
     /// Utility of a candidate with these numbers (see the module documentation).
     fn utility(&self, quality: f64, cost: f64, expected_latency_ms: f64) -> f64 {
         let r = &self.policy.routing;

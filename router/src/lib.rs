@@ -21,6 +21,7 @@
 
 pub mod admin;
 pub mod backend;
+pub mod drain;
 pub mod error;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
@@ -48,12 +49,15 @@ use tower_http::trace::TraceLayer;
 pub use axum::Router;
 pub use backend::InferenceBackend;
 pub use error::ApiError;
-pub use serve::{serve, serve_with_drain_deadline, shutdown_signal, DEFAULT_DRAIN_DEADLINE};
+pub use serve::{
+    serve, serve_with, serve_with_drain_deadline, shutdown_signal, ServeOptions,
+    DEFAULT_DRAIN_DEADLINE,
+};
 pub use state::{AppState, RouterConfig};
 
 use crate::error::ApiError as Error;
 use crate::layers::request_id::{
-    propagate_request_id_layer, set_request_id_layer, REQUEST_ID_HEADER,
+    propagate_request_id_layer, set_request_id_layer, SanitizeRequestIdLayer, REQUEST_ID_HEADER,
 };
 use crate::openai::extract::BodyLimit;
 
@@ -91,6 +95,11 @@ pub fn app_with_policy(state: AppState, policy: Option<Arc<policy::PolicyRouting
         // routes again, and every box is cloned for every request.
         .route_layer(
             ServiceBuilder::new()
+                // The body is in memory before the request queues for a slot.
+                .layer(layers::json_body::JsonBodyLayer::new(
+                    config.max_body_bytes,
+                    config.body_read_timeout,
+                ))
                 .layer(layers::timeout::TimeoutLayer::new(config.request_timeout))
                 .layer(layers::shed::ShedLayer::new(state.admission().clone())),
         );
@@ -109,6 +118,7 @@ pub fn app_with_policy(state: AppState, policy: Option<Arc<policy::PolicyRouting
     // between it and its handler (allocations that grew with the square of the layers).
     service.layer(
         ServiceBuilder::new()
+            .layer(SanitizeRequestIdLayer)
             .layer(set_request_id_layer())
             .layer(
                 TraceLayer::new_for_http().make_span_with(|request: &Request| {

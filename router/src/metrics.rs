@@ -106,6 +106,19 @@ impl Metrics {
         self.handle.render()
     }
 
+    /// [`Metrics::render`] without the series labelled by tenant (names and spend of
+    /// the operator's customers), for the unauthenticated public `/metrics`; the admin
+    /// API's `/admin/metrics` serves them.
+    pub fn render_public(&self) -> String {
+        let full = self.render();
+        let mut public = String::with_capacity(full.len());
+        for line in full.lines().filter(|line| !line.contains("tenant=\"")) {
+            public.push_str(line);
+            public.push('\n');
+        }
+        public
+    }
+
     /// Drains histogram buffers so memory stays bounded between scrapes.
     pub fn run_upkeep(&self) {
         self.handle.run_upkeep();
@@ -230,7 +243,7 @@ impl GenerationMetrics {
 
 /// `GET /metrics`: Prometheus text format.
 pub async fn metrics_handler(State(state): State<AppState>) -> Response {
-    let body = state.metrics().render();
+    let body = state.metrics().render_public();
     (
         [(
             header::CONTENT_TYPE,

@@ -35,6 +35,11 @@ pub struct ExecutorConfig {
     /// Tokens one forward step runs at most (decode rows first, then prompt
     /// chunks), bounding step latency and activation memory.
     pub max_step_tokens: usize,
+    /// KV-cache bytes the running sequences may hold together, each counted at
+    /// its most (prompt plus `max_tokens`, or the whole context): a request
+    /// waits for a slot until its share fits, and one that could never fit is
+    /// refused at submit ([`SubmitError::KvBudget`]). `None`: no limit.
+    pub kv_budget_bytes: Option<usize>,
 }
 
 impl Default for ExecutorConfig {
@@ -43,6 +48,7 @@ impl Default for ExecutorConfig {
             max_active: 64,
             max_queued: 256,
             max_step_tokens: 256,
+            kv_budget_bytes: None,
         }
     }
 }
@@ -108,6 +114,7 @@ pub struct Executor<B: Backend> {
     shared: Arc<Shared>,
     table: Arc<ArcSwapOption<WeightTable<B>>>,
     max_queued: usize,
+    kv_budget_bytes: Option<usize>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -123,6 +130,7 @@ impl<B: Backend> Executor<B> {
         let shared = Arc::new(Shared::default());
         let table = Arc::new(ArcSwapOption::empty());
         let max_queued = config.max_queued;
+        let kv_budget_bytes = config.kv_budget_bytes;
         let state = Scheduler {
             scratch: None,
             backend,
@@ -144,6 +152,7 @@ impl<B: Backend> Executor<B> {
             shared,
             table,
             max_queued,
+            kv_budget_bytes,
             thread: Some(thread),
         })
     }
@@ -165,6 +174,12 @@ impl<B: Backend> Executor<B> {
                 prompt_tokens,
                 context,
             });
+        }
+        if let Some(budget) = self.kv_budget_bytes {
+            let needed = kv_bytes(checkpoint, &request);
+            if needed > budget {
+                return Err(SubmitError::KvBudget { needed, budget });
+            }
         }
         // Reserve a queue slot first, so that concurrent submits cannot overshoot.
         let reserved =
@@ -247,6 +262,30 @@ impl<B: Backend> Executor<B> {
     }
 }
 
+/// KV-cache bytes `request` may come to hold on `checkpoint`: every position
+/// up to its prompt plus `max_tokens`, or to the end of the context.
+pub(super) fn kv_bytes<B: Backend>(
+    checkpoint: &CheckpointHandle<B>,
+    request: &SequenceRequest,
+) -> usize {
+    let config = checkpoint.model.config();
+    let positions = super::group::cache_positions(
+        request.prompt.len(),
+        request.stop.max_tokens,
+        config.context_length,
+    );
+    kv_bytes_per_position(config).saturating_mul(positions)
+}
+
+/// Keys and values of one position over every layer, f32.
+pub(super) fn kv_bytes_per_position(config: &crate::model::config::ModelConfig) -> usize {
+    config
+        .n_layers
+        .saturating_mul(config.n_kv_heads)
+        .saturating_mul(config.head_dim)
+        .saturating_mul(2 * std::mem::size_of::<f32>())
+}
+
 /// The state the executor thread owns.
 struct Scheduler<B: Backend> {
     backend: Arc<B>,
@@ -312,9 +351,12 @@ impl<B: Backend> Scheduler<B> {
     }
 
     /// Moves waiting requests into batches, oldest first over every
-    /// checkpoint, while the shared pool has slots.
+    /// checkpoint, while the shared pool has slots and the oldest request's
+    /// KV share fits the budget beside the running sequences' (it waits
+    /// otherwise, and so do the requests behind it: arrival order holds).
     fn admit(&mut self) {
         let mut active: usize = self.groups.iter().map(Group::active_len).sum();
+        let mut kv_held: usize = self.groups.iter().map(Group::kv_bytes_held).sum();
         let mut taken = 0;
         while active < self.config.max_active.max(1) {
             let oldest = self
@@ -327,9 +369,20 @@ impl<B: Backend> Scheduler<B> {
             let Some(group) = self.groups.get_mut(index) else {
                 break;
             };
+            let needed = group
+                .waiting
+                .front()
+                .map_or(0, |w| kv_bytes(&group.checkpoint, &w.request));
+            if let Some(budget) = self.config.kv_budget_bytes {
+                // With nothing running, a request that passed submit's check fits.
+                if active > 0 && kv_held.saturating_add(needed) > budget {
+                    break;
+                }
+            }
             taken += 1;
             if group.admit_front(&self.backend) {
                 active += 1;
+                kv_held = kv_held.saturating_add(needed);
             }
         }
         if taken > 0 {

@@ -12,6 +12,14 @@ use super::queue::{SequenceEvent, SequenceRequest};
 use super::sequence::Sequence;
 use crate::model::{LogitRows, SequenceChunk};
 
+/// Positions a sequence's cache may grow to: prompt plus `max_tokens`, never past
+/// the context.
+pub(super) fn cache_positions(prompt: usize, max_tokens: Option<usize>, context: usize) -> usize {
+    prompt
+        .saturating_add(max_tokens.unwrap_or(context))
+        .min(context)
+}
+
 /// A request waiting for a batch slot.
 pub(super) struct Waiting {
     pub(super) request: SequenceRequest,
@@ -39,6 +47,15 @@ impl<B: Backend> Group<B> {
 
     pub(super) fn active_len(&self) -> usize {
         self.active.len()
+    }
+
+    /// KV bytes the running sequences may grow to, together.
+    pub(super) fn kv_bytes_held(&self) -> usize {
+        let per_position = super::executor::kv_bytes_per_position(self.checkpoint.model.config());
+        self.active
+            .iter()
+            .map(|s| s.capacity().saturating_mul(per_position))
+            .sum()
     }
 
     pub(super) fn is_idle(&self) -> bool {
@@ -70,9 +87,12 @@ impl<B: Backend> Group<B> {
             return false;
         }
         let model = &self.checkpoint.model;
-        let context = model.config().context_length;
-        let wanted = request.stop.max_tokens.unwrap_or(context);
-        let capacity = request.prompt.len().saturating_add(wanted).min(context);
+        let capacity = cache_positions(
+            request.prompt.len(),
+            request.stop.max_tokens,
+            model.config().context_length,
+        );
+        // The cache starts small and grows as the sequence does (fallibly).
         match model.new_cache(backend, capacity) {
             Ok(cache) => {
                 self.active.push(Sequence::new(request, cache, capacity));

@@ -102,6 +102,17 @@ pub enum SubmitError {
         /// Requests waiting when this one came.
         queued: usize,
     },
+    /// The request's KV cache could never fit the executor's KV budget.
+    #[error(
+        "the request may need {needed} bytes of KV cache (prompt plus max_tokens, or the whole \
+         context without max_tokens) but the server holds at most {budget}; lower max_tokens"
+    )]
+    KvBudget {
+        /// Bytes its cache may grow to.
+        needed: usize,
+        /// The executor's KV budget.
+        budget: usize,
+    },
     /// The executor thread is gone.
     #[error("the executor thread has stopped (it panicked or was shut down); restart the server")]
     Stopped,

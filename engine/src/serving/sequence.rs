@@ -48,6 +48,11 @@ impl<B: Backend> Sequence<B> {
         }
     }
 
+    /// Positions its cache may grow to.
+    pub(super) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     /// When the client wants the sequence finished, if it said.
     pub(super) fn deadline(&self) -> Option<Instant> {
         self.deadline

@@ -5,10 +5,14 @@
 //! Keys: `[layer][kv_head][tile][head_dim][16]`, tiles of [`KEY_TILE`]
 //! positions stored dimension-major, so that attention takes sixteen
 //! scores at once with one multiply-add per dimension and no horizontal
-//! sum (see `attention::scores`). Capacity is fixed at creation (rounded
-//! up to whole tiles for keys); memory is zero-filled lazily by the
-//! allocator, so a large capacity costs address space, not RAM, until
-//! used.
+//! sum (see `attention::scores`).
+//!
+//! The cache grows as the sequence does: it starts with room for
+//! [`KV_BLOCK`] positions (or fewer, if the sequence can hold no more) and
+//! grows by doubling, in whole blocks, up to the capacity it was created
+//! with. Every allocation is fallible (`try_reserve`): a host out of memory
+//! fails the one sequence that asked for more with
+//! [`KernelError::KvCacheAlloc`], instead of aborting the process.
 
 use super::disjoint::DisjointSlice;
 use crate::KernelError;
@@ -16,15 +20,21 @@ use crate::KernelError;
 /// Positions per key tile: the sixteen f32 lanes of a zmm.
 pub(crate) const KEY_TILE: usize = 16;
 
+/// Positions a cache starts with and grows by (a multiple of [`KEY_TILE`]).
+pub const KV_BLOCK: usize = 256;
+
 /// A sequence's KV cache for the CPU backend.
 #[derive(Clone, Debug)]
 pub struct CpuKvCache {
     layers: usize,
     n_kv_heads: usize,
     head_dim: usize,
+    /// Positions allocated now (the stride of the value rows).
     capacity: usize,
     /// `capacity` rounded up to whole key tiles.
     key_capacity: usize,
+    /// Positions the cache may grow to.
+    max_capacity: usize,
     keys: Vec<f32>,
     values: Vec<f32>,
     /// Per layer, positions `0..filled` hold written entries.
@@ -38,13 +48,13 @@ impl CpuKvCache {
         head_dim: usize,
         capacity: usize,
     ) -> Result<Self, KernelError> {
-        let key_capacity = capacity.div_ceil(KEY_TILE) * KEY_TILE;
+        // The whole capacity must be addressable, though it is allocated only as used.
         let per_position = layers
             .checked_mul(n_kv_heads)
             .and_then(|v| v.checked_mul(head_dim));
         // Keys take at least the values' room: checking them covers both.
-        let key_len = per_position
-            .and_then(|v| v.checked_mul(key_capacity))
+        per_position
+            .and_then(|v| v.checked_mul(capacity.div_ceil(KEY_TILE) * KEY_TILE))
             .filter(|len| {
                 len.checked_mul(8)
                     .is_some_and(|bytes| bytes <= isize::MAX as usize)
@@ -56,21 +66,84 @@ impl CpuKvCache {
                      overflows memory; lower the context length"
                 ),
             })?;
-        Ok(CpuKvCache {
+        let mut cache = CpuKvCache {
             layers,
             n_kv_heads,
             head_dim,
-            capacity,
-            key_capacity,
-            keys: vec![0.0; key_len],
-            values: vec![0.0; per_position.unwrap_or_default() * capacity],
+            capacity: 0,
+            key_capacity: 0,
+            max_capacity: capacity,
+            keys: Vec::new(),
+            values: Vec::new(),
             filled: vec![0; layers],
-        })
+        };
+        cache.grow_to(capacity.min(KV_BLOCK))?;
+        Ok(cache)
     }
 
-    /// Positions the cache can hold.
+    /// Bytes a cache of these dimensions holds per position (keys and values, f32).
+    pub fn bytes_per_position(layers: usize, n_kv_heads: usize, head_dim: usize) -> usize {
+        layers
+            .saturating_mul(n_kv_heads)
+            .saturating_mul(head_dim)
+            .saturating_mul(2 * std::mem::size_of::<f32>())
+    }
+
+    /// Bytes allocated now.
+    pub fn allocated_bytes(&self) -> usize {
+        (self.keys.len() + self.values.len()) * std::mem::size_of::<f32>()
+    }
+
+    /// Makes room for positions `0..end`, growing by doubling in whole blocks;
+    /// [`KernelError::KvCacheFull`] past the capacity the cache was made with,
+    /// [`KernelError::KvCacheAlloc`] when the memory cannot be had.
+    pub(crate) fn ensure(&mut self, end: usize) -> Result<(), KernelError> {
+        if end <= self.capacity {
+            return Ok(());
+        }
+        if end > self.max_capacity {
+            return Err(KernelError::KvCacheFull {
+                capacity: self.max_capacity,
+                position: end - 1,
+            });
+        }
+        let doubled = self.capacity.saturating_mul(2).max(end);
+        let target = doubled.div_ceil(KV_BLOCK).saturating_mul(KV_BLOCK);
+        self.grow_to(target.min(self.max_capacity))
+    }
+
+    /// Reallocates for `capacity` positions, copying what every (layer, KV head) holds.
+    fn grow_to(&mut self, capacity: usize) -> Result<(), KernelError> {
+        let key_capacity = capacity.div_ceil(KEY_TILE) * KEY_TILE;
+        let heads = self.layers * self.n_kv_heads;
+        let hd = self.head_dim;
+        let keys = regrown(&self.keys, heads, self.key_capacity * hd, key_capacity * hd)
+            .ok_or_else(|| self.alloc_error(capacity))?;
+        let values = regrown(&self.values, heads, self.capacity * hd, capacity * hd)
+            .ok_or_else(|| self.alloc_error(capacity))?;
+        self.keys = keys;
+        self.values = values;
+        self.capacity = capacity;
+        self.key_capacity = key_capacity;
+        Ok(())
+    }
+
+    fn alloc_error(&self, positions: usize) -> KernelError {
+        KernelError::KvCacheAlloc {
+            positions,
+            bytes: Self::bytes_per_position(self.layers, self.n_kv_heads, self.head_dim)
+                .saturating_mul(positions),
+        }
+    }
+
+    /// Positions the cache holds room for now (it grows up to [`Self::max_capacity`]).
     pub fn capacity(&self) -> usize {
         self.capacity
+    }
+
+    /// Positions the cache may grow to.
+    pub fn max_capacity(&self) -> usize {
+        self.max_capacity
     }
 
     pub fn layers(&self) -> usize {
@@ -168,6 +241,22 @@ impl CpuKvCache {
     }
 }
 
+/// `old`, `regions` regions of `old_len` floats each, copied into the heads of
+/// `regions` regions of `new_len` floats (zeros after); `None` when the memory
+/// cannot be had.
+fn regrown(old: &[f32], regions: usize, old_len: usize, new_len: usize) -> Option<Vec<f32>> {
+    let total = regions.checked_mul(new_len)?;
+    let mut grown: Vec<f32> = Vec::new();
+    grown.try_reserve_exact(total).ok()?;
+    grown.resize(total, 0.0);
+    if old_len > 0 {
+        for (from, to) in old.chunks_exact(old_len).zip(grown.chunks_exact_mut(new_len)) {
+            to[..old_len].copy_from_slice(from);
+        }
+    }
+    Some(grown)
+}
+
 /// One layer of a [`CpuKvCache`], split by KV head: the attention job's
 /// task for a KV head of a one-tile sequence (a decode step) writes that
 /// head's new keys and values itself and then reads them, so the writes
@@ -231,5 +320,87 @@ impl LayerHeads<'_> {
         let hd = self.head_dim;
         // SAFETY: the caller's promise.
         unsafe { self.values.get(head * self.capacity * hd, count * hd) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 17, case 3: a sequence's cache no longer allocates its whole context up
+    /// front (377 MB per SmolLM2 sequence, infallibly): it starts at one block.
+    #[test]
+    fn a_large_capacity_starts_with_one_block() {
+        // SmolLM2-135M: 30 layers, 3 KV heads of 64, 8,192 positions.
+        let cache = CpuKvCache::new(30, 3, 64, 8192).unwrap();
+        let per_position = CpuKvCache::bytes_per_position(30, 3, 64);
+        assert_eq!(cache.capacity(), KV_BLOCK);
+        assert_eq!(cache.max_capacity(), 8192);
+        assert_eq!(cache.allocated_bytes(), per_position * KV_BLOCK);
+    }
+
+    #[test]
+    fn growing_keeps_every_written_position() {
+        let (layers, heads, dim) = (2, 2, 4);
+        let mut cache = CpuKvCache::new(layers, heads, dim, 1000).unwrap();
+        let entry = |layer: usize, pos: usize, kind: f32| -> Vec<f32> {
+            (0..heads * dim)
+                .map(|i| kind * 1e6 + (layer * 100_000 + pos * 10 + i) as f32)
+                .collect()
+        };
+        let written = 600;
+        for pos in 0..written {
+            cache.ensure(pos + 1).unwrap();
+            for layer in 0..layers {
+                cache.write(layer, pos, &entry(layer, pos, 1.0), &entry(layer, pos, 2.0));
+                cache.set_len(layer, pos + 1);
+            }
+        }
+        // 256 → 512 → 1000 (doubling in whole blocks, capped at the capacity).
+        assert_eq!(cache.capacity(), 1000);
+        for layer in 0..layers {
+            for head in 0..heads {
+                let values = cache.values(layer, head, written);
+                for pos in 0..written {
+                    let span = head * dim..(head + 1) * dim;
+                    assert_eq!(cache.key(layer, head, pos), entry(layer, pos, 1.0)[span.clone()]);
+                    assert_eq!(
+                        &values[pos * dim..(pos + 1) * dim],
+                        &entry(layer, pos, 2.0)[span]
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn growth_stops_at_the_capacity() {
+        let mut cache = CpuKvCache::new(1, 1, 4, 300).unwrap();
+        cache.ensure(300).unwrap();
+        assert_eq!(cache.capacity(), 300);
+        assert!(matches!(
+            cache.ensure(301),
+            Err(KernelError::KvCacheFull {
+                capacity: 300,
+                position: 300
+            })
+        ));
+    }
+
+    /// Memory that cannot be had fails the one cache that asked (it aborted the
+    /// process before: "memory allocation of … bytes failed").
+    #[test]
+    fn memory_that_cannot_be_had_is_an_error_not_an_abort() {
+        // 2^43 positions of 16 floats: 512 TiB, past any address space.
+        let positions = 1usize << 43;
+        let mut cache = CpuKvCache::new(1, 1, 16, positions).unwrap();
+        let error = cache.ensure(positions).unwrap_err();
+        assert!(
+            matches!(error, KernelError::KvCacheAlloc { positions: p, .. } if p == positions),
+            "{error:?}"
+        );
+        // The cache is unharmed and still usable within what it holds.
+        assert_eq!(cache.capacity(), KV_BLOCK);
+        cache.ensure(KV_BLOCK).unwrap();
     }
 }

@@ -37,6 +37,6 @@ mod weight_arena;
 pub use cpu_backend::CpuBackend;
 pub use dequant::dequantize_row;
 pub use isa::{Isa, ISA_ENV_VAR};
-pub use kv_cache::CpuKvCache;
+pub use kv_cache::{CpuKvCache, KV_BLOCK};
 pub use tensors::{CpuActivations, CpuMatrix, CpuVector};
 pub use threads::ThreadPool;

@@ -7,6 +7,7 @@
 //! max_queue = 256
 //! max_step_tokens = 256
 //! ram_budget_mb = 2048      # resident tensors, shared ones counted once
+//! kv_budget_mb = 4096       # KV caches of running sequences (default: half the free RAM)
 //! # repo = "/models"        # a model repository instead of [[models]]
 //!
 //! [[models]]
@@ -34,6 +35,8 @@ pub struct ServeFile {
     pub drain_seconds: Option<u64>,
     /// RAM for resident checkpoint tensors, in MiB.
     pub ram_budget_mb: Option<u64>,
+    /// RAM for the running sequences' KV caches, in MiB.
+    pub kv_budget_mb: Option<u64>,
     /// A model repository folder to serve instead of `[[models]]`.
     pub repo: Option<PathBuf>,
     #[serde(default)]

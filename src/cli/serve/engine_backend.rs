@@ -162,6 +162,10 @@ impl InferenceBackend for EngineBackend {
         self.executor.is_running() && !self.registry.active().is_empty()
     }
 
+    fn healthy(&self) -> bool {
+        self.executor.is_running()
+    }
+
     fn submit(&self, request: GenerationRequest) -> Result<GenerationStream, BackendError> {
         let model = self.checkpoint(&request.model)?;
         let prompt = tokenize(&model, &request.prompt)?;
@@ -220,6 +224,7 @@ impl InferenceBackend for EngineBackend {
                     max_tokens: 0,
                     context: context_u32,
                 },
+                SubmitError::KvBudget { .. } => invalid("max_tokens", &e.to_string()),
                 SubmitError::Stopped => BackendError::Internal {
                     message: e.to_string(),
                 },

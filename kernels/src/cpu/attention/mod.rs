@@ -113,10 +113,10 @@ fn validate(
         )));
     }
     let end = seq.start_pos + seq.rows.len();
-    if end > cache.capacity() {
+    if end > cache.max_capacity() {
         return Err(KernelError::KvCacheFull {
-            capacity: cache.capacity(),
-            position: seq.start_pos.max(cache.capacity()),
+            capacity: cache.max_capacity(),
+            position: seq.start_pos.max(cache.max_capacity()),
         });
     }
     Ok(())
@@ -141,8 +141,10 @@ pub(crate) fn attention(
     out: &mut CpuActivations,
 ) -> Result<(), KernelError> {
     let mut rows_end = 0;
-    for seq in seqs.iter() {
+    for seq in seqs.iter_mut() {
         validate(seq.cache, &call, seq, out)?;
+        // The cache grows (fallibly) before anything is written into it.
+        seq.cache.ensure(seq.start_pos + seq.rows.len())?;
         // Tasks write their rows of `out` through one shared slice: the
         // sequences' rows must not overlap.
         if seq.rows.start < rows_end && !seq.rows.is_empty() {
