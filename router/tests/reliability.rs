@@ -46,14 +46,6 @@ fn hello() -> serde_json::Value {
     json!({"model": FAKE_MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
 }
 
-async fn until(condition: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !condition() {
-        assert!(Instant::now() < deadline, "condition not reached in 5 s");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
 /// A body that sends `first` and then nothing, ever (a slow-upload attacker).
 fn trickle(first: &'static str) -> Body {
     let chunks = futures_util::stream::once(async move {
