@@ -13,4 +13,7 @@ fi
 scripts/fetch-model.sh >/dev/null
 # The tokenizer checks compare against llama.cpp (built from source, AMX off).
 scripts/install-llama-cpp.sh
+# Fuzzing (scripts/fuzz.sh) and supply-chain checks (scripts/audit.sh).
+cargo fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz --locked
+cargo deny --version >/dev/null 2>&1 || cargo install cargo-deny --locked
 echo "setup: .venv ready, test model at $(scripts/fetch-model.sh)"

@@ -12,7 +12,8 @@ const LLAMA3: &str = "{% set loop_messages = messages %}{% for message in loop_m
 {% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}\
 {% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}";
 
-const STRICT: &str = "{% for message in messages %}{% if message['role'] not in ['system', 'user', 'assistant'] %}\
+const STRICT: &str =
+    "{% for message in messages %}{% if message['role'] not in ['system', 'user', 'assistant'] %}\
 {{ raise_exception('unknown role ' + message['role']) }}{% endif %}\
 {{ message['role'] | upper }}: {{ message['content'] }}\n{% endfor %}";
 

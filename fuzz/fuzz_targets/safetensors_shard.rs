@@ -17,7 +17,10 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     for tensor in tensors.values() {
-        let elements = tensor.shape.iter().try_fold(1usize, |a, b| a.checked_mul(*b));
+        let elements = tensor
+            .shape
+            .iter()
+            .try_fold(1usize, |a, b| a.checked_mul(*b));
         let expected = elements.and_then(|n| tensor.dtype.bytes_for(n));
         assert_eq!(expected, Some(tensor.data.len()));
     }

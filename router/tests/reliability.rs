@@ -128,7 +128,12 @@ async fn a_body_that_is_not_declared_json_is_415() {
             request = request.header("content-type", content_type);
         }
         let reply = send(&app, request.body(Body::from(hello().to_string())).unwrap()).await;
-        assert_eq!(reply.status, StatusCode::OK, "{content_type:?}: {}", reply.text);
+        assert_eq!(
+            reply.status,
+            StatusCode::OK,
+            "{content_type:?}: {}",
+            reply.text
+        );
     }
     assert_eq!(fake.submitted().len(), 3);
 }

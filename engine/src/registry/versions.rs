@@ -15,8 +15,8 @@ use crate::chat::ChatTemplate;
 use crate::formats::load_checkpoint;
 use crate::model::config::ModelConfig;
 use crate::serving::{CheckpointHandle, CheckpointId, ServedCheckpoint};
-use crate::tokenizer::Tokenizer;
 use crate::store::WeightStore;
+use crate::tokenizer::Tokenizer;
 
 /// Hears lifecycle events (for metrics and logs).
 pub trait RegistryObserver: Send + Sync {

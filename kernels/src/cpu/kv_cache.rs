@@ -250,7 +250,10 @@ fn regrown(old: &[f32], regions: usize, old_len: usize, new_len: usize) -> Optio
     grown.try_reserve_exact(total).ok()?;
     grown.resize(total, 0.0);
     if old_len > 0 {
-        for (from, to) in old.chunks_exact(old_len).zip(grown.chunks_exact_mut(new_len)) {
+        for (from, to) in old
+            .chunks_exact(old_len)
+            .zip(grown.chunks_exact_mut(new_len))
+        {
             to[..old_len].copy_from_slice(from);
         }
     }
@@ -363,7 +366,10 @@ mod tests {
                 let values = cache.values(layer, head, written);
                 for pos in 0..written {
                     let span = head * dim..(head + 1) * dim;
-                    assert_eq!(cache.key(layer, head, pos), entry(layer, pos, 1.0)[span.clone()]);
+                    assert_eq!(
+                        cache.key(layer, head, pos),
+                        entry(layer, pos, 1.0)[span.clone()]
+                    );
                     assert_eq!(
                         &values[pos * dim..(pos + 1) * dim],
                         &entry(layer, pos, 2.0)[span]
