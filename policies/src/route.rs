@@ -154,7 +154,7 @@ fn route_inner(
         Reservation::reserve(
             tenant.map(|t| Arc::clone(&t.meter)),
             budgets,
-            ctx.worst_case(s.model, req),
+            ctx.worst_case_of(s.model),
             ctx.price(s.model),
             now,
         )

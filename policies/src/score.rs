@@ -81,6 +81,10 @@ pub(crate) struct Context<'a> {
     pub output_tokens: u64,
     /// Prompt plus `max_tokens` (0 when unset), for the context limit.
     pub context_needed: u64,
+    /// `max_tokens` as the request set it, for the worst case a budget holds.
+    pub max_output_tokens: Option<u64>,
+    /// Generations the request fans out into (prompts × `n`), at least 1.
+    pub generations: u64,
     /// Remaining amount per tenant budget, read once per request.
     pub budget_remaining: Vec<f64>,
     /// The least remaining over the tenant's budgets of each unit: a candidate fits
@@ -157,6 +161,8 @@ impl<'a> Context<'a> {
             output_tokens,
             context_needed: u64::from(req.prompt_tokens)
                 + u64::from(req.max_output_tokens.unwrap_or(0)),
+            max_output_tokens: req.max_output_tokens.map(u64::from),
+            generations: u64::from(req.generations.max(1)),
             budget_remaining,
             budget_room,
             thousands: (
@@ -182,25 +188,30 @@ impl<'a> Context<'a> {
         }
     }
 
-    /// The most this request can spend on model `model`, which its budget reservation
-    /// holds: every generation (prompts × `n`) running to its `max_tokens`, or to the
-    /// end of the model's context window when it sets none (the engine generates up to
-    /// there), each generation's prompt and output together never past that window.
-    pub fn worst_case(&self, model: usize, req: &RouteRequest) -> Spend {
-        let Some(m) = self.policy.models.get(model) else {
-            return Spend::default();
-        };
+    /// The most this request can spend on `m`, which its budget reservation holds and
+    /// its budgets must fit: every generation (prompts × `n`) running to its
+    /// `max_tokens`, or to the end of the model's context window when it sets none (the
+    /// engine generates up to there), each generation's prompt and output together never
+    /// past that window.
+    pub fn worst_case(&self, m: &Model) -> Spend {
         let context = u64::from(m.context_limit);
         let prompt = self.prompt_tokens.min(context);
-        let output = match req.max_output_tokens {
-            Some(max) => u64::from(max).min(context - prompt),
+        let output = match self.max_output_tokens {
+            Some(max) => max.min(context - prompt),
             None => context - prompt,
         };
-        let generations = u64::from(req.generations.max(1));
         Price::of(m).spend(
-            prompt.saturating_mul(generations),
-            output.saturating_mul(generations),
+            prompt.saturating_mul(self.generations),
+            output.saturating_mul(self.generations),
         )
+    }
+
+    /// [`Context::worst_case`] of model index `model`.
+    pub fn worst_case_of(&self, model: usize) -> Spend {
+        self.policy
+            .models
+            .get(model)
+            .map_or(Spend::default(), |m| self.worst_case(m))
     }
 
     /// Utility of a candidate with these numbers (see the module documentation).
@@ -283,11 +294,14 @@ pub(crate) fn score(
             });
         }
     }
-    if let Some(t) = ctx.tenant {
+    if let Some(t) = ctx.tenant.filter(|t| !t.budgets.is_empty()) {
+        // The reservation holds the worst case; the estimate can exceed it only when the
+        // assumed output runs past the context.
+        let worst = ctx.worst_case(m);
         for (budget, &remaining) in t.budgets.iter().zip(&ctx.budget_remaining) {
             let needed = match budget.unit() {
-                BudgetUnit::Tokens => estimate.tokens as f64,
-                BudgetUnit::Cost => estimate.cost,
+                BudgetUnit::Tokens => estimate.tokens.max(worst.tokens) as f64,
+                BudgetUnit::Cost => estimate.cost.max(worst.cost),
             };
             if needed > remaining {
                 if verdict {
@@ -400,6 +414,13 @@ pub(crate) fn static_verdict(ctx: &Context, model: usize, m: &Model) -> Option<(
         || ctx.context_needed > u64::from(m.context_limit)
     {
         return None;
+    }
+    // Budgets hold the worst case (see `Context::worst_case`); most tenants have none.
+    if ctx.budget_room.tokens.is_finite() || ctx.budget_room.cost.is_finite() {
+        let worst = ctx.worst_case(m);
+        if worst.tokens as f64 > ctx.budget_room.tokens || worst.cost > ctx.budget_room.cost {
+            return None;
+        }
     }
     Some((quality, cost))
 }
