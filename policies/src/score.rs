@@ -206,6 +206,17 @@ impl<'a> Context<'a> {
         )
     }
 
+    /// Whether [`Context::worst_case`] on `m` fits every budget of the tenant (most
+    /// tenants have none: then it is one comparison).
+    pub fn worst_case_fits(&self, m: &Model) -> bool {
+        let room = self.budget_room;
+        if !room.tokens.is_finite() && !room.cost.is_finite() {
+            return true;
+        }
+        let worst = self.worst_case(m);
+        worst.tokens as f64 <= room.tokens && worst.cost <= room.cost
+    }
+
     /// [`Context::worst_case`] of model index `model`.
     pub fn worst_case_of(&self, model: usize) -> Spend {
         self.policy
@@ -415,12 +426,8 @@ pub(crate) fn static_verdict(ctx: &Context, model: usize, m: &Model) -> Option<(
     {
         return None;
     }
-    // Budgets hold the worst case (see `Context::worst_case`); most tenants have none.
-    if ctx.budget_room.tokens.is_finite() || ctx.budget_room.cost.is_finite() {
-        let worst = ctx.worst_case(m);
-        if worst.tokens as f64 > ctx.budget_room.tokens || worst.cost > ctx.budget_room.cost {
-            return None;
-        }
+    if !ctx.worst_case_fits(m) {
+        return None;
     }
     Some((quality, cost))
 }
