@@ -224,7 +224,10 @@ fn oracle(i: usize, m: &GenModel, req: &GenRequest) -> (bool, f64) {
     // The reservation holds the worst case: to max_tokens, or to the end of the context.
     let context = f64::from(m.context);
     let held = prompt.min(context);
-    let worst = held + req.max_out.map_or(context - held, |o| f64::from(o).min(context - held));
+    let worst = held
+        + req
+            .max_out
+            .map_or(context - held, |o| f64::from(o).min(context - held));
     let latency_limit = match (
         req.max_latency.map(f64::from),
         m.latency_target.map(f64::from),
