@@ -221,3 +221,34 @@ async fn health_sees_the_engine() {
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(reply.json()["status"], "unhealthy");
 }
+
+/// Case 7: wrong admin tokens wait in one line (at most four guesses a second, however
+/// many connections make them); the right token is never held up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_admin_tokens_are_throttled() {
+    use switchyard_router::admin::{admin_app, AdminState};
+    let admin = admin_app(AdminState::new("right-token-0123456789".into(), None, None));
+    let attempt = |token: &'static str| {
+        let admin = admin.clone();
+        async move {
+            let request = Request::get("/admin/models")
+                .header("authorization", format!("Bearer {token}"))
+                .body(Body::empty())
+                .unwrap();
+            send(&admin, request).await
+        }
+    };
+    let started = Instant::now();
+    let guesses: Vec<_> = (0..8)
+        .map(|_| tokio::spawn(attempt("guess-0123456789")))
+        .collect();
+    // The right token gets through while the guesses wait.
+    let right = attempt("right-token-0123456789").await;
+    assert_ne!(right.status, StatusCode::UNAUTHORIZED, "{}", right.text);
+    assert!(started.elapsed() < Duration::from_millis(500));
+    for guess in guesses {
+        assert_eq!(guess.await.unwrap().status, StatusCode::UNAUTHORIZED);
+    }
+    // Eight guesses took at least eight turns of 250 ms.
+    assert!(started.elapsed() >= Duration::from_millis(2000));
+}
