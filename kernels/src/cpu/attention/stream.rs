@@ -61,6 +61,67 @@ struct State {
     scores: Vec<f32>,
 }
 
+impl State {
+    /// Empty running state for every query of `tile`.
+    fn reset(&mut self, tile: &Tile<'_>) {
+        let queries = tile.rows * tile.group;
+        self.max.clear();
+        self.max.resize(queries, f32::NEG_INFINITY);
+        self.sum.clear();
+        self.sum.resize(queries, 0.0);
+        self.acc.clear();
+        self.acc.resize(queries * tile.head_dim, 0.0);
+        self.scores.resize(KEY_BLOCK, 0.0);
+    }
+
+    /// Folds one block into query `qi`: `self.scores[block]` are its scores against
+    /// the keys whose values are `values` (online softmax: rescale what came before
+    /// when the block raises the running maximum).
+    #[inline]
+    fn fold(
+        &mut self,
+        isa: CheckedIsa,
+        qi: usize,
+        hd: usize,
+        block: std::ops::Range<usize>,
+        values: &[f32],
+    ) {
+        let scores = &mut self.scores[block];
+        let block_max = scores.iter().fold(f32::NEG_INFINITY, |m, s| m.max(*s));
+        let acc = &mut self.acc[qi * hd..(qi + 1) * hd];
+        let max = &mut self.max[qi];
+        if block_max > *max {
+            // The first block finds sum and acc zero: nothing to rescale.
+            if self.sum[qi] != 0.0 {
+                let c = exp_scalar(*max - block_max);
+                self.sum[qi] *= c;
+                scale_in_place(isa, c, acc);
+            }
+            *max = block_max;
+        }
+        self.sum[qi] += exp_shifted(isa, scores, *max);
+        weighted_sum(isa, scores, values, acc);
+    }
+
+    /// Hands every query's normalised output to `out(row, head, values)`.
+    fn finish(
+        &mut self,
+        isa: CheckedIsa,
+        tile: &Tile<'_>,
+        out: &mut impl FnMut(usize, usize, &[f32]),
+    ) {
+        let hd = tile.head_dim;
+        for i in 0..tile.rows {
+            for h in 0..tile.group {
+                let qi = i * tile.group + h;
+                let acc = &mut self.acc[qi * hd..(qi + 1) * hd];
+                scale_in_place(isa, 1.0 / self.sum[qi], acc);
+                out(i, h, acc);
+            }
+        }
+    }
+}
+
 thread_local! {
     static STATE: RefCell<State> = RefCell::new(State::default());
 }
@@ -98,14 +159,7 @@ fn run_general<'q>(
     state: &mut State,
 ) {
     let hd = tile.head_dim;
-    let queries = tile.rows * tile.group;
-    state.max.clear();
-    state.max.resize(queries, f32::NEG_INFINITY);
-    state.sum.clear();
-    state.sum.resize(queries, 0.0);
-    state.acc.clear();
-    state.acc.resize(queries * hd, 0.0);
-    state.scores.resize(KEY_BLOCK, 0.0);
+    state.reset(tile);
     let first_seen = |p: usize| tile.window.map_or(0, |w| (p + 1).saturating_sub(w));
     let seen_last = tile.first_pos + tile.rows;
     let slots = tile.slots.max(1);
@@ -137,37 +191,17 @@ fn run_general<'q>(
                     );
                     scores.copy_from_slice(&all[..scores.len()]);
                 }
-                let scores = &mut scores[lo - block..];
                 if let Some(cap) = tile.softcap {
-                    for s in scores.iter_mut() {
+                    for s in &mut scores[lo - block..] {
                         *s = cap * (*s / cap).tanh();
                     }
                 }
-                let block_max = scores.iter().fold(f32::NEG_INFINITY, |m, s| m.max(*s));
-                let acc = &mut state.acc[qi * hd..(qi + 1) * hd];
-                let max = &mut state.max[qi];
-                if block_max > *max {
-                    if state.sum[qi] != 0.0 {
-                        let c = exp_scalar(*max - block_max);
-                        state.sum[qi] *= c;
-                        scale_in_place(isa, c, acc);
-                    }
-                    *max = block_max;
-                }
-                state.sum[qi] += exp_shifted(isa, scores, *max);
-                weighted_sum(isa, scores, values, acc);
+                state.fold(isa, qi, hd, lo - block..end - block, values);
             }
         }
         block += KEY_BLOCK;
     }
-    for i in 0..tile.rows {
-        for h in 0..tile.group {
-            let qi = i * tile.group + h;
-            let acc = &mut state.acc[qi * hd..(qi + 1) * hd];
-            scale_in_place(isa, 1.0 / state.sum[qi], acc);
-            out(i, h, acc);
-        }
-    }
+    state.finish(isa, tile, out);
 }
 
 fn run<'q>(
@@ -178,14 +212,7 @@ fn run<'q>(
     state: &mut State,
 ) {
     let hd = tile.head_dim;
-    let queries = tile.rows * tile.group;
-    state.max.clear();
-    state.max.resize(queries, f32::NEG_INFINITY);
-    state.sum.clear();
-    state.sum.resize(queries, 0.0);
-    state.acc.clear();
-    state.acc.resize(queries * hd, 0.0);
-    state.scores.resize(KEY_BLOCK, 0.0);
+    state.reset(tile);
     let seen_last = tile.first_pos + tile.rows;
     let mut block = 0;
     while block < seen_last {
@@ -214,30 +241,10 @@ fn run<'q>(
                     // Lanes past the row's last position are dropped here.
                     scores.copy_from_slice(&all[..scores.len()]);
                 }
-                let block_max = scores.iter().fold(f32::NEG_INFINITY, |m, s| m.max(*s));
-                let acc = &mut state.acc[qi * hd..(qi + 1) * hd];
-                let max = &mut state.max[qi];
-                if block_max > *max {
-                    // The first block finds sum and acc zero: nothing to rescale.
-                    if state.sum[qi] != 0.0 {
-                        let c = exp_scalar(*max - block_max);
-                        state.sum[qi] *= c;
-                        scale_in_place(isa, c, acc);
-                    }
-                    *max = block_max;
-                }
-                state.sum[qi] += exp_shifted(isa, scores, *max);
-                weighted_sum(isa, scores, values, acc);
+                state.fold(isa, qi, hd, 0..end - block, values);
             }
         }
         block += KEY_BLOCK;
     }
-    for i in 0..tile.rows {
-        for h in 0..tile.group {
-            let qi = i * tile.group + h;
-            let acc = &mut state.acc[qi * hd..(qi + 1) * hd];
-            scale_in_place(isa, 1.0 / state.sum[qi], acc);
-            out(i, h, acc);
-        }
-    }
+    state.finish(isa, tile, out);
 }
