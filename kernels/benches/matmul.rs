@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use switchyard_kernels::cpu::{CpuBackend, Isa};
+use switchyard_kernels::cpu::{CpuActivations, CpuBackend, Isa};
 use switchyard_kernels::{Backend, DType, WeightView};
 
 /// (output rows, input columns): q/o, k/v, gate/up, down, tied lm_head.
@@ -53,7 +53,7 @@ fn bench(c: &mut Criterion) {
                                 WeightView::new(dtype, rows, k, bytes.clone()).expect("weights"),
                             )
                             .expect("matrix");
-                        let x = backend.activations_from(n, k, &x_values);
+                        let x = CpuActivations::from_values(n, k, &x_values).unwrap();
                         let mut y = backend.activations(n, rows);
                         let id = BenchmarkId::new(
                             format!("{dtype}/{rows}x{k}"),

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use switchyard_kernels::cpu::CpuBackend;
+use switchyard_kernels::cpu::{CpuActivations, CpuBackend};
 use switchyard_kernels::{Backend, DType, WeightView};
 
 fn bench(c: &mut Criterion) {
@@ -41,7 +41,9 @@ fn bench(c: &mut Criterion) {
                 let w = backend
                     .matrix(WeightView::new(dtype, rows, k, bytes).expect("weights"))
                     .expect("matrix");
-                let x = backend.activations_from(n, k, &common::random_activations(&mut rng, n, k));
+                let x =
+                    CpuActivations::from_values(n, k, &common::random_activations(&mut rng, n, k))
+                        .unwrap();
                 let mut y = backend.activations(n, rows);
                 let id = BenchmarkId::new(
                     format!("{dtype}/{rows}x{k}"),

@@ -4,8 +4,12 @@
 //! a backend once, at load, through [`Backend::matrix`] and
 //! [`Backend::vector`] (the CPU backend keeps them zero-copy over the memory
 //! map; a GPU backend uploads them). Activations never leave the backend
-//! except through [`Backend::read_row`] (for logits), so the same forward
+//! except through [`Backend::host_rows`] (for logits), so the same forward
 //! pass drives device memory without change.
+//!
+//! The trait holds what a forward pass needs and nothing else: tests and
+//! benches build and read a backend's buffers through its own types (for
+//! the CPU, `CpuActivations`).
 //!
 //! Activations are row-major `rows × cols` f32 matrices: one row per token in
 //! a batch step.
@@ -118,7 +122,7 @@ pub enum MatmulInput<'a, B: Backend> {
     },
 }
 
-/// One sequence of [`Backend::attention_many`]: its rows of `q`, `k`, `v`
+/// One sequence of [`Backend::attention`]: its rows of `q`, `k`, `v`
 /// and `out`, at positions `start_pos..start_pos + rows.len()` of `cache`.
 pub struct AttentionRows<'a, B: Backend> {
     pub cache: &'a mut B::KvCache,
@@ -150,9 +154,6 @@ pub trait Backend: Send + Sync + 'static {
     fn vector(&self, values: &[f32]) -> Result<Self::Vector, KernelError>;
     /// Zero-filled activations.
     fn activations(&self, rows: usize, cols: usize) -> Self::Activations;
-    fn activations_from(&self, rows: usize, cols: usize, values: &[f32]) -> Self::Activations;
-    /// Copies row `row` to the host.
-    fn read_row(&self, x: &Self::Activations, row: usize, out: &mut [f32]);
     /// Every row of `x` on the host, row after row: a backend whose
     /// activations live in host memory lends them as they are, a device
     /// backend copies them into `staging` (kept by the caller and reused,
@@ -160,29 +161,17 @@ pub trait Backend: Send + Sync + 'static {
     fn host_rows<'a>(&self, x: &'a Self::Activations, staging: &'a mut Vec<f32>) -> &'a [f32];
     /// Reshapes `x` to `rows × cols` without preserving contents (reuses the allocation).
     fn resize(&self, x: &mut Self::Activations, rows: usize, cols: usize);
+    /// Keys and values of one sequence of up to `capacity` positions. Layer
+    /// `l` attends over a sliding window of `windows[l]` positions when that
+    /// is `Some`, and the backend may keep only that window for it.
     fn kv_cache(
         &self,
         layers: usize,
         n_kv_heads: usize,
         head_dim: usize,
         capacity: usize,
-    ) -> Result<Self::KvCache, KernelError>;
-
-    /// A KV cache whose layer `l` attends over a sliding window of
-    /// `windows[l]` positions when that is `Some`: a backend may keep only
-    /// that window's keys and values for the layer. This default keeps
-    /// every position.
-    fn kv_cache_windowed(
-        &self,
-        layers: usize,
-        n_kv_heads: usize,
-        head_dim: usize,
-        capacity: usize,
         windows: &[Option<usize>],
-    ) -> Result<Self::KvCache, KernelError> {
-        let _ = windows;
-        self.kv_cache(layers, n_kv_heads, head_dim, capacity)
-    }
+    ) -> Result<Self::KvCache, KernelError>;
 
     // --- operations -------------------------------------------------------
 
@@ -231,29 +220,13 @@ pub trait Backend: Send + Sync + 'static {
         inv_freq: &[f32],
         style: RopeStyle,
     ) -> Result<(), KernelError>;
-    /// Causal attention for the rows `rows` of `q`, `k`, `v`, which belong to
-    /// one sequence and sit at positions `start_pos..start_pos + rows.len()`.
-    /// Writes those rows' keys and values into `cache` at `layer` first, then
-    /// attends over positions `0..=pos` for each row, writing `out[rows]`.
+    /// Causal attention for several sequences of one step, whose rows of
+    /// `q`, `k`, `v` and `out` are disjoint and in ascending order (see
+    /// [`AttentionRows`]). For each sequence, writes its rows' keys and
+    /// values into its cache at `layer` first, then attends over positions
+    /// `0..=pos` for each row (or the layer's window), writing `out[rows]`.
     #[allow(clippy::too_many_arguments)]
     fn attention(
-        &self,
-        cache: &mut Self::KvCache,
-        layer: usize,
-        shape: AttentionShape,
-        q: &Self::Activations,
-        k: &Self::Activations,
-        v: &Self::Activations,
-        rows: Range<usize>,
-        start_pos: usize,
-        out: &mut Self::Activations,
-    ) -> Result<(), KernelError>;
-    /// [`Backend::attention`] for several sequences of one step, whose rows
-    /// are disjoint and in ascending order. A backend can run them all as
-    /// one parallel job; this default calls [`Backend::attention`] on each
-    /// in turn.
-    #[allow(clippy::too_many_arguments)]
-    fn attention_many(
         &self,
         layer: usize,
         shape: AttentionShape,
@@ -264,14 +237,7 @@ pub trait Backend: Send + Sync + 'static {
         out: &mut Self::Activations,
     ) -> Result<(), KernelError>
     where
-        Self: Sized,
-    {
-        for seq in seqs.iter_mut() {
-            let rows = seq.rows.clone();
-            self.attention(seq.cache, layer, shape, q, k, v, rows, seq.start_pos, out)?;
-        }
-        Ok(())
-    }
+        Self: Sized;
     /// `gate = silu(gate) * up`, elementwise.
     fn silu_mul(
         &self,

@@ -7,7 +7,7 @@
 //! buffers, a KV cache and the operations between them.
 //!
 //! ```
-//! use switchyard_kernels::{Backend, DType, WeightView, cpu::CpuBackend};
+//! use switchyard_kernels::{Backend, DType, WeightView, cpu::{CpuActivations, CpuBackend}};
 //!
 //! let backend = CpuBackend::new(1);
 //! // A 2×32 F32 matrix: row 0 is all ones, row 1 all twos.
@@ -16,12 +16,10 @@
 //!     raw.extend_from_slice(&v.to_le_bytes());
 //! }
 //! let w = backend.matrix(WeightView::new(DType::F32, 2, 32, bytes::Bytes::from(raw)).unwrap()).unwrap();
-//! let x = backend.activations_from(1, 32, &[1.0; 32]);
+//! let x = CpuActivations::from_values(1, 32, &[1.0; 32]).unwrap();
 //! let mut y = backend.activations(1, 2);
 //! backend.matmul(&x, &w, None, &mut y).unwrap();
-//! let mut out = [0.0f32; 2];
-//! backend.read_row(&y, 0, &mut out);
-//! assert_eq!(out, [32.0, 64.0]);
+//! assert_eq!(y.row(0), Some(&[32.0, 64.0][..]));
 //! ```
 
 pub mod backend;

@@ -46,8 +46,8 @@ fn run(
     seed: u64,
 ) -> (Vec<f32>, Vec<Vec<f32>>) {
     let mut rng = rng(seed);
-    let x = backend.activations_from(n, K, &random_activations(&mut rng, n, K));
-    let up = backend.activations_from(n, K, &random_activations(&mut rng, n, K));
+    let x = CpuActivations::from_values(n, K, &random_activations(&mut rng, n, K)).unwrap();
+    let up = CpuActivations::from_values(n, K, &random_activations(&mut rng, n, K)).unwrap();
     let weight: Vec<f32> = (0..K).map(|i| 0.5 + (i % 7) as f32 * 0.125).collect();
     let weight = backend.vector(&weight).unwrap();
     let bias: Vec<f32> = (0..matrices[1].rows())
@@ -59,7 +59,7 @@ fn run(
         .iter()
         .map(|w| {
             let start: Vec<f32> = (0..n * w.rows()).map(|i| (i % 11) as f32 - 5.0).collect();
-            backend.activations_from(n, w.rows(), &start)
+            CpuActivations::from_values(n, w.rows(), &start).unwrap()
         })
         .collect();
     let accumulate = |i: usize| i != 0;

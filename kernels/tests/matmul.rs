@@ -5,7 +5,7 @@ mod common;
 
 use bytes::Bytes;
 use common::{contract_quantize, isas_to_test, random_activations, random_weights, rng};
-use switchyard_kernels::cpu::{dequantize_row, CpuBackend, Isa};
+use switchyard_kernels::cpu::{dequantize_row, CpuActivations, CpuBackend, Isa};
 use switchyard_kernels::{Backend, DType, MatmulInput, MatmulProduct, WeightView};
 
 /// Quantized types against the f64 reference, relative to `Σ|w_i x̂_i|`.
@@ -86,7 +86,7 @@ fn run(
     let matrix = backend
         .matrix(WeightView::new(dtype, rows, k, w.clone()).unwrap())
         .unwrap();
-    let x = backend.activations_from(n, k, x);
+    let x = CpuActivations::from_values(n, k, x).unwrap();
     let mut y = backend.activations(n, rows);
     backend.matmul(&x, &matrix, None, &mut y).unwrap();
     y.as_slice().to_vec()
@@ -167,7 +167,7 @@ fn bias_is_added_per_output_row() {
             let matrix = backend
                 .matrix(WeightView::new(dtype, rows, k, w.clone()).unwrap())
                 .unwrap();
-            let xa = backend.activations_from(n, k, &x);
+            let xa = CpuActivations::from_values(n, k, &x).unwrap();
             let mut y = backend.activations(n, rows);
             backend.matmul(&xa, &matrix, Some(&bias), &mut y).unwrap();
             for t in 0..n {
@@ -209,7 +209,7 @@ fn matmul_many_equals_separate_matmuls() {
         let bias: Vec<f32> = (0..21).map(|i| i as f32 * 0.25 - 2.0).collect();
         let bias = backend.vector(&bias).unwrap();
         for n in [1usize, 3, 8, 13] {
-            let x = backend.activations_from(n, k, &random_activations(&mut rng, n, k));
+            let x = CpuActivations::from_values(n, k, &random_activations(&mut rng, n, k)).unwrap();
             let mut outs: Vec<_> = shapes
                 .iter()
                 .map(|&(_, rows)| backend.activations(n, rows))

@@ -7,7 +7,9 @@ use bytes::Bytes;
 use common::{isas_to_test, random_weights, rng};
 use rand::Rng;
 use switchyard_kernels::cpu::{dequantize_row, CpuActivations, CpuBackend, CpuKvCache};
-use switchyard_kernels::{AttentionShape, Backend, DType, KernelError, RopeStyle, WeightView};
+use switchyard_kernels::{
+    AttentionRows, AttentionShape, Backend, DType, KernelError, RopeStyle, WeightView,
+};
 
 /// rms_norm: a 576-wide f32 sum of squares (error ≲ √576·2⁻²⁴ relative),
 /// a sqrt and two multiplies: a few 1e-7 relative; 1e-5 leaves margin.
@@ -36,7 +38,7 @@ fn rms_norm_matches_f64() {
                 let x = random_vec(&mut rng, rows * cols, 3.0);
                 let w = random_vec(&mut rng, cols, 2.0);
                 let eps = 1e-5f32;
-                let xa = backend.activations_from(rows, cols, &x);
+                let xa = CpuActivations::from_values(rows, cols, &x).unwrap();
                 let mut out = backend.activations(rows, cols);
                 backend
                     .rms_norm(&xa, &backend.vector(&w).unwrap(), eps, &mut out)
@@ -95,7 +97,7 @@ fn rope_matches_f64_in_both_styles() {
         for style in [RopeStyle::Interleaved, RopeStyle::Neox] {
             let cols = 3 * head_dim;
             let x = random_vec(&mut rng, positions.len() * cols, 2.0);
-            let mut xa = backend.activations_from(positions.len(), cols, &x);
+            let mut xa = CpuActivations::from_values(positions.len(), cols, &x).unwrap();
             backend
                 .rope(&mut xa, head_dim, &positions, &inv_freq, style)
                 .unwrap();
@@ -192,7 +194,7 @@ fn attention_matches_f64_over_prefill_and_decode() {
             let backend = CpuBackend::with_isa(threads, isa);
             let layers = 2;
             let mut cache = backend
-                .kv_cache(layers, shape.n_kv_heads, shape.head_dim, 32)
+                .kv_cache(layers, shape.n_kv_heads, shape.head_dim, 32, &[])
                 .unwrap();
             // Per layer, every key and value row written so far.
             let mut history = vec![History::default(); layers];
@@ -213,25 +215,25 @@ fn attention_matches_f64_over_prefill_and_decode() {
                 let k = random_vec(&mut rng, batch * kv_cols, 1.0);
                 let v = random_vec(&mut rng, batch * kv_cols, 1.0);
                 let (qa, ka, va) = (
-                    backend.activations_from(batch, q_cols, &q),
-                    backend.activations_from(batch, kv_cols, &k),
-                    backend.activations_from(batch, kv_cols, &v),
+                    CpuActivations::from_values(batch, q_cols, &q).unwrap(),
+                    CpuActivations::from_values(batch, kv_cols, &k).unwrap(),
+                    CpuActivations::from_values(batch, kv_cols, &v).unwrap(),
                 );
                 for (layer, History { keys, values }) in history.iter_mut().enumerate() {
                     let mut out = backend.activations(batch, q_cols);
-                    backend
-                        .attention(
-                            &mut cache,
-                            layer,
-                            shape,
-                            &qa,
-                            &ka,
-                            &va,
-                            rows.clone(),
-                            start,
-                            &mut out,
-                        )
-                        .unwrap();
+                    attend_one(
+                        &backend,
+                        &mut cache,
+                        layer,
+                        shape,
+                        &qa,
+                        &ka,
+                        &va,
+                        rows.clone(),
+                        start,
+                        &mut out,
+                    )
+                    .unwrap();
                     for row in rows.clone() {
                         keys.push(k[row * kv_cols..(row + 1) * kv_cols].to_vec());
                         values.push(v[row * kv_cols..(row + 1) * kv_cols].to_vec());
@@ -271,39 +273,110 @@ fn attention_reports_a_full_cache_and_bad_shapes() {
         window: None,
         softcap: None,
     };
-    let mut cache: CpuKvCache = backend.kv_cache(1, 1, 4, 4).unwrap();
+    let mut cache: CpuKvCache = backend.kv_cache(1, 1, 4, 4, &[]).unwrap();
     let q = backend.activations(2, 8);
     let kv = backend.activations(2, 4);
     let mut out = backend.activations(2, 8);
-    backend
-        .attention(&mut cache, 0, shape, &q, &kv, &kv, 0..2, 0, &mut out)
-        .unwrap();
-    backend
-        .attention(&mut cache, 0, shape, &q, &kv, &kv, 0..1, 2, &mut out)
-        .unwrap();
-    let full = backend.attention(&mut cache, 0, shape, &q, &kv, &kv, 0..2, 3, &mut out);
+    attend_one(
+        &backend,
+        &mut cache,
+        0,
+        shape,
+        &q,
+        &kv,
+        &kv,
+        0..2,
+        0,
+        &mut out,
+    )
+    .unwrap();
+    attend_one(
+        &backend,
+        &mut cache,
+        0,
+        shape,
+        &q,
+        &kv,
+        &kv,
+        0..1,
+        2,
+        &mut out,
+    )
+    .unwrap();
+    let full = attend_one(
+        &backend,
+        &mut cache,
+        0,
+        shape,
+        &q,
+        &kv,
+        &kv,
+        0..2,
+        3,
+        &mut out,
+    );
     assert!(
         matches!(full, Err(KernelError::KvCacheFull { capacity: 4, .. })),
         "{full:?}"
     );
     // A gap after the written positions, a layer past the end, mismatched heads.
-    assert!(backend
-        .attention(&mut cache, 0, shape, &q, &kv, &kv, 0..1, 3, &mut out)
-        .is_ok());
-    let mut fresh = backend.kv_cache(1, 1, 4, 4).unwrap();
-    assert!(backend
-        .attention(&mut fresh, 0, shape, &q, &kv, &kv, 0..1, 2, &mut out)
-        .is_err());
-    assert!(backend
-        .attention(&mut fresh, 1, shape, &q, &kv, &kv, 0..1, 0, &mut out)
-        .is_err());
+    assert!(attend_one(
+        &backend,
+        &mut cache,
+        0,
+        shape,
+        &q,
+        &kv,
+        &kv,
+        0..1,
+        3,
+        &mut out
+    )
+    .is_ok());
+    let mut fresh = backend.kv_cache(1, 1, 4, 4, &[]).unwrap();
+    assert!(attend_one(
+        &backend,
+        &mut fresh,
+        0,
+        shape,
+        &q,
+        &kv,
+        &kv,
+        0..1,
+        2,
+        &mut out
+    )
+    .is_err());
+    assert!(attend_one(
+        &backend,
+        &mut fresh,
+        1,
+        shape,
+        &q,
+        &kv,
+        &kv,
+        0..1,
+        0,
+        &mut out
+    )
+    .is_err());
     let bad = AttentionShape {
         n_kv_heads: 3,
         ..shape
     };
-    assert!(backend
-        .attention(&mut fresh, 0, bad, &q, &kv, &kv, 0..1, 0, &mut out)
-        .is_err());
+    assert!(attend_one(
+        &backend,
+        &mut fresh,
+        0,
+        bad,
+        &q,
+        &kv,
+        &kv,
+        0..1,
+        0,
+        &mut out
+    )
+    .is_err());
 }
 
 #[test]
@@ -315,15 +388,15 @@ fn silu_mul_and_add_match_f64() {
         for (rows, cols) in [(1, 1536), (3, 20000)] {
             let g = random_vec(&mut rng, rows * cols, 8.0);
             let u = random_vec(&mut rng, rows * cols, 2.0);
-            let mut ga = backend.activations_from(rows, cols, &g);
-            let ua = backend.activations_from(rows, cols, &u);
+            let mut ga = CpuActivations::from_values(rows, cols, &g).unwrap();
+            let ua = CpuActivations::from_values(rows, cols, &u).unwrap();
             backend.silu_mul(&mut ga, &ua).unwrap();
             for ((got, g), u) in ga.as_slice().iter().zip(&g).zip(&u) {
                 let g = f64::from(*g);
                 let want = g / (1.0 + (-g).exp()) * f64::from(*u);
                 assert!((f64::from(*got) - want).abs() <= SILU_REL_TOL * want.abs() + 1e-12);
             }
-            let mut xa = backend.activations_from(rows, cols, &g);
+            let mut xa = CpuActivations::from_values(rows, cols, &g).unwrap();
             backend.add(&mut xa, &ua).unwrap();
             for ((got, g), u) in xa.as_slice().iter().zip(&g).zip(&u) {
                 assert_eq!(*got, g + u);
@@ -365,13 +438,35 @@ fn embed_dequantizes_rows_and_rejects_unknown_tokens() {
 }
 
 #[test]
-fn read_row_resize_and_name() {
+fn row_resize_and_name() {
     let backend = CpuBackend::new(1);
     assert!(backend.name().starts_with("cpu-"));
-    let mut x = backend.activations_from(2, 3, &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    let mut x = CpuActivations::from_values(2, 3, &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
     let mut out = [0.0f32; 3];
-    backend.read_row(&x, 1, &mut out);
+    out.copy_from_slice(x.row(1).unwrap());
     assert_eq!(out, [4.0, 5.0, 6.0]);
     backend.resize(&mut x, 4, 5);
     assert_eq!((x.rows(), x.cols(), x.as_slice().len()), (4, 5, 20));
+}
+
+/// One sequence's attention through the backend's batched call.
+#[allow(clippy::too_many_arguments)]
+fn attend_one(
+    backend: &CpuBackend,
+    cache: &mut CpuKvCache,
+    layer: usize,
+    shape: AttentionShape,
+    q: &CpuActivations,
+    k: &CpuActivations,
+    v: &CpuActivations,
+    rows: std::ops::Range<usize>,
+    start_pos: usize,
+    out: &mut CpuActivations,
+) -> Result<(), KernelError> {
+    let mut seqs = [AttentionRows {
+        cache,
+        rows,
+        start_pos,
+    }];
+    backend.attention(layer, shape, q, k, v, &mut seqs, out)
 }

@@ -106,7 +106,7 @@ impl<B: Backend> LlamaModel<B> {
     /// A KV cache for one sequence of up to `capacity` tokens (local
     /// layers may keep only their window of it).
     pub fn new_cache(&self, backend: &B, capacity: usize) -> Result<B::KvCache, ModelError> {
-        Ok(backend.kv_cache_windowed(
+        Ok(backend.kv_cache(
             self.config.n_layers,
             self.config.n_kv_heads,
             self.config.head_dim,

@@ -294,7 +294,7 @@ impl<B: Backend> Step<'_, B> {
                 }
             })
             .collect();
-        b.attention_many(index, shape, &s.q, &s.k, &s.v, &mut seqs, &mut s.attn)?;
+        b.attention(index, shape, &s.q, &s.k, &s.v, &mut seqs, &mut s.attn)?;
         drop(seqs);
 
         let wo = self.runs(layers.iter().map(|l| (&**l.wo, None::<&B::Vector>)));

@@ -3,7 +3,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::attention::{attention, AttentionCall, SeqRows};
+use super::attention::{attention, AttentionCall};
 use super::dequant::dequantize_row;
 use super::isa::CheckedIsa;
 use super::kv_cache::CpuKvCache;
@@ -102,34 +102,6 @@ impl Backend for CpuBackend {
         CpuActivations::zeros(rows, cols)
     }
 
-    /// Copies `values` in; a `values` shorter than `rows × cols` leaves the
-    /// rest zero and a longer one is cut (both are engine bugs).
-    fn activations_from(&self, rows: usize, cols: usize, values: &[f32]) -> CpuActivations {
-        debug_assert_eq!(
-            values.len(),
-            rows * cols,
-            "activations_from: wrong value count"
-        );
-        let mut x = CpuActivations::zeros(rows, cols);
-        let n = values.len().min(x.data.len());
-        x.data[..n].copy_from_slice(&values[..n]);
-        x
-    }
-
-    /// Copies row `row` into `out`; a row past the end (an engine bug)
-    /// yields NaN so the mistake cannot pass for a real result.
-    fn read_row(&self, x: &CpuActivations, row: usize, out: &mut [f32]) {
-        debug_assert!(row < x.rows, "read_row: row {row} of {}", x.shape());
-        match x.row(row) {
-            Some(values) => {
-                let n = values.len().min(out.len());
-                out[..n].copy_from_slice(&values[..n]);
-                out[n..].fill(f32::NAN);
-            }
-            None => out.fill(f32::NAN),
-        }
-    }
-
     /// Lends `x`'s own buffer: no copy (`staging` stays untouched).
     fn host_rows<'a>(&self, x: &'a CpuActivations, _staging: &'a mut Vec<f32>) -> &'a [f32] {
         x.data.get(..x.rows * x.cols).unwrap_or(&x.data)
@@ -139,18 +111,8 @@ impl Backend for CpuBackend {
         x.reshape(rows, cols);
     }
 
-    fn kv_cache(
-        &self,
-        layers: usize,
-        n_kv_heads: usize,
-        head_dim: usize,
-        capacity: usize,
-    ) -> Result<CpuKvCache, KernelError> {
-        CpuKvCache::new(layers, n_kv_heads, head_dim, capacity)
-    }
-
     /// Windowed layers keep a ring of a little more than their window.
-    fn kv_cache_windowed(
+    fn kv_cache(
         &self,
         layers: usize,
         n_kv_heads: usize,
@@ -265,33 +227,6 @@ impl Backend for CpuBackend {
 
     fn attention(
         &self,
-        cache: &mut CpuKvCache,
-        layer: usize,
-        shape: AttentionShape,
-        q: &CpuActivations,
-        k: &CpuActivations,
-        v: &CpuActivations,
-        rows: Range<usize>,
-        start_pos: usize,
-        out: &mut CpuActivations,
-    ) -> Result<(), KernelError> {
-        let call = AttentionCall {
-            layer,
-            shape,
-            q,
-            k,
-            v,
-        };
-        let mut seqs = [SeqRows {
-            cache,
-            rows,
-            start_pos,
-        }];
-        attention(&self.pool, self.isa, call, &mut seqs, out)
-    }
-
-    fn attention_many(
-        &self,
         layer: usize,
         shape: AttentionShape,
         q: &CpuActivations,
@@ -307,15 +242,7 @@ impl Backend for CpuBackend {
             k,
             v,
         };
-        let mut seqs: Vec<SeqRows<'_>> = seqs
-            .iter_mut()
-            .map(|s| SeqRows {
-                cache: &mut *s.cache,
-                rows: s.rows.clone(),
-                start_pos: s.start_pos,
-            })
-            .collect();
-        attention(&self.pool, self.isa, call, &mut seqs, out)
+        attention(&self.pool, self.isa, call, seqs, out)
     }
 
     fn silu_mul(&self, gate: &mut CpuActivations, up: &CpuActivations) -> Result<(), KernelError> {

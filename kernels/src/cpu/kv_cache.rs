@@ -54,6 +54,7 @@ pub struct CpuKvCache {
 }
 
 impl CpuKvCache {
+    #[cfg(test)]
     pub(crate) fn new(
         layers: usize,
         n_kv_heads: usize,

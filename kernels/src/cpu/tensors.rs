@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::packed::PackedRows;
-use crate::{DType, WeightView};
+use crate::{DType, KernelError, WeightView};
 
 /// A weight matrix, kept zero-copy over the checkpoint's bytes, plus (for
 /// the types and ISAs that have group kernels) its rows repacked sixteen at
@@ -77,6 +77,22 @@ impl CpuActivations {
             cols,
             data: vec![0.0; rows * cols],
         }
+    }
+
+    /// `rows × cols` holding `values`, which must have `rows × cols`
+    /// elements.
+    pub fn from_values(rows: usize, cols: usize, values: &[f32]) -> Result<Self, KernelError> {
+        if values.len() != rows.saturating_mul(cols) {
+            return Err(KernelError::Shape {
+                op: "activations",
+                detail: format!("{} values for {rows}×{cols}", values.len()),
+            });
+        }
+        Ok(CpuActivations {
+            rows,
+            cols,
+            data: values.to_vec(),
+        })
     }
 
     pub fn rows(&self) -> usize {

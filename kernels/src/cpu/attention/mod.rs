@@ -27,7 +27,8 @@ use super::kv_cache::{CpuKvCache, LayerHeads};
 use super::prefetch::prefetch_all;
 use super::tensors::CpuActivations;
 use super::threads::ThreadPool;
-use crate::{AttentionShape, KernelError};
+use super::CpuBackend;
+use crate::{AttentionRows, AttentionShape, KernelError};
 use stream::{attend_tile, Tile, ROW_TILE};
 
 /// The inputs every sequence of one attention call shares.
@@ -40,13 +41,8 @@ pub(crate) struct AttentionCall<'a> {
     pub(crate) v: &'a CpuActivations,
 }
 
-/// One sequence: its rows of `q`, `k`, `v` and `out`, at positions
-/// `start_pos..start_pos + rows.len()` of `cache`.
-pub(crate) struct SeqRows<'a> {
-    pub(crate) cache: &'a mut CpuKvCache,
-    pub(crate) rows: Range<usize>,
-    pub(crate) start_pos: usize,
-}
+/// One sequence of a call, as the backend's callers give it.
+pub(crate) type SeqRows<'a> = AttentionRows<'a, CpuBackend>;
 
 fn shape_error(detail: String) -> KernelError {
     KernelError::Shape {
