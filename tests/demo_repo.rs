@@ -1,6 +1,9 @@
 //! `switchyard demo-repo`'s library function on a small synthetic Q4_1 base
 //! (fast, every property checked) and on the real SmolLM2 file.
 
+#[path = "../engine/tests/support/real_models.rs"]
+mod real_models;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -196,13 +199,7 @@ fn check_repository(out: &Path) -> ModelRepository {
 /// The real model: CI always fetches it (scripts/fetch-model.sh).
 #[test]
 fn real_smollm2_demo_repository() {
-    let base = PathBuf::from(std::env::var_os("HOME").unwrap())
-        .join(".cache/switchyard/models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(
-        base.is_file(),
-        "{} is missing; fetch it with scripts/fetch-model.sh",
-        base.display()
-    );
+    let base = real_models::smollm2();
     let dir = TempDir::new().unwrap();
     let out = dir.path().join("repo");
     let made = make(&base, &out);

@@ -1,7 +1,8 @@
 //! Black-box test of `switchyard serve` with the `async-openai` client on the
 //! real SmolLM2 model: a chat completion and a streamed completion.
-//! Prints a message and passes when the model file is absent (fetch it with
-//! scripts/fetch-model.sh).
+
+#[path = "../engine/tests/support/real_models.rs"]
+mod real_models;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -14,15 +15,6 @@ use async_openai::types::{
 };
 use async_openai::Client;
 use futures_util::StreamExt;
-
-fn model_path() -> Option<PathBuf> {
-    let path = match std::env::var_os("SWITCHYARD_MODEL") {
-        Some(path) => PathBuf::from(path),
-        None => PathBuf::from(std::env::var_os("HOME")?)
-            .join(".cache/switchyard/models/SmolLM2-135M-Instruct.Q4_1.gguf"),
-    };
-    path.is_file().then_some(path)
-}
 
 /// The server process, killed when dropped.
 struct Server(Child);
@@ -67,11 +59,7 @@ async fn start_server(model: &PathBuf) -> (Server, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chat_and_streamed_completion_through_async_openai() {
-    let Some(model) = model_path() else {
-        println!("skipping: the SmolLM2 model is absent; run scripts/fetch-model.sh");
-        return;
-    };
-    let (_server, base) = start_server(&model).await;
+    let (_server, base) = start_server(&real_models::smollm2()).await;
     let client = Client::with_config(
         OpenAIConfig::new()
             .with_api_base(format!("{base}/v1"))

@@ -2,7 +2,8 @@
 //! configuration and shapes it was written with; the real SmolLM2 file
 //! loads with its known configuration.
 
-use std::path::PathBuf;
+#[path = "support/real_models.rs"]
+mod real_models;
 
 use switchyard_engine::formats::gguf::GgufFile;
 use switchyard_engine::formats::{
@@ -134,20 +135,10 @@ fn gguf_and_safetensors_hold_the_same_model() {
     }
 }
 
-/// The real model fetched by scripts/fetch-model.sh, when present.
+/// The real model fetched by scripts/fetch-model.sh.
 #[test]
 fn real_smollm2_gguf_has_its_known_config() {
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_default();
-    let path = home.join(".cache/switchyard/models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    if !path.is_file() {
-        println!(
-            "skipping: {} is absent (run scripts/fetch-model.sh)",
-            path.display()
-        );
-        return;
-    }
+    let path = real_models::smollm2();
     let ckpt = load_checkpoint(&path).unwrap();
     let c = &ckpt.config;
     assert_eq!(c.architecture, Architecture::Llama);

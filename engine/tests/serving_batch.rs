@@ -2,6 +2,9 @@
 //! batched greedy outputs must match token for token; cancelled sequences
 //! must leave the batch; a full queue refuses work.
 
+#[path = "support/real_models.rs"]
+mod real_models;
+
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -227,14 +230,7 @@ fn batched_greedy_matches_single_sequence_sessions() {
 
 #[test]
 fn batched_greedy_matches_sessions_on_the_real_model() {
-    let path = std::path::Path::new(&std::env::var_os("HOME").expect("HOME is set"))
-        .join(".cache/switchyard/models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(
-        path.is_file(),
-        "{} is missing: run scripts/fetch-model.sh",
-        path.display()
-    );
-    let f = fixture_from(&path, tempfile::tempdir().unwrap());
+    let f = fixture_from(&real_models::smollm2(), tempfile::tempdir().unwrap());
     let texts = [
         "The capital of France is",
         "def fibonacci(n):",

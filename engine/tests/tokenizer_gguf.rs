@@ -1,24 +1,24 @@
-//! The GGUF-built byte-level BPE tokenizer on the real SmolLM2 checkpoint
-//! (skipped when the model file is not on this machine). Expected ids come
+//! The GGUF-built byte-level BPE tokenizer on the real SmolLM2 checkpoint. Expected ids come
 //! from llama.cpp (llama-cpp-python 0.3.36, vocab only, special=True);
 //! tests/python/test_tokenizer.py compares a large corpus live.
 
+#[path = "support/real_models.rs"]
+mod real_models;
 mod tokenizer_common;
 
 use switchyard_engine::formats::gguf::MetaValue;
 use switchyard_engine::formats::TokenizerSource;
 use switchyard_engine::tokenizer::Tokenizer;
 
-fn smollm2() -> Option<(TokenizerSource, Tokenizer)> {
-    let path = tokenizer_common::smollm2_path()?;
-    let source = tokenizer_common::gguf_source(&path);
+fn smollm2() -> (TokenizerSource, Tokenizer) {
+    let source = tokenizer_common::gguf_source(&real_models::smollm2());
     let tok = Tokenizer::load(&source).unwrap();
-    Some((source, tok))
+    (source, tok)
 }
 
 #[test]
 fn ids_match_llama_cpp() {
-    let Some((_, tok)) = smollm2() else { return };
+    let (_, tok) = smollm2();
     let cases: &[(&str, &[u32])] = &[
         ("Hello world", &[19556, 905]),
         ("12345 apples", &[33, 34, 35, 36, 37, 13855]),
@@ -44,7 +44,7 @@ fn ids_match_llama_cpp() {
 
 #[test]
 fn special_ids_and_template() {
-    let Some((_, tok)) = smollm2() else { return };
+    let (_, tok) = smollm2();
     assert_eq!(tok.bos_id(), Some(1));
     assert!(!tok.adds_bos());
     assert_eq!(tok.eos_ids(), &[2, 0]); // <|im_end|>, then <|endoftext|>
@@ -58,7 +58,7 @@ fn special_ids_and_template() {
 
 #[test]
 fn decode_round_trips_and_skips_specials() {
-    let Some((_, tok)) = smollm2() else { return };
+    let (_, tok) = smollm2();
     let text = "<|im_start|>user\nnaïve café 👨\u{200d}👩\u{200d}👧 1234\t\n<|im_end|>";
     let ids = tok.encode(text, true).unwrap();
     assert_eq!(tok.decode(&ids, false).unwrap(), text);
@@ -71,7 +71,7 @@ fn decode_round_trips_and_skips_specials() {
 
 #[test]
 fn streaming_decode_emits_whole_characters_only() {
-    let Some((_, tok)) = smollm2() else { return };
+    let (_, tok) = smollm2();
     let text = "Emoji 🤖 and 世界, ZWJ 👨\u{200d}👩\u{200d}👧 done.";
     let ids = tok.encode(text, false).unwrap();
     let mut stream = tok.decode_stream(false);
@@ -96,7 +96,7 @@ fn streaming_decode_emits_whole_characters_only() {
 
 #[test]
 fn unsupported_pre_tokenizer_is_named() {
-    let Some((source, _)) = smollm2() else { return };
+    let (source, _) = smollm2();
     let TokenizerSource::Gguf { file, metadata } = source else {
         unreachable!()
     };

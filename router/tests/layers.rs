@@ -1,4 +1,8 @@
 //! The tower stack: request ids, body limit, load shedding, timeout, fallback.
+//!
+//! Tests that wait or time out run on tokio's paused clock: time moves only when
+//! every task is idle, so a 50 ms timeout is exact and a loaded machine cannot
+//! make them flaky.
 
 mod support;
 
@@ -96,7 +100,7 @@ async fn body_too_large_is_413_in_openai_shape() {
     assert!(fake.submitted().is_empty());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn load_shedding_returns_429_with_retry_after_when_full() {
     let fake = FakeBackend::builder().held().build();
     let config = RouterConfig {
@@ -138,7 +142,7 @@ async fn load_shedding_returns_429_with_retry_after_when_full() {
     assert_eq!(state.admission().queued(), 0);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_client_giving_up_leaves_the_queue() {
     let fake = FakeBackend::builder().held().build();
     let config = RouterConfig {
@@ -163,7 +167,7 @@ async fn a_client_giving_up_leaves_the_queue() {
     assert_eq!(first.await.unwrap().status, StatusCode::OK);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn slow_requests_time_out_with_504_and_are_cancelled() {
     let fake = FakeBackend::builder().held().build();
     let config = RouterConfig {

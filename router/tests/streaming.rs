@@ -23,7 +23,7 @@ fn streamed_chat(n: u32) -> serde_json::Value {
     json!({"model": FAKE_MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": true, "n": n})
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn dropping_the_sse_body_cancels_every_generation() {
     let fake = FakeBackend::builder()
         .token_delay(Duration::from_millis(20))
@@ -46,7 +46,7 @@ async fn dropping_the_sse_body_cancels_every_generation() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn dropping_a_whole_json_request_cancels_its_generation() {
     let fake = FakeBackend::builder().held().build();
     let (app, _) = app_for(&fake);

@@ -12,13 +12,11 @@ the model from SWITCHYARD_MODEL or the fetch script's cache.
 """
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
 CORPUS = json.loads((Path(__file__).with_name("tokenizer_corpus.json")).read_text(encoding="utf-8"))
 
 CONVERSATIONS = [
@@ -53,41 +51,27 @@ PYTHONIC_TEMPLATE = (
 )
 
 
-def _binary() -> Path:
-    path = Path(os.environ.get("SWITCHYARD_BIN", REPO / "target" / "release" / "switchyard"))
-    if not path.exists():
-        pytest.skip(f"switchyard binary not built at {path} (cargo build --release or set SWITCHYARD_BIN)")
-    return path
-
-
-def _model() -> Path:
-    default = Path.home() / ".cache" / "switchyard" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    path = Path(os.environ.get("SWITCHYARD_MODEL", default))
-    if not path.exists():
-        pytest.skip(f"test model missing at {path} (run scripts/fetch-model.sh or set SWITCHYARD_MODEL)")
-    return path
+@pytest.fixture(scope="module")
+def binary(switchyard_bin) -> Path:
+    return switchyard_bin
 
 
 @pytest.fixture(scope="module")
-def binary() -> Path:
-    return _binary()
-
-
-@pytest.fixture(scope="module")
-def model() -> Path:
-    return _model()
+def model(smollm2_path) -> Path:
+    return smollm2_path
 
 
 @pytest.fixture(scope="module")
 def llama(model):
-    llama_cpp = pytest.importorskip("llama_cpp")
+    import llama_cpp  # installed by scripts/setup.sh (scripts/install-llama-cpp.sh)
+
     return llama_cpp.Llama(str(model), vocab_only=True, verbose=False)
 
 
 @pytest.fixture(scope="module")
 def gguf_tokenizer_metadata(model):
     """The tokenizer keys, read with the `gguf` package (not our reader)."""
-    gguf = pytest.importorskip("gguf")
+    import gguf  # tests/python/requirements.txt
     reader = gguf.GGUFReader(str(model))
     return {k: f.contents() for k, f in reader.fields.items() if k.startswith("tokenizer.")}
 
@@ -146,20 +130,13 @@ def test_gguf_ids_match_llama_cpp(binary, model, llama, tmp_path, add_special):
     assert not mismatches, f"{len(mismatches)} of {len(CORPUS)} texts differ:\n" + "\n".join(mismatches)
 
 
-def _gemma3() -> Path:
-    default = Path.home() / ".cache" / "switchyard" / "models" / "gemma-3-270m-q4_k_m.gguf"
-    path = Path(os.environ.get("SWITCHYARD_GEMMA3", default))
-    if not path.exists():
-        subprocess.run([str(REPO / "scripts" / "fetch-gemma3.sh")], check=True, capture_output=True)
-    return path
-
-
 @pytest.mark.parametrize("add_special", [True, False], ids=["special", "no-special"])
-def test_gemma3_ids_match_llama_cpp(binary, tmp_path, add_special):
+def test_gemma3_ids_match_llama_cpp(binary, gemma3_path, tmp_path, add_special):
     """Gemma 3's SentencePiece vocabulary (262k tokens, no space prefix,
     byte fallback) tokenizes the corpus exactly as llama.cpp does."""
-    llama_cpp = pytest.importorskip("llama_cpp")
-    model = _gemma3()
+    import llama_cpp  # installed by scripts/setup.sh (scripts/install-llama-cpp.sh)
+
+    model = gemma3_path
     llama = llama_cpp.Llama(str(model), vocab_only=True, verbose=False)
     corpus_file = tmp_path / "corpus.json"
     corpus_file.write_text(json.dumps(CORPUS, ensure_ascii=False), encoding="utf-8")
@@ -207,7 +184,7 @@ def test_gguf_chat_template_matches_jinja2(binary, model, llama, gguf_tokenizer_
 def tokenizer_json_dir(gguf_tokenizer_metadata, tmp_path_factory):
     """A tokenizer.json equivalent to SmolLM2's, built from the GGUF vocabulary
     with the Python `tokenizers` package, and a tokenizer_config.json."""
-    tokenizers = pytest.importorskip("tokenizers")
+    import tokenizers  # tests/python/requirements.txt
     from tokenizers import AddedToken, decoders, models, pre_tokenizers
 
     meta = gguf_tokenizer_metadata

@@ -1,26 +1,14 @@
 //! Test helpers shared by the tokenizer tests: a minimal GGUF metadata
-//! reader (so these tests do not depend on the crate's GGUF reader) and the
-//! path of the real test model.
+//! reader (so these tests do not depend on the crate's GGUF reader).
 
 #![allow(dead_code)]
 
 use std::io::{BufReader, Read};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use switchyard_engine::formats::gguf::{MetaValue, Metadata};
 use switchyard_engine::formats::TokenizerSource;
-
-/// The SmolLM2 test model, from `SWITCHYARD_MODEL` or the fetch script's cache.
-/// `None` when it is not on this machine.
-pub fn smollm2_path() -> Option<PathBuf> {
-    let path = match std::env::var_os("SWITCHYARD_MODEL") {
-        Some(p) => PathBuf::from(p),
-        None => PathBuf::from(std::env::var_os("HOME")?)
-            .join(".cache/switchyard/models/SmolLM2-135M-Instruct.Q4_1.gguf"),
-    };
-    path.exists().then_some(path)
-}
 
 /// The tokenizer source of a GGUF file, metadata read by [`read_metadata`].
 pub fn gguf_source(path: &Path) -> TokenizerSource {
