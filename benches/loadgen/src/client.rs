@@ -38,7 +38,7 @@ pub enum Mode {
 }
 
 /// The longest one request may take before it counts as failed.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(180);
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 
 pub async fn run(base_url: &str, plan: Vec<Planned>, mode: Mode) -> Vec<Record> {
     let http = match reqwest::Client::builder().timeout(REQUEST_TIMEOUT).build() {
@@ -75,7 +75,9 @@ pub async fn run(base_url: &str, plan: Vec<Planned>, mode: Mode) -> Vec<Record> 
                     let mut records = Vec::new();
                     while Instant::now() < deadline {
                         let index = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(planned) = plan.get(index) else { break };
+                        let Some(planned) = plan.get(index) else {
+                            break;
+                        };
                         records.push(send(&http, &url, planned, start).await);
                     }
                     records

@@ -93,7 +93,10 @@ async fn chat(State(fake): State<Arc<Fake>>, Json(body): Json<serde_json::Value>
         } else if i == tokens {
             serde_json::json!({"choices": [], "usage": {"completion_tokens": tokens}})
         } else if i == tokens + 1 {
-            return Some((Ok::<_, std::io::Error>("data: [DONE]\n\n".to_owned()), i + 1));
+            return Some((
+                Ok::<_, std::io::Error>("data: [DONE]\n\n".to_owned()),
+                i + 1,
+            ));
         } else {
             return None;
         };

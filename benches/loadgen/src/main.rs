@@ -20,7 +20,10 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "loadgen", about = "Multi-model serving benchmark: load, systems, report")]
+#[command(
+    name = "loadgen",
+    about = "Multi-model serving benchmark: load, systems, report"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -65,9 +68,16 @@ async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Run(args) => {
             let (mode, count, rate) = match (args.rate, args.clients) {
-                (Some(rate), _) => (client::Mode::Open, ((rate * args.seconds).ceil() as usize).max(1), Some(rate)),
+                (Some(rate), _) => (
+                    client::Mode::Open,
+                    ((rate * args.seconds).ceil() as usize).max(1),
+                    Some(rate),
+                ),
                 (None, Some(clients)) => (
-                    client::Mode::Closed { clients, seconds: args.seconds },
+                    client::Mode::Closed {
+                        clients,
+                        seconds: args.seconds,
+                    },
                     clients * (args.seconds as usize + 1) * 64,
                     None,
                 ),

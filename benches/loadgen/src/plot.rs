@@ -41,7 +41,11 @@ pub fn draw(path: &Path, chart: &Chart, series: &[Series]) -> anyhow::Result<()>
     }
     let pad_x = ((x1 - x0) * 0.05).max(0.05);
     let pad_y = ((y1 - y0) * 0.08).max(0.05);
-    let y_start = if chart.log_y { y0 - pad_y } else { 0.0f64.min(y0) };
+    let y_start = if chart.log_y {
+        y0 - pad_y
+    } else {
+        0.0f64.min(y0)
+    };
     let root = SVGBackend::new(path, (720, 440)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
     let mut ctx = ChartBuilder::on(&root)
@@ -71,10 +75,13 @@ pub fn draw(path: &Path, chart: &Chart, series: &[Series]) -> anyhow::Result<()>
         .map_err(|e| anyhow!("{e}"))?;
     for (i, (name, values)) in points.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
-        ctx.draw_series(LineSeries::new(values.iter().copied(), color.stroke_width(2)))
-            .map_err(|e| anyhow!("{e}"))?
-            .label(name.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+        ctx.draw_series(LineSeries::new(
+            values.iter().copied(),
+            color.stroke_width(2),
+        ))
+        .map_err(|e| anyhow!("{e}"))?
+        .label(name.as_str())
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
         ctx.draw_series(values.iter().map(|&p| Circle::new(p, 3, color.filled())))
             .map_err(|e| anyhow!("{e}"))?;
     }
@@ -96,7 +103,13 @@ mod tests {
     fn a_chart_names_its_series_and_survives_empty_and_log_input() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("c.svg");
-        let chart = Chart { title: "t".into(), x_label: "x", y_label: "y", log_x: true, log_y: true };
+        let chart = Chart {
+            title: "t".into(),
+            x_label: "x",
+            y_label: "y",
+            log_x: true,
+            log_y: true,
+        };
         let series = vec![
             ("alpha".to_owned(), vec![(1.0, 10.0), (2.0, 1000.0)]),
             ("beta".to_owned(), vec![]),

@@ -63,7 +63,10 @@ impl Restarter {
 
     /// A read guard on a server running `model`: held for the whole request
     /// so that no restart cuts it off.
-    async fn serving(&self, model: &str) -> Result<(String, OwnedRwLockReadGuard<Running>), String> {
+    async fn serving(
+        &self,
+        model: &str,
+    ) -> Result<(String, OwnedRwLockReadGuard<Running>), String> {
         let spec = self
             .specs
             .get(model)
@@ -92,7 +95,9 @@ impl Restarter {
             running.model = Some(model.to_owned());
             if let Ok(mut stats) = self.stats.lock() {
                 stats.restarts += 1;
-                stats.restart_ms.push(started.elapsed().as_secs_f64() * 1000.0);
+                stats
+                    .restart_ms
+                    .push(started.elapsed().as_secs_f64() * 1000.0);
             }
         }
     }
@@ -116,7 +121,10 @@ impl Restarter {
 }
 
 /// Serves the proxy on `listener` until the task is dropped.
-pub async fn serve(listener: tokio::net::TcpListener, backends: Arc<Backends>) -> std::io::Result<()> {
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    backends: Arc<Backends>,
+) -> std::io::Result<()> {
     let http = reqwest::Client::new();
     let app = axum::Router::new()
         .route("/health", axum::routing::get(|| async { "ok" }))
@@ -126,7 +134,9 @@ pub async fn serve(listener: tokio::net::TcpListener, backends: Arc<Backends>) -
 }
 
 /// Binds the proxy on a free local port and returns its address.
-pub async fn spawn(backends: Arc<Backends>) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+pub async fn spawn(
+    backends: Arc<Backends>,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let address = listener.local_addr()?;
     let task = tokio::spawn(async move {
@@ -151,7 +161,10 @@ async fn forward(
     let (base, guard) = match &*backends {
         Backends::Replicas(urls) => match urls.get(&model) {
             Some(url) => (url.clone(), None),
-            None => return (StatusCode::NOT_FOUND, format!("proxy: no model `{model}`")).into_response(),
+            None => {
+                return (StatusCode::NOT_FOUND, format!("proxy: no model `{model}`"))
+                    .into_response()
+            }
         },
         Backends::Restart(restarter) => match restarter.serving(&model).await {
             Ok((url, guard)) => (url, Some(guard)),
@@ -169,7 +182,8 @@ async fn forward(
         Ok(response) => response,
         Err(e) => return (StatusCode::BAD_GATEWAY, format!("proxy: {e}")).into_response(),
     };
-    let status = StatusCode::from_u16(upstream.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let status =
+        StatusCode::from_u16(upstream.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
     let content_type = upstream
         .headers()
         .get("content-type")

@@ -14,11 +14,16 @@ use crate::suite::{MultiRun, Results};
 /// Writes the plots and report.md; returns the files written.
 pub fn write(out: &Path) -> anyhow::Result<Vec<String>> {
     let path = out.join("results.json");
-    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
-    let results: Results = serde_json::from_str(&text).with_context(|| format!("{} is not suite output", path.display()))?;
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let results: Results = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not suite output", path.display()))?;
     let mut files = Vec::new();
     let mut md = String::new();
-    writeln!(md, "# Multi-model serving: one engine, replicas, restarts\n")?;
+    writeln!(
+        md,
+        "# Multi-model serving: one engine, replicas, restarts\n"
+    )?;
     writeln!(
         md,
         "Machine: {}. Every server process: {} kernel threads. Traffic: Poisson arrivals, \
@@ -26,7 +31,12 @@ pub fn write(out: &Path) -> anyhow::Result<Vec<String>> {
         results.machine,
         results.threads,
         results.popularity,
-        results.checkpoints.iter().map(|c| c.split('=').next().unwrap_or(c)).collect::<Vec<_>>().join(", "),
+        results
+            .checkpoints
+            .iter()
+            .map(|c| c.split('=').next().unwrap_or(c))
+            .collect::<Vec<_>>()
+            .join(", "),
         results.seconds
     )?;
 
@@ -38,7 +48,11 @@ pub fn write(out: &Path) -> anyhow::Result<Vec<String>> {
             systems
                 .iter()
                 .map(|s| {
-                    let points = runs.iter().filter(|r| &r.system == s).map(|r| (r.rate, metric(r))).collect();
+                    let points = runs
+                        .iter()
+                        .filter(|r| &r.system == s)
+                        .map(|r| (r.rate, metric(r)))
+                        .collect();
                     (s.clone(), points)
                 })
                 .collect()
@@ -47,17 +61,35 @@ pub fn write(out: &Path) -> anyhow::Result<Vec<String>> {
         let charts: [(String, Chart, Vec<Series>); 3] = [
             (
                 format!("throughput_k{k}.svg"),
-                Chart { title: format!("K={k}: throughput"), x_label: "offered load (requests/s)", y_label: "generated tokens/s", log_x: false, log_y: false },
+                Chart {
+                    title: format!("K={k}: throughput"),
+                    x_label: "offered load (requests/s)",
+                    y_label: "generated tokens/s",
+                    log_x: false,
+                    log_y: false,
+                },
                 by_system(&|r| r.summary.tokens_per_second),
             ),
             (
                 format!("ttft_p99_k{k}.svg"),
-                Chart { title: format!("K={k}: p99 time to first token"), x_label: "offered load (requests/s)", y_label: "ms (log)", log_x: false, log_y: true },
+                Chart {
+                    title: format!("K={k}: p99 time to first token"),
+                    x_label: "offered load (requests/s)",
+                    y_label: "ms (log)",
+                    log_x: false,
+                    log_y: true,
+                },
                 by_system(&|r| r.summary.ttft_ms[2]),
             ),
             (
                 format!("latency_p99_k{k}.svg"),
-                Chart { title: format!("K={k}: p99 end-to-end latency"), x_label: "offered load (requests/s)", y_label: "ms (log)", log_x: false, log_y: true },
+                Chart {
+                    title: format!("K={k}: p99 end-to-end latency"),
+                    x_label: "offered load (requests/s)",
+                    y_label: "ms (log)",
+                    log_x: false,
+                    log_y: true,
+                },
                 by_system(&|r| r.summary.e2e_ms[2]),
             ),
         ];
@@ -70,11 +102,22 @@ pub fn write(out: &Path) -> anyhow::Result<Vec<String>> {
         let cdf: Vec<Series> = systems
             .iter()
             .filter_map(|s| runs.iter().find(|r| &r.system == s && r.rate == top_rate))
-            .map(|r| Ok((r.system.clone(), cdf_points(&read_records(&out.join("runs").join(&r.records))?))))
+            .map(|r| {
+                Ok((
+                    r.system.clone(),
+                    cdf_points(&read_records(&out.join("runs").join(&r.records))?),
+                ))
+            })
             .collect::<anyhow::Result<_>>()?;
         plot::draw(
             &out.join(&cdf_file),
-            &Chart { title: format!("K={k}: latency CDF at {top_rate} req/s"), x_label: "end-to-end latency, ms (log)", y_label: "fraction of requests", log_x: true, log_y: false },
+            &Chart {
+                title: format!("K={k}: latency CDF at {top_rate} req/s"),
+                x_label: "end-to-end latency, ms (log)",
+                y_label: "fraction of requests",
+                log_x: true,
+                log_y: false,
+            },
             &cdf,
         )?;
         files.push(cdf_file.clone());
@@ -107,25 +150,45 @@ pub fn write(out: &Path) -> anyhow::Result<Vec<String>> {
         let series: Vec<Series> = systems
             .iter()
             .map(|s| {
-                let points = results.memory.iter().filter(|m| &m.system == s).map(|m| (m.k as f64, mib(m.peak_rss_bytes))).collect();
+                let points = results
+                    .memory
+                    .iter()
+                    .filter(|m| &m.system == s)
+                    .map(|m| (m.k as f64, mib(m.peak_rss_bytes)))
+                    .collect();
                 (s.clone(), points)
             })
             .collect();
         plot::draw(
             &out.join("memory.svg"),
-            &Chart { title: "peak resident memory".into(), x_label: "checkpoints served (K)", y_label: "MiB (all processes)", log_x: false, log_y: false },
+            &Chart {
+                title: "peak resident memory".into(),
+                x_label: "checkpoints served (K)",
+                y_label: "MiB (all processes)",
+                log_x: false,
+                log_y: false,
+            },
             &series,
         )?;
         files.push("memory.svg".into());
         writeln!(md, "## Memory\n\n![memory.svg](memory.svg)\n")?;
-        writeln!(md, "| K | system | peak RSS MiB | restarts (mean ms) |\n| --- | --- | --- | --- |")?;
+        writeln!(
+            md,
+            "| K | system | peak RSS MiB | restarts (mean ms) |\n| --- | --- | --- | --- |"
+        )?;
         for m in &results.memory {
             let restarts = match (m.restarts, m.restart_mean_ms) {
                 (Some(n), Some(ms)) => format!("{n} ({ms:.0})"),
                 (Some(n), None) => n.to_string(),
                 _ => "–".into(),
             };
-            writeln!(md, "| {} | {} | {:.0} | {restarts} |", m.k, m.system, mib(m.peak_rss_bytes))?;
+            writeln!(
+                md,
+                "| {} | {} | {:.0} | {restarts} |",
+                m.k,
+                m.system,
+                mib(m.peak_rss_bytes)
+            )?;
         }
         writeln!(md)?;
     }
@@ -135,20 +198,45 @@ pub fn write(out: &Path) -> anyhow::Result<Vec<String>> {
         let series = |metric: &dyn Fn(&crate::suite::SingleRun) -> f64| -> Vec<Series> {
             systems
                 .iter()
-                .map(|s| (s.clone(), results.single.iter().filter(|r| &r.system == s).map(|r| (r.clients as f64, metric(r))).collect()))
+                .map(|s| {
+                    (
+                        s.clone(),
+                        results
+                            .single
+                            .iter()
+                            .filter(|r| &r.system == s)
+                            .map(|r| (r.clients as f64, metric(r)))
+                            .collect(),
+                    )
+                })
                 .collect()
         };
         plot::draw(
             &out.join("single_throughput.svg"),
-            &Chart { title: "one model: throughput".into(), x_label: "concurrent streaming clients (log)", y_label: "generated tokens/s", log_x: true, log_y: false },
+            &Chart {
+                title: "one model: throughput".into(),
+                x_label: "concurrent streaming clients (log)",
+                y_label: "generated tokens/s",
+                log_x: true,
+                log_y: false,
+            },
             &series(&|r| r.summary.tokens_per_second),
         )?;
         plot::draw(
             &out.join("single_latency_p99.svg"),
-            &Chart { title: "one model: p99 end-to-end latency".into(), x_label: "concurrent streaming clients (log)", y_label: "ms (log)", log_x: true, log_y: true },
+            &Chart {
+                title: "one model: p99 end-to-end latency".into(),
+                x_label: "concurrent streaming clients (log)",
+                y_label: "ms (log)",
+                log_x: true,
+                log_y: true,
+            },
             &series(&|r| r.summary.e2e_ms[2]),
         )?;
-        files.extend(["single_throughput.svg".into(), "single_latency_p99.svg".into()]);
+        files.extend([
+            "single_throughput.svg".into(),
+            "single_latency_p99.svg".into(),
+        ]);
         writeln!(md, "## One model\n\n![single_throughput.svg](single_throughput.svg)\n![single_latency_p99.svg](single_latency_p99.svg)\n")?;
         writeln!(md, "| system | clients | tok/s | TTFT p50 / p99 ms | latency p50 / p90 / p99 ms | failed | peak RSS MiB |\n| --- | --- | --- | --- | --- | --- | --- |")?;
         for r in &results.single {
@@ -156,8 +244,17 @@ pub fn write(out: &Path) -> anyhow::Result<Vec<String>> {
             writeln!(
                 md,
                 "| {} | {} | {:.1} | {:.0} / {:.0} | {:.0} / {:.0} / {:.0} | {}/{} | {:.0} |",
-                r.system, r.clients, s.tokens_per_second, s.ttft_ms[0], s.ttft_ms[2], s.e2e_ms[0], s.e2e_ms[1], s.e2e_ms[2],
-                s.failed, s.requests, mib(r.peak_rss_bytes)
+                r.system,
+                r.clients,
+                s.tokens_per_second,
+                s.ttft_ms[0],
+                s.ttft_ms[2],
+                s.e2e_ms[0],
+                s.e2e_ms[1],
+                s.e2e_ms[2],
+                s.failed,
+                s.requests,
+                mib(r.peak_rss_bytes)
             )?;
         }
         writeln!(md)?;
@@ -171,17 +268,31 @@ pub fn write(out: &Path) -> anyhow::Result<Vec<String>> {
 /// engine's, and the one engine's throughput over the replicas'.
 fn headline(md: &mut String, runs: &[&MultiRun]) -> anyhow::Result<()> {
     let find = |system: &str, rate: f64| runs.iter().find(|r| r.system == system && r.rate == rate);
-    let rates: Vec<f64> = runs.iter().filter(|r| r.system == ONE_ENGINE).map(|r| r.rate).collect();
+    let rates: Vec<f64> = runs
+        .iter()
+        .filter(|r| r.system == ONE_ENGINE)
+        .map(|r| r.rate)
+        .collect();
     if rates.is_empty() {
         return Ok(());
     }
     writeln!(md, "| req/s | p99 TTFT, restart ÷ one engine (switchyard; llama-server) | throughput, one engine ÷ replicas (switchyard; llama-server) |\n| --- | --- | --- |")?;
     for rate in rates {
-        let Some(one) = find(ONE_ENGINE, rate) else { continue };
+        let Some(one) = find(ONE_ENGINE, rate) else {
+            continue;
+        };
         let ratio = |other: &str, f: &dyn Fn(&MultiRun) -> f64, inverse: bool| {
             find(other, rate).map_or("–".to_owned(), |o| {
-                let (a, b) = if inverse { (f(one), f(o)) } else { (f(o), f(one)) };
-                if b > 0.0 { format!("{:.1}×", a / b) } else { "∞".to_owned() }
+                let (a, b) = if inverse {
+                    (f(one), f(o))
+                } else {
+                    (f(o), f(one))
+                };
+                if b > 0.0 {
+                    format!("{:.1}×", a / b)
+                } else {
+                    "∞".to_owned()
+                }
             })
         };
         let ttft = |r: &MultiRun| r.summary.ttft_ms[2];
@@ -213,8 +324,13 @@ fn ordered_systems<'a>(names: impl Iterator<Item = &'a str>) -> Vec<String> {
 }
 
 fn read_records(path: &Path) -> anyhow::Result<Vec<Record>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    text.lines().map(|l| serde_json::from_str(l).with_context(|| format!("bad record in {}", path.display()))).collect()
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    text.lines()
+        .map(|l| {
+            serde_json::from_str(l).with_context(|| format!("bad record in {}", path.display()))
+        })
+        .collect()
 }
 
 /// (latency, fraction at or below it) over successful requests, thinned to

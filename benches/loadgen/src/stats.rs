@@ -19,7 +19,10 @@ pub struct Summary {
 
 pub fn summarize(records: &[Record]) -> Summary {
     let ok: Vec<&Record> = records.iter().filter(|r| r.ok).collect();
-    let first = records.iter().map(|r| r.sent_at).fold(f64::INFINITY, f64::min);
+    let first = records
+        .iter()
+        .map(|r| r.sent_at)
+        .fold(f64::INFINITY, f64::min);
     let last = records
         .iter()
         .map(|r| r.sent_at + r.e2e_ms / 1000.0)
@@ -28,12 +31,23 @@ pub fn summarize(records: &[Record]) -> Summary {
     let tokens: u64 = ok.iter().map(|r| r.tokens).sum();
     let mut ttft: Vec<f64> = ok.iter().filter_map(|r| r.ttft_ms).collect();
     let mut e2e: Vec<f64> = ok.iter().map(|r| r.e2e_ms).collect();
-    let mut itl: Vec<f64> = ok.iter().flat_map(|r| r.inter_token_ms.iter().copied()).collect();
+    let mut itl: Vec<f64> = ok
+        .iter()
+        .flat_map(|r| r.inter_token_ms.iter().copied())
+        .collect();
     Summary {
         requests: records.len(),
         failed: records.len() - ok.len(),
-        tokens_per_second: if records.is_empty() { 0.0 } else { tokens as f64 / wall },
-        requests_per_second: if records.is_empty() { 0.0 } else { ok.len() as f64 / wall },
+        tokens_per_second: if records.is_empty() {
+            0.0
+        } else {
+            tokens as f64 / wall
+        },
+        requests_per_second: if records.is_empty() {
+            0.0
+        } else {
+            ok.len() as f64 / wall
+        },
         ttft_ms: percentiles(&mut ttft),
         e2e_ms: percentiles(&mut e2e),
         inter_token_ms: percentiles(&mut itl),

@@ -127,10 +127,16 @@ pub async fn run(args: SuiteArgs) -> anyhow::Result<Results> {
     };
     let mut engines = vec![Engine::Switchyard {
         program: args.switchyard.clone(),
-        prefix: args.switchyard_command.split_whitespace().map(str::to_owned).collect(),
+        prefix: args
+            .switchyard_command
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect(),
     }];
     if let Some(program) = &args.llama_server {
-        engines.push(Engine::LlamaServer { program: program.clone() });
+        engines.push(Engine::LlamaServer {
+            program: program.clone(),
+        });
     }
     let mut results = Results {
         machine: machine(),
@@ -142,12 +148,17 @@ pub async fn run(args: SuiteArgs) -> anyhow::Result<Results> {
     };
 
     for &k in &args.k {
-        anyhow::ensure!(k >= 1 && k <= checkpoints.len(), "K = {k}: only {} checkpoints", checkpoints.len());
+        anyhow::ensure!(
+            k >= 1 && k <= checkpoints.len(),
+            "K = {k}: only {} checkpoints",
+            checkpoints.len()
+        );
         let models = &checkpoints[..k];
         let names: Vec<String> = models.iter().map(|m| m.0.clone()).collect();
         for engine in &engines {
             for layout in [Layout::OneEngine, Layout::Replicas, Layout::Restart] {
-                let one_engine_peer = matches!(engine, Engine::LlamaServer { .. }) && layout == Layout::OneEngine;
+                let one_engine_peer =
+                    matches!(engine, Engine::LlamaServer { .. }) && layout == Layout::OneEngine;
                 if one_engine_peer || (args.no_restart && layout == Layout::Restart) {
                     continue;
                 }
@@ -159,7 +170,13 @@ pub async fn run(args: SuiteArgs) -> anyhow::Result<Results> {
                 for (i, &rate) in args.rates.iter().enumerate() {
                     // The same schedule for every system at this K and rate.
                     let count = ((rate * args.seconds).ceil() as usize).max(1);
-                    let plan = workload::schedule(args.seed + 1000 * k as u64 + i as u64, &names, args.popularity, Some(rate), count);
+                    let plan = workload::schedule(
+                        args.seed + 1000 * k as u64 + i as u64,
+                        &names,
+                        args.popularity,
+                        Some(rate),
+                        count,
+                    );
                     let before = scrape(running.metrics_url.as_deref()).await;
                     let records = client::run(&running.url, plan, Mode::Open).await;
                     let after = scrape(running.metrics_url.as_deref()).await;
@@ -174,13 +191,23 @@ pub async fn run(args: SuiteArgs) -> anyhow::Result<Results> {
                         (Some(b), Some(a)) => {
                             let n = a.swaps.saturating_sub(b.swaps);
                             let mean = (a.swap_count > b.swap_count).then(|| {
-                                (a.swap_seconds - b.swap_seconds) / (a.swap_count - b.swap_count) as f64 * 1e6
+                                (a.swap_seconds - b.swap_seconds)
+                                    / (a.swap_count - b.swap_count) as f64
+                                    * 1e6
                             });
                             (Some(n), mean)
                         }
                         _ => (None, None),
                     };
-                    results.multi.push(MultiRun { k, system: system.clone(), rate, summary, swaps, swap_mean_us, records: file });
+                    results.multi.push(MultiRun {
+                        k,
+                        system: system.clone(),
+                        rate,
+                        summary,
+                        swaps,
+                        swap_mean_us,
+                        records: file,
+                    });
                     save(&args.out, &results)?;
                 }
                 let stopped = running.stop().await;
@@ -190,7 +217,8 @@ pub async fn run(args: SuiteArgs) -> anyhow::Result<Results> {
                     peak_rss_bytes: stopped.peak_rss,
                     restarts: stopped.restarts.as_ref().map(|r| r.restarts),
                     restart_mean_ms: stopped.restarts.as_ref().and_then(|r| {
-                        (!r.restart_ms.is_empty()).then(|| r.restart_ms.iter().sum::<f64>() / r.restart_ms.len() as f64)
+                        (!r.restart_ms.is_empty())
+                            .then(|| r.restart_ms.iter().sum::<f64>() / r.restart_ms.len() as f64)
                     }),
                 });
                 save(&args.out, &results)?;
@@ -210,7 +238,15 @@ pub async fn run(args: SuiteArgs) -> anyhow::Result<Results> {
                     .with_context(|| format!("one model, {system}"))?;
                 let count = clients * (args.client_seconds as usize + 1) * 64;
                 let plan = workload::schedule(args.seed, &names, Popularity::Uniform, None, count);
-                let records = client::run(&running.url, plan, Mode::Closed { clients, seconds: args.client_seconds }).await;
+                let records = client::run(
+                    &running.url,
+                    plan,
+                    Mode::Closed {
+                        clients,
+                        seconds: args.client_seconds,
+                    },
+                )
+                .await;
                 let stopped = running.stop().await;
                 let summary = stats::summarize(&records);
                 eprintln!(
@@ -219,7 +255,13 @@ pub async fn run(args: SuiteArgs) -> anyhow::Result<Results> {
                 );
                 let file = format!("single-{system}-{clients}.jsonl");
                 write_records(&args.out.join("runs").join(&file), &records)?;
-                results.single.push(SingleRun { system: system.clone(), clients, summary, peak_rss_bytes: stopped.peak_rss, records: file });
+                results.single.push(SingleRun {
+                    system: system.clone(),
+                    clients,
+                    summary,
+                    peak_rss_bytes: stopped.peak_rss,
+                    records: file,
+                });
                 save(&args.out, &results)?;
             }
         }
@@ -256,7 +298,12 @@ fn machine() -> String {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let memory_gib = std::fs::read_to_string("/proc/meminfo")
         .ok()
-        .and_then(|s| s.lines().next().and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse::<f64>().ok()))
+        .and_then(|s| {
+            s.lines()
+                .next()
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<f64>().ok())
+        })
         .map_or(0.0, |kib| kib / (1024.0 * 1024.0));
     format!("{cpu}, {cores} cores, {memory_gib:.0} GiB")
 }
@@ -269,7 +316,12 @@ struct SwapCounters {
 }
 
 async fn scrape(url: Option<&str>) -> Option<SwapCounters> {
-    let text = reqwest::get(format!("{}/metrics", url?)).await.ok()?.text().await.ok()?;
+    let text = reqwest::get(format!("{}/metrics", url?))
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
     Some(parse_swaps(&text))
 }
 

@@ -15,7 +15,10 @@ use crate::proxy::{self, Backends, RestartStats, Restarter};
 pub enum Engine {
     /// `switchyard serve` (or anything with its flags: `loadgen fake-server`),
     /// after `prefix` (`["serve"]`).
-    Switchyard { program: PathBuf, prefix: Vec<String> },
+    Switchyard {
+        program: PathBuf,
+        prefix: Vec<String>,
+    },
     /// llama.cpp's `llama-server`: one model per process.
     LlamaServer { program: PathBuf },
 }
@@ -54,13 +57,20 @@ impl Engine {
                 // sequences of 512 tokens (prompt plus output fit in 300).
                 let slots = settings.llama_slots;
                 let args = [
-                    "-m", &path.display().to_string(),
-                    "--host", "127.0.0.1",
-                    "--port", &port.to_string(),
-                    "-t", &threads,
-                    "-np", &slots.to_string(),
-                    "-c", &(slots * 512).to_string(),
-                    "--alias", name,
+                    "-m",
+                    &path.display().to_string(),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    &port.to_string(),
+                    "-t",
+                    &threads,
+                    "-np",
+                    &slots.to_string(),
+                    "-c",
+                    &(slots * 512).to_string(),
+                    "--alias",
+                    name,
                 ]
                 .map(str::to_owned)
                 .to_vec();
@@ -133,10 +143,16 @@ pub async fn start(
     models: &[(String, PathBuf)],
     settings: &Settings,
 ) -> anyhow::Result<Running> {
-    let tag = format!("{}-{}-k{}", engine.label(), layout.label().replace(' ', "-"), models.len());
+    let tag = format!(
+        "{}-{}-k{}",
+        engine.label(),
+        layout.label().replace(' ', "-"),
+        models.len()
+    );
     match layout {
         Layout::OneEngine => {
-            let server = Server::start(&engine.spec(models, settings.port(), settings, &tag)).await?;
+            let server =
+                Server::start(&engine.spec(models, settings.port(), settings, &tag)).await?;
             let url = server.spec.url();
             Ok(Running {
                 metrics_url: Some(url.clone()),
@@ -180,7 +196,8 @@ pub async fn start(
                 })
                 .collect();
             let restarter = Restarter::new(specs);
-            let (address, task) = proxy::spawn(Arc::new(Backends::Restart(restarter.clone()))).await?;
+            let (address, task) =
+                proxy::spawn(Arc::new(Backends::Restart(restarter.clone()))).await?;
             Ok(Running {
                 url: format!("http://{address}"),
                 metrics_url: None,

@@ -13,8 +13,16 @@ fn a_short_suite_produces_the_report() {
         .args(["suite", "--out"])
         .arg(out.path())
         .args(["--switchyard", loadgen])
-        .args(["--switchyard-command", "fake-server --startup-ms 50 --token-ms 1"])
-        .args(["--checkpoint", "a=/none/a.gguf", "--checkpoint", "b=/none/b.gguf"])
+        .args([
+            "--switchyard-command",
+            "fake-server --startup-ms 50 --token-ms 1",
+        ])
+        .args([
+            "--checkpoint",
+            "a=/none/a.gguf",
+            "--checkpoint",
+            "b=/none/b.gguf",
+        ])
         .args(["--k", "1,2", "--rates", "5,20", "--seconds", "1"])
         .args(["--clients", "1,4", "--client-seconds", "0.5"])
         .args(["--base-port", "28900"])
@@ -63,11 +71,19 @@ fn a_short_suite_produces_the_report() {
         .find(|m| m["k"] == 2 && m["system"] == "switchyard restart on switch")
         .expect("restart row");
     assert!(restart["restarts"].as_u64().unwrap_or(0) >= 2);
-    assert!(memory.iter().all(|m| m["peak_rss_bytes"].as_u64().unwrap_or(0) > 0));
+    assert!(memory
+        .iter()
+        .all(|m| m["peak_rss_bytes"].as_u64().unwrap_or(0) > 0));
     assert_eq!(results["single"].as_array().map(Vec::len), Some(2));
 
     let report = std::fs::read_to_string(out.path().join("report.md")).expect("report");
-    for needle in ["## K = 2", "switchyard replicas", "restart ÷ one engine", "## Memory", "## One model"] {
+    for needle in [
+        "## K = 2",
+        "switchyard replicas",
+        "restart ÷ one engine",
+        "## Memory",
+        "## One model",
+    ] {
         assert!(report.contains(needle), "report lacks `{needle}`");
     }
 }
