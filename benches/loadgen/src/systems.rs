@@ -95,9 +95,16 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// A port no earlier server of this run used (so none is in TIME_WAIT).
+    /// A port no earlier server of this run used (so none is in TIME_WAIT)
+    /// and nothing listens on now: another process's `/health` must not
+    /// pass for the server's.
     fn port(&self) -> u16 {
-        self.next_port.fetch_add(1, Ordering::Relaxed)
+        loop {
+            let port = self.next_port.fetch_add(1, Ordering::Relaxed);
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return port;
+            }
+        }
     }
 }
 
