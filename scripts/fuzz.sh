@@ -8,9 +8,14 @@
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]   (default 60, every target)
 #
-# Installs cargo-fuzz when missing. A crash stops the script with a non-zero status and
-# lands in fuzz/artifacts/<target>/; turn it into a regression test (see
-# RELIABILITY.md). Corpora grow in fuzz/corpus/<target>/ (both git-ignored).
+# With cargo-fuzz installed (`cargo install cargo-fuzz --locked`; it builds libFuzzer
+# with the nightly flags, RUSTC_BOOTSTRAP=1 lets stable accept them) each target runs
+# under libFuzzer, coverage-guided. Without it (or with SWITCHYARD_FUZZ_ENGINE=replay)
+# the same checks (fuzz-targets/) run on the stable toolchain as a blind mutation replay
+# of the seeds, corpus and regressions: weaker, but it needs nothing beyond cargo, so CI
+# always fuzzes. A crash stops the script with a non-zero status and lands in
+# fuzz/artifacts/<target>/; copy it into fuzz-targets/regressions/<target>/ to make it
+# a regression test (see RELIABILITY.md). Corpora grow in fuzz/corpus/<target>/.
 set -euo pipefail
 
 seconds="${1:-60}"
@@ -22,8 +27,10 @@ fi
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 
-if ! cargo fuzz --version >/dev/null 2>&1; then
-    cargo install cargo-fuzz --locked
+if [ "${SWITCHYARD_FUZZ_ENGINE:-}" = replay ] || ! cargo fuzz --version >/dev/null 2>&1; then
+    echo "fuzz.sh: cargo-fuzz not in use: blind mutation replay on the stable toolchain"
+    exec cargo run --release --locked -q -p switchyard-fuzz-targets --bin fuzz-replay -- \
+        "$seconds" "${targets[@]}"
 fi
 
 # Little-endian writers for a hand-made seed file.

@@ -81,7 +81,12 @@ fn the_rollback_target_is_never_evicted() {
 
     // Room for two: the only idle version is 1, which a rollback returns to.
     let error = registry.load("m", "3").unwrap_err();
-    assert_eq!(error.kind, RegistryErrorKind::Unavailable, "{}", error.message);
+    assert_eq!(
+        error.kind,
+        RegistryErrorKind::Unavailable,
+        "{}",
+        error.message
+    );
     assert_eq!(tier(&registry, "1"), Tier::Ram);
     // The rollback still works (it answered 409 once 1 had been evicted).
     assert_eq!(

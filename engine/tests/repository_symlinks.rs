@@ -45,7 +45,11 @@ fn links_out_of_the_repository_are_problems_links_inside_are_followed() {
         .map(|v| v.version.as_str())
         .collect();
     assert_eq!(versions, ["1", "4"]);
-    let problems: Vec<String> = repository.problems.iter().map(ToString::to_string).collect();
+    let problems: Vec<String> = repository
+        .problems
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     assert_eq!(problems.len(), 3, "{problems:#?}");
     for problem in &problems {
         assert!(problem.contains("outside the repository"), "{problem}");

@@ -289,9 +289,14 @@ pub fn add_scrape_source(source: Arc<dyn ScrapeSource>) {
         .push(source);
 }
 
-/// `GET /metrics`: Prometheus text format.
+/// `GET /metrics`: Prometheus text format, without tenant series.
 pub async fn metrics_handler(State(state): State<AppState>) -> Response {
-    let mut body = state.metrics().render_public();
+    prometheus_response(state.metrics().render_public())
+}
+
+/// `body` with every scrape source's series after it, as a Prometheus text response
+/// (the public `/metrics` and the admin API's `/admin/metrics` both answer with it).
+pub fn prometheus_response(mut body: String) -> Response {
     if !body.is_empty() && !body.ends_with('\n') {
         body.push('\n');
     }

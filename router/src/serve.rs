@@ -125,7 +125,10 @@ pub async fn serve_with(
     }
     drop(listener);
     let drain_deadline = options.drain_deadline;
-    tracing::info!(?drain_deadline, "shutting down: no new connections, draining");
+    tracing::info!(
+        ?drain_deadline,
+        "shutting down: no new connections, draining"
+    );
     let _ = closing.send(true);
     let all = u32::try_from(max_connections).unwrap_or(u32::MAX);
     let drained = tokio::time::timeout(drain_deadline, open.acquire_many(all)).await;

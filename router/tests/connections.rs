@@ -25,7 +25,10 @@ struct Server {
 async fn start(fake: &FakeBackend, options: ServeOptions) -> Server {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
-    let app = app(AppState::new(Arc::new(fake.clone()), RouterConfig::default()));
+    let app = app(AppState::new(
+        Arc::new(fake.clone()),
+        RouterConfig::default(),
+    ));
     let (stop, stopped) = oneshot::channel::<()>();
     let shutdown = async move {
         let _ = stopped.await;
@@ -65,7 +68,10 @@ async fn slow_headers_are_cut_off() {
     };
     let server = start(&fake, options).await;
     let mut stream = TcpStream::connect(server.address).await.unwrap();
-    stream.write_all(b"GET /health HTTP/1.1\r\nHo").await.unwrap();
+    stream
+        .write_all(b"GET /health HTTP/1.1\r\nHo")
+        .await
+        .unwrap();
     let started = Instant::now();
     read_to_close(&mut stream).await;
     let held = started.elapsed();

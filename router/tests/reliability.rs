@@ -46,14 +46,6 @@ fn hello() -> serde_json::Value {
     json!({"model": FAKE_MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
 }
 
-async fn until(condition: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !condition() {
-        assert!(Instant::now() < deadline, "condition not reached in 5 s");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
 /// A body that sends `first` and then nothing, ever (a slow-upload attacker).
 fn trickle(first: &'static str) -> Body {
     let chunks = futures_util::stream::once(async move {
@@ -136,7 +128,12 @@ async fn a_body_that_is_not_declared_json_is_415() {
             request = request.header("content-type", content_type);
         }
         let reply = send(&app, request.body(Body::from(hello().to_string())).unwrap()).await;
-        assert_eq!(reply.status, StatusCode::OK, "{content_type:?}: {}", reply.text);
+        assert_eq!(
+            reply.status,
+            StatusCode::OK,
+            "{content_type:?}: {}",
+            reply.text
+        );
     }
     assert_eq!(fake.submitted().len(), 3);
 }
@@ -223,4 +220,35 @@ async fn health_sees_the_engine() {
     let reply = get(&app, "/health").await;
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(reply.json()["status"], "unhealthy");
+}
+
+/// Case 7: wrong admin tokens wait in one line (at most four guesses a second, however
+/// many connections make them); the right token is never held up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_admin_tokens_are_throttled() {
+    use switchyard_router::admin::{admin_app, AdminState};
+    let admin = admin_app(AdminState::new("right-token-0123456789".into(), None, None));
+    let attempt = |token: &'static str| {
+        let admin = admin.clone();
+        async move {
+            let request = Request::get("/admin/models")
+                .header("authorization", format!("Bearer {token}"))
+                .body(Body::empty())
+                .unwrap();
+            send(&admin, request).await
+        }
+    };
+    let started = Instant::now();
+    let guesses: Vec<_> = (0..8)
+        .map(|_| tokio::spawn(attempt("guess-0123456789")))
+        .collect();
+    // The right token gets through while the guesses wait.
+    let right = attempt("right-token-0123456789").await;
+    assert_ne!(right.status, StatusCode::UNAUTHORIZED, "{}", right.text);
+    assert!(started.elapsed() < Duration::from_millis(500));
+    for guess in guesses {
+        assert_eq!(guess.await.unwrap().status, StatusCode::UNAUTHORIZED);
+    }
+    // Eight guesses took at least eight turns of 250 ms.
+    assert!(started.elapsed() >= Duration::from_millis(2000));
 }

@@ -36,7 +36,7 @@ PROMPTS = ["The capital of France is", "My favourite food is", "Once upon a time
 MAX_TOKENS = 6
 CHECKPOINTS = ["smollm2@1", "smollm2@2", "smollm2-derived-a@1", "smollm2-derived-b@1"]
 SPECS = ["smollm2", "smollm2@1", "smollm2@2", "smollm2-derived-a", "smollm2-derived-b"]
-CLIENTS = 4
+CLIENTS = 8
 # RSS may grow this much from the first checkpoint to the end (allocator arenas settle).
 MEMORY_GROWTH_BOUND = 0.10
 

@@ -457,4 +457,4 @@ def test_big_prompts_do_not_stall_health(server):
         thread.join()
     print(f"/health worst latency while two 3 MB prompts were prepared: {worst * 1e3:.1f} ms")
     assert results == [400, 400]
-    assert worst < 0.25, f"/health took {worst * 1e3:.0f} ms"
+    assert worst < 0.3, f"/health took {worst * 1e3:.0f} ms"

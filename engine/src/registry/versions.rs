@@ -15,8 +15,8 @@ use crate::chat::ChatTemplate;
 use crate::formats::load_checkpoint;
 use crate::model::config::ModelConfig;
 use crate::serving::{CheckpointHandle, CheckpointId, ServedCheckpoint};
-use crate::tokenizer::Tokenizer;
 use crate::store::WeightStore;
+use crate::tokenizer::Tokenizer;
 
 /// Hears lifecycle events (for metrics and logs).
 pub trait RegistryObserver: Send + Sync {
@@ -249,20 +249,7 @@ impl<B: Backend> Registry<B> {
         tracing::info!(checkpoint = %id, path = %path.display(), "loading");
         // A panic while loading (a bug, or a file no check caught) must not leave the
         // slot "loading" for good: it fails this load like any other error.
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.load_unlocked(&id, &path)
-        }))
-        .unwrap_or_else(|panic| {
-            let reason = panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "no message".to_owned());
-            Err(RegistryError::invalid(format!(
-                "loading {id} from {} panicked ({reason}); the file is unusable or this is a bug",
-                path.display()
-            )))
-        });
+        let result = panic_as_error(&id, &path, || self.load_unlocked(&id, &path));
         let mut models = self.write();
         let slot = models
             .get_mut(model)
@@ -778,4 +765,52 @@ fn unknown_version(model: &str, version: &str) -> RegistryError {
     RegistryError::not_found(format!(
         "model `{model}` has no version `{version}`; GET /admin/models lists its versions"
     ))
+}
+
+/// `load()`, with a panic inside it turned into the load's error (naming the version,
+/// the file and the panic's message), so that the caller's bookkeeping runs either way.
+fn panic_as_error<T>(
+    id: &CheckpointId,
+    path: &Path,
+    load: impl FnOnce() -> Result<T, RegistryError>,
+) -> Result<T, RegistryError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(load)).unwrap_or_else(|panic| {
+        let reason = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "no message".to_owned());
+        Err(RegistryError::invalid(format!(
+            "loading {id} from {} panicked ({reason}); the file is unusable or this is a bug",
+            path.display()
+        )))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_while_loading_is_the_loads_error() {
+        let id = CheckpointId::new("m", "2");
+        let path = Path::new("/models/m/2/model.gguf");
+        let error = panic_as_error::<()>(&id, path, || panic!("index out of bounds: 7"))
+            .expect_err("a panic is an error");
+        assert!(error.message.contains("m@2"), "{}", error.message);
+        assert!(
+            error.message.contains("/models/m/2/model.gguf"),
+            "{}",
+            error.message
+        );
+        assert!(
+            error.message.contains("index out of bounds: 7"),
+            "{}",
+            error.message
+        );
+        let formatted = panic_as_error::<()>(&id, path, || panic!("shape {}", 3));
+        assert!(formatted.expect_err("an error").message.contains("shape 3"));
+        // A load that returns passes through unchanged.
+        assert_eq!(panic_as_error(&id, path, || Ok(5)).ok(), Some(5));
+    }
 }

@@ -133,14 +133,7 @@ pub fn admin_app(state: AdminState) -> Router {
 /// `GET /admin/metrics`: every series, tenant spend included (the public `/metrics`
 /// leaves those out).
 async fn admin_metrics() -> Response {
-    (
-        [(
-            http::header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        crate::metrics::Metrics::global().render(),
-    )
-        .into_response()
+    crate::metrics::prometheus_response(crate::metrics::Metrics::global().render())
 }
 
 async fn not_found(method: Method, request: Request) -> Response {

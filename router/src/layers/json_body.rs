@@ -82,7 +82,9 @@ impl<S: Inner> Service<Request> for JsonBody<S> {
             {
                 Ok(Ok(bytes)) => bytes,
                 Ok(Err(error)) => return Ok(read_error(error, limit).into_response()),
-                Err(_elapsed) => return Ok(ApiError::BodyTimeout { after: timeout }.into_response()),
+                Err(_elapsed) => {
+                    return Ok(ApiError::BodyTimeout { after: timeout }.into_response())
+                }
             };
             inner
                 .call(Request::from_parts(parts, Body::from(bytes)))
@@ -108,11 +110,7 @@ pub fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
     if json {
         return Ok(());
     }
-    let shown: String = text
-        .chars()
-        .filter(|c| !c.is_control())
-        .take(60)
-        .collect();
+    let shown: String = text.chars().filter(|c| !c.is_control()).take(60).collect();
     Err(ApiError::UnsupportedMediaType {
         content_type: shown,
     })

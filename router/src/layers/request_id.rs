@@ -13,7 +13,6 @@ use http::{HeaderMap, HeaderName};
 use tower::{Layer, Service};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 
-
 /// The header carrying the request id.
 pub const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
 

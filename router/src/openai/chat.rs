@@ -247,7 +247,8 @@ async fn respond(
     let created = unix_now();
     match mode {
         ResponseMode::Stream { include_usage } => {
-            let choices = policy::submit::submit(state, routed, &requested, &make, "messages").await?;
+            let choices =
+                policy::submit::submit(state, routed, &requested, &make, "messages").await?;
             let model = routed.backend_model(&requested);
             let settings = StreamSettings {
                 choices: params.n,

@@ -182,7 +182,11 @@ pub async fn completions(
     headers: HeaderMap,
     OpenAiJson(wire): OpenAiJson<CompletionRequest>,
 ) -> Response {
-    if let Err(error) = check_fanout(wire.prompt.as_ref().map_or(1, prompt_count), wire.n, state.config().max_fanout) {
+    if let Err(error) = check_fanout(
+        wire.prompt.as_ref().map_or(1, prompt_count),
+        wire.n,
+        state.config().max_fanout,
+    ) {
         return error.into_response();
     }
     let request = match ValidatedCompletionRequest::try_from(wire) {
@@ -212,7 +216,8 @@ async fn respond(
     let created = unix_now();
     match mode {
         ResponseMode::Stream { include_usage } => {
-            let choices = policy::submit::submit(state, routed, &requested, &make, "prompt").await?;
+            let choices =
+                policy::submit::submit(state, routed, &requested, &make, "prompt").await?;
             let total = u32::try_from(choices.len()).unwrap_or(u32::MAX);
             let model = routed.backend_model(&requested);
             let settings = StreamSettings {

@@ -65,7 +65,9 @@ impl Choice {
 /// prompts, and building prompts × n copies first would cost gigabytes.
 pub fn check_fanout(prompts: usize, n: Option<i64>, max_fanout: u32) -> Result<(), ApiError> {
     // An `n` out of range is the validator's to report, with its own message.
-    let n = n.filter(|n| (1..=crate::openai::params::MAX_N).contains(n)).unwrap_or(1);
+    let n = n
+        .filter(|n| (1..=crate::openai::params::MAX_N).contains(n))
+        .unwrap_or(1);
     let total = prompts.saturating_mul(usize::try_from(n).unwrap_or(1));
     if total > max_fanout as usize {
         return Err(fanout_error(total, max_fanout));

@@ -17,7 +17,9 @@ use switchyard_policies::ModelHint;
 
 use crate::error::ApiError;
 use crate::openai::types::{ChatCompletionRequest, CompletionRequest};
-use crate::policy::request::{chat_tokens, generations, prompt_count, prompt_tokens, RoutingFields};
+use crate::policy::request::{
+    chat_tokens, generations, prompt_count, prompt_tokens, RoutingFields,
+};
 
 /// A body parsed by the policy layer, waiting for its handler.
 #[derive(Debug, Clone)]

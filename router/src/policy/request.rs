@@ -207,8 +207,12 @@ pub(crate) fn generations(prompts: usize, n: Option<i64>) -> u32 {
     let n = n
         .filter(|n| (1..=crate::openai::params::MAX_N).contains(n))
         .unwrap_or(1);
-    u32::try_from(prompts.max(1).saturating_mul(usize::try_from(n).unwrap_or(1)))
-        .unwrap_or(u32::MAX)
+    u32::try_from(
+        prompts
+            .max(1)
+            .saturating_mul(usize::try_from(n).unwrap_or(1)),
+    )
+    .unwrap_or(u32::MAX)
 }
 
 /// The largest prompt of a completions request: text estimated, token ids counted.

@@ -326,9 +326,9 @@ fn load_startup(registry: &Registry<CpuBackend>, startup: &[StartupVersion]) -> 
                     report.shared_bytes as f64 / 1e6
                 );
                 if version.activate {
-                    registry.activate(name, number).with_context(|| {
-                        format!("cannot activate `{name}@{number}`")
-                    })?;
+                    registry
+                        .activate(name, number)
+                        .with_context(|| format!("cannot activate `{name}@{number}`"))?;
                 }
                 loaded.push(version);
             }
