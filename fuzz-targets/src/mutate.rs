@@ -13,7 +13,7 @@ impl Rng {
     }
 
     /// The next 64 random bits.
-    pub fn next(&mut self) -> u64 {
+    pub fn bits(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -22,7 +22,7 @@ impl Rng {
 
     /// A number in `0..n` (`n` > 0).
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+        (self.bits() % n as u64) as usize
     }
 }
 
@@ -103,7 +103,7 @@ fn edit(out: &mut Vec<u8>, other: &[u8], rng: &mut Rng) {
     let at = if len == 0 { 0 } else { rng.below(len) };
     match rng.below(9) {
         0 if len > 0 => out[at] ^= 1 << rng.below(8),
-        1 if len > 0 => out[at] = rng.next() as u8,
+        1 if len > 0 => out[at] = rng.bits() as u8,
         2 => {
             let word = DICTIONARY[rng.below(DICTIONARY.len())];
             out.splice(at..at, word.iter().copied());
@@ -136,7 +136,7 @@ fn edit(out: &mut Vec<u8>, other: &[u8], rng: &mut Rng) {
         }
         7 if len > 0 => out.truncate(at),
         _ => {
-            let digits = (rng.next() % 1_000_000_000).to_string();
+            let digits = (rng.bits() % 1_000_000_000).to_string();
             out.splice(at..at, digits.bytes());
         }
     }
