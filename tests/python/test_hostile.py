@@ -67,8 +67,13 @@ def request(server, method: str, path: str, body: bytes | None = None,
 def raw(server, data: bytes, timeout: float = 30) -> bytes:
     """Sends `data` as is on a fresh connection; everything the server answers."""
     with socket.create_connection((server["host"], server["port"]), timeout=timeout) as sock:
-        sock.sendall(data)
-        sock.shutdown(socket.SHUT_WR)
+        try:
+            sock.sendall(data)
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            # The server answered and closed before everything was sent (or before the
+            # half-close): its answer, if any, is still in the socket.
+            pass
         chunks = []
         while True:
             try:
