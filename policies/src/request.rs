@@ -193,6 +193,9 @@ pub struct RouteRequest {
     pub prompt_tokens: u32,
     /// `max_tokens` of the request, if given.
     pub max_output_tokens: Option<u32>,
+    /// Generations the request fans out into (prompts × `n`), at least 1: the budget
+    /// reservation covers every one of them.
+    pub generations: u32,
     /// A per-request number; splits that are not sticky hash it to pick an arm.
     pub request_id: u64,
 }
@@ -207,6 +210,7 @@ impl RouteRequest {
             hints: Hints::default(),
             prompt_tokens: 0,
             max_output_tokens: None,
+            generations: 1,
             request_id: 0,
         }
     }

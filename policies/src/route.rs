@@ -129,7 +129,7 @@ fn route_inner(
         Reservation::reserve(
             tenant.map(|t| Arc::clone(&t.live.meter)),
             budgets,
-            s.estimate,
+            ctx.worst_case_of(s.model),
             ctx.price(s.model),
             now,
         )

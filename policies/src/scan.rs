@@ -87,6 +87,18 @@ pub(crate) fn pass(ctx: &Context, start: usize) -> StaticPass {
             }
         }
     }
+    // Budgets hold the worst case, which depends on each model's context window.
+    for j in 0..n {
+        let worst_fits = ctx
+            .policy
+            .compiled
+            .models
+            .get(start + j)
+            .is_none_or(|m| ctx.worst_case_fits(m));
+        if passed >> j & 1 == 1 && !worst_fits {
+            passed &= !(1u64 << j);
+        }
+    }
     out.passed = passed;
     out
 }

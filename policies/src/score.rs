@@ -136,9 +136,18 @@ pub(crate) fn score(
             });
         }
     }
-    if let Some(t) = ctx.tenant.map(|t| t.compiled) {
+    if let Some(t) = ctx
+        .tenant
+        .map(|t| t.compiled)
+        .filter(|t| !t.budgets.is_empty())
+    {
+        // The reservation holds the worst case; the estimate can exceed it only when the
+        // assumed output runs past the context.
+        let worst = ctx.worst_case(m);
         for (budget, &remaining) in t.budgets.iter().zip(&ctx.budget_remaining) {
-            let needed = estimate.in_unit(budget.unit());
+            let needed = estimate
+                .in_unit(budget.unit())
+                .max(worst.in_unit(budget.unit()));
             if needed > remaining {
                 if verdict {
                     return None;
@@ -248,6 +257,7 @@ pub(crate) fn static_verdict(ctx: &Context, model: usize, m: &Model) -> Option<(
         || !scan.tokens_fit
         || cost > ctx.budget_room.cost
         || ctx.context_needed > u64::from(m.context_limit)
+        || !ctx.worst_case_fits(m)
     {
         return None;
     }

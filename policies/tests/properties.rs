@@ -221,6 +221,13 @@ fn oracle(i: usize, m: &GenModel, req: &GenRequest) -> (bool, f64) {
     } + s.est_queue_wait_ms
         + out * s.est_ms_per_token;
     let tokens = prompt + out;
+    // The reservation holds the worst case: to max_tokens, or to the end of the context.
+    let context = f64::from(m.context);
+    let held = prompt.min(context);
+    let worst = held
+        + req
+            .max_out
+            .map_or(context - held, |o| f64::from(o).min(context - held));
     let latency_limit = match (
         req.max_latency.map(f64::from),
         m.latency_target.map(f64::from),
@@ -232,6 +239,7 @@ fn oracle(i: usize, m: &GenModel, req: &GenRequest) -> (bool, f64) {
         && req.min_quality.is_none_or(|f| quality >= frac(f))
         && req.max_cost.is_none_or(|x| c <= cost(x))
         && tokens <= f64::from(req.budget)
+        && worst <= f64::from(req.budget)
         && u64::from(req.prompt) + u64::from(req.max_out.unwrap_or(0)) <= u64::from(m.context)
         && s.healthy
         && m.max_queue.is_none_or(|q| s.queue_depth < q)

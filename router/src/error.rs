@@ -60,6 +60,21 @@ pub enum ApiError {
         /// The limit in bytes.
         limit: usize,
     },
+    /// The body did not arrive within the server's body-read deadline.
+    #[error("The request body did not arrive within {} s; send the whole body promptly.", after.as_secs_f64())]
+    BodyTimeout {
+        /// The deadline.
+        after: Duration,
+    },
+    /// The body is declared as something other than JSON.
+    #[error("The request body is declared as '{content_type}'; send JSON with 'Content-Type: application/json'.")]
+    UnsupportedMediaType {
+        /// The `Content-Type` given (cut short when long).
+        content_type: String,
+    },
+    /// The server is shutting down and ended the stream at its drain deadline.
+    #[error("The server is shutting down and ended this stream at its drain deadline; retry the request.")]
+    ShuttingDown,
     /// Load shedding: every slot is busy and the wait queue is full.
     #[error("The server is at capacity ({in_flight} requests in flight, {queued} waiting); retry after {} s.", retry_after.as_secs().max(1))]
     TooManyRequests {
@@ -134,6 +149,9 @@ impl ApiError {
             | ApiError::InvalidValue { .. }
             | ApiError::Unsupported { .. } => StatusCode::BAD_REQUEST,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            ApiError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             ApiError::RouteNotFound { .. } => StatusCode::NOT_FOUND,
@@ -180,6 +198,9 @@ impl ApiError {
             },
             ApiError::InvalidJson { .. }
             | ApiError::PayloadTooLarge { .. }
+            | ApiError::BodyTimeout { .. }
+            | ApiError::UnsupportedMediaType { .. }
+            | ApiError::ShuttingDown
             | ApiError::TooManyRequests { .. }
             | ApiError::Timeout { .. }
             | ApiError::RouteNotFound { .. } => None,
@@ -195,6 +216,9 @@ impl ApiError {
             ApiError::InvalidValue { .. } => "invalid_value",
             ApiError::Unsupported { .. } => "unsupported_parameter",
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
+            ApiError::BodyTimeout { .. } => "body_timeout",
+            ApiError::UnsupportedMediaType { .. } => "unsupported_media_type",
+            ApiError::ShuttingDown => "shutting_down",
             ApiError::TooManyRequests { .. } => "rate_limit_exceeded",
             ApiError::Timeout { .. } => "timeout",
             ApiError::RouteNotFound { .. } => "unknown_url",
@@ -212,6 +236,7 @@ impl ApiError {
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             ApiError::TooManyRequests { retry_after, .. } => Some(*retry_after),
+            ApiError::ShuttingDown => Some(Duration::from_secs(1)),
             ApiError::Backend {
                 source: BackendError::Overloaded,
                 ..

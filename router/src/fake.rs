@@ -37,6 +37,7 @@ struct Shared {
     token_delay: Duration,
     fail_after: Option<usize>,
     ready: AtomicBool,
+    healthy: AtomicBool,
     overloaded: AtomicBool,
     // `true` lets generations run; `false` makes them wait (for load tests).
     gate: watch::Sender<bool>,
@@ -116,6 +117,7 @@ impl FakeBackendBuilder {
                 token_delay: self.token_delay,
                 fail_after: self.fail_after,
                 ready: AtomicBool::new(self.ready),
+                healthy: AtomicBool::new(true),
                 overloaded: AtomicBool::new(false),
                 gate,
                 submitted: Mutex::new(Vec::new()),
@@ -147,6 +149,11 @@ impl FakeBackend {
     /// Sets what `ready()` answers.
     pub fn set_ready(&self, ready: bool) {
         self.shared.ready.store(ready, Ordering::SeqCst);
+    }
+
+    /// Sets what `healthy()` answers (false: as if the engine's executor had died).
+    pub fn set_healthy(&self, healthy: bool) {
+        self.shared.healthy.store(healthy, Ordering::SeqCst);
     }
 
     /// Makes `submit` refuse with `Overloaded` (or stop refusing).
@@ -230,6 +237,10 @@ impl InferenceBackend for FakeBackend {
 
     fn ready(&self) -> bool {
         self.shared.ready.load(Ordering::SeqCst)
+    }
+
+    fn healthy(&self) -> bool {
+        self.shared.healthy.load(Ordering::SeqCst)
     }
 
     fn submit(&self, request: GenerationRequest) -> Result<GenerationStream, BackendError> {

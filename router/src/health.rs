@@ -1,5 +1,5 @@
-//! Probes: `GET /health` (the process answers) and `GET /ready` (the backend
-//! can take requests).
+//! Probes: `GET /health` (the process answers and its engine runs) and
+//! `GET /ready` (the backend can take requests).
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -9,9 +9,21 @@ use serde_json::json;
 
 use crate::state::AppState;
 
-/// `GET /health`: always 200 while the server runs.
-pub async fn health() -> Json<serde_json::Value> {
-    Json(json!({ "status": "ok" }))
+/// `GET /health`: 200 while the server runs, 503 once the backend cannot serve at
+/// all (its executor died): a restart is the only remedy.
+pub async fn health(State(state): State<AppState>) -> Response {
+    if state.backend().healthy() {
+        Json(json!({ "status": "ok" })).into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({
+                "status": "unhealthy",
+                "message": "the inference engine has stopped; restart the server"
+            })),
+        )
+            .into_response()
+    }
 }
 
 /// `GET /ready`: 200 once the backend is ready, 503 before.

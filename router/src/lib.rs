@@ -20,6 +20,7 @@
 //! ```
 
 pub mod admin;
+pub mod drain;
 pub mod error;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
@@ -46,12 +47,15 @@ use tower_http::trace::TraceLayer;
 /// The app type [`app`] and [`app_with_policy`] return, for callers without axum.
 pub use axum::Router;
 pub use error::ApiError;
-pub use serve::{serve, serve_with_drain_deadline, shutdown_signal, DEFAULT_DRAIN_DEADLINE};
+pub use serve::{
+    serve, serve_with, serve_with_drain_deadline, shutdown_signal, ServeOptions,
+    DEFAULT_DRAIN_DEADLINE,
+};
 pub use state::{AppState, RouterConfig};
 
 use crate::error::ApiError as Error;
 use crate::layers::request_id::{
-    propagate_request_id_layer, set_request_id_layer, REQUEST_ID_HEADER,
+    propagate_request_id_layer, set_request_id_layer, SanitizeRequestIdLayer, REQUEST_ID_HEADER,
 };
 use crate::openai::extract::BodyLimit;
 
@@ -89,6 +93,11 @@ pub fn app_with_policy(state: AppState, policy: Option<Arc<policy::PolicyRouting
         // routes again, and every box is cloned for every request.
         .route_layer(
             ServiceBuilder::new()
+                // The body is in memory before the request queues for a slot.
+                .layer(layers::json_body::JsonBodyLayer::new(
+                    config.max_body_bytes,
+                    config.body_read_timeout,
+                ))
                 .layer(layers::timeout::TimeoutLayer::new(config.request_timeout))
                 .layer(layers::shed::ShedLayer::new(state.admission().clone())),
         );
@@ -107,6 +116,7 @@ pub fn app_with_policy(state: AppState, policy: Option<Arc<policy::PolicyRouting
     // between it and its handler (allocations that grew with the square of the layers).
     service.layer(
         ServiceBuilder::new()
+            .layer(SanitizeRequestIdLayer)
             .layer(set_request_id_layer())
             .layer(
                 TraceLayer::new_for_http().make_span_with(|request: &Request| {

@@ -107,6 +107,19 @@ impl Metrics {
         self.handle.render()
     }
 
+    /// [`Metrics::render`] without the series labelled by tenant (names and spend of
+    /// the operator's customers), for the unauthenticated public `/metrics`; the admin
+    /// API's `/admin/metrics` serves them.
+    pub fn render_public(&self) -> String {
+        let full = self.render();
+        let mut public = String::with_capacity(full.len());
+        for line in full.lines().filter(|line| !line.contains("tenant=\"")) {
+            public.push_str(line);
+            public.push('\n');
+        }
+        public
+    }
+
     /// Drains histogram buffers so memory stays bounded between scrapes.
     pub fn run_upkeep(&self) {
         self.handle.run_upkeep();
@@ -276,9 +289,14 @@ pub fn add_scrape_source(source: Arc<dyn ScrapeSource>) {
         .push(source);
 }
 
-/// `GET /metrics`: Prometheus text format.
+/// `GET /metrics`: Prometheus text format, without tenant series.
 pub async fn metrics_handler(State(state): State<AppState>) -> Response {
-    let mut body = state.metrics().render();
+    prometheus_response(state.metrics().render_public())
+}
+
+/// `body` with every scrape source's series after it, as a Prometheus text response
+/// (the public `/metrics` and the admin API's `/admin/metrics` both answer with it).
+pub fn prometheus_response(mut body: String) -> Response {
     if !body.is_empty() && !body.ends_with('\n') {
         body.push('\n');
     }

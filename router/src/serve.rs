@@ -1,13 +1,24 @@
-//! Serving with graceful shutdown: stop accepting on a signal, let requests
-//! in flight finish, but not for longer than a drain deadline.
+//! Serving connections: hyper's HTTP/1 with a header-read timeout, a cap on open
+//! connections, and graceful shutdown (stop accepting on a signal, let requests in
+//! flight finish, but not for longer than a drain deadline).
+//!
+//! A connection past the cap is answered at once with a 503 and `Retry-After` and
+//! closed, so a flood of idle sockets neither exhausts file descriptors nor leaves
+//! well-behaved clients hanging in the accept backlog. A client that sends its
+//! headers slowly (one byte every few seconds) is cut off at the header-read timeout.
 
 use std::future::Future;
 use std::io;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::metrics::Metrics;
 
@@ -17,6 +28,33 @@ pub const DEFAULT_DRAIN_DEADLINE: Duration = Duration::from_secs(30);
 /// How often histogram buffers are drained while serving.
 const METRICS_UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 
+/// How long streams cut at the drain deadline get to send their error event.
+const CUT_GRACE: Duration = Duration::from_millis(500);
+
+/// Limits of the connection layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServeOptions {
+    /// How long open connections get after shutdown begins.
+    pub drain_deadline: Duration,
+    /// How long a client may take to send a request's headers.
+    pub header_read_timeout: Duration,
+    /// Connections open at once; beyond, 503 and close.
+    pub max_connections: usize,
+    /// The `Retry-After` of that 503, in seconds.
+    pub retry_after_secs: u64,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            drain_deadline: DEFAULT_DRAIN_DEADLINE,
+            header_read_timeout: Duration::from_secs(10),
+            max_connections: 1024,
+            retry_after_secs: 1,
+        }
+    }
+}
+
 /// Serves `app` on `listener` until `shutdown` completes, then drains for at
 /// most [`DEFAULT_DRAIN_DEADLINE`].
 pub async fn serve(
@@ -24,49 +62,134 @@ pub async fn serve(
     app: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
-    serve_with_drain_deadline(listener, app, shutdown, DEFAULT_DRAIN_DEADLINE).await
+    serve_with(listener, app, shutdown, ServeOptions::default()).await
 }
 
-/// Serves `app` on `listener` until `shutdown` completes; then stops
-/// accepting, waits for open connections to finish, and returns once they
-/// have or once `drain_deadline` has passed, whichever is first.
-///
-/// After the deadline, connections still open (long SSE streams) are
-/// abandoned; they close when the runtime shuts down.
+/// [`serve`] with another drain deadline.
 pub async fn serve_with_drain_deadline(
     listener: TcpListener,
     app: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
     drain_deadline: Duration,
 ) -> io::Result<()> {
+    let options = ServeOptions {
+        drain_deadline,
+        ..ServeOptions::default()
+    };
+    serve_with(listener, app, shutdown, options).await
+}
+
+/// Serves `app` on `listener` until `shutdown` completes; then stops accepting, lets
+/// open connections finish their requests, and returns once they have or once the
+/// drain deadline has passed, whichever is first. Streams still open at the deadline
+/// end with an error event (see [`crate::drain`]).
+pub async fn serve_with(
+    listener: TcpListener,
+    app: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    options: ServeOptions,
+) -> io::Result<()> {
     let upkeep = Metrics::global().spawn_upkeep(METRICS_UPKEEP_INTERVAL);
-    let (draining_tx, draining_rx) = oneshot::channel::<()>();
-    let signal = async move {
-        shutdown.await;
-        tracing::info!(
+    let max_connections = options.max_connections.clamp(1, Semaphore::MAX_PERMITS);
+    let open = Arc::new(Semaphore::new(max_connections));
+    let (closing, closing_rx) = watch::channel(false);
+    let (deadline_passed, deadline_rx) = watch::channel(false);
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => stream,
+                Err(error) => {
+                    // Out of file descriptors, say: wait a moment rather than spin.
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+            },
+        };
+        match Arc::clone(&open).try_acquire_owned() {
+            Ok(permit) => {
+                let connection = Connection {
+                    app: app.clone(),
+                    options,
+                    closing: closing_rx.clone(),
+                    _permit: permit,
+                };
+                tokio::spawn(drain_scope(deadline_rx.clone(), connection.run(stream)));
+            }
+            Err(_) => {
+                tokio::spawn(refuse(stream, options.retry_after_secs));
+            }
+        }
+    }
+    drop(listener);
+    let drain_deadline = options.drain_deadline;
+    tracing::info!(
+        ?drain_deadline,
+        "shutting down: no new connections, draining"
+    );
+    let _ = closing.send(true);
+    let all = u32::try_from(max_connections).unwrap_or(u32::MAX);
+    let drained = tokio::time::timeout(drain_deadline, open.acquire_many(all)).await;
+    if drained.is_err() {
+        tracing::warn!(
             ?drain_deadline,
-            "shutting down: no new connections, draining"
+            "drain deadline passed; ending open streams with an error event"
         );
-        // The receiver is only gone if serving already ended.
-        let _ = draining_tx.send(());
-    };
-    let server = axum::serve(listener, app).with_graceful_shutdown(signal);
-    let deadline = async move {
-        match draining_rx.await {
-            Ok(()) => tokio::time::sleep(drain_deadline).await,
-            // Serving ended on its own; the server branch wins the select.
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    let result = tokio::select! {
-        result = server => result,
-        () = deadline => {
-            tracing::warn!(?drain_deadline, "drain deadline passed; abandoning open connections");
-            Ok(())
-        }
-    };
+        let _ = deadline_passed.send(true);
+        let _ = tokio::time::timeout(CUT_GRACE, open.acquire_many(all)).await;
+    }
     upkeep.abort();
-    result
+    Ok(())
+}
+
+async fn drain_scope<F: Future>(passed: watch::Receiver<bool>, work: F) -> F::Output {
+    crate::drain::scope(passed, work).await
+}
+
+/// One accepted connection and its place under the cap.
+struct Connection {
+    app: Router,
+    options: ServeOptions,
+    closing: watch::Receiver<bool>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Connection {
+    async fn run(mut self, stream: TcpStream) {
+        let service = TowerToHyperService::new(self.app.clone());
+        let connection = http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.options.header_read_timeout)
+            .serve_connection(TokioIo::new(stream), service);
+        tokio::pin!(connection);
+        let result = tokio::select! {
+            result = connection.as_mut() => result,
+            () = crate::drain::passed(&mut self.closing) => {
+                // Finish the request in progress, then close.
+                connection.as_mut().graceful_shutdown();
+                connection.await
+            }
+        };
+        if let Err(error) = result {
+            tracing::debug!(%error, "connection ended with an error");
+        }
+    }
+}
+
+/// Answers a connection past the cap with a 503 and closes it.
+async fn refuse(mut stream: TcpStream, retry_after_secs: u64) {
+    let body = r#"{"error":{"message":"The server has too many open connections; retry shortly.","type":"server_error","param":null,"code":"too_many_connections"}}"#;
+    let response = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: {retry_after_secs}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let write = async {
+        stream.write_all(response.as_bytes()).await?;
+        stream.shutdown().await
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), write).await;
 }
 
 /// Completes on SIGINT (Ctrl-C) or, on Unix, SIGTERM.

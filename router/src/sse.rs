@@ -56,6 +56,8 @@ struct Driver<F> {
     remaining: u32,
     tally: UsageTally,
     ended: bool,
+    /// Turns `true` when the server's drain deadline passes (see [`crate::drain`]).
+    deadline_passed: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl<F: ChunkFormat> Driver<F> {
@@ -112,7 +114,23 @@ impl<F: ChunkFormat> Driver<F> {
             if self.ended {
                 return None;
             }
-            match self.events.next().await {
+            let events = &mut self.events;
+            let next = match self.deadline_passed.as_mut() {
+                Some(passed) => tokio::select! {
+                    biased;
+                    next = events.next() => Some(next),
+                    () = crate::drain::passed(passed) => None,
+                },
+                None => Some(events.next().await),
+            };
+            let Some(next) = next else {
+                // The server is going away: say so, then stop (cancelling the work).
+                self.deadline_passed = None;
+                self.pending.push_back(ApiError::ShuttingDown.sse_event());
+                self.end();
+                continue;
+            };
+            match next {
                 Some((index, event)) => self.handle(index, event),
                 // Every choice yields Done or Error before ending, so this
                 // means a choice was lost; say so rather than end silently.
@@ -142,6 +160,7 @@ pub fn stream_response<F: ChunkFormat>(
         remaining: settings.choices,
         tally: UsageTally::new(settings.n),
         ended: settings.choices == 0,
+        deadline_passed: crate::drain::current(),
     };
     let body = stream::unfold(driver, |mut driver| async move {
         let event = driver.next().await?;

@@ -12,6 +12,9 @@ use switchyard_seam::InferenceBackend;
 pub struct RouterConfig {
     /// Largest request body accepted, in bytes (413 beyond).
     pub max_body_bytes: usize,
+    /// Deadline for an inference request's whole body to arrive, read before
+    /// the request takes an admission slot (408 beyond).
+    pub body_read_timeout: Duration,
     /// Deadline for a request to produce its response head: a whole-JSON
     /// completion must finish, a stream must start (504 beyond). Time spent
     /// waiting in the admission queue counts.
@@ -32,6 +35,7 @@ impl Default for RouterConfig {
     fn default() -> Self {
         RouterConfig {
             max_body_bytes: 4 * 1024 * 1024,
+            body_read_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(600),
             max_in_flight: 256,
             max_queued: 1024,

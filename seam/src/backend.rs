@@ -19,6 +19,13 @@ pub trait InferenceBackend: Send + Sync + 'static {
     /// `GET /ready` answers 503 until this is true.
     fn ready(&self) -> bool;
 
+    /// Whether the backend can still serve at all: `false` once a part it cannot run
+    /// without has died (the engine's executor thread). `GET /health` answers 503 then,
+    /// so that an orchestrator restarts the process. The default is `true`.
+    fn healthy(&self) -> bool {
+        true
+    }
+
     /// Validates, tokenizes and enqueues one generation.
     ///
     /// Errors that depend only on the request (unknown model, prompt too long,

@@ -8,6 +8,8 @@ that model's answer from a server holding it alone; `switchyard models` and
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -27,7 +29,12 @@ def make_repo(root: Path, models: dict[str, Path]) -> Path:
     for name, path in models.items():
         version = root / name / "1"
         version.mkdir(parents=True)
-        (version / path.name).symlink_to(path)
+        # A hard link (or a copy across file systems), not a symlink: the repository
+        # scan refuses files whose real path lies outside the repository (issue 17).
+        try:
+            os.link(path, version / path.name)
+        except OSError:
+            shutil.copyfile(path, version / path.name)
     return root
 
 

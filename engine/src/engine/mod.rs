@@ -85,6 +85,10 @@ impl<B: Backend> InferenceBackend for Engine<B> {
         self.executor.is_running() && !self.registry.active().is_empty()
     }
 
+    fn healthy(&self) -> bool {
+        self.executor.is_running()
+    }
+
     fn submit(&self, request: GenerationRequest) -> Result<GenerationStream, BackendError> {
         let checkpoint = self.resolve(&request.model)?;
         let (sender, receiver) = mpsc::unbounded_channel();

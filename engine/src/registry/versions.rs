@@ -11,8 +11,12 @@ use super::error::RegistryError;
 use super::live::LiveSlot;
 use super::residency::{eviction_order, EvictionCandidate};
 use super::status::{MemoryStatus, ModelStatus, RoutingState, Tier, VersionStatus};
+use crate::chat::ChatTemplate;
+use crate::formats::load_checkpoint;
+use crate::model::config::ModelConfig;
 use crate::serving::{CheckpointHandle, CheckpointId, ServedCheckpoint};
 use crate::store::WeightStore;
+use crate::tokenizer::Tokenizer;
 
 /// Hears lifecycle events (for metrics and logs).
 pub trait RegistryObserver: Send + Sync {
@@ -100,6 +104,17 @@ impl<B: Backend> Model<B> {
 
     fn slot_mut(&mut self, version: &str) -> Option<&mut Slot<B>> {
         self.versions.iter_mut().find(|s| s.version == version)
+    }
+
+    /// The version [`Registry::rollback`] would make active now: the most recent
+    /// earlier active version that is still resident.
+    fn rollback_target(&self) -> Option<&str> {
+        let current = self.active.as_deref()?;
+        self.history
+            .iter()
+            .rev()
+            .map(String::as_str)
+            .find(|v| *v != current && self.resident(v).is_some())
     }
 
     fn resident(&self, version: &str) -> Option<&CheckpointHandle<B>> {
@@ -232,7 +247,9 @@ impl<B: Backend> Registry<B> {
             slot.path.clone()
         };
         tracing::info!(checkpoint = %id, path = %path.display(), "loading");
-        let result = self.load_unlocked(&id, &path);
+        // A panic while loading (a bug, or a file no check caught) must not leave the
+        // slot "loading" for good: it fails this load like any other error.
+        let result = panic_as_error(&id, &path, || self.load_unlocked(&id, &path));
         let mut models = self.write();
         let slot = models
             .get_mut(model)
@@ -279,6 +296,11 @@ impl<B: Backend> Registry<B> {
         path: &Path,
     ) -> Result<(CheckpointHandle<B>, Vec<CheckpointId>), RegistryError> {
         let estimate = file_bytes(path);
+        if self.ram_budget.is_some() {
+            // Making room evicts versions: check first what can be checked without the
+            // weights, so that a bad file does not cost a good version its place.
+            self.precheck(id, path)?;
+        }
         let evicted = self.make_room(id, estimate)?;
         let checkpoint =
             ServedCheckpoint::load(self.backend.as_ref(), &self.store, id.clone(), path)
@@ -287,19 +309,56 @@ impl<B: Backend> Registry<B> {
         Ok((Arc::new(checkpoint), evicted))
     }
 
+    /// Reads `path`'s header, tokenizer and chat template and checks its shape against
+    /// the model's active version: what a load would refuse before reading weights.
+    fn precheck(&self, id: &CheckpointId, path: &Path) -> Result<(), RegistryError> {
+        let refuse = |what: &str, reason: String| {
+            RegistryError::invalid(format!(
+                "cannot load {id}: {what} of {} is unusable: {reason}",
+                path.display()
+            ))
+        };
+        let checkpoint = load_checkpoint(path).map_err(|e| refuse("the file", e.to_string()))?;
+        checkpoint
+            .config
+            .validate()
+            .map_err(|e| refuse("the configuration", e))?;
+        let tokenizer = Tokenizer::load(&checkpoint.tokenizer)
+            .map_err(|e| refuse("the tokenizer", e.to_string()))?;
+        ChatTemplate::new_or_default(tokenizer.chat_template())
+            .map_err(|e| refuse("the chat template", e.to_string()))?;
+        self.check_config_matches_active(id, path, &checkpoint.config, tokenizer.vocab_size())
+    }
+
     /// A new version must be a drop-in for the active one: same
     /// architecture, shapes, vocabulary and tokenizer size (only the tensor
     /// types and values may differ), so that clients' prompts, token ids
     /// and context limits mean the same on both.
     fn check_matches_active(&self, candidate: &ServedCheckpoint<B>) -> Result<(), RegistryError> {
+        self.check_config_matches_active(
+            &candidate.id,
+            &candidate.source,
+            candidate.model.config(),
+            candidate.tokenizer.vocab_size(),
+        )
+    }
+
+    /// [`Self::check_matches_active`] for a configuration and vocabulary size.
+    fn check_config_matches_active(
+        &self,
+        id: &CheckpointId,
+        source: &Path,
+        new: &ModelConfig,
+        new_tokenizer_vocab: usize,
+    ) -> Result<(), RegistryError> {
         let models = self.read();
         let Some(active) = models
-            .get(&candidate.id.model)
+            .get(&id.model)
             .and_then(|m| m.active.as_deref().and_then(|v| m.resident(v)))
         else {
             return Ok(());
         };
-        let (new, old) = (candidate.model.config(), active.model.config());
+        let old = active.model.config();
         let mismatch =
             if new.architecture != old.architecture {
                 Some(format!(
@@ -309,7 +368,7 @@ impl<B: Backend> Registry<B> {
                     old.architecture.name()
                 ))
             } else if new.vocab_size != old.vocab_size
-                || candidate.tokenizer.vocab_size() != active.tokenizer.vocab_size()
+                || new_tokenizer_vocab != active.tokenizer.vocab_size()
             {
                 Some(format!(
                     "its vocabulary ({} tokens) differs from the active {}'s ({} tokens)",
@@ -341,9 +400,9 @@ impl<B: Backend> Registry<B> {
         match mismatch {
             Some(reason) => Err(RegistryError::invalid(format!(
                 "{} ({}) does not match model `{}`: {reason}; publish it as a new model instead",
-                candidate.id,
-                candidate.source.display(),
-                candidate.id.model
+                id,
+                source.display(),
+                id.model
             ))),
             None => Ok(()),
         }
@@ -396,12 +455,16 @@ impl<B: Backend> Registry<B> {
         let mut ids = Vec::new();
         let mut candidates = Vec::new();
         for (name, model) in models.iter() {
+            let rollback_target = model.rollback_target();
             for slot in &model.versions {
                 let State::Resident(handle) = &slot.state else {
                     continue;
                 };
                 let is_active = model.active.as_deref() == Some(slot.version.as_str());
-                if is_active || handle.id == *loading {
+                // The version a rollback would return to stays: evicting it would turn
+                // the operator's way back into a 409.
+                let is_rollback_target = rollback_target == Some(slot.version.as_str());
+                if is_active || is_rollback_target || handle.id == *loading {
                     continue;
                 }
                 candidates.push(EvictionCandidate {
@@ -702,4 +765,52 @@ fn unknown_version(model: &str, version: &str) -> RegistryError {
     RegistryError::not_found(format!(
         "model `{model}` has no version `{version}`; GET /admin/models lists its versions"
     ))
+}
+
+/// `load()`, with a panic inside it turned into the load's error (naming the version,
+/// the file and the panic's message), so that the caller's bookkeeping runs either way.
+fn panic_as_error<T>(
+    id: &CheckpointId,
+    path: &Path,
+    load: impl FnOnce() -> Result<T, RegistryError>,
+) -> Result<T, RegistryError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(load)).unwrap_or_else(|panic| {
+        let reason = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "no message".to_owned());
+        Err(RegistryError::invalid(format!(
+            "loading {id} from {} panicked ({reason}); the file is unusable or this is a bug",
+            path.display()
+        )))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_while_loading_is_the_loads_error() {
+        let id = CheckpointId::new("m", "2");
+        let path = Path::new("/models/m/2/model.gguf");
+        let error = panic_as_error::<()>(&id, path, || panic!("index out of bounds: 7"))
+            .expect_err("a panic is an error");
+        assert!(error.message.contains("m@2"), "{}", error.message);
+        assert!(
+            error.message.contains("/models/m/2/model.gguf"),
+            "{}",
+            error.message
+        );
+        assert!(
+            error.message.contains("index out of bounds: 7"),
+            "{}",
+            error.message
+        );
+        let formatted = panic_as_error::<()>(&id, path, || panic!("shape {}", 3));
+        assert!(formatted.expect_err("an error").message.contains("shape 3"));
+        // A load that returns passes through unchanged.
+        assert_eq!(panic_as_error(&id, path, || Ok(5)).ok(), Some(5));
+    }
 }

@@ -28,8 +28,15 @@ pub(super) fn scan(
     dirs.sort();
     let mut problems = Vec::new();
     let mut models = Vec::new();
+    // Symlinks inside the repository are followed only while they stay inside it: a
+    // link to /etc or to a device must not become a served "checkpoint".
+    let inside = Containment::new(root);
     for dir in dirs {
-        if let Some(model) = scan_model(&dir, &mut problems) {
+        if let Some(reason) = inside.escapes(&dir) {
+            problems.push(RepositoryProblem::new(&dir, reason));
+            continue;
+        }
+        if let Some(model) = scan_model(&dir, &inside, &mut problems) {
             models.push(model);
         }
     }
@@ -52,7 +59,51 @@ pub(super) fn valid_name(name: &str) -> bool {
 
 const NAME_RULE: &str = "use only letters, digits, '.', '_' and '-'";
 
-fn scan_model(dir: &Path, problems: &mut Vec<RepositoryProblem>) -> Option<RepoModel> {
+/// The repository's real location, to tell paths that resolve inside it from those
+/// that a symlink takes elsewhere.
+struct Containment {
+    root: Option<PathBuf>,
+}
+
+impl Containment {
+    fn new(root: &Path) -> Self {
+        Containment {
+            root: std::fs::canonicalize(root).ok(),
+        }
+    }
+
+    /// Why `path` cannot be used (it resolves outside the repository, or not at all);
+    /// `None` when it stays inside.
+    fn escapes(&self, path: &Path) -> Option<String> {
+        let root = self.root.as_ref()?;
+        match std::fs::canonicalize(path) {
+            Ok(real) if real.starts_with(root) => None,
+            Ok(real) => Some(format!(
+                "is a symbolic link to {}, outside the repository; copy the checkpoint into \
+                 the repository instead",
+                real.display()
+            )),
+            Err(e) => Some(format!("cannot be resolved: {e}")),
+        }
+    }
+
+    /// [`Containment::escapes`] for a version folder and every entry in it.
+    fn version_escapes(&self, dir: &Path) -> Option<(PathBuf, String)> {
+        if let Some(reason) = self.escapes(dir) {
+            return Some((dir.to_path_buf(), reason));
+        }
+        let entries = std::fs::read_dir(dir).ok()?;
+        entries
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .find_map(|path| self.escapes(&path).map(|reason| (path, reason)))
+    }
+}
+
+fn scan_model(
+    dir: &Path,
+    inside: &Containment,
+    problems: &mut Vec<RepositoryProblem>,
+) -> Option<RepoModel> {
     let name = dir.file_name()?.to_string_lossy().into_owned();
     if !valid_name(&name) {
         problems.push(RepositoryProblem::new(
@@ -62,7 +113,7 @@ fn scan_model(dir: &Path, problems: &mut Vec<RepositoryProblem>) -> Option<RepoM
         return None;
     }
     let config = read_model_toml(dir, problems)?;
-    let versions = scan_versions(dir, problems);
+    let versions = scan_versions(dir, inside, problems);
     if versions.is_empty() {
         problems.push(RepositoryProblem::new(
             dir,
@@ -106,7 +157,11 @@ fn read_model_toml(dir: &Path, problems: &mut Vec<RepositoryProblem>) -> Option<
     }
 }
 
-fn scan_versions(dir: &Path, problems: &mut Vec<RepositoryProblem>) -> Vec<super::RepoVersion> {
+fn scan_versions(
+    dir: &Path,
+    inside: &Containment,
+    problems: &mut Vec<RepositoryProblem>,
+) -> Vec<super::RepoVersion> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) => {
@@ -131,6 +186,10 @@ fn scan_versions(dir: &Path, problems: &mut Vec<RepositoryProblem>) -> Vec<super
                     "'{version}' is not a valid version name; rename the folder and {NAME_RULE}"
                 ),
             ));
+            continue;
+        }
+        if let Some((at, reason)) = inside.version_escapes(&path) {
+            problems.push(RepositoryProblem::new(&at, reason));
             continue;
         }
         match inspect_version(&path, &version) {

@@ -112,6 +112,7 @@ pub fn admin_app(state: AdminState) -> Router {
         )
         .route("/admin/models", get(models::list))
         .route("/admin/status", get(models::status))
+        .route("/admin/metrics", get(admin_metrics))
         .route(
             "/admin/models/{model}/versions/{version}/{action}",
             post(models::version_action),
@@ -127,6 +128,12 @@ pub fn admin_app(state: AdminState) -> Router {
         .with_state(state);
     // Merged after the token layer, so only the console's own files skip it.
     console::routes().merge(api)
+}
+
+/// `GET /admin/metrics`: every series, tenant spend included (the public `/metrics`
+/// leaves those out).
+async fn admin_metrics() -> Response {
+    crate::metrics::prometheus_response(crate::metrics::Metrics::global().render())
 }
 
 async fn not_found(method: Method, request: Request) -> Response {

@@ -1,7 +1,8 @@
 //! The router's tower layers, one idea per file.
 //!
 //! Order in [`crate::app`], outermost first: request id → trace → request
-//! metrics → body limit → (inference routes only) timeout → load shedding.
+//! metrics → body limit → (inference routes only) JSON body read → timeout →
+//! load shedding.
 //!
 //! The router's own layers are tower services written out rather than
 //! `axum::middleware::from_fn` functions: a `from_fn` middleware boxes the rest of the
@@ -11,6 +12,7 @@
 
 pub mod body_limit;
 pub mod guarded_body;
+pub mod json_body;
 pub mod request_id;
 pub mod request_metrics;
 pub mod shed;

@@ -11,7 +11,7 @@ use crate::layers::request_id::request_id;
 use crate::layers::request_metrics::labelled_response;
 use crate::openai::chat_stream::ChatChunks;
 use crate::openai::extract::OpenAiJson;
-use crate::openai::generate::{merge, UsageTally};
+use crate::openai::generate::{check_fanout, merge, UsageTally};
 use crate::openai::json_response::json_response;
 use crate::openai::params::{
     describe, invalid, parse_model, parse_top_logprobs, CommonFields, GenerationParams,
@@ -216,6 +216,9 @@ pub async fn chat_completions(
     headers: HeaderMap,
     OpenAiJson(wire): OpenAiJson<ChatCompletionRequest>,
 ) -> Response {
+    if let Err(error) = check_fanout(1, wire.n, state.config().max_fanout) {
+        return error.into_response();
+    }
     let request = match ValidatedChatRequest::try_from(wire) {
         Ok(request) => request,
         Err(error) => return error.into_response(),
@@ -244,7 +247,8 @@ async fn respond(
     let created = unix_now();
     match mode {
         ResponseMode::Stream { include_usage } => {
-            let choices = policy::submit::submit(state, routed, &requested, &make, "messages")?;
+            let choices =
+                policy::submit::submit(state, routed, &requested, &make, "messages").await?;
             let model = routed.backend_model(&requested);
             let settings = StreamSettings {
                 choices: params.n,

@@ -11,7 +11,7 @@ use crate::layers::request_id::request_id;
 use crate::layers::request_metrics::labelled_response;
 use crate::openai::completions_stream::TextChunks;
 use crate::openai::extract::OpenAiJson;
-use crate::openai::generate::{merge, UsageTally};
+use crate::openai::generate::{check_fanout, merge, UsageTally};
 use crate::openai::json_response::json_response;
 use crate::openai::params::{
     describe, invalid, parse_model, parse_top_logprobs, CommonFields, GenerationParams,
@@ -20,6 +20,7 @@ use crate::openai::params::{
 use crate::openai::responses::{TextChoice, TextCompletion, TextLogprobs};
 use crate::openai::types::CompletionRequest;
 use crate::openai::unix_now;
+use crate::policy::request::prompt_count;
 use crate::policy::{self, RoutedRequest};
 use crate::sse::{stream_response, StreamSettings};
 use crate::state::AppState;
@@ -181,6 +182,13 @@ pub async fn completions(
     headers: HeaderMap,
     OpenAiJson(wire): OpenAiJson<CompletionRequest>,
 ) -> Response {
+    if let Err(error) = check_fanout(
+        wire.prompt.as_ref().map_or(1, prompt_count),
+        wire.n,
+        state.config().max_fanout,
+    ) {
+        return error.into_response();
+    }
     let request = match ValidatedCompletionRequest::try_from(wire) {
         Ok(request) => request,
         Err(error) => return error.into_response(),
@@ -208,7 +216,8 @@ async fn respond(
     let created = unix_now();
     match mode {
         ResponseMode::Stream { include_usage } => {
-            let choices = policy::submit::submit(state, routed, &requested, &make, "prompt")?;
+            let choices =
+                policy::submit::submit(state, routed, &requested, &make, "prompt").await?;
             let total = u32::try_from(choices.len()).unwrap_or(u32::MAX);
             let model = routed.backend_model(&requested);
             let settings = StreamSettings {

@@ -11,8 +11,8 @@ use crate::policy::ParsedBody;
 
 /// A request body parsed as JSON into `T`.
 ///
-/// The `Content-Type` is not checked: `curl -d` sends a form type, and the
-/// body either parses as `T` or gets a precise error. A body the policy layer
+/// The `Content-Type` is checked before the body is read, by
+/// [`crate::layers::json_body`] on the inference routes. A body the policy layer
 /// already parsed ([`ParsedBody`]) is taken as is, not parsed again.
 #[derive(Debug)]
 pub struct OpenAiJson<T>(pub T);

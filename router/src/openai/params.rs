@@ -12,6 +12,13 @@ use switchyard_seam::{GenerationRequest, Prompt, SamplingOptions};
 
 /// Most stop strings OpenAI accepts.
 pub const MAX_STOP_STRINGS: usize = 4;
+/// Longest stop string accepted, in characters: the engine holds back output while
+/// it might be the start of a stop string, and checks every one at every token.
+pub const MAX_STOP_CHARS: usize = 256;
+/// Longest `user` accepted, in characters (it keys split stickiness and logs).
+pub const MAX_USER_CHARS: usize = 256;
+/// Most tokens one `logit_bias` may name.
+pub const MAX_LOGIT_BIAS: usize = 1024;
 /// Most alternatives per token OpenAI returns.
 pub const MAX_TOP_LOGPROBS: i64 = 20;
 /// Largest `n` accepted.
@@ -158,7 +165,7 @@ impl CommonFields {
             },
             stop: parse_stop(self.stop)?,
             logprobs: self.logprobs,
-            user: self.user,
+            user: parse_user(self.user)?,
             n,
         };
         Ok((params, mode))
@@ -305,10 +312,42 @@ fn parse_stop(stop: Option<Value>) -> Result<Vec<String>, ApiError> {
             "the stop string is empty; remove it.".to_owned(),
         ));
     }
+    if let Some(i) = strings
+        .iter()
+        .position(|s| s.chars().count() > MAX_STOP_CHARS)
+    {
+        return Err(invalid(
+            &format!("stop[{i}]"),
+            format!(
+                "the stop string has {} characters; at most {MAX_STOP_CHARS} are allowed.",
+                strings[i].chars().count()
+            ),
+        ));
+    }
     Ok(strings)
 }
 
+fn parse_user(user: Option<String>) -> Result<Option<String>, ApiError> {
+    match user {
+        Some(user) if user.chars().count() > MAX_USER_CHARS => Err(invalid(
+            "user",
+            format!(
+                "the user id has {} characters; at most {MAX_USER_CHARS} are allowed.",
+                user.chars().count()
+            ),
+        )),
+        other => Ok(other),
+    }
+}
+
 fn parse_logit_bias(bias: Option<BTreeMap<String, f64>>) -> Result<BTreeMap<u32, f32>, ApiError> {
+    let count = bias.as_ref().map_or(0, BTreeMap::len);
+    if count > MAX_LOGIT_BIAS {
+        return Err(invalid(
+            "logit_bias",
+            format!("{count} tokens are biased; at most {MAX_LOGIT_BIAS} are allowed."),
+        ));
+    }
     let mut parsed = BTreeMap::new();
     for (token, value) in bias.unwrap_or_default() {
         let id = token.parse::<u32>().map_err(|_| {

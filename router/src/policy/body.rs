@@ -17,7 +17,9 @@ use switchyard_policies::ModelHint;
 
 use crate::error::ApiError;
 use crate::openai::types::{ChatCompletionRequest, CompletionRequest};
-use crate::policy::request::{chat_tokens, prompt_tokens, RoutingFields};
+use crate::policy::request::{
+    chat_tokens, generations, prompt_count, prompt_tokens, RoutingFields,
+};
 
 /// A body parsed by the policy layer, waiting for its handler.
 #[derive(Debug, Clone)]
@@ -40,6 +42,7 @@ impl RoutableBody for ChatCompletionRequest {
             self.max_completion_tokens.or(self.max_tokens),
             self.user.as_deref(),
             tokens,
+            generations(1, self.n),
         )
     }
 }
@@ -51,6 +54,7 @@ impl RoutableBody for CompletionRequest {
             self.max_tokens,
             self.user.as_deref(),
             self.prompt.as_ref().map_or(0, prompt_tokens),
+            generations(self.prompt.as_ref().map_or(1, prompt_count), self.n),
         )
     }
 }
@@ -62,6 +66,7 @@ fn fields(
     max_tokens: Option<i64>,
     user: Option<&str>,
     prompt_tokens: u32,
+    generations: u32,
 ) -> RoutingFields {
     RoutingFields {
         model: model
@@ -72,5 +77,6 @@ fn fields(
         max_output_tokens: max_tokens.and_then(|v| u32::try_from(v).ok()),
         user: user.filter(|u| !u.is_empty()).map(str::to_owned),
         prompt_tokens,
+        generations,
     }
 }

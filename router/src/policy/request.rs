@@ -30,6 +30,7 @@ pub(crate) struct RawFields {
     user: Option<Value>,
     messages: Option<Value>,
     prompt: Option<Value>,
+    n: Option<Value>,
 }
 
 /// What routing reads from a body, from the wire type
@@ -45,6 +46,9 @@ pub struct RoutingFields {
     pub(crate) user: Option<String>,
     /// The estimated prompt size.
     pub(crate) prompt_tokens: u32,
+    /// Generations the request fans out into (prompts × `n`), for the budget
+    /// reservation.
+    pub(crate) generations: u32,
 }
 
 impl From<RawFields> for RoutingFields {
@@ -69,8 +73,14 @@ impl From<RawFields> for RoutingFields {
             (None, Some(prompt)) => prompt_tokens(prompt),
             (None, None) => 0,
         };
+        let prompts = match &raw.messages {
+            Some(_) => 1,
+            None => raw.prompt.as_ref().map_or(1, prompt_count),
+        };
+        let generations = generations(prompts, raw.n.as_ref().and_then(Value::as_i64));
         RoutingFields {
             model,
+            generations,
             max_output_tokens: raw
                 .max_completion_tokens
                 .or(raw.max_tokens)
@@ -108,6 +118,7 @@ pub(crate) fn route_request(
     request.user = fields.user;
     request.max_output_tokens = fields.max_output_tokens;
     request.prompt_tokens = fields.prompt_tokens;
+    request.generations = fields.generations;
     request.request_id = stable_hash("request", request_id);
     Ok(request)
 }
@@ -179,6 +190,29 @@ pub(crate) fn chat_tokens<'a>(contents: impl Iterator<Item = Option<&'a Value>>)
         }
     }
     estimate_tokens(chars)
+}
+
+/// How many prompts a completions `prompt` holds (a flat array of numbers is one
+/// tokenized prompt).
+pub(crate) fn prompt_count(prompt: &Value) -> usize {
+    match prompt {
+        Value::Array(items) if !items.iter().all(Value::is_number) => items.len(),
+        _ => 1,
+    }
+}
+
+/// Generations of `prompts` prompts with `n` choices each; an `n` out of range counts
+/// as 1 (the handler refuses it).
+pub(crate) fn generations(prompts: usize, n: Option<i64>) -> u32 {
+    let n = n
+        .filter(|n| (1..=crate::openai::params::MAX_N).contains(n))
+        .unwrap_or(1);
+    u32::try_from(
+        prompts
+            .max(1)
+            .saturating_mul(usize::try_from(n).unwrap_or(1)),
+    )
+    .unwrap_or(u32::MAX)
 }
 
 /// The largest prompt of a completions request: text estimated, token ids counted.

@@ -10,12 +10,17 @@ use crate::error::ApiError;
 use crate::openai::generate::{finish_all, submit_all, Choice, Finished, MergedEvents, UsageTally};
 use crate::policy::routed::RoutedRequest;
 use crate::state::AppState;
-use switchyard_seam::{BackendError, GenerationEvent, GenerationRequest, Usage};
+use switchyard_seam::{BackendError, GenerationEvent, GenerationRequest, Prompt, Usage};
+
+/// Prompts of at most this many bytes are prepared (templated, tokenized) on the async
+/// worker that handles the request; larger ones on the blocking pool, so that a few
+/// megabyte-sized prompts cannot stall every other request (`/health` included).
+const INLINE_PREPARE_BYTES: usize = 16 * 1024;
 
 /// Submits the generations `make(model)` builds for the routed model; when the backend
 /// refuses them and the policy names a fallback for that, submits again to the fallback.
 /// Every refusal that ends the request is settled on `routed`.
-pub fn submit(
+pub async fn submit(
     state: &AppState,
     routed: &RoutedRequest,
     requested_model: &str,
@@ -27,12 +32,7 @@ pub fn submit(
     }
     loop {
         let model = routed.backend_model(requested_model);
-        match submit_all(
-            state.backend(),
-            make(&model),
-            state.config().max_fanout,
-            prompt_field,
-        ) {
+        match prepare_and_submit(state, make(&model), prompt_field).await {
             Ok(choices) => return Ok(choices),
             Err(ApiError::Backend { source, .. }) if routed.fall_back(&source) => continue,
             Err(error) => {
@@ -44,6 +44,44 @@ pub fn submit(
             }
         }
     }
+}
+
+/// [`submit_all`], off the async workers when the prompts are large: the backend's
+/// submit templates and tokenizes them, which is CPU work proportional to their size.
+async fn prepare_and_submit(
+    state: &AppState,
+    requests: Vec<GenerationRequest>,
+    prompt_field: &'static str,
+) -> Result<Vec<Choice>, ApiError> {
+    let max_fanout = state.config().max_fanout;
+    if prompt_bytes(&requests) <= INLINE_PREPARE_BYTES {
+        return submit_all(state.backend(), requests, max_fanout, prompt_field);
+    }
+    let state = state.clone();
+    tokio::task::spawn_blocking(move || {
+        submit_all(state.backend(), requests, max_fanout, prompt_field)
+    })
+    .await
+    .unwrap_or_else(|failure| {
+        Err(ApiError::backend(
+            BackendError::Internal {
+                message: format!("preparing the request failed: {failure}"),
+            },
+            prompt_field,
+        ))
+    })
+}
+
+/// Bytes of prompt text (token ids count four each) over every generation.
+fn prompt_bytes(requests: &[GenerationRequest]) -> usize {
+    requests
+        .iter()
+        .map(|request| match &request.prompt {
+            Prompt::Text(text) => text.len(),
+            Prompt::Tokens(ids) => ids.len() * 4,
+            Prompt::Chat(messages) => messages.iter().map(|m| m.content.len()).sum(),
+        })
+        .sum()
 }
 
 /// Runs a whole-JSON request to its end: submits (with fallbacks), waits for every
@@ -58,7 +96,7 @@ pub async fn finish_whole(
     n: u32,
 ) -> Result<Vec<Finished>, ApiError> {
     loop {
-        let choices = submit(state, routed, requested_model, make, prompt_field)?;
+        let choices = submit(state, routed, requested_model, make, prompt_field).await?;
         match finish_all(choices).await {
             Ok(finished) => {
                 let mut tally = UsageTally::new(n);

@@ -24,7 +24,7 @@ use switchyard_engine::registry::Registry;
 use switchyard_engine::serving::{Executor, ExecutorConfig};
 use switchyard_engine::Engine;
 use switchyard_kernels::cpu::CpuBackend;
-use switchyard_router::{serve_with_drain_deadline, shutdown_signal, AppState, RouterConfig};
+use switchyard_router::{serve_with, shutdown_signal, AppState, RouterConfig, ServeOptions};
 
 use config::{ModelEntry, ServeFile};
 use engine_metrics::{ExecutorMetrics, RegistryMetrics};
@@ -136,7 +136,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .await?;
         let state = AppState::new(backend.clone(), router_config);
         let app = policy.app(state, backend);
-        serve_with_drain_deadline(listener, app, shutdown_signal(), settings.drain)
+        let options = ServeOptions {
+            drain_deadline: settings.drain,
+            ..ServeOptions::default()
+        };
+        serve_with(listener, app, shutdown_signal(), options)
             .await
             .context("serving failed")?;
         if let Some(admin) = admin {
@@ -290,23 +294,7 @@ fn start_engine(
         }
         None => (register_files(&settings.models, &registry)?, None),
     };
-    for version in &startup {
-        let (name, number) = (&version.model, &version.version);
-        let report = registry
-            .load(name, number)
-            .with_context(|| format!("cannot serve `{name}@{number}`"))?;
-        eprintln!(
-            "switchyard: loaded `{name}@{number}` in {:.0} ms ({:.1} MB, {:.1} MB shared)",
-            report.elapsed.as_secs_f64() * 1e3,
-            report.bytes as f64 / 1e6,
-            report.shared_bytes as f64 / 1e6
-        );
-    }
-    for version in startup.iter().filter(|v| v.activate) {
-        registry
-            .activate(&version.model, &version.version)
-            .with_context(|| format!("cannot activate `{}@{}`", version.model, version.version))?;
-    }
+    load_startup(&registry, &startup)?;
     let executor = Executor::spawn(
         backend,
         settings.executor.clone(),
@@ -315,6 +303,71 @@ fn start_engine(
     .context("cannot start the executor thread")?;
     let engine = Engine::new(registry, executor, created, request_timeout);
     Ok((engine, repository))
+}
+
+/// Loads the startup versions: each model's default first, activated as soon as it is
+/// loaded (so that later loads under a RAM budget cannot evict a version about to be
+/// activated), then the others. A version that fails to load is skipped with a warning;
+/// a model whose default failed gets its newest version that loaded. Only when nothing
+/// at all loads does startup fail.
+fn load_startup(registry: &Registry<CpuBackend>, startup: &[StartupVersion]) -> anyhow::Result<()> {
+    let defaults = startup.iter().filter(|v| v.activate);
+    let others = startup.iter().filter(|v| !v.activate);
+    let mut loaded: Vec<&StartupVersion> = Vec::new();
+    let mut failures = Vec::new();
+    for version in defaults.chain(others) {
+        let (name, number) = (&version.model, &version.version);
+        match registry.load(name, number) {
+            Ok(report) => {
+                eprintln!(
+                    "switchyard: loaded `{name}@{number}` in {:.0} ms ({:.1} MB, {:.1} MB shared)",
+                    report.elapsed.as_secs_f64() * 1e3,
+                    report.bytes as f64 / 1e6,
+                    report.shared_bytes as f64 / 1e6
+                );
+                if version.activate {
+                    registry
+                        .activate(name, number)
+                        .with_context(|| format!("cannot activate `{name}@{number}`"))?;
+                }
+                loaded.push(version);
+            }
+            Err(error) => {
+                tracing::warn!(model = %name, version = %number, %error, "skipped at startup");
+                eprintln!("switchyard: warning: skipping `{name}@{number}`: {error}");
+                failures.push(format!("`{name}@{number}`: {error}"));
+            }
+        }
+    }
+    if loaded.is_empty() {
+        anyhow::bail!(
+            "no version could be loaded, so there is nothing to serve:\n  {}",
+            failures.join("\n  ")
+        );
+    }
+    for failed in startup.iter().filter(|v| v.activate) {
+        let name = &failed.model;
+        if loaded.iter().any(|v| v.model == *name && v.activate) {
+            continue;
+        }
+        // `startup` lists a model's versions oldest first.
+        match loaded.iter().rev().find(|v| v.model == *name) {
+            Some(stand_in) => {
+                registry
+                    .activate(name, &stand_in.version)
+                    .with_context(|| format!("cannot activate `{name}@{}`", stand_in.version))?;
+                eprintln!(
+                    "switchyard: warning: `{name}@{}` is active instead of the default `{name}@{}`, which did not load",
+                    stand_in.version, failed.version
+                );
+            }
+            None => eprintln!(
+                "switchyard: warning: model `{name}` has no version loaded; requests for it \
+                 fail until a version is loaded and activated through the admin API"
+            ),
+        }
+    }
+    Ok(())
 }
 
 /// Registers `--model` files (or the settings file's `[[models]]`): each

@@ -24,6 +24,9 @@ use switchyard_seam::InferenceBackend;
 /// Environment variable holding the admin token when `--admin-token` is not given.
 pub const ADMIN_TOKEN_ENV: &str = "SWITCHYARD_ADMIN_TOKEN";
 
+/// The shortest admin token accepted.
+const MIN_ADMIN_TOKEN_CHARS: usize = 16;
+
 /// How often the policy file is checked for edits.
 const WATCH_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -72,11 +75,23 @@ impl PolicySetup {
             }
             None => (None, None),
         };
+        // Surrounding spaces (a quoted value, a newline from a file) could never be
+        // presented in a header, so the token is trimmed; a short one is refused.
         let token = flags
             .admin_token
             .clone()
             .or_else(|| std::env::var(ADMIN_TOKEN_ENV).ok())
-            .filter(|t| !t.trim().is_empty());
+            .map(|t| t.trim().to_owned())
+            .filter(|t| !t.is_empty());
+        if let Some(token) = &token {
+            let length = token.chars().count();
+            if length < MIN_ADMIN_TOKEN_CHARS {
+                anyhow::bail!(
+                    "the admin token has {length} characters; use at least {MIN_ADMIN_TOKEN_CHARS} \
+                     (for example `openssl rand -hex 16`)"
+                );
+            }
+        }
         let admin = token.map(|token| {
             let listen = flags
                 .admin_listen

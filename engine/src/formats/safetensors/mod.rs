@@ -136,7 +136,18 @@ fn read_shard(
     let file = File::open(path).map_err(io_err)?;
     // SAFETY: read-only map; the checkpoint must not change while served.
     let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io_err)?;
-    let bytes = Bytes::from_owner(map);
+    shard_tensors(Bytes::from_owner(map), path, arch, tensors)
+}
+
+/// Adds the tensors of one safetensors file, held in `bytes` (read from `path`, which
+/// errors name), renamed as `arch` names them, to `tensors`: header, dtypes, offsets
+/// and names checked.
+pub fn shard_tensors(
+    bytes: Bytes,
+    path: &Path,
+    arch: Architecture,
+    tensors: &mut BTreeMap<String, TensorData>,
+) -> Result<(), FormatError> {
     let (header_len, metadata) =
         SafeTensors::read_metadata(&bytes).map_err(|e| FormatError::Safetensors {
             path: path.to_path_buf(),

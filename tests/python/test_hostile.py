@@ -1,0 +1,465 @@
+"""A hostile battery against the real `switchyard serve` on SmolLM2 (issue 17).
+
+More than 150 hostile requests (malformed JSON, wrong types, huge and NaN numbers,
+deep nesting, invalid UTF-8, control characters, header abuse, extreme `n`,
+`max_tokens`, `logprobs`, `logit_bias`, prompts past the context, oversized fan-outs,
+slow bodies), each of which must get exactly the answer written next to it, while a
+steady stream of good requests beside them keeps succeeding, and the server's memory
+after the battery stays within 10% of before.
+
+Run alone: SWITCHYARD_BIN=target/release/switchyard .venv/bin/python -m pytest -q \
+    tests/python/test_hostile.py
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from serve_process import free_port, running_server
+
+MODEL = "smollm2"
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+HELLO = [{"role": "user", "content": "Hi"}]
+
+
+@pytest.fixture(scope="module")
+def server(switchyard_bin: Path, smollm2_path: Path):
+    port = free_port()
+    args = [str(switchyard_bin), "serve", "--model", str(smollm2_path), "--model-name", MODEL,
+            "--listen", f"127.0.0.1:{port}", "--drain-seconds", "5", "--max-batch", "8"]
+    with running_server(args, port, ready_within=60) as proc:
+        yield {"host": "127.0.0.1", "port": port, "proc": proc}
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def request(server, method: str, path: str, body: bytes | None = None,
+            headers: dict | None = None, timeout: float = 60) -> tuple[int, dict, bytes]:
+    conn = http.client.HTTPConnection(server["host"], server["port"], timeout=timeout)
+    try:
+        all_headers = {"Content-Type": "application/json"}
+        all_headers.update(headers or {})
+        all_headers = {k: v for k, v in all_headers.items() if v is not None}
+        try:
+            conn.request(method, path, body=body, headers=all_headers)
+        except (BrokenPipeError, ConnectionResetError):
+            # The server answered (413, say) and closed before the whole body was sent;
+            # its answer is still in the socket.
+            pass
+        response = conn.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        conn.close()
+
+
+def raw(server, data: bytes, timeout: float = 30) -> bytes:
+    """Sends `data` as is on a fresh connection; everything the server answers."""
+    with socket.create_connection((server["host"], server["port"]), timeout=timeout) as sock:
+        try:
+            sock.sendall(data)
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            # The server answered and closed before everything was sent (or before the
+            # half-close): its answer, if any, is still in the socket.
+            pass
+        chunks = []
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except (ConnectionResetError, socket.timeout):
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def chat(**fields) -> bytes:
+    body = {"model": MODEL, "messages": HELLO, "max_tokens": 2}
+    body.update(fields)
+    return json.dumps(body).encode()
+
+
+def completion(**fields) -> bytes:
+    body = {"model": MODEL, "prompt": "Hello", "max_tokens": 2}
+    body.update(fields)
+    return json.dumps(body).encode()
+
+
+def without(key: str) -> bytes:
+    body = {"model": MODEL, "messages": HELLO, "max_tokens": 2}
+    del body[key]
+    return json.dumps(body).encode()
+
+
+def nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+# (name, method, path, body, headers, status, code or None, param or None).
+# `code`/`param` are checked when given; "*" accepts any non-null param.
+Case = tuple
+
+
+def battery() -> list[Case]:
+    cases: list[Case] = []
+
+    def add(name, body, status, code=None, param=None, path=CHAT, method="POST", headers=None):
+        cases.append((name, method, path, body, headers, status, code, param))
+
+    # Malformed JSON.
+    for i, text in enumerate([
+        b"", b"{", b"}", b"{\"model\": ", b"{\"model\": \"smollm2\",}", b"{'model': 'x'}",
+        b"{\"model\": \"smollm2\"} trailing", b"{\"model\": \"a\" \"b\"}", b"{\"model\": \"unterminated",
+        b"{\"model\": \"\\x41\"}", b"{\"model\": \"smollm2\", \"temperature\": NaN}",
+        b"{\"model\": \"smollm2\", \"temperature\": Infinity}", b"{\"model\": \"smollm2\", \"n\": -Infinity}",
+        b"/* comment */ {}", b"{\"model\": \"smollm2\" // comment\n}", b"{\"model\": tru}",
+        b"{\"model\": \"\\ud800\"}", b"{\"a\": 01}", b"{\"a\": 1.}", b"{\"a\": .5}", b"{\"a\": +1}",
+        b"\xef\xbb\xbf{}",
+    ]):
+        add(f"malformed json #{i}", text, 400, "invalid_json")
+    for i, text in enumerate([b"null", b"[]", b"\"text\"", b"123", b"true", b"[{\"model\": \"smollm2\"}]"]):
+        add(f"not an object #{i}", text, 400, "invalid_json")
+
+    # Missing and wrong types.
+    add("no model", without("model"), 400, "missing_required_parameter", "model")
+    add("no messages", without("messages"), 400, "missing_required_parameter", "messages")
+    add("completions without prompt", json.dumps({"model": MODEL}).encode(), 400,
+        "missing_required_parameter", "prompt", path=COMPLETIONS)
+    wrong_types = {
+        "model": [1, [], {}, True],
+        "messages": ["hi", 5, {}, [1], [[]], [None]],
+        "max_tokens": ["10", 1.5, [], {}],
+        "temperature": ["hot", [], {}],
+        "top_p": ["high", [0.5]],
+        "n": ["2", 2.5, []],
+        "stream": ["yes", 1],
+        "stop": [5, {}, [1], [None]],
+        "logit_bias": [[], "x", {"1": "high"}],
+        "logprobs": ["yes", 1],
+        "top_logprobs": ["5", 2.5],
+        "seed": ["x", 1.5],
+        "user": [5, []],
+        "presence_penalty": ["x"],
+        "frequency_penalty": [[]],
+        "stream_options": ["x", 5],
+        "tools": ["x"],
+    }
+    for field, values in wrong_types.items():
+        for i, value in enumerate(values):
+            add(f"{field} of wrong type #{i}", chat(**{field: value}), 400, None, "*")
+    for i, message in enumerate([{"role": 1, "content": "x"}, {"content": "x"},
+                                 {"role": "user", "content": 5},
+                                 {"role": "user", "content": [{"type": "image_url"}]},
+                                 {"role": "user", "content": [{"text": "x"}]},
+                                 {"role": "user", "content": [{"type": "text"}]},
+                                 {"role": "user", "content": [{"type": "text", "text": 5}]},
+                                 {"role": "user"}, "just a string", 42]):
+        add(f"bad message #{i}", chat(messages=[message]), 400, None, "*")
+    for i, role in enumerate(["wizard", "tool", "function", "", "USER"]):
+        add(f"bad role #{i}", chat(messages=[{"role": role, "content": "x"}]), 400,
+            "invalid_value", "messages[0].role")
+    for i, prompt in enumerate([{}, 5, True, [[-1]], [1.5], [[]], [], [None], [{"a": 1}],
+                                [4294967296]]):
+        add(f"bad prompt #{i}", completion(prompt=prompt), 400, None, "*", path=COMPLETIONS)
+
+    # Huge, negative and out-of-range numbers.
+    ranges = [
+        ("max_tokens", 0), ("max_tokens", -1), ("max_tokens", 2**64), ("max_tokens", 1e300),
+        ("temperature", -0.1), ("temperature", 2.01), ("temperature", 1e308),
+        ("top_p", 0), ("top_p", 1.5), ("top_p", -1),
+        ("n", 0), ("n", 17), ("n", -1), ("n", 10**9), ("n", 2**63),
+        ("presence_penalty", 3), ("presence_penalty", -2.5), ("frequency_penalty", 1e10),
+        ("top_logprobs", 21), ("top_logprobs", -1),
+        ("seed", 2**64), ("seed", 1e30),
+    ]
+    for i, (field, value) in enumerate(ranges):
+        fields = {field: value}
+        if field == "top_logprobs":
+            fields["logprobs"] = True
+        add(f"{field} = {value}", chat(**fields), 400, None, "*")
+    add("number past f64", b"{\"model\": \"smollm2\", \"messages\": [], \"temperature\": 1e400}",
+        400, "invalid_json")
+    add("max_tokens past the context", chat(max_tokens=100000), 400,
+        "context_length_exceeded", "max_tokens")
+    add("completions logprobs 21", completion(logprobs=21), 400, "invalid_value", "logprobs",
+        path=COMPLETIONS)
+    add("completions logprobs -1", completion(logprobs=-1), 400, "invalid_value", "logprobs",
+        path=COMPLETIONS)
+    add("top_logprobs without logprobs", chat(top_logprobs=2), 400, "invalid_value",
+        "top_logprobs")
+
+    # logit_bias.
+    for i, bias in enumerate([{"1": 101}, {"1": -100.5}, {"-1": 1}, {"abc": 1}, {"1.5": 1},
+                              {"99999999": 1}, {"49152": 1}, {"4294967296": 1},
+                              {str(i): 1 for i in range(5000)}]):
+        add(f"logit_bias #{i}", chat(logit_bias=bias), 400, "invalid_value", None)
+
+    # Stop strings and user ids.
+    add("five stop strings", chat(stop=["a", "b", "c", "d", "e"]), 400, "invalid_value", "stop")
+    add("empty stop string", chat(stop=[""]), 400, "invalid_value", "stop[0]")
+    add("huge stop string", chat(stop="x" * 100_000), 400, "invalid_value", "stop[0]")
+    add("huge user", chat(user="u" * 100_000), 400, "invalid_value", "user")
+
+    # Unsupported features.
+    add("echo", completion(echo=True), 400, "unsupported_parameter", "echo", path=COMPLETIONS)
+    add("best_of", completion(best_of=3), 400, "unsupported_parameter", "best_of",
+        path=COMPLETIONS)
+    add("suffix", completion(suffix="x"), 400, "unsupported_parameter", "suffix",
+        path=COMPLETIONS)
+    add("tools", chat(tools=[{"type": "function"}]), 400, "unsupported_parameter", "tools")
+    add("json response_format", chat(response_format={"type": "json_object"}), 400, None, "*")
+    add("stream_options without stream", chat(stream_options={"include_usage": True}), 400,
+        "invalid_value", "stream_options")
+
+    # Deep nesting: where a field takes any JSON (content, stop, prompt) the parser's
+    # recursion limit answers, not the stack; where it takes a string, the type error.
+    for depth in (200, 5_000, 100_000):
+        content = ("{\"model\": \"smollm2\", \"messages\": [{\"role\": \"user\", "
+                   f"\"content\": {nested(depth)}}}]}}")
+        add(f"nested content depth {depth}", content.encode(), 400, "invalid_json")
+        add(f"nested stop depth {depth}",
+            f"{{\"model\": \"smollm2\", \"messages\": [], \"stop\": {nested(depth)}}}".encode(),
+            400, "invalid_json")
+        add(f"nested prompt depth {depth}",
+            f"{{\"model\": \"smollm2\", \"prompt\": {nested(depth)}}}".encode(), 400,
+            "invalid_json", path=COMPLETIONS)
+        add(f"nested object as model, depth {depth}",
+            ("{\"model\": " + "{\"a\": " * depth + "1" + "}" * depth + "}").encode(), 400,
+            "invalid_type", "model")
+        add(f"nested array as message, depth {depth}",
+            f"{{\"model\": \"smollm2\", \"messages\": {nested(depth)}}}".encode(), 400,
+            "invalid_type", "*")
+
+    # Invalid UTF-8 and control characters.
+    for i, text in enumerate([b"\xff\xfe", b"\xc3\x28", b"\xe2\x82", b"\xf0\x28\x8c\x28",
+                              b"\xc0\xaf", b"\xed\xa0\x80"]):
+        add(f"invalid utf-8 #{i}",
+            b"{\"model\": \"smollm2\", \"messages\": [{\"role\": \"user\", \"content\": \"" + text
+            + b"\"}]}", 400, "invalid_json")
+    for i, char in enumerate([b"\x00", b"\x01", b"\n", b"\x1f", b"\t"]):
+        add(f"raw control character #{i}",
+            b"{\"model\": \"smollm2\", \"messages\": [{\"role\": \"user\", \"content\": \"a" + char
+            + b"b\"}]}", 400, "invalid_json")
+    add("control characters in the model name", chat(model="smol\u0000lm\u0007"), 404,
+        "model_not_found", "model")
+    add("unknown model", chat(model="gpt-4"), 404, "model_not_found", "model")
+    add("huge model name", chat(model="m" * 1_000_000), 404, "model_not_found", "model")
+    add("empty model name", chat(model=""), 400, "invalid_value", "model")
+    add("unknown version", chat(model=MODEL + "@99"), 404, None, "model")
+
+    # Prompts past the context and oversized fan-outs.
+    long_text = "hello " * 12_000
+    add("chat past the context", chat(messages=[{"role": "user", "content": long_text}]), 400,
+        "context_length_exceeded", "messages")
+    add("prompt past the context", completion(prompt=long_text), 400,
+        "context_length_exceeded", "prompt", path=COMPLETIONS)
+    add("token prompt past the context", completion(prompt=[1] * 9000), 400,
+        "context_length_exceeded", "prompt", path=COMPLETIONS)
+    add("token id past the vocabulary", completion(prompt=[1, 10**9]), 400, None, "prompt",
+        path=COMPLETIONS)
+    add("100 prompts x n 16", completion(prompt=["a"] * 100, n=16), 400, "invalid_value", "n",
+        path=COMPLETIONS)
+    add("a million prompts x n 16",
+        ("{\"model\": \"smollm2\", \"n\": 16, \"prompt\": [" + ",".join(["\"\""] * 1_000_000)
+         + "]}").encode(), 400, "invalid_value", "n", path=COMPLETIONS)
+    add("4 MB + 1 body", b"{\"model\": \"" + b"x" * (4 * 1024 * 1024) + b"\"}", 413,
+        "payload_too_large")
+    add("empty content", chat(messages=[{"role": "user", "content": ""}]), 200)
+    add("escaped NUL in content", chat(messages=[{"role": "user", "content": "a\u0000b"}]), 200)
+
+    # Content types and routes.
+    for content_type in ["text/plain", "application/x-www-form-urlencoded",
+                         "multipart/form-data; boundary=x", "application/xml", "text/json",
+                         "application/json5", "\u00e9"]:
+        add(f"content type {content_type}", chat(), 415, "unsupported_media_type",
+            headers={"Content-Type": content_type.encode("latin-1").decode("latin-1")})
+    add("GET on chat", None, 405, None, None, method="GET")
+    add("PUT on completions", completion(), 405, None, None, method="PUT", path=COMPLETIONS)
+    add("unknown route", chat(), 404, "unknown_url", path="/v1/chat/completion")
+    add("path traversal", None, 404, "model_not_found", "model", method="GET",
+        path="/v1/models/..%2f..%2fetc%2fpasswd")
+    add("DELETE health", None, 405, None, None, method="DELETE", path="/health")
+    return cases
+
+
+def raw_battery(server) -> list[tuple[str, bytes, bytes]]:
+    """Header abuse on raw sockets: (name, request bytes, expected status line prefix)."""
+    host = f"Host: {server['host']}\r\n".encode()
+    body = chat()
+    cases = [
+        ("content-length past the limit",
+         b"POST /v1/chat/completions HTTP/1.1\r\n" + host
+         + b"Content-Type: application/json\r\nContent-Length: 10000000000\r\n\r\n",
+         b"HTTP/1.1 413"),
+        ("negative content-length",
+         b"POST /v1/chat/completions HTTP/1.1\r\n" + host + b"Content-Length: -1\r\n\r\n",
+         b"HTTP/1.1 400"),
+        ("two content-lengths",
+         b"POST /v1/chat/completions HTTP/1.1\r\n" + host
+         + b"Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello!", b"HTTP/1.1 400"),
+        ("bad chunk size",
+         b"POST /v1/chat/completions HTTP/1.1\r\n" + host
+         + b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+         b"HTTP/1.1 400"),
+        ("content-length shorter than the body",
+         b"POST /v1/chat/completions HTTP/1.1\r\n" + host
+         + b"Content-Type: application/json\r\nConnection: close\r\nContent-Length: 10\r\n\r\n"
+         + body, b"HTTP/1.1 400"),
+        ("1000 headers",
+         b"GET /health HTTP/1.1\r\n" + host
+         + b"".join(b"X-Junk-%d: v\r\n" % i for i in range(1000)) + b"\r\n",
+         b"HTTP/1.1 431"),
+        ("a 1 MB header",
+         b"GET /health HTTP/1.1\r\n" + host + b"X-Big: " + b"a" * (1 << 20) + b"\r\n\r\n",
+         b"HTTP/1.1 431"),
+        ("a header without a colon",
+         b"GET /health HTTP/1.1\r\n" + host + b"NoColonHere\r\n\r\n", b"HTTP/1.1 400"),
+        ("not HTTP", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", b"HTTP/1.1 400"),
+        ("an absurd method",
+         b"G\x00T /health HTTP/1.1\r\n" + host + b"\r\n", b"HTTP/1.1 400"),
+        # hyper closes an HTTP/2 preface on its HTTP/1 server without a word.
+        ("HTTP/2 preface on HTTP/1", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", b""),
+        ("a 100 KB URL", b"GET /" + b"a" * 100_000 + b" HTTP/1.1\r\n" + host + b"\r\n",
+         b"HTTP/1.1 414"),
+    ]
+    return cases
+
+
+def header_cases(server) -> list[tuple[str, dict, int]]:
+    """Header abuse through a client: (name, extra headers, expected status)."""
+    return [
+        ("60 KB request id", {"X-Request-Id": "r" * 60_000}, 200),
+        ("request id with spaces", {"X-Request-Id": "a b c"}, 200),
+        ("malformed authorization", {"Authorization": "Basic !!!"}, 200),
+        ("huge authorization", {"Authorization": "Bearer " + "k" * 30_000}, 200),
+        ("unknown switchyard hint", {"X-Switchyard-Whatever": "1"}, 200),
+    ]
+
+
+class GoodTraffic(threading.Thread):
+    """Good requests one after another until stopped; counts answers."""
+
+    def __init__(self, server):
+        super().__init__(daemon=True)
+        self.server = server
+        self.stop = threading.Event()
+        self.ok = 0
+        self.failures: list[str] = []
+
+    def run(self):
+        while not self.stop.is_set():
+            try:
+                status, _, body = request(self.server, "POST", CHAT, chat(), timeout=120)
+                if status == 200 and json.loads(body)["choices"][0]["message"] is not None:
+                    self.ok += 1
+                else:
+                    self.failures.append(f"{status}: {body[:200]!r}")
+            except Exception as error:  # noqa: BLE001 -- any failure counts
+                self.failures.append(repr(error))
+
+
+def check_case(server, case: Case) -> str | None:
+    """Runs one case; `None` when the answer is the expected one, else why not."""
+    name, method, path, body, headers, status, code, param = case
+    got, response_headers, reply = request(server, method, path, body, headers)
+    if got != status:
+        return f"{name}: status {got}, expected {status}: {reply[:300]!r}"
+    if status >= 400 and code is not None or param is not None:
+        try:
+            error = json.loads(reply)["error"]
+        except (ValueError, KeyError):
+            return f"{name}: not an OpenAI error body: {reply[:300]!r}"
+        if code is not None and error.get("code") != code:
+            return f"{name}: code {error.get('code')}, expected {code}: {error}"
+        if param == "*" and not error.get("param"):
+            return f"{name}: no param named: {error}"
+        if param not in (None, "*") and error.get("param") != param:
+            return f"{name}: param {error.get('param')}, expected {param}: {error}"
+    if "x-request-id" in response_headers and len(response_headers["x-request-id"]) > 128:
+        return f"{name}: echoed a request id of {len(response_headers['x-request-id'])} bytes"
+    return None
+
+
+def run_battery(server) -> tuple[int, list[str]]:
+    problems = []
+    count = 0
+    for case in battery():
+        count += 1
+        problem = check_case(server, case)
+        if problem:
+            problems.append(problem)
+    for name, data, expected in raw_battery(server):
+        count += 1
+        answer = raw(server, data)
+        if not answer.startswith(expected) or (expected == b"" and answer):
+            problems.append(f"{name}: answered {answer[:120]!r}, expected {expected!r}")
+    for name, headers, expected in header_cases(server):
+        count += 1
+        got, response_headers, reply = request(server, "POST", CHAT, chat(), headers)
+        if got != expected:
+            problems.append(f"{name}: status {got}: {reply[:200]!r}")
+        elif len(response_headers.get("x-request-id", "")) > 128:
+            problems.append(f"{name}: echoed a long request id")
+    return count, problems
+
+
+def test_hostile_battery_beside_good_traffic(server):
+    pid = server["proc"].pid
+    # Warm-up: one pass, so that the allocator's high-water marks (it keeps freed
+    # arenas for reuse) are set before "before" is measured.
+    warm_count, warm_problems = run_battery(server)
+    assert not warm_problems, "\n".join(warm_problems)
+    before = rss_bytes(pid)
+    good = GoodTraffic(server)
+    good.start()
+    count, problems = run_battery(server)
+    good.stop.set()
+    good.join(timeout=180)
+    after = rss_bytes(pid)
+    print(f"hostile requests: {count} per pass, {warm_count + count} in all; unclean answers: "
+          f"{len(problems)}; good requests beside them: {good.ok} ok, {len(good.failures)} failed; "
+          f"RSS before {before / 2**20:.1f} MiB, after {after / 2**20:.1f} MiB")
+    assert count >= 150
+    assert not problems, "\n".join(problems)
+    assert good.ok > 0 and not good.failures, good.failures[:5]
+    assert after <= before * 1.10, f"RSS grew from {before} to {after}"
+
+
+def test_big_prompts_do_not_stall_health(server):
+    """Issue 17, case 6: two 4 MB prompts are tokenized off the async workers, so
+    `/health` keeps answering quickly (it stalled for half a second before)."""
+    prompt = "word " * (3 * 1024 * 1024 // 5)
+    bodies = [completion(prompt=prompt) for _ in range(2)]
+    results = []
+
+    def big(body):
+        results.append(request(server, "POST", COMPLETIONS, body, timeout=120)[0])
+
+    threads = [threading.Thread(target=big, args=(body,)) for body in bodies]
+    for thread in threads:
+        thread.start()
+    worst = 0.0
+    while any(thread.is_alive() for thread in threads):
+        started = time.perf_counter()
+        status, _, _ = request(server, "GET", "/health", headers={"Content-Type": None})
+        worst = max(worst, time.perf_counter() - started)
+        assert status == 200
+        time.sleep(0.01)
+    for thread in threads:
+        thread.join()
+    print(f"/health worst latency while two 3 MB prompts were prepared: {worst * 1e3:.1f} ms")
+    assert results == [400, 400]
+    assert worst < 0.3, f"/health took {worst * 1e3:.0f} ms"
