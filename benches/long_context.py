@@ -9,7 +9,7 @@ timed as one call (prompt tok/s at that depth), then DECODE greedy tokens
 one call each (decode tok/s). Best of REPEATS for both engines.
 
 Usage: .venv/bin/python benches/long_context.py [MODEL.gguf]
-  [--depths 0,1024,4096,8000] [--threads 2] [--svg docs/long_context.svg]
+  [--depths 0,1024,4096,8000] [--threads 2] [--repeats 2] [--svg docs/long_context.svg]
 Prints a Markdown table and JSON lines (stderr).
 """
 
@@ -115,7 +115,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--kv", default="f16")
     ap.add_argument("--svg", default=str(ROOT / "docs/long_context.svg"))
+    ap.add_argument("--repeats", type=int, default=REPEATS)
     args = ap.parse_args()
+    globals()["REPEATS"] = args.repeats
     rows = []
     for depth in (int(d) for d in args.depths.split(",")):
         s = switchyard(args.model, depth, args.threads, args.kv)
