@@ -6,7 +6,8 @@ that both see the same load on a shared machine).
 
 At depth d: d tokens already in the cache, then PROMPT more prompt tokens
 timed as one call (prompt tok/s at that depth), then DECODE greedy tokens
-one call each (decode tok/s). Best of REPEATS for both engines.
+one call each (decode tok/s; greedy ids in Switchyard, fixed ids in
+llama.cpp, the same work). Best of REPEATS for both engines.
 
 Usage: .venv/bin/python benches/long_context.py [MODEL.gguf]
   [--depths 0,1024,4096,8000] [--threads 2] [--repeats 2] [--svg docs/long_context.svg]
@@ -58,8 +59,9 @@ def llama_cpp(model: str, depth: int, threads: int) -> dict:
         llm.eval(ids(depth, PROMPT))
         best_prompt = max(best_prompt, PROMPT / (time.perf_counter() - start))
         start = time.perf_counter()
-        for _ in range(DECODE):
-            nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        # Fixed ids rather than greedy ones: llama-cpp-python keeps only
+        # n_batch logit rows, and the ids do not change the work.
+        for nxt in ids(depth + PROMPT, DECODE):
             llm.eval([nxt])
         best_decode = max(best_decode, DECODE / (time.perf_counter() - start))
     del llm
