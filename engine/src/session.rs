@@ -44,6 +44,11 @@ impl<'m, B: Backend> Session<'m, B> {
         self.len == 0
     }
 
+    /// The sequence's KV cache (to read its memory use).
+    pub fn cache(&self) -> &B::KvCache {
+        &self.cache
+    }
+
     /// Appends `tokens` and returns logits: for the last token only
     /// (`LogitRows::Last`) or for each of them (`LogitRows::All`), `vocab_size`
     /// floats per row.

@@ -6,7 +6,9 @@ mod common;
 use bytes::Bytes;
 use common::{isas_to_test, random_weights, rng};
 use rand::Rng;
-use switchyard_kernels::cpu::{dequantize_row, CpuActivations, CpuBackend, CpuKvCache};
+use switchyard_kernels::cpu::{
+    dequantize_row, CpuActivations, CpuBackend, CpuKvCache, KvConfig, KvType,
+};
 use switchyard_kernels::{
     AttentionRows, AttentionShape, Backend, DType, KernelError, RopeStyle, WeightView,
 };
@@ -189,9 +191,24 @@ fn attention_matches_f64_over_prefill_and_decode() {
     let q_cols = shape.n_heads * shape.head_dim;
     let kv_cols = shape.n_kv_heads * shape.head_dim;
     let mut rng = rng(3);
-    for isa in isas_to_test("attention") {
+    // An F16 cache is checked against the reference on the keys and
+    // values rounded as it stores them, at the same tolerance.
+    let kv_types = [KvType::F32, KvType::F16];
+    for (isa, kv_type) in isas_to_test("attention")
+        .into_iter()
+        .flat_map(|isa| kv_types.map(|t| (isa, t)))
+    {
+        let stored = |x: &[f32]| -> Vec<f32> {
+            match kv_type {
+                KvType::F32 => x.to_vec(),
+                KvType::F16 => x.iter().map(|v| half::f16::from_f32(*v).to_f32()).collect(),
+            }
+        };
         for threads in 1..=3 {
-            let backend = CpuBackend::with_isa(threads, isa);
+            let backend = CpuBackend::with_isa(threads, isa).with_kv(KvConfig {
+                dtype: kv_type,
+                budget_bytes: usize::MAX,
+            });
             let layers = 2;
             let mut cache = backend
                 .kv_cache(layers, shape.n_kv_heads, shape.head_dim, 32, &[])
@@ -235,8 +252,8 @@ fn attention_matches_f64_over_prefill_and_decode() {
                     )
                     .unwrap();
                     for row in rows.clone() {
-                        keys.push(k[row * kv_cols..(row + 1) * kv_cols].to_vec());
-                        values.push(v[row * kv_cols..(row + 1) * kv_cols].to_vec());
+                        keys.push(stored(&k[row * kv_cols..(row + 1) * kv_cols]));
+                        values.push(stored(&v[row * kv_cols..(row + 1) * kv_cols]));
                     }
                     for (i, row) in rows.clone().enumerate() {
                         let want = attention_reference(
@@ -251,7 +268,7 @@ fn attention_matches_f64_over_prefill_and_decode() {
                             assert!(g.is_finite(), "{isa} step {step}: non-finite output");
                             assert!(
                                 (f64::from(*g) - w).abs() <= ATTENTION_ABS_TOL,
-                                "{isa} t{threads} step {step} layer {layer}: {g} vs {w}"
+                                "{isa} {kv_type} t{threads} step {step} layer {layer}: {g} vs {w}"
                             );
                         }
                     }

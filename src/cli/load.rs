@@ -4,13 +4,16 @@ use std::path::Path;
 
 use anyhow::Context;
 use switchyard_engine::formats::{load_checkpoint, Checkpoint};
-use switchyard_kernels::cpu::CpuBackend;
+use switchyard_kernels::cpu::{CpuBackend, KvConfig, KvType};
 
 #[derive(clap::Args)]
 pub struct ThreadsArg {
     /// Worker threads for the kernels (default: every core).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// How the KV cache stores keys and values: f16 or f32 (default: f16).
+    #[arg(long)]
+    pub kv_type: Option<KvType>,
 }
 
 impl ThreadsArg {
@@ -24,5 +27,9 @@ impl ThreadsArg {
 pub fn load_model(path: &Path, threads: &ThreadsArg) -> anyhow::Result<(CpuBackend, Checkpoint)> {
     let checkpoint =
         load_checkpoint(path).with_context(|| format!("cannot load {}", path.display()))?;
-    Ok((CpuBackend::new(threads.count()), checkpoint))
+    let kv = KvConfig {
+        dtype: threads.kv_type.unwrap_or_default(),
+        ..KvConfig::default()
+    };
+    Ok((CpuBackend::new(threads.count()).with_kv(kv), checkpoint))
 }

@@ -105,6 +105,13 @@ impl<B: Backend> InferenceBackend for Engine<B> {
                 SubmitError::EmptyPrompt | SubmitError::PromptTooLong { .. } => {
                     BackendError::invalid(request.prompt_field(), error.to_string())
                 }
+                SubmitError::KvBudget {
+                    prompt_too_long: true,
+                    ..
+                } => BackendError::invalid(request.prompt_field(), error.to_string()),
+                SubmitError::KvBudget { .. } => {
+                    BackendError::invalid("max_tokens", error.to_string())
+                }
             })?;
         Ok(receiver)
     }

@@ -19,7 +19,8 @@ use arc_swap::ArcSwapOption;
 use switchyard_kernels::Backend;
 
 use super::checkpoint::{CheckpointHandle, CheckpointId};
-use super::group::{Group, Waiting};
+use super::group::{Admission, Group, Waiting};
+use super::kv_admission;
 use super::queue::{SequenceRequest, SubmitError};
 use super::table::WeightTable;
 use super::{choice, ExecutorObserver};
@@ -107,6 +108,8 @@ impl ExecutorPulse {
 /// sequences it holds and exit.
 pub struct Executor<B: Backend> {
     requests: mpsc::Sender<Submission<B>>,
+    /// To ask at submit whether a request's KV cache can ever fit.
+    backend: Arc<B>,
     shared: Arc<Shared>,
     table: Arc<ArcSwapOption<WeightTable<B>>>,
     max_queued: usize,
@@ -130,7 +133,7 @@ impl<B: Backend> Executor<B> {
         let kv_slots = config.max_active.max(1);
         let state = Scheduler {
             scratch: None,
-            backend,
+            backend: Arc::clone(&backend),
             config,
             requests: receiver,
             groups: Vec::new(),
@@ -146,6 +149,7 @@ impl<B: Backend> Executor<B> {
             })?;
         Ok(Executor {
             requests: sender,
+            backend,
             shared,
             table,
             max_queued,
@@ -171,6 +175,11 @@ impl<B: Backend> Executor<B> {
                 prompt_tokens,
                 context,
             });
+        }
+        if let Some(refusal) =
+            kv_admission::never_fits(self.backend.as_ref(), &checkpoint.model, &request)
+        {
+            return Err(refusal);
         }
         // Reserve a queue slot first, so that concurrent submits cannot overshoot.
         let reserved =
@@ -333,7 +342,8 @@ impl<B: Backend> Scheduler<B> {
     }
 
     /// Moves waiting requests into batches, oldest first over every
-    /// checkpoint, while the shared pool has slots.
+    /// checkpoint, while the shared pool has slots and the KV budget room
+    /// (the oldest waits for room; the ones behind it wait too, in order).
     fn admit(&mut self) {
         let mut active: usize = self.groups.iter().map(Group::active_len).sum();
         let mut taken = 0;
@@ -348,9 +358,13 @@ impl<B: Backend> Scheduler<B> {
             let Some(group) = self.groups.get_mut(index) else {
                 break;
             };
-            taken += 1;
-            if group.admit_front(&self.backend) {
-                active += 1;
+            match group.admit_front(&self.backend, active > 0) {
+                Admission::Admitted => {
+                    taken += 1;
+                    active += 1;
+                }
+                Admission::Dropped => taken += 1,
+                Admission::Wait | Admission::Empty => break,
             }
         }
         if taken > 0 {

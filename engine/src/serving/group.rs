@@ -8,6 +8,7 @@ use switchyard_kernels::Backend;
 
 use super::checkpoint::CheckpointHandle;
 use super::choice::Claim;
+use super::kv_admission::{self, NoCache};
 use super::queue::{SequenceEvent, SequenceRequest};
 use super::sequence::Sequence;
 use crate::model::{LogitRows, SequenceChunk};
@@ -16,6 +17,21 @@ use crate::model::{LogitRows, SequenceChunk};
 pub(super) struct Waiting {
     pub(super) request: SequenceRequest,
     pub(super) arrived: Instant,
+}
+
+/// What [`Group::admit_front`] did with the oldest waiting request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Admission {
+    /// Nothing waits.
+    Empty,
+    /// It runs now.
+    Admitted,
+    /// It left the queue without running (its client left, or its cache
+    /// failed; it was told).
+    Dropped,
+    /// The KV budget has no room for it until a running sequence ends: it
+    /// stays first in line.
+    Wait,
 }
 
 /// The work of one checkpoint: requests waiting, sequences running.
@@ -62,34 +78,55 @@ impl<B: Backend> Group<B> {
         });
     }
 
-    /// Moves the oldest waiting request into the batch with a KV cache.
-    /// Returns whether it now holds a slot (false if its client left or
-    /// its cache could not be allocated, which it is told).
-    pub(super) fn admit_front(&mut self, backend: &B) -> bool {
-        let Some(Waiting { mut request, .. }) = self.waiting.pop_front() else {
-            return false;
+    /// Moves the oldest waiting request into the batch with a KV cache
+    /// (see `kv_admission`). `others_running` says whether any sequence of
+    /// any checkpoint holds a cache: when none does and the budget still
+    /// has no room, nothing will free it, so the request fails instead of
+    /// waiting.
+    pub(super) fn admit_front(&mut self, backend: &B, others_running: bool) -> Admission {
+        let Some(front) = self.waiting.front() else {
+            return Admission::Empty;
         };
-        self.checkpoint.admitted();
-        if request.sink.is_closed() {
+        if front.request.sink.is_closed() {
+            self.waiting.pop_front();
+            self.checkpoint.admitted();
             self.checkpoint.finished();
-            return false;
+            return Admission::Dropped;
         }
         let model = &self.checkpoint.model;
-        let context = model.config().context_length;
-        let wanted = request.stop.max_tokens.unwrap_or(context);
-        let capacity = request.prompt.len().saturating_add(wanted).min(context);
-        match model.new_cache(backend, capacity) {
-            Ok(cache) => {
-                self.active.push(Sequence::new(request, cache, capacity));
-                true
+        let made = kv_admission::make_cache(backend, model, &front.request);
+        let cache = match made {
+            Ok(cache) => cache,
+            Err(NoCache::Later) if others_running => return Admission::Wait,
+            Err(NoCache::Later) => {
+                let message = format!(
+                    "the KV budget has no room for a cache of {} tokens although no sequence \
+                     runs; lower max_tokens",
+                    kv_admission::positions(model, &front.request)
+                );
+                self.fail_front(message);
+                return Admission::Dropped;
             }
-            Err(e) => {
-                request.sink.send(SequenceEvent::Error(format!(
-                    "cannot allocate a KV cache of {capacity} tokens: {e}"
-                )));
-                self.checkpoint.finished();
-                false
+            Err(NoCache::Failed(message)) => {
+                self.fail_front(message);
+                return Admission::Dropped;
             }
+        };
+        let Some(Waiting { request, .. }) = self.waiting.pop_front() else {
+            return Admission::Empty;
+        };
+        self.checkpoint.admitted();
+        let capacity = kv_admission::positions(model, &request);
+        self.active.push(Sequence::new(request, cache, capacity));
+        Admission::Admitted
+    }
+
+    /// Takes the oldest waiting request out of the queue, telling it `message`.
+    fn fail_front(&mut self, message: String) {
+        if let Some(Waiting { mut request, .. }) = self.waiting.pop_front() {
+            self.checkpoint.admitted();
+            request.sink.send(SequenceEvent::Error(message));
+            self.checkpoint.finished();
         }
     }
 

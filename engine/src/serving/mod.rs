@@ -25,6 +25,7 @@ mod checkpoint;
 mod choice;
 mod executor;
 mod group;
+mod kv_admission;
 mod queue;
 mod sequence;
 mod table;
@@ -34,7 +35,9 @@ use std::time::Duration;
 pub use checkpoint::{CheckpointError, CheckpointHandle, CheckpointId, ServedCheckpoint};
 pub use choice::{choose, score, Claim};
 pub use executor::{Executor, ExecutorConfig, ExecutorPulse, NoObserver};
-pub use queue::{EventSink, SequenceEvent, SequenceRequest, SequenceToken, SubmitError};
+pub use queue::{
+    kv_positions, EventSink, KvAdvice, SequenceEvent, SequenceRequest, SequenceToken, SubmitError,
+};
 
 /// Hears what the executor thread does. Called on that thread: must not block.
 pub trait ExecutorObserver: Send + Sync {

@@ -79,6 +79,37 @@ impl EventSink for mpsc::Sender<SequenceEvent> {
     }
 }
 
+/// What a request refused for its KV cache should change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvAdvice {
+    /// Set `max_tokens` (the request had none, so it asked for the whole context).
+    SetMaxTokens,
+    /// Lower `max_tokens`.
+    LowerMaxTokens,
+    /// Even one generated token does not fit after the prompt.
+    ShortenPrompt,
+}
+
+impl std::fmt::Display for KvAdvice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            KvAdvice::SetMaxTokens => {
+                "without max_tokens the cache spans the whole context window; set max_tokens"
+            }
+            KvAdvice::LowerMaxTokens => "lower max_tokens",
+            KvAdvice::ShortenPrompt => "shorten the prompt",
+        })
+    }
+}
+
+/// Positions a request's KV cache is made for: its prompt and `max_tokens`
+/// (without it, up to the context window), at most the context window.
+pub fn kv_positions(prompt_tokens: usize, max_tokens: Option<usize>, context: usize) -> usize {
+    prompt_tokens
+        .saturating_add(max_tokens.unwrap_or(context))
+        .min(context)
+}
+
 /// Why a request was refused before it was queued.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SubmitError {
@@ -101,6 +132,24 @@ pub enum SubmitError {
     Overloaded {
         /// Requests waiting when this one came.
         queued: usize,
+    },
+    /// Even alone, the request's KV cache would not fit the server's KV
+    /// budget: its prompt plus `max_tokens` (or, without `max_tokens`, the
+    /// whole context window) is too many positions.
+    #[error(
+        "the request needs a KV cache of {positions} positions ({needed_bytes} bytes) but the \
+         server's KV budget is {budget_bytes} bytes; {advice}"
+    )]
+    KvBudget {
+        /// Positions the cache would hold (prompt + max_tokens, at most the context).
+        positions: usize,
+        needed_bytes: usize,
+        budget_bytes: usize,
+        /// What to change: a smaller `max_tokens`, or a shorter prompt.
+        advice: KvAdvice,
+        /// Whether the prompt alone (with one token to generate) does not
+        /// fit either.
+        prompt_too_long: bool,
     },
     /// The executor thread is gone.
     #[error("the executor thread has stopped (it panicked or was shut down); restart the server")]

@@ -7,6 +7,7 @@ use super::attention::{attention, AttentionCall};
 use super::dequant::dequantize_row;
 use super::isa::CheckedIsa;
 use super::kv_cache::CpuKvCache;
+use super::kv_pool::{KvConfig, KvPool};
 use super::matmul_input::Input;
 use super::packed::{self, PackedRows};
 use super::tensors::{CpuActivations, CpuMatrix, CpuVector};
@@ -25,6 +26,8 @@ pub struct CpuBackend {
     pool: ThreadPool,
     /// Where repacked matrices live (on 2 MB pages where the OS allows).
     arena: WeightArena,
+    /// The KV element type and the budget every cache reserves from.
+    kv: Arc<KvPool>,
 }
 
 impl CpuBackend {
@@ -42,7 +45,20 @@ impl CpuBackend {
             isa: CheckedIsa::at_most(isa),
             pool: ThreadPool::new(threads),
             arena: WeightArena::default(),
+            kv: KvPool::new(KvConfig::default()),
         }
+    }
+
+    /// This backend with KV caches of `config`'s type and budget (the
+    /// default: F16, half the available memory).
+    pub fn with_kv(mut self, config: KvConfig) -> CpuBackend {
+        self.kv = KvPool::new(config);
+        self
+    }
+
+    /// The pool KV caches reserve from (its type, budget and use).
+    pub fn kv_pool(&self) -> &KvPool {
+        &self.kv
     }
 
     /// The ISA the kernels run with.
@@ -66,6 +82,7 @@ impl std::fmt::Debug for CpuBackend {
         f.debug_struct("CpuBackend")
             .field("isa", &self.isa.get())
             .field("threads", &self.threads())
+            .field("kv", &self.kv.dtype())
             .finish()
     }
 }
@@ -111,7 +128,10 @@ impl Backend for CpuBackend {
         x.reshape(rows, cols);
     }
 
-    /// Windowed layers keep a ring of a little more than their window.
+    /// Reserves every block the cache may hold from the backend's KV
+    /// budget ([`KernelError::KvBudget`] when it does not fit) and
+    /// allocates them as positions are written. Windowed layers keep a ring
+    /// of a little more than their window.
     fn kv_cache(
         &self,
         layers: usize,
@@ -120,7 +140,7 @@ impl Backend for CpuBackend {
         capacity: usize,
         windows: &[Option<usize>],
     ) -> Result<CpuKvCache, KernelError> {
-        CpuKvCache::windowed(layers, n_kv_heads, head_dim, capacity, windows)
+        CpuKvCache::windowed(&self.kv, layers, n_kv_heads, head_dim, capacity, windows)
     }
 
     fn embed(

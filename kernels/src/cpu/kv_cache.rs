@@ -1,59 +1,112 @@
-//! Keys and values of one sequence, every layer, f32.
+//! Keys and values of one sequence, every layer, in blocks of
+//! [`KV_BLOCK`] positions (paged).
 //!
-//! Values: `[layer][kv_head][slot][head_dim]`, one head's values for
-//! consecutive positions contiguous, the order the weighted sum reads them.
-//! Keys: `[layer][kv_head][tile][head_dim][16]`, tiles of [`KEY_TILE`]
-//! positions stored dimension-major, so that attention takes sixteen
-//! scores at once with one multiply-add per dimension and no horizontal
-//! sum (see `attention::scores`). Memory is zero-filled lazily by the
-//! allocator, so a large capacity costs address space, not RAM, until
-//! used.
+//! Each layer holds a list of blocks, allocated as positions are written
+//! (fallibly: see `kv_pool`), so memory grows with the tokens held, not
+//! with the capacity. A block holds, per KV head, its keys then its values
+//! for the block's positions:
+//! - keys in tiles of [`KEY_TILE`] positions stored dimension-major
+//!   (`[tile][head_dim][16]`), so that attention takes sixteen scores at
+//!   once with one multiply-add per dimension and no horizontal sum (see
+//!   `attention::scores`);
+//! - values position after position (`[position][head_dim]`), the order
+//!   the weighted sum reads them.
+//!
+//! One KV head's part of a block is contiguous: the attention task of that
+//! head reads it as one run, and tasks of different heads write apart.
+//! Elements are f32 or f16 (see `kv_elem`), chosen by the backend's pool.
 //!
 //! A layer with a sliding window (Gemma's local layers, Mistral) keeps only
-//! a ring of slots a little larger than its window: position `p` lives in
-//! slot `p % ring`, so a long context costs those layers window-sized
-//! memory. The ring is a multiple of the attention's key block, so a block
-//! of positions maps onto one contiguous run of slots; it exceeds the
-//! window so that a prompt chunk's rows, written before they are read,
-//! never overwrite a key an earlier row of the chunk still needs (see
-//! [`CpuKvCache::piece_rows`]).
+//! a ring of blocks a little larger than its window: position `p` lives in
+//! block `(p / KV_BLOCK) % ring`, so a long context costs those layers
+//! window-sized memory. The ring exceeds the window so that a prompt
+//! chunk's rows, written before they are read, never overwrite a key an
+//! earlier row of the chunk still needs (see [`CpuKvCache::piece_rows`]).
+
+use std::sync::Arc;
+
+use half::f16;
 
 use super::disjoint::DisjointSlice;
+use super::kv_elem::KvElem;
+use super::kv_pool::{KvPool, KvType, Reservation};
 use crate::KernelError;
 
 /// Positions per key tile: the sixteen f32 lanes of a zmm.
 pub(crate) const KEY_TILE: usize = 16;
 
-/// A ring is a multiple of this many slots: the attention's key block
-/// (`attention::stream::KEY_BLOCK`), so blocks never wrap.
-pub(crate) const RING_ALIGN: usize = 2 * KEY_TILE;
+/// Positions per block: also the attention's key block
+/// (`attention::stream`), so a block of keys is read whole and once per
+/// task. 32 keys and 32 values of 64 f32 are 16 KB, half of L1.
+pub(crate) const KV_BLOCK: usize = 2 * KEY_TILE;
 
 /// Slots a ring holds beyond its window: a prompt chunk writes this many
 /// rows (plus one) at a time in a windowed layer.
 pub(crate) const RING_SLACK: usize = 128;
 
+/// Every layer's blocks, of the pool's element type.
+#[derive(Debug)]
+pub(crate) enum Store {
+    F32(Vec<Vec<Vec<f32>>>),
+    F16(Vec<Vec<Vec<f16>>>),
+}
+
+/// The blocks of one element type inside a [`Store`].
+pub(crate) trait Stored: KvElem {
+    fn layers(store: &mut Store) -> Option<&mut Vec<Vec<Vec<Self>>>>;
+}
+
+impl Stored for f32 {
+    fn layers(store: &mut Store) -> Option<&mut Vec<Vec<Vec<f32>>>> {
+        match store {
+            Store::F32(layers) => Some(layers),
+            Store::F16(_) => None,
+        }
+    }
+}
+
+impl Stored for f16 {
+    fn layers(store: &mut Store) -> Option<&mut Vec<Vec<Vec<f16>>>> {
+        match store {
+            Store::F16(layers) => Some(layers),
+            Store::F32(_) => None,
+        }
+    }
+}
+
 /// A sequence's KV cache for the CPU backend.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct CpuKvCache {
     layers: usize,
     n_kv_heads: usize,
     head_dim: usize,
     capacity: usize,
-    /// Slots per layer: `capacity` rounded up to whole key tiles, or a
-    /// windowed layer's ring when that is smaller.
-    slots: Vec<usize>,
+    dtype: KvType,
+    /// Per layer, the blocks it may hold: the capacity's, or a windowed
+    /// layer's ring when that is smaller.
+    max_blocks: Vec<usize>,
     /// Per layer, its sliding window (positions a row sees, itself
     /// included), if any.
     windows: Vec<Option<usize>>,
-    /// Where each layer's keys and values start (in f32s).
-    bases: Vec<usize>,
-    keys: Vec<f32>,
-    values: Vec<f32>,
+    store: Store,
     /// Per layer, positions `0..filled` hold written entries.
     filled: Vec<usize>,
+    /// The budget every block it may hold takes from the pool.
+    reservation: Reservation,
+}
+
+fn overflow(layers: usize, n_kv_heads: usize, head_dim: usize, capacity: usize) -> KernelError {
+    KernelError::Shape {
+        op: "kv_cache",
+        detail: format!(
+            "{layers} layers × {n_kv_heads} KV heads × {head_dim} × {capacity} positions \
+             overflows memory; lower the context length"
+        ),
+    }
 }
 
 impl CpuKvCache {
+    /// An f32 cache without a budget (tests).
     #[cfg(test)]
     pub(crate) fn new(
         layers: usize,
@@ -61,60 +114,56 @@ impl CpuKvCache {
         head_dim: usize,
         capacity: usize,
     ) -> Result<Self, KernelError> {
-        Self::windowed(layers, n_kv_heads, head_dim, capacity, &[])
+        let pool = KvPool::unlimited(KvType::F32);
+        Self::windowed(&pool, layers, n_kv_heads, head_dim, capacity, &[])
     }
 
     /// A cache whose layer `l` keeps a ring for `windows[l]` when that is
-    /// `Some` (layers past `windows` keep every position).
+    /// `Some` (layers past `windows` keep every position), reserving from
+    /// `pool` the bytes of every block it may hold.
     pub(crate) fn windowed(
+        pool: &Arc<KvPool>,
         layers: usize,
         n_kv_heads: usize,
         head_dim: usize,
         capacity: usize,
         windows: &[Option<usize>],
     ) -> Result<Self, KernelError> {
-        let full = capacity.div_ceil(KEY_TILE) * KEY_TILE;
+        let full = capacity.div_ceil(KV_BLOCK);
         let window_of = |l: usize| windows.get(l).copied().flatten().filter(|w| *w > 0);
-        let slots: Vec<usize> = (0..layers)
+        let max_blocks: Vec<usize> = (0..layers)
             .map(|l| match window_of(l) {
-                Some(w) => {
-                    let ring = w.saturating_add(RING_SLACK).div_ceil(RING_ALIGN) * RING_ALIGN;
-                    ring.min(full)
-                }
+                Some(w) => w.saturating_add(RING_SLACK).div_ceil(KV_BLOCK).min(full),
                 None => full,
             })
             .collect();
-        let per_slot = n_kv_heads.checked_mul(head_dim);
-        let mut bases = Vec::with_capacity(layers + 1);
-        let mut total = Some(0usize);
-        for s in &slots {
-            bases.push(total.unwrap_or_default());
-            total = total.and_then(|t| t.checked_add(per_slot?.checked_mul(*s)?));
-        }
-        // Keys and values each take `total` floats.
-        let total = total
-            .filter(|len| {
-                len.checked_mul(8)
-                    .is_some_and(|bytes| bytes <= isize::MAX as usize)
+        let dtype = pool.dtype();
+        let block_bytes = block_len(n_kv_heads, head_dim)
+            .and_then(|len| len.checked_mul(dtype.bytes()))
+            .ok_or_else(|| overflow(layers, n_kv_heads, head_dim, capacity))?;
+        let bytes = max_blocks
+            .iter()
+            .try_fold(0usize, |total, b| {
+                total.checked_add(b.checked_mul(block_bytes)?)
             })
-            .ok_or_else(|| KernelError::Shape {
-                op: "kv_cache",
-                detail: format!(
-                    "{layers} layers × {n_kv_heads} KV heads × {head_dim} × {capacity} positions \
-                     overflows memory; lower the context length"
-                ),
-            })?;
+            .filter(|bytes| *bytes <= isize::MAX as usize)
+            .ok_or_else(|| overflow(layers, n_kv_heads, head_dim, capacity))?;
+        let reservation = pool.reserve(bytes)?;
+        let store = match dtype {
+            KvType::F32 => Store::F32(vec![Vec::new(); layers]),
+            KvType::F16 => Store::F16(vec![Vec::new(); layers]),
+        };
         Ok(CpuKvCache {
             layers,
             n_kv_heads,
             head_dim,
             capacity,
+            dtype,
             windows: (0..layers).map(window_of).collect(),
-            slots,
-            bases,
-            keys: vec![0.0; total],
-            values: vec![0.0; total],
+            max_blocks,
+            store,
             filled: vec![0; layers],
+            reservation,
         })
     }
 
@@ -122,12 +171,9 @@ impl CpuKvCache {
     /// windowed layer's ring holds the window plus this many rows less one,
     /// so writing them before reading overwrites nothing still needed.
     pub(crate) fn piece_rows(&self, layer: usize) -> usize {
-        match (
-            self.windows.get(layer).copied().flatten(),
-            self.slots.get(layer),
-        ) {
-            (Some(w), Some(&slots)) if slots < self.capacity => {
-                (slots + 1).saturating_sub(w).max(1)
+        match (self.window(layer), self.max_blocks.get(layer)) {
+            (Some(w), Some(&blocks)) if blocks * KV_BLOCK < self.capacity => {
+                (blocks * KV_BLOCK + 1).saturating_sub(w).max(1)
             }
             _ => usize::MAX,
         }
@@ -138,9 +184,23 @@ impl CpuKvCache {
         self.windows.get(layer).copied().flatten()
     }
 
-    /// f32s of keys (and of values) the cache holds, every layer.
-    pub fn floats(&self) -> usize {
-        self.keys.len()
+    /// How keys and values are stored.
+    pub fn dtype(&self) -> KvType {
+        self.dtype
+    }
+
+    /// Bytes reserved from the pool: every block the cache may hold.
+    pub fn reserved_bytes(&self) -> usize {
+        self.reservation.bytes()
+    }
+
+    /// Bytes of the blocks allocated so far.
+    pub fn allocated_bytes(&self) -> usize {
+        let blocks: usize = match &self.store {
+            Store::F32(layers) => layers.iter().map(Vec::len).sum(),
+            Store::F16(layers) => layers.iter().map(Vec::len).sum(),
+        };
+        blocks * block_len(self.n_kv_heads, self.head_dim).unwrap_or(0) * self.dtype.bytes()
     }
 
     /// Positions the cache can hold.
@@ -170,43 +230,92 @@ impl CpuKvCache {
         self.filled.iter().all(|f| *f == 0)
     }
 
-    /// Forgets every position, so the cache can serve a new sequence.
+    /// Forgets every position, so the cache can serve a new sequence (its
+    /// blocks stay allocated for it).
     pub fn clear(&mut self) {
         self.filled.iter_mut().for_each(|f| *f = 0);
     }
 
-    /// Where `head`'s values (and key tiles) of `layer` start.
-    #[cfg(test)]
-    fn key_base(&self, layer: usize, head: usize) -> usize {
-        self.bases[layer] + head * self.slots[layer] * self.head_dim
+    /// Allocates `layer`'s blocks for positions `0..end` (a ring's at
+    /// most); fails, leaving the cache as it was usable, when the OS
+    /// refuses the memory.
+    pub(crate) fn ensure<E: Stored>(
+        &mut self,
+        layer: usize,
+        end: usize,
+    ) -> Result<(), KernelError> {
+        let len = block_len(self.n_kv_heads, self.head_dim).unwrap_or(0);
+        let wanted = end
+            .div_ceil(KV_BLOCK)
+            .min(self.max_blocks.get(layer).copied().unwrap_or(0));
+        let Some(blocks) = E::layers(&mut self.store).and_then(|l| l.get_mut(layer)) else {
+            return Err(self.dtype_error::<E>());
+        };
+        while blocks.len() < wanted {
+            let mut block: Vec<E> = Vec::new();
+            block
+                .try_reserve_exact(len)
+                .map_err(|_| KernelError::KvAlloc {
+                    bytes: len * std::mem::size_of::<E>(),
+                })?;
+            block.resize(len, E::default());
+            blocks.push(block);
+        }
+        Ok(())
+    }
+
+    fn dtype_error<E>(&self) -> KernelError {
+        KernelError::Shape {
+            op: "attention",
+            detail: format!(
+                "a {} KV cache read as {}; every cache of one call must share the backend's type",
+                self.dtype,
+                std::any::type_name::<E>()
+            ),
+        }
     }
 
     /// Stores `key` and `value` (each `n_kv_heads × head_dim`) at
-    /// `position` of `layer`; the caller checked bounds.
-    pub(crate) fn write(&mut self, layer: usize, position: usize, key: &[f32], value: &[f32]) {
+    /// `position` of `layer`, whose block [`CpuKvCache::ensure`] allocated.
+    pub(crate) fn write<E: Stored>(
+        &mut self,
+        layer: usize,
+        position: usize,
+        key: &[f32],
+        value: &[f32],
+    ) -> Result<(), KernelError> {
         let hd = self.head_dim;
-        let heads = self.layer_heads(layer);
+        let heads = self.layer_heads::<E>(layer)?;
         for head in 0..heads.n_kv_heads {
             let span = head * hd..(head + 1) * hd;
             // SAFETY: `heads` lives only in this call and nothing else
             // borrows the cache meanwhile.
             unsafe { heads.write(head, position, &key[span.clone()], &value[span]) };
         }
+        Ok(())
     }
 
-    /// Layer `layer`'s keys and values as one view whose KV heads tasks of
-    /// one job can write and read apart (see [`LayerHeads`]).
-    pub(crate) fn layer_heads(&mut self, layer: usize) -> LayerHeads<'_> {
-        let slots = self.slots.get(layer).copied().unwrap_or(0);
-        let len = self.n_kv_heads * slots * self.head_dim;
-        let base = self.bases.get(layer).copied().unwrap_or(0);
-        LayerHeads {
-            keys: DisjointSlice::new(&mut self.keys[base..base + len]),
-            values: DisjointSlice::new(&mut self.values[base..base + len]),
-            n_kv_heads: self.n_kv_heads,
-            head_dim: self.head_dim,
-            slots,
-        }
+    /// Layer `layer`'s blocks as one view whose KV heads tasks of one job
+    /// can write and read apart (see [`LayerHeads`]).
+    pub(crate) fn layer_heads<E: Stored>(
+        &mut self,
+        layer: usize,
+    ) -> Result<LayerHeads<'_, E>, KernelError> {
+        let (n_kv_heads, head_dim) = (self.n_kv_heads, self.head_dim);
+        let ring = self.max_blocks.get(layer).copied().unwrap_or(0);
+        let error = self.dtype_error::<E>();
+        let blocks = E::layers(&mut self.store)
+            .and_then(|l| l.get_mut(layer))
+            .ok_or(error)?;
+        Ok(LayerHeads {
+            blocks: blocks
+                .iter_mut()
+                .map(|b| DisjointSlice::new(b.as_mut_slice()))
+                .collect(),
+            n_kv_heads,
+            head_dim,
+            ring,
+        })
     }
 
     /// Marks `0..end` of `layer` written; positions past `end` are stale
@@ -217,93 +326,115 @@ impl CpuKvCache {
         }
     }
 
-    /// `head`'s key at `position` of `layer`, gathered out of its tile.
+    /// `head`'s key at `position` of `layer`, widened to f32.
     #[cfg(test)]
-    pub(crate) fn key(&self, layer: usize, head: usize, position: usize) -> Vec<f32> {
-        let slot = position % self.slots[layer];
-        let (tile, lane) = (slot / KEY_TILE, slot % KEY_TILE);
-        let at = self.key_base(layer, head) + tile * KEY_TILE * self.head_dim + lane;
-        (0..self.head_dim)
-            .map(|d| self.keys[at + d * KEY_TILE])
+    pub(crate) fn key(&mut self, layer: usize, head: usize, position: usize) -> Vec<f32> {
+        let hd = self.head_dim;
+        let lane = position % KV_BLOCK;
+        let at = (lane / KEY_TILE) * KEY_TILE * hd + lane % KEY_TILE;
+        self.head_run(layer, head, position)
+            .into_iter()
+            .skip(at)
+            .step_by(KEY_TILE)
+            .take(hd)
             .collect()
     }
 
-    /// Values of `head` in `layer` for positions `0..count`, position after
-    /// position.
+    /// `head`'s value at `position` of `layer`, widened to f32.
     #[cfg(test)]
-    pub(crate) fn values(&self, layer: usize, head: usize, count: usize) -> &[f32] {
-        let at = self.key_base(layer, head);
-        &self.values[at..at + count * self.head_dim]
+    pub(crate) fn value(&mut self, layer: usize, head: usize, position: usize) -> Vec<f32> {
+        let hd = self.head_dim;
+        let at = KV_BLOCK * hd + (position % KV_BLOCK) * hd;
+        self.head_run(layer, head, position)[at..at + hd].to_vec()
     }
+
+    /// The f32 copy of `head`'s part of the block holding `position`.
+    #[cfg(test)]
+    fn head_run(&mut self, layer: usize, head: usize, position: usize) -> Vec<f32> {
+        fn widen<E: Stored>(cache: &mut CpuKvCache, l: usize, h: usize, p: usize) -> Vec<f32> {
+            let heads = cache.layer_heads::<E>(l).unwrap();
+            let b = (p / KV_BLOCK) % heads.ring;
+            // SAFETY: nothing writes meanwhile.
+            let run = unsafe { heads.head_block(h, b) };
+            let mut scratch = Vec::new();
+            E::widen(
+                crate::cpu::isa::CheckedIsa::at_most(crate::cpu::Isa::Scalar),
+                run,
+                &mut scratch,
+            )
+            .to_vec()
+        }
+        match self.dtype {
+            KvType::F32 => widen::<f32>(self, layer, head, position),
+            KvType::F16 => widen::<f16>(self, layer, head, position),
+        }
+    }
+}
+
+/// Elements of one block: keys and values of [`KV_BLOCK`] positions for
+/// every KV head.
+fn block_len(n_kv_heads: usize, head_dim: usize) -> Option<usize> {
+    n_kv_heads.checked_mul(head_dim)?.checked_mul(2 * KV_BLOCK)
 }
 
 /// One layer of a [`CpuKvCache`], split by KV head: the attention job's
 /// task for a KV head of a one-tile sequence (a decode step) writes that
 /// head's new keys and values itself and then reads them, so the writes
 /// run in parallel instead of before the job on the calling thread.
-pub(crate) struct LayerHeads<'a> {
-    keys: DisjointSlice<'a, f32>,
-    values: DisjointSlice<'a, f32>,
+pub(crate) struct LayerHeads<'a, E> {
+    blocks: Vec<DisjointSlice<'a, E>>,
     n_kv_heads: usize,
     head_dim: usize,
-    /// Slots per head: position `p` lives in slot `p % slots`.
-    slots: usize,
+    /// Blocks the layer may hold: position `p` lives in block
+    /// `(p / KV_BLOCK) % ring`.
+    ring: usize,
 }
 
-impl LayerHeads<'_> {
-    /// Slots per head (a windowed layer's ring, else the whole capacity).
-    pub(crate) fn slots(&self) -> usize {
-        self.slots
+impl<E: KvElem> LayerHeads<'_, E> {
+    /// Blocks the layer cycles through (a windowed layer's ring, else
+    /// enough for the whole capacity).
+    pub(crate) fn ring(&self) -> usize {
+        self.ring
     }
 
-    /// Stores `head`'s `key` and `value` (`head_dim` each) at `position`
-    /// (below the capacity: the caller checked bounds), in its slot.
+    /// Elements of one KV head's part of a block.
+    pub(crate) fn run_len(&self) -> usize {
+        2 * KV_BLOCK * self.head_dim
+    }
+
+    /// Stores `head`'s `key` and `value` (`head_dim` each) at `position`,
+    /// rounded to `E`, in its block (allocated: the caller ensured it).
     ///
     /// # Safety
     /// No other thread may read or write `head` of this layer meanwhile.
     pub(crate) unsafe fn write(&self, head: usize, position: usize, key: &[f32], value: &[f32]) {
         let hd = self.head_dim;
-        let slot = position % self.slots.max(1);
-        let (tile, lane) = (slot / KEY_TILE, slot % KEY_TILE);
-        let tile_at = (head * self.slots + tile * KEY_TILE) * hd;
-        // SAFETY: the tile and the value row belong to `head`, which the
-        // caller holds alone.
-        let (tile, row) = unsafe {
-            (
-                self.keys.range(tile_at, KEY_TILE * hd),
-                self.values.range((head * self.slots + slot) * hd, hd),
-            )
-        };
+        let block = &self.blocks[(position / KV_BLOCK) % self.ring.max(1)];
+        let lane = position % KV_BLOCK;
+        // SAFETY: the run belongs to `head`, which the caller holds alone.
+        let run = unsafe { block.range(head * self.run_len(), self.run_len()) };
+        let tile = (lane / KEY_TILE) * KEY_TILE * hd + lane % KEY_TILE;
         for (d, k) in key.iter().enumerate() {
-            tile[d * KEY_TILE + lane] = *k;
+            run[tile + d * KEY_TILE] = E::narrow(*k);
         }
-        row.copy_from_slice(value);
+        let row = KV_BLOCK * hd + lane * hd;
+        for (slot, v) in run[row..row + hd].iter_mut().zip(value) {
+            *slot = E::narrow(*v);
+        }
     }
 
-    /// `head`'s key tiles covering slots `0..count` (`count` at most the
-    /// slots): `KEY_TILE · head_dim` floats per tile; lanes past `count` in
-    /// the last tile are stale or zero.
+    /// `head`'s part of block `block` (of the ring): two key tiles, then
+    /// [`KV_BLOCK`] values.
     ///
     /// # Safety
     /// No thread may write `head` of this layer while the borrow lives.
-    pub(crate) unsafe fn key_tiles(&self, head: usize, count: usize) -> &[f32] {
-        let hd = self.head_dim;
+    pub(crate) unsafe fn head_block(&self, head: usize, block: usize) -> &[E] {
         // SAFETY: the caller's promise.
-        unsafe {
-            self.keys.get(
-                head * self.slots * hd,
-                count.div_ceil(KEY_TILE) * KEY_TILE * hd,
-            )
-        }
+        unsafe { self.blocks[block].get(head * self.run_len(), self.run_len()) }
     }
 
-    /// `head`'s values for slots `0..count`.
-    ///
-    /// # Safety
-    /// As for [`LayerHeads::key_tiles`].
-    pub(crate) unsafe fn values(&self, head: usize, count: usize) -> &[f32] {
-        let hd = self.head_dim;
-        // SAFETY: the caller's promise.
-        unsafe { self.values.get(head * self.slots * hd, count * hd) }
+    /// Blocks allocated (the caller checks that reads stay below).
+    pub(crate) fn allocated(&self) -> usize {
+        self.blocks.len()
     }
 }

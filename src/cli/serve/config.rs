@@ -27,6 +27,11 @@ use serde::Deserialize;
 pub struct ServeFile {
     pub listen: Option<SocketAddr>,
     pub threads: Option<usize>,
+    /// `f16` or `f32`.
+    #[serde(default, deserialize_with = "kv_type")]
+    pub kv_type: Option<switchyard_kernels::cpu::KvType>,
+    /// MiB all KV caches may reserve together.
+    pub kv_budget_mb: Option<u64>,
     pub max_batch: Option<usize>,
     pub max_queue: Option<usize>,
     pub max_step_tokens: Option<usize>,
@@ -38,6 +43,14 @@ pub struct ServeFile {
     pub repo: Option<PathBuf>,
     #[serde(default)]
     pub models: Vec<ModelEntry>,
+}
+
+fn kv_type<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<switchyard_kernels::cpu::KvType>, D::Error> {
+    let name: Option<String> = Option::deserialize(d)?;
+    name.map(|n| n.parse().map_err(serde::de::Error::custom))
+        .transpose()
 }
 
 /// One model to serve.

@@ -23,7 +23,7 @@ use anyhow::Context;
 use switchyard_engine::registry::Registry;
 use switchyard_engine::serving::{Executor, ExecutorConfig};
 use switchyard_engine::Engine;
-use switchyard_kernels::cpu::CpuBackend;
+use switchyard_kernels::cpu::{default_budget, CpuBackend, KvConfig, KvType};
 use switchyard_router::{serve_with, shutdown_signal, AppState, RouterConfig, ServeOptions};
 
 use config::{ModelEntry, ServeFile};
@@ -62,6 +62,15 @@ pub struct ServeArgs {
     /// Kernel worker threads [default: every core].
     #[arg(long)]
     pub threads: Option<usize>,
+    /// How KV caches store keys and values: f16 or f32 [default: f16].
+    #[arg(long)]
+    pub kv_type: Option<KvType>,
+    /// MiB all KV caches may reserve together; a request whose cache
+    /// (prompt + max_tokens, or the whole context without max_tokens)
+    /// cannot fit is refused, one that fits waits for running sequences
+    /// to end [default: half the memory available at startup].
+    #[arg(long)]
+    pub kv_budget_mb: Option<u64>,
     /// Sequences running at once over all models (each holds a KV cache) [default: 64].
     #[arg(long)]
     pub max_batch: Option<usize>,
@@ -88,6 +97,7 @@ pub struct ServeArgs {
 struct Settings {
     listen: SocketAddr,
     threads: usize,
+    kv: KvConfig,
     executor: ExecutorConfig,
     /// HTTP requests allowed to wait for an in-flight slot.
     max_queue: usize,
@@ -209,6 +219,15 @@ fn settings(args: ServeArgs) -> anyhow::Result<Settings> {
             .or(file.listen)
             .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080))),
         threads,
+        kv: KvConfig {
+            dtype: args.kv_type.or(file.kv_type).unwrap_or_default(),
+            budget_bytes: args
+                .kv_budget_mb
+                .or(file.kv_budget_mb)
+                .map_or_else(default_budget, |mb| {
+                    usize::try_from(mb.saturating_mul(1024 * 1024)).unwrap_or(usize::MAX)
+                }),
+        },
         executor: ExecutorConfig {
             max_active,
             // Room for every request the router lets in, so that the
@@ -281,7 +300,12 @@ fn start_engine(
     let created = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let backend = Arc::new(CpuBackend::new(settings.threads));
+    let backend = Arc::new(CpuBackend::new(settings.threads).with_kv(settings.kv));
+    eprintln!(
+        "switchyard: KV caches in {}, budget {:.0} MiB",
+        settings.kv.dtype,
+        settings.kv.budget_bytes as f64 / (1024.0 * 1024.0)
+    );
     let registry_metrics = RegistryMetrics::new();
     let registry = Arc::new(
         Registry::new(backend.clone(), settings.ram_budget).with_observer(registry_metrics.clone()),

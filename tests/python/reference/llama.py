@@ -6,6 +6,15 @@ before a product with a block-quantized weight matrix, each activation row is
 quantized per 32 elements to int8 with scale d = max|x| / 127 (float32), and
 q = round-half-even(x * (1/d)). `act_quant=False` skips that to compare with
 plain float arithmetic.
+
+The KV cache is the other: keys (after RoPE) and values are stored rounded
+to the engine's KV type, float16 by default (`kv="f16"`, round to nearest
+even, as the engine's F16 cache and llama.cpp's `-ctk/-ctv f16`), and
+attention reads them back exactly. `kv="f32"` rounds to float32, the
+engine's `--kv-type f32`. The engine rounds its float32 keys, the reference
+its float64 keys, so an element lying within float32 error of a float16
+rounding boundary can land one float16 step (2^-11 relative) apart: like
+the int8 activation flips, rare and bounded by the logit tolerances.
 """
 
 from __future__ import annotations
@@ -51,8 +60,9 @@ def inv_freq(cfg, theta=None, scaling=True) -> np.ndarray:
 
 
 class Reference:
-    def __init__(self, ckpt: Checkpoint, act_quant: bool = True):
+    def __init__(self, ckpt: Checkpoint, act_quant: bool = True, kv: str = "f16"):
         self.c = ckpt.config
+        self.kv_dtype = {"f16": np.float16, "f32": np.float32}[kv]
         self.ckpt = ckpt
         self.act_quant = act_quant
         self.w = {k: v.astype(np.float64) for k, v in ckpt.tensors.items()}
@@ -99,6 +109,10 @@ class Reference:
             out[..., half:] = a * sin + b * cos
         return out
 
+    def stored(self, x: np.ndarray) -> np.ndarray:
+        """`x` as the KV cache holds it (see the module documentation)."""
+        return x.astype(np.float32).astype(self.kv_dtype).astype(np.float64)
+
     def forward(self, tokens: list[int], from_row: int = 0) -> np.ndarray:
         """Appends `tokens` to the sequence; returns logits for each of them
         from row `from_row` on (a 262k vocabulary makes every row costly)."""
@@ -133,12 +147,14 @@ class Reference:
             local = c.local(i)
             freq = self.local_freq if (local and self.local_freq is not None) else self.freq
             q, k = self.rope(q, positions, freq), self.rope(k, positions, freq)
-            self.k_cache[i] = np.concatenate([self.k_cache[i], k])
-            self.v_cache[i] = np.concatenate([self.v_cache[i], v])
+            self.k_cache[i] = np.concatenate([self.k_cache[i], self.stored(k)])
+            self.v_cache[i] = np.concatenate([self.v_cache[i], self.stored(v)])
             keys = np.repeat(self.k_cache[i], group, axis=1)  # [t, heads, d]
             vals = np.repeat(self.v_cache[i], group, axis=1)
             scale = c.attn_scale if c.attn_scale else 1.0 / math.sqrt(c.head_dim)
-            scores = np.einsum("nhd,thd->hnt", q, keys) * scale
+            # Batched matrix products (BLAS) rather than einsum: the same
+            # float64 sums, fast enough for 4k-token contexts.
+            scores = np.matmul(q.transpose(1, 0, 2), keys.transpose(1, 2, 0)) * scale  # [h, n, t]
             if c.attn_softcap:
                 scores = c.attn_softcap * np.tanh(scores / c.attn_softcap)
             seen = mask & (distance < c.window) if local else mask
@@ -146,7 +162,7 @@ class Reference:
             scores -= scores.max(axis=-1, keepdims=True)
             probs = np.exp(scores)
             probs /= probs.sum(axis=-1, keepdims=True)
-            attn = np.einsum("hnt,thd->nhd", probs, vals).reshape(n, c.heads * c.head_dim)
+            attn = np.matmul(probs, vals.transpose(1, 0, 2)).transpose(1, 0, 2).reshape(n, c.heads * c.head_dim)
             out = self.linear(attn, p + "attn_output.weight")
             if c.post_norms:
                 out = self.rms_norm(out, p + "post_attention_norm.weight")

@@ -23,7 +23,8 @@ use std::ops::Range;
 
 use super::disjoint::DisjointSlice;
 use super::isa::CheckedIsa;
-use super::kv_cache::{CpuKvCache, LayerHeads};
+use super::kv_cache::{CpuKvCache, LayerHeads, Stored, KV_BLOCK};
+use super::kv_pool::KvType;
 use super::prefetch::prefetch_all;
 use super::tensors::CpuActivations;
 use super::threads::ThreadPool;
@@ -148,9 +149,25 @@ pub(crate) fn attention(
     seqs: &mut [SeqRows<'_>],
     out: &mut CpuActivations,
 ) -> Result<(), KernelError> {
+    // Every cache of a backend has its pool's type; a mixed call is an
+    // error (`layer_heads` reports it).
+    match seqs.first().map(|s| s.cache.dtype()) {
+        Some(KvType::F16) => attention_typed::<half::f16>(pool, isa, call, seqs, out),
+        Some(KvType::F32) => attention_typed::<f32>(pool, isa, call, seqs, out),
+        None => Ok(()),
+    }
+}
+
+fn attention_typed<E: Stored>(
+    pool: &ThreadPool,
+    isa: CheckedIsa,
+    call: AttentionCall<'_>,
+    seqs: &mut [SeqRows<'_>],
+    out: &mut CpuActivations,
+) -> Result<(), KernelError> {
     let too_long = |s: &SeqRows<'_>| s.rows.len() > s.cache.piece_rows(call.layer).max(ROW_TILE);
     if !seqs.iter().any(too_long) {
-        return attention_job(pool, isa, call, seqs, out);
+        return attention_job::<E>(pool, isa, call, seqs, out);
     }
     // A prompt chunk longer than a windowed layer's ring allows runs in
     // pieces, one after another, so that no row's write overwrites a key
@@ -174,15 +191,15 @@ pub(crate) fn attention(
                 rows: first..end,
                 start_pos: seq.start_pos + (first - seq.rows.start),
             }];
-            attention_job(pool, isa, call, &mut one, out)?;
+            attention_job::<E>(pool, isa, call, &mut one, out)?;
             first = end;
         }
     }
-    attention_job(pool, isa, call, &mut rest, out)
+    attention_job::<E>(pool, isa, call, &mut rest, out)
 }
 
 /// [`attention`] for sequences whose rows each fit their layer's ring.
-fn attention_job(
+fn attention_job<E: Stored>(
     pool: &ThreadPool,
     isa: CheckedIsa,
     call: AttentionCall<'_>,
@@ -218,11 +235,14 @@ fn attention_job(
         // tasks, which run in parallel; a longer one (a prompt) writes here
         // first, since every later tile of it reads the earlier rows.
         let writes = seq.rows.len() <= ROW_TILE;
+        seq.cache
+            .ensure::<E>(call.layer, seq.start_pos + seq.rows.len())?;
         if !writes {
             for (i, row) in seq.rows.clone().enumerate() {
                 let key = &call.k.data[row * kv_cols..(row + 1) * kv_cols];
                 let value = &call.v.data[row * kv_cols..(row + 1) * kv_cols];
-                seq.cache.write(call.layer, seq.start_pos + i, key, value);
+                seq.cache
+                    .write::<E>(call.layer, seq.start_pos + i, key, value)?;
             }
         }
         seq.cache
@@ -244,27 +264,31 @@ fn attention_job(
     // Longest first: the pool hands tasks out in index order, so the long
     // tail of a causal prompt does not end up alone on one thread.
     tasks.sort_by_key(|t| Reverse(t.first_pos + t.rows.len()));
-    let heads: Vec<LayerHeads<'_>> = seqs
+    let heads: Vec<LayerHeads<'_, E>> = seqs
         .iter_mut()
-        .map(|s| s.cache.layer_heads(call.layer))
-        .collect();
+        .map(|s| s.cache.layer_heads::<E>(call.layer))
+        .collect::<Result<_, _>>()?;
     let group = n_heads / n_kv_heads;
     let q_cols = n_heads * head_dim;
     let out_data = DisjointSlice::new(&mut out.data);
     pool.run(tasks.len(), &|t| {
         let task = &tasks[t];
         let cache = &heads[task.seq];
-        // Slots to read: every position so far, or the whole ring.
-        let seen = (task.first_pos + task.rows.len()).min(cache.slots());
-        let span = task.kv_head * head_dim..(task.kv_head + 1) * head_dim;
+        let seen_last = task.first_pos + task.rows.len();
+        // Blocks to read: every position's so far, or the whole ring
+        // (allocated up to the last position: `ensure` above).
+        let blocks = seen_last
+            .div_ceil(KV_BLOCK)
+            .min(cache.ring())
+            .min(cache.allocated());
         // Ask for the head's keys and values first (see `prefetch`).
         // SAFETY: no other task writes this KV head during the job (see
         // the writes below), and these views end before this task's own
         // writes start.
-        unsafe {
-            prefetch_all(cache.key_tiles(task.kv_head, seen));
-            prefetch_all(cache.values(task.kv_head, seen));
+        for b in 0..blocks {
+            unsafe { prefetch_all(cache.head_block(task.kv_head, b)) };
         }
+        let span = task.kv_head * head_dim..(task.kv_head + 1) * head_dim;
         if task.writes {
             for (i, row) in task.rows.clone().enumerate() {
                 let at = row * kv_cols;
@@ -278,12 +302,9 @@ fn attention_job(
         }
         // SAFETY: the head is written only by this task (just above, now
         // finished) or before the job; other tasks only read it.
-        let (keys, values) = unsafe {
-            (
-                cache.key_tiles(task.kv_head, seen),
-                cache.values(task.kv_head, seen),
-            )
-        };
+        let runs: Vec<&[E]> = (0..blocks)
+            .map(|b| unsafe { cache.head_block(task.kv_head, b) })
+            .collect();
         let tile = Tile {
             rows: task.rows.len(),
             first_pos: task.first_pos,
@@ -292,9 +313,8 @@ fn attention_job(
             scale,
             window,
             softcap,
-            slots: cache.slots(),
-            keys,
-            values,
+            ring: cache.ring(),
+            runs: &runs,
         };
         let first_head = task.kv_head * group;
         let at = |i: usize, h: usize| (task.rows.start + i) * q_cols + (first_head + h) * head_dim;

@@ -1,13 +1,14 @@
 //! Attention that streams the KV cache: one task takes a tile of query
 //! rows of one sequence and every query head of one KV head (the GQA
-//! group), and walks that KV head's keys and values a block at a time with
-//! an online softmax (a running maximum `m` and sum `l` per query; when a
-//! block raises `m`, the sum and the output so far are rescaled by
-//! `e^(m_old − m_new)`). Each block of keys and values is read from the
-//! cache once per tile and then served from L1 to all `rows × group`
-//! queries; no score row grows with the context; `exp` is vectorised.
+//! group), and walks that KV head's blocks (see `kv_cache`) one at a time
+//! with an online softmax (a running maximum `m` and sum `l` per query;
+//! when a block raises `m`, the sum and the output so far are rescaled by
+//! `e^(m_old − m_new)`). Each block is read from the cache once per tile,
+//! widened to f32 when stored narrower (`kv_elem`), and then served from L1
+//! to all `rows × group` queries; no score row grows with the context;
+//! `exp` is vectorised.
 //!
-//! Blocks start at multiples of [`KEY_BLOCK`] positions, and a row at
+//! Blocks start at multiples of [`KV_BLOCK`] positions, and a row at
 //! position `p` stops at `p` (the causal mask) inside its last block, so a
 //! row's arithmetic depends only on its own query, its position and the
 //! cache: the same in any tile, batch or chunking.
@@ -17,23 +18,20 @@ use std::cell::RefCell;
 use super::scores::scores16;
 use crate::cpu::exp::{exp_scalar, exp_shifted};
 use crate::cpu::isa::CheckedIsa;
-use crate::cpu::kv_cache::KEY_TILE;
+use crate::cpu::kv_cache::{KEY_TILE, KV_BLOCK};
+use crate::cpu::kv_elem::KvElem;
 use crate::cpu::vecmath::{scale_in_place, weighted_sum};
 
-/// Key positions per block: 32 keys and 32 values of 64 f32 are 16 KB,
-/// half of L1, leaving room for the queries, scores and outputs. Whole
-/// key tiles, so that a block's scores come from whole tiles.
-pub(super) const KEY_BLOCK: usize = 2 * KEY_TILE;
 /// Query rows per task: with a group of three heads, 24 queries share each
 /// block read from the cache.
 pub(super) const ROW_TILE: usize = 8;
 
 /// What one task reads: `rows` query rows at positions
 /// `first_pos..first_pos + rows`, each row's `group` heads of `head_dim`
-/// found by `query(i, h)`, against the key tiles (see `kv_cache`) and the
-/// values (`head_dim` floats per position) of positions
+/// found by `query(i, h)`, against one KV head's part of each block of the
+/// cache (`runs[b]`: two key tiles, then the values) for positions
 /// `0..first_pos + rows`.
-pub(super) struct Tile<'a> {
+pub(super) struct Tile<'a, E> {
     pub(super) rows: usize,
     pub(super) first_pos: usize,
     pub(super) group: usize,
@@ -43,11 +41,26 @@ pub(super) struct Tile<'a> {
     pub(super) window: Option<usize>,
     /// Scores become `cap · tanh(score / cap)` (Gemma 2).
     pub(super) softcap: Option<f32>,
-    /// Slots of the cache: position `p` is in slot `p % slots` (a ring in
-    /// a windowed layer; otherwise every position is below it).
-    pub(super) slots: usize,
-    pub(super) keys: &'a [f32],
-    pub(super) values: &'a [f32],
+    /// Blocks of the layer: position `p` is in block `(p / KV_BLOCK) %
+    /// ring` (a ring in a windowed layer; otherwise every block is below
+    /// it).
+    pub(super) ring: usize,
+    pub(super) runs: &'a [&'a [E]],
+}
+
+impl<E: KvElem> Tile<'_, E> {
+    /// The keys (two tiles) and values of the block starting at position
+    /// `block`, as f32.
+    fn block<'s>(
+        &'s self,
+        isa: CheckedIsa,
+        block: usize,
+        scratch: &'s mut Vec<f32>,
+    ) -> (&'s [f32], &'s [f32]) {
+        let run = self.runs[(block / KV_BLOCK) % self.ring.max(1)];
+        let kv = E::widen(isa, run, scratch);
+        kv.split_at(KV_BLOCK * self.head_dim)
+    }
 }
 
 /// Per-query state of a tile, reused across calls on each thread.
@@ -59,11 +72,13 @@ struct State {
     /// Unnormalised outputs, `head_dim` per query.
     acc: Vec<f32>,
     scores: Vec<f32>,
+    /// The block being read, widened to f32 (narrower caches only).
+    widened: Vec<f32>,
 }
 
 impl State {
     /// Empty running state for every query of `tile`.
-    fn reset(&mut self, tile: &Tile<'_>) {
+    fn reset<E>(&mut self, tile: &Tile<'_, E>) {
         let queries = tile.rows * tile.group;
         self.max.clear();
         self.max.resize(queries, f32::NEG_INFINITY);
@@ -71,7 +86,7 @@ impl State {
         self.sum.resize(queries, 0.0);
         self.acc.clear();
         self.acc.resize(queries * tile.head_dim, 0.0);
-        self.scores.resize(KEY_BLOCK, 0.0);
+        self.scores.resize(KV_BLOCK, 0.0);
     }
 
     /// Folds one block into query `qi`: `self.scores[block]` are its scores against
@@ -104,10 +119,10 @@ impl State {
     }
 
     /// Hands every query's normalised output to `out(row, head, values)`.
-    fn finish(
+    fn finish<E>(
         &mut self,
         isa: CheckedIsa,
-        tile: &Tile<'_>,
+        tile: &Tile<'_, E>,
         out: &mut impl FnMut(usize, usize, &[f32]),
     ) {
         let hd = tile.head_dim;
@@ -128,9 +143,9 @@ thread_local! {
 
 /// Runs `tile`; `query(i, h)` is row `i`'s head `h` (of the group) and
 /// `out(i, h, values)` receives its normalised output.
-pub(super) fn attend_tile<'q>(
+pub(super) fn attend_tile<'q, E: KvElem>(
     isa: CheckedIsa,
-    tile: &Tile<'_>,
+    tile: &Tile<'_, E>,
     query: impl Fn(usize, usize) -> &'q [f32],
     mut out: impl FnMut(usize, usize, &[f32]),
 ) {
@@ -146,51 +161,36 @@ pub(super) fn attend_tile<'q>(
 
 /// [`run`] for a layer with a sliding window or capped scores: a row at
 /// position `p` sees positions `p + 1 - window ..= p`, read from their
-/// slots. Blocks start at multiples of [`KEY_BLOCK`] positions and map to
-/// one run of slots each (the ring is a multiple of the block); a row
-/// visits the blocks that meet its range, in position order, so its
-/// arithmetic depends only on its query, position and the cache, as in
-/// [`run`].
-fn run_general<'q>(
+/// blocks of the ring. A row visits the blocks that meet its range, in
+/// position order, so its arithmetic depends only on its query, position
+/// and the cache, as in [`run`].
+fn run_general<'q, E: KvElem>(
     isa: CheckedIsa,
-    tile: &Tile<'_>,
+    tile: &Tile<'_, E>,
     query: &impl Fn(usize, usize) -> &'q [f32],
     out: &mut impl FnMut(usize, usize, &[f32]),
     state: &mut State,
 ) {
     let hd = tile.head_dim;
     state.reset(tile);
+    let mut scratch = std::mem::take(&mut state.widened);
     let first_seen = |p: usize| tile.window.map_or(0, |w| (p + 1).saturating_sub(w));
     let seen_last = tile.first_pos + tile.rows;
-    let slots = tile.slots.max(1);
-    let mut block = first_seen(tile.first_pos) / KEY_BLOCK * KEY_BLOCK;
+    let mut block = first_seen(tile.first_pos) / KV_BLOCK * KV_BLOCK;
     while block < seen_last {
-        let slot = block % slots;
+        let (keys, values) = tile.block(isa, block, &mut scratch);
         for i in 0..tile.rows {
             let p = tile.first_pos + i;
             // The row's part of this block: positions `lo..end`.
-            let (lo, end) = (first_seen(p).max(block), (block + KEY_BLOCK).min(p + 1));
+            let (lo, end) = (first_seen(p).max(block), (block + KV_BLOCK).min(p + 1));
             if lo >= end {
                 continue;
             }
-            let tiles_end = slot + (end - block);
-            let values = &tile.values[(slot + lo - block) * hd..tiles_end * hd];
+            let values = &values[(lo - block) * hd..(end - block) * hd];
             for h in 0..tile.group {
                 let qi = i * tile.group + h;
-                let q = query(i, h);
                 let scores = &mut state.scores[..end - block];
-                for (t, scores) in scores.chunks_mut(KEY_TILE).enumerate() {
-                    let at = (slot + t * KEY_TILE) * hd;
-                    let mut all = [0.0; KEY_TILE];
-                    scores16(
-                        isa,
-                        q,
-                        &tile.keys[at..at + KEY_TILE * hd],
-                        tile.scale,
-                        &mut all,
-                    );
-                    scores.copy_from_slice(&all[..scores.len()]);
-                }
+                block_scores(isa, query(i, h), keys, tile.scale, scores);
                 if let Some(cap) = tile.softcap {
                     for s in &mut scores[lo - block..] {
                         *s = cap * (*s / cap).tanh();
@@ -199,52 +199,56 @@ fn run_general<'q>(
                 state.fold(isa, qi, hd, lo - block..end - block, values);
             }
         }
-        block += KEY_BLOCK;
+        block += KV_BLOCK;
     }
+    state.widened = scratch;
     state.finish(isa, tile, out);
 }
 
-fn run<'q>(
+fn run<'q, E: KvElem>(
     isa: CheckedIsa,
-    tile: &Tile<'_>,
+    tile: &Tile<'_, E>,
     query: &impl Fn(usize, usize) -> &'q [f32],
     out: &mut impl FnMut(usize, usize, &[f32]),
     state: &mut State,
 ) {
     let hd = tile.head_dim;
     state.reset(tile);
+    let mut scratch = std::mem::take(&mut state.widened);
     let seen_last = tile.first_pos + tile.rows;
     let mut block = 0;
     while block < seen_last {
+        let (keys, values) = tile.block(isa, block, &mut scratch);
         for i in 0..tile.rows {
             // Positions this row sees in this block (causal mask).
             let seen = tile.first_pos + i + 1;
             if block >= seen {
                 continue;
             }
-            let end = (block + KEY_BLOCK).min(seen);
-            let values = &tile.values[block * hd..end * hd];
+            let end = (block + KV_BLOCK).min(seen);
+            let values = &values[..(end - block) * hd];
             for h in 0..tile.group {
                 let qi = i * tile.group + h;
-                let q = query(i, h);
                 let scores = &mut state.scores[..end - block];
-                for (t, scores) in scores.chunks_mut(KEY_TILE).enumerate() {
-                    let at = (block + t * KEY_TILE) * hd;
-                    let mut all = [0.0; KEY_TILE];
-                    scores16(
-                        isa,
-                        q,
-                        &tile.keys[at..at + KEY_TILE * hd],
-                        tile.scale,
-                        &mut all,
-                    );
-                    // Lanes past the row's last position are dropped here.
-                    scores.copy_from_slice(&all[..scores.len()]);
-                }
+                block_scores(isa, query(i, h), keys, tile.scale, scores);
                 state.fold(isa, qi, hd, 0..end - block, values);
             }
         }
-        block += KEY_BLOCK;
+        block += KV_BLOCK;
     }
+    state.widened = scratch;
     state.finish(isa, tile, out);
+}
+
+/// `scores[j] = scale · (q · key_j)` for the first `scores.len()` keys of
+/// a block's two key tiles; lanes past them are computed and dropped.
+#[inline]
+fn block_scores(isa: CheckedIsa, q: &[f32], keys: &[f32], scale: f32, scores: &mut [f32]) {
+    let hd = q.len();
+    for (t, scores) in scores.chunks_mut(KEY_TILE).enumerate() {
+        let at = t * KEY_TILE * hd;
+        let mut all = [0.0; KEY_TILE];
+        scores16(isa, q, &keys[at..at + KEY_TILE * hd], scale, &mut all);
+        scores.copy_from_slice(&all[..scores.len()]);
+    }
 }

@@ -6,6 +6,7 @@
 use rand::{Rng, SeedableRng};
 
 use super::*;
+use crate::cpu::kv_pool::KvPool;
 use crate::cpu::Isa;
 
 /// As `tests::STREAM_ABS_TOL`: the same scores and sums in another order,
@@ -14,6 +15,18 @@ const WINDOW_ABS_TOL: f32 = 3e-6;
 
 fn random(rng: &mut impl Rng, n: usize, range: f32) -> Vec<f32> {
     (0..n).map(|_| rng.random_range(-range..range)).collect()
+}
+
+/// `x` as a cache of `dtype` stores it (so that the f64 reference sees
+/// the keys and values the kernel reads).
+fn stored(dtype: KvType, x: Vec<f32>) -> Vec<f32> {
+    match dtype {
+        KvType::F32 => x,
+        KvType::F16 => x
+            .into_iter()
+            .map(|v| half::f16::from_f32(v).to_f32())
+            .collect(),
+    }
 }
 
 /// One query over `keys`/`values` of the positions it sees, in f64.
@@ -51,7 +64,12 @@ fn attend(q: &[f32], keys: &[&[f32]], values: &[&[f32]], shape: AttentionShape) 
 fn a_ring_of_slots_attends_over_the_window_like_the_whole_cache() {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
     let (n_heads, n_kv_heads, head_dim, window) = (4, 2, 24, 40);
-    for softcap in [None, Some(5.0f32)] {
+    for (softcap, dtype) in [
+        (None, KvType::F32),
+        (Some(5.0f32), KvType::F32),
+        (None, KvType::F16),
+        (Some(5.0f32), KvType::F16),
+    ] {
         let shape = AttentionShape {
             n_heads,
             n_kv_heads,
@@ -67,19 +85,17 @@ fn a_ring_of_slots_attends_over_the_window_like_the_whole_cache() {
         for isa in Isa::supported() {
             let isa = CheckedIsa::at_most(isa);
             let pool = ThreadPool::new(2);
+            let kv = KvPool::unlimited(dtype);
             let mut ring =
-                CpuKvCache::windowed(1, n_kv_heads, head_dim, capacity, &[Some(window)]).unwrap();
-            assert!(
-                ring.floats()
-                    < CpuKvCache::new(1, n_kv_heads, head_dim, capacity)
-                        .unwrap()
-                        .floats()
-            );
-            let mut whole = CpuKvCache::new(1, n_kv_heads, head_dim, capacity).unwrap();
+                CpuKvCache::windowed(&kv, 1, n_kv_heads, head_dim, capacity, &[Some(window)])
+                    .unwrap();
+            let mut whole =
+                CpuKvCache::windowed(&kv, 1, n_kv_heads, head_dim, capacity, &[]).unwrap();
+            assert!(ring.reserved_bytes() < whole.reserved_bytes());
             let (q_cols, kv_cols) = (n_heads * head_dim, n_kv_heads * head_dim);
             let q_all = random(&mut rng, total * q_cols, 3.0);
-            let k_all = random(&mut rng, total * kv_cols, 3.0);
-            let v_all = random(&mut rng, total * kv_cols, 1.0);
+            let k_all = stored(dtype, random(&mut rng, total * kv_cols, 3.0));
+            let v_all = stored(dtype, random(&mut rng, total * kv_cols, 1.0));
             let mut start = 0;
             for n in chunks {
                 let act = |data: &[f32], cols: usize| CpuActivations {
@@ -112,7 +128,7 @@ fn a_ring_of_slots_attends_over_the_window_like_the_whole_cache() {
                 }
                 assert_eq!(
                     outs[0], outs[1],
-                    "{isa:?} chunk at {start}: ring against whole cache"
+                    "{isa:?} {dtype} chunk at {start}: ring against whole cache"
                 );
                 for i in 0..n {
                     let p = start + i;
@@ -131,13 +147,16 @@ fn a_ring_of_slots_attends_over_the_window_like_the_whole_cache() {
                         for (g, w) in got.iter().zip(&want) {
                             assert!(
                                 (g - w).abs() <= WINDOW_ABS_TOL,
-                                "{isa:?} cap {softcap:?} position {p} head {h}: {g} vs {w}"
+                                "{isa:?} {dtype} cap {softcap:?} position {p} head {h}: {g} vs {w}"
                             );
                         }
                     }
                 }
                 start += n;
             }
+            // Only the ring's blocks were ever allocated.
+            assert!(ring.allocated_bytes() <= ring.reserved_bytes());
+            assert!(ring.allocated_bytes() < whole.allocated_bytes());
         }
     }
 }
@@ -155,7 +174,8 @@ fn a_ring_refuses_a_call_without_its_window() {
     };
     let x = CpuActivations::zeros(1, 4);
     let mut out = CpuActivations::zeros(1, 4);
-    let mut cache = CpuKvCache::windowed(1, 1, 4, 1000, &[Some(8)]).unwrap();
+    let kv = KvPool::unlimited(KvType::F32);
+    let mut cache = CpuKvCache::windowed(&kv, 1, 1, 4, 1000, &[Some(8)]).unwrap();
     let call = AttentionCall {
         layer: 0,
         shape,

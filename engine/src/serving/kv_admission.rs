@@ -1,0 +1,85 @@
+//! Admission by KV blocks.
+//!
+//! A sequence's cache reserves from the backend's KV budget every block it
+//! may hold (prompt + `max_tokens`, or the whole context without
+//! `max_tokens`) when it is made, and gives them back when the sequence
+//! ends. So the budget decides admission up front: a request whose cache
+//! could never fit is refused at submit with a 4xx naming what to change;
+//! one that fits the budget but not what is free now waits in the queue
+//! until running sequences end; a running sequence never runs out.
+
+use switchyard_kernels::{Backend, KernelError};
+
+use super::queue::{kv_positions, KvAdvice, SequenceRequest, SubmitError};
+use crate::model::{LlamaModel, ModelError};
+
+/// Why a cache could not be made now.
+pub(super) enum NoCache {
+    /// Not while other sequences hold the budget: try again when one ends.
+    Later,
+    /// Never (bigger than the whole budget) or another failure: the message.
+    Failed(String),
+}
+
+/// Positions of `request`'s cache on `model`.
+pub(super) fn positions<B: Backend>(model: &LlamaModel<B>, request: &SequenceRequest) -> usize {
+    kv_positions(
+        request.prompt.len(),
+        request.stop.max_tokens,
+        model.config().context_length,
+    )
+}
+
+/// `request`'s cache, if the budget has room for it now.
+pub(super) fn make_cache<B: Backend>(
+    backend: &B,
+    model: &LlamaModel<B>,
+    request: &SequenceRequest,
+) -> Result<B::KvCache, NoCache> {
+    let positions = positions(model, request);
+    match model.new_cache(backend, positions) {
+        Ok(cache) => Ok(cache),
+        Err(ModelError::Kernel(KernelError::KvBudget { needed, budget, .. }))
+            if needed <= budget =>
+        {
+            Err(NoCache::Later)
+        }
+        Err(e) => Err(NoCache::Failed(format!(
+            "cannot allocate a KV cache of {positions} tokens: {e}"
+        ))),
+    }
+}
+
+/// The refusal for a request whose cache would not fit even an empty
+/// budget; `None` when it fits (now or once others finish). Makes and
+/// drops a cache to ask: reserving is a counter, blocks are allocated only
+/// when written.
+pub(super) fn never_fits<B: Backend>(
+    backend: &B,
+    model: &LlamaModel<B>,
+    request: &SequenceRequest,
+) -> Option<SubmitError> {
+    let too_big = |positions: usize| match model.new_cache(backend, positions) {
+        Err(ModelError::Kernel(KernelError::KvBudget { needed, budget, .. }))
+            if needed > budget =>
+        {
+            Some((needed, budget))
+        }
+        _ => None,
+    };
+    let positions = positions(model, request);
+    let (needed_bytes, budget_bytes) = too_big(positions)?;
+    let prompt_too_long = too_big(request.prompt.len() + 1).is_some();
+    let advice = match (prompt_too_long, request.stop.max_tokens) {
+        (true, _) => KvAdvice::ShortenPrompt,
+        (false, None) => KvAdvice::SetMaxTokens,
+        (false, Some(_)) => KvAdvice::LowerMaxTokens,
+    };
+    Some(SubmitError::KvBudget {
+        positions,
+        needed_bytes,
+        budget_bytes,
+        advice,
+        prompt_too_long,
+    })
+}

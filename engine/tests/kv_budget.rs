@@ -1,0 +1,206 @@
+//! Admission by KV blocks (issue 17, item 3): a request whose cache can
+//! never fit the backend's KV budget is refused at submit with what to
+//! change, one that fits the budget but not what is free waits while the
+//! running sequences go on, and every reservation comes back.
+
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use switchyard_engine::chat::ChatTemplate;
+use switchyard_engine::formats::load_checkpoint;
+use switchyard_engine::model::LlamaModel;
+use switchyard_engine::sampling::{FinishReason, SamplingParams, StopCondition};
+use switchyard_engine::serving::{
+    CheckpointHandle, CheckpointId, EventSink, Executor, ExecutorConfig, KvAdvice, NoObserver,
+    SequenceEvent, SequenceRequest, ServedCheckpoint, SubmitError,
+};
+use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
+use switchyard_engine::tokenizer::Tokenizer;
+use switchyard_kernels::cpu::{CpuBackend, KvConfig, KvType};
+use switchyard_kernels::DType;
+
+/// Positions per KV block (the CPU backend's).
+const BLOCK: usize = 32;
+/// The budget in blocks of every layer: 128 positions.
+const BUDGET_BLOCKS: usize = 4;
+
+struct Fixture {
+    backend: Arc<CpuBackend>,
+    checkpoint: CheckpointHandle<CpuBackend>,
+    _dir: tempfile::TempDir,
+}
+
+/// A synthetic SmolLM2 (context 256) on a backend whose F16 KV budget holds
+/// [`BUDGET_BLOCKS`] blocks of every layer.
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("smollm2-q8.gguf");
+    let spec = SyntheticSpec {
+        preset: Preset::Smollm2,
+        dtype: DType::Q8_0,
+        seed: 11,
+    };
+    write_gguf(&spec, &path).unwrap();
+    let checkpoint = load_checkpoint(&path).unwrap();
+    let probe = CpuBackend::new(1);
+    let model = LlamaModel::load(&probe, &checkpoint).unwrap();
+    let c = model.config();
+    assert_eq!(
+        c.context_length, 256,
+        "the test assumes the preset's context"
+    );
+    let block_bytes = c.n_layers * c.n_kv_heads * c.head_dim * 2 * BLOCK * 2;
+    let backend = Arc::new(CpuBackend::new(2).with_kv(KvConfig {
+        dtype: KvType::F16,
+        budget_bytes: BUDGET_BLOCKS * block_bytes,
+    }));
+    let model = LlamaModel::load(backend.as_ref(), &checkpoint).unwrap();
+    let tokenizer = Tokenizer::load(&checkpoint.tokenizer).unwrap();
+    let served = Arc::new(ServedCheckpoint::from_parts(
+        CheckpointId::new("test", "1"),
+        model,
+        tokenizer,
+        ChatTemplate::new_or_default(None).unwrap(),
+        &path,
+        checkpoint.format,
+    ));
+    Fixture {
+        backend,
+        checkpoint: served,
+        _dir: dir,
+    }
+}
+
+struct Sink(mpsc::SyncSender<SequenceEvent>);
+
+impl EventSink for Sink {
+    fn send(&mut self, event: SequenceEvent) -> bool {
+        self.0.send(event).is_ok()
+    }
+}
+
+/// A request for `prompt_len` tokens and `max_tokens`; its events arrive
+/// one at a time (the executor blocks handing over each until received),
+/// so a test can hold a sequence in the batch.
+fn request(
+    prompt_len: usize,
+    max_tokens: Option<usize>,
+) -> (SequenceRequest, mpsc::Receiver<SequenceEvent>) {
+    let (sender, receiver) = mpsc::sync_channel(0);
+    let request = SequenceRequest {
+        prompt: (1..=prompt_len as u32).collect(),
+        sampling: SamplingParams::default(),
+        stop: StopCondition {
+            max_tokens,
+            ..StopCondition::default()
+        },
+        decoder: None,
+        sink: Box::new(Sink(sender)),
+        deadline: None,
+    };
+    (request, receiver)
+}
+
+fn executor(f: &Fixture) -> Executor<CpuBackend> {
+    let config = ExecutorConfig {
+        max_active: 8,
+        max_queued: 8,
+        max_step_tokens: 64,
+    };
+    Executor::spawn(f.backend.clone(), config, Arc::new(NoObserver)).unwrap()
+}
+
+fn submit(exec: &Executor<CpuBackend>, f: &Fixture, request: SequenceRequest) {
+    exec.submit(&f.checkpoint, request).unwrap();
+}
+
+/// Tokens until `Done`, with its finish reason; panics on an error.
+fn finish(rx: &mpsc::Receiver<SequenceEvent>) -> (usize, FinishReason) {
+    let mut tokens = 0;
+    loop {
+        match rx.recv_timeout(Duration::from_secs(60)).unwrap() {
+            SequenceEvent::Token(_) => tokens += 1,
+            SequenceEvent::Done { finish_reason, .. } => return (tokens, finish_reason),
+            SequenceEvent::Error(message) => panic!("sequence failed: {message}"),
+        }
+    }
+}
+
+#[test]
+fn a_cache_that_can_never_fit_is_refused_with_what_to_change() {
+    let f = fixture();
+    let exec = executor(&f);
+    let refusal = |prompt_len, max_tokens| {
+        let (req, _rx) = request(prompt_len, max_tokens);
+        exec.submit(&f.checkpoint, req)
+    };
+    // No max_tokens: the cache spans the whole context (8 blocks).
+    match refusal(5, None) {
+        Err(SubmitError::KvBudget {
+            positions: 256,
+            advice: KvAdvice::SetMaxTokens,
+            prompt_too_long: false,
+            needed_bytes,
+            budget_bytes,
+        }) => assert!(needed_bytes > budget_bytes),
+        other => panic!("expected a KV budget refusal, got {other:?}"),
+    }
+    match refusal(5, Some(200)) {
+        Err(SubmitError::KvBudget {
+            positions: 205,
+            advice: KvAdvice::LowerMaxTokens,
+            ..
+        }) => {}
+        other => panic!("expected a KV budget refusal, got {other:?}"),
+    }
+    // 200 prompt tokens (7 blocks) cannot fit whatever max_tokens says.
+    match refusal(200, Some(1)) {
+        Err(SubmitError::KvBudget {
+            advice: KvAdvice::ShortenPrompt,
+            prompt_too_long: true,
+            ..
+        }) => {}
+        other => panic!("expected a KV budget refusal, got {other:?}"),
+    }
+    // Nothing was reserved by the refusals, and a request that fits runs.
+    assert_eq!(f.backend.kv_pool().reserved_bytes(), 0);
+    let (req, rx) = request(5, Some(BUDGET_BLOCKS * BLOCK - 5));
+    submit(&exec, &f, req);
+    assert_eq!(
+        finish(&rx),
+        (BUDGET_BLOCKS * BLOCK - 5, FinishReason::Length)
+    );
+    exec.shutdown();
+    assert_eq!(f.backend.kv_pool().reserved_bytes(), 0);
+}
+
+#[test]
+fn a_cache_that_fits_later_waits_while_the_running_sequence_goes_on() {
+    let f = fixture();
+    let exec = executor(&f);
+    // Each needs 3 of the 4 blocks: the second waits for the first.
+    let (first, first_rx) = request(5, Some(80));
+    let (second, second_rx) = request(5, Some(80));
+    submit(&exec, &f, first);
+    assert!(matches!(
+        first_rx.recv_timeout(Duration::from_secs(60)).unwrap(),
+        SequenceEvent::Token(_)
+    ));
+    submit(&exec, &f, second);
+    // The first keeps streaming while the second waits in the queue.
+    for _ in 0..10 {
+        assert!(matches!(
+            first_rx.recv_timeout(Duration::from_secs(60)).unwrap(),
+            SequenceEvent::Token(_)
+        ));
+    }
+    assert_eq!(exec.active_sequences(), 1);
+    assert_eq!(exec.queue_depth(), 1);
+    assert!(second_rx.try_recv().is_err());
+    // When the first ends its blocks come back and the second runs.
+    let (rest, reason) = finish(&first_rx);
+    assert_eq!((rest + 11, reason), (80, FinishReason::Length));
+    assert_eq!(finish(&second_rx), (80, FinishReason::Length));
+    exec.shutdown();
+    assert_eq!(f.backend.kv_pool().reserved_bytes(), 0);
+}

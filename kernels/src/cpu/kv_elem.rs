@@ -1,0 +1,136 @@
+//! The element types a KV block can hold, and how attention reads them.
+//!
+//! Attention computes in f32 whatever the storage: a task widens each
+//! block it reads into an L1-sized f32 buffer once and serves every query
+//! of its tile from there, so an F16 cache halves the bytes read from
+//! memory (what bounds attention at long contexts) for one conversion per
+//! block. Widening f16 is exact, so the arithmetic is the f32 kernels' on
+//! keys and values rounded to f16 once, when written: that is the whole
+//! numeric contract of an F16 cache, and what the NumPy reference does.
+
+use half::f16;
+
+use super::isa::CheckedIsa;
+#[cfg(target_arch = "x86_64")]
+use super::Isa;
+
+/// An element of a KV block.
+pub(crate) trait KvElem: Copy + Default + Send + Sync + 'static {
+    /// The element nearest to `x` (round to nearest even).
+    fn narrow(x: f32) -> Self;
+    /// `src` as f32: itself for f32, else widened into `scratch`.
+    fn widen<'a>(isa: CheckedIsa, src: &'a [Self], scratch: &'a mut Vec<f32>) -> &'a [f32];
+}
+
+impl KvElem for f32 {
+    #[inline]
+    fn narrow(x: f32) -> Self {
+        x
+    }
+
+    #[inline]
+    fn widen<'a>(_: CheckedIsa, src: &'a [f32], _: &'a mut Vec<f32>) -> &'a [f32] {
+        src
+    }
+}
+
+impl KvElem for f16 {
+    #[inline]
+    fn narrow(x: f32) -> Self {
+        f16::from_f32(x)
+    }
+
+    fn widen<'a>(isa: CheckedIsa, src: &'a [f16], scratch: &'a mut Vec<f32>) -> &'a [f32] {
+        scratch.resize(src.len(), 0.0);
+        widen_f16(isa, src, scratch);
+        scratch
+    }
+}
+
+/// `dst[i] = src[i]` as f32 (exact).
+pub(crate) fn widen_f16(isa: CheckedIsa, src: &[f16], dst: &mut [f32]) {
+    let n = src.len().min(dst.len());
+    let (src, dst) = (&src[..n], &mut dst[..n]);
+    match isa.get() {
+        // SAFETY: CheckedIsa guarantees the features (AVX2 implies F16C
+        // here, see `Isa::is_supported`); equal lengths (cut above).
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 | Isa::Avx512Vnni => unsafe { x86::widen_avx512(src, dst) },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::widen_f16c(src, dst) },
+        _ => widen_scalar(src, dst),
+    }
+}
+
+fn widen_scalar(src: &[f16], dst: &mut [f32]) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d = s.to_f32();
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    //! # Safety
+    //! Callers pass slices of equal length and have the named features.
+    use std::arch::x86_64::*;
+
+    use half::f16;
+
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn widen_avx512(src: &[f16], dst: &mut [f32]) {
+        let whole = src.len() / 16 * 16;
+        let (s, d) = (src.as_ptr().cast::<__m256i>(), dst.as_mut_ptr());
+        for i in (0..whole).step_by(16) {
+            // SAFETY: i + 16 <= len for both slices.
+            unsafe {
+                let h = _mm256_loadu_si256(s.cast::<u16>().add(i).cast());
+                _mm512_storeu_ps(d.add(i), _mm512_cvtph_ps(h));
+            }
+        }
+        super::widen_scalar(&src[whole..], &mut dst[whole..]);
+    }
+
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) unsafe fn widen_f16c(src: &[f16], dst: &mut [f32]) {
+        let whole = src.len() / 8 * 8;
+        let (s, d) = (src.as_ptr().cast::<u16>(), dst.as_mut_ptr());
+        for i in (0..whole).step_by(8) {
+            // SAFETY: i + 8 <= len for both slices.
+            unsafe {
+                let h = _mm_loadu_si128(s.add(i).cast());
+                _mm256_storeu_ps(d.add(i), _mm256_cvtph_ps(h));
+            }
+        }
+        super::widen_scalar(&src[whole..], &mut dst[whole..]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::Isa;
+
+    #[test]
+    fn widening_is_exact_on_every_isa() {
+        let src: Vec<f16> = (0..77)
+            .map(|i| f16::from_f32((i as f32 - 30.0) * 0.37))
+            .chain([f16::INFINITY, f16::MIN_POSITIVE_SUBNORMAL, f16::MAX])
+            .collect();
+        let want: Vec<f32> = src.iter().map(|h| h.to_f32()).collect();
+        for isa in Isa::supported() {
+            let mut got = vec![0.0; src.len()];
+            widen_f16(CheckedIsa::at_most(isa), &src, &mut got);
+            assert_eq!(got, want, "{isa}");
+        }
+    }
+
+    #[test]
+    fn narrowing_rounds_to_nearest_even() {
+        // 1 + 2⁻¹¹ lies halfway between f16 1.0 and 1 + 2⁻¹⁰: even is 1.0.
+        assert_eq!(f16::narrow(1.0 + 2f32.powi(-11)).to_f32(), 1.0);
+        assert_eq!(
+            f16::narrow(1.0 + 3.0 * 2f32.powi(-11)).to_f32(),
+            1.0 + 2f32.powi(-9)
+        );
+    }
+}

@@ -1,0 +1,208 @@
+//! The KV memory of one backend: an element type for every cache and a
+//! byte budget shared by all of them.
+//!
+//! A cache reserves, when it is made, the bytes of every block it may ever
+//! hold (its capacity, or its windowed layers' rings) and gives them back
+//! when dropped; it allocates the blocks themselves only as positions are
+//! written. So admission is decided once, by blocks, up front: a sequence
+//! that was admitted never runs out of budget half way, and one that does
+//! not fit is refused (or waits) while the others keep running. The
+//! allocations are fallible besides (`try_reserve`), so a host that has
+//! less memory than the budget promised fails one step, not the process.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use crate::KernelError;
+
+/// How keys and values are stored.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvType {
+    /// Four bytes an element: exact.
+    F32,
+    /// Two bytes an element, rounded to nearest even on write (as
+    /// llama.cpp's default `-ctk f16 -ctv f16`).
+    #[default]
+    F16,
+}
+
+impl KvType {
+    /// Bytes of one element.
+    pub fn bytes(self) -> usize {
+        match self {
+            KvType::F32 => 4,
+            KvType::F16 => 2,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KvType::F32 => "f32",
+            KvType::F16 => "f16",
+        }
+    }
+}
+
+impl std::fmt::Display for KvType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for KvType {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "f32" => Ok(KvType::F32),
+            "f16" => Ok(KvType::F16),
+            other => Err(format!("unknown KV type {other:?}; use f16 or f32")),
+        }
+    }
+}
+
+/// The KV settings of a backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvConfig {
+    pub dtype: KvType,
+    /// Bytes all caches of the backend may reserve together.
+    pub budget_bytes: usize,
+}
+
+impl Default for KvConfig {
+    /// F16, and half the memory available now (see [`default_budget`]).
+    fn default() -> Self {
+        KvConfig {
+            dtype: KvType::F16,
+            budget_bytes: default_budget(),
+        }
+    }
+}
+
+/// Half of the memory the kernel reports available (`MemAvailable`), the
+/// rest left to weights, activations and the OS; 4 GiB where that cannot
+/// be read.
+pub fn default_budget() -> usize {
+    const FALLBACK: usize = 4 << 30;
+    let available = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("MemAvailable:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<usize>().ok())
+        })
+        .map(|kib| kib.saturating_mul(1024));
+    available.map_or(FALLBACK, |bytes| bytes / 2)
+}
+
+/// The budget all caches of a backend reserve from.
+#[derive(Debug)]
+pub struct KvPool {
+    config: KvConfig,
+    reserved: AtomicUsize,
+}
+
+impl KvPool {
+    pub fn new(config: KvConfig) -> Arc<KvPool> {
+        Arc::new(KvPool {
+            config,
+            reserved: AtomicUsize::new(0),
+        })
+    }
+
+    /// A pool without a limit (tests, tools).
+    pub fn unlimited(dtype: KvType) -> Arc<KvPool> {
+        KvPool::new(KvConfig {
+            dtype,
+            budget_bytes: usize::MAX,
+        })
+    }
+
+    pub fn dtype(&self) -> KvType {
+        self.config.dtype
+    }
+
+    pub fn budget_bytes(&self) -> usize {
+        self.config.budget_bytes
+    }
+
+    /// Bytes reserved by live caches.
+    pub fn reserved_bytes(&self) -> usize {
+        self.reserved.load(Ordering::Acquire)
+    }
+
+    /// Takes `bytes` from the budget, or says how far it is short.
+    pub(crate) fn reserve(self: &Arc<Self>, bytes: usize) -> Result<Reservation, KernelError> {
+        let budget = self.config.budget_bytes;
+        let taken = self
+            .reserved
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                held.checked_add(bytes).filter(|total| *total <= budget)
+            });
+        match taken {
+            Ok(_) => Ok(Reservation {
+                pool: Arc::clone(self),
+                bytes,
+            }),
+            Err(held) => Err(KernelError::KvBudget {
+                needed: bytes,
+                free: budget.saturating_sub(held),
+                budget,
+            }),
+        }
+    }
+}
+
+/// Bytes held from a [`KvPool`] until dropped.
+#[derive(Debug)]
+pub(crate) struct Reservation {
+    pool: Arc<KvPool>,
+    bytes: usize,
+}
+
+impl Reservation {
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.pool.reserved.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reservations_stay_within_the_budget_and_come_back_on_drop() {
+        let pool = KvPool::new(KvConfig {
+            dtype: KvType::F16,
+            budget_bytes: 100,
+        });
+        let a = pool.reserve(60).unwrap();
+        match pool.reserve(41) {
+            Err(KernelError::KvBudget {
+                needed: 41,
+                free: 40,
+                budget: 100,
+            }) => {}
+            other => panic!("expected a budget error, got {other:?}"),
+        }
+        let b = pool.reserve(40).unwrap();
+        assert_eq!(pool.reserved_bytes(), 100);
+        drop(a);
+        drop(b);
+        assert_eq!(pool.reserved_bytes(), 0);
+        assert!(pool.reserve(101).is_err());
+    }
+
+    #[test]
+    fn kv_types_parse() {
+        assert_eq!("F16".parse::<KvType>(), Ok(KvType::F16));
+        assert_eq!("f32".parse::<KvType>(), Ok(KvType::F32));
+        assert!("q4".parse::<KvType>().is_err());
+    }
+}
