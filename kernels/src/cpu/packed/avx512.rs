@@ -139,17 +139,6 @@ const IQ4_UNSIGNED: [u8; 16] = {
     out
 };
 
-/// Four bits of each lane of `bits` (`bits & 15`) spread to bit 4 of the
-/// lane's four bytes (bit `k` to byte `k`): the multiply places copies of
-/// the nibble 7 bits apart, so bit `k` lands at `8k` with no carries.
-#[target_feature(enable = "avx512f")]
-#[inline]
-fn spread_nibble(bits: __m512i) -> __m512i {
-    let nibble = _mm512_and_si512(bits, _mm512_set1_epi32(0x0F));
-    let spread = _mm512_mullo_epi32(nibble, _mm512_set1_epi32(0x0020_4081));
-    _mm512_slli_epi32(_mm512_and_si512(spread, _mm512_set1_epi32(0x0101_0101)), 4)
-}
-
 /// Q4_1 (`HAS_MIN`), Q4_0 (offset 8 taken off the integer sum), Q5_1
 /// and Q5_0 (offset 16) with `FIVE`, and IQ4_NL (`TABLE`: each nibble
 /// looked up as `T[q] + 128`, offset 128).
@@ -187,12 +176,13 @@ unsafe fn dot_nibbles<const T: usize, const HAS_MIN: bool, const FIVE: bool, con
         let (w, d, m) = unsafe {
             let q = g.add(q_at);
             let mut w = [zero; 8];
-            // Each row's fifth bits (bit j: element j), one row per lane.
+            // Byte 4r + e, bit c: row r's element 4c + e's fifth bit.
             let qh = if FIVE {
                 _mm512_loadu_si512(q.add(256).cast())
             } else {
                 zero
             };
+            let bit4 = _mm512_set1_epi8(0x10);
             for c in 0..4 {
                 let raw = _mm512_loadu_si512(q.add(64 * c).cast());
                 // Low nibbles: elements 4c..4c+4; high: 16+4c..16+4c+4.
@@ -203,11 +193,13 @@ unsafe fn dot_nibbles<const T: usize, const HAS_MIN: bool, const FIVE: bool, con
                     w[c + 4] = _mm512_shuffle_epi8(table, w[c + 4]);
                 }
                 if FIVE {
-                    let shift = _mm512_set1_epi32(4 * c as i32);
-                    let low_bits = _mm512_srlv_epi32(qh, shift);
-                    let high_bits = _mm512_srli_epi32(low_bits, 16);
-                    w[c] = _mm512_or_si512(w[c], spread_nibble(low_bits));
-                    w[c + 4] = _mm512_or_si512(w[c + 4], spread_nibble(high_bits));
+                    // Bit c to bit 4, and bit c + 4 to bit 4: the 16-bit
+                    // shifts move no wanted bit across a byte (4 - c and c
+                    // are at most 4 and 3).
+                    let low_bits = _mm512_sllv_epi16(qh, _mm512_set1_epi16(4 - c as i16));
+                    let high_bits = _mm512_srlv_epi16(qh, _mm512_set1_epi16(c as i16));
+                    w[c] = _mm512_or_si512(w[c], _mm512_and_si512(low_bits, bit4));
+                    w[c + 4] = _mm512_or_si512(w[c + 4], _mm512_and_si512(high_bits, bit4));
                 }
             }
             let d = halves(g.add(p_at));

@@ -27,8 +27,10 @@
 //! - Q8_0 (512 bytes, `w < 8`): elements `4w..4w+4` as `q + 128` (unsigned,
 //!   for `vpdpbusd`'s unsigned operand);
 //! - IQ4_NL (256): as Q4_0 (the kernels look each nibble up as `T[q] + 128`);
-//! - Q5_0/Q5_1 (320): the nibble words as Q4_0/Q4_1, then at `256 + 4·r`
-//!   row `r`'s u32 of fifth bits, unchanged;
+//! - Q5_0/Q5_1 (320): the nibble words as Q4_0/Q4_1, then 64 bytes of
+//!   fifth bits: bit `c` of byte `256 + 4·r + e` is row `r`'s element `4c +
+//!   e` (so one shift and mask per word places them; ggml's u32 per row
+//!   took a multiply per word to spread);
 //! - Q4_K (a 256-element block, 2,048 bytes): pair `p` of 32-element
 //!   sub-blocks at `512·p`, word `w < 8` of it holding row `r`'s nibble
 //!   bytes `32p + 4w .. +4`: low nibbles are sub-block `2p`'s elements

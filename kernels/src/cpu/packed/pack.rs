@@ -52,8 +52,14 @@ fn small(dtype: DType, block: &[u8], r: usize, q: &mut [u8]) {
         let at = layout.qs + 4 * w;
         q[64 * w + 4 * r..64 * w + 4 * r + 4].copy_from_slice(&block[at..at + 4]);
     }
-    if let Some(qh) = layout.qh {
-        q[256 + 4 * r..256 + 4 * r + 4].copy_from_slice(&block[qh..qh + 4]);
+    if let Some(at) = layout.qh {
+        // Element `j`'s fifth bit to bit `j / 4` of byte `4r + j % 4`.
+        let qh = u32::from_le_bytes([block[at], block[at + 1], block[at + 2], block[at + 3]]);
+        let bytes = &mut q[256 + 4 * r..256 + 4 * r + 4];
+        bytes.fill(0);
+        for j in 0..32 {
+            bytes[j % 4] |= (((qh >> j) & 1) as u8) << (j / 4);
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 //! same order, fused multiply-adds where they fuse).
 
 use super::{has_min, quant_offset, Layout, GROUP_ROWS};
-use crate::cpu::blocks::{f16_at, u32_at, QK};
+use crate::cpu::blocks::{f16_at, QK};
 use crate::cpu::blocks_iq4::IQ4_VALUES;
 use crate::cpu::quant_act::QRow;
 use crate::DType;
@@ -69,13 +69,16 @@ fn small(
     if dtype == DType::Q8_0 {
         isum += word_sum(quants, r, qa, 0..8);
     } else {
-        // Q5_0/Q5_1: the fifth bits, 0 for the Q4 types.
-        let qh = if quants.len() > 256 {
-            u32_at(quants, 256 + 4 * r)
-        } else {
-            0
+        // Q5_0/Q5_1: element j's fifth bit is bit j / 4 of byte 4r + j % 4
+        // after the nibbles; none for the Q4 types.
+        let five = quants.len() > 256;
+        let fifth = |j: usize| {
+            if five {
+                i32::from((quants[256 + 4 * r + j % 4] >> (j / 4)) & 1) << 4
+            } else {
+                0
+            }
         };
-        let fifth = |j: usize| i32::from(((qh >> j) & 1) as u8) << 4;
         // IQ4_NL's nibbles stand for `T[q] + 128`.
         let unsigned = |nibble: u8| match dtype {
             DType::IQ4NL => i32::from(IQ4_VALUES[usize::from(nibble)]) + 128,
