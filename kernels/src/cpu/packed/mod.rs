@@ -338,7 +338,7 @@ fn quant_offset(dtype: DType) -> i32 {
         DType::Q4_0 => 8,
         DType::Q5_0 => 16,
         DType::IQ4NL => 128,
-        DType::Q6K => 32,
+        // Q6_K's 32 is taken off per 16-element half (see `scalar::q6k`).
         _ => 0,
     }
 }
