@@ -118,7 +118,7 @@ const PREFETCH_AHEAD: usize = 2048;
 #[target_feature(enable = "avx512f")]
 #[inline]
 pub(super) fn prefetch_unit(g: *const u8, layout: &Layout, b: usize) {
-    if b % layout.per_unit != 0 {
+    if !b.is_multiple_of(layout.per_unit) {
         return;
     }
     let ahead = PREFETCH_AHEAD.div_ceil(layout.unit_bytes) * layout.unit_bytes;

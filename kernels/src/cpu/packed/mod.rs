@@ -211,7 +211,7 @@ impl PackedRows {
         let layout = Layout::of(dtype);
         let groups = view.rows / GROUP_ROWS;
         let blocks = view.cols / layout.elems;
-        if groups == 0 || blocks == 0 || view.cols % layout.elems != 0 {
+        if groups == 0 || blocks == 0 || !view.cols.is_multiple_of(layout.elems) {
             return None;
         }
         let group_bytes = layout.group_bytes(blocks);
