@@ -120,6 +120,12 @@ pub enum MatmulInput<'a, B: Backend> {
         gate: &'a mut B::Activations,
         up: &'a B::Activations,
     },
+    /// `gate = gelu_tanh(gate) · up` as [`Backend::gelu_mul`] computes it;
+    /// the products take `gate`.
+    GeluMul {
+        gate: &'a mut B::Activations,
+        up: &'a B::Activations,
+    },
 }
 
 /// One sequence of [`Backend::attention`]: its rows of `q`, `k`, `v`

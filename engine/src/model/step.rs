@@ -409,21 +409,37 @@ impl<B: Backend> Step<'_, B> {
             by_runs(b, &up, &s.normed, &mut s.up, up_widths, g, matmul)?;
         }
         let down = self.runs(layers.iter().map(|l| &**l.down));
-        let plain = c.traits.activation == Activation::Silu && !c.traits.post_norms;
-        if let ([down], true) = (down.as_slice(), plain) {
-            // SiLU gating and the residual add ride on the product's job.
+        let post_norms = c.traits.post_norms;
+        if let [down] = down.as_slice() {
+            // The gating (and, without a post norm, the residual add) rides
+            // on the product's job: each task gates and quantizes its own
+            // rows.
+            let (out, accumulate) = if post_norms {
+                (&mut s.proj, false)
+            } else {
+                (&mut s.x, true)
+            };
             let mut products = [MatmulProduct {
                 w: down.tensor,
                 bias: None,
-                out: &mut s.x,
-                accumulate: true,
+                out,
+                accumulate,
             }];
-            let input = MatmulInput::SiluMul {
-                gate: &mut s.gate,
-                up: &s.up,
+            let input = match c.traits.activation {
+                Activation::Silu => MatmulInput::SiluMul {
+                    gate: &mut s.gate,
+                    up: &s.up,
+                },
+                Activation::GeluTanh => MatmulInput::GeluMul {
+                    gate: &mut s.gate,
+                    up: &s.up,
+                },
             };
             b.matmul_many(input, &mut products)?;
-            return Ok(());
+            if !post_norms {
+                return Ok(());
+            }
+            return self.residual(layers, 1, s);
         }
         match c.traits.activation {
             Activation::Silu => b.silu_mul(&mut s.gate, &s.up)?,

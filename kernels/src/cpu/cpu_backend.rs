@@ -221,6 +221,7 @@ impl Backend for CpuBackend {
                 out,
             },
             MatmulInput::SiluMul { gate, up } => Input::SiluMul { gate, up },
+            MatmulInput::GeluMul { gate, up } => Input::GeluMul { gate, up },
         };
         let mut products: Vec<matmul::Product<'_>> = products
             .iter_mut()
@@ -270,7 +271,7 @@ impl Backend for CpuBackend {
     }
 
     fn gelu_mul(&self, gate: &mut CpuActivations, up: &CpuActivations) -> Result<(), KernelError> {
-        activation::gelu_mul(&self.pool, gate, up)
+        activation::gelu_mul(&self.pool, self.isa, gate, up)
     }
 
     fn scale(&self, x: &mut CpuActivations, factor: f32) -> Result<(), KernelError> {

@@ -1,5 +1,5 @@
 //! The rows a matmul multiplies and the elementwise step that makes them
-//! (RMS norm before Q/K/V and gate/up, SiLU gating before down).
+//! (RMS norm before Q/K/V and gate/up, SiLU or GELU gating before down).
 //!
 //! A quantized matmul job runs the step row by row in its first phase,
 //! each row quantized by the task that made it, so the step, the
@@ -7,9 +7,10 @@
 //! caller. At batch 16 a step or a quantization of its own was a few
 //! microseconds of work behind a pool job's synchronisation or on the
 //! caller alone while the worker waited. A row's arithmetic is the
-//! unfused kernels' (`norm::rms_norm_row`, `exp::silu_mul` on the row), so
-//! fusing changes no bit.
+//! unfused kernels' (`norm::rms_norm_row`, `exp::silu_mul` and
+//! `activation::gelu_mul_row` on the row), so fusing changes no bit.
 
+use super::activation;
 use super::disjoint::DisjointSlice;
 use super::elementwise;
 use super::exp;
@@ -32,6 +33,10 @@ pub(crate) enum Input<'a> {
         gate: &'a mut CpuActivations,
         up: &'a CpuActivations,
     },
+    GeluMul {
+        gate: &'a mut CpuActivations,
+        up: &'a CpuActivations,
+    },
 }
 
 impl<'a> Input<'a> {
@@ -39,7 +44,7 @@ impl<'a> Input<'a> {
     pub(crate) fn shape(&self) -> (usize, usize) {
         match self {
             Input::Rows(x) | Input::RmsNorm { x, .. } => (x.rows, x.cols),
-            Input::SiluMul { gate, .. } => (gate.rows, gate.cols),
+            Input::SiluMul { gate, .. } | Input::GeluMul { gate, .. } => (gate.rows, gate.cols),
         }
     }
 
@@ -49,6 +54,7 @@ impl<'a> Input<'a> {
             Input::Rows(_) => Ok(()),
             Input::RmsNorm { x, weight, out, .. } => norm::check_shapes(x, weight, out),
             Input::SiluMul { gate, up } => elementwise::same_shape("silu_mul", gate, up),
+            Input::GeluMul { gate, up } => elementwise::same_shape("gelu_mul", gate, up),
         }
     }
 
@@ -72,6 +78,10 @@ impl<'a> Input<'a> {
             }
             Input::SiluMul { gate, up } => {
                 elementwise::silu_mul(pool, isa, gate, up)?;
+                Ok(gate)
+            }
+            Input::GeluMul { gate, up } => {
+                activation::gelu_mul(pool, isa, gate, up)?;
                 Ok(gate)
             }
         }
@@ -109,6 +119,14 @@ impl<'a> Input<'a> {
                     gate: DisjointSlice::new(&mut gate.data),
                 },
             },
+            Input::GeluMul { gate, up } => RowSteps {
+                isa,
+                cols: gate.cols,
+                step: Step::GeluMul {
+                    up,
+                    gate: DisjointSlice::new(&mut gate.data),
+                },
+            },
         }
     }
 }
@@ -122,6 +140,10 @@ enum Step<'a> {
         out: DisjointSlice<'a, f32>,
     },
     SiluMul {
+        up: &'a CpuActivations,
+        gate: DisjointSlice<'a, f32>,
+    },
+    GeluMul {
         up: &'a CpuActivations,
         gate: DisjointSlice<'a, f32>,
     },
@@ -159,6 +181,12 @@ impl RowSteps<'_> {
                 // SAFETY: row r is the caller's alone.
                 let g = unsafe { gate.range(r * k, k) };
                 exp::silu_mul(self.isa, g, &up.data[span]);
+                g
+            }
+            Step::GeluMul { up, gate } => {
+                // SAFETY: row r is the caller's alone.
+                let g = unsafe { gate.range(r * k, k) };
+                activation::gelu_mul_row(self.isa, g, &up.data[span]);
                 g
             }
         }

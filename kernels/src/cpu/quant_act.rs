@@ -28,6 +28,10 @@ pub(crate) struct QuantizedRows {
     /// Per block, the exact `Σq`: the repacked kernels fold an integer
     /// weight offset (Q4_0's 8, Q8_0's 128) into the integer sum with it.
     sums: Vec<i32>,
+    /// Per block, `Σq` over its first and its last 16 elements: Q6_K's
+    /// scales cover 16 elements, and its group kernel takes its offset
+    /// (32) off each half's integer sum.
+    half_sums: Vec<i32>,
     /// Per row, per pair of blocks `(b, b+1)`: 32 floats `[d_b ×8,
     /// d_b+1 ×8, s_b/8 ×8, s_b+1/8 ×8]` (zeros for a missing last block).
     /// Only filled for AVX-512; empty otherwise.
@@ -36,13 +40,14 @@ pub(crate) struct QuantizedRows {
 }
 
 /// One quantized row: `qs.len() == k`, `ds.len() == 2 · k / 32`,
-/// `sums.len() == k / 32`, `spread.len()` either 0 or
+/// `sums.len() == k / 32`, `half_sums.len() == 2 · k / 32`, `spread.len()` either 0 or
 /// [`spread_len`]`(k / 32)`.
 #[derive(Clone, Copy)]
 pub(crate) struct QRow<'a> {
     pub(crate) qs: &'a [i8],
     pub(crate) ds: &'a [f32],
     pub(crate) sums: &'a [i32],
+    pub(crate) half_sums: &'a [i32],
     pub(crate) spread: &'a [f32],
 }
 
@@ -67,6 +72,7 @@ impl QuantizedRows {
         self.qs.resize(rows * k, 0);
         self.ds.resize(rows * 2 * blocks, 0.0);
         self.sums.resize(rows * blocks, 0);
+        self.half_sums.resize(rows * 2 * blocks, 0);
         self.spread.resize(rows * self.spread_per_row, 0.0);
         SharedRows {
             isa,
@@ -75,6 +81,7 @@ impl QuantizedRows {
             qs: DisjointSlice::new(&mut self.qs),
             ds: DisjointSlice::new(&mut self.ds),
             sums: DisjointSlice::new(&mut self.sums),
+            half_sums: DisjointSlice::new(&mut self.half_sums),
             spread: DisjointSlice::new(&mut self.spread),
         }
     }
@@ -99,6 +106,7 @@ impl QuantizedRows {
             qs: &self.qs[r * self.k..(r + 1) * self.k],
             ds: &self.ds[r * 2 * blocks..(r + 1) * 2 * blocks],
             sums: &self.sums[r * blocks..(r + 1) * blocks],
+            half_sums: &self.half_sums[r * 2 * blocks..(r + 1) * 2 * blocks],
             spread: &self.spread[r * spread..(r + 1) * spread],
         }
     }
@@ -114,6 +122,7 @@ pub(crate) struct SharedRows<'a> {
     qs: DisjointSlice<'a, i8>,
     ds: DisjointSlice<'a, f32>,
     sums: DisjointSlice<'a, i32>,
+    half_sums: DisjointSlice<'a, i32>,
     spread: DisjointSlice<'a, f32>,
 }
 
@@ -134,6 +143,11 @@ impl SharedRows<'_> {
             )
         };
         quantize_blocks(self.isa, &x[..self.k], q, ds, sums);
+        // SAFETY: as above.
+        let halves = unsafe { self.half_sums.range(r * 2 * blocks, 2 * blocks) };
+        for (h, q) in halves.iter_mut().zip(q.chunks_exact(QK / 2)) {
+            *h = q.iter().map(|&v| i32::from(v)).sum();
+        }
         if self.spread_per_row > 0 {
             // SAFETY: as above.
             let spread = unsafe {
@@ -162,6 +176,7 @@ impl SharedRows<'_> {
                 qs: self.qs.get_unchecked(r * self.k, self.k),
                 ds: self.ds.get_unchecked(r * 2 * blocks, 2 * blocks),
                 sums: self.sums.get_unchecked(r * blocks, blocks),
+                half_sums: self.half_sums.get_unchecked(r * 2 * blocks, 2 * blocks),
                 spread: self.spread.get_unchecked(r * spread, spread),
             }
         }

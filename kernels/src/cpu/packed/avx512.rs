@@ -8,7 +8,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{part_offsets, quant_bytes, quant_offset, GROUP_ROWS};
+use super::{quant_offset, Layout, GROUP_ROWS};
 use crate::cpu::blocks::QK;
 use crate::cpu::blocks_iq4::IQ4_VALUES;
 use crate::cpu::quant_act::QRow;
@@ -41,7 +41,7 @@ pub(super) unsafe fn dot_group<const T: usize>(
 /// the residual add as the scalar twin rounds it).
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn store(o: &mut [f32; GROUP_ROWS], acc: __m512, accumulate: bool) {
+pub(super) unsafe fn store(o: &mut [f32; GROUP_ROWS], acc: __m512, accumulate: bool) {
     // SAFETY: `o` is sixteen f32.
     unsafe {
         let acc = if accumulate {
@@ -53,24 +53,10 @@ unsafe fn store(o: &mut [f32; GROUP_ROWS], acc: __m512, accumulate: bool) {
     }
 }
 
-/// Runs `$body` with `$t` bound to each literal `0..T` (`T <= 16`). The
-/// copies carry constant indices, so the per-row accumulators stay in
-/// registers; a `for t in 0..T` loop this large is not unrolled by LLVM
-/// and spills them to the stack on every block.
-macro_rules! for_each_row {
-    ($T:ident, $t:ident, $body:block) => {
-        for_each_row!(@ $T, $t, $body, 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15)
-    };
-    (@ $T:ident, $t:ident, $body:block, $($n:literal)*) => {
-        const { assert!($T <= 16, "group kernels take at most 16 activation rows") };
-        $( if $n < $T { let $t: usize = $n; $body } )*
-    };
-}
-
 /// Four activation bytes (`qa[4w..4w+4]`) in every i32 lane.
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn word(qa: *const i8, w: usize) -> __m512i {
+pub(super) unsafe fn word(qa: *const i8, w: usize) -> __m512i {
     // SAFETY: the caller's `qa` points at a 32-byte block and `w < 8`.
     unsafe { _mm512_set1_epi32(qa.add(4 * w).cast::<i32>().read_unaligned()) }
 }
@@ -78,7 +64,7 @@ unsafe fn word(qa: *const i8, w: usize) -> __m512i {
 /// The sixteen f16 values at `p`, widened.
 #[target_feature(enable = "avx512f,f16c")]
 #[inline]
-unsafe fn halves(p: *const u8) -> __m512 {
+pub(super) unsafe fn halves(p: *const u8) -> __m512 {
     // SAFETY: the caller's `p` points at 32 bytes.
     unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())) }
 }
@@ -91,7 +77,7 @@ unsafe fn halves(p: *const u8) -> __m512 {
 /// `qa` points at the activation block's 32 bytes.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma")]
 #[inline]
-unsafe fn add_block(
+pub(super) unsafe fn add_block(
     acc: __m512,
     w: &[__m512i; 8],
     qa: *const i8,
@@ -117,32 +103,28 @@ unsafe fn add_block(
     _mm512_fmadd_ps(isum, scale, acc)
 }
 
-/// Blocks ahead that [`prefetch_block`] asks for: at a tile of 16 rows a
-/// block takes a few hundred cycles, so a few blocks cover a DRAM miss
-/// (4 measured better than 1 or 2 at batch 16 and the same as 8).
-const PREFETCH_AHEAD: usize = 4;
+/// Bytes ahead of the block being read that [`prefetch_unit`] asks for:
+/// a few blocks, so that a DRAM miss is covered even at one activation
+/// row (at a tile of 16 a block takes a few hundred cycles; 4 blocks
+/// ahead measured better than 1 or 2 there).
+const PREFETCH_AHEAD: usize = 2048;
 
-/// Asks for the cache lines of block `b + PREFETCH_AHEAD` of the group at
-/// `g` (`len` bytes, `blocks` blocks of `qb` quant bytes; `parts` the
-/// offsets of its per-block scale arrays), or, past the last block, of the
-/// next group in memory (groups are contiguous). The hardware prefetchers
-/// see each group as three short streams (quants, scales, mins) and stall
-/// the first loads of each: in profiles of batched decode the loads at the
-/// start of a block held a fifth of the kernel's samples. A prefetch past
-/// the matrix's end is harmless: it never faults.
+/// At the first block of each unit, asks for the cache lines of the unit
+/// [`PREFETCH_AHEAD`] bytes on in the group stream (or the next group in
+/// memory: groups are contiguous and a prefetch past the matrix's end
+/// never faults). The hardware prefetchers alone stalled the first loads
+/// of a block: in profiles of batched decode those loads held a fifth of
+/// the kernel's samples.
 #[target_feature(enable = "avx512f")]
 #[inline]
-fn prefetch_block(g: *const u8, len: usize, blocks: usize, qb: usize, parts: &[usize], b: usize) {
-    let (base, vb) = match b + PREFETCH_AHEAD {
-        vb if vb < blocks => (g, vb),
-        vb => (g.wrapping_add(len), vb - blocks),
-    };
-    let q = base.wrapping_add(qb * vb);
-    for line in (0..qb).step_by(64) {
-        _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(line).cast());
+pub(super) fn prefetch_unit(g: *const u8, layout: &Layout, b: usize) {
+    if !b.is_multiple_of(layout.per_unit) {
+        return;
     }
-    for &at in parts {
-        _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(at + 32 * vb).cast());
+    let ahead = PREFETCH_AHEAD.div_ceil(layout.unit_bytes) * layout.unit_bytes;
+    let unit = g.wrapping_add((b / layout.per_unit) * layout.unit_bytes + ahead);
+    for line in (0..layout.unit_bytes).step_by(64) {
+        _mm_prefetch::<_MM_HINT_T0>(unit.wrapping_add(line).cast());
     }
 }
 
@@ -156,17 +138,6 @@ const IQ4_UNSIGNED: [u8; 16] = {
     }
     out
 };
-
-/// Four bits of each lane of `bits` (`bits & 15`) spread to bit 4 of the
-/// lane's four bytes (bit `k` to byte `k`): the multiply places copies of
-/// the nibble 7 bits apart, so bit `k` lands at `8k` with no carries.
-#[target_feature(enable = "avx512f")]
-#[inline]
-fn spread_nibble(bits: __m512i) -> __m512i {
-    let nibble = _mm512_and_si512(bits, _mm512_set1_epi32(0x0F));
-    let spread = _mm512_mullo_epi32(nibble, _mm512_set1_epi32(0x0020_4081));
-    _mm512_slli_epi32(_mm512_and_si512(spread, _mm512_set1_epi32(0x0101_0101)), 4)
-}
 
 /// Q4_1 (`HAS_MIN`), Q4_0 (offset 8 taken off the integer sum), Q5_1
 /// and Q5_0 (offset 16) with `FIVE`, and IQ4_NL (`TABLE`: each nibble
@@ -187,11 +158,10 @@ unsafe fn dot_nibbles<const T: usize, const HAS_MIN: bool, const FIVE: bool, con
         (true, true) => DType::Q5_1,
         (false, true) => DType::Q5_0,
     };
-    let qb = quant_bytes(dtype);
+    let layout = Layout::of(dtype);
     let offset_per_sum = -quant_offset(dtype);
     // IQ4_NL's table, unsigned (`+ 128`), in every 128-bit lane.
     let table = _mm512_broadcast_i32x4(_mm_loadu_si128(IQ4_UNSIGNED.as_ptr().cast()));
-    let (scales_at, mins_at) = part_offsets(dtype, blocks);
     let g = group.as_ptr();
     let low = _mm512_set1_epi8(0x0F);
     let zero = _mm512_setzero_si512();
@@ -199,23 +169,20 @@ unsafe fn dot_nibbles<const T: usize, const HAS_MIN: bool, const FIVE: bool, con
     let qs: [*const i8; T] = std::array::from_fn(|t| a[t].qs.as_ptr());
     let ds: [*const f32; T] = std::array::from_fn(|t| a[t].ds.as_ptr());
     let sums: [*const i32; T] = std::array::from_fn(|t| a[t].sums.as_ptr());
-    let parts = if HAS_MIN {
-        &[scales_at, mins_at][..]
-    } else {
-        &[scales_at][..]
-    };
     for b in 0..blocks {
-        prefetch_block(g, group.len(), blocks, qb, parts, b);
+        prefetch_unit(g, &layout, b);
+        let (q_at, p_at) = layout.block(b);
         // SAFETY: block b's quants, scales and mins lie inside the group.
         let (w, d, m) = unsafe {
-            let q = g.add(qb * b);
+            let q = g.add(q_at);
             let mut w = [zero; 8];
-            // Each row's fifth bits (bit j: element j), one row per lane.
+            // Byte 4r + e, bit c: row r's element 4c + e's fifth bit.
             let qh = if FIVE {
                 _mm512_loadu_si512(q.add(256).cast())
             } else {
                 zero
             };
+            let bit4 = _mm512_set1_epi8(0x10);
             for c in 0..4 {
                 let raw = _mm512_loadu_si512(q.add(64 * c).cast());
                 // Low nibbles: elements 4c..4c+4; high: 16+4c..16+4c+4.
@@ -226,16 +193,18 @@ unsafe fn dot_nibbles<const T: usize, const HAS_MIN: bool, const FIVE: bool, con
                     w[c + 4] = _mm512_shuffle_epi8(table, w[c + 4]);
                 }
                 if FIVE {
-                    let shift = _mm512_set1_epi32(4 * c as i32);
-                    let low_bits = _mm512_srlv_epi32(qh, shift);
-                    let high_bits = _mm512_srli_epi32(low_bits, 16);
-                    w[c] = _mm512_or_si512(w[c], spread_nibble(low_bits));
-                    w[c + 4] = _mm512_or_si512(w[c + 4], spread_nibble(high_bits));
+                    // Bit c to bit 4, and bit c + 4 to bit 4: the 16-bit
+                    // shifts move no wanted bit across a byte (4 - c and c
+                    // are at most 4 and 3).
+                    let low_bits = _mm512_sllv_epi16(qh, _mm512_set1_epi16(4 - c as i16));
+                    let high_bits = _mm512_srlv_epi16(qh, _mm512_set1_epi16(c as i16));
+                    w[c] = _mm512_or_si512(w[c], _mm512_and_si512(low_bits, bit4));
+                    w[c + 4] = _mm512_or_si512(w[c + 4], _mm512_and_si512(high_bits, bit4));
                 }
             }
-            let d = halves(g.add(scales_at + 32 * b));
+            let d = halves(g.add(p_at));
             let m = if HAS_MIN {
-                halves(g.add(mins_at + 32 * b))
+                halves(g.add(p_at + 32))
             } else {
                 _mm512_setzero_ps()
             };
@@ -280,7 +249,7 @@ unsafe fn dot_q8_0<const T: usize>(
     out: [&mut [f32; GROUP_ROWS]; T],
     accumulate: bool,
 ) {
-    let (scales_at, _) = part_offsets(DType::Q8_0, blocks);
+    let layout = Layout::of(DType::Q8_0);
     let g = group.as_ptr();
     let zero = _mm512_setzero_si512();
     let mut acc = [_mm512_setzero_ps(); T];
@@ -288,17 +257,18 @@ unsafe fn dot_q8_0<const T: usize>(
     let ds: [*const f32; T] = std::array::from_fn(|t| a[t].ds.as_ptr());
     let sums: [*const i32; T] = std::array::from_fn(|t| a[t].sums.as_ptr());
     for b in 0..blocks {
-        prefetch_block(g, group.len(), blocks, 512, &[scales_at], b);
+        prefetch_unit(g, &layout, b);
+        let (q_at, p_at) = layout.block(b);
         // SAFETY: block b's quants and scales lie inside the group.
         let (w, d) = unsafe {
-            let q = g.add(512 * b);
+            let q = g.add(q_at);
             // A loop rather than `array::from_fn`: keep the loads in this
             // function's target features.
             let mut w = [zero; 8];
             for (i, w) in w.iter_mut().enumerate() {
                 *w = _mm512_loadu_si512(q.add(64 * i).cast());
             }
-            (w, halves(g.add(scales_at + 32 * b)))
+            (w, halves(g.add(p_at)))
         };
         for_each_row!(T, t, {
             // SAFETY: as in `dot_q4`.

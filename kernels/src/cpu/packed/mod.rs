@@ -10,44 +10,82 @@
 //!
 //! # Layout
 //!
-//! A matrix of `rows × k` (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL or Q8_0, `k =
-//! 32 · blocks`) becomes
-//! `rows / 16` *groups*; the last `rows % 16` rows (the *tail*) stay in the
-//! checkpoint's layout and go through the per-row kernels. A group is, in
-//! order, 64-byte aligned and padded to a whole number of 64-byte lines:
+//! A matrix of `rows × k` becomes `rows / 16` *groups*; the last `rows %
+//! 16` rows (the *tail*) stay in the checkpoint's layout and go through the
+//! per-row kernels. A group is one stream of *units*, each 64-byte aligned
+//! and padded to whole 64-byte lines, so that decode reads it front to
+//! back as one sequential stream (quants and scales in separate arrays
+//! made three streams per group, which the hardware prefetchers followed
+//! badly at one activation row). A unit holds one or two of the type's
+//! blocks ([`Layout`]): their quants, then per block its *parts* (scales,
+//! mins). For block `b` and 4-byte word `w` of 32 elements, quant bytes
+//! `64·w + 4·r .. +4` hold row `r`'s four quants of word `w`:
 //!
-//! - quants, `blocks × QB` bytes. For block `b` and 4-byte word `w`, bytes
-//!   `QB·b + 64·w + 4·r .. +4` hold row `r`'s four quants of word `w`:
-//!   - Q4_0/Q4_1 (`QB = 256`, `w < 4`): row `r`'s nibble bytes `4w..4w+4`
-//!     unchanged, so the low nibbles are elements `4w..4w+4` and the high
-//!     nibbles elements `16+4w..16+4w+4` (ggml's nibble order);
-//!   - Q8_0 (`QB = 512`, `w < 8`): elements `4w..4w+4` as `q + 128`
-//!     (unsigned, for `vpdpbusd`'s unsigned operand);
-//!   - IQ4_NL (`QB = 256`): as Q4_0 (the same block layout; the kernels
-//!     look each nibble up as `T[q] + 128`);
-//!   - Q5_0/Q5_1 (`QB = 320`): the nibble words as Q4_0/Q4_1, then at
-//!     `QB·b + 256 + 4·r` row `r`'s u32 of fifth bits, unchanged.
-//! - scales, `blocks × 32` bytes: block `b`'s sixteen f16 `d`, row order.
-//! - Q4_1/Q5_1 only, mins, `blocks × 32` bytes: block `b`'s sixteen f16 `m`.
+//! - Q4_0/Q4_1 (256 quant bytes, `w < 4`): row `r`'s nibble bytes `4w..4w+4`
+//!   unchanged, so the low nibbles are elements `4w..4w+4` and the high
+//!   nibbles elements `16+4w..16+4w+4` (ggml's nibble order);
+//! - Q8_0 (512 bytes, `w < 8`): elements `4w..4w+4` as `q + 128` (unsigned,
+//!   for `vpdpbusd`'s unsigned operand);
+//! - IQ4_NL (256): as Q4_0 (the kernels look each nibble up as `T[q] + 128`);
+//! - Q5_0/Q5_1 (320): the nibble words as Q4_0/Q4_1, then 64 bytes of
+//!   fifth bits: bit `c` of byte `256 + 4·r + e` is row `r`'s element `4c +
+//!   e` (so one shift and mask per word places them; ggml's u32 per row
+//!   took a multiply per word to spread);
+//! - Q4_K (a 256-element block, 2,048 bytes): pair `p` of 32-element
+//!   sub-blocks at `512·p`, word `w < 8` of it holding row `r`'s nibble
+//!   bytes `32p + 4w .. +4`: low nibbles are sub-block `2p`'s elements
+//!   `4w..4w+4`, high nibbles sub-block `2p+1`'s (ggml's order);
+//! - Q6_K (256 elements, 4,096 bytes): 32-element block `j` at `512·j` as
+//!   Q8_0's words, each quant the unsigned 6-bit `q` (0..64, value `q -
+//!   32`): a byte per quant, a third more than ggml's 6.5 bits, for a
+//!   kernel without bit shuffling (these are a few small matrices).
 //!
-//! Scales stay f16, as in the checkpoint, so a group streams no more bytes
-//! than the rows it replaces (a conversion per block is cheaper than 40%
-//! more memory traffic for Q4_1 with f32 scales).
+//! The parts, per block, sixteen rows each in row order:
+//! - the 32-element types: f16 `d` (32 bytes), then for Q4_1/Q5_1 f16 `m`;
+//! - Q4_K: f16 `d`, f16 `dmin`, then the 6-bit scales as bytes (sub-block
+//!   `j`'s at `64 + 16·j`) and mins (at `192 + 16·j`);
+//! - Q6_K: f16 `d`, then the i8 scale of 16-element sub-block `h` at
+//!   `32 + 16·h`.
+//!
+//! Scales stay f16, as in the checkpoint, so a group streams about the
+//! bytes of the rows it replaces (a conversion per block is cheaper than
+//! more memory traffic).
 //!
 //! # Numeric contract
 //!
-//! Per output row, per block `b` in order, with the integer sum
-//! `isum = Σ q_w · q_a` over the block (the unsigned offset of Q4_0 (8),
-//! Q5_0 (16), IQ4_NL and Q8_0 (128) taken off exactly as `offset · Σq_a`):
-//! `acc = fma(isum as f32, d_w · d_a, acc)`, then for Q4_1/Q5_1
-//! `acc = fma(m_w, s_a, acc)`. [`scalar`] computes exactly this, so SIMD and
-//! scalar agree bit for bit.
+//! Per output row, per 32-element activation block `b` in order, with the
+//! integer sum `isum = Σ q_w · q_a` over the block (the unsigned offset of
+//! Q4_0 (8), Q5_0 (16), IQ4_NL and Q8_0 (128) taken off exactly as `offset
+//! · Σq_a`): `acc = fma(isum as f32, d_w · d_a, acc)`, then for Q4_1/Q5_1
+//! `acc = fma(m_w, s_a, acc)`. Q4_K takes `d_w = d · sc` and then `acc =
+//! fma(-(dmin · m), s_a, acc)` (both products exact in f32); Q6_K folds its
+//! two 16-element scales into the integer sum, `isum = sc₀ · (Σ₀ q·q_a - 32
+//! Σ₀ q_a) + sc₁ · (Σ₁ …)`, with `d_w = d`. [`scalar`] computes exactly
+//! this, so SIMD and scalar agree bit for bit.
+
+#[cfg(target_arch = "x86_64")]
+/// Runs `$body` with `$t` bound to each literal `0..T` (`T <= 16`). The
+/// copies carry constant indices, so the per-row accumulators stay in
+/// registers; a `for t in 0..T` loop this large is not unrolled by LLVM
+/// and spills them to the stack on every block.
+macro_rules! for_each_row {
+    ($T:ident, $t:ident, $body:block) => {
+        for_each_row!(@ $T, $t, $body, 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15)
+    };
+    (@ $T:ident, $t:ident, $body:block, $($n:literal)*) => {
+        const { assert!($T <= 16, "group kernels take at most 16 activation rows") };
+        $( if $n < $T { let $t: usize = $n; $body } )*
+    };
+}
 
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod avx512_k;
+mod pack;
 pub(crate) mod scalar;
 
-use super::blocks::{NibbleBlock, QK};
+use super::blocks::QK;
 use super::isa::CheckedIsa;
 use super::quant_act::QRow;
 use super::weight_arena::{ArenaBytes, WeightArena, ALIGN};
@@ -56,14 +94,69 @@ use crate::{DType, WeightView};
 
 /// Weight rows per group: the sixteen i32 lanes of a zmm.
 pub(crate) const GROUP_ROWS: usize = 16;
-/// Groups are padded to whole cache lines, so that each starts aligned
+/// Units are padded to whole cache lines, so that each starts aligned
 /// for full-width loads (the arena aligns the first).
 const LINE: usize = ALIGN;
+
+/// Where the blocks of a group lie (see the module documentation).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Layout {
+    /// Elements per block: 32, or 256 for the K types.
+    pub(crate) elems: usize,
+    /// Quant bytes of one block (sixteen rows), a multiple of [`LINE`].
+    pub(crate) qb: usize,
+    /// Bytes of one block's parts (scales, mins).
+    pub(crate) pb: usize,
+    /// Blocks per unit: two where one block's bytes are not whole lines.
+    pub(crate) per_unit: usize,
+    pub(crate) unit_bytes: usize,
+}
+
+impl Layout {
+    pub(crate) const fn of(dtype: DType) -> Layout {
+        let (elems, qb, pb) = match dtype {
+            DType::Q8_0 => (QK, 512, 32),
+            DType::Q5_0 => (QK, 320, 32),
+            DType::Q5_1 => (QK, 320, 64),
+            DType::Q4_1 => (QK, 256, 64),
+            DType::Q4K => (256, 2048, 64 + 256),
+            DType::Q6K => (256, 4096, 32 + 256),
+            // Q4_0, IQ4_NL.
+            _ => (QK, 256, 32),
+        };
+        let per_unit = if (qb + pb) % LINE == 0 { 1 } else { 2 };
+        let unit_bytes = (per_unit * (qb + pb)).div_ceil(LINE) * LINE;
+        Layout {
+            elems,
+            qb,
+            pb,
+            per_unit,
+            unit_bytes,
+        }
+    }
+
+    /// Offsets in a group of block `b`'s quants and parts.
+    #[inline(always)]
+    pub(crate) fn block(&self, b: usize) -> (usize, usize) {
+        let (unit, i) = (b / self.per_unit, b % self.per_unit);
+        let base = unit * self.unit_bytes;
+        (
+            base + i * self.qb,
+            base + self.per_unit * self.qb + i * self.pb,
+        )
+    }
+
+    /// Bytes of a group of `blocks` blocks (the last unit padded whole).
+    pub(crate) fn group_bytes(&self, blocks: usize) -> usize {
+        blocks.div_ceil(self.per_unit) * self.unit_bytes
+    }
+}
 
 /// The groups of a repacked matrix; see the module documentation.
 pub(crate) struct PackedRows {
     dtype: DType,
     groups: usize,
+    /// Blocks of the type per row (`k / layout.elems`).
     blocks: usize,
     /// Bytes per group, a multiple of [`LINE`].
     group_bytes: usize,
@@ -80,20 +173,18 @@ impl std::fmt::Debug for PackedRows {
     }
 }
 
-/// Bytes of one block's quants for the sixteen rows.
-const fn quant_bytes(dtype: DType) -> usize {
-    match dtype {
-        DType::Q8_0 => 2 * 256,
-        DType::Q5_0 | DType::Q5_1 => 256 + 64,
-        _ => 256,
-    }
-}
-
 /// The types repacked into groups.
 const fn is_packed_type(dtype: DType) -> bool {
     matches!(
         dtype,
-        DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 | DType::IQ4NL
+        DType::Q4_0
+            | DType::Q4_1
+            | DType::Q5_0
+            | DType::Q5_1
+            | DType::Q8_0
+            | DType::IQ4NL
+            | DType::Q4K
+            | DType::Q6K
     )
 }
 
@@ -110,60 +201,29 @@ pub(crate) fn packs(isa: CheckedIsa, dtype: DType) -> bool {
 
 impl PackedRows {
     /// Repacks the whole groups of `view` into a buffer from `arena`
-    /// (`view.dtype` must be Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL or Q8_0; `None`
-    /// otherwise or when there is no whole group).
+    /// (`None` for a type without group kernels or when there is no whole
+    /// group).
     pub(crate) fn pack(view: &WeightView, arena: &WeightArena) -> Option<PackedRows> {
         let dtype = view.dtype;
         if !is_packed_type(dtype) {
             return None;
         }
+        let layout = Layout::of(dtype);
         let groups = view.rows / GROUP_ROWS;
-        let blocks = view.cols / QK;
-        if groups == 0 || blocks == 0 {
+        let blocks = view.cols / layout.elems;
+        if groups == 0 || blocks == 0 || !view.cols.is_multiple_of(layout.elems) {
             return None;
         }
-        let has_min = has_min(dtype);
-        let layout = NibbleBlock::of(has_min, matches!(dtype, DType::Q5_0 | DType::Q5_1));
-        let qb = quant_bytes(dtype);
-        let raw = blocks * (qb + 32 + if has_min { 32 } else { 0 });
-        let group_bytes = raw.div_ceil(LINE) * LINE;
+        let group_bytes = layout.group_bytes(blocks);
         let mut packed = arena.alloc(groups * group_bytes);
-        let bytes = packed.as_mut_slice();
         let row_bytes = view.row_bytes();
-        let bb = dtype.block_bytes();
-        for (g, out) in bytes.chunks_exact_mut(group_bytes).enumerate() {
-            let (quants, rest) = out.split_at_mut(blocks * qb);
-            let (scales, rest) = rest.split_at_mut(blocks * 32);
-            for r in 0..GROUP_ROWS {
-                let row = &view.data[(g * GROUP_ROWS + r) * row_bytes..][..row_bytes];
-                for (b, block) in row.chunks_exact(bb).enumerate() {
-                    scales[32 * b + 2 * r..32 * b + 2 * r + 2].copy_from_slice(&block[..2]);
-                    let q = &mut quants[qb * b..qb * (b + 1)];
-                    match dtype {
-                        DType::Q8_0 => {
-                            for w in 0..8 {
-                                for e in 0..4 {
-                                    q[64 * w + 4 * r + e] = block[2 + 4 * w + e] ^ 0x80;
-                                }
-                            }
-                        }
-                        _ => {
-                            let qs_at = layout.qs;
-                            for w in 0..4 {
-                                q[64 * w + 4 * r..64 * w + 4 * r + 4]
-                                    .copy_from_slice(&block[qs_at + 4 * w..qs_at + 4 * w + 4]);
-                            }
-                            if let Some(qh) = layout.qh {
-                                q[256 + 4 * r..256 + 4 * r + 4].copy_from_slice(&block[qh..qh + 4]);
-                            }
-                            if has_min {
-                                rest[32 * b + 2 * r..32 * b + 2 * r + 2]
-                                    .copy_from_slice(&block[2..4]);
-                            }
-                        }
-                    }
-                }
-            }
+        for (g, out) in packed
+            .as_mut_slice()
+            .chunks_exact_mut(group_bytes)
+            .enumerate()
+        {
+            let rows = &view.data[g * GROUP_ROWS * row_bytes..][..GROUP_ROWS * row_bytes];
+            pack::group(dtype, layout, rows, row_bytes, out);
         }
         Some(PackedRows {
             dtype,
@@ -199,8 +259,7 @@ impl PackedRows {
     }
 
     /// The `T` activation rows `a` checked once against this matrix's
-    /// width (`32 · blocks` elements each), for the group calls of a tile
-    /// walk.
+    /// width, for the group calls of a tile walk.
     ///
     /// # Panics
     /// When a row has the wrong length (callers validate shapes; this
@@ -209,11 +268,13 @@ impl PackedRows {
         &self,
         a: &'t [QRow<'a>; T],
     ) -> CheckedTile<'t, 'a, T> {
-        let k = self.blocks * QK;
+        let k = self.blocks * Layout::of(self.dtype).elems;
+        let act_blocks = k / QK;
         assert!(
             a.iter().all(|a| a.qs.len() == k
-                && a.ds.len() == 2 * self.blocks
-                && a.sums.len() == self.blocks),
+                && a.ds.len() == 2 * act_blocks
+                && a.sums.len() == act_blocks
+                && a.half_sums.len() == 2 * act_blocks),
             "dot_group: activations of the wrong width (want {k})"
         );
         CheckedTile {
@@ -253,7 +314,11 @@ impl PackedRows {
             // `blocks` blocks (checked by `tile` and above).
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512Vnni => unsafe {
-                avx512::dot_group(self.dtype, group, self.blocks, a, out, accumulate)
+                match self.dtype {
+                    DType::Q4K => avx512_k::dot_q4k(group, self.blocks, a, out, accumulate),
+                    DType::Q6K => avx512_k::dot_q6k(group, self.blocks, a, out, accumulate),
+                    dtype => avx512::dot_group(dtype, group, self.blocks, a, out, accumulate),
+                }
             },
             _ => scalar::dot_group(self.dtype, group, self.blocks, a, out, accumulate),
         }
@@ -266,13 +331,6 @@ pub(crate) struct CheckedTile<'t, 'a, const T: usize> {
     blocks: usize,
 }
 
-/// Where the parts of a group start: `(scales, mins)` offsets after the
-/// quants.
-fn part_offsets(dtype: DType, blocks: usize) -> (usize, usize) {
-    let scales = blocks * quant_bytes(dtype);
-    (scales, scales + blocks * 32)
-}
-
 /// The integer offset the unsigned quants carry: `q_stored = q + offset`.
 fn quant_offset(dtype: DType) -> i32 {
     match dtype {
@@ -280,6 +338,7 @@ fn quant_offset(dtype: DType) -> i32 {
         DType::Q4_0 => 8,
         DType::Q5_0 => 16,
         DType::IQ4NL => 128,
+        // Q6_K's 32 is taken off per 16-element half (see `scalar::q6k`).
         _ => 0,
     }
 }

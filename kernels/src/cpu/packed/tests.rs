@@ -11,6 +11,9 @@ use crate::cpu::quant_act::QuantizedRows;
 use crate::cpu::weight_arena::WeightArena;
 
 fn random_rows(rng: &mut ChaCha8Rng, dtype: DType, rows: usize, k: usize) -> Vec<u8> {
+    if matches!(dtype, DType::Q4K | DType::Q6K) {
+        return random_k_rows(rng, dtype, rows, k);
+    }
     let mut out = Vec::new();
     for _ in 0..rows * k / QK {
         let scale = rng.random_range(0.001f32..0.05);
@@ -24,6 +27,23 @@ fn random_rows(rng: &mut ChaCha8Rng, dtype: DType, rows: usize, k: usize) -> Vec
         }
         let quants = if dtype == DType::Q8_0 { 32 } else { 16 };
         out.extend((0..quants).map(|_| rng.random::<u8>()));
+    }
+    out
+}
+
+/// K-type blocks: random quants and 6-bit (Q4_K) or i8 (Q6_K) scales,
+/// small finite f16 `d` (and `dmin`).
+fn random_k_rows(rng: &mut ChaCha8Rng, dtype: DType, rows: usize, k: usize) -> Vec<u8> {
+    let bb = dtype.block_bytes();
+    let mut out: Vec<u8> = (0..rows * k / 256 * bb).map(|_| rng.random()).collect();
+    let d_at = if dtype == DType::Q4K { 0 } else { 208 };
+    for block in out.chunks_exact_mut(bb) {
+        let d = half::f16::from_f32(rng.random_range(0.0005f32..0.005));
+        block[d_at..d_at + 2].copy_from_slice(&d.to_le_bytes());
+        if dtype == DType::Q4K {
+            let dmin = half::f16::from_f32(rng.random_range(0.0005f32..0.01));
+            block[2..4].copy_from_slice(&dmin.to_le_bytes());
+        }
     }
     out
 }
@@ -100,10 +120,17 @@ fn simd_group_kernels_match_scalar_twin_bit_for_bit() {
         DType::Q5_0,
         DType::Q5_1,
         DType::Q8_0,
+        DType::IQ4NL,
+        DType::Q4K,
+        DType::Q6K,
     ] {
+        let elems = Layout::of(dtype).elems;
         for rows in [16usize, 33, 48] {
             for blocks in [1usize, 2, 3, 7, 18] {
-                let k = blocks * QK;
+                if elems > QK && blocks > 3 {
+                    continue;
+                }
+                let k = blocks * elems;
                 let data = random_rows(&mut rng, dtype, rows, k);
                 let view = WeightView::new(dtype, rows, k, data.into()).unwrap();
                 let packed = PackedRows::pack(&view, &WeightArena::default()).unwrap();
@@ -137,9 +164,17 @@ fn packed_twin_agrees_with_per_row_kernel() {
         DType::Q5_0,
         DType::Q5_1,
         DType::Q8_0,
+        DType::IQ4NL,
+        DType::Q4K,
+        DType::Q6K,
     ] {
-        let (rows, blocks) = (32, 18);
-        let k = blocks * QK;
+        let rows = 32;
+        let k = if Layout::of(dtype).elems > QK {
+            3 * 256
+        } else {
+            18 * QK
+        };
+        let blocks = k / Layout::of(dtype).elems;
         let data = random_rows(&mut rng, dtype, rows, k);
         let view = WeightView::new(dtype, rows, k, data.clone().into()).unwrap();
         let packed = PackedRows::pack(&view, &WeightArena::default()).unwrap();
