@@ -78,12 +78,24 @@ impl ToolCallParser {
     }
 }
 
-/// The whole of `text`, split.
+/// The whole of `text`, split, neighbouring text joined.
 pub fn split(text: &str) -> Vec<Piece> {
     let mut parser = ToolCallParser::default();
     let mut pieces = parser.push(text);
     pieces.extend(parser.finish());
-    pieces
+    join_text(pieces)
+}
+
+/// `pieces` with each run of text pieces made one.
+fn join_text(pieces: Vec<Piece>) -> Vec<Piece> {
+    let mut joined: Vec<Piece> = Vec::with_capacity(pieces.len());
+    for piece in pieces {
+        match (joined.last_mut(), piece) {
+            (Some(Piece::Text(last)), Piece::Text(more)) => last.push_str(&more),
+            (_, piece) => joined.push(piece),
+        }
+    }
+    joined
 }
 
 fn push_text(pieces: &mut Vec<Piece>, text: String) {
@@ -168,14 +180,7 @@ mod tests {
             }
             pieces.extend(parser.finish());
             // Text may arrive in several pieces; join neighbours to compare.
-            let mut joined: Vec<Piece> = Vec::new();
-            for piece in pieces {
-                match (joined.last_mut(), piece) {
-                    (Some(Piece::Text(last)), Piece::Text(more)) => last.push_str(&more),
-                    (_, piece) => joined.push(piece),
-                }
-            }
-            assert_eq!(joined, whole, "chunks of {size}");
+            assert_eq!(join_text(pieces), whole, "chunks of {size}");
         }
     }
 
