@@ -78,6 +78,7 @@ fn measure_swaps(paths: [&Path; 2], swaps: usize) -> Vec<Duration> {
                 decoder: None,
                 sink: Box::new(sender),
                 deadline: None,
+                constraint: None,
             };
             executor.submit(&checkpoint, request).expect("submitted");
             receivers.push(receiver);

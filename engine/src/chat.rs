@@ -8,7 +8,9 @@
 
 use minijinja::{Environment, ErrorKind, Value};
 use serde::Serialize;
-use switchyard_seam::{ChatMessage, Role};
+use switchyard_seam::{ChatMessage, Role, Tool};
+
+use crate::chat_tools;
 
 /// ChatML, for checkpoints that ship no template.
 pub const DEFAULT_CHATML_TEMPLATE: &str = "{% for message in messages %}\
@@ -18,11 +20,17 @@ pub const DEFAULT_CHATML_TEMPLATE: &str = "{% for message in messages %}\
 
 const TEMPLATE_NAME: &str = "chat_template";
 
-/// One message as a template reads it: `message['role']`, `message['content']`.
+/// One message as a template reads it: `message['role']`, `message['content']`,
+/// and for tool-calling templates `message['tool_calls']`, `message['tool_call_id']`
+/// (left out when empty, as templates test them with `is defined`).
 #[derive(Serialize)]
 struct TemplateMessage<'a> {
     role: &'static str,
     content: &'a str,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_call_id: Option<&'a str>,
 }
 
 impl<'a> TemplateMessage<'a> {
@@ -35,6 +43,12 @@ impl<'a> TemplateMessage<'a> {
         TemplateMessage {
             role: role.as_str(),
             content: &message.content,
+            tool_calls: message
+                .tool_calls
+                .iter()
+                .map(chat_tools::tool_call_value)
+                .collect(),
+            tool_call_id: message.tool_call_id.as_deref(),
         }
     }
 }
@@ -56,6 +70,9 @@ pub enum ChatError {
 #[derive(Debug)]
 pub struct ChatTemplate {
     env: Environment<'static>,
+    /// Whether the template renders tools and tool calls itself (it reads
+    /// `tool_calls`); otherwise [`chat_tools::hermes_conversation`] does.
+    native_tools: bool,
 }
 
 impl ChatTemplate {
@@ -71,7 +88,10 @@ impl ChatTemplate {
             .map_err(|e| ChatError::Syntax {
                 reason: describe(&e),
             })?;
-        Ok(ChatTemplate { env })
+        Ok(ChatTemplate {
+            env,
+            native_tools: source.contains("tool_calls"),
+        })
     }
 
     /// The checkpoint's template, or ChatML when it has none.
@@ -88,6 +108,32 @@ impl ChatTemplate {
         bos_token: &str,
         eos_token: &str,
     ) -> Result<String, ChatError> {
+        self.render_with_tools(messages, &[], add_generation_prompt, bos_token, eos_token)
+    }
+
+    /// [`ChatTemplate::render`] with `tools` the model may call, and tool
+    /// calls and results in the conversation, shown the template's way or,
+    /// for a template without tools, the Hermes way.
+    pub fn render_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[Tool],
+        add_generation_prompt: bool,
+        bos_token: &str,
+        eos_token: &str,
+    ) -> Result<String, ChatError> {
+        let uses_tools = !tools.is_empty()
+            || messages
+                .iter()
+                .any(|m| m.role == Role::Tool || !m.tool_calls.is_empty());
+        let rewritten;
+        let (messages, tools_value) = if self.native_tools || !uses_tools {
+            let listed = (!tools.is_empty()).then(|| chat_tools::tools_value(tools));
+            (messages, listed)
+        } else {
+            rewritten = chat_tools::hermes_conversation(messages, tools);
+            (rewritten.as_slice(), None)
+        };
         let template = self
             .env
             .get_template(TEMPLATE_NAME)
@@ -101,7 +147,10 @@ impl ChatTemplate {
             bos_token => bos_token,
             eos_token => eos_token,
             // transformers passes these as None when unused; templates test them.
-            tools => Value::from(()),
+            tools => match tools_value {
+                Some(tools) => Value::from_serialize(&tools),
+                None => Value::from(()),
+            },
             documents => Value::from(()),
         };
         template

@@ -8,6 +8,7 @@
 //! checkpoints they run on (`registry`, `repository`, `store`, `formats`).
 
 pub mod chat;
+pub mod chat_tools;
 mod engine;
 pub mod formats;
 pub mod model;
@@ -18,6 +19,7 @@ pub mod sampling;
 pub mod serving;
 pub mod session;
 pub mod store;
+pub mod structured;
 pub mod synthetic;
 pub mod tokenizer;
 

@@ -2,7 +2,7 @@
 //! against the vocabulary, or chat messages rendered through the checkpoint's
 //! chat template.
 
-use switchyard_seam::{ChatMessage, Prompt};
+use switchyard_seam::{ChatMessage, Prompt, Tool};
 
 use crate::chat::{ChatError, ChatTemplate};
 use crate::tokenizer::{Tokenizer, TokenizerError};
@@ -28,9 +28,26 @@ pub fn encode(
     tokenizer: &Tokenizer,
     template: &ChatTemplate,
 ) -> Result<Vec<u32>, PromptError> {
+    encode_with_tools(prompt, &[], tokenizer, template)
+}
+
+/// [`encode`], with `tools` shown to the model in a conversation (raw text
+/// and token prompts carry no tools).
+pub fn encode_with_tools(
+    prompt: &Prompt,
+    tools: &[Tool],
+    tokenizer: &Tokenizer,
+    template: &ChatTemplate,
+) -> Result<Vec<u32>, PromptError> {
     let ids = match prompt {
         Prompt::Chat(messages) => {
-            let text = chat_text(messages, tokenizer, template)?;
+            let text = template.render_with_tools(
+                messages,
+                tools,
+                true,
+                tokenizer.bos_token(),
+                tokenizer.eos_token(),
+            )?;
             tokenizer.encode(&text, false)?
         }
         Prompt::Text(text) => tokenizer.encode(text, true)?,

@@ -59,6 +59,8 @@ fn request(prompt: Prompt, max_tokens: Option<u32>) -> GenerationRequest {
         stop: Vec::new(),
         logprobs: None,
         user: None,
+        tools: Vec::new(),
+        constraint: None,
     }
 }
 

@@ -90,6 +90,7 @@ fn request(prompt: &[u32]) -> (SequenceRequest, mpsc::Receiver<SequenceEvent>) {
         decoder: None,
         sink: Box::new(sender),
         deadline: None,
+        constraint: None,
     };
     (request, receiver)
 }

@@ -103,6 +103,7 @@ fn request(
         decoder: None,
         sink: Box::new(sender),
         deadline: None,
+        constraint: None,
     };
     (request, receiver)
 }

@@ -337,6 +337,7 @@ fn the_executor_runs_derived_checkpoints_together_without_mixing_them() {
                         decoder: None,
                         sink: Box::new(sender),
                         deadline: None,
+                        constraint: None,
                     };
                     executor.submit(&checkpoint, request).unwrap();
                     let mut ids = Vec::new();

@@ -25,10 +25,12 @@ pub trait ChunkFormat: Send + 'static {
 
     /// A choice's first chunk, sent before any token (chat: the role).
     fn opening(&mut self, index: u32) -> Option<Self::Chunk>;
-    /// The chunk for one token; `None` to send nothing (e.g. no new text).
-    fn token(&mut self, index: u32, token: &GeneratedToken) -> Option<Self::Chunk>;
-    /// A choice's last chunk.
-    fn finish(&mut self, index: u32, reason: FinishReason) -> Self::Chunk;
+    /// The chunks for one token: none when there is no new text, several
+    /// when the token completes more than one piece (a tool call's parts).
+    fn token(&mut self, index: u32, token: &GeneratedToken) -> Vec<Self::Chunk>;
+    /// A choice's last chunks: any text held back to the end, then the one
+    /// carrying `finish_reason`.
+    fn finish(&mut self, index: u32, reason: FinishReason) -> Vec<Self::Chunk>;
     /// The usage chunk after every choice finished (`include_usage`).
     fn usage(&mut self, usage: Usage) -> Self::Chunk;
 }
@@ -81,7 +83,7 @@ impl<F: ChunkFormat> Driver<F> {
     fn handle(&mut self, index: u32, event: GenerationEvent) {
         match event {
             GenerationEvent::Token(token) => {
-                if let Some(chunk) = self.format.token(index, &token) {
+                for chunk in self.format.token(index, &token) {
                     self.push(&chunk);
                 }
             }
@@ -89,8 +91,9 @@ impl<F: ChunkFormat> Driver<F> {
                 finish_reason,
                 usage,
             } => {
-                let chunk = self.format.finish(index, finish_reason);
-                self.push(&chunk);
+                for chunk in self.format.finish(index, finish_reason) {
+                    self.push(&chunk);
+                }
                 self.tally.add(index, usage);
                 self.remaining = self.remaining.saturating_sub(1);
                 if self.remaining == 0 {

@@ -75,22 +75,10 @@ async fn request_fields_reach_the_backend() {
     assert_eq!(
         submitted.prompt,
         Prompt::Chat(vec![
-            ChatMessage {
-                role: Role::System,
-                content: "be brief".into()
-            },
-            ChatMessage {
-                role: Role::Developer,
-                content: "really".into()
-            },
-            ChatMessage {
-                role: Role::Assistant,
-                content: String::new()
-            },
-            ChatMessage {
-                role: Role::User,
-                content: "part one, part two".into()
-            },
+            ChatMessage::new(Role::System, "be brief"),
+            ChatMessage::new(Role::Developer, "really"),
+            ChatMessage::new(Role::Assistant, ""),
+            ChatMessage::new(Role::User, "part one, part two"),
         ])
     );
     assert_eq!(submitted.stop, vec!["fox".to_owned()]);

@@ -120,13 +120,16 @@ async fn missing_or_empty_messages() {
 
 #[tokio::test]
 async fn bad_role_and_content_parts() {
-    let request = json!({"model": FAKE_MODEL, "messages": [{"role": "user", "content": "a"}, {"role": "tool", "content": "b"}]});
+    let request = json!({"model": FAKE_MODEL, "messages": [{"role": "user", "content": "a"}, {"role": "function", "content": "b"}]});
     chat_error(
         request,
         Some("messages[1].role"),
-        &["'tool'", "system, developer, user, assistant"],
+        &["'function'", "system, developer, user, assistant, tool"],
     )
     .await;
+    // A tool result must say which call it answers.
+    let request = json!({"model": FAKE_MODEL, "messages": [{"role": "user", "content": "a"}, {"role": "tool", "content": "b"}]});
+    chat_error(request, Some("messages[1].tool_call_id"), &["tool_call_id"]).await;
     let request = json!({"model": FAKE_MODEL, "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]});
     chat_error(request, Some("messages[0].content[0].type"), &["image_url"]).await;
 }

@@ -13,6 +13,7 @@
 
 mod backend;
 mod checkpoint_state;
+mod constraint;
 mod error;
 mod event;
 mod model_card;
@@ -20,6 +21,7 @@ mod request;
 
 pub use backend::InferenceBackend;
 pub use checkpoint_state::{CandidateState, CheckpointProbe};
+pub use constraint::{Constraint, Tool, ToolCall, TOOL_CALL_CLOSE, TOOL_CALL_OPEN};
 pub use error::BackendError;
 pub use event::{
     FinishReason, GeneratedToken, GenerationEvent, GenerationStream, TopLogprob, Usage,

@@ -2,6 +2,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::constraint::{Constraint, Tool, ToolCall};
+
 /// One generation: a single prompt producing a single completion.
 ///
 /// OpenAI's `n > 1` and multi-prompt completions are fanned out by the router
@@ -27,6 +29,10 @@ pub struct GenerationRequest {
     pub logprobs: Option<u8>,
     /// The end user's id, for abuse tracking and logs (OpenAI's `user`).
     pub user: Option<String>,
+    /// Functions the model may call; the chat template shows them to the model.
+    pub tools: Vec<Tool>,
+    /// What the output must look like, enforced token by token; `None`: free text.
+    pub constraint: Option<Constraint>,
 }
 
 impl GenerationRequest {
@@ -64,6 +70,10 @@ pub struct ChatMessage {
     pub role: Role,
     /// The text of the turn (OpenAI content parts are concatenated).
     pub content: String,
+    /// The calls an assistant turn made.
+    pub tool_calls: Vec<ToolCall>,
+    /// For a `tool` turn: the id of the call it answers.
+    pub tool_call_id: Option<String>,
 }
 
 impl ChatMessage {
@@ -72,6 +82,8 @@ impl ChatMessage {
         ChatMessage {
             role,
             content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
         }
     }
 }
@@ -88,6 +100,8 @@ pub enum Role {
     User,
     /// The model.
     Assistant,
+    /// The result of a tool call, answering the assistant turn that made it.
+    Tool,
 }
 
 impl Role {
@@ -98,6 +112,7 @@ impl Role {
             Role::Developer => "developer",
             Role::User => "user",
             Role::Assistant => "assistant",
+            Role::Tool => "tool",
         }
     }
 
@@ -108,6 +123,7 @@ impl Role {
             "developer" => Some(Role::Developer),
             "user" => Some(Role::User),
             "assistant" => Some(Role::Assistant),
+            "tool" => Some(Role::Tool),
             _ => None,
         }
     }
@@ -212,9 +228,15 @@ mod tests {
 
     #[test]
     fn roles_round_trip_through_their_names() {
-        for role in [Role::System, Role::Developer, Role::User, Role::Assistant] {
+        for role in [
+            Role::System,
+            Role::Developer,
+            Role::User,
+            Role::Assistant,
+            Role::Tool,
+        ] {
             assert_eq!(Role::parse(role.as_str()), Some(role));
         }
-        assert_eq!(Role::parse("tool"), None);
+        assert_eq!(Role::parse("function"), None);
     }
 }

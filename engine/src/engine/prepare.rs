@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 use crate::prompt::{self, PromptError};
 use crate::sampling::{SamplingParams, StopCondition, MAX_TOP_LOGPROBS};
 use crate::serving::{SequenceRequest, ServedCheckpoint};
+use crate::structured;
 
 use super::events::StreamSink;
 
@@ -24,8 +25,13 @@ pub fn prepare<B: Backend>(
     deadline: Instant,
 ) -> Result<SequenceRequest, BackendError> {
     let tokenizer = &checkpoint.tokenizer;
-    let prompt = prompt::encode(&request.prompt, tokenizer, &checkpoint.template)
-        .map_err(|error| prompt_error(request, error))?;
+    let prompt = prompt::encode_with_tools(
+        &request.prompt,
+        &request.tools,
+        tokenizer,
+        &checkpoint.template,
+    )
+    .map_err(|error| prompt_error(request, error))?;
     check_context(
         prompt.len(),
         request.max_tokens,
@@ -37,6 +43,20 @@ pub fn prepare<B: Backend>(
         stop_strings: request.stop.clone(),
         max_tokens: request.max_tokens.map(|m| m as usize),
     };
+    // Compiled here, before the request is queued: a schema the grammar
+    // engine cannot enforce is refused up front, naming its field.
+    let constraint = request
+        .constraint
+        .as_ref()
+        .map(|constraint| {
+            structured::compile(
+                &checkpoint.grammar_vocab,
+                tokenizer,
+                constraint,
+                &request.tools,
+            )
+        })
+        .transpose()?;
     let sink = StreamSink::new(events, tokenizer.clone(), request.logprobs.is_some());
     Ok(SequenceRequest {
         prompt,
@@ -45,6 +65,7 @@ pub fn prepare<B: Backend>(
         decoder: Some(tokenizer.decode_stream(true)),
         sink: Box::new(sink),
         deadline: Some(deadline),
+        constraint,
     })
 }
 

@@ -14,6 +14,7 @@ use crate::formats::{load_checkpoint, CheckpointFormat};
 use crate::model::weights::LoadStats;
 use crate::model::{LlamaModel, LogitRows, SequenceChunk};
 use crate::store::WeightStore;
+use crate::structured::GrammarVocab;
 use crate::tokenizer::Tokenizer;
 
 /// Which checkpoint: a model name and one of its versions.
@@ -65,6 +66,9 @@ pub struct ServedCheckpoint<B: Backend> {
     pub model: LlamaModel<B>,
     pub tokenizer: Tokenizer,
     pub template: ChatTemplate,
+    /// The vocabulary as the grammar engine reads it, built on the first
+    /// constrained request.
+    pub grammar_vocab: GrammarVocab,
     pub source: PathBuf,
     pub format: CheckpointFormat,
     /// Its tensor types (see [`crate::formats::quant_mix`]), when loaded
@@ -138,6 +142,7 @@ impl<B: Backend> ServedCheckpoint<B> {
             model,
             tokenizer,
             template,
+            grammar_vocab: GrammarVocab::default(),
             source: source.to_path_buf(),
             format,
             quant_mix: None,

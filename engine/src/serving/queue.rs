@@ -4,6 +4,7 @@ use std::sync::mpsc;
 use std::time::Instant;
 
 use crate::sampling::{FinishReason, SamplingParams, StopCondition};
+use crate::structured::TokenMask;
 use crate::tokenizer::DecodeStream;
 
 /// One generation, ready to run: a tokenized prompt and how to continue it.
@@ -23,6 +24,9 @@ pub struct SequenceRequest {
     /// When the client wants it finished (its request timeout); the
     /// scheduler runs a checkpoint sooner as its requests' deadlines near.
     pub deadline: Option<Instant>,
+    /// The grammar the output must follow (structured outputs, forced tool
+    /// calls); `None`: any token may come.
+    pub constraint: Option<TokenMask>,
 }
 
 /// One generated token as the executor reports it.

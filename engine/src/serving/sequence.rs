@@ -8,6 +8,7 @@ use switchyard_kernels::Backend;
 
 use super::queue::{EventSink, SequenceEvent, SequenceRequest, SequenceToken};
 use crate::sampling::{FinishReason, Sampler, StopChecker};
+use crate::structured::TokenMask;
 use crate::tokenizer::DecodeStream;
 
 /// An admitted sequence.
@@ -28,6 +29,7 @@ pub(super) struct Sequence<B: Backend> {
     decoder: Option<DecodeStream>,
     sink: Box<dyn EventSink>,
     deadline: Option<Instant>,
+    constraint: Option<TokenMask>,
 }
 
 impl<B: Backend> Sequence<B> {
@@ -45,6 +47,7 @@ impl<B: Backend> Sequence<B> {
             decoder: request.decoder,
             sink: request.sink,
             deadline: request.deadline,
+            constraint: request.constraint,
         }
     }
 
@@ -78,6 +81,14 @@ impl<B: Backend> Sequence<B> {
     /// the sequence goes on.
     pub(super) fn accept_logits(&mut self, logits: &[f32]) -> bool {
         let history = self.tokens.get(self.prompt_len..).unwrap_or_default();
+        let logits = match self.constraint.as_mut().map(|mask| mask.apply(logits)) {
+            None => logits,
+            Some(Ok(masked)) => masked,
+            Some(Err(e)) => {
+                self.fail(format!("the output grammar failed: {e}"));
+                return false;
+            }
+        };
         let sampled = match self.sampler.sample(logits, history) {
             Ok(sampled) => sampled,
             Err(e) => {
@@ -85,6 +96,13 @@ impl<B: Backend> Sequence<B> {
                 return false;
             }
         };
+        if let Some(Err(e)) = self.constraint.as_mut().map(|mask| mask.accept(sampled.id)) {
+            self.fail(format!(
+                "the output grammar refused token {}: {e}",
+                sampled.id
+            ));
+            return false;
+        }
         self.tokens.push(sampled.id);
         let text = match self.decoder.as_mut().map(|d| d.step(sampled.id)) {
             None | Some(Ok(None)) => String::new(),

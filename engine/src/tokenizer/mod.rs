@@ -198,6 +198,17 @@ impl Tokenizer {
         self.inner.tok.token_to_id(text)
     }
 
+    /// The tokenizer as a Hugging Face `tokenizer.json` document (GGUF
+    /// vocabularies too, as rebuilt here), for tools that read that format.
+    pub fn huggingface_json(&self) -> Result<String, TokenizerError> {
+        self.inner
+            .tok
+            .to_string(false)
+            .map_err(|e| TokenizerError::Decode {
+                reason: format!("cannot serialize the tokenizer: {e}"),
+            })
+    }
+
     /// The checkpoint's chat template (Jinja source), when it has one.
     pub fn chat_template(&self) -> Option<&str> {
         self.inner.chat_template.as_deref()

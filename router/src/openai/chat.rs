@@ -17,13 +17,18 @@ use crate::openai::params::{
     describe, invalid, parse_model, parse_top_logprobs, CommonFields, GenerationParams,
     ResponseMode,
 };
-use crate::openai::responses::{AssistantMessage, ChatChoice, ChatCompletion, ChatLogprobs};
+use crate::openai::response_format::parse_response_format;
+use crate::openai::responses::{
+    AssistantMessage, ChatChoice, ChatCompletion, ChatLogprobs, FunctionCall, ToolCallBody,
+};
+use crate::openai::tool_calls::{split, Piece};
+use crate::openai::tools::{parse_tools, ToolSettings};
 use crate::openai::types::{ChatCompletionRequest, WireMessage};
 use crate::openai::unix_now;
 use crate::policy::{self, RoutedRequest};
 use crate::sse::{stream_response, StreamSettings};
 use crate::state::AppState;
-use switchyard_seam::{ChatMessage, Prompt, Role};
+use switchyard_seam::{ChatMessage, Prompt, Role, ToolCall};
 
 /// A chat request that passed every check the router can make.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,6 +41,8 @@ pub struct ValidatedChatRequest {
     pub params: GenerationParams,
     /// Whole JSON or SSE.
     pub mode: ResponseMode,
+    /// The tools and what the model must do with them.
+    pub tools: ToolSettings,
 }
 
 impl TryFrom<ChatCompletionRequest> for ValidatedChatRequest {
@@ -44,13 +51,21 @@ impl TryFrom<ChatCompletionRequest> for ValidatedChatRequest {
     fn try_from(wire: ChatCompletionRequest) -> Result<Self, ApiError> {
         let model = parse_model(wire.model)?;
         let messages = parse_messages(wire.messages)?;
-        if wire.tools.as_ref().is_some_and(|tools| !tools.is_empty()) {
-            return Err(ApiError::Unsupported {
-                param: "tools".to_owned(),
-                message: "tool calling is not supported by this server; remove 'tools'.".to_owned(),
-            });
-        }
-        check_response_format(wire.response_format.as_ref())?;
+        let tools = parse_tools(
+            wire.tools.as_ref(),
+            wire.tool_choice.as_ref(),
+            wire.parallel_tool_calls,
+        )?;
+        let format = parse_response_format(wire.response_format.as_ref())?;
+        let constraint = match (format, tools.constraint()) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "response_format",
+                    "a response format cannot be combined with tool_choice 'required' or a named function; drop one of them.".to_owned(),
+                ))
+            }
+            (format, calls) => format.or(calls),
+        };
         let logprobs = match (wire.logprobs.unwrap_or(false), wire.top_logprobs) {
             (false, None) => None,
             (false, Some(_)) => {
@@ -83,11 +98,17 @@ impl TryFrom<ChatCompletionRequest> for ValidatedChatRequest {
             stream_options: wire.stream_options,
         }
         .parse()?;
+        let params = GenerationParams {
+            tools: tools.tools.clone(),
+            constraint,
+            ..params
+        };
         Ok(ValidatedChatRequest {
             model,
             messages,
             params,
             mode,
+            tools,
         })
     }
 }
@@ -102,11 +123,33 @@ fn parse_messages(messages: Option<Vec<WireMessage>>) -> Result<Vec<ChatMessage>
             "[] is empty; send at least one message.".to_owned(),
         ));
     }
-    messages
+    let messages = messages
         .into_iter()
         .enumerate()
         .map(|(i, message)| parse_message(i, message))
-        .collect()
+        .collect::<Result<Vec<_>, _>>()?;
+    check_tool_results(&messages)?;
+    Ok(messages)
+}
+
+/// Every `tool` message must answer a call an earlier assistant message made.
+fn check_tool_results(messages: &[ChatMessage]) -> Result<(), ApiError> {
+    for (i, message) in messages.iter().enumerate() {
+        let Some(id) = &message.tool_call_id else {
+            continue;
+        };
+        let called = messages[..i]
+            .iter()
+            .flat_map(|earlier| &earlier.tool_calls)
+            .any(|call| &call.id == id);
+        if !called {
+            return Err(invalid(
+                &format!("messages[{i}].tool_call_id"),
+                format!("'{id}' answers no tool call of an earlier assistant message; quote the id of a call in 'tool_calls'."),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn parse_message(i: usize, message: WireMessage) -> Result<ChatMessage, ApiError> {
@@ -120,14 +163,34 @@ fn parse_message(i: usize, message: WireMessage) -> Result<ChatMessage, ApiError
         Some("developer") => Role::Developer,
         Some("user") => Role::User,
         Some("assistant") => Role::Assistant,
+        Some("tool") => Role::Tool,
         Some(other) => {
             return Err(invalid(
                 &format!("messages[{i}].role"),
                 format!(
-                "'{other}' is not a supported role; use one of system, developer, user, assistant."
+                "'{other}' is not a supported role; use one of system, developer, user, assistant, tool."
             ),
             ))
         }
+    };
+    let tool_calls = match (role, &message.tool_calls) {
+        (_, None | Some(Value::Null)) => Vec::new(),
+        (Role::Assistant, Some(calls)) => parse_tool_calls(i, calls)?,
+        (_, Some(_)) => {
+            return Err(invalid(
+                &format!("messages[{i}].tool_calls"),
+                "only assistant messages carry tool_calls.".to_owned(),
+            ))
+        }
+    };
+    let tool_call_id = match (role, message.tool_call_id) {
+        (Role::Tool, Some(id)) => Some(id),
+        (Role::Tool, None) => {
+            return Err(ApiError::MissingParameter {
+                param: format!("messages[{i}].tool_call_id"),
+            })
+        }
+        (_, _) => None,
     };
     let content = match message.content {
         // An assistant turn that only called tools has no content.
@@ -149,7 +212,46 @@ fn parse_message(i: usize, message: WireMessage) -> Result<ChatMessage, ApiError
             })
         }
     };
-    Ok(ChatMessage { role, content })
+    Ok(ChatMessage {
+        role,
+        content,
+        tool_calls,
+        tool_call_id,
+    })
+}
+
+/// An assistant message's `tool_calls`, as the client sends them back.
+fn parse_tool_calls(i: usize, calls: &Value) -> Result<Vec<ToolCall>, ApiError> {
+    let Value::Array(calls) = calls else {
+        return Err(ApiError::InvalidType {
+            param: format!("messages[{i}].tool_calls"),
+            detail: format!("expected an array of tool calls, found {}", describe(calls)),
+        });
+    };
+    calls
+        .iter()
+        .enumerate()
+        .map(|(j, call)| {
+            let field = |name: &str| format!("messages[{i}].tool_calls[{j}].{name}");
+            let text = |name: &str, value: Option<&Value>| match value {
+                Some(Value::String(text)) => Ok(text.clone()),
+                Some(other) => Err(ApiError::InvalidType {
+                    param: field(name),
+                    detail: format!("expected a string, found {}", describe(other)),
+                }),
+                None => Err(ApiError::MissingParameter { param: field(name) }),
+            };
+            let function = call.get("function");
+            Ok(ToolCall {
+                id: text("id", call.get("id"))?,
+                name: text("function.name", function.and_then(|f| f.get("name")))?,
+                arguments: text(
+                    "function.arguments",
+                    function.and_then(|f| f.get("arguments")),
+                )?,
+            })
+        })
+        .collect()
 }
 
 /// Joins `[{"type": "text", "text": ...}, ...]` into one string.
@@ -195,20 +297,6 @@ fn parse_parts(i: usize, parts: Vec<Value>) -> Result<String, ApiError> {
     Ok(content)
 }
 
-fn check_response_format(format: Option<&Value>) -> Result<(), ApiError> {
-    match format {
-        None | Some(Value::Null) => Ok(()),
-        Some(format) if format.get("type").and_then(Value::as_str) == Some("text") => Ok(()),
-        Some(format) => Err(ApiError::Unsupported {
-            param: "response_format".to_owned(),
-            message: format!(
-                "{} is not supported; only {{\"type\": \"text\"}} is.",
-                describe(format)
-            ),
-        }),
-    }
-}
-
 /// The handler.
 pub async fn chat_completions(
     State(state): State<AppState>,
@@ -239,7 +327,9 @@ async fn respond(
         messages,
         params,
         mode,
+        tools,
     } = request;
+    let parses_calls = tools.parses_calls();
     let prompts = vec![Prompt::Chat(messages)];
     // Built again only when a fallback checkpoint takes over the request.
     let make = |model: &str| params.requests(request_id, model, prompts.clone());
@@ -257,7 +347,7 @@ async fn respond(
                 prompt_field: "messages",
                 keep_alive: state.config().sse_keep_alive,
             };
-            let format = ChatChunks::new(id, created, model, include_usage);
+            let format = ChatChunks::new(id, created, model, include_usage, parses_calls);
             let events =
                 policy::submit::observe(merge(choices), routed.clone(), params.n, params.n);
             Ok(stream_response(events, format, settings))
@@ -273,14 +363,20 @@ async fn respond(
                 .into_iter()
                 .map(|choice| {
                     tally.add(choice.index, choice.usage);
+                    let (message, called) = if parses_calls {
+                        message_with_calls(&choice.text)
+                    } else {
+                        (plain_message(choice.text), false)
+                    };
                     ChatChoice {
                         index: choice.index,
                         logprobs: ChatLogprobs::of(&choice.tokens),
-                        message: AssistantMessage {
-                            role: "assistant",
-                            content: choice.text,
+                        message,
+                        finish_reason: if called {
+                            "tool_calls"
+                        } else {
+                            choice.finish_reason.as_str()
                         },
-                        finish_reason: choice.finish_reason.as_str(),
                     }
                 })
                 .collect();
@@ -297,4 +393,51 @@ async fn respond(
             )
         }
     }
+}
+
+fn plain_message(text: String) -> AssistantMessage {
+    AssistantMessage {
+        role: "assistant",
+        content: Some(text),
+        tool_calls: Vec::new(),
+    }
+}
+
+/// The answer split into text and calls, and whether it made any call.
+/// Text around calls that is only whitespace (the newlines between
+/// parallel calls) is not content.
+fn message_with_calls(text: &str) -> (AssistantMessage, bool) {
+    let mut content = String::new();
+    let mut tool_calls = Vec::new();
+    for piece in split(text) {
+        match piece {
+            Piece::Text(text) => content.push_str(&text),
+            Piece::Call(call) => tool_calls.push(ToolCallBody {
+                id: new_call_id(),
+                kind: "function",
+                function: FunctionCall {
+                    name: call.name,
+                    arguments: call.arguments,
+                },
+            }),
+        }
+    }
+    let called = !tool_calls.is_empty();
+    let content = if called && content.trim().is_empty() {
+        None
+    } else {
+        Some(content)
+    };
+    let message = AssistantMessage {
+        role: "assistant",
+        content,
+        tool_calls,
+    };
+    (message, called)
+}
+
+/// A fresh tool-call id, unique across requests (`call_` and 24 hex digits, as OpenAI's look).
+pub fn new_call_id() -> String {
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    format!("call_{}", &id[..24])
 }

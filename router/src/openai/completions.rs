@@ -17,6 +17,7 @@ use crate::openai::params::{
     describe, invalid, parse_model, parse_top_logprobs, CommonFields, GenerationParams,
     ResponseMode,
 };
+use crate::openai::response_format::parse_response_format;
 use crate::openai::responses::{TextChoice, TextCompletion, TextLogprobs};
 use crate::openai::types::CompletionRequest;
 use crate::openai::unix_now;
@@ -93,6 +94,10 @@ impl TryFrom<CompletionRequest> for ValidatedCompletionRequest {
             stream_options: wire.stream_options,
         }
         .parse()?;
+        let params = GenerationParams {
+            constraint: parse_response_format(wire.response_format.as_ref())?,
+            ..params
+        };
         Ok(ValidatedCompletionRequest {
             model,
             prompts,

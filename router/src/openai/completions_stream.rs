@@ -47,12 +47,12 @@ impl ChunkFormat for TextChunks {
         None
     }
 
-    fn token(&mut self, index: u32, token: &GeneratedToken) -> Option<TextCompletion> {
+    fn token(&mut self, index: u32, token: &GeneratedToken) -> Vec<TextCompletion> {
         let offset = self.offsets.entry(index).or_default();
         let logprobs = TextLogprobs::of(std::slice::from_ref(token), *offset);
         *offset += token.text.chars().count();
         if token.text.is_empty() && logprobs.is_none() {
-            return None;
+            return Vec::new();
         }
         let choice = TextChoice {
             text: token.text.clone(),
@@ -60,17 +60,17 @@ impl ChunkFormat for TextChunks {
             logprobs,
             finish_reason: None,
         };
-        Some(self.chunk(vec![choice], None))
+        vec![self.chunk(vec![choice], None)]
     }
 
-    fn finish(&mut self, index: u32, reason: FinishReason) -> TextCompletion {
+    fn finish(&mut self, index: u32, reason: FinishReason) -> Vec<TextCompletion> {
         let choice = TextChoice {
             text: String::new(),
             index,
             logprobs: None,
             finish_reason: Some(reason.as_str()),
         };
-        self.chunk(vec![choice], None)
+        vec![self.chunk(vec![choice], None)]
     }
 
     fn usage(&mut self, usage: Usage) -> TextCompletion {

@@ -10,7 +10,10 @@ pub mod generate;
 pub mod json_response;
 pub mod models;
 pub mod params;
+pub mod response_format;
 pub mod responses;
+pub mod tool_calls;
+pub mod tools;
 pub mod types;
 
 /// Seconds since the Unix epoch, for OpenAI's `created` fields.

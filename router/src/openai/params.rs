@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::error::ApiError;
 use crate::openai::types::StreamOptions;
-use switchyard_seam::{GenerationRequest, Prompt, SamplingOptions};
+use switchyard_seam::{Constraint, GenerationRequest, Prompt, SamplingOptions, Tool};
 
 /// Most stop strings OpenAI accepts.
 pub const MAX_STOP_STRINGS: usize = 4;
@@ -39,6 +39,10 @@ pub struct GenerationParams {
     pub user: Option<String>,
     /// Choices per prompt, in [1, 16].
     pub n: u32,
+    /// Functions the model may call (chat only).
+    pub tools: Vec<Tool>,
+    /// What the output must look like (`response_format`, forced tool calls).
+    pub constraint: Option<Constraint>,
 }
 
 /// Whole JSON or SSE.
@@ -167,6 +171,8 @@ impl CommonFields {
             logprobs: self.logprobs,
             user: parse_user(self.user)?,
             n,
+            tools: Vec::new(),
+            constraint: None,
         };
         Ok((params, mode))
     }
@@ -204,6 +210,8 @@ impl GenerationParams {
                     stop: self.stop.clone(),
                     logprobs: self.logprobs,
                     user: self.user.clone(),
+                    tools: self.tools.clone(),
+                    constraint: self.constraint.clone(),
                 });
             }
         }

@@ -62,8 +62,58 @@ pub struct ChatChoice {
 pub struct AssistantMessage {
     /// Always `assistant`.
     pub role: &'static str,
-    /// The text.
-    pub content: String,
+    /// The text; `null` when the answer is only tool calls.
+    pub content: Option<String>,
+    /// The calls the model made, when it made any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCallBody>,
+}
+
+/// One tool call in an answer.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ToolCallBody {
+    /// `call_...`, which the `tool` message answering it quotes.
+    pub id: String,
+    /// Always `function`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// The function and its arguments.
+    pub function: FunctionCall,
+}
+
+/// The function part of a tool call.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct FunctionCall {
+    /// The function's name.
+    pub name: String,
+    /// Its arguments, as JSON text.
+    pub arguments: String,
+}
+
+/// One tool call's piece in a stream chunk: the first carries id, type and
+/// name; later ones add to `arguments`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ToolCallDelta {
+    /// Which call of the choice (0, 1, ...).
+    pub index: u32,
+    /// Set in the call's first piece.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// `function`, in the call's first piece.
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'static str>,
+    /// Name (first piece) and arguments text.
+    pub function: FunctionDelta,
+}
+
+/// The function part of a tool-call piece.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct FunctionDelta {
+    /// Set in the call's first piece.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// More of the arguments text.
+    pub arguments: String,
 }
 
 /// Chat log-probabilities.
@@ -164,6 +214,9 @@ pub struct Delta {
     /// New text.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// New tool-call pieces.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallDelta>>,
 }
 
 /// `POST /v1/completions` answer, and each of its SSE chunks.

@@ -51,19 +51,27 @@ pub struct ChatCompletionRequest {
     pub stream: Option<bool>,
     /// Streaming options.
     pub stream_options: Option<StreamOptions>,
-    /// Tool definitions (not supported; refused when non-empty).
-    pub tools: Option<Vec<Value>>,
-    /// Output format (only `{"type": "text"}` is supported).
+    /// Functions the model may call (`[{"type": "function", "function": {...}}]`).
+    pub tools: Option<Value>,
+    /// `none`, `auto`, `required` or `{"type": "function", "function": {"name": ...}}`.
+    pub tool_choice: Option<Value>,
+    /// Whether one answer may hold several calls (default true).
+    pub parallel_tool_calls: Option<bool>,
+    /// `{"type": "text" | "json_object" | "json_schema", ...}`.
     pub response_format: Option<Value>,
 }
 
 /// One chat message on the wire.
 #[derive(Debug, Clone, Deserialize)]
 pub struct WireMessage {
-    /// `system`, `developer`, `user` or `assistant`.
+    /// `system`, `developer`, `user`, `assistant` or `tool`.
     pub role: Option<String>,
     /// A string or an array of `{"type": "text", "text": ...}` parts.
     pub content: Option<Value>,
+    /// An assistant turn's calls: `[{"id", "type": "function", "function": {"name", "arguments"}}]`.
+    pub tool_calls: Option<Value>,
+    /// A `tool` turn's answer to this call id.
+    pub tool_call_id: Option<String>,
 }
 
 /// `stream_options`.
@@ -113,4 +121,6 @@ pub struct CompletionRequest {
     pub stream: Option<bool>,
     /// Streaming options.
     pub stream_options: Option<StreamOptions>,
+    /// `{"type": "text" | "json_object" | "json_schema", ...}`, as for chat.
+    pub response_format: Option<Value>,
 }

@@ -1,0 +1,197 @@
+//! Constrained decoding through the engine's front door, on a synthetic
+//! model with random weights: whatever the model prefers, the output follows
+//! the grammar, because the mask leaves it no other token. Refusals of what
+//! the grammar engine cannot enforce name the field and disturb nothing.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use switchyard_engine::registry::Registry;
+use switchyard_engine::serving::{Executor, ExecutorConfig, NoObserver};
+use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
+use switchyard_engine::Engine;
+use switchyard_kernels::cpu::CpuBackend;
+use switchyard_kernels::DType;
+use switchyard_seam::{
+    BackendError, ChatMessage, Constraint, FinishReason, GenerationEvent, GenerationRequest,
+    InferenceBackend, Prompt, Role, SamplingOptions, Tool,
+};
+
+const SCHEMA: &str = r#"{"type": "object",
+  "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 99},
+                 "ok": {"type": "boolean"},
+                 "tag": {"enum": ["a", "bb"]}},
+  "required": ["n", "ok", "tag"], "additionalProperties": false}"#;
+
+fn engine(dir: &Path) -> Engine<CpuBackend> {
+    let backend = Arc::new(CpuBackend::new(1));
+    let path = dir.join("tiny.gguf");
+    let spec = SyntheticSpec {
+        preset: Preset::Smollm2,
+        dtype: DType::Q8_0,
+        seed: 7,
+    };
+    write_gguf(&spec, &path).unwrap();
+    let registry = Arc::new(Registry::new(backend.clone(), None));
+    registry.register("tiny", "1", &path, &[]);
+    registry.load("tiny", "1").unwrap();
+    registry.activate("tiny", "1").unwrap();
+    let executor =
+        Executor::spawn(backend, ExecutorConfig::default(), Arc::new(NoObserver)).unwrap();
+    Engine::new(registry, executor, 0, Duration::from_secs(60))
+}
+
+fn request(constraint: Constraint, tools: Vec<Tool>, seed: u64) -> GenerationRequest {
+    // The tools' instructions would not fit the synthetic model's 256-token
+    // context; token prompts carry no tools, and the grammar applies all the same.
+    let prompt = if tools.is_empty() {
+        Prompt::Chat(vec![ChatMessage::new(Role::User, "answer in JSON")])
+    } else {
+        Prompt::Tokens(vec![1, 5, 9, 2, 40])
+    };
+    GenerationRequest {
+        request_id: format!("test/{seed}"),
+        model: "tiny".into(),
+        prompt,
+        max_tokens: Some(120),
+        sampling: SamplingOptions {
+            temperature: Some(1.0),
+            seed: Some(seed),
+            ..SamplingOptions::default()
+        },
+        stop: Vec::new(),
+        logprobs: None,
+        user: None,
+        tools,
+        constraint: Some(constraint),
+    }
+}
+
+fn schema(text: &str) -> Constraint {
+    Constraint::JsonSchema {
+        schema: text.into(),
+        field: "response_format.json_schema.schema".into(),
+    }
+}
+
+/// The generated text and how it finished.
+fn run(engine: &Engine<CpuBackend>, request: GenerationRequest) -> (String, FinishReason) {
+    let mut stream = engine.submit(request).unwrap();
+    let mut text = String::new();
+    while let Some(event) = stream.blocking_recv() {
+        match event {
+            GenerationEvent::Token(token) => text.push_str(&token.text),
+            GenerationEvent::Done { finish_reason, .. } => return (text, finish_reason),
+            GenerationEvent::Error(error) => panic!("generation failed: {error}"),
+        }
+    }
+    panic!("the stream ended without Done");
+}
+
+fn refusal(engine: &Engine<CpuBackend>, request: GenerationRequest) -> BackendError {
+    match engine.submit(request) {
+        Ok(_) => panic!("the request was accepted"),
+        Err(error) => error,
+    }
+}
+
+#[test]
+fn sampled_answers_of_a_random_model_follow_the_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine(dir.path());
+    for seed in 0..6 {
+        let (text, finish) = run(&engine, request(schema(SCHEMA), Vec::new(), seed));
+        assert_eq!(finish, FinishReason::Stop, "seed {seed}: {text:?}");
+        let value: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+        let object = value.as_object().unwrap();
+        let keys: Vec<&str> = object.keys().map(String::as_str).collect();
+        assert_eq!(keys, ["n", "ok", "tag"], "{text}");
+        assert!((0..=99).contains(&object["n"].as_i64().unwrap()), "{text}");
+        assert!(object["ok"].is_boolean(), "{text}");
+        assert!(
+            ["a", "bb"].contains(&object["tag"].as_str().unwrap()),
+            "{text}"
+        );
+    }
+    let (text, _) = run(&engine, request(Constraint::JsonObject, Vec::new(), 1));
+    assert!(text.starts_with('{'), "{text:?}");
+}
+
+#[test]
+fn forced_tool_calls_name_a_listed_tool_with_valid_arguments() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine(dir.path());
+    let tools = vec![
+        Tool {
+            name: "ping".into(),
+            description: None,
+            parameters: r#"{"type": "object", "properties": {"times": {"type": "integer", "minimum": 1, "maximum": 3}}, "required": ["times"], "additionalProperties": false}"#.into(),
+        },
+        Tool {
+            name: "stop".into(),
+            description: Some("Stops.".into()),
+            parameters: r#"{"type": "object", "properties": {}, "additionalProperties": false}"#.into(),
+        },
+    ];
+    let forced = Constraint::ToolCalls {
+        names: vec!["ping".into(), "stop".into()],
+        parallel: false,
+    };
+    for seed in 0..4 {
+        let (text, finish) = run(&engine, request(forced.clone(), tools.clone(), seed));
+        assert_eq!(finish, FinishReason::Stop, "{text:?}");
+        let body = text
+            .strip_prefix("<tool_call>\n")
+            .and_then(|rest| rest.strip_suffix("\n</tool_call>"))
+            .unwrap_or_else(|| panic!("not one call: {text:?}"));
+        let call: Value = serde_json::from_str(body).unwrap();
+        match call["name"].as_str() {
+            Some("ping") => {
+                assert!((1..=3).contains(&call["arguments"]["times"].as_i64().unwrap()))
+            }
+            Some("stop") => assert_eq!(call["arguments"], serde_json::json!({})),
+            other => panic!("unknown tool {other:?} in {text}"),
+        }
+    }
+}
+
+#[test]
+fn unenforceable_schemas_are_refused_naming_the_field_and_keyword() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine(dir.path());
+    let unsupported = schema(r#"{"type": "array", "uniqueItems": true}"#);
+    match refusal(&engine, request(unsupported, Vec::new(), 0)) {
+        BackendError::InvalidRequest { param, message } => {
+            assert_eq!(param, "response_format.json_schema.schema");
+            assert!(message.contains("uniqueItems"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let bad_tool = Tool {
+        name: "f".into(),
+        description: None,
+        parameters: r#"{"type": "object", "not": {"type": "null"}}"#.into(),
+    };
+    let fine_tool = Tool {
+        name: "g".into(),
+        description: None,
+        parameters: "{}".into(),
+    };
+    let forced = Constraint::ToolCalls {
+        names: vec!["g".into(), "f".into()],
+        parallel: true,
+    };
+    match refusal(&engine, request(forced, vec![fine_tool, bad_tool], 0)) {
+        BackendError::InvalidRequest { param, message } => {
+            assert_eq!(param, "tools[1].function.parameters");
+            assert!(message.contains("not"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Nothing else disturbed.
+    let (text, finish) = run(&engine, request(schema(SCHEMA), Vec::new(), 9));
+    assert_eq!(finish, FinishReason::Stop);
+    assert!(serde_json::from_str::<Value>(&text).is_ok(), "{text:?}");
+}
