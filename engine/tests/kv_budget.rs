@@ -97,6 +97,7 @@ fn request(
         decoder: None,
         sink: Box::new(Sink(sender)),
         deadline: None,
+        constraint: None,
     };
     (request, receiver)
 }
