@@ -168,9 +168,11 @@ def battery() -> list[Case]:
                                  {"role": "user", "content": [{"type": "text", "text": 5}]},
                                  {"role": "user"}, "just a string", 42]):
         add(f"bad message #{i}", chat(messages=[message]), 400, None, "*")
-    for i, role in enumerate(["wizard", "tool", "function", "", "USER"]):
+    for i, role in enumerate(["wizard", "function", "", "USER"]):
         add(f"bad role #{i}", chat(messages=[{"role": role, "content": "x"}]), 400,
             "invalid_value", "messages[0].role")
+    add("tool message without its call", chat(messages=[{"role": "tool", "content": "x"}]), 400,
+        "missing_required_parameter", "messages[0].tool_call_id")
     for i, prompt in enumerate([{}, 5, True, [[-1]], [1.5], [[]], [], [None], [{"a": 1}],
                                 [4294967296]]):
         add(f"bad prompt #{i}", completion(prompt=prompt), 400, None, "*", path=COMPLETIONS)
@@ -219,8 +221,9 @@ def battery() -> list[Case]:
         path=COMPLETIONS)
     add("suffix", completion(suffix="x"), 400, "unsupported_parameter", "suffix",
         path=COMPLETIONS)
-    add("tools", chat(tools=[{"type": "function"}]), 400, "unsupported_parameter", "tools")
-    add("json response_format", chat(response_format={"type": "json_object"}), 400, None, "*")
+    add("tool without a function", chat(tools=[{"type": "function"}]), 400,
+        "missing_required_parameter", "tools[0].function")
+    add("unknown response_format", chat(response_format={"type": "xml"}), 400, None, "*")
     add("stream_options without stream", chat(stream_options={"include_usage": True}), 400,
         "invalid_value", "stream_options")
 

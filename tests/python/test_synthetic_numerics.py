@@ -29,22 +29,27 @@ SAFETENSORS_TYPES = ["f32", "f16", "bf16"]
 # Quantized weights: the same, plus the occasional activation that rounds to
 # the other int8 neighbour when float32 and float64 disagree in the last bit;
 # one such flip moves a logit by up to a few hundredths (observed max 0.19).
+# Keys and values are cached in F16 on both sides (the reference rounds them
+# as the engine does), and the same float32-vs-float64 disagreement can put a
+# key or value on the other F16 neighbour: one such step is a relative 2^-11,
+# which moves float logits by about 1e-3 (observed 1.05e-3) and, compounded
+# with an activation flip, quantized ones by up to a third (observed 0.32).
 ATOL = {
-    "f32": 1e-3,
-    "f16": 1e-3,
-    "bf16": 1e-3,
-    "q8_0": 0.25,
-    "q4_0": 0.25,
-    "q4_1": 0.25,
-    "q5_0": 0.25,
-    "q5_1": 0.25,
-    "q2_k": 0.25,
-    "q3_k": 0.25,
-    "q5_k": 0.25,
-    "iq4_nl": 0.25,
-    "iq4_xs": 0.25,
-    "q4_k": 0.25,
-    "q6_k": 0.25,
+    "f32": 3e-3,
+    "f16": 3e-3,
+    "bf16": 3e-3,
+    "q8_0": 0.4,
+    "q4_0": 0.4,
+    "q4_1": 0.4,
+    "q5_0": 0.4,
+    "q5_1": 0.4,
+    "q2_k": 0.4,
+    "q3_k": 0.4,
+    "q5_k": 0.4,
+    "iq4_nl": 0.4,
+    "iq4_xs": 0.4,
+    "q4_k": 0.4,
+    "q6_k": 0.4,
 }
 # Mean |engine - reference| over all logits: flips are rare, so the mean
 # stays near float rounding (observed max 0.03).

@@ -29,8 +29,11 @@ from serve_process import free_port, running_server
 TOKEN = "test-admin-token"
 # Each derived checkpoint's greedy text differs from the base's on at least
 # one of these (checked below: equal outputs would prove nothing).
-PROMPTS = ["The capital of France is", "My favourite food is", "Once upon a time"]
-MAX_TOKENS = 12
+# smollm2@2 is a Q8_0 re-quantization of smollm2@1's Q4_1 weights, so close
+# that greedy text agrees on the first three prompts; on the last it departs
+# after about 18 tokens (checked with `switchyard generate` on both files).
+PROMPTS = ["The capital of France is", "My favourite food is", "Once upon a time", "The quick brown fox"]
+MAX_TOKENS = 24
 CHECKPOINTS = ["smollm2@1", "smollm2@2", "smollm2-derived-a@1", "smollm2-derived-b@1"]
 
 
