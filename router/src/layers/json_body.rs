@@ -116,8 +116,9 @@ pub fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
     })
 }
 
-/// A body that could not be read: too large, or the connection failed.
-fn read_error(error: axum::Error, limit: usize) -> ApiError {
+/// A body that could not be read: too large, or the connection failed. The one
+/// mapping for every place that reads a request body whole.
+pub(crate) fn read_error(error: axum::Error, limit: usize) -> ApiError {
     let inner = error.into_inner();
     let too_large = inner
         .downcast_ref::<http_body_util::LengthLimitError>()

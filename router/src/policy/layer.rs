@@ -22,6 +22,7 @@ use switchyard_policies::{HEADER_COST, HEADER_MODEL, HEADER_ROUTE, HEADER_VERSIO
 use tower::{Layer, Service};
 
 use crate::error::ApiError;
+use crate::layers::json_body::read_error;
 use crate::layers::request_id::request_id;
 use crate::layers::Inner;
 use crate::openai::extract::{parse_json_object, try_parse_json_object, BodyLimit};
@@ -187,21 +188,9 @@ fn route_parts<B: RoutableBody>(
 
 /// Reads the whole body, with the same errors as the JSON extractor.
 async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
-    axum::body::to_bytes(body, limit).await.map_err(|error| {
-        let inner = error.into_inner();
-        let too_large = inner
-            .downcast_ref::<http_body_util::LengthLimitError>()
-            .is_some()
-            || std::error::Error::source(inner.as_ref())
-                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
-        if too_large {
-            ApiError::PayloadTooLarge { limit }
-        } else {
-            ApiError::InvalidJson {
-                detail: format!("the body could not be read: {inner}"),
-            }
-        }
-    })
+    axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|error| read_error(error, limit))
 }
 
 /// Adds `x-switchyard-model`, `-version`, `-route` and `-cost`.

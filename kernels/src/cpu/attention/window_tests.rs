@@ -88,9 +88,9 @@ fn a_ring_of_slots_attends_over_the_window_like_the_whole_cache() {
             let kv = KvPool::unlimited(dtype);
             let mut ring =
                 CpuKvCache::windowed(&kv, 1, n_kv_heads, head_dim, capacity, &[Some(window)])
-                    .unwrap();
-            let mut whole =
-                CpuKvCache::windowed(&kv, 1, n_kv_heads, head_dim, capacity, &[]).unwrap();
+                    .expect("an unlimited pool holds the ring");
+            let mut whole = CpuKvCache::windowed(&kv, 1, n_kv_heads, head_dim, capacity, &[])
+                .expect("an unlimited pool holds the whole cache");
             assert!(ring.reserved_bytes() < whole.reserved_bytes());
             let (q_cols, kv_cols) = (n_heads * head_dim, n_kv_heads * head_dim);
             let q_all = random(&mut rng, total * q_cols, 3.0);
@@ -123,7 +123,8 @@ fn a_ring_of_slots_attends_over_the_window_like_the_whole_cache() {
                         rows: 0..n,
                         start_pos: start,
                     }];
-                    attention(&pool, isa, call, &mut seq, &mut out).unwrap();
+                    attention(&pool, isa, call, &mut seq, &mut out)
+                        .expect("attention over an allocated cache");
                     outs.push(out.data);
                 }
                 assert_eq!(
@@ -175,7 +176,8 @@ fn a_ring_refuses_a_call_without_its_window() {
     let x = CpuActivations::zeros(1, 4);
     let mut out = CpuActivations::zeros(1, 4);
     let kv = KvPool::unlimited(KvType::F32);
-    let mut cache = CpuKvCache::windowed(&kv, 1, 1, 4, 1000, &[Some(8)]).unwrap();
+    let mut cache = CpuKvCache::windowed(&kv, 1, 1, 4, 1000, &[Some(8)])
+        .expect("an unlimited pool holds the ring");
     let call = AttentionCall {
         layer: 0,
         shape,
