@@ -119,6 +119,66 @@ fn sampled_answers_of_a_random_model_follow_the_schema() {
     assert!(text.starts_with('{'), "{text:?}");
 }
 
+/// Requests submitted together decode in one batch, where the step's masks
+/// are computed in parallel: each sequence's output still follows its own
+/// grammar, and an unconstrained neighbour is left free.
+#[test]
+fn a_batch_of_constrained_sequences_each_follows_its_own_grammar() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine(dir.path());
+    let flag = r#"{"type": "object", "properties": {"flag": {"type": "boolean"}},
+        "required": ["flag"], "additionalProperties": false}"#;
+    let streams: Vec<_> = (0..8)
+        .map(|seed| {
+            let constraint = if seed % 2 == 0 {
+                schema(SCHEMA)
+            } else {
+                schema(flag)
+            };
+            engine
+                .submit(request(constraint, Vec::new(), seed))
+                .unwrap()
+        })
+        .collect();
+    let mut free = request(Constraint::JsonObject, Vec::new(), 99);
+    free.constraint = None;
+    free.max_tokens = Some(16);
+    let free = engine.submit(free).unwrap();
+    for (seed, mut stream) in streams.into_iter().enumerate() {
+        let mut text = String::new();
+        while let Some(event) = stream.blocking_recv() {
+            match event {
+                GenerationEvent::Token(token) => text.push_str(&token.text),
+                GenerationEvent::Done { .. } => break,
+                GenerationEvent::Error(error) => panic!("seed {seed}: {error}"),
+            }
+        }
+        let value: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+        let keys: Vec<&str> = value
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let expected: &[&str] = if seed % 2 == 0 {
+            &["n", "ok", "tag"]
+        } else {
+            &["flag"]
+        };
+        assert_eq!(keys, expected, "seed {seed}: {text}");
+    }
+    let mut free = free;
+    let mut tokens = 0;
+    while let Some(event) = free.blocking_recv() {
+        match event {
+            GenerationEvent::Token(_) => tokens += 1,
+            GenerationEvent::Done { .. } => break,
+            GenerationEvent::Error(error) => panic!("unconstrained: {error}"),
+        }
+    }
+    assert!(tokens > 0, "the unconstrained request produced nothing");
+}
+
 #[test]
 fn forced_tool_calls_name_a_listed_tool_with_valid_arguments() {
     let dir = tempfile::tempdir().unwrap();

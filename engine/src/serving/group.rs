@@ -12,6 +12,7 @@ use super::kv_admission::{self, NoCache};
 use super::queue::{SequenceEvent, SequenceRequest};
 use super::sequence::Sequence;
 use crate::model::{LogitRows, SequenceChunk};
+use crate::structured::mask_rows;
 
 /// A request waiting for a batch slot.
 pub(super) struct Waiting {
@@ -201,26 +202,40 @@ impl<B: Backend> Group<B> {
         spans: Vec<Option<Range<usize>>>,
         logits: &mut impl Iterator<Item = &'l [f32]>,
     ) {
-        let mut keep = Vec::with_capacity(self.active.len());
-        for (sequence, span) in self.active.iter_mut().zip(spans) {
-            let Some(span) = span else {
-                keep.push(true);
-                continue;
-            };
-            sequence.processed = span.end;
-            if span.end < sequence.tokens.len() {
-                keep.push(true);
-                continue;
-            }
-            let goes_on = match logits.next() {
-                Some(row) => sequence.accept_logits(row),
-                None => {
+        // Each sequence whose span reached its last token takes the next
+        // row (`Some(None)`: the forward pass came up short). Rows are
+        // handed out first so that the grammar masks of the step are
+        // computed together, in parallel, before the serial sampling.
+        let rows: Vec<Option<Option<&'l [f32]>>> = self
+            .active
+            .iter_mut()
+            .zip(spans)
+            .map(|(sequence, span)| {
+                let span = span?;
+                sequence.processed = span.end;
+                (span.end >= sequence.tokens.len()).then(|| logits.next())
+            })
+            .collect();
+        mask_rows(
+            self.active
+                .iter_mut()
+                .zip(&rows)
+                .filter_map(|(sequence, row)| Some((sequence.constraint_mut()?, (*row)??)))
+                .collect(),
+        );
+        let keep: Vec<bool> = self
+            .active
+            .iter_mut()
+            .zip(rows)
+            .map(|(sequence, row)| match row {
+                None => true,
+                Some(Some(row)) => sequence.accept_logits(row),
+                Some(None) => {
                     sequence.fail("the forward pass returned fewer logits rows than asked".into());
                     false
                 }
-            };
-            keep.push(goes_on);
-        }
+            })
+            .collect();
         let mut keep = keep.into_iter();
         let checkpoint = &self.checkpoint;
         self.active.retain(|_| {

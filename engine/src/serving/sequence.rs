@@ -72,6 +72,11 @@ impl<B: Backend> Sequence<B> {
         self.processed..end
     }
 
+    /// The grammar the output follows, if the request set one.
+    pub(super) fn constraint_mut(&mut self) -> Option<&mut TokenMask> {
+        self.constraint.as_mut()
+    }
+
     /// Reports a failure and ends the sequence.
     pub(super) fn fail(&mut self, message: String) {
         self.sink.send(SequenceEvent::Error(message));

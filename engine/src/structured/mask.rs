@@ -1,6 +1,8 @@
 //! One sequence's grammar state: which tokens may come next, and the step
 //! that moves it on.
 
+use std::sync::OnceLock;
+
 use llguidance::api::TopLevelGrammar;
 use llguidance::{Matcher, ParserFactory};
 
@@ -14,6 +16,8 @@ pub struct TokenMask {
     eos: u32,
     /// The masked copy of the last row of logits (reused, one allocation).
     masked: Vec<f32>,
+    /// Whether `masked` is this step's row (computed, not yet sampled).
+    ready: bool,
 }
 
 impl std::fmt::Debug for TokenMask {
@@ -42,39 +46,105 @@ impl TokenMask {
             stop_ids: stop_ids.to_vec(),
             eos: factory.tok_env().tok_trie().eos_token(),
             masked: Vec::new(),
+            ready: false,
         })
     }
 
     /// `logits` with every token the grammar forbids now set to minus
-    /// infinity (ids past the tokenizer's vocabulary too).
+    /// infinity (ids past the tokenizer's vocabulary too). The row is kept
+    /// until the next [`TokenMask::accept`], so a step can mask its rows
+    /// ahead of sampling (in parallel, see [`mask_rows`]) and the sampler
+    /// then reads the same row.
     pub fn apply(&mut self, logits: &[f32]) -> Result<&[f32], String> {
+        if !self.ready {
+            self.compute(logits)?;
+        }
+        Ok(&self.masked)
+    }
+
+    fn compute(&mut self, logits: &[f32]) -> Result<(), String> {
         let mask = self
             .matcher
             .compute_mask_or_eos()
             .map_err(|e| e.to_string())?;
-        let may_stop = mask.is_allowed(self.eos);
-        let allowed_len = mask.len();
         self.masked.clear();
-        self.masked
-            .extend(logits.iter().enumerate().map(|(id, &logit)| {
-                let id = id as u32;
-                let allowed = (id as usize) < allowed_len && mask.is_allowed(id)
-                    || may_stop && self.stop_ids.contains(&id);
-                if allowed {
-                    logit
-                } else {
-                    f32::NEG_INFINITY
+        self.masked.resize(logits.len(), f32::NEG_INFINITY);
+        // Word by word: most words of a grammar's mask are all-forbidden
+        // or all-allowed, so the bit test runs only on the mixed ones.
+        let words = mask.as_slice();
+        for (w, (out, row)) in self
+            .masked
+            .chunks_mut(32)
+            .zip(logits.chunks(32))
+            .enumerate()
+        {
+            match words.get(w).copied().unwrap_or(0) {
+                0 => {}
+                u32::MAX => out.copy_from_slice(row),
+                bits => {
+                    for (bit, (o, &l)) in out.iter_mut().zip(row).enumerate() {
+                        if bits & (1 << bit) != 0 {
+                            *o = l;
+                        }
+                    }
                 }
-            }));
-        Ok(&self.masked)
+            }
+        }
+        if mask.is_allowed(self.eos) {
+            for &id in &self.stop_ids {
+                if let (Some(o), Some(&l)) =
+                    (self.masked.get_mut(id as usize), logits.get(id as usize))
+                {
+                    *o = l;
+                }
+            }
+        }
+        self.ready = true;
+        Ok(())
     }
 
     /// Moves the grammar past `id`, the token just sampled from the masked
     /// logits. A stop id ends the sequence and needs no step.
     pub fn accept(&mut self, id: u32) -> Result<(), String> {
+        self.ready = false;
         if self.stop_ids.contains(&id) {
             return Ok(());
         }
         self.matcher.consume_token(id).map_err(|e| e.to_string())
     }
+}
+
+/// Masks each pair's row of logits ahead of sampling, spread over the
+/// host's cores: a grammar's mask costs a few hundred microseconds, so a
+/// batch of constrained sequences would otherwise keep every core but the
+/// executor's idle between forward passes.
+pub fn mask_rows(pairs: Vec<(&mut TokenMask, &[f32])>) {
+    static THREADS: OnceLock<usize> = OnceLock::new();
+    let threads = *THREADS.get_or_init(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    let per_thread = pairs.len().div_ceil(threads).max(1);
+    if pairs.len() <= 1 || per_thread == pairs.len() {
+        for (mask, row) in pairs {
+            // A failure is kept for the sampler to report (apply computes again).
+            let _ = mask.compute(row);
+        }
+        return;
+    }
+    let mut pairs = pairs;
+    std::thread::scope(|scope| {
+        let mut rest = pairs.as_mut_slice();
+        while rest.len() > per_thread {
+            let (head, tail) = rest.split_at_mut(per_thread);
+            scope.spawn(move || {
+                head.iter_mut().for_each(|(mask, row)| {
+                    let _ = mask.compute(row);
+                })
+            });
+            rest = tail;
+        }
+        for (mask, row) in rest.iter_mut() {
+            let _ = mask.compute(row);
+        }
+    });
 }

@@ -17,7 +17,7 @@ mod mask;
 mod vocab;
 
 pub use grammar::{grammar, GrammarError};
-pub use mask::TokenMask;
+pub use mask::{mask_rows, TokenMask};
 pub use vocab::GrammarVocab;
 
 use switchyard_seam::{BackendError, Constraint, Tool};
