@@ -8,6 +8,7 @@
 #
 #   benches/multi_model.sh [OUT] [-- extra `loadgen suite` flags]
 #   benches/multi_model.sh --quick        (K=2,4 at one rate, 16 clients: ~10 min)
+#   benches/multi_model.sh OUT -- --k 2,4,8  (K = 8 too)
 #
 # llama-server rows need scripts/build-llama-server.sh run once (slow; kept
 # out of setup and CI); without the binary they are left out.
@@ -28,9 +29,10 @@ cache="${SWITCHYARD_CACHE:-$HOME/.cache/switchyard}"
 repo="$cache/demo-repo"
 smollm2="$(scripts/fetch-model.sh)"
 gemma3="$(scripts/fetch-gemma3.sh)"
-# SmolLM2's Q8_0 re-quantization and three derived checkpoints (base plus a
-# seeded low-rank delta on two matrices: not trained models).
-[[ -d "$repo/smollm2-derived-c" ]] || "$target/release/switchyard" demo-repo "$repo" --base "$smollm2" >&2
+# SmolLM2's Q8_0 re-quantization and five derived checkpoints (base plus a
+# seeded low-rank delta on two matrices: not trained models), so K = 8 has
+# eight checkpoints that really differ.
+[[ -d "$repo/smollm2-derived-e" ]] || "$target/release/switchyard" demo-repo "$repo" --base "$smollm2" --derived 5 >&2
 gguf() { find "$repo/$1" -name '*.gguf' | head -1; }
 
 llama=()
@@ -48,5 +50,7 @@ mkdir -p "$out"
   --checkpoint "smollm2-derived-a=$(gguf smollm2-derived-a)" \
   --checkpoint "smollm2-derived-b=$(gguf smollm2-derived-b)" \
   --checkpoint "smollm2-derived-c=$(gguf smollm2-derived-c)" \
+  --checkpoint "smollm2-derived-d=$(gguf smollm2-derived-d)" \
+  --checkpoint "smollm2-derived-e=$(gguf smollm2-derived-e)" \
   "${quick[@]}" "$@"
 cat "$out/report.md"

@@ -23,7 +23,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use switchyard_engine::registry::Registry;
-use switchyard_engine::repository::demo::{make_demo_repository, DemoOptions};
+use switchyard_engine::repository::demo::{make_demo_repository, DemoOptions, DEFAULT_DERIVED};
 use switchyard_engine::sampling::{SamplingParams, StopCondition};
 use switchyard_engine::serving::{
     CheckpointId, Executor, ExecutorConfig, ExecutorObserver, SequenceEvent, SequenceRequest,
@@ -189,6 +189,7 @@ fn main() {
         &DemoOptions {
             base: model.clone(),
             out: dir.path().join("demo"),
+            derived: DEFAULT_DERIVED,
         },
         &mut |_| {},
     )

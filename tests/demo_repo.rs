@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use switchyard_engine::formats::gguf::GgufFile;
 use switchyard_engine::formats::{load_checkpoint, TensorData};
 use switchyard_engine::repository::demo::{
-    delta_tensor_names, dequantize_tensor, make_demo_repository, DemoOptions, DemoRepository,
-    DERIVED,
+    delta_tensor_names, dequantize_tensor, derived as derived_checkpoints, make_demo_repository,
+    DemoOptions, DemoRepository, DEFAULT_DERIVED,
 };
 use switchyard_engine::repository::ModelRepository;
 use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
@@ -22,6 +22,7 @@ fn make(base: &Path, out: &Path) -> DemoRepository {
     let options = DemoOptions {
         base: base.to_path_buf(),
         out: out.to_path_buf(),
+        derived: DEFAULT_DERIVED,
     };
     let mut events = 0usize;
     let made = make_demo_repository(&options, &mut |_| events += 1).unwrap();
@@ -105,8 +106,8 @@ fn synthetic_demo_repository() {
     let n_layers = base.metadata().get_u64("llama.block_count").unwrap() as usize;
     let targets = delta_tensor_names(n_layers);
     let mut derived_bytes = Vec::new();
-    for (suffix, _) in DERIVED {
-        let path = derived_path(&out, suffix);
+    for (suffix, _) in derived_checkpoints(DEFAULT_DERIVED) {
+        let path = derived_path(&out, &suffix);
         let derived = GgufFile::open(&path).unwrap();
         let general = derived.metadata().get_str("general.name").unwrap();
         assert!(general.contains(&format!("derived-{suffix}")), "{general}");
@@ -132,10 +133,10 @@ fn synthetic_demo_repository() {
     // Deterministic: a second run writes the same bytes.
     let out2 = dir.path().join("again");
     make(&base_path, &out2);
-    for (suffix, _) in DERIVED {
+    for (suffix, _) in derived_checkpoints(DEFAULT_DERIVED) {
         assert_eq!(
-            fs::read(derived_path(&out, suffix)).unwrap(),
-            fs::read(derived_path(&out2, suffix)).unwrap()
+            fs::read(derived_path(&out, &suffix)).unwrap(),
+            fs::read(derived_path(&out2, &suffix)).unwrap()
         );
     }
     // Refreshing in place keeps the base intact and the files the same.

@@ -14,7 +14,7 @@ use switchyard_engine::model::{
     forward_many, LlamaModel, LogitRows, ModelError, ModelPart, SequenceChunk,
 };
 use switchyard_engine::registry::Registry;
-use switchyard_engine::repository::demo::{make_demo_repository, DemoOptions};
+use switchyard_engine::repository::demo::{make_demo_repository, DemoOptions, DEFAULT_DERIVED};
 use switchyard_engine::sampling::{SamplingParams, StopCondition};
 use switchyard_engine::serving::{
     CheckpointId, Executor, ExecutorConfig, ExecutorObserver, SequenceEvent, SequenceRequest,
@@ -52,6 +52,7 @@ fn family(dir: &Path, backend: &CpuBackend, store: &WeightStore<CpuBackend>) -> 
     let options = DemoOptions {
         base: base_path,
         out: dir.join("repo"),
+        derived: DEFAULT_DERIVED,
     };
     let repo = make_demo_repository(&options, &mut |_| {}).unwrap();
     let mut models = repo.checkpoints.iter().map(|c| {
@@ -288,6 +289,7 @@ fn the_executor_runs_derived_checkpoints_together_without_mixing_them() {
     let options = DemoOptions {
         base: base_path,
         out: dir.path().join("repo"),
+        derived: DEFAULT_DERIVED,
     };
     let repo = make_demo_repository(&options, &mut |_| {}).unwrap();
     let registry = Arc::new(Registry::new(backend.clone(), None));

@@ -4,8 +4,11 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use clap::builder::TypedValueParser;
 use indicatif::{ProgressBar, ProgressStyle};
-use switchyard_engine::repository::demo::{make_demo_repository, DemoEvent, DemoOptions};
+use switchyard_engine::repository::demo::{
+    make_demo_repository, DemoEvent, DemoOptions, DEFAULT_DERIVED, MAX_DERIVED,
+};
 
 use super::models::human_bytes;
 
@@ -15,7 +18,7 @@ const DEFAULT_BASE_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 #[derive(clap::Args, Debug)]
 #[command(
     after_help = "Writes OUT/smollm2/{1,2} (the base, and a Q8_0 re-quantization) and \
-                        OUT/smollm2-derived-{a,b,c} (base + a seeded low-rank delta: NOT trained \
+                        OUT/smollm2-derived-{a,b,c,…} (base + a seeded low-rank delta: NOT trained \
                         models), with a README.txt saying what each is. List it with \
                         `switchyard models OUT`."
 )]
@@ -27,6 +30,12 @@ pub struct DemoRepoArgs {
     /// $SWITCHYARD_CACHE or ~/.cache/switchyard, then models/SmolLM2-135M-Instruct.Q4_1.gguf).
     #[arg(long)]
     pub base: Option<PathBuf>,
+    /// How many derived checkpoints to write (suffixes a, b, c, …; the
+    /// first ones are the same bytes whatever the count).
+    #[arg(long, default_value_t = DEFAULT_DERIVED,
+          value_parser = clap::value_parser!(u8).range(0..=MAX_DERIVED as i64).map(usize::from)
+    )]
+    pub derived: usize,
 }
 
 pub fn run(args: DemoRepoArgs) -> anyhow::Result<()> {
@@ -37,6 +46,7 @@ pub fn run(args: DemoRepoArgs) -> anyhow::Result<()> {
     let options = DemoOptions {
         base,
         out: args.out,
+        derived: args.derived,
     };
     let mut reporter = Reporter::default();
     let made =

@@ -37,8 +37,20 @@ pub const BASE_MODEL: &str = "smollm2";
 pub const BASE_ALIAS: &str = "smollm2-135m";
 /// The file name of version 2.
 pub const Q8_0_FILE: &str = "smollm2-q8_0.gguf";
-/// Suffix and delta seed of each derived checkpoint.
-pub const DERIVED: [(&str, u64); 3] = [("a", 1), ("b", 2), ("c", 3)];
+/// How many derived checkpoints a demo repository has unless asked for more.
+pub const DEFAULT_DERIVED: usize = 3;
+/// The most derived checkpoints: one per letter of the suffix alphabet.
+pub const MAX_DERIVED: usize = 26;
+
+/// Suffix and delta seed of each of the first `count` derived checkpoints:
+/// `a` with seed 1, `b` with seed 2, and so on, so that asking for more
+/// keeps the first ones byte for byte.
+pub fn derived(count: usize) -> impl Iterator<Item = (String, u64)> {
+    (b'a'..=b'z')
+        .zip(1..)
+        .take(count.min(MAX_DERIVED))
+        .map(|(letter, seed)| (char::from(letter).to_string(), seed))
+}
 /// `general.file_type` of a mostly-Q8_0 file (llama.cpp's `LLAMA_FTYPE_MOSTLY_Q8_0`).
 const FILE_TYPE_Q8_0: u32 = 7;
 
@@ -49,6 +61,9 @@ pub struct DemoOptions {
     pub base: PathBuf,
     /// The repository folder to create or refresh.
     pub out: PathBuf,
+    /// How many derived checkpoints to write ([`DEFAULT_DERIVED`] for the
+    /// demo; the multi-model benchmark asks for more).
+    pub derived: usize,
 }
 
 /// Progress of [`make_demo_repository`], for log lines and progress bars.
@@ -162,19 +177,19 @@ pub fn make_demo_repository(
     });
 
     checkpoints.push(write_q8_0(&base, &options.base, out, &base_name, progress)?);
-    for (suffix, seed) in DERIVED {
+    for (suffix, seed) in derived(options.derived) {
         checkpoints.push(write_derived_checkpoint(
             &base,
             &options.base,
             out,
-            suffix,
+            &suffix,
             seed,
             &delta_tensor_names(n_layers),
             progress,
         )?);
     }
     write::write_text(&out.join(BASE_MODEL).join("model.toml"), &model_toml())?;
-    write::write_text(&out.join("README.txt"), &readme(&options.base, n_layers))?;
+    write::write_text(&out.join("README.txt"), &readme(options, n_layers))?;
     Ok(DemoRepository {
         root: out.clone(),
         checkpoints,
@@ -276,7 +291,8 @@ fn model_toml() -> String {
     )
 }
 
-fn readme(base: &Path, n_layers: usize) -> String {
+fn readme(options: &DemoOptions, n_layers: usize) -> String {
+    let base = &options.base;
     let targets = delta_tensor_names(n_layers).join(", ");
     let base_name = base.file_name().map_or_else(
         || base.display().to_string(),
@@ -294,7 +310,7 @@ fn readme(base: &Path, n_layers: usize) -> String {
          smollm2/model.toml\n\
          \x20   Alias {BASE_ALIAS}, default version 1, every version served.\n"
     );
-    for (suffix, seed) in DERIVED {
+    for (suffix, seed) in derived(options.derived) {
         text.push_str(&format!(
             "smollm2-derived-{suffix}/1/smollm2-derived-{suffix}.gguf\n\
              \x20   DERIVED, NOT A TRAINED MODEL: the base plus a random rank-{DELTA_RANK} delta\n\
