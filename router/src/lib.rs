@@ -54,10 +54,10 @@ pub use serve::{
 pub use state::{AppState, RouterConfig};
 
 use crate::error::ApiError as Error;
+use crate::layers::body_limit::BodyLimit;
 use crate::layers::request_id::{
     propagate_request_id_layer, set_request_id_layer, SanitizeRequestIdLayer, REQUEST_ID_HEADER,
 };
-use crate::openai::extract::BodyLimit;
 
 /// The whole HTTP app for `state`.
 ///
@@ -72,17 +72,20 @@ pub fn app(state: AppState) -> Router {
 /// (see [`policy`]); `None` serves each request's `model` as sent, like [`app`].
 pub fn app_with_policy(state: AppState, policy: Option<Arc<policy::PolicyRouting>>) -> Router {
     let config = state.config().clone();
-    // Innermost, per route (each parses its own body type once for routing and
-    // handler): requests are routed only once admitted, so shedding stays cheap and
-    // budgets are not held by requests waiting for a slot.
+    // Innermost, per route: each validates its own request type once, for routing and
+    // handler, before routing it. Requests are parsed and routed only once admitted, so
+    // shedding stays cheap and budgets are not held by requests waiting for a slot.
     // The policy layer wraps each handler directly (not through `route_layer`, which
     // would box the handler once more and clone that box for every request).
+    let limits = policy::ParseLimits {
+        max_fanout: config.max_fanout,
+    };
     let chat = post_service(
-        policy::PolicyLayer::<openai::types::ChatCompletionRequest>::new(policy.clone())
+        policy::PolicyLayer::<openai::chat::ValidatedChatRequest>::new(policy.clone(), limits)
             .layer(openai::chat::chat_completions.with_state(state.clone())),
     );
     let completions = post_service(
-        policy::PolicyLayer::<openai::types::CompletionRequest>::new(policy)
+        policy::PolicyLayer::<openai::completions::ValidatedCompletionRequest>::new(policy, limits)
             .layer(openai::completions::completions.with_state(state.clone())),
     );
     let inference = Router::new()

@@ -1,8 +1,9 @@
-//! `POST /v1/chat/completions`: parse into a [`ValidatedChatRequest`], submit
-//! `n` generations, answer with one JSON body or an SSE stream.
+//! `POST /v1/chat/completions`: the [`ValidatedChatRequest`] (validated before routing,
+//! see `openai/parse.rs`), its `n` generations submitted, answered with one JSON body or
+//! an SSE stream.
 
 use axum::extract::State;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use http::HeaderMap;
 use serde_json::Value;
 
@@ -10,8 +11,7 @@ use crate::error::ApiError;
 use crate::layers::request_id::request_id;
 use crate::layers::request_metrics::labelled_response;
 use crate::openai::chat_stream::ChatChunks;
-use crate::openai::extract::OpenAiJson;
-use crate::openai::generate::{check_fanout, merge, UsageTally};
+use crate::openai::generate::{merge, UsageTally};
 use crate::openai::json_response::json_response;
 use crate::openai::params::{
     describe, invalid, parse_model, parse_top_logprobs, CommonFields, GenerationParams,
@@ -21,11 +21,12 @@ use crate::openai::response_format::parse_response_format;
 use crate::openai::responses::{
     AssistantMessage, ChatChoice, ChatCompletion, ChatLogprobs, FunctionCall, ToolCallBody,
 };
+use crate::openai::routed_generation;
 use crate::openai::tool_calls::{split, Piece};
 use crate::openai::tools::{parse_tools, ToolSettings};
 use crate::openai::types::{ChatCompletionRequest, WireMessage};
 use crate::openai::unix_now;
-use crate::policy::{self, RoutedRequest};
+use crate::policy::{RoutedRequest, Validated};
 use crate::sse::{stream_response, StreamSettings};
 use crate::state::AppState;
 use switchyard_seam::{ChatMessage, Prompt, Role, ToolCall};
@@ -302,15 +303,8 @@ pub async fn chat_completions(
     State(state): State<AppState>,
     routed: RoutedRequest,
     headers: HeaderMap,
-    OpenAiJson(wire): OpenAiJson<ChatCompletionRequest>,
+    Validated(request): Validated<ValidatedChatRequest>,
 ) -> Response {
-    if let Err(error) = check_fanout(1, wire.n, state.config().max_fanout) {
-        return error.into_response();
-    }
-    let request = match ValidatedChatRequest::try_from(wire) {
-        Ok(request) => request,
-        Err(error) => return error.into_response(),
-    };
     let requested = request.model.clone();
     let outcome = respond(&state, &routed, &request_id(&headers), request).await;
     labelled_response(&routed.backend_model(&requested), outcome)
@@ -338,7 +332,7 @@ async fn respond(
     match mode {
         ResponseMode::Stream { include_usage } => {
             let choices =
-                policy::submit::submit(state, routed, &requested, &make, "messages").await?;
+                routed_generation::submit(state, routed, &requested, &make, "messages").await?;
             let model = routed.backend_model(&requested);
             let settings = StreamSettings {
                 choices: params.n,
@@ -349,11 +343,11 @@ async fn respond(
             };
             let format = ChatChunks::new(id, created, model, include_usage, parses_calls);
             let events =
-                policy::submit::observe(merge(choices), routed.clone(), params.n, params.n);
+                routed_generation::observe(merge(choices), routed.clone(), params.n, params.n);
             Ok(stream_response(events, format, settings))
         }
         ResponseMode::Whole => {
-            let finished = policy::submit::finish_whole(
+            let finished = routed_generation::finish_whole(
                 state, routed, &requested, &make, "messages", params.n,
             )
             .await?;

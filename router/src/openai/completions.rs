@@ -1,8 +1,9 @@
-//! `POST /v1/completions`: parse into a [`ValidatedCompletionRequest`],
-//! submit prompts × `n` generations, answer whole or streamed.
+//! `POST /v1/completions`: the [`ValidatedCompletionRequest`] (validated before
+//! routing, see `openai/parse.rs`), its prompts × `n` generations submitted, answered
+//! whole or streamed.
 
 use axum::extract::State;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use http::HeaderMap;
 use serde_json::Value;
 
@@ -10,8 +11,7 @@ use crate::error::ApiError;
 use crate::layers::request_id::request_id;
 use crate::layers::request_metrics::labelled_response;
 use crate::openai::completions_stream::TextChunks;
-use crate::openai::extract::OpenAiJson;
-use crate::openai::generate::{check_fanout, merge, UsageTally};
+use crate::openai::generate::{merge, UsageTally};
 use crate::openai::json_response::json_response;
 use crate::openai::params::{
     describe, invalid, parse_model, parse_top_logprobs, CommonFields, GenerationParams,
@@ -19,10 +19,10 @@ use crate::openai::params::{
 };
 use crate::openai::response_format::parse_response_format;
 use crate::openai::responses::{TextChoice, TextCompletion, TextLogprobs};
+use crate::openai::routed_generation;
 use crate::openai::types::CompletionRequest;
 use crate::openai::unix_now;
-use crate::policy::request::prompt_count;
-use crate::policy::{self, RoutedRequest};
+use crate::policy::{RoutedRequest, Validated};
 use crate::sse::{stream_response, StreamSettings};
 use crate::state::AppState;
 use switchyard_seam::Prompt;
@@ -185,19 +185,8 @@ pub async fn completions(
     State(state): State<AppState>,
     routed: RoutedRequest,
     headers: HeaderMap,
-    OpenAiJson(wire): OpenAiJson<CompletionRequest>,
+    Validated(request): Validated<ValidatedCompletionRequest>,
 ) -> Response {
-    if let Err(error) = check_fanout(
-        wire.prompt.as_ref().map_or(1, prompt_count),
-        wire.n,
-        state.config().max_fanout,
-    ) {
-        return error.into_response();
-    }
-    let request = match ValidatedCompletionRequest::try_from(wire) {
-        Ok(request) => request,
-        Err(error) => return error.into_response(),
-    };
     let requested = request.model.clone();
     let outcome = respond(&state, &routed, &request_id(&headers), request).await;
     labelled_response(&routed.backend_model(&requested), outcome)
@@ -222,7 +211,7 @@ async fn respond(
     match mode {
         ResponseMode::Stream { include_usage } => {
             let choices =
-                policy::submit::submit(state, routed, &requested, &make, "prompt").await?;
+                routed_generation::submit(state, routed, &requested, &make, "prompt").await?;
             let total = u32::try_from(choices.len()).unwrap_or(u32::MAX);
             let model = routed.backend_model(&requested);
             let settings = StreamSettings {
@@ -233,13 +222,15 @@ async fn respond(
                 keep_alive: state.config().sse_keep_alive,
             };
             let format = TextChunks::new(id, created, model, include_usage);
-            let events = policy::submit::observe(merge(choices), routed.clone(), total, params.n);
+            let events =
+                routed_generation::observe(merge(choices), routed.clone(), total, params.n);
             Ok(stream_response(events, format, settings))
         }
         ResponseMode::Whole => {
-            let finished =
-                policy::submit::finish_whole(state, routed, &requested, &make, "prompt", params.n)
-                    .await?;
+            let finished = routed_generation::finish_whole(
+                state, routed, &requested, &make, "prompt", params.n,
+            )
+            .await?;
             let model = routed.backend_model(&requested);
             let mut tally = UsageTally::new(params.n);
             let choices = finished
