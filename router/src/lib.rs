@@ -35,7 +35,7 @@ pub mod state;
 
 use std::sync::Arc;
 
-use axum::extract::{DefaultBodyLimit, Request};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::handler::Handler;
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
@@ -109,7 +109,7 @@ pub fn app_with_policy(state: AppState, policy: Option<Arc<policy::PolicyRouting
         .route("/v1/models/{*id}", get(openai::models::retrieve_model))
         .route("/health", get(health::health))
         .route("/ready", get(health::ready))
-        .route("/metrics", get(metrics::metrics_handler))
+        .route("/metrics", get(public_metrics))
         .merge(inference)
         .fallback(route_not_found)
         .with_state(state);
@@ -144,6 +144,11 @@ pub fn app_with_policy(state: AppState, policy: Option<Arc<policy::PolicyRouting
             .layer(Extension(BodyLimit(config.max_body_bytes)))
             .layer(DefaultBodyLimit::max(config.max_body_bytes)),
     )
+}
+
+/// `GET /metrics`: Prometheus text format, without tenant series.
+async fn public_metrics(State(state): State<AppState>) -> Response {
+    metrics::prometheus_response(state.metrics().render_public())
 }
 
 async fn route_not_found(method: Method, request: Request) -> Response {

@@ -5,7 +5,7 @@ use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use switchyard_policies::Diagnostic;
 
-use crate::admin::models::{AdminError, AdminErrorKind};
+use crate::admin::model_admin::{AdminError, AdminErrorKind};
 use crate::error::ErrorReply;
 
 /// Why an admin request failed.

@@ -22,7 +22,7 @@ use crate::openai::responses::{
     AssistantMessage, ChatChoice, ChatCompletion, ChatLogprobs, FunctionCall, ToolCallBody,
 };
 use crate::openai::routed_generation;
-use crate::openai::tool_calls::{split, Piece};
+use crate::openai::tool_calls::{new_call_id, split, Piece};
 use crate::openai::tools::{parse_tools, ToolSettings};
 use crate::openai::types::{ChatCompletionRequest, WireMessage};
 use crate::openai::unix_now;
@@ -428,10 +428,4 @@ fn message_with_calls(text: &str) -> (AssistantMessage, bool) {
         tool_calls,
     };
     (message, called)
-}
-
-/// A fresh tool-call id, unique across requests (`call_` and 24 hex digits, as OpenAI's look).
-pub fn new_call_id() -> String {
-    let id = uuid::Uuid::new_v4().simple().to_string();
-    format!("call_{}", &id[..24])
 }
