@@ -15,6 +15,7 @@ mod graph;
 mod resolve;
 mod tree;
 mod uses;
+pub mod workspace;
 
 use std::path::Path;
 
