@@ -11,6 +11,7 @@ pub mod json_response;
 pub mod models;
 pub mod params;
 pub mod parse;
+pub mod respond;
 pub mod response_format;
 pub mod responses;
 pub mod routed_generation;
