@@ -8,10 +8,9 @@
 //!    field otherwise), which routing and the handler both read ([`Validated`]);
 //! 2. authenticates the tenant from `Authorization: Bearer <key>` (hashed, compared in
 //!    constant time by the policy crate);
-//! 3. reads `model`, `max_tokens`, `user` and the prompt size from the request the
-//!    layer validated before routing ([`routable`]; a request that does not validate is
-//!    refused before any of this), and the `x-switchyard-*` hint headers (the prompt
-//!    size is estimated from its characters);
+//! 3. reads `model`, `max_tokens`, `user` and the prompt size from that validated
+//!    request ([`routable`]; the prompt size is estimated from its characters), and the
+//!    `x-switchyard-*` hint headers;
 //! 4. routes with the current policy against live engine state
 //!    ([`InferenceBackend::checkpoint_state`](switchyard_seam::InferenceBackend::checkpoint_state)),
 //!    reserving the tenant's budget, or answers with an OpenAI-shaped error naming which
@@ -21,8 +20,8 @@
 //!
 //! The handler settles the route when the request ends (`openai/routed_generation.rs`):
 //! budgets are charged the engine's token counts, the split's rollback rule gets the
-//! outcome and latency, and a checkpoint that refuses (overloaded) or fails before any output gives way to the
-//! policy's fallbacks.
+//! outcome and latency, and a checkpoint that refuses (overloaded) or fails before any
+//! output gives way to the policy's fallbacks.
 //!
 //! Metrics: the policy crate's (`switchyard_policy_*`, see
 //! [`switchyard_policies::metrics`]) plus [`FALLBACKS_TOTAL`].
