@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The project's test command: Rust unit and integration tests, then the
+# The project's test command: Rust unit and integration tests (the module-cycle
+# check among them, tools/module-cycles/tests/workspace.rs), then the
 # Python checks against the real binary (numerics against the NumPy
 # reference, tokenization against an independent tokenizer).
 # Run scripts/setup.sh once first.

@@ -6,11 +6,13 @@
 //! not ggml's error-minimising searches, so round trips are close but not
 //! bit-identical to llama.cpp's quantizer.
 
+mod encode;
 mod low_bit;
 
 use half::{bf16, f16};
 
 use crate::{DType, KernelError};
+use encode::{f16_round, inverse, pack_k_scales, push_f16};
 
 /// Encodes `values` (any whole number of `dtype` blocks) as `dtype`.
 ///
@@ -63,23 +65,6 @@ pub fn quantize(dtype: DType, values: &[f32]) -> Result<Vec<u8>, KernelError> {
             .for_each(|b| low_bit::iq4_xs(b, &mut out)),
     }
     Ok(out)
-}
-
-/// `x` rounded to f16, as the dequantizer will see it.
-fn f16_round(x: f32) -> f32 {
-    f16::from_f32(x).to_f32()
-}
-
-fn push_f16(out: &mut Vec<u8>, x: f32) {
-    out.extend_from_slice(&f16::from_f32(x).to_le_bytes());
-}
-
-fn inverse(d: f32) -> f32 {
-    if d == 0.0 {
-        0.0
-    } else {
-        1.0 / d
-    }
 }
 
 fn amax(block: &[f32]) -> f32 {
@@ -218,24 +203,6 @@ fn q4_k(block: &[f32], out: &mut Vec<u8>) {
         let (lo, hi) = group.split_at(32);
         out.extend(lo.iter().zip(hi).map(|(&a, &b)| a | (b << 4)));
     }
-}
-
-/// The eight 6-bit scales and mins of Q4_K/Q5_K in their 12 bytes (the
-/// inverse of ggml's `get_scale_min_k4`).
-fn pack_k_scales(sc: &[u8], m: &[u8]) -> [u8; 12] {
-    let mut packed = [0u8; 12];
-    for j in 0..8 {
-        let (ls, lm) = (sc[j], m[j]);
-        if j < 4 {
-            packed[j] = ls;
-            packed[j + 4] = lm;
-        } else {
-            packed[j + 4] = (ls & 0x0F) | ((lm & 0x0F) << 4);
-            packed[j - 4] |= (ls >> 4) << 6;
-            packed[j] |= (lm >> 4) << 6;
-        }
-    }
-    packed
 }
 
 /// Q6_K: 16 sub-blocks of 16, `x ≈ d · sc[j] · (q - 32)` with 6-bit `q`

@@ -44,8 +44,8 @@ use http_body_util::BodyExt;
 use switchyard_policies::RouteRequest;
 use switchyard_router::layers::request_id::set_request_id_layer;
 use switchyard_router::openai::chat::chat_completions;
-use switchyard_router::openai::types::ChatCompletionRequest;
-use switchyard_router::policy::{PolicyLayer, PolicyRouting};
+use switchyard_router::openai::chat::ValidatedChatRequest;
+use switchyard_router::policy::{ParseLimits, PolicyLayer, PolicyRouting};
 use switchyard_router::{app, app_with_policy, AppState, RouterConfig};
 use tower::{Layer, ServiceExt};
 
@@ -192,8 +192,12 @@ async fn time_layer(request: AxumRequest, next: Next) -> Response {
 /// belongs to that layer, not to routing).
 fn chat_route(state: AppState, policy: Option<Arc<PolicyRouting>>) -> Router {
     let handler = middleware::from_fn(time_handler).layer(chat_completions.with_state(state));
-    let route = post_service(PolicyLayer::<ChatCompletionRequest>::new(policy).layer(handler))
-        .route_layer(middleware::from_fn(time_layer));
+    let limits = ParseLimits {
+        max_fanout: RouterConfig::default().max_fanout,
+    };
+    let route =
+        post_service(PolicyLayer::<ValidatedChatRequest>::new(policy, limits).layer(handler))
+            .route_layer(middleware::from_fn(time_layer));
     Router::new()
         .route("/v1/chat/completions", route)
         .layer(set_request_id_layer())

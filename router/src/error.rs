@@ -1,9 +1,15 @@
 //! The one place where failures become HTTP responses and SSE error events.
 //!
-//! Every error a client can meet is an [`ApiError`] variant. Its message names
-//! the field and the value at fault; [`ApiError::status`], [`ApiError::error_type`],
-//! [`ApiError::param`] and [`ApiError::code`] give the rest of OpenAI's error
-//! body `{"error": {"message", "type", "param", "code"}}`.
+//! Every error type of the router converts into an [`ErrorReply`] — the OpenAI
+//! endpoints' [`ApiError`] here, the policy layer's `PolicyRejection`
+//! (`policy/error.rs`) and the admin API's `AdminApiError` (`admin/error.rs`) — and
+//! only an [`ErrorReply`] is turned into a response or an SSE event, so the body
+//! shape, the `type` for each status, `Retry-After` and `WWW-Authenticate` are decided
+//! once. Each error type says only its own status, message, `code` and `param`.
+//!
+//! An [`ApiError`]'s message names the field and the value at fault;
+//! [`ApiError::status`], [`ApiError::param`] and [`ApiError::code`] give the rest of
+//! OpenAI's error body `{"error": {"message", "type", "param", "code"}}`.
 
 use std::time::Duration;
 
@@ -129,6 +135,116 @@ pub struct ErrorDetail {
     pub param: Option<String>,
     /// A stable machine-readable code, if any.
     pub code: Option<&'static str>,
+    /// Structured details beside the message (the admin API's policy diagnostics).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diagnostics: Option<serde_json::Value>,
+}
+
+/// A failure of any stage, as the client is told it: the one value that becomes an HTTP
+/// error response ([`IntoResponse`]) or an SSE error event ([`ErrorReply::sse_event`]).
+#[derive(Debug)]
+pub struct ErrorReply {
+    status: StatusCode,
+    body: ErrorBody,
+    retry_after: Option<Duration>,
+}
+
+impl ErrorReply {
+    /// A reply with `status`, `message` and `code`; OpenAI's `type` follows from the
+    /// status ([`error_type`]), no `param`, no `Retry-After`.
+    pub fn new(status: StatusCode, message: String, code: &'static str) -> Self {
+        ErrorReply {
+            status,
+            body: ErrorBody {
+                error: ErrorDetail {
+                    message,
+                    kind: error_type(status),
+                    param: None,
+                    code: Some(code),
+                    diagnostics: None,
+                },
+            },
+            retry_after: None,
+        }
+    }
+
+    /// Names the request field (or header) at fault.
+    pub fn with_param(mut self, param: Option<String>) -> Self {
+        self.body.error.param = param;
+        self
+    }
+
+    /// Replaces the `type` the status implies (a spent budget is `insufficient_quota`,
+    /// not a rate limit).
+    pub fn with_type(mut self, kind: &'static str) -> Self {
+        self.body.error.kind = kind;
+        self
+    }
+
+    /// Asks the client to wait this long before retrying.
+    pub fn with_retry_after(mut self, retry_after: Option<Duration>) -> Self {
+        self.retry_after = retry_after;
+        self
+    }
+
+    /// Adds structured details beside the message.
+    pub fn with_diagnostics(mut self, diagnostics: serde_json::Value) -> Self {
+        self.body.error.diagnostics = Some(diagnostics);
+        self
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The OpenAI-shaped body.
+    pub fn body(&self) -> &ErrorBody {
+        &self.body
+    }
+
+    /// The body, taken.
+    pub fn into_body(self) -> ErrorBody {
+        self.body
+    }
+
+    /// The error as one SSE `data:` event, for failures after a stream began.
+    pub fn sse_event(&self) -> Event {
+        sse_json_event(&self.body)
+    }
+}
+
+/// OpenAI's error `type` for a status.
+pub fn error_type(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::UNAUTHORIZED => "authentication_error",
+        StatusCode::FORBIDDEN => "permission_error",
+        StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
+        status if status.is_server_error() => "server_error",
+        _ => "invalid_request_error",
+    }
+}
+
+impl IntoResponse for ErrorReply {
+    fn into_response(self) -> Response {
+        let message = &self.body.error.message;
+        if self.status.is_server_error() {
+            tracing::warn!(error = %message, status = %self.status, "request failed");
+        } else {
+            tracing::debug!(error = %message, status = %self.status, "request rejected");
+        }
+        let mut response = (self.status, Json(&self.body)).into_response();
+        let headers = response.headers_mut();
+        if let Some(retry_after) = self.retry_after {
+            // Retry-After is whole seconds; round up so clients never retry early.
+            let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds.max(1)));
+        }
+        if self.status == StatusCode::UNAUTHORIZED {
+            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
 }
 
 impl ApiError {
@@ -166,15 +282,6 @@ impl ApiError {
         }
     }
 
-    /// OpenAI's error `type`.
-    pub fn error_type(&self) -> &'static str {
-        match self.status() {
-            StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
-            status if status.is_server_error() => "server_error",
-            _ => "invalid_request_error",
-        }
-    }
-
     /// The request field at fault, if any.
     pub fn param(&self) -> Option<String> {
         match self {
@@ -208,8 +315,8 @@ impl ApiError {
     }
 
     /// OpenAI's error `code`.
-    pub fn code(&self) -> Option<&'static str> {
-        Some(match self {
+    pub fn code(&self) -> &'static str {
+        match self {
             ApiError::InvalidJson { .. } => "invalid_json",
             ApiError::InvalidType { .. } => "invalid_type",
             ApiError::MissingParameter { .. } => "missing_required_parameter",
@@ -229,7 +336,7 @@ impl ApiError {
                 BackendError::Overloaded => "overloaded",
                 BackendError::Internal { .. } => "internal_error",
             },
-        })
+        }
     }
 
     /// How long the client should wait before retrying, when retrying helps.
@@ -245,40 +352,33 @@ impl ApiError {
         }
     }
 
+    /// The reply the client gets.
+    pub fn reply(&self) -> ErrorReply {
+        ErrorReply::new(self.status(), self.to_string(), self.code())
+            .with_param(self.param())
+            .with_retry_after(self.retry_after())
+    }
+
     /// The OpenAI-shaped body.
     pub fn body(&self) -> ErrorBody {
-        ErrorBody {
-            error: ErrorDetail {
-                message: self.to_string(),
-                kind: self.error_type(),
-                param: self.param(),
-                code: self.code(),
-            },
-        }
+        self.reply().into_body()
     }
 
     /// The error as one SSE `data:` event, for failures after a stream began.
     pub fn sse_event(&self) -> Event {
-        sse_json_event(&self.body())
+        self.reply().sse_event()
+    }
+}
+
+impl From<ApiError> for ErrorReply {
+    fn from(error: ApiError) -> Self {
+        error.reply()
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if self.status().is_server_error() {
-            tracing::warn!(error = %self, "request failed");
-        } else {
-            tracing::debug!(error = %self, "request rejected");
-        }
-        let mut response = (self.status(), Json(self.body())).into_response();
-        if let Some(retry_after) = self.retry_after() {
-            // Retry-After is whole seconds; round up so clients never retry early.
-            let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(seconds.max(1)));
-        }
-        response
+        self.reply().into_response()
     }
 }
 
@@ -296,5 +396,45 @@ pub fn sse_json_event<T: Serialize>(value: &T) -> Event {
                 r#"{"error":{"message":"internal error: could not serialize a stream chunk","type":"server_error","param":null,"code":"internal_error"}}"#,
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every error type's reply goes through one mapping: the `type` follows the status,
+    /// 401s carry `WWW-Authenticate` and retryable errors `Retry-After`, whoever made them.
+    #[test]
+    fn one_mapping_for_status_type_and_headers() {
+        let unauthorized = ErrorReply::new(StatusCode::UNAUTHORIZED, "no".to_owned(), "x");
+        assert_eq!(unauthorized.body().error.kind, "authentication_error");
+        let response = unauthorized.into_response();
+        assert_eq!(response.headers()[header::WWW_AUTHENTICATE], "Bearer");
+        assert!(response.headers().get(header::RETRY_AFTER).is_none());
+
+        let shed = ApiError::TooManyRequests {
+            in_flight: 1,
+            queued: 1,
+            retry_after: Duration::from_millis(1500),
+        };
+        let reply = shed.reply();
+        assert_eq!(reply.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(reply.body().error.kind, "rate_limit_error");
+        assert_eq!(reply.body().error.code, Some("rate_limit_exceeded"));
+        let response = reply.into_response();
+        assert_eq!(response.headers()[header::RETRY_AFTER], "2");
+        assert!(response.headers().get(header::WWW_AUTHENTICATE).is_none());
+
+        let invalid = ApiError::InvalidValue {
+            param: "n".to_owned(),
+            message: "too many".to_owned(),
+        };
+        let body = serde_json::to_value(invalid.body()).unwrap_or_default();
+        assert_eq!(
+            body,
+            serde_json::json!({"error": {"message": "Invalid value for 'n': too many",
+                "type": "invalid_request_error", "param": "n", "code": "invalid_value"}})
+        );
     }
 }

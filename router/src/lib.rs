@@ -35,7 +35,7 @@ pub mod state;
 
 use std::sync::Arc;
 
-use axum::extract::{DefaultBodyLimit, Request};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::handler::Handler;
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
@@ -54,10 +54,10 @@ pub use serve::{
 pub use state::{AppState, RouterConfig};
 
 use crate::error::ApiError as Error;
+use crate::layers::body_limit::BodyLimit;
 use crate::layers::request_id::{
     propagate_request_id_layer, set_request_id_layer, SanitizeRequestIdLayer, REQUEST_ID_HEADER,
 };
-use crate::openai::extract::BodyLimit;
 
 /// The whole HTTP app for `state`.
 ///
@@ -72,17 +72,20 @@ pub fn app(state: AppState) -> Router {
 /// (see [`policy`]); `None` serves each request's `model` as sent, like [`app`].
 pub fn app_with_policy(state: AppState, policy: Option<Arc<policy::PolicyRouting>>) -> Router {
     let config = state.config().clone();
-    // Innermost, per route (each parses its own body type once for routing and
-    // handler): requests are routed only once admitted, so shedding stays cheap and
-    // budgets are not held by requests waiting for a slot.
+    // Innermost, per route: each validates its own request type once, for routing and
+    // handler, before routing it. Requests are parsed and routed only once admitted, so
+    // shedding stays cheap and budgets are not held by requests waiting for a slot.
     // The policy layer wraps each handler directly (not through `route_layer`, which
     // would box the handler once more and clone that box for every request).
+    let limits = policy::ParseLimits {
+        max_fanout: config.max_fanout,
+    };
     let chat = post_service(
-        policy::PolicyLayer::<openai::types::ChatCompletionRequest>::new(policy.clone())
+        policy::PolicyLayer::<openai::chat::ValidatedChatRequest>::new(policy.clone(), limits)
             .layer(openai::chat::chat_completions.with_state(state.clone())),
     );
     let completions = post_service(
-        policy::PolicyLayer::<openai::types::CompletionRequest>::new(policy)
+        policy::PolicyLayer::<openai::completions::ValidatedCompletionRequest>::new(policy, limits)
             .layer(openai::completions::completions.with_state(state.clone())),
     );
     let inference = Router::new()
@@ -106,7 +109,7 @@ pub fn app_with_policy(state: AppState, policy: Option<Arc<policy::PolicyRouting
         .route("/v1/models/{*id}", get(openai::models::retrieve_model))
         .route("/health", get(health::health))
         .route("/ready", get(health::ready))
-        .route("/metrics", get(metrics::metrics_handler))
+        .route("/metrics", get(public_metrics))
         .merge(inference)
         .fallback(route_not_found)
         .with_state(state);
@@ -141,6 +144,11 @@ pub fn app_with_policy(state: AppState, policy: Option<Arc<policy::PolicyRouting
             .layer(Extension(BodyLimit(config.max_body_bytes)))
             .layer(DefaultBodyLimit::max(config.max_body_bytes)),
     )
+}
+
+/// `GET /metrics`: Prometheus text format, without tenant series.
+async fn public_metrics(State(state): State<AppState>) -> Response {
+    metrics::prometheus_response(state.metrics().render_public())
 }
 
 async fn route_not_found(method: Method, request: Request) -> Response {

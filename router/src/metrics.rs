@@ -12,12 +12,9 @@ use std::sync::{Arc, OnceLock, RwLock};
 use std::thread::LocalKey;
 use std::time::Duration;
 
-use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use http::header;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-
-use crate::state::AppState;
 
 /// Counter: HTTP requests by `path`, `model` and `status`.
 pub const HTTP_REQUESTS_TOTAL: &str = "switchyard_http_requests_total";
@@ -287,11 +284,6 @@ pub fn add_scrape_source(source: Arc<dyn ScrapeSource>) {
         .write()
         .unwrap_or_else(|p| p.into_inner())
         .push(source);
-}
-
-/// `GET /metrics`: Prometheus text format, without tenant series.
-pub async fn metrics_handler(State(state): State<AppState>) -> Response {
-    prometheus_response(state.metrics().render_public())
 }
 
 /// `body` with every scrape source's series after it, as a Prometheus text response

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use http::StatusCode;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
@@ -20,6 +21,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
+use crate::error::ErrorReply;
 use crate::metrics::Metrics;
 
 /// How long in-flight requests get to finish after shutdown begins.
@@ -180,7 +182,14 @@ impl Connection {
 
 /// Answers a connection past the cap with a 503 and closes it.
 async fn refuse(mut stream: TcpStream, retry_after_secs: u64) {
-    let body = r#"{"error":{"message":"The server has too many open connections; retry shortly.","type":"server_error","param":null,"code":"too_many_connections"}}"#;
+    // Written by hand on the raw socket (no HTTP service runs for it), with the body
+    // of the one error mapping.
+    let reply = ErrorReply::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "The server has too many open connections; retry shortly.".to_owned(),
+        "too_many_connections",
+    );
+    let body = serde_json::to_string(reply.body()).unwrap_or_default();
     let response = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: {retry_after_secs}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()

@@ -151,7 +151,7 @@ async fn body_errors_match_the_handlers() {
         Some("model"),
         &["model"],
     );
-    // Routed, then refused by the handler's own validation: nothing is charged.
+    // Refused by validation before routing: nothing is reserved or charged.
     let reply = chat_body(
         &app,
         json!({"model": "small", "messages": [], "max_tokens": 5}),
@@ -455,42 +455,81 @@ async fn without_a_policy_the_model_is_used_as_sent() {
     assert_eq!(fake.submitted()[0].model, "small@v1");
 }
 
-/// The layer parses the body once for itself and the handler; a body its wire type
-/// refuses is still routed first (credentials before field types), then refused by the
-/// handler naming the field, and nothing is charged for it.
+/// A policy of its own, so that its route counters (labelled by model) move only with
+/// the test that uses it, whatever runs beside it.
+const PARSE_FIRST: &str = r#"
+[routing]
+allow_anonymous = false
+
+[[models]]
+name = "parse-first"
+version = "v1"
+cost_per_1k_input = 0.01
+cost_per_1k_output = 0.02
+quality = 0.5
+context_limit = 64
+
+[[tenants]]
+name = "parse-first-tenant"
+api_keys = ["sha256:KEY"]
+
+[[tenants.budgets]]
+window = "1h"
+limit_tokens = 100
+"#;
+
+/// Requests routed to `parse-first` so far, as the process's metrics count them.
+fn parse_first_routed() -> f64 {
+    switchyard_router::metrics::Metrics::global()
+        .render()
+        .lines()
+        .filter(|line| {
+            line.starts_with("switchyard_policy_routed_total{")
+                && line.contains("model=\"parse-first\"")
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Parse, then route: a body that does not validate is refused naming the field before
+/// routing runs (so before credentials are read), reserves no budget and moves no route
+/// counter; a valid one is routed and served from the same validated value.
 #[tokio::test]
-async fn field_type_errors_come_after_credentials_as_before() {
-    let (app, store) = policy_app(two_models(), &tenants_policy());
-    let bad_type = json!({"model": "small", "max_tokens": 2, "temperature": "hot",
-                          "messages": [{"role": "user", "content": "hi"}]});
-    let reply = chat_body(
-        &app,
-        bad_type.clone(),
-        &[("authorization", "Bearer sk-wrong")],
-    )
-    .await;
-    assert_error(
-        &reply,
-        StatusCode::UNAUTHORIZED,
-        "authentication_error",
-        None,
-        &["not known"],
-    );
-    let reply = chat_body(&app, bad_type, &[("authorization", "Bearer sk-acme")]).await;
-    assert_error(
-        &reply,
-        StatusCode::BAD_REQUEST,
-        "invalid_request_error",
-        Some("temperature"),
-        &["invalid type"],
-    );
-    let policy = store.current();
-    let budget = policy.budgets("acme").unwrap()[0].snapshot();
+async fn invalid_requests_are_refused_before_routing_and_reserve_nothing() {
+    let policy = PARSE_FIRST.replace("KEY", &sha256_hex("sk-parse-first"));
+    let (app, store) = policy_app(Arc::new(fake_serving(&[("parse-first@v1", 64)])), &policy);
+    let auth = [("authorization", "Bearer sk-parse-first")];
+    let routed_before = parse_first_routed();
+    let invalid = [
+        json!({"model": "parse-first", "max_tokens": 2, "temperature": "hot",
+               "messages": [{"role": "user", "content": "hi"}]}),
+        json!({"model": "parse-first", "max_tokens": 2, "temperature": 7,
+               "messages": [{"role": "user", "content": "hi"}]}),
+        json!({"model": "parse-first", "max_tokens": 2, "messages": []}),
+        json!({"model": "parse-first", "max_tokens": 2, "n": 1000,
+               "messages": [{"role": "user", "content": "hi"}]}),
+    ];
+    let params = ["temperature", "temperature", "messages", "n"];
+    for (body, param) in invalid.iter().zip(params) {
+        // A wrong key too: the body is refused first, credentials are never read.
+        for headers in [&auth[..], &[("authorization", "Bearer sk-wrong")][..]] {
+            let reply = chat_body(&app, body.clone(), headers).await;
+            assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.text);
+            assert_eq!(reply.json()["error"]["param"], param, "{}", reply.text);
+            assert!(reply.headers.get("x-switchyard-model").is_none());
+        }
+    }
+    let budget = store.current().budgets("parse-first-tenant").unwrap()[0].snapshot();
     assert_eq!((budget.settled, budget.reserved), (0.0, 0.0));
-    // A well-formed body goes through the handler with the layer's parse.
-    let good = json!({"model": "small", "max_tokens": 2,
+    assert_eq!(parse_first_routed(), routed_before);
+
+    // A well-formed body is routed and served from the layer's one parse.
+    let good = json!({"model": "parse-first", "max_tokens": 2,
                       "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]});
-    let reply = chat_body(&app, good, &[("authorization", "Bearer sk-acme")]).await;
+    let reply = chat_body(&app, good, &auth).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
-    assert_eq!(reply.json()["model"], "small@v1");
+    assert_eq!(reply.json()["model"], "parse-first@v1");
+    assert_eq!(parse_first_routed(), routed_before + 1.0);
+    let budget = store.current().budgets("parse-first-tenant").unwrap()[0].snapshot();
+    assert!(budget.settled > 0.0, "{budget:?}");
 }

@@ -41,6 +41,7 @@ pub mod demo;
 mod error;
 mod inspect;
 mod model_toml;
+mod repo_model;
 mod scan;
 
 use std::path::{Path, PathBuf};
@@ -48,6 +49,7 @@ use std::path::{Path, PathBuf};
 pub use error::{RepositoryError, RepositoryProblem};
 pub use inspect::{compare_versions, RepoVersion};
 pub use model_toml::{parse_model_toml, ModelToml, VersionPolicy};
+pub use repo_model::RepoModel;
 
 /// Every usable model of a repository folder, and what could not be used.
 #[derive(Clone, Debug)]
@@ -57,21 +59,6 @@ pub struct ModelRepository {
     pub models: Vec<RepoModel>,
     /// Models, versions and `model.toml` files that were skipped, and why.
     pub problems: Vec<RepositoryProblem>,
-}
-
-/// One model folder: its versions and settings.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RepoModel {
-    /// The folder name.
-    pub name: String,
-    /// Other names for the model, unique across the repository.
-    pub aliases: Vec<String>,
-    /// The `default_version` of `model.toml`, when it names a served version.
-    pub default_version: Option<String>,
-    pub policy: VersionPolicy,
-    /// Every usable version on disk, oldest first (see [`compare_versions`]);
-    /// never empty.
-    pub versions: Vec<RepoVersion>,
 }
 
 impl ModelRepository {
@@ -153,57 +140,6 @@ impl ModelRepository {
         self.models
             .iter()
             .map(|m| m.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
-}
-
-impl RepoModel {
-    /// The versions the policy serves, oldest first.
-    pub fn served_versions(&self) -> Vec<&RepoVersion> {
-        match &self.policy {
-            VersionPolicy::All => self.versions.iter().collect(),
-            VersionPolicy::Latest(n) => {
-                let skip = self.versions.len().saturating_sub(*n);
-                self.versions.iter().skip(skip).collect()
-            }
-            VersionPolicy::Specific(listed) => self
-                .versions
-                .iter()
-                .filter(|v| listed.contains(&v.version))
-                .collect(),
-        }
-    }
-
-    /// Whether the policy serves `version`.
-    pub fn serves(&self, version: &str) -> bool {
-        self.served_versions().iter().any(|v| v.version == version)
-    }
-
-    /// The version requests without `@version` get: `default_version` from
-    /// `model.toml`, else the highest served version; `None` when the policy
-    /// serves nothing on disk.
-    pub fn default_version(&self) -> Option<&RepoVersion> {
-        match &self.default_version {
-            Some(v) => self.version(v),
-            None => self.served_versions().last().copied(),
-        }
-    }
-
-    /// The version named `version`, served or not.
-    pub fn version(&self, version: &str) -> Option<&RepoVersion> {
-        self.versions.iter().find(|v| v.version == version)
-    }
-
-    /// Whether `name` is this model's name or one of its aliases.
-    pub fn answers_to(&self, name: &str) -> bool {
-        self.name == name || self.aliases.iter().any(|a| a == name)
-    }
-
-    fn version_list(&self) -> String {
-        self.versions
-            .iter()
-            .map(|v| v.version.as_str())
             .collect::<Vec<_>>()
             .join(", ")
     }

@@ -15,9 +15,12 @@ use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::{AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior};
 
-use super::{Parts, TokenizerError};
+use super::parts::Parts;
+use super::TokenizerError;
 use crate::formats::gguf::Metadata;
+use crate::tokenizer::gguf::key_errors::{bad_key, build_error, missing_or_bad};
 
+mod key_errors;
 mod pre;
 mod spm;
 
@@ -219,33 +222,4 @@ fn required_str<'a>(
     metadata
         .get_str(key)
         .ok_or_else(|| missing_or_bad(file, metadata, key, "a string"))
-}
-
-fn missing_or_bad(file: &Path, metadata: &Metadata, key: &str, expected: &str) -> TokenizerError {
-    match metadata.get(key) {
-        None => TokenizerError::MissingKey {
-            file: file.to_path_buf(),
-            key: key.to_string(),
-        },
-        Some(value) => bad_key(
-            file,
-            key,
-            format!("expected {expected}, found {}", value.type_name()),
-        ),
-    }
-}
-
-fn bad_key(file: &Path, key: &str, reason: String) -> TokenizerError {
-    TokenizerError::BadKey {
-        file: file.to_path_buf(),
-        key: key.to_string(),
-        reason,
-    }
-}
-
-fn build_error(file: &Path, e: impl std::fmt::Display) -> TokenizerError {
-    TokenizerError::Build {
-        file: file.to_path_buf(),
-        reason: e.to_string(),
-    }
 }

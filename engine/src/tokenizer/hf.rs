@@ -5,7 +5,8 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::{Parts, TokenizerError};
+use super::parts::Parts;
+use super::TokenizerError;
 
 pub(super) fn load(
     tokenizer_json: &Path,

@@ -9,6 +9,7 @@
 mod error;
 mod gguf;
 mod hf;
+mod parts;
 mod stream;
 
 use std::sync::Arc;
@@ -17,6 +18,7 @@ pub use error::TokenizerError;
 pub use stream::DecodeStream;
 
 use crate::formats::TokenizerSource;
+use parts::Parts;
 
 /// Texts of tokens that end a chat turn in common model families; when a
 /// vocabulary has one of them as a special token, generation stops on it.
@@ -34,19 +36,6 @@ const END_OF_TURN_TEXTS: &[&str] = &[
 #[derive(Clone, Debug)]
 pub struct Tokenizer {
     inner: Arc<Inner>,
-}
-
-/// What a source-specific loader (`gguf.rs`, `hf.rs`) hands back.
-#[derive(Debug)]
-struct Parts {
-    tok: tokenizers::Tokenizer,
-    bos_id: Option<u32>,
-    eos_id: Option<u32>,
-    /// End-of-turn ids the source names explicitly (GGUF `eot`/`eom`).
-    extra_eos: Vec<u32>,
-    add_bos: bool,
-    add_eos: bool,
-    chat_template: Option<String>,
 }
 
 #[derive(Debug)]
@@ -159,12 +148,6 @@ impl Tokenizer {
             .map_err(|e| TokenizerError::Decode {
                 reason: e.to_string(),
             })
-    }
-
-    /// A streaming decoder: feed it ids one at a time, get text when it is
-    /// complete UTF-8.
-    pub fn decode_stream(&self, skip_special: bool) -> DecodeStream {
-        DecodeStream::new(self.clone(), skip_special)
     }
 
     /// The beginning-of-sequence id, when the vocabulary has one.

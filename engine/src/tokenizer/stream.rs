@@ -9,6 +9,14 @@
 
 use super::{Tokenizer, TokenizerError};
 
+impl Tokenizer {
+    /// A streaming decoder: feed it ids one at a time, get text when it is
+    /// complete UTF-8.
+    pub fn decode_stream(&self, skip_special: bool) -> DecodeStream {
+        DecodeStream::new(self.clone(), skip_special)
+    }
+}
+
 /// Turns a stream of token ids into a stream of complete UTF-8 text pieces.
 #[derive(Clone, Debug)]
 pub struct DecodeStream {

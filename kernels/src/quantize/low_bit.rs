@@ -2,7 +2,7 @@
 //! (see `cpu::blocks_k`, `cpu::blocks_iq4`), simple per-sub-block scale
 //! choices rather than ggml's error-minimising searches.
 
-use super::{f16_round, inverse, push_f16};
+use super::encode::{f16_round, inverse, pack_k_scales, push_f16};
 use crate::cpu::blocks_iq4::IQ4_VALUES;
 
 /// Packs 256 2-bit values as Q2_K/Q3_K store them: element `128h + 32s +
@@ -115,7 +115,7 @@ pub(super) fn q5_k(block: &[f32], out: &mut Vec<u8>) {
     let (d, dmin, sc, m) = two_level(&pairs, 63.0);
     push_f16(out, d);
     push_f16(out, dmin);
-    out.extend_from_slice(&super::pack_k_scales(&sc, &m));
+    out.extend_from_slice(&pack_k_scales(&sc, &m));
     let q: Vec<u8> = block
         .iter()
         .enumerate()

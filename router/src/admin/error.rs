@@ -1,12 +1,12 @@
-//! Admin API failures as OpenAI-shaped error responses.
+//! Admin API failures, and what each tells the client: the status and `code` of each,
+//! converted into the router's one [`ErrorReply`], which makes the response.
 
 use axum::response::{IntoResponse, Response};
-use axum::Json;
-use http::{HeaderValue, StatusCode};
+use http::StatusCode;
 use switchyard_policies::Diagnostic;
 
-use crate::admin::models::{AdminError, AdminErrorKind};
-use crate::error::{ErrorBody, ErrorDetail};
+use crate::admin::model_admin::{AdminError, AdminErrorKind};
+use crate::error::ErrorReply;
 
 /// Why an admin request failed.
 #[derive(Debug, thiserror::Error)]
@@ -103,42 +103,24 @@ impl AdminApiError {
     }
 }
 
+impl From<AdminApiError> for ErrorReply {
+    fn from(error: AdminApiError) -> Self {
+        let reply = ErrorReply::new(error.status(), error.to_string(), error.code());
+        match error {
+            // Diagnostics ride along next to the standard error fields.
+            AdminApiError::InvalidPolicy { diagnostics, .. } => {
+                match serde_json::to_value(diagnostics) {
+                    Ok(diagnostics) => reply.with_diagnostics(diagnostics),
+                    Err(_) => reply,
+                }
+            }
+            _ => reply,
+        }
+    }
+}
+
 impl IntoResponse for AdminApiError {
     fn into_response(self) -> Response {
-        let status = self.status();
-        let kind = match status {
-            StatusCode::UNAUTHORIZED => "authentication_error",
-            s if s.is_server_error() => "server_error",
-            _ => "invalid_request_error",
-        };
-        let body = ErrorBody {
-            error: ErrorDetail {
-                message: self.to_string(),
-                kind,
-                param: None,
-                code: Some(self.code()),
-            },
-        };
-        let mut response = match &self {
-            // Diagnostics ride along next to the standard error object.
-            AdminApiError::InvalidPolicy { diagnostics, .. } => {
-                let mut value = serde_json::to_value(&body).unwrap_or_default();
-                if let Some(error) = value.get_mut("error").and_then(|e| e.as_object_mut()) {
-                    error.insert(
-                        "diagnostics".to_owned(),
-                        serde_json::to_value(diagnostics).unwrap_or_default(),
-                    );
-                }
-                (status, Json(value)).into_response()
-            }
-            _ => (status, Json(body)).into_response(),
-        };
-        if status == StatusCode::UNAUTHORIZED {
-            response.headers_mut().insert(
-                http::header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Bearer"),
-            );
-        }
-        response
+        ErrorReply::from(self).into_response()
     }
 }

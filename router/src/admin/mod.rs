@@ -19,85 +19,24 @@
 //! to configure.
 
 pub mod activity;
+pub mod activity_log;
 mod auth;
 pub mod console;
 mod error;
+pub mod model_admin;
 pub mod models;
 mod policy;
-
-use std::sync::Arc;
+mod state;
 
 use axum::extract::Request;
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{middleware, Router};
-use switchyard_policies::{key_digest, KeyDigest, PolicyStore};
 
 pub use error::AdminApiError;
-pub use models::{AdminError, AdminErrorKind, ModelAdmin};
-
-/// What the admin API serves. Cheap to clone.
-#[derive(Clone)]
-pub struct AdminState {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    token: KeyDigest,
-    policy: Option<Arc<PolicyStore>>,
-    models: Option<Arc<dyn ModelAdmin>>,
-    activity: Arc<activity::ActivityLog>,
-}
-
-impl AdminState {
-    /// State for an admin API protected by `token`, managing `policy` and `models`
-    /// (either may be absent: its endpoints then answer 404).
-    pub fn new(
-        token: String,
-        policy: Option<Arc<PolicyStore>>,
-        models: Option<Arc<dyn ModelAdmin>>,
-    ) -> Self {
-        AdminState {
-            inner: Arc::new(Inner {
-                // Only the digest is kept: comparing digests in constant time leaks
-                // nothing about the token, and the token itself is not held in memory.
-                token: key_digest(&token),
-                policy,
-                models,
-                activity: Arc::default(),
-            }),
-        }
-    }
-
-    pub(crate) fn token(&self) -> &KeyDigest {
-        &self.inner.token
-    }
-
-    pub(crate) fn activity(&self) -> &Arc<activity::ActivityLog> {
-        &self.inner.activity
-    }
-
-    pub(crate) fn policy(&self) -> Result<&Arc<PolicyStore>, AdminApiError> {
-        self.inner
-            .policy
-            .as_ref()
-            .ok_or(AdminApiError::NotConfigured {
-                what: "routing policy",
-                how: "start `switchyard serve` with --policy FILE",
-            })
-    }
-
-    pub(crate) fn models(&self) -> Result<Arc<dyn ModelAdmin>, AdminApiError> {
-        self.inner
-            .models
-            .clone()
-            .ok_or(AdminApiError::NotConfigured {
-                what: "model lifecycle",
-                how: "serve with an engine that supports model administration",
-            })
-    }
-}
+pub use model_admin::{AdminError, AdminErrorKind, ModelAdmin};
+pub use state::AdminState;
 
 /// The admin API's routes, behind bearer-token authentication, and the console's page.
 /// Built inside a Tokio runtime, it also starts the activity sampler (see [`activity`]).

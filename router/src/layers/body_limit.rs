@@ -71,3 +71,8 @@ impl<S: Inner> Service<Request> for LimitBody<S> {
         }
     }
 }
+
+/// The configured body limit, put in request extensions by [`crate::app`] so
+/// that a 413 can state it.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimit(pub usize);

@@ -1,34 +1,31 @@
-//! `POST /v1/chat/completions`: parse into a [`ValidatedChatRequest`], submit
-//! `n` generations, answer with one JSON body or an SSE stream.
+//! `POST /v1/chat/completions`: the [`ValidatedChatRequest`] (validated before routing,
+//! see `openai/parse.rs`), its `n` generations submitted, answered with one JSON body or
+//! an SSE stream.
 
 use axum::extract::State;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use http::HeaderMap;
 use serde_json::Value;
 
 use crate::error::ApiError;
-use crate::layers::request_id::request_id;
-use crate::layers::request_metrics::labelled_response;
 use crate::openai::chat_stream::ChatChunks;
-use crate::openai::extract::OpenAiJson;
-use crate::openai::generate::{check_fanout, merge, UsageTally};
+use crate::openai::generate::Finished;
 use crate::openai::json_response::json_response;
 use crate::openai::params::{
     describe, invalid, parse_model, parse_top_logprobs, CommonFields, GenerationParams,
     ResponseMode,
 };
+use crate::openai::respond::{respond, Answer, Generations, Head};
 use crate::openai::response_format::parse_response_format;
 use crate::openai::responses::{
     AssistantMessage, ChatChoice, ChatCompletion, ChatLogprobs, FunctionCall, ToolCallBody,
 };
-use crate::openai::tool_calls::{split, Piece};
+use crate::openai::tool_calls::{new_call_id, split, Piece};
 use crate::openai::tools::{parse_tools, ToolSettings};
 use crate::openai::types::{ChatCompletionRequest, WireMessage};
-use crate::openai::unix_now;
-use crate::policy::{self, RoutedRequest};
-use crate::sse::{stream_response, StreamSettings};
+use crate::policy::{RoutedRequest, Validated};
 use crate::state::AppState;
-use switchyard_seam::{ChatMessage, Prompt, Role, ToolCall};
+use switchyard_seam::{ChatMessage, Prompt, Role, ToolCall, Usage};
 
 /// A chat request that passed every check the router can make.
 #[derive(Debug, Clone, PartialEq)]
@@ -302,96 +299,83 @@ pub async fn chat_completions(
     State(state): State<AppState>,
     routed: RoutedRequest,
     headers: HeaderMap,
-    OpenAiJson(wire): OpenAiJson<ChatCompletionRequest>,
+    Validated(request): Validated<ValidatedChatRequest>,
 ) -> Response {
-    if let Err(error) = check_fanout(1, wire.n, state.config().max_fanout) {
-        return error.into_response();
-    }
-    let request = match ValidatedChatRequest::try_from(wire) {
-        Ok(request) => request,
-        Err(error) => return error.into_response(),
-    };
-    let requested = request.model.clone();
-    let outcome = respond(&state, &routed, &request_id(&headers), request).await;
-    labelled_response(&routed.backend_model(&requested), outcome)
-}
-
-async fn respond(
-    state: &AppState,
-    routed: &RoutedRequest,
-    request_id: &str,
-    request: ValidatedChatRequest,
-) -> Result<Response, ApiError> {
     let ValidatedChatRequest {
-        model: requested,
+        model,
         messages,
         params,
         mode,
         tools,
     } = request;
-    let parses_calls = tools.parses_calls();
-    let prompts = vec![Prompt::Chat(messages)];
-    // Built again only when a fallback checkpoint takes over the request.
-    let make = |model: &str| params.requests(request_id, model, prompts.clone());
-    let id = format!("chatcmpl-{request_id}");
-    let created = unix_now();
-    match mode {
-        ResponseMode::Stream { include_usage } => {
-            let choices =
-                policy::submit::submit(state, routed, &requested, &make, "messages").await?;
-            let model = routed.backend_model(&requested);
-            let settings = StreamSettings {
-                choices: params.n,
-                n: params.n,
-                include_usage,
-                prompt_field: "messages",
-                keep_alive: state.config().sse_keep_alive,
-            };
-            let format = ChatChunks::new(id, created, model, include_usage, parses_calls);
-            let events =
-                policy::submit::observe(merge(choices), routed.clone(), params.n, params.n);
-            Ok(stream_response(events, format, settings))
-        }
-        ResponseMode::Whole => {
-            let finished = policy::submit::finish_whole(
-                state, routed, &requested, &make, "messages", params.n,
-            )
-            .await?;
-            let model = routed.backend_model(&requested);
-            let mut tally = UsageTally::new(params.n);
-            let choices = finished
-                .into_iter()
-                .map(|choice| {
-                    tally.add(choice.index, choice.usage);
-                    let (message, called) = if parses_calls {
-                        message_with_calls(&choice.text)
+    let generations = Generations {
+        model,
+        prompts: vec![Prompt::Chat(messages)],
+        params,
+        mode,
+    };
+    let answer = ChatAnswer {
+        parses_calls: tools.parses_calls(),
+    };
+    respond(&state, &routed, &headers, generations, answer).await
+}
+
+/// A chat completion: `chat.completion.chunk`s or one `chat.completion`; with tools,
+/// calls in the text become `tool_calls`.
+struct ChatAnswer {
+    parses_calls: bool,
+}
+
+impl Answer for ChatAnswer {
+    const PROMPT_FIELD: &'static str = "messages";
+    const ID_PREFIX: &'static str = "chatcmpl";
+    type Chunks = ChatChunks;
+
+    fn chunks(self, head: Head, include_usage: bool) -> ChatChunks {
+        ChatChunks::new(
+            head.id,
+            head.created,
+            head.model,
+            include_usage,
+            self.parses_calls,
+        )
+    }
+
+    fn whole(
+        self,
+        head: Head,
+        finished: Vec<Finished>,
+        usage: Usage,
+    ) -> Result<Response, ApiError> {
+        let choices = finished
+            .into_iter()
+            .map(|choice| {
+                let (message, called) = if self.parses_calls {
+                    message_with_calls(&choice.text)
+                } else {
+                    (plain_message(choice.text), false)
+                };
+                ChatChoice {
+                    index: choice.index,
+                    logprobs: ChatLogprobs::of(&choice.tokens),
+                    message,
+                    finish_reason: if called {
+                        "tool_calls"
                     } else {
-                        (plain_message(choice.text), false)
-                    };
-                    ChatChoice {
-                        index: choice.index,
-                        logprobs: ChatLogprobs::of(&choice.tokens),
-                        message,
-                        finish_reason: if called {
-                            "tool_calls"
-                        } else {
-                            choice.finish_reason.as_str()
-                        },
-                    }
-                })
-                .collect();
-            json_response(
-                &ChatCompletion {
-                    id,
-                    object: "chat.completion",
-                    created,
-                    model,
-                    choices,
-                    usage: tally.total().into(),
-                },
-                "messages",
-            )
-        }
+                        choice.finish_reason.as_str()
+                    },
+                }
+            })
+            .collect();
+        let body = ChatCompletion {
+            id: head.id,
+            object: "chat.completion",
+            created: head.created,
+            model: head.model,
+            choices,
+            usage: usage.into(),
+        };
+        json_response(&body, Self::PROMPT_FIELD)
     }
 }
 
@@ -434,10 +418,4 @@ fn message_with_calls(text: &str) -> (AssistantMessage, bool) {
         tool_calls,
     };
     (message, called)
-}
-
-/// A fresh tool-call id, unique across requests (`call_` and 24 hex digits, as OpenAI's look).
-pub fn new_call_id() -> String {
-    let id = uuid::Uuid::new_v4().simple().to_string();
-    format!("call_{}", &id[..24])
 }

@@ -8,11 +8,10 @@
 
 use std::collections::HashMap;
 
-use crate::openai::chat::new_call_id;
 use crate::openai::responses::{
     ChatChunkChoice, ChatCompletionChunk, ChatLogprobs, Delta, FunctionDelta, ToolCallDelta,
 };
-use crate::openai::tool_calls::{Piece, ToolCallParser};
+use crate::openai::tool_calls::{new_call_id, Piece, ToolCallParser};
 use crate::sse::ChunkFormat;
 use switchyard_seam::{FinishReason, GeneratedToken, Usage};
 

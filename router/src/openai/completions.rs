@@ -1,31 +1,27 @@
-//! `POST /v1/completions`: parse into a [`ValidatedCompletionRequest`],
-//! submit prompts × `n` generations, answer whole or streamed.
+//! `POST /v1/completions`: the [`ValidatedCompletionRequest`] (validated before
+//! routing, see `openai/parse.rs`), its prompts × `n` generations submitted, answered
+//! whole or streamed.
 
 use axum::extract::State;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use http::HeaderMap;
 use serde_json::Value;
 
 use crate::error::ApiError;
-use crate::layers::request_id::request_id;
-use crate::layers::request_metrics::labelled_response;
 use crate::openai::completions_stream::TextChunks;
-use crate::openai::extract::OpenAiJson;
-use crate::openai::generate::{check_fanout, merge, UsageTally};
+use crate::openai::generate::Finished;
 use crate::openai::json_response::json_response;
 use crate::openai::params::{
     describe, invalid, parse_model, parse_top_logprobs, CommonFields, GenerationParams,
     ResponseMode,
 };
+use crate::openai::respond::{respond, Answer, Generations, Head};
 use crate::openai::response_format::parse_response_format;
 use crate::openai::responses::{TextChoice, TextCompletion, TextLogprobs};
 use crate::openai::types::CompletionRequest;
-use crate::openai::unix_now;
-use crate::policy::request::prompt_count;
-use crate::policy::{self, RoutedRequest};
-use crate::sse::{stream_response, StreamSettings};
+use crate::policy::{RoutedRequest, Validated};
 use crate::state::AppState;
-use switchyard_seam::Prompt;
+use switchyard_seam::{Prompt, Usage};
 
 /// OpenAI's default `max_tokens` for legacy completions.
 pub const DEFAULT_COMPLETION_MAX_TOKENS: i64 = 16;
@@ -185,86 +181,58 @@ pub async fn completions(
     State(state): State<AppState>,
     routed: RoutedRequest,
     headers: HeaderMap,
-    OpenAiJson(wire): OpenAiJson<CompletionRequest>,
+    Validated(request): Validated<ValidatedCompletionRequest>,
 ) -> Response {
-    if let Err(error) = check_fanout(
-        wire.prompt.as_ref().map_or(1, prompt_count),
-        wire.n,
-        state.config().max_fanout,
-    ) {
-        return error.into_response();
-    }
-    let request = match ValidatedCompletionRequest::try_from(wire) {
-        Ok(request) => request,
-        Err(error) => return error.into_response(),
-    };
-    let requested = request.model.clone();
-    let outcome = respond(&state, &routed, &request_id(&headers), request).await;
-    labelled_response(&routed.backend_model(&requested), outcome)
-}
-
-async fn respond(
-    state: &AppState,
-    routed: &RoutedRequest,
-    request_id: &str,
-    request: ValidatedCompletionRequest,
-) -> Result<Response, ApiError> {
     let ValidatedCompletionRequest {
-        model: requested,
+        model,
         prompts,
         params,
         mode,
     } = request;
-    // Built again only when a fallback checkpoint takes over the request.
-    let make = |model: &str| params.requests(request_id, model, prompts.clone());
-    let id = format!("cmpl-{request_id}");
-    let created = unix_now();
-    match mode {
-        ResponseMode::Stream { include_usage } => {
-            let choices =
-                policy::submit::submit(state, routed, &requested, &make, "prompt").await?;
-            let total = u32::try_from(choices.len()).unwrap_or(u32::MAX);
-            let model = routed.backend_model(&requested);
-            let settings = StreamSettings {
-                choices: total,
-                n: params.n,
-                include_usage,
-                prompt_field: "prompt",
-                keep_alive: state.config().sse_keep_alive,
-            };
-            let format = TextChunks::new(id, created, model, include_usage);
-            let events = policy::submit::observe(merge(choices), routed.clone(), total, params.n);
-            Ok(stream_response(events, format, settings))
-        }
-        ResponseMode::Whole => {
-            let finished =
-                policy::submit::finish_whole(state, routed, &requested, &make, "prompt", params.n)
-                    .await?;
-            let model = routed.backend_model(&requested);
-            let mut tally = UsageTally::new(params.n);
-            let choices = finished
-                .into_iter()
-                .map(|choice| {
-                    tally.add(choice.index, choice.usage);
-                    TextChoice {
-                        logprobs: TextLogprobs::of(&choice.tokens, 0),
-                        text: choice.text,
-                        index: choice.index,
-                        finish_reason: Some(choice.finish_reason.as_str()),
-                    }
-                })
-                .collect();
-            json_response(
-                &TextCompletion {
-                    id,
-                    object: "text_completion",
-                    created,
-                    model,
-                    choices,
-                    usage: Some(Some(tally.total().into())),
-                },
-                "prompt",
-            )
-        }
+    let generations = Generations {
+        model,
+        prompts,
+        params,
+        mode,
+    };
+    respond(&state, &routed, &headers, generations, TextAnswer).await
+}
+
+/// A legacy completion: `text_completion` chunks or one `text_completion`.
+struct TextAnswer;
+
+impl Answer for TextAnswer {
+    const PROMPT_FIELD: &'static str = "prompt";
+    const ID_PREFIX: &'static str = "cmpl";
+    type Chunks = TextChunks;
+
+    fn chunks(self, head: Head, include_usage: bool) -> TextChunks {
+        TextChunks::new(head.id, head.created, head.model, include_usage)
+    }
+
+    fn whole(
+        self,
+        head: Head,
+        finished: Vec<Finished>,
+        usage: Usage,
+    ) -> Result<Response, ApiError> {
+        let choices = finished
+            .into_iter()
+            .map(|choice| TextChoice {
+                logprobs: TextLogprobs::of(&choice.tokens, 0),
+                text: choice.text,
+                index: choice.index,
+                finish_reason: Some(choice.finish_reason.as_str()),
+            })
+            .collect();
+        let body = TextCompletion {
+            id: head.id,
+            object: "text_completion",
+            created: head.created,
+            model: head.model,
+            choices,
+            usage: Some(Some(usage.into())),
+        };
+        json_response(&body, Self::PROMPT_FIELD)
     }
 }

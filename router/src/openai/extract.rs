@@ -1,60 +1,9 @@
-//! The JSON body extractor: like `axum::Json`, but every failure is an
-//! OpenAI-shaped [`ApiError`] naming the field at fault.
+//! Parsing a request body as one JSON object: every failure is an OpenAI-shaped
+//! [`ApiError`] naming the field at fault.
 
-use axum::body::Bytes;
-use axum::extract::{FromRequest, Request};
-use http::StatusCode;
 use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
-use crate::policy::ParsedBody;
-
-/// A request body parsed as JSON into `T`.
-///
-/// The `Content-Type` is checked before the body is read, by
-/// [`crate::layers::json_body`] on the inference routes. A body the policy layer
-/// already parsed ([`ParsedBody`]) is taken as is, not parsed again.
-#[derive(Debug)]
-pub struct OpenAiJson<T>(pub T);
-
-impl<S, T> FromRequest<S> for OpenAiJson<T>
-where
-    S: Send + Sync,
-    T: DeserializeOwned + Send + Sync + 'static,
-{
-    type Rejection = ApiError;
-
-    async fn from_request(mut request: Request, state: &S) -> Result<Self, Self::Rejection> {
-        if let Some(ParsedBody(parsed)) = request.extensions_mut().remove::<ParsedBody<T>>() {
-            return Ok(OpenAiJson(parsed));
-        }
-        let limit = request
-            .extensions()
-            .get::<BodyLimit>()
-            .map_or(usize::MAX, |limit| limit.0);
-        let bytes = Bytes::from_request(request, state)
-            .await
-            .map_err(|rejection| {
-                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                    ApiError::PayloadTooLarge { limit }
-                } else {
-                    ApiError::InvalidJson {
-                        detail: rejection.body_text(),
-                    }
-                }
-            })?;
-        // Well-formed bodies (nearly all) skip the field-path tracking only errors need.
-        match try_parse_json_object(&bytes) {
-            Some(parsed) => Ok(OpenAiJson(parsed)),
-            None => parse_json_object(&bytes).map(OpenAiJson),
-        }
-    }
-}
-
-/// The configured body limit, put in request extensions by [`crate::app`] so
-/// that a 413 can state it.
-#[derive(Debug, Clone, Copy)]
-pub struct BodyLimit(pub usize);
 
 /// Parses `bytes` as `T` when they hold one JSON object that `T` accepts; `None`
 /// otherwise, without saying why: the fast path for a caller that falls back to

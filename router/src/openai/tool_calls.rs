@@ -134,6 +134,12 @@ fn parse_call(body: &str) -> Option<ParsedCall> {
     Some(ParsedCall { name, arguments })
 }
 
+/// A fresh tool-call id, unique across requests (`call_` and 24 hex digits, as OpenAI's look).
+pub fn new_call_id() -> String {
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    format!("call_{}", &id[..24])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,14 +1,14 @@
-//! Failures of the policy layer, as OpenAI-shaped error responses.
+//! Failures of the policy layer, and what each tells the client.
 //!
-//! Routing errors come from [`switchyard_policies::RouteError`]; this module only picks
-//! the HTTP status and the OpenAI `type`/`code` for each, in one place.
+//! Routing errors come from [`switchyard_policies::RouteError`]; this module picks the
+//! HTTP status, `code` and `param` of each and converts it into the router's one
+//! [`ErrorReply`], which makes the response.
 
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use http::StatusCode;
 use switchyard_policies::{ConstraintFailure, HintError, RouteError, RouteErrorKind};
 
-use crate::error::{ErrorBody, ErrorDetail};
+use crate::error::ErrorReply;
 
 /// Why the policy layer refused a request before its handler ran.
 #[derive(Debug, thiserror::Error)]
@@ -52,17 +52,6 @@ impl PolicyRejection {
         }
     }
 
-    fn kind(&self) -> &'static str {
-        match self.status() {
-            StatusCode::UNAUTHORIZED => "authentication_error",
-            StatusCode::FORBIDDEN => "permission_error",
-            StatusCode::TOO_MANY_REQUESTS => "insufficient_quota",
-            StatusCode::NOT_FOUND => "invalid_request_error",
-            status if status.is_server_error() => "server_error",
-            _ => "invalid_request_error",
-        }
-    }
-
     fn code(&self) -> &'static str {
         match self {
             PolicyRejection::MalformedAuthorization => "invalid_api_key",
@@ -91,21 +80,23 @@ impl PolicyRejection {
         }
     }
 
-    /// The OpenAI-shaped body.
-    pub fn body(&self) -> ErrorBody {
-        let message = match self {
+    /// The reply the client gets.
+    pub fn reply(&self) -> ErrorReply {
+        let reply =
+            ErrorReply::new(self.status(), self.message(), self.code()).with_param(self.param());
+        match self.status() {
+            // Spent, not throttled: retrying soon does not help.
+            StatusCode::TOO_MANY_REQUESTS => reply.with_type("insufficient_quota"),
+            _ => reply,
+        }
+    }
+
+    fn message(&self) -> String {
+        match self {
             PolicyRejection::Route(error) if error.kind() == RouteErrorKind::BudgetExhausted => {
                 format!("Budget exhausted: {error}. The budget refills as its window moves on; retry later or ask an operator to raise it.")
             }
             other => other.to_string(),
-        };
-        ErrorBody {
-            error: ErrorDetail {
-                message,
-                kind: self.kind(),
-                param: self.param(),
-                code: Some(self.code()),
-            },
         }
     }
 }
@@ -138,21 +129,14 @@ fn all_forbidden(error: &RouteError) -> bool {
     }
 }
 
+impl From<PolicyRejection> for ErrorReply {
+    fn from(rejection: PolicyRejection) -> Self {
+        rejection.reply()
+    }
+}
+
 impl IntoResponse for PolicyRejection {
     fn into_response(self) -> Response {
-        let status = self.status();
-        if status.is_server_error() {
-            tracing::error!(error = %self, "policy layer failure");
-        } else {
-            tracing::debug!(error = %self, "request refused by the routing policy");
-        }
-        let mut response = (status, Json(self.body())).into_response();
-        if status == StatusCode::UNAUTHORIZED {
-            response.headers_mut().insert(
-                http::header::WWW_AUTHENTICATE,
-                http::HeaderValue::from_static("Bearer"),
-            );
-        }
-        response
+        self.reply().into_response()
     }
 }

@@ -1,11 +1,16 @@
-//! The middleware in front of the inference handlers: authenticate, route, hand over a
-//! [`RoutedRequest`] and the parsed body, and say on the response which checkpoint
-//! answered and why.
+//! The middleware in front of the inference handlers: parse the body into the
+//! endpoint's validated request, authenticate and route from that one value, hand the
+//! handler the [`RoutedRequest`] and the [`Validated`] request, and say on the response
+//! which checkpoint answered and why.
+//!
+//! Parse, then route: a body that does not validate is refused with the OpenAI-shaped
+//! 400 naming the field before routing runs, so it reserves no budget and moves no route
+//! counter. Credentials are part of routing and are read after the body.
 //!
 //! A tower [`Layer`] written out rather than `axum::middleware::from_fn`: a `from_fn`
 //! middleware boxes its inner service again for every request (`Next`) and runs its
 //! extractors; this service calls the handler it wraps directly, and its only allocation
-//! of its own is the routed request's future.
+//! of its own is the request's future.
 
 use std::convert::Infallible;
 use std::marker::PhantomData;
@@ -15,120 +20,121 @@ use std::task::{Context, Poll};
 use axum::body::{Body, Bytes};
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
-use futures_util::future::{BoxFuture, Either};
+use futures_util::future::BoxFuture;
 use http::request::Parts;
 use http::{HeaderName, HeaderValue};
 use switchyard_policies::{HEADER_COST, HEADER_MODEL, HEADER_ROUTE, HEADER_VERSION};
 use tower::{Layer, Service};
 
 use crate::error::ApiError;
+use crate::layers::body_limit::BodyLimit;
 use crate::layers::json_body::read_error;
 use crate::layers::request_id::request_id;
 use crate::layers::Inner;
-use crate::openai::extract::{parse_json_object, try_parse_json_object, BodyLimit};
-use crate::policy::body::{ParsedBody, RoutableBody};
-use crate::policy::request::{
-    route_request as build_route_request, RawFields, RequestProblem, RoutingFields,
-};
+use crate::policy::error::PolicyRejection;
+use crate::policy::request::route_request as build_route_request;
+use crate::policy::routable::{ParseLimits, RoutableRequest, Validated};
 use crate::policy::routed::{RouteSummary, RoutedRequest};
 use crate::policy::routing::PolicyRouting;
 
-/// The policy layer for an inference route whose body is a `B`. With no policy (`None`)
-/// every request gets a pass-through [`RoutedRequest`] and the handler reads the body;
-/// with one, the body is parsed once (and handed to the handler as a [`ParsedBody`]), the
-/// request is routed (or refused with an OpenAI-shaped error naming what failed) before
-/// its handler runs, and the response says which checkpoint answered and why.
-pub struct PolicyLayer<B> {
+/// The policy layer for an inference route whose validated request is an `R`. Every
+/// request's body is parsed into an `R` first (refused with the field at fault
+/// otherwise); with a policy the request is then routed (or refused with an
+/// OpenAI-shaped error naming what failed) and the response says which checkpoint
+/// answered and why; with none (`None`) it gets a pass-through [`RoutedRequest`].
+pub struct PolicyLayer<R> {
     routing: Option<Arc<PolicyRouting>>,
-    body: PhantomData<fn() -> B>,
+    limits: ParseLimits,
+    request: PhantomData<fn() -> R>,
 }
 
-impl<B> PolicyLayer<B> {
-    /// The layer routing through `routing` (`None`: pass-through).
-    pub fn new(routing: Option<Arc<PolicyRouting>>) -> Self {
+impl<R> PolicyLayer<R> {
+    /// The layer routing through `routing` (`None`: pass-through), validating requests
+    /// against `limits`.
+    pub fn new(routing: Option<Arc<PolicyRouting>>, limits: ParseLimits) -> Self {
         PolicyLayer {
             routing,
-            body: PhantomData,
+            limits,
+            request: PhantomData,
         }
     }
 }
 
-impl<B> Clone for PolicyLayer<B> {
+impl<R> Clone for PolicyLayer<R> {
     fn clone(&self) -> Self {
-        PolicyLayer::new(self.routing.clone())
+        PolicyLayer::new(self.routing.clone(), self.limits)
     }
 }
 
-impl<S, B> Layer<S> for PolicyLayer<B> {
-    type Service = PolicyService<S, B>;
+impl<S, R> Layer<S> for PolicyLayer<R> {
+    type Service = PolicyService<S, R>;
 
     fn layer(&self, inner: S) -> Self::Service {
         PolicyService {
             inner,
             routing: self.routing.clone(),
-            body: PhantomData,
+            limits: self.limits,
+            request: PhantomData,
         }
     }
 }
 
 /// The service [`PolicyLayer`] makes of a handler `S`.
-pub struct PolicyService<S, B> {
+pub struct PolicyService<S, R> {
     inner: S,
     routing: Option<Arc<PolicyRouting>>,
-    body: PhantomData<fn() -> B>,
+    limits: ParseLimits,
+    request: PhantomData<fn() -> R>,
 }
 
-impl<S: Clone, B> Clone for PolicyService<S, B> {
+impl<S: Clone, R> Clone for PolicyService<S, R> {
     fn clone(&self) -> Self {
         PolicyService {
             inner: self.inner.clone(),
             routing: self.routing.clone(),
-            body: PhantomData,
+            limits: self.limits,
+            request: PhantomData,
         }
     }
 }
 
-impl<S: Inner, B: RoutableBody> Service<Request> for PolicyService<S, B> {
+impl<S: Inner, R: RoutableRequest> Service<Request> for PolicyService<S, R> {
     type Response = Response;
     type Error = Infallible;
-    type Future = Either<S::Future, BoxFuture<'static, Result<Response, Infallible>>>;
+    type Future = BoxFuture<'static, Result<Response, Infallible>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut request: Request) -> Self::Future {
-        let Some(routing) = &self.routing else {
-            request
-                .extensions_mut()
-                .insert(RoutedRequest::passthrough());
-            return Either::Left(self.inner.call(request));
-        };
+    fn call(&mut self, request: Request) -> Self::Future {
         // The handler is called after the body is read: take the instance made ready
         // and leave a clone in its place (tower's rule for services called later).
         let ready = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, ready);
         let (parts, body) = request.into_parts();
-        let fut = route_then_call::<S, B>(Arc::clone(routing), parts, body, inner);
-        Either::Right(Box::pin(fut))
+        let fut = parse_route_call::<S, R>(self.routing.clone(), self.limits, parts, body, inner);
+        Box::pin(fut)
     }
 }
 
-/// Reads and parses the body, routes, calls the handler `inner` with the routed request
-/// and decorates its response (or answers with the reason the request was refused).
+/// Reads and validates the body, routes, calls the handler `inner` with the routed and
+/// validated request and decorates its response (or answers with the reason the request
+/// was refused).
 ///
-/// Only what crosses an `.await` lives in this future; the routing between the two runs
-/// in [`route_parts`], so the boxed future stays small enough for the allocator's
-/// per-thread cache (glibc's takes blocks up to about 1 KB).
-async fn route_then_call<S, B>(
-    routing: Arc<PolicyRouting>,
+/// Only what crosses an `.await` lives in this future; parsing and routing between the
+/// two run in [`parse_and_route`], so the boxed future stays small enough for the
+/// allocator's per-thread cache (glibc's takes blocks up to about 1 KB).
+async fn parse_route_call<S, R>(
+    routing: Option<Arc<PolicyRouting>>,
+    limits: ParseLimits,
     mut parts: Parts,
     body: Body,
     mut inner: S,
 ) -> Result<Response, Infallible>
 where
     S: Service<Request, Response = Response, Error = Infallible>,
-    B: RoutableBody,
+    R: RoutableRequest,
 {
     let limit = parts
         .extensions
@@ -138,51 +144,46 @@ where
         Ok(bytes) => bytes,
         Err(error) => return Ok(error.into_response()),
     };
-    let routed = match route_parts::<B>(routing, &mut parts, &bytes) {
+    let routed = match parse_and_route::<R>(routing, limits, &mut parts, &bytes) {
         Ok(routed) => routed,
         Err(refusal) => return Ok(refusal),
     };
+    // The handler reads the validated request, not the bytes.
     let mut response = inner
-        .call(Request::from_parts(parts, Body::from(bytes)))
+        .call(Request::from_parts(parts, Body::empty()))
         .await?;
     routed.with_summary(|summary| decorate(&mut response, summary));
     Ok(response)
 }
 
-/// Parses `bytes` as a `B`, routes the request and leaves the [`RoutedRequest`] and the
-/// [`ParsedBody`] in its extensions; the response that refuses it otherwise.
+/// Validates `bytes` as an `R`, then routes the request from it; leaves the
+/// [`RoutedRequest`] and the [`Validated`] request in its extensions, or returns the
+/// response that refuses it.
 // The refusal is the response itself, written once into the caller's frame; boxing it
 // would add an allocation to every refused request for nothing.
 #[allow(clippy::result_large_err)]
-fn route_parts<B: RoutableBody>(
-    routing: Arc<PolicyRouting>,
+fn parse_and_route<R: RoutableRequest>(
+    routing: Option<Arc<PolicyRouting>>,
+    limits: ParseLimits,
     parts: &mut Parts,
     bytes: &Bytes,
 ) -> Result<RoutedRequest, Response> {
-    let (fields, parsed) = match try_parse_json_object::<B>(bytes) {
-        Some(parsed) => (parsed.routing_fields(), Some(parsed)),
-        // The handler parses again and names the field at fault, after routing, as
-        // it would without a policy; routing reads what it needs leniently.
-        None => match parse_json_object::<RawFields>(bytes) {
-            Ok(raw) => (RoutingFields::from(raw), None),
-            Err(error) => return Err(error.into_response()),
-        },
+    let request = R::parse(bytes, limits).map_err(IntoResponse::into_response)?;
+    let routed = match routing {
+        None => RoutedRequest::passthrough(),
+        Some(routing) => {
+            let id = request_id(&parts.headers);
+            let route_request =
+                build_route_request(&routing, &parts.headers, &id, request.routing_fields())
+                    .map_err(IntoResponse::into_response)?;
+            let route = routing
+                .route(&route_request)
+                .map_err(|error| PolicyRejection::Route(error).into_response())?;
+            RoutedRequest::routed(routing, route_request, route)
+        }
     };
-    let id = request_id(&parts.headers);
-    let route_request = match build_route_request(&routing, &parts.headers, &id, fields) {
-        Ok(request) => request,
-        Err(RequestProblem::Api(error)) => return Err(error.into_response()),
-        Err(RequestProblem::Policy(rejection)) => return Err(rejection.into_response()),
-    };
-    let route = match routing.route(&route_request) {
-        Ok(route) => route,
-        Err(error) => return Err(crate::policy::PolicyRejection::Route(error).into_response()),
-    };
-    let routed = RoutedRequest::routed(routing, route_request, route);
     parts.extensions.insert(routed.clone());
-    if let Some(parsed) = parsed {
-        parts.extensions.insert(ParsedBody(parsed));
-    }
+    parts.extensions.insert(Validated(request));
     Ok(routed)
 }
 

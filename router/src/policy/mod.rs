@@ -4,40 +4,40 @@
 //! For `/v1/chat/completions` and `/v1/completions` the [`PolicyLayer`]
 //! middleware
 //!
-//! 1. authenticates the tenant from `Authorization: Bearer <key>` (hashed, compared in
+//! 1. parses and validates the body into the endpoint's request type (a 400 naming the
+//!    field otherwise), which routing and the handler both read ([`Validated`]);
+//! 2. authenticates the tenant from `Authorization: Bearer <key>` (hashed, compared in
 //!    constant time by the policy crate);
-//! 2. parses the body once into the endpoint's wire type, handed on to the handler
-//!    ([`body`]), and reads `model`, `max_tokens`, `user` and the prompt size from it and
-//!    the `x-switchyard-*` hint headers (the prompt size is estimated from its
-//!    characters, see `policy/request.rs`);
-//! 3. routes with the current policy against live engine state
+//! 3. reads `model`, `max_tokens`, `user` and the prompt size from that validated
+//!    request ([`routable`]; the prompt size is estimated from its characters), and the
+//!    `x-switchyard-*` hint headers;
+//! 4. routes with the current policy against live engine state
 //!    ([`InferenceBackend::checkpoint_state`](switchyard_seam::InferenceBackend::checkpoint_state)),
 //!    reserving the tenant's budget, or answers with an OpenAI-shaped error naming which
 //!    constraint failed for which candidate (401, 403, 404, 429, 503 or 400);
-//! 4. hands the handler a [`RoutedRequest`]; the backend is asked for `name@version`;
-//! 5. adds `x-switchyard-model`, `-version`, `-route` and `-cost` to the response.
+//! 5. hands the handler a [`RoutedRequest`]; the backend is asked for `name@version`;
+//! 6. adds `x-switchyard-model`, `-version`, `-route` and `-cost` to the response.
 //!
-//! The handler settles the route when the request ends ([`submit`]): budgets are charged
-//! the engine's token counts, the split's rollback rule gets the outcome and latency, and
-//! a checkpoint that refuses (overloaded) or fails before any output gives way to the
-//! policy's fallbacks.
+//! The handler settles the route when the request ends (`openai/routed_generation.rs`):
+//! budgets are charged the engine's token counts, the split's rollback rule gets the
+//! outcome and latency, and a checkpoint that refuses (overloaded) or fails before any
+//! output gives way to the policy's fallbacks.
 //!
 //! Metrics: the policy crate's (`switchyard_policy_*`, see
 //! [`switchyard_policies::metrics`]) plus [`FALLBACKS_TOTAL`].
 
-pub mod body;
 pub mod engine_view;
 pub mod error;
 pub mod layer;
 pub(crate) mod request;
+pub mod routable;
 pub mod routed;
 pub mod routing;
-pub mod submit;
 
-pub use body::ParsedBody;
 pub use engine_view::BackendEngineView;
 pub use error::PolicyRejection;
 pub use layer::{PolicyLayer, PolicyService};
+pub use routable::{ParseLimits, RoutableRequest, RoutingFields, Validated};
 pub use routed::{RouteSummary, RoutedRequest};
 pub use routing::PolicyRouting;
 

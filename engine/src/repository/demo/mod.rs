@@ -17,15 +17,17 @@
 //! server several checkpoints of one architecture that answer differently
 //! and share most tensors byte for byte. Output is deterministic.
 
+mod report;
 mod tensors;
 mod write;
 
 use std::path::{Path, PathBuf};
 
-use switchyard_kernels::{DType, KernelError};
+use switchyard_kernels::DType;
 
 use crate::formats::gguf::{model_config, GgufFile, MetaValue};
-use crate::formats::{load_checkpoint, CheckpointFormat, FormatError};
+use crate::formats::{load_checkpoint, CheckpointFormat};
+pub use report::{DemoError, DemoEvent};
 pub use tensors::{
     add_low_rank_delta, delta_rng, dequantize_tensor, requantize, rms, rows_cols, DELTA_RANK,
     DELTA_STRENGTH,
@@ -66,27 +68,6 @@ pub struct DemoOptions {
     pub derived: usize,
 }
 
-/// Progress of [`make_demo_repository`], for log lines and progress bars.
-#[derive(Clone, Copy, Debug)]
-pub enum DemoEvent<'a> {
-    /// A checkpoint is about to be made; `tensors` is how many
-    /// [`DemoEvent::Tensor`] events follow (0 for a link or copy).
-    Started {
-        label: &'a str,
-        path: &'a Path,
-        tensors: usize,
-    },
-    /// One tensor of the checkpoint `label` is done.
-    Tensor { label: &'a str, name: &'a str },
-    /// The checkpoint is on disk; `how` says how it got there.
-    Finished {
-        label: &'a str,
-        path: &'a Path,
-        bytes: u64,
-        how: &'a str,
-    },
-}
-
 /// One checkpoint the demo wrote.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DemoCheckpoint {
@@ -102,28 +83,6 @@ pub struct DemoCheckpoint {
 pub struct DemoRepository {
     pub root: PathBuf,
     pub checkpoints: Vec<DemoCheckpoint>,
-}
-
-/// An error making the demo repository.
-#[derive(Debug, thiserror::Error)]
-pub enum DemoError {
-    #[error("cannot make a demo from the base checkpoint: {0}")]
-    Base(#[source] FormatError),
-    #[error("{path} is a Hugging Face folder; the demo repository is made from a GGUF file, pass one with --base")]
-    BaseNotGguf { path: PathBuf },
-    #[error(transparent)]
-    Format(#[from] FormatError),
-    #[error("cannot write {path}: {source}; check the folder is writable and has space left")]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("cannot re-encode tensor '{tensor}' of {base}: {source}")]
-    Tensor {
-        base: PathBuf,
-        tensor: String,
-        source: KernelError,
-    },
 }
 
 /// The tensors the derived checkpoints change: `ffn_down` of the last two

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use switchyard_kernels::DType;
 
-use super::{DemoError, DemoEvent};
+use super::report::{DemoError, DemoEvent};
 use crate::formats::gguf::{GgufFile, GgufWriter, MetaValue};
 use crate::formats::TensorData;
 

@@ -16,7 +16,8 @@ use tokenizers::models::bpe::{Vocab, BPE};
 use tokenizers::normalizers::{Prepend, Replace, Sequence as NormalizerSequence};
 use tokenizers::{DecoderWrapper, NormalizerWrapper};
 
-use super::{bad_key, build_error, missing_or_bad, TokenizerError};
+use super::key_errors::{bad_key, build_error, missing_or_bad};
+use super::TokenizerError;
 use crate::formats::gguf::Metadata;
 
 /// SentencePiece's visible space.

@@ -1,0 +1,36 @@
+//! What the admin API asks of the engine for model lifecycle: the [`ModelAdmin`] trait
+//! the engine adapter implements, and how its operations fail.
+
+/// Model lifecycle operations the admin API exposes; implemented by the engine adapter.
+/// Calls may block (loads take seconds): the admin handlers run them in spawn_blocking.
+pub trait ModelAdmin: Send + Sync + 'static {
+    fn models(&self) -> serde_json::Value; // GET  /admin/models
+    fn status(&self) -> serde_json::Value; // GET  /admin/status
+    fn load(&self, model: &str, version: &str) -> Result<serde_json::Value, AdminError>; // POST /admin/models/{model}/versions/{version}/load
+    fn unload(&self, model: &str, version: &str) -> Result<serde_json::Value, AdminError>; // POST .../unload
+    fn activate(&self, model: &str, version: &str) -> Result<serde_json::Value, AdminError>; // POST .../activate
+    fn rollback(&self, model: &str) -> Result<serde_json::Value, AdminError>; // POST /admin/models/{model}/rollback
+}
+
+/// Why a model operation failed; `message` says what and what to do.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct AdminError {
+    /// The class of failure (decides the HTTP status).
+    pub kind: AdminErrorKind,
+    /// What went wrong and what to do.
+    pub message: String,
+}
+
+/// Classes of model operation failures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdminErrorKind {
+    /// No such model or version (404).
+    NotFound, /*404*/
+    /// The operation conflicts with the current state, e.g. unloading the active version (409).
+    Conflict, /*409*/
+    /// Corrupt or mismatched checkpoint (422).
+    Invalid, /*422: corrupt or mismatched checkpoint*/
+    /// The engine cannot do it now, e.g. out of memory (503).
+    Unavailable, /*503*/
+}

@@ -1,0 +1,129 @@
+//! Answering a validated, routed request, whole or streamed: the one flow chat and
+//! completions share. Each endpoint says only how its stream chunks and its whole
+//! body look ([`Answer`]).
+
+use axum::response::Response;
+use http::HeaderMap;
+use switchyard_seam::{Prompt, Usage};
+
+use crate::error::ApiError;
+use crate::layers::request_id::request_id;
+use crate::layers::request_metrics::labelled_response;
+use crate::openai::generate::{merge, Finished, UsageTally};
+use crate::openai::params::{GenerationParams, ResponseMode};
+use crate::openai::routed_generation::{finish_whole, observe, submit};
+use crate::openai::unix_now;
+use crate::policy::RoutedRequest;
+use crate::sse::{stream_response, ChunkFormat, StreamSettings};
+use crate::state::AppState;
+
+/// What an endpoint's answer looks like.
+pub trait Answer {
+    /// The request field holding the prompt, named when it does not fit the context.
+    const PROMPT_FIELD: &'static str;
+    /// The response id's prefix (`chatcmpl`, `cmpl`).
+    const ID_PREFIX: &'static str;
+    /// The stream's chunk format.
+    type Chunks: ChunkFormat;
+
+    /// The chunk format of a streamed answer.
+    fn chunks(self, head: Head, include_usage: bool) -> Self::Chunks;
+
+    /// The whole answer, from every finished choice and the request's usage.
+    fn whole(self, head: Head, finished: Vec<Finished>, usage: Usage)
+        -> Result<Response, ApiError>;
+}
+
+/// What every chunk and whole body of one answer carries.
+#[derive(Debug, Clone)]
+pub struct Head {
+    /// `{prefix}-{request id}`.
+    pub id: String,
+    /// Seconds since the Unix epoch.
+    pub created: u64,
+    /// The checkpoint that answers, `name@version`.
+    pub model: String,
+}
+
+/// The generations a validated request asks for.
+#[derive(Debug, Clone)]
+pub struct Generations {
+    /// The model name as sent.
+    pub model: String,
+    /// One or more prompts; each gets `params.n` choices.
+    pub prompts: Vec<Prompt>,
+    /// Generation parameters.
+    pub params: GenerationParams,
+    /// Whole JSON or SSE.
+    pub mode: ResponseMode,
+}
+
+/// Runs `generations` on the routed checkpoint (with the policy's fallbacks) and
+/// answers as `answer` shapes it; the response is labelled with the model for metrics.
+pub async fn respond<A: Answer>(
+    state: &AppState,
+    routed: &RoutedRequest,
+    headers: &HeaderMap,
+    generations: Generations,
+    answer: A,
+) -> Response {
+    let outcome = run(state, routed, &request_id(headers), &generations, answer).await;
+    labelled_response(&routed.backend_model(&generations.model), outcome)
+}
+
+async fn run<A: Answer>(
+    state: &AppState,
+    routed: &RoutedRequest,
+    request_id: &str,
+    generations: &Generations,
+    answer: A,
+) -> Result<Response, ApiError> {
+    let Generations {
+        model: requested,
+        prompts,
+        params,
+        mode,
+    } = generations;
+    // Built again only when a fallback checkpoint takes over the request.
+    let make = |model: &str| params.requests(request_id, model, prompts.clone());
+    let id = format!("{}-{request_id}", A::ID_PREFIX);
+    let created = unix_now();
+    match *mode {
+        ResponseMode::Stream { include_usage } => {
+            let choices = submit(state, routed, requested, &make, A::PROMPT_FIELD).await?;
+            let total = u32::try_from(choices.len()).unwrap_or(u32::MAX);
+            let head = Head {
+                id,
+                created,
+                model: routed.backend_model(requested),
+            };
+            let settings = StreamSettings {
+                choices: total,
+                n: params.n,
+                include_usage,
+                prompt_field: A::PROMPT_FIELD,
+                keep_alive: state.config().sse_keep_alive,
+            };
+            let events = observe(merge(choices), routed.clone(), total, params.n);
+            Ok(stream_response(
+                events,
+                answer.chunks(head, include_usage),
+                settings,
+            ))
+        }
+        ResponseMode::Whole => {
+            let finished =
+                finish_whole(state, routed, requested, &make, A::PROMPT_FIELD, params.n).await?;
+            let head = Head {
+                id,
+                created,
+                model: routed.backend_model(requested),
+            };
+            let mut tally = UsageTally::new(params.n);
+            for choice in &finished {
+                tally.add(choice.index, choice.usage);
+            }
+            answer.whole(head, finished, tally.total())
+        }
+    }
+}
