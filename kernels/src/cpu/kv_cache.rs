@@ -127,6 +127,9 @@ pub struct CpuKvCache {
     /// budget while this cache reads them, and nothing below their end is
     /// ever written.
     pub(super) prefix: Vec<CpuKvBlock>,
+    /// The end of the blocks this cache handed out to be shared (see
+    /// `kv_shared`): never written again either.
+    pub(super) shared_end: usize,
 }
 
 fn overflow(layers: usize, n_kv_heads: usize, head_dim: usize, capacity: usize) -> KernelError {
@@ -214,6 +217,7 @@ impl CpuKvCache {
             filled: vec![0; layers],
             reservation,
             prefix: Vec::new(),
+            shared_end: 0,
         })
     }
 
@@ -221,7 +225,7 @@ impl CpuKvCache {
     /// (which other caches read): such a cache only ever appends after
     /// its prefix.
     pub(crate) fn check_writable(&self, start: usize) -> Result<(), KernelError> {
-        let shared_end = self.prefix.len() * KV_BLOCK;
+        let shared_end = self.shared_end.max(self.prefix.len() * KV_BLOCK);
         if start < shared_end {
             return Err(KernelError::Shape {
                 op: "kv_cache",

@@ -110,6 +110,7 @@ impl CpuKvCache {
                     .ok_or_else(missing)?,
             ),
         };
+        self.shared_end = self.shared_end.max(end);
         Ok(CpuKvBlock(Arc::new(Shared {
             layers,
             n_kv_heads,
