@@ -90,6 +90,8 @@ impl ExecutorObserver for ExecutorMetrics {
     }
 
     fn prompt_cache_size(&self, blocks: usize, bytes: usize) {
+        // Exported from the first cached block on, zero until one is evicted.
+        metrics::counter!(PROMPT_CACHE_EVICTIONS_TOTAL).increment(0);
         metrics::gauge!(PROMPT_CACHE_BLOCKS).set(blocks as f64);
         metrics::gauge!(PROMPT_CACHE_BYTES).set(bytes as f64);
     }
