@@ -118,7 +118,8 @@ def test_cached_prompts_answer_as_uncached_and_say_how_much_was_cached(
             assert cached % 32 == 0 and prompt_tokens - 64 <= cached < usage.prompt_tokens, (q, cached)
             text, usage = chat_streamed(client, q)
             assert text == uncached[("chat", q)][0], q
-            assert usage.prompt_tokens_details.cached_tokens == cached, q
+            # The same question again: its own full blocks are cached now too.
+            assert usage.prompt_tokens_details.cached_tokens >= cached, q
         complete(client, QUESTIONS[0])
         for q in QUESTIONS:
             text, usage = complete(client, q)
