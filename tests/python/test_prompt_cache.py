@@ -35,6 +35,7 @@ SYSTEM = " ".join(
 )
 QUESTIONS = ["What is rule 3?", "Who reviews the gamma reports?", "Say hello.", "Which rule mentions kappa?"]
 MAX_TOKENS = 16
+ADMIN_TOKEN = "prompt-cache-test-admin-token"
 
 
 def serve_args(bin_path: Path, model: Path, port: int, *extra: str) -> list[str]:
@@ -165,7 +166,7 @@ def test_cached_blocks_stay_with_their_weights_and_go_when_their_version_unloads
                    check=True, capture_output=True)
     port, admin_port = free_port(), free_port()
     args = [str(switchyard_bin), "serve", "--repo", str(repo), "--listen", f"127.0.0.1:{port}",
-            "--admin-listen", f"127.0.0.1:{admin_port}", "--admin-token", "t", "--drain-seconds", "5"]
+            "--admin-listen", f"127.0.0.1:{admin_port}", "--admin-token", ADMIN_TOKEN, "--drain-seconds", "5"]
     with running_server(args, port):
         client = client_for(port)
         _, usage = chat(client, QUESTIONS[0], model="smollm2@2")
@@ -179,7 +180,7 @@ def test_cached_blocks_stay_with_their_weights_and_go_when_their_version_unloads
         assert usage.prompt_tokens_details.cached_tokens == 0
         assert metric(metrics(port), "switchyard_prompt_cache_blocks") > blocks
         request = urllib.request.Request(f"http://127.0.0.1:{admin_port}/admin/models/smollm2/versions/2/unload",
-                                         method="POST", data=b"", headers={"Authorization": "Bearer t"})
+                                         method="POST", data=b"", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
         with urllib.request.urlopen(request, timeout=60) as r:
             assert r.status == 200
         deadline = time.time() + 5
