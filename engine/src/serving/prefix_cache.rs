@@ -73,6 +73,9 @@ pub(super) struct PrefixCache<T> {
     /// Blocks evicted under budget pressure since the last
     /// [`PrefixCache::take_evicted`].
     evicted: usize,
+    /// While an insert runs, its clock: the blocks it has just added are
+    /// not evicted to make room for the rest of their own chain.
+    inserting: Option<u64>,
 }
 
 impl<T: SharedKvBlock> PrefixCache<T> {
@@ -84,6 +87,7 @@ impl<T: SharedKvBlock> PrefixCache<T> {
             owners: HashMap::new(),
             clock: 0,
             evicted: 0,
+            inserting: None,
         }
     }
 
@@ -159,6 +163,7 @@ impl<T: SharedKvBlock> PrefixCache<T> {
     ) -> usize {
         let hashes = block_hashes(prompt, self.positions);
         self.clock += 1;
+        self.inserting = Some(self.clock);
         let mut added = 0;
         for (depth, hash) in hashes.iter().enumerate().skip(from) {
             let key = (weights, *hash);
@@ -190,6 +195,7 @@ impl<T: SharedKvBlock> PrefixCache<T> {
             );
             added += 1;
         }
+        self.inserting = None;
         added
     }
 
@@ -199,7 +205,7 @@ impl<T: SharedKvBlock> PrefixCache<T> {
         let mut candidates: Vec<((u64, BlockHash), u64, usize)> = self
             .entries
             .iter()
-            .filter(|(_, e)| e.block.holders() == 1)
+            .filter(|(_, e)| e.block.holders() == 1 && Some(e.last_used) != self.inserting)
             .map(|(key, e)| (*key, e.last_used, e.depth))
             .collect();
         candidates.sort_by_key(|&(_, used, depth)| (used, std::cmp::Reverse(depth)));
@@ -307,6 +313,25 @@ mod tests {
         assert_eq!(cache.evict(1000), 100);
         assert_eq!(cache.len(), 0);
         assert_eq!(cache.take_evicted(), 3);
+    }
+
+    #[test]
+    fn an_insert_short_of_budget_evicts_older_blocks_not_its_own_chain() {
+        let (mut cache, _owner) = cache_with_owner();
+        cache.insert(7, &(100..104).collect::<Vec<u32>>(), 0, &mut share_all());
+        let prompt: Vec<u32> = (0..12).collect();
+        let mut freed = Vec::new();
+        let mut tight = |depth: usize, cache: &mut PrefixCache<FakeBlock>| {
+            // Every share past the first needs one block's room.
+            if depth > 0 {
+                freed.push(cache.evict(100));
+            }
+            Some(FakeBlock(Arc::new(depth)))
+        };
+        assert_eq!(cache.insert(7, &prompt, 0, &mut tight), 3);
+        // The old block went first; then nothing of the new chain.
+        assert_eq!(freed, [100, 0]);
+        assert_eq!(cache.lookup(7, &(0..13).collect::<Vec<u32>>()).len(), 3);
     }
 
     #[test]
