@@ -1,7 +1,8 @@
 //! The prompt cache through the executor (issue 20): a prompt that starts
 //! like an earlier one runs from the cached blocks and samples exactly what
 //! it samples with the cache off, and cached blocks that no sequence reads
-//! give way to a new sequence's cache instead of refusing it.
+//! give way to a new sequence's cache instead of refusing it; checkpoints
+//! with sliding-window layers are not cached.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
@@ -32,10 +33,15 @@ struct Fixture {
 /// A synthetic SmolLM2 on a backend whose F16 KV budget holds
 /// `budget_blocks` blocks of every layer (`None`: no limit).
 fn fixture(budget_blocks: Option<usize>) -> Fixture {
+    fixture_of(Preset::Smollm2, budget_blocks)
+}
+
+/// As [`fixture`], of another architecture.
+fn fixture_of(preset: Preset, budget_blocks: Option<usize>) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("smollm2-q8.gguf");
+    let path = dir.path().join("synthetic-q8.gguf");
     let spec = SyntheticSpec {
-        preset: Preset::Smollm2,
+        preset,
         dtype: DType::Q8_0,
         seed: 5,
     };
@@ -187,4 +193,16 @@ fn unread_cached_blocks_give_way_to_a_new_sequence() {
     assert_eq!(hit, 0);
     assert!(!ids.is_empty());
     assert!(evictions.0.load(Ordering::Acquire) >= 2);
+}
+
+#[test]
+fn sliding_window_checkpoints_are_not_cached() {
+    // Gemma 3's local layers keep rings whose blocks are overwritten as
+    // the window moves: their prefixes cannot be shared block by block.
+    let f = fixture_of(Preset::Gemma3, None);
+    let exec = executor(&f, true);
+    let (first, _) = run(&exec, &f, prompt(&[3]), 6);
+    let (again, hit) = run(&exec, &f, prompt(&[3]), 6);
+    assert_eq!(hit, 0);
+    assert_eq!(first, again);
 }
