@@ -63,14 +63,12 @@ impl<E> Block<E> {
     /// Makes the block shared (it is never written again) and returns a
     /// handle to it.
     pub(crate) fn share(&mut self) -> Arc<Vec<E>> {
-        if let Block::Own(v) = self {
-            *self = Block::Shared(Arc::new(std::mem::take(v)));
-        }
-        match self {
-            Block::Shared(shared) => Arc::clone(shared),
-            // Just replaced above.
-            Block::Own(_) => Arc::new(Vec::new()),
-        }
+        let shared = match std::mem::replace(self, Block::Own(Vec::new())) {
+            Block::Own(own) => Arc::new(own),
+            Block::Shared(shared) => shared,
+        };
+        *self = Block::Shared(Arc::clone(&shared));
+        shared
     }
 }
 
