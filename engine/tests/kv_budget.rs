@@ -107,6 +107,7 @@ fn executor(f: &Fixture) -> Executor<CpuBackend> {
         max_active: 8,
         max_queued: 8,
         max_step_tokens: 64,
+        ..ExecutorConfig::default()
     };
     Executor::spawn(f.backend.clone(), config, Arc::new(NoObserver)).unwrap()
 }

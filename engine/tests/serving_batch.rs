@@ -129,6 +129,7 @@ fn collect_with_logprobs(
                 finish_reason,
                 prompt_tokens,
                 completion_tokens,
+                ..
             } => {
                 return (
                     ids,
@@ -188,6 +189,7 @@ fn check_batched_against_sessions(f: &Fixture, texts: &[&str], counts: &[usize])
             max_active: 3,
             max_queued: 16,
             max_step_tokens: 6,
+            ..ExecutorConfig::default()
         },
     );
     let receivers: Vec<_> = prompts
@@ -297,6 +299,7 @@ fn a_full_queue_refuses_with_overloaded_and_bad_prompts_are_refused() {
             max_active: 1,
             max_queued: 1,
             max_step_tokens: 64,
+            ..ExecutorConfig::default()
         },
     );
     let prompt = f.tokenizer.encode("Hello", true).unwrap();

@@ -136,6 +136,16 @@ pub struct AttentionRows<'a, B: Backend> {
     pub start_pos: usize,
 }
 
+/// A handle to one full KV block shared read-only between caches (the
+/// prompt cache's unit: [`Backend::kv_share_block`]).
+pub trait SharedKvBlock: Clone + Send + Sync + 'static {
+    /// Handles to the block alive now: 1 means only the caller's, so
+    /// dropping it frees the block and its budget.
+    fn holders(&self) -> usize;
+    /// Bytes of the KV budget the block holds.
+    fn bytes(&self) -> usize;
+}
+
 /// A compute backend. See the module documentation.
 ///
 /// Every method that can meet inconsistent shapes returns an error rather
@@ -150,6 +160,8 @@ pub trait Backend: Send + Sync + 'static {
     type Activations: Send + 'static;
     /// Keys and values of one sequence, for every layer.
     type KvCache: Send + 'static;
+    /// One full block of a KV cache, shared read-only between caches.
+    type KvBlock: SharedKvBlock;
 
     /// A short name for logs (`cpu-avx512vnni`, ...).
     fn name(&self) -> String;
@@ -177,6 +189,29 @@ pub trait Backend: Send + Sync + 'static {
         head_dim: usize,
         capacity: usize,
         windows: &[Option<usize>],
+    ) -> Result<Self::KvCache, KernelError>;
+    /// Positions of one KV block: what [`Backend::kv_share_block`] shares.
+    fn kv_block_positions(&self) -> usize;
+    /// Shares block `block` of `cache` (positions `block ×
+    /// kv_block_positions()` onwards, written in every layer): `cache`
+    /// never writes it again, and the handle keeps it (and its budget)
+    /// after `cache` is gone. Fails for caches with sliding-window layers.
+    fn kv_share_block(
+        &self,
+        cache: &mut Self::KvCache,
+        block: usize,
+    ) -> Result<Self::KvBlock, KernelError>;
+    /// As [`Backend::kv_cache`], starting from the shared `prefix` blocks
+    /// (positions `0..prefix.len() × kv_block_positions()` already
+    /// written, never written again); reserves only the blocks beyond.
+    fn kv_cache_with_prefix(
+        &self,
+        layers: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+        capacity: usize,
+        windows: &[Option<usize>],
+        prefix: &[Self::KvBlock],
     ) -> Result<Self::KvCache, KernelError>;
 
     // --- operations -------------------------------------------------------

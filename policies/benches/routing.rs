@@ -111,6 +111,7 @@ fn one(store: &PolicyStore, engine: &Live, req: &RouteRequest) -> bool {
             black_box(route.finish(Completion {
                 usage: Usage {
                     prompt_tokens: 480,
+                    cached_tokens: 0,
                     completion_tokens: 150,
                 },
                 succeeded: true,

@@ -41,7 +41,7 @@
 //! let route = store.route(&req, &IdleEngine)?;
 //! assert_eq!((&*route.model, &*route.version), ("large", "v3"));
 //! route.finish(Completion {
-//!     usage: Usage { prompt_tokens: 180, completion_tokens: 64 },
+//!     usage: Usage { prompt_tokens: 180, cached_tokens: 0, completion_tokens: 64 },
 //!     succeeded: true,
 //!     latency_ms: 350.0,
 //! });

@@ -68,6 +68,7 @@ fn finish_with_12_tokens(r: Route) {
     r.finish(Completion {
         usage: Usage {
             prompt_tokens: 7,
+            cached_tokens: 0,
             completion_tokens: 5,
         },
         succeeded: true,

@@ -445,7 +445,7 @@ proptest! {
                             }
                             // Actual usage never exceeds the reserved upper bound.
                             let completion = Completion {
-                                usage: Usage { prompt_tokens: prompt, completion_tokens: out * used / 100 },
+                                usage: Usage { prompt_tokens: prompt, cached_tokens: 0, completion_tokens: out * used / 100 },
                                 succeeded: true,
                                 latency_ms: 1.0,
                             };

@@ -12,6 +12,7 @@ fn finish(r: switchyard_policies::Route, succeeded: bool) {
     r.finish(Completion {
         usage: Usage {
             prompt_tokens: 10,
+            cached_tokens: 0,
             completion_tokens: 10,
         },
         succeeded,

@@ -328,6 +328,7 @@ fn budgets_are_reserved_settled_and_exhausted() {
     let spent = first.finish(Completion {
         usage: Usage {
             prompt_tokens: 100,
+            cached_tokens: 0,
             completion_tokens: 50,
         },
         succeeded: true,

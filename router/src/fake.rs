@@ -344,6 +344,7 @@ impl Job {
             finish_reason,
             usage: Usage {
                 prompt_tokens: self.prompt_tokens,
+                cached_tokens: 0,
                 completion_tokens: produced,
             },
         };

@@ -36,7 +36,7 @@ async fn whole_response_has_openai_shape_and_real_usage() {
     // The fake counts one token per word plus one per message.
     assert_eq!(
         body["usage"],
-        json!({"prompt_tokens": 3, "completion_tokens": 9, "total_tokens": 12})
+        json!({"prompt_tokens": 3, "completion_tokens": 9, "total_tokens": 12, "prompt_tokens_details": {"cached_tokens": 0}})
     );
 }
 
@@ -122,7 +122,7 @@ async fn n_choices_are_separate_generations_with_successive_seeds() {
     // The prompt is counted once, completions for every choice.
     assert_eq!(
         body["usage"],
-        json!({"prompt_tokens": 3, "completion_tokens": 27, "total_tokens": 30})
+        json!({"prompt_tokens": 3, "completion_tokens": 27, "total_tokens": 30, "prompt_tokens_details": {"cached_tokens": 0}})
     );
 }
 
@@ -197,7 +197,7 @@ async fn stream_include_usage_adds_a_final_usage_chunk() {
     assert_eq!(last["choices"], json!([]));
     assert_eq!(
         last["usage"],
-        json!({"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7})
+        json!({"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7, "prompt_tokens_details": {"cached_tokens": 0}})
     );
     for chunk in rest {
         assert!(

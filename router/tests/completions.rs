@@ -30,7 +30,7 @@ async fn whole_response_has_openai_shape() {
     );
     assert_eq!(
         body["usage"],
-        json!({"prompt_tokens": 2, "completion_tokens": 4, "total_tokens": 6})
+        json!({"prompt_tokens": 2, "completion_tokens": 4, "total_tokens": 6, "prompt_tokens_details": {"cached_tokens": 0}})
     );
     assert_eq!(fake.submitted()[0].prompt, Prompt::Text("once upon".into()));
 }
@@ -76,7 +76,7 @@ async fn several_prompts_times_n_are_indexed_prompt_major() {
     // Each prompt counted once: 1 + 2 words.
     assert_eq!(
         body["usage"],
-        json!({"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7})
+        json!({"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7, "prompt_tokens_details": {"cached_tokens": 0}})
     );
 }
 
@@ -152,7 +152,7 @@ async fn stream_sends_text_chunks_then_done() {
     assert_eq!(chunks[3]["choices"], json!([]));
     assert_eq!(
         chunks[3]["usage"],
-        json!({"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3})
+        json!({"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3, "prompt_tokens_details": {"cached_tokens": 0}})
     );
     assert_eq!(fake.submitted()[0].stop, vec!["three".to_owned()]);
 }

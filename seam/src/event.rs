@@ -72,6 +72,9 @@ impl FinishReason {
 pub struct Usage {
     /// Tokens in the prompt after templating.
     pub prompt_tokens: u32,
+    /// Of those, tokens whose KV the prompt cache supplied (OpenAI's
+    /// `usage.prompt_tokens_details.cached_tokens`).
+    pub cached_tokens: u32,
     /// Tokens generated.
     pub completion_tokens: u32,
 }

@@ -61,11 +61,13 @@ impl EventSink for StreamSink {
             SequenceEvent::Done {
                 finish_reason,
                 prompt_tokens,
+                cached_tokens,
                 completion_tokens,
             } => GenerationEvent::Done {
                 finish_reason,
                 usage: Usage {
                     prompt_tokens: u32::try_from(prompt_tokens).unwrap_or(u32::MAX),
+                    cached_tokens: u32::try_from(cached_tokens).unwrap_or(u32::MAX),
                     completion_tokens: u32::try_from(completion_tokens).unwrap_or(u32::MAX),
                 },
             },

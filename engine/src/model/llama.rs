@@ -150,6 +150,44 @@ impl<B: Backend> LlamaModel<B> {
         forward_many(backend, &mut parts, scratch)
     }
 
+    /// A KV cache that starts from the prompt cache's shared `prefix`
+    /// blocks (see [`Backend::kv_cache_with_prefix`]).
+    pub fn new_cache_with_prefix(
+        &self,
+        backend: &B,
+        capacity: usize,
+        prefix: &[B::KvBlock],
+    ) -> Result<B::KvCache, ModelError> {
+        Ok(backend.kv_cache_with_prefix(
+            self.config.n_layers,
+            self.config.n_kv_heads,
+            self.config.head_dim,
+            capacity,
+            &self.config.layer_windows(),
+            prefix,
+        )?)
+    }
+
+    /// What the KV of a token sequence depends on, as one number: the
+    /// config and the identity of every stored tensor (the store keeps one
+    /// copy of equal tensors, so checkpoints with equal weights share it
+    /// whatever their names). Valid while the model lives: the prompt
+    /// cache drops a key's blocks when no checkpoint holding it is loaded.
+    pub fn weight_identity(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        format!("{:?}", self.config).hash(&mut hasher);
+        self.weights.tensor_addresses().hash(&mut hasher);
+        hasher.finish()
+    }
+
+    /// Whether a sequence's KV can be shared block by block: not when a
+    /// layer keeps a sliding-window ring (Gemma 3's local layers), whose
+    /// blocks are overwritten as the window moves.
+    pub fn caches_prompts(&self) -> bool {
+        self.config.layer_windows().iter().all(Option::is_none)
+    }
+
     /// Whether a step can run this model's rows together with `other`'s
     /// ([`forward_many`]) and gain by it: the same architecture and shapes,
     /// and at least half of this model's matrix bytes the very same stored

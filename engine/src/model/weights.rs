@@ -47,6 +47,25 @@ impl<B: Backend> ModelWeights<B> {
         self.output.as_deref().unwrap_or(&self.embed)
     }
 
+    /// The address of every stored tensor (matrices and vectors), in a
+    /// fixed order. The store keeps one copy of equal tensors, so two
+    /// models with equal addresses have equal weights (while both live).
+    pub fn tensor_addresses(&self) -> Vec<usize> {
+        fn at<T>(shared: &Shared<T>) -> usize {
+            std::sync::Arc::as_ptr(shared) as usize
+        }
+        let mut addresses: Vec<usize> = self.matrices().map(at).collect();
+        addresses.push(at(&self.output_norm));
+        for layer in &self.layers {
+            addresses.push(at(&layer.attn_norm));
+            addresses.push(at(&layer.ffn_norm));
+            addresses.extend(layer.qkv_bias.iter().flatten().map(at));
+            addresses.extend(layer.qk_norm.iter().flatten().map(at));
+            addresses.extend(layer.post_norms.iter().flatten().map(at));
+        }
+        addresses
+    }
+
     /// Every matrix, in a fixed order (the same for two models of one
     /// architecture): the embedding table, the output projection if not
     /// tied, then each layer's.

@@ -78,6 +78,11 @@ pub struct ServedCheckpoint<B: Backend> {
     pub load_stats: LoadStats,
     /// How long reading, storing and checking it took.
     pub load_time: Duration,
+    /// What its KV depends on (`LlamaModel::weight_identity`): the prompt
+    /// cache's key, so versions with equal weights share cached prefixes.
+    pub weight_identity: u64,
+    /// Whether the prompt cache serves it (not with sliding-window layers).
+    pub caches_prompts: bool,
     /// Requests submitted and not finished (waiting or running).
     demand: AtomicUsize,
     /// Requests waiting for a batch slot.
@@ -139,6 +144,8 @@ impl<B: Backend> ServedCheckpoint<B> {
     ) -> Self {
         ServedCheckpoint {
             id,
+            weight_identity: model.weight_identity(),
+            caches_prompts: model.caches_prompts(),
             model,
             tokenizer,
             template,

@@ -21,6 +21,7 @@ use switchyard_kernels::Backend;
 use super::checkpoint::{CheckpointHandle, CheckpointId};
 use super::group::{Admission, Group, Waiting};
 use super::kv_admission;
+use super::prefix_cache::PrefixCache;
 use super::queue::{SequenceRequest, SubmitError};
 use super::table::WeightTable;
 use super::{choice, ExecutorObserver};
@@ -36,6 +37,9 @@ pub struct ExecutorConfig {
     /// Tokens one forward step runs at most (decode rows first, then prompt
     /// chunks), bounding step latency and activation memory.
     pub max_step_tokens: usize,
+    /// Keep full prompt blocks after their sequence ends and reuse them
+    /// for later prompts that start the same (`prefix_cache`).
+    pub prompt_cache: bool,
 }
 
 impl Default for ExecutorConfig {
@@ -44,6 +48,7 @@ impl Default for ExecutorConfig {
             max_active: 64,
             max_queued: 256,
             max_step_tokens: 256,
+            prompt_cache: true,
         }
     }
 }
@@ -131,7 +136,12 @@ impl<B: Backend> Executor<B> {
         let table = Arc::new(ArcSwapOption::empty());
         let max_queued = config.max_queued;
         let kv_slots = config.max_active.max(1);
+        let prefix = config
+            .prompt_cache
+            .then(|| PrefixCache::new(backend.kv_block_positions()));
         let state = Scheduler {
+            prefix,
+            cached_blocks: 0,
             scratch: None,
             backend: Arc::clone(&backend),
             config,
@@ -288,16 +298,38 @@ struct Scheduler<B: Backend> {
     table: Arc<ArcSwapOption<WeightTable<B>>>,
     shared: Arc<Shared>,
     observer: Arc<dyn ExecutorObserver>,
+    /// The prompt cache, unless turned off.
+    prefix: Option<PrefixCache<B::KvBlock>>,
+    /// Blocks it held when last reported.
+    cached_blocks: usize,
 }
+
+/// How often an idle executor looks for unloaded versions whose cached
+/// prompt blocks it can drop.
+const IDLE_PURGE: std::time::Duration = std::time::Duration::from_millis(200);
 
 impl<B: Backend> Scheduler<B> {
     fn run(mut self) {
         loop {
             if self.groups.is_empty() {
-                // Idle: sleep until a request comes or every handle is gone.
-                match self.requests.recv() {
-                    Ok(submission) => self.accept(submission),
-                    Err(mpsc::RecvError) => return,
+                // Idle: sleep until a request comes or every handle is
+                // gone; with cached prompt blocks, wake now and then to
+                // drop those of versions unloaded meanwhile.
+                let holding = self.prefix.as_ref().is_some_and(|p| p.len() > 0);
+                if holding {
+                    match self.requests.recv_timeout(IDLE_PURGE) {
+                        Ok(submission) => self.accept(submission),
+                        Err(mpsc::RecvTimeoutError::Timeout) => {
+                            self.purge_unloaded();
+                            continue;
+                        }
+                        Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                    }
+                } else {
+                    match self.requests.recv() {
+                        Ok(submission) => self.accept(submission),
+                        Err(mpsc::RecvError) => return,
+                    }
                 }
             }
             while let Ok(submission) = self.requests.try_recv() {
@@ -306,8 +338,12 @@ impl<B: Backend> Scheduler<B> {
             for group in &mut self.groups {
                 group.drop_cancelled();
             }
+            // Before any lookup: a dropped version's weight identity may
+            // be reused by the next load (see `prefix_cache`).
+            self.purge_unloaded();
             self.admit();
             self.step_one();
+            self.report_prompt_cache();
             self.groups.retain(|g| !g.is_idle());
             if self.groups.is_empty() {
                 // Idle: let go of the last weights so that an unloaded or
@@ -321,7 +357,37 @@ impl<B: Backend> Scheduler<B> {
         }
     }
 
+    /// Drops the cached prompt blocks of versions no longer loaded.
+    fn purge_unloaded(&mut self) {
+        if let Some(prefix) = self.prefix.as_mut() {
+            if prefix.purge_unloaded() > 0 {
+                self.report_prompt_cache();
+            }
+        }
+    }
+
+    /// Tells the observer of evictions and of the prompt cache's size.
+    fn report_prompt_cache(&mut self) {
+        let Some(prefix) = self.prefix.as_mut() else {
+            return;
+        };
+        let evicted = prefix.take_evicted();
+        if evicted > 0 {
+            self.observer.prompt_cache_evicted(evicted);
+        }
+        if prefix.len() != self.cached_blocks {
+            self.cached_blocks = prefix.len();
+            self.observer
+                .prompt_cache_size(prefix.len(), prefix.bytes());
+        }
+    }
+
     fn accept(&mut self, submission: Submission<B>) {
+        if let Some(prefix) = self.prefix.as_mut() {
+            let owner: std::sync::Weak<dyn std::any::Any + Send + Sync> =
+                Arc::downgrade(&submission.checkpoint) as _;
+            prefix.register(submission.checkpoint.weight_identity, owner);
+        }
         let waiting = Waiting {
             request: submission.request,
             arrived: submission.arrived,
@@ -358,10 +424,17 @@ impl<B: Backend> Scheduler<B> {
             let Some(group) = self.groups.get_mut(index) else {
                 break;
             };
-            match group.admit_front(&self.backend, active > 0) {
-                Admission::Admitted => {
+            match group.admit_front(&self.backend, active > 0, self.prefix.as_mut()) {
+                Admission::Admitted { cached, prompt } => {
                     taken += 1;
                     active += 1;
+                    if self.prefix.is_some() && group.checkpoint.caches_prompts {
+                        self.observer.prompt_cache(
+                            &group.checkpoint.id,
+                            cached,
+                            prompt.saturating_sub(cached),
+                        );
+                    }
                 }
                 Admission::Dropped => taken += 1,
                 Admission::Wait | Admission::Empty => break,
@@ -529,7 +602,7 @@ impl<B: Backend> Scheduler<B> {
                     let (count, sequences) = Group::<B>::size(&spans);
                     self.observer
                         .step(&group.checkpoint.id, count, sequences, elapsed);
-                    group.finish(spans, &mut rows);
+                    group.finish(&self.backend, spans, &mut rows, self.prefix.as_mut());
                 }
             }
             Err(e) => {

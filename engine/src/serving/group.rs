@@ -4,11 +4,12 @@ use std::collections::VecDeque;
 use std::ops::Range;
 use std::time::Instant;
 
-use switchyard_kernels::Backend;
+use switchyard_kernels::{Backend, KernelError};
 
 use super::checkpoint::CheckpointHandle;
 use super::choice::Claim;
 use super::kv_admission::{self, NoCache};
+use super::prefix_cache::PrefixCache;
 use super::queue::{SequenceEvent, SequenceRequest};
 use super::sequence::Sequence;
 use crate::model::{LogitRows, SequenceChunk};
@@ -25,8 +26,8 @@ pub(super) struct Waiting {
 pub(super) enum Admission {
     /// Nothing waits.
     Empty,
-    /// It runs now.
-    Admitted,
+    /// It runs now, `cached` of its `prompt` tokens read from the prompt cache.
+    Admitted { cached: usize, prompt: usize },
     /// It left the queue without running (its client left, or its cache
     /// failed; it was told).
     Dropped,
@@ -80,11 +81,17 @@ impl<B: Backend> Group<B> {
     }
 
     /// Moves the oldest waiting request into the batch with a KV cache
-    /// (see `kv_admission`). `others_running` says whether any sequence of
+    /// (see `kv_admission`), starting from the longest prefix of its prompt
+    /// that `prefix` holds. `others_running` says whether any sequence of
     /// any checkpoint holds a cache: when none does and the budget still
     /// has no room, nothing will free it, so the request fails instead of
     /// waiting.
-    pub(super) fn admit_front(&mut self, backend: &B, others_running: bool) -> Admission {
+    pub(super) fn admit_front(
+        &mut self,
+        backend: &B,
+        others_running: bool,
+        prefix: Option<&mut PrefixCache<B::KvBlock>>,
+    ) -> Admission {
         let Some(front) = self.waiting.front() else {
             return Admission::Empty;
         };
@@ -94,12 +101,27 @@ impl<B: Backend> Group<B> {
             self.checkpoint.finished();
             return Admission::Dropped;
         }
-        let model = &self.checkpoint.model;
-        let made = kv_admission::make_cache(backend, model, &front.request);
+        let checkpoint = &self.checkpoint;
+        let model = &checkpoint.model;
+        let mut prefix = prefix.filter(|_| checkpoint.caches_prompts);
+        let shared = match prefix.as_deref_mut() {
+            Some(cache) => cache.lookup(checkpoint.weight_identity, &front.request.prompt),
+            None => Vec::new(),
+        };
+        let cached = shared.len() * backend.kv_block_positions();
+        let mut made = kv_admission::make_cache(backend, model, &front.request, &shared);
+        // Cached blocks no sequence reads count as free: evict what the
+        // cache is short of, then try again.
+        while let (Err(NoCache::Later { short }), Some(cache)) = (&made, prefix.as_deref_mut()) {
+            if cache.evict(*short) == 0 {
+                break;
+            }
+            made = kv_admission::make_cache(backend, model, &front.request, &shared);
+        }
         let cache = match made {
             Ok(cache) => cache,
-            Err(NoCache::Later) if others_running => return Admission::Wait,
-            Err(NoCache::Later) => {
+            Err(NoCache::Later { .. }) if others_running => return Admission::Wait,
+            Err(NoCache::Later { .. }) => {
                 let message = format!(
                     "the KV budget has no room for a cache of {} tokens although no sequence \
                      runs; lower max_tokens",
@@ -117,9 +139,16 @@ impl<B: Backend> Group<B> {
             return Admission::Empty;
         };
         self.checkpoint.admitted();
-        let capacity = kv_admission::positions(model, &request);
-        self.active.push(Sequence::new(request, cache, capacity));
-        Admission::Admitted
+        let capacity = kv_admission::positions(&self.checkpoint.model, &request);
+        let prompt = request.prompt.len();
+        self.active.push(Sequence::new(
+            request,
+            cache,
+            capacity,
+            shared.len(),
+            cached,
+        ));
+        Admission::Admitted { cached, prompt }
     }
 
     /// Takes the oldest waiting request out of the queue, telling it `message`.
@@ -196,16 +225,25 @@ impl<B: Backend> Group<B> {
     }
 
     /// Takes the step's results: each sequence whose span reached its last
-    /// token samples from the next row of `logits` (`vocab` floats each).
+    /// token samples from the next row of `logits` (`vocab` floats each);
+    /// one whose prompt is now all in its cache hands its full prompt
+    /// blocks to `prefix`.
     pub(super) fn finish<'l>(
         &mut self,
+        backend: &B,
         spans: Vec<Option<Range<usize>>>,
         logits: &mut impl Iterator<Item = &'l [f32]>,
+        mut prefix: Option<&mut PrefixCache<B::KvBlock>>,
     ) {
+        let weights = self.checkpoint.weight_identity;
+        if !self.checkpoint.caches_prompts {
+            prefix = None;
+        }
         // Each sequence whose span reached its last token takes the next
-        // row (`Some(None)`: the forward pass came up short). Rows are
-        // handed out first so that the grammar masks of the step are
-        // computed together, in parallel, before the serial sampling.
+        // row (`Some(None)`: the forward pass came up short); one whose
+        // prompt just went whole into its cache shares its prompt blocks.
+        // Rows are handed out first so that the grammar masks of the step
+        // are computed together, in parallel, before the serial sampling.
         let rows: Vec<Option<Option<&'l [f32]>>> = self
             .active
             .iter_mut()
@@ -213,6 +251,12 @@ impl<B: Backend> Group<B> {
             .map(|(sequence, span)| {
                 let span = span?;
                 sequence.processed = span.end;
+                let prompt_len = sequence.prompt().len();
+                if let Some(cache) = prefix.as_deref_mut() {
+                    if span.start < prompt_len && span.end >= prompt_len {
+                        share_prompt(backend, weights, sequence, cache);
+                    }
+                }
                 (span.end >= sequence.tokens.len()).then(|| logits.next())
             })
             .collect();
@@ -267,4 +311,32 @@ impl<B: Backend> Group<B> {
             })
             .collect()
     }
+}
+
+/// Hands `sequence`'s full prompt blocks (past those it took from the
+/// cache) to the prompt cache, evicting unread cached blocks when the
+/// budget has no room for them; a block that cannot be had ends the
+/// handing (the sequence runs on either way).
+fn share_prompt<B: Backend>(
+    backend: &B,
+    weights: u64,
+    sequence: &mut Sequence<B>,
+    prefix: &mut PrefixCache<B::KvBlock>,
+) {
+    let prompt = sequence.prompt().to_vec();
+    let from = sequence.shared_blocks;
+    let kv = &mut sequence.cache;
+    let mut share = |block: usize, cache: &mut PrefixCache<B::KvBlock>| match backend
+        .kv_share_block(kv, block)
+    {
+        Ok(shared) => Some(shared),
+        Err(KernelError::KvBudget { needed, free, .. }) => {
+            if cache.evict(needed.saturating_sub(free)) == 0 {
+                return None;
+            }
+            backend.kv_share_block(kv, block).ok()
+        }
+        Err(_) => None,
+    };
+    prefix.insert(weights, &prompt, from, &mut share);
 }

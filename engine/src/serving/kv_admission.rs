@@ -15,8 +15,9 @@ use crate::model::{LlamaModel, ModelError};
 
 /// Why a cache could not be made now.
 pub(super) enum NoCache {
-    /// Not while other sequences hold the budget: try again when one ends.
-    Later,
+    /// Not while other sequences (or the prompt cache) hold the budget:
+    /// `short` bytes are missing; try again when some are freed.
+    Later { short: usize },
     /// Never (bigger than the whole budget) or another failure: the message.
     Failed(String),
 }
@@ -30,20 +31,24 @@ pub(super) fn positions<B: Backend>(model: &LlamaModel<B>, request: &SequenceReq
     )
 }
 
-/// `request`'s cache, if the budget has room for it now.
+/// `request`'s cache, starting from the prompt cache's shared `prefix`
+/// blocks, if the budget has room for it now.
 pub(super) fn make_cache<B: Backend>(
     backend: &B,
     model: &LlamaModel<B>,
     request: &SequenceRequest,
+    prefix: &[B::KvBlock],
 ) -> Result<B::KvCache, NoCache> {
     let positions = positions(model, request);
-    match model.new_cache(backend, positions) {
+    match model.new_cache_with_prefix(backend, positions, prefix) {
         Ok(cache) => Ok(cache),
-        Err(ModelError::Kernel(KernelError::KvBudget { needed, budget, .. }))
-            if needed <= budget =>
-        {
-            Err(NoCache::Later)
-        }
+        Err(ModelError::Kernel(KernelError::KvBudget {
+            needed,
+            budget,
+            free,
+        })) if needed <= budget => Err(NoCache::Later {
+            short: needed.saturating_sub(free),
+        }),
         Err(e) => Err(NoCache::Failed(format!(
             "cannot allocate a KV cache of {positions} tokens: {e}"
         ))),

@@ -19,6 +19,8 @@
 //! - `group.rs`: one checkpoint's queue and batch;
 //! - `choice.rs`: which checkpoint runs next;
 //! - `table.rs`: the weight table a step reads;
+//! - `prefix_cache.rs`: full prompt blocks kept for later prompts that
+//!   start the same (the prompt cache);
 //! - `executor.rs`: the handle, the weight table and the scheduling loop.
 
 mod checkpoint;
@@ -26,6 +28,7 @@ mod choice;
 mod executor;
 mod group;
 mod kv_admission;
+mod prefix_cache;
 mod queue;
 mod sequence;
 mod table;
@@ -56,5 +59,23 @@ pub trait ExecutorObserver: Send + Sync {
     /// One forward step ran `rows` tokens of `sequences` sequences on `checkpoint`.
     fn step(&self, checkpoint: &CheckpointId, rows: usize, sequences: usize, elapsed: Duration) {
         let _ = (checkpoint, rows, sequences, elapsed);
+    }
+
+    /// A request to `checkpoint` was admitted with `cached` prompt tokens
+    /// read from the prompt cache and `computed` left to run (the cache's
+    /// hits and misses, in tokens). Only while the prompt cache is on and
+    /// serves the checkpoint.
+    fn prompt_cache(&self, checkpoint: &CheckpointId, cached: usize, computed: usize) {
+        let _ = (checkpoint, cached, computed);
+    }
+
+    /// `blocks` cached prompt blocks were evicted to make room in the KV budget.
+    fn prompt_cache_evicted(&self, blocks: usize) {
+        let _ = blocks;
+    }
+
+    /// The prompt cache now holds `blocks` blocks taking `bytes` of the KV budget.
+    fn prompt_cache_size(&self, blocks: usize, bytes: usize) {
+        let _ = (blocks, bytes);
     }
 }

@@ -55,6 +55,8 @@ pub enum SequenceEvent {
         finish_reason: FinishReason,
         /// Tokens in the prompt.
         prompt_tokens: usize,
+        /// Of those, the tokens whose KV came from the prompt cache.
+        cached_tokens: usize,
         /// Tokens sampled, the final stop token included.
         completion_tokens: usize,
     },

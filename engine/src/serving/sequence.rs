@@ -30,16 +30,30 @@ pub(super) struct Sequence<B: Backend> {
     sink: Box<dyn EventSink>,
     deadline: Option<Instant>,
     constraint: Option<TokenMask>,
+    /// Prompt tokens whose KV came from the prompt cache (not computed).
+    cached_tokens: usize,
+    /// Leading cache blocks already shared with the prompt cache.
+    pub(super) shared_blocks: usize,
 }
 
 impl<B: Backend> Sequence<B> {
-    /// Takes over `request` with a cache of `capacity` tokens.
-    pub(super) fn new(request: SequenceRequest, cache: B::KvCache, capacity: usize) -> Self {
+    /// Takes over `request` with a cache of `capacity` tokens whose first
+    /// `shared_blocks` blocks (`cached_tokens` positions) came from the
+    /// prompt cache: the prompt runs from there.
+    pub(super) fn new(
+        request: SequenceRequest,
+        cache: B::KvCache,
+        capacity: usize,
+        shared_blocks: usize,
+        cached_tokens: usize,
+    ) -> Self {
         Sequence {
             prompt_len: request.prompt.len(),
             tokens: request.prompt,
             cache,
-            processed: 0,
+            processed: cached_tokens,
+            cached_tokens,
+            shared_blocks,
             capacity,
             sampler: Sampler::new(request.sampling),
             stop_token_ids: request.stop.stop_token_ids.clone(),
@@ -59,6 +73,11 @@ impl<B: Backend> Sequence<B> {
     /// Whether the client went away.
     pub(super) fn is_cancelled(&self) -> bool {
         self.sink.is_closed()
+    }
+
+    /// The prompt's tokens.
+    pub(super) fn prompt(&self) -> &[u32] {
+        self.tokens.get(..self.prompt_len).unwrap_or_default()
     }
 
     /// Whether the prompt is fully in the cache (the sequence decodes one token per step).
@@ -147,6 +166,7 @@ impl<B: Backend> Sequence<B> {
                 self.sink.send(SequenceEvent::Done {
                     finish_reason,
                     prompt_tokens: self.prompt_len,
+                    cached_tokens: self.cached_tokens,
                     completion_tokens: self.tokens.len() - self.prompt_len,
                 });
                 false

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use super::attention::{attention, AttentionCall};
 use super::dequant::dequantize_row;
 use super::isa::CheckedIsa;
-use super::kv_cache::CpuKvCache;
+use super::kv_cache::{CpuKvCache, KV_BLOCK};
 use super::kv_pool::{KvConfig, KvPool};
+use super::kv_shared::CpuKvBlock;
 use super::matmul_input::Input;
 use super::packed::{self, PackedRows};
 use super::tensors::{CpuActivations, CpuMatrix, CpuVector};
@@ -92,6 +93,7 @@ impl Backend for CpuBackend {
     type Vector = CpuVector;
     type Activations = CpuActivations;
     type KvCache = CpuKvCache;
+    type KvBlock = CpuKvBlock;
 
     fn name(&self) -> String {
         format!("cpu-{}", self.isa.get().name())
@@ -141,6 +143,32 @@ impl Backend for CpuBackend {
         windows: &[Option<usize>],
     ) -> Result<CpuKvCache, KernelError> {
         CpuKvCache::windowed(&self.kv, layers, n_kv_heads, head_dim, capacity, windows)
+    }
+
+    fn kv_block_positions(&self) -> usize {
+        KV_BLOCK
+    }
+
+    fn kv_share_block(
+        &self,
+        cache: &mut CpuKvCache,
+        block: usize,
+    ) -> Result<CpuKvBlock, KernelError> {
+        cache.share_block(&self.kv, block)
+    }
+
+    fn kv_cache_with_prefix(
+        &self,
+        layers: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+        capacity: usize,
+        windows: &[Option<usize>],
+        prefix: &[CpuKvBlock],
+    ) -> Result<CpuKvCache, KernelError> {
+        CpuKvCache::with_prefix(
+            &self.kv, layers, n_kv_heads, head_dim, capacity, windows, prefix,
+        )
     }
 
     fn embed(
@@ -256,6 +284,11 @@ impl Backend for CpuBackend {
         seqs: &mut [AttentionRows<'_, Self>],
         out: &mut CpuActivations,
     ) -> Result<(), KernelError> {
+        // Shared prompt-cache blocks are read by other caches: no write
+        // may land in them (see `kv_shared`).
+        for seq in seqs.iter() {
+            seq.cache.check_writable(seq.start_pos)?;
+        }
         let call = AttentionCall {
             layer,
             shape,

@@ -25,6 +25,19 @@ impl<'a, T> DisjointSlice<'a, T> {
         }
     }
 
+    /// A view of `slice` that is only ever read.
+    ///
+    /// # Safety
+    /// [`DisjointSlice::range`] must never be called on it: other owners
+    /// read the slice meanwhile.
+    pub(crate) unsafe fn read_only(slice: &'a [T]) -> Self {
+        DisjointSlice {
+            ptr: slice.as_ptr().cast_mut(),
+            len: slice.len(),
+            _borrow: std::marker::PhantomData,
+        }
+    }
+
     /// The elements `start..start + len`.
     ///
     /// # Safety

@@ -22,6 +22,11 @@
 //! window-sized memory. The ring exceeds the window so that a prompt
 //! chunk's rows, written before they are read, never overwrite a key an
 //! earlier row of the chunk still needs (see [`CpuKvCache::piece_rows`]).
+//!
+//! A block is either the cache's own ([`Block::Own`], written in place) or
+//! shared read-only with other caches ([`Block::Shared`]): the prompt
+//! cache's full prefix blocks (see `kv_shared`). A cache that starts from
+//! shared blocks never writes below them (`check_writable`).
 
 use std::sync::Arc;
 
@@ -30,6 +35,7 @@ use half::f16;
 use super::disjoint::DisjointSlice;
 use super::kv_elem::KvElem;
 use super::kv_pool::{KvPool, KvType, Reservation};
+use super::kv_shared::CpuKvBlock;
 use crate::KernelError;
 
 /// Positions per key tile: the sixteen f32 lanes of a zmm.
@@ -44,20 +50,42 @@ pub(crate) const KV_BLOCK: usize = 2 * KEY_TILE;
 /// rows (plus one) at a time in a windowed layer.
 pub(crate) const RING_SLACK: usize = 128;
 
+/// One layer's block of [`KV_BLOCK`] positions.
+#[derive(Debug)]
+pub(crate) enum Block<E> {
+    /// This cache's alone: written in place.
+    Own(Vec<E>),
+    /// Shared read-only with other caches (a cached prompt prefix).
+    Shared(Arc<Vec<E>>),
+}
+
+impl<E> Block<E> {
+    /// Makes the block shared (it is never written again) and returns a
+    /// handle to it.
+    pub(crate) fn share(&mut self) -> Arc<Vec<E>> {
+        let shared = match std::mem::replace(self, Block::Own(Vec::new())) {
+            Block::Own(own) => Arc::new(own),
+            Block::Shared(shared) => shared,
+        };
+        *self = Block::Shared(Arc::clone(&shared));
+        shared
+    }
+}
+
 /// Every layer's blocks, of the pool's element type.
 #[derive(Debug)]
 pub(crate) enum Store {
-    F32(Vec<Vec<Vec<f32>>>),
-    F16(Vec<Vec<Vec<f16>>>),
+    F32(Vec<Vec<Block<f32>>>),
+    F16(Vec<Vec<Block<f16>>>),
 }
 
 /// The blocks of one element type inside a [`Store`].
 pub(crate) trait Stored: KvElem {
-    fn layers(store: &mut Store) -> Option<&mut Vec<Vec<Vec<Self>>>>;
+    fn layers(store: &mut Store) -> Option<&mut Vec<Vec<Block<Self>>>>;
 }
 
 impl Stored for f32 {
-    fn layers(store: &mut Store) -> Option<&mut Vec<Vec<Vec<f32>>>> {
+    fn layers(store: &mut Store) -> Option<&mut Vec<Vec<Block<f32>>>> {
         match store {
             Store::F32(layers) => Some(layers),
             Store::F16(_) => None,
@@ -66,7 +94,7 @@ impl Stored for f32 {
 }
 
 impl Stored for f16 {
-    fn layers(store: &mut Store) -> Option<&mut Vec<Vec<Vec<f16>>>> {
+    fn layers(store: &mut Store) -> Option<&mut Vec<Vec<Block<f16>>>> {
         match store {
             Store::F16(layers) => Some(layers),
             Store::F32(_) => None,
@@ -88,11 +116,18 @@ pub struct CpuKvCache {
     /// Per layer, its sliding window (positions a row sees, itself
     /// included), if any.
     windows: Vec<Option<usize>>,
-    store: Store,
+    pub(super) store: Store,
     /// Per layer, positions `0..filled` hold written entries.
-    filled: Vec<usize>,
-    /// The budget every block it may hold takes from the pool.
+    pub(super) filled: Vec<usize>,
+    /// The budget every block of its own it may hold takes from the pool.
     reservation: Reservation,
+    /// The shared prefix blocks it started from: they hold those blocks'
+    /// budget while this cache reads them, and nothing below their end is
+    /// ever written.
+    pub(super) prefix: Vec<CpuKvBlock>,
+    /// The end of the blocks this cache handed out to be shared (see
+    /// `kv_shared`): never written again either.
+    pub(super) shared_end: usize,
 }
 
 fn overflow(layers: usize, n_kv_heads: usize, head_dim: usize, capacity: usize) -> KernelError {
@@ -129,6 +164,21 @@ impl CpuKvCache {
         capacity: usize,
         windows: &[Option<usize>],
     ) -> Result<Self, KernelError> {
+        Self::reserving(pool, layers, n_kv_heads, head_dim, capacity, windows, 0)
+    }
+
+    /// As [`CpuKvCache::windowed`], without reserving the first
+    /// `prefix_blocks` blocks of each layer (shared blocks whose budget
+    /// their own handles hold: see `kv_shared`).
+    pub(super) fn reserving(
+        pool: &Arc<KvPool>,
+        layers: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+        capacity: usize,
+        windows: &[Option<usize>],
+        prefix_blocks: usize,
+    ) -> Result<Self, KernelError> {
         let full = capacity.div_ceil(KV_BLOCK);
         let window_of = |l: usize| windows.get(l).copied().flatten().filter(|w| *w > 0);
         let max_blocks: Vec<usize> = (0..layers)
@@ -144,14 +194,14 @@ impl CpuKvCache {
         let bytes = max_blocks
             .iter()
             .try_fold(0usize, |total, b| {
-                total.checked_add(b.checked_mul(block_bytes)?)
+                total.checked_add(b.saturating_sub(prefix_blocks).checked_mul(block_bytes)?)
             })
             .filter(|bytes| *bytes <= isize::MAX as usize)
             .ok_or_else(|| overflow(layers, n_kv_heads, head_dim, capacity))?;
         let reservation = pool.reserve(bytes)?;
         let store = match dtype {
-            KvType::F32 => Store::F32(vec![Vec::new(); layers]),
-            KvType::F16 => Store::F16(vec![Vec::new(); layers]),
+            KvType::F32 => Store::F32((0..layers).map(|_| Vec::new()).collect()),
+            KvType::F16 => Store::F16((0..layers).map(|_| Vec::new()).collect()),
         };
         Ok(CpuKvCache {
             layers,
@@ -164,7 +214,26 @@ impl CpuKvCache {
             store,
             filled: vec![0; layers],
             reservation,
+            prefix: Vec::new(),
+            shared_end: 0,
         })
+    }
+
+    /// Fails when a write at `start` would land in a shared prefix block
+    /// (which other caches read): such a cache only ever appends after
+    /// its prefix.
+    pub(crate) fn check_writable(&self, start: usize) -> Result<(), KernelError> {
+        let shared_end = self.shared_end.max(self.prefix.len() * KV_BLOCK);
+        if start < shared_end {
+            return Err(KernelError::Shape {
+                op: "kv_cache",
+                detail: format!(
+                    "a write at position {start} would change the shared prompt-cache prefix \
+                     of {shared_end} positions"
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// Rows of one prompt chunk that layer `layer` can take in one go: a
@@ -200,6 +269,7 @@ impl CpuKvCache {
             Store::F32(layers) => layers.iter().map(Vec::len).sum(),
             Store::F16(layers) => layers.iter().map(Vec::len).sum(),
         };
+        // Shared blocks counted too: this cache reads them.
         blocks * block_len(self.n_kv_heads, self.head_dim).unwrap_or(0) * self.dtype.bytes()
     }
 
@@ -231,9 +301,12 @@ impl CpuKvCache {
     }
 
     /// Forgets every position, so the cache can serve a new sequence (its
-    /// blocks stay allocated for it).
+    /// blocks stay allocated for it). A cache that started from a shared
+    /// prefix keeps it (its reservation does not cover those blocks): the
+    /// new sequence goes on after it.
     pub fn clear(&mut self) {
-        self.filled.iter_mut().for_each(|f| *f = 0);
+        let keep = self.prefix.len() * KV_BLOCK;
+        self.filled.iter_mut().for_each(|f| *f = keep);
     }
 
     /// Allocates `layer`'s blocks for positions `0..end` (a ring's at
@@ -259,7 +332,7 @@ impl CpuKvCache {
                     bytes: len * std::mem::size_of::<E>(),
                 })?;
             block.resize(len, E::default());
-            blocks.push(block);
+            blocks.push(Block::Own(block));
         }
         Ok(())
     }
@@ -310,7 +383,13 @@ impl CpuKvCache {
         Ok(LayerHeads {
             blocks: blocks
                 .iter_mut()
-                .map(|b| DisjointSlice::new(b.as_mut_slice()))
+                .map(|b| match b {
+                    Block::Own(own) => DisjointSlice::new(own.as_mut_slice()),
+                    // SAFETY: a shared block lies below the cache's prefix
+                    // end, and `check_writable` refuses every write there
+                    // before the attention that would make it.
+                    Block::Shared(shared) => unsafe { DisjointSlice::read_only(shared.as_slice()) },
+                })
                 .collect(),
             n_kv_heads,
             head_dim,
@@ -373,7 +452,7 @@ impl CpuKvCache {
 
 /// Elements of one block: keys and values of [`KV_BLOCK`] positions for
 /// every KV head.
-fn block_len(n_kv_heads: usize, head_dim: usize) -> Option<usize> {
+pub(super) fn block_len(n_kv_heads: usize, head_dim: usize) -> Option<usize> {
     n_kv_heads.checked_mul(head_dim)?.checked_mul(2 * KV_BLOCK)
 }
 

@@ -332,6 +332,7 @@ mod tests {
         let spent = r.settle_at(
             Usage {
                 prompt_tokens: 10,
+                cached_tokens: 0,
                 completion_tokens: 5,
             },
             0,
@@ -350,6 +351,7 @@ mod tests {
         r.settle_at(
             Usage {
                 prompt_tokens: 50,
+                cached_tokens: 0,
                 completion_tokens: 50,
             },
             61,

@@ -162,6 +162,7 @@ pub fn route_and_settle(routing: &PolicyRouting, request: &RouteRequest) {
     std::hint::black_box(route.finish(Completion {
         usage: Usage {
             prompt_tokens: request.prompt_tokens,
+            cached_tokens: 0,
             completion_tokens: 3,
         },
         succeeded: true,

@@ -204,6 +204,7 @@ impl UsageTally {
     pub fn add(&mut self, index: u32, usage: Usage) {
         if index.is_multiple_of(self.n) {
             self.total.prompt_tokens += usage.prompt_tokens;
+            self.total.cached_tokens += usage.cached_tokens;
         }
         self.total.completion_tokens += usage.completion_tokens;
     }

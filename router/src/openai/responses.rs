@@ -15,11 +15,23 @@ pub struct UsageBody {
     pub completion_tokens: u32,
     /// The sum.
     pub total_tokens: u32,
+    /// What the prompt tokens were made of.
+    pub prompt_tokens_details: PromptTokensDetails,
+}
+
+/// `usage.prompt_tokens_details`.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct PromptTokensDetails {
+    /// Prompt tokens whose KV the prompt cache supplied (not computed).
+    pub cached_tokens: u32,
 }
 
 impl From<Usage> for UsageBody {
     fn from(usage: Usage) -> Self {
         UsageBody {
+            prompt_tokens_details: PromptTokensDetails {
+                cached_tokens: usage.cached_tokens,
+            },
             prompt_tokens: usage.prompt_tokens,
             completion_tokens: usage.completion_tokens,
             total_tokens: usage.prompt_tokens.saturating_add(usage.completion_tokens),

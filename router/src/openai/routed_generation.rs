@@ -175,6 +175,7 @@ impl Observed {
             prompt_tokens: counted
                 .prompt_tokens
                 .max(self.routed.estimated_prompt_tokens()),
+            cached_tokens: counted.cached_tokens,
             completion_tokens: self.tokens_seen,
         }
     }

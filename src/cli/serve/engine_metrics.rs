@@ -29,6 +29,18 @@ const ACTIVE_VERSION: &str = "switchyard_active_version";
 /// known versions only on disk).
 const RESIDENT_BYTES: &str = "switchyard_memory_bytes";
 
+/// Counter: prompt tokens of admitted requests by `model`, `version` and
+/// `result`: `hit` tokens came from the prompt cache, `miss` tokens were
+/// computed (the cache's hits and misses, counted in tokens).
+const PROMPT_CACHE_TOKENS_TOTAL: &str = "switchyard_prompt_cache_tokens_total";
+/// Counter: cached prompt blocks (32 positions each) evicted to make room
+/// in the KV budget.
+const PROMPT_CACHE_EVICTIONS_TOTAL: &str = "switchyard_prompt_cache_evictions_total";
+/// Gauge: blocks the prompt cache holds.
+const PROMPT_CACHE_BLOCKS: &str = "switchyard_prompt_cache_blocks";
+/// Gauge: bytes of the KV budget the prompt cache's blocks take.
+const PROMPT_CACHE_BYTES: &str = "switchyard_prompt_cache_bytes";
+
 /// Reports the executor's events.
 pub struct ExecutorMetrics;
 
@@ -53,6 +65,35 @@ impl ExecutorObserver for ExecutorMetrics {
         metrics::counter!(STEPS_TOTAL, "model" => model.clone(), "version" => version.clone())
             .increment(1);
         metrics::histogram!(STEP_ROWS, "model" => model, "version" => version).record(rows as f64);
+    }
+
+    fn prompt_cache(&self, checkpoint: &CheckpointId, cached: usize, computed: usize) {
+        let (model, version) = (checkpoint.model.clone(), checkpoint.version.clone());
+        metrics::counter!(
+            PROMPT_CACHE_TOKENS_TOTAL,
+            "model" => model.clone(),
+            "version" => version.clone(),
+            "result" => "hit"
+        )
+        .increment(cached as u64);
+        metrics::counter!(
+            PROMPT_CACHE_TOKENS_TOTAL,
+            "model" => model,
+            "version" => version,
+            "result" => "miss"
+        )
+        .increment(computed as u64);
+    }
+
+    fn prompt_cache_evicted(&self, blocks: usize) {
+        metrics::counter!(PROMPT_CACHE_EVICTIONS_TOTAL).increment(blocks as u64);
+    }
+
+    fn prompt_cache_size(&self, blocks: usize, bytes: usize) {
+        // Exported from the first cached block on, zero until one is evicted.
+        metrics::counter!(PROMPT_CACHE_EVICTIONS_TOTAL).increment(0);
+        metrics::gauge!(PROMPT_CACHE_BLOCKS).set(blocks as f64);
+        metrics::gauge!(PROMPT_CACHE_BYTES).set(bytes as f64);
     }
 }
 

@@ -81,6 +81,12 @@ pub struct ServeArgs {
     /// Tokens one forward step runs at most (prompt chunks and decode rows) [default: 256].
     #[arg(long)]
     pub max_step_tokens: Option<usize>,
+    /// Turn off the prompt cache (on by default: full 32-token blocks of
+    /// prompts stay in the KV budget after their request and serve later
+    /// prompts of the same weights that start the same; evicted least
+    /// recently used when the budget needs room).
+    #[arg(long)]
+    pub no_prompt_cache: bool,
     /// Seconds in-flight requests get to finish after SIGTERM/SIGINT [default: 30].
     #[arg(long)]
     pub drain_seconds: Option<u64>,
@@ -238,6 +244,7 @@ fn settings(args: ServeArgs) -> anyhow::Result<Settings> {
                 .or(file.max_step_tokens)
                 .unwrap_or(defaults.max_step_tokens)
                 .max(1),
+            prompt_cache: !args.no_prompt_cache,
         },
         max_queue,
         drain: Duration::from_secs(args.drain_seconds.or(file.drain_seconds).unwrap_or(30)),

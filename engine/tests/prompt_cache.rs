@@ -1,0 +1,208 @@
+//! The prompt cache through the executor (issue 20): a prompt that starts
+//! like an earlier one runs from the cached blocks and samples exactly what
+//! it samples with the cache off, and cached blocks that no sequence reads
+//! give way to a new sequence's cache instead of refusing it; checkpoints
+//! with sliding-window layers are not cached.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use switchyard_engine::chat::ChatTemplate;
+use switchyard_engine::formats::load_checkpoint;
+use switchyard_engine::model::LlamaModel;
+use switchyard_engine::sampling::{SamplingParams, StopCondition};
+use switchyard_engine::serving::{
+    CheckpointHandle, CheckpointId, EventSink, Executor, ExecutorConfig, ExecutorObserver,
+    SequenceEvent, SequenceRequest, ServedCheckpoint,
+};
+use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
+use switchyard_engine::tokenizer::Tokenizer;
+use switchyard_kernels::cpu::{CpuBackend, KvConfig, KvType};
+use switchyard_kernels::DType;
+
+/// Positions per KV block (the CPU backend's).
+const BLOCK: usize = 32;
+
+struct Fixture {
+    backend: Arc<CpuBackend>,
+    checkpoint: CheckpointHandle<CpuBackend>,
+    _dir: tempfile::TempDir,
+}
+
+/// A synthetic SmolLM2 on a backend whose F16 KV budget holds
+/// `budget_blocks` blocks of every layer (`None`: no limit).
+fn fixture(budget_blocks: Option<usize>) -> Fixture {
+    fixture_of(Preset::Smollm2, budget_blocks)
+}
+
+/// As [`fixture`], of another architecture.
+fn fixture_of(preset: Preset, budget_blocks: Option<usize>) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("synthetic-q8.gguf");
+    let spec = SyntheticSpec {
+        preset,
+        dtype: DType::Q8_0,
+        seed: 5,
+    };
+    write_gguf(&spec, &path).unwrap();
+    let checkpoint = load_checkpoint(&path).unwrap();
+    let probe = CpuBackend::new(1);
+    let config = LlamaModel::load(&probe, &checkpoint)
+        .unwrap()
+        .config()
+        .clone();
+    let block_bytes = config.n_layers * config.n_kv_heads * config.head_dim * 2 * BLOCK * 2;
+    let backend = Arc::new(CpuBackend::new(2).with_kv(KvConfig {
+        dtype: KvType::F16,
+        budget_bytes: budget_blocks.map_or(usize::MAX, |b| b * block_bytes),
+    }));
+    let model = LlamaModel::load(backend.as_ref(), &checkpoint).unwrap();
+    let tokenizer = Tokenizer::load(&checkpoint.tokenizer).unwrap();
+    let served = Arc::new(ServedCheckpoint::from_parts(
+        CheckpointId::new("test", "1"),
+        model,
+        tokenizer,
+        ChatTemplate::new_or_default(None).unwrap(),
+        &path,
+        checkpoint.format,
+    ));
+    Fixture {
+        backend,
+        checkpoint: served,
+        _dir: dir,
+    }
+}
+
+struct Sink(mpsc::Sender<SequenceEvent>);
+
+impl EventSink for Sink {
+    fn send(&mut self, event: SequenceEvent) -> bool {
+        self.0.send(event).is_ok()
+    }
+}
+
+/// Runs `prompt` greedily for `max_tokens`: the sampled ids and the
+/// prompt tokens the cache supplied.
+fn run(
+    exec: &Executor<CpuBackend>,
+    f: &Fixture,
+    prompt: Vec<u32>,
+    max_tokens: usize,
+) -> (Vec<u32>, usize) {
+    let (sender, receiver) = mpsc::channel();
+    let request = SequenceRequest {
+        prompt,
+        sampling: SamplingParams::default(),
+        stop: StopCondition {
+            max_tokens: Some(max_tokens),
+            ..StopCondition::default()
+        },
+        decoder: None,
+        sink: Box::new(Sink(sender)),
+        deadline: None,
+        constraint: None,
+    };
+    exec.submit(&f.checkpoint, request).unwrap();
+    let mut ids = Vec::new();
+    loop {
+        match receiver.recv_timeout(Duration::from_secs(60)).unwrap() {
+            SequenceEvent::Token(token) => ids.push(token.id),
+            SequenceEvent::Done { cached_tokens, .. } => return (ids, cached_tokens),
+            SequenceEvent::Error(message) => panic!("sequence failed: {message}"),
+        }
+    }
+}
+
+/// Counts the cached blocks evicted.
+#[derive(Default)]
+struct Evictions(AtomicUsize);
+
+impl ExecutorObserver for Evictions {
+    fn prompt_cache_evicted(&self, blocks: usize) {
+        self.0.fetch_add(blocks, Ordering::AcqRel);
+    }
+}
+
+fn executor_observed(
+    f: &Fixture,
+    prompt_cache: bool,
+    observer: Arc<Evictions>,
+) -> Executor<CpuBackend> {
+    let config = ExecutorConfig {
+        max_step_tokens: 64,
+        prompt_cache,
+        ..ExecutorConfig::default()
+    };
+    Executor::spawn(f.backend.clone(), config, observer).unwrap()
+}
+
+fn executor(f: &Fixture, prompt_cache: bool) -> Executor<CpuBackend> {
+    executor_observed(f, prompt_cache, Arc::default())
+}
+
+/// A shared 100-token start, then `tail`.
+fn prompt(tail: &[u32]) -> Vec<u32> {
+    (0..100u32)
+        .map(|i| 1 + (i * 37) % 300)
+        .chain(tail.iter().copied())
+        .collect()
+}
+
+#[test]
+fn a_cached_prefix_samples_what_the_whole_prompt_samples() {
+    let f = fixture(None);
+    let tails: [&[u32]; 3] = [&[7, 8, 9], &[11, 12], &[200, 201, 202, 203, 204]];
+    let uncached = executor(&f, false);
+    let expected: Vec<_> = tails
+        .iter()
+        .map(|t| run(&uncached, &f, prompt(t), 8))
+        .collect();
+    uncached.shutdown();
+    assert!(expected.iter().all(|(_, cached)| *cached == 0));
+
+    let cached = executor(&f, true);
+    let (first, hit) = run(&cached, &f, prompt(tails[0]), 8);
+    assert_eq!((first, hit), (expected[0].0.clone(), 0));
+    for (tail, (ids, _)) in tails.iter().zip(&expected) {
+        let (got, hit) = run(&cached, &f, prompt(tail), 8);
+        assert_eq!(&got, ids, "tail {tail:?}");
+        // The shared start's 3 full blocks (the 4th holds the tail).
+        assert_eq!(hit, 3 * BLOCK, "tail {tail:?}");
+    }
+    // A prompt of whole blocks recomputes its last block: there must be
+    // logits for its last token.
+    let whole: Vec<u32> = prompt(&[]).into_iter().take(3 * BLOCK).collect();
+    let (_, hit) = run(&cached, &f, whole, 4);
+    assert_eq!(hit, 2 * BLOCK);
+}
+
+#[test]
+fn unread_cached_blocks_give_way_to_a_new_sequence() {
+    // Eight blocks of every layer: the first sequence (4 blocks) leaves 3
+    // cached; the second (100 + 100 positions: 7 blocks) fits only if
+    // some of those go. Nothing else runs, so without eviction it would
+    // be refused.
+    let f = fixture(Some(8));
+    let evictions = Arc::new(Evictions::default());
+    let exec = executor_observed(&f, true, evictions.clone());
+    let (_, hit) = run(&exec, &f, prompt(&[1]), 4);
+    assert_eq!(hit, 0);
+    let other: Vec<u32> = (0..100u32).map(|i| 2 + (i * 53) % 300).collect();
+    let (ids, hit) = run(&exec, &f, other, 100);
+    assert_eq!(hit, 0);
+    assert!(!ids.is_empty());
+    assert!(evictions.0.load(Ordering::Acquire) >= 2);
+}
+
+#[test]
+fn sliding_window_checkpoints_are_not_cached() {
+    // Gemma 3's local layers keep rings whose blocks are overwritten as
+    // the window moves: their prefixes cannot be shared block by block.
+    let f = fixture_of(Preset::Gemma3, None);
+    let exec = executor(&f, true);
+    let (first, _) = run(&exec, &f, prompt(&[3]), 6);
+    let (again, hit) = run(&exec, &f, prompt(&[3]), 6);
+    assert_eq!(hit, 0);
+    assert_eq!(first, again);
+}

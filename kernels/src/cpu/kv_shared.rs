@@ -1,0 +1,268 @@
+//! Full KV blocks shared read-only between caches: the prompt cache's
+//! unit.
+//!
+//! A sequence whose prompt filled block `b` in every layer can hand that
+//! block out ([`CpuKvCache::share_block`]): the block becomes
+//! [`Block::Shared`] in its cache (it is never written again: later
+//! positions go to later blocks) and a [`CpuKvBlock`] handle takes a
+//! reservation of its bytes from the pool, so the budget keeps counting
+//! the block after the sequence ends, for as long as some handle lives. A
+//! later cache starts from such blocks ([`CpuKvCache::with_prefix`]),
+//! reserving only its own blocks beyond them.
+//!
+//! While the sequence that filled a block still runs, the block is counted
+//! twice (its cache reserved its capacity up front, the handle reserves
+//! again): admission errs on the safe side for that while.
+//!
+//! Sliding-window layers keep rings whose blocks are overwritten as the
+//! window moves, so a cache with one cannot share or take shared blocks.
+
+use std::sync::Arc;
+
+use half::f16;
+
+use super::kv_cache::{block_len, Block, CpuKvCache, Store, KV_BLOCK};
+use super::kv_pool::{KvPool, KvType, Reservation};
+use crate::backend::SharedKvBlock;
+use crate::KernelError;
+
+/// One shared block of every layer, in the pool's element type.
+#[derive(Debug)]
+enum Layers {
+    F32(Vec<Arc<Vec<f32>>>),
+    F16(Vec<Arc<Vec<f16>>>),
+}
+
+#[derive(Debug)]
+struct Shared {
+    layers: Layers,
+    n_kv_heads: usize,
+    head_dim: usize,
+    /// The block's bytes, held from the pool while any handle lives.
+    reservation: Reservation,
+}
+
+/// A handle to one shared block ([`KV_BLOCK`] positions, every layer).
+/// Cloning it is cheap; the block's memory and budget go back when the
+/// last handle (the prompt cache's, or a cache reading it) drops.
+#[derive(Clone, Debug)]
+pub struct CpuKvBlock(Arc<Shared>);
+
+impl SharedKvBlock for CpuKvBlock {
+    fn holders(&self) -> usize {
+        Arc::strong_count(&self.0)
+    }
+
+    fn bytes(&self) -> usize {
+        self.0.reservation.bytes()
+    }
+}
+
+fn refuse(detail: String) -> KernelError {
+    KernelError::Shape {
+        op: "kv_share",
+        detail,
+    }
+}
+
+impl CpuKvCache {
+    /// Shares block `block` (positions `block * KV_BLOCK..`, written in
+    /// every layer), reserving its bytes from `pool` for the handle.
+    pub(crate) fn share_block(
+        &mut self,
+        pool: &Arc<KvPool>,
+        block: usize,
+    ) -> Result<CpuKvBlock, KernelError> {
+        if let Some(held) = self.prefix.get(block) {
+            return Ok(held.clone());
+        }
+        if (0..self.layers()).any(|l| self.window(l).is_some()) {
+            return Err(refuse(
+                "a cache with sliding-window layers cannot share blocks".into(),
+            ));
+        }
+        let end = (block + 1) * KV_BLOCK;
+        if self.filled.iter().any(|f| *f < end) {
+            return Err(refuse(format!(
+                "block {block} is not written in every layer (positions up to {end})"
+            )));
+        }
+        let (n_kv_heads, head_dim) = (self.n_kv_heads(), self.head_dim());
+        let bytes = block_len(n_kv_heads, head_dim)
+            .and_then(|len| len.checked_mul(self.dtype().bytes()))
+            .and_then(|b| b.checked_mul(self.layers()))
+            .ok_or_else(|| refuse("the block's size overflows".into()))?;
+        let reservation = pool.reserve(bytes)?;
+        let missing = || refuse(format!("block {block} is not allocated in every layer"));
+        let layers = match &mut self.store {
+            Store::F32(layers) => Layers::F32(
+                layers
+                    .iter_mut()
+                    .map(|blocks| blocks.get_mut(block).map(Block::share))
+                    .collect::<Option<_>>()
+                    .ok_or_else(missing)?,
+            ),
+            Store::F16(layers) => Layers::F16(
+                layers
+                    .iter_mut()
+                    .map(|blocks| blocks.get_mut(block).map(Block::share))
+                    .collect::<Option<_>>()
+                    .ok_or_else(missing)?,
+            ),
+        };
+        self.shared_end = self.shared_end.max(end);
+        Ok(CpuKvBlock(Arc::new(Shared {
+            layers,
+            n_kv_heads,
+            head_dim,
+            reservation,
+        })))
+    }
+
+    /// A cache of `capacity` positions whose first `prefix.len()` blocks
+    /// are `prefix` (read-only, already written): the sequence goes on
+    /// from position `prefix.len() * KV_BLOCK`. Reserves only the blocks
+    /// beyond the prefix.
+    pub(crate) fn with_prefix(
+        pool: &Arc<KvPool>,
+        layers: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+        capacity: usize,
+        windows: &[Option<usize>],
+        prefix: &[CpuKvBlock],
+    ) -> Result<Self, KernelError> {
+        if prefix.is_empty() {
+            return Self::windowed(pool, layers, n_kv_heads, head_dim, capacity, windows);
+        }
+        if windows.iter().flatten().any(|w| *w > 0) {
+            return Err(refuse(
+                "a cache with sliding-window layers cannot start from shared blocks".into(),
+            ));
+        }
+        let end = prefix.len() * KV_BLOCK;
+        if end >= capacity {
+            return Err(refuse(format!(
+                "a shared prefix of {end} positions leaves no room in a cache of {capacity}"
+            )));
+        }
+        let fits = |b: &CpuKvBlock| {
+            let typed = match (&b.0.layers, pool.dtype()) {
+                (Layers::F32(l), KvType::F32) => Some(l.len()),
+                (Layers::F16(l), KvType::F16) => Some(l.len()),
+                _ => None,
+            };
+            typed == Some(layers) && b.0.n_kv_heads == n_kv_heads && b.0.head_dim == head_dim
+        };
+        if !prefix.iter().all(fits) {
+            return Err(refuse(
+                "a shared block's type or shape differs from the cache's".into(),
+            ));
+        }
+        let mut cache = Self::reserving(
+            pool,
+            layers,
+            n_kv_heads,
+            head_dim,
+            capacity,
+            windows,
+            prefix.len(),
+        )?;
+        for (l, filled) in cache.filled.iter_mut().enumerate() {
+            *filled = end;
+            for block in prefix {
+                match (&mut cache.store, &block.0.layers) {
+                    (Store::F32(mine), Layers::F32(theirs)) => {
+                        if let (Some(m), Some(t)) = (mine.get_mut(l), theirs.get(l)) {
+                            m.push(Block::Shared(Arc::clone(t)));
+                        }
+                    }
+                    (Store::F16(mine), Layers::F16(theirs)) => {
+                        if let (Some(m), Some(t)) = (mine.get_mut(l), theirs.get(l)) {
+                            m.push(Block::Shared(Arc::clone(t)));
+                        }
+                    }
+                    // Checked above (`fits`).
+                    _ => {}
+                }
+            }
+        }
+        cache.prefix = prefix.to_vec();
+        Ok(cache)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::kv_pool::KvConfig;
+
+    fn filled_cache(pool: &Arc<KvPool>, positions: usize) -> CpuKvCache {
+        let mut cache = CpuKvCache::windowed(pool, 2, 1, 4, 256, &[]).unwrap();
+        for layer in 0..2 {
+            cache.ensure::<f32>(layer, positions).unwrap();
+            for p in 0..positions {
+                let key = [p as f32, layer as f32, 1.0, 2.0];
+                let value = [-(p as f32), 3.0, 4.0, layer as f32];
+                cache.write::<f32>(layer, p, &key, &value).unwrap();
+            }
+            cache.set_len(layer, positions);
+        }
+        cache
+    }
+
+    #[test]
+    fn a_cache_from_shared_blocks_reads_what_the_first_wrote_and_reserves_only_the_rest() {
+        let pool = KvPool::unlimited(KvType::F32);
+        let mut first = filled_cache(&pool, 70);
+        let blocks: Vec<_> = (0..2)
+            .map(|b| first.share_block(&pool, b).unwrap())
+            .collect();
+        assert!(
+            first.share_block(&pool, 2).is_err(),
+            "block 2 is half written"
+        );
+        let own = first.reserved_bytes();
+        let mut second = CpuKvCache::with_prefix(&pool, 2, 1, 4, 256, &[], &blocks).unwrap();
+        assert_eq!(second.len(0), 2 * KV_BLOCK);
+        assert_eq!(second.reserved_bytes(), own - 2 * blocks[0].bytes());
+        for layer in 0..2 {
+            for p in [0, 31, 32, 63] {
+                assert_eq!(second.key(layer, 0, p), first.key(layer, 0, p));
+                assert_eq!(second.value(layer, 0, p), first.value(layer, 0, p));
+            }
+        }
+        assert!(second.check_writable(63).is_err());
+        assert!(second.check_writable(64).is_ok());
+        // The handle here and the second cache's: the first cache holds the
+        // data, not a handle (its own reservation covers it).
+        assert_eq!(blocks[0].holders(), 2);
+        drop(second);
+        assert_eq!(blocks[0].holders(), 1);
+    }
+
+    #[test]
+    fn shared_blocks_hold_their_budget_until_the_last_handle_drops() {
+        let pool = KvPool::new(KvConfig {
+            dtype: KvType::F32,
+            budget_bytes: usize::MAX / 2,
+        });
+        let mut first = filled_cache(&pool, 40);
+        let block = first.share_block(&pool, 0).unwrap();
+        drop(first);
+        assert_eq!(pool.reserved_bytes(), block.bytes());
+        drop(block);
+        assert_eq!(pool.reserved_bytes(), 0);
+    }
+
+    #[test]
+    fn windowed_caches_neither_share_nor_take_shared_blocks() {
+        let pool = KvPool::unlimited(KvType::F32);
+        let mut first = filled_cache(&pool, 40);
+        let block = first.share_block(&pool, 0).unwrap();
+        let windows = [Some(16), None];
+        assert!(CpuKvCache::with_prefix(&pool, 2, 1, 4, 256, &windows, &[block]).is_err());
+        let mut ringed = CpuKvCache::windowed(&pool, 2, 1, 4, 256, &windows).unwrap();
+        assert!(ringed.share_block(&pool, 0).is_err());
+    }
+}
