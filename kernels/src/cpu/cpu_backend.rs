@@ -8,7 +8,7 @@ use super::dequant::dequantize_row;
 use super::isa::CheckedIsa;
 use super::kv_cache::{CpuKvCache, KV_BLOCK};
 use super::kv_pool::{KvConfig, KvPool};
-use super::kv_shared::CpuKvBlock;
+use super::kv_shared_block::CpuKvBlock;
 use super::matmul_input::Input;
 use super::packed::{self, PackedRows};
 use super::tensors::{CpuActivations, CpuMatrix, CpuVector};

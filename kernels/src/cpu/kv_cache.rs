@@ -35,7 +35,7 @@ use half::f16;
 use super::disjoint::DisjointSlice;
 use super::kv_elem::KvElem;
 use super::kv_pool::{KvPool, KvType, Reservation};
-use super::kv_shared::CpuKvBlock;
+use super::kv_shared_block::CpuKvBlock;
 use crate::KernelError;
 
 /// Positions per key tile: the sixteen f32 lanes of a zmm.

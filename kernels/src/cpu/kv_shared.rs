@@ -19,44 +19,10 @@
 
 use std::sync::Arc;
 
-use half::f16;
-
 use super::kv_cache::{block_len, Block, CpuKvCache, Store, KV_BLOCK};
-use super::kv_pool::{KvPool, KvType, Reservation};
-use crate::backend::SharedKvBlock;
+use super::kv_pool::{KvPool, KvType};
+use super::kv_shared_block::{CpuKvBlock, Layers, Shared};
 use crate::KernelError;
-
-/// One shared block of every layer, in the pool's element type.
-#[derive(Debug)]
-enum Layers {
-    F32(Vec<Arc<Vec<f32>>>),
-    F16(Vec<Arc<Vec<f16>>>),
-}
-
-#[derive(Debug)]
-struct Shared {
-    layers: Layers,
-    n_kv_heads: usize,
-    head_dim: usize,
-    /// The block's bytes, held from the pool while any handle lives.
-    reservation: Reservation,
-}
-
-/// A handle to one shared block ([`KV_BLOCK`] positions, every layer).
-/// Cloning it is cheap; the block's memory and budget go back when the
-/// last handle (the prompt cache's, or a cache reading it) drops.
-#[derive(Clone, Debug)]
-pub struct CpuKvBlock(Arc<Shared>);
-
-impl SharedKvBlock for CpuKvBlock {
-    fn holders(&self) -> usize {
-        Arc::strong_count(&self.0)
-    }
-
-    fn bytes(&self) -> usize {
-        self.0.reservation.bytes()
-    }
-}
 
 fn refuse(detail: String) -> KernelError {
     KernelError::Shape {
@@ -195,6 +161,7 @@ impl CpuKvCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::SharedKvBlock;
     use crate::cpu::kv_pool::KvConfig;
 
     fn filled_cache(pool: &Arc<KvPool>, positions: usize) -> CpuKvCache {

@@ -1,0 +1,42 @@
+//! A handle to a KV block shared read-only between caches (see
+//! `kv_shared` for how blocks are handed out and taken up): what the
+//! caches holding it and the prompt cache see of it.
+
+use std::sync::Arc;
+
+use half::f16;
+
+use super::kv_pool::Reservation;
+use crate::backend::SharedKvBlock;
+
+/// One shared block of every layer, in the pool's element type.
+#[derive(Debug)]
+pub(super) enum Layers {
+    F32(Vec<Arc<Vec<f32>>>),
+    F16(Vec<Arc<Vec<f16>>>),
+}
+
+#[derive(Debug)]
+pub(super) struct Shared {
+    pub(super) layers: Layers,
+    pub(super) n_kv_heads: usize,
+    pub(super) head_dim: usize,
+    /// The block's bytes, held from the pool while any handle lives.
+    pub(super) reservation: Reservation,
+}
+
+/// A handle to one shared block (`KV_BLOCK` positions, every layer).
+/// Cloning it is cheap; the block's memory and budget go back when the
+/// last handle (the prompt cache's, or a cache reading it) drops.
+#[derive(Clone, Debug)]
+pub struct CpuKvBlock(pub(super) Arc<Shared>);
+
+impl SharedKvBlock for CpuKvBlock {
+    fn holders(&self) -> usize {
+        Arc::strong_count(&self.0)
+    }
+
+    fn bytes(&self) -> usize {
+        self.0.reservation.bytes()
+    }
+}
