@@ -10,7 +10,6 @@
 use switchyard_kernels::{AttentionShape, Backend};
 
 use super::runs::Gather;
-use super::step::{forward_many, ModelPart};
 use super::weights::{LoadStats, ModelWeights};
 use super::ModelError;
 use crate::formats::Checkpoint;
@@ -134,22 +133,6 @@ impl<B: Backend> LlamaModel<B> {
         }
     }
 
-    /// Runs one step over `chunks` and returns the requested logits, row after
-    /// row in chunk order (`vocab_size` floats per row), held in `scratch`
-    /// until its next step.
-    pub fn forward<'s>(
-        &self,
-        backend: &B,
-        chunks: &mut [SequenceChunk<'_, B>],
-        scratch: &'s mut Scratch<B>,
-    ) -> Result<&'s [f32], ModelError> {
-        let mut parts = [ModelPart {
-            model: self,
-            chunks,
-        }];
-        forward_many(backend, &mut parts, scratch)
-    }
-
     /// A KV cache that starts from the prompt cache's shared `prefix`
     /// blocks (see [`Backend::kv_cache_with_prefix`]).
     pub fn new_cache_with_prefix(
@@ -189,7 +172,7 @@ impl<B: Backend> LlamaModel<B> {
     }
 
     /// Whether a step can run this model's rows together with `other`'s
-    /// ([`forward_many`]) and gain by it: the same architecture and shapes,
+    /// ([`super::forward_many`]) and gain by it: the same architecture and shapes,
     /// and at least half of this model's matrix bytes the very same stored
     /// tensors (checkpoints derived from one base; frozen layers).
     pub fn shares_steps_with(&self, other: &LlamaModel<B>) -> bool {

@@ -23,6 +23,25 @@ pub struct ModelPart<'s, 'a, B: Backend> {
     pub chunks: &'s mut [SequenceChunk<'a, B>],
 }
 
+/// One checkpoint alone: a step of one part.
+impl<B: Backend> LlamaModel<B> {
+    /// Runs one step over `chunks` and returns the requested logits, row after
+    /// row in chunk order (`vocab_size` floats per row), held in `scratch`
+    /// until its next step.
+    pub fn forward<'s>(
+        &self,
+        backend: &B,
+        chunks: &mut [SequenceChunk<'_, B>],
+        scratch: &'s mut Scratch<B>,
+    ) -> Result<&'s [f32], ModelError> {
+        let mut parts = [ModelPart {
+            model: self,
+            chunks,
+        }];
+        forward_many(backend, &mut parts, scratch)
+    }
+}
+
 /// Runs one step over every part's chunks and returns the requested logits,
 /// row after row in part then chunk order (`vocab_size` floats per row).
 /// Every part must have the first part's configuration. The logits live in
