@@ -13,17 +13,21 @@ use super::threads::ThreadPool;
 #[cfg(target_arch = "x86_64")]
 use super::Isa;
 use crate::KernelError;
+use tanh_form::{K0, K1};
 
 /// Elements per task (see `elementwise`): `exp` costs more than an add.
 const ELEMENTS_PER_TASK: usize = 8 * 1024;
 
-/// `sqrt(2 / π)`, GELU's tanh-approximation constant.
-const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-/// `-2 · sqrt(2 / π)` and `-2 · sqrt(2 / π) · 0.044715`: GELU's tanh form
-/// `0.5 · x · (1 + tanh(u))` is `x / (1 + e^(-2u))`, one `exp` and one
-/// divide, as SiLU is, with `-2u = x · (K0 + K1 · x²)`.
-const K0: f32 = -2.0 * SQRT_2_OVER_PI;
-const K1: f32 = -2.0 * SQRT_2_OVER_PI * 0.044_715;
+/// GELU's tanh form, shared by the scalar path and its AVX-512 twin.
+mod tanh_form {
+    /// `sqrt(2 / π)`, GELU's tanh-approximation constant.
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    /// `-2 · sqrt(2 / π)` and `-2 · sqrt(2 / π) · 0.044715`: GELU's tanh form
+    /// `0.5 · x · (1 + tanh(u))` is `x / (1 + e^(-2u))`, one `exp` and one
+    /// divide, as SiLU is, with `-2u = x · (K0 + K1 · x²)`.
+    pub(super) const K0: f32 = -2.0 * SQRT_2_OVER_PI;
+    pub(super) const K1: f32 = -2.0 * SQRT_2_OVER_PI * 0.044_715;
+}
 
 /// GELU with the tanh approximation (`gelu_pytorch_tanh`), in the form
 /// above; the AVX-512 twin computes the same operations bit for bit.
@@ -54,7 +58,7 @@ fn gelu_mul_scalar(g: &mut [f32], u: &[f32]) {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{K0, K1};
+    use super::tanh_form::{K0, K1};
     use crate::cpu::exp::x86::exp16;
 
     /// # Safety

@@ -168,3 +168,16 @@ pub(crate) fn u32_at(bytes: &[u8], at: usize) -> u32 {
 pub(crate) fn f32_at(bytes: &[u8], at: usize) -> f32 {
     f32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
 }
+
+/// Per super-block: each sub-block's `d·sc` and `-dmin·m`.
+#[inline]
+pub(crate) fn q4k_block_scales(d: f32, dmin: f32, scales: &[u8]) -> ([f32; 8], [f32; 8]) {
+    let mut scale = [0.0f32; 8];
+    let mut min = [0.0f32; 8];
+    for j in 0..8 {
+        let (sc, m) = q4k_scale_min(scales, j);
+        scale[j] = d * f32::from(sc);
+        min[j] = -(dmin * f32::from(m));
+    }
+    (scale, min)
+}

@@ -51,15 +51,18 @@ impl KvElem for f16 {
 pub(crate) fn widen_f16(isa: CheckedIsa, src: &[f16], dst: &mut [f32]) {
     let n = src.len().min(dst.len());
     let (src, dst) = (&src[..n], &mut dst[..n]);
-    match isa.get() {
+    // The vector loops take whole vectors and say how far they got; the
+    // scalar loop does the rest.
+    let done = match isa.get() {
         // SAFETY: CheckedIsa guarantees the features (AVX2 implies F16C
         // here, see `Isa::is_supported`); equal lengths (cut above).
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 | Isa::Avx512Vnni => unsafe { x86::widen_avx512(src, dst) },
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => unsafe { x86::widen_f16c(src, dst) },
-        _ => widen_scalar(src, dst),
-    }
+        _ => 0,
+    };
+    widen_scalar(&src[done..], &mut dst[done..]);
 }
 
 fn widen_scalar(src: &[f16], dst: &mut [f32]) {
@@ -76,8 +79,9 @@ mod x86 {
 
     use half::f16;
 
+    /// Widens the whole vectors of 16; returns how many elements it did.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn widen_avx512(src: &[f16], dst: &mut [f32]) {
+    pub(super) unsafe fn widen_avx512(src: &[f16], dst: &mut [f32]) -> usize {
         let whole = src.len() / 16 * 16;
         let (s, d) = (src.as_ptr().cast::<__m256i>(), dst.as_mut_ptr());
         for i in (0..whole).step_by(16) {
@@ -87,11 +91,12 @@ mod x86 {
                 _mm512_storeu_ps(d.add(i), _mm512_cvtph_ps(h));
             }
         }
-        super::widen_scalar(&src[whole..], &mut dst[whole..]);
+        whole
     }
 
+    /// Widens the whole vectors of 8; returns how many elements it did.
     #[target_feature(enable = "avx2,f16c")]
-    pub(super) unsafe fn widen_f16c(src: &[f16], dst: &mut [f32]) {
+    pub(super) unsafe fn widen_f16c(src: &[f16], dst: &mut [f32]) -> usize {
         let whole = src.len() / 8 * 8;
         let (s, d) = (src.as_ptr().cast::<u16>(), dst.as_mut_ptr());
         for i in (0..whole).step_by(8) {
@@ -101,7 +106,7 @@ mod x86 {
                 _mm256_storeu_ps(d.add(i), _mm256_cvtph_ps(h));
             }
         }
-        super::widen_scalar(&src[whole..], &mut dst[whole..]);
+        whole
     }
 }
 

@@ -12,8 +12,9 @@
 
 use std::arch::x86_64::*;
 
+use super::avx2_lanes::{act_block, act_ds, f16_one, f16_pair, hsum, mul_sum_u8_i8};
 use crate::cpu::blocks::{
-    q4k_scale_min, NibbleBlock, Q4K_QS, Q4K_SCALES, Q6K_D, Q6K_QH, Q6K_SCALES, Q8_0_QS, QK, QK_K,
+    q4k_block_scales, NibbleBlock, Q4K_QS, Q4K_SCALES, Q6K_D, Q6K_QH, Q6K_SCALES, Q8_0_QS, QK, QK_K,
 };
 use crate::cpu::quant_act::QRow;
 use crate::DType;
@@ -72,51 +73,6 @@ pub(crate) unsafe fn dot_quantized<const R: usize>(
             }
         }
     }
-}
-
-/// `Σ u·s` over groups of four bytes → 8 × i32 (see the module note on
-/// saturation).
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-pub(super) fn mul_sum_u8_i8(u: __m256i, s: __m256i) -> __m256i {
-    _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-pub(crate) fn hsum(v: __m256) -> f32 {
-    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
-}
-
-/// The f16 pair at `p` (4 bytes), widened: `[a, b, 0, 0]`.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-pub(super) unsafe fn f16_pair(p: *const u8) -> __m128 {
-    _mm_cvtph_ps(_mm_cvtsi32_si128(p.cast::<i32>().read_unaligned()))
-}
-
-/// The f16 at `p` (2 bytes), widened: `[a, 0, 0, 0]`.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-pub(super) unsafe fn f16_one(p: *const u8) -> __m128 {
-    _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(
-        p.cast::<u16>().read_unaligned(),
-    )))
-}
-
-/// The activation block `b`'s `[d, s, 0, 0]`.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-pub(super) unsafe fn act_ds(a: &QRow<'_>, b: usize) -> __m128 {
-    _mm_castsi128_ps(_mm_loadl_epi64(a.ds.as_ptr().add(2 * b).cast()))
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-pub(super) unsafe fn act_block(a: &QRow<'_>, b: usize) -> __m256i {
-    _mm256_loadu_si256(a.qs.as_ptr().add(b * QK).cast())
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -203,19 +159,6 @@ unsafe fn dot_nibbles<const R: usize, const HAS_MIN: bool, const FIVE: bool>(
     for r in 0..R {
         out[r] = hsum(acc[r]) + _mm_cvtss_f32(_mm_movehdup_ps(min_acc[r]));
     }
-}
-
-/// Per super-block: each sub-block's `d·sc` and `-dmin·m`.
-#[inline]
-pub(crate) fn q4k_block_scales(d: f32, dmin: f32, scales: &[u8]) -> ([f32; 8], [f32; 8]) {
-    let mut scale = [0.0f32; 8];
-    let mut min = [0.0f32; 8];
-    for j in 0..8 {
-        let (sc, m) = q4k_scale_min(scales, j);
-        scale[j] = d * f32::from(sc);
-        min[j] = -(dmin * f32::from(m));
-    }
-    (scale, min)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]

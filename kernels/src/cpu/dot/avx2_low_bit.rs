@@ -13,8 +13,8 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::{act_block, act_ds, f16_one, f16_pair, hsum, mul_sum_u8_i8, q4k_block_scales};
-use crate::cpu::blocks::f16_at;
+use super::avx2_lanes::{act_block, act_ds, f16_one, f16_pair, hsum, mul_sum_u8_i8};
+use crate::cpu::blocks::{f16_at, q4k_block_scales};
 use crate::cpu::blocks_iq4::{iq4xs_scale, IQ4NL_QS, IQ4XS_QS, IQ4_VALUES};
 use crate::cpu::blocks_k::{q3k_scale, Q2K_D, Q2K_DMIN, Q2K_QS, Q3K_D, Q3K_QS, Q3K_SCALES};
 use crate::cpu::blocks_k::{Q5K_QH, Q5K_QS, Q5K_SCALES};

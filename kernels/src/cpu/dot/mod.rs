@@ -12,6 +12,8 @@
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
+mod avx2_lanes;
+#[cfg(target_arch = "x86_64")]
 mod avx2_low_bit;
 #[cfg(target_arch = "x86_64")]
 mod avx512;

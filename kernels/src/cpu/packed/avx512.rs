@@ -8,7 +8,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{quant_offset, Layout, GROUP_ROWS};
+use super::layout::{quant_offset, Layout, GROUP_ROWS};
 use crate::cpu::blocks::QK;
 use crate::cpu::blocks_iq4::IQ4_VALUES;
 use crate::cpu::quant_act::QRow;

@@ -11,7 +11,7 @@
 use std::arch::x86_64::*;
 
 use super::avx512::{add_block, halves, prefetch_unit, store, word};
-use super::{Layout, GROUP_ROWS};
+use super::layout::{Layout, GROUP_ROWS};
 use crate::cpu::blocks::QK;
 use crate::cpu::quant_act::QRow;
 use crate::DType;

@@ -1,7 +1,7 @@
 //! Sixteen checkpoint rows into one group of the layout in the module
 //! documentation.
 
-use super::{has_min, Layout, GROUP_ROWS};
+use super::layout::{has_min, Layout, GROUP_ROWS};
 use crate::cpu::blocks::{
     q4k_scale_min, q6k_quant, NibbleBlock, Q4K_QS, Q4K_SCALES, Q6K_D, Q6K_SCALES,
 };

@@ -3,7 +3,7 @@
 //! match it bit for bit (same integer sums, same f32 operations in the
 //! same order, fused multiply-adds where they fuse).
 
-use super::{has_min, quant_offset, Layout, GROUP_ROWS};
+use super::layout::{has_min, quant_offset, Layout, GROUP_ROWS};
 use crate::cpu::blocks::{f16_at, QK};
 use crate::cpu::blocks_iq4::IQ4_VALUES;
 use crate::cpu::quant_act::QRow;

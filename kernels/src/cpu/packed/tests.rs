@@ -5,6 +5,7 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use super::layout::has_min;
 use super::*;
 use crate::cpu::dot::dot_quantized;
 use crate::cpu::quant_act::QuantizedRows;
