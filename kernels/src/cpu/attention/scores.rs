@@ -30,6 +30,9 @@ pub(super) fn scores16(
         // `q.len() · KEY_TILE` floats (cut above).
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 | Isa::Avx512Vnni => unsafe { x86::scores16(q, tile, scale, out) },
+        // SAFETY: as above, with AVX2 and FMA.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::scores16_avx2(q, tile, scale, out) },
         _ => scores16_scalar(q, tile, scale, out),
     }
 }
@@ -88,6 +91,53 @@ mod x86 {
         let sum = _mm512_add_ps(_mm512_add_ps(p[0], p[1]), _mm512_add_ps(p[2], p[3]));
         // SAFETY: `out` is sixteen f32.
         unsafe { _mm512_storeu_ps(out.as_mut_ptr(), _mm512_mul_ps(sum, _mm512_set1_ps(scale))) };
+    }
+
+    /// [`scores16`] in two eight-lane halves: the same four chains per
+    /// half (constant indices, so they stay in registers), the same sums.
+    ///
+    /// # Safety
+    /// AVX2 and FMA; `tile.len() == q.len() · KEY_TILE`.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn scores16_avx2(
+        q: &[f32],
+        tile: &[f32],
+        scale: f32,
+        out: &mut [f32; KEY_TILE],
+    ) {
+        let mut lo = [_mm256_setzero_ps(); 4];
+        let mut hi = [_mm256_setzero_ps(); 4];
+        let t = tile.as_ptr();
+        // SAFETY (every load): row d of the tile is inside `tile` (d < q.len()).
+        let kl = |d: usize| unsafe { _mm256_loadu_ps(t.add(d * KEY_TILE)) };
+        let kh = |d: usize| unsafe { _mm256_loadu_ps(t.add(d * KEY_TILE + 8)) };
+        let quads = q.len() / 4;
+        for i in 0..quads {
+            for k in 0..4 {
+                let d = 4 * i + k;
+                let qv = _mm256_set1_ps(q[d]);
+                lo[k] = _mm256_fmadd_ps(qv, kl(d), lo[k]);
+                hi[k] = _mm256_fmadd_ps(qv, kh(d), hi[k]);
+            }
+        }
+        for k in 0..q.len() - 4 * quads {
+            let d = 4 * quads + k;
+            let qv = _mm256_set1_ps(q[d]);
+            lo[k] = _mm256_fmadd_ps(qv, kl(d), lo[k]);
+            hi[k] = _mm256_fmadd_ps(qv, kh(d), hi[k]);
+        }
+        let s = _mm256_set1_ps(scale);
+        let sum = |p: [__m256; 4]| {
+            _mm256_mul_ps(
+                _mm256_add_ps(_mm256_add_ps(p[0], p[1]), _mm256_add_ps(p[2], p[3])),
+                s,
+            )
+        };
+        // SAFETY: `out` is sixteen f32.
+        unsafe {
+            _mm256_storeu_ps(out.as_mut_ptr(), sum(lo));
+            _mm256_storeu_ps(out.as_mut_ptr().add(8), sum(hi));
+        }
     }
 }
 

@@ -9,12 +9,17 @@
 //! `exp` is vectorised.
 //!
 //! Blocks start at multiples of [`KV_BLOCK`] positions, and a row at
-//! position `p` stops at `p` (the causal mask) inside its last block, so a
-//! row's arithmetic depends only on its own query, its position and the
-//! cache: the same in any tile, batch or chunking.
+//! position `p` stops at `p` (the causal mask) inside its last block. The
+//! walk starts a fresh state at every segment boundary and merges the
+//! segments in order (see `partial`), so a row's arithmetic depends only on
+//! its own query, its position and the cache: the same in any tile, batch,
+//! chunking or split of the segments across tasks.
 
 use std::cell::RefCell;
 
+use std::ops::Range;
+
+use super::partial::{merge, normalize, SEGMENT};
 use super::scores::scores16;
 use crate::cpu::exp::{exp_scalar, exp_shifted};
 use crate::cpu::isa::CheckedIsa;
@@ -46,6 +51,20 @@ pub(super) struct Tile<'a, E> {
     /// it).
     pub(super) ring: usize,
     pub(super) runs: &'a [&'a [E]],
+    /// The segments this task reads (see `partial`): every one the rows
+    /// see, or one of them when a deep context is split across tasks.
+    pub(super) segments: Range<usize>,
+}
+
+impl<E> Tile<'_, E> {
+    /// Positions `start..end` to walk, in whole blocks from `start`: the
+    /// tile's segments, from `first` (the first block any row sees) to the
+    /// last row's position.
+    fn span(&self, first: usize) -> (usize, usize) {
+        let start = (self.segments.start * SEGMENT).max(first);
+        let end = (self.segments.end * SEGMENT).min(self.first_pos + self.rows);
+        (start, end)
+    }
 }
 
 impl<E: KvElem> Tile<'_, E> {
@@ -71,6 +90,10 @@ struct State {
     sum: Vec<f32>,
     /// Unnormalised outputs, `head_dim` per query.
     acc: Vec<f32>,
+    /// The segments before the current one, merged: the same per query.
+    total_max: Vec<f32>,
+    total_sum: Vec<f32>,
+    total_acc: Vec<f32>,
     scores: Vec<f32>,
     /// The block being read, widened to f32 (narrower caches only).
     widened: Vec<f32>,
@@ -86,7 +109,30 @@ impl State {
         self.sum.resize(queries, 0.0);
         self.acc.clear();
         self.acc.resize(queries * tile.head_dim, 0.0);
+        self.total_max.clone_from(&self.max);
+        self.total_sum.clone_from(&self.sum);
+        self.total_acc.clone_from(&self.acc);
         self.scores.resize(KV_BLOCK, 0.0);
+    }
+
+    /// Ends a segment: merges each query's state into its total and
+    /// starts the next segment from an empty state.
+    fn close_segment(&mut self, isa: CheckedIsa, hd: usize) {
+        for qi in 0..self.max.len() {
+            let acc = &mut self.acc[qi * hd..(qi + 1) * hd];
+            merge(
+                isa,
+                (
+                    &mut self.total_max[qi],
+                    &mut self.total_sum[qi],
+                    &mut self.total_acc[qi * hd..(qi + 1) * hd],
+                ),
+                (self.max[qi], self.sum[qi], acc),
+            );
+            self.max[qi] = f32::NEG_INFINITY;
+            self.sum[qi] = 0.0;
+            acc.fill(0.0);
+        }
     }
 
     /// Folds one block into query `qi`: `self.scores[block]` are its scores against
@@ -118,22 +164,40 @@ impl State {
         weighted_sum(isa, scores, values, acc);
     }
 
-    /// Hands every query's normalised output to `out(row, head, values)`.
-    fn finish<E>(
-        &mut self,
-        isa: CheckedIsa,
-        tile: &Tile<'_, E>,
-        out: &mut impl FnMut(usize, usize, &[f32]),
-    ) {
+    /// Closes the last segment and hands every query's merged state to
+    /// `out(row, head, max, sum, acc)`.
+    fn finish<E>(&mut self, isa: CheckedIsa, tile: &Tile<'_, E>, out: &mut impl FnMut(Merged<'_>)) {
         let hd = tile.head_dim;
+        self.close_segment(isa, hd);
         for i in 0..tile.rows {
             for h in 0..tile.group {
                 let qi = i * tile.group + h;
-                let acc = &mut self.acc[qi * hd..(qi + 1) * hd];
-                scale_in_place(isa, 1.0 / self.sum[qi], acc);
-                out(i, h, acc);
+                out(Merged {
+                    row: i,
+                    head: h,
+                    max: self.total_max[qi],
+                    sum: self.total_sum[qi],
+                    acc: &mut self.total_acc[qi * hd..(qi + 1) * hd],
+                });
             }
         }
+    }
+}
+
+/// What a tile hands back per query: its state over the tile's segments.
+pub(super) struct Merged<'a> {
+    pub(super) row: usize,
+    pub(super) head: usize,
+    pub(super) max: f32,
+    pub(super) sum: f32,
+    pub(super) acc: &'a mut [f32],
+}
+
+impl<'a> Merged<'a> {
+    /// The attention output (the state normalised, in place).
+    pub(super) fn output(self, isa: CheckedIsa) -> (usize, usize, &'a [f32]) {
+        normalize(isa, self.sum, self.acc);
+        (self.row, self.head, self.acc)
     }
 }
 
@@ -142,12 +206,12 @@ thread_local! {
 }
 
 /// Runs `tile`; `query(i, h)` is row `i`'s head `h` (of the group) and
-/// `out(i, h, values)` receives its normalised output.
+/// `out` receives each query's state over the tile's segments.
 pub(super) fn attend_tile<'q, E: KvElem>(
     isa: CheckedIsa,
     tile: &Tile<'_, E>,
     query: impl Fn(usize, usize) -> &'q [f32],
-    mut out: impl FnMut(usize, usize, &[f32]),
+    mut out: impl FnMut(Merged<'_>),
 ) {
     let general = tile.window.is_some() || tile.softcap.is_some();
     STATE.with(|state| match state.try_borrow_mut() {
@@ -168,16 +232,19 @@ fn run_general<'q, E: KvElem>(
     isa: CheckedIsa,
     tile: &Tile<'_, E>,
     query: &impl Fn(usize, usize) -> &'q [f32],
-    out: &mut impl FnMut(usize, usize, &[f32]),
+    out: &mut impl FnMut(Merged<'_>),
     state: &mut State,
 ) {
     let hd = tile.head_dim;
     state.reset(tile);
     let mut scratch = std::mem::take(&mut state.widened);
     let first_seen = |p: usize| tile.window.map_or(0, |w| (p + 1).saturating_sub(w));
-    let seen_last = tile.first_pos + tile.rows;
-    let mut block = first_seen(tile.first_pos) / KV_BLOCK * KV_BLOCK;
-    while block < seen_last {
+    let (start, end) = tile.span(first_seen(tile.first_pos) / KV_BLOCK * KV_BLOCK);
+    let mut block = start;
+    while block < end {
+        if block > start && block % SEGMENT == 0 {
+            state.close_segment(isa, hd);
+        }
         let (keys, values) = tile.block(isa, block, &mut scratch);
         for i in 0..tile.rows {
             let p = tile.first_pos + i;
@@ -209,15 +276,18 @@ fn run<'q, E: KvElem>(
     isa: CheckedIsa,
     tile: &Tile<'_, E>,
     query: &impl Fn(usize, usize) -> &'q [f32],
-    out: &mut impl FnMut(usize, usize, &[f32]),
+    out: &mut impl FnMut(Merged<'_>),
     state: &mut State,
 ) {
     let hd = tile.head_dim;
     state.reset(tile);
     let mut scratch = std::mem::take(&mut state.widened);
-    let seen_last = tile.first_pos + tile.rows;
-    let mut block = 0;
-    while block < seen_last {
+    let (start, end) = tile.span(0);
+    let mut block = start;
+    while block < end {
+        if block > start && block % SEGMENT == 0 {
+            state.close_segment(isa, hd);
+        }
         let (keys, values) = tile.block(isa, block, &mut scratch);
         for i in 0..tile.rows {
             // Positions this row sees in this block (causal mask).
