@@ -295,18 +295,14 @@ fn attention_job<E: Stored>(
             .min(cache.ring())
             .min(cache.allocated());
         let ring = cache.ring().max(1);
-        // Ask for this task's keys and values first (see `prefetch`).
-        // SAFETY: no other task writes this KV head during the job (see
-        // the writes below), and these views end before this task's own
-        // writes start.
-        let first_block = (unit.segments.start * SEGMENT) / KV_BLOCK;
-        let last_block = (unit.segments.end * SEGMENT)
-            .min(seen_last)
-            .div_ceil(KV_BLOCK);
-        for b in (first_block..last_block).take(blocks) {
-            if b % ring < blocks {
-                unsafe { prefetch_all(cache.head_block(unit.kv_head, b % ring)) };
-            }
+        // Ask for this task's first block now (see `prefetch`); the walk
+        // asks for each next one while it computes the one before.
+        let first_block =
+            (unit.segments.start * SEGMENT).max(first_seen(unit.first_pos)) / KV_BLOCK;
+        if first_block % ring < blocks {
+            // SAFETY: no other task writes this KV head during the job (see
+            // the writes below), and this view ends here.
+            unsafe { prefetch_all(cache.head_block(unit.kv_head, first_block % ring)) };
         }
         let span = unit.kv_head * head_dim..(unit.kv_head + 1) * head_dim;
         if writes[unit.seq] {

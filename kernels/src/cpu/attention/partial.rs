@@ -11,7 +11,7 @@
 //! the operations are the same, so a row's output does not depend on how
 //! the call was split, batched or chunked.
 
-use crate::cpu::exp::exp_scalar;
+use crate::cpu::exp::exp_one;
 use crate::cpu::isa::CheckedIsa;
 use crate::cpu::kv_cache::KV_BLOCK;
 use crate::cpu::vecmath::{scale_add, scale_in_place};
@@ -51,7 +51,7 @@ pub(super) fn merge(
         return;
     }
     let m = into_max.max(max);
-    let (a, b) = (exp_scalar(*into_max - m), exp_scalar(max - m));
+    let (a, b) = (exp_one(isa, *into_max - m), exp_one(isa, max - m));
     *into_sum = b.mul_add(sum, *into_sum * a);
     scale_add(isa, a, into_acc, b, acc);
     *into_max = m;

@@ -21,10 +21,11 @@ use std::ops::Range;
 
 use super::partial::{merge, normalize, SEGMENT};
 use super::scores::scores16;
-use crate::cpu::exp::{exp_scalar, exp_shifted};
+use crate::cpu::exp::{exp_one, exp_shifted, max_of};
 use crate::cpu::isa::CheckedIsa;
 use crate::cpu::kv_cache::{KEY_TILE, KV_BLOCK};
 use crate::cpu::kv_elem::KvElem;
+use crate::cpu::prefetch::prefetch_all;
 use crate::cpu::vecmath::{scale_in_place, weighted_sum};
 
 /// Query rows per task: with a group of three heads, 24 queries share each
@@ -68,6 +69,15 @@ impl<E> Tile<'_, E> {
 }
 
 impl<E: KvElem> Tile<'_, E> {
+    /// Asks for the block starting at position `block` (see `prefetch`)
+    /// while the one before it is computed: blocks are scattered over the
+    /// pool, so the hardware prefetchers start over at each one.
+    fn prefetch(&self, block: usize) {
+        if let Some(run) = self.runs.get((block / KV_BLOCK) % self.ring.max(1)) {
+            prefetch_all(run);
+        }
+    }
+
     /// The keys (two tiles) and values of the block starting at position
     /// `block`, as f32.
     fn block<'s>(
@@ -148,13 +158,13 @@ impl State {
         values: &[f32],
     ) {
         let scores = &mut self.scores[block];
-        let block_max = scores.iter().fold(f32::NEG_INFINITY, |m, s| m.max(*s));
+        let block_max = max_of(isa, scores);
         let acc = &mut self.acc[qi * hd..(qi + 1) * hd];
         let max = &mut self.max[qi];
         if block_max > *max {
             // The first block finds sum and acc zero: nothing to rescale.
             if self.sum[qi] != 0.0 {
-                let c = exp_scalar(*max - block_max);
+                let c = exp_one(isa, *max - block_max);
                 self.sum[qi] *= c;
                 scale_in_place(isa, c, acc);
             }
@@ -245,6 +255,9 @@ fn run_general<'q, E: KvElem>(
         if block > start && block % SEGMENT == 0 {
             state.close_segment(isa, hd);
         }
+        if block + KV_BLOCK < end {
+            tile.prefetch(block + KV_BLOCK);
+        }
         let (keys, values) = tile.block(isa, block, &mut scratch);
         for i in 0..tile.rows {
             let p = tile.first_pos + i;
@@ -287,6 +300,9 @@ fn run<'q, E: KvElem>(
     while block < end {
         if block > start && block % SEGMENT == 0 {
             state.close_segment(isa, hd);
+        }
+        if block + KV_BLOCK < end {
+            tile.prefetch(block + KV_BLOCK);
         }
         let (keys, values) = tile.block(isa, block, &mut scratch);
         for i in 0..tile.rows {
