@@ -20,7 +20,7 @@ use std::cell::RefCell;
 use std::ops::Range;
 
 use super::partial::{merge, normalize, SEGMENT};
-use super::scores::scores16;
+use super::scores::{scores16_group, GROUP_MAX};
 use crate::cpu::exp::{exp_one, exp_shifted, max_of};
 use crate::cpu::isa::CheckedIsa;
 use crate::cpu::kv_cache::{KEY_TILE, KV_BLOCK};
@@ -122,7 +122,7 @@ impl State {
         self.total_max.clone_from(&self.max);
         self.total_sum.clone_from(&self.sum);
         self.total_acc.clone_from(&self.acc);
-        self.scores.resize(KV_BLOCK, 0.0);
+        self.scores.resize(GROUP_MAX * KV_BLOCK, 0.0);
     }
 
     /// Ends a segment: merges each query's state into its total and
@@ -145,7 +145,8 @@ impl State {
         }
     }
 
-    /// Folds one block into query `qi`: `self.scores[block]` are its scores against
+    /// Folds one block into query `qi`: `self.scores[block]` (the query's
+    /// run of `KV_BLOCK` in the buffer, see `block_scores`) are its scores against
     /// the keys whose values are `values` (online softmax: rescale what came before
     /// when the block raises the running maximum).
     #[inline]
@@ -267,16 +268,20 @@ fn run_general<'q, E: KvElem>(
                 continue;
             }
             let values = &values[(lo - block) * hd..(end - block) * hd];
-            for h in 0..tile.group {
-                let qi = i * tile.group + h;
-                let scores = &mut state.scores[..end - block];
-                block_scores(isa, query(i, h), keys, tile.scale, scores);
-                if let Some(cap) = tile.softcap {
-                    for s in &mut scores[lo - block..] {
-                        *s = cap * (*s / cap).tanh();
+            for h0 in (0..tile.group).step_by(GROUP_MAX) {
+                let g = (tile.group - h0).min(GROUP_MAX);
+                let n = end - block;
+                block_scores(isa, &|h| query(i, h0 + h), g, keys, tile.scale, n, state);
+                for h in 0..g {
+                    let at = h * KV_BLOCK;
+                    if let Some(cap) = tile.softcap {
+                        for s in &mut state.scores[at + lo - block..at + n] {
+                            *s = cap * (*s / cap).tanh();
+                        }
                     }
+                    let qi = i * tile.group + h0 + h;
+                    state.fold(isa, qi, hd, at + lo - block..at + n, values);
                 }
-                state.fold(isa, qi, hd, lo - block..end - block, values);
             }
         }
         block += KV_BLOCK;
@@ -313,11 +318,14 @@ fn run<'q, E: KvElem>(
             }
             let end = (block + KV_BLOCK).min(seen);
             let values = &values[..(end - block) * hd];
-            for h in 0..tile.group {
-                let qi = i * tile.group + h;
-                let scores = &mut state.scores[..end - block];
-                block_scores(isa, query(i, h), keys, tile.scale, scores);
-                state.fold(isa, qi, hd, 0..end - block, values);
+            for h0 in (0..tile.group).step_by(GROUP_MAX) {
+                let g = (tile.group - h0).min(GROUP_MAX);
+                let n = end - block;
+                block_scores(isa, &|h| query(i, h0 + h), g, keys, tile.scale, n, state);
+                for h in 0..g {
+                    let qi = i * tile.group + h0 + h;
+                    state.fold(isa, qi, hd, h * KV_BLOCK..h * KV_BLOCK + n, values);
+                }
             }
         }
         block += KV_BLOCK;
@@ -326,15 +334,36 @@ fn run<'q, E: KvElem>(
     state.finish(isa, tile, out);
 }
 
-/// `scores[j] = scale · (q · key_j)` for the first `scores.len()` keys of
-/// a block's two key tiles; lanes past them are computed and dropped.
+/// `state.scores[h · KV_BLOCK + j] = scale · (q_h · key_j)` for the `g`
+/// queries `query(h)` and the first `n` keys of a block's two key tiles;
+/// the queries share each key row read (`scores16_group`), and lanes past
+/// `n` are computed and dropped.
 #[inline]
-fn block_scores(isa: CheckedIsa, q: &[f32], keys: &[f32], scale: f32, scores: &mut [f32]) {
-    let hd = q.len();
-    for (t, scores) in scores.chunks_mut(KEY_TILE).enumerate() {
+fn block_scores<'q>(
+    isa: CheckedIsa,
+    query: &impl Fn(usize) -> &'q [f32],
+    g: usize,
+    keys: &[f32],
+    scale: f32,
+    n: usize,
+    state: &mut State,
+) {
+    let qs: [&[f32]; GROUP_MAX] = std::array::from_fn(|h| query(h.min(g - 1)));
+    let hd = qs[0].len();
+    let mut all = [[0.0; KEY_TILE]; GROUP_MAX];
+    for t in 0..n.div_ceil(KEY_TILE) {
         let at = t * KEY_TILE * hd;
-        let mut all = [0.0; KEY_TILE];
-        scores16(isa, q, &keys[at..at + KEY_TILE * hd], scale, &mut all);
-        scores.copy_from_slice(&all[..scores.len()]);
+        scores16_group(
+            isa,
+            &qs[..g],
+            &keys[at..at + KEY_TILE * hd],
+            scale,
+            &mut all,
+        );
+        let width = (n - t * KEY_TILE).min(KEY_TILE);
+        for (h, all) in all.iter().enumerate().take(g) {
+            let to = h * KV_BLOCK + t * KEY_TILE;
+            state.scores[to..to + width].copy_from_slice(&all[..width]);
+        }
     }
 }
