@@ -143,6 +143,9 @@ mod x86 {
     ///
     /// # Safety
     /// AVX-512 F; the lengths above.
+    // Index loops over constant bounds: fully unrolled, every `p[g][c]`
+    // is a register; iterators over `p` would borrow the array instead.
+    #[allow(clippy::needless_range_loop)]
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn scores16_group<const G: usize>(
         qs: &[&[f32]],
