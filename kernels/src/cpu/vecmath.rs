@@ -58,6 +58,44 @@ pub(crate) fn weighted_sum(isa: CheckedIsa, p: &[f32], values: &[f32], acc: &mut
     }
 }
 
+/// Queries [`weighted_sum_group`] takes at once (sixteen accumulators of
+/// 64 elements' worth, plus the shared value row, fit 32 registers).
+pub(crate) const GROUP_MAX: usize = 4;
+
+/// [`weighted_sum`] for up to [`GROUP_MAX`] weight rows `ps[h]` over the
+/// same `values`, into `acc`'s consecutive runs of `width` (one per
+/// weight row): each run bit for bit what `weighted_sum` gives it (the same
+/// multiply-adds in the same order); the queries only share each value
+/// row's load.
+pub(crate) fn weighted_sum_group(isa: CheckedIsa, ps: &[&[f32]], values: &[f32], acc: &mut [f32]) {
+    let g = ps.len();
+    let width = if g == 0 { 0 } else { acc.len() / g };
+    let rows = ps.first().map_or(0, |p| p.len());
+    let fits = g <= GROUP_MAX
+        && width > 0
+        && ps.iter().all(|p| p.len() == rows)
+        && values.len() >= rows * width;
+    match isa.get() {
+        // SAFETY: CheckedIsa guarantees AVX-512 F; `fits` checked the
+        // lengths the kernel reads.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 | Isa::Avx512Vnni if fits => unsafe {
+            let acc = &mut acc[..g * width];
+            match g {
+                1 => x86::weighted_sum_group_avx512::<1>(ps, values, acc, width),
+                2 => x86::weighted_sum_group_avx512::<2>(ps, values, acc, width),
+                3 => x86::weighted_sum_group_avx512::<3>(ps, values, acc, width),
+                _ => x86::weighted_sum_group_avx512::<4>(ps, values, acc, width),
+            }
+        },
+        _ => {
+            for (p, acc) in ps.iter().zip(acc.chunks_exact_mut(width.max(1))) {
+                weighted_sum(isa, p, values, acc);
+            }
+        }
+    }
+}
+
 pub(crate) fn weighted_sum_scalar(p: &[f32], values: &[f32], acc: &mut [f32]) {
     let width = acc.len();
     for (j, p) in p.iter().enumerate() {
@@ -162,6 +200,72 @@ mod x86 {
         }
     }
 
+    /// [`weighted_sum_avx512`] for `G` weight rows of equal length over the
+    /// same value rows, sixty-four elements at a time: each run of `acc`
+    /// gets the same chains as there.
+    ///
+    /// # Safety
+    /// AVX-512 F; `ps.len() == G`, `acc.len() == G · width`, `values` holds
+    /// `ps[0].len()` rows of `width`.
+    // Index loops over constant bounds: fully unrolled, every `sum[h][k]`
+    // is a register; iterators over `sum` would borrow the array instead.
+    #[allow(clippy::needless_range_loop)]
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn weighted_sum_group_avx512<const G: usize>(
+        ps: &[&[f32]],
+        values: &[f32],
+        acc: &mut [f32],
+        width: usize,
+    ) {
+        let rows = ps[0].len();
+        let p: [*const f32; G] = std::array::from_fn(|h| ps[h].as_ptr());
+        let mask_at = |at: usize| -> __mmask16 {
+            ((1u32 << width.saturating_sub(at).min(16)) - 1) as __mmask16
+        };
+        let mut c = 0;
+        while c < width {
+            let m = [
+                mask_at(c),
+                mask_at(c + 16),
+                mask_at(c + 32),
+                mask_at(c + 48),
+            ];
+            let mut sum = [[_mm512_setzero_ps(); 4]; G];
+            for h in 0..G {
+                let out = acc.as_mut_ptr().add(h * width + c);
+                for k in 0..4 {
+                    // A zero mask loads nothing (and cannot fault).
+                    sum[h][k] = _mm512_maskz_loadu_ps(m[k], out.wrapping_add(16 * k));
+                }
+            }
+            // Wrapping offsets: past the last chunk the pointers are only
+            // formed, never read through (masked off).
+            let mut v = values.as_ptr().add(c);
+            for j in 0..rows {
+                let row = [
+                    _mm512_maskz_loadu_ps(m[0], v),
+                    _mm512_maskz_loadu_ps(m[1], v.wrapping_add(16)),
+                    _mm512_maskz_loadu_ps(m[2], v.wrapping_add(32)),
+                    _mm512_maskz_loadu_ps(m[3], v.wrapping_add(48)),
+                ];
+                for h in 0..G {
+                    let w = _mm512_set1_ps(*p[h].add(j));
+                    for k in 0..4 {
+                        sum[h][k] = _mm512_fmadd_ps(w, row[k], sum[h][k]);
+                    }
+                }
+                v = v.wrapping_add(width);
+            }
+            for h in 0..G {
+                let out = acc.as_mut_ptr().add(h * width + c);
+                for k in 0..4 {
+                    _mm512_mask_storeu_ps(out.wrapping_add(16 * k), m[k], sum[h][k]);
+                }
+            }
+            c += 64;
+        }
+    }
+
     /// `values` holds `p.len()` rows of `acc.len()` floats. Sixty-four
     /// elements of `acc` at a time, in four registers: four independent
     /// chains of fused multiply-adds, where one chain would wait on the
@@ -236,6 +340,26 @@ mod tests {
                 weighted_sum(isa, &p, &v, &mut got);
                 weighted_sum_scalar(&p, &v, &mut want);
                 assert_eq!(got, want, "{isa:?} weighted_sum {rows}×{width}");
+                for g in 1..=GROUP_MAX {
+                    let ps: Vec<Vec<f32>> = (0..g)
+                        .map(|_| (0..rows).map(|_| rng.random_range(0.0..1.0)).collect())
+                        .collect();
+                    let refs: Vec<&[f32]> = ps.iter().map(|p| &p[..]).collect();
+                    let start: Vec<f32> = (0..g * width)
+                        .map(|_| rng.random_range(-1.0..1.0))
+                        .collect();
+                    let mut grouped = start.clone();
+                    weighted_sum_group(isa, &refs, &v, &mut grouped);
+                    for (h, p) in ps.iter().enumerate() {
+                        let mut one = start[h * width..(h + 1) * width].to_vec();
+                        weighted_sum_scalar(p, &v, &mut one);
+                        assert_eq!(
+                            grouped[h * width..(h + 1) * width],
+                            one[..],
+                            "{isa:?} group {g} {rows}×{width}"
+                        );
+                    }
+                }
                 let mut scaled = got.clone();
                 scale_in_place(isa, 0.3, &mut scaled);
                 let want: Vec<f32> = got.iter().map(|g| g * 0.3).collect();

@@ -26,7 +26,7 @@ use crate::cpu::isa::CheckedIsa;
 use crate::cpu::kv_cache::{KEY_TILE, KV_BLOCK};
 use crate::cpu::kv_elem::KvElem;
 use crate::cpu::prefetch::prefetch_all;
-use crate::cpu::vecmath::{scale_in_place, weighted_sum};
+use crate::cpu::vecmath::{scale_in_place, weighted_sum_group};
 
 /// Query rows per task: with a group of three heads, 24 queries share each
 /// block read from the cache.
@@ -145,34 +145,42 @@ impl State {
         }
     }
 
-    /// Folds one block into query `qi`: `self.scores[block]` (the query's
-    /// run of `KV_BLOCK` in the buffer, see `block_scores`) are its scores against
-    /// the keys whose values are `values` (online softmax: rescale what came before
-    /// when the block raises the running maximum).
+    /// Folds one block into the `g` queries from `qi`: query `qi + h`'s
+    /// scores are `self.scores[h · KV_BLOCK + block]`, against the keys
+    /// whose values are `values` (online softmax: rescale what came before
+    /// when the block raises the running maximum). The value rows are read
+    /// once for the whole group (`weighted_sum_group`).
     #[inline]
     fn fold(
         &mut self,
         isa: CheckedIsa,
-        qi: usize,
+        (qi, g): (usize, usize),
         hd: usize,
         block: std::ops::Range<usize>,
         values: &[f32],
     ) {
-        let scores = &mut self.scores[block];
-        let block_max = max_of(isa, scores);
-        let acc = &mut self.acc[qi * hd..(qi + 1) * hd];
-        let max = &mut self.max[qi];
-        if block_max > *max {
-            // The first block finds sum and acc zero: nothing to rescale.
-            if self.sum[qi] != 0.0 {
-                let c = exp_one(isa, *max - block_max);
-                self.sum[qi] *= c;
-                scale_in_place(isa, c, acc);
+        for h in 0..g {
+            let (q, at) = (qi + h, h * KV_BLOCK);
+            let scores = &mut self.scores[at + block.start..at + block.end];
+            let block_max = max_of(isa, scores);
+            let max = &mut self.max[q];
+            if block_max > *max {
+                // The first block finds sum and acc zero: nothing to rescale.
+                if self.sum[q] != 0.0 {
+                    let c = exp_one(isa, *max - block_max);
+                    self.sum[q] *= c;
+                    scale_in_place(isa, c, &mut self.acc[q * hd..(q + 1) * hd]);
+                }
+                *max = block_max;
             }
-            *max = block_max;
+            self.sum[q] += exp_shifted(isa, scores, *max);
         }
-        self.sum[qi] += exp_shifted(isa, scores, *max);
-        weighted_sum(isa, scores, values, acc);
+        let ps: [&[f32]; GROUP_MAX] = std::array::from_fn(|h| {
+            let at = h.min(g - 1) * KV_BLOCK;
+            &self.scores[at + block.start..at + block.end]
+        });
+        let acc = &mut self.acc[qi * hd..(qi + g) * hd];
+        weighted_sum_group(isa, &ps[..g], values, acc);
     }
 
     /// Closes the last segment and hands every query's merged state to
@@ -272,16 +280,16 @@ fn run_general<'q, E: KvElem>(
                 let g = (tile.group - h0).min(GROUP_MAX);
                 let n = end - block;
                 block_scores(isa, &|h| query(i, h0 + h), g, keys, tile.scale, n, state);
-                for h in 0..g {
-                    let at = h * KV_BLOCK;
-                    if let Some(cap) = tile.softcap {
+                if let Some(cap) = tile.softcap {
+                    for h in 0..g {
+                        let at = h * KV_BLOCK;
                         for s in &mut state.scores[at + lo - block..at + n] {
                             *s = cap * (*s / cap).tanh();
                         }
                     }
-                    let qi = i * tile.group + h0 + h;
-                    state.fold(isa, qi, hd, at + lo - block..at + n, values);
                 }
+                let qi = i * tile.group + h0;
+                state.fold(isa, (qi, g), hd, lo - block..n, values);
             }
         }
         block += KV_BLOCK;
@@ -322,10 +330,7 @@ fn run<'q, E: KvElem>(
                 let g = (tile.group - h0).min(GROUP_MAX);
                 let n = end - block;
                 block_scores(isa, &|h| query(i, h0 + h), g, keys, tile.scale, n, state);
-                for h in 0..g {
-                    let qi = i * tile.group + h0 + h;
-                    state.fold(isa, qi, hd, h * KV_BLOCK..h * KV_BLOCK + n, values);
-                }
+                state.fold(isa, (i * tile.group + h0, g), hd, 0..n, values);
             }
         }
         block += KV_BLOCK;
