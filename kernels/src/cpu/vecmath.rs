@@ -69,7 +69,7 @@ pub(crate) const GROUP_MAX: usize = 4;
 /// row's load.
 pub(crate) fn weighted_sum_group(isa: CheckedIsa, ps: &[&[f32]], values: &[f32], acc: &mut [f32]) {
     let g = ps.len();
-    let width = if g == 0 { 0 } else { acc.len() / g };
+    let width = acc.len().checked_div(g).unwrap_or(0);
     let rows = ps.first().map_or(0, |p| p.len());
     let fits = g <= GROUP_MAX
         && width > 0
