@@ -53,6 +53,32 @@ pub(crate) fn exp_scalar(x: f32) -> f32 {
     p * f32::from_bits(((n as i32 + 127) as u32) << 23)
 }
 
+/// [`exp_scalar`] of one value, in a vector lane where the ISA has
+/// `exp16`: without FMA enabled at compile time the scalar twin's fused
+/// multiply-adds and rounding are library calls (the same results, several
+/// times slower), and softmax rescaling calls this once per block.
+#[inline]
+pub(crate) fn exp_one(isa: CheckedIsa, x: f32) -> f32 {
+    match isa.get() {
+        // SAFETY: CheckedIsa guarantees AVX-512 F.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 | Isa::Avx512Vnni => unsafe { x86::exp_one(x) },
+        _ => exp_scalar(x),
+    }
+}
+
+/// The largest of `x`; negative infinity for none. NaN scores do not
+/// arise (finite queries and keys), so lane order cannot change the result.
+#[inline]
+pub(crate) fn max_of(isa: CheckedIsa, x: &[f32]) -> f32 {
+    match isa.get() {
+        // SAFETY: CheckedIsa guarantees AVX-512 F.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 | Isa::Avx512Vnni => unsafe { x86::max_of(x) },
+        _ => x.iter().fold(f32::NEG_INFINITY, |m, s| m.max(*s)),
+    }
+}
+
 /// `silu(g) = g / (1 + e^-g)`.
 #[inline]
 pub(crate) fn silu_scalar(g: f32) -> f32 {
@@ -132,6 +158,33 @@ pub(crate) mod x86 {
         _mm512_mul_ps(p, _mm512_castsi512_ps(bits))
     }
 
+    /// # Safety
+    /// AVX-512 F.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn exp_one(x: f32) -> f32 {
+        _mm512_cvtss_f32(exp16(_mm512_set1_ps(x)))
+    }
+
+    /// The largest of `x` (negative infinity for none), as a max over
+    /// sixteen lanes: max is exact, so the order does not matter.
+    ///
+    /// # Safety
+    /// AVX-512 F.
+    #[target_feature(enable = "avx512f")]
+    pub(crate) unsafe fn max_of(x: &[f32]) -> f32 {
+        let n = x.len();
+        let mut m = _mm512_set1_ps(f32::NEG_INFINITY);
+        let mut i = 0;
+        while i < n {
+            let mask = tail_mask(n - i);
+            // SAFETY: the mask keeps the load inside `x`.
+            let v = unsafe { _mm512_maskz_loadu_ps(mask, x.as_ptr().add(i)) };
+            m = _mm512_mask_max_ps(m, mask, m, v);
+            i += 16;
+        }
+        _mm512_reduce_max_ps(m)
+    }
+
     fn tail_mask(rest: usize) -> __mmask16 {
         ((1u32 << rest.min(16)) - 1) as __mmask16
     }
@@ -185,6 +238,26 @@ pub(crate) mod x86 {
 mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn exp_one_and_max_of_match_their_scalar_twins() {
+        let xs: Vec<f32> = (0..2000).map(|i| (i as f32 - 1000.0) * 0.0917).collect();
+        for isa in Isa::supported() {
+            let isa = CheckedIsa::at_most(isa);
+            for &x in &xs {
+                assert_eq!(
+                    exp_one(isa, x).to_bits(),
+                    exp_scalar(x).to_bits(),
+                    "{isa:?} {x}"
+                );
+            }
+            for n in [0usize, 1, 15, 16, 17, 32, 33] {
+                let part = &xs[500..500 + n];
+                let want = part.iter().fold(f32::NEG_INFINITY, |m, s| m.max(*s));
+                assert_eq!(max_of(isa, part), want, "{isa:?} {n}");
+            }
+        }
+    }
 
     /// Largest error of `exp_scalar` against f64 `exp`, in units of the
     /// f32 result's last place, over the clamped range (measured: 0.91 ulp

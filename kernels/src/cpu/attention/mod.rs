@@ -4,22 +4,27 @@
 //! position `p` attends to positions `0..=p` with a softmax computed online
 //! (see `stream`), so `exp` never overflows. One call takes every sequence
 //! of a step: one pool job runs a task per (sequence, KV head, tile of
-//! query rows), the tiles with the most positions to read first. A
-//! sequence whose rows fit one tile (decode) has its new keys and values
-//! stored by its tasks, each its own KV head; a longer one stores them
+//! query rows), the tiles with the most positions to read first. When
+//! those tasks are too few to keep the threads busy (a decode step of one
+//! or a few sequences: SmolLM2 has three KV heads, Gemma 3 one), each
+//! tile is split into its segments of the context (`partial`), one task
+//! each, and a second phase merges every tile's segments in order. A
+//! sequence whose rows fit one unsplit tile (decode) has its new keys and
+//! values stored by its tasks, each its own KV head; any other stores them
 //! before the job.
 
+mod partial;
 #[cfg(test)]
 mod reference;
 mod scores;
+mod split;
+#[cfg(test)]
+mod split_tests;
 mod stream;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod window_tests;
-
-use std::cmp::Reverse;
-use std::ops::Range;
 
 use super::disjoint::DisjointSlice;
 use super::isa::CheckedIsa;
@@ -30,6 +35,8 @@ use super::tensors::CpuActivations;
 use super::threads::ThreadPool;
 use super::CpuBackend;
 use crate::{AttentionRows, AttentionShape, KernelError};
+use partial::{state_len, SEGMENT};
+use split::{plan, Plan, Unit};
 use stream::{attend_tile, Tile, ROW_TILE};
 
 /// The inputs every sequence of one attention call shares.
@@ -131,17 +138,6 @@ fn validate(
     Ok(())
 }
 
-/// One task: query rows `rows` (tile) of sequence `seq`, KV head `kv_head`.
-struct Task {
-    seq: usize,
-    kv_head: usize,
-    rows: Range<usize>,
-    first_pos: usize,
-    /// Whether the task stores its rows' keys and values first: when the
-    /// sequence's rows fit one tile, no other task reads its KV head.
-    writes: bool,
-}
-
 pub(crate) fn attention(
     pool: &ThreadPool,
     isa: CheckedIsa,
@@ -229,12 +225,41 @@ fn attention_job<E: Stored>(
         softcap,
     } = call.shape;
     let kv_cols = n_kv_heads * head_dim;
-    let mut tasks = Vec::new();
-    for (s, seq) in seqs.iter_mut().enumerate() {
-        // A sequence of one tile (a decode step) leaves its writes to its
-        // tasks, which run in parallel; a longer one (a prompt) writes here
-        // first, since every later tile of it reads the earlier rows.
-        let writes = seq.rows.len() <= ROW_TILE;
+    let group = n_heads / n_kv_heads;
+    let q_cols = n_heads * head_dim;
+    let first_seen = |p: usize| window.map_or(0, |w| (p + 1).saturating_sub(w));
+    let mut units = Vec::new();
+    for (s, seq) in seqs.iter().enumerate() {
+        for first in seq.rows.clone().step_by(ROW_TILE) {
+            let rows = first..(first + ROW_TILE).min(seq.rows.end);
+            let first_pos = seq.start_pos + (first - seq.rows.start);
+            let last = first_pos + rows.len() - 1;
+            for kv_head in 0..n_kv_heads {
+                units.push(Unit {
+                    seq: s,
+                    kv_head,
+                    rows: rows.clone(),
+                    first_pos,
+                    segments: first_seen(first_pos) / SEGMENT..last / SEGMENT + 1,
+                });
+            }
+        }
+    }
+    let Plan {
+        tasks,
+        splits,
+        partial_len,
+    } = plan(units, pool.threads(), group * state_len(head_dim));
+    // A sequence of one unsplit tile (a decode step) leaves its writes to
+    // its tasks, which run in parallel; any other (a prompt, or a step split
+    // across its context) writes here first, since other tasks read the
+    // new rows' keys of the same KV head.
+    let writes: Vec<bool> = seqs
+        .iter()
+        .enumerate()
+        .map(|(s, seq)| seq.rows.len() <= ROW_TILE && !splits.iter().any(|u| u.unit.seq == s))
+        .collect();
+    for (seq, &writes) in seqs.iter_mut().zip(&writes) {
         seq.cache
             .ensure::<E>(call.layer, seq.start_pos + seq.rows.len())?;
         if !writes {
@@ -247,67 +272,58 @@ fn attention_job<E: Stored>(
         }
         seq.cache
             .set_len(call.layer, seq.start_pos + seq.rows.len());
-        for first in seq.rows.clone().step_by(ROW_TILE) {
-            let rows = first..(first + ROW_TILE).min(seq.rows.end);
-            let first_pos = seq.start_pos + (first - seq.rows.start);
-            for kv_head in 0..n_kv_heads {
-                tasks.push(Task {
-                    seq: s,
-                    kv_head,
-                    rows: rows.clone(),
-                    first_pos,
-                    writes,
-                });
-            }
-        }
     }
-    // Longest first: the pool hands tasks out in index order, so the long
-    // tail of a causal prompt does not end up alone on one thread.
-    tasks.sort_by_key(|t| Reverse(t.first_pos + t.rows.len()));
     let heads: Vec<LayerHeads<'_, E>> = seqs
         .iter_mut()
         .map(|s| s.cache.layer_heads::<E>(call.layer))
         .collect::<Result<_, _>>()?;
-    let group = n_heads / n_kv_heads;
-    let q_cols = n_heads * head_dim;
+    let mut partials = vec![0.0f32; partial_len];
+    let partial_data = DisjointSlice::new(&mut partials);
     let out_data = DisjointSlice::new(&mut out.data);
-    pool.run(tasks.len(), &|t| {
+    let out_at = |unit: &Unit, i: usize, h: usize| {
+        (unit.rows.start + i) * q_cols + (unit.kv_head * group + h) * head_dim
+    };
+    let attend = |t: usize| {
         let task = &tasks[t];
-        let cache = &heads[task.seq];
-        let seen_last = task.first_pos + task.rows.len();
+        let unit = &task.unit;
+        let cache = &heads[unit.seq];
+        let seen_last = unit.first_pos + unit.rows.len();
         // Blocks to read: every position's so far, or the whole ring
         // (allocated up to the last position: `ensure` above).
         let blocks = seen_last
             .div_ceil(KV_BLOCK)
             .min(cache.ring())
             .min(cache.allocated());
-        // Ask for the head's keys and values first (see `prefetch`).
-        // SAFETY: no other task writes this KV head during the job (see
-        // the writes below), and these views end before this task's own
-        // writes start.
-        for b in 0..blocks {
-            unsafe { prefetch_all(cache.head_block(task.kv_head, b)) };
+        let ring = cache.ring().max(1);
+        // Ask for this task's first block now (see `prefetch`); the walk
+        // asks for each next one while it computes the one before.
+        let first_block =
+            (unit.segments.start * SEGMENT).max(first_seen(unit.first_pos)) / KV_BLOCK;
+        if first_block % ring < blocks {
+            // SAFETY: no other task writes this KV head during the job (see
+            // the writes below), and this view ends here.
+            unsafe { prefetch_all(cache.head_block(unit.kv_head, first_block % ring)) };
         }
-        let span = task.kv_head * head_dim..(task.kv_head + 1) * head_dim;
-        if task.writes {
-            for (i, row) in task.rows.clone().enumerate() {
+        let span = unit.kv_head * head_dim..(unit.kv_head + 1) * head_dim;
+        if writes[unit.seq] {
+            for (i, row) in unit.rows.clone().enumerate() {
                 let at = row * kv_cols;
                 let key = &call.k.data[at..at + kv_cols][span.clone()];
                 let value = &call.v.data[at..at + kv_cols][span.clone()];
                 // SAFETY: a writing task is its sequence's only task for
-                // `kv_head` (its rows fit one tile), so nothing else
-                // touches that head of the layer during the job.
-                unsafe { cache.write(task.kv_head, task.first_pos + i, key, value) };
+                // `kv_head` (its rows fit one unsplit tile), so nothing
+                // else touches that head of the layer during the job.
+                unsafe { cache.write(unit.kv_head, unit.first_pos + i, key, value) };
             }
         }
         // SAFETY: the head is written only by this task (just above, now
         // finished) or before the job; other tasks only read it.
         let runs: Vec<&[E]> = (0..blocks)
-            .map(|b| unsafe { cache.head_block(task.kv_head, b) })
+            .map(|b| unsafe { cache.head_block(unit.kv_head, b) })
             .collect();
         let tile = Tile {
-            rows: task.rows.len(),
-            first_pos: task.first_pos,
+            rows: unit.rows.len(),
+            first_pos: unit.first_pos,
             group,
             head_dim,
             scale,
@@ -315,21 +331,44 @@ fn attention_job<E: Stored>(
             softcap,
             ring: cache.ring(),
             runs: &runs,
+            segments: task.segments.clone(),
         };
-        let first_head = task.kv_head * group;
-        let at = |i: usize, h: usize| (task.rows.start + i) * q_cols + (first_head + h) * head_dim;
-        attend_tile(
-            isa,
-            &tile,
-            |i, h| &call.q.data[at(i, h)..at(i, h) + head_dim],
-            |i, h, values| {
+        let query = |i: usize, h: usize| {
+            let at = out_at(unit, i, h);
+            &call.q.data[at..at + head_dim]
+        };
+        match task.partial {
+            None => attend_tile(isa, &tile, query, |merged| {
+                let (i, h, values) = merged.output(isa);
                 // SAFETY: this task alone writes the heads of KV head
                 // `kv_head` in its rows, and sequences' rows are disjoint
                 // (checked above).
-                let o = unsafe { out_data.range(at(i, h), head_dim) };
+                let o = unsafe { out_data.range(out_at(unit, i, h), head_dim) };
                 o.copy_from_slice(values);
-            },
-        );
-    });
+            }),
+            Some(at) => attend_tile(isa, &tile, query, |merged| {
+                let len = state_len(head_dim);
+                let qi = merged.row * group + merged.head;
+                // SAFETY: each split task owns its slot of the buffer.
+                let slot = unsafe { partial_data.range(at + qi * len, len) };
+                slot[0] = merged.max;
+                slot[1] = merged.sum;
+                slot[2..].copy_from_slice(merged.acc);
+            }),
+        }
+    };
+    let finish = |u: usize| {
+        let split = &splits[u];
+        let unit = &split.unit;
+        // SAFETY: the first phase has finished; the buffer is only read now.
+        let partials = unsafe { partial_data.range(split.at, split.len()) };
+        split::merge_unit(isa, split, group, head_dim, partials, |i, h, values| {
+            // SAFETY: this unit alone writes the heads of its KV head in
+            // its rows (its segments' tasks wrote only the buffer).
+            let o = unsafe { out_data.range(out_at(unit, i, h), head_dim) };
+            o.copy_from_slice(values);
+        });
+    };
+    pool.run_phased(tasks.len(), &attend, splits.len(), &finish);
     Ok(())
 }

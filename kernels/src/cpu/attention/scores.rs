@@ -30,7 +30,54 @@ pub(super) fn scores16(
         // `q.len() · KEY_TILE` floats (cut above).
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 | Isa::Avx512Vnni => unsafe { x86::scores16(q, tile, scale, out) },
+        // SAFETY: as above, with AVX2 and FMA.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::scores16_avx2(q, tile, scale, out) },
         _ => scores16_scalar(q, tile, scale, out),
+    }
+}
+
+/// Queries [`scores16_group`] takes at once: with four chains each, sixteen
+/// accumulators, a key row and a broadcast fit the 32 AVX-512 registers.
+pub(super) const GROUP_MAX: usize = 4;
+
+/// [`scores16`] for up to [`GROUP_MAX`] queries against one tile, each
+/// query's result bit for bit what `scores16` gives it: the same chains
+/// in the same order; the queries only share each key row's load (a GQA
+/// group reads one KV head, and a decode step is bound by those reads).
+pub(super) fn scores16_group(
+    isa: CheckedIsa,
+    qs: &[&[f32]],
+    tile: &[f32],
+    scale: f32,
+    out: &mut [[f32; KEY_TILE]; GROUP_MAX],
+) {
+    let hd = qs.first().map_or(0, |q| q.len());
+    let tile = &tile[..hd * KEY_TILE];
+    if qs.iter().any(|q| q.len() != hd) || qs.len() > GROUP_MAX {
+        for (q, out) in qs.iter().zip(out.iter_mut()) {
+            scores16(isa, q, tile, scale, out);
+        }
+        return;
+    }
+    match isa.get() {
+        // SAFETY: CheckedIsa guarantees AVX-512 F; every query has `hd`
+        // dimensions and `tile` holds `hd · KEY_TILE` floats (checked and
+        // cut above).
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 | Isa::Avx512Vnni => unsafe {
+            match qs.len() {
+                1 => x86::scores16_group::<1>(qs, tile, scale, out),
+                2 => x86::scores16_group::<2>(qs, tile, scale, out),
+                3 => x86::scores16_group::<3>(qs, tile, scale, out),
+                _ => x86::scores16_group::<4>(qs, tile, scale, out),
+            }
+        },
+        _ => {
+            for (q, out) in qs.iter().zip(out.iter_mut()) {
+                scores16(isa, q, tile, scale, out);
+            }
+        }
     }
 }
 
@@ -89,6 +136,104 @@ mod x86 {
         // SAFETY: `out` is sixteen f32.
         unsafe { _mm512_storeu_ps(out.as_mut_ptr(), _mm512_mul_ps(sum, _mm512_set1_ps(scale))) };
     }
+
+    /// [`scores16`] for `G` queries (`qs.len() == G`, each of
+    /// `tile.len() / KEY_TILE` dimensions): per query the same four chains
+    /// as `scores16`, in registers (constant indices after unrolling).
+    ///
+    /// # Safety
+    /// AVX-512 F; the lengths above.
+    // Index loops over constant bounds: fully unrolled, every `p[g][c]`
+    // is a register; iterators over `p` would borrow the array instead.
+    #[allow(clippy::needless_range_loop)]
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn scores16_group<const G: usize>(
+        qs: &[&[f32]],
+        tile: &[f32],
+        scale: f32,
+        out: &mut [[f32; KEY_TILE]; super::GROUP_MAX],
+    ) {
+        let hd = tile.len() / KEY_TILE;
+        let q: [*const f32; G] = std::array::from_fn(|g| qs[g].as_ptr());
+        let mut p = [[_mm512_setzero_ps(); 4]; G];
+        let t = tile.as_ptr();
+        // SAFETY (every load): d < hd, inside every query and the tile.
+        let k = |d: usize| unsafe { _mm512_loadu_ps(t.add(d * KEY_TILE)) };
+        let qd = |g: usize, d: usize| unsafe { _mm512_set1_ps(*q[g].add(d)) };
+        let quads = hd / 4;
+        for i in 0..quads {
+            for c in 0..4 {
+                let d = 4 * i + c;
+                let kv = k(d);
+                for g in 0..G {
+                    p[g][c] = _mm512_fmadd_ps(qd(g, d), kv, p[g][c]);
+                }
+            }
+        }
+        for c in 0..hd - 4 * quads {
+            let d = 4 * quads + c;
+            let kv = k(d);
+            for g in 0..G {
+                p[g][c] = _mm512_fmadd_ps(qd(g, d), kv, p[g][c]);
+            }
+        }
+        let s = _mm512_set1_ps(scale);
+        for g in 0..G {
+            let sum = _mm512_add_ps(
+                _mm512_add_ps(p[g][0], p[g][1]),
+                _mm512_add_ps(p[g][2], p[g][3]),
+            );
+            // SAFETY: `out[g]` is sixteen f32.
+            unsafe { _mm512_storeu_ps(out[g].as_mut_ptr(), _mm512_mul_ps(sum, s)) };
+        }
+    }
+
+    /// [`scores16`] in two eight-lane halves: the same four chains per
+    /// half (constant indices, so they stay in registers), the same sums.
+    ///
+    /// # Safety
+    /// AVX2 and FMA; `tile.len() == q.len() · KEY_TILE`.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn scores16_avx2(
+        q: &[f32],
+        tile: &[f32],
+        scale: f32,
+        out: &mut [f32; KEY_TILE],
+    ) {
+        let mut lo = [_mm256_setzero_ps(); 4];
+        let mut hi = [_mm256_setzero_ps(); 4];
+        let t = tile.as_ptr();
+        // SAFETY (every load): row d of the tile is inside `tile` (d < q.len()).
+        let kl = |d: usize| unsafe { _mm256_loadu_ps(t.add(d * KEY_TILE)) };
+        let kh = |d: usize| unsafe { _mm256_loadu_ps(t.add(d * KEY_TILE + 8)) };
+        let quads = q.len() / 4;
+        for i in 0..quads {
+            for k in 0..4 {
+                let d = 4 * i + k;
+                let qv = _mm256_set1_ps(q[d]);
+                lo[k] = _mm256_fmadd_ps(qv, kl(d), lo[k]);
+                hi[k] = _mm256_fmadd_ps(qv, kh(d), hi[k]);
+            }
+        }
+        for k in 0..q.len() - 4 * quads {
+            let d = 4 * quads + k;
+            let qv = _mm256_set1_ps(q[d]);
+            lo[k] = _mm256_fmadd_ps(qv, kl(d), lo[k]);
+            hi[k] = _mm256_fmadd_ps(qv, kh(d), hi[k]);
+        }
+        let s = _mm256_set1_ps(scale);
+        let sum = |p: [__m256; 4]| {
+            _mm256_mul_ps(
+                _mm256_add_ps(_mm256_add_ps(p[0], p[1]), _mm256_add_ps(p[2], p[3])),
+                s,
+            )
+        };
+        // SAFETY: `out` is sixteen f32.
+        unsafe {
+            _mm256_storeu_ps(out.as_mut_ptr(), sum(lo));
+            _mm256_storeu_ps(out.as_mut_ptr().add(8), sum(hi));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -109,6 +254,18 @@ mod tests {
                 scores16(CheckedIsa::at_most(isa), &q, &tile, 0.125, &mut got);
                 scores16_scalar(&q, &tile, 0.125, &mut want);
                 assert_eq!(got, want, "{isa} head_dim {hd}");
+                for g in 1..=GROUP_MAX {
+                    let qs: Vec<Vec<f32>> = (0..g)
+                        .map(|_| (0..hd).map(|_| rng.random_range(-2.0..2.0)).collect())
+                        .collect();
+                    let refs: Vec<&[f32]> = qs.iter().map(|q| &q[..]).collect();
+                    let mut all = [[0.0; KEY_TILE]; GROUP_MAX];
+                    scores16_group(CheckedIsa::at_most(isa), &refs, &tile, 0.125, &mut all);
+                    for (q, got) in qs.iter().zip(&all) {
+                        scores16_scalar(q, &tile, 0.125, &mut want);
+                        assert_eq!(*got, want, "{isa} head_dim {hd} group {g}");
+                    }
+                }
             }
             println!("scores bit-identical on {isa}");
         }

@@ -9,18 +9,24 @@
 //! `exp` is vectorised.
 //!
 //! Blocks start at multiples of [`KV_BLOCK`] positions, and a row at
-//! position `p` stops at `p` (the causal mask) inside its last block, so a
-//! row's arithmetic depends only on its own query, its position and the
-//! cache: the same in any tile, batch or chunking.
+//! position `p` stops at `p` (the causal mask) inside its last block. The
+//! walk starts a fresh state at every segment boundary and merges the
+//! segments in order (see `partial`), so a row's arithmetic depends only on
+//! its own query, its position and the cache: the same in any tile, batch,
+//! chunking or split of the segments across tasks.
 
 use std::cell::RefCell;
 
-use super::scores::scores16;
-use crate::cpu::exp::{exp_scalar, exp_shifted};
+use std::ops::Range;
+
+use super::partial::{merge, normalize, SEGMENT};
+use super::scores::{scores16_group, GROUP_MAX};
+use crate::cpu::exp::{exp_one, exp_shifted, max_of};
 use crate::cpu::isa::CheckedIsa;
 use crate::cpu::kv_cache::{KEY_TILE, KV_BLOCK};
 use crate::cpu::kv_elem::KvElem;
-use crate::cpu::vecmath::{scale_in_place, weighted_sum};
+use crate::cpu::prefetch::prefetch_all;
+use crate::cpu::vecmath::{scale_in_place, weighted_sum_group};
 
 /// Query rows per task: with a group of three heads, 24 queries share each
 /// block read from the cache.
@@ -46,9 +52,32 @@ pub(super) struct Tile<'a, E> {
     /// it).
     pub(super) ring: usize,
     pub(super) runs: &'a [&'a [E]],
+    /// The segments this task reads (see `partial`): every one the rows
+    /// see, or one of them when a deep context is split across tasks.
+    pub(super) segments: Range<usize>,
+}
+
+impl<E> Tile<'_, E> {
+    /// Positions `start..end` to walk, in whole blocks from `start`: the
+    /// tile's segments, from `first` (the first block any row sees) to the
+    /// last row's position.
+    fn span(&self, first: usize) -> (usize, usize) {
+        let start = (self.segments.start * SEGMENT).max(first);
+        let end = (self.segments.end * SEGMENT).min(self.first_pos + self.rows);
+        (start, end)
+    }
 }
 
 impl<E: KvElem> Tile<'_, E> {
+    /// Asks for the block starting at position `block` (see `prefetch`)
+    /// while the one before it is computed: blocks are scattered over the
+    /// pool, so the hardware prefetchers start over at each one.
+    fn prefetch(&self, block: usize) {
+        if let Some(run) = self.runs.get((block / KV_BLOCK) % self.ring.max(1)) {
+            prefetch_all(run);
+        }
+    }
+
     /// The keys (two tiles) and values of the block starting at position
     /// `block`, as f32.
     fn block<'s>(
@@ -71,6 +100,10 @@ struct State {
     sum: Vec<f32>,
     /// Unnormalised outputs, `head_dim` per query.
     acc: Vec<f32>,
+    /// The segments before the current one, merged: the same per query.
+    total_max: Vec<f32>,
+    total_sum: Vec<f32>,
+    total_acc: Vec<f32>,
     scores: Vec<f32>,
     /// The block being read, widened to f32 (narrower caches only).
     widened: Vec<f32>,
@@ -86,54 +119,104 @@ impl State {
         self.sum.resize(queries, 0.0);
         self.acc.clear();
         self.acc.resize(queries * tile.head_dim, 0.0);
-        self.scores.resize(KV_BLOCK, 0.0);
+        self.total_max.clone_from(&self.max);
+        self.total_sum.clone_from(&self.sum);
+        self.total_acc.clone_from(&self.acc);
+        self.scores.resize(GROUP_MAX * KV_BLOCK, 0.0);
     }
 
-    /// Folds one block into query `qi`: `self.scores[block]` are its scores against
-    /// the keys whose values are `values` (online softmax: rescale what came before
-    /// when the block raises the running maximum).
+    /// Ends a segment: merges each query's state into its total and
+    /// starts the next segment from an empty state.
+    fn close_segment(&mut self, isa: CheckedIsa, hd: usize) {
+        for qi in 0..self.max.len() {
+            let acc = &mut self.acc[qi * hd..(qi + 1) * hd];
+            merge(
+                isa,
+                (
+                    &mut self.total_max[qi],
+                    &mut self.total_sum[qi],
+                    &mut self.total_acc[qi * hd..(qi + 1) * hd],
+                ),
+                (self.max[qi], self.sum[qi], acc),
+            );
+            self.max[qi] = f32::NEG_INFINITY;
+            self.sum[qi] = 0.0;
+            acc.fill(0.0);
+        }
+    }
+
+    /// Folds one block into the `g` queries from `qi`: query `qi + h`'s
+    /// scores are `self.scores[h · KV_BLOCK + block]`, against the keys
+    /// whose values are `values` (online softmax: rescale what came before
+    /// when the block raises the running maximum). The value rows are read
+    /// once for the whole group (`weighted_sum_group`).
     #[inline]
     fn fold(
         &mut self,
         isa: CheckedIsa,
-        qi: usize,
+        (qi, g): (usize, usize),
         hd: usize,
         block: std::ops::Range<usize>,
         values: &[f32],
     ) {
-        let scores = &mut self.scores[block];
-        let block_max = scores.iter().fold(f32::NEG_INFINITY, |m, s| m.max(*s));
-        let acc = &mut self.acc[qi * hd..(qi + 1) * hd];
-        let max = &mut self.max[qi];
-        if block_max > *max {
-            // The first block finds sum and acc zero: nothing to rescale.
-            if self.sum[qi] != 0.0 {
-                let c = exp_scalar(*max - block_max);
-                self.sum[qi] *= c;
-                scale_in_place(isa, c, acc);
+        for h in 0..g {
+            let (q, at) = (qi + h, h * KV_BLOCK);
+            let scores = &mut self.scores[at + block.start..at + block.end];
+            let block_max = max_of(isa, scores);
+            let max = &mut self.max[q];
+            if block_max > *max {
+                // The first block finds sum and acc zero: nothing to rescale.
+                if self.sum[q] != 0.0 {
+                    let c = exp_one(isa, *max - block_max);
+                    self.sum[q] *= c;
+                    scale_in_place(isa, c, &mut self.acc[q * hd..(q + 1) * hd]);
+                }
+                *max = block_max;
             }
-            *max = block_max;
+            self.sum[q] += exp_shifted(isa, scores, *max);
         }
-        self.sum[qi] += exp_shifted(isa, scores, *max);
-        weighted_sum(isa, scores, values, acc);
+        let ps: [&[f32]; GROUP_MAX] = std::array::from_fn(|h| {
+            let at = h.min(g - 1) * KV_BLOCK;
+            &self.scores[at + block.start..at + block.end]
+        });
+        let acc = &mut self.acc[qi * hd..(qi + g) * hd];
+        weighted_sum_group(isa, &ps[..g], values, acc);
     }
 
-    /// Hands every query's normalised output to `out(row, head, values)`.
-    fn finish<E>(
-        &mut self,
-        isa: CheckedIsa,
-        tile: &Tile<'_, E>,
-        out: &mut impl FnMut(usize, usize, &[f32]),
-    ) {
+    /// Closes the last segment and hands every query's merged state to
+    /// `out(row, head, max, sum, acc)`.
+    fn finish<E>(&mut self, isa: CheckedIsa, tile: &Tile<'_, E>, out: &mut impl FnMut(Merged<'_>)) {
         let hd = tile.head_dim;
+        self.close_segment(isa, hd);
         for i in 0..tile.rows {
             for h in 0..tile.group {
                 let qi = i * tile.group + h;
-                let acc = &mut self.acc[qi * hd..(qi + 1) * hd];
-                scale_in_place(isa, 1.0 / self.sum[qi], acc);
-                out(i, h, acc);
+                out(Merged {
+                    row: i,
+                    head: h,
+                    max: self.total_max[qi],
+                    sum: self.total_sum[qi],
+                    acc: &mut self.total_acc[qi * hd..(qi + 1) * hd],
+                });
             }
         }
+    }
+}
+
+/// What a tile hands back per query: its state over the tile's segments.
+pub(super) struct Merged<'a> {
+    pub(super) row: usize,
+    pub(super) head: usize,
+    pub(super) max: f32,
+    pub(super) sum: f32,
+    pub(super) acc: &'a mut [f32],
+}
+
+impl<'a> Merged<'a> {
+    /// The attention output (the state normalised, in place).
+    pub(super) fn output(self, isa: CheckedIsa) -> (usize, usize, &'a [f32]) {
+        normalize(isa, self.sum, self.acc);
+        (self.row, self.head, self.acc)
     }
 }
 
@@ -142,12 +225,12 @@ thread_local! {
 }
 
 /// Runs `tile`; `query(i, h)` is row `i`'s head `h` (of the group) and
-/// `out(i, h, values)` receives its normalised output.
+/// `out` receives each query's state over the tile's segments.
 pub(super) fn attend_tile<'q, E: KvElem>(
     isa: CheckedIsa,
     tile: &Tile<'_, E>,
     query: impl Fn(usize, usize) -> &'q [f32],
-    mut out: impl FnMut(usize, usize, &[f32]),
+    mut out: impl FnMut(Merged<'_>),
 ) {
     let general = tile.window.is_some() || tile.softcap.is_some();
     STATE.with(|state| match state.try_borrow_mut() {
@@ -168,16 +251,22 @@ fn run_general<'q, E: KvElem>(
     isa: CheckedIsa,
     tile: &Tile<'_, E>,
     query: &impl Fn(usize, usize) -> &'q [f32],
-    out: &mut impl FnMut(usize, usize, &[f32]),
+    out: &mut impl FnMut(Merged<'_>),
     state: &mut State,
 ) {
     let hd = tile.head_dim;
     state.reset(tile);
     let mut scratch = std::mem::take(&mut state.widened);
     let first_seen = |p: usize| tile.window.map_or(0, |w| (p + 1).saturating_sub(w));
-    let seen_last = tile.first_pos + tile.rows;
-    let mut block = first_seen(tile.first_pos) / KV_BLOCK * KV_BLOCK;
-    while block < seen_last {
+    let (start, end) = tile.span(first_seen(tile.first_pos) / KV_BLOCK * KV_BLOCK);
+    let mut block = start;
+    while block < end {
+        if block > start && block % SEGMENT == 0 {
+            state.close_segment(isa, hd);
+        }
+        if block + KV_BLOCK < end {
+            tile.prefetch(block + KV_BLOCK);
+        }
         let (keys, values) = tile.block(isa, block, &mut scratch);
         for i in 0..tile.rows {
             let p = tile.first_pos + i;
@@ -187,16 +276,20 @@ fn run_general<'q, E: KvElem>(
                 continue;
             }
             let values = &values[(lo - block) * hd..(end - block) * hd];
-            for h in 0..tile.group {
-                let qi = i * tile.group + h;
-                let scores = &mut state.scores[..end - block];
-                block_scores(isa, query(i, h), keys, tile.scale, scores);
+            for h0 in (0..tile.group).step_by(GROUP_MAX) {
+                let g = (tile.group - h0).min(GROUP_MAX);
+                let n = end - block;
+                block_scores(isa, &|h| query(i, h0 + h), g, keys, tile.scale, n, state);
                 if let Some(cap) = tile.softcap {
-                    for s in &mut scores[lo - block..] {
-                        *s = cap * (*s / cap).tanh();
+                    for h in 0..g {
+                        let at = h * KV_BLOCK;
+                        for s in &mut state.scores[at + lo - block..at + n] {
+                            *s = cap * (*s / cap).tanh();
+                        }
                     }
                 }
-                state.fold(isa, qi, hd, lo - block..end - block, values);
+                let qi = i * tile.group + h0;
+                state.fold(isa, (qi, g), hd, lo - block..n, values);
             }
         }
         block += KV_BLOCK;
@@ -209,15 +302,21 @@ fn run<'q, E: KvElem>(
     isa: CheckedIsa,
     tile: &Tile<'_, E>,
     query: &impl Fn(usize, usize) -> &'q [f32],
-    out: &mut impl FnMut(usize, usize, &[f32]),
+    out: &mut impl FnMut(Merged<'_>),
     state: &mut State,
 ) {
     let hd = tile.head_dim;
     state.reset(tile);
     let mut scratch = std::mem::take(&mut state.widened);
-    let seen_last = tile.first_pos + tile.rows;
-    let mut block = 0;
-    while block < seen_last {
+    let (start, end) = tile.span(0);
+    let mut block = start;
+    while block < end {
+        if block > start && block % SEGMENT == 0 {
+            state.close_segment(isa, hd);
+        }
+        if block + KV_BLOCK < end {
+            tile.prefetch(block + KV_BLOCK);
+        }
         let (keys, values) = tile.block(isa, block, &mut scratch);
         for i in 0..tile.rows {
             // Positions this row sees in this block (causal mask).
@@ -227,11 +326,11 @@ fn run<'q, E: KvElem>(
             }
             let end = (block + KV_BLOCK).min(seen);
             let values = &values[..(end - block) * hd];
-            for h in 0..tile.group {
-                let qi = i * tile.group + h;
-                let scores = &mut state.scores[..end - block];
-                block_scores(isa, query(i, h), keys, tile.scale, scores);
-                state.fold(isa, qi, hd, 0..end - block, values);
+            for h0 in (0..tile.group).step_by(GROUP_MAX) {
+                let g = (tile.group - h0).min(GROUP_MAX);
+                let n = end - block;
+                block_scores(isa, &|h| query(i, h0 + h), g, keys, tile.scale, n, state);
+                state.fold(isa, (i * tile.group + h0, g), hd, 0..n, values);
             }
         }
         block += KV_BLOCK;
@@ -240,15 +339,36 @@ fn run<'q, E: KvElem>(
     state.finish(isa, tile, out);
 }
 
-/// `scores[j] = scale · (q · key_j)` for the first `scores.len()` keys of
-/// a block's two key tiles; lanes past them are computed and dropped.
+/// `state.scores[h · KV_BLOCK + j] = scale · (q_h · key_j)` for the `g`
+/// queries `query(h)` and the first `n` keys of a block's two key tiles;
+/// the queries share each key row read (`scores16_group`), and lanes past
+/// `n` are computed and dropped.
 #[inline]
-fn block_scores(isa: CheckedIsa, q: &[f32], keys: &[f32], scale: f32, scores: &mut [f32]) {
-    let hd = q.len();
-    for (t, scores) in scores.chunks_mut(KEY_TILE).enumerate() {
+fn block_scores<'q>(
+    isa: CheckedIsa,
+    query: &impl Fn(usize) -> &'q [f32],
+    g: usize,
+    keys: &[f32],
+    scale: f32,
+    n: usize,
+    state: &mut State,
+) {
+    let qs: [&[f32]; GROUP_MAX] = std::array::from_fn(|h| query(h.min(g - 1)));
+    let hd = qs[0].len();
+    let mut all = [[0.0; KEY_TILE]; GROUP_MAX];
+    for t in 0..n.div_ceil(KEY_TILE) {
         let at = t * KEY_TILE * hd;
-        let mut all = [0.0; KEY_TILE];
-        scores16(isa, q, &keys[at..at + KEY_TILE * hd], scale, &mut all);
-        scores.copy_from_slice(&all[..scores.len()]);
+        scores16_group(
+            isa,
+            &qs[..g],
+            &keys[at..at + KEY_TILE * hd],
+            scale,
+            &mut all,
+        );
+        let width = (n - t * KEY_TILE).min(KEY_TILE);
+        for (h, all) in all.iter().enumerate().take(g) {
+            let to = h * KV_BLOCK + t * KEY_TILE;
+            state.scores[to..to + width].copy_from_slice(&all[..width]);
+        }
     }
 }

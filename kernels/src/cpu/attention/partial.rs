@@ -1,0 +1,122 @@
+//! Partial softmax states and how they combine.
+//!
+//! A query's attention over some positions is the state `(max, sum, acc)`:
+//! the largest score `m`, `Σ e^(s−m)` and `Σ e^(s−m)·v`. The positions are
+//! cut into segments of [`SEGMENT_BLOCKS`] blocks at fixed multiples of
+//! the position (not of anything about the call), every segment's state is
+//! computed from an empty one, and the states are merged in position order
+//! with [`merge`]. Whether one task walks every segment and merges as it
+//! goes, or one task per segment leaves its state in a buffer and a second
+//! phase merges them (flash-decoding: a deep context split across threads),
+//! the operations are the same, so a row's output does not depend on how
+//! the call was split, batched or chunked.
+
+use crate::cpu::exp::exp_one;
+use crate::cpu::isa::CheckedIsa;
+use crate::cpu::kv_cache::KV_BLOCK;
+use crate::cpu::vecmath::{scale_add, scale_in_place};
+
+/// Blocks per segment: 256 positions. Shallow contexts stay one segment
+/// (one task per KV head and tile, as before splitting existed); at 1k a
+/// decode step has four segments per KV head, enough to spread three KV
+/// heads evenly over two threads; the merge costs two `exp` and one pass
+/// over `head_dim` per segment, next to 256 × 2 × `head_dim` multiply-adds.
+pub(super) const SEGMENT_BLOCKS: usize = 8;
+
+/// Positions per segment.
+pub(super) const SEGMENT: usize = SEGMENT_BLOCKS * KV_BLOCK;
+
+/// Floats one query's state takes in a buffer: max, sum, then `head_dim`.
+pub(super) const fn state_len(head_dim: usize) -> usize {
+    head_dim + 2
+}
+
+/// `into ← into ⊕ from`. An empty state (sum 0) on either side is left
+/// out, so merging into an empty state copies.
+#[inline]
+pub(super) fn merge(
+    isa: CheckedIsa,
+    into: (&mut f32, &mut f32, &mut [f32]),
+    from: (f32, f32, &[f32]),
+) {
+    let (into_max, into_sum, into_acc) = into;
+    let (max, sum, acc) = from;
+    if sum == 0.0 {
+        return;
+    }
+    if *into_sum == 0.0 {
+        *into_max = max;
+        *into_sum = sum;
+        into_acc.copy_from_slice(acc);
+        return;
+    }
+    let m = into_max.max(max);
+    let (a, b) = (exp_one(isa, *into_max - m), exp_one(isa, max - m));
+    *into_sum = b.mul_add(sum, *into_sum * a);
+    scale_add(isa, a, into_acc, b, acc);
+    *into_max = m;
+}
+
+/// The attention output of a merged state: `acc / sum`, in place.
+#[inline]
+pub(super) fn normalize(isa: CheckedIsa, sum: f32, acc: &mut [f32]) {
+    scale_in_place(isa, 1.0 / sum, acc);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::Isa;
+
+    /// Two halves merged give the softmax-weighted sum of the whole: the
+    /// reference here is the two-pass softmax in f64, and the merged state
+    /// carries three roundings per element more than one pass would, so
+    /// 1e-6 relative leaves margin.
+    #[test]
+    fn merging_halves_matches_the_whole() {
+        let scores = [0.5f32, 3.0, -1.0, 2.5, 7.0, -4.0];
+        let values: Vec<[f32; 2]> = (0..6).map(|i| [i as f32, 1.0 - i as f32]).collect();
+        let state = |r: std::ops::Range<usize>| {
+            let m = scores[r.clone()]
+                .iter()
+                .fold(f32::NEG_INFINITY, |a, b| a.max(*b));
+            let (mut sum, mut acc) = (0.0f32, [0.0f32; 2]);
+            for i in r {
+                let w = (scores[i] - m).exp();
+                sum += w;
+                acc[0] += w * values[i][0];
+                acc[1] += w * values[i][1];
+            }
+            (m, sum, acc)
+        };
+        let total: f64 = scores.iter().map(|s| f64::from(*s).exp()).sum();
+        let want: Vec<f64> = (0..2)
+            .map(|d| {
+                scores
+                    .iter()
+                    .zip(&values)
+                    .map(|(s, v)| f64::from(*s).exp() * f64::from(v[d]))
+                    .sum::<f64>()
+                    / total
+            })
+            .collect();
+        for isa in Isa::supported() {
+            let isa = CheckedIsa::at_most(isa);
+            let (mut m, mut s, mut acc) = (f32::NEG_INFINITY, 0.0, [0.0f32; 2]);
+            for r in [0..0, 0..4, 4..6] {
+                let (pm, ps, pa) = state(r);
+                merge(isa, (&mut m, &mut s, &mut acc), (pm, ps, &pa));
+            }
+            normalize(isa, s, &mut acc);
+            for d in 0..2 {
+                let err = (f64::from(acc[d]) - want[d]).abs();
+                assert!(
+                    err <= 1e-6 * want[d].abs().max(1.0),
+                    "{isa:?} {d}: {} vs {}",
+                    acc[d],
+                    want[d]
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! Which tiles of a call are split across their context's segments, and
+//! the second phase that merges a split tile's segment states.
+//!
+//! Splitting never changes a result (see `partial`): the choice is about
+//! keeping the threads busy. A call whose tiles already give every thread
+//! several tasks (a prompt, a large batch) runs a task per tile; one with
+//! fewer (a decode step of one or a few sequences, whose tasks would be
+//! one per KV head) runs a task per segment of each tile, so a deep
+//! context spreads over every thread whatever the number of KV heads.
+
+use std::cmp::Reverse;
+use std::ops::Range;
+
+use super::partial::{merge, normalize, state_len, SEGMENT};
+use crate::cpu::isa::CheckedIsa;
+
+/// Below this many tile tasks per thread the tiles are split: with three
+/// KV heads on two threads one task per head leaves a thread idle for a
+/// third of the step.
+const TASKS_PER_THREAD: usize = 4;
+
+/// The most floats of segment states one call keeps (16 MB): a call that
+/// would need more has enough tiles to keep the threads busy unsplit.
+const MAX_PARTIAL_FLOATS: usize = 1 << 22;
+
+/// A tile of one sequence's query rows for one KV head.
+#[derive(Clone)]
+pub(super) struct Unit {
+    pub(super) seq: usize,
+    pub(super) kv_head: usize,
+    pub(super) rows: Range<usize>,
+    pub(super) first_pos: usize,
+    /// Every segment some row of the tile sees.
+    pub(super) segments: Range<usize>,
+}
+
+/// One task of the first phase: some segments of a unit, with the buffer
+/// offset of its segment's states when the unit is split.
+pub(super) struct Task {
+    pub(super) unit: Unit,
+    pub(super) segments: Range<usize>,
+    pub(super) partial: Option<usize>,
+}
+
+/// A split unit: its segments' states lie at `at`, `slot` floats each.
+pub(super) struct Split {
+    pub(super) unit: Unit,
+    pub(super) at: usize,
+    slot: usize,
+}
+
+impl Split {
+    pub(super) fn len(&self) -> usize {
+        self.slot * self.unit.segments.len()
+    }
+}
+
+pub(super) struct Plan {
+    pub(super) tasks: Vec<Task>,
+    pub(super) splits: Vec<Split>,
+    /// Floats of segment states the split units need.
+    pub(super) partial_len: usize,
+}
+
+/// Tasks for `units` on `threads` threads; `per_row` is the floats one
+/// query row's states take for a segment (group × `state_len`).
+pub(super) fn plan(units: Vec<Unit>, threads: usize, per_row: usize) -> Plan {
+    let slot = |u: &Unit| u.rows.len() * per_row;
+    let deep = |u: &Unit| u.segments.len() > 1;
+    let needed: usize = units
+        .iter()
+        .filter(|u| deep(u))
+        .map(|u| slot(u) * u.segments.len())
+        .sum();
+    let split = threads > 1
+        && units.len() < TASKS_PER_THREAD * threads
+        && needed > 0
+        && needed <= MAX_PARTIAL_FLOATS;
+    let mut tasks = Vec::new();
+    let mut splits = Vec::new();
+    let mut at = 0;
+    for unit in units {
+        if split && deep(&unit) {
+            let slot = slot(&unit);
+            for (k, segment) in unit.segments.clone().enumerate() {
+                tasks.push(Task {
+                    unit: unit.clone(),
+                    segments: segment..segment + 1,
+                    partial: Some(at + k * slot),
+                });
+            }
+            let split = Split { unit, at, slot };
+            at += split.len();
+            splits.push(split);
+        } else {
+            tasks.push(Task {
+                segments: unit.segments.clone(),
+                unit,
+                partial: None,
+            });
+        }
+    }
+    // Most positions to read first: the pool hands tasks out in index
+    // order, so a long one does not end up alone on one thread at the end.
+    tasks.sort_by_key(|t| {
+        let end = (t.segments.end * SEGMENT).min(t.unit.first_pos + t.unit.rows.len());
+        Reverse(t.unit.rows.len() * end.saturating_sub(t.segments.start * SEGMENT))
+    });
+    Plan {
+        tasks,
+        splits,
+        partial_len: at,
+    }
+}
+
+/// Merges a split unit's segment states (`partials`, in segment order) and
+/// hands each query's output to `out(row, head, values)`.
+pub(super) fn merge_unit(
+    isa: CheckedIsa,
+    split: &Split,
+    group: usize,
+    head_dim: usize,
+    partials: &[f32],
+    mut out: impl FnMut(usize, usize, &[f32]),
+) {
+    let len = state_len(head_dim);
+    let mut acc = vec![0.0f32; head_dim];
+    for i in 0..split.unit.rows.len() {
+        for h in 0..group {
+            let qi = i * group + h;
+            let (mut max, mut sum) = (f32::NEG_INFINITY, 0.0f32);
+            acc.fill(0.0);
+            for state in partials.chunks_exact(split.slot) {
+                let state = &state[qi * len..(qi + 1) * len];
+                merge(
+                    isa,
+                    (&mut max, &mut sum, &mut acc),
+                    (state[0], state[1], &state[2..]),
+                );
+            }
+            normalize(isa, sum, &mut acc);
+            out(i, h, &acc);
+        }
+    }
+}

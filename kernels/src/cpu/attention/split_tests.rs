@@ -1,0 +1,193 @@
+//! Splitting a deep context across tasks (`split`, `partial`) changes no
+//! result: a decode step gives the same bits on one thread (one task per KV
+//! head, segments merged as the walk goes) as on two or three (one task
+//! per segment, merged in a second phase), and as the same row computed
+//! inside a prompt; and the split output stays within the streaming
+//! tolerance of the straightforward reference.
+
+use std::ops::Range;
+
+use rand::{Rng, SeedableRng};
+
+use super::reference::attend_one;
+use super::*;
+use crate::cpu::kv_pool::KvPool;
+use crate::cpu::Isa;
+
+/// As `tests::STREAM_ABS_TOL` (outputs are convex combinations of values
+/// in ±1; `exp`, summation order and fused multiply-adds differ from the
+/// reference by a few 1e-7), with room for the deeper sums here: up to
+/// 1,400 terms over six segments, each merge adding two roundings of
+/// relative 2⁻²⁴ per element.
+const SPLIT_ABS_TOL: f32 = 3e-6;
+
+struct Layout {
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    window: Option<usize>,
+    softcap: Option<f32>,
+    dtype: KvType,
+}
+
+fn random(rng: &mut impl Rng, n: usize, range: f32) -> Vec<f32> {
+    (0..n).map(|_| rng.random_range(-range..range)).collect()
+}
+
+fn rows_of(data: &[f32], rows: Range<usize>, cols: usize) -> CpuActivations {
+    CpuActivations {
+        rows: rows.len(),
+        cols,
+        data: data[rows.start * cols..rows.end * cols].to_vec(),
+    }
+}
+
+/// Runs `chunks` (row counts, in order) of the given rows through one
+/// cache on `threads` threads; returns every row's output and the cache.
+fn run(
+    l: &Layout,
+    threads: usize,
+    isa: CheckedIsa,
+    (q, k, v): (&[f32], &[f32], &[f32]),
+    chunks: &[usize],
+) -> (Vec<f32>, CpuKvCache) {
+    let shape = AttentionShape {
+        n_heads: l.n_heads,
+        n_kv_heads: l.n_kv_heads,
+        head_dim: l.head_dim,
+        scale: 1.0 / (l.head_dim as f32).sqrt(),
+        window: l.window,
+        softcap: l.softcap,
+    };
+    let (q_cols, kv_cols) = (l.n_heads * l.head_dim, l.n_kv_heads * l.head_dim);
+    let total: usize = chunks.iter().sum();
+    let pool = ThreadPool::new(threads);
+    let kv = KvPool::unlimited(l.dtype);
+    let mut cache = CpuKvCache::windowed(&kv, 1, l.n_kv_heads, l.head_dim, total, &[l.window])
+        .expect("an unlimited pool holds the cache");
+    let mut all = Vec::with_capacity(total * q_cols);
+    let mut start = 0;
+    for &n in chunks {
+        let rows = start..start + n;
+        let (q, k, v) = (
+            rows_of(q, rows.clone(), q_cols),
+            rows_of(k, rows.clone(), kv_cols),
+            rows_of(v, rows, kv_cols),
+        );
+        let mut out = CpuActivations::zeros(n, q_cols);
+        let call = AttentionCall {
+            layer: 0,
+            shape,
+            q: &q,
+            k: &k,
+            v: &v,
+        };
+        let mut seq = [SeqRows {
+            cache: &mut cache,
+            rows: 0..n,
+            start_pos: start,
+        }];
+        attention(&pool, isa, call, &mut seq, &mut out).expect("attention over the cache");
+        all.extend_from_slice(&out.data);
+        start += n;
+    }
+    (all, cache)
+}
+
+#[test]
+fn a_split_decode_step_matches_one_task_and_the_prompt_bit_for_bit() {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(23);
+    let layouts = [
+        // SmolLM2: three KV heads, a group of three.
+        Layout {
+            n_heads: 9,
+            n_kv_heads: 3,
+            head_dim: 64,
+            window: None,
+            softcap: None,
+            dtype: KvType::F16,
+        },
+        // Gemma 3's shape: one KV head; a window that spans segments.
+        Layout {
+            n_heads: 4,
+            n_kv_heads: 1,
+            head_dim: 32,
+            window: Some(600),
+            softcap: None,
+            dtype: KvType::F32,
+        },
+        Layout {
+            n_heads: 2,
+            n_kv_heads: 1,
+            head_dim: 17,
+            window: None,
+            softcap: Some(5.0),
+            dtype: KvType::F16,
+        },
+    ];
+    // A prompt past four segments, decode steps (one crossing a segment
+    // boundary at 1,280), then a short chunk.
+    let depth = 1277;
+    let decode = [depth, 1, 1, 1, 1, 3];
+    let prompt = [depth + 7];
+    for l in &layouts {
+        let (q_cols, kv_cols) = (l.n_heads * l.head_dim, l.n_kv_heads * l.head_dim);
+        let total = depth + 7;
+        let q = random(&mut rng, total * q_cols, 3.0);
+        let k = random(&mut rng, total * kv_cols, 3.0);
+        let v = random(&mut rng, total * kv_cols, 1.0);
+        let qkv = (&q[..], &k[..], &v[..]);
+        for isa in Isa::supported() {
+            let isa = CheckedIsa::at_most(isa);
+            let (whole, _) = run(l, 2, isa, qkv, &prompt);
+            let (one, _) = run(l, 1, isa, qkv, &decode);
+            for threads in [2, 3] {
+                let (split, mut cache) = run(l, threads, isa, qkv, &decode);
+                assert!(
+                    split == one,
+                    "{isa:?} {} t{threads}: split decode differs from one task",
+                    l.dtype
+                );
+                assert!(
+                    split == whole,
+                    "{isa:?} {} t{threads}: split decode differs from the prompt",
+                    l.dtype
+                );
+                check_reference(l, &q, &split, &mut cache, depth..total);
+            }
+        }
+        println!(
+            "split decode bit-identical: {} heads / {} KV heads, window {:?}",
+            l.n_heads, l.n_kv_heads, l.window
+        );
+    }
+}
+
+/// The outputs of `rows` against the reference, over the keys and values
+/// the cache holds (so F16 is checked on what it rounded them to).
+fn check_reference(l: &Layout, q: &[f32], out: &[f32], cache: &mut CpuKvCache, rows: Range<usize>) {
+    if l.softcap.is_some() {
+        // The reference has no cap; the bit-identity above covers it.
+        return;
+    }
+    let (q_cols, group) = (l.n_heads * l.head_dim, l.n_heads / l.n_kv_heads);
+    let scale = 1.0 / (l.head_dim as f32).sqrt();
+    let mut want = vec![0.0f32; l.head_dim];
+    for p in rows {
+        let seen = l.window.map_or(0, |w| (p + 1).saturating_sub(w))..p + 1;
+        for h in 0..l.n_heads {
+            let kv = h / group;
+            let keys: Vec<f32> = seen.clone().flat_map(|s| cache.key(0, kv, s)).collect();
+            let values: Vec<f32> = seen.clone().flat_map(|s| cache.value(0, kv, s)).collect();
+            let at = p * q_cols + h * l.head_dim;
+            attend_one(&q[at..at + l.head_dim], &keys, &values, scale, &mut want);
+            for (g, w) in out[at..at + l.head_dim].iter().zip(&want) {
+                assert!(
+                    (g - w).abs() <= SPLIT_ABS_TOL,
+                    "{} position {p} head {h}: {g} vs {w}",
+                    l.dtype
+                );
+            }
+        }
+    }
+}
