@@ -17,22 +17,26 @@ use super::isa::CheckedIsa;
 #[cfg(any(target_arch = "x86_64", test))]
 use super::Isa;
 
-const MIN_X: f32 = -87.0;
-const MAX_X: f32 = 88.0;
-const LOG2E: f32 = std::f32::consts::LOG2_E;
-/// ln 2 = LN2_HI + LN2_LO; LN2_HI has 9 significant bits, so `n · LN2_HI`
-/// is exact for |n| ≤ 2⁸.
-const LN2_HI: f32 = 0.693_359_4;
-const LN2_LO: f32 = -2.121_944_4e-4;
-/// 1/k! for k = 7 down to 2 (the degree-1 and -0 terms are 1).
-const TAYLOR: [f32; 6] = [
-    1.0 / 5040.0,
-    1.0 / 720.0,
-    1.0 / 120.0,
-    1.0 / 24.0,
-    1.0 / 6.0,
-    0.5,
-];
+/// The range and polynomial [`exp_scalar`] and its vector twins share.
+mod constants {
+    pub(super) const MIN_X: f32 = -87.0;
+    pub(super) const MAX_X: f32 = 88.0;
+    pub(super) const LOG2E: f32 = std::f32::consts::LOG2_E;
+    /// ln 2 = LN2_HI + LN2_LO; LN2_HI has 9 significant bits, so `n · LN2_HI`
+    /// is exact for |n| ≤ 2⁸.
+    pub(super) const LN2_HI: f32 = 0.693_359_4;
+    pub(super) const LN2_LO: f32 = -2.121_944_4e-4;
+    /// 1/k! for k = 7 down to 2 (the degree-1 and -0 terms are 1).
+    pub(super) const TAYLOR: [f32; 6] = [
+        1.0 / 5040.0,
+        1.0 / 720.0,
+        1.0 / 120.0,
+        1.0 / 24.0,
+        1.0 / 6.0,
+        0.5,
+    ];
+}
+use constants::{LN2_HI, LN2_LO, LOG2E, MAX_X, MIN_X, TAYLOR};
 
 /// `e^x` (see the module documentation for range and accuracy).
 #[inline]
@@ -129,7 +133,7 @@ pub(crate) mod x86 {
     //! Every function needs AVX-512 F.
     use std::arch::x86_64::*;
 
-    use super::{LN2_HI, LN2_LO, LOG2E, MAX_X, MIN_X, TAYLOR};
+    use super::constants::{LN2_HI, LN2_LO, LOG2E, MAX_X, MIN_X, TAYLOR};
 
     /// Sixteen lanes of [`super::exp_scalar`], operation for operation.
     #[target_feature(enable = "avx512f")]

@@ -13,6 +13,7 @@
 
 mod activation;
 mod attention;
+mod backend_ops;
 mod blocks;
 pub(crate) mod blocks_iq4;
 mod blocks_k;

@@ -22,14 +22,20 @@ pub(crate) fn scale_in_place(isa: CheckedIsa, c: f32, x: &mut [f32]) {
 pub(crate) fn scale_add(isa: CheckedIsa, a: f32, x: &mut [f32], b: f32, y: &[f32]) {
     let n = x.len().min(y.len());
     let (x, y) = (&mut x[..n], &y[..n]);
-    match isa.get() {
+    // AVX2 takes whole vectors of eight and says how far it got; the
+    // scalar loop does the rest (AVX-512 masks its tail and does all).
+    let done = match isa.get() {
         // SAFETY: CheckedIsa guarantees the features; equal lengths.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 | Isa::Avx512Vnni => unsafe { x86::scale_add_avx512(a, x, b, y) },
+        Isa::Avx512 | Isa::Avx512Vnni => unsafe {
+            x86::scale_add_avx512(a, x, b, y);
+            n
+        },
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => unsafe { x86::scale_add_avx2(a, x, b, y) },
-        _ => scale_add_scalar(a, x, b, y),
-    }
+        _ => 0,
+    };
+    scale_add_scalar(a, &mut x[done..], b, &y[done..]);
 }
 
 fn scale_add_scalar(a: f32, x: &mut [f32], b: f32, y: &[f32]) {
@@ -151,7 +157,8 @@ mod x86 {
     }
 
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn scale_add_avx2(a: f32, x: &mut [f32], b: f32, y: &[f32]) {
+    /// Returns how many elements it did (the whole vectors of eight).
+    pub(super) unsafe fn scale_add_avx2(a: f32, x: &mut [f32], b: f32, y: &[f32]) -> usize {
         let whole = x.len() / 8 * 8;
         let (va, vb) = (_mm256_set1_ps(a), _mm256_set1_ps(b));
         for i in (0..whole).step_by(8) {
@@ -160,7 +167,7 @@ mod x86 {
             let yv = _mm256_loadu_ps(y.as_ptr().add(i));
             _mm256_storeu_ps(p, _mm256_fmadd_ps(vb, yv, xa));
         }
-        super::scale_add_scalar(a, &mut x[whole..], b, &y[whole..]);
+        whole
     }
 
     /// [`weighted_sum_avx512`] in eight-lane registers: thirty-two

@@ -37,9 +37,14 @@ pub(super) fn scores16(
     }
 }
 
-/// Queries [`scores16_group`] takes at once: with four chains each, sixteen
-/// accumulators, a key row and a broadcast fit the 32 AVX-512 registers.
-pub(super) const GROUP_MAX: usize = 4;
+/// How many queries share a pass over a tile.
+mod group {
+    /// Queries [`super::scores16_group`] takes at once: with four chains
+    /// each, sixteen accumulators, a key row and a broadcast fit the 32
+    /// AVX-512 registers.
+    pub(crate) const GROUP_MAX: usize = 4;
+}
+pub(super) use group::GROUP_MAX;
 
 /// [`scores16`] for up to [`GROUP_MAX`] queries against one tile, each
 /// query's result bit for bit what `scores16` gives it: the same chains
@@ -95,7 +100,8 @@ pub(super) fn scores16_scalar(q: &[f32], tile: &[f32], scale: f32, out: &mut [f3
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::KEY_TILE;
+    use super::group::GROUP_MAX;
+    use crate::cpu::kv_cache::KEY_TILE;
 
     /// # Safety
     /// AVX-512 F; `tile.len() == q.len() · KEY_TILE`.
@@ -151,7 +157,7 @@ mod x86 {
         qs: &[&[f32]],
         tile: &[f32],
         scale: f32,
-        out: &mut [[f32; KEY_TILE]; super::GROUP_MAX],
+        out: &mut [[f32; KEY_TILE]; GROUP_MAX],
     ) {
         let hd = tile.len() / KEY_TILE;
         let q: [*const f32; G] = std::array::from_fn(|g| qs[g].as_ptr());

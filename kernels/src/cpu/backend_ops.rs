@@ -1,0 +1,273 @@
+//! The [`Backend`] operations of [`CpuBackend`]: each one checks shapes and
+//! hands over to its kernel module.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use super::attention::{attention, AttentionCall};
+use super::dequant::dequantize_row;
+use super::kv_cache::{CpuKvCache, KV_BLOCK};
+use super::kv_shared_block::CpuKvBlock;
+use super::matmul_input::Input;
+use super::packed::{self, PackedRows};
+use super::tensors::{CpuActivations, CpuMatrix, CpuVector};
+use super::{activation, elementwise, matmul, norm, rope, row_copy};
+use crate::{
+    AttentionRows, AttentionShape, Backend, KernelError, MatmulInput, MatmulProduct, RopeStyle,
+    WeightView,
+};
+
+use super::cpu_backend::CpuBackend;
+
+impl Backend for CpuBackend {
+    type Matrix = CpuMatrix;
+    type Vector = CpuVector;
+    type Activations = CpuActivations;
+    type KvCache = CpuKvCache;
+    type KvBlock = CpuKvBlock;
+
+    fn name(&self) -> String {
+        format!("cpu-{}", self.isa.get().name())
+    }
+
+    fn matrix(&self, weight: WeightView) -> Result<CpuMatrix, KernelError> {
+        // Re-check the invariant WeightView::new established, since its
+        // fields are public and the kernels rely on it.
+        let view = WeightView::new(weight.dtype, weight.rows, weight.cols, weight.data)?;
+        let packed = if packed::packs(self.isa, view.dtype) {
+            PackedRows::pack(&view, &self.arena).map(Arc::new)
+        } else {
+            None
+        };
+        Ok(CpuMatrix { view, packed })
+    }
+
+    fn vector(&self, values: &[f32]) -> Result<CpuVector, KernelError> {
+        Ok(CpuVector {
+            values: values.to_vec(),
+        })
+    }
+
+    fn activations(&self, rows: usize, cols: usize) -> CpuActivations {
+        CpuActivations::zeros(rows, cols)
+    }
+
+    /// Lends `x`'s own buffer: no copy (`staging` stays untouched).
+    fn host_rows<'a>(&self, x: &'a CpuActivations, _staging: &'a mut Vec<f32>) -> &'a [f32] {
+        x.data.get(..x.rows * x.cols).unwrap_or(&x.data)
+    }
+
+    fn resize(&self, x: &mut CpuActivations, rows: usize, cols: usize) {
+        x.reshape(rows, cols);
+    }
+
+    /// Reserves every block the cache may hold from the backend's KV
+    /// budget ([`KernelError::KvBudget`] when it does not fit) and
+    /// allocates them as positions are written. Windowed layers keep a ring
+    /// of a little more than their window.
+    fn kv_cache(
+        &self,
+        layers: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+        capacity: usize,
+        windows: &[Option<usize>],
+    ) -> Result<CpuKvCache, KernelError> {
+        CpuKvCache::windowed(&self.kv, layers, n_kv_heads, head_dim, capacity, windows)
+    }
+
+    fn kv_block_positions(&self) -> usize {
+        KV_BLOCK
+    }
+
+    fn kv_share_block(
+        &self,
+        cache: &mut CpuKvCache,
+        block: usize,
+    ) -> Result<CpuKvBlock, KernelError> {
+        cache.share_block(&self.kv, block)
+    }
+
+    fn kv_cache_with_prefix(
+        &self,
+        layers: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+        capacity: usize,
+        windows: &[Option<usize>],
+        prefix: &[CpuKvBlock],
+    ) -> Result<CpuKvCache, KernelError> {
+        CpuKvCache::with_prefix(
+            &self.kv, layers, n_kv_heads, head_dim, capacity, windows, prefix,
+        )
+    }
+
+    fn embed(
+        &self,
+        table: &CpuMatrix,
+        tokens: &[u32],
+        out: &mut CpuActivations,
+    ) -> Result<(), KernelError> {
+        if out.rows != tokens.len() || out.cols != table.cols() {
+            return Err(KernelError::Shape {
+                op: "embed",
+                detail: format!(
+                    "{} tokens into out {} from a table of width {}",
+                    tokens.len(),
+                    out.shape(),
+                    table.cols()
+                ),
+            });
+        }
+        let cols = out.cols;
+        for (i, token) in tokens.iter().enumerate() {
+            let bytes = usize::try_from(*token)
+                .ok()
+                .and_then(|t| table.row_bytes(t))
+                .ok_or_else(|| KernelError::Shape {
+                    op: "embed",
+                    detail: format!(
+                        "token {token} is outside the embedding table's {} rows",
+                        table.rows()
+                    ),
+                })?;
+            dequantize_row(
+                table.dtype(),
+                bytes,
+                &mut out.data[i * cols..(i + 1) * cols],
+            )?;
+        }
+        Ok(())
+    }
+
+    fn rms_norm(
+        &self,
+        x: &CpuActivations,
+        weight: &CpuVector,
+        eps: f32,
+        out: &mut CpuActivations,
+    ) -> Result<(), KernelError> {
+        norm::rms_norm(&self.pool, x, &weight.values, eps, out)
+    }
+
+    fn matmul(
+        &self,
+        x: &CpuActivations,
+        w: &CpuMatrix,
+        bias: Option<&CpuVector>,
+        out: &mut CpuActivations,
+    ) -> Result<(), KernelError> {
+        let bias = bias.map(|b| b.values.as_slice());
+        matmul::matmul(&self.pool, self.isa, x, w, bias, out)
+    }
+
+    fn matmul_many(
+        &self,
+        input: MatmulInput<'_, Self>,
+        products: &mut [MatmulProduct<'_, Self>],
+    ) -> Result<(), KernelError> {
+        let input = match input {
+            MatmulInput::Rows(x) => Input::Rows(x),
+            MatmulInput::RmsNorm {
+                x,
+                weight,
+                eps,
+                out,
+            } => Input::RmsNorm {
+                x,
+                weight: &weight.values,
+                eps,
+                out,
+            },
+            MatmulInput::SiluMul { gate, up } => Input::SiluMul { gate, up },
+            MatmulInput::GeluMul { gate, up } => Input::GeluMul { gate, up },
+        };
+        let mut products: Vec<matmul::Product<'_>> = products
+            .iter_mut()
+            .map(|p| matmul::Product {
+                w: p.w,
+                bias: p.bias.map(|b| b.values.as_slice()),
+                out: &mut *p.out,
+                accumulate: p.accumulate,
+            })
+            .collect();
+        matmul::matmul_many(&self.pool, self.isa, input, &mut products)
+    }
+
+    fn rope(
+        &self,
+        x: &mut CpuActivations,
+        head_dim: usize,
+        positions: &[u32],
+        inv_freq: &[f32],
+        style: RopeStyle,
+    ) -> Result<(), KernelError> {
+        rope::rope(&self.pool, x, head_dim, positions, inv_freq, style)
+    }
+
+    fn attention(
+        &self,
+        layer: usize,
+        shape: AttentionShape,
+        q: &CpuActivations,
+        k: &CpuActivations,
+        v: &CpuActivations,
+        seqs: &mut [AttentionRows<'_, Self>],
+        out: &mut CpuActivations,
+    ) -> Result<(), KernelError> {
+        // Shared prompt-cache blocks are read by other caches: no write
+        // may land in them (see `kv_shared`).
+        for seq in seqs.iter() {
+            seq.cache.check_writable(seq.start_pos)?;
+        }
+        let call = AttentionCall {
+            layer,
+            shape,
+            q,
+            k,
+            v,
+        };
+        attention(&self.pool, self.isa, call, seqs, out)
+    }
+
+    fn silu_mul(&self, gate: &mut CpuActivations, up: &CpuActivations) -> Result<(), KernelError> {
+        elementwise::silu_mul(&self.pool, self.isa, gate, up)
+    }
+
+    fn gelu_mul(&self, gate: &mut CpuActivations, up: &CpuActivations) -> Result<(), KernelError> {
+        activation::gelu_mul(&self.pool, self.isa, gate, up)
+    }
+
+    fn scale(&self, x: &mut CpuActivations, factor: f32) -> Result<(), KernelError> {
+        activation::map(&self.pool, x, |v| v * factor);
+        Ok(())
+    }
+
+    fn softcap(&self, x: &mut CpuActivations, cap: f32) -> Result<(), KernelError> {
+        activation::map(&self.pool, x, |v| cap * (v / cap).tanh());
+        Ok(())
+    }
+
+    fn rms_norm_heads(
+        &self,
+        x: &mut CpuActivations,
+        weight: &CpuVector,
+        eps: f32,
+    ) -> Result<(), KernelError> {
+        norm::rms_norm_heads(&self.pool, x, &weight.values, eps)
+    }
+
+    fn add(&self, x: &mut CpuActivations, y: &CpuActivations) -> Result<(), KernelError> {
+        elementwise::add(&self.pool, x, y)
+    }
+
+    fn copy_rows(
+        &self,
+        src: &CpuActivations,
+        rows: Range<usize>,
+        dst: &mut CpuActivations,
+        dst_row: usize,
+    ) -> Result<(), KernelError> {
+        row_copy::copy_rows(src, rows, dst, dst_row)
+    }
+}
