@@ -3,19 +3,20 @@
 //! change, one that fits the budget but not what is free waits while the
 //! running sequences go on, and every reservation comes back.
 
+#[path = "support/served.rs"]
+mod served;
+
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use switchyard_engine::chat::ChatTemplate;
 use switchyard_engine::formats::load_checkpoint;
 use switchyard_engine::model::LlamaModel;
 use switchyard_engine::sampling::{FinishReason, SamplingParams, StopCondition};
 use switchyard_engine::serving::{
-    CheckpointHandle, CheckpointId, EventSink, Executor, ExecutorConfig, KvAdvice, NoObserver,
-    SequenceEvent, SequenceRequest, ServedCheckpoint, SubmitError,
+    CheckpointHandle, EventSink, Executor, ExecutorConfig, KvAdvice, NoObserver, SequenceEvent,
+    SequenceRequest, SubmitError,
 };
 use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
-use switchyard_engine::tokenizer::Tokenizer;
 use switchyard_kernels::cpu::{CpuBackend, KvConfig, KvType};
 use switchyard_kernels::DType;
 
@@ -54,19 +55,10 @@ fn fixture() -> Fixture {
         dtype: KvType::F16,
         budget_bytes: BUDGET_BLOCKS * block_bytes,
     }));
-    let model = LlamaModel::load(backend.as_ref(), &checkpoint).unwrap();
-    let tokenizer = Tokenizer::load(&checkpoint.tokenizer).unwrap();
-    let served = Arc::new(ServedCheckpoint::from_parts(
-        CheckpointId::new("test", "1"),
-        model,
-        tokenizer,
-        ChatTemplate::new_or_default(None).unwrap(),
-        &path,
-        checkpoint.format,
-    ));
+    let checkpoint = served::serve(&backend, &path);
     Fixture {
         backend,
-        checkpoint: served,
+        checkpoint,
         _dir: dir,
     }
 }

@@ -4,20 +4,21 @@
 //! give way to a new sequence's cache instead of refusing it; checkpoints
 //! with sliding-window layers are not cached.
 
+#[path = "support/served.rs"]
+mod served;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use switchyard_engine::chat::ChatTemplate;
 use switchyard_engine::formats::load_checkpoint;
 use switchyard_engine::model::LlamaModel;
 use switchyard_engine::sampling::{SamplingParams, StopCondition};
 use switchyard_engine::serving::{
-    CheckpointHandle, CheckpointId, EventSink, Executor, ExecutorConfig, ExecutorObserver,
-    SequenceEvent, SequenceRequest, ServedCheckpoint,
+    CheckpointHandle, EventSink, Executor, ExecutorConfig, ExecutorObserver, SequenceEvent,
+    SequenceRequest,
 };
 use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
-use switchyard_engine::tokenizer::Tokenizer;
 use switchyard_kernels::cpu::{CpuBackend, KvConfig, KvType};
 use switchyard_kernels::DType;
 
@@ -57,19 +58,10 @@ fn fixture_of(preset: Preset, budget_blocks: Option<usize>) -> Fixture {
         dtype: KvType::F16,
         budget_bytes: budget_blocks.map_or(usize::MAX, |b| b * block_bytes),
     }));
-    let model = LlamaModel::load(backend.as_ref(), &checkpoint).unwrap();
-    let tokenizer = Tokenizer::load(&checkpoint.tokenizer).unwrap();
-    let served = Arc::new(ServedCheckpoint::from_parts(
-        CheckpointId::new("test", "1"),
-        model,
-        tokenizer,
-        ChatTemplate::new_or_default(None).unwrap(),
-        &path,
-        checkpoint.format,
-    ));
+    let checkpoint = served::serve(&backend, &path);
     Fixture {
         backend,
-        checkpoint: served,
+        checkpoint,
         _dir: dir,
     }
 }

@@ -5,16 +5,17 @@
 #[path = "support/real_models.rs"]
 mod real_models;
 
+#[path = "support/served.rs"]
+mod served;
+
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use switchyard_engine::chat::ChatTemplate;
-use switchyard_engine::formats::load_checkpoint;
-use switchyard_engine::model::{LlamaModel, LogitRows};
+use switchyard_engine::model::LogitRows;
 use switchyard_engine::sampling::{argmax, FinishReason, SamplingParams, StopCondition};
 use switchyard_engine::serving::{
-    CheckpointHandle, CheckpointId, EventSink, Executor, ExecutorConfig, NoObserver, SequenceEvent,
-    SequenceRequest, ServedCheckpoint, SubmitError,
+    CheckpointHandle, EventSink, Executor, ExecutorConfig, NoObserver, SequenceEvent,
+    SequenceRequest, SubmitError,
 };
 use switchyard_engine::session::Session;
 use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
@@ -43,18 +44,9 @@ fn fixture() -> Fixture {
 
 /// The fixture for the checkpoint at `path`.
 fn fixture_from(path: &std::path::Path, dir: tempfile::TempDir) -> Fixture {
-    let checkpoint = load_checkpoint(path).unwrap();
     let backend = Arc::new(CpuBackend::new(2));
-    let model = LlamaModel::load(backend.as_ref(), &checkpoint).unwrap();
-    let tokenizer = Tokenizer::load(&checkpoint.tokenizer).unwrap();
-    let served = Arc::new(ServedCheckpoint::from_parts(
-        CheckpointId::new("test", "1"),
-        model,
-        tokenizer.clone(),
-        ChatTemplate::new_or_default(None).unwrap(),
-        path,
-        checkpoint.format,
-    ));
+    let served = served::serve(&backend, path);
+    let tokenizer = served.tokenizer.clone();
     Fixture {
         backend,
         checkpoint: served,
