@@ -112,10 +112,16 @@ impl<T: SharedKvBlock> PrefixCache<T> {
     /// Drops the blocks of every weight identity no loaded checkpoint
     /// holds any more (its versions were unloaded); returns how many.
     pub(super) fn purge_unloaded(&mut self) -> usize {
+        let weights_before = self.owners.len();
         self.owners.retain(|_, owners| {
             owners.retain(|o| o.strong_count() > 0);
             !owners.is_empty()
         });
+        // The scheduler calls this every step: scan the blocks only when
+        // some weights lost their last version.
+        if self.owners.len() == weights_before {
+            return 0;
+        }
         let before = self.entries.len();
         let owners = &self.owners;
         self.entries
