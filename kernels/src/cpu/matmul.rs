@@ -277,8 +277,8 @@ fn run_groups(
     n: usize,
     groups: Range<usize>,
 ) {
-    // Groups a block at a time (a quarter of L2's worth of weights), each of
-    // them meeting every activation tile before the next is loaded: a
+    // Groups a block at a time (a quarter of L2's worth of weights), each
+    // block meeting every activation tile before the next is loaded: a
     // task's whole range (up to ~1 MB of the output matrix) would be
     // streamed again from L3 or DRAM for every tile.
     let block = (GROUP_BLOCK_BYTES / packed.group_bytes()).max(1);
