@@ -44,16 +44,16 @@ pub(crate) fn rope(
     let cols = x.cols;
     let data = DisjointSlice::new(&mut x.data);
     pool.for_each_range(x.rows, 4, &|rows| {
-        ANGLES.with(|table| {
-            let mut fresh = AngleTable::default();
-            let mut table = table.try_borrow_mut();
-            let table = match table.as_deref_mut() {
-                Ok(table) => table,
+        ANGLES.with(|tables| {
+            let mut fresh = AngleTable::new(inv_freq);
+            let mut tables = tables.try_borrow_mut();
+            let table = match tables.as_deref_mut() {
+                Ok(tables) => for_freq(tables, inv_freq),
                 // Only a nested call on this thread gets here.
                 Err(_) => &mut fresh,
             };
             for row in rows {
-                let (cos, sin) = table.angles(inv_freq, positions[row]);
+                let (cos, sin) = table.angles(positions[row]);
                 // SAFETY: each row belongs to exactly one task.
                 let row_data = unsafe { data.range(row * cols, cols) };
                 for head in row_data.chunks_exact_mut(head_dim) {
@@ -69,12 +69,30 @@ pub(crate) fn rope(
 /// call): 32K positions of a 128-wide head take 32 MB.
 const TABLE_POSITIONS: usize = 32 * 1024;
 
+/// Frequency sets a thread keeps tables for: Gemma 3's local and global
+/// layers rotate with different bases, and one table refilled at every
+/// switch between them recomputed every angle.
+const TABLES: usize = 4;
+
 thread_local! {
-    static ANGLES: RefCell<AngleTable> = RefCell::new(AngleTable::default());
+    static ANGLES: RefCell<Vec<AngleTable>> = const { RefCell::new(Vec::new()) };
+}
+
+/// This thread's table for `inv_freq`, made (dropping the others once
+/// [`TABLES`] are kept) if it has none.
+fn for_freq<'t>(tables: &'t mut Vec<AngleTable>, inv_freq: &[f32]) -> &'t mut AngleTable {
+    let found = tables.iter().position(|t| t.inv_freq == inv_freq);
+    let at = found.unwrap_or_else(|| {
+        if tables.len() >= TABLES {
+            tables.clear();
+        }
+        tables.push(AngleTable::new(inv_freq));
+        tables.len() - 1
+    });
+    &mut tables[at]
 }
 
 /// cos/sin per position for one `inv_freq`, filled as positions come.
-#[derive(Default)]
 struct AngleTable {
     inv_freq: Vec<f32>,
     known: Vec<bool>,
@@ -83,15 +101,18 @@ struct AngleTable {
 }
 
 impl AngleTable {
-    /// The cos and sin (`inv_freq.len()` each) at `position`.
-    fn angles(&mut self, inv_freq: &[f32], position: u32) -> (&[f32], &[f32]) {
-        let half = inv_freq.len();
-        if self.inv_freq != inv_freq {
-            *self = AngleTable {
-                inv_freq: inv_freq.to_vec(),
-                ..AngleTable::default()
-            };
+    fn new(inv_freq: &[f32]) -> AngleTable {
+        AngleTable {
+            inv_freq: inv_freq.to_vec(),
+            known: Vec::new(),
+            cos: Vec::new(),
+            sin: Vec::new(),
         }
+    }
+
+    /// The cos and sin (`inv_freq.len()` each) at `position`.
+    fn angles(&mut self, position: u32) -> (&[f32], &[f32]) {
+        let half = self.inv_freq.len();
         let p = position as usize;
         let slot = if p < TABLE_POSITIONS {
             if p >= self.known.len() {
@@ -113,7 +134,7 @@ impl AngleTable {
         );
         if self.known.get(p) != Some(&true) {
             let position = f64::from(position);
-            for ((c, s), f) in cos.iter_mut().zip(sin.iter_mut()).zip(inv_freq) {
+            for ((c, s), f) in cos.iter_mut().zip(sin.iter_mut()).zip(&self.inv_freq) {
                 let (sn, cs) = (position * f64::from(*f)).sin_cos();
                 *c = cs as f32;
                 *s = sn as f32;
@@ -145,18 +166,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_angle_table_returns_what_it_would_compute() {
+    fn the_angle_tables_return_what_they_would_compute() {
         let inv_freq: Vec<f32> = (0..8).map(|i| 10000f32.powf(-(i as f32) / 8.0)).collect();
-        let other = vec![0.5f32; 8];
-        let mut table = AngleTable::default();
+        let sets: Vec<Vec<f32>> = (0..=TABLES)
+            .map(|k| inv_freq.iter().map(|f| f * (k + 1) as f32).collect())
+            .collect();
+        let mut tables = Vec::new();
         let positions = [3u32, 40_000, 3, 7, 40_001, 0, 32_767, 32_768, 7];
+        // Alternating sets (Gemma 3's local and global layers), and more
+        // sets than are kept.
         for (round, p) in positions.into_iter().enumerate() {
-            let freqs = if round == 5 { &other } else { &inv_freq };
-            let (cos, sin) = table.angles(freqs, p);
+            let freqs = &sets[round % sets.len()];
+            let (cos, sin) = for_freq(&mut tables, freqs).angles(p);
             for ((c, s), f) in cos.iter().zip(sin).zip(freqs) {
                 let (sn, cs) = (f64::from(p) * f64::from(*f)).sin_cos();
                 assert_eq!((*c, *s), (cs as f32, sn as f32), "position {p}");
             }
+            assert!(tables.len() <= TABLES);
         }
     }
 }
