@@ -142,12 +142,9 @@ impl SharedRows<'_> {
                 self.sums.range(r * blocks, blocks),
             )
         };
-        quantize_blocks(self.isa, &x[..self.k], q, ds, sums);
         // SAFETY: as above.
         let halves = unsafe { self.half_sums.range(r * 2 * blocks, 2 * blocks) };
-        for (h, q) in halves.iter_mut().zip(q.chunks_exact(QK / 2)) {
-            *h = q.iter().map(|&v| i32::from(v)).sum();
-        }
+        quantize_blocks(self.isa, &x[..self.k], q, ds, sums, halves);
         if self.spread_per_row > 0 {
             // SAFETY: as above.
             let spread = unsafe {
@@ -206,14 +203,15 @@ pub(crate) fn quantize_blocks(
     q: &mut [i8],
     ds: &mut [f32],
     sums: &mut [i32],
+    half_sums: &mut [i32],
 ) {
     let blocks = x
         .chunks_exact(QK)
         .zip(q.chunks_exact_mut(QK))
         .zip(ds.chunks_exact_mut(2))
-        .zip(sums.iter_mut());
-    for (((x, q), ds), sum) in blocks {
-        let (d, total) = match isa.get() {
+        .zip(sums.iter_mut().zip(half_sums.chunks_exact_mut(2)));
+    for (((x, q), ds), (sum, halves)) in blocks {
+        let (d, [h0, h1]) = match isa.get() {
             Isa::Scalar => quantize_block_scalar(x, q),
             // SAFETY: a CheckedIsa of Avx2 or above means AVX2 was detected;
             // the slices are exactly 32 long.
@@ -227,24 +225,27 @@ pub(crate) fn quantize_blocks(
             // NEON and other architectures' levels: the scalar code.
             _ => quantize_block_scalar(x, q),
         };
+        let total = h0 + h1;
         ds[0] = d;
         ds[1] = d * total as f32;
         *sum = total;
+        halves.copy_from_slice(&[h0, h1]);
     }
 }
 
-/// The reference: one block of 32, returning `(d, Σq)`.
-pub(crate) fn quantize_block_scalar(x: &[f32], q: &mut [i8]) -> (f32, i32) {
+/// The reference: one block of 32, returning `d` and the sums of the
+/// quants of each half (`Σq[..16]`, `Σq[16..]`).
+pub(crate) fn quantize_block_scalar(x: &[f32], q: &mut [i8]) -> (f32, [i32; 2]) {
     let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let d = amax / 127.0;
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-    let mut sum = 0i32;
-    for (q, v) in q.iter_mut().zip(x) {
+    let mut halves = [0i32; 2];
+    for (i, (q, v)) in q.iter_mut().zip(x).enumerate() {
         let r = (v * id).round_ties_even() as i8;
         *q = r;
-        sum += i32::from(r);
+        halves[i / (QK / 2)] += i32::from(r);
     }
-    (d, sum)
+    (d, halves)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -254,7 +255,7 @@ mod x86 {
     /// # Safety
     /// AVX2 must be available; `x` and `q` must point at 32 elements.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn quantize_block_avx2(x: *const f32, q: *mut i8) -> (f32, i32) {
+    pub(super) unsafe fn quantize_block_avx2(x: *const f32, q: *mut i8) -> (f32, [i32; 2]) {
         let v = [
             _mm256_loadu_ps(x),
             _mm256_loadu_ps(x.add(8)),
@@ -278,7 +279,6 @@ mod x86 {
             _mm256_cvtps_epi32(_mm256_mul_ps(v[2], id)),
             _mm256_cvtps_epi32(_mm256_mul_ps(v[3], id)),
         ];
-        let total = _mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3]));
         // packs works within 128-bit lanes; the permute puts the 32 bytes
         // back in element order.
         let packed = _mm256_packs_epi16(
@@ -287,19 +287,23 @@ mod x86 {
         );
         let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
         _mm256_storeu_si256(q.cast(), _mm256_permutevar8x32_epi32(packed, order));
-        let t = _mm_add_epi32(
-            _mm256_castsi256_si128(total),
-            _mm256_extracti128_si256(total, 1),
-        );
-        let t = _mm_add_epi32(t, _mm_unpackhi_epi64(t, t));
-        let t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 1));
-        (d, _mm_cvtsi128_si32(t))
+        let sum = |v: __m256i| {
+            let t = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+            let t = _mm_add_epi32(t, _mm_unpackhi_epi64(t, t));
+            let t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 1));
+            _mm_cvtsi128_si32(t)
+        };
+        let halves = [
+            sum(_mm256_add_epi32(i[0], i[1])),
+            sum(_mm256_add_epi32(i[2], i[3])),
+        ];
+        (d, halves)
     }
 
     /// # Safety
     /// AVX-512 F must be available; `x` and `q` must point at 32 elements.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn quantize_block_avx512(x: *const f32, q: *mut i8) -> (f32, i32) {
+    pub(super) unsafe fn quantize_block_avx512(x: *const f32, q: *mut i8) -> (f32, [i32; 2]) {
         let v0 = _mm512_loadu_ps(x);
         let v1 = _mm512_loadu_ps(x.add(16));
         let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
@@ -309,7 +313,7 @@ mod x86 {
         let i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
         _mm_storeu_si128(q.cast(), _mm512_cvtsepi32_epi8(i0));
         _mm_storeu_si128(q.add(16).cast(), _mm512_cvtsepi32_epi8(i1));
-        (d, _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1)))
+        (d, [_mm512_reduce_add_epi32(i0), _mm512_reduce_add_epi32(i1)])
     }
 }
 
@@ -326,12 +330,13 @@ mod tests {
         x[2] = 0.5; // ties to even -> 0
         x[3] = 1.5; // -> 2
         let mut q = [0i8; 32];
-        let (d, s) = quantize_block_scalar(&x, &mut q);
+        x[20] = -3.0;
+        let (d, halves) = quantize_block_scalar(&x, &mut q);
         assert_eq!(d, 1.0);
         assert_eq!(&q[..4], &[127, -64, 0, 2]);
-        assert_eq!(s, 127 - 64 + 2);
-        let (d, s) = quantize_block_scalar(&[0.0; 32], &mut q);
-        assert_eq!((d, s), (0.0, 0));
+        assert_eq!(halves, [127 - 64 + 2, -3]);
+        let (d, halves) = quantize_block_scalar(&[0.0; 32], &mut q);
+        assert_eq!((d, halves), (0.0, [0, 0]));
         assert!(q.iter().all(|v| *v == 0));
     }
 
@@ -351,21 +356,31 @@ mod tests {
         let mut want_q = vec![0i8; x.len()];
         let mut want_ds = vec![0.0f32; blocks * 2];
         let mut want_sums = vec![0i32; blocks];
+        let mut want_halves = vec![0i32; 2 * blocks];
         quantize_blocks(
             CheckedIsa::at_most(Isa::Scalar),
             &x,
             &mut want_q,
             &mut want_ds,
             &mut want_sums,
+            &mut want_halves,
         );
+        for ((q, s), h) in want_q.chunks(QK).zip(&want_sums).zip(want_halves.chunks(2)) {
+            let half = |r: &[i8]| r.iter().map(|&v| i32::from(v)).sum::<i32>();
+            assert_eq!([half(&q[..QK / 2]), half(&q[QK / 2..])], h);
+            assert_eq!(h[0] + h[1], *s);
+        }
         for isa in Isa::supported() {
             let mut q = vec![0i8; x.len()];
             let mut ds = vec![0.0f32; blocks * 2];
             let mut sums = vec![0i32; blocks];
-            quantize_blocks(CheckedIsa::at_most(isa), &x, &mut q, &mut ds, &mut sums);
+            let mut halves = vec![0i32; 2 * blocks];
+            let isa_at_most = CheckedIsa::at_most(isa);
+            quantize_blocks(isa_at_most, &x, &mut q, &mut ds, &mut sums, &mut halves);
             assert_eq!(q, want_q, "{isa}");
             assert_eq!(ds, want_ds, "{isa}");
             assert_eq!(sums, want_sums, "{isa}");
+            assert_eq!(halves, want_halves, "{isa}");
             println!("quantization bit-identical on {isa}");
         }
     }
