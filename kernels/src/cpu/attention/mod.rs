@@ -13,6 +13,7 @@
 //! values stored by its tasks, each its own KV head; any other stores them
 //! before the job.
 
+mod online;
 mod partial;
 #[cfg(test)]
 mod reference;

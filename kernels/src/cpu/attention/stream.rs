@@ -19,9 +19,9 @@ use std::cell::RefCell;
 
 use std::ops::Range;
 
+use super::online::online_step;
 use super::partial::{merge, normalize, SEGMENT};
 use super::scores::{scores16_group, GROUP_MAX};
-use crate::cpu::exp::{exp_one, exp_shifted, max_of};
 use crate::cpu::isa::CheckedIsa;
 use crate::cpu::kv_cache::{KEY_TILE, KV_BLOCK};
 use crate::cpu::kv_elem::KvElem;
@@ -162,18 +162,9 @@ impl State {
         for h in 0..g {
             let (q, at) = (qi + h, h * KV_BLOCK);
             let scores = &mut self.scores[at + block.start..at + block.end];
-            let block_max = max_of(isa, scores);
-            let max = &mut self.max[q];
-            if block_max > *max {
-                // The first block finds sum and acc zero: nothing to rescale.
-                if self.sum[q] != 0.0 {
-                    let c = exp_one(isa, *max - block_max);
-                    self.sum[q] *= c;
-                    scale_in_place(isa, c, &mut self.acc[q * hd..(q + 1) * hd]);
-                }
-                *max = block_max;
+            if let Some(c) = online_step(isa, scores, &mut self.max[q], &mut self.sum[q]) {
+                scale_in_place(isa, c, &mut self.acc[q * hd..(q + 1) * hd]);
             }
-            self.sum[q] += exp_shifted(isa, scores, *max);
         }
         let ps: [&[f32]; GROUP_MAX] = std::array::from_fn(|h| {
             let at = h.min(g - 1) * KV_BLOCK;
