@@ -313,7 +313,10 @@ mod x86 {
         let i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
         _mm_storeu_si128(q.cast(), _mm512_cvtsepi32_epi8(i0));
         _mm_storeu_si128(q.add(16).cast(), _mm512_cvtsepi32_epi8(i1));
-        (d, [_mm512_reduce_add_epi32(i0), _mm512_reduce_add_epi32(i1)])
+        (
+            d,
+            [_mm512_reduce_add_epi32(i0), _mm512_reduce_add_epi32(i1)],
+        )
     }
 }
 
