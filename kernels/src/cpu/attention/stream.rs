@@ -333,7 +333,7 @@ fn run<'q, E: KvElem>(
 /// `state.scores[h · KV_BLOCK + j] = scale · (q_h · key_j)` for the `g`
 /// queries `query(h)` and the first `n` keys of a block's two key tiles;
 /// the queries share each key row read (`scores16_group`), and lanes past
-/// `n` are computed and dropped.
+/// `n` are computed and left in place, unread.
 #[inline]
 fn block_scores<'q>(
     isa: CheckedIsa,
@@ -356,10 +356,12 @@ fn block_scores<'q>(
             scale,
             &mut all,
         );
-        let width = (n - t * KEY_TILE).min(KEY_TILE);
+        // Whole tiles, lanes past `n` included (read by no one): a copy of
+        // a constant length is one vector store, a variable one a memcpy
+        // call per tile and head.
         for (h, all) in all.iter().enumerate().take(g) {
             let to = h * KV_BLOCK + t * KEY_TILE;
-            state.scores[to..to + width].copy_from_slice(&all[..width]);
+            state.scores[to..to + KEY_TILE].copy_from_slice(all);
         }
     }
 }
