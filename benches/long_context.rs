@@ -1,13 +1,14 @@
 //! Prompt and decode tokens/s of one sequence at a given context depth:
 //! `LC_DEPTHS` tokens already in the KV cache (default 0,1024,4096,8000),
 //! then `LC_PROMPT` more prompt tokens timed as one feed (prompt tok/s at
-//! that depth), then `LC_DECODE` greedy tokens timed one step each (decode
+//! that depth), then `LC_DECODE` tokens timed one step each (decode
 //! tok/s). Prints one JSON line per depth. `benches/long_context.py` runs
 //! it next to llama.cpp doing the same and draws `docs/long_context.svg`.
 //!
 //! Model: `SWITCHYARD_MODEL` (default: the cached SmolLM2 Q4_1); threads
 //! `LC_THREADS` (2); KV type `LC_KV` (f16); best of `LC_REPEATS` (2).
 
+use std::hint::black_box;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -71,8 +72,11 @@ fn main() {
                 .expect("prompt");
             best_prompt = best_prompt.max(prompt as f64 / start.elapsed().as_secs_f64());
             let start = Instant::now();
-            for _ in 0..decode {
-                let next = argmax(&logits);
+            // The fixed ids llama.cpp gets (not the greedy ones), so both
+            // engines see exactly the same tokens; the argmax stays, as
+            // the sampling a real step does.
+            for next in ids(depth + prompt, decode) {
+                black_box(argmax(&logits));
                 logits = session.feed(&[next], LogitRows::Last).expect("decode");
             }
             best_decode = best_decode.max(decode as f64 / start.elapsed().as_secs_f64());
