@@ -208,13 +208,14 @@ def main() -> None:
           f"{minutes:.1f} minutes in all")
     print()
     print("| depth | Switchyard decode | llama.cpp decode | ratio | Switchyard prompt | "
-          "llama.cpp prompt | ratio | Switchyard KV MB | llama.cpp KV MB |")
+          "llama.cpp prompt | ratio | Switchyard KV MB (windowed layers) | llama.cpp KV MB |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for s, l in rows:
         print(f"| {s['depth']} | {s['decode_tok_s']:.1f} | {l['decode_tok_s']:.1f} | "
               f"{s['decode_tok_s'] / l['decode_tok_s']:.2f}× | {s['prompt_tok_s']:.1f} | "
               f"{l['prompt_tok_s']:.1f} | {s['prompt_tok_s'] / l['prompt_tok_s']:.2f}× | "
-              f"{s['kv_bytes'] / 1e6:.1f} | {l['kv_bytes'] / 1e6:.1f} |")
+              f"{s['kv_bytes'] / 1e6:.1f} ({s.get('kv_windowed_bytes', 0) / 1e6:.1f}) | "
+              f"{l['kv_bytes'] / 1e6:.1f} |")
     svg(rows, Path(args.svg) if args.svg else model.svg,
         f"{model.label}, {args.threads} threads, KV {args.kv} (Switchyard) / f16{fa} (llama.cpp)")
 

@@ -55,9 +55,10 @@ fn main() {
         ..KvConfig::default()
     });
     let model = LlamaModel::load(&backend, &checkpoint).expect("the model loads");
+    let windows = model.config().layer_windows();
     for depth in depths {
         let (mut best_prompt, mut best_decode) = (0.0f64, 0.0f64);
-        let mut kv_bytes = 0;
+        let (mut kv_bytes, mut kv_windowed) = (0, 0);
         for _ in 0..repeats {
             let mut session =
                 Session::new(&backend, &model, depth + prompt + decode).expect("session");
@@ -80,13 +81,19 @@ fn main() {
                 logits = session.feed(&[next], LogitRows::Last).expect("decode");
             }
             best_decode = best_decode.max(decode as f64 / start.elapsed().as_secs_f64());
-            kv_bytes = session.cache().allocated_bytes();
+            let cache = session.cache();
+            kv_bytes = cache.allocated_bytes();
+            // The windowed layers' part: flat from the window on (a ring).
+            kv_windowed = (0..cache.layers())
+                .filter(|l| windows.get(*l).copied().flatten().is_some())
+                .map(|l| cache.layer_allocated_bytes(l))
+                .sum();
         }
         println!(
             "{{\"engine\": \"switchyard\", \"kv\": \"{kv}\", \"threads\": {threads}, \
              \"depth\": {depth}, \"prompt\": {prompt}, \"decode\": {decode}, \
              \"prompt_tok_s\": {best_prompt:.2}, \"decode_tok_s\": {best_decode:.2}, \
-             \"kv_bytes\": {kv_bytes}}}"
+             \"kv_bytes\": {kv_bytes}, \"kv_windowed_bytes\": {kv_windowed}}}"
         );
     }
 }
