@@ -9,7 +9,9 @@ timed as one call (prompt tok/s at that depth), then DECODE tokens one call
 each (decode tok/s). Both engines get exactly the same ids, and no BOS:
 neither `Session::feed` nor `Llama.eval` adds one (the ids are not text).
 Best of REPEATS for both engines; depths from DEEP on take `--deep-repeats`
-(default 1), since filling 16k-32k tokens dominates the run.
+(default 1), since filling 16k-32k tokens dominates the run (there the fill
+warms both engines up; at depth 0, `--repeats 1` times a cold first call,
+llama.cpp's several times slower than its warm ones).
 
 Models (`--model`, or a path as the first argument):
   smollm2  SmolLM2-135M Q4_1 (8k context): depths 0,1024,4096,8000,
