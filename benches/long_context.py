@@ -5,12 +5,27 @@ after depth in one run (each depth measures Switchyard, then llama.cpp, so
 that both see the same load on a shared machine).
 
 At depth d: d tokens already in the cache, then PROMPT more prompt tokens
-timed as one call (prompt tok/s at that depth), then DECODE greedy tokens
-one call each (decode tok/s; greedy ids in Switchyard, fixed ids in
-llama.cpp, the same work). Best of REPEATS for both engines.
+timed as one call (prompt tok/s at that depth), then DECODE tokens one call
+each (decode tok/s). Both engines get exactly the same ids, and no BOS:
+neither `Session::feed` nor `Llama.eval` adds one (the ids are not text).
+Best of REPEATS for both engines; depths from DEEP on take `--deep-repeats`
+(default 1), since filling 16k-32k tokens dominates the run (there the fill
+warms both engines up; at depth 0, `--repeats 1` times a cold first call,
+llama.cpp's several times slower than its warm ones).
 
-Usage: .venv/bin/python benches/long_context.py [MODEL.gguf]
-  [--depths 0,1024,4096,8000] [--threads 2] [--repeats 2] [--svg docs/long_context.svg]
+Models (`--model`, or a path as the first argument):
+  smollm2  SmolLM2-135M Q4_1 (8k context): depths 0,1024,4096,8000,
+           plot docs/long_context.svg (the default, as before)
+  gemma3   Gemma 3 270M Q4_K_M (32k context, `scripts/fetch-gemma3.sh`):
+           depths 0,1024,4096,16384,32000, plot docs/long_context_gemma3.svg
+  PATH     any GGUF: depths 0,1024,4096, plot docs/long_context_<stem>.svg
+
+llama.cpp keeps only the window of sliding-window layers (`swa_full=False`,
+llama-server's default; llama-cpp-python's own default is the full-size
+cache), as Switchyard does; its KV size is read from its log.
+
+Usage: .venv/bin/python benches/long_context.py [--model gemma3|smollm2|PATH]
+  [--depths ...] [--threads 2] [--repeats 2] [--deep-repeats 1] [--svg ...]
 Prints a Markdown table and JSON lines (stderr).
 """
 
@@ -19,39 +34,93 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT = 128
 DECODE = 32
 REPEATS = 2
+# Depths from here on are measured `--deep-repeats` times: one fill of 32k
+# tokens takes minutes in each engine on two cores.
+DEEP = 16384
+
+
+@dataclass
+class Model:
+    label: str
+    path: str
+    depths: str
+    svg: Path
+
+
+def resolve(model: str) -> Model:
+    """A model name or GGUF path, with its default depths and plot."""
+    if model == "smollm2":
+        path = Path.home() / ".cache/switchyard/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+        return Model("SmolLM2-135M Q4_1", str(path), "0,1024,4096,8000",
+                     ROOT / "docs/long_context.svg")
+    if model == "gemma3":
+        # Prints the cached path; touches the network only when not cached.
+        path = subprocess.run([str(ROOT / "scripts/fetch-gemma3.sh")], check=True,
+                              capture_output=True, text=True).stdout.strip()
+        # 32000 + 128 + 32 stays inside the 32768 the model was trained for.
+        return Model("Gemma 3 270M Q4_K_M", path, "0,1024,4096,16384,32000",
+                     ROOT / "docs/long_context_gemma3.svg")
+    if Path(model).name == "SmolLM2-135M-Instruct.Q4_1.gguf":
+        return resolve("smollm2")
+    stem = Path(model).stem
+    return Model(Path(model).name, model, "0,1024,4096", ROOT / f"docs/long_context_{stem}.svg")
 
 
 def ids(start: int, n: int) -> list[int]:
-    """The ids benches/long_context.rs feeds."""
+    """The ids benches/long_context.rs feeds (below every vocabulary here)."""
     return [100 + (i * 7919) % 48000 for i in range(start, start + n)]
 
 
-def switchyard(model: str, depth: int, threads: int, kv: str) -> dict:
+def switchyard(model: str, depth: int, threads: int, kv: str, repeats: int) -> dict:
     env = dict(os.environ, SWITCHYARD_MODEL=model, LC_DEPTHS=str(depth), LC_THREADS=str(threads),
-               LC_KV=kv, LC_PROMPT=str(PROMPT), LC_DECODE=str(DECODE), LC_REPEATS=str(REPEATS))
+               LC_KV=kv, LC_PROMPT=str(PROMPT), LC_DECODE=str(DECODE), LC_REPEATS=str(repeats))
     out = subprocess.run(["cargo", "bench", "-q", "--bench", "long_context"], cwd=ROOT, env=env,
                          check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
-def llama_cpp(model: str, depth: int, threads: int) -> dict:
+# llama.cpp's log, kept to read the KV size it allocates (one line per
+# cache: Gemma 3 has one for the global layers and one for the windowed).
+_LOG: list[str] = []
+_KV_LINE = re.compile(r"llama_kv_cache: size =\s*([\d.]+) MiB")
+
+
+def _keep_log() -> None:
+    import ctypes
+
+    import llama_cpp
+
+    @llama_cpp.llama_log_callback
+    def keep(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+        _LOG.append(text.decode("utf-8", "replace"))
+
+    globals()["_log_callback"] = keep  # ctypes calls it: keep it alive
+    llama_cpp.llama_log_set(keep, ctypes.c_void_p(0))
+
+
+def llama_cpp(model: str, depth: int, threads: int, repeats: int, flash_attn: bool) -> dict:
     from llama_cpp import Llama
 
+    if "_log_callback" not in globals():
+        _keep_log()
+    _LOG.clear()
     llm = Llama(model_path=model, n_ctx=depth + PROMPT + DECODE + 16, n_threads=threads,
-                n_threads_batch=threads, n_batch=512, n_ubatch=512, verbose=False)
+                n_threads_batch=threads, n_batch=512, n_ubatch=512, verbose=False,
+                swa_full=False, flash_attn=flash_attn)
+    kv_mib = sum(float(m.group(1)) for m in _KV_LINE.finditer("".join(_LOG)))
     best_prompt = best_decode = 0.0
-    for _ in range(REPEATS):
+    for _ in range(repeats):
         llm.reset()
         if depth:
             llm.eval(ids(0, depth))
@@ -59,15 +128,14 @@ def llama_cpp(model: str, depth: int, threads: int) -> dict:
         llm.eval(ids(depth, PROMPT))
         best_prompt = max(best_prompt, PROMPT / (time.perf_counter() - start))
         start = time.perf_counter()
-        # Fixed ids rather than greedy ones: llama-cpp-python keeps only
-        # n_batch logit rows, and the ids do not change the work.
         for nxt in ids(depth + PROMPT, DECODE):
             llm.eval([nxt])
         best_decode = max(best_decode, DECODE / (time.perf_counter() - start))
     del llm
     return {"engine": "llama.cpp", "kv": "f16", "threads": threads, "depth": depth,
-            "prompt": PROMPT, "decode": DECODE,
-            "prompt_tok_s": round(best_prompt, 2), "decode_tok_s": round(best_decode, 2)}
+            "prompt": PROMPT, "decode": DECODE, "flash_attn": flash_attn,
+            "prompt_tok_s": round(best_prompt, 2), "decode_tok_s": round(best_decode, 2),
+            "kv_bytes": round(kv_mib * 2**20)}
 
 
 def svg(rows: list[tuple[dict, dict]], path: Path, title: str) -> None:
@@ -111,31 +179,47 @@ def svg(rows: list[tuple[dict, dict]], path: Path, title: str) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("model", nargs="?",
-                    default=str(Path.home() / ".cache/switchyard/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
-    ap.add_argument("--depths", default="0,1024,4096,8000")
+    ap.add_argument("path", nargs="?", help="a GGUF (as --model PATH)")
+    ap.add_argument("--model", default=None, help="gemma3, smollm2 (default) or a GGUF path")
+    ap.add_argument("--depths", default=None, help="the model's own by default")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--kv", default="f16")
-    ap.add_argument("--svg", default=str(ROOT / "docs/long_context.svg"))
+    ap.add_argument("--svg", default=None, help="the model's own by default")
     ap.add_argument("--repeats", type=int, default=REPEATS)
+    ap.add_argument("--deep-repeats", type=int, default=1, help=f"repeats at depths >= {DEEP}")
+    ap.add_argument("--flash-attn", action="store_true", help="llama.cpp with flash attention")
     args = ap.parse_args()
-    globals()["REPEATS"] = args.repeats
-    rows = []
-    for depth in (int(d) for d in args.depths.split(",")):
-        s = switchyard(args.model, depth, args.threads, args.kv)
-        l = llama_cpp(args.model, depth, args.threads)
+    model = resolve(args.model or args.path or "smollm2")
+    depths = [int(d) for d in (args.depths or model.depths).split(",")]
+    rows, began = [], time.perf_counter()
+    for depth in depths:
+        repeats = args.deep_repeats if depth >= DEEP else args.repeats
+        start = time.perf_counter()
+        s = switchyard(model.path, depth, args.threads, args.kv, repeats)
+        l = llama_cpp(model.path, depth, args.threads, repeats, args.flash_attn)
+        seconds = time.perf_counter() - start
         print(json.dumps(s), file=sys.stderr)
         print(json.dumps(l), file=sys.stderr)
+        print(f"depth {depth}: {seconds:.0f} s for both engines, best of {repeats}", file=sys.stderr)
         rows.append((s, l))
-    name = Path(args.model).name
-    print(f"| depth | Switchyard decode | llama.cpp decode | ratio | Switchyard prompt | llama.cpp prompt | ratio | Switchyard KV MB |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    minutes = (time.perf_counter() - began) / 60
+    fa = ", flash attention" if args.flash_attn else ""
+    print(f"**{model.label}** (`{Path(model.path).name}`), {args.threads} threads, KV {args.kv} "
+          f"(Switchyard) / f16{fa} (llama.cpp), prompt {PROMPT}, decode {DECODE}, "
+          f"best of {args.repeats} (of {args.deep_repeats} from depth {DEEP}); "
+          f"{minutes:.1f} minutes in all")
+    print()
+    print("| depth | Switchyard decode | llama.cpp decode | ratio | Switchyard prompt | "
+          "llama.cpp prompt | ratio | Switchyard KV MB (windowed layers) | llama.cpp KV MB |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for s, l in rows:
         print(f"| {s['depth']} | {s['decode_tok_s']:.1f} | {l['decode_tok_s']:.1f} | "
               f"{s['decode_tok_s'] / l['decode_tok_s']:.2f}× | {s['prompt_tok_s']:.1f} | "
               f"{l['prompt_tok_s']:.1f} | {s['prompt_tok_s'] / l['prompt_tok_s']:.2f}× | "
-              f"{s['kv_bytes'] / 1e6:.1f} |")
-    svg(rows, Path(args.svg), f"{name}, {args.threads} threads, KV {args.kv} (Switchyard) / f16 (llama.cpp)")
+              f"{s['kv_bytes'] / 1e6:.1f} ({s.get('kv_windowed_bytes', 0) / 1e6:.1f}) | "
+              f"{l['kv_bytes'] / 1e6:.1f} |")
+    svg(rows, Path(args.svg) if args.svg else model.svg,
+        f"{model.label}, {args.threads} threads, KV {args.kv} (Switchyard) / f16{fa} (llama.cpp)")
 
 
 if __name__ == "__main__":

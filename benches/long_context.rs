@@ -1,13 +1,14 @@
 //! Prompt and decode tokens/s of one sequence at a given context depth:
 //! `LC_DEPTHS` tokens already in the KV cache (default 0,1024,4096,8000),
 //! then `LC_PROMPT` more prompt tokens timed as one feed (prompt tok/s at
-//! that depth), then `LC_DECODE` greedy tokens timed one step each (decode
+//! that depth), then `LC_DECODE` tokens timed one step each (decode
 //! tok/s). Prints one JSON line per depth. `benches/long_context.py` runs
 //! it next to llama.cpp doing the same and draws `docs/long_context.svg`.
 //!
 //! Model: `SWITCHYARD_MODEL` (default: the cached SmolLM2 Q4_1); threads
 //! `LC_THREADS` (2); KV type `LC_KV` (f16); best of `LC_REPEATS` (2).
 
+use std::hint::black_box;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -54,9 +55,10 @@ fn main() {
         ..KvConfig::default()
     });
     let model = LlamaModel::load(&backend, &checkpoint).expect("the model loads");
+    let windows = model.config().layer_windows();
     for depth in depths {
         let (mut best_prompt, mut best_decode) = (0.0f64, 0.0f64);
-        let mut kv_bytes = 0;
+        let (mut kv_bytes, mut kv_windowed) = (0, 0);
         for _ in 0..repeats {
             let mut session =
                 Session::new(&backend, &model, depth + prompt + decode).expect("session");
@@ -71,18 +73,27 @@ fn main() {
                 .expect("prompt");
             best_prompt = best_prompt.max(prompt as f64 / start.elapsed().as_secs_f64());
             let start = Instant::now();
-            for _ in 0..decode {
-                let next = argmax(&logits);
+            // The fixed ids llama.cpp gets (not the greedy ones), so both
+            // engines see exactly the same tokens; the argmax stays, as
+            // the sampling a real step does.
+            for next in ids(depth + prompt, decode) {
+                black_box(argmax(&logits));
                 logits = session.feed(&[next], LogitRows::Last).expect("decode");
             }
             best_decode = best_decode.max(decode as f64 / start.elapsed().as_secs_f64());
-            kv_bytes = session.cache().allocated_bytes();
+            let cache = session.cache();
+            kv_bytes = cache.allocated_bytes();
+            // The windowed layers' part: flat from the window on (a ring).
+            kv_windowed = (0..cache.layers())
+                .filter(|l| windows.get(*l).copied().flatten().is_some())
+                .map(|l| cache.layer_allocated_bytes(l))
+                .sum();
         }
         println!(
             "{{\"engine\": \"switchyard\", \"kv\": \"{kv}\", \"threads\": {threads}, \
              \"depth\": {depth}, \"prompt\": {prompt}, \"decode\": {decode}, \
              \"prompt_tok_s\": {best_prompt:.2}, \"decode_tok_s\": {best_decode:.2}, \
-             \"kv_bytes\": {kv_bytes}}}"
+             \"kv_bytes\": {kv_bytes}, \"kv_windowed_bytes\": {kv_windowed}}}"
         );
     }
 }

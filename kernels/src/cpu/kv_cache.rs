@@ -273,6 +273,16 @@ impl CpuKvCache {
         blocks * block_len(self.n_kv_heads, self.head_dim).unwrap_or(0) * self.dtype.bytes()
     }
 
+    /// Bytes of the blocks `layer` holds (0 for an unknown layer): a
+    /// windowed layer's stay at its ring however long the context.
+    pub fn layer_allocated_bytes(&self, layer: usize) -> usize {
+        let blocks = match &self.store {
+            Store::F32(layers) => layers.get(layer).map_or(0, Vec::len),
+            Store::F16(layers) => layers.get(layer).map_or(0, Vec::len),
+        };
+        blocks * block_len(self.n_kv_heads, self.head_dim).unwrap_or(0) * self.dtype.bytes()
+    }
+
     /// Positions the cache can hold.
     pub fn capacity(&self) -> usize {
         self.capacity

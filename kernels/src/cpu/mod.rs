@@ -28,6 +28,8 @@ mod isa;
 mod kv_cache;
 mod kv_elem;
 mod kv_pool;
+#[cfg(test)]
+mod kv_ring_tests;
 mod kv_shared;
 mod kv_shared_block;
 mod matmul;
