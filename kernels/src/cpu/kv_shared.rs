@@ -55,7 +55,7 @@ impl CpuKvCache {
         }
         let (n_kv_heads, head_dim) = (self.n_kv_heads(), self.head_dim());
         let bytes = block_len(n_kv_heads, head_dim)
-            .and_then(|len| len.checked_mul(self.dtype().bytes()))
+            .and_then(|len| self.dtype().bytes_of(len))
             .and_then(|b| b.checked_mul(self.layers()))
             .ok_or_else(|| refuse("the block's size overflows".into()))?;
         let reservation = pool.reserve(bytes)?;
@@ -69,6 +69,13 @@ impl CpuKvCache {
                     .ok_or_else(missing)?,
             ),
             Store::F16(layers) => Layers::F16(
+                layers
+                    .iter_mut()
+                    .map(|blocks| blocks.get_mut(block).map(Block::share))
+                    .collect::<Option<_>>()
+                    .ok_or_else(missing)?,
+            ),
+            Store::Q8_0(layers) => Layers::Q8_0(
                 layers
                     .iter_mut()
                     .map(|blocks| blocks.get_mut(block).map(Block::share))
@@ -116,6 +123,7 @@ impl CpuKvCache {
             let typed = match (&b.0.layers, pool.dtype()) {
                 (Layers::F32(l), KvType::F32) => Some(l.len()),
                 (Layers::F16(l), KvType::F16) => Some(l.len()),
+                (Layers::Q8_0(l), KvType::Q8_0) => Some(l.len()),
                 _ => None,
             };
             typed == Some(layers) && b.0.n_kv_heads == n_kv_heads && b.0.head_dim == head_dim
@@ -144,6 +152,11 @@ impl CpuKvCache {
                         }
                     }
                     (Store::F16(mine), Layers::F16(theirs)) => {
+                        if let (Some(m), Some(t)) = (mine.get_mut(l), theirs.get(l)) {
+                            m.push(Block::Shared(Arc::clone(t)));
+                        }
+                    }
+                    (Store::Q8_0(mine), Layers::Q8_0(theirs)) => {
                         if let (Some(m), Some(t)) = (mine.get_mut(l), theirs.get(l)) {
                             m.push(Block::Shared(Arc::clone(t)));
                         }
