@@ -1,6 +1,8 @@
 """Prompt and decode tokens/s against context depth: Switchyard
-(`cargo bench --bench long_context`) and llama.cpp (llama-cpp-python, F16 KV,
-its default) on the same GGUF, the same token ids and thread count, depth
+(`cargo bench --bench long_context`) and llama.cpp (llama-cpp-python) on the
+same GGUF, at the same KV type (`--kv f16`, both defaults, or `--kv q8_0`:
+llama.cpp's `type_k = type_v = GGML_TYPE_Q8_0`, which needs its flash
+attention; `--kv f32` runs llama.cpp at f16, its nearest), the same token ids and thread count, depth
 after depth in one run (each depth measures Switchyard, then llama.cpp, so
 that both see the same load on a shared machine).
 
@@ -10,7 +12,8 @@ one call each (decode tok/s; greedy ids in Switchyard, fixed ids in
 llama.cpp, the same work). Best of REPEATS for both engines.
 
 Usage: .venv/bin/python benches/long_context.py [MODEL.gguf]
-  [--depths 0,1024,4096,8000] [--threads 2] [--repeats 2] [--svg docs/long_context.svg]
+  [--depths 0,1024,4096,8000] [--threads 2] [--repeats 2] [--kv f16|f32|q8_0]
+  [--svg docs/long_context.svg]
 Prints a Markdown table and JSON lines (stderr).
 """
 
@@ -30,6 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PROMPT = 128
 DECODE = 32
 REPEATS = 2
+# llama.cpp's ggml type ids for its KV cache (`type_k`/`type_v`).
+GGML_TYPES = {"f16": 1, "q8_0": 8}
 
 
 def ids(start: int, n: int) -> list[int]:
@@ -45,11 +50,21 @@ def switchyard(model: str, depth: int, threads: int, kv: str) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def llama_cpp(model: str, depth: int, threads: int) -> dict:
+def llama_kv(kv: str) -> str:
+    """The KV type llama.cpp runs for Switchyard's `kv`."""
+    return kv if kv in GGML_TYPES else "f16"
+
+
+def llama_cpp(model: str, depth: int, threads: int, kv: str) -> dict:
     from llama_cpp import Llama
 
+    kv = llama_kv(kv)
+    # A quantized V cache needs llama.cpp's flash attention; F16 keeps
+    # llama-cpp-python's default (off), as the earlier tables ran it.
+    quantized = {"type_k": GGML_TYPES[kv], "type_v": GGML_TYPES[kv], "flash_attn": True} \
+        if kv != "f16" else {}
     llm = Llama(model_path=model, n_ctx=depth + PROMPT + DECODE + 16, n_threads=threads,
-                n_threads_batch=threads, n_batch=512, n_ubatch=512, verbose=False)
+                n_threads_batch=threads, n_batch=512, n_ubatch=512, verbose=False, **quantized)
     best_prompt = best_decode = 0.0
     for _ in range(REPEATS):
         llm.reset()
@@ -65,7 +80,7 @@ def llama_cpp(model: str, depth: int, threads: int) -> dict:
             llm.eval([nxt])
         best_decode = max(best_decode, DECODE / (time.perf_counter() - start))
     del llm
-    return {"engine": "llama.cpp", "kv": "f16", "threads": threads, "depth": depth,
+    return {"engine": "llama.cpp", "kv": kv, "threads": threads, "depth": depth,
             "prompt": PROMPT, "decode": DECODE,
             "prompt_tok_s": round(best_prompt, 2), "decode_tok_s": round(best_decode, 2)}
 
@@ -123,7 +138,7 @@ def main() -> None:
     rows = []
     for depth in (int(d) for d in args.depths.split(",")):
         s = switchyard(args.model, depth, args.threads, args.kv)
-        l = llama_cpp(args.model, depth, args.threads)
+        l = llama_cpp(args.model, depth, args.threads, args.kv)
         print(json.dumps(s), file=sys.stderr)
         print(json.dumps(l), file=sys.stderr)
         rows.append((s, l))
@@ -135,7 +150,8 @@ def main() -> None:
               f"{s['decode_tok_s'] / l['decode_tok_s']:.2f}× | {s['prompt_tok_s']:.1f} | "
               f"{l['prompt_tok_s']:.1f} | {s['prompt_tok_s'] / l['prompt_tok_s']:.2f}× | "
               f"{s['kv_bytes'] / 1e6:.1f} |")
-    svg(rows, Path(args.svg), f"{name}, {args.threads} threads, KV {args.kv} (Switchyard) / f16 (llama.cpp)")
+    svg(rows, Path(args.svg), f"{name}, {args.threads} threads, KV {args.kv} (Switchyard) / "
+        f"{llama_kv(args.kv)} (llama.cpp)")
 
 
 if __name__ == "__main__":

@@ -34,6 +34,12 @@ struct Fixture {
 /// A synthetic SmolLM2 (context 256) on a backend whose F16 KV budget holds
 /// [`BUDGET_BLOCKS`] blocks of every layer.
 fn fixture() -> Fixture {
+    fixture_of(KvType::F16).0
+}
+
+/// As [`fixture`] for a KV type, with the bytes of one block of every
+/// layer: 2 bytes an element for F16, 34 bytes per 32 for Q8_0.
+fn fixture_of(dtype: KvType) -> (Fixture, usize) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("smollm2-q8.gguf");
     let spec = SyntheticSpec {
@@ -50,17 +56,23 @@ fn fixture() -> Fixture {
         c.context_length, 256,
         "the test assumes the preset's context"
     );
-    let block_bytes = c.n_layers * c.n_kv_heads * c.head_dim * 2 * BLOCK * 2;
+    let elements = c.n_layers * c.n_kv_heads * c.head_dim * 2 * BLOCK;
+    let block_bytes = match dtype {
+        KvType::F32 => elements * 4,
+        KvType::F16 => elements * 2,
+        KvType::Q8_0 => elements / 32 * 34,
+    };
     let backend = Arc::new(CpuBackend::new(2).with_kv(KvConfig {
-        dtype: KvType::F16,
+        dtype,
         budget_bytes: BUDGET_BLOCKS * block_bytes,
     }));
     let checkpoint = served::serve(&backend, &path);
-    Fixture {
+    let fixture = Fixture {
         backend,
         checkpoint,
         _dir: dir,
-    }
+    };
+    (fixture, block_bytes)
 }
 
 struct Sink(mpsc::SyncSender<SequenceEvent>);
@@ -195,6 +207,38 @@ fn a_cache_that_fits_later_waits_while_the_running_sequence_goes_on() {
     let (rest, reason) = finish(&first_rx);
     assert_eq!((rest + 11, reason), (80, FinishReason::Length));
     assert_eq!(finish(&second_rx), (80, FinishReason::Length));
+    exec.shutdown();
+    assert_eq!(f.backend.kv_pool().reserved_bytes(), 0);
+}
+
+#[test]
+fn a_q8_0_budget_admits_exactly_its_blocks() {
+    let (f, block_bytes) = fixture_of(KvType::Q8_0);
+    let exec = executor(&f);
+    // One position past the budget's blocks needs a fifth block: refused,
+    // asking for exactly five blocks' bytes.
+    let (req, _rx) = request(5, Some(BUDGET_BLOCKS * BLOCK - 4));
+    match exec.submit(&f.checkpoint, req) {
+        Err(SubmitError::KvBudget {
+            needed_bytes,
+            budget_bytes,
+            ..
+        }) => assert_eq!(
+            (needed_bytes, budget_bytes),
+            (
+                (BUDGET_BLOCKS + 1) * block_bytes,
+                BUDGET_BLOCKS * block_bytes
+            )
+        ),
+        other => panic!("expected a KV budget refusal, got {other:?}"),
+    }
+    // The budget's blocks exactly: runs to the end.
+    let (req, rx) = request(5, Some(BUDGET_BLOCKS * BLOCK - 5));
+    submit(&exec, &f, req);
+    assert_eq!(
+        finish(&rx),
+        (BUDGET_BLOCKS * BLOCK - 5, FinishReason::Length)
+    );
     exec.shutdown();
     assert_eq!(f.backend.kv_pool().reserved_bytes(), 0);
 }

@@ -34,7 +34,7 @@ def prompt(switchyard_bin, smollm2_path):
     return (ids * repeats)[:CONTEXT]
 
 
-@pytest.mark.parametrize("kv", ["f16", "f32"])
+@pytest.mark.parametrize("kv", ["f16", "f32", "q8_0"])
 def test_4k_context_matches_the_reference(kv, prompt, switchyard_bin, smollm2_path, tmp_path):
     ids_file = tmp_path / "ids.json"
     ids_file.write_text(str(prompt))
