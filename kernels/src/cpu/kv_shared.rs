@@ -236,6 +236,41 @@ mod tests {
     }
 
     #[test]
+    fn q8_0_blocks_are_shared_at_their_own_size() {
+        use crate::cpu::kv_q8::{round_q8, Q8Byte};
+        let (layers, head_dim) = (2, 64);
+        let pool = KvPool::unlimited(KvType::Q8_0);
+        let mut first = CpuKvCache::windowed(&pool, layers, 1, head_dim, 256, &[]).unwrap();
+        let row = |p: usize, sign: f32| -> Vec<f32> {
+            (0..head_dim)
+                .map(|d| sign * (p * 7 + d) as f32 / 13.0)
+                .collect()
+        };
+        for layer in 0..layers {
+            first.ensure::<Q8Byte>(layer, 40).unwrap();
+            for p in 0..40 {
+                first
+                    .write::<Q8Byte>(layer, p, &row(p, 1.0), &row(p, -1.0))
+                    .unwrap();
+            }
+            first.set_len(layer, 40);
+        }
+        let block = first.share_block(&pool, 0).unwrap();
+        // 34 bytes per 32 keys and values of every layer.
+        assert_eq!(block.bytes(), layers * 2 * KV_BLOCK * head_dim / 32 * 34);
+        let mut second =
+            CpuKvCache::with_prefix(&pool, layers, 1, head_dim, 256, &[], &[block]).unwrap();
+        for p in [0, 17, 31] {
+            assert_eq!(second.key(1, 0, p), round_q8(&row(p, 1.0)));
+            assert_eq!(second.value(1, 0, p), round_q8(&row(p, -1.0)));
+        }
+        let f32_pool = KvPool::unlimited(KvType::F32);
+        let other =
+            CpuKvCache::with_prefix(&f32_pool, layers, 1, head_dim, 256, &[], &second.prefix);
+        assert!(other.is_err(), "a q8_0 block taken up by an f32 cache");
+    }
+
+    #[test]
     fn windowed_caches_neither_share_nor_take_shared_blocks() {
         let pool = KvPool::unlimited(KvType::F32);
         let mut first = filled_cache(&pool, 40);
