@@ -110,26 +110,35 @@ pub(crate) fn widen_q8(isa: CheckedIsa, src: &[u8], hd: usize, dst: &mut [f32]) 
         .zip(key_out.chunks_exact_mut(KEY_TILE * hd));
     for (tile, out) in tiles {
         let (q, scales) = tile.split_at(KEY_TILE * hd);
-        match isa.get() {
-            // SAFETY: CheckedIsa guarantees the features (AVX2 implies
-            // F16C here, see `Isa::is_supported`); the lengths are the
-            // tile's (split above).
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 | Isa::Avx512Vnni => unsafe { x86::tile_avx512(q, scales, out) },
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => unsafe { x86::tile_avx2(q, scales, out) },
-            _ => tile_scalar(q, scales, out),
-        }
+        widen_tile(isa, q, scales, out);
     }
     let (q, scales) = values.split_at(KV_BLOCK * hd);
+    widen_groups(isa, q, scales, value_out);
+}
+
+/// A key tile on `isa`: see [`tile_scalar`].
+fn widen_tile(isa: CheckedIsa, q: &[u8], scales: &[u8], out: &mut [f32]) {
     match isa.get() {
-        // SAFETY: as above; `q` and `value_out` hold 32·hd each and
-        // `scales` 32·G f16.
+        // SAFETY: CheckedIsa guarantees the features (AVX2 implies F16C
+        // here, see `Isa::is_supported`); the kernels take the lengths the
+        // scalar twin does and stay within them.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 | Isa::Avx512Vnni => unsafe { x86::groups_avx512(q, scales, value_out) },
+        Isa::Avx512 | Isa::Avx512Vnni => unsafe { x86::tile_avx512(q, scales, out) },
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { x86::groups_avx2(q, scales, value_out) },
-        _ => groups_scalar(q, scales, value_out),
+        Isa::Avx2 => unsafe { x86::tile_avx2(q, scales, out) },
+        _ => tile_scalar(q, scales, out),
+    }
+}
+
+/// Groups in a row on `isa`: see [`groups_scalar`].
+fn widen_groups(isa: CheckedIsa, q: &[u8], scales: &[u8], out: &mut [f32]) {
+    match isa.get() {
+        // SAFETY: as in `widen_tile`.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 | Isa::Avx512Vnni => unsafe { x86::groups_avx512(q, scales, out) },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::groups_avx2(q, scales, out) },
+        _ => groups_scalar(q, scales, out),
     }
 }
 
@@ -232,12 +241,28 @@ mod x86 {
         }
     }
 
+    /// Sixteen groups at a time, their scales widened with one `vcvtph2ps`
+    /// (the scalar `scale` per group costs as much as the group itself),
+    /// the rest one by one.
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn groups_avx512(q: &[u8], scales: &[u8], out: &mut [f32]) {
-        let groups = q.len().min(out.len()) / Q8_GROUP;
+        let groups = (q.len().min(out.len()) / Q8_GROUP).min(scales.len() / 2);
+        let whole = groups / 16 * 16;
         let (q, o) = (q.as_ptr(), out.as_mut_ptr());
+        let mut widened = [0.0f32; 16];
         for k in 0..groups {
-            let sv = _mm512_set1_ps(scale(scales, k));
+            let s = if k < whole {
+                if k % 16 == 0 {
+                    // SAFETY: k + 16 <= groups scales lie in `scales`.
+                    let h = unsafe { _mm256_loadu_si256(scales.as_ptr().add(2 * k).cast()) };
+                    // SAFETY: `widened` holds 16 f32.
+                    unsafe { _mm512_storeu_ps(widened.as_mut_ptr(), _mm512_cvtph_ps(h)) };
+                }
+                widened[k % 16]
+            } else {
+                scale(scales, k)
+            };
+            let sv = _mm512_set1_ps(s);
             // SAFETY: group k's quants and outputs lie in the slices.
             unsafe {
                 for half in [0, 16] {
@@ -249,13 +274,27 @@ mod x86 {
         }
     }
 
+    /// As `groups_avx512`, eight scales at a time.
     #[target_feature(enable = "avx2,f16c")]
     pub(super) unsafe fn groups_avx2(q: &[u8], scales: &[u8], out: &mut [f32]) {
-        let groups = q.len().min(out.len()) / Q8_GROUP;
+        let groups = (q.len().min(out.len()) / Q8_GROUP).min(scales.len() / 2);
+        let whole = groups / 8 * 8;
         let (q, o) = (q.as_ptr(), out.as_mut_ptr());
+        let mut widened = [0.0f32; 8];
         for k in 0..groups {
-            let sv = _mm256_set1_ps(scale(scales, k));
-            // SAFETY: as in `groups_avx512`.
+            let s = if k < whole {
+                if k % 8 == 0 {
+                    // SAFETY: k + 8 <= groups scales lie in `scales`.
+                    let h = unsafe { _mm_loadu_si128(scales.as_ptr().add(2 * k).cast()) };
+                    // SAFETY: `widened` holds 8 f32.
+                    unsafe { _mm256_storeu_ps(widened.as_mut_ptr(), _mm256_cvtph_ps(h)) };
+                }
+                widened[k % 8]
+            } else {
+                scale(scales, k)
+            };
+            let sv = _mm256_set1_ps(s);
+            // SAFETY: group k's quants and outputs lie in the slices.
             unsafe {
                 for eighth in (0..Q8_GROUP).step_by(8) {
                     let at = k * Q8_GROUP + eighth;
@@ -340,6 +379,32 @@ mod tests {
                 // and the contract written out above.
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(got), bits(&want), "{isa}, head_dim {hd}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_kernels_match_their_scalar_twins_past_whole_vectors() {
+        // 37 groups (the vector paths' tail past 32 or 16) and a tile of
+        // 40 rows (a group of 8 after the first 32).
+        let bytes: Vec<u8> = (0..40 * 32u32).map(|i| (i * 37 % 251) as u8).collect();
+        let scales: Vec<u8> = (0..64u16)
+            .flat_map(|i| f16::from_f32(0.01 * f32::from(i) - 0.2).to_le_bytes())
+            .collect();
+        let run = |isa, tile: bool| {
+            let mut out = vec![0.0f32; if tile { 40 * 16 } else { 37 * 32 }];
+            let q = &bytes[..out.len()];
+            let isa = CheckedIsa::at_most(isa);
+            if tile {
+                widen_tile(isa, q, &scales, &mut out);
+            } else {
+                widen_groups(isa, q, &scales, &mut out);
+            }
+            out.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+        };
+        for isa in Isa::supported() {
+            for tile in [true, false] {
+                assert_eq!(run(isa, tile), run(Isa::Scalar, tile), "{isa} tile {tile}");
             }
         }
     }
