@@ -242,3 +242,27 @@ fn a_q8_0_budget_admits_exactly_its_blocks() {
     exec.shutdown();
     assert_eq!(f.backend.kv_pool().reserved_bytes(), 0);
 }
+
+#[test]
+fn a_q8_0_backend_refuses_at_load_a_model_whose_heads_it_cannot_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("smollm2-q8.gguf");
+    let spec = SyntheticSpec {
+        preset: Preset::Smollm2,
+        dtype: DType::Q8_0,
+        seed: 11,
+    };
+    write_gguf(&spec, &path).unwrap();
+    let mut checkpoint = load_checkpoint(&path).unwrap();
+    // As a model of 80-dimension heads would read (the check comes before
+    // the weights, whose shapes would no longer match).
+    checkpoint.config.head_dim = 80;
+    let q8 = CpuBackend::new(1).with_kv(KvConfig {
+        dtype: KvType::Q8_0,
+        budget_bytes: 0,
+    });
+    match LlamaModel::load(&q8, &checkpoint) {
+        Err(e) => assert!(e.to_string().contains("head_dim is 80"), "{e}"),
+        Ok(_) => panic!("a q8_0 backend loaded a model of head_dim 80"),
+    }
+}
