@@ -104,7 +104,10 @@ def test_logits_and_greedy_match_reference(name, switchyard_bin, gemma3_path, re
 def test_long_prompt_over_a_q8_0_cache_matches_reference(switchyard_bin, gemma3_path, reference_q8_0,
                                                          tmp_path):
     """Q8_0 keys and values, local layers' rings included, at the F16 case's
-    tolerances (see test_long_context_numerics.py for why they carry over)."""
+    tolerances (see test_long_context_numerics.py for why they carry over).
+    Observed (2026-12-04, 744 tokens): centred max 1.00, mean 0.112, KL mean
+    0.0005, greedy 24/24 on the reference's argmax; the F16 run alongside
+    0.93, 0.099, 0.0004, 23/24 (a near-tie, gap 0.15)."""
     check_prompt("long", "q8_0", switchyard_bin, gemma3_path, reference_q8_0, tmp_path)
 
 
