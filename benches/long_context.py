@@ -1,6 +1,9 @@
 """Prompt and decode tokens/s against context depth: Switchyard
-(`cargo bench --bench long_context`) and llama.cpp (llama-cpp-python, F16 KV,
-its default) on the same GGUF, the same token ids and thread count, depth
+(`cargo bench --bench long_context`) and llama.cpp (llama-cpp-python) on the
+same GGUF, at the same KV type (`--kv f16`, both defaults, or `--kv q8_0`:
+llama.cpp's `type_k = type_v = GGML_TYPE_Q8_0`, which needs its flash
+attention; `--kv f32` runs llama.cpp at f16, its nearest), the same token ids
+and thread count, depth
 after depth in one run (each depth measures Switchyard, then llama.cpp, so
 that both see the same load on a shared machine).
 
@@ -25,7 +28,8 @@ llama-server's default; llama-cpp-python's own default is the full-size
 cache), as Switchyard does; its KV size is read from its log.
 
 Usage: .venv/bin/python benches/long_context.py [--model gemma3|smollm2|PATH]
-  [--depths ...] [--threads 2] [--repeats 2] [--deep-repeats 1] [--svg ...]
+  [--depths ...] [--threads 2] [--repeats 2] [--deep-repeats 1] [--kv f16|f32|q8_0]
+  [--svg ...]
 Prints a Markdown table and JSON lines (stderr).
 """
 
@@ -48,6 +52,8 @@ REPEATS = 2
 # Depths from here on are measured `--deep-repeats` times: one fill of 32k
 # tokens takes minutes in each engine on two cores.
 DEEP = 16384
+# llama.cpp's ggml type ids for its KV cache (`type_k`/`type_v`).
+GGML_TYPES = {"f16": 1, "q8_0": 8}
 
 
 @dataclass
@@ -109,15 +115,27 @@ def _keep_log() -> None:
     llama_cpp.llama_log_set(keep, ctypes.c_void_p(0))
 
 
-def llama_cpp(model: str, depth: int, threads: int, repeats: int, flash_attn: bool) -> dict:
+def llama_kv(kv: str) -> str:
+    """The KV type llama.cpp runs for Switchyard's `kv`."""
+    return kv if kv in GGML_TYPES else "f16"
+
+
+def llama_cpp(model: str, depth: int, threads: int, repeats: int, flash_attn: bool,
+              kv: str) -> dict:
     from llama_cpp import Llama
 
     if "_log_callback" not in globals():
         _keep_log()
     _LOG.clear()
+    kv = llama_kv(kv)
+    # A quantized V cache needs llama.cpp's flash attention; F16 keeps
+    # llama-cpp-python's default (off) unless asked.
+    kv_options = {"flash_attn": flash_attn}
+    if kv != "f16":
+        kv_options = {"type_k": GGML_TYPES[kv], "type_v": GGML_TYPES[kv], "flash_attn": True}
     llm = Llama(model_path=model, n_ctx=depth + PROMPT + DECODE + 16, n_threads=threads,
                 n_threads_batch=threads, n_batch=512, n_ubatch=512, verbose=False,
-                swa_full=False, flash_attn=flash_attn)
+                swa_full=False, **kv_options)
     kv_mib = sum(float(m.group(1)) for m in _KV_LINE.finditer("".join(_LOG)))
     best_prompt = best_decode = 0.0
     for _ in range(repeats):
@@ -132,8 +150,8 @@ def llama_cpp(model: str, depth: int, threads: int, repeats: int, flash_attn: bo
             llm.eval([nxt])
         best_decode = max(best_decode, DECODE / (time.perf_counter() - start))
     del llm
-    return {"engine": "llama.cpp", "kv": "f16", "threads": threads, "depth": depth,
-            "prompt": PROMPT, "decode": DECODE, "flash_attn": flash_attn,
+    return {"engine": "llama.cpp", "kv": kv, "threads": threads, "depth": depth,
+            "prompt": PROMPT, "decode": DECODE, "flash_attn": kv_options["flash_attn"],
             "prompt_tok_s": round(best_prompt, 2), "decode_tok_s": round(best_decode, 2),
             "kv_bytes": round(kv_mib * 2**20)}
 
@@ -196,16 +214,16 @@ def main() -> None:
         repeats = args.deep_repeats if depth >= DEEP else args.repeats
         start = time.perf_counter()
         s = switchyard(model.path, depth, args.threads, args.kv, repeats)
-        l = llama_cpp(model.path, depth, args.threads, repeats, args.flash_attn)
+        l = llama_cpp(model.path, depth, args.threads, repeats, args.flash_attn, args.kv)
         seconds = time.perf_counter() - start
         print(json.dumps(s), file=sys.stderr)
         print(json.dumps(l), file=sys.stderr)
         print(f"depth {depth}: {seconds:.0f} s for both engines, best of {repeats}", file=sys.stderr)
         rows.append((s, l))
     minutes = (time.perf_counter() - began) / 60
-    fa = ", flash attention" if args.flash_attn else ""
+    fa = ", flash attention" if args.flash_attn or llama_kv(args.kv) != "f16" else ""
     print(f"**{model.label}** (`{Path(model.path).name}`), {args.threads} threads, KV {args.kv} "
-          f"(Switchyard) / f16{fa} (llama.cpp), prompt {PROMPT}, decode {DECODE}, "
+          f"(Switchyard) / {llama_kv(args.kv)}{fa} (llama.cpp), prompt {PROMPT}, decode {DECODE}, "
           f"best of {args.repeats} (of {args.deep_repeats} from depth {DEEP}); "
           f"{minutes:.1f} minutes in all")
     print()
@@ -218,8 +236,12 @@ def main() -> None:
               f"{l['prompt_tok_s']:.1f} | {s['prompt_tok_s'] / l['prompt_tok_s']:.2f}× | "
               f"{s['kv_bytes'] / 1e6:.1f} ({s.get('kv_windowed_bytes', 0) / 1e6:.1f}) | "
               f"{l['kv_bytes'] / 1e6:.1f} |")
-    svg(rows, Path(args.svg) if args.svg else model.svg,
-        f"{model.label}, {args.threads} threads, KV {args.kv} (Switchyard) / f16{fa} (llama.cpp)")
+    # Another KV type draws beside the model's plot, not over it.
+    default_svg = model.svg if args.kv == "f16" else \
+        model.svg.with_name(f"{model.svg.stem}_{args.kv}{model.svg.suffix}")
+    svg(rows, Path(args.svg) if args.svg else default_svg,
+        f"{model.label}, {args.threads} threads, KV {args.kv} (Switchyard) / "
+        f"{llama_kv(args.kv)}{fa} (llama.cpp)")
 
 
 if __name__ == "__main__":

@@ -34,6 +34,12 @@ struct Fixture {
 /// A synthetic SmolLM2 (context 256) on a backend whose F16 KV budget holds
 /// [`BUDGET_BLOCKS`] blocks of every layer.
 fn fixture() -> Fixture {
+    fixture_of(KvType::F16).0
+}
+
+/// As [`fixture`] for a KV type, with the bytes of one block of every
+/// layer: 2 bytes an element for F16, 34 bytes per 32 for Q8_0.
+fn fixture_of(dtype: KvType) -> (Fixture, usize) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("smollm2-q8.gguf");
     let spec = SyntheticSpec {
@@ -50,17 +56,23 @@ fn fixture() -> Fixture {
         c.context_length, 256,
         "the test assumes the preset's context"
     );
-    let block_bytes = c.n_layers * c.n_kv_heads * c.head_dim * 2 * BLOCK * 2;
+    let elements = c.n_layers * c.n_kv_heads * c.head_dim * 2 * BLOCK;
+    let block_bytes = match dtype {
+        KvType::F32 => elements * 4,
+        KvType::F16 => elements * 2,
+        KvType::Q8_0 => elements / 32 * 34,
+    };
     let backend = Arc::new(CpuBackend::new(2).with_kv(KvConfig {
-        dtype: KvType::F16,
+        dtype,
         budget_bytes: BUDGET_BLOCKS * block_bytes,
     }));
     let checkpoint = served::serve(&backend, &path);
-    Fixture {
+    let fixture = Fixture {
         backend,
         checkpoint,
         _dir: dir,
-    }
+    };
+    (fixture, block_bytes)
 }
 
 struct Sink(mpsc::SyncSender<SequenceEvent>);
@@ -197,4 +209,60 @@ fn a_cache_that_fits_later_waits_while_the_running_sequence_goes_on() {
     assert_eq!(finish(&second_rx), (80, FinishReason::Length));
     exec.shutdown();
     assert_eq!(f.backend.kv_pool().reserved_bytes(), 0);
+}
+
+#[test]
+fn a_q8_0_budget_admits_exactly_its_blocks() {
+    let (f, block_bytes) = fixture_of(KvType::Q8_0);
+    let exec = executor(&f);
+    // One position past the budget's blocks needs a fifth block: refused,
+    // asking for exactly five blocks' bytes.
+    let (req, _rx) = request(5, Some(BUDGET_BLOCKS * BLOCK - 4));
+    match exec.submit(&f.checkpoint, req) {
+        Err(SubmitError::KvBudget {
+            needed_bytes,
+            budget_bytes,
+            ..
+        }) => assert_eq!(
+            (needed_bytes, budget_bytes),
+            (
+                (BUDGET_BLOCKS + 1) * block_bytes,
+                BUDGET_BLOCKS * block_bytes
+            )
+        ),
+        other => panic!("expected a KV budget refusal, got {other:?}"),
+    }
+    // The budget's blocks exactly: runs to the end.
+    let (req, rx) = request(5, Some(BUDGET_BLOCKS * BLOCK - 5));
+    submit(&exec, &f, req);
+    assert_eq!(
+        finish(&rx),
+        (BUDGET_BLOCKS * BLOCK - 5, FinishReason::Length)
+    );
+    exec.shutdown();
+    assert_eq!(f.backend.kv_pool().reserved_bytes(), 0);
+}
+
+#[test]
+fn a_q8_0_backend_refuses_at_load_a_model_whose_heads_it_cannot_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("smollm2-q8.gguf");
+    let spec = SyntheticSpec {
+        preset: Preset::Smollm2,
+        dtype: DType::Q8_0,
+        seed: 11,
+    };
+    write_gguf(&spec, &path).unwrap();
+    let mut checkpoint = load_checkpoint(&path).unwrap();
+    // As a model of 80-dimension heads would read (the check comes before
+    // the weights, whose shapes would no longer match).
+    checkpoint.config.head_dim = 80;
+    let q8 = CpuBackend::new(1).with_kv(KvConfig {
+        dtype: KvType::Q8_0,
+        budget_bytes: 0,
+    });
+    match LlamaModel::load(&q8, &checkpoint) {
+        Err(e) => assert!(e.to_string().contains("head_dim is 80"), "{e}"),
+        Ok(_) => panic!("a q8_0 backend loaded a model of head_dim 80"),
+    }
 }

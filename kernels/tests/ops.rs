@@ -178,6 +178,21 @@ struct History {
     values: Vec<Vec<f32>>,
 }
 
+/// `x` in groups of 32 as a Q8_0 cache stores it (the contract of
+/// `kv_q8`, written out again): `d = amax / 127`, `q = round_ties_even(x /
+/// d)` (times `1/d`), read back as `q · f16(d)`.
+fn q8_0_rounded(x: &[f32]) -> Vec<f32> {
+    x.chunks(32)
+        .flat_map(|g| {
+            let d = g.iter().fold(0.0f32, |m, v| m.max(v.abs())) / 127.0;
+            let id = if d == 0.0 { 0.0 } else { 1.0 / d };
+            let s = half::f16::from_f32(d).to_f32();
+            g.iter()
+                .map(move |v| f32::from((v * id).round_ties_even() as i8) * s)
+        })
+        .collect()
+}
+
 #[test]
 fn attention_matches_f64_over_prefill_and_decode() {
     let shape = AttentionShape {
@@ -191,9 +206,9 @@ fn attention_matches_f64_over_prefill_and_decode() {
     let q_cols = shape.n_heads * shape.head_dim;
     let kv_cols = shape.n_kv_heads * shape.head_dim;
     let mut rng = rng(3);
-    // An F16 cache is checked against the reference on the keys and
-    // values rounded as it stores them, at the same tolerance.
-    let kv_types = [KvType::F32, KvType::F16];
+    // F16 and Q8_0 caches are checked against the reference on the keys
+    // and values rounded as they store them, at the same tolerance.
+    let kv_types = [KvType::F32, KvType::F16, KvType::Q8_0];
     for (isa, kv_type) in isas_to_test("attention")
         .into_iter()
         .flat_map(|isa| kv_types.map(|t| (isa, t)))
@@ -202,6 +217,7 @@ fn attention_matches_f64_over_prefill_and_decode() {
             match kv_type {
                 KvType::F32 => x.to_vec(),
                 KvType::F16 => x.iter().map(|v| half::f16::from_f32(*v).to_f32()).collect(),
+                KvType::Q8_0 => q8_0_rounded(x),
             }
         };
         for threads in 1..=3 {

@@ -11,7 +11,9 @@ pub struct ThreadsArg {
     /// Worker threads for the kernels (default: every core).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// How the KV cache stores keys and values: f16 or f32 (default: f16).
+    /// How the KV cache stores keys and values: f16, f32 or q8_0 (int8 in
+    /// groups of 32 with f16 scales, as llama.cpp's `-ctk q8_0 -ctv q8_0`)
+    /// (default: f16).
     #[arg(long)]
     pub kv_type: Option<KvType>,
 }

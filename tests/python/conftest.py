@@ -61,14 +61,15 @@ def run_json(*args) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def engine_logits(bin_path, model, tokens, tmp_path, greedy=0, positions="all"):
-    """The engine's logits for `tokens` ([rows, vocab]) and its greedy continuation."""
+def engine_logits(bin_path, model, tokens, tmp_path, greedy=0, positions="all", kv="f16"):
+    """The engine's logits for `tokens` ([rows, vocab]) and its greedy
+    continuation, with a KV cache of type `kv`."""
     ids_file = tmp_path / "ids.json"
     ids_file.write_text(json.dumps(tokens))
     out = tmp_path / "logits.npy"
     info = run_json(
         bin_path, "logits", "--model", model, "--tokens-file", ids_file, "--out", out,
-        "--positions", positions, "--greedy", greedy, "--threads", "2",
+        "--positions", positions, "--greedy", greedy, "--threads", "2", "--kv-type", kv,
     )
     return np.load(out), info["greedy"]
 

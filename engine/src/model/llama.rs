@@ -79,6 +79,17 @@ impl<B: Backend> LlamaModel<B> {
         store: &WeightStore<B>,
     ) -> Result<(Self, LoadStats), ModelError> {
         let config = checkpoint.config.clone();
+        // A cache of no positions reserves nothing but is checked like any
+        // other: a KV type that cannot hold this model's heads (Q8_0 needs
+        // a head_dim that is a multiple of 32) fails the load, naming it,
+        // rather than every request later.
+        backend.kv_cache(
+            config.n_layers,
+            config.n_kv_heads,
+            config.head_dim,
+            0,
+            &config.layer_windows(),
+        )?;
         let (weights, stats) = ModelWeights::load(backend, checkpoint, store)?;
         let attention = AttentionShape {
             n_heads: config.n_heads,

@@ -14,7 +14,9 @@
 //!
 //! One KV head's part of a block is contiguous: the attention task of that
 //! head reads it as one run, and tasks of different heads write apart.
-//! Elements are f32 or f16 (see `kv_elem`), chosen by the backend's pool.
+//! Elements are f32, f16 (see `kv_elem`) or Q8_0 (`kv_q8`: per-position
+//! groups of int8 with f16 scales, in a byte layout of their own that
+//! widens to the one above), chosen by the backend's pool.
 //!
 //! A layer with a sliding window (Gemma's local layers, Mistral) keeps only
 //! a ring of blocks a little larger than its window: position `p` lives in
@@ -35,16 +37,11 @@ use half::f16;
 use super::disjoint::DisjointSlice;
 use super::kv_elem::KvElem;
 use super::kv_pool::{KvPool, KvType, Reservation};
+use super::kv_q8::Q8Byte;
 use super::kv_shared_block::CpuKvBlock;
 use crate::KernelError;
 
-/// Positions per key tile: the sixteen f32 lanes of a zmm.
-pub(crate) const KEY_TILE: usize = 16;
-
-/// Positions per block: also the attention's key block
-/// (`attention::stream`), so a block of keys is read whole and once per
-/// task. 32 keys and 32 values of 64 f32 are 16 KB, half of L1.
-pub(crate) const KV_BLOCK: usize = 2 * KEY_TILE;
+pub(crate) use super::kv_layout::{KEY_TILE, KV_BLOCK};
 
 /// Slots a ring holds beyond its window: a prompt chunk writes this many
 /// rows (plus one) at a time in a windowed layer.
@@ -77,6 +74,7 @@ impl<E> Block<E> {
 pub(crate) enum Store {
     F32(Vec<Vec<Block<f32>>>),
     F16(Vec<Vec<Block<f16>>>),
+    Q8_0(Vec<Vec<Block<Q8Byte>>>),
 }
 
 /// The blocks of one element type inside a [`Store`].
@@ -88,7 +86,7 @@ impl Stored for f32 {
     fn layers(store: &mut Store) -> Option<&mut Vec<Vec<Block<f32>>>> {
         match store {
             Store::F32(layers) => Some(layers),
-            Store::F16(_) => None,
+            _ => None,
         }
     }
 }
@@ -97,7 +95,16 @@ impl Stored for f16 {
     fn layers(store: &mut Store) -> Option<&mut Vec<Vec<Block<f16>>>> {
         match store {
             Store::F16(layers) => Some(layers),
-            Store::F32(_) => None,
+            _ => None,
+        }
+    }
+}
+
+impl Stored for Q8Byte {
+    fn layers(store: &mut Store) -> Option<&mut Vec<Vec<Block<Q8Byte>>>> {
+        match store {
+            Store::Q8_0(layers) => Some(layers),
+            _ => None,
         }
     }
 }
@@ -188,8 +195,9 @@ impl CpuKvCache {
             })
             .collect();
         let dtype = pool.dtype();
+        dtype.check_head_dim(head_dim)?;
         let block_bytes = block_len(n_kv_heads, head_dim)
-            .and_then(|len| len.checked_mul(dtype.bytes()))
+            .and_then(|len| dtype.bytes_of(len))
             .ok_or_else(|| overflow(layers, n_kv_heads, head_dim, capacity))?;
         let bytes = max_blocks
             .iter()
@@ -202,6 +210,7 @@ impl CpuKvCache {
         let store = match dtype {
             KvType::F32 => Store::F32((0..layers).map(|_| Vec::new()).collect()),
             KvType::F16 => Store::F16((0..layers).map(|_| Vec::new()).collect()),
+            KvType::Q8_0 => Store::Q8_0((0..layers).map(|_| Vec::new()).collect()),
         };
         Ok(CpuKvCache {
             layers,
@@ -268,9 +277,11 @@ impl CpuKvCache {
         let blocks: usize = match &self.store {
             Store::F32(layers) => layers.iter().map(Vec::len).sum(),
             Store::F16(layers) => layers.iter().map(Vec::len).sum(),
+            Store::Q8_0(layers) => layers.iter().map(Vec::len).sum(),
         };
         // Shared blocks counted too: this cache reads them.
-        blocks * block_len(self.n_kv_heads, self.head_dim).unwrap_or(0) * self.dtype.bytes()
+        let block = block_len(self.n_kv_heads, self.head_dim).and_then(|n| self.dtype.bytes_of(n));
+        blocks * block.unwrap_or(0)
     }
 
     /// Bytes of the blocks `layer` holds (0 for an unknown layer): a
@@ -279,8 +290,10 @@ impl CpuKvCache {
         let blocks = match &self.store {
             Store::F32(layers) => layers.get(layer).map_or(0, Vec::len),
             Store::F16(layers) => layers.get(layer).map_or(0, Vec::len),
+            Store::Q8_0(layers) => layers.get(layer).map_or(0, Vec::len),
         };
-        blocks * block_len(self.n_kv_heads, self.head_dim).unwrap_or(0) * self.dtype.bytes()
+        let block = block_len(self.n_kv_heads, self.head_dim).and_then(|n| self.dtype.bytes_of(n));
+        blocks * block.unwrap_or(0)
     }
 
     /// Positions the cache can hold.
@@ -327,7 +340,8 @@ impl CpuKvCache {
         layer: usize,
         end: usize,
     ) -> Result<(), KernelError> {
-        let len = block_len(self.n_kv_heads, self.head_dim).unwrap_or(0);
+        // Reserving checked that this does not overflow.
+        let len = self.n_kv_heads * E::run_len(self.head_dim);
         let wanted = end
             .div_ceil(KV_BLOCK)
             .min(self.max_blocks.get(layer).copied().unwrap_or(0));
@@ -456,12 +470,13 @@ impl CpuKvCache {
         match self.dtype {
             KvType::F32 => widen::<f32>(self, layer, head, position),
             KvType::F16 => widen::<f16>(self, layer, head, position),
+            KvType::Q8_0 => widen::<Q8Byte>(self, layer, head, position),
         }
     }
 }
 
 /// Elements of one block: keys and values of [`KV_BLOCK`] positions for
-/// every KV head.
+/// every KV head (its bytes: `KvType::bytes_of`).
 pub(super) fn block_len(n_kv_heads: usize, head_dim: usize) -> Option<usize> {
     n_kv_heads.checked_mul(head_dim)?.checked_mul(2 * KV_BLOCK)
 }
@@ -488,7 +503,7 @@ impl<E: KvElem> LayerHeads<'_, E> {
 
     /// Elements of one KV head's part of a block.
     pub(crate) fn run_len(&self) -> usize {
-        2 * KV_BLOCK * self.head_dim
+        E::run_len(self.head_dim)
     }
 
     /// Stores `head`'s `key` and `value` (`head_dim` each) at `position`,
@@ -497,19 +512,10 @@ impl<E: KvElem> LayerHeads<'_, E> {
     /// # Safety
     /// No other thread may read or write `head` of this layer meanwhile.
     pub(crate) unsafe fn write(&self, head: usize, position: usize, key: &[f32], value: &[f32]) {
-        let hd = self.head_dim;
         let block = &self.blocks[(position / KV_BLOCK) % self.ring.max(1)];
-        let lane = position % KV_BLOCK;
         // SAFETY: the run belongs to `head`, which the caller holds alone.
         let run = unsafe { block.range(head * self.run_len(), self.run_len()) };
-        let tile = (lane / KEY_TILE) * KEY_TILE * hd + lane % KEY_TILE;
-        for (d, k) in key.iter().enumerate() {
-            run[tile + d * KEY_TILE] = E::narrow(*k);
-        }
-        let row = KV_BLOCK * hd + lane * hd;
-        for (slot, v) in run[row..row + hd].iter_mut().zip(value) {
-            *slot = E::narrow(*v);
-        }
+        E::store(run, position % KV_BLOCK, key, value);
     }
 
     /// `head`'s part of block `block` (of the ring): two key tiles, then

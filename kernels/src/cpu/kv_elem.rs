@@ -7,25 +7,51 @@
 //! block. Widening f16 is exact, so the arithmetic is the f32 kernels' on
 //! keys and values rounded to f16 once, when written: that is the whole
 //! numeric contract of an F16 cache, and what the NumPy reference does.
+//! Q8_0 (`kv_q8`) stores a run in its own layout and widens it to the same
+//! f32 layout (`kv_layout`), so attention reads every type alike.
 
 use half::f16;
 
 use super::isa::CheckedIsa;
+use super::kv_layout::{key_at, value_at, KEY_TILE, KV_BLOCK};
 #[cfg(target_arch = "x86_64")]
 use super::Isa;
 
-/// An element of a KV block.
+/// The storage unit of a KV block.
 pub(crate) trait KvElem: Copy + Default + Send + Sync + 'static {
-    /// The element nearest to `x` (round to nearest even).
-    fn narrow(x: f32) -> Self;
-    /// `src` as f32: itself for f32, else widened into `scratch`.
+    /// Units of one KV head's part of a block (its run) for `head_dim`:
+    /// by default one per element of the f32 layout.
+    fn run_len(head_dim: usize) -> usize {
+        2 * KV_BLOCK * head_dim
+    }
+
+    /// Stores one position's `key` and `value` (`head_dim` each, the
+    /// run's) at `lane` of the block, rounded to the type. Depends on that
+    /// position alone: decode writes one position at a time.
+    fn store(run: &mut [Self], lane: usize, key: &[f32], value: &[f32]);
+
+    /// `src` (one run) as f32 in the layout of `kv_layout`: itself for
+    /// f32, else widened into `scratch`.
     fn widen<'a>(isa: CheckedIsa, src: &'a [Self], scratch: &'a mut Vec<f32>) -> &'a [f32];
 }
 
+/// [`KvElem::store`] for types stored element by element in the f32
+/// layout, each rounded by `narrow`.
+fn store_each<E>(run: &mut [E], lane: usize, key: &[f32], value: &[f32], narrow: fn(f32) -> E) {
+    let hd = key.len();
+    let tile = key_at(lane, hd);
+    for (d, k) in key.iter().enumerate() {
+        run[tile + d * KEY_TILE] = narrow(*k);
+    }
+    let row = value_at(lane, hd);
+    for (slot, v) in run[row..row + hd].iter_mut().zip(value) {
+        *slot = narrow(*v);
+    }
+}
+
 impl KvElem for f32 {
-    #[inline]
-    fn narrow(x: f32) -> Self {
-        x
+    fn store(run: &mut [f32], lane: usize, key: &[f32], value: &[f32]) {
+        store_each(run, lane, key, value, |x| x);
     }
 
     #[inline]
@@ -35,9 +61,9 @@ impl KvElem for f32 {
 }
 
 impl KvElem for f16 {
-    #[inline]
-    fn narrow(x: f32) -> Self {
-        f16::from_f32(x)
+    /// Round to nearest even, as llama.cpp's `-ctk f16`.
+    fn store(run: &mut [f16], lane: usize, key: &[f32], value: &[f32]) {
+        store_each(run, lane, key, value, f16::from_f32);
     }
 
     fn widen<'a>(isa: CheckedIsa, src: &'a [f16], scratch: &'a mut Vec<f32>) -> &'a [f32] {
@@ -130,12 +156,12 @@ mod tests {
     }
 
     #[test]
-    fn narrowing_rounds_to_nearest_even() {
+    fn storing_rounds_to_nearest_even() {
         // 1 + 2⁻¹¹ lies halfway between f16 1.0 and 1 + 2⁻¹⁰: even is 1.0.
-        assert_eq!(f16::narrow(1.0 + 2f32.powi(-11)).to_f32(), 1.0);
-        assert_eq!(
-            f16::narrow(1.0 + 3.0 * 2f32.powi(-11)).to_f32(),
-            1.0 + 2f32.powi(-9)
-        );
+        let mut run = vec![f16::ZERO; f16::run_len(1)];
+        let (tie, above) = (1.0 + 2f32.powi(-11), 1.0 + 3.0 * 2f32.powi(-11));
+        f16::store(&mut run, 17, &[tie], &[above]);
+        assert_eq!(run[key_at(17, 1)].to_f32(), 1.0);
+        assert_eq!(run[value_at(17, 1)].to_f32(), 1.0 + 2f32.powi(-9));
     }
 }

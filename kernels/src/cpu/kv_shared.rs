@@ -55,7 +55,7 @@ impl CpuKvCache {
         }
         let (n_kv_heads, head_dim) = (self.n_kv_heads(), self.head_dim());
         let bytes = block_len(n_kv_heads, head_dim)
-            .and_then(|len| len.checked_mul(self.dtype().bytes()))
+            .and_then(|len| self.dtype().bytes_of(len))
             .and_then(|b| b.checked_mul(self.layers()))
             .ok_or_else(|| refuse("the block's size overflows".into()))?;
         let reservation = pool.reserve(bytes)?;
@@ -69,6 +69,13 @@ impl CpuKvCache {
                     .ok_or_else(missing)?,
             ),
             Store::F16(layers) => Layers::F16(
+                layers
+                    .iter_mut()
+                    .map(|blocks| blocks.get_mut(block).map(Block::share))
+                    .collect::<Option<_>>()
+                    .ok_or_else(missing)?,
+            ),
+            Store::Q8_0(layers) => Layers::Q8_0(
                 layers
                     .iter_mut()
                     .map(|blocks| blocks.get_mut(block).map(Block::share))
@@ -116,6 +123,7 @@ impl CpuKvCache {
             let typed = match (&b.0.layers, pool.dtype()) {
                 (Layers::F32(l), KvType::F32) => Some(l.len()),
                 (Layers::F16(l), KvType::F16) => Some(l.len()),
+                (Layers::Q8_0(l), KvType::Q8_0) => Some(l.len()),
                 _ => None,
             };
             typed == Some(layers) && b.0.n_kv_heads == n_kv_heads && b.0.head_dim == head_dim
@@ -144,6 +152,11 @@ impl CpuKvCache {
                         }
                     }
                     (Store::F16(mine), Layers::F16(theirs)) => {
+                        if let (Some(m), Some(t)) = (mine.get_mut(l), theirs.get(l)) {
+                            m.push(Block::Shared(Arc::clone(t)));
+                        }
+                    }
+                    (Store::Q8_0(mine), Layers::Q8_0(theirs)) => {
                         if let (Some(m), Some(t)) = (mine.get_mut(l), theirs.get(l)) {
                             m.push(Block::Shared(Arc::clone(t)));
                         }
@@ -220,6 +233,41 @@ mod tests {
         assert_eq!(pool.reserved_bytes(), block.bytes());
         drop(block);
         assert_eq!(pool.reserved_bytes(), 0);
+    }
+
+    #[test]
+    fn q8_0_blocks_are_shared_at_their_own_size() {
+        use crate::cpu::kv_q8::{round_q8, Q8Byte};
+        let (layers, head_dim) = (2, 64);
+        let pool = KvPool::unlimited(KvType::Q8_0);
+        let mut first = CpuKvCache::windowed(&pool, layers, 1, head_dim, 256, &[]).unwrap();
+        let row = |p: usize, sign: f32| -> Vec<f32> {
+            (0..head_dim)
+                .map(|d| sign * (p * 7 + d) as f32 / 13.0)
+                .collect()
+        };
+        for layer in 0..layers {
+            first.ensure::<Q8Byte>(layer, 40).unwrap();
+            for p in 0..40 {
+                first
+                    .write::<Q8Byte>(layer, p, &row(p, 1.0), &row(p, -1.0))
+                    .unwrap();
+            }
+            first.set_len(layer, 40);
+        }
+        let block = first.share_block(&pool, 0).unwrap();
+        // 34 bytes per 32 keys and values of every layer.
+        assert_eq!(block.bytes(), layers * 2 * KV_BLOCK * head_dim / 32 * 34);
+        let mut second =
+            CpuKvCache::with_prefix(&pool, layers, 1, head_dim, 256, &[], &[block]).unwrap();
+        for p in [0, 17, 31] {
+            assert_eq!(second.key(1, 0, p), round_q8(&row(p, 1.0)));
+            assert_eq!(second.value(1, 0, p), round_q8(&row(p, -1.0)));
+        }
+        let f32_pool = KvPool::unlimited(KvType::F32);
+        let other =
+            CpuKvCache::with_prefix(&f32_pool, layers, 1, head_dim, 256, &[], &second.prefix);
+        assert!(other.is_err(), "a q8_0 block taken up by an f32 cache");
     }
 
     #[test]

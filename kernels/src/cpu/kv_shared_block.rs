@@ -7,6 +7,7 @@ use std::sync::Arc;
 use half::f16;
 
 use super::kv_pool::Reservation;
+use super::kv_q8::Q8Byte;
 use crate::backend::SharedKvBlock;
 
 /// One shared block of every layer, in the pool's element type.
@@ -14,6 +15,7 @@ use crate::backend::SharedKvBlock;
 pub(super) enum Layers {
     F32(Vec<Arc<Vec<f32>>>),
     F16(Vec<Arc<Vec<f16>>>),
+    Q8_0(Vec<Arc<Vec<Q8Byte>>>),
 }
 
 #[derive(Debug)]

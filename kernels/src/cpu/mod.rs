@@ -27,7 +27,9 @@ mod exp;
 mod isa;
 mod kv_cache;
 mod kv_elem;
+mod kv_layout;
 mod kv_pool;
+mod kv_q8;
 #[cfg(test)]
 mod kv_ring_tests;
 mod kv_shared;

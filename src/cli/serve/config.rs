@@ -27,7 +27,7 @@ use serde::Deserialize;
 pub struct ServeFile {
     pub listen: Option<SocketAddr>,
     pub threads: Option<usize>,
-    /// `f16` or `f32`.
+    /// `f16`, `f32` or `q8_0`.
     #[serde(default, deserialize_with = "kv_type")]
     pub kv_type: Option<switchyard_kernels::cpu::KvType>,
     /// MiB all KV caches may reserve together.

@@ -9,6 +9,8 @@
 
 mod config;
 mod engine_metrics;
+#[cfg(test)]
+mod kv_type_tests;
 mod model_admin;
 mod policy;
 mod pool_metrics;
@@ -62,7 +64,9 @@ pub struct ServeArgs {
     /// Kernel worker threads [default: every core].
     #[arg(long)]
     pub threads: Option<usize>,
-    /// How KV caches store keys and values: f16 or f32 [default: f16].
+    /// How KV caches store keys and values: f16, f32 or q8_0 (int8 in
+    /// groups of 32 with f16 scales, as llama.cpp's `-ctk q8_0 -ctv q8_0`;
+    /// needs a head_dim that is a multiple of 32) [default: f16].
     #[arg(long)]
     pub kv_type: Option<KvType>,
     /// MiB all KV caches may reserve together; a request whose cache

@@ -15,6 +15,13 @@ engine's `--kv-type f32`. The engine rounds its float32 keys, the reference
 its float64 keys, so an element lying within float32 error of a float16
 rounding boundary can land one float16 step (2^-11 relative) apart: like
 the int8 activation flips, rare and bounded by the logit tolerances.
+
+`kv="q8_0"` is the engine's `--kv-type q8_0` (llama.cpp's `-ctk q8_0 -ctv
+q8_0`): each position's key and value of a KV head, in groups of 32
+dimensions, quantized as the activations are (float32 d = max|x| / 127,
+q = round-half-even(x * (1/d))) and read back as q * float16(d) in float32
+(`quantize_kv_q8_0`). The same boundary effect applies, one int8 step
+(d, ~1/127 of the group's largest element) instead of a float16 step.
 """
 
 from __future__ import annotations
@@ -35,6 +42,21 @@ def quantize_activations(x: np.ndarray) -> np.ndarray:
         inv = np.where(d != 0, np.float32(1.0) / d, np.float32(0.0)).astype(np.float32)
     q = np.clip(np.rint(blocks * inv), -127, 127)
     return (q.astype(np.float64) * d.astype(np.float64)).reshape(x.shape)
+
+
+def quantize_kv_q8_0(x: np.ndarray) -> np.ndarray:
+    """`x` (last axis a multiple of 32) as a Q8_0 KV cache reads it back:
+    the activations' rounding, but the scale stored as float16 and the
+    product taken in float32 (the engine's `kv_q8` contract)."""
+    x32 = x.astype(np.float32)
+    blocks = x32.reshape(*x32.shape[:-1], -1, 32)
+    amax = np.abs(blocks).max(axis=-1, keepdims=True)
+    d = (amax / np.float32(127.0)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d != 0, np.float32(1.0) / d, np.float32(0.0)).astype(np.float32)
+    q = np.clip(np.rint(blocks * inv), -127, 127).astype(np.float32)
+    scale = d.astype(np.float16).astype(np.float32)
+    return (q * scale).astype(np.float64).reshape(x.shape)
 
 
 def inv_freq(cfg, theta=None, scaling=True) -> np.ndarray:
@@ -62,7 +84,9 @@ def inv_freq(cfg, theta=None, scaling=True) -> np.ndarray:
 class Reference:
     def __init__(self, ckpt: Checkpoint, act_quant: bool = True, kv: str = "f16"):
         self.c = ckpt.config
-        self.kv_dtype = {"f16": np.float16, "f32": np.float32}[kv]
+        if kv not in ("f16", "f32", "q8_0"):
+            raise ValueError(f"unknown KV type {kv}")
+        self.kv = kv
         self.ckpt = ckpt
         self.act_quant = act_quant
         self.w = {k: v.astype(np.float64) for k, v in ckpt.tensors.items()}
@@ -111,7 +135,10 @@ class Reference:
 
     def stored(self, x: np.ndarray) -> np.ndarray:
         """`x` as the KV cache holds it (see the module documentation)."""
-        return x.astype(np.float32).astype(self.kv_dtype).astype(np.float64)
+        if self.kv == "q8_0":
+            return quantize_kv_q8_0(x)
+        dtype = np.float16 if self.kv == "f16" else np.float32
+        return x.astype(np.float32).astype(dtype).astype(np.float64)
 
     def forward(self, tokens: list[int], from_row: int = 0) -> np.ndarray:
         """Appends `tokens` to the sequence; returns logits for each of them

@@ -16,6 +16,8 @@
 mod online;
 mod partial;
 #[cfg(test)]
+mod q8_tests;
+#[cfg(test)]
 mod reference;
 mod scores;
 mod split;
@@ -31,6 +33,7 @@ use super::disjoint::DisjointSlice;
 use super::isa::CheckedIsa;
 use super::kv_cache::{CpuKvCache, LayerHeads, Stored, KV_BLOCK};
 use super::kv_pool::KvType;
+use super::kv_q8::Q8Byte;
 use super::prefetch::prefetch_all;
 use super::tensors::CpuActivations;
 use super::threads::ThreadPool;
@@ -151,6 +154,7 @@ pub(crate) fn attention(
     match seqs.first().map(|s| s.cache.dtype()) {
         Some(KvType::F16) => attention_typed::<half::f16>(pool, isa, call, seqs, out),
         Some(KvType::F32) => attention_typed::<f32>(pool, isa, call, seqs, out),
+        Some(KvType::Q8_0) => attention_typed::<Q8Byte>(pool, isa, call, seqs, out),
         None => Ok(()),
     }
 }

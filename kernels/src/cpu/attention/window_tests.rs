@@ -26,6 +26,8 @@ fn stored(dtype: KvType, x: Vec<f32>) -> Vec<f32> {
             .into_iter()
             .map(|v| half::f16::from_f32(v).to_f32())
             .collect(),
+        // Groups of 32 in a row: a head's when head_dim is a multiple of 32.
+        KvType::Q8_0 => crate::cpu::kv_q8::round_q8(&x),
     }
 }
 
