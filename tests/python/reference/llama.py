@@ -33,21 +33,9 @@ import numpy as np
 from .checkpoint import Checkpoint
 
 
-def quantize_activations(x: np.ndarray) -> np.ndarray:
-    x32 = x.astype(np.float32)
-    blocks = x32.reshape(*x32.shape[:-1], -1, 32)
-    amax = np.abs(blocks).max(axis=-1, keepdims=True)
-    d = (amax / np.float32(127.0)).astype(np.float32)
-    with np.errstate(divide="ignore"):
-        inv = np.where(d != 0, np.float32(1.0) / d, np.float32(0.0)).astype(np.float32)
-    q = np.clip(np.rint(blocks * inv), -127, 127)
-    return (q.astype(np.float64) * d.astype(np.float64)).reshape(x.shape)
-
-
-def quantize_kv_q8_0(x: np.ndarray) -> np.ndarray:
-    """`x` (last axis a multiple of 32) as a Q8_0 KV cache reads it back:
-    the activations' rounding, but the scale stored as float16 and the
-    product taken in float32 (the engine's `kv_q8` contract)."""
+def _q8_blocks(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Q8_0 rounding of `x` by blocks of 32 along the last axis: the quants
+    (as float32) and each block's float32 scale `amax / 127`."""
     x32 = x.astype(np.float32)
     blocks = x32.reshape(*x32.shape[:-1], -1, 32)
     amax = np.abs(blocks).max(axis=-1, keepdims=True)
@@ -55,6 +43,19 @@ def quantize_kv_q8_0(x: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore"):
         inv = np.where(d != 0, np.float32(1.0) / d, np.float32(0.0)).astype(np.float32)
     q = np.clip(np.rint(blocks * inv), -127, 127).astype(np.float32)
+    return q, d
+
+
+def quantize_activations(x: np.ndarray) -> np.ndarray:
+    q, d = _q8_blocks(x)
+    return (q.astype(np.float64) * d.astype(np.float64)).reshape(x.shape)
+
+
+def quantize_kv_q8_0(x: np.ndarray) -> np.ndarray:
+    """`x` (last axis a multiple of 32) as a Q8_0 KV cache reads it back:
+    the activations' rounding, but the scale stored as float16 and the
+    product taken in float32 (the engine's `kv_q8` contract)."""
+    q, d = _q8_blocks(x)
     scale = d.astype(np.float16).astype(np.float32)
     return (q * scale).astype(np.float64).reshape(x.shape)
 
