@@ -142,10 +142,17 @@ fn widen_groups(isa: CheckedIsa, q: &[u8], scales: &[u8], out: &mut [f32]) {
     }
 }
 
-/// The f16 scale at index `i` of `scales`.
-fn scale(scales: &[u8], i: usize) -> f32 {
-    f16::from_le_bytes([scales[2 * i], scales[2 * i + 1]]).to_f32()
+/// Reading a stored scale: its own module, so that the vector kernels
+/// below use it without using this module back.
+mod scales {
+    use half::f16;
+
+    /// The f16 scale at index `i` of `scales`.
+    pub(super) fn scale(scales: &[u8], i: usize) -> f32 {
+        f16::from_le_bytes([scales[2 * i], scales[2 * i + 1]]).to_f32()
+    }
 }
+use scales::scale;
 
 /// One key tile: `out[d * 16 + j] = q[d * 16 + j] · scale[(d / 32) * 16 + j]`.
 fn tile_scalar(q: &[u8], scales: &[u8], out: &mut [f32]) {
@@ -200,7 +207,9 @@ mod x86 {
     //! tile, whole groups of 32 for values), `scales` covering every group.
     use std::arch::x86_64::*;
 
-    use super::{scale, KEY_TILE, Q8_GROUP};
+    use super::scales::scale;
+    use crate::cpu::kv_layout::KEY_TILE;
+    use crate::cpu::kv_pool::Q8_GROUP;
 
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn tile_avx512(q: &[u8], scales: &[u8], out: &mut [f32]) {
