@@ -274,14 +274,8 @@ impl CpuKvCache {
 
     /// Bytes of the blocks allocated so far.
     pub fn allocated_bytes(&self) -> usize {
-        let blocks: usize = match &self.store {
-            Store::F32(layers) => layers.iter().map(Vec::len).sum(),
-            Store::F16(layers) => layers.iter().map(Vec::len).sum(),
-            Store::Q8_0(layers) => layers.iter().map(Vec::len).sum(),
-        };
         // Shared blocks counted too: this cache reads them.
-        let block = block_len(self.n_kv_heads, self.head_dim).and_then(|n| self.dtype.bytes_of(n));
-        blocks * block.unwrap_or(0)
+        (0..self.layers).map(|l| self.layer_allocated_bytes(l)).sum()
     }
 
     /// Bytes of the blocks `layer` holds (0 for an unknown layer): a

@@ -7,6 +7,7 @@ use half::f16;
 
 use super::kv_cache::{CpuKvCache, KV_BLOCK, RING_SLACK};
 use super::kv_pool::{KvPool, KvType};
+use crate::KernelError;
 
 /// Gemma 3 270M as its GGUF declares it.
 const LAYERS: usize = 18;
@@ -29,11 +30,11 @@ fn tag(p: usize) -> f32 {
 }
 
 #[test]
-fn gemma3_local_layers_keep_their_ring_up_to_32k() {
+fn gemma3_local_layers_keep_their_ring_up_to_32k() -> Result<(), KernelError> {
     let pool = KvPool::unlimited(KvType::F16);
     let windows = windows();
     let mut cache =
-        CpuKvCache::windowed(&pool, LAYERS, N_KV_HEADS, HEAD_DIM, CONTEXT, &windows).unwrap();
+        CpuKvCache::windowed(&pool, LAYERS, N_KV_HEADS, HEAD_DIM, CONTEXT, &windows)?;
     let block_bytes = 2 * KV_BLOCK * N_KV_HEADS * HEAD_DIM * 2;
     let ring = (WINDOW + RING_SLACK).div_ceil(KV_BLOCK);
     assert_eq!((ring, block_bytes), (20, 32_768));
@@ -51,10 +52,10 @@ fn gemma3_local_layers_keep_their_ring_up_to_32k() {
         while written < end {
             let chunk_end = (written + 128).min(end);
             for layer in 0..LAYERS {
-                cache.ensure::<f16>(layer, chunk_end).unwrap();
+                cache.ensure::<f16>(layer, chunk_end)?;
                 for p in written..chunk_end {
                     (key[0], value[0]) = (tag(p), -tag(p));
-                    cache.write::<f16>(layer, p, &key, &value).unwrap();
+                    cache.write::<f16>(layer, p, &key, &value)?;
                 }
                 cache.set_len(layer, chunk_end);
             }
@@ -85,4 +86,5 @@ fn gemma3_local_layers_keep_their_ring_up_to_32k() {
     }
     assert_eq!(cache.key(5, 0, 0)[0], tag(0));
     assert_eq!(cache.key(17, 0, 1)[0], tag(1));
+    Ok(())
 }
