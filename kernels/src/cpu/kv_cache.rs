@@ -275,7 +275,9 @@ impl CpuKvCache {
     /// Bytes of the blocks allocated so far.
     pub fn allocated_bytes(&self) -> usize {
         // Shared blocks counted too: this cache reads them.
-        (0..self.layers).map(|l| self.layer_allocated_bytes(l)).sum()
+        (0..self.layers)
+            .map(|l| self.layer_allocated_bytes(l))
+            .sum()
     }
 
     /// Bytes of the blocks `layer` holds (0 for an unknown layer): a

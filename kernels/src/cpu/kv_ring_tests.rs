@@ -33,8 +33,7 @@ fn tag(p: usize) -> f32 {
 fn gemma3_local_layers_keep_their_ring_up_to_32k() -> Result<(), KernelError> {
     let pool = KvPool::unlimited(KvType::F16);
     let windows = windows();
-    let mut cache =
-        CpuKvCache::windowed(&pool, LAYERS, N_KV_HEADS, HEAD_DIM, CONTEXT, &windows)?;
+    let mut cache = CpuKvCache::windowed(&pool, LAYERS, N_KV_HEADS, HEAD_DIM, CONTEXT, &windows)?;
     let block_bytes = 2 * KV_BLOCK * N_KV_HEADS * HEAD_DIM * 2;
     let ring = (WINDOW + RING_SLACK).div_ceil(KV_BLOCK);
     assert_eq!((ring, block_bytes), (20, 32_768));
