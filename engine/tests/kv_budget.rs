@@ -20,7 +20,8 @@ use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
 use switchyard_kernels::cpu::{CpuBackend, KvConfig, KvType};
 use switchyard_kernels::DType;
 
-/// Positions per KV block (the CPU backend's).
+/// Positions per KV block: the smallest the backend takes, so that the
+/// preset's 256-position context spans eight.
 const BLOCK: usize = 32;
 /// The budget in blocks of every layer: 128 positions.
 const BUDGET_BLOCKS: usize = 4;
@@ -65,6 +66,7 @@ fn fixture_of(dtype: KvType) -> (Fixture, usize) {
     let backend = Arc::new(CpuBackend::new(2).with_kv(KvConfig {
         dtype,
         budget_bytes: BUDGET_BLOCKS * block_bytes,
+        block_positions: BLOCK,
     }));
     let checkpoint = served::serve(&backend, &path);
     let fixture = Fixture {
@@ -260,6 +262,7 @@ fn a_q8_0_backend_refuses_at_load_a_model_whose_heads_it_cannot_hold() {
     let q8 = CpuBackend::new(1).with_kv(KvConfig {
         dtype: KvType::Q8_0,
         budget_bytes: 0,
+        ..KvConfig::default()
     });
     match LlamaModel::load(&q8, &checkpoint) {
         Err(e) => assert!(e.to_string().contains("head_dim is 80"), "{e}"),

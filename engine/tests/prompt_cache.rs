@@ -22,7 +22,8 @@ use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
 use switchyard_kernels::cpu::{CpuBackend, KvConfig, KvType};
 use switchyard_kernels::DType;
 
-/// Positions per KV block (the CPU backend's).
+/// Positions per KV block: the smallest the backend takes, so that the
+/// synthetic model's 256-position context holds several.
 const BLOCK: usize = 32;
 
 struct Fixture {
@@ -57,6 +58,7 @@ fn fixture_of(preset: Preset, budget_blocks: Option<usize>) -> Fixture {
     let backend = Arc::new(CpuBackend::new(2).with_kv(KvConfig {
         dtype: KvType::F16,
         budget_bytes: budget_blocks.map_or(usize::MAX, |b| b * block_bytes),
+        block_positions: BLOCK,
     }));
     let checkpoint = served::serve(&backend, &path);
     Fixture {

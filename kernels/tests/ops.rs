@@ -224,6 +224,7 @@ fn attention_matches_f64_over_prefill_and_decode() {
             let backend = CpuBackend::with_isa(threads, isa).with_kv(KvConfig {
                 dtype: kv_type,
                 budget_bytes: usize::MAX,
+                block_positions: 32,
             });
             let layers = 2;
             let mut cache = backend

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::attention::{attention, AttentionCall};
 use super::dequant::dequantize_row;
-use super::kv_cache::{CpuKvCache, KV_BLOCK};
+use super::kv_cache::CpuKvCache;
 use super::kv_shared_block::CpuKvBlock;
 use super::matmul_input::Input;
 use super::packed::{self, PackedRows};
@@ -77,7 +77,7 @@ impl Backend for CpuBackend {
     }
 
     fn kv_block_positions(&self) -> usize {
-        KV_BLOCK
+        self.kv.block_positions()
     }
 
     fn kv_share_block(

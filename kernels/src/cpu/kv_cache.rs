@@ -1,10 +1,13 @@
-//! Keys and values of one sequence, every layer, in blocks of
-//! [`KV_BLOCK`] positions (paged).
+//! Keys and values of one sequence, every layer, in blocks of the pool's
+//! `block_positions` (paged: 1024 by default, see `kv_pool`).
 //!
 //! Each layer holds a list of blocks, allocated as positions are written
 //! (fallibly: see `kv_pool`), so memory grows with the tokens held, not
-//! with the capacity. A block holds, per KV head, its keys then its values
-//! for the block's positions:
+//! with the capacity. A block holds, per KV head, the runs of its key
+//! blocks ([`KEY_BLOCK`] positions each, attention's unit) one after
+//! another, so a head's part of a block is one contiguous run that
+//! attention reads as a stream. A key block's run holds its keys then its
+//! values:
 //! - keys in tiles of [`KEY_TILE`] positions stored dimension-major
 //!   (`[tile][head_dim][16]`), so that attention takes sixteen scores at
 //!   once with one multiply-add per dimension and no horizontal sum (see
@@ -12,15 +15,14 @@
 //! - values position after position (`[position][head_dim]`), the order
 //!   the weighted sum reads them.
 //!
-//! One KV head's part of a block is contiguous: the attention task of that
-//! head reads it as one run, and tasks of different heads write apart.
+//! Tasks of different KV heads therefore write apart.
 //! Elements are f32, f16 (see `kv_elem`) or Q8_0 (`kv_q8`: per-position
 //! groups of int8 with f16 scales, in a byte layout of their own that
 //! widens to the one above), chosen by the backend's pool.
 //!
 //! A layer with a sliding window (Gemma's local layers, Mistral) keeps only
 //! a ring of blocks a little larger than its window: position `p` lives in
-//! block `(p / KV_BLOCK) % ring`, so a long context costs those layers
+//! block `(p / block_positions) % ring`, so a long context costs those layers
 //! window-sized memory. The ring exceeds the window so that a prompt
 //! chunk's rows, written before they are read, never overwrite a key an
 //! earlier row of the chunk still needs (see [`CpuKvCache::piece_rows`]).
@@ -41,13 +43,13 @@ use super::kv_q8::Q8Byte;
 use super::kv_shared_block::CpuKvBlock;
 use crate::KernelError;
 
-pub(crate) use super::kv_layout::{KEY_TILE, KV_BLOCK};
+pub(crate) use super::kv_layout::{KEY_BLOCK, KEY_TILE};
 
 /// Slots a ring holds beyond its window: a prompt chunk writes this many
 /// rows (plus one) at a time in a windowed layer.
 pub(crate) const RING_SLACK: usize = 128;
 
-/// One layer's block of [`KV_BLOCK`] positions.
+/// One layer's block of the pool's `block_positions`.
 #[derive(Debug)]
 pub(crate) enum Block<E> {
     /// This cache's alone: written in place.
@@ -117,6 +119,8 @@ pub struct CpuKvCache {
     head_dim: usize,
     capacity: usize,
     dtype: KvType,
+    /// Positions per block (the pool's).
+    block: usize,
     /// Per layer, the blocks it may hold: the capacity's, or a windowed
     /// layer's ring when that is smaller.
     max_blocks: Vec<usize>,
@@ -186,17 +190,18 @@ impl CpuKvCache {
         windows: &[Option<usize>],
         prefix_blocks: usize,
     ) -> Result<Self, KernelError> {
-        let full = capacity.div_ceil(KV_BLOCK);
+        let block = pool.block_positions();
+        let full = capacity.div_ceil(block);
         let window_of = |l: usize| windows.get(l).copied().flatten().filter(|w| *w > 0);
         let max_blocks: Vec<usize> = (0..layers)
             .map(|l| match window_of(l) {
-                Some(w) => w.saturating_add(RING_SLACK).div_ceil(KV_BLOCK).min(full),
+                Some(w) => w.saturating_add(RING_SLACK).div_ceil(block).min(full),
                 None => full,
             })
             .collect();
         let dtype = pool.dtype();
         dtype.check_head_dim(head_dim)?;
-        let block_bytes = block_len(n_kv_heads, head_dim)
+        let block_bytes = block_len(n_kv_heads, head_dim, block)
             .and_then(|len| dtype.bytes_of(len))
             .ok_or_else(|| overflow(layers, n_kv_heads, head_dim, capacity))?;
         let bytes = max_blocks
@@ -218,6 +223,7 @@ impl CpuKvCache {
             head_dim,
             capacity,
             dtype,
+            block,
             windows: (0..layers).map(window_of).collect(),
             max_blocks,
             store,
@@ -232,7 +238,7 @@ impl CpuKvCache {
     /// (which other caches read): such a cache only ever appends after
     /// its prefix.
     pub(crate) fn check_writable(&self, start: usize) -> Result<(), KernelError> {
-        let shared_end = self.shared_end.max(self.prefix.len() * KV_BLOCK);
+        let shared_end = self.shared_end.max(self.prefix.len() * self.block);
         if start < shared_end {
             return Err(KernelError::Shape {
                 op: "kv_cache",
@@ -250,8 +256,8 @@ impl CpuKvCache {
     /// so writing them before reading overwrites nothing still needed.
     pub(crate) fn piece_rows(&self, layer: usize) -> usize {
         match (self.window(layer), self.max_blocks.get(layer)) {
-            (Some(w), Some(&blocks)) if blocks * KV_BLOCK < self.capacity => {
-                (blocks * KV_BLOCK + 1).saturating_sub(w).max(1)
+            (Some(w), Some(&blocks)) if blocks * self.block < self.capacity => {
+                (blocks * self.block + 1).saturating_sub(w).max(1)
             }
             _ => usize::MAX,
         }
@@ -288,8 +294,14 @@ impl CpuKvCache {
             Store::F16(layers) => layers.get(layer).map_or(0, Vec::len),
             Store::Q8_0(layers) => layers.get(layer).map_or(0, Vec::len),
         };
-        let block = block_len(self.n_kv_heads, self.head_dim).and_then(|n| self.dtype.bytes_of(n));
+        let block = block_len(self.n_kv_heads, self.head_dim, self.block)
+            .and_then(|n| self.dtype.bytes_of(n));
         blocks * block.unwrap_or(0)
+    }
+
+    /// Positions per block.
+    pub fn block_positions(&self) -> usize {
+        self.block
     }
 
     /// Positions the cache can hold.
@@ -324,7 +336,7 @@ impl CpuKvCache {
     /// prefix keeps it (its reservation does not cover those blocks): the
     /// new sequence goes on after it.
     pub fn clear(&mut self) {
-        let keep = self.prefix.len() * KV_BLOCK;
+        let keep = self.prefix.len() * self.block;
         self.filled.iter_mut().for_each(|f| *f = keep);
     }
 
@@ -337,9 +349,9 @@ impl CpuKvCache {
         end: usize,
     ) -> Result<(), KernelError> {
         // Reserving checked that this does not overflow.
-        let len = self.n_kv_heads * E::run_len(self.head_dim);
+        let len = self.n_kv_heads * (self.block / KEY_BLOCK) * E::run_len(self.head_dim);
         let wanted = end
-            .div_ceil(KV_BLOCK)
+            .div_ceil(self.block)
             .min(self.max_blocks.get(layer).copied().unwrap_or(0));
         let Some(blocks) = E::layers(&mut self.store).and_then(|l| l.get_mut(layer)) else {
             return Err(self.dtype_error::<E>());
@@ -395,6 +407,7 @@ impl CpuKvCache {
         layer: usize,
     ) -> Result<LayerHeads<'_, E>, KernelError> {
         let (n_kv_heads, head_dim) = (self.n_kv_heads, self.head_dim);
+        let key_blocks = self.block / KEY_BLOCK;
         let ring = self.max_blocks.get(layer).copied().unwrap_or(0);
         let error = self.dtype_error::<E>();
         let blocks = E::layers(&mut self.store)
@@ -413,6 +426,7 @@ impl CpuKvCache {
                 .collect(),
             n_kv_heads,
             head_dim,
+            key_blocks,
             ring,
         })
     }
@@ -429,7 +443,7 @@ impl CpuKvCache {
     #[cfg(test)]
     pub(crate) fn key(&mut self, layer: usize, head: usize, position: usize) -> Vec<f32> {
         let hd = self.head_dim;
-        let lane = position % KV_BLOCK;
+        let lane = position % KEY_BLOCK;
         let at = (lane / KEY_TILE) * KEY_TILE * hd + lane % KEY_TILE;
         self.head_run(layer, head, position)
             .into_iter()
@@ -443,18 +457,18 @@ impl CpuKvCache {
     #[cfg(test)]
     pub(crate) fn value(&mut self, layer: usize, head: usize, position: usize) -> Vec<f32> {
         let hd = self.head_dim;
-        let at = KV_BLOCK * hd + (position % KV_BLOCK) * hd;
+        let at = KEY_BLOCK * hd + (position % KEY_BLOCK) * hd;
         self.head_run(layer, head, position)[at..at + hd].to_vec()
     }
 
-    /// The f32 copy of `head`'s part of the block holding `position`.
+    /// The f32 copy of `head`'s run of the key block holding `position`.
     #[cfg(test)]
     fn head_run(&mut self, layer: usize, head: usize, position: usize) -> Vec<f32> {
         fn widen<E: Stored>(cache: &mut CpuKvCache, l: usize, h: usize, p: usize) -> Vec<f32> {
             let heads = cache.layer_heads::<E>(l).unwrap();
-            let b = (p / KV_BLOCK) % heads.ring;
+            let b = (p / KEY_BLOCK) % heads.ring();
             // SAFETY: nothing writes meanwhile.
-            let run = unsafe { heads.head_block(h, b) };
+            let run = unsafe { heads.key_block(h, b) };
             let mut scratch = Vec::new();
             E::widen(
                 crate::cpu::isa::CheckedIsa::at_most(crate::cpu::Isa::Scalar),
@@ -471,10 +485,13 @@ impl CpuKvCache {
     }
 }
 
-/// Elements of one block: keys and values of [`KV_BLOCK`] positions for
-/// every KV head (its bytes: `KvType::bytes_of`).
-pub(super) fn block_len(n_kv_heads: usize, head_dim: usize) -> Option<usize> {
-    n_kv_heads.checked_mul(head_dim)?.checked_mul(2 * KV_BLOCK)
+/// Elements of one block: keys and values of `positions` for every KV
+/// head (its bytes: `KvType::bytes_of`).
+pub(super) fn block_len(n_kv_heads: usize, head_dim: usize, positions: usize) -> Option<usize> {
+    n_kv_heads
+        .checked_mul(head_dim)?
+        .checked_mul(positions)?
+        .checked_mul(2)
 }
 
 /// One layer of a [`CpuKvCache`], split by KV head: the attention job's
@@ -486,20 +503,36 @@ pub(crate) struct LayerHeads<'a, E> {
     n_kv_heads: usize,
     head_dim: usize,
     /// Blocks the layer may hold: position `p` lives in block
-    /// `(p / KV_BLOCK) % ring`.
+    /// `(p / block_positions) % ring`.
     ring: usize,
+    /// Key blocks per block.
+    key_blocks: usize,
 }
 
 impl<E: KvElem> LayerHeads<'_, E> {
-    /// Blocks the layer cycles through (a windowed layer's ring, else
-    /// enough for the whole capacity).
+    /// Key blocks the layer cycles through (a windowed layer's ring, else
+    /// enough for the whole capacity): position `p` lives in key block
+    /// `(p / KEY_BLOCK) % ring()`.
     pub(crate) fn ring(&self) -> usize {
-        self.ring
+        self.ring * self.key_blocks
     }
 
-    /// Elements of one KV head's part of a block.
-    pub(crate) fn run_len(&self) -> usize {
+    /// Key blocks per block (one allocation).
+    pub(crate) fn key_blocks(&self) -> usize {
+        self.key_blocks
+    }
+
+    /// Elements of one KV head's run of a key block.
+    fn run_len(&self) -> usize {
         E::run_len(self.head_dim)
+    }
+
+    /// Where `head`'s run of key block `key_block` (of the ring) lies: its
+    /// block, and the offset in it.
+    fn run_at(&self, head: usize, key_block: usize) -> (usize, usize) {
+        let in_block = key_block % self.key_blocks;
+        let at = (head * self.key_blocks + in_block) * self.run_len();
+        (key_block / self.key_blocks, at)
     }
 
     /// Stores `head`'s `key` and `value` (`head_dim` each) at `position`,
@@ -508,24 +541,25 @@ impl<E: KvElem> LayerHeads<'_, E> {
     /// # Safety
     /// No other thread may read or write `head` of this layer meanwhile.
     pub(crate) unsafe fn write(&self, head: usize, position: usize, key: &[f32], value: &[f32]) {
-        let block = &self.blocks[(position / KV_BLOCK) % self.ring.max(1)];
+        let (block, at) = self.run_at(head, (position / KEY_BLOCK) % self.ring().max(1));
         // SAFETY: the run belongs to `head`, which the caller holds alone.
-        let run = unsafe { block.range(head * self.run_len(), self.run_len()) };
-        E::store(run, position % KV_BLOCK, key, value);
+        let run = unsafe { self.blocks[block].range(at, self.run_len()) };
+        E::store(run, position % KEY_BLOCK, key, value);
     }
 
-    /// `head`'s part of block `block` (of the ring): two key tiles, then
-    /// [`KV_BLOCK`] values.
+    /// `head`'s run of key block `key_block` (of the ring): two key tiles,
+    /// then [`KEY_BLOCK`] values.
     ///
     /// # Safety
     /// No thread may write `head` of this layer while the borrow lives.
-    pub(crate) unsafe fn head_block(&self, head: usize, block: usize) -> &[E] {
+    pub(crate) unsafe fn key_block(&self, head: usize, key_block: usize) -> &[E] {
+        let (block, at) = self.run_at(head, key_block);
         // SAFETY: the caller's promise.
-        unsafe { self.blocks[block].get(head * self.run_len(), self.run_len()) }
+        unsafe { self.blocks[block].get(at, self.run_len()) }
     }
 
-    /// Blocks allocated (the caller checks that reads stay below).
+    /// Key blocks allocated (the caller checks that reads stay below).
     pub(crate) fn allocated(&self) -> usize {
-        self.blocks.len()
+        self.blocks.len() * self.key_blocks
     }
 }

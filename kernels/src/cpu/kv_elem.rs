@@ -1,6 +1,6 @@
 //! The element types a KV block can hold, and how attention reads them.
 //!
-//! Attention computes in f32 whatever the storage: a task widens each
+//! Attention computes in f32 whatever the storage: a task widens each key
 //! block it reads into an L1-sized f32 buffer once and serves every query
 //! of its tile from there, so an F16 cache halves the bytes read from
 //! memory (what bounds attention at long contexts) for one conversion per
@@ -13,20 +13,20 @@
 use half::f16;
 
 use super::isa::CheckedIsa;
-use super::kv_layout::{key_at, value_at, KEY_TILE, KV_BLOCK};
+use super::kv_layout::{key_at, value_at, KEY_BLOCK, KEY_TILE};
 #[cfg(target_arch = "x86_64")]
 use super::Isa;
 
 /// The storage unit of a KV block.
 pub(crate) trait KvElem: Copy + Default + Send + Sync + 'static {
-    /// Units of one KV head's part of a block (its run) for `head_dim`:
+    /// Units of one KV head's part of a key block (its run) for `head_dim`:
     /// by default one per element of the f32 layout.
     fn run_len(head_dim: usize) -> usize {
-        2 * KV_BLOCK * head_dim
+        2 * KEY_BLOCK * head_dim
     }
 
     /// Stores one position's `key` and `value` (`head_dim` each, the
-    /// run's) at `lane` of the block, rounded to the type. Depends on that
+    /// run's) at `lane` of the key block, rounded to the type. Depends on that
     /// position alone: decode writes one position at a time.
     fn store(run: &mut [Self], lane: usize, key: &[f32], value: &[f32]);
 

@@ -13,6 +13,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use super::kv_layout::KEY_BLOCK;
 use crate::KernelError;
 
 /// How keys and values are stored.
@@ -96,16 +97,44 @@ pub struct KvConfig {
     pub dtype: KvType,
     /// Bytes all caches of the backend may reserve together.
     pub budget_bytes: usize,
+    /// Positions per block: the unit of allocation and of the prompt
+    /// cache. A multiple of [`KEY_BLOCK`] (see [`check_block_positions`]).
+    pub block_positions: usize,
 }
 
+/// Positions per block unless configured. A KV head's part of a block is
+/// one run (see `kv_cache`), and a decode step's attention task streams
+/// one run: longer runs keep the hardware prefetchers going. SmolLM2 at
+/// 4k/8k context, 2 threads, decode tok/s by block size: 32 positions
+/// (8 KB runs) 138/79, 256 174/107, 1024 (256 KB runs) 204/131, 2048
+/// 203/130. Larger blocks make the prompt cache share coarser prefixes.
+pub const DEFAULT_BLOCK_POSITIONS: usize = 1024;
+
+/// The largest block (positions).
+const MAX_BLOCK_POSITIONS: usize = 1 << 16;
+
 impl Default for KvConfig {
-    /// F16, and half the memory available now (see [`default_budget`]).
+    /// F16, half the memory available now (see [`default_budget`]), and
+    /// [`DEFAULT_BLOCK_POSITIONS`].
     fn default() -> Self {
         KvConfig {
             dtype: KvType::F16,
             budget_bytes: default_budget(),
+            block_positions: DEFAULT_BLOCK_POSITIONS,
         }
     }
+}
+
+/// Refuses a block size the caches cannot use: blocks hold whole key
+/// blocks of attention ([`KEY_BLOCK`] positions).
+pub fn check_block_positions(positions: usize) -> Result<usize, String> {
+    if positions == 0 || !positions.is_multiple_of(KEY_BLOCK) || positions > MAX_BLOCK_POSITIONS {
+        return Err(format!(
+            "a KV block of {positions} positions: use a multiple of {KEY_BLOCK} from \
+             {KEY_BLOCK} to {MAX_BLOCK_POSITIONS}"
+        ));
+    }
+    Ok(positions)
 }
 
 /// Half of the memory the kernel reports available (`MemAvailable`), the
@@ -132,9 +161,18 @@ pub struct KvPool {
 }
 
 impl KvPool {
+    /// A pool of `config`, its block size rounded up to a usable one (see
+    /// [`check_block_positions`], which callers use to refuse others).
     pub fn new(config: KvConfig) -> Arc<KvPool> {
+        let block_positions = config
+            .block_positions
+            .clamp(KEY_BLOCK, MAX_BLOCK_POSITIONS)
+            .next_multiple_of(KEY_BLOCK);
         Arc::new(KvPool {
-            config,
+            config: KvConfig {
+                block_positions,
+                ..config
+            },
             reserved: AtomicUsize::new(0),
         })
     }
@@ -144,7 +182,23 @@ impl KvPool {
         KvPool::new(KvConfig {
             dtype,
             budget_bytes: usize::MAX,
+            block_positions: DEFAULT_BLOCK_POSITIONS,
         })
+    }
+
+    /// A pool without a limit whose blocks hold `block_positions` (tests).
+    #[cfg(test)]
+    pub(crate) fn unlimited_blocks(dtype: KvType, block_positions: usize) -> Arc<KvPool> {
+        KvPool::new(KvConfig {
+            dtype,
+            budget_bytes: usize::MAX,
+            block_positions,
+        })
+    }
+
+    /// Positions per block of every cache of the pool.
+    pub fn block_positions(&self) -> usize {
+        self.config.block_positions
     }
 
     pub fn dtype(&self) -> KvType {
@@ -210,6 +264,7 @@ mod tests {
         let pool = KvPool::new(KvConfig {
             dtype: KvType::F16,
             budget_bytes: 100,
+            ..KvConfig::default()
         });
         let a = pool.reserve(60).unwrap();
         match pool.reserve(41) {
@@ -226,6 +281,24 @@ mod tests {
         drop(b);
         assert_eq!(pool.reserved_bytes(), 0);
         assert!(pool.reserve(101).is_err());
+    }
+
+    #[test]
+    fn block_sizes_are_whole_key_blocks() {
+        assert_eq!(check_block_positions(1024), Ok(1024));
+        assert_eq!(check_block_positions(32), Ok(32));
+        for bad in [0, 31, 48, 1 << 17] {
+            let err = check_block_positions(bad).unwrap_err();
+            assert!(err.contains("multiple of 32"), "{bad}: {err}");
+        }
+        assert_eq!(
+            KvPool::unlimited_blocks(KvType::F16, 40).block_positions(),
+            64
+        );
+        assert_eq!(
+            KvPool::unlimited_blocks(KvType::F16, 0).block_positions(),
+            32
+        );
     }
 
     #[test]

@@ -35,7 +35,7 @@ use half::f16;
 
 use super::isa::CheckedIsa;
 use super::kv_elem::KvElem;
-use super::kv_layout::{KEY_TILE, KV_BLOCK};
+use super::kv_layout::{KEY_BLOCK, KEY_TILE};
 use super::kv_pool::{Q8_GROUP, Q8_GROUP_BYTES};
 use super::quant_act::quantize_block_scalar;
 #[cfg(target_arch = "x86_64")]
@@ -54,12 +54,12 @@ fn tile_bytes(hd: usize) -> usize {
 
 /// The head_dim of a run of `len` bytes (68 per dimension).
 fn head_dim_of(len: usize) -> usize {
-    len / (2 * KV_BLOCK / Q8_GROUP * Q8_GROUP_BYTES)
+    len / (2 * KEY_BLOCK / Q8_GROUP * Q8_GROUP_BYTES)
 }
 
 impl KvElem for Q8Byte {
     fn run_len(head_dim: usize) -> usize {
-        2 * KV_BLOCK * head_dim / Q8_GROUP * Q8_GROUP_BYTES
+        2 * KEY_BLOCK * head_dim / Q8_GROUP * Q8_GROUP_BYTES
     }
 
     fn store(run: &mut [Q8Byte], lane: usize, key: &[f32], value: &[f32]) {
@@ -85,14 +85,14 @@ impl KvElem for Q8Byte {
             let d = quantize_block_scalar(x, &mut q).0;
             let at = base + lane * hd + g * Q8_GROUP;
             run[at..at + Q8_GROUP].copy_from_slice(bytemuck::cast_slice(&q));
-            let at = base + KV_BLOCK * hd + (lane * groups + g) * 2;
+            let at = base + KEY_BLOCK * hd + (lane * groups + g) * 2;
             run[at..at + 2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
         }
     }
 
     fn widen<'a>(isa: CheckedIsa, src: &'a [Q8Byte], scratch: &'a mut Vec<f32>) -> &'a [f32] {
         let hd = head_dim_of(src.len());
-        scratch.resize(2 * KV_BLOCK * hd, 0.0);
+        scratch.resize(2 * KEY_BLOCK * hd, 0.0);
         widen_q8(isa, bytemuck::cast_slice(src), hd, scratch);
         scratch
     }
@@ -104,7 +104,7 @@ pub(crate) fn widen_q8(isa: CheckedIsa, src: &[u8], hd: usize, dst: &mut [f32]) 
         return;
     }
     let (keys, values) = src.split_at(2 * tile_bytes(hd));
-    let (key_out, value_out) = dst.split_at_mut(KV_BLOCK * hd);
+    let (key_out, value_out) = dst.split_at_mut(KEY_BLOCK * hd);
     let tiles = keys
         .chunks_exact(tile_bytes(hd))
         .zip(key_out.chunks_exact_mut(KEY_TILE * hd));
@@ -112,7 +112,7 @@ pub(crate) fn widen_q8(isa: CheckedIsa, src: &[u8], hd: usize, dst: &mut [f32]) 
         let (q, scales) = tile.split_at(KEY_TILE * hd);
         widen_tile(isa, q, scales, out);
     }
-    let (q, scales) = values.split_at(KV_BLOCK * hd);
+    let (q, scales) = values.split_at(KEY_BLOCK * hd);
     widen_groups(isa, q, scales, value_out);
 }
 
@@ -357,8 +357,8 @@ mod tests {
     /// A run with every position written, and the f32 run it must widen to.
     fn filled(hd: usize, seed: u32) -> (Vec<Q8Byte>, Vec<f32>) {
         let mut run = vec![Q8Byte::default(); Q8Byte::run_len(hd)];
-        let mut want = vec![0.0; 2 * KV_BLOCK * hd];
-        for lane in 0..KV_BLOCK {
+        let mut want = vec![0.0; 2 * KEY_BLOCK * hd];
+        for lane in 0..KEY_BLOCK {
             let key = sample(hd, seed + 2 * lane as u32);
             let value = sample(hd, seed + 2 * lane as u32 + 1);
             Q8Byte::store(&mut run, lane, &key, &value);
@@ -373,7 +373,7 @@ mod tests {
 
     #[test]
     fn a_run_is_34_bytes_per_32_elements() {
-        assert_eq!(Q8Byte::run_len(64), 2 * KV_BLOCK * 64 / 32 * 34);
+        assert_eq!(Q8Byte::run_len(64), 2 * KEY_BLOCK * 64 / 32 * 34);
         assert_eq!(head_dim_of(Q8Byte::run_len(256)), 256);
     }
 

@@ -19,7 +19,7 @@
 
 use std::sync::Arc;
 
-use super::kv_cache::{block_len, Block, CpuKvCache, Store, KV_BLOCK};
+use super::kv_cache::{block_len, Block, CpuKvCache, Store};
 use super::kv_pool::{KvPool, KvType};
 use super::kv_shared_block::{CpuKvBlock, Layers, Shared};
 use crate::KernelError;
@@ -32,7 +32,7 @@ fn refuse(detail: String) -> KernelError {
 }
 
 impl CpuKvCache {
-    /// Shares block `block` (positions `block * KV_BLOCK..`, written in
+    /// Shares block `block` (positions `block * block_positions..`, written in
     /// every layer), reserving its bytes from `pool` for the handle.
     pub(crate) fn share_block(
         &mut self,
@@ -47,14 +47,15 @@ impl CpuKvCache {
                 "a cache with sliding-window layers cannot share blocks".into(),
             ));
         }
-        let end = (block + 1) * KV_BLOCK;
+        let positions = self.block_positions();
+        let end = (block + 1) * positions;
         if self.filled.iter().any(|f| *f < end) {
             return Err(refuse(format!(
                 "block {block} is not written in every layer (positions up to {end})"
             )));
         }
         let (n_kv_heads, head_dim) = (self.n_kv_heads(), self.head_dim());
-        let bytes = block_len(n_kv_heads, head_dim)
+        let bytes = block_len(n_kv_heads, head_dim, positions)
             .and_then(|len| self.dtype().bytes_of(len))
             .and_then(|b| b.checked_mul(self.layers()))
             .ok_or_else(|| refuse("the block's size overflows".into()))?;
@@ -88,13 +89,14 @@ impl CpuKvCache {
             layers,
             n_kv_heads,
             head_dim,
+            positions,
             reservation,
         })))
     }
 
     /// A cache of `capacity` positions whose first `prefix.len()` blocks
     /// are `prefix` (read-only, already written): the sequence goes on
-    /// from position `prefix.len() * KV_BLOCK`. Reserves only the blocks
+    /// from position `prefix.len() * block_positions`. Reserves only the blocks
     /// beyond the prefix.
     pub(crate) fn with_prefix(
         pool: &Arc<KvPool>,
@@ -113,7 +115,7 @@ impl CpuKvCache {
                 "a cache with sliding-window layers cannot start from shared blocks".into(),
             ));
         }
-        let end = prefix.len() * KV_BLOCK;
+        let end = prefix.len() * pool.block_positions();
         if end >= capacity {
             return Err(refuse(format!(
                 "a shared prefix of {end} positions leaves no room in a cache of {capacity}"
@@ -126,7 +128,10 @@ impl CpuKvCache {
                 (Layers::Q8_0(l), KvType::Q8_0) => Some(l.len()),
                 _ => None,
             };
-            typed == Some(layers) && b.0.n_kv_heads == n_kv_heads && b.0.head_dim == head_dim
+            typed == Some(layers)
+                && b.0.n_kv_heads == n_kv_heads
+                && b.0.head_dim == head_dim
+                && b.0.positions == pool.block_positions()
         };
         if !prefix.iter().all(fits) {
             return Err(refuse(
@@ -177,8 +182,15 @@ mod tests {
     use crate::backend::SharedKvBlock;
     use crate::cpu::kv_pool::KvConfig;
 
+    /// Positions per block: two key blocks, so that a block's runs hold
+    /// more than one.
+    const BLOCK: usize = 64;
+
+    /// Positions of the tests' caches: a few blocks.
+    const CAPACITY: usize = 4 * BLOCK;
+
     fn filled_cache(pool: &Arc<KvPool>, positions: usize) -> CpuKvCache {
-        let mut cache = CpuKvCache::windowed(pool, 2, 1, 4, 256, &[]).unwrap();
+        let mut cache = CpuKvCache::windowed(pool, 2, 1, 4, CAPACITY, &[]).unwrap();
         for layer in 0..2 {
             cache.ensure::<f32>(layer, positions).unwrap();
             for p in 0..positions {
@@ -193,8 +205,8 @@ mod tests {
 
     #[test]
     fn a_cache_from_shared_blocks_reads_what_the_first_wrote_and_reserves_only_the_rest() {
-        let pool = KvPool::unlimited(KvType::F32);
-        let mut first = filled_cache(&pool, 70);
+        let pool = KvPool::unlimited_blocks(KvType::F32, BLOCK);
+        let mut first = filled_cache(&pool, 2 * BLOCK + 6);
         let blocks: Vec<_> = (0..2)
             .map(|b| first.share_block(&pool, b).unwrap())
             .collect();
@@ -203,17 +215,17 @@ mod tests {
             "block 2 is half written"
         );
         let own = first.reserved_bytes();
-        let mut second = CpuKvCache::with_prefix(&pool, 2, 1, 4, 256, &[], &blocks).unwrap();
-        assert_eq!(second.len(0), 2 * KV_BLOCK);
+        let mut second = CpuKvCache::with_prefix(&pool, 2, 1, 4, CAPACITY, &[], &blocks).unwrap();
+        assert_eq!(second.len(0), 2 * BLOCK);
         assert_eq!(second.reserved_bytes(), own - 2 * blocks[0].bytes());
         for layer in 0..2 {
-            for p in [0, 31, 32, 63] {
+            for p in [0, 31, 32, BLOCK, 2 * BLOCK - 1] {
                 assert_eq!(second.key(layer, 0, p), first.key(layer, 0, p));
                 assert_eq!(second.value(layer, 0, p), first.value(layer, 0, p));
             }
         }
-        assert!(second.check_writable(63).is_err());
-        assert!(second.check_writable(64).is_ok());
+        assert!(second.check_writable(2 * BLOCK - 1).is_err());
+        assert!(second.check_writable(2 * BLOCK).is_ok());
         // The handle here and the second cache's: the first cache holds the
         // data, not a handle (its own reservation covers it).
         assert_eq!(blocks[0].holders(), 2);
@@ -226,8 +238,9 @@ mod tests {
         let pool = KvPool::new(KvConfig {
             dtype: KvType::F32,
             budget_bytes: usize::MAX / 2,
+            block_positions: BLOCK,
         });
-        let mut first = filled_cache(&pool, 40);
+        let mut first = filled_cache(&pool, BLOCK + 8);
         let block = first.share_block(&pool, 0).unwrap();
         drop(first);
         assert_eq!(pool.reserved_bytes(), block.bytes());
@@ -239,45 +252,52 @@ mod tests {
     fn q8_0_blocks_are_shared_at_their_own_size() {
         use crate::cpu::kv_q8::{round_q8, Q8Byte};
         let (layers, head_dim) = (2, 64);
-        let pool = KvPool::unlimited(KvType::Q8_0);
-        let mut first = CpuKvCache::windowed(&pool, layers, 1, head_dim, 256, &[]).unwrap();
+        let pool = KvPool::unlimited_blocks(KvType::Q8_0, BLOCK);
+        let mut first = CpuKvCache::windowed(&pool, layers, 1, head_dim, CAPACITY, &[]).unwrap();
         let row = |p: usize, sign: f32| -> Vec<f32> {
             (0..head_dim)
                 .map(|d| sign * (p * 7 + d) as f32 / 13.0)
                 .collect()
         };
         for layer in 0..layers {
-            first.ensure::<Q8Byte>(layer, 40).unwrap();
-            for p in 0..40 {
+            first.ensure::<Q8Byte>(layer, BLOCK + 8).unwrap();
+            for p in 0..BLOCK + 8 {
                 first
                     .write::<Q8Byte>(layer, p, &row(p, 1.0), &row(p, -1.0))
                     .unwrap();
             }
-            first.set_len(layer, 40);
+            first.set_len(layer, BLOCK + 8);
         }
         let block = first.share_block(&pool, 0).unwrap();
         // 34 bytes per 32 keys and values of every layer.
-        assert_eq!(block.bytes(), layers * 2 * KV_BLOCK * head_dim / 32 * 34);
+        assert_eq!(block.bytes(), layers * 2 * BLOCK * head_dim / 32 * 34);
         let mut second =
-            CpuKvCache::with_prefix(&pool, layers, 1, head_dim, 256, &[], &[block]).unwrap();
-        for p in [0, 17, 31] {
+            CpuKvCache::with_prefix(&pool, layers, 1, head_dim, CAPACITY, &[], &[block]).unwrap();
+        for p in [0, 17, 31, 40, BLOCK - 1] {
             assert_eq!(second.key(1, 0, p), round_q8(&row(p, 1.0)));
             assert_eq!(second.value(1, 0, p), round_q8(&row(p, -1.0)));
         }
-        let f32_pool = KvPool::unlimited(KvType::F32);
-        let other =
-            CpuKvCache::with_prefix(&f32_pool, layers, 1, head_dim, 256, &[], &second.prefix);
+        let f32_pool = KvPool::unlimited_blocks(KvType::F32, BLOCK);
+        let other = CpuKvCache::with_prefix(
+            &f32_pool,
+            layers,
+            1,
+            head_dim,
+            CAPACITY,
+            &[],
+            &second.prefix,
+        );
         assert!(other.is_err(), "a q8_0 block taken up by an f32 cache");
     }
 
     #[test]
     fn windowed_caches_neither_share_nor_take_shared_blocks() {
-        let pool = KvPool::unlimited(KvType::F32);
-        let mut first = filled_cache(&pool, 40);
+        let pool = KvPool::unlimited_blocks(KvType::F32, BLOCK);
+        let mut first = filled_cache(&pool, BLOCK + 8);
         let block = first.share_block(&pool, 0).unwrap();
         let windows = [Some(16), None];
-        assert!(CpuKvCache::with_prefix(&pool, 2, 1, 4, 256, &windows, &[block]).is_err());
-        let mut ringed = CpuKvCache::windowed(&pool, 2, 1, 4, 256, &windows).unwrap();
+        assert!(CpuKvCache::with_prefix(&pool, 2, 1, 4, CAPACITY, &windows, &[block]).is_err());
+        let mut ringed = CpuKvCache::windowed(&pool, 2, 1, 4, CAPACITY, &windows).unwrap();
         assert!(ringed.share_block(&pool, 0).is_err());
     }
 }

@@ -23,11 +23,14 @@ pub(super) struct Shared {
     pub(super) layers: Layers,
     pub(super) n_kv_heads: usize,
     pub(super) head_dim: usize,
+    /// Positions of the block.
+    pub(super) positions: usize,
     /// The block's bytes, held from the pool while any handle lives.
     pub(super) reservation: Reservation,
 }
 
-/// A handle to one shared block (`KV_BLOCK` positions, every layer).
+/// A handle to one shared block (the pool's `block_positions`, every
+/// layer).
 /// Cloning it is cheap; the block's memory and budget go back when the
 /// last handle (the prompt cache's, or a cache reading it) drops.
 #[derive(Clone, Debug)]

@@ -51,7 +51,9 @@ pub use cpu_backend::CpuBackend;
 pub use dequant::dequantize_row;
 pub use isa::{Isa, ISA_ENV_VAR};
 pub use kv_cache::CpuKvCache;
-pub use kv_pool::{default_budget, KvConfig, KvPool, KvType};
+pub use kv_pool::{
+    check_block_positions, default_budget, KvConfig, KvPool, KvType, DEFAULT_BLOCK_POSITIONS,
+};
 pub use kv_shared_block::CpuKvBlock;
 pub use tensors::{CpuActivations, CpuMatrix, CpuVector};
 pub use threads::ThreadPool;

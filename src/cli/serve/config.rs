@@ -30,6 +30,8 @@ pub struct ServeFile {
     /// `f16`, `f32` or `q8_0`.
     #[serde(default, deserialize_with = "kv_type")]
     pub kv_type: Option<switchyard_kernels::cpu::KvType>,
+    /// Positions per KV block (a multiple of 32).
+    pub kv_block: Option<usize>,
     /// MiB all KV caches may reserve together.
     pub kv_budget_mb: Option<u64>,
     pub max_batch: Option<usize>,

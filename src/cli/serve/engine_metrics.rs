@@ -33,7 +33,7 @@ const RESIDENT_BYTES: &str = "switchyard_memory_bytes";
 /// `result`: `hit` tokens came from the prompt cache, `miss` tokens were
 /// computed (the cache's hits and misses, counted in tokens).
 const PROMPT_CACHE_TOKENS_TOTAL: &str = "switchyard_prompt_cache_tokens_total";
-/// Counter: cached prompt blocks (32 positions each) evicted to make room
+/// Counter: cached prompt blocks (`--kv-block` positions each) evicted to make room
 /// in the KV budget.
 const PROMPT_CACHE_EVICTIONS_TOTAL: &str = "switchyard_prompt_cache_evictions_total";
 /// Gauge: blocks the prompt cache holds.

@@ -1,5 +1,6 @@
-//! `--kv-type` and the settings file's `kv_type` reach the backend's KV
-//! configuration, q8_0 included.
+//! `--kv-type`, `--kv-block` and the settings file's `kv_type` and
+//! `kv_block` reach the backend's KV configuration, q8_0 included; a block
+//! size that is not whole key blocks is refused.
 
 use clap::Parser;
 
@@ -48,6 +49,32 @@ fn the_settings_file_takes_q8_0_and_the_flag_overrides_it() {
     );
     std::fs::write(&path, "kv_type = \"q8\"\n").unwrap();
     assert!(kv_type(&["--config", config]).is_err());
+}
+
+fn kv_block(argv: &[&str]) -> anyhow::Result<usize> {
+    let serve = Serve::try_parse_from(std::iter::once("serve").chain(argv.iter().copied()))?;
+    Ok(settings(serve.args)?.kv.block_positions)
+}
+
+#[test]
+fn the_block_size_comes_from_the_flag_or_the_file_in_whole_key_blocks() {
+    assert_eq!(kv_block(&["--model", "/m/a.gguf"]).unwrap(), 1024);
+    assert_eq!(
+        kv_block(&["--model", "/m/a.gguf", "--kv-block", "64"]).unwrap(),
+        64
+    );
+    for bad in ["48", "0", "lots"] {
+        let err = kv_block(&["--model", "/m/a.gguf", "--kv-block", bad]).unwrap_err();
+        assert!(err.to_string().contains(bad), "{bad}: {err}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("serve.toml");
+    std::fs::write(&path, "kv_block = 256\n[[models]]\npath = \"/m/a.gguf\"\n").unwrap();
+    let config = path.to_str().unwrap();
+    assert_eq!(kv_block(&["--config", config]).unwrap(), 256);
+    std::fs::write(&path, "kv_block = 100\n[[models]]\npath = \"/m/a.gguf\"\n").unwrap();
+    let err = kv_block(&["--config", config]).unwrap_err();
+    assert!(err.to_string().contains("multiple of 32"), "{err}");
 }
 
 #[test]

@@ -25,7 +25,9 @@ use anyhow::Context;
 use switchyard_engine::registry::Registry;
 use switchyard_engine::serving::{Executor, ExecutorConfig};
 use switchyard_engine::Engine;
-use switchyard_kernels::cpu::{default_budget, CpuBackend, KvConfig, KvType};
+use switchyard_kernels::cpu::{
+    check_block_positions, default_budget, CpuBackend, KvConfig, KvType, DEFAULT_BLOCK_POSITIONS,
+};
 use switchyard_router::{serve_with, shutdown_signal, AppState, RouterConfig, ServeOptions};
 
 use config::{ModelEntry, ServeFile};
@@ -69,6 +71,12 @@ pub struct ServeArgs {
     /// needs a head_dim that is a multiple of 32) [default: f16].
     #[arg(long)]
     pub kv_type: Option<KvType>,
+    /// Positions per KV block, a multiple of 32: the unit KV memory is
+    /// allocated in and the prompt cache shares. Larger blocks read faster
+    /// at long contexts; smaller ones share prompt prefixes more finely and
+    /// take less memory per short sequence [default: 1024].
+    #[arg(long, value_parser = kv_block)]
+    pub kv_block: Option<usize>,
     /// MiB all KV caches may reserve together; a request whose cache
     /// (prompt + max_tokens, or the whole context without max_tokens)
     /// cannot fit is refused, one that fits waits for running sequences
@@ -231,6 +239,13 @@ fn settings(args: ServeArgs) -> anyhow::Result<Settings> {
         threads,
         kv: KvConfig {
             dtype: args.kv_type.or(file.kv_type).unwrap_or_default(),
+            block_positions: args
+                .kv_block
+                .or(file.kv_block)
+                .map(check_block_positions)
+                .transpose()
+                .map_err(anyhow::Error::msg)?
+                .unwrap_or(DEFAULT_BLOCK_POSITIONS),
             budget_bytes: args
                 .kv_budget_mb
                 .or(file.kv_budget_mb)
@@ -435,4 +450,12 @@ fn register_files(
         });
     }
     Ok(startup)
+}
+
+/// `--kv-block`: a number of positions the KV caches can use.
+fn kv_block(arg: &str) -> Result<usize, String> {
+    let positions = arg
+        .parse()
+        .map_err(|_| format!("{arg:?} is not a number of positions"))?;
+    check_block_positions(positions)
 }

@@ -31,7 +31,7 @@ mod window_tests;
 
 use super::disjoint::DisjointSlice;
 use super::isa::CheckedIsa;
-use super::kv_cache::{CpuKvCache, LayerHeads, Stored, KV_BLOCK};
+use super::kv_cache::{CpuKvCache, LayerHeads, Stored, KEY_BLOCK};
 use super::kv_pool::KvType;
 use super::kv_q8::Q8Byte;
 use super::prefetch::prefetch_all;
@@ -296,18 +296,18 @@ fn attention_job<E: Stored>(
         // Blocks to read: every position's so far, or the whole ring
         // (allocated up to the last position: `ensure` above).
         let blocks = seen_last
-            .div_ceil(KV_BLOCK)
+            .div_ceil(KEY_BLOCK)
             .min(cache.ring())
             .min(cache.allocated());
         let ring = cache.ring().max(1);
         // Ask for this task's first block now (see `prefetch`); the walk
         // asks for each next one while it computes the one before.
         let first_block =
-            (unit.segments.start * SEGMENT).max(first_seen(unit.first_pos)) / KV_BLOCK;
+            (unit.segments.start * SEGMENT).max(first_seen(unit.first_pos)) / KEY_BLOCK;
         if first_block % ring < blocks {
             // SAFETY: no other task writes this KV head during the job (see
             // the writes below), and this view ends here.
-            unsafe { prefetch_all(cache.head_block(unit.kv_head, first_block % ring)) };
+            unsafe { prefetch_all(cache.key_block(unit.kv_head, first_block % ring)) };
         }
         let span = unit.kv_head * head_dim..(unit.kv_head + 1) * head_dim;
         if writes[unit.seq] {
@@ -324,7 +324,7 @@ fn attention_job<E: Stored>(
         // SAFETY: the head is written only by this task (just above, now
         // finished) or before the job; other tasks only read it.
         let runs: Vec<&[E]> = (0..blocks)
-            .map(|b| unsafe { cache.head_block(unit.kv_head, b) })
+            .map(|b| unsafe { cache.key_block(unit.kv_head, b) })
             .collect();
         let tile = Tile {
             rows: unit.rows.len(),
@@ -335,6 +335,7 @@ fn attention_job<E: Stored>(
             window,
             softcap,
             ring: cache.ring(),
+            key_blocks: cache.key_blocks(),
             runs: &runs,
             segments: task.segments.clone(),
         };

@@ -6,7 +6,7 @@
 //! Composed of `max_of`, `exp_one` and `exp_shifted`, one call each per
 //! query and block. With a head of 64 dimensions a block's scores cost
 //! little more than those calls, so for a block of up to 32 scores (every
-//! block: `KV_BLOCK`) AVX-512 runs the same operations in one function,
+//! block: `KEY_BLOCK`) AVX-512 runs the same operations in one function,
 //! the scores in registers from the first load to the last store: the
 //! same lanes, masks and order, so the results are bit for bit the
 //! composed ones (tested).

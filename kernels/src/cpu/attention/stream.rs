@@ -1,6 +1,6 @@
 //! Attention that streams the KV cache: one task takes a tile of query
 //! rows of one sequence and every query head of one KV head (the GQA
-//! group), and walks that KV head's blocks (see `kv_cache`) one at a time
+//! group), and walks that KV head's key blocks (see `kv_cache`) one at a time
 //! with an online softmax (a running maximum `m` and sum `l` per query;
 //! when a block raises `m`, the sum and the output so far are rescaled by
 //! `e^(m_old − m_new)`). Each block is read from the cache once per tile,
@@ -8,7 +8,7 @@
 //! to all `rows × group` queries; no score row grows with the context;
 //! `exp` is vectorised.
 //!
-//! Blocks start at multiples of [`KV_BLOCK`] positions, and a row at
+//! Key blocks start at multiples of [`KEY_BLOCK`] positions, and a row at
 //! position `p` stops at `p` (the causal mask) inside its last block. The
 //! walk starts a fresh state at every segment boundary and merges the
 //! segments in order (see `partial`), so a row's arithmetic depends only on
@@ -23,7 +23,7 @@ use super::online::online_step;
 use super::partial::{merge, normalize, SEGMENT};
 use super::scores::{scores16_group, GROUP_MAX};
 use crate::cpu::isa::CheckedIsa;
-use crate::cpu::kv_cache::{KEY_TILE, KV_BLOCK};
+use crate::cpu::kv_cache::{KEY_BLOCK, KEY_TILE};
 use crate::cpu::kv_elem::KvElem;
 use crate::cpu::prefetch::prefetch_all;
 use crate::cpu::vecmath::{scale_in_place, weighted_sum_group};
@@ -34,8 +34,8 @@ pub(super) const ROW_TILE: usize = 8;
 
 /// What one task reads: `rows` query rows at positions
 /// `first_pos..first_pos + rows`, each row's `group` heads of `head_dim`
-/// found by `query(i, h)`, against one KV head's part of each block of the
-/// cache (`runs[b]`: two key tiles, then the values) for positions
+/// found by `query(i, h)`, against one KV head's run of each key block of
+/// the cache (`runs[b]`: two key tiles, then the values) for positions
 /// `0..first_pos + rows`.
 pub(super) struct Tile<'a, E> {
     pub(super) rows: usize,
@@ -47,10 +47,12 @@ pub(super) struct Tile<'a, E> {
     pub(super) window: Option<usize>,
     /// Scores become `cap · tanh(score / cap)` (Gemma 2).
     pub(super) softcap: Option<f32>,
-    /// Blocks of the layer: position `p` is in block `(p / KV_BLOCK) %
-    /// ring` (a ring in a windowed layer; otherwise every block is below
-    /// it).
+    /// Key blocks of the layer: position `p` is in key block
+    /// `(p / KEY_BLOCK) % ring` (a ring in a windowed layer; otherwise
+    /// every key block is below it).
     pub(super) ring: usize,
+    /// Key blocks per block of the cache (one allocation).
+    pub(super) key_blocks: usize,
     pub(super) runs: &'a [&'a [E]],
     /// The segments this task reads (see `partial`): every one the rows
     /// see, or one of them when a deep context is split across tasks.
@@ -69,16 +71,23 @@ impl<E> Tile<'_, E> {
 }
 
 impl<E: KvElem> Tile<'_, E> {
-    /// Asks for the block starting at position `block` (see `prefetch`)
-    /// while the one before it is computed: blocks are scattered over the
-    /// pool, so the hardware prefetchers start over at each one.
+    /// Asks for the key block starting at position `block` (see
+    /// `prefetch`) while the one before it is computed, when it opens a
+    /// block of the cache: blocks are separate allocations, where the
+    /// hardware prefetchers start over. Inside one, a head's key blocks
+    /// follow each other and the prefetchers keep up; asking for every
+    /// line there too made decode at 4k 20% slower (its prefetches crowd
+    /// out the stream's).
     fn prefetch(&self, block: usize) {
-        if let Some(run) = self.runs.get((block / KV_BLOCK) % self.ring.max(1)) {
+        if (block / KEY_BLOCK) % self.key_blocks.max(1) != 0 {
+            return;
+        }
+        if let Some(run) = self.runs.get((block / KEY_BLOCK) % self.ring.max(1)) {
             prefetch_all(run);
         }
     }
 
-    /// The keys (two tiles) and values of the block starting at position
+    /// The keys (two tiles) and values of the key block starting at position
     /// `block`, as f32.
     fn block<'s>(
         &'s self,
@@ -86,9 +95,9 @@ impl<E: KvElem> Tile<'_, E> {
         block: usize,
         scratch: &'s mut Vec<f32>,
     ) -> (&'s [f32], &'s [f32]) {
-        let run = self.runs[(block / KV_BLOCK) % self.ring.max(1)];
+        let run = self.runs[(block / KEY_BLOCK) % self.ring.max(1)];
         let kv = E::widen(isa, run, scratch);
-        kv.split_at(KV_BLOCK * self.head_dim)
+        kv.split_at(KEY_BLOCK * self.head_dim)
     }
 }
 
@@ -122,7 +131,7 @@ impl State {
         self.total_max.clone_from(&self.max);
         self.total_sum.clone_from(&self.sum);
         self.total_acc.clone_from(&self.acc);
-        self.scores.resize(GROUP_MAX * KV_BLOCK, 0.0);
+        self.scores.resize(GROUP_MAX * KEY_BLOCK, 0.0);
     }
 
     /// Ends a segment: merges each query's state into its total and
@@ -146,7 +155,7 @@ impl State {
     }
 
     /// Folds one block into the `g` queries from `qi`: query `qi + h`'s
-    /// scores are `self.scores[h · KV_BLOCK + block]`, against the keys
+    /// scores are `self.scores[h · KEY_BLOCK + block]`, against the keys
     /// whose values are `values` (online softmax: rescale what came before
     /// when the block raises the running maximum). The value rows are read
     /// once for the whole group (`weighted_sum_group`).
@@ -160,14 +169,14 @@ impl State {
         values: &[f32],
     ) {
         for h in 0..g {
-            let (q, at) = (qi + h, h * KV_BLOCK);
+            let (q, at) = (qi + h, h * KEY_BLOCK);
             let scores = &mut self.scores[at + block.start..at + block.end];
             if let Some(c) = online_step(isa, scores, &mut self.max[q], &mut self.sum[q]) {
                 scale_in_place(isa, c, &mut self.acc[q * hd..(q + 1) * hd]);
             }
         }
         let ps: [&[f32]; GROUP_MAX] = std::array::from_fn(|h| {
-            let at = h.min(g - 1) * KV_BLOCK;
+            let at = h.min(g - 1) * KEY_BLOCK;
             &self.scores[at + block.start..at + block.end]
         });
         let acc = &mut self.acc[qi * hd..(qi + g) * hd];
@@ -249,20 +258,20 @@ fn run_general<'q, E: KvElem>(
     state.reset(tile);
     let mut scratch = std::mem::take(&mut state.widened);
     let first_seen = |p: usize| tile.window.map_or(0, |w| (p + 1).saturating_sub(w));
-    let (start, end) = tile.span(first_seen(tile.first_pos) / KV_BLOCK * KV_BLOCK);
+    let (start, end) = tile.span(first_seen(tile.first_pos) / KEY_BLOCK * KEY_BLOCK);
     let mut block = start;
     while block < end {
         if block > start && block % SEGMENT == 0 {
             state.close_segment(isa, hd);
         }
-        if block + KV_BLOCK < end {
-            tile.prefetch(block + KV_BLOCK);
+        if block + KEY_BLOCK < end {
+            tile.prefetch(block + KEY_BLOCK);
         }
         let (keys, values) = tile.block(isa, block, &mut scratch);
         for i in 0..tile.rows {
             let p = tile.first_pos + i;
             // The row's part of this block: positions `lo..end`.
-            let (lo, end) = (first_seen(p).max(block), (block + KV_BLOCK).min(p + 1));
+            let (lo, end) = (first_seen(p).max(block), (block + KEY_BLOCK).min(p + 1));
             if lo >= end {
                 continue;
             }
@@ -273,7 +282,7 @@ fn run_general<'q, E: KvElem>(
                 block_scores(isa, &|h| query(i, h0 + h), g, keys, tile.scale, n, state);
                 if let Some(cap) = tile.softcap {
                     for h in 0..g {
-                        let at = h * KV_BLOCK;
+                        let at = h * KEY_BLOCK;
                         for s in &mut state.scores[at + lo - block..at + n] {
                             *s = cap * (*s / cap).tanh();
                         }
@@ -283,7 +292,7 @@ fn run_general<'q, E: KvElem>(
                 state.fold(isa, (qi, g), hd, lo - block..n, values);
             }
         }
-        block += KV_BLOCK;
+        block += KEY_BLOCK;
     }
     state.widened = scratch;
     state.finish(isa, tile, out);
@@ -305,8 +314,8 @@ fn run<'q, E: KvElem>(
         if block > start && block % SEGMENT == 0 {
             state.close_segment(isa, hd);
         }
-        if block + KV_BLOCK < end {
-            tile.prefetch(block + KV_BLOCK);
+        if block + KEY_BLOCK < end {
+            tile.prefetch(block + KEY_BLOCK);
         }
         let (keys, values) = tile.block(isa, block, &mut scratch);
         for i in 0..tile.rows {
@@ -315,7 +324,7 @@ fn run<'q, E: KvElem>(
             if block >= seen {
                 continue;
             }
-            let end = (block + KV_BLOCK).min(seen);
+            let end = (block + KEY_BLOCK).min(seen);
             let values = &values[..(end - block) * hd];
             for h0 in (0..tile.group).step_by(GROUP_MAX) {
                 let g = (tile.group - h0).min(GROUP_MAX);
@@ -324,13 +333,13 @@ fn run<'q, E: KvElem>(
                 state.fold(isa, (i * tile.group + h0, g), hd, 0..n, values);
             }
         }
-        block += KV_BLOCK;
+        block += KEY_BLOCK;
     }
     state.widened = scratch;
     state.finish(isa, tile, out);
 }
 
-/// `state.scores[h · KV_BLOCK + j] = scale · (q_h · key_j)` for the `g`
+/// `state.scores[h · KEY_BLOCK + j] = scale · (q_h · key_j)` for the `g`
 /// queries `query(h)` and the first `n` keys of a block's two key tiles;
 /// the queries share each key row read (`scores16_group`), and lanes past
 /// `n` are computed and left in place, unread.
@@ -360,7 +369,7 @@ fn block_scores<'q>(
         // a constant length is one vector store, a variable one a memcpy
         // call per tile and head.
         for (h, all) in all.iter().enumerate().take(g) {
-            let to = h * KV_BLOCK + t * KEY_TILE;
+            let to = h * KEY_BLOCK + t * KEY_TILE;
             state.scores[to..to + KEY_TILE].copy_from_slice(all);
         }
     }

@@ -87,7 +87,9 @@ fn a_ring_of_slots_attends_over_the_window_like_the_whole_cache() {
         for isa in Isa::supported() {
             let isa = CheckedIsa::at_most(isa);
             let pool = ThreadPool::new(2);
-            let kv = KvPool::unlimited(dtype);
+            // Blocks of 64 positions: the ring is three (192 positions)
+            // and turns twice.
+            let kv = KvPool::unlimited_blocks(dtype, 64);
             let mut ring =
                 CpuKvCache::windowed(&kv, 1, n_kv_heads, head_dim, capacity, &[Some(window)])
                     .expect("an unlimited pool holds the ring");
