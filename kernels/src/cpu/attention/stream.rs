@@ -79,7 +79,7 @@ impl<E: KvElem> Tile<'_, E> {
     /// line there too made decode at 4k 20% slower (its prefetches crowd
     /// out the stream's).
     fn prefetch(&self, block: usize) {
-        if (block / KEY_BLOCK) % self.key_blocks.max(1) != 0 {
+        if !(block / KEY_BLOCK).is_multiple_of(self.key_blocks.max(1)) {
             return;
         }
         if let Some(run) = self.runs.get((block / KEY_BLOCK) % self.ring.max(1)) {
