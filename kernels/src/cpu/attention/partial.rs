@@ -20,7 +20,7 @@ use crate::cpu::vecmath::{scale_add, scale_in_place};
 /// streams its KV head's run of one block. Contexts up to 1k stay one
 /// segment (one task per KV head and tile); at 4k a decode step has
 /// twelve tasks over three KV heads. SmolLM2 decode at 4k/8k measured
-/// 204/131 tok/s with segments of 1024 against 172/114 with 512 (blocks of
+/// 190/126 tok/s with segments of 1024 against 172/114 with 512 (blocks of
 /// 1024 both). The merge costs two `exp` and one pass over `head_dim` per
 /// segment, next to 1024 × 2 × `head_dim` multiply-adds.
 pub(super) const SEGMENT: usize = 1024;
