@@ -321,9 +321,20 @@ fn attention_job<E: Stored>(
                 unsafe { cache.write(unit.kv_head, unit.first_pos + i, key, value) };
             }
         }
+        // The key blocks this task reads: its segments' (a deep context's
+        // task reads a few of hundreds), or a windowed layer's whole ring
+        // (where positions wrap around it).
+        let reads = match window {
+            Some(_) => 0..blocks,
+            None => {
+                let end = (task.segments.end * SEGMENT).min(seen_last);
+                first_block.min(blocks)..end.div_ceil(KEY_BLOCK).min(blocks)
+            }
+        };
         // SAFETY: the head is written only by this task (just above, now
         // finished) or before the job; other tasks only read it.
-        let runs: Vec<&[E]> = (0..blocks)
+        let runs: Vec<&[E]> = reads
+            .clone()
             .map(|b| unsafe { cache.key_block(unit.kv_head, b) })
             .collect();
         let tile = Tile {
@@ -337,6 +348,7 @@ fn attention_job<E: Stored>(
             ring: cache.ring(),
             key_blocks: cache.key_blocks(),
             runs: &runs,
+            first_run: reads.start,
             segments: task.segments.clone(),
         };
         let query = |i: usize, h: usize| {

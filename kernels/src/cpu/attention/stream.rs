@@ -21,7 +21,7 @@ use std::ops::Range;
 
 use super::online::online_step;
 use super::partial::{merge, normalize, SEGMENT};
-use super::scores::{scores16_group, GROUP_MAX};
+use super::scores::{scores16_group, scores32_group, GROUP_MAX};
 use crate::cpu::isa::CheckedIsa;
 use crate::cpu::kv_cache::{KEY_BLOCK, KEY_TILE};
 use crate::cpu::kv_elem::KvElem;
@@ -35,8 +35,9 @@ pub(super) const ROW_TILE: usize = 8;
 /// What one task reads: `rows` query rows at positions
 /// `first_pos..first_pos + rows`, each row's `group` heads of `head_dim`
 /// found by `query(i, h)`, against one KV head's run of each key block of
-/// the cache (`runs[b]`: two key tiles, then the values) for positions
-/// `0..first_pos + rows`.
+/// the cache (key block `b`'s run, two key tiles then the values, is
+/// `runs[b - first_run]`) for the positions of `segments` up to
+/// `first_pos + rows`.
 pub(super) struct Tile<'a, E> {
     pub(super) rows: usize,
     pub(super) first_pos: usize,
@@ -54,6 +55,9 @@ pub(super) struct Tile<'a, E> {
     /// Key blocks per block of the cache (one allocation).
     pub(super) key_blocks: usize,
     pub(super) runs: &'a [&'a [E]],
+    /// The key block (of the ring) `runs[0]` is: a task is handed only the
+    /// key blocks it reads.
+    pub(super) first_run: usize,
     /// The segments this task reads (see `partial`): every one the rows
     /// see, or one of them when a deep context is split across tasks.
     pub(super) segments: Range<usize>,
@@ -82,7 +86,8 @@ impl<E: KvElem> Tile<'_, E> {
         if !(block / KEY_BLOCK).is_multiple_of(self.key_blocks.max(1)) {
             return;
         }
-        if let Some(run) = self.runs.get((block / KEY_BLOCK) % self.ring.max(1)) {
+        let at = ((block / KEY_BLOCK) % self.ring.max(1)).checked_sub(self.first_run);
+        if let Some(run) = at.and_then(|at| self.runs.get(at)) {
             prefetch_all(run);
         }
     }
@@ -95,7 +100,7 @@ impl<E: KvElem> Tile<'_, E> {
         block: usize,
         scratch: &'s mut Vec<f32>,
     ) -> (&'s [f32], &'s [f32]) {
-        let run = self.runs[(block / KEY_BLOCK) % self.ring.max(1)];
+        let run = self.runs[(block / KEY_BLOCK) % self.ring.max(1) - self.first_run];
         let kv = E::widen(isa, run, scratch);
         kv.split_at(KEY_BLOCK * self.head_dim)
     }
@@ -355,6 +360,16 @@ fn block_scores<'q>(
 ) {
     let qs: [&[f32]; GROUP_MAX] = std::array::from_fn(|h| query(h.min(g - 1)));
     let hd = qs[0].len();
+    if n > KEY_TILE {
+        let mut both = [[0.0; KEY_BLOCK]; GROUP_MAX];
+        if scores32_group(isa, &qs[..g], keys, scale, &mut both) {
+            for (h, both) in both.iter().enumerate().take(g) {
+                let to = h * KEY_BLOCK;
+                state.scores[to..to + KEY_BLOCK].copy_from_slice(both);
+            }
+            return;
+        }
+    }
     let mut all = [[0.0; KEY_TILE]; GROUP_MAX];
     for t in 0..n.div_ceil(KEY_TILE) {
         let at = t * KEY_TILE * hd;
