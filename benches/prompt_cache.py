@@ -9,7 +9,7 @@ the same binary with `--no-prompt-cache`.
 
 Usage:
   python benches/prompt_cache.py [--model GGUF] [--switchyard BIN]
-      [--llama-server BIN] [--threads 2] [--rounds 3] [--turns 4]
+      [--llama-server BIN] [--threads 2] [--rounds 3] [--turns 4] [--kv-block N]
 Prints one JSON line per server and a summary table.
 """
 
@@ -113,10 +113,13 @@ def session(port: int, rounds: int, turns: int, extra: dict | None = None) -> di
             "cached_tokens": cached, "answers": answers}
 
 
-def switchyard(bin_path: Path, model: Path, threads: int, rounds: int, turns: int, cache: bool) -> dict:
+def switchyard(bin_path: Path, model: Path, threads: int, rounds: int, turns: int, cache: bool,
+               kv_block: int | None) -> dict:
     port = free_port()
     args = [str(bin_path), "serve", "--model", str(model), "--model-name", "smollm2",
             "--listen", f"127.0.0.1:{port}", "--threads", str(threads)]
+    if kv_block:
+        args += ["--kv-block", str(kv_block)]
     if not cache:
         args.append("--no-prompt-cache")
     proc = start(args, port, "/ready")
@@ -165,13 +168,17 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--turns", type=int, default=4)
+    ap.add_argument("--kv-block", type=int, default=None,
+                    help="switchyard's --kv-block (positions per KV block: the prompt cache's unit)")
     args = ap.parse_args()
     model = args.model or Path(subprocess.run(
         [str(ROOT / "scripts" / "fetch-model.sh")], check=True, capture_output=True,
         text=True).stdout.strip().splitlines()[-1])
 
-    uncached = switchyard(args.switchyard, model, args.threads, args.rounds, args.turns, cache=False)
-    cached = switchyard(args.switchyard, model, args.threads, args.rounds, args.turns, cache=True)
+    uncached = switchyard(args.switchyard, model, args.threads, args.rounds, args.turns, cache=False,
+                          kv_block=args.kv_block)
+    cached = switchyard(args.switchyard, model, args.threads, args.rounds, args.turns, cache=True,
+                        kv_block=args.kv_block)
     identical = cached["answers"] == uncached["answers"]
     if args.llama_server.exists():
         peer_name = "llama-server (cache_prompt, 1 slot)"
