@@ -328,8 +328,9 @@ fn start_engine(
         .map_or(0, |d| d.as_secs());
     let backend = Arc::new(CpuBackend::new(settings.threads).with_kv(settings.kv));
     eprintln!(
-        "switchyard: KV caches in {}, budget {:.0} MiB",
+        "switchyard: KV caches in {}, blocks of {} positions, budget {:.0} MiB",
         settings.kv.dtype,
+        settings.kv.block_positions,
         settings.kv.budget_bytes as f64 / (1024.0 * 1024.0)
     );
     let registry_metrics = RegistryMetrics::new();
