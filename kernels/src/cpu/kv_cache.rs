@@ -15,8 +15,7 @@
 //! - values position after position (`[position][head_dim]`), the order
 //!   the weighted sum reads them.
 //!
-//! Tasks of different KV heads therefore write apart.
-//! Elements are f32, f16 (see `kv_elem`) or Q8_0 (`kv_q8`: per-position
+//! Tasks of different KV heads therefore write apart. Elements are f32, f16 (see `kv_elem`) or Q8_0 (`kv_q8`: per-position
 //! groups of int8 with f16 scales, in a byte layout of their own that
 //! widens to the one above), chosen by the backend's pool.
 //!
