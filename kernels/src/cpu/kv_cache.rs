@@ -42,6 +42,8 @@ use super::kv_q8::Q8Byte;
 use super::kv_shared_block::CpuKvBlock;
 use crate::KernelError;
 
+#[cfg(test)]
+use super::kv_layout::{key_at, value_at};
 pub(crate) use super::kv_layout::{KEY_BLOCK, KEY_TILE};
 
 /// Slots a ring holds beyond its window: a prompt chunk writes this many
@@ -189,7 +191,12 @@ impl CpuKvCache {
         windows: &[Option<usize>],
         prefix_blocks: usize,
     ) -> Result<Self, KernelError> {
-        let block = pool.block_positions();
+        // A cache shorter than the pool's block takes one block of its own
+        // length: a short request does not hold 1,024 positions of memory
+        // per layer. Its block is never full-sized, so it shares none.
+        let block = pool
+            .block_positions()
+            .min(capacity.max(1).next_multiple_of(KEY_BLOCK));
         let full = capacity.div_ceil(block);
         let window_of = |l: usize| windows.get(l).copied().flatten().filter(|w| *w > 0);
         let max_blocks: Vec<usize> = (0..layers)
@@ -303,6 +310,11 @@ impl CpuKvCache {
         self.block
     }
 
+    /// Key blocks (attention's unit) per block.
+    fn key_blocks(&self) -> usize {
+        self.block / KEY_BLOCK
+    }
+
     /// Positions the cache can hold.
     pub fn capacity(&self) -> usize {
         self.capacity
@@ -348,7 +360,7 @@ impl CpuKvCache {
         end: usize,
     ) -> Result<(), KernelError> {
         // Reserving checked that this does not overflow.
-        let len = self.n_kv_heads * (self.block / KEY_BLOCK) * E::run_len(self.head_dim);
+        let len = self.n_kv_heads * self.key_blocks() * E::run_len(self.head_dim);
         let wanted = end
             .div_ceil(self.block)
             .min(self.max_blocks.get(layer).copied().unwrap_or(0));
@@ -406,7 +418,7 @@ impl CpuKvCache {
         layer: usize,
     ) -> Result<LayerHeads<'_, E>, KernelError> {
         let (n_kv_heads, head_dim) = (self.n_kv_heads, self.head_dim);
-        let key_blocks = self.block / KEY_BLOCK;
+        let key_blocks = self.key_blocks();
         let ring = self.max_blocks.get(layer).copied().unwrap_or(0);
         let error = self.dtype_error::<E>();
         let blocks = E::layers(&mut self.store)
@@ -442,8 +454,7 @@ impl CpuKvCache {
     #[cfg(test)]
     pub(crate) fn key(&mut self, layer: usize, head: usize, position: usize) -> Vec<f32> {
         let hd = self.head_dim;
-        let lane = position % KEY_BLOCK;
-        let at = (lane / KEY_TILE) * KEY_TILE * hd + lane % KEY_TILE;
+        let at = key_at(position % KEY_BLOCK, hd);
         self.head_run(layer, head, position)
             .into_iter()
             .skip(at)
@@ -456,7 +467,7 @@ impl CpuKvCache {
     #[cfg(test)]
     pub(crate) fn value(&mut self, layer: usize, head: usize, position: usize) -> Vec<f32> {
         let hd = self.head_dim;
-        let at = KEY_BLOCK * hd + (position % KEY_BLOCK) * hd;
+        let at = value_at(position % KEY_BLOCK, hd);
         self.head_run(layer, head, position)[at..at + hd].to_vec()
     }
 

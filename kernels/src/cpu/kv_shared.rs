@@ -47,6 +47,13 @@ impl CpuKvCache {
                 "a cache with sliding-window layers cannot share blocks".into(),
             ));
         }
+        if self.block_positions() != pool.block_positions() {
+            return Err(refuse(format!(
+                "a cache of {} positions has blocks of its length, not the pool's {}",
+                self.capacity(),
+                pool.block_positions()
+            )));
+        }
         let positions = self.block_positions();
         let end = (block + 1) * positions;
         if self.filled.iter().any(|f| *f < end) {
@@ -190,7 +197,11 @@ mod tests {
     const CAPACITY: usize = 4 * BLOCK;
 
     fn filled_cache(pool: &Arc<KvPool>, positions: usize) -> CpuKvCache {
-        let mut cache = CpuKvCache::windowed(pool, 2, 1, 4, CAPACITY, &[]).unwrap();
+        filled_cache_of(pool, CAPACITY, positions)
+    }
+
+    fn filled_cache_of(pool: &Arc<KvPool>, capacity: usize, positions: usize) -> CpuKvCache {
+        let mut cache = CpuKvCache::windowed(pool, 2, 1, 4, capacity, &[]).unwrap();
         for layer in 0..2 {
             cache.ensure::<f32>(layer, positions).unwrap();
             for p in 0..positions {
@@ -288,6 +299,17 @@ mod tests {
             &second.prefix,
         );
         assert!(other.is_err(), "a q8_0 block taken up by an f32 cache");
+    }
+
+    #[test]
+    fn a_cache_shorter_than_a_block_holds_its_length_and_shares_nothing() {
+        let pool = KvPool::unlimited_blocks(KvType::F32, 4 * BLOCK);
+        let mut short = filled_cache_of(&pool, BLOCK + 3, BLOCK + 3);
+        // Its capacity in whole key blocks: 96 positions, not 256.
+        assert_eq!(short.block_positions(), BLOCK + 32);
+        // 2 layers × keys and values × 96 positions × 4 dims × 4 bytes.
+        assert_eq!(short.allocated_bytes(), 2 * 2 * (BLOCK + 32) * 4 * 4);
+        assert!(short.share_block(&pool, 0).is_err());
     }
 
     #[test]

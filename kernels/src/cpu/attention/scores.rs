@@ -88,8 +88,8 @@ pub(super) fn scores16_group(
 
 /// [`scores16_group`] over both key tiles of a key block at once (`tiles`:
 /// the two tiles one after the other) for up to three queries, into
-/// `out[g][..2 · KEY_TILE]`; `false` (nothing written) where the ISA or the
-/// group size has no such kernel. Each broadcast of a query's dimension
+/// `out[g]`; `false` (nothing written) where the ISA or the group size has
+/// no such kernel. Each broadcast of a query's dimension
 /// serves both tiles, so a multiply-add costs 5/6 of a load instead of 4/3
 /// (a prompt's scores were load-bound); every score is bit for bit what
 /// `scores16` gives it (the same four chains).
@@ -98,10 +98,11 @@ pub(super) fn scores32_group(
     qs: &[&[f32]],
     tiles: &[f32],
     scale: f32,
-    out: &mut [[f32; 2 * KEY_TILE]; GROUP_MAX],
+    out: &mut [[f32; 2 * KEY_TILE]],
 ) -> bool {
     let hd = qs.first().map_or(0, |q| q.len());
-    if hd == 0 || tiles.len() < 2 * hd * KEY_TILE || qs.iter().any(|q| q.len() != hd) {
+    let fits = hd > 0 && tiles.len() >= 2 * hd * KEY_TILE && out.len() >= qs.len();
+    if !fits || qs.iter().any(|q| q.len() != hd) {
         return false;
     }
     let tiles = &tiles[..2 * hd * KEY_TILE];
@@ -238,14 +239,14 @@ mod x86 {
     ///
     /// # Safety
     /// AVX-512 F; `tiles.len() == 2 · KEY_TILE · hd` with `hd` every
-    /// query's length; `G <= 3`.
+    /// query's length; `G <= 3` and `G <= out.len()`.
     #[allow(clippy::needless_range_loop)]
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn scores32_group<const G: usize>(
         qs: &[&[f32]],
         tiles: &[f32],
         scale: f32,
-        out: &mut [[f32; 2 * KEY_TILE]; GROUP_MAX],
+        out: &mut [[f32; 2 * KEY_TILE]],
     ) {
         let hd = tiles.len() / (2 * KEY_TILE);
         let q: [*const f32; G] = std::array::from_fn(|g| qs[g].as_ptr());

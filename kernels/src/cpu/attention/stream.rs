@@ -360,15 +360,10 @@ fn block_scores<'q>(
 ) {
     let qs: [&[f32]; GROUP_MAX] = std::array::from_fn(|h| query(h.min(g - 1)));
     let hd = qs[0].len();
-    if n > KEY_TILE {
-        let mut both = [[0.0; KEY_BLOCK]; GROUP_MAX];
-        if scores32_group(isa, &qs[..g], keys, scale, &mut both) {
-            for (h, both) in both.iter().enumerate().take(g) {
-                let to = h * KEY_BLOCK;
-                state.scores[to..to + KEY_BLOCK].copy_from_slice(both);
-            }
-            return;
-        }
+    // Query h's scores are row h of `state.scores`: written in place.
+    let (rows, _) = state.scores.as_chunks_mut::<KEY_BLOCK>();
+    if n > KEY_TILE && scores32_group(isa, &qs[..g], keys, scale, rows) {
+        return;
     }
     let mut all = [[0.0; KEY_TILE]; GROUP_MAX];
     for t in 0..n.div_ceil(KEY_TILE) {
