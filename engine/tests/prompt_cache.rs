@@ -35,11 +35,11 @@ struct Fixture {
 /// A synthetic SmolLM2 on a backend whose F16 KV budget holds
 /// `budget_blocks` blocks of every layer (`None`: no limit).
 fn fixture(budget_blocks: Option<usize>) -> Fixture {
-    fixture_of(Preset::Smollm2, budget_blocks)
+    fixture_of(Preset::Smollm2, budget_blocks, BLOCK)
 }
 
-/// As [`fixture`], of another architecture.
-fn fixture_of(preset: Preset, budget_blocks: Option<usize>) -> Fixture {
+/// As [`fixture`], of another architecture and block size.
+fn fixture_of(preset: Preset, budget_blocks: Option<usize>, block: usize) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("synthetic-q8.gguf");
     let spec = SyntheticSpec {
@@ -54,11 +54,11 @@ fn fixture_of(preset: Preset, budget_blocks: Option<usize>) -> Fixture {
         .unwrap()
         .config()
         .clone();
-    let block_bytes = config.n_layers * config.n_kv_heads * config.head_dim * 2 * BLOCK * 2;
+    let block_bytes = config.n_layers * config.n_kv_heads * config.head_dim * 2 * block * 2;
     let backend = Arc::new(CpuBackend::new(2).with_kv(KvConfig {
         dtype: KvType::F16,
         budget_bytes: budget_blocks.map_or(usize::MAX, |b| b * block_bytes),
-        block_positions: BLOCK,
+        block_positions: block,
     }));
     let checkpoint = served::serve(&backend, &path);
     Fixture {
@@ -137,7 +137,12 @@ fn executor(f: &Fixture, prompt_cache: bool) -> Executor<CpuBackend> {
 
 /// A shared 100-token start, then `tail`.
 fn prompt(tail: &[u32]) -> Vec<u32> {
-    (0..100u32)
+    prompt_of(100, tail)
+}
+
+/// A shared start of `start` tokens, then `tail`.
+fn prompt_of(start: u32, tail: &[u32]) -> Vec<u32> {
+    (0..start)
         .map(|i| 1 + (i * 37) % 300)
         .chain(tail.iter().copied())
         .collect()
@@ -172,6 +177,33 @@ fn a_cached_prefix_samples_what_the_whole_prompt_samples() {
 }
 
 #[test]
+fn a_copied_tail_samples_what_the_whole_prompt_samples() {
+    // Blocks of 128 positions: a start of 100 tokens lies in a block's
+    // first 3 key blocks (96 positions, copied); one of 200 fills block 0
+    // (shared) and 2 key blocks of block 1 (64 positions, copied).
+    const LARGE: usize = 128;
+    let f = fixture_of(Preset::Smollm2, None, LARGE);
+    let tails: [&[u32]; 3] = [&[7, 8, 9], &[11, 12], &[200, 201, 202, 203, 204]];
+    for (start, copied) in [(100, 96), (200, LARGE + 64)] {
+        let uncached = executor(&f, false);
+        let expected: Vec<_> = tails
+            .iter()
+            .map(|t| run(&uncached, &f, prompt_of(start, t), 8).0)
+            .collect();
+        uncached.shutdown();
+        let cached = executor(&f, true);
+        let (first, hit) = run(&cached, &f, prompt_of(start, tails[0]), 8);
+        assert_eq!((first, hit), (expected[0].clone(), 0));
+        for (tail, ids) in tails.iter().zip(&expected) {
+            let (got, hit) = run(&cached, &f, prompt_of(start, tail), 8);
+            assert_eq!(&got, ids, "start {start}, tail {tail:?}");
+            assert_eq!(hit, copied, "start {start}, tail {tail:?}");
+        }
+        cached.shutdown();
+    }
+}
+
+#[test]
 fn unread_cached_blocks_give_way_to_a_new_sequence() {
     // Eight blocks of every layer: the first sequence (4 blocks) leaves 3
     // cached; the second (100 + 100 positions: 7 blocks) fits only if
@@ -193,7 +225,7 @@ fn unread_cached_blocks_give_way_to_a_new_sequence() {
 fn sliding_window_checkpoints_are_not_cached() {
     // Gemma 3's local layers keep rings whose blocks are overwritten as
     // the window moves: their prefixes cannot be shared block by block.
-    let f = fixture_of(Preset::Gemma3, None);
+    let f = fixture_of(Preset::Gemma3, None, BLOCK);
     let exec = executor(&f, true);
     let (first, _) = run(&exec, &f, prompt(&[3]), 6);
     let (again, hit) = run(&exec, &f, prompt(&[3]), 6);

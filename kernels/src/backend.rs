@@ -136,8 +136,25 @@ pub struct AttentionRows<'a, B: Backend> {
     pub start_pos: usize,
 }
 
-/// A handle to one full KV block shared read-only between caches (the
-/// prompt cache's unit: [`Backend::kv_share_block`]).
+/// What a new cache starts from (the prompt cache's find): `shared` full
+/// blocks read in place, then the first `tail.1` positions of `tail.0`
+/// (a multiple of [`Backend::kv_tail_unit`]) copied into the cache's own
+/// next block.
+pub struct KvPrefix<'a, K> {
+    pub shared: &'a [K],
+    pub tail: Option<(&'a K, usize)>,
+}
+
+impl<K> KvPrefix<'_, K> {
+    /// Positions the prefix covers, with blocks of `block_positions`.
+    pub fn positions(&self, block_positions: usize) -> usize {
+        self.shared.len() * block_positions + self.tail.map_or(0, |(_, n)| n)
+    }
+}
+
+/// A handle to one KV block shared read-only between caches (the prompt
+/// cache's unit: [`Backend::kv_share_block`], or the written start of a
+/// block, [`Backend::kv_copy_tail`]).
 pub trait SharedKvBlock: Clone + Send + Sync + 'static {
     /// Handles to the block alive now: 1 means only the caller's, so
     /// dropping it frees the block and its budget.
@@ -201,9 +218,23 @@ pub trait Backend: Send + Sync + 'static {
         cache: &mut Self::KvCache,
         block: usize,
     ) -> Result<Self::KvBlock, KernelError>;
-    /// As [`Backend::kv_cache`], starting from the shared `prefix` blocks
-    /// (positions `0..prefix.len() × kv_block_positions()` already
-    /// written, never written again); reserves only the blocks beyond.
+    /// Positions a copied tail is a multiple of (see [`KvPrefix`]).
+    fn kv_tail_unit(&self) -> usize;
+    /// Copies positions `start..start + positions` of `cache` (`start` a
+    /// multiple of `kv_block_positions()`, `positions` of
+    /// `kv_tail_unit()`, no more than a block, written in every layer)
+    /// into a block of their own that later caches copy from (see
+    /// [`KvPrefix`]). Fails for caches with sliding-window layers.
+    fn kv_copy_tail(
+        &self,
+        cache: &mut Self::KvCache,
+        start: usize,
+        positions: usize,
+    ) -> Result<Self::KvBlock, KernelError>;
+    /// As [`Backend::kv_cache`], starting from `prefix` (positions
+    /// `0..prefix.positions(kv_block_positions())` already written; the
+    /// shared blocks never written again); reserves only the blocks beyond
+    /// the shared ones.
     fn kv_cache_with_prefix(
         &self,
         layers: usize,
@@ -211,7 +242,7 @@ pub trait Backend: Send + Sync + 'static {
         head_dim: usize,
         capacity: usize,
         windows: &[Option<usize>],
-        prefix: &[Self::KvBlock],
+        prefix: KvPrefix<'_, Self::KvBlock>,
     ) -> Result<Self::KvCache, KernelError>;
 
     // --- operations -------------------------------------------------------

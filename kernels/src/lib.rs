@@ -29,8 +29,8 @@ pub mod error;
 pub mod quantize;
 
 pub use backend::{
-    AttentionRows, AttentionShape, Backend, MatmulInput, MatmulProduct, RopeStyle, SharedKvBlock,
-    WeightView,
+    AttentionRows, AttentionShape, Backend, KvPrefix, MatmulInput, MatmulProduct, RopeStyle,
+    SharedKvBlock, WeightView,
 };
 pub use dtype::DType;
 pub use error::KernelError;

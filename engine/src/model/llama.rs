@@ -7,7 +7,7 @@
 //! attention runs per sequence over that sequence's KV cache. The step
 //! itself is in `step.rs`, which can also run several checkpoints at once.
 
-use switchyard_kernels::{AttentionShape, Backend};
+use switchyard_kernels::{AttentionShape, Backend, KvPrefix};
 
 use super::runs::Gather;
 use super::weights::{LoadStats, ModelWeights};
@@ -144,13 +144,13 @@ impl<B: Backend> LlamaModel<B> {
         }
     }
 
-    /// A KV cache that starts from the prompt cache's shared `prefix`
-    /// blocks (see [`Backend::kv_cache_with_prefix`]).
+    /// A KV cache that starts from what the prompt cache found (see
+    /// [`Backend::kv_cache_with_prefix`]).
     pub fn new_cache_with_prefix(
         &self,
         backend: &B,
         capacity: usize,
-        prefix: &[B::KvBlock],
+        prefix: KvPrefix<'_, B::KvBlock>,
     ) -> Result<B::KvCache, ModelError> {
         Ok(backend.kv_cache_with_prefix(
             self.config.n_layers,

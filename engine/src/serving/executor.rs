@@ -138,7 +138,7 @@ impl<B: Backend> Executor<B> {
         let kv_slots = config.max_active.max(1);
         let prefix = config
             .prompt_cache
-            .then(|| PrefixCache::new(backend.kv_block_positions()));
+            .then(|| PrefixCache::new(backend.kv_block_positions(), backend.kv_tail_unit()));
         let state = Scheduler {
             prefix,
             cached_blocks: 0,

@@ -9,7 +9,7 @@ use switchyard_kernels::{Backend, KernelError};
 use super::checkpoint::CheckpointHandle;
 use super::choice::Claim;
 use super::kv_admission::{self, NoCache};
-use super::prefix_cache::PrefixCache;
+use super::prefix_cache::{Found, PrefixCache};
 use super::queue::{SequenceEvent, SequenceRequest};
 use super::sequence::Sequence;
 use crate::model::{LogitRows, SequenceChunk};
@@ -104,19 +104,19 @@ impl<B: Backend> Group<B> {
         let checkpoint = &self.checkpoint;
         let model = &checkpoint.model;
         let mut prefix = prefix.filter(|_| checkpoint.caches_prompts);
-        let shared = match prefix.as_deref_mut() {
+        let found = match prefix.as_deref_mut() {
             Some(cache) => cache.lookup(checkpoint.weight_identity, &front.request.prompt),
-            None => Vec::new(),
+            None => Found::none(),
         };
-        let cached = shared.len() * backend.kv_block_positions();
-        let mut made = kv_admission::make_cache(backend, model, &front.request, &shared);
+        let cached = found.prefix().positions(backend.kv_block_positions());
+        let mut made = kv_admission::make_cache(backend, model, &front.request, found.prefix());
         // Cached blocks no sequence reads count as free: evict what the
         // cache is short of, then try again.
         while let (Err(NoCache::Later { short }), Some(cache)) = (&made, prefix.as_deref_mut()) {
             if cache.evict(*short) == 0 {
                 break;
             }
-            made = kv_admission::make_cache(backend, model, &front.request, &shared);
+            made = kv_admission::make_cache(backend, model, &front.request, found.prefix());
         }
         let cache = match made {
             Ok(cache) => cache,
@@ -145,7 +145,7 @@ impl<B: Backend> Group<B> {
             request,
             cache,
             capacity,
-            shared.len(),
+            found.shared.len(),
             cached,
         ));
         Admission::Admitted { cached, prompt }
@@ -314,9 +314,9 @@ impl<B: Backend> Group<B> {
 }
 
 /// Hands `sequence`'s full prompt blocks (past those it took from the
-/// cache) to the prompt cache, evicting unread cached blocks when the
-/// budget has no room for them; a block that cannot be had ends the
-/// handing (the sequence runs on either way).
+/// cache) and a copy of its tail to the prompt cache, evicting unread
+/// cached blocks when the budget has no room for them; a block that cannot
+/// be had ends the handing (the sequence runs on either way).
 fn share_prompt<B: Backend>(
     backend: &B,
     weights: u64,
@@ -326,15 +326,21 @@ fn share_prompt<B: Backend>(
     let prompt = sequence.prompt().to_vec();
     let from = sequence.shared_blocks;
     let kv = &mut sequence.cache;
-    let mut share = |block: usize, cache: &mut PrefixCache<B::KvBlock>| match backend
-        .kv_share_block(kv, block)
-    {
+    let positions = backend.kv_block_positions();
+    let mut take = |range: &Range<usize>| {
+        if range.len() == positions {
+            backend.kv_share_block(kv, range.start / positions)
+        } else {
+            backend.kv_copy_tail(kv, range.start, range.len())
+        }
+    };
+    let mut share = |range: Range<usize>, cache: &mut PrefixCache<B::KvBlock>| match take(&range) {
         Ok(shared) => Some(shared),
         Err(KernelError::KvBudget { needed, free, .. }) => {
             if cache.evict(needed.saturating_sub(free)) == 0 {
                 return None;
             }
-            backend.kv_share_block(kv, block).ok()
+            take(&range).ok()
         }
         Err(_) => None,
     };

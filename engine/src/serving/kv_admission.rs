@@ -8,7 +8,7 @@
 //! one that fits the budget but not what is free now waits in the queue
 //! until running sequences end; a running sequence never runs out.
 
-use switchyard_kernels::{Backend, KernelError};
+use switchyard_kernels::{Backend, KernelError, KvPrefix};
 
 use super::queue::{kv_positions, KvAdvice, SequenceRequest, SubmitError};
 use crate::model::{LlamaModel, ModelError};
@@ -31,13 +31,13 @@ pub(super) fn positions<B: Backend>(model: &LlamaModel<B>, request: &SequenceReq
     )
 }
 
-/// `request`'s cache, starting from the prompt cache's shared `prefix`
-/// blocks, if the budget has room for it now.
+/// `request`'s cache, starting from what the prompt cache found
+/// (`prefix`), if the budget has room for it now.
 pub(super) fn make_cache<B: Backend>(
     backend: &B,
     model: &LlamaModel<B>,
     request: &SequenceRequest,
-    prefix: &[B::KvBlock],
+    prefix: KvPrefix<'_, B::KvBlock>,
 ) -> Result<B::KvCache, NoCache> {
     let positions = positions(model, request);
     match model.new_cache_with_prefix(backend, positions, prefix) {

@@ -1,11 +1,19 @@
-//! The prompt cache: full KV blocks of prompt prefixes kept after their
+//! The prompt cache: KV blocks of prompt prefixes kept after their
 //! sequence ends, reused by later requests whose prompts start the same.
 //!
-//! - A block is found by a chained hash: block `i`'s hash covers block
-//!   `i - 1`'s hash and block `i`'s token ids, so one hash names the whole
-//!   prefix up to the block's end. The entry keeps its tokens and its
+//! - A full block is found by a chained hash: block `i`'s hash covers
+//!   block `i - 1`'s hash and block `i`'s token ids, so one hash names the
+//!   whole prefix up to the block's end. The entry keeps its tokens and its
 //!   parent's hash too, and a lookup compares them: a hash collision
 //!   misses, it never serves another prompt's KV.
+//! - A prompt's partial last block is kept as a **tail**: its written
+//!   positions in whole units of the backend (`kv_tail_unit`), copied into
+//!   a block of their own, under the same parent. A lookup goes on past
+//!   the last full block it found with the child of that block (a tail or
+//!   a full block) that shares the most of the prompt's next tokens, and
+//!   the new cache copies that many positions of it. With blocks of 1,024
+//!   positions, a system prompt of 1,500 tokens would otherwise reuse only
+//!   its first 1,024.
 //! - Entries are keyed by the checkpoint's weight identity (see
 //!   `LlamaModel::weight_identity`), not its name: two versions with the
 //!   same weights share blocks, a reload with other weights never does.
@@ -15,27 +23,39 @@
 //!   backend's handle count): it cannot be evicted. The others are evicted
 //!   least recently used first, deepest first among equals (a child is
 //!   useless without its parent), when the KV budget needs their bytes.
-//!
-//! Only full blocks are cached; a prompt's partial tail block stays the
-//! sequence's own.
 
 use std::any::Any;
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
+use std::ops::Range;
 use std::sync::Weak;
 
-use switchyard_kernels::SharedKvBlock;
+use switchyard_kernels::{KvPrefix, SharedKvBlock};
 
-/// The chained hash of one full block of a prompt.
+/// The chained hash of one block (or tail) of a prompt.
 pub(super) type BlockHash = u64;
 
-/// What [`PrefixCache::insert`] asks for a block: its shared handle, or
-/// `None` when it cannot be had (the budget, a backend refusal).
-pub(super) type ShareBlock<'a, T> = dyn FnMut(usize, &mut PrefixCache<T>) -> Option<T> + 'a;
+/// What [`PrefixCache::insert`] asks for the prompt positions `range`: a
+/// full block's shared handle, or (a shorter range from a block's start)
+/// a tail's copy; `None` when it cannot be had (the budget, a backend
+/// refusal).
+pub(super) type ShareBlock<'a, T> = dyn FnMut(Range<usize>, &mut PrefixCache<T>) -> Option<T> + 'a;
 
 /// The hash of a chain with no block yet.
 const ROOT: BlockHash = 0;
+
+/// Tails kept under one parent: prompts that share a prefix and then
+/// differ (one system prompt, many user messages) each leave one.
+const MAX_TAILS: usize = 8;
+
+/// The hash of `tokens` after the block (or root) `parent`.
+fn chain(parent: BlockHash, tokens: &[u32]) -> BlockHash {
+    let mut hasher = DefaultHasher::new();
+    parent.hash(&mut hasher);
+    tokens.hash(&mut hasher);
+    hasher.finish()
+}
 
 /// The chained hashes of the full blocks of `tokens`, `positions` tokens each.
 pub(super) fn block_hashes(tokens: &[u32], positions: usize) -> Vec<BlockHash> {
@@ -43,18 +63,41 @@ pub(super) fn block_hashes(tokens: &[u32], positions: usize) -> Vec<BlockHash> {
     tokens
         .chunks_exact(positions.max(1))
         .map(|block| {
-            let mut hasher = DefaultHasher::new();
-            parent.hash(&mut hasher);
-            block.hash(&mut hasher);
-            parent = hasher.finish();
+            parent = chain(parent, block);
             parent
         })
         .collect()
 }
 
+/// What a lookup found: the full blocks that start the prompt, then the
+/// block whose first `tail.1` positions go on with it.
+pub(super) struct Found<T> {
+    pub(super) shared: Vec<T>,
+    pub(super) tail: Option<(T, usize)>,
+}
+
+impl<T> Found<T> {
+    /// Nothing cached.
+    pub(super) fn none() -> Self {
+        Found {
+            shared: Vec::new(),
+            tail: None,
+        }
+    }
+
+    /// What the new cache starts from.
+    pub(super) fn prefix(&self) -> KvPrefix<'_, T> {
+        KvPrefix {
+            shared: &self.shared,
+            tail: self.tail.as_ref().map(|(block, n)| (block, *n)),
+        }
+    }
+}
+
 struct Entry<T> {
     block: T,
     parent: BlockHash,
+    /// A full block's tokens, or fewer: a tail's.
     tokens: Box<[u32]>,
     /// Its index in the prompt: among entries used at the same time, the
     /// deepest goes first.
@@ -63,10 +106,15 @@ struct Entry<T> {
     last_used: u64,
 }
 
-/// Full prompt blocks by weight identity and chained hash.
+/// Prompt blocks and tails by weight identity and chained hash.
 pub(super) struct PrefixCache<T> {
     positions: usize,
+    /// Positions a tail is a multiple of.
+    unit: usize,
     entries: HashMap<(u64, BlockHash), Entry<T>>,
+    /// Per weight identity and parent, the hashes of its children (full
+    /// blocks and tails).
+    children: HashMap<(u64, BlockHash), Vec<BlockHash>>,
     /// Per weight identity, the checkpoints holding it.
     owners: HashMap<u64, Vec<Weak<dyn Any + Send + Sync>>>,
     clock: u64,
@@ -79,11 +127,14 @@ pub(super) struct PrefixCache<T> {
 }
 
 impl<T: SharedKvBlock> PrefixCache<T> {
-    /// A cache of blocks of `positions` tokens.
-    pub(super) fn new(positions: usize) -> Self {
+    /// A cache of blocks of `positions` tokens and tails of multiples of
+    /// `unit`.
+    pub(super) fn new(positions: usize, unit: usize) -> Self {
         PrefixCache {
             positions: positions.max(1),
+            unit: unit.clamp(1, positions.max(1)),
             entries: HashMap::new(),
+            children: HashMap::new(),
             owners: HashMap::new(),
             clock: 0,
             evicted: 0,
@@ -126,17 +177,82 @@ impl<T: SharedKvBlock> PrefixCache<T> {
         let owners = &self.owners;
         self.entries
             .retain(|(weights, _), _| owners.contains_key(weights));
+        self.children
+            .retain(|(weights, _), _| owners.contains_key(weights));
         before - self.entries.len()
     }
 
-    /// The cached blocks that start `prompt` on `weights`, in order, at
-    /// most enough to leave the prompt's last token to compute (its logits
-    /// pick the first output token). Marks them used.
-    pub(super) fn lookup(&mut self, weights: u64, prompt: &[u32]) -> Vec<T> {
-        let usable = prompt.len().saturating_sub(1) / self.positions;
-        let hashes = block_hashes(&prompt[..usable * self.positions], self.positions);
+    /// Adds a child of `entry.parent`; the tails there whose tokens it
+    /// starts with go (it serves whatever they did).
+    fn add(&mut self, weights: u64, hash: BlockHash, entry: Entry<T>) {
+        let parent = entry.parent;
+        let covered: Vec<BlockHash> = self
+            .children
+            .get(&(weights, parent))
+            .into_iter()
+            .flatten()
+            .filter(|kid| {
+                self.entries.get(&(weights, **kid)).is_some_and(|e| {
+                    e.tokens.len() < entry.tokens.len() && entry.tokens.starts_with(&e.tokens)
+                })
+            })
+            .copied()
+            .collect();
+        for kid in covered {
+            self.remove((weights, kid));
+        }
+        if self.entries.insert((weights, hash), entry).is_none() {
+            self.children
+                .entry((weights, parent))
+                .or_default()
+                .push(hash);
+        }
+    }
+
+    fn remove(&mut self, key: (u64, BlockHash)) -> Option<Entry<T>> {
+        let entry = self.entries.remove(&key)?;
+        if let Some(kids) = self.children.get_mut(&(key.0, entry.parent)) {
+            kids.retain(|k| *k != key.1);
+            if kids.is_empty() {
+                self.children.remove(&(key.0, entry.parent));
+            }
+        }
+        Some(entry)
+    }
+
+    /// The child of `parent` at `depth` that shares the most whole units
+    /// of `rest` (at least one): its hash and that many positions.
+    fn best_child(
+        &self,
+        weights: u64,
+        parent: BlockHash,
+        depth: usize,
+        rest: &[u32],
+    ) -> Option<(BlockHash, usize)> {
+        let kids = self.children.get(&(weights, parent))?;
+        kids.iter()
+            .filter_map(|hash| {
+                let entry = self.entries.get(&(weights, *hash))?;
+                if entry.parent != parent || entry.depth != depth {
+                    return None;
+                }
+                let common = entry.tokens.iter().zip(rest).take_while(|(a, b)| a == b);
+                let n = common.count() / self.unit * self.unit;
+                (n > 0).then_some((*hash, n))
+            })
+            .max_by_key(|&(_, n)| n)
+    }
+
+    /// The cached blocks that start `prompt` on `weights`, in order, then
+    /// the tail (or block) that goes on furthest with it, at most enough
+    /// to leave the prompt's last token to compute (its logits pick the
+    /// first output token). Marks them used.
+    pub(super) fn lookup(&mut self, weights: u64, prompt: &[u32]) -> Found<T> {
+        let usable = prompt.len().saturating_sub(1);
+        let full = usable / self.positions;
+        let hashes = block_hashes(&prompt[..full * self.positions], self.positions);
         self.clock += 1;
-        let mut found = Vec::new();
+        let mut found = Found::none();
         let mut parent = ROOT;
         for ((hash, tokens), depth) in hashes
             .iter()
@@ -150,16 +266,26 @@ impl<T: SharedKvBlock> PrefixCache<T> {
                 break;
             }
             entry.last_used = self.clock;
-            found.push(entry.block.clone());
+            found.shared.push(entry.block.clone());
             parent = *hash;
+        }
+        let depth = found.shared.len();
+        let rest = prompt
+            .get(depth * self.positions..usable)
+            .unwrap_or_default();
+        if let Some((hash, n)) = self.best_child(weights, parent, depth, rest) {
+            if let Some(entry) = self.entries.get_mut(&(weights, hash)) {
+                entry.last_used = self.clock;
+                found.tail = Some((entry.block.clone(), n));
+            }
         }
         found
     }
 
     /// Caches the full blocks of `prompt` from block `from` on that are
-    /// not cached yet, asking `share` for each (it may evict through the
-    /// cache it is given to make room); stops at the first it cannot have.
-    /// Returns how many it added.
+    /// not cached yet, then its tail, asking `share` for each (it may
+    /// evict through the cache it is given to make room); stops at the
+    /// first it cannot have. Returns how many it added.
     pub(super) fn insert(
         &mut self,
         weights: u64,
@@ -171,38 +297,92 @@ impl<T: SharedKvBlock> PrefixCache<T> {
         self.clock += 1;
         self.inserting = Some(self.clock);
         let mut added = 0;
+        let mut parent = from
+            .checked_sub(1)
+            .and_then(|last| hashes.get(last).copied())
+            .unwrap_or(ROOT);
         for (depth, hash) in hashes.iter().enumerate().skip(from) {
-            let key = (weights, *hash);
-            if let Some(entry) = self.entries.get_mut(&key) {
-                entry.last_used = self.clock;
-                continue;
-            }
-            let Some(block) = share(depth, self) else {
-                break;
-            };
             let start = depth * self.positions;
             let tokens = prompt
                 .get(start..start + self.positions)
-                .unwrap_or_default()
-                .into();
-            let parent = depth
-                .checked_sub(1)
-                .and_then(|p| hashes.get(p).copied())
-                .unwrap_or(ROOT);
-            self.entries.insert(
-                key,
-                Entry {
-                    block,
-                    parent,
-                    tokens,
-                    depth,
-                    last_used: self.clock,
-                },
-            );
+                .unwrap_or_default();
+            if let Some(entry) = self.entries.get_mut(&(weights, *hash)) {
+                entry.last_used = self.clock;
+                parent = *hash;
+                continue;
+            }
+            let Some(block) = share(start..start + self.positions, self) else {
+                self.inserting = None;
+                return added;
+            };
+            let entry = self.entry(block, parent, tokens, depth);
+            self.add(weights, *hash, entry);
+            parent = *hash;
             added += 1;
         }
+        added += self.insert_tail(weights, prompt, parent, hashes.len(), share);
         self.inserting = None;
         added
+    }
+
+    /// Caches the tail of `prompt` after its `depth` full blocks (the last
+    /// one `parent`), unless a child there already covers it; a shorter
+    /// tail it extends goes. Returns how many it added (0 or 1).
+    fn insert_tail(
+        &mut self,
+        weights: u64,
+        prompt: &[u32],
+        parent: BlockHash,
+        depth: usize,
+        share: &mut ShareBlock<'_, T>,
+    ) -> usize {
+        let start = depth * self.positions;
+        let rest = prompt.get(start..).unwrap_or_default();
+        let tokens = &rest[..rest.len() / self.unit * self.unit];
+        if tokens.is_empty() {
+            return 0;
+        }
+        if let Some((hash, n)) = self.best_child(weights, parent, depth, tokens) {
+            if n == tokens.len() {
+                if let Some(entry) = self.entries.get_mut(&(weights, hash)) {
+                    entry.last_used = self.clock;
+                }
+                return 0;
+            }
+        }
+        let Some(block) = share(start..start + tokens.len(), self) else {
+            return 0;
+        };
+        let tails: Vec<(BlockHash, u64)> = self
+            .children
+            .get(&(weights, parent))
+            .into_iter()
+            .flatten()
+            .filter_map(|hash| {
+                let entry = self.entries.get(&(weights, *hash))?;
+                (entry.tokens.len() < self.positions).then_some((*hash, entry.last_used))
+            })
+            .collect();
+        let mut kept = tails;
+        kept.sort_by_key(|&(_, used)| used);
+        for (hash, _) in kept.iter().take((kept.len() + 1).saturating_sub(MAX_TAILS)) {
+            if self.remove((weights, *hash)).is_some() {
+                self.evicted += 1;
+            }
+        }
+        let entry = self.entry(block, parent, tokens, depth);
+        self.add(weights, chain(parent, tokens), entry);
+        1
+    }
+
+    fn entry(&self, block: T, parent: BlockHash, tokens: &[u32], depth: usize) -> Entry<T> {
+        Entry {
+            block,
+            parent,
+            tokens: tokens.into(),
+            depth,
+            last_used: self.clock,
+        }
     }
 
     /// Evicts unshared blocks, least recently used first, until `bytes`
@@ -220,7 +400,7 @@ impl<T: SharedKvBlock> PrefixCache<T> {
             if freed >= bytes {
                 break;
             }
-            if let Some(entry) = self.entries.remove(&key) {
+            if let Some(entry) = self.remove(key) {
                 freed += entry.block.bytes();
                 self.evicted += 1;
             }
@@ -254,12 +434,18 @@ mod tests {
         }
     }
 
-    fn share_all() -> impl FnMut(usize, &mut PrefixCache<FakeBlock>) -> Option<FakeBlock> {
-        |depth, _| Some(FakeBlock(Arc::new(depth)))
+    /// Blocks named by their first position.
+    fn share_all() -> impl FnMut(Range<usize>, &mut PrefixCache<FakeBlock>) -> Option<FakeBlock> {
+        |range, _| Some(FakeBlock(Arc::new(range.start)))
     }
 
+    /// Blocks of 4 positions and tails of whole blocks only (none).
     fn cache_with_owner() -> (PrefixCache<FakeBlock>, Arc<u8>) {
-        let mut cache = PrefixCache::new(4);
+        cache_with_unit(4)
+    }
+
+    fn cache_with_unit(unit: usize) -> (PrefixCache<FakeBlock>, Arc<u8>) {
+        let mut cache = PrefixCache::new(4, unit);
         let owner = Arc::new(0u8);
         let weak: Weak<dyn Any + Send + Sync> = Arc::downgrade(&owner) as _;
         cache.register(7, weak);
@@ -281,17 +467,21 @@ mod tests {
         let prompt: Vec<u32> = (0..12).collect();
         assert_eq!(cache.insert(7, &prompt, 0, &mut share_all()), 3);
         // A prompt of exactly the cached 12 tokens recomputes its last block.
-        assert_eq!(cache.lookup(7, &prompt).len(), 2);
+        assert_eq!(cache.lookup(7, &prompt).shared.len(), 2);
         let mut longer = prompt.clone();
         longer.push(99);
         let found = cache.lookup(7, &longer);
-        assert_eq!(found.iter().map(|b| *b.0).collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(
+            found.shared.iter().map(|b| *b.0).collect::<Vec<_>>(),
+            [0, 4, 8]
+        );
+        assert!(found.tail.is_none());
         // Another second block: only the first matches.
         let mut other = prompt.clone();
         other[5] = 42;
-        assert_eq!(cache.lookup(7, &other).len(), 1);
+        assert_eq!(cache.lookup(7, &other).shared.len(), 1);
         // Other weights: nothing.
-        assert!(cache.lookup(8, &longer).is_empty());
+        assert!(cache.lookup(8, &longer).shared.is_empty());
         // Inserting again adds nothing.
         assert_eq!(cache.insert(7, &prompt, 0, &mut share_all()), 0);
     }
@@ -304,14 +494,14 @@ mod tests {
         cache.insert(7, &old, 0, &mut share_all());
         cache.insert(7, &new, 0, &mut share_all());
         // A running sequence holds the old prompt's first block.
-        let held = cache.lookup(7, &[100, 101, 102, 103, 0]);
+        let held = cache.lookup(7, &[100, 101, 102, 103, 0]).shared;
         assert_eq!(held.len(), 1);
         assert_eq!(cache.evict(100), 100);
         assert_eq!(cache.take_evicted(), 1);
         // The old prompt's second block went (its first is held).
         let mut probe = old.clone();
         probe.push(0);
-        assert_eq!(cache.lookup(7, &probe).len(), 1);
+        assert_eq!(cache.lookup(7, &probe).shared.len(), 1);
         // Then the new prompt's, deepest first; the held block never.
         assert_eq!(cache.evict(1000), 200);
         assert_eq!(cache.len(), 1);
@@ -327,28 +517,103 @@ mod tests {
         cache.insert(7, &(100..104).collect::<Vec<u32>>(), 0, &mut share_all());
         let prompt: Vec<u32> = (0..12).collect();
         let mut freed = Vec::new();
-        let mut tight = |depth: usize, cache: &mut PrefixCache<FakeBlock>| {
+        let mut tight = |range: Range<usize>, cache: &mut PrefixCache<FakeBlock>| {
             // Every share past the first needs one block's room.
-            if depth > 0 {
+            if range.start > 0 {
                 freed.push(cache.evict(100));
             }
-            Some(FakeBlock(Arc::new(depth)))
+            Some(FakeBlock(Arc::new(range.start)))
         };
         assert_eq!(cache.insert(7, &prompt, 0, &mut tight), 3);
         // The old block went first; then nothing of the new chain.
         assert_eq!(freed, [100, 0]);
-        assert_eq!(cache.lookup(7, &(0..13).collect::<Vec<u32>>()).len(), 3);
+        assert_eq!(
+            cache.lookup(7, &(0..13).collect::<Vec<u32>>()).shared.len(),
+            3
+        );
     }
 
     #[test]
     fn a_failed_share_stops_the_insert_at_that_block() {
         let (mut cache, _owner) = cache_with_owner();
         let prompt: Vec<u32> = (0..12).collect();
-        let mut refuse_second = |depth: usize, _: &mut PrefixCache<FakeBlock>| {
-            (depth != 1).then(|| FakeBlock(Arc::new(depth)))
+        let mut refuse_second = |range: Range<usize>, _: &mut PrefixCache<FakeBlock>| {
+            (range.start != 4).then(|| FakeBlock(Arc::new(range.start)))
         };
         assert_eq!(cache.insert(7, &prompt, 0, &mut refuse_second), 1);
         assert_eq!(cache.len(), 1);
+    }
+
+    /// Tails are named by `1000 + their length`.
+    fn share_tails() -> impl FnMut(Range<usize>, &mut PrefixCache<FakeBlock>) -> Option<FakeBlock> {
+        |range, _| {
+            let name = if range.len() == 4 {
+                range.start
+            } else {
+                1000 + range.len()
+            };
+            Some(FakeBlock(Arc::new(name)))
+        }
+    }
+
+    #[test]
+    fn a_prompt_tail_serves_later_prompts_that_go_on_alike() {
+        let (mut cache, _owner) = cache_with_unit(2);
+        // Blocks 0..4 and 4..8, then a tail of 2 of the 3 tokens left.
+        let first: Vec<u32> = (0..11).collect();
+        assert_eq!(cache.insert(7, &first, 0, &mut share_tails()), 3);
+        // A prompt sharing 10 tokens: both blocks, then the tail's unit.
+        let second = [&first[..10], &[50, 51]].concat();
+        let found = cache.lookup(7, &second);
+        assert_eq!(found.shared.len(), 2);
+        assert_eq!(
+            found.tail.as_ref().map(|(b, n)| (*b.0, *n)),
+            Some((1002, 2))
+        );
+        assert_eq!(found.prefix().positions(4), 10);
+        // Sharing 5 tokens: block 0, then 1 token of block 1 (no whole unit).
+        let third = [&first[..5], &[60, 61, 62, 63, 64]].concat();
+        let found = cache.lookup(7, &third);
+        assert_eq!(found.shared.len(), 1);
+        assert!(found.tail.is_none());
+        // Sharing 7: block 0, then 2 positions copied from the full block 1.
+        let fourth = [&first[..7], &[70, 71, 72]].concat();
+        let found = cache.lookup(7, &fourth);
+        assert_eq!(found.tail.as_ref().map(|(b, n)| (*b.0, *n)), Some((4, 2)));
+        // The same prompt again adds nothing; one that goes on further
+        // replaces the tail it extends, with a longer tail or a full block.
+        assert_eq!(cache.insert(7, &first, 0, &mut share_tails()), 0);
+        let full = [&first[..], &[11]].concat();
+        assert_eq!(cache.insert(7, &full, 0, &mut share_tails()), 1);
+        assert_eq!(cache.len(), 3);
+        let found = cache.lookup(7, &second);
+        assert_eq!(found.tail.as_ref().map(|(b, n)| (*b.0, *n)), Some((8, 2)));
+        // Short prompts leave tails at the root; a longer one replaces it.
+        let (mut cache, _owner) = cache_with_unit(1);
+        assert_eq!(cache.insert(7, &[5, 6], 0, &mut share_tails()), 1);
+        assert_eq!(cache.insert(7, &[5, 6, 7], 0, &mut share_tails()), 1);
+        assert_eq!(cache.len(), 1);
+        let found = cache.lookup(7, &[5, 6, 7, 9]);
+        assert_eq!(
+            found.tail.as_ref().map(|(b, n)| (*b.0, *n)),
+            Some((1003, 3))
+        );
+    }
+
+    #[test]
+    fn tails_under_one_parent_are_capped_least_recently_used_first() {
+        let (mut cache, _owner) = cache_with_unit(1);
+        for user in 0..MAX_TAILS as u32 + 2 {
+            let prompt = [0, 1, 2, 3, 100 + user, 7];
+            let added = cache.insert(7, &prompt, 0, &mut share_tails());
+            assert_eq!(added, if user == 0 { 2 } else { 1 });
+        }
+        // The first block and MAX_TAILS tails: the two oldest went.
+        assert_eq!(cache.len(), 1 + MAX_TAILS);
+        assert_eq!(cache.take_evicted(), 2);
+        assert!(cache.lookup(7, &[0, 1, 2, 3, 100, 7, 0]).tail.is_none());
+        let found = cache.lookup(7, &[0, 1, 2, 3, 102, 7, 0]);
+        assert_eq!(found.tail.map(|(_, n)| n), Some(2));
     }
 
     #[test]

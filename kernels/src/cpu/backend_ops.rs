@@ -6,15 +6,15 @@ use std::sync::Arc;
 
 use super::attention::{attention, AttentionCall};
 use super::dequant::dequantize_row;
-use super::kv_cache::CpuKvCache;
+use super::kv_cache::{CpuKvCache, KEY_BLOCK};
 use super::kv_shared_block::CpuKvBlock;
 use super::matmul_input::Input;
 use super::packed::{self, PackedRows};
 use super::tensors::{CpuActivations, CpuMatrix, CpuVector};
 use super::{activation, elementwise, matmul, norm, rope, row_copy};
 use crate::{
-    AttentionRows, AttentionShape, Backend, KernelError, MatmulInput, MatmulProduct, RopeStyle,
-    WeightView,
+    AttentionRows, AttentionShape, Backend, KernelError, KvPrefix, MatmulInput, MatmulProduct,
+    RopeStyle, WeightView,
 };
 
 use super::cpu_backend::CpuBackend;
@@ -88,6 +88,19 @@ impl Backend for CpuBackend {
         cache.share_block(&self.kv, block)
     }
 
+    fn kv_tail_unit(&self) -> usize {
+        KEY_BLOCK
+    }
+
+    fn kv_copy_tail(
+        &self,
+        cache: &mut CpuKvCache,
+        start: usize,
+        positions: usize,
+    ) -> Result<CpuKvBlock, KernelError> {
+        cache.copy_tail(&self.kv, start, positions)
+    }
+
     fn kv_cache_with_prefix(
         &self,
         layers: usize,
@@ -95,7 +108,7 @@ impl Backend for CpuBackend {
         head_dim: usize,
         capacity: usize,
         windows: &[Option<usize>],
-        prefix: &[CpuKvBlock],
+        prefix: KvPrefix<'_, CpuKvBlock>,
     ) -> Result<CpuKvCache, KernelError> {
         CpuKvCache::with_prefix(
             &self.kv, layers, n_kv_heads, head_dim, capacity, windows, prefix,

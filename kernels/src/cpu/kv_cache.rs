@@ -39,7 +39,7 @@ use super::disjoint::DisjointSlice;
 use super::kv_elem::KvElem;
 use super::kv_pool::{KvPool, KvType, Reservation};
 use super::kv_q8::Q8Byte;
-use super::kv_shared_block::CpuKvBlock;
+use super::kv_shared_block::{CpuKvBlock, Layers};
 use crate::KernelError;
 
 #[cfg(test)]
@@ -70,6 +70,14 @@ impl<E> Block<E> {
         *self = Block::Shared(Arc::clone(&shared));
         shared
     }
+
+    /// The block's elements, whoever holds them.
+    pub(crate) fn elems(&self) -> &[E] {
+        match self {
+            Block::Own(own) => own,
+            Block::Shared(shared) => shared,
+        }
+    }
 }
 
 /// Every layer's blocks, of the pool's element type.
@@ -80,9 +88,12 @@ pub(crate) enum Store {
     Q8_0(Vec<Vec<Block<Q8Byte>>>),
 }
 
-/// The blocks of one element type inside a [`Store`].
+/// The blocks of one element type inside a [`Store`], and inside a shared
+/// block's [`Layers`].
 pub(crate) trait Stored: KvElem {
     fn layers(store: &mut Store) -> Option<&mut Vec<Vec<Block<Self>>>>;
+    fn shared(layers: &Layers) -> Option<&[Arc<Vec<Self>>]>;
+    fn to_shared(layers: Vec<Arc<Vec<Self>>>) -> Layers;
 }
 
 impl Stored for f32 {
@@ -91,6 +102,17 @@ impl Stored for f32 {
             Store::F32(layers) => Some(layers),
             _ => None,
         }
+    }
+
+    fn shared(layers: &Layers) -> Option<&[Arc<Vec<f32>>]> {
+        match layers {
+            Layers::F32(layers) => Some(layers),
+            _ => None,
+        }
+    }
+
+    fn to_shared(layers: Vec<Arc<Vec<f32>>>) -> Layers {
+        Layers::F32(layers)
     }
 }
 
@@ -101,6 +123,17 @@ impl Stored for f16 {
             _ => None,
         }
     }
+
+    fn shared(layers: &Layers) -> Option<&[Arc<Vec<f16>>]> {
+        match layers {
+            Layers::F16(layers) => Some(layers),
+            _ => None,
+        }
+    }
+
+    fn to_shared(layers: Vec<Arc<Vec<f16>>>) -> Layers {
+        Layers::F16(layers)
+    }
 }
 
 impl Stored for Q8Byte {
@@ -109,6 +142,17 @@ impl Stored for Q8Byte {
             Store::Q8_0(layers) => Some(layers),
             _ => None,
         }
+    }
+
+    fn shared(layers: &Layers) -> Option<&[Arc<Vec<Q8Byte>>]> {
+        match layers {
+            Layers::Q8_0(layers) => Some(layers),
+            _ => None,
+        }
+    }
+
+    fn to_shared(layers: Vec<Arc<Vec<Q8Byte>>>) -> Layers {
+        Layers::Q8_0(layers)
     }
 }
 
@@ -311,7 +355,7 @@ impl CpuKvCache {
     }
 
     /// Key blocks (attention's unit) per block.
-    fn key_blocks(&self) -> usize {
+    pub(super) fn key_blocks(&self) -> usize {
         self.block / KEY_BLOCK
     }
 

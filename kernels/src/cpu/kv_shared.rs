@@ -1,5 +1,4 @@
-//! Full KV blocks shared read-only between caches: the prompt cache's
-//! unit.
+//! KV blocks shared between caches: the prompt cache's unit.
 //!
 //! A sequence whose prompt filled block `b` in every layer can hand that
 //! block out ([`CpuKvCache::share_block`]): the block becomes
@@ -10,6 +9,14 @@
 //! later cache starts from such blocks ([`CpuKvCache::with_prefix`]),
 //! reserving only its own blocks beyond them.
 //!
+//! A prompt rarely ends on a block boundary, and with blocks of 1,024
+//! positions most of a shared system prompt would lie in the partial last
+//! block. So the written key blocks of that block are copied into a
+//! shorter block of their own ([`CpuKvCache::copy_tail`]), and a later
+//! cache copies the key blocks its prompt has in common with such a block
+//! (or with a full one) into its own next block: a copy of a few MB instead
+//! of recomputing hundreds of positions.
+//!
 //! While the sequence that filled a block still runs, the block is counted
 //! twice (its cache reserved its capacity up front, the handle reserves
 //! again): admission errs on the safe side for that while.
@@ -19,16 +26,39 @@
 
 use std::sync::Arc;
 
-use super::kv_cache::{block_len, Block, CpuKvCache, Store};
+use super::kv_cache::{block_len, Block, CpuKvCache, Stored, KEY_BLOCK};
 use super::kv_pool::{KvPool, KvType};
+use super::kv_q8::Q8Byte;
 use super::kv_shared_block::{CpuKvBlock, Layers, Shared};
+use crate::backend::KvPrefix;
 use crate::KernelError;
+
+use half::f16;
 
 fn refuse(detail: String) -> KernelError {
     KernelError::Shape {
         op: "kv_share",
         detail,
     }
+}
+
+/// Copies the first `key_blocks` key blocks of every head's run from
+/// `from` (runs of `from_blocks` key blocks) to the start of the runs of
+/// `to` (of `to_blocks`); `None` where a run does not fit.
+fn copy_runs<E: Copy>(
+    (from, from_blocks): (&[E], usize),
+    (to, to_blocks): (&mut [E], usize),
+    key_blocks: usize,
+    heads: usize,
+    run_len: usize,
+) -> Option<()> {
+    let len = key_blocks * run_len;
+    for head in 0..heads {
+        let src = from.get(head * from_blocks * run_len..)?.get(..len)?;
+        let dst = to.get_mut(head * to_blocks * run_len..)?.get_mut(..len)?;
+        dst.copy_from_slice(src);
+    }
+    Some(())
 }
 
 impl CpuKvCache {
@@ -42,18 +72,7 @@ impl CpuKvCache {
         if let Some(held) = self.prefix.get(block) {
             return Ok(held.clone());
         }
-        if (0..self.layers()).any(|l| self.window(l).is_some()) {
-            return Err(refuse(
-                "a cache with sliding-window layers cannot share blocks".into(),
-            ));
-        }
-        if self.block_positions() != pool.block_positions() {
-            return Err(refuse(format!(
-                "a cache of {} positions has blocks of its length, not the pool's {}",
-                self.capacity(),
-                pool.block_positions()
-            )));
-        }
+        self.check_shareable(pool)?;
         let positions = self.block_positions();
         let end = (block + 1) * positions;
         if self.filled.iter().any(|f| *f < end) {
@@ -61,37 +80,126 @@ impl CpuKvCache {
                 "block {block} is not written in every layer (positions up to {end})"
             )));
         }
+        let layers = match self.dtype() {
+            KvType::F32 => self.share_layers::<f32>(block),
+            KvType::F16 => self.share_layers::<f16>(block),
+            KvType::Q8_0 => self.share_layers::<Q8Byte>(block),
+        }
+        .ok_or_else(|| refuse(format!("block {block} is not allocated in every layer")))?;
+        let block = self.handle(pool, layers, positions)?;
+        self.shared_end = self.shared_end.max(end);
+        Ok(block)
+    }
+
+    /// Copies positions `start..start + positions` (`start` where one of
+    /// its blocks begins, `positions` whole key blocks, written in every
+    /// layer) into a block of that length of their own, reserving its
+    /// bytes from `pool`: the written part of a prompt's last block, for
+    /// later caches to copy from (see the module documentation).
+    pub(crate) fn copy_tail(
+        &mut self,
+        pool: &Arc<KvPool>,
+        start: usize,
+        positions: usize,
+    ) -> Result<CpuKvBlock, KernelError> {
+        self.check_windowless()?;
+        let block = self.block_positions();
+        if !start.is_multiple_of(block)
+            || positions == 0
+            || !positions.is_multiple_of(KEY_BLOCK)
+            || positions > block
+        {
+            return Err(refuse(format!(
+                "a tail of {positions} positions at {start} is not whole key blocks                  from the start of a block of {block}"
+            )));
+        }
+        if self.filled.iter().any(|f| *f < start + positions) {
+            return Err(refuse(format!(
+                "positions up to {} are not written in every layer",
+                start + positions
+            )));
+        }
+        let layers = match self.dtype() {
+            KvType::F32 => self.copy_layers::<f32>(start / block, positions),
+            KvType::F16 => self.copy_layers::<f16>(start / block, positions),
+            KvType::Q8_0 => self.copy_layers::<Q8Byte>(start / block, positions),
+        }
+        .ok_or_else(|| {
+            refuse(format!(
+                "the block at {start} is not allocated in every layer"
+            ))
+        })?;
+        self.handle(pool, layers, positions)
+    }
+
+    fn check_windowless(&self) -> Result<(), KernelError> {
+        if (0..self.layers()).any(|l| self.window(l).is_some()) {
+            return Err(refuse(
+                "a cache with sliding-window layers cannot share blocks".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_shareable(&self, pool: &KvPool) -> Result<(), KernelError> {
+        self.check_windowless()?;
+        if self.block_positions() != pool.block_positions() {
+            return Err(refuse(format!(
+                "a cache of {} positions has blocks of its length, not the pool's {}",
+                self.capacity(),
+                pool.block_positions()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Block `block` of every layer, made shared.
+    fn share_layers<E: Stored>(&mut self, block: usize) -> Option<Layers> {
+        let layers = E::layers(&mut self.store)?;
+        let shared = layers
+            .iter_mut()
+            .map(|blocks| blocks.get_mut(block).map(Block::share))
+            .collect::<Option<Vec<_>>>()?;
+        Some(E::to_shared(shared))
+    }
+
+    /// The first `positions` of block `block` of every layer, copied.
+    fn copy_layers<E: Stored>(&mut self, block: usize, positions: usize) -> Option<Layers> {
+        let (heads, run_len) = (self.n_kv_heads(), E::run_len(self.head_dim()));
+        let from_blocks = self.key_blocks();
+        let key_blocks = positions / KEY_BLOCK;
+        let layers = E::layers(&mut self.store)?;
+        let copied = layers
+            .iter()
+            .map(|blocks| {
+                let from = blocks.get(block)?.elems();
+                let mut to = vec![E::default(); heads * key_blocks * run_len];
+                copy_runs(
+                    (from, from_blocks),
+                    (&mut to, key_blocks),
+                    key_blocks,
+                    heads,
+                    run_len,
+                )?;
+                Some(Arc::new(to))
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(E::to_shared(copied))
+    }
+
+    /// A handle to `layers` (blocks of `positions`), reserving their bytes.
+    fn handle(
+        &self,
+        pool: &Arc<KvPool>,
+        layers: Layers,
+        positions: usize,
+    ) -> Result<CpuKvBlock, KernelError> {
         let (n_kv_heads, head_dim) = (self.n_kv_heads(), self.head_dim());
         let bytes = block_len(n_kv_heads, head_dim, positions)
             .and_then(|len| self.dtype().bytes_of(len))
             .and_then(|b| b.checked_mul(self.layers()))
             .ok_or_else(|| refuse("the block's size overflows".into()))?;
         let reservation = pool.reserve(bytes)?;
-        let missing = || refuse(format!("block {block} is not allocated in every layer"));
-        let layers = match &mut self.store {
-            Store::F32(layers) => Layers::F32(
-                layers
-                    .iter_mut()
-                    .map(|blocks| blocks.get_mut(block).map(Block::share))
-                    .collect::<Option<_>>()
-                    .ok_or_else(missing)?,
-            ),
-            Store::F16(layers) => Layers::F16(
-                layers
-                    .iter_mut()
-                    .map(|blocks| blocks.get_mut(block).map(Block::share))
-                    .collect::<Option<_>>()
-                    .ok_or_else(missing)?,
-            ),
-            Store::Q8_0(layers) => Layers::Q8_0(
-                layers
-                    .iter_mut()
-                    .map(|blocks| blocks.get_mut(block).map(Block::share))
-                    .collect::<Option<_>>()
-                    .ok_or_else(missing)?,
-            ),
-        };
-        self.shared_end = self.shared_end.max(end);
         Ok(CpuKvBlock(Arc::new(Shared {
             layers,
             n_kv_heads,
@@ -101,10 +209,11 @@ impl CpuKvCache {
         })))
     }
 
-    /// A cache of `capacity` positions whose first `prefix.len()` blocks
-    /// are `prefix` (read-only, already written): the sequence goes on
-    /// from position `prefix.len() * block_positions`. Reserves only the blocks
-    /// beyond the prefix.
+    /// A cache of `capacity` positions that starts from `prefix`: its
+    /// shared blocks read in place (already written, never written again),
+    /// then the first positions of its tail copied into the cache's own
+    /// next block. The sequence goes on from the end of both. Reserves
+    /// only the blocks beyond the shared ones.
     pub(crate) fn with_prefix(
         pool: &Arc<KvPool>,
         layers: usize,
@@ -112,9 +221,9 @@ impl CpuKvCache {
         head_dim: usize,
         capacity: usize,
         windows: &[Option<usize>],
-        prefix: &[CpuKvBlock],
+        prefix: KvPrefix<'_, CpuKvBlock>,
     ) -> Result<Self, KernelError> {
-        if prefix.is_empty() {
+        if prefix.shared.is_empty() && prefix.tail.is_none() {
             return Self::windowed(pool, layers, n_kv_heads, head_dim, capacity, windows);
         }
         if windows.iter().flatten().any(|w| *w > 0) {
@@ -122,28 +231,36 @@ impl CpuKvCache {
                 "a cache with sliding-window layers cannot start from shared blocks".into(),
             ));
         }
-        let end = prefix.len() * pool.block_positions();
-        if end >= capacity {
+        let end = prefix.shared.len() * pool.block_positions();
+        let copied = prefix.tail.map_or(0, |(_, n)| n);
+        if end + copied >= capacity {
             return Err(refuse(format!(
-                "a shared prefix of {end} positions leaves no room in a cache of {capacity}"
+                "a cached prefix of {} positions leaves no room in a cache of {capacity}",
+                end + copied
             )));
         }
-        let fits = |b: &CpuKvBlock| {
+        let shaped = |b: &CpuKvBlock| {
             let typed = match (&b.0.layers, pool.dtype()) {
                 (Layers::F32(l), KvType::F32) => Some(l.len()),
                 (Layers::F16(l), KvType::F16) => Some(l.len()),
                 (Layers::Q8_0(l), KvType::Q8_0) => Some(l.len()),
                 _ => None,
             };
-            typed == Some(layers)
-                && b.0.n_kv_heads == n_kv_heads
-                && b.0.head_dim == head_dim
-                && b.0.positions == pool.block_positions()
+            typed == Some(layers) && b.0.n_kv_heads == n_kv_heads && b.0.head_dim == head_dim
         };
-        if !prefix.iter().all(fits) {
+        let full = |b: &CpuKvBlock| shaped(b) && b.0.positions == pool.block_positions();
+        if !prefix.shared.iter().all(full) {
             return Err(refuse(
                 "a shared block's type or shape differs from the cache's".into(),
             ));
+        }
+        if let Some((tail, n)) = prefix.tail {
+            if !shaped(tail) || n == 0 || !n.is_multiple_of(KEY_BLOCK) || n > tail.0.positions {
+                return Err(refuse(format!(
+                    "{n} positions of a cached tail of {} do not fit the cache",
+                    tail.0.positions
+                )));
+            }
         }
         let mut cache = Self::reserving(
             pool,
@@ -152,34 +269,56 @@ impl CpuKvCache {
             head_dim,
             capacity,
             windows,
-            prefix.len(),
+            prefix.shared.len(),
         )?;
-        for (l, filled) in cache.filled.iter_mut().enumerate() {
-            *filled = end;
-            for block in prefix {
-                match (&mut cache.store, &block.0.layers) {
-                    (Store::F32(mine), Layers::F32(theirs)) => {
-                        if let (Some(m), Some(t)) = (mine.get_mut(l), theirs.get(l)) {
-                            m.push(Block::Shared(Arc::clone(t)));
-                        }
-                    }
-                    (Store::F16(mine), Layers::F16(theirs)) => {
-                        if let (Some(m), Some(t)) = (mine.get_mut(l), theirs.get(l)) {
-                            m.push(Block::Shared(Arc::clone(t)));
-                        }
-                    }
-                    (Store::Q8_0(mine), Layers::Q8_0(theirs)) => {
-                        if let (Some(m), Some(t)) = (mine.get_mut(l), theirs.get(l)) {
-                            m.push(Block::Shared(Arc::clone(t)));
-                        }
-                    }
-                    // Checked above (`fits`).
-                    _ => {}
-                }
-            }
-        }
-        cache.prefix = prefix.to_vec();
+        let taken = match pool.dtype() {
+            KvType::F32 => cache.take_prefix::<f32>(&prefix),
+            KvType::F16 => cache.take_prefix::<f16>(&prefix),
+            KvType::Q8_0 => cache.take_prefix::<Q8Byte>(&prefix),
+        };
+        taken.ok_or_else(|| refuse("a cached block does not fit the cache".into()))??;
+        cache.filled.iter_mut().for_each(|f| *f = end + copied);
+        cache.prefix = prefix.shared.to_vec();
         Ok(cache)
+    }
+
+    /// Pushes `prefix`'s shared blocks onto every layer, then copies its
+    /// tail into the next block (allocated here); `None` where a block's
+    /// type or size does not fit (checked by the caller).
+    fn take_prefix<E: Stored>(
+        &mut self,
+        prefix: &KvPrefix<'_, CpuKvBlock>,
+    ) -> Option<Result<(), KernelError>> {
+        let (heads, run_len) = (self.n_kv_heads(), E::run_len(self.head_dim()));
+        let to_blocks = self.key_blocks();
+        let end = prefix.shared.len() * self.block_positions();
+        for l in 0..self.layers() {
+            let mine = E::layers(&mut self.store)?.get_mut(l)?;
+            for block in prefix.shared {
+                mine.push(Block::Shared(Arc::clone(
+                    E::shared(&block.0.layers)?.get(l)?,
+                )));
+            }
+            let Some((tail, n)) = prefix.tail else {
+                continue;
+            };
+            if let Err(e) = self.ensure::<E>(l, end + n) {
+                return Some(Err(e));
+            }
+            let from = E::shared(&tail.0.layers)?.get(l)?;
+            let Block::Own(to) = E::layers(&mut self.store)?.get_mut(l)?.last_mut()? else {
+                return None;
+            };
+            let from_blocks = tail.0.positions / KEY_BLOCK;
+            copy_runs(
+                (from, from_blocks),
+                (to, to_blocks),
+                n / KEY_BLOCK,
+                heads,
+                run_len,
+            )?;
+        }
+        Some(Ok(()))
     }
 }
 
@@ -195,6 +334,13 @@ mod tests {
 
     /// Positions of the tests' caches: a few blocks.
     const CAPACITY: usize = 4 * BLOCK;
+
+    fn shared(blocks: &[CpuKvBlock]) -> KvPrefix<'_, CpuKvBlock> {
+        KvPrefix {
+            shared: blocks,
+            tail: None,
+        }
+    }
 
     fn filled_cache(pool: &Arc<KvPool>, positions: usize) -> CpuKvCache {
         filled_cache_of(pool, CAPACITY, positions)
@@ -226,7 +372,8 @@ mod tests {
             "block 2 is half written"
         );
         let own = first.reserved_bytes();
-        let mut second = CpuKvCache::with_prefix(&pool, 2, 1, 4, CAPACITY, &[], &blocks).unwrap();
+        let mut second =
+            CpuKvCache::with_prefix(&pool, 2, 1, 4, CAPACITY, &[], shared(&blocks)).unwrap();
         assert_eq!(second.len(0), 2 * BLOCK);
         assert_eq!(second.reserved_bytes(), own - 2 * blocks[0].bytes());
         for layer in 0..2 {
@@ -242,6 +389,117 @@ mod tests {
         assert_eq!(blocks[0].holders(), 2);
         drop(second);
         assert_eq!(blocks[0].holders(), 1);
+    }
+
+    #[test]
+    fn a_copied_tail_starts_a_cache_from_its_positions_in_an_own_block() {
+        let pool = KvPool::unlimited_blocks(KvType::F32, BLOCK);
+        // Block 1 holds 40 written positions: one whole key block.
+        let mut first = filled_cache(&pool, BLOCK + 40);
+        let head = first.share_block(&pool, 0).unwrap();
+        assert!(first.copy_tail(&pool, BLOCK, 64).is_err(), "not written");
+        assert!(
+            first.copy_tail(&pool, BLOCK, 16).is_err(),
+            "half a key block"
+        );
+        assert!(
+            first.copy_tail(&pool, BLOCK + 32, 32).is_err(),
+            "not a block start"
+        );
+        let tail = first.copy_tail(&pool, BLOCK, 32).unwrap();
+        // 2 layers × keys and values × 32 positions × 4 dims × 4 bytes.
+        assert_eq!(tail.bytes(), 2 * 2 * 32 * 4 * 4);
+        let prefix = KvPrefix {
+            shared: std::slice::from_ref(&head),
+            tail: Some((&tail, 32)),
+        };
+        let mut second = CpuKvCache::with_prefix(&pool, 2, 1, 4, CAPACITY, &[], prefix).unwrap();
+        assert_eq!(second.len(1), BLOCK + 32);
+        // Its own blocks reserved, the shared one not.
+        assert_eq!(second.reserved_bytes(), 3 * head.bytes());
+        for layer in 0..2 {
+            for p in [0, BLOCK - 1, BLOCK, BLOCK + 17, BLOCK + 31] {
+                assert_eq!(second.key(layer, 0, p), first.key(layer, 0, p));
+                assert_eq!(second.value(layer, 0, p), first.value(layer, 0, p));
+            }
+        }
+        // The copied positions are the cache's own: it may write them.
+        assert!(second.check_writable(BLOCK).is_ok());
+        second.write::<f32>(0, BLOCK, &[9.0; 4], &[9.0; 4]).unwrap();
+        assert_ne!(first.key(0, 0, BLOCK), second.key(0, 0, BLOCK));
+        // A full shared block serves as a tail too: its first key block.
+        let prefix = KvPrefix {
+            shared: &[],
+            tail: Some((&head, 32)),
+        };
+        let mut third = CpuKvCache::with_prefix(&pool, 2, 1, 4, CAPACITY, &[], prefix).unwrap();
+        assert_eq!(third.len(0), 32);
+        assert_eq!(third.key(1, 0, 31), first.key(1, 0, 31));
+        assert_eq!(third.value(1, 0, 20), first.value(1, 0, 20));
+        for n in [0, 16, 64] {
+            let prefix = KvPrefix {
+                shared: &[],
+                tail: Some((&tail, n)),
+            };
+            let taken = CpuKvCache::with_prefix(&pool, 2, 1, 4, CAPACITY, &[], prefix);
+            assert!(taken.is_err(), "{n} positions of a tail of 32");
+        }
+    }
+
+    #[test]
+    fn a_short_cache_copies_its_tail_and_a_longer_one_takes_it_up() {
+        let (layers, head_dim) = (2, 64);
+        for dtype in [KvType::F16, KvType::Q8_0] {
+            let pool = KvPool::unlimited_blocks(dtype, 4 * BLOCK);
+            let row = |p: usize, sign: f32| -> Vec<f32> {
+                (0..head_dim)
+                    .map(|d| sign * (p * 7 + d) as f32 / 13.0)
+                    .collect()
+            };
+            // Shorter than a block: a block of its own length (96).
+            let mut short = CpuKvCache::windowed(&pool, layers, 2, head_dim, 90, &[]).unwrap();
+            for layer in 0..layers {
+                let heads: Vec<f32> = [row(0, 1.0), row(0, 2.0)].concat();
+                match dtype {
+                    KvType::F16 => short.ensure::<f16>(layer, 70).unwrap(),
+                    _ => short.ensure::<Q8Byte>(layer, 70).unwrap(),
+                }
+                for p in 0..70 {
+                    let key: Vec<f32> = [row(p, 1.0), row(p, 2.0)].concat();
+                    let value: Vec<f32> = [row(p, -1.0), heads.clone()].concat();
+                    match dtype {
+                        KvType::F16 => short.write::<f16>(layer, p, &key, &value).unwrap(),
+                        _ => short.write::<Q8Byte>(layer, p, &key, &value).unwrap(),
+                    }
+                }
+                short.set_len(layer, 70);
+            }
+            let tail = short.copy_tail(&pool, 0, 64).unwrap();
+            let prefix = KvPrefix {
+                shared: &[],
+                tail: Some((&tail, 64)),
+            };
+            let mut long =
+                CpuKvCache::with_prefix(&pool, layers, 2, head_dim, CAPACITY, &[], prefix).unwrap();
+            assert_eq!(long.block_positions(), 4 * BLOCK);
+            for layer in 0..layers {
+                for head in 0..2 {
+                    for p in [0, 31, 32, 63] {
+                        let what = format!("{dtype} layer {layer} head {head} position {p}");
+                        assert_eq!(
+                            long.key(layer, head, p),
+                            short.key(layer, head, p),
+                            "{what}"
+                        );
+                        assert_eq!(
+                            long.value(layer, head, p),
+                            short.value(layer, head, p),
+                            "{what}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]
@@ -283,7 +541,8 @@ mod tests {
         // 34 bytes per 32 keys and values of every layer.
         assert_eq!(block.bytes(), layers * 2 * BLOCK * head_dim / 32 * 34);
         let mut second =
-            CpuKvCache::with_prefix(&pool, layers, 1, head_dim, CAPACITY, &[], &[block]).unwrap();
+            CpuKvCache::with_prefix(&pool, layers, 1, head_dim, CAPACITY, &[], shared(&[block]))
+                .unwrap();
         for p in [0, 17, 31, 40, BLOCK - 1] {
             assert_eq!(second.key(1, 0, p), round_q8(&row(p, 1.0)));
             assert_eq!(second.value(1, 0, p), round_q8(&row(p, -1.0)));
@@ -296,7 +555,7 @@ mod tests {
             head_dim,
             CAPACITY,
             &[],
-            &second.prefix,
+            shared(&second.prefix),
         );
         assert!(other.is_err(), "a q8_0 block taken up by an f32 cache");
     }
@@ -318,7 +577,9 @@ mod tests {
         let mut first = filled_cache(&pool, BLOCK + 8);
         let block = first.share_block(&pool, 0).unwrap();
         let windows = [Some(16), None];
-        assert!(CpuKvCache::with_prefix(&pool, 2, 1, 4, CAPACITY, &windows, &[block]).is_err());
+        let from_shared =
+            CpuKvCache::with_prefix(&pool, 2, 1, 4, CAPACITY, &windows, shared(&[block]));
+        assert!(from_shared.is_err());
         let mut ringed = CpuKvCache::windowed(&pool, 2, 1, 4, CAPACITY, &windows).unwrap();
         assert!(ringed.share_block(&pool, 0).is_err());
     }

@@ -12,7 +12,7 @@ use crate::backend::SharedKvBlock;
 
 /// One shared block of every layer, in the pool's element type.
 #[derive(Debug)]
-pub(super) enum Layers {
+pub(crate) enum Layers {
     F32(Vec<Arc<Vec<f32>>>),
     F16(Vec<Arc<Vec<f16>>>),
     Q8_0(Vec<Arc<Vec<Q8Byte>>>),
