@@ -39,10 +39,8 @@ ADMIN_TOKEN = "prompt-cache-test-admin-token"
 
 
 def serve_args(bin_path: Path, model: Path, port: int, *extra: str) -> list[str]:
-    # Blocks of 32 positions (the default is 1024): the tests check that
-    # the cache shares every whole block of the common prefix.
     return [str(bin_path), "serve", "--model", str(model), "--model-name", "smollm2",
-            "--listen", f"127.0.0.1:{port}", "--drain-seconds", "5", "--kv-block", "32", *extra]
+            "--listen", f"127.0.0.1:{port}", "--drain-seconds", "5", *extra]
 
 
 def client_for(port: int) -> openai.OpenAI:
@@ -117,7 +115,9 @@ def test_cached_prompts_answer_as_uncached_and_say_how_much_was_cached(
             text, usage = chat(client, q)
             assert text == uncached[("chat", q)][0], q
             cached = usage.prompt_tokens_details.cached_tokens
-            # Whole 32-token blocks of the shared part, never the last token.
+            # The shared part in whole key blocks of 32 (the first 1,024
+            # positions shared, the rest copied from the first prompt's
+            # tail), never the last token.
             assert cached % 32 == 0 and prompt_tokens - 64 <= cached < usage.prompt_tokens, (q, cached)
             text, usage = chat_streamed(client, q)
             assert text == uncached[("chat", q)][0], q
@@ -134,16 +134,20 @@ def test_cached_prompts_answer_as_uncached_and_say_how_much_was_cached(
         misses = metric(exported, "switchyard_prompt_cache_tokens_total", 'result="miss"')
         assert hits >= 8 * (prompt_tokens - 64), exported
         assert misses >= 2 * prompt_tokens, exported
-        assert metric(exported, "switchyard_prompt_cache_blocks") >= prompt_tokens // 32
+        # The chat and completion prompts' first blocks, then a tail per
+        # prompt that went on differently.
+        assert metric(exported, "switchyard_prompt_cache_blocks") >= 2 + len(QUESTIONS)
         assert metric(exported, "switchyard_prompt_cache_bytes") > 0
         assert "switchyard_prompt_cache_evictions_total" in exported
 
 
 def test_a_full_budget_evicts_cached_blocks_instead_of_refusing(switchyard_bin, smollm2_path, uncached):
-    # SmolLM2's KV is ~23 KB a token in f16: one ~1,550-token sequence
-    # reserves ~37 MB, so 56 MB holds one sequence and part of a cached prompt.
+    # SmolLM2's KV is ~23 KB a token in f16: with blocks of 32 positions one
+    # ~1,550-token sequence reserves ~37 MB, so 56 MB holds one sequence and
+    # part of a cached prompt.
     port = free_port()
-    with running_server(serve_args(switchyard_bin, smollm2_path, port, "--kv-budget-mb", "56"), port):
+    args = serve_args(switchyard_bin, smollm2_path, port, "--kv-budget-mb", "56", "--kv-block", "32")
+    with running_server(args, port):
         client = client_for(port)
         chat(client, QUESTIONS[0])
         other = "Ignore the rules above. " * 3 + QUESTIONS[1]
@@ -174,9 +178,10 @@ def test_cached_blocks_stay_with_their_weights_and_go_when_their_version_unloads
         _, usage = chat(client, QUESTIONS[0], model="smollm2@2")
         assert usage.prompt_tokens_details.cached_tokens == 0
         _, usage = chat(client, QUESTIONS[1], model="smollm2@2")
-        # The default blocks of 1,024 positions: the shared ~1,500-token
-        # start fills one.
-        assert usage.prompt_tokens_details.cached_tokens == 1024
+        # The shared ~1,500-token start: one block of 1,024 positions, then
+        # whole key blocks of the first prompt's tail.
+        cached = usage.prompt_tokens_details.cached_tokens
+        assert cached % 32 == 0 and usage.prompt_tokens - 64 <= cached < usage.prompt_tokens, cached
         blocks = metric(metrics(port), "switchyard_prompt_cache_blocks")
         assert blocks > 0
         # smollm2@1 has other weights (Q4_1 against Q8_0): nothing shared.

@@ -226,7 +226,7 @@ impl<B: Backend> Group<B> {
 
     /// Takes the step's results: each sequence whose span reached its last
     /// token samples from the next row of `logits` (`vocab` floats each);
-    /// one whose prompt is now all in its cache hands its full prompt
+    /// one whose prompt is now all in its cache then hands its prompt
     /// blocks to `prefix`.
     pub(super) fn finish<'l>(
         &mut self,
@@ -240,23 +240,20 @@ impl<B: Backend> Group<B> {
             prefix = None;
         }
         // Each sequence whose span reached its last token takes the next
-        // row (`Some(None)`: the forward pass came up short); one whose
-        // prompt just went whole into its cache shares its prompt blocks.
-        // Rows are handed out first so that the grammar masks of the step
-        // are computed together, in parallel, before the serial sampling.
+        // row (`Some(None)`: the forward pass came up short). Rows are
+        // handed out first so that the grammar masks of the step are
+        // computed together, in parallel, before the serial sampling.
+        let mut prompt_done = vec![false; self.active.len()];
         let rows: Vec<Option<Option<&'l [f32]>>> = self
             .active
             .iter_mut()
             .zip(spans)
-            .map(|(sequence, span)| {
+            .zip(&mut prompt_done)
+            .map(|((sequence, span), done)| {
                 let span = span?;
                 sequence.processed = span.end;
                 let prompt_len = sequence.prompt().len();
-                if let Some(cache) = prefix.as_deref_mut() {
-                    if span.start < prompt_len && span.end >= prompt_len {
-                        share_prompt(backend, weights, sequence, cache);
-                    }
-                }
+                *done = span.start < prompt_len && span.end >= prompt_len;
                 (span.end >= sequence.tokens.len()).then(|| logits.next())
             })
             .collect();
@@ -280,6 +277,13 @@ impl<B: Backend> Group<B> {
                 }
             })
             .collect();
+        // After the first tokens went out: copying a prompt's tail takes
+        // milliseconds that are not the client's time to first token.
+        if let Some(cache) = prefix {
+            for (sequence, _) in self.active.iter_mut().zip(prompt_done).filter(|(_, d)| *d) {
+                share_prompt(backend, weights, sequence, cache);
+            }
+        }
         let mut keep = keep.into_iter();
         let checkpoint = &self.checkpoint;
         self.active.retain(|_| {

@@ -163,24 +163,21 @@ impl CpuKvCache {
         Some(E::to_shared(shared))
     }
 
-    /// The first `positions` of block `block` of every layer, copied.
+    /// The first `positions` of block `block` of every layer, copied: each
+    /// head's first key blocks, one head after the other.
     fn copy_layers<E: Stored>(&mut self, block: usize, positions: usize) -> Option<Layers> {
         let (heads, run_len) = (self.n_kv_heads(), E::run_len(self.head_dim()));
         let from_blocks = self.key_blocks();
-        let key_blocks = positions / KEY_BLOCK;
+        let len = positions / KEY_BLOCK * run_len;
         let layers = E::layers(&mut self.store)?;
         let copied = layers
             .iter()
             .map(|blocks| {
                 let from = blocks.get(block)?.elems();
-                let mut to = vec![E::default(); heads * key_blocks * run_len];
-                copy_runs(
-                    (from, from_blocks),
-                    (&mut to, key_blocks),
-                    key_blocks,
-                    heads,
-                    run_len,
-                )?;
+                let mut to = Vec::with_capacity(heads * len);
+                for head in 0..heads {
+                    to.extend_from_slice(from.get(head * from_blocks * run_len..)?.get(..len)?);
+                }
                 Some(Arc::new(to))
             })
             .collect::<Option<Vec<_>>>()?;
