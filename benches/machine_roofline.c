@@ -1,0 +1,82 @@
+/*
+ * What this machine can do at most, for reading benchmark figures against
+ * (BENCHMARKS.md, "Gemma 3 270M at 16k and 32k"): a streaming read of
+ * 512 MB on one and two threads (GB/s), and f32 fused multiply-adds on
+ * twelve independent chains per thread (GFLOP/s), the two limits a decode
+ * step and a prompt's attention meet.
+ *
+ *   gcc -O3 -funroll-all-loops -mavx512f -mfma benches/machine_roofline.c \
+ *       -o /tmp/roofline -lpthread && /tmp/roofline
+ *
+ * Needs AVX-512 F; run on a quiet machine, a few times (the host's other
+ * tenants move the read figure).
+ */
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define BYTES ((size_t)1 << 29)
+#define READ_PASSES 4
+#define FMA_ROUNDS 200000000L
+#define CHAINS 12
+
+static char *buffer;
+static int threads;
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* Sums this thread's share of the buffer, four lines per round. */
+static void *read_share(void *arg) {
+    size_t share = BYTES / threads;
+    const char *p = buffer + (long)arg * share;
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    for (int pass = 0; pass < READ_PASSES; pass++)
+        for (size_t i = 0; i < share; i += 256) {
+            s0 = _mm512_add_ps(s0, _mm512_load_ps((const float *)(p + i)));
+            s1 = _mm512_add_ps(s1, _mm512_load_ps((const float *)(p + i + 64)));
+            s2 = _mm512_add_ps(s2, _mm512_load_ps((const float *)(p + i + 128)));
+            s3 = _mm512_add_ps(s3, _mm512_load_ps((const float *)(p + i + 192)));
+        }
+    float sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+    return (void *)(long)(sum == 1.5f); /* keeps the loads */
+}
+
+/* CHAINS independent FMA chains: enough to cover the FMA latency. */
+static void *fma_chains(void *arg) {
+    (void)arg;
+    __m512 x[CHAINS];
+    for (int i = 0; i < CHAINS; i++) x[i] = _mm512_set1_ps(1.0f + i * 1e-3f);
+    __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+    for (long round = 0; round < FMA_ROUNDS; round++)
+        for (int i = 0; i < CHAINS; i++) x[i] = _mm512_fmadd_ps(x[i], m, c);
+    float sum = 0;
+    for (int i = 0; i < CHAINS; i++) sum += _mm512_reduce_add_ps(x[i]);
+    return (void *)(long)(sum == 1.5f);
+}
+
+static double timed(void *(*body)(void *), int n) {
+    pthread_t t[2];
+    threads = n;
+    double start = now();
+    for (long i = 0; i < n; i++) pthread_create(&t[i], 0, body, (void *)i);
+    for (int i = 0; i < n; i++) pthread_join(t[i], 0);
+    return now() - start;
+}
+
+int main(void) {
+    buffer = aligned_alloc(64, BYTES);
+    memset(buffer, 1, BYTES);
+    for (int n = 1; n <= 2; n++)
+        printf("read, %d thread(s): %.1f GB/s\n", n, READ_PASSES * (double)BYTES / timed(read_share, n) / 1e9);
+    for (int n = 1; n <= 2; n++)
+        printf("f32 FMA, %d thread(s): %.0f GFLOP/s\n", n,
+               n * (double)FMA_ROUNDS * CHAINS * 16 * 2 / timed(fma_chains, n) / 1e9);
+    return 0;
+}
