@@ -118,8 +118,8 @@ pub(super) struct PrefixCache<T> {
     /// Per weight identity, the checkpoints holding it.
     owners: HashMap<u64, Vec<Weak<dyn Any + Send + Sync>>>,
     clock: u64,
-    /// Blocks evicted under budget pressure since the last
-    /// [`PrefixCache::take_evicted`].
+    /// Blocks evicted under budget pressure, or tails past
+    /// [`MAX_TAILS`], since the last [`PrefixCache::take_evicted`].
     evicted: usize,
     /// While an insert runs, its clock: the blocks it has just added are
     /// not evicted to make room for the rest of their own chain.
@@ -353,25 +353,28 @@ impl<T: SharedKvBlock> PrefixCache<T> {
         let Some(block) = share(start..start + tokens.len(), self) else {
             return 0;
         };
-        let tails: Vec<(BlockHash, u64)> = self
+        let hash = chain(parent, tokens);
+        let entry = self.entry(block, parent, tokens, depth);
+        self.add(weights, hash, entry);
+        // Past the cap, the least recently used of the others go.
+        let mut others: Vec<(BlockHash, u64)> = self
             .children
             .get(&(weights, parent))
             .into_iter()
             .flatten()
-            .filter_map(|hash| {
-                let entry = self.entries.get(&(weights, *hash))?;
-                (entry.tokens.len() < self.positions).then_some((*hash, entry.last_used))
+            .filter(|kid| **kid != hash)
+            .filter_map(|kid| {
+                let entry = self.entries.get(&(weights, *kid))?;
+                (entry.tokens.len() < self.positions).then_some((*kid, entry.last_used))
             })
             .collect();
-        let mut kept = tails;
-        kept.sort_by_key(|&(_, used)| used);
-        for (hash, _) in kept.iter().take((kept.len() + 1).saturating_sub(MAX_TAILS)) {
-            if self.remove((weights, *hash)).is_some() {
+        others.sort_by_key(|&(_, used)| used);
+        let over = (others.len() + 1).saturating_sub(MAX_TAILS);
+        for (kid, _) in others.into_iter().take(over) {
+            if self.remove((weights, kid)).is_some() {
                 self.evicted += 1;
             }
         }
-        let entry = self.entry(block, parent, tokens, depth);
-        self.add(weights, chain(parent, tokens), entry);
         1
     }
 
@@ -408,7 +411,7 @@ impl<T: SharedKvBlock> PrefixCache<T> {
         freed
     }
 
-    /// Blocks evicted under pressure since the last call.
+    /// Blocks evicted (budget pressure, the tails' cap) since the last call.
     pub(super) fn take_evicted(&mut self) -> usize {
         std::mem::take(&mut self.evicted)
     }

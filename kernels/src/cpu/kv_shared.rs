@@ -110,7 +110,8 @@ impl CpuKvCache {
             || positions > block
         {
             return Err(refuse(format!(
-                "a tail of {positions} positions at {start} is not whole key blocks                  from the start of a block of {block}"
+                "a tail of {positions} positions at {start} is not whole key blocks \
+                 from the start of a block of {block}"
             )));
         }
         if self.filled.iter().any(|f| *f < start + positions) {
