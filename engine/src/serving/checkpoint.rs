@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use switchyard_kernels::Backend;
 
 use crate::chat::ChatTemplate;
+use crate::chat_choice::{self, TemplateOrigin, TemplateSpec};
 use crate::formats::{load_checkpoint, CheckpointFormat};
 use crate::model::weights::LoadStats;
 use crate::model::{LlamaModel, LogitRows, SequenceChunk};
@@ -39,6 +40,14 @@ impl fmt::Display for CheckpointId {
     }
 }
 
+/// How the operator asked a model's checkpoints to be served (`--chat-template`,
+/// `model.toml`); the same for every version of a model.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CheckpointOptions {
+    /// The chat template instead of the file's own.
+    pub chat_template: Option<TemplateSpec>,
+}
+
 /// Why a checkpoint could not be made servable. Each message names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
@@ -66,6 +75,8 @@ pub struct ServedCheckpoint<B: Backend> {
     pub model: LlamaModel<B>,
     pub tokenizer: Tokenizer,
     pub template: ChatTemplate,
+    /// Where `template` came from (said at startup and by the admin API).
+    pub template_origin: TemplateOrigin,
     /// The vocabulary as the grammar engine reads it, built on the first
     /// constrained request.
     pub grammar_vocab: GrammarVocab,
@@ -100,6 +111,7 @@ impl<B: Backend> ServedCheckpoint<B> {
         store: &WeightStore<B>,
         id: CheckpointId,
         path: &Path,
+        options: &CheckpointOptions,
     ) -> Result<Self, CheckpointError> {
         let started = Instant::now();
         let fail = |reason: String| (path.to_path_buf(), reason);
@@ -111,7 +123,12 @@ impl<B: Backend> ServedCheckpoint<B> {
             let (path, reason) = fail(e.to_string());
             CheckpointError::Tokenizer { path, reason }
         })?;
-        let template = ChatTemplate::new_or_default(tokenizer.chat_template()).map_err(|e| {
+        let (template, template_origin) = chat_choice::choose(
+            options.chat_template.as_ref(),
+            &tokenizer,
+            Some(checkpoint.config.architecture),
+        )
+        .map_err(|e| {
             let (path, reason) = fail(e.to_string());
             CheckpointError::Template { path, reason }
         })?;
@@ -130,6 +147,7 @@ impl<B: Backend> ServedCheckpoint<B> {
         let mut served = Self::from_parts(id, model, tokenizer, template, path, format)
             .with_load(load_stats, started.elapsed());
         served.quant_mix = Some(mix);
+        served.template_origin = template_origin;
         Ok(served)
     }
 
@@ -149,6 +167,7 @@ impl<B: Backend> ServedCheckpoint<B> {
             model,
             tokenizer,
             template,
+            template_origin: TemplateOrigin::Given,
             grammar_vocab: GrammarVocab::default(),
             source: source.to_path_buf(),
             format,

@@ -52,6 +52,12 @@ pub struct ServeArgs {
     /// as --model); default: the file stem.
     #[arg(long = "model-name")]
     pub model_names: Vec<String>,
+    /// The chat template for the --model at the same position (repeat as
+    /// --model): a known template's name (chatml, gemma), a Jinja file, or
+    /// `auto` [default: auto: the file's own template, else its family's
+    /// (Gemma's for Gemma), else ChatML; startup says which].
+    #[arg(long = "chat-template")]
+    pub chat_templates: Vec<String>,
     /// A model repository to serve: REPO/<model>/<version>/ holding a GGUF
     /// file or a Hugging Face folder, with an optional REPO/<model>/model.toml
     /// (aliases, default version, version policy). Each model's served
@@ -195,6 +201,13 @@ fn settings(args: ServeArgs) -> anyhow::Result<Settings> {
             args.models.len()
         );
     }
+    if args.chat_templates.len() > args.models.len().max(1) {
+        anyhow::bail!(
+            "{} --chat-template flags but {} --model flags; give each template after its --model",
+            args.chat_templates.len(),
+            args.models.len()
+        );
+    }
     let mut models: Vec<ModelEntry> = args
         .models
         .iter()
@@ -203,6 +216,7 @@ fn settings(args: ServeArgs) -> anyhow::Result<Settings> {
             path: path.clone(),
             name: args.model_names.get(i).cloned(),
             version: None,
+            chat_template: args.chat_templates.get(i).cloned(),
         })
         .collect();
     if models.is_empty() {
@@ -214,6 +228,7 @@ fn settings(args: ServeArgs) -> anyhow::Result<Settings> {
             path: default_model()?,
             name: None,
             version: None,
+            chat_template: args.chat_templates.first().cloned(),
         });
     }
     let defaults = ExecutorConfig::default();
@@ -371,10 +386,12 @@ fn load_startup(registry: &Registry<CpuBackend>, startup: &[StartupVersion]) -> 
         match registry.load(name, number) {
             Ok(report) => {
                 eprintln!(
-                    "switchyard: loaded `{name}@{number}` in {:.0} ms ({:.1} MB, {:.1} MB shared)",
+                    "switchyard: loaded `{name}@{number}` in {:.0} ms ({:.1} MB, {:.1} MB shared); \
+                     chat template: {}",
                     report.elapsed.as_secs_f64() * 1e3,
                     report.bytes as f64 / 1e6,
-                    report.shared_bytes as f64 / 1e6
+                    report.shared_bytes as f64 / 1e6,
+                    report.template
                 );
                 if version.activate {
                     registry
@@ -441,6 +458,7 @@ fn register_files(
             );
         }
         registry.register(&name, &version, &entry.path, &[]);
+        registry.configure(&name, entry.options());
         for earlier in startup.iter_mut().filter(|v| v.model == name) {
             earlier.activate = false;
         }

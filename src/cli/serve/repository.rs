@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use switchyard_engine::registry::Registry;
 use switchyard_engine::repository::ModelRepository;
+use switchyard_engine::serving::CheckpointOptions;
 use switchyard_kernels::cpu::CpuBackend;
 
 /// A repository folder the server serves from.
@@ -92,6 +93,12 @@ impl RepositoryWatch {
             for version in &model.versions {
                 registry.register(&model.name, &version.version, &version.path, &model.aliases);
             }
+            registry.configure(
+                &model.name,
+                CheckpointOptions {
+                    chat_template: model.chat_template.clone(),
+                },
+            );
         }
     }
 }
