@@ -13,6 +13,8 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    log: cli::logging::LogArgs,
 }
 
 #[derive(Subcommand)]
@@ -36,14 +38,9 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    cli::logging::init(&cli.log)?;
+    match cli.command {
         Command::Generate(args) => cli::generate::run(args),
         Command::Tokenize(args) => cli::tokenize::run(args),
         Command::Logits(args) => cli::logits::run(args),

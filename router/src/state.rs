@@ -29,6 +29,9 @@ pub struct RouterConfig {
     pub max_fanout: u32,
     /// Interval of SSE keep-alive comments while a stream is quiet.
     pub sse_keep_alive: Duration,
+    /// What a server started without (`--allow-partial-start`): models that
+    /// did not load, policy names not served. `GET /ready` lists them.
+    pub missing_at_startup: Vec<String>,
 }
 
 impl Default for RouterConfig {
@@ -42,6 +45,7 @@ impl Default for RouterConfig {
             retry_after: Duration::from_secs(1),
             max_fanout: 64,
             sse_keep_alive: Duration::from_secs(15),
+            missing_at_startup: Vec::new(),
         }
     }
 }

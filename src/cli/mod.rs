@@ -3,6 +3,7 @@
 pub mod demo_repo;
 pub mod generate;
 pub mod load;
+pub mod logging;
 pub mod logits;
 pub mod models;
 pub mod npy;

@@ -4,20 +4,29 @@ the two real test models.
 1. Chat with Gemma 3 270M: the file ships no chat template but says
    `add_bos_token`; the prompt ids must be llama.cpp's for its `gemma`
    template (BOS included) and the answer must hold no template markers.
+2. A policy naming checkpoints nobody serves stops startup.
+3. A model.toml typo or one bad --model path stops startup, each problem once
+   (test_startup_skips.py: a bad version, and --allow-partial-start).
+4. `policy check` lists every problem.
+5. A port in use is said before the models load.
+6. `policy explain` prints utilities readably and fails when nothing can be picked.
 """
 
 from __future__ import annotations
 
 import ctypes
 import json
+import os
+import shutil
 from pathlib import Path
 
 import openai
 import pytest
 from conftest import run_json
-from first_hour_server import logged_server
+from first_hour_server import logged_server, run_to_exit
 from serve_process import free_port
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CONVERSATIONS = [
     [{"role": "user", "content": "What is the capital of France?"}],
     [
@@ -28,6 +37,14 @@ CONVERSATIONS = [
     ],
 ]
 MARKERS = ["<start_of_turn>", "<end_of_turn>", "<|im_start|>", "<|im_end|>", "<im_start>", "<bos>"]
+
+
+def link_or_copy(source: Path, dest: Path):
+    # Not a symlink: the repository scan refuses files whose real path lies outside it.
+    try:
+        os.link(source, dest)
+    except OSError:
+        shutil.copyfile(source, dest)
 
 
 def llama_cpp_prompt(llama, template: str, messages: list[dict]) -> list[int]:
@@ -99,3 +116,83 @@ def test_chat_template_flag_names_a_template_or_a_file(switchyard_bin, gemma3_pa
     from_file = run_json(switchyard_bin, "tokenize", "--model", gemma3_path, "--chat", chat, "--chat-template", jinja)
     assert from_file["text"].startswith("[system] You are terse.\n[user] What is 2+2?")
     assert from_file["ids"][0] == 2, "BOS from add_bos_token though the template writes none"
+
+
+# 2. A policy whose names nothing serves stops startup, naming its line and the served names.
+def test_a_policy_naming_unserved_checkpoints_stops_startup(switchyard_bin, smollm2_path):
+    policy = EXAMPLES / "policy-cost-saver.toml"
+    done = run_to_exit([switchyard_bin, "serve", "--listen", f"127.0.0.1:{free_port()}", "--threads", "2",
+                        "--model", smollm2_path, "--model-name", "smol", "--policy", policy])
+    assert done.returncode != 0, done.stderr
+    err = done.stderr
+    assert "`smollm2-135m@q4_1`" in err and "policy-cost-saver.toml:18" in err, err
+    assert "serves smol@1" in err and "`NAME@1`" in err, err
+    assert err.count("`smollm2-135m@q4_1`") == 1, err
+
+
+# 3. A model.toml typo stops startup (and `switchyard models` exits non-zero); so does one
+#    bad --model path of two, each problem once with its file.
+def test_a_model_toml_typo_stops_startup_and_fails_models(switchyard_bin, smollm2_path, tmp_path):
+    repo = tmp_path / "repo"
+    for name in ("good", "typo"):
+        (repo / name / "1").mkdir(parents=True)
+        link_or_copy(smollm2_path, repo / name / "1" / "model.gguf")
+    (repo / "typo" / "model.toml").write_text('aliases = []\ndefault_versoin = "1"\n')
+    listing = run_to_exit([switchyard_bin, "models", repo])
+    assert listing.returncode != 0 and "default_versoin" in listing.stdout, listing
+    done = run_to_exit([switchyard_bin, "serve", "--repo", repo, "--listen", f"127.0.0.1:{free_port()}"])
+    assert done.returncode != 0, done.stderr
+    assert done.stderr.count("default_versoin") == 1 and "line 2, column 1" in done.stderr, done.stderr
+
+
+def test_one_bad_model_path_of_two_stops_startup(switchyard_bin, smollm2_path, tmp_path):
+    missing = tmp_path / "nope.gguf"
+    done = run_to_exit([switchyard_bin, "serve", "--listen", f"127.0.0.1:{free_port()}", "--threads", "2",
+                        "--model", smollm2_path, "--model", missing])
+    assert done.returncode != 0, done.stderr
+    assert done.stderr.count(str(missing)) == 1, done.stderr
+    assert "cannot read" in done.stderr and done.stderr.count("cannot read") == 1, done.stderr
+    assert "admin API" not in done.stderr.split("did not start")[1], done.stderr
+
+
+# 5. A port in use is found before the models load.
+def test_a_port_in_use_is_said_before_loading(switchyard_bin, gemma3_path):
+    import socket
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run_to_exit([switchyard_bin, "serve", "--listen", f"127.0.0.1:{port}", "--model", gemma3_path])
+    assert done.returncode != 0 and f"cannot listen on 127.0.0.1:{port}" in done.stderr, done.stderr
+    assert "loaded" not in done.stderr, done.stderr
+
+
+# 4. `policy check` lists every problem: typos on two lines, both reported.
+def test_policy_check_lists_every_problem(switchyard_bin, tmp_path):
+    lines = (EXAMPLES / "policy-cost-saver.toml").read_text().splitlines()
+    assert lines[11].startswith("cost_weight") and lines[22].startswith("quality =")
+    lines[11] = lines[11].replace("cost_weight", "cost_wieght")
+    lines[22] = lines[22].replace("quality", "qualty")
+    policy = tmp_path / "typos.toml"
+    policy.write_text("\n".join(lines) + "\n")
+    done = run_to_exit([switchyard_bin, "policy", "check", policy])
+    assert done.returncode != 0
+    assert f"{policy}:12:1:" in done.stderr and "cost_wieght" in done.stderr, done.stderr
+    assert f"{policy}:23:1:" in done.stderr and "qualty" in done.stderr, done.stderr
+    assert "2 problems" in done.stderr, done.stderr
+
+
+# 6. `policy explain` prints utilities that tell candidates apart, and fails without a pick.
+def test_policy_explain_is_readable_and_fails_without_a_pick(switchyard_bin, tmp_path):
+    request = tmp_path / "req.json"
+    request.write_text(json.dumps({"model": "auto", "messages": [{"role": "user", "content": "Hi"}]}))
+    policy = EXAMPLES / "policy-cost-saver.toml"
+    done = run_to_exit([switchyard_bin, "policy", "explain", policy, "--request", request])
+    assert done.returncode == 0, done.stderr
+    utilities = [line.split("utility ")[1].split()[0] for line in done.stdout.splitlines() if "utility " in line]
+    assert len(utilities) >= 2 and "-0.0000" not in utilities, done.stdout
+    assert len(set(utilities)) == len(utilities), utilities
+    unpickable = run_to_exit([switchyard_bin, "policy", "explain", policy, "--request", request,
+                              "--header", "x-switchyard-min-quality: 0.99"])
+    assert unpickable.returncode != 0, unpickable.stdout
+    assert "no pick" in unpickable.stdout, unpickable.stdout

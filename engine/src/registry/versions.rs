@@ -349,7 +349,11 @@ impl<B: Backend> Registry<B> {
                 path.display()
             ))
         };
-        let checkpoint = load_checkpoint(path).map_err(|e| refuse("the file", e.to_string()))?;
+        let mut checkpoint =
+            load_checkpoint(path).map_err(|e| refuse("the file", e.to_string()))?;
+        options
+            .apply(&mut checkpoint.config)
+            .map_err(|e| refuse("the configuration", e))?;
         checkpoint
             .config
             .validate()

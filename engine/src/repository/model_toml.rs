@@ -41,6 +41,8 @@ pub struct ModelToml {
     /// The chat template: a known template's name, or a Jinja file (relative
     /// paths from the model's folder).
     pub chat_template: Option<String>,
+    /// The context window, at most the trained context.
+    pub ctx_size: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -51,6 +53,7 @@ struct RawModelToml {
     default_version: Option<String>,
     version_policy: Option<RawPolicy>,
     chat_template: Option<String>,
+    ctx_size: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -73,7 +76,7 @@ pub fn parse_model_toml(text: &str, path: &Path) -> Result<ModelToml, String> {
             .unwrap_or_default();
         format!(
             "{} is not a valid model.toml: {place}{}; the keys are aliases, default_version, \
-             chat_template and [version_policy] with one of latest, all or versions",
+             chat_template, ctx_size and [version_policy] with one of latest, all or versions",
             path.display(),
             e.message().trim_end()
         )
@@ -88,6 +91,7 @@ pub fn parse_model_toml(text: &str, path: &Path) -> Result<ModelToml, String> {
         default_version: raw.default_version,
         policy,
         chat_template: raw.chat_template,
+        ctx_size: raw.ctx_size,
     })
 }
 

@@ -17,6 +17,8 @@ pub struct RepoModel {
     pub policy: VersionPolicy,
     /// `model.toml`'s chat template, a file's path resolved from the model's folder.
     pub chat_template: Option<TemplateSpec>,
+    /// `model.toml`'s context window.
+    pub ctx_size: Option<usize>,
     /// Every usable version on disk, oldest first (see
     /// [`compare_versions`](super::compare_versions)); never empty.
     pub versions: Vec<RepoVersion>,

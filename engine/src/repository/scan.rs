@@ -144,6 +144,7 @@ fn scan_model(
         chat_template: config
             .chat_template
             .map(|value| chat_template_spec(value, dir)),
+        ctx_size: config.ctx_size,
         versions,
     };
     check_policy(&model, dir, problems);

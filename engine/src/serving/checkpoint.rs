@@ -12,6 +12,7 @@ use switchyard_kernels::Backend;
 use crate::chat::ChatTemplate;
 use crate::chat_choice::{self, TemplateOrigin, TemplateSpec};
 use crate::formats::{load_checkpoint, CheckpointFormat};
+use crate::model::config::ModelConfig;
 use crate::model::weights::LoadStats;
 use crate::model::{LlamaModel, LogitRows, SequenceChunk};
 use crate::store::WeightStore;
@@ -46,17 +47,41 @@ impl fmt::Display for CheckpointId {
 pub struct CheckpointOptions {
     /// The chat template instead of the file's own.
     pub chat_template: Option<TemplateSpec>,
+    /// Positions a sequence may use (prompt and output), at most the
+    /// trained context: a smaller window bounds each request's KV cache.
+    pub ctx_size: Option<usize>,
+}
+
+impl CheckpointOptions {
+    /// `config` with the context window the options ask for.
+    pub fn apply(&self, config: &mut ModelConfig) -> Result<(), String> {
+        let Some(ctx) = self.ctx_size else {
+            return Ok(());
+        };
+        if ctx == 0 || ctx > config.context_length {
+            return Err(format!(
+                "a context size (--ctx-size, ctx_size) of {ctx} is outside 1..={}, the model's trained context; give a \
+                 size in that range",
+                config.context_length
+            ));
+        }
+        config.context_length = ctx;
+        Ok(())
+    }
 }
 
 /// Why a checkpoint could not be made servable. Each message names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
-    #[error("cannot read {path}: {reason}")]
+    /// The format error names the file itself (`cannot read P: ...`).
+    #[error("{reason}")]
     Format { path: PathBuf, reason: String },
     #[error("cannot load the tokenizer of {path}: {reason}")]
     Tokenizer { path: PathBuf, reason: String },
     #[error("the chat template of {path} is unusable: {reason}")]
     Template { path: PathBuf, reason: String },
+    #[error("{path}: {reason}")]
+    Options { path: PathBuf, reason: String },
     #[error("cannot load the weights of {path}: {reason}")]
     Weights { path: PathBuf, reason: String },
     #[error(
@@ -115,9 +140,13 @@ impl<B: Backend> ServedCheckpoint<B> {
     ) -> Result<Self, CheckpointError> {
         let started = Instant::now();
         let fail = |reason: String| (path.to_path_buf(), reason);
-        let checkpoint = load_checkpoint(path).map_err(|e| {
+        let mut checkpoint = load_checkpoint(path).map_err(|e| {
             let (path, reason) = fail(e.to_string());
             CheckpointError::Format { path, reason }
+        })?;
+        options.apply(&mut checkpoint.config).map_err(|reason| {
+            let (path, reason) = fail(reason);
+            CheckpointError::Options { path, reason }
         })?;
         let tokenizer = Tokenizer::load(&checkpoint.tokenizer).map_err(|e| {
             let (path, reason) = fail(e.to_string());

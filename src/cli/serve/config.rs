@@ -14,6 +14,7 @@
 //! name = "smollm2"          # optional: the file stem by default
 //! version = "1"             # optional: "1" by default
 //! chat_template = "gemma"   # optional: a known name, a Jinja file or "auto"
+//! ctx_size = 4096           # optional: the context window (default: the trained one)
 //! ```
 
 use std::net::SocketAddr;
@@ -71,6 +72,8 @@ pub struct ModelEntry {
     pub version: Option<String>,
     /// A known chat template's name, a Jinja file or `auto` (the default).
     pub chat_template: Option<String>,
+    /// The context window, at most the trained context (the default).
+    pub ctx_size: Option<usize>,
 }
 
 impl ModelEntry {
@@ -82,6 +85,7 @@ impl ModelEntry {
                 .as_ref()
                 .filter(|value| !value.eq_ignore_ascii_case("auto"))
                 .map(|value| TemplateSpec::new(value, "--chat-template")),
+            ctx_size: self.ctx_size,
         }
     }
 
