@@ -37,7 +37,17 @@ enum Command {
     DemoRepo(cli::demo_repo::DemoRepoArgs),
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("{}", cli::report::error_text(&error));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     cli::logging::init(&cli.log)?;
     match cli.command {

@@ -4,6 +4,7 @@ read what it said at startup; and a runner for commands expected to fail."""
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import time
@@ -15,11 +16,12 @@ import pytest
 
 
 @contextlib.contextmanager
-def logged_server(args: list[str], port: int, log: Path, ready_within: float = 120):
-    """Runs `args` listening on `port` with stderr in `log`, waits for /ready,
-    yields the process, then stops it with SIGTERM."""
+def logged_server(args: list[str], port: int, log: Path, ready_within: float = 120, env: dict | None = None):
+    """Runs `args` listening on `port` with stderr in `log` (and `env` added to the
+    environment), waits for /ready, yields the process, then stops it with SIGTERM."""
     with log.open("w") as err:
-        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err, text=True)
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err, text=True,
+                                env={**os.environ, **(env or {})})
         base = f"http://127.0.0.1:{port}"
         deadline = time.time() + ready_within
         try:

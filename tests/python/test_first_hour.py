@@ -18,6 +18,8 @@ import ctypes
 import json
 import os
 import shutil
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import openai
@@ -196,3 +198,61 @@ def test_policy_explain_is_readable_and_fails_without_a_pick(switchyard_bin, tmp
                               "--header", "x-switchyard-min-quality: 0.99"])
     assert unpickable.returncode != 0, unpickable.stdout
     assert "no pick" in unpickable.stdout, unpickable.stdout
+
+
+# 6. The flags people reach for: --api-key, --ctx-size, --log-level, --log-format.
+@pytest.fixture(scope="module")
+def keyed_server(switchyard_bin, smollm2_path, tmp_path_factory):
+    port = free_port()
+    log = tmp_path_factory.mktemp("keyed") / "serve.log"
+    args = [str(switchyard_bin), "serve", "--listen", f"127.0.0.1:{port}", "--threads", "2",
+            "--model", str(smollm2_path), "--model-name", "smol", "--ctx-size", "64",
+            "--api-key", "key-one", "--api-key", "key-two", "--log-level", "info", "--drain-seconds", "2"]
+    with logged_server(args, port, log):
+        yield f"http://127.0.0.1:{port}", log
+
+
+def get(url: str, key: str | None = None) -> tuple[int, dict]:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_api_keys_guard_v1_and_leave_the_probes_open(keyed_server):
+    base, _ = keyed_server
+    status, body = get(base + "/v1/models")
+    assert status == 401 and body["error"]["code"] == "invalid_api_key", body
+    assert get(base + "/v1/models", "wrong")[0] == 401
+    assert get(base + "/ready")[0] == 200 and get(base + "/health")[0] == 200
+    client = openai.OpenAI(base_url=base + "/v1", api_key="key-two", max_retries=0, timeout=60)
+    reply = client.completions.create(model="smol", prompt="Hi", max_tokens=4, temperature=0)
+    assert reply.usage.completion_tokens >= 1
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=base + "/v1", api_key="nope", max_retries=0).models.list()
+
+
+def test_ctx_size_bounds_the_context(keyed_server):
+    base, _ = keyed_server
+    status, body = get(base + "/v1/models", "key-one")
+    assert status == 200 and body["data"][0]["context_length"] == 64, body
+    client = openai.OpenAI(base_url=base + "/v1", api_key="key-one", max_retries=0, timeout=60)
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model="smol", prompt="word " * 80, max_tokens=4)
+
+
+def test_logs_have_no_colour_when_redirected(keyed_server):
+    _, log = keyed_server
+    text = log.read_text()
+    assert " INFO " in text and "\x1b[" not in text, text
+
+
+def test_json_logs_are_one_object_per_line(switchyard_bin, smollm2_path):
+    done = run_to_exit([switchyard_bin, "serve", "--listen", f"127.0.0.1:{free_port()}", "--log-format", "json",
+                        "--log-level", "info", "--model", smollm2_path, "--model", smollm2_path.parent / "nope.gguf"])
+    events = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    assert events and all({"timestamp", "level", "target"} <= e.keys() for e in events), done.stderr
+    assert any(e.get("message") == "load failed; nothing changed" for e in events), events
+    assert "--log-level" in run_to_exit([switchyard_bin, "serve", "--log-level", "loud=7=x"]).stderr

@@ -302,7 +302,9 @@ impl<B: Backend> Registry<B> {
                 slot.set_state(State::Disk);
                 slot.last_error = Some(error.message.clone());
                 drop(models);
-                tracing::warn!(checkpoint = %id, %error, "load failed; nothing changed");
+                // Info, not warn: the error goes back to the caller (startup, the admin
+                // API), which reports it; a warning here printed it twice.
+                tracing::info!(checkpoint = %id, %error, "load failed; nothing changed");
                 self.observer
                     .load(&id, Duration::ZERO, Some(&error.message));
                 Err(error)

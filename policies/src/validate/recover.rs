@@ -6,7 +6,9 @@
 //! columns stay those of the real file) and the text parsed again, until it
 //! parses or an error repeats. A blanked table header blanks its whole table
 //! (its keys would otherwise land in the table before it and be reported
-//! again as unknown there).
+//! again as unknown there), and the file's meaning is then not checked: what
+//! the table defined is gone. A key missing from a table with a blanked line
+//! is that line's typo again and is not reported twice.
 
 use std::ops::Range;
 
@@ -21,37 +23,38 @@ const MAX_ERRORS: usize = 50;
 /// does not fix).
 pub(super) fn parse(src: &str, diags: &mut Diagnostics<'_>) -> Option<PolicyFile> {
     let mut text = src.as_bytes().to_vec();
-    let mut blanked: Vec<String> = Vec::new();
-    let mut seen: Vec<usize> = Vec::new();
+    // Where blanked lines started.
+    let mut blanked: Vec<usize> = Vec::new();
+    // Whether a whole table was blanked: the rest of the file then lacks what it
+    // defined, and checking its meaning would report that absence again.
+    let mut lost_a_table = false;
     loop {
         // Blanking only writes ASCII spaces over whole lines, so the text stays UTF-8.
         let current = String::from_utf8_lossy(&text).into_owned();
         let error = match toml::from_str::<PolicyFile>(&current) {
-            Ok(file) => return Some(file),
+            Ok(file) => return (!lost_a_table).then_some(file),
             Err(error) => error,
         };
         let span = error.span().unwrap_or(0..0);
         let message = error.message().trim().to_string();
-        // A blanked required key shows up again as missing: that is the same problem.
-        let echo = blanked
-            .iter()
-            .any(|key| message == format!("missing field `{key}`"));
-        if !echo {
-            diags.at(span.clone(), message);
-        }
         let line = line_range(&text, span.start);
-        if seen.contains(&line.start) || seen.len() >= MAX_ERRORS {
-            return None;
-        }
-        seen.push(line.start);
-        if let Some(key) = key_of(&text[line.clone()]) {
-            blanked.push(key);
-        }
         let range = if is_header(&text[line.clone()]) {
+            lost_a_table = true;
             line.start..table_end(&text, line.end)
         } else {
-            line
+            line.clone()
         };
+        // A key missing from a table one of whose lines was blanked (a misspelt
+        // `qualty` for `quality`) is that typo again.
+        let echo = message.starts_with("missing field")
+            && blanked.iter().any(|start| range.contains(start));
+        if !echo {
+            diags.at(span, message);
+        }
+        if blanked.contains(&line.start) || blanked.len() >= MAX_ERRORS {
+            return None;
+        }
+        blanked.push(line.start);
         for byte in &mut text[range] {
             if *byte != b'\n' && *byte != b'\r' {
                 *byte = b' ';
@@ -91,14 +94,6 @@ fn table_end(text: &[u8], from: usize) -> usize {
     text.len()
 }
 
-/// The key a `key = value` line sets.
-fn key_of(line: &[u8]) -> Option<String> {
-    let line = std::str::from_utf8(line).ok()?;
-    let (key, _) = line.split_once('=')?;
-    let key = key.trim().trim_matches('"');
-    (!key.is_empty()).then(|| key.to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,6 +118,26 @@ mod tests {
         assert_eq!(lines, vec![3, 8], "{found:?}");
         assert!(found[0].1.contains("cots_weight"), "{found:?}");
         assert!(found[1].1.contains("qualty"), "{found:?}");
+    }
+
+    #[test]
+    fn a_misspelt_required_key_is_not_also_reported_missing() {
+        let src = "[routing]\ncots_weight = 1.0\n\n[[models]]\nname = \"a\"\nversion = \"1\"\nqualty = 0.5\n";
+        let found = problems(src);
+        let lines: Vec<usize> = found.iter().map(|(line, _)| *line).collect();
+        assert_eq!(lines, vec![2, 7], "{found:?}");
+    }
+
+    #[test]
+    fn a_missing_key_is_reported() {
+        let src = "[[models]]\nname = \"a\"\nversion = \"1\"\n";
+        let found = problems(src);
+        assert!(
+            found
+                .iter()
+                .any(|(line, m)| *line == 1 && m.contains("missing field")),
+            "{found:?}"
+        );
     }
 
     #[test]
