@@ -38,9 +38,21 @@ def fenced_blocks(text: str) -> list[tuple[str, str]]:
 
 
 def commands(block: str) -> list[str]:
-    """A shell block's commands: continuations joined, comments and blank lines left out."""
-    joined = re.sub(r"\\\n\s*", " ", block)
-    return [line.strip() for line in joined.splitlines() if line.strip() and not line.strip().startswith("#")]
+    """A shell block's commands: continuations and quoted newlines joined, comments
+    and blank lines left out."""
+    out, pending = [], ""
+    for line in re.sub(r"\\\n\s*", " ", block).splitlines():
+        if not pending and (not line.strip() or line.strip().startswith("#")):
+            continue
+        pending = f"{pending}\n{line}" if pending else line.strip()
+        try:
+            shlex.split(pending)
+        except ValueError:  # a quote still open: the command goes on
+            continue
+        out.append(pending)
+        pending = ""
+    assert not pending, f"unterminated command in README: {pending}"
+    return out
 
 
 class Session:
