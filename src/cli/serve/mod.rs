@@ -477,19 +477,16 @@ fn load_startup(
         if loaded.iter().any(|v| v.model == *name && v.activate) {
             continue;
         }
-        // `startup` lists a model's versions oldest first.
-        match loaded.iter().rev().find(|v| v.model == *name) {
-            Some(stand_in) => {
-                registry
-                    .activate(name, &stand_in.version)
-                    .with_context(|| format!("cannot activate `{name}@{}`", stand_in.version))?;
-                problems.push(format!(
-                    "`{name}@{}` is active instead of the default `{name}@{}`, which did not load",
-                    stand_in.version, failed.version
-                ));
-            }
-            // Each of its versions' failures is listed already.
-            None => {}
+        // `startup` lists a model's versions oldest first; a model none of whose
+        // versions loaded has each failure listed already.
+        if let Some(stand_in) = loaded.iter().rev().find(|v| v.model == *name) {
+            registry
+                .activate(name, &stand_in.version)
+                .with_context(|| format!("cannot activate `{name}@{}`", stand_in.version))?;
+            problems.push(format!(
+                "`{name}@{}` is active instead of the default `{name}@{}`, which did not load",
+                stand_in.version, failed.version
+            ));
         }
     }
     Ok(())
