@@ -255,3 +255,70 @@ fn unenforceable_schemas_are_refused_naming_the_field_and_keyword() {
     assert_eq!(finish, FinishReason::Stop);
     assert!(serde_json::from_str::<Value>(&text).is_ok(), "{text:?}");
 }
+
+/// `{"$defs": {"d0": {"$ref": "#/$defs/d1"}, ..., "dN": {"type": "integer"}},
+/// "$ref": "#/$defs/d0"}`.
+fn ref_chain(links: usize) -> String {
+    let mut defs = serde_json::Map::new();
+    for i in 0..links {
+        defs.insert(
+            format!("d{i}"),
+            serde_json::json!({"$ref": format!("#/$defs/d{}", i + 1)}),
+        );
+    }
+    defs.insert(format!("d{links}"), serde_json::json!({"type": "integer"}));
+    serde_json::json!({"$defs": defs, "$ref": "#/$defs/d0"}).to_string()
+}
+
+fn wide_object(properties: usize) -> String {
+    let properties: serde_json::Map<String, Value> = (0..properties)
+        .map(|i| (format!("p{i}"), serde_json::json!({"type": "integer"})))
+        .collect();
+    serde_json::json!({"type": "object", "properties": properties}).to_string()
+}
+
+/// Issue 32: a 600-link `$ref` chain or 7,000 properties overflowed the
+/// submitting thread's stack (a tokio worker's 2 MiB) inside llguidance and
+/// aborted the server. Submitted here from a thread with that stack: past the
+/// limits they are refused naming the limit, and the largest schemas within
+/// them compile (on the compile threads) and run.
+#[test]
+fn schemas_at_and_past_the_limits_neither_crash_nor_stall() {
+    use switchyard_engine::structured::limits::{MAX_PROPERTIES, MAX_REF_CHAIN};
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Arc::new(engine(dir.path()));
+    let on_small_stack = |request: GenerationRequest| {
+        let engine = Arc::clone(&engine);
+        std::thread::Builder::new()
+            .stack_size(2 * 1024 * 1024)
+            .spawn(move || engine.submit(request).map(drop))
+            .unwrap()
+            .join()
+            .unwrap()
+    };
+    for (text, limit) in [
+        (ref_chain(600), "$ref chain length"),
+        (ref_chain(3_000), "$ref chain length"),
+        (wide_object(7_000), "object properties"),
+    ] {
+        match on_small_stack(request(schema(&text), Vec::new(), 0)) {
+            Err(BackendError::InvalidRequest { param, message }) => {
+                assert_eq!(param, "response_format.json_schema.schema");
+                assert!(message.contains(limit), "{message}");
+            }
+            other => panic!("{limit}: {other:?}"),
+        }
+    }
+    for text in [ref_chain(MAX_REF_CHAIN - 1), wide_object(MAX_PROPERTIES)] {
+        let mut accepted = request(schema(&text), Vec::new(), 0);
+        accepted.max_tokens = Some(2);
+        assert_eq!(on_small_stack(accepted), Ok(()));
+    }
+    // Compiled once each, kept for the next request with the same schema.
+    let checkpoint = engine.registry().resolve("tiny").unwrap();
+    let kept = checkpoint.grammar_vocab.compiled().len();
+    let mut again = request(schema(&wide_object(MAX_PROPERTIES)), Vec::new(), 1);
+    again.max_tokens = Some(2);
+    assert_eq!(on_small_stack(again), Ok(()));
+    assert_eq!(checkpoint.grammar_vocab.compiled().len(), kept);
+}
