@@ -5,7 +5,8 @@
 //! A connection past the cap is answered at once with a 503 and `Retry-After` and
 //! closed, so a flood of idle sockets neither exhausts file descriptors nor leaves
 //! well-behaved clients hanging in the accept backlog. A client that sends its
-//! headers slowly (one byte every few seconds) is cut off at the header-read timeout.
+//! headers slowly (one byte every few seconds) is cut off at the header-read timeout,
+//! and one that stops reading its response at the write timeout.
 
 use std::future::Future;
 use std::io;
@@ -23,6 +24,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::error::ErrorReply;
 use crate::metrics::Metrics;
+use crate::write_timeout::WriteTimeout;
 
 /// How long in-flight requests get to finish after shutdown begins.
 pub const DEFAULT_DRAIN_DEADLINE: Duration = Duration::from_secs(30);
@@ -44,6 +46,9 @@ pub struct ServeOptions {
     pub max_connections: usize,
     /// The `Retry-After` of that 503, in seconds.
     pub retry_after_secs: u64,
+    /// How long a client may leave a response unread before its connection is
+    /// closed (its generation cancelled, its slot freed); see [`crate::write_timeout`].
+    pub write_timeout: Duration,
 }
 
 impl Default for ServeOptions {
@@ -53,6 +58,7 @@ impl Default for ServeOptions {
             header_read_timeout: Duration::from_secs(10),
             max_connections: 1024,
             retry_after_secs: 1,
+            write_timeout: crate::write_timeout::DEFAULT_WRITE_TIMEOUT,
         }
     }
 }
@@ -164,7 +170,10 @@ impl Connection {
         let connection = http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(self.options.header_read_timeout)
-            .serve_connection(TokioIo::new(stream), service);
+            .serve_connection(
+                TokioIo::new(WriteTimeout::new(stream, self.options.write_timeout)),
+                service,
+            );
         tokio::pin!(connection);
         let result = tokio::select! {
             result = connection.as_mut() => result,

@@ -29,6 +29,9 @@ pub struct RouterConfig {
     pub max_fanout: u32,
     /// Interval of SSE keep-alive comments while a stream is quiet.
     pub sse_keep_alive: Duration,
+    /// Web origins whose pages may call the API (`--allow-origin`); a request
+    /// with any other `Origin` gets 403. Empty: no browser page may.
+    pub allowed_origins: Vec<String>,
 }
 
 impl Default for RouterConfig {
@@ -42,6 +45,7 @@ impl Default for RouterConfig {
             retry_after: Duration::from_secs(1),
             max_fanout: 64,
             sse_keep_alive: Duration::from_secs(15),
+            allowed_origins: Vec::new(),
         }
     }
 }
