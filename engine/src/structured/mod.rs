@@ -22,7 +22,7 @@ mod vocab;
 pub use cache::GrammarCache;
 pub use grammar::{grammar, GrammarError};
 pub use mask::{mask_rows, TokenMask};
-pub use vocab::GrammarVocab;
+pub use vocab::{byte_factory, GrammarVocab};
 
 use std::sync::Arc;
 
@@ -55,15 +55,37 @@ pub fn compile(
     if let Some(compiled) = cache.get(key) {
         return compiled.map(|matcher| TokenMask::new(matcher, eos, stop_ids));
     }
+    let compiled = compile_on_pool(factory, top, constraint, tools);
+    cache.insert(key, &compiled);
+    compiled.map(|matcher| TokenMask::new(matcher, eos, stop_ids))
+}
+
+/// Checks `constraint` against the limits and compiles it over `factory`
+/// (see [`byte_factory`]) as [`compile`] does, without a cache: what the
+/// `structured_schema` fuzz target runs.
+pub fn check_and_compile(
+    factory: &Arc<ParserFactory>,
+    constraint: &Constraint,
+    tools: &[Tool],
+) -> Result<(), BackendError> {
+    let top = grammar(constraint, tools)
+        .map_err(|error| BackendError::invalid(&error.field, error.message))?;
+    compile_on_pool(factory, top, constraint, tools).map(drop)
+}
+
+/// Compiles `top` on a compile thread (see [`pool`]), blocking until it is done.
+fn compile_on_pool(
+    factory: &Arc<ParserFactory>,
+    top: llguidance::api::TopLevelGrammar,
+    constraint: &Constraint,
+    tools: &[Tool],
+) -> Result<Matcher, BackendError> {
     let job = {
         let (factory, constraint, tools) =
             (Arc::clone(factory), constraint.clone(), tools.to_vec());
         move || compile_matcher(&factory, top, &constraint, &tools)
     };
-    let compiled = pool::run(job)
-        .unwrap_or_else(|reason| Err(BackendError::invalid(constraint.field(), reason)));
-    cache.insert(key, &compiled);
-    compiled.map(|matcher| TokenMask::new(matcher, eos, stop_ids))
+    pool::run(job).unwrap_or_else(|reason| Err(BackendError::invalid(constraint.field(), reason)))
 }
 
 /// Compiles `top` (the grammar of `constraint`); on a compile thread.

@@ -43,6 +43,24 @@ impl GrammarVocab {
     }
 }
 
+/// A parser factory over a vocabulary of the 256 bytes and an EOS token: no
+/// checkpoint needed, for fuzzing and tests of grammars. Built once.
+pub fn byte_factory() -> Result<Arc<ParserFactory>, String> {
+    static FACTORY: OnceLock<Result<Arc<ParserFactory>, String>> = OnceLock::new();
+    FACTORY.get_or_init(build_byte_factory).clone()
+}
+
+fn build_byte_factory() -> Result<Arc<ParserFactory>, String> {
+    let mut words: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+    words.push(vec![TokTrie::SPECIAL_TOKEN_MARKER, b'e', b'o', b's']);
+    let size = u32::try_from(words.len()).map_err(|e| e.to_string())?;
+    let trie = TokTrie::from(&TokRxInfo::new(size, size - 1), &words);
+    let env: TokEnv = Arc::new(ApproximateTokEnv::new(trie));
+    let mut factory = ParserFactory::new_simple(&env).map_err(|e| e.to_string())?;
+    factory.quiet();
+    Ok(Arc::new(factory))
+}
+
 fn build(tokenizer: &Tokenizer) -> Result<ParserFactory, String> {
     let unusable = |reason: String| {
         format!("this model's tokenizer cannot be used for constrained decoding: {reason}")
