@@ -271,11 +271,19 @@ fn ref_chain(links: usize) -> String {
     serde_json::json!({"$defs": defs, "$ref": "#/$defs/d0"}).to_string()
 }
 
-fn wide_object(properties: usize) -> String {
-    let properties: serde_json::Map<String, Value> = (0..properties)
-        .map(|i| (format!("p{i}"), serde_json::json!({"type": "integer"})))
+/// An object of `properties` integers; all required (in order), or all optional.
+fn wide_object(properties: usize, required: bool) -> String {
+    let names: Vec<String> = (0..properties).map(|i| format!("p{i}")).collect();
+    let properties: serde_json::Map<String, Value> = names
+        .iter()
+        .map(|name| (name.clone(), serde_json::json!({"type": "integer"})))
         .collect();
-    serde_json::json!({"type": "object", "properties": properties}).to_string()
+    let mut schema = serde_json::json!({"type": "object", "properties": properties});
+    if required {
+        schema["required"] = serde_json::json!(names);
+        schema["additionalProperties"] = serde_json::json!(false);
+    }
+    schema.to_string()
 }
 
 /// Issue 32: a 600-link `$ref` chain or 7,000 properties overflowed the
@@ -292,7 +300,7 @@ fn schemas_at_and_past_the_limits_neither_crash_nor_stall() {
         let engine = Arc::clone(&engine);
         std::thread::Builder::new()
             .stack_size(2 * 1024 * 1024)
-            .spawn(move || engine.submit(request).map(drop))
+            .spawn(move || engine.submit(request))
             .unwrap()
             .join()
             .unwrap()
@@ -300,9 +308,9 @@ fn schemas_at_and_past_the_limits_neither_crash_nor_stall() {
     for (text, limit) in [
         (ref_chain(600), "$ref chain length"),
         (ref_chain(3_000), "$ref chain length"),
-        (wide_object(7_000), "object properties"),
+        (wide_object(7_000, true), "object properties"),
     ] {
-        match on_small_stack(request(schema(&text), Vec::new(), 0)) {
+        match on_small_stack(request(schema(&text), Vec::new(), 0)).map(drop) {
             Err(BackendError::InvalidRequest { param, message }) => {
                 assert_eq!(param, "response_format.json_schema.schema");
                 assert!(message.contains(limit), "{message}");
@@ -310,16 +318,27 @@ fn schemas_at_and_past_the_limits_neither_crash_nor_stall() {
             other => panic!("{limit}: {other:?}"),
         }
     }
-    for text in [ref_chain(MAX_REF_CHAIN - 1), wide_object(MAX_PROPERTIES)] {
+    for text in [
+        ref_chain(MAX_REF_CHAIN - 1),
+        wide_object(MAX_PROPERTIES, true),
+    ] {
         let mut accepted = request(schema(&text), Vec::new(), 0);
         accepted.max_tokens = Some(2);
-        assert_eq!(on_small_stack(accepted), Ok(()));
+        let mut stream = on_small_stack(accepted).expect("accepted");
+        // It runs: tokens, then `Done` (not the engine's failure).
+        loop {
+            match stream.blocking_recv() {
+                Some(GenerationEvent::Done { .. }) => break,
+                Some(GenerationEvent::Token(_)) => {}
+                other => panic!("{other:?}"),
+            }
+        }
     }
     // Compiled once each, kept for the next request with the same schema.
     let checkpoint = engine.registry().resolve("tiny").unwrap();
     let kept = checkpoint.grammar_vocab.compiled().len();
-    let mut again = request(schema(&wide_object(MAX_PROPERTIES)), Vec::new(), 1);
+    let mut again = request(schema(&wide_object(MAX_PROPERTIES, true)), Vec::new(), 1);
     again.max_tokens = Some(2);
-    assert_eq!(on_small_stack(again), Ok(()));
+    assert!(on_small_stack(again).is_ok());
     assert_eq!(checkpoint.grammar_vocab.compiled().len(), kept);
 }

@@ -29,6 +29,10 @@ use crate::write_timeout::WriteTimeout;
 /// How long in-flight requests get to finish after shutdown begins.
 pub const DEFAULT_DRAIN_DEADLINE: Duration = Duration::from_secs(30);
 
+/// Default of [`ServeOptions::send_buffer_bytes`]: 128 KiB in flight once doubled,
+/// a few megabytes a second at WAN round trips, far more than tokens stream at.
+const DEFAULT_SEND_BUFFER: usize = 64 * 1024;
+
 /// How often histogram buffers are drained while serving.
 const METRICS_UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -49,6 +53,11 @@ pub struct ServeOptions {
     /// How long a client may leave a response unread before its connection is
     /// closed (its generation cancelled, its slot freed); see [`crate::write_timeout`].
     pub write_timeout: Duration,
+    /// The kernel send buffer of each connection (the kernel doubles it), or `None`
+    /// for the system's autotuning. Bounded by default: autotuning grows it to 4 MiB,
+    /// which holds thousands of tokens a client never reads; until it is full the
+    /// server cannot see that the client stopped (the write timeout starts then).
+    pub send_buffer_bytes: Option<usize>,
 }
 
 impl Default for ServeOptions {
@@ -59,6 +68,7 @@ impl Default for ServeOptions {
             max_connections: 1024,
             retry_after_secs: 1,
             write_timeout: crate::write_timeout::DEFAULT_WRITE_TIMEOUT,
+            send_buffer_bytes: Some(DEFAULT_SEND_BUFFER),
         }
     }
 }
@@ -166,6 +176,11 @@ struct Connection {
 
 impl Connection {
     async fn run(mut self, stream: TcpStream) {
+        if let Some(bytes) = self.options.send_buffer_bytes {
+            if let Err(error) = socket2::SockRef::from(&stream).set_send_buffer_size(bytes) {
+                tracing::debug!(%error, "cannot set a connection's send buffer");
+            }
+        }
         let service = TowerToHyperService::new(self.app.clone());
         let connection = http1::Builder::new()
             .timer(TokioTimer::new())

@@ -122,9 +122,12 @@ def ref_chain(links: int) -> dict:
     return {"$defs": defs, "$ref": "#/$defs/d0"}
 
 
-def wide_object(properties: int) -> dict:
-    return {"type": "object",
-            "properties": {f"p{i}": {"type": "integer"} for i in range(properties)}}
+def wide_object(properties: int, required: bool = False) -> dict:
+    names = [f"p{i}" for i in range(properties)]
+    schema = {"type": "object", "properties": {name: {"type": "integer"} for name in names}}
+    if required:
+        schema.update(required=names, additionalProperties=False)
+    return schema
 
 
 def schema_format(schema: dict) -> dict:
@@ -589,7 +592,7 @@ def test_schema_compiles_stall_no_one(server):
     """Issue 32, case 3: a 5,000-property schema (within the limits) for 2 prompts x
     n 4, twice at once, is compiled once per request off the async workers: /health
     and a normal chat stay prompt (it stalled /health for 30 s at 4 prompts x n 16)."""
-    schema = schema_format(wide_object(5_000))
+    schema = schema_format(wide_object(5_000, required=True))
     body = completion(prompt=["a", "b"], n=4, max_tokens=1, response_format=schema)
     worst_chat, worst_health = worst_beside(server, [(COMPLETIONS, body)] * 2, 200)
     print(f"beside two 5,000-property schema requests: chat worst {worst_chat * 1e3:.0f} ms, "
@@ -642,7 +645,9 @@ def test_stalled_streams_are_cut_at_the_write_timeout(tight):
     held every slot until their sockets closed (240 s). Their connections are now
     closed once the server could not write for the write timeout, their generations
     cancelled and their slots freed: a normal request is answered within the time the
-    socket buffers take to fill plus the timeout."""
+    socket buffers take to fill (the server's send buffer is 128 KiB: about 90 tokens
+    of these events) plus the timeout, twice (4 run, then the 4 waiting run), with room
+    for a slow shared machine; before, it waited for as long as the sockets stayed open."""
     stalled = [stalled_stream(tight) for _ in range(8)]
     try:
         time.sleep(0.5)
@@ -652,7 +657,7 @@ def test_stalled_streams_are_cut_at_the_write_timeout(tight):
         print(f"a normal request beside 8 stalled streams waited {waited:.1f} s "
               f"(write timeout {WRITE_TIMEOUT_S} s)")
         assert status == 200, body[:300]
-        assert waited < WRITE_TIMEOUT_S + 8
+        assert waited < 30
     finally:
         for sock in stalled:
             sock.close()

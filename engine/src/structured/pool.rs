@@ -16,8 +16,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// Stack of a compile thread. Reserved address space, touched only as deep
 /// as a compile goes; the deepest schema within the limits uses a few MiB.
 const STACK_BYTES: usize = 256 * 1024 * 1024;
-/// Compiles that run at once; more wait their turn.
-const THREADS: usize = 2;
+/// Compiles that run at once (half the cores, at least one); more wait their turn.
+fn threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
+}
 
 type Job = Box<dyn FnOnce() + Send>;
 
@@ -49,11 +51,11 @@ fn queue() -> &'static Result<Mutex<SyncSender<Job>>, String> {
 }
 
 fn start() -> Result<Mutex<SyncSender<Job>>, String> {
-    // A rendezvous-sized queue would block callers while both threads work;
+    // A rendezvous-sized queue would block callers while the threads work;
     // callers block on their answer anyway, so a few slots are plenty.
     let (sender, jobs) = mpsc::sync_channel::<Job>(64);
     let jobs = Arc::new(Mutex::new(jobs));
-    for i in 0..THREADS {
+    for i in 0..threads() {
         let jobs = Arc::clone(&jobs);
         std::thread::Builder::new()
             .name(format!("grammar-compile-{i}"))

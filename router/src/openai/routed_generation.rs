@@ -2,6 +2,7 @@
 //! or fails, and settling the route when the request ends (whole JSON or stream).
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures_util::stream::{self, Stream};
@@ -59,8 +60,18 @@ async fn prepare_and_submit(
     if !needs_blocking_pool(&requests) {
         return submit_all(state.backend(), requests, max_fanout, prompt_field);
     }
+    // Waiting for a slot holds no thread; the slot is held until the work is done.
+    let Ok(slot) = Arc::clone(state.heavy_prepares()).acquire_owned().await else {
+        return Err(ApiError::backend(
+            BackendError::Internal {
+                message: "the preparation slots are closed".to_owned(),
+            },
+            prompt_field,
+        ));
+    };
     let state = state.clone();
     tokio::task::spawn_blocking(move || {
+        let _slot = slot;
         submit_all(state.backend(), requests, max_fanout, prompt_field)
     })
     .await
