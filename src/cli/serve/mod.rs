@@ -121,6 +121,17 @@ pub struct ServeArgs {
     /// Seconds in-flight requests get to finish after SIGTERM/SIGINT [default: 30].
     #[arg(long)]
     pub drain_seconds: Option<u64>,
+    /// A web origin (`https://app.example`, as browsers send it) whose pages
+    /// may call the API, with CORS headers; repeat for several, `*` for any.
+    /// A request carrying any other `Origin` header is refused with 403
+    /// [default: none: no browser page may call the API].
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    pub allow_origins: Vec<String>,
+    /// Seconds a client may leave a response unread (its socket not taking
+    /// bytes) before the connection is closed, which cancels its generation
+    /// and frees its slot and KV cache [default: 30].
+    #[arg(long)]
+    pub write_timeout_secs: Option<u64>,
     /// A TOML settings file with the same keys (listen, threads, max_batch,
     /// max_queue, max_step_tokens, drain_seconds, ram_budget_mb, repo,
     /// [[models]] path/name/version); flags override it.
@@ -161,6 +172,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             None
         }
     };
+    let allowed_origins = args.allow_origins.clone();
+    let write_timeout = args
+        .write_timeout_secs
+        .map_or(ServeOptions::default().write_timeout, Duration::from_secs);
     let settings = settings(args)?;
     // The port first: a port in use is said at once, not after the models load.
     let listener = std::net::TcpListener::bind(settings.listen)
@@ -200,6 +215,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         max_in_flight: settings.executor.max_active + settings.max_queue,
         max_queued: settings.max_queue,
         missing_at_startup: missing,
+        allowed_origins,
         ..RouterConfig::default()
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -223,6 +239,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         };
         let options = ServeOptions {
             drain_deadline: settings.drain,
+            write_timeout,
             ..ServeOptions::default()
         };
         serve_with(listener, app, shutdown_signal(), options)
