@@ -17,6 +17,7 @@ typedef unsigned int uint32_t;
 typedef int int32_t;
 typedef unsigned long long uint64_t;
 typedef unsigned long long uintptr_t_sy;
+#define INFINITY __int_as_float(0x7f800000)
 #else
 #include <stdint.h>
 #include <string.h>
