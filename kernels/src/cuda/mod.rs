@@ -43,6 +43,8 @@ mod device;
 #[cfg(feature = "cuda")]
 pub mod ops;
 #[cfg(feature = "cuda")]
+pub mod ops_layers;
+#[cfg(feature = "cuda")]
 mod registry;
 
 #[cfg(not(feature = "cuda"))]

@@ -9,6 +9,8 @@
 //!
 //! `cargo run --release -p switchyard-kernels --features cuda --example cuda_check [-- --quick]`
 
+mod layers;
+
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -25,7 +27,7 @@ use switchyard_kernels::cuda::{
 use switchyard_kernels::quantize::quantize;
 use switchyard_kernels::{Backend, DType, WeightView};
 
-type Check = Result<bool, Box<dyn std::error::Error>>;
+pub(crate) type Check = Result<bool, Box<dyn std::error::Error>>;
 
 fn main() -> ExitCode {
     let quick = std::env::args().any(|a| a == "--quick");
@@ -54,6 +56,7 @@ fn main() -> ExitCode {
             );
         }
     }
+    ok &= report("layers", layers::layers(&device));
     ok &= report(
         "pointer-table swaps",
         swaps(&device, if quick { 200 } else { 10_000 }),
@@ -116,7 +119,7 @@ fn upload(
     })
 }
 
-fn random_values(n: usize, rng: &mut ChaCha8Rng, scale: f32) -> Vec<f32> {
+pub(crate) fn random_values(n: usize, rng: &mut ChaCha8Rng, scale: f32) -> Vec<f32> {
     (0..n).map(|_| rng.random_range(-scale..scale)).collect()
 }
 
