@@ -15,7 +15,9 @@
 # `scripts/gpu-check.sh run "$OUT"`. The steps, each timed in the report:
 #   1. cuda_check: every kernel against the CPU oracle per tensor type at
 #      small and Llama-7B shapes (decoders and F16 decoders bit for bit,
-#      decode matmuls max abs/rel error), 10,000 pointer-table swaps with
+#      decode matmuls max abs/rel error), the per-layer kernels (norms,
+#      RoPE, gated activations, softmax, paged attention) against the CPU
+#      or an f64 reference, 10,000 pointer-table swaps with
 #      outputs checked (swap p50/p99), decode GB/s against the copy rate;
 #   2. compute-sanitizer memcheck on cuda_check --quick;
 #   3. PyTorch: F16 GEMV GB/s at the same shapes and `transformers` decode
