@@ -40,6 +40,10 @@ fn int(n: usize, what: &'static str) -> Result<i32, CudaError> {
     i32::try_from(n).map_err(|_| CudaError::Layout(format!("{what} of {n} exceeds i32")))
 }
 
+fn short(what: &str, need: usize) -> CudaError {
+    CudaError::Layout(format!("`{what}` holds fewer than {need} elements"))
+}
+
 /// `x` (`rows × k` f32, k a multiple of 32) quantized per block of 32.
 pub fn quantize_q8_1(
     dev: &CudaDevice,
@@ -49,6 +53,14 @@ pub fn quantize_q8_1(
     q: &mut CudaSlice<i8>,
     ds: &mut CudaSlice<f32>,
 ) -> Result<(), CudaError> {
+    if k % 32 != 0 || x.len() < rows * k || q.len() < rows * k || ds.len() < rows * k / 16 {
+        return Err(CudaError::Layout(format!(
+            "quantize_q8_1: {rows}×{k} (k a multiple of 32) against x {}, q {}, ds {}",
+            x.len(),
+            q.len(),
+            ds.len()
+        )));
+    }
     let f = dev.function(KernelModule::Quantize, "sy_quantize_q8_1")?;
     let k_arg = int(k, "k")?;
     let mut launch = dev.stream().launch_builder(&f);
@@ -90,18 +102,26 @@ pub fn matvec(
             dtype,
         })?;
         let f = dev.function(module, &name)?;
-        let mut o = out.slice_mut(r0 * rows..(r0 + tile) * rows);
+        let mut o = out
+            .try_slice_mut(r0 * rows..(r0 + tile) * rows)
+            .ok_or_else(|| short("out", n * rows))?;
         let mut launch = dev.stream().launch_builder(&f);
         launch.arg(&table).arg(&slot);
         let (qa, ads, x);
         match &input {
             MatvecInput::Quantized { q, ds } if dtype.is_quantized() => {
-                qa = q.slice(r0 * k..(r0 + tile) * k);
-                ads = ds.slice(r0 * k / 16..(r0 + tile) * k / 16);
+                qa = q
+                    .try_slice(r0 * k..(r0 + tile) * k)
+                    .ok_or_else(|| short("q", n * k))?;
+                ads = ds
+                    .try_slice(r0 * k / 16..(r0 + tile) * k / 16)
+                    .ok_or_else(|| short("ds", n * k / 16))?;
                 launch.arg(&qa).arg(&ads);
             }
             MatvecInput::Float(xs) if !dtype.is_quantized() => {
-                x = xs.slice(r0 * k..(r0 + tile) * k);
+                x = xs
+                    .try_slice(r0 * k..(r0 + tile) * k)
+                    .ok_or_else(|| short("x", n * k))?;
                 launch.arg(&x);
             }
             _ => {
@@ -132,6 +152,9 @@ pub fn embed(
     cols: usize,
 ) -> Result<(), CudaError> {
     let n = tokens.len();
+    if out.len() < n * cols {
+        return Err(short("out", n * cols));
+    }
     let f = dev.function(KernelModule::Dequant, &kernel_names::embed(dtype))?;
     let (n_arg, cols_arg) = (int(n, "tokens")?, int(cols, "cols")?);
     let mut launch = dev.stream().launch_builder(&f);
@@ -159,6 +182,9 @@ pub fn dequant_f16(
     rows: usize,
     cols: usize,
 ) -> Result<(), CudaError> {
+    if out.len() < rows * cols {
+        return Err(short("out", rows * cols));
+    }
     let f = dev.function(KernelModule::Dequant, &kernel_names::dequant_f16(dtype))?;
     let (rows_arg, cols_arg) = (int(rows, "rows")?, int(cols, "cols")?);
     let mut launch = dev.stream().launch_builder(&f);
