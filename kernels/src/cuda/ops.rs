@@ -53,7 +53,8 @@ pub fn quantize_q8_1(
     q: &mut CudaSlice<i8>,
     ds: &mut CudaSlice<f32>,
 ) -> Result<(), CudaError> {
-    if k % 32 != 0 || x.len() < rows * k || q.len() < rows * k || ds.len() < rows * k / 16 {
+    if !k.is_multiple_of(32) || x.len() < rows * k || q.len() < rows * k || ds.len() < rows * k / 16
+    {
         return Err(CudaError::Layout(format!(
             "quantize_q8_1: {rows}×{k} (k a multiple of 32) against x {}, q {}, ds {}",
             x.len(),
