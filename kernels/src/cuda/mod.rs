@@ -34,6 +34,8 @@ pub mod target;
 pub mod upload;
 
 #[cfg(test)]
+mod gate_tests;
+#[cfg(test)]
 mod host_harness;
 
 #[cfg(feature = "cuda")]
