@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 
-use super::device::driver;
+use super::error::driver;
 use super::memory::DeviceMemory;
 use super::CudaError;
 

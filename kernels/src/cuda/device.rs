@@ -9,6 +9,7 @@ use std::sync::Arc;
 use cudarc::driver::sys::CUresult;
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DriverError};
 
+use super::error::driver;
 use super::registry::ModuleRegistry;
 use super::sources::KernelModule;
 use super::CudaError;
@@ -22,13 +23,6 @@ pub struct CudaDevice {
     capability: (u32, u32),
     total_bytes: usize,
     modules: ModuleRegistry,
-}
-
-pub(crate) fn driver(op: &'static str) -> impl Fn(DriverError) -> CudaError {
-    move |e| CudaError::Driver {
-        op,
-        detail: format!("{e:?}"),
-    }
 }
 
 /// Opens GPU `ordinal` (`--device cuda:N`).

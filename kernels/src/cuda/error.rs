@@ -46,3 +46,12 @@ pub enum CudaError {
     #[error("{0}")]
     Layout(String),
 }
+
+/// Maps a failed driver call `op` to [`CudaError::Driver`].
+#[cfg(feature = "cuda")]
+pub(crate) fn driver(op: &'static str) -> impl Fn(cudarc::driver::DriverError) -> CudaError {
+    move |e| CudaError::Driver {
+        op,
+        detail: format!("{e:?}"),
+    }
+}

@@ -5,7 +5,8 @@
 
 use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg};
 
-use super::device::{driver, CudaDevice};
+use super::device::CudaDevice;
+use super::error::driver;
 use super::kernel_names;
 use super::sources::KernelModule;
 use super::CudaError;

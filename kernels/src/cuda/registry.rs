@@ -11,7 +11,7 @@ use std::sync::{Arc, RwLock};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::{CompileOptions, Ptx};
 
-use super::device::driver;
+use super::error::driver;
 use super::sources::{flattened, KernelModule};
 use super::target::{choose, Choice, Target};
 use super::CudaError;
