@@ -1,6 +1,7 @@
 //! One module per subcommand: its arguments and its `run`.
 
 pub mod demo_repo;
+pub mod eval;
 pub mod generate;
 pub mod load;
 pub mod logits;
