@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use serde_json::json;
+use switchyard_engine::eval::quality::{now, suite_hash, QualityRecord};
 use switchyard_engine::eval::{evaluate, EvalOptions, Suite};
 use switchyard_engine::model::LlamaModel;
 use switchyard_engine::tokenizer::Tokenizer;
@@ -35,6 +36,10 @@ pub struct EvalArgs {
     /// generated text) as JSONL to this file.
     #[arg(long)]
     pub per_item: Option<PathBuf>,
+    /// Store each suite's result with the repository (needs --repo), where
+    /// `switchyard models`, `/admin/models` and quality gates read it.
+    #[arg(long, requires = "repo")]
+    pub save: bool,
     /// Tokens a multiple-choice batch feeds at most.
     #[arg(long, default_value_t = EvalOptions::default().batch_tokens)]
     pub batch_tokens: usize,
@@ -46,14 +51,18 @@ pub struct EvalArgs {
 }
 
 pub fn run(args: EvalArgs) -> anyhow::Result<()> {
-    let path = match &args.repo {
+    // With a repository: the checkpoint's path and its `model@version`.
+    let (path, id) = match &args.repo {
         Some(repo) => {
             let repository = switchyard_engine::repository::ModelRepository::open(repo)
                 .with_context(|| format!("cannot open the model repository {}", repo.display()))?;
-            let (_, version) = repository.resolve(&args.model)?;
-            version.path.clone()
+            let (model, version) = repository.resolve(&args.model)?;
+            (
+                version.path.clone(),
+                Some((model.name.clone(), version.version.clone())),
+            )
         }
-        None => PathBuf::from(&args.model),
+        None => (PathBuf::from(&args.model), None),
     };
     let suites = args
         .suite
@@ -82,6 +91,22 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             .with_context(|| format!("evaluating {}", suite.path.display()))?;
         let seconds = started.elapsed().as_secs_f64();
         let s = &report.summary;
+        if let (true, Some(root), Some((model, version))) = (args.save, &args.repo, &id) {
+            let record = QualityRecord {
+                model: model.clone(),
+                version: version.clone(),
+                suite: suite.name(),
+                suite_path: std::path::absolute(&suite.path)?,
+                suite_hash: suite_hash(&suite.path)
+                    .with_context(|| format!("cannot read {}", suite.path.display()))?,
+                summary: s.clone(),
+                measured_at: now(),
+            };
+            let saved = record
+                .save(root)
+                .with_context(|| format!("cannot store the result under {}", root.display()))?;
+            eprintln!("stored {}", saved.display());
+        }
         if let Some(file) = per_item.as_mut() {
             for item in &report.items {
                 let mut line = serde_json::to_value(item)?;

@@ -8,6 +8,7 @@ pub mod logits;
 pub mod models;
 pub mod npy;
 pub mod policy;
+pub mod quality;
 pub mod serve;
 pub mod synth;
 pub mod tokenize;

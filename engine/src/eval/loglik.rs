@@ -74,6 +74,8 @@ impl<'m, B: Backend> Scorer<'m, B> {
     /// Each item's per-choice log-likelihood: the sum over the choice's
     /// tokens of `ln p(token | context, earlier choice tokens)`. Items that
     /// do not [`shares_context`] must come with one choice each.
+    // The choice slot `j` indexes every item's choices, not one slice.
+    #[allow(clippy::needless_range_loop)]
     pub fn score(&mut self, items: &[&ChoiceTokens]) -> Result<Vec<Vec<f64>>, EvalError> {
         let vocab = self.model.config().vocab_size;
         let mut caches = items

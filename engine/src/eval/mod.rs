@@ -22,9 +22,11 @@
 
 mod encode;
 mod error;
+pub mod gate;
 mod greedy;
 mod loglik;
 pub mod normalize;
+pub mod quality;
 mod stats;
 mod suite;
 

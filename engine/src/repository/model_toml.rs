@@ -47,6 +47,9 @@ struct RawModelToml {
     aliases: Vec<String>,
     default_version: Option<String>,
     version_policy: Option<RawPolicy>,
+    /// Read by `eval::gate`, its one home; accepted here so the file parses.
+    #[allow(dead_code)]
+    quality_gate: Option<toml::Value>,
 }
 
 #[derive(Deserialize)]
@@ -68,8 +71,8 @@ pub fn parse_model_toml(text: &str, path: &Path) -> Result<ModelToml, String> {
             })
             .unwrap_or_default();
         format!(
-            "{} is not a valid model.toml: {place}{}; the keys are aliases, default_version \
-             and [version_policy] with one of latest, all or versions",
+            "{} is not a valid model.toml: {place}{}; the keys are aliases, default_version, \
+             [version_policy] with one of latest, all or versions, and [quality_gate]",
             path.display(),
             e.message().trim_end()
         )
