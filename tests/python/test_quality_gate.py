@@ -29,7 +29,7 @@ from gguf import GGUFReader
 from serve_process import free_port, running_server
 
 ROOT = Path(__file__).resolve().parents[2]
-TOKEN = "gate-token"
+TOKEN = "quality-gate-admin-token"
 GATE_ITEMS = 100
 
 
