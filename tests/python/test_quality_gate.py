@@ -82,6 +82,48 @@ def test_saved_measurements_show_in_models_and_go_stale(switchyard_bin, repo, tm
     assert "n 20  (stale: the suite changed)" in table
 
 
+POLICY = """
+[routing]
+allow_anonymous = true
+
+[[models]]
+name = "smollm2"
+versions = ["1", "2"]
+cost_per_1k_input = 0.00002
+cost_per_1k_output = 0.00004
+quality = 0.35
+context_limit = 8192
+
+[[models]]
+name = "elsewhere"
+version = "1"
+cost_per_1k_input = 0.001
+cost_per_1k_output = 0.002
+quality = 0.9
+context_limit = 8192
+"""
+
+
+def test_policy_explain_shows_measured_quality_beside_the_declared(switchyard_bin, repo, tmp_path):
+    suite = tmp_path / "mini2.jsonl"
+    suite.write_text("\n".join((ROOT / "evals" / "geo.jsonl").read_text().splitlines()[:10]) + "\n")
+    measured = json.loads(run(switchyard_bin, "eval", "--repo", repo, "--model", "smollm2@1", "--suite", suite,
+                              "--json", "--save").stdout)
+    policy = tmp_path / "policy.toml"
+    policy.write_text(POLICY)
+    request = tmp_path / "req.json"
+    request.write_text(json.dumps({"model": "auto", "messages": [{"role": "user", "content": "hi"}]}))
+    out = json.loads(run(switchyard_bin, "policy", "explain", policy, "--request", request, "--repo", repo,
+                         "--json").stdout)
+    by_model = {m["model"]: m for m in out["measured_quality"]}
+    record = next(r for r in by_model["smollm2"]["measured"] if r["suite"] == "mini2")
+    assert (record["version"], record["n"], record["acc"], record["freshness"]) == ("1", 10, measured["acc"], "fresh")
+    assert by_model["smollm2"]["declared_quality"] == 0.35
+    assert "not in the repository" in by_model["elsewhere"]["note"]
+    text = run(switchyard_bin, "policy", "explain", policy, "--request", request, "--repo", repo).stdout
+    assert "measured quality (from the repository):" in text and "@1 mini2  acc" in text and "n 10  (fresh)" in text
+
+
 @pytest.fixture(scope="module")
 def server(switchyard_bin: Path, repo: Path):
     port, admin_port = free_port(), free_port()
