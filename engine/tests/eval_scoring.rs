@@ -5,6 +5,8 @@
 //! long for a sliding window (Gemma 3's local layers) change nothing but
 //! float rounding in the batch's row order.
 
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
+
 use std::path::Path;
 
 use switchyard_engine::eval::{evaluate, log_prob, EvalOptions, ItemResult, Suite};
