@@ -14,6 +14,7 @@ mod kv_type_tests;
 mod model_admin;
 mod policy;
 mod pool_metrics;
+mod quality_gate;
 mod repository;
 mod startup;
 
