@@ -11,6 +11,7 @@ pub mod chat;
 pub mod chat_tools;
 mod engine;
 pub mod formats;
+pub mod kv;
 pub mod model;
 pub mod prompt;
 pub mod registry;

@@ -2,7 +2,7 @@
 //! alignment, tensor placement and zero-copy data.
 
 use switchyard_engine::formats::gguf::{GgufFile, GgufWriter, MetaValue};
-use switchyard_kernels::quantize::quantize;
+use switchyard_kernels::formats::quantize::quantize;
 use switchyard_kernels::DType;
 
 fn every_value_type() -> Vec<(&'static str, MetaValue)> {

@@ -1,8 +1,8 @@
 //! One module per subcommand: its arguments and its `run`.
 
 pub mod demo_repo;
+pub mod device;
 pub mod generate;
-pub mod load;
 pub mod logits;
 pub mod models;
 pub mod npy;

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
-use switchyard_kernels::Backend;
+use switchyard_kernels::{Backend, KvFormat, KvType};
 
 use super::error::RegistryError;
 use super::live::LiveSlot;
@@ -140,6 +140,8 @@ pub struct Registry<B: Backend> {
     backend: Arc<B>,
     store: WeightStore<B>,
     ram_budget: Option<u64>,
+    /// The KV format versions are checked against at load (the executor's).
+    kv_format: KvFormat,
     models: RwLock<BTreeMap<String, Model<B>>>,
     /// One load at a time: loads compete for memory and cores, and the
     /// budget check must see the result of the previous one.
@@ -155,10 +157,18 @@ impl<B: Backend> Registry<B> {
             backend,
             store: WeightStore::new(),
             ram_budget,
+            kv_format: KvFormat::of(KvType::default()),
             models: RwLock::new(BTreeMap::new()),
             loading: Mutex::new(()),
             observer: Arc::new(Quiet),
         }
+    }
+
+    /// Checks every version at load against KV caches of `format` (the
+    /// executor's; the default: F16 in blocks of the default size).
+    pub fn with_kv_format(mut self, format: KvFormat) -> Self {
+        self.kv_format = format;
+        self
     }
 
     /// Reports lifecycle events to `observer`.
@@ -302,9 +312,14 @@ impl<B: Backend> Registry<B> {
             self.precheck(id, path)?;
         }
         let evicted = self.make_room(id, estimate)?;
-        let checkpoint =
-            ServedCheckpoint::load(self.backend.as_ref(), &self.store, id.clone(), path)
-                .map_err(|e| RegistryError::invalid(format!("cannot load {id}: {e}")))?;
+        let checkpoint = ServedCheckpoint::load(
+            self.backend.as_ref(),
+            &self.store,
+            id.clone(),
+            path,
+            self.kv_format,
+        )
+        .map_err(|e| RegistryError::invalid(format!("cannot load {id}: {e}")))?;
         self.check_matches_active(&checkpoint)?;
         Ok((Arc::new(checkpoint), evicted))
     }

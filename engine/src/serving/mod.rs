@@ -19,16 +19,15 @@
 //! - `group.rs`: one checkpoint's queue and batch;
 //! - `choice.rs`: which checkpoint runs next;
 //! - `table.rs`: the weight table a step reads;
-//! - `prefix_cache.rs`: full prompt blocks kept for later prompts that
-//!   start the same (the prompt cache);
 //! - `executor.rs`: the handle, the weight table and the scheduling loop.
+//!
+//! KV memory (the budget, admission by blocks, the prompt cache) is the
+//! device-neutral `crate::kv`; the executor holds its [`crate::kv::KvPool`].
 
 mod checkpoint;
 mod choice;
 mod executor;
 mod group;
-mod kv_admission;
-mod prefix_cache;
 mod queue;
 mod sequence;
 mod table;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use switchyard_engine::registry::Registry;
 use switchyard_engine::repository::ModelRepository;
-use switchyard_kernels::cpu::CpuBackend;
+use switchyard_kernels::Backend;
 
 /// A repository folder the server serves from.
 #[derive(Clone, Debug)]
@@ -25,9 +25,9 @@ pub struct StartupVersion {
 impl RepositoryWatch {
     /// Scans `root`, registers every version it holds and returns the
     /// versions each model's policy serves (its default version active).
-    pub fn open(
+    pub fn open<B: Backend>(
         root: &Path,
-        registry: &Registry<CpuBackend>,
+        registry: &Registry<B>,
     ) -> anyhow::Result<(RepositoryWatch, Vec<StartupVersion>)> {
         let repository = ModelRepository::open(root)
             .with_context(|| format!("cannot open the model repository {}", root.display()))?;
@@ -60,9 +60,9 @@ impl RepositoryWatch {
     /// Rescans the folder and registers versions added since (what was
     /// registered before stays). Returns why `model@version` is unusable
     /// when the scan skipped its folder (a corrupt file, say).
-    pub fn refresh(
+    pub fn refresh<B: Backend>(
         &self,
-        registry: &Registry<CpuBackend>,
+        registry: &Registry<B>,
         model: &str,
         version: &str,
     ) -> Option<String> {
@@ -83,7 +83,7 @@ impl RepositoryWatch {
         }
     }
 
-    fn register(&self, repository: &ModelRepository, registry: &Registry<CpuBackend>) {
+    fn register<B: Backend>(&self, repository: &ModelRepository, registry: &Registry<B>) {
         for problem in &repository.problems {
             tracing::warn!(%problem, "skipped in the model repository");
             eprintln!("switchyard: skipped in the model repository: {problem}");
