@@ -5,10 +5,12 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use switchyard_engine::formats::load_checkpoint;
+use switchyard_engine::kv::KvPool;
 use switchyard_engine::model::{LlamaModel, LogitRows, Scratch, SequenceChunk};
 use switchyard_engine::sampling::argmax;
 use switchyard_kernels::cpu::CpuBackend;
 use switchyard_kernels::Backend;
+use switchyard_kernels::KvType;
 
 /// Prompt tokens each sequence prefills (untimed) before decoding.
 pub const PROMPT_TOKENS: usize = 8;
@@ -60,8 +62,9 @@ pub fn decode_steps(
     batch: usize,
 ) -> Duration {
     let capacity = PROMPT_TOKENS + STEPS;
+    let kv = KvPool::unlimited(KvType::F16);
     let mut caches: Vec<_> = (0..batch)
-        .map(|_| model.new_cache(backend, capacity).expect("cache"))
+        .map(|_| model.new_cache(backend, &kv, capacity).expect("cache"))
         .collect();
     let vocab = model.config().vocab_size;
     let mut next = Vec::with_capacity(batch);
@@ -72,7 +75,7 @@ pub fn decode_steps(
         let mut chunk = [SequenceChunk {
             tokens: &prompt,
             start_pos: 0,
-            cache,
+            cache: cache.device(),
             logits: LogitRows::Last,
         }];
         let logits = model
@@ -88,7 +91,7 @@ pub fn decode_steps(
             .map(|(cache, token)| SequenceChunk {
                 tokens: token,
                 start_pos: PROMPT_TOKENS + step,
-                cache,
+                cache: cache.device(),
                 logits: LogitRows::Last,
             })
             .collect();

@@ -258,7 +258,7 @@ impl<B: Backend> Executor<B> {
     }
 
     /// The KV budget its sequences and the prompt cache reserve from.
-    pub fn kv_pool(&self) -> &KvPool {
+    pub fn kv_pool(&self) -> &Arc<KvPool> {
         &self.kv
     }
 
