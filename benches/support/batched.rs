@@ -5,11 +5,12 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use switchyard_engine::formats::load_checkpoint;
-use switchyard_engine::kv::KvPool;
+use switchyard_engine::kv::{KvPool, SequenceKv};
 use switchyard_engine::model::{LlamaModel, LogitRows, Scratch, SequenceChunk};
 use switchyard_engine::sampling::argmax;
 use switchyard_kernels::cpu::CpuBackend;
 use switchyard_kernels::Backend;
+use switchyard_kernels::KvPrefix;
 use switchyard_kernels::KvType;
 
 /// Prompt tokens each sequence prefills (untimed) before decoding.
@@ -64,7 +65,9 @@ pub fn decode_steps(
     let capacity = PROMPT_TOKENS + STEPS;
     let kv = KvPool::unlimited(KvType::F16);
     let mut caches: Vec<_> = (0..batch)
-        .map(|_| model.new_cache(backend, &kv, capacity).expect("cache"))
+        .map(|_| {
+            SequenceKv::for_model(backend, &kv, &model, capacity, KvPrefix::none()).expect("cache")
+        })
         .collect();
     let vocab = model.config().vocab_size;
     let mut next = Vec::with_capacity(batch);

@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use switchyard_kernels::Backend;
 
-use crate::kv::{KvConfig, KvPool, SequenceKv};
+use switchyard_kernels::KvPrefix;
+
+use crate::kv::{KvConfig, KvError, KvPool, SequenceKv};
 use crate::model::{LlamaModel, LogitRows, ModelError, Scratch, SequenceChunk};
 
 /// Prompts are run in chunks of at most this many tokens, bounding the
@@ -25,11 +27,7 @@ impl<'m, B: Backend> Session<'m, B> {
     /// A session that can hold up to `capacity` tokens (prompt and
     /// generated), its KV of the default type and block size, without a
     /// budget.
-    pub fn new(
-        backend: &'m B,
-        model: &'m LlamaModel<B>,
-        capacity: usize,
-    ) -> Result<Self, ModelError> {
+    pub fn new(backend: &'m B, model: &'m LlamaModel<B>, capacity: usize) -> Result<Self, KvError> {
         let kv = KvPool::new(KvConfig {
             budget_bytes: usize::MAX,
             ..KvConfig::default()
@@ -44,12 +42,12 @@ impl<'m, B: Backend> Session<'m, B> {
         model: &'m LlamaModel<B>,
         kv: &Arc<KvPool>,
         capacity: usize,
-    ) -> Result<Self, ModelError> {
+    ) -> Result<Self, KvError> {
         let capacity = capacity.min(model.config().context_length);
         Ok(Self {
             backend,
             model,
-            cache: model.new_cache(backend, kv, capacity)?,
+            cache: SequenceKv::for_model(backend, kv, model, capacity, KvPrefix::none())?,
             scratch: model.new_scratch(backend),
             len: 0,
         })

@@ -10,7 +10,7 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use switchyard_engine::formats::load_checkpoint;
-use switchyard_engine::kv::KvPool;
+use switchyard_engine::kv::{KvPool, SequenceKv};
 use switchyard_engine::model::{
     forward_many, LlamaModel, LogitRows, ModelError, ModelPart, SequenceChunk,
 };
@@ -24,6 +24,7 @@ use switchyard_engine::store::WeightStore;
 use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
 use switchyard_kernels::cpu::CpuBackend;
 use switchyard_kernels::DType;
+use switchyard_kernels::KvPrefix;
 use tempfile::TempDir;
 
 type Model = LlamaModel<CpuBackend>;
@@ -86,7 +87,8 @@ fn unlimited_kv() -> Arc<KvPool> {
 /// Logits of every token of `prompt` then of `decode` more greedy tokens,
 /// run on `model` alone.
 fn alone(model: &Model, backend: &CpuBackend, prompt: &[u32], decode: usize) -> Vec<Vec<f32>> {
-    let mut cache = model.new_cache(backend, &unlimited_kv(), 64).unwrap();
+    let mut cache =
+        SequenceKv::for_model(backend, &unlimited_kv(), &model, 64, KvPrefix::none()).unwrap();
     let mut scratch = model.new_scratch(backend);
     let mut chunks = [SequenceChunk {
         tokens: prompt,
@@ -161,7 +163,9 @@ fn a_shared_step_gives_each_row_its_own_checkpoints_logits() {
 
     let mut caches: Vec<_> = owners
         .iter()
-        .map(|m| m.new_cache(&backend, &unlimited_kv(), 64).unwrap())
+        .map(|m| {
+            SequenceKv::for_model(&backend, &unlimited_kv(), &m, 64, KvPrefix::none()).unwrap()
+        })
         .collect();
     let mut scratch = f.base.new_scratch(&backend);
     let vocab = f.base.config().vocab_size;
@@ -241,8 +245,8 @@ fn a_step_refuses_checkpoints_of_different_shapes() {
     let b = synthetic(dir.path(), "b.gguf", Preset::Llama, 1);
     let a = LlamaModel::load(&backend, &load_checkpoint(&a).unwrap()).unwrap();
     let b = LlamaModel::load(&backend, &load_checkpoint(&b).unwrap()).unwrap();
-    let mut ca = a.new_cache(&backend, &unlimited_kv(), 8).unwrap();
-    let mut cb = b.new_cache(&backend, &unlimited_kv(), 8).unwrap();
+    let mut ca = SequenceKv::for_model(&backend, &unlimited_kv(), &a, 8, KvPrefix::none()).unwrap();
+    let mut cb = SequenceKv::for_model(&backend, &unlimited_kv(), &b, 8, KvPrefix::none()).unwrap();
     let mut first = [SequenceChunk {
         tokens: &[1, 2],
         start_pos: 0,

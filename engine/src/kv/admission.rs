@@ -14,7 +14,56 @@ use switchyard_kernels::{Backend, KvPrefix};
 
 use super::{KvError, KvPool, SequenceKv, SharedBlock};
 use crate::model::LlamaModel;
-use crate::serving::{kv_positions, KvAdvice, SequenceRequest, SubmitError};
+
+/// What a request refused for its KV cache should change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvAdvice {
+    /// Set `max_tokens` (the request had none, so it asked for the whole context).
+    SetMaxTokens,
+    /// Lower `max_tokens`.
+    LowerMaxTokens,
+    /// Even one generated token does not fit after the prompt.
+    ShortenPrompt,
+}
+
+impl std::fmt::Display for KvAdvice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            KvAdvice::SetMaxTokens => {
+                "without max_tokens the cache spans the whole context window; set max_tokens"
+            }
+            KvAdvice::LowerMaxTokens => "lower max_tokens",
+            KvAdvice::ShortenPrompt => "shorten the prompt",
+        })
+    }
+}
+
+/// Positions a request's KV cache is made for: its prompt and `max_tokens`
+/// (without it, up to the context window), at most the context window.
+pub fn kv_positions(prompt_tokens: usize, max_tokens: Option<usize>, context: usize) -> usize {
+    prompt_tokens
+        .saturating_add(max_tokens.unwrap_or(context))
+        .min(context)
+}
+
+/// A request whose cache would not fit even an empty budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KvRefusal {
+    /// Positions the cache would hold (prompt + max_tokens, at most the context).
+    pub(crate) positions: usize,
+    pub(crate) needed_bytes: usize,
+    pub(crate) budget_bytes: usize,
+    pub(crate) advice: KvAdvice,
+    /// Whether the prompt alone (with one token to generate) does not fit either.
+    pub(crate) prompt_too_long: bool,
+}
+
+/// What admission reads of a request: its prompt's length and `max_tokens`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Wanted {
+    pub(crate) prompt: usize,
+    pub(crate) max_tokens: Option<usize>,
+}
 
 /// Why a cache could not be made now.
 pub(crate) enum NoCache {
@@ -26,10 +75,10 @@ pub(crate) enum NoCache {
 }
 
 /// Positions of `request`'s cache on `model`.
-pub(crate) fn positions<B: Backend>(model: &LlamaModel<B>, request: &SequenceRequest) -> usize {
+pub(crate) fn positions<B: Backend>(model: &LlamaModel<B>, request: Wanted) -> usize {
     kv_positions(
-        request.prompt.len(),
-        request.stop.max_tokens,
+        request.prompt,
+        request.max_tokens,
         model.config().context_length,
     )
 }
@@ -40,14 +89,11 @@ pub(crate) fn make_cache<B: Backend>(
     backend: &B,
     pool: &Arc<KvPool>,
     model: &LlamaModel<B>,
-    request: &SequenceRequest,
+    request: Wanted,
     prefix: KvPrefix<'_, SharedBlock<B>>,
 ) -> Result<SequenceKv<B>, NoCache> {
     let positions = positions(model, request);
-    let made = model
-        .kv_layout(pool.format(), positions)
-        .map_err(KvError::from)
-        .and_then(|layout| SequenceKv::new(backend, pool, layout, prefix));
+    let made = SequenceKv::for_model(backend, pool, model, positions, prefix);
     match made {
         Ok(cache) => Ok(cache),
         Err(KvError::Budget {
@@ -69,8 +115,8 @@ pub(crate) fn make_cache<B: Backend>(
 pub(crate) fn never_fits<B: Backend>(
     pool: &KvPool,
     model: &LlamaModel<B>,
-    request: &SequenceRequest,
-) -> Option<SubmitError> {
+    request: Wanted,
+) -> Option<KvRefusal> {
     let budget = pool.budget_bytes();
     let too_big = |positions: usize| {
         let needed = model
@@ -81,13 +127,13 @@ pub(crate) fn never_fits<B: Backend>(
     };
     let positions = positions(model, request);
     let (needed_bytes, budget_bytes) = too_big(positions)?;
-    let prompt_too_long = too_big(request.prompt.len() + 1).is_some();
-    let advice = match (prompt_too_long, request.stop.max_tokens) {
+    let prompt_too_long = too_big(request.prompt + 1).is_some();
+    let advice = match (prompt_too_long, request.max_tokens) {
         (true, _) => KvAdvice::ShortenPrompt,
         (false, None) => KvAdvice::SetMaxTokens,
         (false, Some(_)) => KvAdvice::LowerMaxTokens,
     };
-    Some(SubmitError::KvBudget {
+    Some(KvRefusal {
         positions,
         needed_bytes,
         budget_bytes,

@@ -28,6 +28,7 @@ mod sequence;
 
 use switchyard_kernels::KernelError;
 
+pub use admission::{kv_positions, KvAdvice};
 pub use block::{CachedBlock, SharedBlock};
 pub use budget::{KvPool, Reservation};
 pub use config::{default_budget, KvConfig};

@@ -9,6 +9,7 @@ use switchyard_kernels::{Backend, KvLayout, KvPrefix};
 use super::block::SharedBlock;
 use super::budget::{KvPool, Reservation};
 use super::KvError;
+use crate::model::LlamaModel;
 
 /// A sequence's KV cache.
 pub struct SequenceKv<B: Backend> {
@@ -45,6 +46,19 @@ impl<B: Backend> SequenceKv<B> {
             prefix: prefix.shared.to_vec(),
             reservation,
         })
+    }
+
+    /// A cache of `capacity` positions for `model`'s layers, in `pool`'s
+    /// format, starting from `prefix`.
+    pub fn for_model(
+        backend: &B,
+        pool: &Arc<KvPool>,
+        model: &LlamaModel<B>,
+        capacity: usize,
+        prefix: KvPrefix<'_, SharedBlock<B>>,
+    ) -> Result<Self, KvError> {
+        let layout = model.kv_layout(pool.format(), capacity)?;
+        Self::new(backend, pool, layout, prefix)
     }
 
     /// The backend's cache, for the forward pass.

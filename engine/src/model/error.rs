@@ -39,6 +39,4 @@ pub enum ModelError {
     MissingLayer { index: usize },
     #[error("kernel failed: {0}")]
     Kernel(#[from] KernelError),
-    #[error("{0}")]
-    Kv(#[from] crate::kv::KvError),
 }

@@ -7,11 +7,7 @@
 //! attention runs per sequence over that sequence's KV cache. The step
 //! itself is in `step.rs`, which can also run several checkpoints at once.
 
-use std::sync::Arc;
-
-use switchyard_kernels::{AttentionShape, Backend, KernelError, KvFormat, KvLayout, KvPrefix};
-
-use crate::kv::{KvPool, SequenceKv};
+use switchyard_kernels::{AttentionShape, Backend, KernelError, KvFormat, KvLayout};
 
 use super::runs::Gather;
 use super::weights::{LoadStats, ModelWeights};
@@ -117,18 +113,6 @@ impl<B: Backend> LlamaModel<B> {
             capacity,
             &self.config.layer_windows(),
         )
-    }
-
-    /// An empty KV cache for one sequence of up to `capacity` tokens,
-    /// reserved from `pool`.
-    pub fn new_cache(
-        &self,
-        backend: &B,
-        pool: &Arc<KvPool>,
-        capacity: usize,
-    ) -> Result<SequenceKv<B>, ModelError> {
-        let layout = self.kv_layout(pool.format(), capacity)?;
-        Ok(SequenceKv::new(backend, pool, layout, KvPrefix::none())?)
     }
 
     pub fn new_scratch(&self, backend: &B) -> Scratch<B> {

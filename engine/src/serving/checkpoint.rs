@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use switchyard_kernels::{Backend, KvFormat};
+use switchyard_kernels::{Backend, KvFormat, KvPrefix};
 
 use crate::chat::ChatTemplate;
 use crate::formats::{load_checkpoint, CheckpointFormat};
@@ -232,9 +232,9 @@ fn smoke_forward<B: Backend>(
         budget_bytes: usize::MAX,
         block_positions: kv_format.block_positions,
     });
-    let mut cache = model
-        .new_cache(backend, &pool, tokens.len())
-        .map_err(|e| e.to_string())?;
+    let mut cache =
+        crate::kv::SequenceKv::for_model(backend, &pool, model, tokens.len(), KvPrefix::none())
+            .map_err(|e| e.to_string())?;
     let mut scratch = model.new_scratch(backend);
     let mut chunks = [SequenceChunk {
         tokens: &tokens,

@@ -192,8 +192,16 @@ impl<B: Backend> Executor<B> {
                 context,
             });
         }
-        if let Some(refusal) = kv_admission::never_fits(&self.kv, &checkpoint.model, &request) {
-            return Err(refusal);
+        if let Some(refusal) =
+            kv_admission::never_fits(&self.kv, &checkpoint.model, request.kv_wanted())
+        {
+            return Err(SubmitError::KvBudget {
+                positions: refusal.positions,
+                needed_bytes: refusal.needed_bytes,
+                budget_bytes: refusal.budget_bytes,
+                advice: refusal.advice,
+                prompt_too_long: refusal.prompt_too_long,
+            });
         }
         // Reserve a queue slot first, so that concurrent submits cannot overshoot.
         let reserved =

@@ -113,14 +113,26 @@ impl<B: Backend> Group<B> {
             None => Found::none(),
         };
         let cached = found.prefix().positions(kv.block_positions());
-        let mut made = kv_admission::make_cache(backend, kv, model, &front.request, found.prefix());
+        let mut made = kv_admission::make_cache(
+            backend,
+            kv,
+            model,
+            front.request.kv_wanted(),
+            found.prefix(),
+        );
         // Cached blocks no sequence reads count as free: evict what the
         // cache is short of, then try again.
         while let (Err(NoCache::Later { short }), Some(cache)) = (&made, prefix.as_deref_mut()) {
             if cache.evict(*short) == 0 {
                 break;
             }
-            made = kv_admission::make_cache(backend, kv, model, &front.request, found.prefix());
+            made = kv_admission::make_cache(
+                backend,
+                kv,
+                model,
+                front.request.kv_wanted(),
+                found.prefix(),
+            );
         }
         let cache = match made {
             Ok(cache) => cache,
@@ -129,7 +141,7 @@ impl<B: Backend> Group<B> {
                 let message = format!(
                     "the KV budget has no room for a cache of {} tokens although no sequence \
                      runs; lower max_tokens",
-                    kv_admission::positions(model, &front.request)
+                    kv_admission::positions(model, front.request.kv_wanted())
                 );
                 self.fail_front(message);
                 return Admission::Dropped;
@@ -143,7 +155,7 @@ impl<B: Backend> Group<B> {
             return Admission::Empty;
         };
         self.checkpoint.admitted();
-        let capacity = kv_admission::positions(&self.checkpoint.model, &request);
+        let capacity = kv_admission::positions(&self.checkpoint.model, request.kv_wanted());
         let prompt = request.prompt.len();
         self.active.push(Sequence::new(
             request,

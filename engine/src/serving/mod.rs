@@ -34,12 +34,11 @@ mod table;
 
 use std::time::Duration;
 
+pub use crate::kv::{kv_positions, KvAdvice};
 pub use checkpoint::{CheckpointError, CheckpointHandle, CheckpointId, ServedCheckpoint};
 pub use choice::{choose, score, Claim};
 pub use executor::{Executor, ExecutorConfig, ExecutorPulse, NoObserver};
-pub use queue::{
-    kv_positions, EventSink, KvAdvice, SequenceEvent, SequenceRequest, SequenceToken, SubmitError,
-};
+pub use queue::{EventSink, SequenceEvent, SequenceRequest, SequenceToken, SubmitError};
 
 /// Hears what the executor thread does. Called on that thread: must not block.
 pub trait ExecutorObserver: Send + Sync {
