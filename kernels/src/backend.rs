@@ -7,9 +7,15 @@
 //! except through [`Backend::host_rows`] (for logits), so the same forward
 //! pass drives device memory without change.
 //!
-//! The trait holds what a forward pass needs and nothing else: tests and
-//! benches build and read a backend's buffers through its own types (for
-//! the CPU, `CpuActivations`).
+//! The trait holds what a forward pass needs and nothing else: device
+//! memory (weights, activations, KV blocks), tensor operations, and
+//! attention over a cache's blocks. It knows no policy: which caches exist,
+//! what they may reserve, which blocks the prompt cache keeps are the
+//! engine's (its `kv` module), computed from the device-neutral
+//! [`crate::kv::KvLayout`] a backend is handed. Tests and benches build and
+//! read a backend's buffers through its own types (for the CPU,
+//! `CpuActivations`), or through the trait alone
+//! (`tests/backend_suite.rs`, on every compiled backend).
 //!
 //! Activations are row-major `rows × cols` f32 matrices: one row per token in
 //! a batch step.
