@@ -5,6 +5,8 @@
 //! that wrote them. Inputs enter and results leave only through the
 //! trait (an F32 matrix embedded row by row; `host_rows`).
 
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
+
 mod common;
 #[macro_use]
 mod devices;

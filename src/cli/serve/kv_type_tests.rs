@@ -16,7 +16,7 @@ struct Serve {
 
 fn kv_type(argv: &[&str]) -> anyhow::Result<KvType> {
     let serve = Serve::try_parse_from(std::iter::once("serve").chain(argv.iter().copied()))?;
-    Ok(settings(serve.args)?.kv.dtype)
+    Ok(settings(serve.args)?.executor.kv.dtype)
 }
 
 #[test]
@@ -54,7 +54,7 @@ fn the_settings_file_takes_q8_0_and_the_flag_overrides_it() {
 
 fn kv_block(argv: &[&str]) -> anyhow::Result<usize> {
     let serve = Serve::try_parse_from(std::iter::once("serve").chain(argv.iter().copied()))?;
-    Ok(settings(serve.args)?.kv.block_positions)
+    Ok(settings(serve.args)?.executor.kv.block_positions)
 }
 
 #[test]
