@@ -66,7 +66,7 @@ pub fn decode_steps(
     let kv = KvPool::unlimited(KvType::F16);
     let mut caches: Vec<_> = (0..batch)
         .map(|_| {
-            SequenceKv::for_model(backend, &kv, &model, capacity, KvPrefix::none()).expect("cache")
+            SequenceKv::for_model(backend, &kv, model, capacity, KvPrefix::none()).expect("cache")
         })
         .collect();
     let vocab = model.config().vocab_size;

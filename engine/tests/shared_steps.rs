@@ -89,7 +89,7 @@ fn unlimited_kv() -> Arc<KvPool> {
 /// run on `model` alone.
 fn alone(model: &Model, backend: &CpuBackend, prompt: &[u32], decode: usize) -> Vec<Vec<f32>> {
     let mut cache =
-        SequenceKv::for_model(backend, &unlimited_kv(), &model, 64, KvPrefix::none()).unwrap();
+        SequenceKv::for_model(backend, &unlimited_kv(), model, 64, KvPrefix::none()).unwrap();
     let mut scratch = model.new_scratch(backend);
     let mut chunks = [SequenceChunk {
         tokens: prompt,
@@ -164,9 +164,7 @@ fn a_shared_step_gives_each_row_its_own_checkpoints_logits() {
 
     let mut caches: Vec<_> = owners
         .iter()
-        .map(|m| {
-            SequenceKv::for_model(&backend, &unlimited_kv(), &m, 64, KvPrefix::none()).unwrap()
-        })
+        .map(|m| SequenceKv::for_model(&backend, &unlimited_kv(), m, 64, KvPrefix::none()).unwrap())
         .collect();
     let mut scratch = f.base.new_scratch(&backend);
     let vocab = f.base.config().vocab_size;
