@@ -13,10 +13,12 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use switchyard_engine::formats::load_checkpoint;
+use switchyard_engine::kv::{KvConfig, KvPool};
 use switchyard_engine::model::{LlamaModel, LogitRows};
 use switchyard_engine::sampling::argmax;
 use switchyard_engine::session::Session;
-use switchyard_kernels::cpu::{CpuBackend, KvConfig, KvType};
+use switchyard_kernels::cpu::CpuBackend;
+use switchyard_kernels::KvType;
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
@@ -50,7 +52,8 @@ fn main() {
     let decode = env_or("LC_DECODE", 32usize);
     let repeats = env_or("LC_REPEATS", 2usize).max(1);
     let checkpoint = load_checkpoint(&path).expect("run scripts/fetch-model.sh first");
-    let backend = CpuBackend::new(threads).with_kv(KvConfig {
+    let backend = CpuBackend::new(threads);
+    let pool = KvPool::new(KvConfig {
         dtype: kv,
         ..KvConfig::default()
     });
@@ -60,8 +63,8 @@ fn main() {
         let (mut best_prompt, mut best_decode) = (0.0f64, 0.0f64);
         let (mut kv_bytes, mut kv_windowed) = (0, 0);
         for _ in 0..repeats {
-            let mut session =
-                Session::new(&backend, &model, depth + prompt + decode).expect("session");
+            let mut session = Session::with_kv(&backend, &model, &pool, depth + prompt + decode)
+                .expect("session");
             if depth > 0 {
                 session
                     .feed(&ids(0, depth), LogitRows::None)
@@ -81,7 +84,7 @@ fn main() {
                 logits = session.feed(&[next], LogitRows::Last).expect("decode");
             }
             best_decode = best_decode.max(decode as f64 / start.elapsed().as_secs_f64());
-            let cache = session.cache();
+            let cache = session.cache().cache();
             kv_bytes = cache.allocated_bytes();
             // The windowed layers' part: flat from the window on (a ring).
             kv_windowed = (0..cache.layers())

@@ -5,10 +5,13 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use switchyard_engine::formats::load_checkpoint;
+use switchyard_engine::kv::{KvPool, SequenceKv};
 use switchyard_engine::model::{LlamaModel, LogitRows, Scratch, SequenceChunk};
 use switchyard_engine::sampling::argmax;
 use switchyard_kernels::cpu::CpuBackend;
 use switchyard_kernels::Backend;
+use switchyard_kernels::KvPrefix;
+use switchyard_kernels::KvType;
 
 /// Prompt tokens each sequence prefills (untimed) before decoding.
 pub const PROMPT_TOKENS: usize = 8;
@@ -60,8 +63,11 @@ pub fn decode_steps(
     batch: usize,
 ) -> Duration {
     let capacity = PROMPT_TOKENS + STEPS;
+    let kv = KvPool::unlimited(KvType::F16);
     let mut caches: Vec<_> = (0..batch)
-        .map(|_| model.new_cache(backend, capacity).expect("cache"))
+        .map(|_| {
+            SequenceKv::for_model(backend, &kv, model, capacity, KvPrefix::none()).expect("cache")
+        })
         .collect();
     let vocab = model.config().vocab_size;
     let mut next = Vec::with_capacity(batch);
@@ -72,7 +78,7 @@ pub fn decode_steps(
         let mut chunk = [SequenceChunk {
             tokens: &prompt,
             start_pos: 0,
-            cache,
+            cache: cache.device(),
             logits: LogitRows::Last,
         }];
         let logits = model
@@ -88,7 +94,7 @@ pub fn decode_steps(
             .map(|(cache, token)| SequenceChunk {
                 tokens: token,
                 start_pos: PROMPT_TOKENS + step,
-                cache,
+                cache: cache.device(),
                 logits: LogitRows::Last,
             })
             .collect();

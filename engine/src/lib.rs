@@ -13,6 +13,7 @@ pub mod chat_tools;
 mod engine;
 pub mod eval;
 pub mod formats;
+pub mod kv;
 pub mod model;
 pub mod prompt;
 pub mod registry;

@@ -1,8 +1,13 @@
 //! One sequence run through a model, token after token: the simplest way
 //! to drive the forward pass (the command-line generator, numerical checks).
 
+use std::sync::Arc;
+
 use switchyard_kernels::Backend;
 
+use switchyard_kernels::KvPrefix;
+
+use crate::kv::{KvConfig, KvError, KvPool, SequenceKv};
 use crate::model::{LlamaModel, LogitRows, ModelError, Scratch, SequenceChunk};
 
 /// Prompts are run in chunks of at most this many tokens, bounding the
@@ -13,23 +18,36 @@ pub const PREFILL_CHUNK: usize = 512;
 pub struct Session<'m, B: Backend> {
     backend: &'m B,
     model: &'m LlamaModel<B>,
-    cache: B::KvCache,
+    cache: SequenceKv<B>,
     scratch: Scratch<B>,
     len: usize,
 }
 
 impl<'m, B: Backend> Session<'m, B> {
-    /// A session that can hold up to `capacity` tokens (prompt and generated).
-    pub fn new(
+    /// A session that can hold up to `capacity` tokens (prompt and
+    /// generated), its KV of the default type and block size, without a
+    /// budget.
+    pub fn new(backend: &'m B, model: &'m LlamaModel<B>, capacity: usize) -> Result<Self, KvError> {
+        let kv = KvPool::new(KvConfig {
+            budget_bytes: usize::MAX,
+            ..KvConfig::default()
+        });
+        Self::with_kv(backend, model, &kv, capacity)
+    }
+
+    /// As [`Session::new`], its cache reserved from `kv` (its type, block
+    /// size and budget).
+    pub fn with_kv(
         backend: &'m B,
         model: &'m LlamaModel<B>,
+        kv: &Arc<KvPool>,
         capacity: usize,
-    ) -> Result<Self, ModelError> {
+    ) -> Result<Self, KvError> {
         let capacity = capacity.min(model.config().context_length);
         Ok(Self {
             backend,
             model,
-            cache: model.new_cache(backend, capacity)?,
+            cache: SequenceKv::for_model(backend, kv, model, capacity, KvPrefix::none())?,
             scratch: model.new_scratch(backend),
             len: 0,
         })
@@ -45,7 +63,7 @@ impl<'m, B: Backend> Session<'m, B> {
     }
 
     /// The sequence's KV cache (to read its memory use).
-    pub fn cache(&self) -> &B::KvCache {
+    pub fn cache(&self) -> &SequenceKv<B> {
         &self.cache
     }
 
@@ -65,7 +83,7 @@ impl<'m, B: Backend> Session<'m, B> {
             let mut batch = [SequenceChunk {
                 tokens: piece,
                 start_pos: self.len,
-                cache: &mut self.cache,
+                cache: self.cache.device(),
                 logits: wanted,
             }];
             logits.extend(

@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 use switchyard_engine::formats::gguf::{GgufFile, GgufWriter, MetaValue};
-use switchyard_kernels::quantize::quantize;
+use switchyard_kernels::formats::quantize::quantize;
 use switchyard_kernels::DType;
 
 fn every_value_type() -> Vec<(&'static str, MetaValue)> {

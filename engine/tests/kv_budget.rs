@@ -11,6 +11,7 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use switchyard_engine::formats::load_checkpoint;
+use switchyard_engine::kv::KvConfig;
 use switchyard_engine::model::LlamaModel;
 use switchyard_engine::sampling::{FinishReason, SamplingParams, StopCondition};
 use switchyard_engine::serving::{
@@ -18,8 +19,9 @@ use switchyard_engine::serving::{
     SequenceRequest, SubmitError,
 };
 use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
-use switchyard_kernels::cpu::{CpuBackend, KvConfig, KvType};
+use switchyard_kernels::cpu::CpuBackend;
 use switchyard_kernels::DType;
+use switchyard_kernels::KvType;
 
 /// Positions per KV block: the smallest the backend takes, so that the
 /// preset's 256-position context spans eight.
@@ -29,6 +31,8 @@ const BUDGET_BLOCKS: usize = 4;
 
 struct Fixture {
     backend: Arc<CpuBackend>,
+    /// The executor's KV settings.
+    kv: KvConfig,
     checkpoint: CheckpointHandle<CpuBackend>,
     _dir: tempfile::TempDir,
 }
@@ -64,14 +68,16 @@ fn fixture_of(dtype: KvType) -> (Fixture, usize) {
         KvType::F16 => elements * 2,
         KvType::Q8_0 => elements / 32 * 34,
     };
-    let backend = Arc::new(CpuBackend::new(2).with_kv(KvConfig {
+    let backend = Arc::new(CpuBackend::new(2));
+    let kv = KvConfig {
         dtype,
         budget_bytes: BUDGET_BLOCKS * block_bytes,
         block_positions: BLOCK,
-    }));
+    };
     let checkpoint = served::serve(&backend, &path);
     let fixture = Fixture {
         backend,
+        kv,
         checkpoint,
         _dir: dir,
     };
@@ -114,6 +120,7 @@ fn executor(f: &Fixture) -> Executor<CpuBackend> {
         max_active: 8,
         max_queued: 8,
         max_step_tokens: 64,
+        kv: f.kv,
         ..ExecutorConfig::default()
     };
     Executor::spawn(f.backend.clone(), config, Arc::new(NoObserver)).unwrap()
@@ -139,6 +146,7 @@ fn finish(rx: &mpsc::Receiver<SequenceEvent>) -> (usize, FinishReason) {
 fn a_cache_that_can_never_fit_is_refused_with_what_to_change() {
     let f = fixture();
     let exec = executor(&f);
+    let pool = Arc::clone(exec.kv_pool());
     let refusal = |prompt_len, max_tokens| {
         let (req, _rx) = request(prompt_len, max_tokens);
         exec.submit(&f.checkpoint, req)
@@ -172,7 +180,7 @@ fn a_cache_that_can_never_fit_is_refused_with_what_to_change() {
         other => panic!("expected a KV budget refusal, got {other:?}"),
     }
     // Nothing was reserved by the refusals, and a request that fits runs.
-    assert_eq!(f.backend.kv_pool().reserved_bytes(), 0);
+    assert_eq!(pool.reserved_bytes(), 0);
     let (req, rx) = request(5, Some(BUDGET_BLOCKS * BLOCK - 5));
     submit(&exec, &f, req);
     assert_eq!(
@@ -180,13 +188,14 @@ fn a_cache_that_can_never_fit_is_refused_with_what_to_change() {
         (BUDGET_BLOCKS * BLOCK - 5, FinishReason::Length)
     );
     exec.shutdown();
-    assert_eq!(f.backend.kv_pool().reserved_bytes(), 0);
+    assert_eq!(pool.reserved_bytes(), 0);
 }
 
 #[test]
 fn a_cache_that_fits_later_waits_while_the_running_sequence_goes_on() {
     let f = fixture();
     let exec = executor(&f);
+    let pool = Arc::clone(exec.kv_pool());
     // Each needs 3 of the 4 blocks: the second waits for the first.
     let (first, first_rx) = request(5, Some(80));
     let (second, second_rx) = request(5, Some(80));
@@ -211,13 +220,14 @@ fn a_cache_that_fits_later_waits_while_the_running_sequence_goes_on() {
     assert_eq!((rest + 11, reason), (80, FinishReason::Length));
     assert_eq!(finish(&second_rx), (80, FinishReason::Length));
     exec.shutdown();
-    assert_eq!(f.backend.kv_pool().reserved_bytes(), 0);
+    assert_eq!(pool.reserved_bytes(), 0);
 }
 
 #[test]
 fn a_q8_0_budget_admits_exactly_its_blocks() {
     let (f, block_bytes) = fixture_of(KvType::Q8_0);
     let exec = executor(&f);
+    let pool = Arc::clone(exec.kv_pool());
     // One position past the budget's blocks needs a fifth block: refused,
     // asking for exactly five blocks' bytes.
     let (req, _rx) = request(5, Some(BUDGET_BLOCKS * BLOCK - 4));
@@ -243,32 +253,7 @@ fn a_q8_0_budget_admits_exactly_its_blocks() {
         (BUDGET_BLOCKS * BLOCK - 5, FinishReason::Length)
     );
     exec.shutdown();
-    assert_eq!(f.backend.kv_pool().reserved_bytes(), 0);
-}
-
-#[test]
-fn a_q8_0_backend_refuses_at_load_a_model_whose_heads_it_cannot_hold() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("smollm2-q8.gguf");
-    let spec = SyntheticSpec {
-        preset: Preset::Smollm2,
-        dtype: DType::Q8_0,
-        seed: 11,
-    };
-    write_gguf(&spec, &path).unwrap();
-    let mut checkpoint = load_checkpoint(&path).unwrap();
-    // As a model of 80-dimension heads would read (the check comes before
-    // the weights, whose shapes would no longer match).
-    checkpoint.config.head_dim = 80;
-    let q8 = CpuBackend::new(1).with_kv(KvConfig {
-        dtype: KvType::Q8_0,
-        budget_bytes: 0,
-        ..KvConfig::default()
-    });
-    match LlamaModel::load(&q8, &checkpoint) {
-        Err(e) => assert!(e.to_string().contains("head_dim is 80"), "{e}"),
-        Ok(_) => panic!("a q8_0 backend loaded a model of head_dim 80"),
-    }
+    assert_eq!(pool.reserved_bytes(), 0);
 }
 
 /// Issue 32, case 4: a request waiting for room at the head of the line no
@@ -302,8 +287,9 @@ fn a_small_request_passes_a_head_that_waits_for_room() {
         "the small request waited for the first to end"
     );
     assert_eq!(finish(&head_rx), (80, FinishReason::Length));
+    let pool = Arc::clone(exec.kv_pool());
     exec.shutdown();
-    assert_eq!(f.backend.kv_pool().reserved_bytes(), 0);
+    assert_eq!(pool.reserved_bytes(), 0);
 }
 
 /// Issue 32, case 4: one request's generations together may reserve at most
@@ -323,6 +309,6 @@ fn a_request_fanning_out_past_its_share_of_the_budget_is_refused() {
     }
     let (small, _rx) = request(5, Some(20));
     assert_eq!(exec.check_share(&f.checkpoint, &small, 2), Ok(()));
-    assert_eq!(f.backend.kv_pool().reserved_bytes(), 0);
+    assert_eq!(exec.kv_pool().reserved_bytes(), 0);
     exec.shutdown();
 }

@@ -13,6 +13,7 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use switchyard_engine::formats::load_checkpoint;
+use switchyard_engine::kv::KvConfig;
 use switchyard_engine::model::LlamaModel;
 use switchyard_engine::sampling::{SamplingParams, StopCondition};
 use switchyard_engine::serving::{
@@ -20,8 +21,9 @@ use switchyard_engine::serving::{
     SequenceRequest,
 };
 use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
-use switchyard_kernels::cpu::{CpuBackend, KvConfig, KvType};
+use switchyard_kernels::cpu::CpuBackend;
 use switchyard_kernels::DType;
+use switchyard_kernels::KvType;
 
 /// Positions per KV block: the smallest the backend takes, so that the
 /// synthetic model's 256-position context holds several.
@@ -29,6 +31,8 @@ const BLOCK: usize = 32;
 
 struct Fixture {
     backend: Arc<CpuBackend>,
+    /// The executor's KV settings.
+    kv: KvConfig,
     checkpoint: CheckpointHandle<CpuBackend>,
     _dir: tempfile::TempDir,
 }
@@ -56,14 +60,16 @@ fn fixture_of(preset: Preset, budget_blocks: Option<usize>, block: usize) -> Fix
         .config()
         .clone();
     let block_bytes = config.n_layers * config.n_kv_heads * config.head_dim * 2 * block * 2;
-    let backend = Arc::new(CpuBackend::new(2).with_kv(KvConfig {
+    let backend = Arc::new(CpuBackend::new(2));
+    let kv = KvConfig {
         dtype: KvType::F16,
         budget_bytes: budget_blocks.map_or(usize::MAX, |b| b * block_bytes),
         block_positions: block,
-    }));
+    };
     let checkpoint = served::serve(&backend, &path);
     Fixture {
         backend,
+        kv,
         checkpoint,
         _dir: dir,
     }
@@ -127,6 +133,7 @@ fn executor_observed(
     let config = ExecutorConfig {
         max_step_tokens: 64,
         prompt_cache,
+        kv: f.kv,
         ..ExecutorConfig::default()
     };
     Executor::spawn(f.backend.clone(), config, observer).unwrap()

@@ -11,6 +11,7 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use switchyard_engine::formats::load_checkpoint;
+use switchyard_engine::kv::{KvPool, SequenceKv};
 use switchyard_engine::model::{
     forward_many, LlamaModel, LogitRows, ModelError, ModelPart, SequenceChunk,
 };
@@ -24,6 +25,7 @@ use switchyard_engine::store::WeightStore;
 use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
 use switchyard_kernels::cpu::CpuBackend;
 use switchyard_kernels::DType;
+use switchyard_kernels::KvPrefix;
 use tempfile::TempDir;
 
 type Model = LlamaModel<CpuBackend>;
@@ -78,15 +80,21 @@ const PROMPTS: [&[u32]; 4] = [
     &[9],
 ];
 
+/// A KV pool without a budget, F16 as the executor's default.
+fn unlimited_kv() -> Arc<KvPool> {
+    KvPool::unlimited(switchyard_kernels::KvType::F16)
+}
+
 /// Logits of every token of `prompt` then of `decode` more greedy tokens,
 /// run on `model` alone.
 fn alone(model: &Model, backend: &CpuBackend, prompt: &[u32], decode: usize) -> Vec<Vec<f32>> {
-    let mut cache = model.new_cache(backend, 64).unwrap();
+    let mut cache =
+        SequenceKv::for_model(backend, &unlimited_kv(), model, 64, KvPrefix::none()).unwrap();
     let mut scratch = model.new_scratch(backend);
     let mut chunks = [SequenceChunk {
         tokens: prompt,
         start_pos: 0,
-        cache: &mut cache,
+        cache: cache.device(),
         logits: LogitRows::All,
     }];
     let logits = model.forward(backend, &mut chunks, &mut scratch).unwrap();
@@ -97,7 +105,7 @@ fn alone(model: &Model, backend: &CpuBackend, prompt: &[u32], decode: usize) -> 
         let mut chunks = [SequenceChunk {
             tokens: &next,
             start_pos: position,
-            cache: &mut cache,
+            cache: cache.device(),
             logits: LogitRows::Last,
         }];
         rows.push(
@@ -156,7 +164,7 @@ fn a_shared_step_gives_each_row_its_own_checkpoints_logits() {
 
     let mut caches: Vec<_> = owners
         .iter()
-        .map(|m| m.new_cache(&backend, 64).unwrap())
+        .map(|m| SequenceKv::for_model(&backend, &unlimited_kv(), m, 64, KvPrefix::none()).unwrap())
         .collect();
     let mut scratch = f.base.new_scratch(&backend);
     let vocab = f.base.config().vocab_size;
@@ -171,7 +179,7 @@ fn a_shared_step_gives_each_row_its_own_checkpoints_logits() {
             .map(|((cache, tokens), &start_pos)| SequenceChunk {
                 tokens,
                 start_pos,
-                cache,
+                cache: cache.device(),
                 logits: if step == 0 {
                     LogitRows::All
                 } else {
@@ -236,18 +244,18 @@ fn a_step_refuses_checkpoints_of_different_shapes() {
     let b = synthetic(dir.path(), "b.gguf", Preset::Llama, 1);
     let a = LlamaModel::load(&backend, &load_checkpoint(&a).unwrap()).unwrap();
     let b = LlamaModel::load(&backend, &load_checkpoint(&b).unwrap()).unwrap();
-    let mut ca = a.new_cache(&backend, 8).unwrap();
-    let mut cb = b.new_cache(&backend, 8).unwrap();
+    let mut ca = SequenceKv::for_model(&backend, &unlimited_kv(), &a, 8, KvPrefix::none()).unwrap();
+    let mut cb = SequenceKv::for_model(&backend, &unlimited_kv(), &b, 8, KvPrefix::none()).unwrap();
     let mut first = [SequenceChunk {
         tokens: &[1, 2],
         start_pos: 0,
-        cache: &mut ca,
+        cache: ca.device(),
         logits: LogitRows::Last,
     }];
     let mut second = [SequenceChunk {
         tokens: &[3],
         start_pos: 0,
-        cache: &mut cb,
+        cache: cb.device(),
         logits: LogitRows::Last,
     }];
     let mut parts = [

@@ -7,9 +7,15 @@
 //! except through [`Backend::host_rows`] (for logits), so the same forward
 //! pass drives device memory without change.
 //!
-//! The trait holds what a forward pass needs and nothing else: tests and
-//! benches build and read a backend's buffers through its own types (for
-//! the CPU, `CpuActivations`).
+//! The trait holds what a forward pass needs and nothing else: device
+//! memory (weights, activations, KV blocks), tensor operations, and
+//! attention over a cache's blocks. It knows no policy: which caches exist,
+//! what they may reserve, which blocks the prompt cache keeps are the
+//! engine's (its `kv` module), computed from the device-neutral
+//! [`crate::kv::KvLayout`] a backend is handed. Tests and benches build and
+//! read a backend's buffers through its own types (for the CPU,
+//! `CpuActivations`), or through the trait alone
+//! (`tests/backend_suite.rs`, on every compiled backend).
 //!
 //! Activations are row-major `rows × cols` f32 matrices: one row per token in
 //! a batch step.
@@ -18,6 +24,7 @@ use std::ops::Range;
 
 use bytes::Bytes;
 
+use crate::kv::{KvLayout, KvPrefix};
 use crate::{DType, KernelError};
 
 /// A weight matrix as stored in a checkpoint: `rows` rows of `cols` elements,
@@ -136,33 +143,6 @@ pub struct AttentionRows<'a, B: Backend> {
     pub start_pos: usize,
 }
 
-/// What a new cache starts from (the prompt cache's find): `shared` full
-/// blocks read in place, then the first `tail.1` positions of `tail.0`
-/// (a multiple of [`Backend::kv_tail_unit`]) copied into the cache's own
-/// next block.
-pub struct KvPrefix<'a, K> {
-    pub shared: &'a [K],
-    pub tail: Option<(&'a K, usize)>,
-}
-
-impl<K> KvPrefix<'_, K> {
-    /// Positions the prefix covers, with blocks of `block_positions`.
-    pub fn positions(&self, block_positions: usize) -> usize {
-        self.shared.len() * block_positions + self.tail.map_or(0, |(_, n)| n)
-    }
-}
-
-/// A handle to one KV block shared read-only between caches (the prompt
-/// cache's unit: [`Backend::kv_share_block`], or the written start of a
-/// block, [`Backend::kv_copy_tail`]).
-pub trait SharedKvBlock: Clone + Send + Sync + 'static {
-    /// Handles to the block alive now: 1 means only the caller's, so
-    /// dropping it frees the block and its budget.
-    fn holders(&self) -> usize;
-    /// Bytes of the KV budget the block holds.
-    fn bytes(&self) -> usize;
-}
-
 /// A compute backend. See the module documentation.
 ///
 /// Every method that can meet inconsistent shapes returns an error rather
@@ -175,10 +155,13 @@ pub trait Backend: Send + Sync + 'static {
     type Vector: Send + Sync + 'static;
     /// A row-major f32 activation matrix.
     type Activations: Send + 'static;
-    /// Keys and values of one sequence, for every layer.
+    /// Keys and values of one sequence, for every layer: its blocks, in
+    /// the order of the sequence's positions (its block table).
     type KvCache: Send + 'static;
-    /// One full block of a KV cache, shared read-only between caches.
-    type KvBlock: SharedKvBlock;
+    /// Device memory of one KV block of every layer, read-only, that
+    /// caches share (cloning the handle shares the memory; the memory
+    /// goes when the last handle does).
+    type KvBlock: Clone + Send + Sync + 'static;
 
     /// A short name for logs (`cpu-avx512vnni`, ...).
     fn name(&self) -> String;
@@ -196,54 +179,27 @@ pub trait Backend: Send + Sync + 'static {
     fn host_rows<'a>(&self, x: &'a Self::Activations, staging: &'a mut Vec<f32>) -> &'a [f32];
     /// Reshapes `x` to `rows × cols` without preserving contents (reuses the allocation).
     fn resize(&self, x: &mut Self::Activations, rows: usize, cols: usize);
-    /// Keys and values of one sequence of up to `capacity` positions. Layer
-    /// `l` attends over a sliding window of `windows[l]` positions when that
-    /// is `Some`, and the backend may keep only that window for it.
+    /// A cache of `layout`'s blocks (allocated as positions are written)
+    /// that starts from `prefix`: its shared blocks read in place, never
+    /// written again, then the first positions of its tail copied into the
+    /// cache's own next block; positions `0..prefix.positions(..)` count
+    /// as written. Fails where a block's type or shape differs from the
+    /// layout's, or a windowed layout is given a prefix.
     fn kv_cache(
         &self,
-        layers: usize,
-        n_kv_heads: usize,
-        head_dim: usize,
-        capacity: usize,
-        windows: &[Option<usize>],
-    ) -> Result<Self::KvCache, KernelError>;
-    /// Positions of one KV block: what [`Backend::kv_share_block`] shares.
-    fn kv_block_positions(&self) -> usize;
-    /// Shares block `block` of `cache` (positions `block ×
-    /// kv_block_positions()` onwards, written in every layer): `cache`
-    /// never writes it again, and the handle keeps it (and its budget)
-    /// after `cache` is gone. Fails for caches with sliding-window layers.
-    fn kv_share_block(
-        &self,
-        cache: &mut Self::KvCache,
-        block: usize,
-    ) -> Result<Self::KvBlock, KernelError>;
-    /// Positions a copied tail is a multiple of (see [`KvPrefix`]).
-    fn kv_tail_unit(&self) -> usize;
-    /// Copies positions `start..start + positions` of `cache` (`start` a
-    /// multiple of `kv_block_positions()`, `positions` of
-    /// `kv_tail_unit()`, no more than a block, written in every layer)
-    /// into a block of their own that later caches copy from (see
-    /// [`KvPrefix`]). Fails for caches with sliding-window layers.
-    fn kv_copy_tail(
-        &self,
-        cache: &mut Self::KvCache,
-        start: usize,
-        positions: usize,
-    ) -> Result<Self::KvBlock, KernelError>;
-    /// As [`Backend::kv_cache`], starting from `prefix` (positions
-    /// `0..prefix.positions(kv_block_positions())` already written; the
-    /// shared blocks never written again); reserves only the blocks beyond
-    /// the shared ones.
-    fn kv_cache_with_prefix(
-        &self,
-        layers: usize,
-        n_kv_heads: usize,
-        head_dim: usize,
-        capacity: usize,
-        windows: &[Option<usize>],
+        layout: &KvLayout,
         prefix: KvPrefix<'_, Self::KvBlock>,
     ) -> Result<Self::KvCache, KernelError>;
+    /// Positions `positions` of `cache` (written in every layer, starting
+    /// where one of its blocks does) as a block other caches can start
+    /// from: a whole block is handed out in place (`cache` never writes it
+    /// again), a shorter run of whole [`crate::kv::KV_UNIT`]s is copied
+    /// into a block of its own. Fails for windowed caches.
+    fn kv_block(
+        &self,
+        cache: &mut Self::KvCache,
+        positions: Range<usize>,
+    ) -> Result<Self::KvBlock, KernelError>;
 
     // --- operations -------------------------------------------------------
 

@@ -22,16 +22,6 @@ pub enum KernelError {
     Shape { op: &'static str, detail: String },
     #[error("KV cache holds {capacity} positions; position {position} does not fit")]
     KvCacheFull { capacity: usize, position: usize },
-    /// The backend's KV budget cannot hold another cache of this size now;
-    /// `needed > budget` means it never can.
-    #[error(
-        "a KV cache of {needed} bytes does not fit the KV budget: {free} of {budget} bytes free"
-    )]
-    KvBudget {
-        needed: usize,
-        free: usize,
-        budget: usize,
-    },
     /// The OS refused memory for a KV block (the host has less than the
     /// budget assumed).
     #[error("could not allocate a KV block of {bytes} bytes")]

@@ -27,11 +27,12 @@ pub mod cpu;
 pub mod cuda;
 pub mod dtype;
 pub mod error;
-pub mod quantize;
+pub mod formats;
+pub mod kv;
 
 pub use backend::{
-    AttentionRows, AttentionShape, Backend, KvPrefix, MatmulInput, MatmulProduct, RopeStyle,
-    SharedKvBlock, WeightView,
+    AttentionRows, AttentionShape, Backend, MatmulInput, MatmulProduct, RopeStyle, WeightView,
 };
 pub use dtype::DType;
 pub use error::KernelError;
+pub use kv::{KvFormat, KvLayout, KvPrefix, KvType};

@@ -10,7 +10,7 @@
 
 use std::path::PathBuf;
 
-use switchyard_kernels::cpu::dequantize_row;
+use switchyard_kernels::formats::dequantize_row;
 use switchyard_kernels::DType;
 
 fn fixture(name: &str, ext: &str) -> Vec<u8> {

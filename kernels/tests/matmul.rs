@@ -6,7 +6,8 @@ mod common;
 
 use bytes::Bytes;
 use common::{contract_quantize, isas_to_test, random_activations, random_weights, rng};
-use switchyard_kernels::cpu::{dequantize_row, CpuActivations, CpuBackend, Isa};
+use switchyard_kernels::cpu::{CpuActivations, CpuBackend, Isa};
+use switchyard_kernels::formats::dequantize_row;
 use switchyard_kernels::{Backend, DType, MatmulInput, MatmulProduct, WeightView};
 
 /// Quantized types against the f64 reference, relative to `Σ|w_i x̂_i|`.

@@ -7,11 +7,11 @@ mod common;
 use bytes::Bytes;
 use common::{isas_to_test, random_weights, rng};
 use rand::Rng;
-use switchyard_kernels::cpu::{
-    dequantize_row, CpuActivations, CpuBackend, CpuKvCache, KvConfig, KvType,
-};
+use switchyard_kernels::cpu::{CpuActivations, CpuBackend, CpuKvCache};
+use switchyard_kernels::formats::dequantize_row;
 use switchyard_kernels::{
-    AttentionRows, AttentionShape, Backend, DType, KernelError, RopeStyle, WeightView,
+    AttentionRows, AttentionShape, Backend, DType, KernelError, KvFormat, KvLayout, KvPrefix,
+    KvType, RopeStyle, WeightView,
 };
 
 /// rms_norm: a 576-wide f32 sum of squares (error ≲ √576·2⁻²⁴ relative),
@@ -222,15 +222,12 @@ fn attention_matches_f64_over_prefill_and_decode() {
             }
         };
         for threads in 1..=3 {
-            let backend = CpuBackend::with_isa(threads, isa).with_kv(KvConfig {
-                dtype: kv_type,
-                budget_bytes: usize::MAX,
-                block_positions: 32,
-            });
+            let backend = CpuBackend::with_isa(threads, isa);
             let layers = 2;
-            let mut cache = backend
-                .kv_cache(layers, shape.n_kv_heads, shape.head_dim, 32, &[])
-                .unwrap();
+            let format = KvFormat::new(kv_type, 32);
+            let layout =
+                KvLayout::new(format, layers, shape.n_kv_heads, shape.head_dim, 32, &[]).unwrap();
+            let mut cache = backend.kv_cache(&layout, KvPrefix::none()).unwrap();
             // Per layer, every key and value row written so far.
             let mut history = vec![History::default(); layers];
             // Steps as (rows in the batch, the sequence's rows, start position):
@@ -308,7 +305,8 @@ fn attention_reports_a_full_cache_and_bad_shapes() {
         window: None,
         softcap: None,
     };
-    let mut cache: CpuKvCache = backend.kv_cache(1, 1, 4, 4, &[]).unwrap();
+    let layout = KvLayout::new(KvFormat::of(KvType::F32), 1, 1, 4, 4, &[]).unwrap();
+    let mut cache: CpuKvCache = backend.kv_cache(&layout, KvPrefix::none()).unwrap();
     let q = backend.activations(2, 8);
     let kv = backend.activations(2, 4);
     let mut out = backend.activations(2, 8);
@@ -368,7 +366,7 @@ fn attention_reports_a_full_cache_and_bad_shapes() {
         &mut out
     )
     .is_ok());
-    let mut fresh = backend.kv_cache(1, 1, 4, 4, &[]).unwrap();
+    let mut fresh = backend.kv_cache(&layout, KvPrefix::none()).unwrap();
     assert!(attend_one(
         &backend,
         &mut fresh,

@@ -12,7 +12,11 @@ use switchyard_engine::eval::{evaluate, EvalOptions, Suite};
 use switchyard_engine::model::LlamaModel;
 use switchyard_engine::tokenizer::Tokenizer;
 
-use super::load::{load_model, ThreadsArg};
+use std::sync::Arc;
+
+use switchyard_kernels::Backend;
+
+use super::device::{load_model, on_device, DeviceArgs, OnDevice};
 
 #[derive(clap::Args)]
 #[command(after_help = "Suite format (one JSON object a line):\n  \
@@ -47,10 +51,24 @@ pub struct EvalArgs {
     #[arg(long, default_value_t = EvalOptions::default().max_tokens)]
     pub max_tokens: usize,
     #[command(flatten)]
-    pub threads: ThreadsArg,
+    pub device: DeviceArgs,
 }
 
 pub fn run(args: EvalArgs) -> anyhow::Result<()> {
+    on_device(args.device.device, args.device.count(), Eval(args))
+}
+
+struct Eval(EvalArgs);
+
+impl OnDevice for Eval {
+    type Output = anyhow::Result<()>;
+
+    fn run<B: Backend>(self, backend: Arc<B>) -> anyhow::Result<()> {
+        eval(backend.as_ref(), self.0)
+    }
+}
+
+fn eval<B: Backend>(backend: &B, args: EvalArgs) -> anyhow::Result<()> {
     // With a repository: the checkpoint's path and its `model@version`.
     let (path, id) = match &args.repo {
         Some(repo) => {
@@ -69,10 +87,10 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         .iter()
         .map(|p| Suite::load(p))
         .collect::<Result<Vec<_>, _>>()?;
-    let (backend, checkpoint) = load_model(&path, &args.threads)?;
+    let checkpoint = load_model(&path)?;
     let tokenizer = Tokenizer::load(&checkpoint.tokenizer)
         .with_context(|| format!("cannot load the tokenizer of {}", path.display()))?;
-    let model = LlamaModel::load(&backend, &checkpoint)?;
+    let model = LlamaModel::load(backend, &checkpoint)?;
     let options = EvalOptions {
         batch_tokens: args.batch_tokens.max(1),
         max_tokens: args.max_tokens.max(1),
@@ -87,7 +105,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     for suite in &suites {
         let started = Instant::now();
-        let report = evaluate(&backend, &model, &tokenizer, suite, &options)
+        let report = evaluate(backend, &model, &tokenizer, suite, &options)
             .with_context(|| format!("evaluating {}", suite.path.display()))?;
         let seconds = started.elapsed().as_secs_f64();
         let s = &report.summary;

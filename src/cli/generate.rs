@@ -3,10 +3,12 @@
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
 use switchyard_engine::chat_choice::{self, TemplateSpec};
+use switchyard_engine::kv::KvPool;
 use switchyard_engine::model::{LlamaModel, LogitRows};
 use switchyard_engine::prompt;
 use switchyard_engine::sampling::{
@@ -14,9 +16,10 @@ use switchyard_engine::sampling::{
 };
 use switchyard_engine::session::Session;
 use switchyard_engine::tokenizer::Tokenizer;
+use switchyard_kernels::Backend;
 use switchyard_seam::{ChatMessage, Prompt, Role};
 
-use super::load::{load_model, ThreadsArg};
+use super::device::{load_model, on_device, DeviceArgs, OnDevice};
 
 #[derive(clap::Args)]
 pub struct GenerateArgs {
@@ -56,14 +59,28 @@ pub struct GenerateArgs {
     #[arg(long)]
     stop: Vec<String>,
     #[command(flatten)]
-    threads: ThreadsArg,
+    device: DeviceArgs,
 }
 
 pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
-    let (backend, checkpoint) = load_model(&args.model, &args.threads)?;
+    on_device(args.device.device, args.device.count(), Generate(args))
+}
+
+struct Generate(GenerateArgs);
+
+impl OnDevice for Generate {
+    type Output = anyhow::Result<()>;
+
+    fn run<B: Backend>(self, backend: Arc<B>) -> anyhow::Result<()> {
+        generate(backend.as_ref(), self.0)
+    }
+}
+
+fn generate<B: Backend>(backend: &B, args: GenerateArgs) -> anyhow::Result<()> {
+    let checkpoint = load_model(&args.model)?;
     let tokenizer = Tokenizer::load(&checkpoint.tokenizer)
         .with_context(|| format!("cannot load the tokenizer of {}", args.model.display()))?;
-    let model = LlamaModel::load(&backend, &checkpoint)?;
+    let model = LlamaModel::load(backend, &checkpoint)?;
     let prompt = if args.chat {
         let mut messages = Vec::new();
         if let Some(system) = &args.system {
@@ -105,7 +122,8 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         max_tokens: Some(max_tokens),
     });
     let mut decoder = tokenizer.decode_stream(true);
-    let mut session = Session::new(&backend, &model, prompt.len() + max_tokens)?;
+    let kv = KvPool::new(args.device.kv());
+    let mut session = Session::with_kv(backend, &model, &kv, prompt.len() + max_tokens)?;
     let mut out = std::io::stdout().lock();
 
     let started = Instant::now();
@@ -141,8 +159,8 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         prompt.len() as f64 / prefill.as_secs_f64(),
         // The first generated token came from the prompt's logits.
         generated.saturating_sub(1) as f64 / decode.as_secs_f64(),
-        args.threads.count(),
-        switchyard_kernels::Backend::name(&backend),
+        args.device.count(),
+        backend.name(),
     );
     Ok(())
 }

@@ -3,12 +3,16 @@
 //! the NumPy reference checks the engine's numbers.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::Context;
+use switchyard_engine::kv::KvPool;
 use switchyard_engine::model::{LlamaModel, LogitRows};
 use switchyard_engine::session::Session;
 
-use super::load::{load_model, ThreadsArg};
+use switchyard_kernels::Backend;
+
+use super::device::{load_model, on_device, DeviceArgs, OnDevice};
 
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum Positions {
@@ -39,10 +43,24 @@ pub struct LogitsArgs {
     #[arg(long, default_value_t = 0)]
     greedy: usize,
     #[command(flatten)]
-    threads: ThreadsArg,
+    device: DeviceArgs,
 }
 
 pub fn run(args: LogitsArgs) -> anyhow::Result<()> {
+    on_device(args.device.device, args.device.count(), Logits(args))
+}
+
+struct Logits(LogitsArgs);
+
+impl OnDevice for Logits {
+    type Output = anyhow::Result<()>;
+
+    fn run<B: Backend>(self, backend: Arc<B>) -> anyhow::Result<()> {
+        logits(backend.as_ref(), self.0)
+    }
+}
+
+fn logits<B: Backend>(backend: &B, args: LogitsArgs) -> anyhow::Result<()> {
     let prompt = match &args.tokens_file {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -56,10 +74,11 @@ pub fn run(args: LogitsArgs) -> anyhow::Result<()> {
         !prompt.is_empty(),
         "the prompt is empty: give --tokens or --tokens-file"
     );
-    let (backend, checkpoint) = load_model(&args.model, &args.threads)?;
-    let model = LlamaModel::load(&backend, &checkpoint)?;
+    let checkpoint = load_model(&args.model)?;
+    let model = LlamaModel::load(backend, &checkpoint)?;
     let vocab = model.config().vocab_size;
-    let mut session = Session::new(&backend, &model, prompt.len() + args.greedy)?;
+    let kv = KvPool::new(args.device.kv());
+    let mut session = Session::with_kv(backend, &model, &kv, prompt.len() + args.greedy)?;
     let rows = match args.positions {
         Positions::Last => LogitRows::Last,
         Positions::All => LogitRows::All,

@@ -1,9 +1,9 @@
 //! One module per subcommand: its arguments and its `run`.
 
 pub mod demo_repo;
+pub mod device;
 pub mod eval;
 pub mod generate;
-pub mod load;
 pub mod logging;
 pub mod logits;
 pub mod models;

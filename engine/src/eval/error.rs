@@ -29,4 +29,6 @@ pub enum EvalError {
     Tokenizer(#[from] TokenizerError),
     #[error("forward pass: {0}")]
     Model(#[from] ModelError),
+    #[error("KV cache: {0}")]
+    Kv(#[from] crate::kv::KvError),
 }

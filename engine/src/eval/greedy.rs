@@ -32,7 +32,7 @@ pub fn generate<B: Backend>(
     let mut caches = prompts
         .iter()
         .zip(&limits)
-        .map(|(p, limit)| model.new_cache(backend, p.len() + limit))
+        .map(|(p, limit)| super::eval_cache(backend, model, p.len() + limit))
         .collect::<Result<Vec<_>, _>>()?;
     let mut generated: Vec<Vec<u32>> = vec![Vec::new(); prompts.len()];
     let mut texts = vec![String::new(); prompts.len()];
@@ -54,7 +54,7 @@ pub fn generate<B: Backend>(
             chunks.push(SequenceChunk {
                 tokens: &prompt[fed[i]..fed[i] + take],
                 start_pos: fed[i],
-                cache,
+                cache: cache.device(),
                 logits: if last {
                     LogitRows::Last
                 } else {
@@ -101,7 +101,7 @@ pub fn generate<B: Backend>(
             chunks.push(SequenceChunk {
                 tokens: std::slice::from_ref(&next[i]),
                 start_pos: prompts[i].len() + generated[i].len() - 1,
-                cache,
+                cache: cache.device(),
                 logits: LogitRows::Last,
             });
             owners.push(i);

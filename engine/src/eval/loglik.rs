@@ -80,7 +80,7 @@ impl<'m, B: Backend> Scorer<'m, B> {
         let vocab = self.model.config().vocab_size;
         let mut caches = items
             .iter()
-            .map(|item| self.model.new_cache(self.backend, item.capacity()))
+            .map(|item| super::eval_cache(self.backend, self.model, item.capacity()))
             .collect::<Result<Vec<_>, _>>()?;
         let mut scores: Vec<Vec<f64>> = items
             .iter()
@@ -103,7 +103,7 @@ impl<'m, B: Backend> Scorer<'m, B> {
                 chunks.push(SequenceChunk {
                     tokens: &item.context[fed[i]..fed[i] + take],
                     start_pos: fed[i],
-                    cache,
+                    cache: cache.device(),
                     logits: if last {
                         LogitRows::Last
                     } else {
@@ -143,7 +143,7 @@ impl<'m, B: Backend> Scorer<'m, B> {
                 chunks.push(SequenceChunk {
                     tokens: &choice[..choice.len() - 1],
                     start_pos: item.context.len(),
-                    cache,
+                    cache: cache.device(),
                     logits: LogitRows::All,
                 });
                 owners.push(i);

@@ -7,7 +7,7 @@
 //! attention runs per sequence over that sequence's KV cache. The step
 //! itself is in `step.rs`, which can also run several checkpoints at once.
 
-use switchyard_kernels::{AttentionShape, Backend, KvPrefix};
+use switchyard_kernels::{AttentionShape, Backend, KernelError, KvFormat, KvLayout};
 
 use super::runs::Gather;
 use super::weights::{LoadStats, ModelWeights};
@@ -79,17 +79,6 @@ impl<B: Backend> LlamaModel<B> {
         store: &WeightStore<B>,
     ) -> Result<(Self, LoadStats), ModelError> {
         let config = checkpoint.config.clone();
-        // A cache of no positions reserves nothing but is checked like any
-        // other: a KV type that cannot hold this model's heads (Q8_0 needs
-        // a head_dim that is a multiple of 32) fails the load, naming it,
-        // rather than every request later.
-        backend.kv_cache(
-            config.n_layers,
-            config.n_kv_heads,
-            config.head_dim,
-            0,
-            &config.layer_windows(),
-        )?;
         let (weights, stats) = ModelWeights::load(backend, checkpoint, store)?;
         let attention = AttentionShape {
             n_heads: config.n_heads,
@@ -113,16 +102,17 @@ impl<B: Backend> LlamaModel<B> {
         &self.config
     }
 
-    /// A KV cache for one sequence of up to `capacity` tokens (local
+    /// The blocks of a KV cache of `capacity` tokens in `format` (local
     /// layers may keep only their window of it).
-    pub fn new_cache(&self, backend: &B, capacity: usize) -> Result<B::KvCache, ModelError> {
-        Ok(backend.kv_cache(
+    pub fn kv_layout(&self, format: KvFormat, capacity: usize) -> Result<KvLayout, KernelError> {
+        KvLayout::new(
+            format,
             self.config.n_layers,
             self.config.n_kv_heads,
             self.config.head_dim,
             capacity,
             &self.config.layer_windows(),
-        )?)
+        )
     }
 
     pub fn new_scratch(&self, backend: &B) -> Scratch<B> {
@@ -142,24 +132,6 @@ impl<B: Backend> LlamaModel<B> {
             host_logits: Vec::new(),
             gather: Gather::new(backend),
         }
-    }
-
-    /// A KV cache that starts from what the prompt cache found (see
-    /// [`Backend::kv_cache_with_prefix`]).
-    pub fn new_cache_with_prefix(
-        &self,
-        backend: &B,
-        capacity: usize,
-        prefix: KvPrefix<'_, B::KvBlock>,
-    ) -> Result<B::KvCache, ModelError> {
-        Ok(backend.kv_cache_with_prefix(
-            self.config.n_layers,
-            self.config.n_kv_heads,
-            self.config.head_dim,
-            capacity,
-            &self.config.layer_windows(),
-            prefix,
-        )?)
     }
 
     /// What the KV of a token sequence depends on, as one number: the

@@ -4,7 +4,7 @@
 //! mid-request) and handed to the backend; vectors are dequantized to f32.
 
 use bytes::Bytes;
-use switchyard_kernels::{cpu::dequantize_row, Backend, WeightView};
+use switchyard_kernels::{formats::dequantize_row, Backend, WeightView};
 
 use std::ops::Range;
 

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
-use switchyard_kernels::Backend;
+use switchyard_kernels::{Backend, KvFormat, KvType};
 
 use super::error::RegistryError;
 use super::live::LiveSlot;
@@ -144,6 +144,8 @@ pub struct Registry<B: Backend> {
     backend: Arc<B>,
     store: WeightStore<B>,
     ram_budget: Option<u64>,
+    /// The KV format versions are checked against at load (the executor's).
+    kv_format: KvFormat,
     models: RwLock<BTreeMap<String, Model<B>>>,
     /// One load at a time: loads compete for memory and cores, and the
     /// budget check must see the result of the previous one.
@@ -159,10 +161,18 @@ impl<B: Backend> Registry<B> {
             backend,
             store: WeightStore::new(),
             ram_budget,
+            kv_format: KvFormat::of(KvType::default()),
             models: RwLock::new(BTreeMap::new()),
             loading: Mutex::new(()),
             observer: Arc::new(Quiet),
         }
+    }
+
+    /// Checks every version at load against KV caches of `format` (the
+    /// executor's; the default: F16 in blocks of the default size).
+    pub fn with_kv_format(mut self, format: KvFormat) -> Self {
+        self.kv_format = format;
+        self
     }
 
     /// Reports lifecycle events to `observer`.
@@ -337,6 +347,7 @@ impl<B: Backend> Registry<B> {
             id.clone(),
             path,
             options,
+            self.kv_format,
         )
         .map_err(|e| RegistryError::invalid(format!("cannot load {id}: {e}")))?;
         self.check_matches_active(&checkpoint)?;

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use switchyard_kernels::Backend;
+use switchyard_kernels::{Backend, KvFormat, KvPrefix};
 
 use crate::chat::ChatTemplate;
 use crate::chat_choice::{self, TemplateOrigin, TemplateSpec};
@@ -128,15 +128,24 @@ pub struct ServedCheckpoint<B: Backend> {
 }
 
 impl<B: Backend> ServedCheckpoint<B> {
+    /// The prompt cache's key of its sequences.
+    pub fn cache_key(&self) -> crate::kv::CacheKey {
+        crate::kv::CacheKey::weights(self.weight_identity)
+    }
+
     /// Reads `path` (GGUF file or Hugging Face folder), stores its tensors
-    /// through `store` and runs a smoke forward: one short prompt whose
-    /// logits must all be finite.
+    /// through `store` and runs a smoke forward with a KV cache of
+    /// `kv_format`: one short prompt whose logits must all be finite. A KV
+    /// type that cannot hold the model's heads (Q8_0 needs a head_dim that
+    /// is a multiple of 32) fails here, naming it, rather than every
+    /// request later.
     pub fn load(
         backend: &B,
         store: &WeightStore<B>,
         id: CheckpointId,
         path: &Path,
         options: &CheckpointOptions,
+        kv_format: KvFormat,
     ) -> Result<Self, CheckpointError> {
         let started = Instant::now();
         let fail = |reason: String| (path.to_path_buf(), reason);
@@ -169,7 +178,7 @@ impl<B: Backend> ServedCheckpoint<B> {
         let format = checkpoint.format;
         let mix = crate::formats::quant_mix(&checkpoint);
         drop(checkpoint);
-        smoke_forward(backend, &model, &tokenizer).map_err(|reason| {
+        smoke_forward(backend, &model, &tokenizer, kv_format).map_err(|reason| {
             let (path, reason) = fail(reason);
             CheckpointError::Smoke { path, reason }
         })?;
@@ -261,17 +270,24 @@ fn smoke_forward<B: Backend>(
     backend: &B,
     model: &LlamaModel<B>,
     tokenizer: &Tokenizer,
+    kv_format: KvFormat,
 ) -> Result<(), String> {
     let first = tokenizer.bos_id().unwrap_or(0);
     let tokens = [first, first];
-    let mut cache = model
-        .new_cache(backend, tokens.len())
-        .map_err(|e| e.to_string())?;
+    // A cache of the served format, outside the serving budget.
+    let pool = crate::kv::KvPool::new(crate::kv::KvConfig {
+        dtype: kv_format.dtype,
+        budget_bytes: usize::MAX,
+        block_positions: kv_format.block_positions,
+    });
+    let mut cache =
+        crate::kv::SequenceKv::for_model(backend, &pool, model, tokens.len(), KvPrefix::none())
+            .map_err(|e| e.to_string())?;
     let mut scratch = model.new_scratch(backend);
     let mut chunks = [SequenceChunk {
         tokens: &tokens,
         start_pos: 0,
-        cache: &mut cache,
+        cache: cache.device(),
         logits: LogitRows::All,
     }];
     let logits = model

@@ -20,11 +20,11 @@ use switchyard_kernels::Backend;
 
 use super::checkpoint::{CheckpointHandle, CheckpointId};
 use super::group::{Admission, Group, Waiting};
-use super::kv_admission;
-use super::prefix_cache::PrefixCache;
 use super::queue::{SequenceRequest, SubmitError};
 use super::table::WeightTable;
 use super::{choice, ExecutorObserver};
+use crate::kv::prefix_cache::PrefixCache;
+use crate::kv::{admission as kv_admission, KvConfig, KvPool, SharedBlock};
 use crate::model::{forward_many, ModelPart};
 
 /// The executor's limits.
@@ -40,6 +40,9 @@ pub struct ExecutorConfig {
     /// Keep full prompt blocks after their sequence ends and reuse them
     /// for later prompts that start the same (`prefix_cache`).
     pub prompt_cache: bool,
+    /// The KV element type, block size and budget every sequence's cache
+    /// and the prompt cache's blocks share.
+    pub kv: KvConfig,
 }
 
 impl Default for ExecutorConfig {
@@ -49,6 +52,7 @@ impl Default for ExecutorConfig {
             max_queued: 256,
             max_step_tokens: 256,
             prompt_cache: true,
+            kv: KvConfig::default(),
         }
     }
 }
@@ -114,7 +118,7 @@ impl ExecutorPulse {
 pub struct Executor<B: Backend> {
     requests: mpsc::Sender<Submission<B>>,
     /// To ask at submit whether a request's KV cache can ever fit.
-    backend: Arc<B>,
+    kv: Arc<KvPool>,
     shared: Arc<Shared>,
     table: Arc<ArcSwapOption<WeightTable<B>>>,
     max_queued: usize,
@@ -136,15 +140,17 @@ impl<B: Backend> Executor<B> {
         let table = Arc::new(ArcSwapOption::empty());
         let max_queued = config.max_queued;
         let kv_slots = config.max_active.max(1);
+        let kv = KvPool::new(config.kv);
         let prefix = config
             .prompt_cache
-            .then(|| PrefixCache::new(backend.kv_block_positions(), backend.kv_tail_unit()));
+            .then(|| PrefixCache::new(kv.block_positions(), switchyard_kernels::kv::KV_UNIT));
         let state = Scheduler {
             prefix,
+            kv: Arc::clone(&kv),
             cached_blocks: 0,
             blocked_head: None,
             scratch: None,
-            backend: Arc::clone(&backend),
+            backend,
             config,
             requests: receiver,
             groups: Vec::new(),
@@ -160,7 +166,7 @@ impl<B: Backend> Executor<B> {
             })?;
         Ok(Executor {
             requests: sender,
-            backend,
+            kv,
             shared,
             table,
             max_queued,
@@ -188,9 +194,15 @@ impl<B: Backend> Executor<B> {
             });
         }
         if let Some(refusal) =
-            kv_admission::never_fits(self.backend.as_ref(), &checkpoint.model, &request)
+            kv_admission::never_fits(&self.kv, &checkpoint.model, request.kv_wanted())
         {
-            return Err(refusal);
+            return Err(SubmitError::KvBudget {
+                positions: refusal.positions,
+                needed_bytes: refusal.needed_bytes,
+                budget_bytes: refusal.budget_bytes,
+                advice: refusal.advice,
+                prompt_too_long: refusal.prompt_too_long,
+            });
         }
         // Reserve a queue slot first, so that concurrent submits cannot overshoot.
         let reserved =
@@ -226,8 +238,13 @@ impl<B: Backend> Executor<B> {
         request: &SequenceRequest,
         fanout: usize,
     ) -> Result<(), SubmitError> {
-        match kv_admission::over_share(self.backend.as_ref(), &checkpoint.model, request, fanout) {
-            Some(refusal) => Err(refusal),
+        match kv_admission::over_share(&self.kv, &checkpoint.model, request.kv_wanted(), fanout) {
+            Some(over) => Err(SubmitError::KvShare {
+                fanout,
+                needed_bytes: over.needed_bytes,
+                share_bytes: over.share_bytes,
+                share: kv_admission::REQUEST_SHARE,
+            }),
             None => Ok(()),
         }
     }
@@ -269,6 +286,11 @@ impl<B: Backend> Executor<B> {
         self.shared.kv_tokens.load(Ordering::Acquire)
     }
 
+    /// The KV budget its sequences and the prompt cache reserve from.
+    pub fn kv_pool(&self) -> &Arc<KvPool> {
+        &self.kv
+    }
+
     /// Weight-table swaps so far.
     pub fn swaps(&self) -> u64 {
         self.shared.swaps.load(Ordering::Acquire)
@@ -304,6 +326,8 @@ impl<B: Backend> Executor<B> {
 /// The state the executor thread owns.
 struct Scheduler<B: Backend> {
     backend: Arc<B>,
+    /// The KV budget.
+    kv: Arc<KvPool>,
     /// Activation buffers, reused by every checkpoint (resized per step).
     scratch: Option<crate::model::Scratch<B>>,
     config: ExecutorConfig,
@@ -315,7 +339,7 @@ struct Scheduler<B: Backend> {
     shared: Arc<Shared>,
     observer: Arc<dyn ExecutorObserver>,
     /// The prompt cache, unless turned off.
-    prefix: Option<PrefixCache<B::KvBlock>>,
+    prefix: Option<PrefixCache<SharedBlock<B>>>,
     /// Blocks it held when last reported.
     cached_blocks: usize,
     /// The oldest request while the KV budget has no room for it, and how
@@ -452,7 +476,13 @@ impl<B: Backend> Scheduler<B> {
                 let Some(group) = self.groups.get_mut(index) else {
                     break 'slots;
                 };
-                match group.admit_at(at, &self.backend, active > 0, self.prefix.as_mut()) {
+                match group.admit_at(
+                    at,
+                    &self.backend,
+                    &self.kv,
+                    active > 0,
+                    self.prefix.as_mut(),
+                ) {
                     Admission::Admitted { cached, prompt } => {
                         taken += 1;
                         active += 1;

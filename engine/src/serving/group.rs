@@ -4,14 +4,17 @@ use std::collections::VecDeque;
 use std::ops::Range;
 use std::time::Instant;
 
-use switchyard_kernels::{Backend, KernelError};
+use std::sync::Arc;
+
+use switchyard_kernels::Backend;
 
 use super::checkpoint::CheckpointHandle;
 use super::choice::Claim;
-use super::kv_admission::{self, NoCache};
-use super::prefix_cache::{Found, PrefixCache};
 use super::queue::{SequenceEvent, SequenceRequest};
 use super::sequence::Sequence;
+use crate::kv::admission::{self as kv_admission, NoCache};
+use crate::kv::prefix_cache::{Found, PrefixCache};
+use crate::kv::{KvError, KvPool, SharedBlock};
 use crate::model::{LogitRows, SequenceChunk};
 use crate::structured::mask_rows;
 
@@ -90,8 +93,9 @@ impl<B: Backend> Group<B> {
         &mut self,
         at: usize,
         backend: &B,
+        kv: &Arc<KvPool>,
         others_running: bool,
-        prefix: Option<&mut PrefixCache<B::KvBlock>>,
+        prefix: Option<&mut PrefixCache<SharedBlock<B>>>,
     ) -> Admission {
         let Some(front) = self.waiting.get(at) else {
             return Admission::Empty;
@@ -106,18 +110,30 @@ impl<B: Backend> Group<B> {
         let model = &checkpoint.model;
         let mut prefix = prefix.filter(|_| checkpoint.caches_prompts);
         let found = match prefix.as_deref_mut() {
-            Some(cache) => cache.lookup(checkpoint.weight_identity, &front.request.prompt),
+            Some(cache) => cache.lookup(checkpoint.cache_key(), &front.request.prompt),
             None => Found::none(),
         };
-        let cached = found.prefix().positions(backend.kv_block_positions());
-        let mut made = kv_admission::make_cache(backend, model, &front.request, found.prefix());
+        let cached = found.prefix().positions(kv.block_positions());
+        let mut made = kv_admission::make_cache(
+            backend,
+            kv,
+            model,
+            front.request.kv_wanted(),
+            found.prefix(),
+        );
         // Cached blocks no sequence reads count as free: evict what the
         // cache is short of, then try again.
         while let (Err(NoCache::Later { short }), Some(cache)) = (&made, prefix.as_deref_mut()) {
             if cache.evict(*short) == 0 {
                 break;
             }
-            made = kv_admission::make_cache(backend, model, &front.request, found.prefix());
+            made = kv_admission::make_cache(
+                backend,
+                kv,
+                model,
+                front.request.kv_wanted(),
+                found.prefix(),
+            );
         }
         let cache = match made {
             Ok(cache) => cache,
@@ -126,7 +142,7 @@ impl<B: Backend> Group<B> {
                 let message = format!(
                     "the KV budget has no room for a cache of {} tokens although no sequence \
                      runs; lower max_tokens",
-                    kv_admission::positions(model, &front.request)
+                    kv_admission::positions(model, front.request.kv_wanted())
                 );
                 self.fail_at(at, message);
                 return Admission::Dropped;
@@ -140,7 +156,7 @@ impl<B: Backend> Group<B> {
             return Admission::Empty;
         };
         self.checkpoint.admitted();
-        let capacity = kv_admission::positions(&self.checkpoint.model, &request);
+        let capacity = kv_admission::positions(&self.checkpoint.model, request.kv_wanted());
         let prompt = request.prompt.len();
         self.active.push(Sequence::new(
             request,
@@ -196,7 +212,7 @@ impl<B: Backend> Group<B> {
                 // `plan` keeps spans inside `tokens`; empty if it ever did not.
                 tokens: sequence.tokens.get(span.clone()).unwrap_or_default(),
                 start_pos: span.start,
-                cache: &mut sequence.cache,
+                cache: sequence.cache.device(),
                 logits: if wants_logits {
                     LogitRows::Last
                 } else {
@@ -234,9 +250,9 @@ impl<B: Backend> Group<B> {
         backend: &B,
         spans: Vec<Option<Range<usize>>>,
         logits: &mut impl Iterator<Item = &'l [f32]>,
-        mut prefix: Option<&mut PrefixCache<B::KvBlock>>,
+        mut prefix: Option<&mut PrefixCache<SharedBlock<B>>>,
     ) {
-        let weights = self.checkpoint.weight_identity;
+        let key = self.checkpoint.cache_key();
         if !self.checkpoint.caches_prompts {
             prefix = None;
         }
@@ -282,7 +298,7 @@ impl<B: Backend> Group<B> {
         // milliseconds that are not the client's time to first token.
         if let Some(cache) = prefix {
             for (sequence, _) in self.active.iter_mut().zip(prompt_done).filter(|(_, d)| *d) {
-                share_prompt(backend, weights, sequence, cache);
+                share_prompt(backend, key, sequence, cache);
             }
         }
         let mut keep = keep.into_iter();
@@ -324,30 +340,24 @@ impl<B: Backend> Group<B> {
 /// be had ends the handing (the sequence runs on either way).
 fn share_prompt<B: Backend>(
     backend: &B,
-    weights: u64,
+    key: crate::kv::CacheKey,
     sequence: &mut Sequence<B>,
-    prefix: &mut PrefixCache<B::KvBlock>,
+    prefix: &mut PrefixCache<SharedBlock<B>>,
 ) {
     let prompt = sequence.prompt().to_vec();
     let from = sequence.shared_blocks;
     let kv = &mut sequence.cache;
-    let positions = backend.kv_block_positions();
-    let mut take = |range: &Range<usize>| {
-        if range.len() == positions {
-            backend.kv_share_block(kv, range.start / positions)
-        } else {
-            backend.kv_copy_tail(kv, range.start, range.len())
-        }
-    };
-    let mut share = |range: Range<usize>, cache: &mut PrefixCache<B::KvBlock>| match take(&range) {
+    let mut share = |range: Range<usize>, cache: &mut PrefixCache<SharedBlock<B>>| match kv
+        .share(backend, range.clone())
+    {
         Ok(shared) => Some(shared),
-        Err(KernelError::KvBudget { needed, free, .. }) => {
+        Err(KvError::Budget { needed, free, .. }) => {
             if cache.evict(needed.saturating_sub(free)) == 0 {
                 return None;
             }
-            take(&range).ok()
+            kv.share(backend, range).ok()
         }
         Err(_) => None,
     };
-    prefix.insert(weights, &prompt, from, &mut share);
+    prefix.insert(key, &prompt, from, &mut share);
 }

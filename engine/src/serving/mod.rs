@@ -19,30 +19,28 @@
 //! - `group.rs`: one checkpoint's queue and batch;
 //! - `choice.rs`: which checkpoint runs next;
 //! - `table.rs`: the weight table a step reads;
-//! - `prefix_cache.rs`: full prompt blocks kept for later prompts that
-//!   start the same (the prompt cache);
 //! - `executor.rs`: the handle, the weight table and the scheduling loop.
+//!
+//! KV memory (the budget, admission by blocks, the prompt cache) is the
+//! device-neutral `crate::kv`; the executor holds its [`crate::kv::KvPool`].
 
 mod checkpoint;
 mod choice;
 mod executor;
 mod group;
-mod kv_admission;
-mod prefix_cache;
 mod queue;
 mod sequence;
 mod table;
 
 use std::time::Duration;
 
+pub use crate::kv::{kv_positions, KvAdvice};
 pub use checkpoint::{
     CheckpointError, CheckpointHandle, CheckpointId, CheckpointOptions, ServedCheckpoint,
 };
 pub use choice::{choose, score, Claim};
 pub use executor::{Executor, ExecutorConfig, ExecutorPulse, NoObserver};
-pub use queue::{
-    kv_positions, EventSink, KvAdvice, SequenceEvent, SequenceRequest, SequenceToken, SubmitError,
-};
+pub use queue::{EventSink, SequenceEvent, SequenceRequest, SequenceToken, SubmitError};
 
 /// Hears what the executor thread does. Called on that thread: must not block.
 pub trait ExecutorObserver: Send + Sync {

@@ -3,6 +3,7 @@
 use std::sync::mpsc;
 use std::time::Instant;
 
+use crate::kv::KvAdvice;
 use crate::sampling::{FinishReason, SamplingParams, StopCondition};
 use crate::structured::TokenMask;
 use crate::tokenizer::DecodeStream;
@@ -85,35 +86,14 @@ impl EventSink for mpsc::Sender<SequenceEvent> {
     }
 }
 
-/// What a request refused for its KV cache should change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KvAdvice {
-    /// Set `max_tokens` (the request had none, so it asked for the whole context).
-    SetMaxTokens,
-    /// Lower `max_tokens`.
-    LowerMaxTokens,
-    /// Even one generated token does not fit after the prompt.
-    ShortenPrompt,
-}
-
-impl std::fmt::Display for KvAdvice {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            KvAdvice::SetMaxTokens => {
-                "without max_tokens the cache spans the whole context window; set max_tokens"
-            }
-            KvAdvice::LowerMaxTokens => "lower max_tokens",
-            KvAdvice::ShortenPrompt => "shorten the prompt",
-        })
+impl SequenceRequest {
+    /// What KV admission reads of it.
+    pub(crate) fn kv_wanted(&self) -> crate::kv::admission::Wanted {
+        crate::kv::admission::Wanted {
+            prompt: self.prompt.len(),
+            max_tokens: self.stop.max_tokens,
+        }
     }
-}
-
-/// Positions a request's KV cache is made for: its prompt and `max_tokens`
-/// (without it, up to the context window), at most the context window.
-pub fn kv_positions(prompt_tokens: usize, max_tokens: Option<usize>, context: usize) -> usize {
-    prompt_tokens
-        .saturating_add(max_tokens.unwrap_or(context))
-        .min(context)
 }
 
 /// Why a request was refused before it was queued.
@@ -158,7 +138,7 @@ pub enum SubmitError {
         prompt_too_long: bool,
     },
     /// The request's generations together would reserve more than the share
-    /// of the KV budget one request may hold ([`super::kv_admission::REQUEST_SHARE`]),
+    /// of the KV budget one request may hold ([`crate::kv::admission::REQUEST_SHARE`]),
     /// which would leave every other client waiting behind it.
     #[error(
         "the request's {fanout} generations need KV caches of about {needed_bytes} bytes \

@@ -7,6 +7,7 @@ use std::time::Instant;
 use switchyard_kernels::Backend;
 
 use super::queue::{EventSink, SequenceEvent, SequenceRequest, SequenceToken};
+use crate::kv::SequenceKv;
 use crate::sampling::{FinishReason, Sampler, StopChecker};
 use crate::structured::TokenMask;
 use crate::tokenizer::DecodeStream;
@@ -15,7 +16,7 @@ use crate::tokenizer::DecodeStream;
 pub(super) struct Sequence<B: Backend> {
     /// Prompt then generated tokens; `tokens[processed..]` are not in the cache yet.
     pub(super) tokens: Vec<u32>,
-    pub(super) cache: B::KvCache,
+    pub(super) cache: SequenceKv<B>,
     /// Tokens already run through the model (held by `cache`).
     pub(super) processed: usize,
     prompt_len: usize,
@@ -42,7 +43,7 @@ impl<B: Backend> Sequence<B> {
     /// prompt cache: the prompt runs from there.
     pub(super) fn new(
         request: SequenceRequest,
-        cache: B::KvCache,
+        cache: SequenceKv<B>,
         capacity: usize,
         shared_blocks: usize,
         cached_tokens: usize,

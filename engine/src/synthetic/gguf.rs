@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use switchyard_kernels::quantize::quantize;
+use switchyard_kernels::formats::quantize::quantize;
 use switchyard_kernels::DType;
 
 use super::bpe::{SyntheticVocab, CHATML_TEMPLATE};

@@ -8,7 +8,7 @@ use std::path::Path;
 use safetensors::tensor::TensorView;
 use safetensors::Dtype;
 use serde_json::{json, Value};
-use switchyard_kernels::quantize::quantize;
+use switchyard_kernels::formats::quantize::quantize;
 use switchyard_kernels::DType;
 
 use super::bpe::{SyntheticVocab, CHATML_TEMPLATE, SPECIAL_TOKENS};

@@ -5,16 +5,16 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use super::attention::{attention, AttentionCall};
-use super::dequant::dequantize_row;
-use super::kv_cache::{CpuKvCache, KEY_BLOCK};
+use super::kv_cache::CpuKvCache;
 use super::kv_shared_block::CpuKvBlock;
 use super::matmul_input::Input;
 use super::packed::{self, PackedRows};
 use super::tensors::{CpuActivations, CpuMatrix, CpuVector};
 use super::{activation, elementwise, matmul, norm, rope, row_copy};
+use crate::formats::dequantize_row;
 use crate::{
-    AttentionRows, AttentionShape, Backend, KernelError, KvPrefix, MatmulInput, MatmulProduct,
-    RopeStyle, WeightView,
+    AttentionRows, AttentionShape, Backend, KernelError, KvLayout, KvPrefix, MatmulInput,
+    MatmulProduct, RopeStyle, WeightView,
 };
 
 use super::cpu_backend::CpuBackend;
@@ -61,58 +61,22 @@ impl Backend for CpuBackend {
         x.reshape(rows, cols);
     }
 
-    /// Reserves every block the cache may hold from the backend's KV
-    /// budget ([`KernelError::KvBudget`] when it does not fit) and
-    /// allocates them as positions are written. Windowed layers keep a ring
-    /// of a little more than their window.
+    /// Allocates the layout's blocks as positions are written; windowed
+    /// layers keep a ring of a little more than their window.
     fn kv_cache(
         &self,
-        layers: usize,
-        n_kv_heads: usize,
-        head_dim: usize,
-        capacity: usize,
-        windows: &[Option<usize>],
-    ) -> Result<CpuKvCache, KernelError> {
-        CpuKvCache::windowed(&self.kv, layers, n_kv_heads, head_dim, capacity, windows)
-    }
-
-    fn kv_block_positions(&self) -> usize {
-        self.kv.block_positions()
-    }
-
-    fn kv_share_block(
-        &self,
-        cache: &mut CpuKvCache,
-        block: usize,
-    ) -> Result<CpuKvBlock, KernelError> {
-        cache.share_block(&self.kv, block)
-    }
-
-    fn kv_tail_unit(&self) -> usize {
-        KEY_BLOCK
-    }
-
-    fn kv_copy_tail(
-        &self,
-        cache: &mut CpuKvCache,
-        start: usize,
-        positions: usize,
-    ) -> Result<CpuKvBlock, KernelError> {
-        cache.copy_tail(&self.kv, start, positions)
-    }
-
-    fn kv_cache_with_prefix(
-        &self,
-        layers: usize,
-        n_kv_heads: usize,
-        head_dim: usize,
-        capacity: usize,
-        windows: &[Option<usize>],
+        layout: &KvLayout,
         prefix: KvPrefix<'_, CpuKvBlock>,
     ) -> Result<CpuKvCache, KernelError> {
-        CpuKvCache::with_prefix(
-            &self.kv, layers, n_kv_heads, head_dim, capacity, windows, prefix,
-        )
+        CpuKvCache::with_prefix(layout, prefix)
+    }
+
+    fn kv_block(
+        &self,
+        cache: &mut CpuKvCache,
+        positions: Range<usize>,
+    ) -> Result<CpuKvBlock, KernelError> {
+        cache.export(positions)
     }
 
     fn embed(

@@ -1,10 +1,8 @@
-//! [`CpuBackend`]: the CPU backend's state (its ISA, thread pool and KV
-//! pool); the [`crate::Backend`] operations on it are in `backend_ops`.
-
-use std::sync::Arc;
+//! [`CpuBackend`]: the CPU backend's state (its ISA, thread pool and
+//! weight arena); the [`crate::Backend`] operations on it are in
+//! `backend_ops`.
 
 use super::isa::CheckedIsa;
-use super::kv_pool::{KvConfig, KvPool};
 use super::threads::ThreadPool;
 use super::weight_arena::WeightArena;
 use super::Isa;
@@ -16,8 +14,6 @@ pub struct CpuBackend {
     pub(super) pool: ThreadPool,
     /// Where repacked matrices live (on 2 MB pages where the OS allows).
     pub(super) arena: WeightArena,
-    /// The KV element type and the budget every cache reserves from.
-    pub(super) kv: Arc<KvPool>,
 }
 
 impl CpuBackend {
@@ -35,20 +31,7 @@ impl CpuBackend {
             isa: CheckedIsa::at_most(isa),
             pool: ThreadPool::new(threads),
             arena: WeightArena::default(),
-            kv: KvPool::new(KvConfig::default()),
         }
-    }
-
-    /// This backend with KV caches of `config`'s type and budget (the
-    /// default: F16, half the available memory).
-    pub fn with_kv(mut self, config: KvConfig) -> CpuBackend {
-        self.kv = KvPool::new(config);
-        self
-    }
-
-    /// The pool KV caches reserve from (its type, budget and use).
-    pub fn kv_pool(&self) -> &KvPool {
-        &self.kv
     }
 
     /// The ISA the kernels run with.
@@ -72,7 +55,6 @@ impl std::fmt::Debug for CpuBackend {
         f.debug_struct("CpuBackend")
             .field("isa", &self.isa.get())
             .field("threads", &self.threads())
-            .field("kv", &self.kv.dtype())
             .finish()
     }
 }

@@ -1,8 +1,8 @@
-//! Keys and values of one sequence, every layer, in blocks of the pool's
-//! `block_positions` (paged: 1024 by default, see `kv_pool`).
+//! Keys and values of one sequence, every layer, in the blocks its
+//! [`KvLayout`] names (paged: 1024 positions by default).
 //!
 //! Each layer holds a list of blocks, allocated as positions are written
-//! (fallibly: see `kv_pool`), so memory grows with the tokens held, not
+//! (fallibly: the engine's `kv` module reserved their budget), so memory grows with the tokens held, not
 //! with the capacity. A block holds, per KV head, the runs of its key
 //! blocks ([`KEY_BLOCK`] positions each, attention's unit) one after
 //! another, so a head's part of a block is one contiguous run that
@@ -17,7 +17,7 @@
 //!
 //! Tasks of different KV heads therefore write apart. Elements are f32, f16 (see `kv_elem`) or Q8_0 (`kv_q8`: per-position
 //! groups of int8 with f16 scales, in a byte layout of their own that
-//! widens to the one above), chosen by the backend's pool.
+//! widens to the one above), chosen by the layout.
 //!
 //! A layer with a sliding window (Gemma's local layers, Mistral) keeps only
 //! a ring of blocks a little larger than its window: position `p` lives in
@@ -37,20 +37,18 @@ use half::f16;
 
 use super::disjoint::DisjointSlice;
 use super::kv_elem::KvElem;
-use super::kv_pool::{KvPool, KvType, Reservation};
 use super::kv_q8::Q8Byte;
 use super::kv_shared_block::{CpuKvBlock, Layers};
+#[cfg(test)]
+use crate::kv::KvFormat;
+use crate::kv::{KvLayout, KvType};
 use crate::KernelError;
 
 #[cfg(test)]
 use super::kv_layout::{key_at, value_at};
 pub(crate) use super::kv_layout::{KEY_BLOCK, KEY_TILE};
 
-/// Slots a ring holds beyond its window: a prompt chunk writes this many
-/// rows (plus one) at a time in a windowed layer.
-pub(crate) const RING_SLACK: usize = 128;
-
-/// One layer's block of the pool's `block_positions`.
+/// One layer's block of the layout's `block_positions`.
 #[derive(Debug)]
 pub(crate) enum Block<E> {
     /// This cache's alone: written in place.
@@ -80,7 +78,7 @@ impl<E> Block<E> {
     }
 }
 
-/// Every layer's blocks, of the pool's element type.
+/// Every layer's blocks, of the layout's element type.
 #[derive(Debug)]
 pub(crate) enum Store {
     F32(Vec<Vec<Block<f32>>>),
@@ -164,21 +162,16 @@ pub struct CpuKvCache {
     head_dim: usize,
     capacity: usize,
     dtype: KvType,
-    /// Positions per block (the pool's).
+    /// Positions per block (the layout's).
     block: usize,
-    /// Per layer, the blocks it may hold: the capacity's, or a windowed
-    /// layer's ring when that is smaller.
-    max_blocks: Vec<usize>,
-    /// Per layer, its sliding window (positions a row sees, itself
-    /// included), if any.
-    windows: Vec<Option<usize>>,
+    /// Its blocks: positions per block, per layer the blocks it may hold
+    /// and its window.
+    layout: KvLayout,
     pub(super) store: Store,
     /// Per layer, positions `0..filled` hold written entries.
     pub(super) filled: Vec<usize>,
-    /// The budget every block of its own it may hold takes from the pool.
-    reservation: Reservation,
-    /// The shared prefix blocks it started from: they hold those blocks'
-    /// budget while this cache reads them, and nothing below their end is
+    /// The shared prefix blocks it started from: they keep those blocks'
+    /// memory while this cache reads them, and nothing below their end is
     /// ever written.
     pub(super) prefix: Vec<CpuKvBlock>,
     /// The end of the blocks this cache handed out to be shared (see
@@ -186,18 +179,8 @@ pub struct CpuKvCache {
     pub(super) shared_end: usize,
 }
 
-fn overflow(layers: usize, n_kv_heads: usize, head_dim: usize, capacity: usize) -> KernelError {
-    KernelError::Shape {
-        op: "kv_cache",
-        detail: format!(
-            "{layers} layers × {n_kv_heads} KV heads × {head_dim} × {capacity} positions \
-             overflows memory; lower the context length"
-        ),
-    }
-}
-
 impl CpuKvCache {
-    /// An f32 cache without a budget (tests).
+    /// An f32 cache (tests).
     #[cfg(test)]
     pub(crate) fn new(
         layers: usize,
@@ -205,83 +188,46 @@ impl CpuKvCache {
         head_dim: usize,
         capacity: usize,
     ) -> Result<Self, KernelError> {
-        let pool = KvPool::unlimited(KvType::F32);
-        Self::windowed(&pool, layers, n_kv_heads, head_dim, capacity, &[])
+        let format = KvFormat::of(KvType::F32);
+        Self::windowed(&format, layers, n_kv_heads, head_dim, capacity, &[])
     }
 
-    /// A cache whose layer `l` keeps a ring for `windows[l]` when that is
-    /// `Some` (layers past `windows` keep every position), reserving from
-    /// `pool` the bytes of every block it may hold.
+    /// A cache of `format` whose layer `l` keeps a ring for `windows[l]`
+    /// when that is `Some` (tests).
+    #[cfg(test)]
     pub(crate) fn windowed(
-        pool: &Arc<KvPool>,
+        format: &KvFormat,
         layers: usize,
         n_kv_heads: usize,
         head_dim: usize,
         capacity: usize,
         windows: &[Option<usize>],
     ) -> Result<Self, KernelError> {
-        Self::reserving(pool, layers, n_kv_heads, head_dim, capacity, windows, 0)
+        let layout = KvLayout::new(*format, layers, n_kv_heads, head_dim, capacity, windows)?;
+        Ok(Self::empty(&layout))
     }
 
-    /// As [`CpuKvCache::windowed`], without reserving the first
-    /// `prefix_blocks` blocks of each layer (shared blocks whose budget
-    /// their own handles hold: see `kv_shared`).
-    pub(super) fn reserving(
-        pool: &Arc<KvPool>,
-        layers: usize,
-        n_kv_heads: usize,
-        head_dim: usize,
-        capacity: usize,
-        windows: &[Option<usize>],
-        prefix_blocks: usize,
-    ) -> Result<Self, KernelError> {
-        // A cache shorter than the pool's block takes one block of its own
-        // length: a short request does not hold 1,024 positions of memory
-        // per layer. Its block is never full-sized, so it shares none.
-        let block = pool
-            .block_positions()
-            .min(capacity.max(1).next_multiple_of(KEY_BLOCK));
-        let full = capacity.div_ceil(block);
-        let window_of = |l: usize| windows.get(l).copied().flatten().filter(|w| *w > 0);
-        let max_blocks: Vec<usize> = (0..layers)
-            .map(|l| match window_of(l) {
-                Some(w) => w.saturating_add(RING_SLACK).div_ceil(block).min(full),
-                None => full,
-            })
-            .collect();
-        let dtype = pool.dtype();
-        dtype.check_head_dim(head_dim)?;
-        let block_bytes = block_len(n_kv_heads, head_dim, block)
-            .and_then(|len| dtype.bytes_of(len))
-            .ok_or_else(|| overflow(layers, n_kv_heads, head_dim, capacity))?;
-        let bytes = max_blocks
-            .iter()
-            .try_fold(0usize, |total, b| {
-                total.checked_add(b.saturating_sub(prefix_blocks).checked_mul(block_bytes)?)
-            })
-            .filter(|bytes| *bytes <= isize::MAX as usize)
-            .ok_or_else(|| overflow(layers, n_kv_heads, head_dim, capacity))?;
-        let reservation = pool.reserve(bytes)?;
-        let store = match dtype {
+    /// An empty cache of `layout`'s blocks, none allocated yet.
+    pub(crate) fn empty(layout: &KvLayout) -> Self {
+        let layers = layout.layers();
+        let store = match layout.dtype() {
             KvType::F32 => Store::F32((0..layers).map(|_| Vec::new()).collect()),
             KvType::F16 => Store::F16((0..layers).map(|_| Vec::new()).collect()),
             KvType::Q8_0 => Store::Q8_0((0..layers).map(|_| Vec::new()).collect()),
         };
-        Ok(CpuKvCache {
+        CpuKvCache {
             layers,
-            n_kv_heads,
-            head_dim,
-            capacity,
-            dtype,
-            block,
-            windows: (0..layers).map(window_of).collect(),
-            max_blocks,
+            n_kv_heads: layout.n_kv_heads(),
+            head_dim: layout.head_dim(),
+            capacity: layout.capacity(),
+            dtype: layout.dtype(),
+            block: layout.block_positions(),
+            layout: layout.clone(),
             store,
             filled: vec![0; layers],
-            reservation,
             prefix: Vec::new(),
             shared_end: 0,
-        })
+        }
     }
 
     /// Fails when a write at `start` would land in a shared prefix block
@@ -305,8 +251,8 @@ impl CpuKvCache {
     /// windowed layer's ring holds the window plus this many rows less one,
     /// so writing them before reading overwrites nothing still needed.
     pub(crate) fn piece_rows(&self, layer: usize) -> usize {
-        match (self.window(layer), self.max_blocks.get(layer)) {
-            (Some(w), Some(&blocks)) if blocks * self.block < self.capacity => {
+        match (self.window(layer), self.layout.max_blocks(layer)) {
+            (Some(w), blocks) if blocks * self.block < self.capacity => {
                 (blocks * self.block + 1).saturating_sub(w).max(1)
             }
             _ => usize::MAX,
@@ -315,17 +261,17 @@ impl CpuKvCache {
 
     /// Layer `layer`'s sliding window, if it has one.
     pub(crate) fn window(&self, layer: usize) -> Option<usize> {
-        self.windows.get(layer).copied().flatten()
+        self.layout.window(layer)
+    }
+
+    /// The layout it was made for.
+    pub fn layout(&self) -> &KvLayout {
+        &self.layout
     }
 
     /// How keys and values are stored.
     pub fn dtype(&self) -> KvType {
         self.dtype
-    }
-
-    /// Bytes reserved from the pool: every block the cache may hold.
-    pub fn reserved_bytes(&self) -> usize {
-        self.reservation.bytes()
     }
 
     /// Bytes of the blocks allocated so far.
@@ -344,9 +290,7 @@ impl CpuKvCache {
             Store::F16(layers) => layers.get(layer).map_or(0, Vec::len),
             Store::Q8_0(layers) => layers.get(layer).map_or(0, Vec::len),
         };
-        let block = block_len(self.n_kv_heads, self.head_dim, self.block)
-            .and_then(|n| self.dtype.bytes_of(n));
-        blocks * block.unwrap_or(0)
+        blocks * self.layout.block_bytes()
     }
 
     /// Positions per block.
@@ -388,8 +332,8 @@ impl CpuKvCache {
 
     /// Forgets every position, so the cache can serve a new sequence (its
     /// blocks stay allocated for it). A cache that started from a shared
-    /// prefix keeps it (its reservation does not cover those blocks): the
-    /// new sequence goes on after it.
+    /// prefix keeps it (its layout's budget does not cover those blocks):
+    /// the new sequence goes on after it.
     pub fn clear(&mut self) {
         let keep = self.prefix.len() * self.block;
         self.filled.iter_mut().for_each(|f| *f = keep);
@@ -403,11 +347,9 @@ impl CpuKvCache {
         layer: usize,
         end: usize,
     ) -> Result<(), KernelError> {
-        // Reserving checked that this does not overflow.
+        // The layout checked that this does not overflow.
         let len = self.n_kv_heads * self.key_blocks() * E::run_len(self.head_dim);
-        let wanted = end
-            .div_ceil(self.block)
-            .min(self.max_blocks.get(layer).copied().unwrap_or(0));
+        let wanted = end.div_ceil(self.block).min(self.layout.max_blocks(layer));
         let Some(blocks) = E::layers(&mut self.store).and_then(|l| l.get_mut(layer)) else {
             return Err(self.dtype_error::<E>());
         };
@@ -463,7 +405,7 @@ impl CpuKvCache {
     ) -> Result<LayerHeads<'_, E>, KernelError> {
         let (n_kv_heads, head_dim) = (self.n_kv_heads, self.head_dim);
         let key_blocks = self.key_blocks();
-        let ring = self.max_blocks.get(layer).copied().unwrap_or(0);
+        let ring = self.layout.max_blocks(layer);
         let error = self.dtype_error::<E>();
         let blocks = E::layers(&mut self.store)
             .and_then(|l| l.get_mut(layer))
@@ -537,15 +479,6 @@ impl CpuKvCache {
             KvType::Q8_0 => widen::<Q8Byte>(self, layer, head, position),
         }
     }
-}
-
-/// Elements of one block: keys and values of `positions` for every KV
-/// head (its bytes: `KvType::bytes_of`).
-pub(super) fn block_len(n_kv_heads: usize, head_dim: usize, positions: usize) -> Option<usize> {
-    n_kv_heads
-        .checked_mul(head_dim)?
-        .checked_mul(positions)?
-        .checked_mul(2)
 }
 
 /// One layer of a [`CpuKvCache`], split by KV head: the attention job's

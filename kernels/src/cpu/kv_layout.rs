@@ -21,3 +21,6 @@ pub(crate) fn key_at(lane: usize, head_dim: usize) -> usize {
 pub(crate) fn value_at(lane: usize, head_dim: usize) -> usize {
     KEY_BLOCK * head_dim + lane * head_dim
 }
+
+// A key block is the device-neutral unit blocks and tails are made of.
+const _: () = assert!(KEY_BLOCK == crate::kv::KV_UNIT);

@@ -36,10 +36,10 @@ use half::f16;
 use super::isa::CheckedIsa;
 use super::kv_elem::KvElem;
 use super::kv_layout::{KEY_BLOCK, KEY_TILE};
-use super::kv_pool::{Q8_GROUP, Q8_GROUP_BYTES};
 use super::quant_act::quantize_block_scalar;
 #[cfg(target_arch = "x86_64")]
 use super::Isa;
+use crate::kv::{Q8_GROUP, Q8_GROUP_BYTES};
 
 /// One byte of a Q8_0 run (an int8 quant or half of an f16 scale): a type
 /// of its own so that a cache's bytes are not mistaken for values.
@@ -209,7 +209,7 @@ mod x86 {
 
     use super::scales::scale;
     use crate::cpu::kv_layout::KEY_TILE;
-    use crate::cpu::kv_pool::Q8_GROUP;
+    use crate::kv::Q8_GROUP;
 
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn tile_avx512(q: &[u8], scales: &[u8], out: &mut [f32]) {

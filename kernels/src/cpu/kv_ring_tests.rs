@@ -5,8 +5,8 @@
 
 use half::f16;
 
-use super::kv_cache::{CpuKvCache, RING_SLACK};
-use super::kv_pool::{KvPool, KvType, DEFAULT_BLOCK_POSITIONS as KV_BLOCK};
+use super::kv_cache::CpuKvCache;
+use crate::kv::{KvFormat, KvType, DEFAULT_BLOCK_POSITIONS as KV_BLOCK, RING_SLACK};
 use crate::KernelError;
 
 /// Gemma 3 270M as its GGUF declares it.
@@ -31,7 +31,7 @@ fn tag(p: usize) -> f32 {
 
 #[test]
 fn gemma3_local_layers_keep_their_ring_up_to_32k() -> Result<(), KernelError> {
-    let pool = KvPool::unlimited(KvType::F16);
+    let pool = KvFormat::of(KvType::F16);
     let windows = windows();
     let mut cache = CpuKvCache::windowed(&pool, LAYERS, N_KV_HEADS, HEAD_DIM, CONTEXT, &windows)?;
     let block_bytes = 2 * KV_BLOCK * N_KV_HEADS * HEAD_DIM * 2;
@@ -40,7 +40,7 @@ fn gemma3_local_layers_keep_their_ring_up_to_32k() -> Result<(), KernelError> {
     // The most it may ever hold, reserved up front: 116.4 MB, where every
     // layer growing to 32k would be 604 MB.
     let most = (15 * ring + 3 * CONTEXT / KV_BLOCK) * block_bytes;
-    assert_eq!(cache.reserved_bytes(), most);
+    assert_eq!(cache.layout().bytes_beyond(0), most);
 
     // The bench's depths plus its 128 prompt and 32 decode tokens, fed in
     // chunks of 128 rows (a windowed layer's prompt piece).
@@ -74,7 +74,7 @@ fn gemma3_local_layers_keep_their_ring_up_to_32k() -> Result<(), KernelError> {
         }
         let want = (15 * blocks.min(ring) + 3 * blocks) * block_bytes;
         assert_eq!(cache.allocated_bytes(), want, "{end} positions");
-        assert!(cache.allocated_bytes() <= cache.reserved_bytes());
+        assert!(cache.allocated_bytes() <= cache.layout().bytes_beyond(0));
     }
 
     // After 64 turns of the ring, a local layer still holds its last

@@ -3,11 +3,11 @@
 //! A sequence whose prompt filled block `b` in every layer can hand that
 //! block out ([`CpuKvCache::share_block`]): the block becomes
 //! [`Block::Shared`] in its cache (it is never written again: later
-//! positions go to later blocks) and a [`CpuKvBlock`] handle takes a
-//! reservation of its bytes from the pool, so the budget keeps counting
-//! the block after the sequence ends, for as long as some handle lives. A
+//! positions go to later blocks) and a [`CpuKvBlock`] handle keeps its
+//! memory after the sequence ends, for as long as some handle lives (the
+//! engine's `kv` module counts its bytes against the budget meanwhile). A
 //! later cache starts from such blocks ([`CpuKvCache::with_prefix`]),
-//! reserving only its own blocks beyond them.
+//! allocating only its own blocks beyond them.
 //!
 //! A prompt rarely ends on a block boundary, and with blocks of 1,024
 //! positions most of a shared system prompt would lie in the partial last
@@ -17,20 +17,15 @@
 //! (or with a full one) into its own next block: a copy of a few MB instead
 //! of recomputing hundreds of positions.
 //!
-//! While the sequence that filled a block still runs, the block is counted
-//! twice (its cache reserved its capacity up front, the handle reserves
-//! again): admission errs on the safe side for that while.
-//!
 //! Sliding-window layers keep rings whose blocks are overwritten as the
 //! window moves, so a cache with one cannot share or take shared blocks.
 
 use std::sync::Arc;
 
-use super::kv_cache::{block_len, Block, CpuKvCache, Stored, KEY_BLOCK};
-use super::kv_pool::{KvPool, KvType};
+use super::kv_cache::{Block, CpuKvCache, Stored, KEY_BLOCK};
 use super::kv_q8::Q8Byte;
 use super::kv_shared_block::{CpuKvBlock, Layers, Shared};
-use crate::backend::KvPrefix;
+use crate::kv::{KvLayout, KvPrefix, KvType};
 use crate::KernelError;
 
 use half::f16;
@@ -62,17 +57,28 @@ fn copy_runs<E: Copy>(
 }
 
 impl CpuKvCache {
-    /// Shares block `block` (positions `block * block_positions..`, written in
-    /// every layer), reserving its bytes from `pool` for the handle.
-    pub(crate) fn share_block(
+    /// Positions `range` as a block of their own (see
+    /// [`crate::Backend::kv_block`]): a whole block shared in place, a
+    /// shorter run from a block's start copied.
+    pub(crate) fn export(
         &mut self,
-        pool: &Arc<KvPool>,
-        block: usize,
+        range: std::ops::Range<usize>,
     ) -> Result<CpuKvBlock, KernelError> {
+        let positions = self.block_positions();
+        if range.len() == positions && range.start.is_multiple_of(positions) {
+            self.share_block(range.start / positions)
+        } else {
+            self.copy_tail(range.start, range.len())
+        }
+    }
+
+    /// Shares block `block` (positions `block * block_positions..`, written in
+    /// every layer).
+    pub(crate) fn share_block(&mut self, block: usize) -> Result<CpuKvBlock, KernelError> {
         if let Some(held) = self.prefix.get(block) {
             return Ok(held.clone());
         }
-        self.check_shareable(pool)?;
+        self.check_shareable()?;
         let positions = self.block_positions();
         let end = (block + 1) * positions;
         if self.filled.iter().any(|f| *f < end) {
@@ -86,19 +92,17 @@ impl CpuKvCache {
             KvType::Q8_0 => self.share_layers::<Q8Byte>(block),
         }
         .ok_or_else(|| refuse(format!("block {block} is not allocated in every layer")))?;
-        let block = self.handle(pool, layers, positions)?;
+        let block = self.handle(layers, positions)?;
         self.shared_end = self.shared_end.max(end);
         Ok(block)
     }
 
     /// Copies positions `start..start + positions` (`start` where one of
     /// its blocks begins, `positions` whole key blocks, written in every
-    /// layer) into a block of that length of their own, reserving its
-    /// bytes from `pool`: the written part of a prompt's last block, for
+    /// layer) into a block of that length of their own: the written part of a prompt's last block, for
     /// later caches to copy from (see the module documentation).
     pub(crate) fn copy_tail(
         &mut self,
-        pool: &Arc<KvPool>,
         start: usize,
         positions: usize,
     ) -> Result<CpuKvBlock, KernelError> {
@@ -130,7 +134,7 @@ impl CpuKvCache {
                 "the block at {start} is not allocated in every layer"
             ))
         })?;
-        self.handle(pool, layers, positions)
+        self.handle(layers, positions)
     }
 
     fn check_windowless(&self) -> Result<(), KernelError> {
@@ -142,13 +146,12 @@ impl CpuKvCache {
         Ok(())
     }
 
-    fn check_shareable(&self, pool: &KvPool) -> Result<(), KernelError> {
+    fn check_shareable(&self) -> Result<(), KernelError> {
         self.check_windowless()?;
-        if self.block_positions() != pool.block_positions() {
+        if !self.layout().full_blocks() {
             return Err(refuse(format!(
-                "a cache of {} positions has blocks of its length, not the pool's {}",
+                "a cache of {} positions has blocks of its length, not the format's",
                 self.capacity(),
-                pool.block_positions()
             )));
         }
         Ok(())
@@ -185,51 +188,44 @@ impl CpuKvCache {
         Some(E::to_shared(copied))
     }
 
-    /// A handle to `layers` (blocks of `positions`), reserving their bytes.
-    fn handle(
-        &self,
-        pool: &Arc<KvPool>,
-        layers: Layers,
-        positions: usize,
-    ) -> Result<CpuKvBlock, KernelError> {
+    /// A handle to `layers` (blocks of `positions`).
+    fn handle(&self, layers: Layers, positions: usize) -> Result<CpuKvBlock, KernelError> {
         let (n_kv_heads, head_dim) = (self.n_kv_heads(), self.head_dim());
-        let bytes = block_len(n_kv_heads, head_dim, positions)
-            .and_then(|len| self.dtype().bytes_of(len))
-            .and_then(|b| b.checked_mul(self.layers()))
+        let bytes = self
+            .layout()
+            .shared_bytes(positions)
             .ok_or_else(|| refuse("the block's size overflows".into()))?;
-        let reservation = pool.reserve(bytes)?;
         Ok(CpuKvBlock(Arc::new(Shared {
             layers,
             n_kv_heads,
             head_dim,
             positions,
-            reservation,
+            bytes,
         })))
     }
 
     /// A cache of `capacity` positions that starts from `prefix`: its
     /// shared blocks read in place (already written, never written again),
     /// then the first positions of its tail copied into the cache's own
-    /// next block. The sequence goes on from the end of both. Reserves
+    /// next block. The sequence goes on from the end of both. Allocates
     /// only the blocks beyond the shared ones.
     pub(crate) fn with_prefix(
-        pool: &Arc<KvPool>,
-        layers: usize,
-        n_kv_heads: usize,
-        head_dim: usize,
-        capacity: usize,
-        windows: &[Option<usize>],
+        layout: &KvLayout,
         prefix: KvPrefix<'_, CpuKvBlock>,
     ) -> Result<Self, KernelError> {
         if prefix.shared.is_empty() && prefix.tail.is_none() {
-            return Self::windowed(pool, layers, n_kv_heads, head_dim, capacity, windows);
+            return Ok(Self::empty(layout));
         }
-        if windows.iter().flatten().any(|w| *w > 0) {
+        let (layers, n_kv_heads, head_dim) =
+            (layout.layers(), layout.n_kv_heads(), layout.head_dim());
+        let capacity = layout.capacity();
+        let block_positions = layout.block_positions();
+        if layout.windowed() {
             return Err(refuse(
                 "a cache with sliding-window layers cannot start from shared blocks".into(),
             ));
         }
-        let end = prefix.shared.len() * pool.block_positions();
+        let end = prefix.shared.len() * block_positions;
         let copied = prefix.tail.map_or(0, |(_, n)| n);
         if end + copied >= capacity {
             return Err(refuse(format!(
@@ -238,7 +234,7 @@ impl CpuKvCache {
             )));
         }
         let shaped = |b: &CpuKvBlock| {
-            let typed = match (&b.0.layers, pool.dtype()) {
+            let typed = match (&b.0.layers, layout.dtype()) {
                 (Layers::F32(l), KvType::F32) => Some(l.len()),
                 (Layers::F16(l), KvType::F16) => Some(l.len()),
                 (Layers::Q8_0(l), KvType::Q8_0) => Some(l.len()),
@@ -246,7 +242,7 @@ impl CpuKvCache {
             };
             typed == Some(layers) && b.0.n_kv_heads == n_kv_heads && b.0.head_dim == head_dim
         };
-        let full = |b: &CpuKvBlock| shaped(b) && b.0.positions == pool.block_positions();
+        let full = |b: &CpuKvBlock| shaped(b) && b.0.positions == block_positions;
         if !prefix.shared.iter().all(full) {
             return Err(refuse(
                 "a shared block's type or shape differs from the cache's".into(),
@@ -260,16 +256,13 @@ impl CpuKvCache {
                 )));
             }
         }
-        let mut cache = Self::reserving(
-            pool,
-            layers,
-            n_kv_heads,
-            head_dim,
-            capacity,
-            windows,
-            prefix.shared.len(),
-        )?;
-        let taken = match pool.dtype() {
+        if !prefix.shared.is_empty() && !layout.full_blocks() {
+            return Err(refuse(
+                "a cache shorter than a block cannot start from shared blocks".into(),
+            ));
+        }
+        let mut cache = Self::empty(layout);
+        let taken = match layout.dtype() {
             KvType::F32 => cache.take_prefix::<f32>(&prefix),
             KvType::F16 => cache.take_prefix::<f16>(&prefix),
             KvType::Q8_0 => cache.take_prefix::<Q8Byte>(&prefix),
@@ -323,8 +316,7 @@ impl CpuKvCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::SharedKvBlock;
-    use crate::cpu::kv_pool::KvConfig;
+    use crate::kv::KvFormat;
 
     /// Positions per block: two key blocks, so that a block's runs hold
     /// more than one.
@@ -340,11 +332,22 @@ mod tests {
         }
     }
 
-    fn filled_cache(pool: &Arc<KvPool>, positions: usize) -> CpuKvCache {
+    fn layout(
+        format: &KvFormat,
+        layers: usize,
+        heads: usize,
+        head_dim: usize,
+        capacity: usize,
+        windows: &[Option<usize>],
+    ) -> KvLayout {
+        KvLayout::new(*format, layers, heads, head_dim, capacity, windows).unwrap()
+    }
+
+    fn filled_cache(pool: &KvFormat, positions: usize) -> CpuKvCache {
         filled_cache_of(pool, CAPACITY, positions)
     }
 
-    fn filled_cache_of(pool: &Arc<KvPool>, capacity: usize, positions: usize) -> CpuKvCache {
+    fn filled_cache_of(pool: &KvFormat, capacity: usize, positions: usize) -> CpuKvCache {
         let mut cache = CpuKvCache::windowed(pool, 2, 1, 4, capacity, &[]).unwrap();
         for layer in 0..2 {
             cache.ensure::<f32>(layer, positions).unwrap();
@@ -360,20 +363,17 @@ mod tests {
 
     #[test]
     fn a_cache_from_shared_blocks_reads_what_the_first_wrote_and_reserves_only_the_rest() {
-        let pool = KvPool::unlimited_blocks(KvType::F32, BLOCK);
+        let pool = KvFormat::new(KvType::F32, BLOCK);
         let mut first = filled_cache(&pool, 2 * BLOCK + 6);
-        let blocks: Vec<_> = (0..2)
-            .map(|b| first.share_block(&pool, b).unwrap())
-            .collect();
-        assert!(
-            first.share_block(&pool, 2).is_err(),
-            "block 2 is half written"
-        );
-        let own = first.reserved_bytes();
+        let blocks: Vec<_> = (0..2).map(|b| first.share_block(b).unwrap()).collect();
+        assert!(first.share_block(2).is_err(), "block 2 is half written");
         let mut second =
-            CpuKvCache::with_prefix(&pool, 2, 1, 4, CAPACITY, &[], shared(&blocks)).unwrap();
+            CpuKvCache::with_prefix(&layout(&pool, 2, 1, 4, CAPACITY, &[]), shared(&blocks))
+                .unwrap();
         assert_eq!(second.len(0), 2 * BLOCK);
-        assert_eq!(second.reserved_bytes(), own - 2 * blocks[0].bytes());
+        // A shared block is what the layout counts for it.
+        let own = first.layout().bytes_beyond(0);
+        assert_eq!(second.layout().bytes_beyond(2), own - 2 * blocks[0].bytes());
         for layer in 0..2 {
             for p in [0, 31, 32, BLOCK, 2 * BLOCK - 1] {
                 assert_eq!(second.key(layer, 0, p), first.key(layer, 0, p));
@@ -391,30 +391,28 @@ mod tests {
 
     #[test]
     fn a_copied_tail_starts_a_cache_from_its_positions_in_an_own_block() {
-        let pool = KvPool::unlimited_blocks(KvType::F32, BLOCK);
+        let pool = KvFormat::new(KvType::F32, BLOCK);
         // Block 1 holds 40 written positions: one whole key block.
         let mut first = filled_cache(&pool, BLOCK + 40);
-        let head = first.share_block(&pool, 0).unwrap();
-        assert!(first.copy_tail(&pool, BLOCK, 64).is_err(), "not written");
+        let head = first.share_block(0).unwrap();
+        assert!(first.copy_tail(BLOCK, 64).is_err(), "not written");
+        assert!(first.copy_tail(BLOCK, 16).is_err(), "half a key block");
         assert!(
-            first.copy_tail(&pool, BLOCK, 16).is_err(),
-            "half a key block"
-        );
-        assert!(
-            first.copy_tail(&pool, BLOCK + 32, 32).is_err(),
+            first.copy_tail(BLOCK + 32, 32).is_err(),
             "not a block start"
         );
-        let tail = first.copy_tail(&pool, BLOCK, 32).unwrap();
+        let tail = first.copy_tail(BLOCK, 32).unwrap();
         // 2 layers × keys and values × 32 positions × 4 dims × 4 bytes.
         assert_eq!(tail.bytes(), 2 * 2 * 32 * 4 * 4);
         let prefix = KvPrefix {
             shared: std::slice::from_ref(&head),
             tail: Some((&tail, 32)),
         };
-        let mut second = CpuKvCache::with_prefix(&pool, 2, 1, 4, CAPACITY, &[], prefix).unwrap();
+        let mut second =
+            CpuKvCache::with_prefix(&layout(&pool, 2, 1, 4, CAPACITY, &[]), prefix).unwrap();
         assert_eq!(second.len(1), BLOCK + 32);
-        // Its own blocks reserved, the shared one not.
-        assert_eq!(second.reserved_bytes(), 3 * head.bytes());
+        // Its own blocks, the shared one not.
+        assert_eq!(second.layout().bytes_beyond(1), 3 * head.bytes());
         for layer in 0..2 {
             for p in [0, BLOCK - 1, BLOCK, BLOCK + 17, BLOCK + 31] {
                 assert_eq!(second.key(layer, 0, p), first.key(layer, 0, p));
@@ -430,7 +428,8 @@ mod tests {
             shared: &[],
             tail: Some((&head, 32)),
         };
-        let mut third = CpuKvCache::with_prefix(&pool, 2, 1, 4, CAPACITY, &[], prefix).unwrap();
+        let mut third =
+            CpuKvCache::with_prefix(&layout(&pool, 2, 1, 4, CAPACITY, &[]), prefix).unwrap();
         assert_eq!(third.len(0), 32);
         assert_eq!(third.key(1, 0, 31), first.key(1, 0, 31));
         assert_eq!(third.value(1, 0, 20), first.value(1, 0, 20));
@@ -439,7 +438,7 @@ mod tests {
                 shared: &[],
                 tail: Some((&tail, n)),
             };
-            let taken = CpuKvCache::with_prefix(&pool, 2, 1, 4, CAPACITY, &[], prefix);
+            let taken = CpuKvCache::with_prefix(&layout(&pool, 2, 1, 4, CAPACITY, &[]), prefix);
             assert!(taken.is_err(), "{n} positions of a tail of 32");
         }
     }
@@ -448,7 +447,7 @@ mod tests {
     fn a_short_cache_copies_its_tail_and_a_longer_one_takes_it_up() {
         let (layers, head_dim) = (2, 64);
         for dtype in [KvType::F16, KvType::Q8_0] {
-            let pool = KvPool::unlimited_blocks(dtype, 4 * BLOCK);
+            let pool = KvFormat::new(dtype, 4 * BLOCK);
             let row = |p: usize, sign: f32| -> Vec<f32> {
                 (0..head_dim)
                     .map(|d| sign * (p * 7 + d) as f32 / 13.0)
@@ -472,13 +471,14 @@ mod tests {
                 }
                 short.set_len(layer, 70);
             }
-            let tail = short.copy_tail(&pool, 0, 64).unwrap();
+            let tail = short.copy_tail(0, 64).unwrap();
             let prefix = KvPrefix {
                 shared: &[],
                 tail: Some((&tail, 64)),
             };
             let mut long =
-                CpuKvCache::with_prefix(&pool, layers, 2, head_dim, CAPACITY, &[], prefix).unwrap();
+                CpuKvCache::with_prefix(&layout(&pool, layers, 2, head_dim, CAPACITY, &[]), prefix)
+                    .unwrap();
             assert_eq!(long.block_positions(), 4 * BLOCK);
             for layer in 0..layers {
                 for head in 0..2 {
@@ -501,25 +501,10 @@ mod tests {
     }
 
     #[test]
-    fn shared_blocks_hold_their_budget_until_the_last_handle_drops() {
-        let pool = KvPool::new(KvConfig {
-            dtype: KvType::F32,
-            budget_bytes: usize::MAX / 2,
-            block_positions: BLOCK,
-        });
-        let mut first = filled_cache(&pool, BLOCK + 8);
-        let block = first.share_block(&pool, 0).unwrap();
-        drop(first);
-        assert_eq!(pool.reserved_bytes(), block.bytes());
-        drop(block);
-        assert_eq!(pool.reserved_bytes(), 0);
-    }
-
-    #[test]
     fn q8_0_blocks_are_shared_at_their_own_size() {
         use crate::cpu::kv_q8::{round_q8, Q8Byte};
         let (layers, head_dim) = (2, 64);
-        let pool = KvPool::unlimited_blocks(KvType::Q8_0, BLOCK);
+        let pool = KvFormat::new(KvType::Q8_0, BLOCK);
         let mut first = CpuKvCache::windowed(&pool, layers, 1, head_dim, CAPACITY, &[]).unwrap();
         let row = |p: usize, sign: f32| -> Vec<f32> {
             (0..head_dim)
@@ -535,24 +520,21 @@ mod tests {
             }
             first.set_len(layer, BLOCK + 8);
         }
-        let block = first.share_block(&pool, 0).unwrap();
+        let block = first.share_block(0).unwrap();
         // 34 bytes per 32 keys and values of every layer.
         assert_eq!(block.bytes(), layers * 2 * BLOCK * head_dim / 32 * 34);
-        let mut second =
-            CpuKvCache::with_prefix(&pool, layers, 1, head_dim, CAPACITY, &[], shared(&[block]))
-                .unwrap();
+        let mut second = CpuKvCache::with_prefix(
+            &layout(&pool, layers, 1, head_dim, CAPACITY, &[]),
+            shared(&[block]),
+        )
+        .unwrap();
         for p in [0, 17, 31, 40, BLOCK - 1] {
             assert_eq!(second.key(1, 0, p), round_q8(&row(p, 1.0)));
             assert_eq!(second.value(1, 0, p), round_q8(&row(p, -1.0)));
         }
-        let f32_pool = KvPool::unlimited_blocks(KvType::F32, BLOCK);
+        let f32_pool = KvFormat::new(KvType::F32, BLOCK);
         let other = CpuKvCache::with_prefix(
-            &f32_pool,
-            layers,
-            1,
-            head_dim,
-            CAPACITY,
-            &[],
+            &layout(&f32_pool, layers, 1, head_dim, CAPACITY, &[]),
             shared(&second.prefix),
         );
         assert!(other.is_err(), "a q8_0 block taken up by an f32 cache");
@@ -560,25 +542,27 @@ mod tests {
 
     #[test]
     fn a_cache_shorter_than_a_block_holds_its_length_and_shares_nothing() {
-        let pool = KvPool::unlimited_blocks(KvType::F32, 4 * BLOCK);
+        let pool = KvFormat::new(KvType::F32, 4 * BLOCK);
         let mut short = filled_cache_of(&pool, BLOCK + 3, BLOCK + 3);
         // Its capacity in whole key blocks: 96 positions, not 256.
         assert_eq!(short.block_positions(), BLOCK + 32);
         // 2 layers × keys and values × 96 positions × 4 dims × 4 bytes.
         assert_eq!(short.allocated_bytes(), 2 * 2 * (BLOCK + 32) * 4 * 4);
-        assert!(short.share_block(&pool, 0).is_err());
+        assert!(short.share_block(0).is_err());
     }
 
     #[test]
     fn windowed_caches_neither_share_nor_take_shared_blocks() {
-        let pool = KvPool::unlimited_blocks(KvType::F32, BLOCK);
+        let pool = KvFormat::new(KvType::F32, BLOCK);
         let mut first = filled_cache(&pool, BLOCK + 8);
-        let block = first.share_block(&pool, 0).unwrap();
+        let block = first.share_block(0).unwrap();
         let windows = [Some(16), None];
-        let from_shared =
-            CpuKvCache::with_prefix(&pool, 2, 1, 4, CAPACITY, &windows, shared(&[block]));
+        let from_shared = CpuKvCache::with_prefix(
+            &layout(&pool, 2, 1, 4, CAPACITY, &windows),
+            shared(&[block]),
+        );
         assert!(from_shared.is_err());
         let mut ringed = CpuKvCache::windowed(&pool, 2, 1, 4, CAPACITY, &windows).unwrap();
-        assert!(ringed.share_block(&pool, 0).is_err());
+        assert!(ringed.share_block(0).is_err());
     }
 }

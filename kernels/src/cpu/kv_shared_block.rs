@@ -6,9 +6,7 @@ use std::sync::Arc;
 
 use half::f16;
 
-use super::kv_pool::Reservation;
 use super::kv_q8::Q8Byte;
-use crate::backend::SharedKvBlock;
 
 /// One shared block of every layer, in the pool's element type.
 #[derive(Debug)]
@@ -25,23 +23,25 @@ pub(super) struct Shared {
     pub(super) head_dim: usize,
     /// Positions of the block.
     pub(super) positions: usize,
-    /// The block's bytes, held from the pool while any handle lives.
-    pub(super) reservation: Reservation,
+    /// The block's bytes, every layer.
+    pub(super) bytes: usize,
 }
 
-/// A handle to one shared block (the pool's `block_positions`, every
-/// layer).
-/// Cloning it is cheap; the block's memory and budget go back when the
-/// last handle (the prompt cache's, or a cache reading it) drops.
+/// A handle to one shared block (the layout's `block_positions`, or a
+/// copied tail's, every layer).
+/// Cloning it is cheap; the block's memory goes back when the last handle
+/// (the prompt cache's, or a cache reading it) drops.
 #[derive(Clone, Debug)]
 pub struct CpuKvBlock(pub(super) Arc<Shared>);
 
-impl SharedKvBlock for CpuKvBlock {
-    fn holders(&self) -> usize {
+impl CpuKvBlock {
+    /// Handles to the block alive now.
+    pub fn holders(&self) -> usize {
         Arc::strong_count(&self.0)
     }
 
-    fn bytes(&self) -> usize {
-        self.0.reservation.bytes()
+    /// Bytes of the block's memory.
+    pub fn bytes(&self) -> usize {
+        self.0.bytes
     }
 }

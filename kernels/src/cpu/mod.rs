@@ -14,12 +14,7 @@
 mod activation;
 mod attention;
 mod backend_ops;
-mod blocks;
-pub(crate) mod blocks_iq4;
-mod blocks_k;
 mod cpu_backend;
-mod dequant;
-mod dequant_low_bit;
 mod disjoint;
 mod dot;
 mod elementwise;
@@ -28,7 +23,6 @@ mod isa;
 mod kv_cache;
 mod kv_elem;
 mod kv_layout;
-mod kv_pool;
 mod kv_q8;
 #[cfg(test)]
 mod kv_ring_tests;
@@ -48,12 +42,8 @@ mod vecmath;
 mod weight_arena;
 
 pub use cpu_backend::CpuBackend;
-pub use dequant::dequantize_row;
 pub use isa::{Isa, ISA_ENV_VAR};
 pub use kv_cache::CpuKvCache;
-pub use kv_pool::{
-    check_block_positions, default_budget, KvConfig, KvPool, KvType, DEFAULT_BLOCK_POSITIONS,
-};
 pub use kv_shared_block::CpuKvBlock;
 pub use tensors::{CpuActivations, CpuMatrix, CpuVector};
 pub use threads::ThreadPool;

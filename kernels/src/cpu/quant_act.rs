@@ -13,10 +13,10 @@
 //! multiplies by them straight from memory instead of shuffling them into
 //! place once per weight row.
 
-use super::blocks::QK;
 use super::disjoint::DisjointSlice;
 use super::isa::CheckedIsa;
 use super::Isa;
+use crate::formats::blocks::QK;
 
 /// Quantized activation rows, reused between calls to avoid allocation.
 #[derive(Default)]

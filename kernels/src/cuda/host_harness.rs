@@ -16,8 +16,9 @@ use std::sync::OnceLock;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::cpu::{dequantize_row, CpuActivations, CpuBackend, Isa};
-use crate::quantize::quantize;
+use crate::cpu::{CpuActivations, CpuBackend, Isa};
+use crate::formats::dequantize_row;
+use crate::formats::quantize::quantize;
 use crate::{Backend, DType, WeightView};
 
 fn toolkit_nvcc() -> Option<PathBuf> {

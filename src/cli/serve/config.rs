@@ -25,15 +25,20 @@ use serde::Deserialize;
 use switchyard_engine::chat_choice::TemplateSpec;
 use switchyard_engine::serving::CheckpointOptions;
 
+use crate::cli::device::Device;
+
 /// The settings file's contents; every field optional.
 #[derive(Debug, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ServeFile {
     pub listen: Option<SocketAddr>,
     pub threads: Option<usize>,
+    /// Where the kernels run (`cpu`).
+    #[serde(default, deserialize_with = "device")]
+    pub device: Option<Device>,
     /// `f16`, `f32` or `q8_0`.
     #[serde(default, deserialize_with = "kv_type")]
-    pub kv_type: Option<switchyard_kernels::cpu::KvType>,
+    pub kv_type: Option<switchyard_kernels::KvType>,
     /// Positions per KV block (a multiple of 32).
     pub kv_block: Option<usize>,
     /// MiB all KV caches may reserve together.
@@ -53,7 +58,18 @@ pub struct ServeFile {
 
 fn kv_type<'de, D: serde::Deserializer<'de>>(
     d: D,
-) -> Result<Option<switchyard_kernels::cpu::KvType>, D::Error> {
+) -> Result<Option<switchyard_kernels::KvType>, D::Error> {
+    parsed(d)
+}
+
+fn device<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Device>, D::Error> {
+    parsed(d)
+}
+
+/// An optional name parsed with its `FromStr`, whose error names what is known.
+fn parsed<'de, D: serde::Deserializer<'de>, T: std::str::FromStr<Err = String>>(
+    d: D,
+) -> Result<Option<T>, D::Error> {
     let name: Option<String> = Option::deserialize(d)?;
     name.map(|n| n.parse().map_err(serde::de::Error::custom))
         .transpose()

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use switchyard_engine::registry::{Registry, RegistryObserver};
 use switchyard_engine::serving::{CheckpointId, ExecutorObserver};
-use switchyard_kernels::cpu::CpuBackend;
+use switchyard_kernels::Backend;
 use switchyard_router::metrics::{set_queue_depth, STEP_ROWS, SWAP_DURATION_SECONDS};
 
 /// Counter: weight-table swaps between checkpoints.
@@ -98,19 +98,19 @@ impl ExecutorObserver for ExecutorMetrics {
 }
 
 /// Reports the registry's events and keeps the memory gauges current.
-pub struct RegistryMetrics {
-    registry: std::sync::OnceLock<std::sync::Weak<Registry<CpuBackend>>>,
+pub struct RegistryMetrics<B: Backend> {
+    registry: std::sync::OnceLock<std::sync::Weak<Registry<B>>>,
 }
 
-impl RegistryMetrics {
-    pub fn new() -> Arc<RegistryMetrics> {
+impl<B: Backend> RegistryMetrics<B> {
+    pub fn new() -> Arc<RegistryMetrics<B>> {
         Arc::new(RegistryMetrics {
             registry: std::sync::OnceLock::new(),
         })
     }
 
     /// Lets the observer read the registry's memory after each event.
-    pub fn attach(&self, registry: &Arc<Registry<CpuBackend>>) {
+    pub fn attach(&self, registry: &Arc<Registry<B>>) {
         let _ = self.registry.set(Arc::downgrade(registry));
         self.refresh_memory();
     }
@@ -126,7 +126,7 @@ impl RegistryMetrics {
     }
 }
 
-impl RegistryObserver for RegistryMetrics {
+impl<B: Backend> RegistryObserver for RegistryMetrics<B> {
     fn load(&self, id: &CheckpointId, elapsed: Duration, error: Option<&str>) {
         let result = if error.is_some() { "error" } else { "ok" };
         metrics::counter!(

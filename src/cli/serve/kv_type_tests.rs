@@ -1,11 +1,12 @@
 //! `--kv-type`, `--kv-block` and the settings file's `kv_type` and
-//! `kv_block` reach the backend's KV configuration, q8_0 included; a block
-//! size that is not whole key blocks is refused.
+//! `kv_block` reach the executor's KV configuration, q8_0 included; a block
+//! size that is not whole key blocks is refused; `--device` (and the
+//! file's `device`) picks the backend and names an unknown one.
 
 use clap::Parser;
 
 use super::*;
-use crate::cli::load::ThreadsArg;
+use crate::cli::device::{Device, DeviceArgs};
 
 #[derive(clap::Parser)]
 struct Serve {
@@ -15,7 +16,7 @@ struct Serve {
 
 fn kv_type(argv: &[&str]) -> anyhow::Result<KvType> {
     let serve = Serve::try_parse_from(std::iter::once("serve").chain(argv.iter().copied()))?;
-    Ok(settings(serve.args)?.kv.dtype)
+    Ok(settings(serve.args)?.executor.kv.dtype)
 }
 
 #[test]
@@ -53,7 +54,7 @@ fn the_settings_file_takes_q8_0_and_the_flag_overrides_it() {
 
 fn kv_block(argv: &[&str]) -> anyhow::Result<usize> {
     let serve = Serve::try_parse_from(std::iter::once("serve").chain(argv.iter().copied()))?;
-    Ok(settings(serve.args)?.kv.block_positions)
+    Ok(settings(serve.args)?.executor.kv.block_positions)
 }
 
 #[test]
@@ -82,8 +83,48 @@ fn generate_takes_q8_0() {
     #[derive(clap::Parser)]
     struct Generate {
         #[command(flatten)]
-        threads: ThreadsArg,
+        device: DeviceArgs,
     }
     let g = Generate::try_parse_from(["generate", "--kv-type", "q8_0"]).unwrap();
-    assert_eq!(g.threads.kv_type, Some(KvType::Q8_0));
+    assert_eq!(g.device.kv_type, Some(KvType::Q8_0));
+    assert_eq!(g.device.device, Device::Cpu);
+    let err = Generate::try_parse_from(["generate", "--device", "gpu"])
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        err.contains("unknown device \"gpu\"; this build runs on: cpu"),
+        "{err}"
+    );
+}
+
+fn device(argv: &[&str]) -> anyhow::Result<Device> {
+    let serve = Serve::try_parse_from(std::iter::once("serve").chain(argv.iter().copied()))?;
+    Ok(settings(serve.args)?.device)
+}
+
+#[test]
+fn serve_takes_the_device_from_the_flag_or_the_file_and_names_an_unknown_one() {
+    assert_eq!(device(&["--model", "/m/a.gguf"]).unwrap(), Device::Cpu);
+    assert_eq!(
+        device(&["--model", "/m/a.gguf", "--device", "cpu"]).unwrap(),
+        Device::Cpu
+    );
+    let err = device(&["--model", "/m/a.gguf", "--device", "cuda"]).unwrap_err();
+    assert!(err.to_string().contains("unknown device \"cuda\""), "{err}");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("serve.toml");
+    std::fs::write(
+        &path,
+        "device = \"cpu\"\n[[models]]\npath = \"/m/a.gguf\"\n",
+    )
+    .unwrap();
+    let config = path.to_str().unwrap();
+    assert_eq!(device(&["--config", config]).unwrap(), Device::Cpu);
+    std::fs::write(&path, "device = \"npu\"\n").unwrap();
+    let err = device(&["--config", config]).unwrap_err();
+    assert!(
+        format!("{err:#}").contains("unknown device \"npu\""),
+        "{err:#}"
+    );
 }

@@ -24,13 +24,16 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
+use switchyard_engine::kv::{default_budget, KvConfig};
 use switchyard_engine::registry::Registry;
 use switchyard_engine::serving::{Executor, ExecutorConfig};
 use switchyard_engine::Engine;
-use switchyard_kernels::cpu::{
-    check_block_positions, default_budget, CpuBackend, KvConfig, KvType, DEFAULT_BLOCK_POSITIONS,
-};
+use switchyard_kernels::kv::{check_block_positions, DEFAULT_BLOCK_POSITIONS};
+use switchyard_kernels::{Backend, KvType};
 use switchyard_router::{serve_with, shutdown_signal, AppState, RouterConfig, ServeOptions};
+use switchyard_seam::InferenceBackend;
+
+use crate::cli::device::{on_device, Device, OnDevice};
 
 use config::{ModelEntry, ServeFile};
 use engine_metrics::{ExecutorMetrics, RegistryMetrics};
@@ -83,6 +86,9 @@ pub struct ServeArgs {
     /// once); loading beyond it evicts idle non-active versions [default: no limit].
     #[arg(long)]
     pub ram_budget_mb: Option<u64>,
+    /// Where the kernels run: cpu (the only device of this build) [default: cpu].
+    #[arg(long)]
+    pub device: Option<Device>,
     /// Kernel worker threads [default: every core].
     #[arg(long)]
     pub threads: Option<usize>,
@@ -151,8 +157,8 @@ pub struct ServeArgs {
 /// Settings after the file and the flags are merged.
 struct Settings {
     listen: SocketAddr,
+    device: Device,
     threads: usize,
-    kv: KvConfig,
     executor: ExecutorConfig,
     /// HTTP requests allowed to wait for an in-flight slot.
     max_queue: usize,
@@ -188,27 +194,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     // The recorder first: what the engine records while it loads (load
     // durations, resident bytes, active versions) would otherwise be lost.
     let _ = switchyard_router::metrics::Metrics::global();
-    let (engine, repository) =
-        start_engine(&settings, router_defaults.request_timeout, &mut problems)?;
-    if let Some(store) = policy.as_ref().and_then(policy::PolicySetup::store) {
-        if let Some(path) = store.path() {
-            let served = engine.registry().status();
-            for problem in startup::policy_names_not_served(&store.current(), path, &served) {
-                problems.push(problem);
-            }
-        }
-    }
+    let started = StartEngine {
+        settings: &settings,
+        request_timeout: router_defaults.request_timeout,
+        policy: policy.as_ref(),
+        problems: &mut problems,
+    };
+    let (backend, model_admin) = on_device(settings.device, settings.threads, started)?;
     let missing = problems.finish(allow_partial)?;
     let Some(policy) = policy else {
         anyhow::bail!("the policy did not load");
     };
-    let engine = Arc::new(engine);
-    switchyard_router::metrics::add_scrape_source(Arc::new(pool_metrics::PoolMetrics::new(
-        engine.clone(),
-    )));
-    let model_admin: Arc<dyn ModelAdmin> =
-        Arc::new(model_admin::EngineAdmin::new(engine.clone(), repository));
-    let backend: Arc<dyn switchyard_seam::InferenceBackend> = engine;
     let router_config = RouterConfig {
         // HTTP requests past the batch and the queue are shed by the router
         // with 429 + Retry-After; the engine's own queue (sized to hold all
@@ -263,6 +259,7 @@ fn settings(args: ServeArgs) -> anyhow::Result<Settings> {
         Some(path) => ServeFile::read(path)?,
         None => ServeFile::default(),
     };
+    let kv = kv_config(&args, &file)?;
     if args.model_names.len() > args.models.len() {
         anyhow::bail!(
             "{} --model-name flags but {} --model flags; give each name after its --model",
@@ -326,23 +323,8 @@ fn settings(args: ServeArgs) -> anyhow::Result<Settings> {
             .listen
             .or(file.listen)
             .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080))),
+        device: args.device.or(file.device).unwrap_or_default(),
         threads,
-        kv: KvConfig {
-            dtype: args.kv_type.or(file.kv_type).unwrap_or_default(),
-            block_positions: args
-                .kv_block
-                .or(file.kv_block)
-                .map(check_block_positions)
-                .transpose()
-                .map_err(anyhow::Error::msg)?
-                .unwrap_or(DEFAULT_BLOCK_POSITIONS),
-            budget_bytes: args
-                .kv_budget_mb
-                .or(file.kv_budget_mb)
-                .map_or_else(default_budget, |mb| {
-                    usize::try_from(mb.saturating_mul(1024 * 1024)).unwrap_or(usize::MAX)
-                }),
-        },
         executor: ExecutorConfig {
             max_active,
             // Room for every request the router lets in, so that the
@@ -354,6 +336,7 @@ fn settings(args: ServeArgs) -> anyhow::Result<Settings> {
                 .unwrap_or(defaults.max_step_tokens)
                 .max(1),
             prompt_cache: !args.no_prompt_cache,
+            kv,
         },
         max_queue,
         drain: Duration::from_secs(args.drain_seconds.or(file.drain_seconds).unwrap_or(30)),
@@ -363,6 +346,26 @@ fn settings(args: ServeArgs) -> anyhow::Result<Settings> {
             .map(|mb| mb.saturating_mul(1024 * 1024)),
         repo,
         models,
+    })
+}
+
+/// The KV settings from the flags, then the file, then the defaults.
+fn kv_config(args: &ServeArgs, file: &ServeFile) -> anyhow::Result<KvConfig> {
+    Ok(KvConfig {
+        dtype: args.kv_type.or(file.kv_type).unwrap_or_default(),
+        block_positions: args
+            .kv_block
+            .or(file.kv_block)
+            .map(check_block_positions)
+            .transpose()
+            .map_err(anyhow::Error::msg)?
+            .unwrap_or(DEFAULT_BLOCK_POSITIONS),
+        budget_bytes: args
+            .kv_budget_mb
+            .or(file.kv_budget_mb)
+            .map_or_else(default_budget, |mb| {
+                usize::try_from(mb.saturating_mul(1024 * 1024)).unwrap_or(usize::MAX)
+            }),
     })
 }
 
@@ -407,26 +410,66 @@ fn default_model() -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
+/// The engine on the backend `--device` chose, as the router and the
+/// admin API see it.
+struct StartEngine<'a> {
+    settings: &'a Settings,
+    request_timeout: Duration,
+    /// The policy, whose model names are checked against what loaded.
+    policy: Option<&'a policy::PolicySetup>,
+    problems: &'a mut StartupProblems,
+}
+
+type Started = (Arc<dyn InferenceBackend>, Arc<dyn ModelAdmin>);
+
+impl OnDevice for StartEngine<'_> {
+    type Output = anyhow::Result<Started>;
+
+    fn run<B: Backend>(self, backend: Arc<B>) -> anyhow::Result<Started> {
+        let (engine, repository) =
+            start_engine(backend, self.settings, self.request_timeout, self.problems)?;
+        if let Some(store) = self.policy.and_then(policy::PolicySetup::store) {
+            if let Some(path) = store.path() {
+                let served = engine.registry().status();
+                for problem in startup::policy_names_not_served(&store.current(), path, &served) {
+                    self.problems.push(problem);
+                }
+            }
+        }
+        let engine = Arc::new(engine);
+        switchyard_router::metrics::add_scrape_source(Arc::new(pool_metrics::PoolMetrics::new(
+            engine.clone(),
+        )));
+        let admin = Arc::new(model_admin::EngineAdmin::new(engine.clone(), repository));
+        Ok((engine, admin))
+    }
+}
+
 /// The registry with every configured version loaded and each model's
 /// version activated, and the executor that runs them all.
-fn start_engine(
+fn start_engine<B: Backend>(
+    backend: Arc<B>,
     settings: &Settings,
     request_timeout: Duration,
     problems: &mut StartupProblems,
-) -> anyhow::Result<(Engine<CpuBackend>, Option<RepositoryWatch>)> {
+) -> anyhow::Result<(Engine<B>, Option<RepositoryWatch>)> {
     let created = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let backend = Arc::new(CpuBackend::new(settings.threads).with_kv(settings.kv));
+    let kv = settings.executor.kv;
     eprintln!(
-        "switchyard: KV caches in {}, blocks of {} positions, budget {:.0} MiB",
-        settings.kv.dtype,
-        settings.kv.block_positions,
-        settings.kv.budget_bytes as f64 / (1024.0 * 1024.0)
+        "switchyard: {} backend; KV caches in {}, blocks of {} positions, budget {:.0} MiB",
+        backend.name(),
+        kv.dtype,
+        kv.block_positions,
+        kv.budget_bytes as f64 / (1024.0 * 1024.0)
     );
+    let kv_format = switchyard_kernels::KvFormat::new(kv.dtype, kv.block_positions);
     let registry_metrics = RegistryMetrics::new();
     let registry = Arc::new(
-        Registry::new(backend.clone(), settings.ram_budget).with_observer(registry_metrics.clone()),
+        Registry::new(backend.clone(), settings.ram_budget)
+            .with_kv_format(kv_format)
+            .with_observer(registry_metrics.clone()),
     );
     registry_metrics.attach(&registry);
     let (startup, repository) = match &settings.repo {
@@ -455,8 +498,8 @@ fn start_engine(
 /// activated), then the others. A version that fails to load is a startup problem; a
 /// model whose default failed gets its newest version that loaded (when the operator
 /// allows a partial start). Nothing loaded at all is fatal.
-fn load_startup(
-    registry: &Registry<CpuBackend>,
+fn load_startup<B: Backend>(
+    registry: &Registry<B>,
     startup: &[StartupVersion],
     problems: &mut StartupProblems,
 ) -> anyhow::Result<()> {
@@ -513,9 +556,9 @@ fn load_startup(
 /// Registers `--model` files (or the settings file's `[[models]]`): each
 /// is version "1" of its name unless it says otherwise; the last version
 /// listed for a name becomes active.
-fn register_files(
+fn register_files<B: Backend>(
     models: &[ModelEntry],
-    registry: &Registry<CpuBackend>,
+    registry: &Registry<B>,
 ) -> anyhow::Result<Vec<StartupVersion>> {
     let mut startup: Vec<StartupVersion> = Vec::new();
     for entry in models {

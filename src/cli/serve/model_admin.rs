@@ -11,18 +11,18 @@ use switchyard_router::admin::{AdminError, AdminErrorKind, ModelAdmin};
 use super::quality_gate;
 use super::repository::RepositoryWatch;
 use switchyard_engine::Engine;
-use switchyard_kernels::cpu::CpuBackend;
+use switchyard_kernels::Backend;
 
 /// The engine's lifecycle, as the admin API sees it.
-pub struct EngineAdmin {
-    engine: Arc<Engine<CpuBackend>>,
+pub struct EngineAdmin<B: Backend> {
+    engine: Arc<Engine<B>>,
     /// The model repository, rescanned before a load so that a version
     /// published after startup can be loaded; `None` when serving files.
     repository: Option<RepositoryWatch>,
 }
 
-impl EngineAdmin {
-    pub fn new(engine: Arc<Engine<CpuBackend>>, repository: Option<RepositoryWatch>) -> Self {
+impl<B: Backend> EngineAdmin<B> {
+    pub fn new(engine: Arc<Engine<B>>, repository: Option<RepositoryWatch>) -> Self {
         EngineAdmin { engine, repository }
     }
 }
@@ -40,7 +40,7 @@ fn admin_error(error: RegistryError) -> AdminError {
     }
 }
 
-impl ModelAdmin for EngineAdmin {
+impl<B: Backend> ModelAdmin for EngineAdmin<B> {
     fn models(&self) -> Value {
         let registry = self.engine.registry();
         let quality = self.repository.as_ref().map(|r| quality_json(r.root()));

@@ -38,7 +38,7 @@ use switchyard_engine::registry::{MemoryStatus, ModelStatus, Tier};
 use switchyard_router::metrics::ScrapeSource;
 
 use switchyard_engine::Engine;
-use switchyard_kernels::cpu::CpuBackend;
+use switchyard_kernels::Backend;
 
 /// One scrape's view of the engine, read at once.
 #[derive(Clone, Debug, PartialEq)]
@@ -250,12 +250,12 @@ fn escape(value: &str) -> String {
 }
 
 /// The scrape source over the serving engine.
-pub struct PoolMetrics {
-    engine: Arc<Engine<CpuBackend>>,
+pub struct PoolMetrics<B: Backend> {
+    engine: Arc<Engine<B>>,
 }
 
-impl PoolMetrics {
-    pub fn new(engine: Arc<Engine<CpuBackend>>) -> PoolMetrics {
+impl<B: Backend> PoolMetrics<B> {
+    pub fn new(engine: Arc<Engine<B>>) -> PoolMetrics<B> {
         PoolMetrics { engine }
     }
 
@@ -275,7 +275,7 @@ impl PoolMetrics {
     }
 }
 
-impl ScrapeSource for PoolMetrics {
+impl<B: Backend> ScrapeSource for PoolMetrics<B> {
     fn render(&self, out: &mut String) {
         self.snapshot().render(out);
     }

@@ -17,7 +17,7 @@ use switchyard_engine::eval::quality::{load_record, now, suite_hash, Freshness, 
 use switchyard_engine::eval::{evaluate, EvalOptions, Suite, Summary};
 use switchyard_engine::repository::ModelRepository;
 use switchyard_engine::Engine;
-use switchyard_kernels::cpu::CpuBackend;
+use switchyard_kernels::Backend;
 use switchyard_router::admin::{AdminError, AdminErrorKind};
 
 fn invalid(message: String) -> AdminError {
@@ -37,8 +37,8 @@ pub fn gate_of(root: &Path, model: &str) -> Result<Option<QualityGate>, AdminErr
 }
 
 /// `model@version`'s accuracy on the gate's suite: stored if fresh, else measured now.
-pub fn measure(
-    engine: &Engine<CpuBackend>,
+pub fn measure<B: Backend>(
+    engine: &Engine<B>,
     root: &Path,
     gate: &QualityGate,
     model: &str,
@@ -96,8 +96,8 @@ pub fn measure(
 /// Checks activating `model@version` against its gate. `Ok(None)`: no gate
 /// (or nothing active to compare with); `Ok(Some(figures))`: passed or
 /// forced, the figures to report; `Err`: refused (409) or unmeasurable.
-pub fn check_activation(
-    engine: &Engine<CpuBackend>,
+pub fn check_activation<B: Backend>(
+    engine: &Engine<B>,
     root: &Path,
     model: &str,
     version: &str,

@@ -8,7 +8,7 @@ use anyhow::Context;
 use switchyard_engine::registry::Registry;
 use switchyard_engine::repository::ModelRepository;
 use switchyard_engine::serving::CheckpointOptions;
-use switchyard_kernels::cpu::CpuBackend;
+use switchyard_kernels::Backend;
 
 /// A repository folder the server serves from.
 #[derive(Clone, Debug)]
@@ -32,9 +32,9 @@ impl RepositoryWatch {
     /// Scans `root`, registers every version it holds and returns the
     /// versions each model's policy serves (its default version active), and
     /// what the scan skipped (a model.toml typo, a corrupt file) as problems.
-    pub fn open(
+    pub fn open<B: Backend>(
         root: &Path,
-        registry: &Registry<CpuBackend>,
+        registry: &Registry<B>,
     ) -> anyhow::Result<(RepositoryWatch, Vec<StartupVersion>, Vec<String>)> {
         let repository = ModelRepository::open(root)
             .with_context(|| format!("cannot open the model repository {}", root.display()))?;
@@ -77,9 +77,9 @@ impl RepositoryWatch {
     /// Rescans the folder and registers versions added since (what was
     /// registered before stays). Returns why `model@version` is unusable
     /// when the scan skipped its folder (a corrupt file, say).
-    pub fn refresh(
+    pub fn refresh<B: Backend>(
         &self,
-        registry: &Registry<CpuBackend>,
+        registry: &Registry<B>,
         model: &str,
         version: &str,
     ) -> Option<String> {
@@ -103,7 +103,7 @@ impl RepositoryWatch {
         }
     }
 
-    fn register(&self, repository: &ModelRepository, registry: &Registry<CpuBackend>) {
+    fn register<B: Backend>(&self, repository: &ModelRepository, registry: &Registry<B>) {
         for model in &repository.models {
             for version in &model.versions {
                 registry.register(&model.name, &version.version, &version.path, &model.aliases);

@@ -3,8 +3,8 @@
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use switchyard_kernels::cpu::dequantize_row;
-use switchyard_kernels::quantize::quantize;
+use switchyard_kernels::formats::dequantize_row;
+use switchyard_kernels::formats::quantize::quantize;
 use switchyard_kernels::{DType, KernelError};
 
 use crate::formats::TensorData;

@@ -16,7 +16,7 @@ use crate::cpu::isa::CheckedIsa;
 use crate::cpu::vecmath::{scale_add, scale_in_place};
 
 /// Positions per segment: one block of the default size
-/// (`kv_pool::DEFAULT_BLOCK_POSITIONS`), so a task of a split context
+/// (`kv::DEFAULT_BLOCK_POSITIONS`), so a task of a split context
 /// streams its KV head's run of one block. Contexts up to 1k stay one
 /// segment (one task per KV head and tile); at 4k a decode step has
 /// twelve tasks over three KV heads. SmolLM2 decode at 4k/8k measured

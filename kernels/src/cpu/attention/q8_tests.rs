@@ -7,9 +7,9 @@
 use rand::{Rng, SeedableRng};
 
 use super::*;
-use crate::cpu::kv_pool::KvPool;
 use crate::cpu::kv_q8::round_q8;
 use crate::cpu::Isa;
+use crate::kv::KvFormat;
 
 fn random(rng: &mut impl Rng, n: usize, range: f32) -> Vec<f32> {
     (0..n).map(|_| rng.random_range(-range..range)).collect()
@@ -45,13 +45,16 @@ fn a_q8_0_cache_attends_as_an_f32_cache_of_its_rounded_values() {
             let isa = CheckedIsa::at_most(isa);
             let pool = ThreadPool::new(2);
             let make = |dtype| {
-                let kv = KvPool::unlimited(dtype);
+                let kv = KvFormat::of(dtype);
                 CpuKvCache::windowed(&kv, 1, n_kv_heads, head_dim, total + 7, &[window])
                     .expect("an unlimited pool holds the cache")
             };
             let (mut q8, mut f32_cache) = (make(KvType::Q8_0), make(KvType::F32));
             // 34 bytes per 32 elements against 4 per element.
-            assert_eq!(q8.reserved_bytes() * 128, f32_cache.reserved_bytes() * 34);
+            assert_eq!(
+                q8.layout().bytes_beyond(0) * 128,
+                f32_cache.layout().bytes_beyond(0) * 34
+            );
             let mut start = 0;
             for n in chunks {
                 let act = |data: &[f32], cols: usize| CpuActivations {
@@ -99,10 +102,9 @@ fn a_q8_0_cache_attends_as_an_f32_cache_of_its_rounded_values() {
 
 #[test]
 fn a_q8_0_cache_refuses_a_head_dim_off_its_groups() {
-    let kv = KvPool::unlimited(KvType::Q8_0);
+    let kv = KvFormat::of(KvType::Q8_0);
     match CpuKvCache::windowed(&kv, 2, 1, 80, 64, &[]) {
         Err(e) => assert!(e.to_string().contains("head_dim is 80"), "{e}"),
         Ok(_) => panic!("a q8_0 cache of head_dim 80 was made"),
     }
-    assert_eq!(kv.reserved_bytes(), 0);
 }

@@ -11,8 +11,8 @@ use rand::{Rng, SeedableRng};
 
 use super::reference::attend_one;
 use super::*;
-use crate::cpu::kv_pool::KvPool;
 use crate::cpu::Isa;
+use crate::kv::KvFormat;
 
 /// As `tests::STREAM_ABS_TOL` (outputs are convex combinations of values
 /// in ±1; `exp`, summation order and fused multiply-adds differ from the
@@ -64,7 +64,7 @@ fn run(
     let total: usize = chunks.iter().sum();
     let pool = ThreadPool::new(threads);
     // Blocks of 64 positions: a segment spans sixteen of them.
-    let kv = KvPool::unlimited_blocks(l.dtype, 64);
+    let kv = KvFormat::new(l.dtype, 64);
     let mut cache = CpuKvCache::windowed(&kv, 1, l.n_kv_heads, l.head_dim, total, &[l.window])
         .expect("an unlimited pool holds the cache");
     let mut all = Vec::with_capacity(total * q_cols);

@@ -8,8 +8,8 @@ use rand::{Rng, SeedableRng};
 
 use super::reference::attend_one;
 use super::*;
-use crate::cpu::kv_pool::KvPool;
 use crate::cpu::Isa;
+use crate::kv::KvFormat;
 
 /// Outputs are convex combinations of values in ±1. Both kernels compute
 /// the same scores (the same dot products), then differ in `exp` (libm
@@ -76,7 +76,7 @@ fn check(isa: CheckedIsa, threads: usize, dtype: KvType, case: &Case, rng: &mut 
     // (a prefill call), then one call over every sequence's new rows.
     let mut caches: Vec<CpuKvCache> = Vec::new();
     for &(before, rows) in seqs {
-        let kv = KvPool::unlimited(dtype);
+        let kv = KvFormat::of(dtype);
         let mut cache =
             CpuKvCache::windowed(&kv, 1, n_kv_heads, head_dim, before + rows, &[]).unwrap();
         if before > 0 {

@@ -6,8 +6,8 @@
 use rand::{Rng, SeedableRng};
 
 use super::*;
-use crate::cpu::kv_pool::KvPool;
 use crate::cpu::Isa;
+use crate::kv::KvFormat;
 
 /// As `tests::STREAM_ABS_TOL`: the same scores and sums in another order,
 /// plus `tanh` on both sides (f32 against f64, a few 1e-7).
@@ -89,13 +89,13 @@ fn a_ring_of_slots_attends_over_the_window_like_the_whole_cache() {
             let pool = ThreadPool::new(2);
             // Blocks of 64 positions: the ring is three (192 positions)
             // and turns twice.
-            let kv = KvPool::unlimited_blocks(dtype, 64);
+            let kv = KvFormat::new(dtype, 64);
             let mut ring =
                 CpuKvCache::windowed(&kv, 1, n_kv_heads, head_dim, capacity, &[Some(window)])
                     .expect("an unlimited pool holds the ring");
             let mut whole = CpuKvCache::windowed(&kv, 1, n_kv_heads, head_dim, capacity, &[])
                 .expect("an unlimited pool holds the whole cache");
-            assert!(ring.reserved_bytes() < whole.reserved_bytes());
+            assert!(ring.layout().bytes_beyond(0) < whole.layout().bytes_beyond(0));
             let (q_cols, kv_cols) = (n_heads * head_dim, n_kv_heads * head_dim);
             let q_all = random(&mut rng, total * q_cols, 3.0);
             let k_all = stored(dtype, random(&mut rng, total * kv_cols, 3.0));
@@ -160,7 +160,7 @@ fn a_ring_of_slots_attends_over_the_window_like_the_whole_cache() {
                 start += n;
             }
             // Only the ring's blocks were ever allocated.
-            assert!(ring.allocated_bytes() <= ring.reserved_bytes());
+            assert!(ring.allocated_bytes() <= ring.layout().bytes_beyond(0));
             assert!(ring.allocated_bytes() < whole.allocated_bytes());
         }
     }
@@ -179,7 +179,7 @@ fn a_ring_refuses_a_call_without_its_window() {
     };
     let x = CpuActivations::zeros(1, 4);
     let mut out = CpuActivations::zeros(1, 4);
-    let kv = KvPool::unlimited(KvType::F32);
+    let kv = KvFormat::of(KvType::F32);
     let mut cache = CpuKvCache::windowed(&kv, 1, 1, 4, 1000, &[Some(8)])
         .expect("an unlimited pool holds the ring");
     let call = AttentionCall {

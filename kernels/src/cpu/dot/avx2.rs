@@ -13,10 +13,10 @@
 use std::arch::x86_64::*;
 
 use super::avx2_lanes::{act_block, act_ds, f16_one, f16_pair, hsum, mul_sum_u8_i8};
-use crate::cpu::blocks::{
+use crate::cpu::quant_act::QRow;
+use crate::formats::blocks::{
     q4k_block_scales, NibbleBlock, Q4K_QS, Q4K_SCALES, Q6K_D, Q6K_QH, Q6K_SCALES, Q8_0_QS, QK, QK_K,
 };
-use crate::cpu::quant_act::QRow;
 use crate::DType;
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -318,9 +318,9 @@ unsafe fn dot_float_row<const R: usize>(
         let mut sum = hsum(acc[r]);
         for (j, x) in x[r].iter().enumerate().skip(i) {
             let weight = match kind {
-                FloatKind::F32 => crate::cpu::blocks::f32_at(w, 4 * j),
-                FloatKind::F16 => crate::cpu::blocks::f16_at(w, 2 * j),
-                FloatKind::Bf16 => crate::cpu::blocks::bf16_at(w, 2 * j),
+                FloatKind::F32 => crate::formats::blocks::f32_at(w, 4 * j),
+                FloatKind::F16 => crate::formats::blocks::f16_at(w, 2 * j),
+                FloatKind::Bf16 => crate::formats::blocks::bf16_at(w, 2 * j),
             };
             sum += weight * x;
         }

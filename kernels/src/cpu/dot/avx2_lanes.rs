@@ -8,8 +8,8 @@
 
 use std::arch::x86_64::*;
 
-use crate::cpu::blocks::QK;
 use crate::cpu::quant_act::QRow;
+use crate::formats::blocks::QK;
 
 /// `Σ u·s` over groups of four bytes → 8 × i32 (see the module note on
 /// saturation).

@@ -14,12 +14,12 @@ macro_rules! avx512_kernels {
     ($features:literal, vnni = $vnni:tt) => {
         use std::arch::x86_64::*;
 
-        use crate::cpu::blocks::q4k_block_scales;
-        use crate::cpu::blocks::{
+        use crate::cpu::quant_act::QRow;
+        use crate::formats::blocks::q4k_block_scales;
+        use crate::formats::blocks::{
             bf16_at, f16_at, f32_at, NibbleBlock, Q4K_QS, Q4K_SCALES, Q6K_D, Q6K_QH, Q6K_SCALES,
             Q8_0_QS, QK,
         };
-        use crate::cpu::quant_act::QRow;
         use crate::DType;
 
         #[target_feature(enable = $features)]

@@ -14,8 +14,8 @@
 use std::arch::aarch64::*;
 
 use super::scalar;
-use crate::cpu::blocks::{f16_at, Q4_0_QS, Q4_1_M, Q4_1_QS, Q8_0_QS, QK};
 use crate::cpu::quant_act::QRow;
+use crate::formats::blocks::{f16_at, Q4_0_QS, Q4_1_M, Q4_1_QS, Q8_0_QS, QK};
 use crate::DType;
 
 #[target_feature(enable = "neon")]

@@ -7,11 +7,11 @@
 //! differ only in the order the f32 sums are taken.
 
 use super::scalar_low_bit;
-use crate::cpu::blocks::{
+use crate::cpu::quant_act::QRow;
+use crate::formats::blocks::{
     bf16_at, f16_at, f32_at, q4_quant, q4k_quant, q4k_scale_min, q6k_quant, u32_at, NibbleBlock,
     Q4K_DMIN, Q4K_SCALES, Q6K_D, Q6K_SCALES, Q8_0_QS, QK, QK_K,
 };
-use crate::cpu::quant_act::QRow;
 use crate::DType;
 
 /// `out[row · R + r] = W[row] · a[r]` for a quantized `dtype`, `w` holding

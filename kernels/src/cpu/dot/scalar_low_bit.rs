@@ -11,13 +11,13 @@
 //! - Q5_K: `(d·sc·d_a)·Σ q·q_a - (dmin·m)·s` (as Q4_K)
 //! - IQ4_NL: `(d·d_a)·Σ T[q]·q_a`; IQ4_XS: `(d·d_a)·(sc·Σ T[q]·q_a)`
 
-use crate::cpu::blocks::{f16_at, q4_quant, q4k_scale_min, QK, QK_K};
-use crate::cpu::blocks_iq4::{iq4xs_scale, IQ4NL_QS, IQ4XS_QS, IQ4_VALUES};
-use crate::cpu::blocks_k::{
+use crate::cpu::quant_act::QRow;
+use crate::formats::blocks::{f16_at, q4_quant, q4k_scale_min, QK, QK_K};
+use crate::formats::blocks_iq4::{iq4xs_scale, IQ4NL_QS, IQ4XS_QS, IQ4_VALUES};
+use crate::formats::blocks_k::{
     q2k_quant, q2k_scale_min, q3k_quant, q3k_scale, q5k_quant, Q2K_D, Q2K_DMIN, Q3K_D, Q3K_SCALES,
     Q5K_SCALES,
 };
-use crate::cpu::quant_act::QRow;
 use crate::DType;
 
 /// Activation block `b`'s `(d, s)` and its 32 quants.

@@ -12,8 +12,8 @@ use std::arch::x86_64::*;
 
 use super::avx512::{add_block, halves, prefetch_unit, store, word};
 use super::layout::{Layout, GROUP_ROWS};
-use crate::cpu::blocks::QK;
 use crate::cpu::quant_act::QRow;
+use crate::formats::blocks::QK;
 use crate::DType;
 
 /// Sixteen bytes at `p`, one per row, widened to i32 (zero-extended).

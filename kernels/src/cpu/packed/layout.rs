@@ -2,8 +2,8 @@
 //! the module documentation of `packed`), and the per-type facts the
 //! packer and every group kernel read.
 
-use crate::cpu::blocks::QK;
 use crate::cpu::weight_arena::ALIGN;
+use crate::formats::blocks::QK;
 use crate::DType;
 
 /// Weight rows per group: the sixteen i32 lanes of a zmm.

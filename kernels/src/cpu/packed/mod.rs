@@ -86,11 +86,11 @@ mod layout;
 mod pack;
 pub(crate) mod scalar;
 
-use super::blocks::QK;
 use super::isa::CheckedIsa;
 use super::quant_act::QRow;
 use super::weight_arena::{ArenaBytes, WeightArena};
 use super::Isa;
+use crate::formats::blocks::QK;
 use crate::{DType, WeightView};
 use layout::Layout;
 pub(crate) use layout::GROUP_ROWS;

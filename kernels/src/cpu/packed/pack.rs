@@ -2,7 +2,7 @@
 //! documentation.
 
 use super::layout::{has_min, Layout, GROUP_ROWS};
-use crate::cpu::blocks::{
+use crate::formats::blocks::{
     q4k_scale_min, q6k_quant, NibbleBlock, Q4K_QS, Q4K_SCALES, Q6K_D, Q6K_SCALES,
 };
 use crate::DType;

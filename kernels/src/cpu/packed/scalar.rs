@@ -4,9 +4,9 @@
 //! same order, fused multiply-adds where they fuse).
 
 use super::layout::{has_min, quant_offset, Layout, GROUP_ROWS};
-use crate::cpu::blocks::{f16_at, QK};
-use crate::cpu::blocks_iq4::IQ4_VALUES;
 use crate::cpu::quant_act::QRow;
+use crate::formats::blocks::{f16_at, QK};
+use crate::formats::blocks_iq4::IQ4_VALUES;
 use crate::DType;
 
 /// See [`super::PackedRows::dot_group`]; `group` holds `blocks` blocks.

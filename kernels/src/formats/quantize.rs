@@ -291,7 +291,7 @@ mod tests {
             // bit for bit against the `gguf` package's.
             DType::Q2K | DType::Q3K | DType::Q5K | DType::IQ4NL | DType::IQ4XS => {
                 y = vec![0.0; b.len() / dtype.block_bytes() * dtype.block_len()];
-                crate::cpu::dequantize_row(dtype, b, &mut y).unwrap();
+                crate::formats::dequantize_row(dtype, b, &mut y).unwrap();
             }
             DType::Q4K => b.chunks_exact(144).for_each(|c| {
                 let (d, dmin, s, qs) = (f16_at(c, 0), f16_at(c, 2), &c[4..16], &c[16..]);

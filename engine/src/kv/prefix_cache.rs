@@ -2,25 +2,27 @@
 //! sequence ends, reused by later requests whose prompts start the same.
 //!
 //! - A full block is found by a chained hash: block `i`'s hash covers
-//!   block `i - 1`'s hash and block `i`'s token ids, so one hash names the
-//!   whole prefix up to the block's end. The entry keeps its tokens and its
+//!   block `i - 1`'s hash and block `i`'s token ids, and block 0's the
+//!   [`CacheKey`] (the weights, an adapter), so one hash names the whole
+//!   prefix up to the block's end and what computed it. The entry keeps its tokens and its
 //!   parent's hash too, and a lookup compares them: a hash collision
 //!   misses, it never serves another prompt's KV.
 //! - A prompt's partial last block is kept as a **tail**: its written
-//!   positions in whole units of the backend (`kv_tail_unit`), copied into
+//!   positions in whole units of `KV_UNIT` positions, copied into
 //!   a block of their own, under the same parent. A lookup goes on past
 //!   the last full block it found with the child of that block (a tail or
 //!   a full block) that shares the most of the prompt's next tokens, and
 //!   the new cache copies that many positions of it. With blocks of 1,024
 //!   positions, a system prompt of 1,500 tokens would otherwise reuse only
 //!   its first 1,024.
-//! - Entries are keyed by the checkpoint's weight identity (see
-//!   `LlamaModel::weight_identity`), not its name: two versions with the
+//! - Entries are keyed by their [`CacheKey`], whose weights are the
+//!   checkpoint's weight identity (see `LlamaModel::weight_identity`),
+//!   not its name: two versions with the
 //!   same weights share blocks, a reload with other weights never does.
 //!   Each identity remembers the checkpoints holding it (weakly); once
 //!   none is loaded, its blocks go ([`PrefixCache::purge_unloaded`]).
 //! - A block shared by running sequences has more than one holder (the
-//!   backend's handle count): it cannot be evicted. The others are evicted
+//!   handle count of [`CachedBlock`]): it cannot be evicted. The others are evicted
 //!   least recently used first, deepest first among equals (a child is
 //!   useless without its parent), when the KV budget needs their bytes.
 
@@ -31,19 +33,19 @@ use std::hash::{Hash, Hasher};
 use std::ops::Range;
 use std::sync::Weak;
 
-use switchyard_kernels::{KvPrefix, SharedKvBlock};
+use switchyard_kernels::KvPrefix;
+
+use super::block::CachedBlock;
+use super::key::CacheKey;
 
 /// The chained hash of one block (or tail) of a prompt.
-pub(super) type BlockHash = u64;
+pub(crate) type BlockHash = u64;
 
 /// What [`PrefixCache::insert`] asks for the prompt positions `range`: a
 /// full block's shared handle, or (a shorter range from a block's start)
 /// a tail's copy; `None` when it cannot be had (the budget, a backend
 /// refusal).
-pub(super) type ShareBlock<'a, T> = dyn FnMut(Range<usize>, &mut PrefixCache<T>) -> Option<T> + 'a;
-
-/// The hash of a chain with no block yet.
-const ROOT: BlockHash = 0;
+pub(crate) type ShareBlock<'a, T> = dyn FnMut(Range<usize>, &mut PrefixCache<T>) -> Option<T> + 'a;
 
 /// Tails kept under one parent: prompts that share a prefix and then
 /// differ (one system prompt, many user messages) each leave one.
@@ -57,9 +59,10 @@ fn chain(parent: BlockHash, tokens: &[u32]) -> BlockHash {
     hasher.finish()
 }
 
-/// The chained hashes of the full blocks of `tokens`, `positions` tokens each.
-pub(super) fn block_hashes(tokens: &[u32], positions: usize) -> Vec<BlockHash> {
-    let mut parent = ROOT;
+/// The chained hashes of the full blocks of `tokens` under `key`,
+/// `positions` tokens each.
+pub(crate) fn block_hashes(key: &CacheKey, tokens: &[u32], positions: usize) -> Vec<BlockHash> {
+    let mut parent = key.root();
     tokens
         .chunks_exact(positions.max(1))
         .map(|block| {
@@ -71,14 +74,14 @@ pub(super) fn block_hashes(tokens: &[u32], positions: usize) -> Vec<BlockHash> {
 
 /// What a lookup found: the full blocks that start the prompt, then the
 /// block whose first `tail.1` positions go on with it.
-pub(super) struct Found<T> {
-    pub(super) shared: Vec<T>,
-    pub(super) tail: Option<(T, usize)>,
+pub(crate) struct Found<T> {
+    pub(crate) shared: Vec<T>,
+    pub(crate) tail: Option<(T, usize)>,
 }
 
 impl<T> Found<T> {
     /// Nothing cached.
-    pub(super) fn none() -> Self {
+    pub(crate) fn none() -> Self {
         Found {
             shared: Vec::new(),
             tail: None,
@@ -86,7 +89,7 @@ impl<T> Found<T> {
     }
 
     /// What the new cache starts from.
-    pub(super) fn prefix(&self) -> KvPrefix<'_, T> {
+    pub(crate) fn prefix(&self) -> KvPrefix<'_, T> {
         KvPrefix {
             shared: &self.shared,
             tail: self.tail.as_ref().map(|(block, n)| (block, *n)),
@@ -106,15 +109,15 @@ struct Entry<T> {
     last_used: u64,
 }
 
-/// Prompt blocks and tails by weight identity and chained hash.
-pub(super) struct PrefixCache<T> {
+/// Prompt blocks and tails by key and chained hash.
+pub(crate) struct PrefixCache<T> {
     positions: usize,
     /// Positions a tail is a multiple of.
     unit: usize,
-    entries: HashMap<(u64, BlockHash), Entry<T>>,
-    /// Per weight identity and parent, the hashes of its children (full
+    entries: HashMap<(CacheKey, BlockHash), Entry<T>>,
+    /// Per key and parent, the hashes of its children (full
     /// blocks and tails).
-    children: HashMap<(u64, BlockHash), Vec<BlockHash>>,
+    children: HashMap<(CacheKey, BlockHash), Vec<BlockHash>>,
     /// Per weight identity, the checkpoints holding it.
     owners: HashMap<u64, Vec<Weak<dyn Any + Send + Sync>>>,
     clock: u64,
@@ -126,10 +129,10 @@ pub(super) struct PrefixCache<T> {
     inserting: Option<u64>,
 }
 
-impl<T: SharedKvBlock> PrefixCache<T> {
+impl<T: CachedBlock> PrefixCache<T> {
     /// A cache of blocks of `positions` tokens and tails of multiples of
     /// `unit`.
-    pub(super) fn new(positions: usize, unit: usize) -> Self {
+    pub(crate) fn new(positions: usize, unit: usize) -> Self {
         PrefixCache {
             positions: positions.max(1),
             unit: unit.clamp(1, positions.max(1)),
@@ -143,17 +146,17 @@ impl<T: SharedKvBlock> PrefixCache<T> {
     }
 
     /// Blocks held.
-    pub(super) fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
 
     /// Bytes of the KV budget the held blocks take.
-    pub(super) fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.entries.values().map(|e| e.block.bytes()).sum()
     }
 
     /// Notes that `owner` (a loaded checkpoint) has weight identity `weights`.
-    pub(super) fn register(&mut self, weights: u64, owner: Weak<dyn Any + Send + Sync>) {
+    pub(crate) fn register(&mut self, weights: u64, owner: Weak<dyn Any + Send + Sync>) {
         let owners = self.owners.entry(weights).or_default();
         if !owners.iter().any(|o| o.ptr_eq(&owner)) {
             owners.push(owner);
@@ -162,7 +165,7 @@ impl<T: SharedKvBlock> PrefixCache<T> {
 
     /// Drops the blocks of every weight identity no loaded checkpoint
     /// holds any more (its versions were unloaded); returns how many.
-    pub(super) fn purge_unloaded(&mut self) -> usize {
+    pub(crate) fn purge_unloaded(&mut self) -> usize {
         let weights_before = self.owners.len();
         self.owners.retain(|_, owners| {
             owners.retain(|o| o.strong_count() > 0);
@@ -176,40 +179,37 @@ impl<T: SharedKvBlock> PrefixCache<T> {
         let before = self.entries.len();
         let owners = &self.owners;
         self.entries
-            .retain(|(weights, _), _| owners.contains_key(weights));
+            .retain(|(key, _), _| owners.contains_key(&key.weights));
         self.children
-            .retain(|(weights, _), _| owners.contains_key(weights));
+            .retain(|(key, _), _| owners.contains_key(&key.weights));
         before - self.entries.len()
     }
 
     /// Adds a child of `entry.parent`; the tails there whose tokens it
     /// starts with go (it serves whatever they did).
-    fn add(&mut self, weights: u64, hash: BlockHash, entry: Entry<T>) {
+    fn add(&mut self, key: CacheKey, hash: BlockHash, entry: Entry<T>) {
         let parent = entry.parent;
         let covered: Vec<BlockHash> = self
             .children
-            .get(&(weights, parent))
+            .get(&(key, parent))
             .into_iter()
             .flatten()
             .filter(|kid| {
-                self.entries.get(&(weights, **kid)).is_some_and(|e| {
+                self.entries.get(&(key, **kid)).is_some_and(|e| {
                     e.tokens.len() < entry.tokens.len() && entry.tokens.starts_with(&e.tokens)
                 })
             })
             .copied()
             .collect();
         for kid in covered {
-            self.remove((weights, kid));
+            self.remove((key, kid));
         }
-        if self.entries.insert((weights, hash), entry).is_none() {
-            self.children
-                .entry((weights, parent))
-                .or_default()
-                .push(hash);
+        if self.entries.insert((key, hash), entry).is_none() {
+            self.children.entry((key, parent)).or_default().push(hash);
         }
     }
 
-    fn remove(&mut self, key: (u64, BlockHash)) -> Option<Entry<T>> {
+    fn remove(&mut self, key: (CacheKey, BlockHash)) -> Option<Entry<T>> {
         let entry = self.entries.remove(&key)?;
         if let Some(kids) = self.children.get_mut(&(key.0, entry.parent)) {
             kids.retain(|k| *k != key.1);
@@ -224,15 +224,15 @@ impl<T: SharedKvBlock> PrefixCache<T> {
     /// of `rest` (at least one): its hash and that many positions.
     fn best_child(
         &self,
-        weights: u64,
+        key: CacheKey,
         parent: BlockHash,
         depth: usize,
         rest: &[u32],
     ) -> Option<(BlockHash, usize)> {
-        let kids = self.children.get(&(weights, parent))?;
+        let kids = self.children.get(&(key, parent))?;
         kids.iter()
             .filter_map(|hash| {
-                let entry = self.entries.get(&(weights, *hash))?;
+                let entry = self.entries.get(&(key, *hash))?;
                 if entry.parent != parent || entry.depth != depth {
                     return None;
                 }
@@ -243,23 +243,23 @@ impl<T: SharedKvBlock> PrefixCache<T> {
             .max_by_key(|&(_, n)| n)
     }
 
-    /// The cached blocks that start `prompt` on `weights`, in order, then
+    /// The cached blocks that start `prompt` under `key`, in order, then
     /// the tail (or block) that goes on furthest with it, at most enough
     /// to leave the prompt's last token to compute (its logits pick the
     /// first output token). Marks them used.
-    pub(super) fn lookup(&mut self, weights: u64, prompt: &[u32]) -> Found<T> {
+    pub(crate) fn lookup(&mut self, key: CacheKey, prompt: &[u32]) -> Found<T> {
         let usable = prompt.len().saturating_sub(1);
         let full = usable / self.positions;
-        let hashes = block_hashes(&prompt[..full * self.positions], self.positions);
+        let hashes = block_hashes(&key, &prompt[..full * self.positions], self.positions);
         self.clock += 1;
         let mut found = Found::none();
-        let mut parent = ROOT;
+        let mut parent = key.root();
         for ((hash, tokens), depth) in hashes
             .iter()
             .zip(prompt.chunks_exact(self.positions))
             .zip(0..)
         {
-            let Some(entry) = self.entries.get_mut(&(weights, *hash)) else {
+            let Some(entry) = self.entries.get_mut(&(key, *hash)) else {
                 break;
             };
             if entry.parent != parent || *entry.tokens != *tokens || entry.depth != depth {
@@ -273,8 +273,8 @@ impl<T: SharedKvBlock> PrefixCache<T> {
         let rest = prompt
             .get(depth * self.positions..usable)
             .unwrap_or_default();
-        if let Some((hash, n)) = self.best_child(weights, parent, depth, rest) {
-            if let Some(entry) = self.entries.get_mut(&(weights, hash)) {
+        if let Some((hash, n)) = self.best_child(key, parent, depth, rest) {
+            if let Some(entry) = self.entries.get_mut(&(key, hash)) {
                 entry.last_used = self.clock;
                 found.tail = Some((entry.block.clone(), n));
             }
@@ -286,27 +286,27 @@ impl<T: SharedKvBlock> PrefixCache<T> {
     /// not cached yet, then its tail, asking `share` for each (it may
     /// evict through the cache it is given to make room); stops at the
     /// first it cannot have. Returns how many it added.
-    pub(super) fn insert(
+    pub(crate) fn insert(
         &mut self,
-        weights: u64,
+        key: CacheKey,
         prompt: &[u32],
         from: usize,
         share: &mut ShareBlock<'_, T>,
     ) -> usize {
-        let hashes = block_hashes(prompt, self.positions);
+        let hashes = block_hashes(&key, prompt, self.positions);
         self.clock += 1;
         self.inserting = Some(self.clock);
         let mut added = 0;
         let mut parent = from
             .checked_sub(1)
             .and_then(|last| hashes.get(last).copied())
-            .unwrap_or(ROOT);
+            .unwrap_or_else(|| key.root());
         for (depth, hash) in hashes.iter().enumerate().skip(from) {
             let start = depth * self.positions;
             let tokens = prompt
                 .get(start..start + self.positions)
                 .unwrap_or_default();
-            if let Some(entry) = self.entries.get_mut(&(weights, *hash)) {
+            if let Some(entry) = self.entries.get_mut(&(key, *hash)) {
                 entry.last_used = self.clock;
                 parent = *hash;
                 continue;
@@ -316,11 +316,11 @@ impl<T: SharedKvBlock> PrefixCache<T> {
                 return added;
             };
             let entry = self.entry(block, parent, tokens, depth);
-            self.add(weights, *hash, entry);
+            self.add(key, *hash, entry);
             parent = *hash;
             added += 1;
         }
-        added += self.insert_tail(weights, prompt, parent, hashes.len(), share);
+        added += self.insert_tail(key, prompt, parent, hashes.len(), share);
         self.inserting = None;
         added
     }
@@ -330,7 +330,7 @@ impl<T: SharedKvBlock> PrefixCache<T> {
     /// tail it extends goes. Returns how many it added (0 or 1).
     fn insert_tail(
         &mut self,
-        weights: u64,
+        key: CacheKey,
         prompt: &[u32],
         parent: BlockHash,
         depth: usize,
@@ -342,9 +342,9 @@ impl<T: SharedKvBlock> PrefixCache<T> {
         if tokens.is_empty() {
             return 0;
         }
-        if let Some((hash, n)) = self.best_child(weights, parent, depth, tokens) {
+        if let Some((hash, n)) = self.best_child(key, parent, depth, tokens) {
             if n == tokens.len() {
-                if let Some(entry) = self.entries.get_mut(&(weights, hash)) {
+                if let Some(entry) = self.entries.get_mut(&(key, hash)) {
                     entry.last_used = self.clock;
                 }
                 return 0;
@@ -355,23 +355,23 @@ impl<T: SharedKvBlock> PrefixCache<T> {
         };
         let hash = chain(parent, tokens);
         let entry = self.entry(block, parent, tokens, depth);
-        self.add(weights, hash, entry);
+        self.add(key, hash, entry);
         // Past the cap, the least recently used of the others go.
         let mut others: Vec<(BlockHash, u64)> = self
             .children
-            .get(&(weights, parent))
+            .get(&(key, parent))
             .into_iter()
             .flatten()
             .filter(|kid| **kid != hash)
             .filter_map(|kid| {
-                let entry = self.entries.get(&(weights, *kid))?;
+                let entry = self.entries.get(&(key, *kid))?;
                 (entry.tokens.len() < self.positions).then_some((*kid, entry.last_used))
             })
             .collect();
         others.sort_by_key(|&(_, used)| used);
         let over = (others.len() + 1).saturating_sub(MAX_TAILS);
         for (kid, _) in others.into_iter().take(over) {
-            if self.remove((weights, kid)).is_some() {
+            if self.remove((key, kid)).is_some() {
                 self.evicted += 1;
             }
         }
@@ -390,8 +390,8 @@ impl<T: SharedKvBlock> PrefixCache<T> {
 
     /// Evicts unshared blocks, least recently used first, until `bytes`
     /// are freed or none is left; returns the bytes freed.
-    pub(super) fn evict(&mut self, bytes: usize) -> usize {
-        let mut candidates: Vec<((u64, BlockHash), u64, usize)> = self
+    pub(crate) fn evict(&mut self, bytes: usize) -> usize {
+        let mut candidates: Vec<((CacheKey, BlockHash), u64, usize)> = self
             .entries
             .iter()
             .filter(|(_, e)| e.block.holders() == 1 && Some(e.last_used) != self.inserting)
@@ -412,7 +412,7 @@ impl<T: SharedKvBlock> PrefixCache<T> {
     }
 
     /// Blocks evicted (budget pressure, the tails' cap) since the last call.
-    pub(super) fn take_evicted(&mut self) -> usize {
+    pub(crate) fn take_evicted(&mut self) -> usize {
         std::mem::take(&mut self.evicted)
     }
 }
@@ -423,11 +423,21 @@ mod tests {
 
     use super::*;
 
+    /// The key of the tests' checkpoint (weights 7), and of another.
+    const K7: CacheKey = CacheKey {
+        weights: 7,
+        adapter: None,
+    };
+    const K8: CacheKey = CacheKey {
+        weights: 8,
+        adapter: None,
+    };
+
     /// A block handle whose holders are its `Arc`'s.
     #[derive(Clone, Debug)]
     struct FakeBlock(Arc<usize>);
 
-    impl SharedKvBlock for FakeBlock {
+    impl CachedBlock for FakeBlock {
         fn holders(&self) -> usize {
             Arc::strong_count(&self.0)
         }
@@ -457,23 +467,23 @@ mod tests {
 
     #[test]
     fn hashes_chain_so_equal_blocks_after_different_prefixes_differ() {
-        let a = block_hashes(&[1, 2, 3, 4, 9, 9, 9, 9, 5], 4);
-        let b = block_hashes(&[0, 2, 3, 4, 9, 9, 9, 9], 4);
+        let a = block_hashes(&K7, &[1, 2, 3, 4, 9, 9, 9, 9, 5], 4);
+        let b = block_hashes(&K7, &[0, 2, 3, 4, 9, 9, 9, 9], 4);
         assert_eq!(a.len(), 2, "the partial tail is not a block");
         assert_ne!(a[1], b[1]);
-        assert_eq!(a, block_hashes(&[1, 2, 3, 4, 9, 9, 9, 9], 4));
+        assert_eq!(a, block_hashes(&K7, &[1, 2, 3, 4, 9, 9, 9, 9], 4));
     }
 
     #[test]
     fn a_lookup_finds_the_longest_cached_prefix_and_leaves_the_last_token() {
         let (mut cache, _owner) = cache_with_owner();
         let prompt: Vec<u32> = (0..12).collect();
-        assert_eq!(cache.insert(7, &prompt, 0, &mut share_all()), 3);
+        assert_eq!(cache.insert(K7, &prompt, 0, &mut share_all()), 3);
         // A prompt of exactly the cached 12 tokens recomputes its last block.
-        assert_eq!(cache.lookup(7, &prompt).shared.len(), 2);
+        assert_eq!(cache.lookup(K7, &prompt).shared.len(), 2);
         let mut longer = prompt.clone();
         longer.push(99);
-        let found = cache.lookup(7, &longer);
+        let found = cache.lookup(K7, &longer);
         assert_eq!(
             found.shared.iter().map(|b| *b.0).collect::<Vec<_>>(),
             [0, 4, 8]
@@ -482,11 +492,20 @@ mod tests {
         // Another second block: only the first matches.
         let mut other = prompt.clone();
         other[5] = 42;
-        assert_eq!(cache.lookup(7, &other).shared.len(), 1);
-        // Other weights: nothing.
-        assert!(cache.lookup(8, &longer).shared.is_empty());
+        assert_eq!(cache.lookup(K7, &other).shared.len(), 1);
+        // Other weights, or the same weights under an adapter: nothing.
+        assert!(cache.lookup(K8, &longer).shared.is_empty());
+        let adapted = CacheKey {
+            adapter: Some(1),
+            ..K7
+        };
+        assert!(cache.lookup(adapted, &longer).shared.is_empty());
+        assert_ne!(
+            block_hashes(&adapted, &prompt, 4),
+            block_hashes(&K7, &prompt, 4)
+        );
         // Inserting again adds nothing.
-        assert_eq!(cache.insert(7, &prompt, 0, &mut share_all()), 0);
+        assert_eq!(cache.insert(K7, &prompt, 0, &mut share_all()), 0);
     }
 
     #[test]
@@ -494,17 +513,17 @@ mod tests {
         let (mut cache, _owner) = cache_with_owner();
         let old: Vec<u32> = (100..108).collect();
         let new: Vec<u32> = (200..208).collect();
-        cache.insert(7, &old, 0, &mut share_all());
-        cache.insert(7, &new, 0, &mut share_all());
+        cache.insert(K7, &old, 0, &mut share_all());
+        cache.insert(K7, &new, 0, &mut share_all());
         // A running sequence holds the old prompt's first block.
-        let held = cache.lookup(7, &[100, 101, 102, 103, 0]).shared;
+        let held = cache.lookup(K7, &[100, 101, 102, 103, 0]).shared;
         assert_eq!(held.len(), 1);
         assert_eq!(cache.evict(100), 100);
         assert_eq!(cache.take_evicted(), 1);
         // The old prompt's second block went (its first is held).
         let mut probe = old.clone();
         probe.push(0);
-        assert_eq!(cache.lookup(7, &probe).shared.len(), 1);
+        assert_eq!(cache.lookup(K7, &probe).shared.len(), 1);
         // Then the new prompt's, deepest first; the held block never.
         assert_eq!(cache.evict(1000), 200);
         assert_eq!(cache.len(), 1);
@@ -517,7 +536,7 @@ mod tests {
     #[test]
     fn an_insert_short_of_budget_evicts_older_blocks_not_its_own_chain() {
         let (mut cache, _owner) = cache_with_owner();
-        cache.insert(7, &(100..104).collect::<Vec<u32>>(), 0, &mut share_all());
+        cache.insert(K7, &(100..104).collect::<Vec<u32>>(), 0, &mut share_all());
         let prompt: Vec<u32> = (0..12).collect();
         let mut freed = Vec::new();
         let mut tight = |range: Range<usize>, cache: &mut PrefixCache<FakeBlock>| {
@@ -527,11 +546,14 @@ mod tests {
             }
             Some(FakeBlock(Arc::new(range.start)))
         };
-        assert_eq!(cache.insert(7, &prompt, 0, &mut tight), 3);
+        assert_eq!(cache.insert(K7, &prompt, 0, &mut tight), 3);
         // The old block went first; then nothing of the new chain.
         assert_eq!(freed, [100, 0]);
         assert_eq!(
-            cache.lookup(7, &(0..13).collect::<Vec<u32>>()).shared.len(),
+            cache
+                .lookup(K7, &(0..13).collect::<Vec<u32>>())
+                .shared
+                .len(),
             3
         );
     }
@@ -543,7 +565,7 @@ mod tests {
         let mut refuse_second = |range: Range<usize>, _: &mut PrefixCache<FakeBlock>| {
             (range.start != 4).then(|| FakeBlock(Arc::new(range.start)))
         };
-        assert_eq!(cache.insert(7, &prompt, 0, &mut refuse_second), 1);
+        assert_eq!(cache.insert(K7, &prompt, 0, &mut refuse_second), 1);
         assert_eq!(cache.len(), 1);
     }
 
@@ -564,10 +586,10 @@ mod tests {
         let (mut cache, _owner) = cache_with_unit(2);
         // Blocks 0..4 and 4..8, then a tail of 2 of the 3 tokens left.
         let first: Vec<u32> = (0..11).collect();
-        assert_eq!(cache.insert(7, &first, 0, &mut share_tails()), 3);
+        assert_eq!(cache.insert(K7, &first, 0, &mut share_tails()), 3);
         // A prompt sharing 10 tokens: both blocks, then the tail's unit.
         let second = [&first[..10], &[50, 51]].concat();
-        let found = cache.lookup(7, &second);
+        let found = cache.lookup(K7, &second);
         assert_eq!(found.shared.len(), 2);
         assert_eq!(
             found.tail.as_ref().map(|(b, n)| (*b.0, *n)),
@@ -576,27 +598,27 @@ mod tests {
         assert_eq!(found.prefix().positions(4), 10);
         // Sharing 5 tokens: block 0, then 1 token of block 1 (no whole unit).
         let third = [&first[..5], &[60, 61, 62, 63, 64]].concat();
-        let found = cache.lookup(7, &third);
+        let found = cache.lookup(K7, &third);
         assert_eq!(found.shared.len(), 1);
         assert!(found.tail.is_none());
         // Sharing 7: block 0, then 2 positions copied from the full block 1.
         let fourth = [&first[..7], &[70, 71, 72]].concat();
-        let found = cache.lookup(7, &fourth);
+        let found = cache.lookup(K7, &fourth);
         assert_eq!(found.tail.as_ref().map(|(b, n)| (*b.0, *n)), Some((4, 2)));
         // The same prompt again adds nothing; one that goes on further
         // replaces the tail it extends, with a longer tail or a full block.
-        assert_eq!(cache.insert(7, &first, 0, &mut share_tails()), 0);
+        assert_eq!(cache.insert(K7, &first, 0, &mut share_tails()), 0);
         let full = [&first[..], &[11]].concat();
-        assert_eq!(cache.insert(7, &full, 0, &mut share_tails()), 1);
+        assert_eq!(cache.insert(K7, &full, 0, &mut share_tails()), 1);
         assert_eq!(cache.len(), 3);
-        let found = cache.lookup(7, &second);
+        let found = cache.lookup(K7, &second);
         assert_eq!(found.tail.as_ref().map(|(b, n)| (*b.0, *n)), Some((8, 2)));
         // Short prompts leave tails at the root; a longer one replaces it.
         let (mut cache, _owner) = cache_with_unit(1);
-        assert_eq!(cache.insert(7, &[5, 6], 0, &mut share_tails()), 1);
-        assert_eq!(cache.insert(7, &[5, 6, 7], 0, &mut share_tails()), 1);
+        assert_eq!(cache.insert(K7, &[5, 6], 0, &mut share_tails()), 1);
+        assert_eq!(cache.insert(K7, &[5, 6, 7], 0, &mut share_tails()), 1);
         assert_eq!(cache.len(), 1);
-        let found = cache.lookup(7, &[5, 6, 7, 9]);
+        let found = cache.lookup(K7, &[5, 6, 7, 9]);
         assert_eq!(
             found.tail.as_ref().map(|(b, n)| (*b.0, *n)),
             Some((1003, 3))
@@ -608,14 +630,14 @@ mod tests {
         let (mut cache, _owner) = cache_with_unit(1);
         for user in 0..MAX_TAILS as u32 + 2 {
             let prompt = [0, 1, 2, 3, 100 + user, 7];
-            let added = cache.insert(7, &prompt, 0, &mut share_tails());
+            let added = cache.insert(K7, &prompt, 0, &mut share_tails());
             assert_eq!(added, if user == 0 { 2 } else { 1 });
         }
         // The first block and MAX_TAILS tails: the two oldest went.
         assert_eq!(cache.len(), 1 + MAX_TAILS);
         assert_eq!(cache.take_evicted(), 2);
-        assert!(cache.lookup(7, &[0, 1, 2, 3, 100, 7, 0]).tail.is_none());
-        let found = cache.lookup(7, &[0, 1, 2, 3, 102, 7, 0]);
+        assert!(cache.lookup(K7, &[0, 1, 2, 3, 100, 7, 0]).tail.is_none());
+        let found = cache.lookup(K7, &[0, 1, 2, 3, 102, 7, 0]);
         assert_eq!(found.tail.map(|(_, n)| n), Some(2));
     }
 
@@ -625,7 +647,7 @@ mod tests {
         let twin = Arc::new(1u8);
         let weak: Weak<dyn Any + Send + Sync> = Arc::downgrade(&twin) as _;
         cache.register(7, weak);
-        cache.insert(7, &(0..8).collect::<Vec<u32>>(), 0, &mut share_all());
+        cache.insert(K7, &(0..8).collect::<Vec<u32>>(), 0, &mut share_all());
         drop(owner);
         assert_eq!(
             cache.purge_unloaded(),

@@ -3,7 +3,7 @@
 //! choices rather than ggml's error-minimising searches.
 
 use super::encode::{f16_round, inverse, pack_k_scales, push_f16};
-use crate::cpu::blocks_iq4::IQ4_VALUES;
+use crate::formats::blocks_iq4::IQ4_VALUES;
 
 /// Packs 256 2-bit values as Q2_K/Q3_K store them: element `128h + 32s +
 /// l` at bits `2s..2s+2` of byte `32h + l`.

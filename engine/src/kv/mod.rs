@@ -1,0 +1,58 @@
+//! KV memory policy, the same for every device: what a sequence's cache
+//! may reserve, which requests are admitted, which prompt blocks are kept,
+//! shared and evicted.
+//!
+//! A backend only stores blocks and attends over them (its `kv_cache`
+//! and `kv_block`); everything that decides is here:
+//!
+//! - `config.rs`: the settings (`--kv-type`, `--kv-block`, the budget);
+//! - `budget.rs`: [`KvPool`], the byte budget every cache and cached block
+//!   reserves from, counted from the device-neutral
+//!   [`switchyard_kernels::KvLayout`] (so a cache's cost is known before
+//!   the backend allocates anything);
+//! - `sequence.rs`: [`SequenceKv`], a sequence's cache with the shared
+//!   blocks it reads and its reservation;
+//! - `block.rs`: [`SharedBlock`], a block the prompt cache keeps;
+//! - `key.rs`: [`CacheKey`], what besides tokens decides a block's contents
+//!   (the weights, an adapter): the root of every block hash;
+//! - `prefix_cache.rs`: the prompt cache (hash chains, tails, eviction);
+//! - `admission.rs`: admission by KV blocks.
+
+pub(crate) mod admission;
+mod block;
+mod budget;
+mod config;
+mod key;
+pub(crate) mod prefix_cache;
+mod sequence;
+
+use switchyard_kernels::KernelError;
+
+pub use admission::{kv_positions, KvAdvice};
+pub use block::{CachedBlock, SharedBlock};
+pub use budget::{KvPool, Reservation};
+pub use config::{default_budget, KvConfig};
+pub use key::CacheKey;
+pub use sequence::SequenceKv;
+
+/// Why a cache or a shared block could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum KvError {
+    /// The budget cannot hold it now; `needed > budget` means it never can.
+    #[error(
+        "a KV cache of {needed} bytes does not fit the KV budget: {free} of {budget} bytes free"
+    )]
+    Budget {
+        needed: usize,
+        free: usize,
+        budget: usize,
+    },
+    /// A windowed cache's blocks, or a cache shorter than a block: never
+    /// shared.
+    #[error(
+        "the cache's blocks cannot be shared (sliding-window layers, or shorter than a block)"
+    )]
+    NotShareable,
+    #[error(transparent)]
+    Kernel(#[from] KernelError),
+}
