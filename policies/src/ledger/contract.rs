@@ -57,7 +57,9 @@ pub(crate) fn check(ledger: &dyn Ledger) {
     assert_eq!(ledger.totals(&b).unwrap().reserved, 60.0);
 
     // Growing past the limit is refused and leaves the hold; growing within it holds.
-    assert!(ledger.resize(first, &[hold(&a, 100.0, 101.0), hold(&b, 1000.0, 1.0)]).is_err());
+    assert!(ledger
+        .resize(first, &[hold(&a, 100.0, 101.0), hold(&b, 1000.0, 1.0)])
+        .is_err());
     assert_eq!(ledger.totals(&a).unwrap().reserved, 60.0);
     ledger
         .resize(first, &[hold(&a, 100.0, 90.0), hold(&b, 1000.0, 90.0)])
@@ -65,7 +67,11 @@ pub(crate) fn check(ledger: &dyn Ledger) {
     assert_eq!(ledger.totals(&a).unwrap().reserved, 90.0);
 
     ledger
-        .settle(first, &[(a.clone(), 30.0), (b.clone(), 30.0)], Some(&record(10)))
+        .settle(
+            first,
+            &[(a.clone(), 30.0), (b.clone(), 30.0)],
+            Some(&record(10)),
+        )
         .unwrap();
     assert_eq!(
         ledger.totals(&a).unwrap(),
@@ -80,10 +86,15 @@ pub(crate) fn check(ledger: &dyn Ledger) {
     ledger.release(third).unwrap();
     assert_eq!(ledger.totals(&a).unwrap().reserved, 0.0);
     // Another window index is another counter.
-    assert_eq!(ledger.totals(&window(&a.key, 2)).unwrap(), Totals::default());
+    assert_eq!(
+        ledger.totals(&window(&a.key, 2)).unwrap(),
+        Totals::default()
+    );
 
     // Spend whose hold is gone still counts.
-    ledger.settle(new_hold_id(), &[(a.clone(), 5.0)], Some(&record(20))).unwrap();
+    ledger
+        .settle(new_hold_id(), &[(a.clone(), 5.0)], Some(&record(20)))
+        .unwrap();
     assert_eq!(ledger.totals(&a).unwrap().settled, 35.0);
 
     let since: Vec<String> = ledger

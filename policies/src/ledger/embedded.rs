@@ -174,14 +174,22 @@ impl EmbeddedLedger {
     }
 }
 
-fn read_totals(table: &impl ReadableTable<&'static str, &'static [u8]>, key: &str) -> Result<Totals, LedgerError> {
+fn read_totals(
+    table: &impl ReadableTable<&'static str, &'static [u8]>,
+    key: &str,
+) -> Result<Totals, LedgerError> {
     Ok(table
         .get(key)
         .map_err(unavailable)?
         .map_or_else(Totals::default, |v| decode_totals(v.value())))
 }
 
-fn add(tx: &redb::WriteTransaction, key: &str, settled: f64, reserved: f64) -> Result<(), LedgerError> {
+fn add(
+    tx: &redb::WriteTransaction,
+    key: &str,
+    settled: f64,
+    reserved: f64,
+) -> Result<(), LedgerError> {
     let mut windows = tx.open_table(WINDOWS).map_err(unavailable)?;
     let mut totals = read_totals(&windows, key)?;
     totals.settled += settled;

@@ -194,12 +194,14 @@ impl RedisLedger {
     /// A ledger over `options.url`. Only the URL is checked here: the server may come up
     /// later (operations fail, as documented, until it does).
     pub fn new(options: RedisOptions) -> Result<Self, LedgerError> {
-        let client = redis::Client::open(options.url.as_str()).map_err(|e| {
-            LedgerError::Unavailable {
+        let client =
+            redis::Client::open(options.url.as_str()).map_err(|e| LedgerError::Unavailable {
                 store: "redis",
-                reason: format!("`{}` is not a Redis URL (redis://HOST:PORT[/DB]): {e}", options.url),
-            }
-        })?;
+                reason: format!(
+                    "`{}` is not a Redis URL (redis://HOST:PORT[/DB]): {e}",
+                    options.url
+                ),
+            })?;
         let ledger = RedisLedger {
             options,
             client,
@@ -407,14 +409,15 @@ impl Ledger for RedisLedger {
     }
 
     fn totals(&self, window: &WindowId) -> Result<Totals, LedgerError> {
-        let (settled, reserved): (String, String) = self.with_connection("totals", |connection| {
-            self.totals
-                .prepare_invoke()
-                .arg(&self.options.prefix)
-                .arg(window.storage_key())
-                .arg(now_ms())
-                .invoke(connection)
-        })?;
+        let (settled, reserved): (String, String) =
+            self.with_connection("totals", |connection| {
+                self.totals
+                    .prepare_invoke()
+                    .arg(&self.options.prefix)
+                    .arg(window.storage_key())
+                    .arg(now_ms())
+                    .invoke(connection)
+            })?;
         Ok(Totals {
             settled: settled.parse().unwrap_or(0.0),
             reserved: reserved.parse::<f64>().unwrap_or(0.0).max(0.0),
@@ -440,5 +443,163 @@ impl Ledger for RedisLedger {
             // Stream ids are Redis's clock; the records carry the instance's.
             .filter(|record| record.time_ms >= since_ms)
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::process::{Child, Command, Stdio};
+    use std::sync::Arc;
+
+    use super::*;
+
+    /// A `redis-server` of its own on a loopback port (Debian's package; see
+    /// scripts/setup.sh), stopped when dropped.
+    struct Server {
+        child: Child,
+        port: u16,
+        _dir: tempfile::TempDir,
+    }
+
+    impl Server {
+        fn start_on(port: u16) -> Server {
+            let dir = tempfile::tempdir().unwrap();
+            let child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+                .arg("--dir")
+                .arg(dir.path())
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("redis-server is not installed: run scripts/setup.sh");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+                assert!(Instant::now() < deadline, "redis-server did not start");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Server {
+                child,
+                port,
+                _dir: dir,
+            }
+        }
+
+        fn start() -> Server {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            Server::start_on(port)
+        }
+
+        fn ledger(&self, fail_open: bool, ttl: Duration) -> RedisLedger {
+            let mut options = RedisOptions::new(format!("redis://127.0.0.1:{}/0", self.port));
+            options.fail_open = fail_open;
+            options.hold_ttl = ttl;
+            RedisLedger::new(options).unwrap()
+        }
+    }
+
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    fn window() -> WindowId {
+        WindowId {
+            key: format!("test:{}", super::super::new_hold_id()).into(),
+            index: 1,
+            ends_at: 4_000_000_000,
+        }
+    }
+
+    fn hold(window: &WindowId, limit: f64, amount: f64) -> Hold {
+        Hold {
+            window: window.clone(),
+            limit,
+            amount,
+        }
+    }
+
+    #[test]
+    fn redis_ledger_keeps_the_contract() {
+        let server = Server::start();
+        super::super::contract::check(&server.ledger(false, Duration::from_secs(60)));
+    }
+
+    #[test]
+    fn instances_together_never_hold_past_the_limit() {
+        let server = Server::start();
+        let ledgers: Vec<Arc<RedisLedger>> = (0..3)
+            .map(|_| Arc::new(server.ledger(false, Duration::from_secs(60))))
+            .collect();
+        let w = window();
+        let taken: usize = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..30)
+                .map(|i| {
+                    let ledger = Arc::clone(&ledgers[i % 3]);
+                    let w = w.clone();
+                    scope.spawn(move || {
+                        ledger
+                            .reserve(super::super::new_hold_id(), &[hold(&w, 100.0, 10.0)])
+                            .is_ok()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| usize::from(h.join().unwrap()))
+                .sum()
+        });
+        assert_eq!(taken, 10);
+        assert_eq!(ledgers[0].totals(&w).unwrap().reserved, 100.0);
+    }
+
+    #[test]
+    fn holds_of_a_dead_instance_expire() {
+        let server = Server::start();
+        let w = window();
+        let dead = server.ledger(false, Duration::from_millis(100));
+        dead.reserve(7, &[hold(&w, 100.0, 80.0)]).unwrap();
+        drop(dead);
+        let live = server.ledger(false, Duration::from_secs(60));
+        assert!(live.reserve(8, &[hold(&w, 100.0, 80.0)]).is_err());
+        std::thread::sleep(Duration::from_millis(200));
+        live.reserve(8, &[hold(&w, 100.0, 80.0)]).unwrap();
+        // A late settle of the expired hold still counts its spend, once.
+        live.settle(7, &[(w.clone(), 5.0)], None).unwrap();
+        live.settle(7, &[(w.clone(), 5.0)], None).unwrap();
+        assert_eq!(
+            live.totals(&w).unwrap(),
+            Totals {
+                settled: 5.0,
+                reserved: 80.0
+            }
+        );
+    }
+
+    #[test]
+    fn an_outage_fails_closed_queues_settlements_and_recovers() {
+        let server = Server::start();
+        let port = server.port;
+        let w = window();
+        let ledger = server.ledger(false, Duration::from_secs(60));
+        ledger.reserve(1, &[hold(&w, 100.0, 10.0)]).unwrap();
+        drop(server);
+        let refused = ledger.reserve(2, &[hold(&w, 100.0, 10.0)]);
+        assert!(matches!(refused, Err(LedgerError::Unavailable { .. })), "{refused:?}");
+        // A request that ran during the outage is settled once Redis is back.
+        ledger.settle(1, &[(w.clone(), 7.0)], None).unwrap();
+        let started = Instant::now();
+        assert!(ledger.totals(&w).is_err());
+        assert!(started.elapsed() < Duration::from_millis(100), "a down store fails fast");
+        let _back = Server::start_on(port);
+        std::thread::sleep(RECONNECT_EVERY);
+        assert_eq!(ledger.totals(&w).unwrap().settled, 7.0);
+        let open = _back.ledger(true, Duration::from_secs(60));
+        drop(_back);
+        assert!(open.reserve(3, &[hold(&w, 1.0, 10.0)]).is_ok(), "fail open lets it through");
     }
 }

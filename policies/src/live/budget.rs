@@ -128,10 +128,7 @@ impl BudgetWindow {
     }
 
     pub(crate) fn snapshot_at(&self, now: u64) -> BudgetSnapshot {
-        let totals = self
-            .ledger
-            .totals(&self.window_at(now))
-            .unwrap_or_default();
+        let totals = self.ledger.totals(&self.window_at(now)).unwrap_or_default();
         let limit = self.limit();
         BudgetSnapshot {
             tenant: self.tenant.to_string(),
@@ -393,11 +390,9 @@ fn ledger_holds(holds: &[Hold]) -> Vec<LedgerHold> {
 fn refusal(holds: &[Hold], error: LedgerError) -> Refusal {
     match error {
         LedgerError::Short { hold, remaining } => {
-            let (window, needed) = holds
-                .get(hold)
-                .map_or((Arc::from("budget"), 0.0), |h| {
-                    (Arc::clone(&h.window.label), h.amount)
-                });
+            let (window, needed) = holds.get(hold).map_or((Arc::from("budget"), 0.0), |h| {
+                (Arc::clone(&h.window.label), h.amount)
+            });
             Refusal::Short(Shortfall {
                 window,
                 needed,
