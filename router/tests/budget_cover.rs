@@ -91,7 +91,9 @@ async fn burst(encodes: bool, clients: usize) -> (Vec<StatusCode>, u64, f64) {
             billed += reply.json()["usage"]["total_tokens"].as_u64().unwrap();
         }
     }
-    let settled = store.current().budgets("acme").unwrap()[0].snapshot().settled;
+    let settled = store.current().budgets("acme").unwrap()[0]
+        .snapshot()
+        .settled;
     (replies.iter().map(|r| r.status).collect(), billed, settled)
 }
 
@@ -100,9 +102,12 @@ async fn concurrent_clients_are_never_billed_past_the_limit() {
     let (statuses, billed, settled) = burst(true, 20).await;
     assert!(billed <= 100, "billed {billed} of a 100-token budget");
     assert_eq!(settled, billed as f64);
-    // 13 prompt + 5 output = 18 per request: five fit in 100, the rest are refused.
+    // 13 prompt + 5 output = 18 per request: at most five fit in 100. Fewer may be
+    // served: a request whose real count no longer fits beside the others' holds is
+    // refused rather than run.
     let served = statuses.iter().filter(|s| **s == StatusCode::OK).count();
-    assert_eq!(served, 5, "{statuses:?}");
+    assert!((1..=5).contains(&served), "{statuses:?}");
+    assert_eq!(billed, 18 * served as u64);
     assert!(statuses
         .iter()
         .all(|s| *s == StatusCode::OK || *s == StatusCode::TOO_MANY_REQUESTS));
@@ -151,11 +156,18 @@ async fn the_encoded_prompt_is_what_runs_and_n_choices_count_each() {
         Prompt::Encoded { ids, chat: true } if ids.len() == 13
     )));
     assert_eq!(
-        store.current().budgets("acme").unwrap()[0].snapshot().settled,
+        store.current().budgets("acme").unwrap()[0]
+            .snapshot()
+            .settled,
         23.0
     );
     let reply = ask(5).await;
-    assert_eq!(reply.status, StatusCode::TOO_MANY_REQUESTS, "{}", reply.text);
+    assert_eq!(
+        reply.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{}",
+        reply.text
+    );
     assert_eq!(reply.json()["error"]["code"], "budget_exhausted");
     // The refused request ran nothing and holds nothing.
     assert_eq!(backend.submitted().len(), 2);

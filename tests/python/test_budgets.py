@@ -145,9 +145,9 @@ def chat(base: str, key: str, timeout: float = 120):
                                               "Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as r:
-            return r.status, json.loads(r.read()), dict(r.headers)
+            return r.status, json.loads(r.read()), {k.lower(): v for k, v in r.headers.items()}
     except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"{}"), dict(e.headers)
+        return e.code, json.loads(e.read() or b"{}"), {k.lower(): v for k, v in e.headers.items()}
 
 
 @pytest.fixture(scope="module")
@@ -361,7 +361,7 @@ def test_redis_outage_fails_closed_and_recovers_without_restart(setup, redis):
         status, body, headers = chat(server.base, KEY, timeout=30)
         assert status == 503, body
         assert body["error"]["code"] == "budget_unavailable"
-        assert int(headers.get("Retry-After", "0")) >= 1
+        assert int(headers.get("retry-after", "0")) >= 1
         # A tenant without a budget needs no ledger to be served.
         assert chat(server.base, FREE_KEY, timeout=30)[0] == 200
         metrics = server.admin("/admin/metrics")

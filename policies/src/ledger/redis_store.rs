@@ -190,6 +190,17 @@ end
 return {redis.call('HGET', wk, 's') or '0', redis.call('HGET', wk, 'r') or '0'}
 "#;
 
+/// Unix seconds until which Redis keeps a window's keys: a while after it ends, and
+/// never past ten years from now (Redis takes 64-bit times, Lua's numbers lose digits
+/// past 2^53).
+fn keep_until(window: &WindowId) -> u64 {
+    let now = now_ms() / 1000;
+    window
+        .ends_at
+        .saturating_add(KEEP_WINDOWS_SECS)
+        .min(now.saturating_add(10 * 365 * 24 * 3600))
+}
+
 impl RedisLedger {
     /// A ledger over `options.url`. Only the URL is checked here: the server may come up
     /// later (operations fail, as documented, until it does).
@@ -322,7 +333,7 @@ impl RedisLedger {
         for (window, amount) in spent {
             call.arg(window.storage_key())
                 .arg(*amount)
-                .arg(window.ends_at.saturating_add(KEEP_WINDOWS_SECS));
+                .arg(keep_until(window));
         }
         call.invoke::<i64>(connection).map(drop)
     }
@@ -340,7 +351,7 @@ impl RedisLedger {
                 call.arg(hold.window.storage_key())
                     .arg(hold.limit)
                     .arg(hold.amount)
-                    .arg(hold.window.ends_at.saturating_add(KEEP_WINDOWS_SECS));
+                    .arg(keep_until(&hold.window));
             }
             call.invoke::<(i64, String)>(connection)
         });
@@ -465,7 +476,14 @@ mod tests {
         fn start_on(port: u16) -> Server {
             let dir = tempfile::tempdir().unwrap();
             let child = Command::new("redis-server")
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+                .args([
+                    "--port",
+                    &port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                ])
                 .arg("--dir")
                 .arg(dir.path())
                 .stdout(Stdio::null())
@@ -589,17 +607,26 @@ mod tests {
         ledger.reserve(1, &[hold(&w, 100.0, 10.0)]).unwrap();
         drop(server);
         let refused = ledger.reserve(2, &[hold(&w, 100.0, 10.0)]);
-        assert!(matches!(refused, Err(LedgerError::Unavailable { .. })), "{refused:?}");
+        assert!(
+            matches!(refused, Err(LedgerError::Unavailable { .. })),
+            "{refused:?}"
+        );
         // A request that ran during the outage is settled once Redis is back.
         ledger.settle(1, &[(w.clone(), 7.0)], None).unwrap();
         let started = Instant::now();
         assert!(ledger.totals(&w).is_err());
-        assert!(started.elapsed() < Duration::from_millis(100), "a down store fails fast");
+        assert!(
+            started.elapsed() < Duration::from_millis(100),
+            "a down store fails fast"
+        );
         let _back = Server::start_on(port);
         std::thread::sleep(RECONNECT_EVERY);
         assert_eq!(ledger.totals(&w).unwrap().settled, 7.0);
         let open = _back.ledger(true, Duration::from_secs(60));
         drop(_back);
-        assert!(open.reserve(3, &[hold(&w, 1.0, 10.0)]).is_ok(), "fail open lets it through");
+        assert!(
+            open.reserve(3, &[hold(&w, 1.0, 10.0)]).is_ok(),
+            "fail open lets it through"
+        );
     }
 }

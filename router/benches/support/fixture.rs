@@ -8,11 +8,13 @@ use std::sync::Arc;
 use axum::body::Body;
 use http::Request;
 use serde_json::json;
+use switchyard_policies::ledger::{
+    EmbeddedLedger, Ledger, MemoryLedger, RedisLedger, RedisOptions,
+};
 use switchyard_policies::{
     estimate_tokens, sha256_hex, stable_hash, Caller, Completion, Hints, ModelHint, Policy,
     PolicyStore, RouteRequest, Usage, HEADER_MIN_QUALITY, HEADER_TAGS,
 };
-use switchyard_policies::ledger::{EmbeddedLedger, Ledger, MemoryLedger, RedisLedger, RedisOptions};
 use switchyard_router::fake::FakeBackend;
 use switchyard_router::policy::PolicyRouting;
 use switchyard_seam::{InferenceBackend, ModelCard};
