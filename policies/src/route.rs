@@ -104,7 +104,12 @@ impl Route {
                 self.estimated_tokens = worst.tokens;
                 Ok(worst)
             }
-            Err(refusal) => Err(refusal_error(refusal, &self.model, &self.version)),
+            Err(refusal) => {
+                let error = refusal_error(refusal, &self.model, &self.version);
+                // Counted as routing's refusals are: the same constraint, the same kind.
+                metrics::rejected(&error);
+                Err(error)
+            }
         }
     }
 
