@@ -201,6 +201,8 @@ def test_concurrent_clients_never_overspend_one_budget(setup):
     try:
         tally = {"billed": 0, "served": 0, "lost": 0, "statuses": []}
         drain_budget([server.base], 12, tally, threading.Lock())
+        print(f"\n12 clients, one {LIMIT}-token budget: {tally['served']} served, "
+              f"{tally['billed']} tokens billed")
         assert tally["served"] >= 1
         assert tally["billed"] <= LIMIT, tally
         budget = server.budget()
@@ -259,6 +261,8 @@ def test_kill_9_loses_no_settled_spend_and_leaves_no_reservation(setup):
             billed, lost, served = tally["billed"], tally["lost"], tally["served"]
         # Every lost request could have spent at most its prompt plus max_tokens.
         worst = billed // max(served, 1) + MAX_TOKENS
+        print(f"\n{crash_kills()} kills: {served} answered ({billed} tokens), {lost} lost to "
+              f"a kill, ledger settled {budget['settled']:.0f}, reserved {budget['reserved']:.0f}")
         assert budget["reserved"] == 0, budget
         assert billed <= budget["settled"] <= billed + lost * worst, (budget, tally)
         records = [json.loads(line) for line in server.admin("/admin/usage").splitlines()]
@@ -334,6 +338,8 @@ def test_three_instances_sharing_redis_never_overspend(setup, redis):
         servers[1].start()
         runner.join(timeout=600)
         assert not runner.is_alive()
+        print(f"\n3 instances, one Redis, one {LIMIT}-token budget: {tally['served']} served, "
+              f"{tally['billed']} tokens billed, {tally['lost']} lost to the kill")
         assert set(tally["statuses"]) <= {200, 429}, tally
         assert tally["billed"] <= LIMIT, tally
         # Every instance reads the same window; a killed instance's holds expire, its
