@@ -1,22 +1,24 @@
 //! The default ledger: one crash-safe file (redb, pure Rust) under the state directory.
 //!
 //! redb commits copy-on-write B-trees with a checksummed two-slot header, so a `kill -9`
-//! or power cut at any moment leaves the last committed state. Settlements commit with
-//! `Durability::Immediate` (fsync before [`Ledger::settle`] returns); reservations,
-//! resizes and releases commit without a sync, since a crash forgets them anyway: one
-//! process owns the file (redb locks it), so every hold found on opening belongs to a
-//! process that died, and [`EmbeddedLedger::open`] releases them.
+//! or power cut at any moment leaves the last committed state. Only settled spend and
+//! usage records go to the file, each settlement one transaction with
+//! `Durability::Immediate` (fsync before [`Ledger::settle`] returns). Holds live in
+//! memory: one process owns the file (redb locks it), so the holds of a process that
+//! died are gone with it, which is the documented outcome (released, not counted).
+//! Reservations therefore never wait for the disk; a window's settled spend is read from
+//! the file the first time the process touches the window and kept current after.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
 
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 
-use super::{fits, Hold, HoldId, Ledger, LedgerError, Totals, UsageRecord, WindowId};
+use super::memory::State;
+use super::{Hold, HoldId, Ledger, LedgerError, Totals, UsageRecord, WindowId};
 
-/// `window storage key` → settled and reserved (two little-endian f64).
-const WINDOWS: TableDefinition<&str, &[u8]> = TableDefinition::new("windows");
-/// Hold id → its windows and amounts (JSON `[[storage key, amount], ...]`).
-const HOLDS: TableDefinition<u64, &[u8]> = TableDefinition::new("holds");
+/// `window storage key` → settled spend (a little-endian f64).
+const SETTLED: TableDefinition<&str, f64> = TableDefinition::new("settled");
 /// Settle time (ms, big-endian) and hold id → the usage record (JSON).
 const USAGE: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("usage");
 
@@ -27,6 +29,9 @@ pub const LEDGER_FILE: &str = "ledger.redb";
 pub struct EmbeddedLedger {
     db: Database,
     path: PathBuf,
+    /// Holds, and the counters of every window touched since opening (settled as the
+    /// file says). Never held across disk I/O other than a window's first read.
+    state: Mutex<State>,
 }
 
 impl std::fmt::Debug for EmbeddedLedger {
@@ -65,26 +70,6 @@ fn unavailable(error: impl std::fmt::Display) -> LedgerError {
     }
 }
 
-fn encode_totals(t: Totals) -> [u8; 16] {
-    let mut out = [0u8; 16];
-    out[..8].copy_from_slice(&t.settled.to_le_bytes());
-    out[8..].copy_from_slice(&t.reserved.to_le_bytes());
-    out
-}
-
-fn decode_totals(bytes: &[u8]) -> Totals {
-    let f = |range: std::ops::Range<usize>| {
-        bytes
-            .get(range)
-            .and_then(|b| <[u8; 8]>::try_from(b).ok())
-            .map_or(0.0, f64::from_le_bytes)
-    };
-    Totals {
-        settled: f(0..8),
-        reserved: f(8..16),
-    }
-}
-
 fn usage_key(time_ms: u64, id: HoldId) -> [u8; 16] {
     let mut key = [0u8; 16];
     key[..8].copy_from_slice(&time_ms.to_be_bytes());
@@ -92,10 +77,8 @@ fn usage_key(time_ms: u64, id: HoldId) -> [u8; 16] {
     key
 }
 
-type Held = Vec<(String, f64)>;
-
 impl EmbeddedLedger {
-    /// Opens (or creates) `dir/ledger.redb` and releases the holds a dead process left.
+    /// Opens (or creates) `dir/ledger.redb`.
     pub fn open(dir: &Path) -> Result<Self, OpenError> {
         std::fs::create_dir_all(dir).map_err(|source| OpenError::StateDir {
             path: dir.to_path_buf(),
@@ -114,25 +97,20 @@ impl EmbeddedLedger {
             ),
             other => file_error(other.to_string()),
         })?;
-        let released = {
-            let ledger = EmbeddedLedger {
-                db,
-                path: path.clone(),
-            };
-            ledger
-                .release_orphans()
-                .map_err(|e| file_error(e.to_string()))
-                .map(|released| (ledger, released))
-        };
-        let (ledger, released) = released?;
-        if released > 0 {
-            tracing::warn!(
-                path = %ledger.path.display(),
-                released,
-                "released the budget reservations of a process that stopped without settling them"
-            );
-        }
-        Ok(ledger)
+        // Create the tables, so that readers find them.
+        let created = (|| -> Result<(), redb::Error> {
+            let tx = db.begin_write()?;
+            tx.open_table(SETTLED)?;
+            tx.open_table(USAGE)?;
+            tx.commit()?;
+            Ok(())
+        })();
+        created.map_err(|e| file_error(e.to_string()))?;
+        Ok(EmbeddedLedger {
+            db,
+            path: path.clone(),
+            state: Mutex::new(State::default()),
+        })
     }
 
     /// The file.
@@ -140,119 +118,76 @@ impl EmbeddedLedger {
         &self.path
     }
 
-    /// Releases every hold in the file; returns how many there were.
-    fn release_orphans(&self) -> Result<usize, LedgerError> {
-        self.write(Durability::Immediate, |tx| {
-            let holds = tx.open_table(HOLDS).map_err(unavailable)?;
-            let mut ids = Vec::new();
-            for entry in holds.iter().map_err(unavailable)? {
-                let (id, _) = entry.map_err(unavailable)?;
-                ids.push(id.value());
-            }
-            drop(holds);
-            for &id in &ids {
-                drop_hold(tx, id)?;
-            }
-            // Make sure the tables exist for readers.
-            tx.open_table(WINDOWS).map_err(unavailable)?;
-            tx.open_table(USAGE).map_err(unavailable)?;
-            Ok(ids.len())
-        })
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Plain numbers: still usable after a panic elsewhere (see MemoryLedger).
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn write<T>(
+    /// Makes sure `state` has `window`, its settled spend read from the file.
+    fn load(&self, state: &mut State, window: &WindowId) -> Result<(), LedgerError> {
+        if state.windows.contains_key(window) {
+            return Ok(());
+        }
+        let tx = self.db.begin_read().map_err(unavailable)?;
+        let table = tx.open_table(SETTLED).map_err(unavailable)?;
+        let settled = table
+            .get(window.storage_key().as_str())
+            .map_err(unavailable)?
+            .map_or(0.0, |v| v.value());
+        state.windows.insert(
+            window.clone(),
+            Totals {
+                settled,
+                reserved: 0.0,
+            },
+        );
+        Ok(())
+    }
+
+    /// Adds `spent` to the file and appends `usage`, in one durable transaction.
+    fn write_settlement(
         &self,
-        durability: Durability,
-        body: impl FnOnce(&redb::WriteTransaction) -> Result<T, LedgerError>,
-    ) -> Result<T, LedgerError> {
+        id: HoldId,
+        spent: &[(WindowId, f64)],
+        usage: Option<&UsageRecord>,
+    ) -> Result<(), LedgerError> {
         let mut tx = self.db.begin_write().map_err(unavailable)?;
-        tx.set_durability(durability).map_err(unavailable)?;
-        // On an error the transaction is dropped, which aborts it: all or nothing.
-        let out = body(&tx)?;
-        tx.commit().map_err(unavailable)?;
-        Ok(out)
+        tx.set_durability(Durability::Immediate)
+            .map_err(unavailable)?;
+        {
+            let mut settled = tx.open_table(SETTLED).map_err(unavailable)?;
+            for (window, amount) in spent {
+                let key = window.storage_key();
+                let before = settled
+                    .get(key.as_str())
+                    .map_err(unavailable)?
+                    .map_or(0.0, |v| v.value());
+                settled
+                    .insert(key.as_str(), before + amount)
+                    .map_err(unavailable)?;
+            }
+        }
+        if let Some(record) = usage {
+            let json = serde_json::to_vec(record).map_err(unavailable)?;
+            tx.open_table(USAGE)
+                .map_err(unavailable)?
+                .insert(&usage_key(record.time_ms, id), &json[..])
+                .map_err(unavailable)?;
+        }
+        // Dropped without a commit on any error above: all or nothing.
+        tx.commit().map_err(unavailable)
     }
-}
-
-fn read_totals(
-    table: &impl ReadableTable<&'static str, &'static [u8]>,
-    key: &str,
-) -> Result<Totals, LedgerError> {
-    Ok(table
-        .get(key)
-        .map_err(unavailable)?
-        .map_or_else(Totals::default, |v| decode_totals(v.value())))
-}
-
-fn add(
-    tx: &redb::WriteTransaction,
-    key: &str,
-    settled: f64,
-    reserved: f64,
-) -> Result<(), LedgerError> {
-    let mut windows = tx.open_table(WINDOWS).map_err(unavailable)?;
-    let mut totals = read_totals(&windows, key)?;
-    totals.settled += settled;
-    totals.reserved = (totals.reserved + reserved).max(0.0);
-    windows
-        .insert(key, &encode_totals(totals)[..])
-        .map_err(unavailable)?;
-    Ok(())
-}
-
-fn read_hold(tx: &redb::WriteTransaction, id: HoldId) -> Result<Held, LedgerError> {
-    let holds = tx.open_table(HOLDS).map_err(unavailable)?;
-    let held = match holds.get(id).map_err(unavailable)? {
-        Some(v) => serde_json::from_slice(v.value()).unwrap_or_default(),
-        None => Vec::new(),
-    };
-    Ok(held)
-}
-
-/// Returns `id`'s amounts to their windows and forgets it.
-fn drop_hold(tx: &redb::WriteTransaction, id: HoldId) -> Result<(), LedgerError> {
-    for (key, amount) in read_hold(tx, id)? {
-        add(tx, &key, 0.0, -amount)?;
-    }
-    tx.open_table(HOLDS)
-        .map_err(unavailable)?
-        .remove(id)
-        .map_err(unavailable)?;
-    Ok(())
 }
 
 impl Ledger for EmbeddedLedger {
     fn reserve(&self, id: HoldId, holds: &[Hold]) -> Result<(), LedgerError> {
-        self.write(Durability::None, |tx| {
-            let current = read_hold(tx, id)?;
-            let keys: Vec<String> = holds.iter().map(|h| h.window.storage_key()).collect();
-            {
-                let windows = tx.open_table(WINDOWS).map_err(unavailable)?;
-                for (i, (hold, key)) in holds.iter().zip(&keys).enumerate() {
-                    let mut totals = read_totals(&windows, key)?;
-                    if let Some((_, held)) = current.iter().find(|(k, _)| k == key) {
-                        totals.reserved -= held;
-                    }
-                    fits(totals, hold.limit, hold.amount)
-                        .map_err(|remaining| LedgerError::Short { hold: i, remaining })?;
-                }
-            }
-            drop_hold(tx, id)?;
-            let held: Held = keys
-                .into_iter()
-                .zip(holds)
-                .map(|(key, hold)| (key, hold.amount))
-                .collect();
-            for (key, amount) in &held {
-                add(tx, key, 0.0, *amount)?;
-            }
-            let json = serde_json::to_vec(&held).map_err(unavailable)?;
-            tx.open_table(HOLDS)
-                .map_err(unavailable)?
-                .insert(id, &json[..])
-                .map_err(unavailable)?;
-            Ok(())
-        })
+        let mut state = self.lock();
+        for hold in holds {
+            self.load(&mut state, &hold.window)?;
+        }
+        state.check(id, holds)?;
+        state.hold(id, holds);
+        Ok(())
     }
 
     fn resize(&self, id: HoldId, holds: &[Hold]) -> Result<(), LedgerError> {
@@ -265,30 +200,34 @@ impl Ledger for EmbeddedLedger {
         spent: &[(WindowId, f64)],
         usage: Option<&UsageRecord>,
     ) -> Result<(), LedgerError> {
-        self.write(Durability::Immediate, |tx| {
-            drop_hold(tx, id)?;
-            for (window, amount) in spent {
-                add(tx, &window.storage_key(), *amount, 0.0)?;
+        // Loaded before the write: a window first read after it would count it twice.
+        {
+            let mut state = self.lock();
+            for (window, _) in spent {
+                self.load(&mut state, window)?;
             }
-            if let Some(record) = usage {
-                let json = serde_json::to_vec(record).map_err(unavailable)?;
-                tx.open_table(USAGE)
-                    .map_err(unavailable)?
-                    .insert(&usage_key(record.time_ms, id), &json[..])
-                    .map_err(unavailable)?;
-            }
-            Ok(())
-        })
+        }
+        // The hold stays in place while the disk works: the spend is counted as held
+        // until it is counted as settled, never neither.
+        let written = self.write_settlement(id, spent, usage);
+        let mut state = self.lock();
+        state.drop_hold(id);
+        for (window, amount) in spent {
+            // Counted even when the write failed: the request ran (the caller logs it).
+            state.windows.entry(window.clone()).or_default().settled += amount;
+        }
+        written
     }
 
     fn release(&self, id: HoldId) -> Result<(), LedgerError> {
-        self.write(Durability::None, |tx| drop_hold(tx, id))
+        self.lock().drop_hold(id);
+        Ok(())
     }
 
     fn totals(&self, window: &WindowId) -> Result<Totals, LedgerError> {
-        let tx = self.db.begin_read().map_err(unavailable)?;
-        let windows = tx.open_table(WINDOWS).map_err(unavailable)?;
-        read_totals(&windows, &window.storage_key())
+        let mut state = self.lock();
+        self.load(&mut state, window)?;
+        Ok(state.totals(window))
     }
 
     fn usage_since(&self, since_ms: u64, limit: usize) -> Result<Vec<UsageRecord>, LedgerError> {
@@ -324,7 +263,7 @@ mod tests {
     }
 
     #[test]
-    fn reopening_keeps_spend_and_releases_orphaned_holds() {
+    fn reopening_keeps_spend_and_forgets_holds() {
         let dir = tempfile::tempdir().unwrap();
         let window = WindowId {
             key: "k".into(),

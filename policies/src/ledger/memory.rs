@@ -16,9 +16,10 @@ pub struct MemoryLedger {
     state: Mutex<State>,
 }
 
+/// Windows and holds in memory; the embedded ledger keeps its holds in one too.
 #[derive(Debug, Default)]
-struct State {
-    windows: HashMap<WindowId, Totals>,
+pub(super) struct State {
+    pub(super) windows: HashMap<WindowId, Totals>,
     holds: HashMap<HoldId, Vec<(WindowId, f64)>>,
     usage: VecDeque<UsageRecord>,
 }
@@ -37,12 +38,12 @@ impl MemoryLedger {
 }
 
 impl State {
-    fn totals(&self, window: &WindowId) -> Totals {
+    pub(super) fn totals(&self, window: &WindowId) -> Totals {
         self.windows.get(window).copied().unwrap_or_default()
     }
 
     /// Checks `holds` against the windows as if `id`'s current holds were returned.
-    fn check(&self, id: HoldId, holds: &[Hold]) -> Result<(), LedgerError> {
+    pub(super) fn check(&self, id: HoldId, holds: &[Hold]) -> Result<(), LedgerError> {
         let current = self.holds.get(&id);
         for (i, hold) in holds.iter().enumerate() {
             let mut totals = self.totals(&hold.window);
@@ -55,14 +56,14 @@ impl State {
         Ok(())
     }
 
-    fn drop_hold(&mut self, id: HoldId) {
+    pub(super) fn drop_hold(&mut self, id: HoldId) {
         for (window, amount) in self.holds.remove(&id).unwrap_or_default() {
             let totals = self.windows.entry(window).or_default();
             totals.reserved = (totals.reserved - amount).max(0.0);
         }
     }
 
-    fn hold(&mut self, id: HoldId, holds: &[Hold]) {
+    pub(super) fn hold(&mut self, id: HoldId, holds: &[Hold]) {
         self.drop_hold(id);
         for hold in holds {
             self.windows

@@ -19,8 +19,8 @@
 //! What a crash leaves: a store's settled spend is durable when [`Ledger::settle`]
 //! returns, and the router settles before the response carrying `usage` is sent, so a
 //! `kill -9` loses no spend a client was told of. Holds of a dead process are released,
-//! not counted (their requests never answered): by the embedded store when it opens
-//! (one process owns the file), by Redis after the hold's time to live.
+//! not counted (their requests never answered): the embedded store keeps holds in memory
+//! only (one process owns the file), Redis expires them after the hold's time to live.
 
 mod embedded;
 mod memory;
