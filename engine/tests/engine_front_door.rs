@@ -62,6 +62,7 @@ fn request(prompt: Prompt, max_tokens: Option<u32>) -> GenerationRequest {
         user: None,
         tools: Vec::new(),
         constraint: None,
+        fanout: 1,
     }
 }
 

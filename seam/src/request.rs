@@ -33,6 +33,9 @@ pub struct GenerationRequest {
     pub tools: Vec<Tool>,
     /// What the output must look like, enforced token by token; `None`: free text.
     pub constraint: Option<Constraint>,
+    /// Generations the HTTP request fans out into (`n` × prompts), this one
+    /// included: the engine caps the KV cache they reserve together.
+    pub fanout: u32,
 }
 
 impl GenerationRequest {

@@ -212,6 +212,7 @@ impl GenerationParams {
                     user: self.user.clone(),
                     tools: self.tools.clone(),
                     constraint: self.constraint.clone(),
+                    fanout: u32::try_from(total).unwrap_or(u32::MAX),
                 });
             }
         }

@@ -2,6 +2,7 @@
 //! or fails, and settling the route when the request ends (whole JSON or stream).
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures_util::stream::{self, Stream};
@@ -12,9 +13,11 @@ use crate::policy::routed::RoutedRequest;
 use crate::state::AppState;
 use switchyard_seam::{BackendError, GenerationEvent, GenerationRequest, Prompt, Usage};
 
-/// Prompts of at most this many bytes are prepared (templated, tokenized) on the async
-/// worker that handles the request; larger ones on the blocking pool, so that a few
-/// megabyte-sized prompts cannot stall every other request (`/health` included).
+/// Prompts of at most this many bytes (tool definitions included) are prepared
+/// (templated, tokenized) on the async worker that handles the request; larger ones on
+/// the blocking pool, so that a few megabyte-sized prompts cannot stall every other
+/// request (`/health` included). A request with a `response_format` or forced tool
+/// calls always goes there: the engine waits for its grammar to compile.
 const INLINE_PREPARE_BYTES: usize = 16 * 1024;
 
 /// Submits the generations `make(model)` builds for the routed model; when the backend
@@ -56,21 +59,33 @@ async fn prepare_and_submit(
     requests: Vec<GenerationRequest>,
     prompt_field: &'static str,
 ) -> Result<Vec<Choice>, ApiError> {
-    if prompt_bytes(&requests) <= INLINE_PREPARE_BYTES {
+    if !needs_blocking_pool(&requests) {
         return cover_and_submit(state, routed, requests, prompt_field);
     }
+    // Waiting for a slot holds no thread; the slot is held until the work is done.
+    let Ok(slot) = Arc::clone(state.heavy_prepares()).acquire_owned().await else {
+        return Err(ApiError::backend(
+            BackendError::Internal {
+                message: "the preparation slots are closed".to_owned(),
+            },
+            prompt_field,
+        ));
+    };
     let state = state.clone();
     let routed = routed.clone();
-    tokio::task::spawn_blocking(move || cover_and_submit(&state, &routed, requests, prompt_field))
-        .await
-        .unwrap_or_else(|failure| {
-            Err(ApiError::backend(
-                BackendError::Internal {
-                    message: format!("preparing the request failed: {failure}"),
-                },
-                prompt_field,
-            ))
-        })
+    tokio::task::spawn_blocking(move || {
+        let _slot = slot;
+        cover_and_submit(&state, &routed, requests, prompt_field)
+    })
+    .await
+    .unwrap_or_else(|failure| {
+        Err(ApiError::backend(
+            BackendError::Internal {
+                message: format!("preparing the request failed: {failure}"),
+            },
+            prompt_field,
+        ))
+    })
 }
 
 /// Encodes the prompts on the routed checkpoint, holds the budget for their real size
@@ -127,14 +142,34 @@ fn encode_prompts(
     Ok(Some(counts))
 }
 
-/// Bytes of prompt text (token ids count four each) over every generation.
+/// Whether preparing `requests` is work for the blocking pool: a grammar to compile, or
+/// more than [`INLINE_PREPARE_BYTES`] to template and tokenize.
+fn needs_blocking_pool(requests: &[GenerationRequest]) -> bool {
+    requests.iter().any(|request| request.constraint.is_some())
+        || prompt_bytes(requests) > INLINE_PREPARE_BYTES
+}
+
+/// Bytes of prompt text (token ids count four each) and of the tool definitions the
+/// template writes into it, over every generation.
 fn prompt_bytes(requests: &[GenerationRequest]) -> usize {
     requests
         .iter()
-        .map(|request| match &request.prompt {
-            Prompt::Text(text) => text.len(),
-            Prompt::Tokens(ids) | Prompt::Encoded { ids, .. } => ids.len() * 4,
-            Prompt::Chat(messages) => messages.iter().map(|m| m.content.len()).sum(),
+        .map(|request| {
+            let prompt = match &request.prompt {
+                Prompt::Text(text) => text.len(),
+                Prompt::Tokens(ids) | Prompt::Encoded { ids, .. } => ids.len() * 4,
+                Prompt::Chat(messages) => messages.iter().map(|m| m.content.len()).sum(),
+            };
+            let tools: usize = request
+                .tools
+                .iter()
+                .map(|tool| {
+                    tool.name.len()
+                        + tool.description.as_ref().map_or(0, String::len)
+                        + tool.parameters.len()
+                })
+                .sum();
+            prompt + tools
         })
         .sum()
 }
