@@ -24,7 +24,6 @@ enum Command {
     /// Run the forward pass on token ids and write logits (for numerical checks).
     Logits(cli::logits::LogitsArgs),
     /// Serve the OpenAI-compatible HTTP API (continuous batching).
-    // Boxed: its flags outweigh every other command's.
     Serve(Box<cli::serve::ServeArgs>),
     /// Write a small deterministic synthetic checkpoint (for tests).
     Synth(cli::synth::SynthArgs),
