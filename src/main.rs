@@ -13,6 +13,8 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    log: cli::logging::LogArgs,
 }
 
 #[derive(Subcommand)]
@@ -35,15 +37,20 @@ enum Command {
     DemoRepo(cli::demo_repo::DemoRepoArgs),
 }
 
-fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    match Cli::parse().command {
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("{}", cli::report::error_text(&error));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    cli::logging::init(&cli.log)?;
+    match cli.command {
         Command::Generate(args) => cli::generate::run(args),
         Command::Tokenize(args) => cli::tokenize::run(args),
         Command::Logits(args) => cli::logits::run(args),

@@ -8,6 +8,7 @@
 //! checkpoints they run on (`registry`, `repository`, `store`, `formats`).
 
 pub mod chat;
+pub mod chat_choice;
 pub mod chat_tools;
 mod engine;
 pub mod formats;

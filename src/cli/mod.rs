@@ -3,10 +3,12 @@
 pub mod demo_repo;
 pub mod generate;
 pub mod load;
+pub mod logging;
 pub mod logits;
 pub mod models;
 pub mod npy;
 pub mod policy;
+pub mod report;
 pub mod serve;
 pub mod synth;
 pub mod tokenize;

@@ -32,9 +32,20 @@ pub fn run(args: ModelsArgs) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         // `switchyard models REPO | head` closing the pipe early is fine.
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => other.context("cannot write to stdout"),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        other => other.context("cannot write to stdout")?,
     }
+    // Scripts check the repository with the exit status: a skipped model
+    // is one `switchyard serve --repo` refuses to start with.
+    if !repo.problems.is_empty() {
+        anyhow::bail!(
+            "{} problem(s) in {} (listed above); `switchyard serve --repo` does not start \
+             with them unless given --allow-partial-start",
+            repo.problems.len(),
+            args.repo.display()
+        );
+    }
+    Ok(())
 }
 
 const HEADERS: [&str; 11] = [

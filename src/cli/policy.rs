@@ -75,6 +75,10 @@ pub fn run(args: PolicyArgs) -> anyhow::Result<()> {
             } else {
                 println!("{explanation}");
             }
+            // Scripts (and CI checks of a policy) read the verdict from the exit status.
+            if explanation.pick.is_none() {
+                anyhow::bail!("no candidate can be picked for this request (see above)");
+            }
             Ok(())
         }
     }
