@@ -33,6 +33,8 @@ enum Command {
     Policy(cli::policy::PolicyArgs),
     /// List the models and versions of a model repository.
     Models(cli::models::ModelsArgs),
+    /// Run evaluation suites (JSONL) on a checkpoint: accuracy with a 95% interval.
+    Eval(cli::eval::EvalArgs),
     /// Make a demo model repository from the SmolLM2 model (base, Q8_0, derived).
     DemoRepo(cli::demo_repo::DemoRepoArgs),
 }
@@ -59,5 +61,6 @@ fn run() -> anyhow::Result<()> {
         Command::Serve(args) => cli::serve::run(*args),
         Command::Models(args) => cli::models::run(args),
         Command::DemoRepo(args) => cli::demo_repo::run(args),
+        Command::Eval(args) => cli::eval::run(args),
     }
 }

@@ -11,6 +11,7 @@ pub mod chat;
 pub mod chat_choice;
 pub mod chat_tools;
 mod engine;
+pub mod eval;
 pub mod formats;
 pub mod model;
 pub mod prompt;

@@ -1,6 +1,7 @@
 //! One module per subcommand: its arguments and its `run`.
 
 pub mod demo_repo;
+pub mod eval;
 pub mod generate;
 pub mod load;
 pub mod logging;
@@ -8,6 +9,7 @@ pub mod logits;
 pub mod models;
 pub mod npy;
 pub mod policy;
+pub mod quality;
 pub mod report;
 pub mod serve;
 pub mod synth;

@@ -109,6 +109,7 @@ pub fn repository_table(repo: &ModelRepository) -> String {
     if repo.models.is_empty() {
         out.push_str(&format!("(no usable models in {})\n", repo.root.display()));
     }
+    out.push_str(&super::quality::quality_lines(repo));
     if !repo.problems.is_empty() {
         out.push_str(&format!("\n{} problem(s), skipped:\n", repo.problems.len()));
         for p in &repo.problems {
@@ -122,7 +123,7 @@ pub fn repository_table(repo: &ModelRepository) -> String {
 pub fn repository_json(repo: &ModelRepository) -> Value {
     json!({
         "root": repo.root.display().to_string(),
-        "models": repo.models.iter().map(model_json).collect::<Vec<_>>(),
+        "models": repo.models.iter().map(|m| model_json(&repo.root, m)).collect::<Vec<_>>(),
         "problems": repo.problems.iter().map(|p| json!({
             "path": p.path.display().to_string(),
             "reason": p.reason,
@@ -130,7 +131,7 @@ pub fn repository_json(repo: &ModelRepository) -> Value {
     })
 }
 
-fn model_json(model: &RepoModel) -> Value {
+fn model_json(root: &std::path::Path, model: &RepoModel) -> Value {
     let default = model.default_version().map(|v| v.version.clone());
     json!({
         "name": model.name,
@@ -138,6 +139,7 @@ fn model_json(model: &RepoModel) -> Value {
         "policy": model.policy.to_string(),
         "default_version": default,
         "versions": model.versions.iter().map(|v| version_json(model, v)).collect::<Vec<_>>(),
+        "quality": super::quality::model_quality(root, model),
     })
 }
 

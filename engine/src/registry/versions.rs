@@ -176,6 +176,12 @@ impl<B: Backend> Registry<B> {
         &self.store
     }
 
+    /// The backend every version is loaded into (to run a resident
+    /// version outside the executor: evaluation suites).
+    pub fn backend(&self) -> &Arc<B> {
+        &self.backend
+    }
+
     /// Makes `model@version` known (on disk at `path`); aliases are added
     /// to the model's. Registering a known version again updates its path.
     pub fn register(&self, model: &str, version: &str, path: &Path, aliases: &[String]) {

@@ -54,6 +54,9 @@ struct RawModelToml {
     version_policy: Option<RawPolicy>,
     chat_template: Option<String>,
     ctx_size: Option<usize>,
+    /// Read by `eval::gate`, its one home; accepted here so the file parses.
+    #[allow(dead_code)]
+    quality_gate: Option<toml::Value>,
 }
 
 #[derive(Deserialize)]
@@ -76,7 +79,8 @@ pub fn parse_model_toml(text: &str, path: &Path) -> Result<ModelToml, String> {
             .unwrap_or_default();
         format!(
             "{} is not a valid model.toml: {place}{}; the keys are aliases, default_version, \
-             chat_template, ctx_size and [version_policy] with one of latest, all or versions",
+             chat_template, ctx_size, [version_policy] with one of latest, all or versions, \
+             and [quality_gate]",
             path.display(),
             e.message().trim_end()
         )

@@ -15,6 +15,7 @@ mod ledger;
 mod model_admin;
 mod policy;
 mod pool_metrics;
+mod quality_gate;
 mod repository;
 mod startup;
 

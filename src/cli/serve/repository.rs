@@ -24,6 +24,11 @@ pub struct StartupVersion {
 }
 
 impl RepositoryWatch {
+    /// The repository folder.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
     /// Scans `root`, registers every version it holds and returns the
     /// versions each model's policy serves (its default version active), and
     /// what the scan skipped (a model.toml typo, a corrupt file) as problems.
