@@ -10,6 +10,10 @@
 #
 # Usage: scripts/policy-layer-runs.sh [RUNS] [OTHER_BENCH_BINARY]   (default 10 runs)
 # Pinned to CPU 1 (`CPU=0` to change).
+# `STORES="memory embedded redis://127.0.0.1:6379"` instead alternates this build over
+# those spend ledgers run for run (POLICY_LAYER_LEDGER; a Redis must be running), and
+# reads the table of every request (a settlement that waits for the disk switches
+# its thread out, so the "not switched out" table would drop exactly those).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:-10}"
@@ -21,18 +25,25 @@ if [[ -z "$bin" ]]; then
   echo "could not build the policy_layer bench; run cargo bench -p switchyard-router --bench policy_layer --no-run to see why" >&2
   exit 1
 fi
-declare -a builds=("this:$bin")
+# Each build: a name, a bench binary and the spend ledger it counts budgets in.
+declare -a builds=("this $bin memory")
 if [[ -n "$other" ]]; then
   [[ -x "$other" ]] || { echo "$other is not an executable bench binary" >&2; exit 1; }
-  builds=("other:$other" "this:$bin")
+  builds=("other $other memory" "this $bin memory")
 fi
+if [[ -n "${STORES:-}" ]]; then
+  builds=()
+  for store in $STORES; do builds+=("${store%%:*} $bin $store"); done
+fi
+table="wall clock, requests the scheduler did not switch out:"
+if [[ -n "${STORES:-}" ]]; then table="wall clock:"; fi
 rows="$(mktemp)"
 trap 'rm -f "$rows"' EXIT
 for ((run = 1; run <= runs; run++)); do
   for build in "${builds[@]}"; do
-    name="${build%%:*}"
-    taskset -c "$cpu" "${build#*:}" --bench 2>&1 \
-      | awk '/^wall clock, requests the scheduler did not switch out/ { table = 1; next }
+    read -r name executable store <<<"$build"
+    POLICY_LAYER_LEDGER="$store" taskset -c "$cpu" "$executable" --bench 2>&1 \
+      | awk -v want="$table" '$0 == want { table = 1; next }
              table && /whole-request difference/ { exit }
              table && /^\| / && !/^\| (case|---)/ { print }' \
       | sed "s/^/$name /" >>"$rows"

@@ -16,6 +16,16 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; the
     chromium chromium-driver >/dev/null
 fi
 
+# The shared spend ledger's tests (tests/python/test_budgets.py, the policies crate's
+# Redis contract test) start their own Debian redis-server on a loopback port.
+if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
+  sudo_if_needed=()
+  if [[ $(id -u) -ne 0 ]]; then sudo_if_needed=(sudo); fi
+  "${sudo_if_needed[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_if_needed[@]}" apt-get install -y -qq --no-install-recommends \
+    redis-server redis-tools >/dev/null
+fi
+
 if [[ ! -x .venv/bin/python ]]; then
   python3 -m venv .venv
 fi

@@ -42,7 +42,7 @@ pub fn encode_with_tools(
     let ids = match prompt {
         Prompt::Chat(messages) => chat_prompt(messages, tools, tokenizer, template)?.1,
         Prompt::Text(text) => tokenizer.encode(text, true)?,
-        Prompt::Tokens(ids) => {
+        Prompt::Tokens(ids) | Prompt::Encoded { ids, .. } => {
             let vocab_size = tokenizer.vocab_size();
             if let Some(&id) = ids.iter().find(|&&id| id as usize >= vocab_size) {
                 return Err(PromptError::TokenOutOfVocabulary { id, vocab_size });

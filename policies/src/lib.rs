@@ -54,6 +54,7 @@
 //   and errors, number formatting, key digests, the file's schema, metric hooks;
 // - the compiled policy (`compiled`: what the file says, immutable) and `validate`,
 //   which builds it;
+// - the spend ledger (`ledger`: where budget counters and usage records are kept);
 // - the live state it feeds (`live`: budget windows, rollback monitors) and `policy`,
 //   the two together, carried over on reload;
 // - the stages of one routing decision: `authenticate`, `context`, `score`, `scan`,
@@ -74,6 +75,7 @@ mod spend;
 mod compiled;
 mod validate;
 
+pub mod ledger;
 mod live;
 mod policy;
 

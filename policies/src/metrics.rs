@@ -161,6 +161,7 @@ pub(crate) fn rejected(e: &RouteError) {
         RouteErrorKind::BudgetExhausted => "budget_exhausted",
         RouteErrorKind::Unavailable => "unavailable",
         RouteErrorKind::Unsatisfiable => "unsatisfiable",
+        RouteErrorKind::LedgerUnavailable => "ledger_unavailable",
     };
     counter!(ROUTE_ERRORS, "kind" => kind).increment(1);
     for constraint in e.failed_constraints() {

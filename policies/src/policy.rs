@@ -11,6 +11,7 @@ use crate::compiled::tenant::Tenant;
 use crate::compiled::{CompiledPolicy, Routing};
 use crate::engine_view::CheckpointKey;
 use crate::error::PolicyError;
+use crate::ledger::{Ledger, MemoryLedger};
 use crate::live::budget::BudgetWindow;
 use crate::live::rollback::{RollbackMonitor, RollbackStatus};
 use crate::live::LiveState;
@@ -39,9 +40,21 @@ impl Policy {
     ) -> Result<Policy, PolicyError> {
         let compiled = crate::validate::compile(src, source_name, env)?;
         Ok(Policy {
-            live: LiveState::new(&compiled),
+            live: LiveState::new(&compiled, Arc::new(MemoryLedger::new())),
             compiled,
         })
+    }
+
+    /// This policy with its budgets counted in `ledger` (a fresh policy keeps them in
+    /// memory). [`crate::PolicyStore`] gives every policy it installs its ledger.
+    pub fn with_ledger(mut self, ledger: Arc<dyn Ledger>) -> Policy {
+        self.live.use_ledger(&self.compiled, ledger);
+        self
+    }
+
+    /// The ledger this policy's budgets are counted in.
+    pub fn ledger(&self) -> &Arc<dyn Ledger> {
+        &self.live.ledger
     }
 
     /// Reads and validates a policy file.

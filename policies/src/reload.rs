@@ -16,6 +16,7 @@ use arc_swap::ArcSwap;
 use crate::engine_view::EngineView;
 use crate::error::PolicyError;
 use crate::explain::{explain, Explanation};
+use crate::ledger::Ledger;
 use crate::metrics;
 use crate::policy::Policy;
 use crate::request::RouteRequest;
@@ -50,6 +51,18 @@ impl PolicyStore {
         let path = path.as_ref();
         Ok(Self::with_path(
             Policy::load(path)?,
+            Some(path.to_path_buf()),
+        ))
+    }
+
+    /// Loads `path`, counting budgets in `ledger` (and every policy reloaded later).
+    pub fn open_with_ledger(
+        path: impl AsRef<Path>,
+        ledger: Arc<dyn Ledger>,
+    ) -> Result<Self, PolicyError> {
+        let path = path.as_ref();
+        Ok(Self::with_path(
+            Policy::load(path)?.with_ledger(ledger),
             Some(path.to_path_buf()),
         ))
     }
@@ -149,8 +162,11 @@ impl PolicyStore {
         }
     }
 
-    fn swap_locked(&self, mut policy: Policy) -> Arc<Policy> {
-        policy.inherit_state(&self.current.load());
+    fn swap_locked(&self, policy: Policy) -> Arc<Policy> {
+        let old = self.current.load();
+        // One ledger for the store's whole life: the new policy counts where the old did.
+        let mut policy = policy.with_ledger(Arc::clone(old.ledger()));
+        policy.inherit_state(&old);
         let new = Arc::new(policy);
         self.current.store(Arc::clone(&new));
         self.generation.fetch_add(1, Ordering::AcqRel);

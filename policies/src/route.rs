@@ -14,7 +14,7 @@ use crate::constraint::ConstraintFailure;
 use crate::context::Context;
 use crate::decimal::{push_digits, push_fixed};
 use crate::engine_view::EngineView;
-use crate::live::budget::{now_secs, Reservation};
+use crate::live::budget::{now_secs, Billing, Refusal, Reservation};
 use crate::live::rollback::RollbackMonitor;
 use crate::metrics::{self, RouteKey, RoutedLabels};
 use crate::plan::Plan;
@@ -53,6 +53,16 @@ pub struct Route {
     pub reservation: Reservation,
     rollback: Option<(Arc<RollbackMonitor>, usize)>,
     key: RouteKey,
+    /// What [`Route::cover`] needs to work out the worst case again.
+    bounds: WorstCaseBounds,
+}
+
+/// The numbers a request's worst case is worked out from, besides its prompts.
+#[derive(Debug, Clone, Copy)]
+struct WorstCaseBounds {
+    context_limit: u64,
+    max_output_tokens: Option<u64>,
+    price: crate::spend::Price,
 }
 
 /// How a routed request ended.
@@ -71,6 +81,36 @@ impl Route {
     pub fn finish(self, completion: Completion) -> Spend {
         self.record_outcome(completion.succeeded, completion.latency_ms);
         self.reservation.settle(completion.usage)
+    }
+
+    /// Holds the worst case of the prompts as the engine counted them (templated and
+    /// tokenized, one count per generation, so `n` choices of a prompt repeat its count)
+    /// instead of the routing estimate: each generation's prompt plus its `max_tokens`,
+    /// or the rest of the context window when it sets none. All or nothing: when the
+    /// budget cannot hold it the reservation stays as it was and the request is refused
+    /// (429) before it runs.
+    pub fn cover(&mut self, prompt_tokens: &[u32]) -> Result<Spend, RouteError> {
+        let b = self.bounds;
+        let (mut prompts, mut outputs) = (0u64, 0u64);
+        for &p in prompt_tokens {
+            let prompt = u64::from(p).min(b.context_limit);
+            let room = b.context_limit - prompt;
+            prompts = prompts.saturating_add(prompt);
+            outputs = outputs.saturating_add(b.max_output_tokens.map_or(room, |m| m.min(room)));
+        }
+        let worst = b.price.spend(prompts, outputs);
+        match self.reservation.resize(worst) {
+            Ok(()) => {
+                self.estimated_tokens = worst.tokens;
+                Ok(worst)
+            }
+            Err(refusal) => {
+                let error = refusal_error(refusal, &self.model, &self.version);
+                // Counted as routing's refusals are: the same constraint, the same kind.
+                metrics::rejected(&error);
+                Err(error)
+            }
+        }
     }
 
     /// Feeds the split's rollback rule (no-op when no rule watches this arm).
@@ -114,19 +154,34 @@ fn route_inner(
     let ctx = Context::new(policy, tenant, req);
     let plan = Plan::new(policy, req, tenant)?;
     let now = now_secs();
+    // Set when the ledger could not be asked: the request then fails as a whole (503),
+    // not as one candidate over budget.
+    let mut ledger_down: Option<String> = None;
     let mut reserve = |s: &Scored| {
         let budgets = tenant.map_or(&[][..], |t| &t.live.budgets[..]);
         Reservation::reserve(
             tenant.map(|t| Arc::clone(&t.live.meter)),
+            &policy.live.ledger,
             budgets,
             ctx.worst_case_of(s.model),
             ctx.price(s.model),
             now,
         )
-        .map_err(|short| ConstraintFailure::OverBudget {
-            budget: short.window,
-            needed: short.needed,
-            remaining: short.remaining,
+        .map_err(|refusal| match refusal {
+            Refusal::Short(short) => ConstraintFailure::OverBudget {
+                budget: short.window,
+                needed: short.needed,
+                remaining: short.remaining,
+            },
+            Refusal::Unavailable(reason) => {
+                let failure = ConstraintFailure::OverBudget {
+                    budget: Arc::from("ledger"),
+                    needed: 0.0,
+                    remaining: 0.0,
+                };
+                ledger_down = Some(reason);
+                failure
+            }
         })
     };
     let mut scored = if plan.ranked() {
@@ -162,6 +217,9 @@ fn route_inner(
             }
         }
         scored.extend(fallbacks);
+    }
+    if let Some(reason) = ledger_down {
+        return Err(RouteError::LedgerUnavailable { reason });
     }
     if plan.ranked() {
         // The fast pass kept verdicts only; score again to say what failed where. Races
@@ -212,12 +270,17 @@ pub(crate) fn build(
     scored: &[Scored],
     i: usize,
     qualifying: usize,
-    reservation: Reservation,
+    mut reservation: Reservation,
 ) -> Option<Route> {
     let policy = ctx.policy;
     let s = scored.get(i)?;
     let m = policy.compiled.models.get(s.model)?;
     let version = Arc::clone(m.versions.get(s.version)?);
+    reservation.set_billing(Billing {
+        tenant: ctx.tenant.map(|t| Arc::clone(&t.compiled.name)),
+        model: Arc::clone(&m.name),
+        version: Arc::clone(&version),
+    });
     let (split, arm, rollback, reason, explanation) = match s.via {
         Via::Split { split, arm } => {
             let sp = policy.compiled.splits.get(split)?;
@@ -290,7 +353,31 @@ pub(crate) fn build(
                 _ => None,
             },
         },
+        bounds: WorstCaseBounds {
+            context_limit: u64::from(m.context_limit),
+            max_output_tokens: ctx.max_output_tokens,
+            price: m.price(),
+        },
     })
+}
+
+/// The error of a reservation that [`Route::cover`] could not grow.
+fn refusal_error(refusal: Refusal, model: &str, version: &str) -> RouteError {
+    match refusal {
+        Refusal::Short(short) => RouteError::NoCandidate {
+            hint: format!("{model}@{version}"),
+            rejections: vec![crate::route_error::Rejection {
+                model: model.to_owned(),
+                version: version.to_owned(),
+                failures: vec![ConstraintFailure::OverBudget {
+                    budget: short.window,
+                    needed: short.needed,
+                    remaining: short.remaining,
+                }],
+            }],
+        },
+        Refusal::Unavailable(reason) => RouteError::LedgerUnavailable { reason },
+    }
 }
 
 /// `auto: best utility 0.8123 of 7 qualifying (quality 0.850, cost 0.000420, latency 35 ms)`.

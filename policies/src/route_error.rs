@@ -29,6 +29,8 @@ pub enum RouteErrorKind {
     Unavailable,
     /// The constraints cannot be met by any candidate (400/422).
     Unsatisfiable,
+    /// The spend ledger could not be asked for a budget the request needs (503, retry).
+    LedgerUnavailable,
 }
 
 /// Why routing failed.
@@ -64,6 +66,12 @@ pub enum RouteError {
         /// Known versions, comma-separated.
         known: String,
     },
+    /// The request needs a budget and the spend ledger cannot be reached (fail closed).
+    #[error("the budget cannot be checked now ({reason}); retry shortly")]
+    LedgerUnavailable {
+        /// What failed.
+        reason: String,
+    },
     /// Every candidate broke at least one constraint.
     #[error("{}", no_candidate_message(hint, rejections))]
     NoCandidate {
@@ -84,6 +92,7 @@ impl RouteError {
             RouteError::UnknownModel { .. } | RouteError::UnknownVersion { .. } => {
                 RouteErrorKind::UnknownModel
             }
+            RouteError::LedgerUnavailable { .. } => RouteErrorKind::LedgerUnavailable,
             RouteError::NoCandidate { rejections, .. } => {
                 let all = |f: fn(&ConstraintFailure) -> bool| {
                     !rejections.is_empty() && rejections.iter().all(|r| r.failures.iter().any(f))

@@ -122,6 +122,11 @@ pub enum ApiError {
         /// The request path.
         path: String,
     },
+    /// A later stage of the policy layer refused the request (a budget that cannot
+    /// hold the prompt's real size, a spend ledger that cannot be reached), as the
+    /// policy layer words it.
+    #[error("{}", .0.body().error.message)]
+    Refused(Box<ErrorReply>),
     /// The backend refused or failed the generation.
     #[error("{source}")]
     Backend {
@@ -134,14 +139,14 @@ pub enum ApiError {
 }
 
 /// OpenAI's error body: `{"error": {...}}`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct ErrorBody {
     /// The error itself.
     pub error: ErrorDetail,
 }
 
 /// The inner object of OpenAI's error body.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct ErrorDetail {
     /// What went wrong and what to do.
     pub message: String,
@@ -159,7 +164,7 @@ pub struct ErrorDetail {
 
 /// A failure of any stage, as the client is told it: the one value that becomes an HTTP
 /// error response ([`IntoResponse`]) or an SSE error event ([`ErrorReply::sse_event`]).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ErrorReply {
     status: StatusCode,
     body: ErrorBody,
@@ -292,6 +297,7 @@ impl ApiError {
             ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             ApiError::RouteNotFound { .. } => StatusCode::NOT_FOUND,
+            ApiError::Refused(reply) => reply.status(),
             ApiError::Backend { source, .. } => match source {
                 BackendError::UnknownModel { .. } => StatusCode::NOT_FOUND,
                 BackendError::ContextOverflow { .. } | BackendError::InvalidRequest { .. } => {
@@ -310,6 +316,7 @@ impl ApiError {
             | ApiError::MissingParameter { param }
             | ApiError::InvalidValue { param, .. }
             | ApiError::Unsupported { param, .. } => Some(param.clone()),
+            ApiError::Refused(reply) => reply.body().error.param.clone(),
             ApiError::Backend {
                 source,
                 prompt_field,
@@ -357,6 +364,7 @@ impl ApiError {
             ApiError::TooManyRequests { .. } => "rate_limit_exceeded",
             ApiError::Timeout { .. } => "timeout",
             ApiError::RouteNotFound { .. } => "unknown_url",
+            ApiError::Refused(reply) => reply.body().error.code.unwrap_or("refused"),
             ApiError::Backend { source, .. } => match source {
                 BackendError::UnknownModel { .. } => "model_not_found",
                 BackendError::ContextOverflow { .. } => "context_length_exceeded",
@@ -376,12 +384,16 @@ impl ApiError {
                 source: BackendError::Overloaded,
                 ..
             } => Some(Duration::from_secs(1)),
+            ApiError::Refused(reply) => reply.retry_after,
             _ => None,
         }
     }
 
     /// The reply the client gets.
     pub fn reply(&self) -> ErrorReply {
+        if let ApiError::Refused(reply) = self {
+            return (**reply).clone();
+        }
         ErrorReply::new(self.status(), self.to_string(), self.code())
             .with_param(self.param())
             .with_retry_after(self.retry_after())

@@ -44,6 +44,7 @@ struct Shared {
     submitted: Mutex<Vec<GenerationRequest>>,
     cancelled: AtomicUsize,
     cancelled_changed: Notify,
+    encodes: bool,
 }
 
 impl Default for FakeBackend {
@@ -60,6 +61,7 @@ pub struct FakeBackendBuilder {
     fail_after: Option<usize>,
     ready: bool,
     held: bool,
+    encodes: bool,
 }
 
 impl FakeBackendBuilder {
@@ -93,6 +95,13 @@ impl FakeBackendBuilder {
         self
     }
 
+    /// Answer [`InferenceBackend::encode_prompt`] (one id per word, one more per chat
+    /// message), as the engine does; without it the fake cannot encode before submitting.
+    pub fn encodes_prompts(mut self) -> Self {
+        self.encodes = true;
+        self
+    }
+
     /// Start held: generations wait until [`FakeBackend::release`].
     pub fn held(mut self) -> Self {
         self.held = true;
@@ -123,6 +132,7 @@ impl FakeBackendBuilder {
                 submitted: Mutex::new(Vec::new()),
                 cancelled: AtomicUsize::new(0),
                 cancelled_changed: Notify::new(),
+                encodes: self.encodes,
             }),
         }
     }
@@ -143,6 +153,7 @@ impl FakeBackend {
             fail_after: None,
             ready: true,
             held: false,
+            encodes: false,
         }
     }
 
@@ -202,7 +213,7 @@ impl FakeBackend {
                 .map(|m| m.content.split_whitespace().count() + 1)
                 .sum(),
             Prompt::Text(text) => text.split_whitespace().count(),
-            Prompt::Tokens(ids) => ids.len(),
+            Prompt::Tokens(ids) | Prompt::Encoded { ids, .. } => ids.len(),
         };
         u32::try_from(count).unwrap_or(u32::MAX)
     }
@@ -222,6 +233,12 @@ impl CheckpointProbe for FakeProbe {
 impl InferenceBackend for FakeBackend {
     fn models(&self) -> Vec<ModelCard> {
         self.shared.models.clone()
+    }
+
+    fn encode_prompt(&self, request: &GenerationRequest) -> Option<Result<Vec<u32>, BackendError>> {
+        self.shared
+            .encodes
+            .then(|| Ok(vec![1; Self::prompt_tokens(&request.prompt) as usize]))
     }
 
     fn checkpoint_probe(&self, model: &str, version: &str) -> Option<Arc<dyn CheckpointProbe>> {

@@ -381,3 +381,79 @@ async fn absent_parts_say_what_to_configure() {
     let reply = call(&app, "POST", "/admin/policy/reload", Some(TOKEN), POLICY).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
 }
+
+#[tokio::test]
+async fn usage_exports_settled_requests_and_names_a_bad_parameter() {
+    use switchyard_policies::{Caller, Completion, IdleEngine, ModelHint, RouteRequest, Usage};
+    let file = policy_file(POLICY);
+    let (app, store, _) = full_app(&file);
+    let mut route = store
+        .route(
+            &RouteRequest::new(ModelHint::parse("small@v1"), Caller::Anonymous),
+            &IdleEngine,
+        )
+        .unwrap();
+    route.reservation.label("req-1", Some("sk-x"));
+    route.finish(Completion {
+        usage: Usage {
+            prompt_tokens: 3,
+            cached_tokens: 0,
+            completion_tokens: 4,
+        },
+        succeeded: true,
+        latency_ms: 1.0,
+    });
+    let lines = call(&app, "GET", "/admin/usage?since=0", Some(TOKEN), "").await;
+    assert_eq!(lines.status, StatusCode::OK, "{}", lines.text);
+    assert_eq!(lines.headers["content-type"], "application/x-ndjson");
+    let record: Value = serde_json::from_str(lines.text.trim()).unwrap();
+    assert_eq!(
+        (
+            &record["model"],
+            &record["version"],
+            &record["tokens_in"],
+            &record["tokens_out"],
+            &record["request_id"],
+        ),
+        (
+            &json!("small"),
+            &json!("v1"),
+            &json!(3),
+            &json!(4),
+            &json!("req-1")
+        )
+    );
+    assert_eq!(record["key_id"].as_str().unwrap().len(), 12);
+    let csv = call(&app, "GET", "/admin/usage?format=csv", Some(TOKEN), "").await;
+    assert!(
+        csv.text.starts_with("time_ms,tenant,key_id,"),
+        "{}",
+        csv.text
+    );
+    assert_eq!(csv.text.lines().count(), 2);
+    let future = call(
+        &app,
+        "GET",
+        "/admin/usage?since=99999999999",
+        Some(TOKEN),
+        "",
+    )
+    .await;
+    assert_eq!(future.text, "");
+    for (query, param) in [
+        ("since=yesterday", "since"),
+        ("limit=0", "limit"),
+        ("format=xml", "format"),
+    ] {
+        let bad = call(
+            &app,
+            "GET",
+            &format!("/admin/usage?{query}"),
+            Some(TOKEN),
+            "",
+        )
+        .await;
+        assert_eq!(bad.status, StatusCode::BAD_REQUEST, "{query}");
+        assert_eq!(bad.json()["error"]["param"], param);
+    }
+}

@@ -35,6 +35,17 @@ pub trait InferenceBackend: Send + Sync + 'static {
     /// generation and must free its resources (KV cache, queue slot).
     fn submit(&self, request: GenerationRequest) -> Result<GenerationStream, BackendError>;
 
+    /// The token ids `submit` would run `request`'s prompt as, on `request.model`:
+    /// chat template applied and tokenized, the same errors as `submit` for a prompt
+    /// that cannot be encoded. The router counts them to reserve a budget for the
+    /// prompt's real size before anything runs, then submits them as
+    /// [`crate::Prompt::Encoded`]. `None` (the default): the backend cannot tell before
+    /// submitting (the router then reserves with its estimate).
+    fn encode_prompt(&self, request: &GenerationRequest) -> Option<Result<Vec<u32>, BackendError>> {
+        let _ = request;
+        None
+    }
+
     /// Live state of checkpoint `model` (at `version`, when the policy names one) for
     /// engine-aware routing: residency, queue depth, expected waits, health.
     ///

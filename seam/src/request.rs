@@ -54,14 +54,23 @@ pub enum Prompt {
     Text(String),
     /// Already tokenized input.
     Tokens(Vec<u32>),
+    /// A prompt the backend already templated and tokenized for this model
+    /// ([`crate::InferenceBackend::encode_prompt`]), run as is: the router counts
+    /// it to reserve a budget, then submits it, so the work is done once.
+    Encoded {
+        /// The token ids, template applied.
+        ids: Vec<u32>,
+        /// Whether it came from `messages` (a chat request) rather than `prompt`.
+        chat: bool,
+    },
 }
 
 impl Prompt {
     /// The OpenAI request field that carries this kind of prompt.
     pub fn field(&self) -> &'static str {
         match self {
-            Prompt::Chat(_) => "messages",
-            Prompt::Text(_) | Prompt::Tokens(_) => "prompt",
+            Prompt::Chat(_) | Prompt::Encoded { chat: true, .. } => "messages",
+            Prompt::Text(_) | Prompt::Tokens(_) | Prompt::Encoded { chat: false, .. } => "prompt",
         }
     }
 }

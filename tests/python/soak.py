@@ -231,7 +231,7 @@ def run(binary: Path, base_model: Path, seconds: float, out=sys.stdout) -> dict:
         args = [str(binary), "serve", "--repo", str(repo), "--policy", str(policy_path),
                 "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin_port}",
                 "--admin-token", TOKEN, "--drain-seconds", "5", "--max-batch", "16",
-                "--allow-partial-start"]
+                "--allow-partial-start", "--state-dir", str(work / "state")]
         log = open(work / "server.log", "w")
         proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log)
         try:

@@ -119,6 +119,18 @@ impl<B: Backend> InferenceBackend for Engine<B> {
         Ok(receiver)
     }
 
+    fn encode_prompt(&self, request: &GenerationRequest) -> Option<Result<Vec<u32>, BackendError>> {
+        Some(self.resolve(&request.model).and_then(|checkpoint| {
+            crate::prompt::encode_with_tools(
+                &request.prompt,
+                &request.tools,
+                &checkpoint.tokenizer,
+                &checkpoint.template,
+            )
+            .map_err(|error| BackendError::invalid(request.prompt_field(), error.to_string()))
+        }))
+    }
+
     fn checkpoint_state(&self, model: &str, version: Option<&str>) -> Option<CandidateState> {
         let state = self.registry.routing_state(model, version)?;
         Some(routing_state::candidate_state(

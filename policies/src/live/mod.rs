@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use crate::compiled::CompiledPolicy;
 use crate::engine_view::ProbeCell;
+use crate::ledger::Ledger;
 use crate::metrics::{RouteCounters, TenantMeter};
 use budget::BudgetWindow;
 use rollback::RollbackMonitor;
@@ -25,6 +26,28 @@ pub(crate) struct LiveState {
     pub probes: Box<[ProbeCell]>,
     /// Handles of the routed-request counters.
     pub route_counters: RouteCounters,
+    /// Where the budget windows keep their counters and settled requests their usage.
+    pub ledger: Arc<dyn Ledger>,
+}
+
+/// A window per budget of `tenant`, in its order.
+fn budget_windows(
+    tenant: &crate::compiled::tenant::Tenant,
+    ledger: &Arc<dyn Ledger>,
+) -> Vec<Arc<BudgetWindow>> {
+    tenant
+        .budgets
+        .iter()
+        .map(|b| {
+            Arc::new(BudgetWindow::new(
+                Arc::clone(&tenant.name),
+                b.unit(),
+                b.window_secs(),
+                b.limit(),
+                Arc::clone(ledger),
+            ))
+        })
+        .collect()
 }
 
 /// One tenant's spend.
@@ -37,24 +60,13 @@ pub(crate) struct TenantState {
 }
 
 impl LiveState {
-    /// Fresh state for `compiled`: nothing spent, every rule watching.
-    pub(crate) fn new(compiled: &CompiledPolicy) -> Self {
+    /// Fresh state for `compiled`, its budgets counted in `ledger`: every rule watching.
+    pub(crate) fn new(compiled: &CompiledPolicy, ledger: Arc<dyn Ledger>) -> Self {
         let tenants = compiled
             .tenants
             .iter()
             .map(|t| TenantState {
-                budgets: t
-                    .budgets
-                    .iter()
-                    .map(|b| {
-                        Arc::new(BudgetWindow::new(
-                            Arc::clone(&t.name),
-                            b.unit(),
-                            b.window_secs(),
-                            b.limit(),
-                        ))
-                    })
-                    .collect(),
+                budgets: budget_windows(t, &ledger),
                 meter: Arc::new(TenantMeter::new(Arc::clone(&t.name))),
             })
             .collect();
@@ -81,7 +93,16 @@ impl LiveState {
                 compiled.checkpoint_count,
                 compiled.splits.iter().map(|s| s.arms.len()),
             ),
+            ledger,
         }
+    }
+
+    /// Counts every budget in `ledger` from now on (before the policy serves).
+    pub(crate) fn use_ledger(&mut self, compiled: &CompiledPolicy, ledger: Arc<dyn Ledger>) {
+        for (tenant, state) in compiled.tenants.iter().zip(&mut self.tenants) {
+            state.budgets = budget_windows(tenant, &ledger);
+        }
+        self.ledger = ledger;
     }
 
     /// The rollback monitor of split `split` (an index), if the split has a rule.

@@ -8,6 +8,9 @@ use std::sync::Arc;
 use axum::body::Body;
 use http::Request;
 use serde_json::json;
+use switchyard_policies::ledger::{
+    EmbeddedLedger, Ledger, MemoryLedger, RedisLedger, RedisOptions,
+};
 use switchyard_policies::{
     estimate_tokens, sha256_hex, stable_hash, Caller, Completion, Hints, ModelHint, Policy,
     PolicyStore, RouteRequest, Usage, HEADER_MIN_QUALITY, HEADER_TAGS,
@@ -95,10 +98,28 @@ pub fn backend() -> Arc<dyn InferenceBackend> {
     Arc::new(FakeBackend::builder().models(cards).reply(REPLY).build())
 }
 
+/// The spend ledger the bench counts budgets in: `POLICY_LAYER_LEDGER` = `memory`
+/// (default), `embedded` (a file in a fresh temporary directory) or `redis://HOST:PORT`.
+fn ledger() -> Arc<dyn Ledger> {
+    let store = std::env::var("POLICY_LAYER_LEDGER").unwrap_or_default();
+    if store.starts_with("redis://") {
+        return Arc::new(RedisLedger::new(RedisOptions::new(store)).expect("a Redis URL"));
+    }
+    match store.as_str() {
+        "" | "memory" => Arc::new(MemoryLedger::new()),
+        "embedded" => {
+            let dir = std::env::temp_dir().join(format!("policy-bench-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            Arc::new(EmbeddedLedger::open(&dir).expect("a ledger file in the temporary directory"))
+        }
+        other => panic!("POLICY_LAYER_LEDGER={other}: use memory, embedded or redis://HOST:PORT"),
+    }
+}
+
 /// The bench policy, routed against `backend`.
 pub fn routing(backend: &Arc<dyn InferenceBackend>) -> Arc<PolicyRouting> {
     let policy = Policy::from_toml_str(&policy_toml()).expect("the bench policy is valid");
-    let store = Arc::new(PolicyStore::new(policy));
+    let store = Arc::new(PolicyStore::new(policy.with_ledger(ledger())));
     Arc::new(PolicyRouting::over_backend(store, Arc::clone(backend)))
 }
 

@@ -61,6 +61,17 @@ pub enum AdminApiError {
     /// The model adapter refused or failed.
     #[error("{0}")]
     Model(#[from] AdminError),
+    /// A query parameter could not be used.
+    #[error("query parameter `{param}`: {message}")]
+    BadQuery {
+        /// The parameter.
+        param: &'static str,
+        /// What is wrong and what to send.
+        message: String,
+    },
+    /// The spend ledger could not be read.
+    #[error("The spend ledger could not be read: {0}. Retry shortly.")]
+    Ledger(String),
     /// A model operation panicked or was cancelled.
     #[error("The model operation did not complete: {0}")]
     Task(String),
@@ -84,6 +95,8 @@ impl AdminApiError {
                 AdminErrorKind::Invalid => StatusCode::UNPROCESSABLE_ENTITY,
                 AdminErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             },
+            AdminApiError::BadQuery { .. } => StatusCode::BAD_REQUEST,
+            AdminApiError::Ledger(_) => StatusCode::SERVICE_UNAVAILABLE,
             AdminApiError::Task(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -104,6 +117,8 @@ impl AdminApiError {
                 AdminErrorKind::Invalid => "invalid_checkpoint",
                 AdminErrorKind::Unavailable => "unavailable",
             },
+            AdminApiError::BadQuery { .. } => "invalid_value",
+            AdminApiError::Ledger(_) => "ledger_unavailable",
             AdminApiError::Task(_) => "internal_error",
         }
     }
@@ -111,7 +126,12 @@ impl AdminApiError {
 
 impl From<AdminApiError> for ErrorReply {
     fn from(error: AdminApiError) -> Self {
-        let reply = ErrorReply::new(error.status(), error.to_string(), error.code());
+        let reply = ErrorReply::new(error.status(), error.to_string(), error.code()).with_param(
+            match &error {
+                AdminApiError::BadQuery { param, .. } => Some((*param).to_owned()),
+                _ => None,
+            },
+        );
         match error {
             // Diagnostics ride along next to the standard error fields.
             AdminApiError::InvalidPolicy { diagnostics, .. } => {

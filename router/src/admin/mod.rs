@@ -27,6 +27,7 @@ pub mod model_admin;
 pub mod models;
 mod policy;
 mod state;
+mod usage;
 
 use axum::extract::Request;
 use axum::http::Method;
@@ -58,6 +59,7 @@ pub fn admin_app(state: AdminState) -> Router {
         )
         .route("/admin/models/{model}/rollback", post(models::rollback))
         .route("/admin/activity", get(activity::show))
+        .route("/admin/usage", get(usage::export))
         .fallback(not_found)
         // `layer`, not `route_layer`: unknown paths need the token too.
         .layer(middleware::from_fn_with_state(

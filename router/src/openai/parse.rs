@@ -89,7 +89,9 @@ fn chat_tokens(messages: &[ChatMessage]) -> u32 {
 fn prompt_tokens(prompt: &Prompt) -> u32 {
     match prompt {
         Prompt::Text(text) => estimate_tokens(text.chars().count()),
-        Prompt::Tokens(ids) => u32::try_from(ids.len()).unwrap_or(u32::MAX),
+        Prompt::Tokens(ids) | Prompt::Encoded { ids, .. } => {
+            u32::try_from(ids.len()).unwrap_or(u32::MAX)
+        }
         Prompt::Chat(messages) => chat_tokens(messages),
     }
 }

@@ -35,12 +35,14 @@ pub async fn submit(
     }
     loop {
         let model = routed.backend_model(requested_model);
-        match prepare_and_submit(state, make(&model), prompt_field).await {
+        match prepare_and_submit(state, routed, make(&model), prompt_field).await {
             Ok(choices) => return Ok(choices),
             Err(ApiError::Backend { source, .. }) if routed.fall_back(&source) => continue,
             Err(error) => {
                 match &error {
                     ApiError::Backend { source, .. } => routed.failed(source, Usage::default()),
+                    // Refused before anything ran: no spend, no usage record.
+                    ApiError::Refused(_) => routed.release(),
                     _ => routed.cancelled(Usage::default()),
                 }
                 return Err(error);
@@ -49,16 +51,16 @@ pub async fn submit(
     }
 }
 
-/// [`submit_all`], off the async workers when the prompts are large: the backend's
-/// submit templates and tokenizes them, which is CPU work proportional to their size.
+/// [`cover_and_submit`], off the async workers when the prompts are large: templating
+/// and tokenizing them is CPU work proportional to their size.
 async fn prepare_and_submit(
     state: &AppState,
+    routed: &RoutedRequest,
     requests: Vec<GenerationRequest>,
     prompt_field: &'static str,
 ) -> Result<Vec<Choice>, ApiError> {
-    let max_fanout = state.config().max_fanout;
     if !needs_blocking_pool(&requests) {
-        return submit_all(state.backend(), requests, max_fanout, prompt_field);
+        return cover_and_submit(state, routed, requests, prompt_field);
     }
     // Waiting for a slot holds no thread; the slot is held until the work is done.
     let Ok(slot) = Arc::clone(state.heavy_prepares()).acquire_owned().await else {
@@ -70,9 +72,10 @@ async fn prepare_and_submit(
         ));
     };
     let state = state.clone();
+    let routed = routed.clone();
     tokio::task::spawn_blocking(move || {
         let _slot = slot;
-        submit_all(state.backend(), requests, max_fanout, prompt_field)
+        cover_and_submit(&state, &routed, requests, prompt_field)
     })
     .await
     .unwrap_or_else(|failure| {
@@ -83,6 +86,60 @@ async fn prepare_and_submit(
             prompt_field,
         ))
     })
+}
+
+/// Encodes the prompts on the routed checkpoint, holds the budget for their real size
+/// ([`RoutedRequest::cover`]: refused before anything runs when it does not fit), then
+/// submits the encoded prompts, so that the engine templates and tokenizes each once.
+fn cover_and_submit(
+    state: &AppState,
+    routed: &RoutedRequest,
+    mut requests: Vec<GenerationRequest>,
+    prompt_field: &'static str,
+) -> Result<Vec<Choice>, ApiError> {
+    if routed.is_routed() {
+        if let Some(counts) = encode_prompts(state, &mut requests, prompt_field)? {
+            routed.cover(&counts)?;
+        }
+    }
+    submit_all(
+        state.backend(),
+        requests,
+        state.config().max_fanout,
+        prompt_field,
+    )
+}
+
+/// Replaces each prompt with the backend's encoding of it and returns their token
+/// counts (one per generation); `None` when the backend cannot encode before
+/// submitting. The `n` generations of one prompt follow each other and are encoded once.
+fn encode_prompts(
+    state: &AppState,
+    requests: &mut [GenerationRequest],
+    prompt_field: &'static str,
+) -> Result<Option<Vec<u32>>, ApiError> {
+    let backend = state.backend();
+    let mut counts = Vec::with_capacity(requests.len());
+    let mut last: Option<(Prompt, Prompt)> = None;
+    for request in requests.iter_mut() {
+        if let Some((original, encoded)) = &last {
+            if *original == request.prompt {
+                request.prompt = encoded.clone();
+                counts.push(counts.last().copied().unwrap_or(0));
+                continue;
+            }
+        }
+        let ids = match backend.encode_prompt(request) {
+            None => return Ok(None),
+            Some(result) => result.map_err(|error| ApiError::backend(error, prompt_field))?,
+        };
+        counts.push(u32::try_from(ids.len()).unwrap_or(u32::MAX));
+        let chat = matches!(request.prompt, Prompt::Chat(_));
+        let encoded = Prompt::Encoded { ids, chat };
+        let original = std::mem::replace(&mut request.prompt, encoded.clone());
+        last = Some((original, encoded));
+    }
+    Ok(Some(counts))
 }
 
 /// Whether preparing `requests` is work for the blocking pool: a grammar to compile, or
@@ -100,7 +157,7 @@ fn prompt_bytes(requests: &[GenerationRequest]) -> usize {
         .map(|request| {
             let prompt = match &request.prompt {
                 Prompt::Text(text) => text.len(),
-                Prompt::Tokens(ids) => ids.len() * 4,
+                Prompt::Tokens(ids) | Prompt::Encoded { ids, .. } => ids.len() * 4,
                 Prompt::Chat(messages) => messages.iter().map(|m| m.content.len()).sum(),
             };
             let tools: usize = request

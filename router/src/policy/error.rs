@@ -64,6 +64,7 @@ impl PolicyRejection {
                 RouteErrorKind::Unavailable => "no_checkpoint_available",
                 RouteErrorKind::Unsatisfiable if all_forbidden(error) => "model_not_permitted",
                 RouteErrorKind::Unsatisfiable => "no_candidate",
+                RouteErrorKind::LedgerUnavailable => "budget_unavailable",
             },
         }
     }
@@ -87,6 +88,14 @@ impl PolicyRejection {
         match self.status() {
             // Spent, not throttled: retrying soon does not help.
             StatusCode::TOO_MANY_REQUESTS => reply.with_type("insufficient_quota"),
+            // The spend ledger is down: a retry soon may find it back.
+            _ if matches!(
+                self,
+                PolicyRejection::Route(RouteError::LedgerUnavailable { .. })
+            ) =>
+            {
+                reply.with_retry_after(Some(LEDGER_RETRY_AFTER))
+            }
             _ => reply,
         }
     }
@@ -112,8 +121,12 @@ fn route_status(error: &RouteError) -> StatusCode {
         RouteErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         RouteErrorKind::Unsatisfiable if all_forbidden(error) => StatusCode::FORBIDDEN,
         RouteErrorKind::Unsatisfiable => StatusCode::BAD_REQUEST,
+        RouteErrorKind::LedgerUnavailable => StatusCode::SERVICE_UNAVAILABLE,
     }
 }
+
+/// How long a client refused because the spend ledger is down should wait.
+const LEDGER_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
 
 fn all_forbidden(error: &RouteError) -> bool {
     match error {
@@ -126,6 +139,12 @@ fn all_forbidden(error: &RouteError) -> bool {
                 })
         }
         _ => false,
+    }
+}
+
+impl From<PolicyRejection> for crate::error::ApiError {
+    fn from(rejection: PolicyRejection) -> Self {
+        crate::error::ApiError::Refused(Box::new(rejection.reply()))
     }
 }
 

@@ -205,7 +205,7 @@ fn parse_and_route<R: RoutableRequest>(
             let route = routing
                 .route(&route_request)
                 .map_err(|error| PolicyRejection::Route(error).into_response())?;
-            RoutedRequest::routed(routing, route_request, route)
+            RoutedRequest::routed(routing, route_request, &id, route)
         }
     };
     parts.extensions.insert(routed.clone());

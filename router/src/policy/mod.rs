@@ -15,7 +15,11 @@
 //!    ([`InferenceBackend::checkpoint_state`](switchyard_seam::InferenceBackend::checkpoint_state)),
 //!    reserving the tenant's budget, or answers with an OpenAI-shaped error naming which
 //!    constraint failed for which candidate (401, 403, 404, 429, 503 or 400);
-//! 5. hands the handler a [`RoutedRequest`]; the backend is asked for `name@version`;
+//! 5. hands the handler a [`RoutedRequest`]; the backend is asked for `name@version`.
+//!    Before the generation runs, the handler has the engine template and tokenize the
+//!    prompts on that checkpoint and the reservation is resized to their real count
+//!    ([`RoutedRequest::cover`]; 429 when it no longer fits), and the encoded prompts
+//!    are what it submits;
 //! 6. adds `x-switchyard-model`, `-version`, `-route` and `-cost` to the response.
 //!
 //! The handler settles the route when the request ends (`openai/routed_generation.rs`):

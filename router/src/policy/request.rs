@@ -4,8 +4,10 @@
 //! The size estimates come from the request type ([`RoutingFields`]): prompt tokens are
 //! *estimated* from characters, since tokenizing for real would need the checkpoint's
 //! tokenizer before the checkpoint is chosen. The estimate only has to be right in
-//! magnitude: it drives the context, cost and budget checks, while budgets are settled
-//! with the engine's exact counts when the request ends.
+//! magnitude: it drives the context, cost and budget checks of routing; once the
+//! checkpoint is chosen, the reservation is resized to the engine's exact count before
+//! the generation runs ([`crate::policy::RoutedRequest::cover`]), and budgets are
+//! settled with the engine's counts when the request ends.
 
 use http::header::AUTHORIZATION;
 use http::HeaderMap;

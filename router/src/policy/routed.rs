@@ -91,6 +91,8 @@ impl std::fmt::Debug for RoutedRequest {
 pub(crate) struct Ticket {
     routing: Arc<PolicyRouting>,
     request: RouteRequest,
+    /// The `x-request-id`, for the usage record of whichever route settles.
+    request_id: String,
     started: Instant,
     state: Mutex<TicketState>,
 }
@@ -101,6 +103,8 @@ struct TicketState {
     summary: RouteSummary,
     /// Checkpoints already given up on (fallbacks never go back to one).
     tried: Vec<(Arc<str>, Arc<str>)>,
+    /// The largest prompt as the engine counted it, once [`RoutedRequest::cover`] ran.
+    prompt_tokens: Option<u32>,
 }
 
 /// How a failure reflects on the checkpoint that had it.
@@ -143,19 +147,51 @@ impl RoutedRequest {
     pub(crate) fn routed(
         routing: Arc<PolicyRouting>,
         request: RouteRequest,
+        request_id: &str,
         mut route: Route,
     ) -> Self {
+        label(&mut route, &request, request_id);
         let summary = RouteSummary::of(&mut route);
         RoutedRequest(Decision::Routed(Arc::new(Ticket {
             routing,
             request,
+            request_id: request_id.to_owned(),
             started: Instant::now(),
             state: Mutex::new(TicketState {
                 route: Some(route),
                 summary,
                 tried: Vec::new(),
+                prompt_tokens: None,
             }),
         })))
+    }
+
+    /// Holds the budget for the prompts as the engine counted them, one count per
+    /// generation (see [`Route::cover`]); a refusal (429, or 503 when the ledger is
+    /// down) comes before anything runs. A pass-through request holds nothing.
+    pub fn cover(&self, prompt_tokens: &[u32]) -> Result<(), PolicyRejection> {
+        let Some(ticket) = self.ticket() else {
+            return Ok(());
+        };
+        let mut state = ticket.lock();
+        state.prompt_tokens = prompt_tokens.iter().copied().max();
+        match state.route.as_mut() {
+            Some(route) => route
+                .cover(prompt_tokens)
+                .map(drop)
+                .map_err(PolicyRejection::Route),
+            None => Ok(()),
+        }
+    }
+
+    /// The request was refused before it ran: gives its reservation back, recording
+    /// no spend and no usage.
+    pub fn release(&self) {
+        let Some(ticket) = self.ticket() else { return };
+        let route = ticket.lock().route.take();
+        if let Some(route) = route {
+            route.reservation.release();
+        }
     }
 
     /// Whether a policy routed this request (false: pass-through).
@@ -193,9 +229,12 @@ impl RoutedRequest {
         }
     }
 
-    /// Estimated prompt tokens the route was chosen with (0 for pass-through).
+    /// The largest prompt's tokens: as the engine counted them once known, else as
+    /// estimated for routing (0 for pass-through).
     pub fn estimated_prompt_tokens(&self) -> u32 {
-        self.ticket().map_or(0, |t| t.request.prompt_tokens)
+        self.ticket().map_or(0, |t| {
+            t.lock().prompt_tokens.unwrap_or(t.request.prompt_tokens)
+        })
     }
 
     /// The request finished: settles the budget with `usage` and records a success.
@@ -332,6 +371,7 @@ impl Ticket {
             let Ok(mut route) = self.routing.route(&request) else {
                 continue;
             };
+            label(&mut route, &self.request, &self.request_id);
             if tried
                 .iter()
                 .any(|(m, v)| *m == route.model && *v == route.version)
@@ -354,6 +394,16 @@ impl Ticket {
         }
         None
     }
+}
+
+/// Names the request in the usage record its route settles: the request id and the
+/// API key it came with (the ledger keeps only a hash of it).
+fn label(route: &mut Route, request: &RouteRequest, request_id: &str) {
+    let key = match &request.caller {
+        switchyard_policies::Caller::ApiKey(key) => Some(key.as_str()),
+        _ => None,
+    };
+    route.reservation.label(request_id, key);
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for RoutedRequest {

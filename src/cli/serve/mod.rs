@@ -11,6 +11,7 @@ mod config;
 mod engine_metrics;
 #[cfg(test)]
 mod kv_type_tests;
+mod ledger;
 mod model_admin;
 mod policy;
 mod pool_metrics;

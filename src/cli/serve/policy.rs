@@ -45,6 +45,9 @@ pub struct PolicyFlags {
     /// admin API is off. Prefer the environment: flags show up in process listings.
     #[arg(long, value_name = "TOKEN")]
     pub admin_token: Option<String>,
+    /// Where budget spend is kept.
+    #[command(flatten)]
+    pub ledger: super::ledger::LedgerFlags,
 }
 
 /// The policy store (with its file watcher) and the admin settings of one server.
@@ -60,7 +63,8 @@ impl PolicySetup {
     pub fn load(flags: &PolicyFlags) -> anyhow::Result<PolicySetup> {
         let (store, watcher) = match &flags.policy {
             Some(path) => {
-                let store = Arc::new(PolicyStore::open(path)?);
+                let ledger = flags.ledger.open()?;
+                let store = Arc::new(PolicyStore::open_with_ledger(path, ledger)?);
                 let watcher = store
                     .watch(WATCH_INTERVAL)
                     .with_context(|| format!("cannot watch the policy file {}", path.display()))?;

@@ -223,16 +223,18 @@
   }
 
   async function refresh() {
-    const [models, status, activity, policy] = await Promise.all([
+    const since = Math.floor(Date.now() / 1000) - USAGE_WINDOW_S;
+    const [models, status, activity, policy, usage] = await Promise.all([
       api("GET", "/admin/models"),
       api("GET", "/admin/status"),
       api("GET", "/admin/activity"),
       api("GET", "/admin/policy"),
+      api("GET", `/admin/usage?since=${since}&limit=1000`),
     ]);
     renderOverview(models, status);
     renderModels(models);
     renderActivity(activity);
-    renderPolicy(policy);
+    renderPolicy(policy, usage);
   }
 
   // ---- Overview ----------------------------------------------------------------
@@ -431,8 +433,24 @@
 
   // ---- Routing policy --------------------------------------------------------------
 
-  function renderPolicy(result) {
-    const key = JSON.stringify([result.status, result.body]);
+  // The usage ledger's recent records (JSON lines), newest first.
+  const USAGE_WINDOW_S = 300;
+  function recentUsage(result) {
+    if (!result || !result.ok || !result.body) return [];
+    // One line alone parses as a JSON object.
+    if (typeof result.body.time_ms === "number") return [result.body];
+    if (typeof result.body.text !== "string") return [];
+    const records = [];
+    for (const line of result.body.text.split("\n")) {
+      if (!line) continue;
+      try { records.push(JSON.parse(line)); } catch { /* a partial line: skip it */ }
+    }
+    return records.slice(-10).reverse();
+  }
+
+  function renderPolicy(result, usage) {
+    const records = recentUsage(usage);
+    const key = JSON.stringify([result.status, result.body, records]);
     redraw("policy", key, $("policy"), () => {
       if (notConfigured(result)) {
         return el("p", {}, "No routing policy is configured: each request goes to its model's active version. Start ",
@@ -483,6 +501,22 @@
           { label: "Tenant" }, { label: "Budget" }, { label: "Spent", num: true }, { label: "Remaining", num: true }, { label: "Use" },
         ], budgetRows)
         : el("p", { class: "subtle" }, "No tenants."));
+      parts.push(el("h3", {}, "Recent usage"));
+      parts.push(records.length
+        ? table("The last settled requests (GET /admin/usage exports every one as JSON lines or CSV)", [
+          { label: "Time" }, { label: "Tenant" }, { label: "Checkpoint" }, { label: "Tokens in", num: true },
+          { label: "Tokens out", num: true }, { label: "Cost", num: true },
+        ], records.map((r) => ({
+          cells: [
+            new Date(r.time_ms).toLocaleTimeString(),
+            r.tenant || "anonymous",
+            `${r.model}@${r.version}`,
+            { content: number(r.tokens_in) },
+            { content: number(r.tokens_out) },
+            { content: number(r.cost, 6) },
+          ],
+        })))
+        : el("p", { class: "subtle" }, `No request settled in the last ${USAGE_WINDOW_S / 60} minutes.`));
       parts.push(el("h3", {}, "Splits"));
       const rollback = new Map((p.rollback || []).map((r) => [r.split, r]));
       const splitRows = (p.splits || []).map((s) => {
