@@ -143,6 +143,7 @@ fn decode_rate(engine: &Engine<CpuBackend>, eos: &[u32], batch: usize, constrain
                 schema: SCHEMA.into(),
                 field: "response_format.json_schema.schema".into(),
             }),
+            cache_scope: switchyard_seam::CacheScope::default(),
         })
         .collect();
     let mut streams: Vec<_> = requests

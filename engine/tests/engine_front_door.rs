@@ -61,6 +61,7 @@ fn request(prompt: Prompt, max_tokens: Option<u32>) -> GenerationRequest {
         user: None,
         tools: Vec::new(),
         constraint: None,
+        cache_scope: switchyard_seam::CacheScope::default(),
     }
 }
 

@@ -104,6 +104,7 @@ fn request(
         sink: Box::new(Sink(sender)),
         deadline: None,
         constraint: None,
+        cache_scope: switchyard_seam::CacheScope::default(),
     };
     (request, receiver)
 }

@@ -91,6 +91,7 @@ fn request(prompt: &[u32]) -> (SequenceRequest, mpsc::Receiver<SequenceEvent>) {
         sink: Box::new(sender),
         deadline: None,
         constraint: None,
+        cache_scope: switchyard_seam::CacheScope::default(),
     };
     (request, receiver)
 }

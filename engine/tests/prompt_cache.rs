@@ -96,6 +96,7 @@ fn run(
         sink: Box::new(Sink(sender)),
         deadline: None,
         constraint: None,
+        cache_scope: switchyard_seam::CacheScope::default(),
     };
     exec.submit(&f.checkpoint, request).unwrap();
     let mut ids = Vec::new();

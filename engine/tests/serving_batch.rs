@@ -96,6 +96,7 @@ fn request(
         sink: Box::new(sender),
         deadline: None,
         constraint: None,
+        cache_scope: switchyard_seam::CacheScope::default(),
     };
     (request, receiver)
 }

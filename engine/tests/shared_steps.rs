@@ -340,6 +340,7 @@ fn the_executor_runs_derived_checkpoints_together_without_mixing_them() {
                         sink: Box::new(sender),
                         deadline: None,
                         constraint: None,
+                        cache_scope: switchyard_seam::CacheScope::default(),
                     };
                     executor.submit(&checkpoint, request).unwrap();
                     let mut ids = Vec::new();

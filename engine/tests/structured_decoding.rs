@@ -66,6 +66,7 @@ fn request(constraint: Constraint, tools: Vec<Tool>, seed: u64) -> GenerationReq
         user: None,
         tools,
         constraint: Some(constraint),
+        cache_scope: switchyard_seam::CacheScope::default(),
     }
 }
 

@@ -68,6 +68,8 @@ pub(crate) struct TenantEntry {
     pub default_hints: Option<Spanned<HintsEntry>>,
     #[serde(default)]
     pub budgets: Vec<Spanned<BudgetEntry>>,
+    /// A prompt-cache scope shared with the tenants naming the same one.
+    pub cache_scope: Option<Spanned<String>>,
 }
 
 /// Default hints of a tenant, same meaning as the request headers.

@@ -12,6 +12,7 @@
 //! strings and sampling stay in the engine.
 
 mod backend;
+mod cache_scope;
 mod checkpoint_state;
 mod constraint;
 mod error;
@@ -20,6 +21,7 @@ mod model_card;
 mod request;
 
 pub use backend::InferenceBackend;
+pub use cache_scope::{CacheScope, ScopeOwner};
 pub use checkpoint_state::{CandidateState, CheckpointProbe};
 pub use constraint::{Constraint, Tool, ToolCall, TOOL_CALL_CLOSE, TOOL_CALL_OPEN};
 pub use error::BackendError;

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::cache_scope::CacheScope;
 use crate::constraint::{Constraint, Tool, ToolCall};
 
 /// One generation: a single prompt producing a single completion.
@@ -33,6 +34,9 @@ pub struct GenerationRequest {
     pub tools: Vec<Tool>,
     /// What the output must look like, enforced token by token; `None`: free text.
     pub constraint: Option<Constraint>,
+    /// Whose cached prompt blocks the generation may read and add to
+    /// ([`CacheScope`]): set by the router's policy, narrowed by `cache_salt`.
+    pub cache_scope: CacheScope,
 }
 
 impl GenerationRequest {

@@ -66,6 +66,7 @@ pub fn prepare<B: Backend>(
         sink: Box::new(sink),
         deadline: Some(deadline),
         constraint,
+        cache_scope: request.cache_scope.clone(),
     })
 }
 

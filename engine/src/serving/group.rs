@@ -105,7 +105,11 @@ impl<B: Backend> Group<B> {
         let model = &checkpoint.model;
         let mut prefix = prefix.filter(|_| checkpoint.caches_prompts);
         let found = match prefix.as_deref_mut() {
-            Some(cache) => cache.lookup(checkpoint.weight_identity, &front.request.prompt),
+            Some(cache) => cache.lookup(
+                checkpoint.weight_identity,
+                &front.request.cache_scope,
+                &front.request.prompt,
+            ),
             None => Found::none(),
         };
         let cached = found.prefix().positions(backend.kv_block_positions());
@@ -348,5 +352,5 @@ fn share_prompt<B: Backend>(
         }
         Err(_) => None,
     };
-    prefix.insert(weights, &prompt, from, &mut share);
+    prefix.insert(weights, &sequence.cache_scope, &prompt, from, &mut share);
 }

@@ -38,6 +38,7 @@ use std::time::Duration;
 pub use checkpoint::{CheckpointError, CheckpointHandle, CheckpointId, ServedCheckpoint};
 pub use choice::{choose, score, Claim};
 pub use executor::{Executor, ExecutorConfig, ExecutorPulse, NoObserver};
+pub use prefix_cache::ScopeUsage;
 pub use queue::{
     kv_positions, EventSink, KvAdvice, SequenceEvent, SequenceRequest, SequenceToken, SubmitError,
 };
@@ -77,5 +78,11 @@ pub trait ExecutorObserver: Send + Sync {
     /// The prompt cache now holds `blocks` blocks taking `bytes` of the KV budget.
     fn prompt_cache_size(&self, blocks: usize, bytes: usize) {
         let _ = (blocks, bytes);
+    }
+
+    /// What the prompt cache holds per scope owner, every scope that holds
+    /// a block (a scope left out holds none now).
+    fn prompt_cache_scopes(&self, scopes: &[ScopeUsage]) {
+        let _ = scopes;
     }
 }

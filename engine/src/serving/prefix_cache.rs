@@ -14,6 +14,11 @@
 //!   the new cache copies that many positions of it. With blocks of 1,024
 //!   positions, a system prompt of 1,500 tokens would otherwise reuse only
 //!   its first 1,024.
+//! - Every chain starts from its [`CacheScope`]'s key, and every entry
+//!   keeps its scope, which a lookup compares: a block cached for one
+//!   tenant (or one `cache_salt`) is never found by a request of another
+//!   scope, so `cached_tokens` and the time to first token cannot tell one
+//!   tenant what another sent.
 //! - Entries are keyed by the checkpoint's weight identity (see
 //!   `LlamaModel::weight_identity`), not its name: two versions with the
 //!   same weights share blocks, a reload with other weights never does.
@@ -26,12 +31,13 @@
 
 use std::any::Any;
 use std::collections::hash_map::DefaultHasher;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 use std::ops::Range;
 use std::sync::Weak;
 
 use switchyard_kernels::{KvPrefix, SharedKvBlock};
+use switchyard_seam::CacheScope;
 
 /// The chained hash of one block (or tail) of a prompt.
 pub(super) type BlockHash = u64;
@@ -42,8 +48,10 @@ pub(super) type BlockHash = u64;
 /// refusal).
 pub(super) type ShareBlock<'a, T> = dyn FnMut(Range<usize>, &mut PrefixCache<T>) -> Option<T> + 'a;
 
-/// The hash of a chain with no block yet.
-const ROOT: BlockHash = 0;
+/// The hash of a chain of `scope` with no block yet.
+fn root(scope: &CacheScope) -> BlockHash {
+    scope.key()
+}
 
 /// Tails kept under one parent: prompts that share a prefix and then
 /// differ (one system prompt, many user messages) each leave one.
@@ -57,9 +65,10 @@ fn chain(parent: BlockHash, tokens: &[u32]) -> BlockHash {
     hasher.finish()
 }
 
-/// The chained hashes of the full blocks of `tokens`, `positions` tokens each.
-pub(super) fn block_hashes(tokens: &[u32], positions: usize) -> Vec<BlockHash> {
-    let mut parent = ROOT;
+/// The chained hashes of the full blocks of `tokens`, `positions` tokens
+/// each, in `scope`.
+pub(super) fn block_hashes(scope: &CacheScope, tokens: &[u32], positions: usize) -> Vec<BlockHash> {
+    let mut parent = root(scope);
     tokens
         .chunks_exact(positions.max(1))
         .map(|block| {
@@ -67,6 +76,18 @@ pub(super) fn block_hashes(tokens: &[u32], positions: usize) -> Vec<BlockHash> {
             parent
         })
         .collect()
+}
+
+/// What the cache holds for one scope owner (salted scopes count toward
+/// their owner).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScopeUsage {
+    /// [`CacheScope::label`]: `deployment`, `tenant:<name>` or `shared:<name>`.
+    pub scope: String,
+    /// Blocks (and tails) held.
+    pub blocks: usize,
+    /// Bytes of the KV budget they take.
+    pub bytes: usize,
 }
 
 /// What a lookup found: the full blocks that start the prompt, then the
@@ -96,6 +117,8 @@ impl<T> Found<T> {
 
 struct Entry<T> {
     block: T,
+    /// Who may find it.
+    scope: CacheScope,
     parent: BlockHash,
     /// A full block's tokens, or fewer: a tail's.
     tokens: Box<[u32]>,
@@ -152,6 +175,23 @@ impl<T: SharedKvBlock> PrefixCache<T> {
         self.entries.values().map(|e| e.block.bytes()).sum()
     }
 
+    /// Blocks and bytes held per scope owner ([`CacheScope::label`]), in
+    /// label order.
+    pub(super) fn usage_by_scope(&self) -> Vec<ScopeUsage> {
+        let mut by_label: BTreeMap<String, ScopeUsage> = BTreeMap::new();
+        for entry in self.entries.values() {
+            let label = entry.scope.label();
+            let usage = by_label.entry(label.clone()).or_insert(ScopeUsage {
+                scope: label,
+                blocks: 0,
+                bytes: 0,
+            });
+            usage.blocks += 1;
+            usage.bytes += entry.block.bytes();
+        }
+        by_label.into_values().collect()
+    }
+
     /// Notes that `owner` (a loaded checkpoint) has weight identity `weights`.
     pub(super) fn register(&mut self, weights: u64, owner: Weak<dyn Any + Send + Sync>) {
         let owners = self.owners.entry(weights).or_default();
@@ -193,7 +233,9 @@ impl<T: SharedKvBlock> PrefixCache<T> {
             .flatten()
             .filter(|kid| {
                 self.entries.get(&(weights, **kid)).is_some_and(|e| {
-                    e.tokens.len() < entry.tokens.len() && entry.tokens.starts_with(&e.tokens)
+                    e.scope == entry.scope
+                        && e.tokens.len() < entry.tokens.len()
+                        && entry.tokens.starts_with(&e.tokens)
                 })
             })
             .copied()
@@ -225,6 +267,7 @@ impl<T: SharedKvBlock> PrefixCache<T> {
     fn best_child(
         &self,
         weights: u64,
+        scope: &CacheScope,
         parent: BlockHash,
         depth: usize,
         rest: &[u32],
@@ -233,7 +276,7 @@ impl<T: SharedKvBlock> PrefixCache<T> {
         kids.iter()
             .filter_map(|hash| {
                 let entry = self.entries.get(&(weights, *hash))?;
-                if entry.parent != parent || entry.depth != depth {
+                if entry.parent != parent || entry.depth != depth || entry.scope != *scope {
                     return None;
                 }
                 let common = entry.tokens.iter().zip(rest).take_while(|(a, b)| a == b);
@@ -247,13 +290,13 @@ impl<T: SharedKvBlock> PrefixCache<T> {
     /// the tail (or block) that goes on furthest with it, at most enough
     /// to leave the prompt's last token to compute (its logits pick the
     /// first output token). Marks them used.
-    pub(super) fn lookup(&mut self, weights: u64, prompt: &[u32]) -> Found<T> {
+    pub(super) fn lookup(&mut self, weights: u64, scope: &CacheScope, prompt: &[u32]) -> Found<T> {
         let usable = prompt.len().saturating_sub(1);
         let full = usable / self.positions;
-        let hashes = block_hashes(&prompt[..full * self.positions], self.positions);
+        let hashes = block_hashes(scope, &prompt[..full * self.positions], self.positions);
         self.clock += 1;
         let mut found = Found::none();
-        let mut parent = ROOT;
+        let mut parent = root(scope);
         for ((hash, tokens), depth) in hashes
             .iter()
             .zip(prompt.chunks_exact(self.positions))
@@ -262,7 +305,11 @@ impl<T: SharedKvBlock> PrefixCache<T> {
             let Some(entry) = self.entries.get_mut(&(weights, *hash)) else {
                 break;
             };
-            if entry.parent != parent || *entry.tokens != *tokens || entry.depth != depth {
+            if entry.parent != parent
+                || *entry.tokens != *tokens
+                || entry.depth != depth
+                || entry.scope != *scope
+            {
                 break;
             }
             entry.last_used = self.clock;
@@ -273,7 +320,7 @@ impl<T: SharedKvBlock> PrefixCache<T> {
         let rest = prompt
             .get(depth * self.positions..usable)
             .unwrap_or_default();
-        if let Some((hash, n)) = self.best_child(weights, parent, depth, rest) {
+        if let Some((hash, n)) = self.best_child(weights, scope, parent, depth, rest) {
             if let Some(entry) = self.entries.get_mut(&(weights, hash)) {
                 entry.last_used = self.clock;
                 found.tail = Some((entry.block.clone(), n));
@@ -289,24 +336,31 @@ impl<T: SharedKvBlock> PrefixCache<T> {
     pub(super) fn insert(
         &mut self,
         weights: u64,
+        scope: &CacheScope,
         prompt: &[u32],
         from: usize,
         share: &mut ShareBlock<'_, T>,
     ) -> usize {
-        let hashes = block_hashes(prompt, self.positions);
+        let hashes = block_hashes(scope, prompt, self.positions);
         self.clock += 1;
         self.inserting = Some(self.clock);
         let mut added = 0;
         let mut parent = from
             .checked_sub(1)
             .and_then(|last| hashes.get(last).copied())
-            .unwrap_or(ROOT);
+            .unwrap_or_else(|| root(scope));
         for (depth, hash) in hashes.iter().enumerate().skip(from) {
             let start = depth * self.positions;
             let tokens = prompt
                 .get(start..start + self.positions)
                 .unwrap_or_default();
             if let Some(entry) = self.entries.get_mut(&(weights, *hash)) {
+                if entry.scope != *scope {
+                    // A hash collision with another scope's block: stop
+                    // rather than chain this scope's blocks onto it.
+                    self.inserting = None;
+                    return added;
+                }
                 entry.last_used = self.clock;
                 parent = *hash;
                 continue;
@@ -315,12 +369,12 @@ impl<T: SharedKvBlock> PrefixCache<T> {
                 self.inserting = None;
                 return added;
             };
-            let entry = self.entry(block, parent, tokens, depth);
+            let entry = self.entry(block, scope, parent, tokens, depth);
             self.add(weights, *hash, entry);
             parent = *hash;
             added += 1;
         }
-        added += self.insert_tail(weights, prompt, parent, hashes.len(), share);
+        added += self.insert_tail(weights, scope, prompt, parent, hashes.len(), share);
         self.inserting = None;
         added
     }
@@ -331,6 +385,7 @@ impl<T: SharedKvBlock> PrefixCache<T> {
     fn insert_tail(
         &mut self,
         weights: u64,
+        scope: &CacheScope,
         prompt: &[u32],
         parent: BlockHash,
         depth: usize,
@@ -342,7 +397,7 @@ impl<T: SharedKvBlock> PrefixCache<T> {
         if tokens.is_empty() {
             return 0;
         }
-        if let Some((hash, n)) = self.best_child(weights, parent, depth, tokens) {
+        if let Some((hash, n)) = self.best_child(weights, scope, parent, depth, tokens) {
             if n == tokens.len() {
                 if let Some(entry) = self.entries.get_mut(&(weights, hash)) {
                     entry.last_used = self.clock;
@@ -354,7 +409,7 @@ impl<T: SharedKvBlock> PrefixCache<T> {
             return 0;
         };
         let hash = chain(parent, tokens);
-        let entry = self.entry(block, parent, tokens, depth);
+        let entry = self.entry(block, scope, parent, tokens, depth);
         self.add(weights, hash, entry);
         // Past the cap, the least recently used of the others go.
         let mut others: Vec<(BlockHash, u64)> = self
@@ -378,9 +433,17 @@ impl<T: SharedKvBlock> PrefixCache<T> {
         1
     }
 
-    fn entry(&self, block: T, parent: BlockHash, tokens: &[u32], depth: usize) -> Entry<T> {
+    fn entry(
+        &self,
+        block: T,
+        scope: &CacheScope,
+        parent: BlockHash,
+        tokens: &[u32],
+        depth: usize,
+    ) -> Entry<T> {
         Entry {
             block,
+            scope: scope.clone(),
             parent,
             tokens: tokens.into(),
             depth,
@@ -423,6 +486,11 @@ mod tests {
 
     use super::*;
 
+    /// The scope of tests that do not compare scopes.
+    fn any() -> CacheScope {
+        CacheScope::deployment()
+    }
+
     /// A block handle whose holders are its `Arc`'s.
     #[derive(Clone, Debug)]
     struct FakeBlock(Arc<usize>);
@@ -457,23 +525,23 @@ mod tests {
 
     #[test]
     fn hashes_chain_so_equal_blocks_after_different_prefixes_differ() {
-        let a = block_hashes(&[1, 2, 3, 4, 9, 9, 9, 9, 5], 4);
-        let b = block_hashes(&[0, 2, 3, 4, 9, 9, 9, 9], 4);
+        let a = block_hashes(&any(), &[1, 2, 3, 4, 9, 9, 9, 9, 5], 4);
+        let b = block_hashes(&any(), &[0, 2, 3, 4, 9, 9, 9, 9], 4);
         assert_eq!(a.len(), 2, "the partial tail is not a block");
         assert_ne!(a[1], b[1]);
-        assert_eq!(a, block_hashes(&[1, 2, 3, 4, 9, 9, 9, 9], 4));
+        assert_eq!(a, block_hashes(&any(), &[1, 2, 3, 4, 9, 9, 9, 9], 4));
     }
 
     #[test]
     fn a_lookup_finds_the_longest_cached_prefix_and_leaves_the_last_token() {
         let (mut cache, _owner) = cache_with_owner();
         let prompt: Vec<u32> = (0..12).collect();
-        assert_eq!(cache.insert(7, &prompt, 0, &mut share_all()), 3);
+        assert_eq!(cache.insert(7, &any(), &prompt, 0, &mut share_all()), 3);
         // A prompt of exactly the cached 12 tokens recomputes its last block.
-        assert_eq!(cache.lookup(7, &prompt).shared.len(), 2);
+        assert_eq!(cache.lookup(7, &any(), &prompt).shared.len(), 2);
         let mut longer = prompt.clone();
         longer.push(99);
-        let found = cache.lookup(7, &longer);
+        let found = cache.lookup(7, &any(), &longer);
         assert_eq!(
             found.shared.iter().map(|b| *b.0).collect::<Vec<_>>(),
             [0, 4, 8]
@@ -482,11 +550,37 @@ mod tests {
         // Another second block: only the first matches.
         let mut other = prompt.clone();
         other[5] = 42;
-        assert_eq!(cache.lookup(7, &other).shared.len(), 1);
+        assert_eq!(cache.lookup(7, &any(), &other).shared.len(), 1);
         // Other weights: nothing.
-        assert!(cache.lookup(8, &longer).shared.is_empty());
+        assert!(cache.lookup(8, &any(), &longer).shared.is_empty());
         // Inserting again adds nothing.
-        assert_eq!(cache.insert(7, &prompt, 0, &mut share_all()), 0);
+        assert_eq!(cache.insert(7, &any(), &prompt, 0, &mut share_all()), 0);
+    }
+
+    #[test]
+    fn a_scope_finds_only_its_own_blocks_and_tails() {
+        let (mut cache, _owner) = cache_with_unit(1);
+        let a = CacheScope::tenant("a");
+        let b = CacheScope::tenant("b");
+        let salted = a.clone().with_salt(Some("s"));
+        // Two full blocks and a tail of 2, cached for tenant a.
+        let prompt: Vec<u32> = (0..10).collect();
+        assert_eq!(cache.insert(7, &a, &prompt, 0, &mut share_tails()), 3);
+        let probe = [&prompt[..], &[99]].concat();
+        assert_eq!(cache.lookup(7, &a, &probe).prefix().positions(4), 10);
+        for other in [&b, &salted, &any()] {
+            let found = cache.lookup(7, other, &probe);
+            assert!(found.shared.is_empty() && found.tail.is_none(), "{other:?}");
+        }
+        // B's copy of the same prompt is its own chain: a's stays as it was.
+        assert_eq!(cache.insert(7, &b, &prompt, 0, &mut share_tails()), 3);
+        assert_eq!(cache.len(), 6);
+        assert_eq!(cache.lookup(7, &b, &probe).prefix().positions(4), 10);
+        assert_eq!(
+            block_hashes(&a, &prompt, 4),
+            block_hashes(&CacheScope::tenant("a"), &prompt, 4)
+        );
+        assert_ne!(block_hashes(&a, &prompt, 4), block_hashes(&b, &prompt, 4));
     }
 
     #[test]
@@ -494,17 +588,17 @@ mod tests {
         let (mut cache, _owner) = cache_with_owner();
         let old: Vec<u32> = (100..108).collect();
         let new: Vec<u32> = (200..208).collect();
-        cache.insert(7, &old, 0, &mut share_all());
-        cache.insert(7, &new, 0, &mut share_all());
+        cache.insert(7, &any(), &old, 0, &mut share_all());
+        cache.insert(7, &any(), &new, 0, &mut share_all());
         // A running sequence holds the old prompt's first block.
-        let held = cache.lookup(7, &[100, 101, 102, 103, 0]).shared;
+        let held = cache.lookup(7, &any(), &[100, 101, 102, 103, 0]).shared;
         assert_eq!(held.len(), 1);
         assert_eq!(cache.evict(100), 100);
         assert_eq!(cache.take_evicted(), 1);
         // The old prompt's second block went (its first is held).
         let mut probe = old.clone();
         probe.push(0);
-        assert_eq!(cache.lookup(7, &probe).shared.len(), 1);
+        assert_eq!(cache.lookup(7, &any(), &probe).shared.len(), 1);
         // Then the new prompt's, deepest first; the held block never.
         assert_eq!(cache.evict(1000), 200);
         assert_eq!(cache.len(), 1);
@@ -517,7 +611,13 @@ mod tests {
     #[test]
     fn an_insert_short_of_budget_evicts_older_blocks_not_its_own_chain() {
         let (mut cache, _owner) = cache_with_owner();
-        cache.insert(7, &(100..104).collect::<Vec<u32>>(), 0, &mut share_all());
+        cache.insert(
+            7,
+            &any(),
+            &(100..104).collect::<Vec<u32>>(),
+            0,
+            &mut share_all(),
+        );
         let prompt: Vec<u32> = (0..12).collect();
         let mut freed = Vec::new();
         let mut tight = |range: Range<usize>, cache: &mut PrefixCache<FakeBlock>| {
@@ -527,11 +627,14 @@ mod tests {
             }
             Some(FakeBlock(Arc::new(range.start)))
         };
-        assert_eq!(cache.insert(7, &prompt, 0, &mut tight), 3);
+        assert_eq!(cache.insert(7, &any(), &prompt, 0, &mut tight), 3);
         // The old block went first; then nothing of the new chain.
         assert_eq!(freed, [100, 0]);
         assert_eq!(
-            cache.lookup(7, &(0..13).collect::<Vec<u32>>()).shared.len(),
+            cache
+                .lookup(7, &any(), &(0..13).collect::<Vec<u32>>())
+                .shared
+                .len(),
             3
         );
     }
@@ -543,7 +646,7 @@ mod tests {
         let mut refuse_second = |range: Range<usize>, _: &mut PrefixCache<FakeBlock>| {
             (range.start != 4).then(|| FakeBlock(Arc::new(range.start)))
         };
-        assert_eq!(cache.insert(7, &prompt, 0, &mut refuse_second), 1);
+        assert_eq!(cache.insert(7, &any(), &prompt, 0, &mut refuse_second), 1);
         assert_eq!(cache.len(), 1);
     }
 
@@ -564,10 +667,10 @@ mod tests {
         let (mut cache, _owner) = cache_with_unit(2);
         // Blocks 0..4 and 4..8, then a tail of 2 of the 3 tokens left.
         let first: Vec<u32> = (0..11).collect();
-        assert_eq!(cache.insert(7, &first, 0, &mut share_tails()), 3);
+        assert_eq!(cache.insert(7, &any(), &first, 0, &mut share_tails()), 3);
         // A prompt sharing 10 tokens: both blocks, then the tail's unit.
         let second = [&first[..10], &[50, 51]].concat();
-        let found = cache.lookup(7, &second);
+        let found = cache.lookup(7, &any(), &second);
         assert_eq!(found.shared.len(), 2);
         assert_eq!(
             found.tail.as_ref().map(|(b, n)| (*b.0, *n)),
@@ -576,27 +679,30 @@ mod tests {
         assert_eq!(found.prefix().positions(4), 10);
         // Sharing 5 tokens: block 0, then 1 token of block 1 (no whole unit).
         let third = [&first[..5], &[60, 61, 62, 63, 64]].concat();
-        let found = cache.lookup(7, &third);
+        let found = cache.lookup(7, &any(), &third);
         assert_eq!(found.shared.len(), 1);
         assert!(found.tail.is_none());
         // Sharing 7: block 0, then 2 positions copied from the full block 1.
         let fourth = [&first[..7], &[70, 71, 72]].concat();
-        let found = cache.lookup(7, &fourth);
+        let found = cache.lookup(7, &any(), &fourth);
         assert_eq!(found.tail.as_ref().map(|(b, n)| (*b.0, *n)), Some((4, 2)));
         // The same prompt again adds nothing; one that goes on further
         // replaces the tail it extends, with a longer tail or a full block.
-        assert_eq!(cache.insert(7, &first, 0, &mut share_tails()), 0);
+        assert_eq!(cache.insert(7, &any(), &first, 0, &mut share_tails()), 0);
         let full = [&first[..], &[11]].concat();
-        assert_eq!(cache.insert(7, &full, 0, &mut share_tails()), 1);
+        assert_eq!(cache.insert(7, &any(), &full, 0, &mut share_tails()), 1);
         assert_eq!(cache.len(), 3);
-        let found = cache.lookup(7, &second);
+        let found = cache.lookup(7, &any(), &second);
         assert_eq!(found.tail.as_ref().map(|(b, n)| (*b.0, *n)), Some((8, 2)));
         // Short prompts leave tails at the root; a longer one replaces it.
         let (mut cache, _owner) = cache_with_unit(1);
-        assert_eq!(cache.insert(7, &[5, 6], 0, &mut share_tails()), 1);
-        assert_eq!(cache.insert(7, &[5, 6, 7], 0, &mut share_tails()), 1);
+        assert_eq!(cache.insert(7, &any(), &[5, 6], 0, &mut share_tails()), 1);
+        assert_eq!(
+            cache.insert(7, &any(), &[5, 6, 7], 0, &mut share_tails()),
+            1
+        );
         assert_eq!(cache.len(), 1);
-        let found = cache.lookup(7, &[5, 6, 7, 9]);
+        let found = cache.lookup(7, &any(), &[5, 6, 7, 9]);
         assert_eq!(
             found.tail.as_ref().map(|(b, n)| (*b.0, *n)),
             Some((1003, 3))
@@ -608,14 +714,17 @@ mod tests {
         let (mut cache, _owner) = cache_with_unit(1);
         for user in 0..MAX_TAILS as u32 + 2 {
             let prompt = [0, 1, 2, 3, 100 + user, 7];
-            let added = cache.insert(7, &prompt, 0, &mut share_tails());
+            let added = cache.insert(7, &any(), &prompt, 0, &mut share_tails());
             assert_eq!(added, if user == 0 { 2 } else { 1 });
         }
         // The first block and MAX_TAILS tails: the two oldest went.
         assert_eq!(cache.len(), 1 + MAX_TAILS);
         assert_eq!(cache.take_evicted(), 2);
-        assert!(cache.lookup(7, &[0, 1, 2, 3, 100, 7, 0]).tail.is_none());
-        let found = cache.lookup(7, &[0, 1, 2, 3, 102, 7, 0]);
+        assert!(cache
+            .lookup(7, &any(), &[0, 1, 2, 3, 100, 7, 0])
+            .tail
+            .is_none());
+        let found = cache.lookup(7, &any(), &[0, 1, 2, 3, 102, 7, 0]);
         assert_eq!(found.tail.map(|(_, n)| n), Some(2));
     }
 
@@ -625,7 +734,13 @@ mod tests {
         let twin = Arc::new(1u8);
         let weak: Weak<dyn Any + Send + Sync> = Arc::downgrade(&twin) as _;
         cache.register(7, weak);
-        cache.insert(7, &(0..8).collect::<Vec<u32>>(), 0, &mut share_all());
+        cache.insert(
+            7,
+            &any(),
+            &(0..8).collect::<Vec<u32>>(),
+            0,
+            &mut share_all(),
+        );
         drop(owner);
         assert_eq!(
             cache.purge_unloaded(),

@@ -3,6 +3,8 @@
 use std::sync::mpsc;
 use std::time::Instant;
 
+use switchyard_seam::CacheScope;
+
 use crate::sampling::{FinishReason, SamplingParams, StopCondition};
 use crate::structured::TokenMask;
 use crate::tokenizer::DecodeStream;
@@ -27,6 +29,8 @@ pub struct SequenceRequest {
     /// The grammar the output must follow (structured outputs, forced tool
     /// calls); `None`: any token may come.
     pub constraint: Option<TokenMask>,
+    /// Whose cached prompt blocks it may read and add to.
+    pub cache_scope: CacheScope,
 }
 
 /// One generated token as the executor reports it.

@@ -5,6 +5,7 @@ use std::ops::Range;
 use std::time::Instant;
 
 use switchyard_kernels::Backend;
+use switchyard_seam::CacheScope;
 
 use super::queue::{EventSink, SequenceEvent, SequenceRequest, SequenceToken};
 use crate::sampling::{FinishReason, Sampler, StopChecker};
@@ -34,6 +35,8 @@ pub(super) struct Sequence<B: Backend> {
     cached_tokens: usize,
     /// Leading cache blocks already shared with the prompt cache.
     pub(super) shared_blocks: usize,
+    /// Whose prompt-cache blocks it reads and adds to.
+    pub(super) cache_scope: CacheScope,
 }
 
 impl<B: Backend> Sequence<B> {
@@ -62,6 +65,7 @@ impl<B: Backend> Sequence<B> {
             sink: request.sink,
             deadline: request.deadline,
             constraint: request.constraint,
+            cache_scope: request.cache_scope,
         }
     }
 

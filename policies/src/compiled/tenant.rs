@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use switchyard_seam::CacheScope;
+
 use crate::request::Hints;
 use crate::spend::BudgetUnit;
 
@@ -18,6 +20,9 @@ pub struct Tenant {
     /// Spend budgets, all of which must cover a request. What each has spent lives in
     /// the policy's live state ([`crate::Policy::budgets`]).
     pub budgets: Vec<Budget>,
+    /// Whose cached prompt blocks its requests read: its own, or the shared
+    /// scope its entry names (`cache_scope = "team-a"`).
+    pub cache_scope: CacheScope,
 }
 
 impl Tenant {

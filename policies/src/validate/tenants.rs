@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
+use switchyard_seam::CacheScope;
 use toml::Spanned;
 
 use super::checks::{check_name, in_range, non_negative, positive, window_secs};
@@ -89,10 +90,22 @@ pub(super) fn compile(
                 .map(|h| hints(h.get_ref(), name, diags))
                 .unwrap_or_default(),
             budgets,
+            cache_scope: cache_scope(e, &tenant_name, diags),
             name: tenant_name,
         });
     }
     (tenants, by_name, key_index)
+}
+
+/// The tenant's own scope, or the shared one its entry names.
+fn cache_scope(e: &TenantEntry, tenant: &Arc<str>, diags: &mut Diagnostics) -> CacheScope {
+    match &e.cache_scope {
+        None => CacheScope::tenant(Arc::clone(tenant)),
+        Some(name) => {
+            check_name(name, &format!("tenant `{tenant}`: cache_scope"), diags);
+            CacheScope::shared(name.get_ref().as_str())
+        }
+    }
 }
 
 fn allowed(e: &TenantEntry, names: &Names, diags: &mut Diagnostics) -> Option<Vec<bool>> {

@@ -349,7 +349,7 @@ fn start_engine(
     let executor = Executor::spawn(
         backend,
         settings.executor.clone(),
-        Arc::new(ExecutorMetrics),
+        Arc::new(ExecutorMetrics::default()),
     )
     .context("cannot start the executor thread")?;
     let engine = Engine::new(registry, executor, created, request_timeout);
