@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use switchyard_seam::CacheScope;
 
+use super::rate_limit::RateLimits;
 use crate::request::Hints;
 use crate::spend::BudgetUnit;
 
@@ -23,6 +24,10 @@ pub struct Tenant {
     /// Whose cached prompt blocks its requests read: its own, or the shared
     /// scope its entry names (`cache_scope = "team-a"`).
     pub cache_scope: CacheScope,
+    /// Requests and tokens per minute of all the tenant's requests together.
+    pub rate_limits: RateLimits,
+    /// Requests and tokens per minute of each of its API keys alone.
+    pub key_rate_limits: RateLimits,
 }
 
 impl Tenant {

@@ -9,11 +9,12 @@ use toml::Spanned;
 
 use super::checks::{check_name, in_range, non_negative, positive, window_secs};
 use super::names::Names;
+use crate::compiled::rate_limit::RateLimits;
 use crate::compiled::tenant::{Budget, Tenant};
 use crate::error::Diagnostics;
 use crate::keys::{self, KeyDigest};
 use crate::request::Hints;
-use crate::schema::{BudgetEntry, HintsEntry, TenantEntry};
+use crate::schema::{BudgetEntry, HintsEntry, RateLimitEntry, TenantEntry};
 use crate::spend::BudgetUnit;
 
 type Compiled = (
@@ -91,10 +92,52 @@ pub(super) fn compile(
                 .unwrap_or_default(),
             budgets,
             cache_scope: cache_scope(e, &tenant_name, diags),
+            rate_limits: rate_limits(e.rate_limits.as_ref(), &tenant_name, "rate_limits", diags),
+            key_rate_limits: rate_limits(
+                e.key_rate_limits.as_ref(),
+                &tenant_name,
+                "key_rate_limits",
+                diags,
+            ),
             name: tenant_name,
         });
     }
     (tenants, by_name, key_index)
+}
+
+/// Per-minute limits: each given one a whole number above 0.
+fn rate_limits(
+    entry: Option<&Spanned<RateLimitEntry>>,
+    tenant: &str,
+    field: &str,
+    diags: &mut Diagnostics,
+) -> RateLimits {
+    let Some(entry) = entry else {
+        return RateLimits::default();
+    };
+    let e = entry.get_ref();
+    if e.requests_per_minute.is_none() && e.tokens_per_minute.is_none() {
+        diags.at(
+            entry.span(),
+            format!("tenant `{tenant}`: {field} sets no limit; give requests_per_minute and/or tokens_per_minute, or leave it out"),
+        );
+    }
+    let mut limit = |value: &Option<Spanned<i64>>, name: &str| {
+        let value = value.as_ref()?;
+        let n = *value.get_ref();
+        if n <= 0 {
+            diags.at(
+                value.span(),
+                format!("tenant `{tenant}`: {field}.{name} must be above 0, got {n}"),
+            );
+            return None;
+        }
+        u64::try_from(n).ok()
+    };
+    RateLimits {
+        requests_per_minute: limit(&e.requests_per_minute, "requests_per_minute"),
+        tokens_per_minute: limit(&e.tokens_per_minute, "tokens_per_minute"),
+    }
 }
 
 /// The tenant's own scope, or the shared one its entry names.
