@@ -144,6 +144,7 @@ fn decode_rate(engine: &Engine<CpuBackend>, eos: &[u32], batch: usize, constrain
                 field: "response_format.json_schema.schema".into(),
             }),
             cache_scope: switchyard_seam::CacheScope::default(),
+            share: switchyard_seam::TenantShare::default(),
         })
         .collect();
     let mut streams: Vec<_> = requests

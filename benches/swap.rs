@@ -80,6 +80,7 @@ fn measure_swaps(paths: [&Path; 2], swaps: usize) -> Vec<Duration> {
                 deadline: None,
                 constraint: None,
                 cache_scope: switchyard_seam::CacheScope::default(),
+                share: switchyard_seam::TenantShare::default(),
             };
             executor.submit(&checkpoint, request).expect("submitted");
             receivers.push(receiver);

@@ -105,6 +105,7 @@ fn request(
         deadline: None,
         constraint: None,
         cache_scope: switchyard_seam::CacheScope::default(),
+        share: switchyard_seam::TenantShare::default(),
     };
     (request, receiver)
 }

@@ -92,6 +92,7 @@ fn request(prompt: &[u32]) -> (SequenceRequest, mpsc::Receiver<SequenceEvent>) {
         deadline: None,
         constraint: None,
         cache_scope: switchyard_seam::CacheScope::default(),
+        share: switchyard_seam::TenantShare::default(),
     };
     (request, receiver)
 }

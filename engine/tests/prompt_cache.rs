@@ -97,6 +97,7 @@ fn run(
         deadline: None,
         constraint: None,
         cache_scope: switchyard_seam::CacheScope::default(),
+        share: switchyard_seam::TenantShare::default(),
     };
     exec.submit(&f.checkpoint, request).unwrap();
     let mut ids = Vec::new();

@@ -74,6 +74,8 @@ pub(crate) struct TenantEntry {
     pub rate_limits: Option<Spanned<RateLimitEntry>>,
     /// Limits of each of the tenant's keys.
     pub key_rate_limits: Option<Spanned<RateLimitEntry>>,
+    /// Share of the engine's batch slots when requests queue (default 1).
+    pub weight: Option<Spanned<i64>>,
 }
 
 /// `rate_limits = { requests_per_minute = 60, tokens_per_minute = 40000 }`.

@@ -19,6 +19,7 @@ mod error;
 mod event;
 mod model_card;
 mod request;
+mod tenant_share;
 
 pub use backend::InferenceBackend;
 pub use cache_scope::{CacheScope, ScopeOwner};
@@ -32,3 +33,4 @@ pub use model_card::ModelCard;
 pub use request::{
     ChatMessage, GenerationRequest, Prompt, Role, SamplingOptions, SamplingRangeError,
 };
+pub use tenant_share::TenantShare;

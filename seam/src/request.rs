@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use crate::cache_scope::CacheScope;
 use crate::constraint::{Constraint, Tool, ToolCall};
+use crate::tenant_share::TenantShare;
 
 /// One generation: a single prompt producing a single completion.
 ///
@@ -37,6 +38,8 @@ pub struct GenerationRequest {
     /// Whose cached prompt blocks the generation may read and add to
     /// ([`CacheScope`]): set by the router's policy, narrowed by `cache_salt`.
     pub cache_scope: CacheScope,
+    /// Whose request it is and its weight, for fair admission when requests queue.
+    pub share: TenantShare,
 }
 
 impl GenerationRequest {

@@ -67,6 +67,7 @@ pub fn prepare<B: Backend>(
         deadline: Some(deadline),
         constraint,
         cache_scope: request.cache_scope.clone(),
+        share: request.share.clone(),
     })
 }
 

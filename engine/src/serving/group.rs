@@ -8,6 +8,7 @@ use switchyard_kernels::{Backend, KernelError};
 
 use super::checkpoint::CheckpointHandle;
 use super::choice::Claim;
+use super::fair;
 use super::kv_admission::{self, NoCache};
 use super::prefix_cache::{Found, PrefixCache};
 use super::queue::{SequenceEvent, SequenceRequest};
@@ -80,7 +81,8 @@ impl<B: Backend> Group<B> {
         });
     }
 
-    /// Moves the oldest waiting request into the batch with a KV cache
+    /// Moves the next waiting request (the oldest of the tenant with the
+    /// fewest running sequences per weight: `fair.rs`) into the batch with a KV cache
     /// (see `kv_admission`), starting from the longest prefix of its prompt
     /// that `prefix` holds. `others_running` says whether any sequence of
     /// any checkpoint holds a cache: when none does and the budget still
@@ -92,6 +94,10 @@ impl<B: Backend> Group<B> {
         others_running: bool,
         prefix: Option<&mut PrefixCache<B::KvBlock>>,
     ) -> Admission {
+        fair::bring_forward(
+            &mut self.waiting,
+            self.active.iter().map(|s| &s.share.tenant),
+        );
         let Some(front) = self.waiting.front() else {
             return Admission::Empty;
         };

@@ -17,19 +17,23 @@
 //! - `queue.rs`: what a caller submits and receives, and the submit errors;
 //! - `sequence.rs`: one sequence's state and what happens to a sampled token;
 //! - `group.rs`: one checkpoint's queue and batch;
+//! - `fair.rs`: which tenant's waiting request takes the next batch slot;
 //! - `choice.rs`: which checkpoint runs next;
 //! - `table.rs`: the weight table a step reads;
 //! - `prefix_cache.rs`: full prompt blocks kept for later prompts that
-//!   start the same (the prompt cache);
+//!   start the same (the prompt cache), each in its tenant's cache scope;
+//! - `scope_quota.rs`: which scope's cached blocks are evicted first;
 //! - `executor.rs`: the handle, the weight table and the scheduling loop.
 
 mod checkpoint;
 mod choice;
 mod executor;
+mod fair;
 mod group;
 mod kv_admission;
 mod prefix_cache;
 mod queue;
+mod scope_quota;
 mod sequence;
 mod table;
 

@@ -37,7 +37,9 @@ use std::ops::Range;
 use std::sync::Weak;
 
 use switchyard_kernels::{KvPrefix, SharedKvBlock};
-use switchyard_seam::CacheScope;
+use switchyard_seam::{CacheScope, ScopeOwner};
+
+use super::scope_quota::{eviction_order, Candidate};
 
 /// The chained hash of one block (or tail) of a prompt.
 pub(super) type BlockHash = u64;
@@ -451,18 +453,29 @@ impl<T: SharedKvBlock> PrefixCache<T> {
         }
     }
 
-    /// Evicts unshared blocks, least recently used first, until `bytes`
-    /// are freed or none is left; returns the bytes freed.
+    /// Evicts unshared blocks until `bytes` are freed or none is left,
+    /// those of scopes over their quota first (`scope_quota`), then least
+    /// recently used first; returns the bytes freed.
     pub(super) fn evict(&mut self, bytes: usize) -> usize {
-        let mut candidates: Vec<((u64, BlockHash), u64, usize)> = self
+        let mut held: HashMap<&ScopeOwner, usize> = HashMap::new();
+        for entry in self.entries.values() {
+            *held.entry(entry.scope.owner()).or_default() += entry.block.bytes();
+        }
+        let candidates: Vec<_> = self
             .entries
             .iter()
             .filter(|(_, e)| e.block.holders() == 1 && Some(e.last_used) != self.inserting)
-            .map(|(key, e)| (*key, e.last_used, e.depth))
+            .map(|(key, e)| Candidate {
+                key: *key,
+                owner: e.scope.owner(),
+                bytes: e.block.bytes(),
+                last_used: e.last_used,
+                depth: e.depth,
+            })
             .collect();
-        candidates.sort_by_key(|&(_, used, depth)| (used, std::cmp::Reverse(depth)));
+        let order = eviction_order(candidates, held, bytes);
         let mut freed = 0;
-        for (key, _, _) in candidates {
+        for key in order {
             if freed >= bytes {
                 break;
             }
@@ -581,6 +594,39 @@ mod tests {
             block_hashes(&CacheScope::tenant("a"), &prompt, 4)
         );
         assert_ne!(block_hashes(&a, &prompt, 4), block_hashes(&b, &prompt, 4));
+    }
+
+    #[test]
+    fn a_busy_scope_evicts_its_own_blocks_before_another_scopes_share() {
+        let (mut cache, _owner) = cache_with_owner();
+        let light = CacheScope::tenant("light");
+        let heavy = CacheScope::tenant("heavy");
+        // The light tenant's prompt is the oldest in the cache.
+        cache.insert(
+            7,
+            &light,
+            &(500..508).collect::<Vec<u32>>(),
+            0,
+            &mut share_all(),
+        );
+        for first in [0u32, 100, 200] {
+            let prompt: Vec<u32> = (first..first + 8).collect();
+            cache.insert(7, &heavy, &prompt, 0, &mut share_all());
+        }
+        // 8 blocks: light holds 2, heavy 6 (quota 4 each). Making room for
+        // 4 blocks takes heavy's oldest, however old light's are.
+        assert_eq!(cache.evict(400), 400);
+        let probe = |cache: &mut PrefixCache<FakeBlock>, scope, first: u32| {
+            let prompt: Vec<u32> = (first..first + 9).collect();
+            cache.lookup(7, scope, &prompt).shared.len()
+        };
+        assert_eq!(probe(&mut cache, &light, 500), 2);
+        assert_eq!(probe(&mut cache, &heavy, 0), 0);
+        assert_eq!(probe(&mut cache, &heavy, 100), 0);
+        assert_eq!(probe(&mut cache, &heavy, 200), 2);
+        // Past every share, least recently used first again.
+        assert_eq!(cache.evict(100), 100);
+        assert_eq!(probe(&mut cache, &light, 500), 1);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use std::sync::mpsc;
 use std::time::Instant;
 
-use switchyard_seam::CacheScope;
+use switchyard_seam::{CacheScope, TenantShare};
 
 use crate::sampling::{FinishReason, SamplingParams, StopCondition};
 use crate::structured::TokenMask;
@@ -31,6 +31,8 @@ pub struct SequenceRequest {
     pub constraint: Option<TokenMask>,
     /// Whose cached prompt blocks it may read and add to.
     pub cache_scope: CacheScope,
+    /// Whose request it is, for fair admission (`fair.rs`).
+    pub share: TenantShare,
 }
 
 /// One generated token as the executor reports it.

@@ -5,7 +5,7 @@ use std::ops::Range;
 use std::time::Instant;
 
 use switchyard_kernels::Backend;
-use switchyard_seam::CacheScope;
+use switchyard_seam::{CacheScope, TenantShare};
 
 use super::queue::{EventSink, SequenceEvent, SequenceRequest, SequenceToken};
 use crate::sampling::{FinishReason, Sampler, StopChecker};
@@ -37,6 +37,8 @@ pub(super) struct Sequence<B: Backend> {
     pub(super) shared_blocks: usize,
     /// Whose prompt-cache blocks it reads and adds to.
     pub(super) cache_scope: CacheScope,
+    /// Whose request it is, for fair admission.
+    pub(super) share: TenantShare,
 }
 
 impl<B: Backend> Sequence<B> {
@@ -66,6 +68,7 @@ impl<B: Backend> Sequence<B> {
             deadline: request.deadline,
             constraint: request.constraint,
             cache_scope: request.cache_scope,
+            share: request.share,
         }
     }
 

@@ -28,6 +28,9 @@ pub struct Tenant {
     pub rate_limits: RateLimits,
     /// Requests and tokens per minute of each of its API keys alone.
     pub key_rate_limits: RateLimits,
+    /// Its share of the engine's batch slots when requests queue, against the other
+    /// tenants' weights (1 unless the file says).
+    pub weight: u32,
 }
 
 impl Tenant {

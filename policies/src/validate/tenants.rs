@@ -92,6 +92,7 @@ pub(super) fn compile(
                 .unwrap_or_default(),
             budgets,
             cache_scope: cache_scope(e, &tenant_name, diags),
+            weight: weight(e, &tenant_name, diags),
             rate_limits: rate_limits(e.rate_limits.as_ref(), &tenant_name, "rate_limits", diags),
             key_rate_limits: rate_limits(
                 e.key_rate_limits.as_ref(),
@@ -103,6 +104,22 @@ pub(super) fn compile(
         });
     }
     (tenants, by_name, key_index)
+}
+
+/// The tenant's weight: a whole number from 1 to 1000.
+fn weight(e: &TenantEntry, tenant: &str, diags: &mut Diagnostics) -> u32 {
+    let Some(value) = &e.weight else { return 1 };
+    let w = *value.get_ref();
+    match u32::try_from(w) {
+        Ok(w @ 1..=1000) => w,
+        _ => {
+            diags.at(
+                value.span(),
+                format!("tenant `{tenant}`: weight must be a whole number from 1 to 1000, got {w}"),
+            );
+            1
+        }
+    }
 }
 
 /// Per-minute limits: each given one a whole number above 0.

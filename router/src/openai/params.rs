@@ -8,7 +8,9 @@ use serde_json::Value;
 
 use crate::error::ApiError;
 use crate::openai::types::StreamOptions;
-use switchyard_seam::{CacheScope, Constraint, GenerationRequest, Prompt, SamplingOptions, Tool};
+use switchyard_seam::{
+    CacheScope, Constraint, GenerationRequest, Prompt, SamplingOptions, TenantShare, Tool,
+};
 
 /// Most stop strings OpenAI accepts.
 pub const MAX_STOP_STRINGS: usize = 4;
@@ -223,6 +225,7 @@ impl GenerationParams {
                     tools: self.tools.clone(),
                     constraint: self.constraint.clone(),
                     cache_scope: cache_scope.clone(),
+                    share: TenantShare::default(),
                 });
             }
         }

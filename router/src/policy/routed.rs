@@ -20,7 +20,7 @@ use switchyard_policies::{Completion, ModelHint, Route, RouteReason, RouteReques
 
 use crate::policy::error::PolicyRejection;
 use crate::policy::routing::PolicyRouting;
-use switchyard_seam::{BackendError, CacheScope};
+use switchyard_seam::{BackendError, CacheScope, TenantShare};
 
 /// The checkpoint chosen for a request and why (what the response headers say).
 #[derive(Debug, Clone, PartialEq)]
@@ -201,6 +201,24 @@ impl RoutedRequest {
     pub fn cache_scope(&self) -> CacheScope {
         self.with_summary(|summary| summary.cache_scope.clone())
             .unwrap_or_else(CacheScope::deployment)
+    }
+
+    /// The tenant the request runs for and its weight in the current policy, for the
+    /// engine's fair admission; no tenant for a pass-through or anonymous request.
+    pub fn tenant_share(&self) -> TenantShare {
+        let Some(ticket) = self.ticket() else {
+            return TenantShare::default();
+        };
+        let Some(name) = ticket.lock().summary.tenant.clone() else {
+            return TenantShare::default();
+        };
+        let weight = ticket
+            .routing
+            .store()
+            .current()
+            .tenant(&name)
+            .map_or(1, |t| t.weight);
+        TenantShare::new(name, weight)
     }
 
     /// Estimated prompt tokens the route was chosen with (0 for pass-through).

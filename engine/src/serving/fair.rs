@@ -1,0 +1,89 @@
+//! Fair admission: which waiting request of a checkpoint takes the next batch slot.
+//!
+//! First come, first served lets a tenant with 48 streams queued ahead keep a light
+//! tenant waiting behind all of them. Instead, the next slot goes to the tenant with
+//! the fewest running sequences per unit of its policy weight (`TenantShare`), its
+//! oldest waiting request first; ties go to the request that came first. A tenant
+//! alone in the queue is served in order, as before. Requests without a tenant count
+//! as one tenant of weight 1.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use switchyard_seam::TenantShare;
+
+use super::group::Waiting;
+
+/// Moves the request that is to take the next slot to the front of `waiting`, given
+/// the tenants of the running sequences (`running`, one entry per sequence).
+pub(super) fn bring_forward<'a>(
+    waiting: &mut VecDeque<Waiting>,
+    running: impl Iterator<Item = &'a Option<Arc<str>>>,
+) {
+    if waiting.len() < 2 {
+        return;
+    }
+    let next = pick(waiting.iter().map(|w| &w.request.share), running);
+    if let Some(chosen) = next.filter(|&i| i > 0).and_then(|i| waiting.remove(i)) {
+        waiting.push_front(chosen);
+    }
+}
+
+/// The index of the waiting request (by its tenant's share, oldest first) that takes
+/// the next slot.
+fn pick<'w, 'r>(
+    waiting: impl Iterator<Item = &'w TenantShare>,
+    running: impl Iterator<Item = &'r Option<Arc<str>>>,
+) -> Option<usize> {
+    let mut counts: HashMap<&Option<Arc<str>>, u64> = HashMap::new();
+    for tenant in running {
+        *counts.entry(tenant).or_default() += 1;
+    }
+    // Fewest running per weight, compared as running_a * weight_b < running_b *
+    // weight_a; strictly fewer, so the oldest request wins a tie.
+    let mut best: Option<(usize, u64, u64)> = None;
+    for (i, share) in waiting.enumerate() {
+        let running = counts.get(&share.tenant).copied().unwrap_or(0);
+        let weight = u64::from(share.weight.max(1));
+        let better = best.is_none_or(|(_, r, w)| running * w < r * weight);
+        if better {
+            best = Some((i, running, weight));
+        }
+    }
+    best.map(|(i, _, _)| i)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tenant(name: &str) -> Option<Arc<str>> {
+        Some(Arc::from(name))
+    }
+
+    #[test]
+    fn the_tenant_with_fewest_running_per_weight_goes_next_oldest_first() {
+        let heavy = TenantShare::new("heavy", 1);
+        let light = TenantShare::new("light", 1);
+        let queue = [heavy.clone(), heavy.clone(), light.clone(), light.clone()];
+        let running = [tenant("heavy"), tenant("heavy")];
+        assert_eq!(pick(queue.iter(), running.iter()), Some(2));
+        // Alone, or level: first come, first served.
+        assert_eq!(pick(queue[..2].iter(), running.iter()), Some(0));
+        assert_eq!(pick(queue.iter(), [].iter()), Some(0));
+        // Weight 4 against 1: four running heavy to one light are level.
+        let weighted = TenantShare::new("heavy", 4);
+        let running = [
+            tenant("heavy"),
+            tenant("heavy"),
+            tenant("heavy"),
+            tenant("heavy"),
+            tenant("light"),
+        ];
+        let queue = [weighted.clone(), light.clone()];
+        assert_eq!(pick(queue.iter(), running.iter()), Some(0));
+        // Requests without a tenant are one tenant among the others.
+        let queue = [TenantShare::default(), light];
+        assert_eq!(pick(queue.iter(), [None, None].iter()), Some(1));
+    }
+}
