@@ -6,6 +6,13 @@
 //! oldest waiting request first; ties go to the request that came first. A tenant
 //! alone in the queue is served in order, as before. Requests without a tenant count
 //! as one tenant of weight 1.
+//!
+//! The same rule shapes a step ([`step_for`]): while a tenant below its share (the
+//! fewest running sequences per weight, strictly fewer than another tenant's) has a
+//! prompt to run, the step runs that tenant's sequences only, so its prompt is not
+//! computed beside every other tenant's decode rows and prompts. A light tenant's
+//! time to first token then stays near what it is alone; a heavy tenant loses one
+//! step per light prompt.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -53,6 +60,40 @@ fn pick<'w, 'r>(
     best.map(|(i, _, _)| i)
 }
 
+/// Which running sequences the next step runs, given each one's share and whether it
+/// is decoding: `None` for all of them (the usual step), or a mask of the sequences
+/// of the tenants below their share when one of those has a prompt to run.
+pub(super) fn step_for<'a>(
+    sequences: impl Iterator<Item = (&'a TenantShare, bool)>,
+) -> Option<Vec<bool>> {
+    let sequences: Vec<(&TenantShare, bool)> = sequences.collect();
+    let mut counts: HashMap<&Option<Arc<str>>, (u64, u64)> = HashMap::new();
+    for (share, _) in &sequences {
+        let entry = counts
+            .entry(&share.tenant)
+            .or_insert((0, u64::from(share.weight.max(1))));
+        entry.0 += 1;
+    }
+    // Running per weight as fractions (count, weight): a < b when a.0 * b.1 < b.0 * a.1.
+    let less = |a: (u64, u64), b: (u64, u64)| a.0 * b.1 < b.0 * a.1;
+    let lowest = counts
+        .values()
+        .copied()
+        .reduce(|a, b| if less(b, a) { b } else { a })?;
+    if !counts.values().any(|&c| less(lowest, c)) {
+        return None;
+    }
+    let mask: Vec<bool> = sequences
+        .iter()
+        .map(|(share, _)| counts.get(&share.tenant).is_some_and(|&c| !less(lowest, c)))
+        .collect();
+    let prompt_waiting = sequences
+        .iter()
+        .zip(&mask)
+        .any(|((_, decoding), &below)| below && !decoding);
+    prompt_waiting.then_some(mask)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -83,7 +124,38 @@ mod tests {
         let queue = [weighted.clone(), light.clone()];
         assert_eq!(pick(queue.iter(), running.iter()), Some(0));
         // Requests without a tenant are one tenant among the others.
-        let queue = [TenantShare::default(), light];
+        let queue = [TenantShare::default(), light.clone()];
         assert_eq!(pick(queue.iter(), [None, None].iter()), Some(1));
+    }
+
+    #[test]
+    fn a_tenant_below_its_share_with_a_prompt_to_run_gets_the_step() {
+        let heavy = TenantShare::new("heavy", 1);
+        let light = TenantShare::new("light", 1);
+        // Three heavy decoding, one light prefilling: the light one alone.
+        let step = [
+            (&heavy, true),
+            (&heavy, true),
+            (&light, false),
+            (&heavy, true),
+        ];
+        assert_eq!(
+            step_for(step.into_iter()),
+            Some(vec![false, false, true, false])
+        );
+        // Decoding, it leaves the step to everyone; so do level tenants.
+        let step = [(&heavy, true), (&heavy, false), (&light, true)];
+        assert_eq!(step_for(step.into_iter()), None);
+        let step = [(&heavy, false), (&light, false)];
+        assert_eq!(step_for(step.into_iter()), None);
+        // Weight 3 to 1: three heavy to one light is level.
+        let weighted = TenantShare::new("heavy", 3);
+        let step = [
+            (&weighted, true),
+            (&weighted, true),
+            (&weighted, true),
+            (&light, false),
+        ];
+        assert_eq!(step_for(step.into_iter()), None);
     }
 }

@@ -307,12 +307,22 @@ impl<B: Backend> Group<B> {
 
     /// The tokens each sequence runs next step: one for each decoding
     /// sequence, then prompt chunks in arrival order within the step budget.
+    /// While a tenant below its share has a prompt to run, only that
+    /// tenant's sequences run (`fair::step_for`).
     pub(super) fn plan(&self, max_step_tokens: usize) -> Vec<Option<Range<usize>>> {
-        let decoding = self.active.iter().filter(|s| s.is_decoding()).count();
+        let only = fair::step_for(self.active.iter().map(|s| (&s.share, s.is_decoding())));
+        let runs = |i: usize| only.as_ref().is_none_or(|mask| mask.get(i) == Some(&true));
+        let decoding = (self.active.iter().enumerate())
+            .filter(|&(i, s)| runs(i) && s.is_decoding())
+            .count();
         let mut budget = max_step_tokens.max(1).saturating_sub(decoding);
         self.active
             .iter()
-            .map(|sequence| {
+            .enumerate()
+            .map(|(i, sequence)| {
+                if !runs(i) {
+                    return None;
+                }
                 if sequence.is_decoding() {
                     return Some(sequence.next_span(1));
                 }
