@@ -1,5 +1,6 @@
 //! `switchyard demo-repo`'s library function on a small synthetic Q4_1 base
 //! (fast, every property checked) and on the real SmolLM2 file.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 #[path = "../engine/tests/support/real_models.rs"]
 mod real_models;

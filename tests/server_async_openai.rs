@@ -1,5 +1,6 @@
 //! Black-box test of `switchyard serve` with the `async-openai` client on the
 //! real SmolLM2 model: a chat completion and a streamed completion.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 #[path = "../engine/tests/support/real_models.rs"]
 mod real_models;

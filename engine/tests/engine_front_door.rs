@@ -1,6 +1,7 @@
 //! The engine's front door: a seam request in, a stream of events out. What it
 //! generates equals the model run directly; every refusal names the field, with
 //! the request's own numbers, before anything is queued.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 use std::path::Path;
 use std::sync::Arc;

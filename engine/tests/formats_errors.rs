@@ -1,5 +1,6 @@
 //! Bad checkpoints give clear errors naming the file and the reason, and
 //! never panic.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 use std::path::{Path, PathBuf};
 

@@ -1,5 +1,6 @@
 //! GgufWriter → GgufFile round trips: every metadata type, nested arrays,
 //! alignment, tensor placement and zero-copy data.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 use switchyard_engine::formats::gguf::{GgufFile, GgufWriter, MetaValue};
 use switchyard_kernels::quantize::quantize;

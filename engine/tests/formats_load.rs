@@ -1,6 +1,7 @@
 //! Every synthetic preset × tensor type loads back in both formats with the
 //! configuration and shapes it was written with; the real SmolLM2 file
 //! loads with its known configuration.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 #[path = "support/real_models.rs"]
 mod real_models;

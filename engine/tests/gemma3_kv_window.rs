@@ -6,6 +6,7 @@
 //! as `benches/long_context.rs` does) to 2,048 tokens, four windows: far
 //! enough for every ring to have turned, short enough for a test. What 32k
 //! would hold follows from the reservation, which a cache never exceeds.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 #[path = "support/real_models.rs"]
 mod real_models;

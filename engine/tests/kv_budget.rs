@@ -2,6 +2,7 @@
 //! never fit the backend's KV budget is refused at submit with what to
 //! change, one that fits the budget but not what is free waits while the
 //! running sequences go on, and every reservation comes back.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 #[path = "support/served.rs"]
 mod served;

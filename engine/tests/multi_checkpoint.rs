@@ -1,6 +1,7 @@
 //! One executor, many checkpoints and versions: no request ever mixes
 //! weights, whatever is activated, rolled back or unloaded while it runs;
 //! shared tensors are resident once; a bad version changes nothing.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

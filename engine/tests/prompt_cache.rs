@@ -3,6 +3,7 @@
 //! it samples with the cache off, and cached blocks that no sequence reads
 //! give way to a new sequence's cache instead of refusing it; checkpoints
 //! with sliding-window layers are not cached.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 #[path = "support/served.rs"]
 mod served;

@@ -1,5 +1,6 @@
 //! The model repository: layout scanning, model.toml, version policies,
 //! aliases, resolution, and problems that skip one entry but not the rest.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 use std::fs;
 use std::path::{Path, PathBuf};

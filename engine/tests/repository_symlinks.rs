@@ -1,6 +1,6 @@
 //! Issue 17, case 7: the repository scan follows symlinks only while they stay inside
 //! the repository; one that leads out is a problem naming its target, not a version.
-
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 #![cfg(unix)]
 
 use std::fs;

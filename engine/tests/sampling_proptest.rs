@@ -1,4 +1,5 @@
 //! Property tests of the sampler and the stop checker.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 use proptest::prelude::*;
 use switchyard_engine::sampling::{

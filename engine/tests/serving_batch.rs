@@ -1,6 +1,7 @@
 //! The continuous-batching executor against the single-sequence `Session`:
 //! batched greedy outputs must match token for token; cancelled sequences
 //! must leave the batch; a full queue refuses work.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 #[path = "support/real_models.rs"]
 mod real_models;

@@ -2,6 +2,7 @@
 //! shared matrix multiplies all their rows at once, the differing ones run
 //! per checkpoint, and each row's logits are exactly those of its own
 //! checkpoint run alone.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -2,6 +2,7 @@
 //! model with random weights: whatever the model prefers, the output follows
 //! the grammar, because the mask leaves it no other token. Refusals of what
 //! the grammar engine cannot enforce name the field and disturb nothing.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 use std::path::Path;
 use std::sync::Arc;

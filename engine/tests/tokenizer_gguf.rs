@@ -1,6 +1,7 @@
 //! The GGUF-built byte-level BPE tokenizer on the real SmolLM2 checkpoint. Expected ids come
 //! from llama.cpp (llama-cpp-python 0.3.36, vocab only, special=True);
 //! tests/python/test_tokenizer.py compares a large corpus live.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 #[path = "support/real_models.rs"]
 mod real_models;

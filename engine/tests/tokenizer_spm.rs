@@ -3,6 +3,7 @@
 //! The expected ids were produced by llama.cpp (llama-cpp-python 0.3.36,
 //! `Llama(path, vocab_only=True).tokenize(text, add_bos=True, special=True)`)
 //! on a GGUF file holding exactly the vocabulary built in `spm_metadata`.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 use std::path::PathBuf;
 use std::sync::Arc;

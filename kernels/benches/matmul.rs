@@ -5,6 +5,7 @@
 //! per second.
 //!
 //! `cargo bench -p switchyard-kernels --bench matmul -- 'matvec/q4_1/1536x576'`
+#![allow(clippy::unwrap_used)] // a benchmark over inputs it builds itself
 
 #[path = "../tests/common/mod.rs"]
 mod common;

@@ -7,6 +7,7 @@
 //! batched kernels.
 //!
 //! `cargo bench -p switchyard-kernels --bench quant_types -- matvec/q5_0`
+#![allow(clippy::unwrap_used)] // a benchmark over inputs it builds itself
 
 #[path = "../tests/common/mod.rs"]
 mod common;

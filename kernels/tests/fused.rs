@@ -4,6 +4,7 @@
 //! ISA, on 1 and 2 threads, at row counts that leave partial tiles, with
 //! quantized-only products (the fused job) and with a float matrix among
 //! them (the step runs alone first).
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 mod common;
 

@@ -6,6 +6,7 @@
 //! Both sides evaluate ggml's formulas in f32 in the same order (a scale
 //! product, then the quant times it, then the min), so the values must be
 //! equal bit for bit: no tolerance.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 use std::path::PathBuf;
 

@@ -1,5 +1,6 @@
 //! Matmul on every ISA and weight type against a naive f64 reference that
 //! follows the activation-quantization contract, and SIMD against scalar.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 mod common;
 

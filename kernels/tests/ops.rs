@@ -1,5 +1,6 @@
 //! rms_norm, rope, attention (softmax included), silu_mul, add and embed on
 //! every ISA, against naive f64 code.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 mod common;
 

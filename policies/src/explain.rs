@@ -19,7 +19,6 @@ use crate::route::{build, select};
 use crate::route_error::RouteError;
 use crate::route_reason::RouteReason;
 use crate::score::{latency_limit, Detail, Scored, Via};
-use crate::spend::Spend;
 
 /// One constraint of one candidate.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -336,20 +335,5 @@ impl fmt::Display for Explanation {
             (None, Some(e)) => write!(f, "no pick: {e}"),
             (None, None) => write!(f, "no pick"),
         }
-    }
-}
-
-impl Explanation {
-    /// The estimate of the pick, if any (convenience for tests and the CLI).
-    pub fn picked_spend(&self) -> Option<Spend> {
-        let p = self.pick.as_ref()?;
-        let c = self
-            .candidates
-            .iter()
-            .find(|c| c.model == p.model && c.version == p.version)?;
-        Some(Spend {
-            tokens: c.estimated_tokens,
-            cost: c.estimated_cost,
-        })
     }
 }

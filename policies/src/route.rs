@@ -14,14 +14,14 @@ use switchyard_seam::CacheScope;
 use crate::authenticate::caller_tenant;
 use crate::constraint::ConstraintFailure;
 use crate::context::Context;
-use crate::decimal::{fixed, push_digits, push_fixed};
+use crate::decimal::{push_digits, push_fixed};
 use crate::engine_view::EngineView;
 use crate::live::budget::{now_secs, Reservation};
 use crate::live::rollback::RollbackMonitor;
 use crate::metrics::{self, RouteKey, RoutedLabels};
 use crate::plan::Plan;
 use crate::policy::Policy;
-use crate::request::{RouteRequest, HEADER_COST, HEADER_MODEL, HEADER_ROUTE, HEADER_VERSION};
+use crate::request::RouteRequest;
 use crate::route_error::RouteError;
 use crate::route_reason::RouteReason;
 use crate::score::{pick_order, Detail, Scored, Via};
@@ -83,16 +83,6 @@ impl Route {
         if let Some((monitor, arm)) = &self.rollback {
             monitor.record(*arm, succeeded, latency_ms);
         }
-    }
-
-    /// The response headers: model, version, route (why) and estimated cost.
-    pub fn response_headers(&self) -> [(&'static str, String); 4] {
-        [
-            (HEADER_MODEL, self.model.to_string()),
-            (HEADER_VERSION, self.version.to_string()),
-            (HEADER_ROUTE, self.explanation.clone()),
-            (HEADER_COST, fixed(self.estimated_cost, 6)),
-        ]
     }
 
     fn metric_labels(&self) -> RoutedLabels<'_> {

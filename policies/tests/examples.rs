@@ -1,4 +1,5 @@
 //! The example policies in `examples/` load and route as their comments say.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! The routing counters count every request, through the handles a policy caches, under
 //! each reason and split arm, and spend is counted per tenant.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! Property tests against an independent oracle: the pick never breaks a constraint, it
 //! has the best utility among those that qualify, split shares converge to their weights,
 //! sticky assignment is stable, and budgets are never overspent under concurrency.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 use std::fmt::Write as _;
 use std::sync::Arc;

@@ -1,4 +1,5 @@
 //! Hot reload: a valid file swaps in whole, a broken one changes nothing.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! A canary whose error rate rises is rolled back automatically, observably, and the
 //! rollback survives a reload that leaves the split unchanged.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 mod common;
 

@@ -1,4 +1,5 @@
 //! Routing decisions: hints, aliases, pins, constraints, fallbacks and errors.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 mod common;
 

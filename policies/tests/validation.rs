@@ -1,4 +1,5 @@
 //! Whole-file validation: every problem, with its line and column.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! The admin API: bearer-token auth, policy show/reload/reset, and the model endpoints
 //! delegated to a fake `ModelAdmin`, with every error class mapped to its status.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 mod support;
 

@@ -2,6 +2,7 @@
 //! token, with their content types and a strict Content-Security-Policy, and refer to
 //! nothing outside the server; every data route still needs the token; the activity
 //! endpoint samples the model adapter's executor counters.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 mod support;
 

@@ -1,4 +1,5 @@
 //! `POST /v1/completions`, whole and streamed, against the fake backend.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 mod support;
 

@@ -1,6 +1,7 @@
 //! The connection layer over real TCP (issue 17, cases 2 and 7): a header-read
 //! timeout, a cap on open connections answered with 503 + Retry-After, and streams
 //! cut at the drain deadline ending with an error event.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 mod support;
 

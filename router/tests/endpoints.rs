@@ -1,4 +1,5 @@
 //! Models, probes and metrics.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 mod support;
 

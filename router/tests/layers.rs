@@ -3,6 +3,7 @@
 //! Tests that wait or time out run on tokio's paused clock: time moves only when
 //! every task is idle, so a 50 ms timeout is exact and a loaded machine cannot
 //! make them flaky.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 mod support;
 

@@ -1,5 +1,6 @@
 //! The policy layer over the fake backend: hints, tenants, budgets, fallbacks, splits
 //! with automatic rollback, response headers, metrics, and failing closed.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 mod policy_support;
 mod support;

@@ -1,6 +1,7 @@
 //! What an inference gateway reads from a model server besides the
 //! completions: each model's `parent` in `GET /v1/models`, and the series
 //! that scrape sources add to `GET /metrics`.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 mod support;
 

@@ -1,5 +1,6 @@
 //! Streams end to end: cancellation on disconnect, errors mid-stream, a real
 //! TCP server with a real HTTP client, and graceful shutdown.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 mod support;
 

@@ -1,5 +1,6 @@
 //! Malformed requests: each gets an OpenAI-shaped error with the right status,
 //! naming the field and the value.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 mod support;
 

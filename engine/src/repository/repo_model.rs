@@ -56,11 +56,6 @@ impl RepoModel {
         self.versions.iter().find(|v| v.version == version)
     }
 
-    /// Whether `name` is this model's name or one of its aliases.
-    pub fn answers_to(&self, name: &str) -> bool {
-        self.name == name || self.aliases.iter().any(|a| a == name)
-    }
-
     pub(super) fn version_list(&self) -> String {
         self.versions
             .iter()

@@ -36,11 +36,6 @@ impl CpuMatrix {
         self.view.cols
     }
 
-    /// Bytes held by the repacked copy (0 when the matrix is not repacked).
-    pub fn packed_bytes(&self) -> usize {
-        self.packed.as_ref().map_or(0, |p| p.bytes())
-    }
-
     /// The bytes of row `row`, or `None` past the last row.
     pub fn row_bytes(&self, row: usize) -> Option<&[u8]> {
         let width = self.view.row_bytes();

@@ -109,10 +109,6 @@ impl Metadata {
         self.get(key).and_then(MetaValue::as_u64)
     }
 
-    pub fn get_f64(&self, key: &str) -> Option<f64> {
-        self.get(key).and_then(MetaValue::as_f64)
-    }
-
     pub fn get_bool(&self, key: &str) -> Option<bool> {
         self.get(key).and_then(MetaValue::as_bool)
     }

@@ -187,11 +187,6 @@ impl PackedRows {
         self.group_bytes
     }
 
-    /// Bytes held (for load statistics).
-    pub(crate) fn bytes(&self) -> usize {
-        self.bytes.as_slice().len()
-    }
-
     fn group(&self, g: usize) -> &[u8] {
         &self.bytes.as_slice()[g * self.group_bytes..(g + 1) * self.group_bytes]
     }
