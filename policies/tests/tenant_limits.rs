@@ -1,5 +1,6 @@
 //! A tenant's rate limits and prompt-cache scope: validated with their line, compiled,
 //! counted per tenant and per key, explained.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 mod common;
 
