@@ -72,7 +72,7 @@ def server(switchyard_bin: Path, smollm2_path: Path, tmp_path_factory):
             "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin_port}",
             "--drain-seconds", "5"]
     with running_server(args, port, env={"SWITCHYARD_ADMIN_TOKEN": ADMIN_TOKEN}):
-        yield {"base": f"http://127.0.0.1:{port}", "admin": f"http://127.0.0.1:{admin_port}"}
+        yield {"base": f"http://127.0.0.1:{port}", "admin": f"http://127.0.0.1:{admin_port}", "policy": path}
 
 
 def ask(server, key: str, max_tokens: int = 1):
@@ -98,8 +98,11 @@ def test_the_request_past_the_limit_gets_429_with_the_headers_and_a_reload_appli
     assert err.value.code == "rate_limit_exceeded"
     assert "requests per minute: limit 3" in err.value.message
 
-    # Raised without a restart: the 3 requests of this minute still count.
-    request = urllib.request.Request(server["admin"] + "/admin/policy/reload", data=policy(5).encode(),
+    # Raised without a restart: the 3 requests of this minute still count. The
+    # file is edited too (the admin reload re-reads it), so that the file
+    # watcher, whenever it looks, finds the same policy.
+    server["policy"].write_text(policy(5))
+    request = urllib.request.Request(server["admin"] + "/admin/policy/reload", data=b"",
                                      method="POST", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
     with urllib.request.urlopen(request, timeout=30) as r:
         assert r.status == 200, json.loads(r.read())
