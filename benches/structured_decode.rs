@@ -145,6 +145,7 @@ fn decode_rate(engine: &Engine<CpuBackend>, eos: &[u32], batch: usize, constrain
             }),
             cache_scope: switchyard_seam::CacheScope::default(),
             share: switchyard_seam::TenantShare::default(),
+            fanout: 1,
         })
         .collect();
     let mut streams: Vec<_> = requests

@@ -5,6 +5,7 @@
 #   policy_toml        routing policy files (hot-reloaded)
 #   openai_request     chat and completions request bodies
 #   chat_template      chat-template input (client conversations, checkpoint templates)
+#   structured_schema  response_format / tools schemas (limits, then the grammar compile)
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]   (default 60, every target)
 #
@@ -22,7 +23,8 @@ seconds="${1:-60}"
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(gguf_reader safetensors_shard policy_toml openai_request chat_template)
+    targets=(gguf_reader safetensors_shard policy_toml openai_request chat_template
+        structured_schema)
 fi
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -66,6 +68,7 @@ make_seed() {
 seed_corpora() {
     local c=fuzz/corpus
     mkdir -p "$c"/{gguf_reader,safetensors_shard,policy_toml,openai_request,chat_template}
+    mkdir -p "$c"/structured_schema
     [ -e "$c/gguf_reader/seed.gguf" ] || make_seed "$c/gguf_reader/seed.gguf"
     local header='{"__metadata__":{"format":"pt"},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}'
     if [ ! -e "$c/safetensors_shard/seed.safetensors" ]; then
@@ -82,6 +85,8 @@ seed_corpora() {
     printf '\x00system\x00Be brief.\x00user\x00Hello {{ x }}\x00assistant\x00' \
         >"$c/chat_template/conversation"
     printf '\x03{%% for m in messages %%}{{ m.role }}{%% endfor %%}' >"$c/chat_template/template"
+    printf '%s' '{"$defs":{"node":{"type":"object","properties":{"value":{"type":"number"},"children":{"type":"array","items":{"$ref":"#/$defs/node"}}}}},"$ref":"#/$defs/node"}' \
+        >"$c/structured_schema/tree.json"
 }
 seed_corpora
 

@@ -24,7 +24,7 @@ enum Command {
     /// Run the forward pass on token ids and write logits (for numerical checks).
     Logits(cli::logits::LogitsArgs),
     /// Serve the OpenAI-compatible HTTP API (continuous batching).
-    Serve(cli::serve::ServeArgs),
+    Serve(Box<cli::serve::ServeArgs>),
     /// Write a small deterministic synthetic checkpoint (for tests).
     Synth(cli::synth::SynthArgs),
     /// Check a routing policy file, or explain how it routes a request.
@@ -49,7 +49,7 @@ fn main() -> anyhow::Result<()> {
         Command::Logits(args) => cli::logits::run(args),
         Command::Synth(args) => cli::synth::run(args),
         Command::Policy(args) => cli::policy::run(args),
-        Command::Serve(args) => cli::serve::run(args),
+        Command::Serve(args) => cli::serve::run(*args),
         Command::Models(args) => cli::models::run(args),
         Command::DemoRepo(args) => cli::demo_repo::run(args),
     }

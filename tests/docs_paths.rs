@@ -59,7 +59,10 @@ fn every_path_the_docs_quote_exists() {
             }
         }
     }
-    assert!(checked > 50, "only {checked} paths found: is the parser broken?");
+    assert!(
+        checked > 50,
+        "only {checked} paths found: is the parser broken?"
+    );
     assert!(
         missing.is_empty(),
         "the docs name paths that do not exist:\n{}",

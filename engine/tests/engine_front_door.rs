@@ -64,6 +64,7 @@ fn request(prompt: Prompt, max_tokens: Option<u32>) -> GenerationRequest {
         constraint: None,
         cache_scope: switchyard_seam::CacheScope::default(),
         share: switchyard_seam::TenantShare::default(),
+        fanout: 1,
     }
 }
 

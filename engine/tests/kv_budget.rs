@@ -272,3 +272,59 @@ fn a_q8_0_backend_refuses_at_load_a_model_whose_heads_it_cannot_hold() {
         Ok(_) => panic!("a q8_0 backend loaded a model of head_dim 80"),
     }
 }
+
+/// Issue 32, case 4: a request waiting for room at the head of the line no
+/// longer holds everyone behind it: a younger one that fits what is free
+/// runs past it (a bounded number of times), and the head runs when room comes.
+#[test]
+fn a_small_request_passes_a_head_that_waits_for_room() {
+    let f = fixture();
+    let exec = executor(&f);
+    // 3 of the 4 blocks run; the head waits for 3; the small one needs the 1 free.
+    let (first, first_rx) = request(5, Some(80));
+    let (head, head_rx) = request(5, Some(80));
+    let (small, small_rx) = request(5, Some(20));
+    submit(&exec, &f, first);
+    assert!(matches!(
+        first_rx.recv_timeout(Duration::from_secs(60)).unwrap(),
+        SequenceEvent::Token(_)
+    ));
+    submit(&exec, &f, head);
+    submit(&exec, &f, small);
+    let first_reader = std::thread::spawn(move || {
+        let finished = finish(&first_rx);
+        (finished, std::time::Instant::now())
+    });
+    assert_eq!(finish(&small_rx), (20, FinishReason::Length));
+    let small_done = std::time::Instant::now();
+    let ((rest, _), first_done) = first_reader.join().unwrap();
+    assert_eq!(rest, 79);
+    assert!(
+        small_done < first_done,
+        "the small request waited for the first to end"
+    );
+    assert_eq!(finish(&head_rx), (80, FinishReason::Length));
+    exec.shutdown();
+    assert_eq!(f.backend.kv_pool().reserved_bytes(), 0);
+}
+
+/// Issue 32, case 4: one request's generations together may reserve at most
+/// half of the KV budget (`n: 16` of long generations held 95% of it).
+#[test]
+fn a_request_fanning_out_past_its_share_of_the_budget_is_refused() {
+    let f = fixture();
+    let exec = executor(&f);
+    let (large, _rx) = request(5, Some(80));
+    // One generation of 3 blocks is fine; two (6 of 4 blocks, share 2) are not.
+    assert_eq!(exec.check_share(&f.checkpoint, &large, 1), Ok(()));
+    match exec.check_share(&f.checkpoint, &large, 2) {
+        Err(error @ SubmitError::KvShare { fanout: 2, .. }) => {
+            assert!(error.to_string().contains("lower n"), "{error}");
+        }
+        other => panic!("expected a share refusal, got {other:?}"),
+    }
+    let (small, _rx) = request(5, Some(20));
+    assert_eq!(exec.check_share(&f.checkpoint, &small, 2), Ok(()));
+    assert_eq!(f.backend.kv_pool().reserved_bytes(), 0);
+    exec.shutdown();
+}

@@ -69,6 +69,7 @@ fn request(constraint: Constraint, tools: Vec<Tool>, seed: u64) -> GenerationReq
         constraint: Some(constraint),
         cache_scope: switchyard_seam::CacheScope::default(),
         share: switchyard_seam::TenantShare::default(),
+        fanout: 1,
     }
 }
 
@@ -257,4 +258,90 @@ fn unenforceable_schemas_are_refused_naming_the_field_and_keyword() {
     let (text, finish) = run(&engine, request(schema(SCHEMA), Vec::new(), 9));
     assert_eq!(finish, FinishReason::Stop);
     assert!(serde_json::from_str::<Value>(&text).is_ok(), "{text:?}");
+}
+
+/// `{"$defs": {"d0": {"$ref": "#/$defs/d1"}, ..., "dN": {"type": "integer"}},
+/// "$ref": "#/$defs/d0"}`.
+fn ref_chain(links: usize) -> String {
+    let mut defs = serde_json::Map::new();
+    for i in 0..links {
+        defs.insert(
+            format!("d{i}"),
+            serde_json::json!({"$ref": format!("#/$defs/d{}", i + 1)}),
+        );
+    }
+    defs.insert(format!("d{links}"), serde_json::json!({"type": "integer"}));
+    serde_json::json!({"$defs": defs, "$ref": "#/$defs/d0"}).to_string()
+}
+
+/// An object of `properties` integers; all required (in order), or all optional.
+fn wide_object(properties: usize, required: bool) -> String {
+    let names: Vec<String> = (0..properties).map(|i| format!("p{i}")).collect();
+    let properties: serde_json::Map<String, Value> = names
+        .iter()
+        .map(|name| (name.clone(), serde_json::json!({"type": "integer"})))
+        .collect();
+    let mut schema = serde_json::json!({"type": "object", "properties": properties});
+    if required {
+        schema["required"] = serde_json::json!(names);
+        schema["additionalProperties"] = serde_json::json!(false);
+    }
+    schema.to_string()
+}
+
+/// Issue 32: a 600-link `$ref` chain or 7,000 properties overflowed the
+/// submitting thread's stack (a tokio worker's 2 MiB) inside llguidance and
+/// aborted the server. Submitted here from a thread with that stack: past the
+/// limits they are refused naming the limit, and the largest schemas within
+/// them compile (on the compile threads) and run.
+#[test]
+fn schemas_at_and_past_the_limits_neither_crash_nor_stall() {
+    use switchyard_engine::structured::limits::{MAX_PROPERTIES, MAX_REF_CHAIN};
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Arc::new(engine(dir.path()));
+    let on_small_stack = |request: GenerationRequest| {
+        let engine = Arc::clone(&engine);
+        std::thread::Builder::new()
+            .stack_size(2 * 1024 * 1024)
+            .spawn(move || engine.submit(request))
+            .unwrap()
+            .join()
+            .unwrap()
+    };
+    for (text, limit) in [
+        (ref_chain(600), "$ref chain length"),
+        (ref_chain(3_000), "$ref chain length"),
+        (wide_object(7_000, true), "object properties"),
+    ] {
+        match on_small_stack(request(schema(&text), Vec::new(), 0)).map(drop) {
+            Err(BackendError::InvalidRequest { param, message }) => {
+                assert_eq!(param, "response_format.json_schema.schema");
+                assert!(message.contains(limit), "{message}");
+            }
+            other => panic!("{limit}: {other:?}"),
+        }
+    }
+    for text in [
+        ref_chain(MAX_REF_CHAIN - 1),
+        wide_object(MAX_PROPERTIES, true),
+    ] {
+        let mut accepted = request(schema(&text), Vec::new(), 0);
+        accepted.max_tokens = Some(2);
+        let mut stream = on_small_stack(accepted).expect("accepted");
+        // It runs: tokens, then `Done` (not the engine's failure).
+        loop {
+            match stream.blocking_recv() {
+                Some(GenerationEvent::Done { .. }) => break,
+                Some(GenerationEvent::Token(_)) => {}
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+    // Compiled once each, kept for the next request with the same schema.
+    let checkpoint = engine.registry().resolve("tiny").unwrap();
+    let kept = checkpoint.grammar_vocab.compiled().len();
+    let mut again = request(schema(&wide_object(MAX_PROPERTIES, true)), Vec::new(), 1);
+    again.max_tokens = Some(2);
+    assert!(on_small_stack(again).is_ok());
+    assert_eq!(checkpoint.grammar_vocab.compiled().len(), kept);
 }

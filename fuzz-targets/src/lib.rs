@@ -12,7 +12,8 @@ pub mod mutate;
 pub mod seeds;
 
 pub use targets::{
-    chat_template, gguf_reader, openai_request, policy_toml, safetensors_shard, FUZZ_KEY,
+    chat_template, gguf_reader, openai_request, policy_toml, safetensors_shard, structured_schema,
+    FUZZ_KEY,
 };
 
 /// A fuzz target: its name (as `fuzz/fuzz_targets/<name>.rs` and the corpus folder
@@ -20,12 +21,13 @@ pub use targets::{
 pub type Target = (&'static str, fn(&[u8]));
 
 /// Every target, in the order the scripts run them.
-pub const TARGETS: [Target; 5] = [
+pub const TARGETS: [Target; 6] = [
     ("gguf_reader", gguf_reader),
     ("safetensors_shard", safetensors_shard),
     ("policy_toml", policy_toml),
     ("openai_request", openai_request),
     ("chat_template", chat_template),
+    ("structured_schema", structured_schema),
 ];
 
 /// The target named `name`.

@@ -14,6 +14,7 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
         "policy_toml" => POLICIES.iter().map(|p| p.as_bytes().to_vec()).collect(),
         "openai_request" => OPENAI.iter().map(|b| b.as_bytes().to_vec()).collect(),
         "chat_template" => CHAT.iter().map(|c| c.to_vec()).collect(),
+        "structured_schema" => SCHEMAS.iter().map(|s| s.as_bytes().to_vec()).collect(),
         _ => Vec::new(),
     }
 }
@@ -75,4 +76,15 @@ const CHAT: [&[u8]; 3] = [
     b"\x00system\x00Be brief.\x00user\x00Hello {{ x }}\x00assistant\x00",
     b"\x05user\x00  padded  \x00developer\x00rules",
     b"\x03{% for m in messages %}{{ m.role }}{% endfor %}",
+];
+
+/// Schemas as clients send them: an OpenAI strict object, a recursive `$ref`, a chain
+/// of `$ref`s, nesting, and the keywords the grammar engine handles (enums, patterns,
+/// `anyOf`, bounds).
+const SCHEMAS: [&str; 5] = [
+    r#"{"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer","minimum":0,"maximum":150},"tags":{"type":"array","items":{"enum":["a","b"]},"maxItems":3}},"required":["name","age","tags"],"additionalProperties":false}"#,
+    r##"{"$defs":{"node":{"type":"object","properties":{"value":{"type":"number"},"children":{"type":"array","items":{"$ref":"#/$defs/node"}}}}},"$ref":"#/$defs/node"}"##,
+    r##"{"$defs":{"d0":{"$ref":"#/$defs/d1"},"d1":{"$ref":"#/$defs/d2"},"d2":{"type":"integer"}},"$ref":"#/$defs/d0"}"##,
+    r#"{"type":"array","items":{"type":"array","items":{"type":"object","properties":{"x":{"type":"array","items":{"type":"string"}}}}}}"#,
+    r#"{"anyOf":[{"type":"string","pattern":"^[a-z]{1,8}$"},{"type":"boolean"},{"type":"null"}],"x-guidance":{"whitespace_flexible":true}}"#,
 ];

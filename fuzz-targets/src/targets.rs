@@ -163,3 +163,54 @@ pub fn chat_template(data: &[u8]) {
         }
     }
 }
+
+/// A schema a client sends as `response_format` or as a forced tool's parameters
+/// (the input is its JSON text): checked against the limits and compiled on the
+/// compile threads. The process survives whatever the schema (a stack overflow in
+/// the grammar engine aborted the server), and every refusal names the field the
+/// schema came in.
+pub fn structured_schema(data: &[u8]) {
+    use switchyard_engine::structured::{byte_factory, check_and_compile};
+    use switchyard_seam::{BackendError, Constraint, Tool};
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(factory) = byte_factory() else {
+        panic!("the byte vocabulary builds");
+    };
+    let field = "response_format.json_schema.schema";
+    let as_format = Constraint::JsonSchema {
+        schema: text.to_owned(),
+        field: field.to_owned(),
+    };
+    let tool = |name: &str| Tool {
+        name: name.to_owned(),
+        description: None,
+        parameters: text.to_owned(),
+    };
+    // Twice, so that the request's shared property and node budget is exercised.
+    let as_tools = Constraint::ToolCalls {
+        names: vec!["a".to_owned(), "b".to_owned()],
+        parallel: true,
+    };
+    for (constraint, tools, fields) in [
+        (as_format, Vec::new(), vec![field.to_owned()]),
+        (
+            as_tools,
+            vec![tool("a"), tool("b")],
+            vec![
+                "tools".to_owned(),
+                "tools[0].function.parameters".to_owned(),
+                "tools[1].function.parameters".to_owned(),
+            ],
+        ),
+    ] {
+        match check_and_compile(&factory, &constraint, &tools) {
+            Ok(()) => {}
+            Err(BackendError::InvalidRequest { param, .. }) => {
+                assert!(fields.contains(&param), "refusal names {param}");
+            }
+            Err(other) => panic!("a schema is refused as a bad request, not {other:?}"),
+        }
+    }
+}

@@ -78,6 +78,23 @@ pub enum ApiError {
         /// The `Content-Type` given (cut short when long).
         content_type: String,
     },
+    /// A POST without a `Content-Type` (a browser's `no-cors` blob sends none).
+    #[error(
+        "The request body has no Content-Type; send JSON with 'Content-Type: application/json'."
+    )]
+    MissingContentType,
+    /// A browser request from a web page whose origin the server does not allow.
+    #[error("Requests from the web origin '{origin}' are not allowed; the operator can allow it with --allow-origin.")]
+    OriginNotAllowed {
+        /// The `Origin` header given (cut short when long).
+        origin: String,
+    },
+    /// The client stopped reading its stream; the generation was cancelled.
+    #[error("The client did not read the response for {} s; the generation was cancelled.", after.as_secs_f64())]
+    ClientStalled {
+        /// The write timeout.
+        after: Duration,
+    },
     /// The server is shutting down and ended the stream at its drain deadline.
     #[error("The server is shutting down and ended this stream at its drain deadline; retry the request.")]
     ShuttingDown,
@@ -266,7 +283,11 @@ impl ApiError {
             | ApiError::Unsupported { .. } => StatusCode::BAD_REQUEST,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
-            ApiError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::UnsupportedMediaType { .. } | ApiError::MissingContentType => {
+                StatusCode::UNSUPPORTED_MEDIA_TYPE
+            }
+            ApiError::OriginNotAllowed { .. } => StatusCode::FORBIDDEN,
+            ApiError::ClientStalled { .. } => StatusCode::REQUEST_TIMEOUT,
             ApiError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
@@ -307,6 +328,9 @@ impl ApiError {
             | ApiError::PayloadTooLarge { .. }
             | ApiError::BodyTimeout { .. }
             | ApiError::UnsupportedMediaType { .. }
+            | ApiError::MissingContentType
+            | ApiError::OriginNotAllowed { .. }
+            | ApiError::ClientStalled { .. }
             | ApiError::ShuttingDown
             | ApiError::TooManyRequests { .. }
             | ApiError::Timeout { .. }
@@ -324,7 +348,11 @@ impl ApiError {
             ApiError::Unsupported { .. } => "unsupported_parameter",
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
             ApiError::BodyTimeout { .. } => "body_timeout",
-            ApiError::UnsupportedMediaType { .. } => "unsupported_media_type",
+            ApiError::UnsupportedMediaType { .. } | ApiError::MissingContentType => {
+                "unsupported_media_type"
+            }
+            ApiError::OriginNotAllowed { .. } => "origin_not_allowed",
+            ApiError::ClientStalled { .. } => "client_stalled",
             ApiError::ShuttingDown => "shutting_down",
             ApiError::TooManyRequests { .. } => "rate_limit_exceeded",
             ApiError::Timeout { .. } => "timeout",

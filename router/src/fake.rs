@@ -274,7 +274,7 @@ impl InferenceBackend for FakeBackend {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(request.clone());
-        let (sender, receiver) = mpsc::unbounded_channel();
+        let (sender, receiver) = mpsc::channel(switchyard_seam::EVENT_BUFFER);
         let shared = Arc::clone(&self.shared);
         let job = Job {
             shared: Arc::clone(&shared),
@@ -299,7 +299,7 @@ impl InferenceBackend for FakeBackend {
 
 struct Job {
     shared: Arc<Shared>,
-    sender: mpsc::UnboundedSender<GenerationEvent>,
+    sender: mpsc::Sender<GenerationEvent>,
     stop: Vec<String>,
     logprobs: Option<u8>,
     max_tokens: u32,
@@ -327,14 +327,19 @@ impl Job {
                     message: format!("fake failure after {i} tokens"),
                 };
                 // A failed generation ends here; the error is its last event.
-                let _ = self.sender.send(GenerationEvent::Error(error));
+                let _ = self.sender.send(GenerationEvent::Error(error)).await;
                 return;
             }
             if !self.shared.token_delay.is_zero() {
                 tokio::time::sleep(self.shared.token_delay).await;
             }
             let token = self.token(i, word);
-            if self.sender.send(GenerationEvent::Token(token)).is_err() {
+            if self
+                .sender
+                .send(GenerationEvent::Token(token))
+                .await
+                .is_err()
+            {
                 // The receiver is gone: let `closed()` count the cancellation.
                 return std::future::pending().await;
             }
@@ -348,7 +353,7 @@ impl Job {
                 completion_tokens: produced,
             },
         };
-        let _ = self.sender.send(done);
+        let _ = self.sender.send(done).await;
     }
 
     fn token(&self, i: usize, word: &str) -> GeneratedToken {

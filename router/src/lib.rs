@@ -32,6 +32,7 @@ pub mod policy;
 pub mod serve;
 pub mod sse;
 pub mod state;
+pub mod write_timeout;
 
 use std::sync::Arc;
 
@@ -142,7 +143,10 @@ pub fn app_with_policy(state: AppState, policy: Option<Arc<policy::PolicyRouting
                 config.max_body_bytes,
             ))
             .layer(Extension(BodyLimit(config.max_body_bytes)))
-            .layer(DefaultBodyLimit::max(config.max_body_bytes)),
+            .layer(DefaultBodyLimit::max(config.max_body_bytes))
+            // Before any handler or body read: a page from a foreign origin gets
+            // nothing of the server.
+            .layer(layers::origin::OriginLayer::new(&config.allowed_origins)),
     )
 }
 

@@ -5,7 +5,8 @@
 //! A connection past the cap is answered at once with a 503 and `Retry-After` and
 //! closed, so a flood of idle sockets neither exhausts file descriptors nor leaves
 //! well-behaved clients hanging in the accept backlog. A client that sends its
-//! headers slowly (one byte every few seconds) is cut off at the header-read timeout.
+//! headers slowly (one byte every few seconds) is cut off at the header-read timeout,
+//! and one that stops reading its response at the write timeout.
 
 use std::future::Future;
 use std::io;
@@ -23,9 +24,14 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::error::ErrorReply;
 use crate::metrics::Metrics;
+use crate::write_timeout::WriteTimeout;
 
 /// How long in-flight requests get to finish after shutdown begins.
 pub const DEFAULT_DRAIN_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Default of [`ServeOptions::send_buffer_bytes`]: 128 KiB in flight once doubled,
+/// a few megabytes a second at WAN round trips, far more than tokens stream at.
+const DEFAULT_SEND_BUFFER: usize = 64 * 1024;
 
 /// How often histogram buffers are drained while serving.
 const METRICS_UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
@@ -44,6 +50,14 @@ pub struct ServeOptions {
     pub max_connections: usize,
     /// The `Retry-After` of that 503, in seconds.
     pub retry_after_secs: u64,
+    /// How long a client may leave a response unread before its connection is
+    /// closed (its generation cancelled, its slot freed); see [`crate::write_timeout`].
+    pub write_timeout: Duration,
+    /// The kernel send buffer of each connection (the kernel doubles it), or `None`
+    /// for the system's autotuning. Bounded by default: autotuning grows it to 4 MiB,
+    /// which holds thousands of tokens a client never reads; until it is full the
+    /// server cannot see that the client stopped (the write timeout starts then).
+    pub send_buffer_bytes: Option<usize>,
 }
 
 impl Default for ServeOptions {
@@ -53,6 +67,8 @@ impl Default for ServeOptions {
             header_read_timeout: Duration::from_secs(10),
             max_connections: 1024,
             retry_after_secs: 1,
+            write_timeout: crate::write_timeout::DEFAULT_WRITE_TIMEOUT,
+            send_buffer_bytes: Some(DEFAULT_SEND_BUFFER),
         }
     }
 }
@@ -160,11 +176,19 @@ struct Connection {
 
 impl Connection {
     async fn run(mut self, stream: TcpStream) {
+        if let Some(bytes) = self.options.send_buffer_bytes {
+            if let Err(error) = socket2::SockRef::from(&stream).set_send_buffer_size(bytes) {
+                tracing::debug!(%error, "cannot set a connection's send buffer");
+            }
+        }
         let service = TowerToHyperService::new(self.app.clone());
         let connection = http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(self.options.header_read_timeout)
-            .serve_connection(TokioIo::new(stream), service);
+            .serve_connection(
+                TokioIo::new(WriteTimeout::new(stream, self.options.write_timeout)),
+                service,
+            );
         tokio::pin!(connection);
         let result = tokio::select! {
             result = connection.as_mut() => result,

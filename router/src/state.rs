@@ -29,6 +29,9 @@ pub struct RouterConfig {
     pub max_fanout: u32,
     /// Interval of SSE keep-alive comments while a stream is quiet.
     pub sse_keep_alive: Duration,
+    /// Web origins whose pages may call the API (`--allow-origin`); a request
+    /// with any other `Origin` gets 403. Empty: no browser page may.
+    pub allowed_origins: Vec<String>,
 }
 
 impl Default for RouterConfig {
@@ -42,6 +45,7 @@ impl Default for RouterConfig {
             retry_after: Duration::from_secs(1),
             max_fanout: 64,
             sse_keep_alive: Duration::from_secs(15),
+            allowed_origins: Vec::new(),
         }
     }
 }
@@ -57,6 +61,8 @@ struct Inner {
     config: RouterConfig,
     metrics: Metrics,
     admission: Arc<Admission>,
+    /// Requests prepared on the blocking pool at once (see [`AppState::heavy_prepares`]).
+    heavy_prepares: Arc<tokio::sync::Semaphore>,
 }
 
 impl AppState {
@@ -74,6 +80,7 @@ impl AppState {
                 config,
                 metrics: Metrics::global(),
                 admission,
+                heavy_prepares: Arc::new(tokio::sync::Semaphore::new(heavy_prepare_slots())),
             }),
         }
     }
@@ -97,4 +104,15 @@ impl AppState {
     pub fn admission(&self) -> &Arc<Admission> {
         &self.inner.admission
     }
+
+    /// Slots for preparing requests on the blocking pool (megabyte prompts and tool
+    /// lists, grammar compiles): half the cores, so that a few such requests cannot
+    /// take every core from the executor while the others wait their turn.
+    pub fn heavy_prepares(&self) -> &Arc<tokio::sync::Semaphore> {
+        &self.inner.heavy_prepares
+    }
+}
+
+fn heavy_prepare_slots() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
 }

@@ -118,25 +118,133 @@ async fn a_body_that_is_not_declared_json_is_415() {
             &[content_type.split(';').next().unwrap(), "application/json"],
         );
     }
-    // JSON with parameters, a +json type, and no type at all are read.
+    // JSON with parameters and a +json type are read.
     for content_type in [
-        Some("application/json; charset=utf-8"),
-        Some("application/vnd.api+json"),
-        None,
+        "application/json; charset=utf-8",
+        "application/vnd.api+json",
     ] {
-        let mut request = Request::post(CHAT);
-        if let Some(content_type) = content_type {
-            request = request.header("content-type", content_type);
-        }
+        let request = Request::post(CHAT).header("content-type", content_type);
         let reply = send(&app, request.body(Body::from(hello().to_string())).unwrap()).await;
         assert_eq!(
             reply.status,
             StatusCode::OK,
-            "{content_type:?}: {}",
+            "{content_type}: {}",
             reply.text
         );
     }
-    assert_eq!(fake.submitted().len(), 3);
+    assert_eq!(fake.submitted().len(), 2);
+}
+
+/// Issue 32, case 2: a browser's `no-cors` fetch of a JSON blob sends no
+/// `Content-Type` (and needs no preflight); such a POST is refused with 415.
+#[tokio::test]
+async fn a_post_without_a_content_type_is_415() {
+    let fake = FakeBackend::default();
+    let (app, _) = app_for(&fake);
+    let request = Request::post(CHAT)
+        .body(Body::from(hello().to_string()))
+        .unwrap();
+    let reply = send(&app, request).await;
+    assert_error(
+        &reply,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "invalid_request_error",
+        None,
+        &["no Content-Type", "application/json"],
+    );
+    assert_eq!(reply.json()["error"]["code"], "unsupported_media_type");
+    assert!(fake.submitted().is_empty());
+}
+
+fn from_origin(method: http::Method, path: &str, origin: &str) -> http::request::Builder {
+    Request::builder()
+        .method(method)
+        .uri(path)
+        .header("origin", origin)
+        .header("content-type", "application/json")
+}
+
+/// Issue 32, case 2: a web page of an origin not allowed gets a 403 for every
+/// route (preflight included) and nothing is submitted; an allowed origin gets
+/// CORS headers and its preflight answered; clients without `Origin` are unaffected.
+#[tokio::test]
+async fn only_allowed_origins_may_call_the_api() {
+    let fake = FakeBackend::default();
+    let config = RouterConfig {
+        allowed_origins: vec!["https://app.example".into()],
+        ..RouterConfig::default()
+    };
+    let (app, _) = app_with(&fake, config);
+    for (method, path) in [
+        (http::Method::POST, CHAT),
+        (http::Method::GET, "/v1/models"),
+        (http::Method::OPTIONS, CHAT),
+    ] {
+        let request = from_origin(method.clone(), path, "https://evil.example")
+            .header("access-control-request-method", "POST")
+            .body(Body::from(hello().to_string()))
+            .unwrap();
+        let reply = send(&app, request).await;
+        assert_error(
+            &reply,
+            StatusCode::FORBIDDEN,
+            "permission_error",
+            None,
+            &["https://evil.example", "--allow-origin"],
+        );
+        assert_eq!(reply.json()["error"]["code"], "origin_not_allowed");
+        assert!(!reply.headers.contains_key("access-control-allow-origin"));
+    }
+    assert!(fake.submitted().is_empty());
+    let preflight = from_origin(http::Method::OPTIONS, CHAT, "https://app.example")
+        .header("access-control-request-method", "POST")
+        .header(
+            "access-control-request-headers",
+            "content-type, authorization",
+        )
+        .body(Body::empty())
+        .unwrap();
+    let reply = send(&app, preflight).await;
+    assert_eq!(reply.status, StatusCode::NO_CONTENT);
+    assert_eq!(
+        reply.headers["access-control-allow-origin"],
+        "https://app.example"
+    );
+    assert_eq!(
+        reply.headers["access-control-allow-methods"],
+        "GET, POST, OPTIONS"
+    );
+    assert_eq!(
+        reply.headers["access-control-allow-headers"],
+        "content-type, authorization"
+    );
+    let allowed = from_origin(http::Method::POST, CHAT, "https://app.example")
+        .body(Body::from(hello().to_string()))
+        .unwrap();
+    let reply = send(&app, allowed).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(
+        reply.headers["access-control-allow-origin"],
+        "https://app.example"
+    );
+    assert_eq!(reply.headers["vary"], "origin");
+    let no_origin = post_json(&app, CHAT, &hello()).await;
+    assert_eq!(no_origin.status, StatusCode::OK);
+    assert!(!no_origin
+        .headers
+        .contains_key("access-control-allow-origin"));
+}
+
+/// With no `--allow-origin`, no web page may call the API at all.
+#[tokio::test]
+async fn by_default_no_origin_is_allowed() {
+    let fake = FakeBackend::default();
+    let (app, _) = app_for(&fake);
+    let request = from_origin(http::Method::POST, CHAT, "http://localhost:3000")
+        .body(Body::from(hello().to_string()))
+        .unwrap();
+    assert_eq!(send(&app, request).await.status, StatusCode::FORBIDDEN);
+    assert!(fake.submitted().is_empty());
 }
 
 /// Case 7: a client-chosen request id is echoed only when short and plain.

@@ -81,8 +81,14 @@ pub struct Usage {
 
 /// The receiving end of one generation. Dropping it cancels the generation.
 ///
-/// Unbounded on purpose: a generation sends at most `max_tokens + 1` events,
-/// so memory stays bounded, and the engine's scheduler can `send` from any
-/// thread without blocking its batch on a slow client. The engine learns of a
-/// cancellation from a failed `send` or from `UnboundedSender::is_closed`.
-pub type GenerationStream = mpsc::UnboundedReceiver<GenerationEvent>;
+/// Bounded at [`EVENT_BUFFER`] events: the engine's scheduler sends without
+/// blocking its batch (`try_send`), and a generation whose reader has fallen
+/// that far behind (a client that stopped reading its stream) is cancelled
+/// rather than buffered, so its slot and KV cache are freed. The engine
+/// learns of a cancellation from a failed send or from `Sender::is_closed`.
+pub type GenerationStream = mpsc::Receiver<GenerationEvent>;
+
+/// Events a [`GenerationStream`] holds unread before its generation is
+/// cancelled. Far more than a reading client lags by (the socket's buffers
+/// come on top), far less than a long generation sends.
+pub const EVENT_BUFFER: usize = 1024;

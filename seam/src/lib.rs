@@ -28,6 +28,7 @@ pub use constraint::{Constraint, Tool, ToolCall, TOOL_CALL_CLOSE, TOOL_CALL_OPEN
 pub use error::BackendError;
 pub use event::{
     FinishReason, GeneratedToken, GenerationEvent, GenerationStream, TopLogprob, Usage,
+    EVENT_BUFFER,
 };
 pub use model_card::ModelCard;
 pub use request::{

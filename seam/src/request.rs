@@ -40,6 +40,9 @@ pub struct GenerationRequest {
     pub cache_scope: CacheScope,
     /// Whose request it is and its weight, for fair admission when requests queue.
     pub share: TenantShare,
+    /// Generations the HTTP request fans out into (`n` × prompts), this one
+    /// included: the engine caps the KV cache they reserve together.
+    pub fanout: u32,
 }
 
 impl GenerationRequest {

@@ -29,11 +29,17 @@ COMPLETIONS = "/v1/completions"
 HELLO = [{"role": "user", "content": "Hi"}]
 
 
+ALLOWED_ORIGIN = "http://allowed.example"
+
+
 @pytest.fixture(scope="module")
 def server(switchyard_bin: Path, smollm2_path: Path):
     port = free_port()
+    # A stated KV budget: the per-request share (half of it) then refuses the same
+    # fan-outs on any machine.
     args = [str(switchyard_bin), "serve", "--model", str(smollm2_path), "--model-name", MODEL,
-            "--listen", f"127.0.0.1:{port}", "--drain-seconds", "5", "--max-batch", "8"]
+            "--listen", f"127.0.0.1:{port}", "--drain-seconds", "5", "--max-batch", "8",
+            "--kv-budget-mb", "4096", "--allow-origin", ALLOWED_ORIGIN]
     with running_server(args, port, ready_within=60) as proc:
         yield {"host": "127.0.0.1", "port": port, "proc": proc}
 
@@ -106,6 +112,32 @@ def without(key: str) -> bytes:
 
 def nested(depth: int) -> str:
     return "[" * depth + "]" * depth
+
+
+def ref_chain(links: int) -> dict:
+    """`{"$defs": {"d0": {"$ref": "#/$defs/d1"}, ..., "dN": {"type": "integer"}},
+    "$ref": "#/$defs/d0"}`: 600 links (20 KB) overflowed a tokio worker's stack."""
+    defs = {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"} for i in range(links)}
+    defs[f"d{links}"] = {"type": "integer"}
+    return {"$defs": defs, "$ref": "#/$defs/d0"}
+
+
+def wide_object(properties: int, required: bool = False) -> dict:
+    names = [f"p{i}" for i in range(properties)]
+    schema = {"type": "object", "properties": {name: {"type": "integer"} for name in names}}
+    if required:
+        schema.update(required=names, additionalProperties=False)
+    return schema
+
+
+def schema_format(schema: dict) -> dict:
+    return {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+
+
+def tools(count: int, description: str | None = None) -> list:
+    function = {} if description is None else {"description": description}
+    return [{"type": "function", "function": {"name": f"f{i}", **function}}
+            for i in range(count)]
 
 
 # (name, method, path, body, headers, status, code or None, param or None).
@@ -295,6 +327,46 @@ def battery() -> list[Case]:
     add("path traversal", None, 404, "model_not_found", "model", method="GET",
         path="/v1/models/..%2f..%2fetc%2fpasswd")
     add("DELETE health", None, 405, None, None, method="DELETE", path="/health")
+
+    # Issue 32: schemas past the limits are refused before the grammar engine sees them
+    # (a 600-link $ref chain or 7,000 properties aborted the process), on both routes.
+    schema_field = "response_format.json_schema.schema"
+    for links in (600, 3_000):
+        add(f"$ref chain of {links}",
+            chat(max_tokens=1, response_format=schema_format(ref_chain(links))), 400,
+            "invalid_value", schema_field)
+    add("7,000 properties", chat(max_tokens=1, response_format=schema_format(wide_object(7_000))),
+        400, "invalid_value", schema_field)
+    add("$ref chain on completions",
+        completion(max_tokens=1, response_format=schema_format(ref_chain(600))), 400,
+        "invalid_value", schema_field, path=COMPLETIONS)
+    add("schema nested 100 deep",
+        chat(max_tokens=1, response_format=schema_format(json.loads(
+            '{"type": "array", "items": ' * 100 + "{}" + "}" * 100))), 400, "invalid_value",
+        schema_field)
+    add("forced tool with a $ref chain",
+        chat(max_tokens=1, tool_choice="required", tools=[{"type": "function", "function": {
+            "name": "f", "parameters": ref_chain(100)}}]), 400, "invalid_value",
+        "tools[0].function.parameters")
+    # Issue 32: a browser page cannot use the API (no Origin allowed but the one given,
+    # no POST without a JSON content type: what a no-cors fetch sends).
+    add("POST without a content type", chat(), 415, "unsupported_media_type",
+        headers={"Content-Type": None})
+    add("foreign origin", chat(), 403, "origin_not_allowed",
+        headers={"Origin": "http://evil.example"})
+    add("foreign origin without a content type", chat(), 403, "origin_not_allowed",
+        headers={"Origin": "null", "Content-Type": None})
+    add("foreign origin preflight", None, 403, "origin_not_allowed", method="OPTIONS",
+        headers={"Origin": "http://evil.example", "Access-Control-Request-Method": "POST"})
+    add("allowed origin", chat(), 200, headers={"Origin": ALLOWED_ORIGIN})
+    # Issue 32: one request may reserve at most half the KV budget (this one held 95%
+    # of it and every other client timed out).
+    add("n 16 x 4 prompts x 8170 tokens",
+        completion(prompt=[[1, 2, 3]] * 4, n=16, max_tokens=8170, logit_bias={"2": -100}), 400,
+        "invalid_value", "n", path=COMPLETIONS)
+    # Issue 32: 70,000 tools are checked in linear time (6.7 s of an async worker before).
+    add("70,000 tools, one name twice", chat(tools=tools(70_000) + tools(1)), 400,
+        "invalid_value", "tools[70000].function.name")
     return cases
 
 
@@ -466,3 +538,165 @@ def test_big_prompts_do_not_stall_health(server):
     print(f"/health worst latency while two 3 MB prompts were prepared: {worst * 1e3:.1f} ms")
     assert results == [400, 400]
     assert worst < 0.3, f"/health took {worst * 1e3:.0f} ms"
+
+
+# --- Issue 32: one request must never take the server down, stall it, or hold it. ---
+
+WRITE_TIMEOUT_S = 2
+ADMIN_TOKEN = "hostile-admin-token"
+
+
+@pytest.fixture(scope="module")
+def tight(switchyard_bin: Path, smollm2_path: Path):
+    """The repro's small server (4 sequences, 4 waiting), a short write timeout, and
+    the admin API."""
+    port, admin_port = free_port(), free_port()
+    args = [str(switchyard_bin), "serve", "--model", str(smollm2_path), "--model-name", MODEL,
+            "--listen", f"127.0.0.1:{port}", "--drain-seconds", "5", "--max-batch", "4",
+            "--max-queue", "4", "--write-timeout-secs", str(WRITE_TIMEOUT_S),
+            "--admin-listen", f"127.0.0.1:{admin_port}", "--admin-token", ADMIN_TOKEN]
+    with running_server(args, port, ready_within=60) as proc:
+        yield {"host": "127.0.0.1", "port": port, "admin_port": admin_port, "proc": proc}
+
+
+def worst_beside(server, hostile_bodies: list[tuple[str, bytes]], expected: int,
+                 timeout: float = 120) -> tuple[float, float]:
+    """Sends the hostile bodies at once, each on its own thread; while they run, normal
+    chat requests and `/health` one after another. Returns the worst latency of each
+    (seconds), after checking every hostile request got `expected`."""
+    statuses = []
+
+    def hostile(path, body):
+        statuses.append(request(server, "POST", path, body, timeout=timeout)[0])
+
+    threads = [threading.Thread(target=hostile, args=case) for case in hostile_bodies]
+    for thread in threads:
+        thread.start()
+    worst_chat = worst_health = 0.0
+    while any(thread.is_alive() for thread in threads):
+        started = time.perf_counter()
+        status, _, body = request(server, "POST", CHAT, chat(max_tokens=1), timeout=30)
+        worst_chat = max(worst_chat, time.perf_counter() - started)
+        assert status == 200, body[:300]
+        started = time.perf_counter()
+        status, _, _ = request(server, "GET", "/health", headers={"Content-Type": None})
+        worst_health = max(worst_health, time.perf_counter() - started)
+        assert status == 200
+    for thread in threads:
+        thread.join()
+    assert statuses == [expected] * len(hostile_bodies), statuses
+    return worst_chat, worst_health
+
+
+def test_schema_compiles_stall_no_one(server):
+    """Issue 32, case 3: a 2,000-property schema (within the limits) for 2 prompts x
+    n 4, twice at once, is compiled once (then cached) off the async workers: /health
+    and a normal chat stay prompt (a 5,000-property one at 4 prompts x n 16 stalled
+    /health for 30 s, compiled on the async workers once per generation)."""
+    schema = schema_format(wide_object(2_000, required=True))
+    body = completion(prompt=["a", "b"], n=4, max_tokens=1, response_format=schema)
+    worst_chat, worst_health = worst_beside(server, [(COMPLETIONS, body)] * 2, 200)
+    print(f"beside two 2,000-property schema requests: chat worst {worst_chat * 1e3:.0f} ms, "
+          f"/health worst {worst_health * 1e3:.0f} ms")
+    assert worst_health < 0.3
+    assert worst_chat < 1.0
+
+
+def test_tool_floods_stall_no_one(server):
+    """Issue 32, cases 6 and 7: 20,000 tools (parsed on the blocking pool, checked in
+    linear time) and a 1 MB tool description (tool text counts toward the blocking
+    pool's rule) are templated off the async workers and refused for the context;
+    normal requests beside them are answered within a second. (70,000 tools took 6.7 s
+    of an async worker; the battery refuses them for a repeated name at once.)"""
+    many = chat(tools=tools(20_000))
+    described = chat(tools=[{"type": "function", "function": {
+        "name": "f", "description": "word " * 200_000}}])
+    worst_chat, worst_health = worst_beside(server, [(CHAT, many), (CHAT, described)], 400)
+    print(f"beside tool floods: chat worst {worst_chat * 1e3:.0f} ms, "
+          f"/health worst {worst_health * 1e3:.0f} ms")
+    assert worst_health < 0.3
+    assert worst_chat < 1.0
+
+
+def test_schema_crash_and_kv_hostage_beside_normal_requests(server):
+    """Issue 32, cases 1 and 4, timed: the crashing schema and the KV hostage are refused
+    at once, the server stays up, and normal requests beside them take under a second."""
+    crash = chat(max_tokens=1, response_format=schema_format(ref_chain(600)))
+    hostage = completion(prompt=[[1, 2, 3]] * 4, n=16, max_tokens=8170, logit_bias={"2": -100})
+    worst_chat, _ = worst_beside(server, [(CHAT, crash)] * 3 + [(COMPLETIONS, hostage)] * 2, 400)
+    assert worst_chat < 1.0
+    assert server["proc"].poll() is None
+
+
+def stalled_stream(server) -> socket.socket:
+    """A streaming request whose client never reads (a tiny receive buffer, and big
+    events: 20 log-probabilities a token), so the server's writes block soon."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect((server["host"], server["port"]))
+    body = chat(max_tokens=3000, stream=True, logprobs=True, top_logprobs=20,
+                messages=[{"role": "user", "content": "Write a very long story."}])
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                 b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+                 + body)
+    return sock
+
+
+def test_stalled_streams_are_cut_at_the_write_timeout(tight):
+    """Issue 32, case 5: eight streams whose clients never read (4 running, 4 waiting)
+    held every slot until their sockets closed (240 s). Their connections are now
+    closed once the server could not write for the write timeout, their generations
+    cancelled and their slots freed: a normal request is answered within the time the
+    socket buffers take to fill (the server's send buffer is 128 KiB: about 90 tokens
+    of these events) plus the timeout, twice (4 run, then the 4 waiting run), with room
+    for a slow shared machine; before, it waited for as long as the sockets stayed open."""
+    stalled = [stalled_stream(tight) for _ in range(8)]
+    try:
+        time.sleep(0.5)
+        started = time.perf_counter()
+        status, _, body = request(tight, "POST", CHAT, chat(max_tokens=2), timeout=60)
+        waited = time.perf_counter() - started
+        print(f"a normal request beside 8 stalled streams waited {waited:.1f} s "
+              f"(write timeout {WRITE_TIMEOUT_S} s)")
+        assert status == 200, body[:300]
+        assert waited < 30
+    finally:
+        for sock in stalled:
+            sock.close()
+
+
+def test_wrong_admin_tokens_past_the_line_are_refused_at_once(tight):
+    """Issue 32, case 8: wrong admin tokens waited in one 250 ms line holding their
+    connections, until the connection cap locked the operator out. Past a short line
+    they are refused at once and their connections closed; the right token is answered."""
+    admin = {"host": tight["host"], "port": tight["admin_port"]}
+    wrong = (b"GET /admin/status HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n\r\n")
+    socks = []
+    for _ in range(100):
+        sock = socket.create_connection((admin["host"], admin["port"]), timeout=10)
+        sock.sendall(wrong)
+        socks.append(sock)
+    try:
+        started = time.perf_counter()
+        status, _, body = request(admin, "GET", "/admin/status",
+                                  headers={"Authorization": f"Bearer {ADMIN_TOKEN}",
+                                           "Content-Type": None}, timeout=10)
+        assert status == 200, body[:300]
+        assert time.perf_counter() - started < 1.0
+        # Most were answered at once and closed; before, the 100th waited 25 s.
+        answered_at_once = 0
+        deadline = time.perf_counter() + 2.0
+        for sock in socks:
+            sock.settimeout(max(0.01, deadline - time.perf_counter()))
+            try:
+                answer = b""
+                while chunk := sock.recv(65536):
+                    answer += chunk
+            except socket.timeout:
+                continue
+            if b"too_many_wrong_tokens" in answer:
+                answered_at_once += 1
+        assert answered_at_once >= 80, answered_at_once
+    finally:
+        for sock in socks:
+            sock.close()

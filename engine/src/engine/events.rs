@@ -9,14 +9,14 @@ use crate::tokenizer::Tokenizer;
 
 /// Sends one sequence's events to its [`switchyard_seam::GenerationStream`].
 pub(super) struct StreamSink {
-    sender: mpsc::UnboundedSender<GenerationEvent>,
+    sender: mpsc::Sender<GenerationEvent>,
     tokenizer: Tokenizer,
     logprobs: bool,
 }
 
 impl StreamSink {
     pub(super) fn new(
-        sender: mpsc::UnboundedSender<GenerationEvent>,
+        sender: mpsc::Sender<GenerationEvent>,
         tokenizer: Tokenizer,
         logprobs: bool,
     ) -> Self {
@@ -75,7 +75,8 @@ impl EventSink for StreamSink {
                 GenerationEvent::Error(BackendError::Internal { message })
             }
         };
-        self.sender.send(event).is_ok()
+        // Full: the reader is EVENT_BUFFER events behind; it gets cancelled, not buffered.
+        self.sender.try_send(event).is_ok()
     }
 
     fn is_closed(&self) -> bool {

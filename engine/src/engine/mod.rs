@@ -91,11 +91,13 @@ impl<B: Backend> InferenceBackend for Engine<B> {
 
     fn submit(&self, request: GenerationRequest) -> Result<GenerationStream, BackendError> {
         let checkpoint = self.resolve(&request.model)?;
-        let (sender, receiver) = mpsc::unbounded_channel();
+        let (sender, receiver) = mpsc::channel(switchyard_seam::EVENT_BUFFER);
         let deadline = Instant::now() + self.request_timeout;
         let sequence = prepare(&checkpoint, &request, sender, deadline)?;
+        let fanout = usize::try_from(request.fanout).unwrap_or(usize::MAX);
         self.executor
-            .submit(&checkpoint, sequence)
+            .check_share(&checkpoint, &sequence, fanout)
+            .and_then(|()| self.executor.submit(&checkpoint, sequence))
             .map_err(|error| match error {
                 SubmitError::Overloaded { .. } => BackendError::Overloaded,
                 SubmitError::Stopped => BackendError::Internal {
@@ -112,6 +114,7 @@ impl<B: Backend> InferenceBackend for Engine<B> {
                 SubmitError::KvBudget { .. } => {
                     BackendError::invalid("max_tokens", error.to_string())
                 }
+                SubmitError::KvShare { .. } => BackendError::invalid("n", error.to_string()),
             })?;
         Ok(receiver)
     }

@@ -21,7 +21,7 @@ use super::events::StreamSink;
 pub fn prepare<B: Backend>(
     checkpoint: &ServedCheckpoint<B>,
     request: &GenerationRequest,
-    events: mpsc::UnboundedSender<GenerationEvent>,
+    events: mpsc::Sender<GenerationEvent>,
     deadline: Instant,
 ) -> Result<SequenceRequest, BackendError> {
     let tokenizer = &checkpoint.tokenizer;

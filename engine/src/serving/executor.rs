@@ -142,6 +142,7 @@ impl<B: Backend> Executor<B> {
         let state = Scheduler {
             prefix,
             cached_blocks: 0,
+            blocked_head: None,
             scratch: None,
             backend: Arc::clone(&backend),
             config,
@@ -214,6 +215,21 @@ impl<B: Backend> Executor<B> {
             return Err(SubmitError::Stopped);
         }
         Ok(())
+    }
+
+    /// Refuses a request of `fanout` generations like `request` whose KV
+    /// caches together would exceed the share of the budget one request may
+    /// hold (see [`kv_admission::REQUEST_SHARE`]).
+    pub fn check_share(
+        &self,
+        checkpoint: &CheckpointHandle<B>,
+        request: &SequenceRequest,
+        fanout: usize,
+    ) -> Result<(), SubmitError> {
+        match kv_admission::over_share(self.backend.as_ref(), &checkpoint.model, request, fanout) {
+            Some(refusal) => Err(refusal),
+            None => Ok(()),
+        }
     }
 
     /// Whether the executor thread is alive (it exits only when it panics
@@ -302,7 +318,18 @@ struct Scheduler<B: Backend> {
     prefix: Option<PrefixCache<B::KvBlock>>,
     /// Blocks it held when last reported.
     cached_blocks: usize,
+    /// The oldest request while the KV budget has no room for it, and how
+    /// many younger ones were admitted past it since (see `admit`).
+    blocked_head: Option<(Instant, usize)>,
 }
+
+/// Younger requests that may be admitted past an oldest one the KV budget
+/// has no room for yet; then the line waits for it. Bounded, so that a
+/// stream of small requests cannot starve a large one.
+const MAX_BYPASS: usize = 32;
+/// Waiting requests of each checkpoint considered for admission past a
+/// blocked oldest one (the queue is in arrival order).
+const BYPASS_LOOKAHEAD: usize = 16;
 
 /// How often an idle executor looks for unloaded versions whose cached
 /// prompt blocks it can drop.
@@ -409,37 +436,56 @@ impl<B: Backend> Scheduler<B> {
     }
 
     /// Moves waiting requests into batches, oldest first over every
-    /// checkpoint, while the shared pool has slots and the KV budget room
-    /// (the oldest waits for room; the ones behind it wait too, in order).
+    /// checkpoint, while the shared pool has slots and the KV budget room.
+    /// When the oldest has no room yet, younger ones that fit may pass it,
+    /// at most [`MAX_BYPASS`] of them: one large request held everyone
+    /// behind it before, and with no bound small ones could starve it.
     fn admit(&mut self) {
         let mut active: usize = self.groups.iter().map(Group::active_len).sum();
         let mut taken = 0;
-        while active < self.config.max_active.max(1) {
-            let oldest = self
-                .groups
-                .iter()
-                .enumerate()
-                .filter_map(|(i, g)| g.waiting.front().map(|w| (i, w.arrived)))
-                .min_by_key(|&(_, arrived)| arrived);
-            let Some((index, _)) = oldest else { break };
-            let Some(group) = self.groups.get_mut(index) else {
-                break;
-            };
-            match group.admit_front(&self.backend, active > 0, self.prefix.as_mut()) {
-                Admission::Admitted { cached, prompt } => {
-                    taken += 1;
-                    active += 1;
-                    if self.prefix.is_some() && group.checkpoint.caches_prompts {
-                        self.observer.prompt_cache(
-                            &group.checkpoint.id,
-                            cached,
-                            prompt.saturating_sub(cached),
-                        );
-                    }
+        'slots: while active < self.config.max_active.max(1) {
+            for (rank, (index, at, arrived)) in self.waiting_in_order().into_iter().enumerate() {
+                let passes = rank > 0;
+                let passed = self.blocked_head.map_or(0, |(_, passed)| passed);
+                if passes && passed >= MAX_BYPASS {
+                    break 'slots;
                 }
-                Admission::Dropped => taken += 1,
-                Admission::Wait | Admission::Empty => break,
+                let Some(group) = self.groups.get_mut(index) else {
+                    break 'slots;
+                };
+                match group.admit_at(at, &self.backend, active > 0, self.prefix.as_mut()) {
+                    Admission::Admitted { cached, prompt } => {
+                        taken += 1;
+                        active += 1;
+                        if self.prefix.is_some() && group.checkpoint.caches_prompts {
+                            self.observer.prompt_cache(
+                                &group.checkpoint.id,
+                                cached,
+                                prompt.saturating_sub(cached),
+                            );
+                        }
+                        self.blocked_head = match self.blocked_head {
+                            Some((head, passed)) if passes => Some((head, passed + 1)),
+                            _ => None,
+                        };
+                        continue 'slots;
+                    }
+                    Admission::Dropped => {
+                        taken += 1;
+                        if !passes {
+                            self.blocked_head = None;
+                        }
+                        continue 'slots;
+                    }
+                    Admission::Wait if !passes => {
+                        if self.blocked_head.is_none_or(|(head, _)| head != arrived) {
+                            self.blocked_head = Some((arrived, 0));
+                        }
+                    }
+                    Admission::Wait | Admission::Empty => {}
+                }
             }
+            break;
         }
         if taken > 0 {
             self.shared.queued.fetch_sub(taken, Ordering::AcqRel);
@@ -448,6 +494,26 @@ impl<B: Backend> Scheduler<B> {
                     .queue_depth(&group.checkpoint.id, group.checkpoint.queued());
             }
         }
+    }
+
+    /// Waiting requests as (group, position in its queue, arrival), oldest
+    /// first: the first [`BYPASS_LOOKAHEAD`] of each checkpoint.
+    fn waiting_in_order(&self) -> Vec<(usize, usize, Instant)> {
+        let mut order: Vec<(usize, usize, Instant)> = self
+            .groups
+            .iter()
+            .enumerate()
+            .flat_map(|(index, group)| {
+                group
+                    .waiting
+                    .iter()
+                    .take(BYPASS_LOOKAHEAD)
+                    .enumerate()
+                    .map(move |(at, waiting)| (index, at, waiting.arrived))
+            })
+            .collect();
+        order.sort_by_key(|&(_, _, arrived)| arrived);
+        order
     }
 
     /// Picks a checkpoint and the checkpoints that can share its step,

@@ -21,18 +21,29 @@ use switchyard_seam::TenantShare;
 
 use super::group::Waiting;
 
-/// Moves the request that is to take the next slot to the front of `waiting`, given
-/// the tenants of the running sequences (`running`, one entry per sequence).
-pub(super) fn bring_forward<'a>(
-    waiting: &mut VecDeque<Waiting>,
+/// The position in `waiting` to admit when the scheduler asks for `at`: the oldest
+/// request of the tenant with the fewest running sequences per weight (`running`:
+/// one tenant per running sequence), when that is strictly fewer than `at`'s
+/// tenant's; else `at`.
+pub(super) fn next_at<'a>(
+    waiting: &VecDeque<Waiting>,
+    at: usize,
     running: impl Iterator<Item = &'a Option<Arc<str>>>,
-) {
-    if waiting.len() < 2 {
-        return;
-    }
-    let next = pick(waiting.iter().map(|w| &w.request.share), running);
-    if let Some(chosen) = next.filter(|&i| i > 0).and_then(|i| waiting.remove(i)) {
-        waiting.push_front(chosen);
+) -> usize {
+    let Some(asked) = waiting.get(at) else {
+        return at;
+    };
+    let running: Vec<&Option<Arc<str>>> = running.collect();
+    let shares = || waiting.iter().map(|w| &w.request.share);
+    let Some(best) = pick(shares(), running.iter().copied()) else {
+        return at;
+    };
+    // `asked` wins a tie: only a tenant strictly below it takes its place.
+    let asked = &asked.request.share;
+    let ahead = std::iter::once(asked).chain(waiting.get(best).map(|w| &w.request.share));
+    match pick(ahead, running.iter().copied()) {
+        Some(1) => best,
+        _ => at,
     }
 }
 

@@ -22,7 +22,7 @@ pub(super) struct Waiting {
     pub(super) arrived: Instant,
 }
 
-/// What [`Group::admit_front`] did with the oldest waiting request.
+/// What [`Group::admit_at`] did with a waiting request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Admission {
     /// Nothing waits.
@@ -81,28 +81,31 @@ impl<B: Backend> Group<B> {
         });
     }
 
-    /// Moves the next waiting request (the oldest of the tenant with the
-    /// fewest running sequences per weight: `fair.rs`) into the batch with a KV cache
-    /// (see `kv_admission`), starting from the longest prefix of its prompt
-    /// that `prefix` holds. `others_running` says whether any sequence of
-    /// any checkpoint holds a cache: when none does and the budget still
-    /// has no room, nothing will free it, so the request fails instead of
-    /// waiting.
-    pub(super) fn admit_front(
+    /// Moves waiting request `at` (0: the oldest) into the batch with a KV
+    /// cache (see `kv_admission`), starting from the longest prefix of its
+    /// prompt that `prefix` holds; or, when a tenant with fewer running
+    /// sequences per weight waits too, that tenant's oldest request instead
+    /// (`fair.rs`). `others_running` says whether any
+    /// sequence of any checkpoint holds a cache: when none does and the
+    /// budget still has no room, nothing will free it, so the request fails
+    /// instead of waiting.
+    pub(super) fn admit_at(
         &mut self,
+        at: usize,
         backend: &B,
         others_running: bool,
         prefix: Option<&mut PrefixCache<B::KvBlock>>,
     ) -> Admission {
-        fair::bring_forward(
-            &mut self.waiting,
+        let at = fair::next_at(
+            &self.waiting,
+            at,
             self.active.iter().map(|s| &s.share.tenant),
         );
-        let Some(front) = self.waiting.front() else {
+        let Some(front) = self.waiting.get(at) else {
             return Admission::Empty;
         };
         if front.request.sink.is_closed() {
-            self.waiting.pop_front();
+            self.waiting.remove(at);
             self.checkpoint.admitted();
             self.checkpoint.finished();
             return Admission::Dropped;
@@ -137,15 +140,15 @@ impl<B: Backend> Group<B> {
                      runs; lower max_tokens",
                     kv_admission::positions(model, &front.request)
                 );
-                self.fail_front(message);
+                self.fail_at(at, message);
                 return Admission::Dropped;
             }
             Err(NoCache::Failed(message)) => {
-                self.fail_front(message);
+                self.fail_at(at, message);
                 return Admission::Dropped;
             }
         };
-        let Some(Waiting { request, .. }) = self.waiting.pop_front() else {
+        let Some(Waiting { request, .. }) = self.waiting.remove(at) else {
             return Admission::Empty;
         };
         self.checkpoint.admitted();
@@ -161,9 +164,9 @@ impl<B: Backend> Group<B> {
         Admission::Admitted { cached, prompt }
     }
 
-    /// Takes the oldest waiting request out of the queue, telling it `message`.
-    fn fail_front(&mut self, message: String) {
-        if let Some(Waiting { mut request, .. }) = self.waiting.pop_front() {
+    /// Takes waiting request `at` out of the queue, telling it `message`.
+    fn fail_at(&mut self, at: usize, message: String) {
+        if let Some(Waiting { mut request, .. }) = self.waiting.remove(at) {
             self.checkpoint.admitted();
             request.sink.send(SequenceEvent::Error(message));
             self.checkpoint.finished();

@@ -88,3 +88,44 @@ pub(super) fn never_fits<B: Backend>(
         prompt_too_long,
     })
 }
+
+/// One request's generations together may reserve at most 1/`REQUEST_SHARE`
+/// of the KV budget: a 300-byte request (`n: 16`, four prompts, a long
+/// `max_tokens`) held 95% of it and every other client waited for as long
+/// as it stayed connected. A single generation is bounded by the budget alone.
+pub const REQUEST_SHARE: usize = 2;
+
+/// Positions of the probe that learns the budget: more than any budget
+/// holds, so it never reserves anything (reserving is a counter).
+const PROBE_POSITIONS: usize = 1 << 40;
+
+/// The refusal for a request of `fanout` generations like `request` whose
+/// caches together exceed [`REQUEST_SHARE`]; `None` when they fit (or the
+/// budget is unlimited). The bytes per position come from a probe that
+/// fails without reserving (sliding-window layers make it a lower bound).
+pub(super) fn over_share<B: Backend>(
+    backend: &B,
+    model: &LlamaModel<B>,
+    request: &SequenceRequest,
+    fanout: usize,
+) -> Option<SubmitError> {
+    if fanout <= 1 {
+        return None;
+    }
+    let Err(ModelError::Kernel(KernelError::KvBudget { needed, budget, .. })) =
+        model.new_cache(backend, PROBE_POSITIONS)
+    else {
+        return None;
+    };
+    let per_position = needed / PROBE_POSITIONS;
+    let needed_bytes = per_position
+        .saturating_mul(positions(model, request))
+        .saturating_mul(fanout);
+    let share_bytes = budget / REQUEST_SHARE;
+    (needed_bytes > share_bytes).then_some(SubmitError::KvShare {
+        fanout,
+        needed_bytes,
+        share_bytes,
+        share: REQUEST_SHARE,
+    })
+}

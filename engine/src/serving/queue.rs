@@ -163,6 +163,24 @@ pub enum SubmitError {
         /// fit either.
         prompt_too_long: bool,
     },
+    /// The request's generations together would reserve more than the share
+    /// of the KV budget one request may hold ([`super::kv_admission::REQUEST_SHARE`]),
+    /// which would leave every other client waiting behind it.
+    #[error(
+        "the request's {fanout} generations need KV caches of about {needed_bytes} bytes \
+         together, more than the {share_bytes} bytes (1/{share} of the server's KV budget) one \
+         request may reserve; lower n, max_tokens or the number of prompts"
+    )]
+    KvShare {
+        /// Generations of the request (`n` × prompts).
+        fanout: usize,
+        /// Their caches' bytes together (at least).
+        needed_bytes: usize,
+        /// What one request may reserve.
+        share_bytes: usize,
+        /// The budget's denominator.
+        share: usize,
+    },
     /// The executor thread is gone.
     #[error("the executor thread has stopped (it panicked or was shut down); restart the server")]
     Stopped,

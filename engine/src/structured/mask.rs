@@ -29,25 +29,29 @@ impl std::fmt::Debug for TokenMask {
 }
 
 impl TokenMask {
-    /// Compiles `grammar` over `factory`'s vocabulary; the error says what
-    /// llguidance could not compile (an unsupported keyword, a bad regex).
-    pub fn new(
-        factory: &ParserFactory,
-        grammar: TopLevelGrammar,
-        stop_ids: &[u32],
-    ) -> Result<TokenMask, String> {
+    /// Compiles `grammar` over `factory`'s vocabulary into a matcher at its
+    /// start; the error says what llguidance could not compile (an
+    /// unsupported keyword, a bad regex). Recursive inside llguidance: run it
+    /// on a compile thread ([`super::pool`]).
+    pub fn compile(factory: &ParserFactory, grammar: TopLevelGrammar) -> Result<Matcher, String> {
         let parser = factory.create_parser(grammar).map_err(|e| e.to_string())?;
         let matcher = Matcher::new(Ok(parser));
         if let Some(error) = matcher.get_error() {
             return Err(error);
         }
-        Ok(TokenMask {
+        Ok(matcher)
+    }
+
+    /// The mask that follows `matcher` (compiled by [`TokenMask::compile`]
+    /// over a vocabulary whose EOS id is `eos`); `stop_ids` end generation.
+    pub fn new(matcher: Matcher, eos: u32, stop_ids: &[u32]) -> TokenMask {
+        TokenMask {
             matcher,
             stop_ids: stop_ids.to_vec(),
-            eos: factory.tok_env().tok_trie().eos_token(),
+            eos,
             masked: Vec::new(),
             ready: false,
-        })
+        }
     }
 
     /// `logits` with every token the grammar forbids now set to minus

@@ -6,20 +6,23 @@ use std::sync::{Arc, OnceLock};
 use llguidance::toktrie::{ApproximateTokEnv, TokEnv, TokRxInfo, TokTrie};
 use llguidance::ParserFactory;
 
+use super::cache::GrammarCache;
 use crate::tokenizer::Tokenizer;
 
 /// llguidance's view of one checkpoint's vocabulary, built on the first
 /// constrained request (tens of milliseconds for a 50k vocabulary) and
-/// shared by every later one.
+/// shared by every later one, with the grammars compiled over it.
 #[derive(Default)]
 pub struct GrammarVocab {
     factory: OnceLock<Result<Arc<ParserFactory>, String>>,
+    compiled: GrammarCache,
 }
 
 impl std::fmt::Debug for GrammarVocab {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GrammarVocab")
             .field("built", &self.factory.get().is_some())
+            .field("compiled", &self.compiled)
             .finish()
     }
 }
@@ -27,12 +30,35 @@ impl std::fmt::Debug for GrammarVocab {
 impl GrammarVocab {
     /// The parser factory for `tokenizer` (the checkpoint's own; the first
     /// call builds it), or why its vocabulary cannot be constrained.
-    pub fn factory(&self, tokenizer: &Tokenizer) -> Result<&ParserFactory, String> {
+    pub fn factory(&self, tokenizer: &Tokenizer) -> Result<&Arc<ParserFactory>, String> {
         match self.factory.get_or_init(|| build(tokenizer).map(Arc::new)) {
             Ok(factory) => Ok(factory),
             Err(reason) => Err(reason.clone()),
         }
     }
+
+    /// The grammars compiled over this vocabulary.
+    pub fn compiled(&self) -> &GrammarCache {
+        &self.compiled
+    }
+}
+
+/// A parser factory over a vocabulary of the 256 bytes and an EOS token: no
+/// checkpoint needed, for fuzzing and tests of grammars. Built once.
+pub fn byte_factory() -> Result<Arc<ParserFactory>, String> {
+    static FACTORY: OnceLock<Result<Arc<ParserFactory>, String>> = OnceLock::new();
+    FACTORY.get_or_init(build_byte_factory).clone()
+}
+
+fn build_byte_factory() -> Result<Arc<ParserFactory>, String> {
+    let mut words: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+    words.push(vec![TokTrie::SPECIAL_TOKEN_MARKER, b'e', b'o', b's']);
+    let size = u32::try_from(words.len()).map_err(|e| e.to_string())?;
+    let trie = TokTrie::from(&TokRxInfo::new(size, size - 1), &words);
+    let env: TokEnv = Arc::new(ApproximateTokEnv::new(trie));
+    let mut factory = ParserFactory::new_simple(&env).map_err(|e| e.to_string())?;
+    factory.quiet();
+    Ok(Arc::new(factory))
 }
 
 fn build(tokenizer: &Tokenizer) -> Result<ParserFactory, String> {

@@ -17,6 +17,9 @@ pub enum AdminApiError {
     /// A token that is not the admin token.
     #[error("The admin token is wrong; use the token given to `switchyard serve` with --admin-token or SWITCHYARD_ADMIN_TOKEN.")]
     WrongToken,
+    /// A wrong token while the line of wrong tokens is full: refused at once.
+    #[error("Too many requests with a wrong admin token are waiting; this one is refused at once and its connection closed.")]
+    WrongTokenFlood,
     /// The part of the server this endpoint manages was not configured.
     #[error("No {what} is configured on this server; {how}.")]
     NotConfigured {
@@ -67,7 +70,9 @@ impl AdminApiError {
     /// The HTTP status.
     pub fn status(&self) -> StatusCode {
         match self {
-            AdminApiError::MissingToken | AdminApiError::WrongToken => StatusCode::UNAUTHORIZED,
+            AdminApiError::MissingToken
+            | AdminApiError::WrongToken
+            | AdminApiError::WrongTokenFlood => StatusCode::UNAUTHORIZED,
             AdminApiError::NotConfigured { .. }
             | AdminApiError::UnknownEndpoint { .. }
             | AdminApiError::UnknownSplit { .. } => StatusCode::NOT_FOUND,
@@ -87,6 +92,7 @@ impl AdminApiError {
         match self {
             AdminApiError::MissingToken => "missing_admin_token",
             AdminApiError::WrongToken => "invalid_admin_token",
+            AdminApiError::WrongTokenFlood => "too_many_wrong_tokens",
             AdminApiError::NotConfigured { .. } => "not_configured",
             AdminApiError::UnknownEndpoint { .. } => "unknown_url",
             AdminApiError::InvalidPolicy { .. } => "invalid_policy",

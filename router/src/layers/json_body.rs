@@ -6,8 +6,9 @@
 //! headers and one byte of body lock every client out; here the body is in
 //! memory before the request queues for a slot, and a body that trickles in
 //! is cut off with a 408. A body declared as anything but JSON (a browser's
-//! `text/plain` form post, say) is refused with 415 before it is read; a
-//! request without a `Content-Type` is read as JSON, as OpenAI does.
+//! `text/plain` form post, say) is refused with 415 before it is read, and so
+//! is one without a `Content-Type`: a browser's `no-cors` fetch of a blob
+//! sends none, and every OpenAI client library sends `application/json`.
 
 use std::convert::Infallible;
 use std::task::{Context, Poll};
@@ -93,10 +94,10 @@ impl<S: Inner> Service<Request> for JsonBody<S> {
     }
 }
 
-/// `application/json`, `application/<something>+json`, or none at all.
+/// `application/json` or `application/<something>+json`.
 pub fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(value) = headers.get(CONTENT_TYPE) else {
-        return Ok(());
+        return Err(ApiError::MissingContentType);
     };
     let text = value.to_str().unwrap_or("");
     let essence = text

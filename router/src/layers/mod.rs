@@ -1,7 +1,7 @@
 //! The router's tower layers, one idea per file.
 //!
 //! Order in [`crate::app`], outermost first: request id → trace → request
-//! metrics → body limit → (inference routes only) JSON body read → timeout →
+//! metrics → body limit → origin check → (inference routes only) JSON body read → timeout →
 //! load shedding.
 //!
 //! The router's own layers are tower services written out rather than
@@ -13,6 +13,7 @@
 pub mod body_limit;
 pub mod guarded_body;
 pub mod json_body;
+pub mod origin;
 pub mod request_id;
 pub mod request_metrics;
 pub mod shed;

@@ -226,6 +226,7 @@ impl GenerationParams {
                     constraint: self.constraint.clone(),
                     cache_scope: cache_scope.clone(),
                     share: TenantShare::default(),
+                    fanout: u32::try_from(total).unwrap_or(u32::MAX),
                 });
             }
         }

@@ -2,6 +2,7 @@
 //! or fails, and settling the route when the request ends (whole JSON or stream).
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures_util::stream::{self, Stream};
@@ -12,9 +13,11 @@ use crate::policy::routed::RoutedRequest;
 use crate::state::AppState;
 use switchyard_seam::{BackendError, GenerationEvent, GenerationRequest, Prompt, Usage};
 
-/// Prompts of at most this many bytes are prepared (templated, tokenized) on the async
-/// worker that handles the request; larger ones on the blocking pool, so that a few
-/// megabyte-sized prompts cannot stall every other request (`/health` included).
+/// Prompts of at most this many bytes (tool definitions included) are prepared
+/// (templated, tokenized) on the async worker that handles the request; larger ones on
+/// the blocking pool, so that a few megabyte-sized prompts cannot stall every other
+/// request (`/health` included). A request with a `response_format` or forced tool
+/// calls always goes there: the engine waits for its grammar to compile.
 const INLINE_PREPARE_BYTES: usize = 16 * 1024;
 
 /// Submits the generations `make(model)` builds for the routed model; when the backend
@@ -54,11 +57,21 @@ async fn prepare_and_submit(
     prompt_field: &'static str,
 ) -> Result<Vec<Choice>, ApiError> {
     let max_fanout = state.config().max_fanout;
-    if prompt_bytes(&requests) <= INLINE_PREPARE_BYTES {
+    if !needs_blocking_pool(&requests) {
         return submit_all(state.backend(), requests, max_fanout, prompt_field);
     }
+    // Waiting for a slot holds no thread; the slot is held until the work is done.
+    let Ok(slot) = Arc::clone(state.heavy_prepares()).acquire_owned().await else {
+        return Err(ApiError::backend(
+            BackendError::Internal {
+                message: "the preparation slots are closed".to_owned(),
+            },
+            prompt_field,
+        ));
+    };
     let state = state.clone();
     tokio::task::spawn_blocking(move || {
+        let _slot = slot;
         submit_all(state.backend(), requests, max_fanout, prompt_field)
     })
     .await
@@ -72,14 +85,34 @@ async fn prepare_and_submit(
     })
 }
 
-/// Bytes of prompt text (token ids count four each) over every generation.
+/// Whether preparing `requests` is work for the blocking pool: a grammar to compile, or
+/// more than [`INLINE_PREPARE_BYTES`] to template and tokenize.
+fn needs_blocking_pool(requests: &[GenerationRequest]) -> bool {
+    requests.iter().any(|request| request.constraint.is_some())
+        || prompt_bytes(requests) > INLINE_PREPARE_BYTES
+}
+
+/// Bytes of prompt text (token ids count four each) and of the tool definitions the
+/// template writes into it, over every generation.
 fn prompt_bytes(requests: &[GenerationRequest]) -> usize {
     requests
         .iter()
-        .map(|request| match &request.prompt {
-            Prompt::Text(text) => text.len(),
-            Prompt::Tokens(ids) => ids.len() * 4,
-            Prompt::Chat(messages) => messages.iter().map(|m| m.content.len()).sum(),
+        .map(|request| {
+            let prompt = match &request.prompt {
+                Prompt::Text(text) => text.len(),
+                Prompt::Tokens(ids) => ids.len() * 4,
+                Prompt::Chat(messages) => messages.iter().map(|m| m.content.len()).sum(),
+            };
+            let tools: usize = request
+                .tools
+                .iter()
+                .map(|tool| {
+                    tool.name.len()
+                        + tool.description.as_ref().map_or(0, String::len)
+                        + tool.parameters.len()
+                })
+                .sum();
+            prompt + tools
         })
         .sum()
 }

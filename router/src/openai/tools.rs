@@ -6,6 +6,8 @@
 //! grammar, so the answer is always a call of a listed tool whose arguments
 //! match that tool's schema.
 
+use std::collections::HashSet;
+
 use serde_json::Value;
 
 use crate::error::ApiError;
@@ -77,10 +79,13 @@ pub fn parse_tools(
             })
         }
     };
+    // One pass with a set: comparing each name with every earlier one took seconds of
+    // an async worker for a list of 70,000 tools.
+    let mut seen = HashSet::with_capacity(tools.len());
     if let Some((i, tool)) = tools
         .iter()
         .enumerate()
-        .find(|(i, tool)| tools[..*i].iter().any(|t| t.name == tool.name))
+        .find(|(_, tool)| !seen.insert(tool.name.as_str()))
     {
         return Err(invalid(
             &format!("tools[{i}].function.name"),
@@ -273,5 +278,15 @@ mod tests {
             param(bad, json!("auto")),
             Some("tools[0].function.name".into())
         );
+    }
+
+    #[test]
+    fn a_long_list_finds_its_duplicate() {
+        let mut list: Vec<Value> = (0..70_000)
+            .map(|i| json!({"type": "function", "function": {"name": format!("f{i}")}}))
+            .collect();
+        list.push(json!({"type": "function", "function": {"name": "f69999"}}));
+        let error = parse_tools(Some(&Value::Array(list)), None, None).unwrap_err();
+        assert_eq!(error.param(), Some("tools[70000].function.name".into()));
     }
 }

@@ -24,6 +24,7 @@ use futures_util::future::BoxFuture;
 use http::request::Parts;
 use http::{HeaderName, HeaderValue};
 use switchyard_policies::{RateDecision, HEADER_COST, HEADER_MODEL, HEADER_ROUTE, HEADER_VERSION};
+use switchyard_seam::BackendError;
 use tower::{Layer, Service};
 
 use crate::error::ApiError;
@@ -119,6 +120,10 @@ impl<S: Inner, R: RoutableRequest> Service<Request> for PolicyService<S, R> {
     }
 }
 
+/// Bodies of at most this many bytes are parsed on the async worker that reads them;
+/// larger ones on the blocking pool (a 4 MB body takes a fraction of a second).
+const INLINE_PARSE_BYTES: usize = 256 * 1024;
+
 /// Reads and validates the body, routes, calls the handler `inner` with the routed and
 /// validated request and decorates its response (or answers with the reason the request
 /// was refused).
@@ -145,7 +150,28 @@ where
         Ok(bytes) => bytes,
         Err(error) => return Ok(error.into_response()),
     };
-    let (routed, rate) = match parse_and_route::<R>(routing, limits, &mut parts, &bytes) {
+    let parsed = if bytes.len() <= INLINE_PARSE_BYTES {
+        parse_and_route::<R>(routing, limits, &mut parts, &bytes)
+    } else {
+        // Parsing megabytes (70,000 tools, say) takes a worker for most of a second.
+        match tokio::task::spawn_blocking(move || {
+            let parsed = parse_and_route::<R>(routing, limits, &mut parts, &bytes);
+            (parts, parsed)
+        })
+        .await
+        {
+            Ok((returned, parsed)) => {
+                parts = returned;
+                parsed
+            }
+            Err(failure) => {
+                let message = format!("parsing the request failed: {failure}");
+                let error = ApiError::backend(BackendError::Internal { message }, "messages");
+                return Ok(error.into_response());
+            }
+        }
+    };
+    let (routed, rate) = match parsed {
         Ok(routed) => routed,
         Err(refusal) => return Ok(refusal),
     };

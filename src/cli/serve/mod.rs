@@ -102,6 +102,17 @@ pub struct ServeArgs {
     /// Seconds in-flight requests get to finish after SIGTERM/SIGINT [default: 30].
     #[arg(long)]
     pub drain_seconds: Option<u64>,
+    /// A web origin (`https://app.example`, as browsers send it) whose pages
+    /// may call the API, with CORS headers; repeat for several, `*` for any.
+    /// A request carrying any other `Origin` header is refused with 403
+    /// [default: none: no browser page may call the API].
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    pub allow_origins: Vec<String>,
+    /// Seconds a client may leave a response unread (its socket not taking
+    /// bytes) before the connection is closed, which cancels its generation
+    /// and frees its slot and KV cache [default: 30].
+    #[arg(long)]
+    pub write_timeout_secs: Option<u64>,
     /// A TOML settings file with the same keys (listen, threads, max_batch,
     /// max_queue, max_step_tokens, drain_seconds, ram_budget_mb, repo,
     /// [[models]] path/name/version); flags override it.
@@ -127,6 +138,10 @@ struct Settings {
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let policy = policy::PolicySetup::load(&args.policy)?;
+    let allowed_origins = args.allow_origins.clone();
+    let write_timeout = args
+        .write_timeout_secs
+        .map_or(ServeOptions::default().write_timeout, Duration::from_secs);
     let settings = settings(args)?;
     let router_defaults = RouterConfig::default();
     // The recorder first: what the engine records while it loads (load
@@ -146,6 +161,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         // of them, see `settings`) then only refuses large `n` fan-outs.
         max_in_flight: settings.executor.max_active + settings.max_queue,
         max_queued: settings.max_queue,
+        allowed_origins,
         ..RouterConfig::default()
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -166,6 +182,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         let app = policy.app(state, backend);
         let options = ServeOptions {
             drain_deadline: settings.drain,
+            write_timeout,
             ..ServeOptions::default()
         };
         serve_with(listener, app, shutdown_signal(), options)
