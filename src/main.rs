@@ -13,6 +13,8 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    log: cli::logging::LogArgs,
 }
 
 #[derive(Subcommand)]
@@ -31,19 +33,26 @@ enum Command {
     Policy(cli::policy::PolicyArgs),
     /// List the models and versions of a model repository.
     Models(cli::models::ModelsArgs),
+    /// Run evaluation suites (JSONL) on a checkpoint: accuracy with a 95% interval.
+    Eval(cli::eval::EvalArgs),
     /// Make a demo model repository from the SmolLM2 model (base, Q8_0, derived).
     DemoRepo(cli::demo_repo::DemoRepoArgs),
 }
 
-fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    match Cli::parse().command {
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("{}", cli::report::error_text(&error));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    cli::logging::init(&cli.log)?;
+    match cli.command {
         Command::Generate(args) => cli::generate::run(args),
         Command::Tokenize(args) => cli::tokenize::run(args),
         Command::Logits(args) => cli::logits::run(args),
@@ -52,5 +61,6 @@ fn main() -> anyhow::Result<()> {
         Command::Serve(args) => cli::serve::run(*args),
         Command::Models(args) => cli::models::run(args),
         Command::DemoRepo(args) => cli::demo_repo::run(args),
+        Command::Eval(args) => cli::eval::run(args),
     }
 }

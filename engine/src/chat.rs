@@ -64,6 +64,10 @@ pub enum ChatError {
 
     #[error("rendering the chat template failed: {reason}")]
     Render { reason: String },
+
+    /// The operator's `--chat-template` / `chat_template` cannot be used.
+    #[error("{reason}")]
+    Choice { reason: String },
 }
 
 /// A compiled chat template.

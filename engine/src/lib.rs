@@ -8,8 +8,10 @@
 //! checkpoints they run on (`registry`, `repository`, `store`, `formats`).
 
 pub mod chat;
+pub mod chat_choice;
 pub mod chat_tools;
 mod engine;
+pub mod eval;
 pub mod formats;
 pub mod model;
 pub mod prompt;

@@ -20,9 +20,9 @@ pub enum PromptError {
     Empty,
 }
 
-/// The prompt's token ids: chat template for conversations (the template
-/// writes any BOS itself, so none is added), BOS as the model asks for raw
-/// text, ids checked against the vocabulary. Never empty.
+/// The prompt's token ids: conversations through the chat template (see
+/// [`chat_prompt`]), BOS as the model asks for raw text, ids checked against
+/// the vocabulary. Never empty.
 pub fn encode(
     prompt: &Prompt,
     tokenizer: &Tokenizer,
@@ -40,16 +40,7 @@ pub fn encode_with_tools(
     template: &ChatTemplate,
 ) -> Result<Vec<u32>, PromptError> {
     let ids = match prompt {
-        Prompt::Chat(messages) => {
-            let text = template.render_with_tools(
-                messages,
-                tools,
-                true,
-                tokenizer.bos_token(),
-                tokenizer.eos_token(),
-            )?;
-            tokenizer.encode(&text, false)?
-        }
+        Prompt::Chat(messages) => chat_prompt(messages, tools, tokenizer, template)?.1,
         Prompt::Text(text) => tokenizer.encode(text, true)?,
         Prompt::Tokens(ids) => {
             let vocab_size = tokenizer.vocab_size();
@@ -65,12 +56,32 @@ pub fn encode_with_tools(
     Ok(ids)
 }
 
-/// The text a conversation's ids come from: `messages` rendered through `template`,
-/// ending where the assistant's reply begins.
-pub fn chat_text(
+/// A conversation's rendered template text and its prompt ids, built as llama.cpp builds them:
+/// the template renders (it may write BOS itself); a BOS it wrote at the
+/// start is dropped when the tokenizer adds one, and an EOS at the end when
+/// the tokenizer adds one; then the text is encoded with the special tokens
+/// the file asks for (`add_bos_token`). So a template without BOS on a file
+/// that wants one (Gemma) still starts with BOS, and none is doubled.
+pub fn chat_prompt(
     messages: &[ChatMessage],
+    tools: &[Tool],
     tokenizer: &Tokenizer,
     template: &ChatTemplate,
-) -> Result<String, ChatError> {
-    template.render(messages, true, tokenizer.bos_token(), tokenizer.eos_token())
+) -> Result<(String, Vec<u32>), PromptError> {
+    let rendered = template.render_with_tools(
+        messages,
+        tools,
+        true,
+        tokenizer.bos_token(),
+        tokenizer.eos_token(),
+    )?;
+    let mut text = rendered.as_str();
+    if tokenizer.adds_bos() && !tokenizer.bos_token().is_empty() {
+        text = text.strip_prefix(tokenizer.bos_token()).unwrap_or(text);
+    }
+    if tokenizer.adds_eos() && !tokenizer.eos_token().is_empty() {
+        text = text.strip_suffix(tokenizer.eos_token()).unwrap_or(text);
+    }
+    let ids = tokenizer.encode(text, true)?;
+    Ok((rendered, ids))
 }

@@ -24,6 +24,7 @@
 
 pub mod backend;
 pub mod cpu;
+pub mod cuda;
 pub mod dtype;
 pub mod error;
 pub mod quantize;

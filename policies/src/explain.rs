@@ -322,8 +322,14 @@ impl fmt::Display for Explanation {
             };
             writeln!(
                 f,
-                "  {}@{} [{}]  utility {:.4}  quality {:.3}  cost {:.6}  latency {:.1} ms  -> {verdict}",
-                c.model, c.version, c.role, c.utility, c.quality, c.estimated_cost, c.expected_latency_ms
+                "  {}@{} [{}]  utility {}  quality {:.3}  cost {}  latency {:.1} ms  -> {verdict}",
+                c.model,
+                c.version,
+                c.role,
+                readable(c.utility),
+                c.quality,
+                readable(c.estimated_cost),
+                c.expected_latency_ms
             )?;
             for check in &c.checks {
                 let mark = if check.passed { "ok  " } else { "FAIL" };
@@ -335,5 +341,28 @@ impl fmt::Display for Explanation {
             (None, Some(e)) => write!(f, "no pick: {e}"),
             (None, None) => write!(f, "no pick"),
         }
+    }
+}
+
+/// Four significant digits, so that the tiny utilities of cost-only weights
+/// (costs of 1e-5 per request) do not all print as `-0.0000`.
+fn readable(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() || x.abs() >= 0.01 {
+        format!("{x:.4}")
+    } else {
+        format!("{x:.3e}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::readable;
+
+    #[test]
+    fn small_utilities_keep_their_digits() {
+        assert_eq!(readable(-0.0000123), "-1.230e-5");
+        assert_ne!(readable(-0.0000123), readable(-0.0000246));
+        assert_eq!(readable(0.5), "0.5000");
+        assert_eq!(readable(0.0), "0.0000");
     }
 }

@@ -26,9 +26,13 @@ pub async fn health(State(state): State<AppState>) -> Response {
     }
 }
 
-/// `GET /ready`: 200 once the backend is ready, 503 before.
+/// `GET /ready`: 200 once the backend is ready, 503 before; a server started
+/// with `--allow-partial-start` lists what it started without.
 pub async fn ready(State(state): State<AppState>) -> Response {
-    if state.backend().ready() {
+    let missing = &state.config().missing_at_startup;
+    if state.backend().ready() && !missing.is_empty() {
+        Json(json!({ "status": "ready", "missing": missing })).into_response()
+    } else if state.backend().ready() {
         Json(json!({ "status": "ready" })).into_response()
     } else {
         (

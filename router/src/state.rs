@@ -29,6 +29,9 @@ pub struct RouterConfig {
     pub max_fanout: u32,
     /// Interval of SSE keep-alive comments while a stream is quiet.
     pub sse_keep_alive: Duration,
+    /// What a server started without (`--allow-partial-start`): models that
+    /// did not load, policy names not served. `GET /ready` lists them.
+    pub missing_at_startup: Vec<String>,
     /// Web origins whose pages may call the API (`--allow-origin`); a request
     /// with any other `Origin` gets 403. Empty: no browser page may.
     pub allowed_origins: Vec<String>,
@@ -45,6 +48,7 @@ impl Default for RouterConfig {
             retry_after: Duration::from_secs(1),
             max_fanout: 64,
             sse_keep_alive: Duration::from_secs(15),
+            missing_at_startup: Vec::new(),
             allowed_origins: Vec::new(),
         }
     }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
-use switchyard_engine::chat::ChatTemplate;
+use switchyard_engine::chat_choice::{self, TemplateSpec};
 use switchyard_engine::model::{LlamaModel, LogitRows};
 use switchyard_engine::prompt;
 use switchyard_engine::sampling::{
@@ -32,6 +32,10 @@ pub struct GenerateArgs {
     /// A system message (with --chat).
     #[arg(long, requires = "chat")]
     system: Option<String>,
+    /// The chat template (with --chat): a known template's name (chatml,
+    /// gemma) or a Jinja file [default: the file's own, else its family's].
+    #[arg(long, requires = "chat")]
+    chat_template: Option<String>,
     #[arg(long, default_value_t = 256)]
     max_tokens: usize,
     /// 0 picks the most likely token every time (greedy).
@@ -70,7 +74,12 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     } else {
         Prompt::Text(args.prompt.clone())
     };
-    let template = ChatTemplate::new_or_default(tokenizer.chat_template())?;
+    let spec = args
+        .chat_template
+        .as_ref()
+        .map(|value| TemplateSpec::new(value, "--chat-template"));
+    let (template, _) =
+        chat_choice::choose(spec.as_ref(), &tokenizer, Some(model.config().architecture))?;
     let prompt = prompt::encode(&prompt, &tokenizer, &template)?;
     let context = model.config().context_length;
     anyhow::ensure!(

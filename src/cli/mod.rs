@@ -1,12 +1,16 @@
 //! One module per subcommand: its arguments and its `run`.
 
 pub mod demo_repo;
+pub mod eval;
 pub mod generate;
 pub mod load;
+pub mod logging;
 pub mod logits;
 pub mod models;
 pub mod npy;
 pub mod policy;
+pub mod quality;
+pub mod report;
 pub mod serve;
 pub mod synth;
 pub mod tokenize;

@@ -32,9 +32,20 @@ pub fn run(args: ModelsArgs) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         // `switchyard models REPO | head` closing the pipe early is fine.
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => other.context("cannot write to stdout"),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        other => other.context("cannot write to stdout")?,
     }
+    // Scripts check the repository with the exit status: a skipped model
+    // is one `switchyard serve --repo` refuses to start with.
+    if !repo.problems.is_empty() {
+        anyhow::bail!(
+            "{} problem(s) in {} (listed above); `switchyard serve --repo` does not start \
+             with them unless given --allow-partial-start",
+            repo.problems.len(),
+            args.repo.display()
+        );
+    }
+    Ok(())
 }
 
 const HEADERS: [&str; 11] = [
@@ -98,6 +109,7 @@ pub fn repository_table(repo: &ModelRepository) -> String {
     if repo.models.is_empty() {
         out.push_str(&format!("(no usable models in {})\n", repo.root.display()));
     }
+    out.push_str(&super::quality::quality_lines(repo));
     if !repo.problems.is_empty() {
         out.push_str(&format!("\n{} problem(s), skipped:\n", repo.problems.len()));
         for p in &repo.problems {
@@ -111,7 +123,7 @@ pub fn repository_table(repo: &ModelRepository) -> String {
 pub fn repository_json(repo: &ModelRepository) -> Value {
     json!({
         "root": repo.root.display().to_string(),
-        "models": repo.models.iter().map(model_json).collect::<Vec<_>>(),
+        "models": repo.models.iter().map(|m| model_json(&repo.root, m)).collect::<Vec<_>>(),
         "problems": repo.problems.iter().map(|p| json!({
             "path": p.path.display().to_string(),
             "reason": p.reason,
@@ -119,7 +131,7 @@ pub fn repository_json(repo: &ModelRepository) -> Value {
     })
 }
 
-fn model_json(model: &RepoModel) -> Value {
+fn model_json(root: &std::path::Path, model: &RepoModel) -> Value {
     let default = model.default_version().map(|v| v.version.clone());
     json!({
         "name": model.name,
@@ -127,6 +139,7 @@ fn model_json(model: &RepoModel) -> Value {
         "policy": model.policy.to_string(),
         "default_version": default,
         "versions": model.versions.iter().map(|v| version_json(model, v)).collect::<Vec<_>>(),
+        "quality": super::quality::model_quality(root, model),
     })
 }
 

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use serde_json::Value;
+use switchyard_engine::repository::ModelRepository;
 use switchyard_policies::{
     estimate_tokens, explain, Caller, EngineView, Hints, IdleEngine, ModelHint, Policy,
     RouteRequest, StaticEngineView,
@@ -44,6 +45,11 @@ enum PolicyCommand {
         /// Print the explanation as JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// A model repository: also show each policy model's measured
+        /// quality stored there (`switchyard eval --save`), with n and
+        /// interval, or that it is missing or stale.
+        #[arg(long, value_name = "DIR")]
+        repo: Option<PathBuf>,
     },
 }
 
@@ -58,6 +64,7 @@ pub fn run(args: PolicyArgs) -> anyhow::Result<()> {
             tenant,
             engine_state,
             json,
+            repo,
         } => {
             let policy = Policy::load(&file)?;
             let mut req = read_request(&request)?;
@@ -70,10 +77,33 @@ pub fn run(args: PolicyArgs) -> anyhow::Result<()> {
                 None => Box::new(IdleEngine),
             };
             let explanation = explain(&policy, &req, engine.as_ref());
-            if json {
-                println!("{}", serde_json::to_string_pretty(&explanation)?);
-            } else {
-                println!("{explanation}");
+            let measured = match &repo {
+                Some(dir) => {
+                    let repository = ModelRepository::open(dir).with_context(|| {
+                        format!("cannot open the model repository {}", dir.display())
+                    })?;
+                    Some(super::quality::policy_measurements(&repository, &policy))
+                }
+                None => None,
+            };
+            match (json, measured) {
+                (true, None) => println!("{}", serde_json::to_string_pretty(&explanation)?),
+                (true, Some(measured)) => println!(
+                    "{}",
+                    serde_json::to_string_pretty(
+                        &serde_json::json!({ "explanation": explanation, "measured_quality": measured })
+                    )?
+                ),
+                (false, measured) => {
+                    println!("{explanation}");
+                    if let Some(measured) = measured {
+                        print!("{}", super::quality::policy_measurement_lines(&measured));
+                    }
+                }
+            }
+            // Scripts (and CI checks of a policy) read the verdict from the exit status.
+            if explanation.pick.is_none() {
+                anyhow::bail!("no candidate can be picked for this request (see above)");
             }
             Ok(())
         }

@@ -9,9 +9,10 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use switchyard_engine::chat::ChatTemplate;
+use switchyard_engine::chat_choice::{self, TemplateSpec};
 use switchyard_engine::formats::{load_checkpoint, TokenizerSource};
-use switchyard_engine::prompt::chat_text;
+use switchyard_engine::model::config::Architecture;
+use switchyard_engine::prompt::chat_prompt;
 use switchyard_engine::tokenizer::Tokenizer;
 use switchyard_seam::{ChatMessage, Role};
 
@@ -33,13 +34,17 @@ pub struct TokenizeArgs {
     /// with the chat template and tokenize.
     #[arg(long)]
     pub chat: Option<PathBuf>,
-    /// Do not add the BOS/EOS tokens the model asks for.
+    /// Do not add the BOS/EOS tokens the model asks for (--text, --input).
     #[arg(long)]
     pub no_special: bool,
+    /// The chat template for --chat, as `serve --chat-template` takes it: a
+    /// known template's name (chatml, gemma) or a Jinja file.
+    #[arg(long, requires = "chat")]
+    pub chat_template: Option<String>,
 }
 
 pub fn run(args: TokenizeArgs) -> anyhow::Result<()> {
-    let source = tokenizer_source(&args.model)?;
+    let (source, architecture) = tokenizer_source(&args.model)?;
     let tokenizer = Tokenizer::load(&source)
         .with_context(|| format!("loading the tokenizer of {}", args.model.display()))?;
     let add_special = !args.no_special;
@@ -70,11 +75,13 @@ pub fn run(args: TokenizeArgs) -> anyhow::Result<()> {
                 )),
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
-        let template = ChatTemplate::new_or_default(tokenizer.chat_template())?;
-        let text = chat_text(&messages, &tokenizer, &template)?;
-        // The template writes any BOS itself; adding one here would double it.
-        let ids = tokenizer.encode(&text, false)?;
-        serde_json::json!({ "text": text, "ids": ids })
+        let spec = args
+            .chat_template
+            .as_ref()
+            .map(|value| TemplateSpec::new(value, "--chat-template"));
+        let (template, origin) = chat_choice::choose(spec.as_ref(), &tokenizer, architecture)?;
+        let (text, ids) = chat_prompt(&messages, &[], &tokenizer, &template)?;
+        serde_json::json!({ "text": text, "ids": ids, "template": origin.to_string() })
     } else {
         anyhow::bail!("give one of --text, --input or --chat");
     };
@@ -91,17 +98,20 @@ struct Turn {
 
 /// A `tokenizer.json` file stands alone (its sibling `tokenizer_config.json`
 /// is used when present); anything else is loaded as a checkpoint.
-fn tokenizer_source(model: &Path) -> anyhow::Result<TokenizerSource> {
+/// The tokenizer and, for a checkpoint, its architecture (which picks a
+/// family's chat template when the file has none).
+fn tokenizer_source(model: &Path) -> anyhow::Result<(TokenizerSource, Option<Architecture>)> {
     if model.is_file() && model.extension().is_some_and(|ext| ext == "json") {
         let config = model.with_file_name("tokenizer_config.json");
-        return Ok(TokenizerSource::HuggingFace {
+        let source = TokenizerSource::HuggingFace {
             tokenizer_json: model.to_path_buf(),
             tokenizer_config: config.is_file().then_some(config),
-        });
+        };
+        return Ok((source, None));
     }
     let checkpoint = load_checkpoint(model)
         .with_context(|| format!("loading checkpoint {}", model.display()))?;
-    Ok(checkpoint.tokenizer)
+    Ok((checkpoint.tokenizer, Some(checkpoint.config.architecture)))
 }
 
 fn read_json(path: &Path) -> anyhow::Result<serde_json::Value> {

@@ -218,7 +218,8 @@ def run(binary: Path, base_model: Path, seconds: float, out=sys.stdout) -> dict:
         repo = work / "repo"
         subprocess.run([str(binary), "demo-repo", str(repo), "--base", str(base_model)],
                        check=True, capture_output=True)
-        # A corrupt version, refused at startup and at every admin load.
+        # A corrupt version, refused at startup (served around with --allow-partial-start)
+        # and at every admin load.
         corrupt = repo / "smollm2" / "3"
         corrupt.mkdir()
         source = next((repo / "smollm2" / "1").glob("*.gguf"))
@@ -229,7 +230,8 @@ def run(binary: Path, base_model: Path, seconds: float, out=sys.stdout) -> dict:
         port, admin_port = free_port(), free_port()
         args = [str(binary), "serve", "--repo", str(repo), "--policy", str(policy_path),
                 "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin_port}",
-                "--admin-token", TOKEN, "--drain-seconds", "5", "--max-batch", "16"]
+                "--admin-token", TOKEN, "--drain-seconds", "5", "--max-batch", "16",
+                "--allow-partial-start"]
         log = open(work / "server.log", "w")
         proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log)
         try:

@@ -11,10 +11,10 @@ use super::error::RegistryError;
 use super::live::LiveSlot;
 use super::residency::{eviction_order, EvictionCandidate};
 use super::status::{MemoryStatus, ModelStatus, RoutingState, Tier, VersionStatus};
-use crate::chat::ChatTemplate;
+use crate::chat_choice;
 use crate::formats::load_checkpoint;
 use crate::model::config::ModelConfig;
-use crate::serving::{CheckpointHandle, CheckpointId, ServedCheckpoint};
+use crate::serving::{CheckpointHandle, CheckpointId, CheckpointOptions, ServedCheckpoint};
 use crate::store::WeightStore;
 use crate::tokenizer::Tokenizer;
 
@@ -51,6 +51,8 @@ pub struct LoadReport {
     pub evicted: Vec<CheckpointId>,
     /// Whether it was resident already (nothing done).
     pub already_resident: bool,
+    /// Which chat template it serves with and why.
+    pub template: String,
 }
 
 enum State<B: Backend> {
@@ -74,6 +76,8 @@ struct Slot<B: Backend> {
 
 struct Model<B: Backend> {
     aliases: Vec<String>,
+    /// How its versions are served (chat template), set by [`Registry::configure`].
+    options: CheckpointOptions,
     /// Ordered by [`version_order`].
     versions: Vec<Slot<B>>,
     active: Option<String>,
@@ -172,12 +176,19 @@ impl<B: Backend> Registry<B> {
         &self.store
     }
 
+    /// The backend every version is loaded into (to run a resident
+    /// version outside the executor: evaluation suites).
+    pub fn backend(&self) -> &Arc<B> {
+        &self.backend
+    }
+
     /// Makes `model@version` known (on disk at `path`); aliases are added
     /// to the model's. Registering a known version again updates its path.
     pub fn register(&self, model: &str, version: &str, path: &Path, aliases: &[String]) {
         let mut models = self.write();
         let entry = models.entry(model.to_owned()).or_insert_with(|| Model {
             aliases: Vec::new(),
+            options: CheckpointOptions::default(),
             versions: Vec::new(),
             active: None,
             history: Vec::new(),
@@ -212,6 +223,18 @@ impl<B: Backend> Registry<B> {
         }
     }
 
+    /// Sets how `model`'s versions are served from their next load on (the
+    /// operator's chat template); `false` when `model` is not registered.
+    pub fn configure(&self, model: &str, options: CheckpointOptions) -> bool {
+        match self.write().get_mut(model) {
+            Some(entry) => {
+                entry.options = options;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Reads `model@version` into RAM beside whatever is active, checks it
     /// (format, tokenizer, shapes, a smoke forward, and that it matches the
     /// model's active version), evicting idle versions if the budget needs
@@ -219,9 +242,10 @@ impl<B: Backend> Registry<B> {
     pub fn load(&self, model: &str, version: &str) -> Result<LoadReport, RegistryError> {
         let _one_at_a_time = lock(&self.loading);
         let id = CheckpointId::new(model, version);
-        let path = {
+        let (path, options) = {
             let mut models = self.write();
             let entry = models.get_mut(model).ok_or_else(|| unknown_model(model))?;
+            let options = entry.options.clone();
             let slot = entry
                 .slot_mut(version)
                 .ok_or_else(|| unknown_version(model, version))?;
@@ -234,6 +258,7 @@ impl<B: Backend> Registry<B> {
                         shared_bytes: handle.load_stats.shared_bytes,
                         evicted: Vec::new(),
                         already_resident: true,
+                        template: handle.template_origin.to_string(),
                     })
                 }
                 State::Loading => {
@@ -244,12 +269,12 @@ impl<B: Backend> Registry<B> {
                 State::Disk => {}
             }
             slot.set_state(State::Loading);
-            slot.path.clone()
+            (slot.path.clone(), options)
         };
         tracing::info!(checkpoint = %id, path = %path.display(), "loading");
         // A panic while loading (a bug, or a file no check caught) must not leave the
         // slot "loading" for good: it fails this load like any other error.
-        let result = panic_as_error(&id, &path, || self.load_unlocked(&id, &path));
+        let result = panic_as_error(&id, &path, || self.load_unlocked(&id, &path, &options));
         let mut models = self.write();
         let slot = models
             .get_mut(model)
@@ -264,6 +289,7 @@ impl<B: Backend> Registry<B> {
                     shared_bytes: handle.load_stats.shared_bytes,
                     evicted,
                     already_resident: false,
+                    template: handle.template_origin.to_string(),
                 };
                 slot.set_state(State::Resident(handle));
                 slot.last_error = None;
@@ -282,7 +308,9 @@ impl<B: Backend> Registry<B> {
                 slot.set_state(State::Disk);
                 slot.last_error = Some(error.message.clone());
                 drop(models);
-                tracing::warn!(checkpoint = %id, %error, "load failed; nothing changed");
+                // Info, not warn: the error goes back to the caller (startup, the admin
+                // API), which reports it; a warning here printed it twice.
+                tracing::info!(checkpoint = %id, %error, "load failed; nothing changed");
                 self.observer
                     .load(&id, Duration::ZERO, Some(&error.message));
                 Err(error)
@@ -294,39 +322,58 @@ impl<B: Backend> Registry<B> {
         &self,
         id: &CheckpointId,
         path: &Path,
+        options: &CheckpointOptions,
     ) -> Result<(CheckpointHandle<B>, Vec<CheckpointId>), RegistryError> {
         let estimate = file_bytes(path);
         if self.ram_budget.is_some() {
             // Making room evicts versions: check first what can be checked without the
             // weights, so that a bad file does not cost a good version its place.
-            self.precheck(id, path)?;
+            self.precheck(id, path, options)?;
         }
         let evicted = self.make_room(id, estimate)?;
-        let checkpoint =
-            ServedCheckpoint::load(self.backend.as_ref(), &self.store, id.clone(), path)
-                .map_err(|e| RegistryError::invalid(format!("cannot load {id}: {e}")))?;
+        let checkpoint = ServedCheckpoint::load(
+            self.backend.as_ref(),
+            &self.store,
+            id.clone(),
+            path,
+            options,
+        )
+        .map_err(|e| RegistryError::invalid(format!("cannot load {id}: {e}")))?;
         self.check_matches_active(&checkpoint)?;
         Ok((Arc::new(checkpoint), evicted))
     }
 
     /// Reads `path`'s header, tokenizer and chat template and checks its shape against
     /// the model's active version: what a load would refuse before reading weights.
-    fn precheck(&self, id: &CheckpointId, path: &Path) -> Result<(), RegistryError> {
+    fn precheck(
+        &self,
+        id: &CheckpointId,
+        path: &Path,
+        options: &CheckpointOptions,
+    ) -> Result<(), RegistryError> {
         let refuse = |what: &str, reason: String| {
             RegistryError::invalid(format!(
                 "cannot load {id}: {what} of {} is unusable: {reason}",
                 path.display()
             ))
         };
-        let checkpoint = load_checkpoint(path).map_err(|e| refuse("the file", e.to_string()))?;
+        let mut checkpoint =
+            load_checkpoint(path).map_err(|e| refuse("the file", e.to_string()))?;
+        options
+            .apply(&mut checkpoint.config)
+            .map_err(|e| refuse("the configuration", e))?;
         checkpoint
             .config
             .validate()
             .map_err(|e| refuse("the configuration", e))?;
         let tokenizer = Tokenizer::load(&checkpoint.tokenizer)
             .map_err(|e| refuse("the tokenizer", e.to_string()))?;
-        ChatTemplate::new_or_default(tokenizer.chat_template())
-            .map_err(|e| refuse("the chat template", e.to_string()))?;
+        chat_choice::choose(
+            options.chat_template.as_ref(),
+            &tokenizer,
+            Some(checkpoint.config.architecture),
+        )
+        .map_err(|e| refuse("the chat template", e.to_string()))?;
         self.check_config_matches_active(id, path, &checkpoint.config, tokenizer.vocab_size())
     }
 

@@ -38,6 +38,11 @@ pub struct ModelToml {
     pub aliases: Vec<String>,
     pub default_version: Option<String>,
     pub policy: VersionPolicy,
+    /// The chat template: a known template's name, or a Jinja file (relative
+    /// paths from the model's folder).
+    pub chat_template: Option<String>,
+    /// The context window, at most the trained context.
+    pub ctx_size: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -47,6 +52,11 @@ struct RawModelToml {
     aliases: Vec<String>,
     default_version: Option<String>,
     version_policy: Option<RawPolicy>,
+    chat_template: Option<String>,
+    ctx_size: Option<usize>,
+    /// Read by `eval::gate`, its one home; accepted here so the file parses.
+    #[allow(dead_code)]
+    quality_gate: Option<toml::Value>,
 }
 
 #[derive(Deserialize)]
@@ -68,8 +78,9 @@ pub fn parse_model_toml(text: &str, path: &Path) -> Result<ModelToml, String> {
             })
             .unwrap_or_default();
         format!(
-            "{} is not a valid model.toml: {place}{}; the keys are aliases, default_version \
-             and [version_policy] with one of latest, all or versions",
+            "{} is not a valid model.toml: {place}{}; the keys are aliases, default_version, \
+             chat_template, ctx_size, [version_policy] with one of latest, all or versions, \
+             and [quality_gate]",
             path.display(),
             e.message().trim_end()
         )
@@ -83,6 +94,8 @@ pub fn parse_model_toml(text: &str, path: &Path) -> Result<ModelToml, String> {
         aliases: raw.aliases,
         default_version: raw.default_version,
         policy,
+        chat_template: raw.chat_template,
+        ctx_size: raw.ctx_size,
     })
 }
 
@@ -123,9 +136,10 @@ mod tests {
     #[test]
     fn full_file_parses() {
         let t = parse(
-            "aliases = [\"small\", \"chat\"]\ndefault_version = \"2\"\n[version_policy]\nlatest = 2\n",
+            "aliases = [\"small\", \"chat\"]\ndefault_version = \"2\"\nchat_template = \"gemma\"\n[version_policy]\nlatest = 2\n",
         )
         .unwrap();
+        assert_eq!(t.chat_template.as_deref(), Some("gemma"));
         assert_eq!(t.aliases, vec!["small", "chat"]);
         assert_eq!(t.default_version.as_deref(), Some("2"));
         assert_eq!(t.policy, VersionPolicy::Latest(2));

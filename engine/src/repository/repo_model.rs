@@ -3,6 +3,7 @@
 
 use super::inspect::RepoVersion;
 use super::model_toml::VersionPolicy;
+use crate::chat_choice::TemplateSpec;
 
 /// One model folder: its versions and settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -14,6 +15,10 @@ pub struct RepoModel {
     /// The `default_version` of `model.toml`, when it names a served version.
     pub default_version: Option<String>,
     pub policy: VersionPolicy,
+    /// `model.toml`'s chat template, a file's path resolved from the model's folder.
+    pub chat_template: Option<TemplateSpec>,
+    /// `model.toml`'s context window.
+    pub ctx_size: Option<usize>,
     /// Every usable version on disk, oldest first (see
     /// [`compare_versions`](super::compare_versions)); never empty.
     pub versions: Vec<RepoVersion>,

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use super::inspect::{compare_versions, inspect_version};
 use super::model_toml::{parse_model_toml, ModelToml, VersionPolicy};
 use super::{RepoModel, RepositoryError, RepositoryProblem};
+use crate::chat_choice::{known_template_names, TemplateSpec};
 
 /// The models of the repository at `root`, sorted by name, and the problems
 /// met on the way.
@@ -99,6 +100,19 @@ impl Containment {
     }
 }
 
+/// `model.toml`'s `chat_template`: a known name as is, a relative file path
+/// from the model's folder.
+fn chat_template_spec(value: String, dir: &Path) -> TemplateSpec {
+    let given_in = dir.join("model.toml").display().to_string();
+    let is_name = known_template_names()
+        .iter()
+        .any(|name| name.eq_ignore_ascii_case(&value));
+    if is_name || Path::new(&value).is_absolute() {
+        return TemplateSpec::new(value, given_in);
+    }
+    TemplateSpec::new(dir.join(value).display().to_string(), given_in)
+}
+
 fn scan_model(
     dir: &Path,
     inside: &Containment,
@@ -127,6 +141,10 @@ fn scan_model(
         aliases: Vec::new(),
         default_version: None,
         policy: config.policy,
+        chat_template: config
+            .chat_template
+            .map(|value| chat_template_spec(value, dir)),
+        ctx_size: config.ctx_size,
         versions,
     };
     check_policy(&model, dir, problems);

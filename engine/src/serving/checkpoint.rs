@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use switchyard_kernels::Backend;
 
 use crate::chat::ChatTemplate;
+use crate::chat_choice::{self, TemplateOrigin, TemplateSpec};
 use crate::formats::{load_checkpoint, CheckpointFormat};
+use crate::model::config::ModelConfig;
 use crate::model::weights::LoadStats;
 use crate::model::{LlamaModel, LogitRows, SequenceChunk};
 use crate::store::WeightStore;
@@ -39,15 +41,47 @@ impl fmt::Display for CheckpointId {
     }
 }
 
+/// How the operator asked a model's checkpoints to be served (`--chat-template`,
+/// `model.toml`); the same for every version of a model.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CheckpointOptions {
+    /// The chat template instead of the file's own.
+    pub chat_template: Option<TemplateSpec>,
+    /// Positions a sequence may use (prompt and output), at most the
+    /// trained context: a smaller window bounds each request's KV cache.
+    pub ctx_size: Option<usize>,
+}
+
+impl CheckpointOptions {
+    /// `config` with the context window the options ask for.
+    pub fn apply(&self, config: &mut ModelConfig) -> Result<(), String> {
+        let Some(ctx) = self.ctx_size else {
+            return Ok(());
+        };
+        if ctx == 0 || ctx > config.context_length {
+            return Err(format!(
+                "a context size (--ctx-size, ctx_size) of {ctx} is outside 1..={}, the model's trained context; give a \
+                 size in that range",
+                config.context_length
+            ));
+        }
+        config.context_length = ctx;
+        Ok(())
+    }
+}
+
 /// Why a checkpoint could not be made servable. Each message names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
-    #[error("cannot read {path}: {reason}")]
+    /// The format error names the file itself (`cannot read P: ...`).
+    #[error("{reason}")]
     Format { path: PathBuf, reason: String },
     #[error("cannot load the tokenizer of {path}: {reason}")]
     Tokenizer { path: PathBuf, reason: String },
     #[error("the chat template of {path} is unusable: {reason}")]
     Template { path: PathBuf, reason: String },
+    #[error("{path}: {reason}")]
+    Options { path: PathBuf, reason: String },
     #[error("cannot load the weights of {path}: {reason}")]
     Weights { path: PathBuf, reason: String },
     #[error(
@@ -66,6 +100,8 @@ pub struct ServedCheckpoint<B: Backend> {
     pub model: LlamaModel<B>,
     pub tokenizer: Tokenizer,
     pub template: ChatTemplate,
+    /// Where `template` came from (said at startup and by the admin API).
+    pub template_origin: TemplateOrigin,
     /// The vocabulary as the grammar engine reads it, built on the first
     /// constrained request.
     pub grammar_vocab: GrammarVocab,
@@ -100,18 +136,28 @@ impl<B: Backend> ServedCheckpoint<B> {
         store: &WeightStore<B>,
         id: CheckpointId,
         path: &Path,
+        options: &CheckpointOptions,
     ) -> Result<Self, CheckpointError> {
         let started = Instant::now();
         let fail = |reason: String| (path.to_path_buf(), reason);
-        let checkpoint = load_checkpoint(path).map_err(|e| {
+        let mut checkpoint = load_checkpoint(path).map_err(|e| {
             let (path, reason) = fail(e.to_string());
             CheckpointError::Format { path, reason }
+        })?;
+        options.apply(&mut checkpoint.config).map_err(|reason| {
+            let (path, reason) = fail(reason);
+            CheckpointError::Options { path, reason }
         })?;
         let tokenizer = Tokenizer::load(&checkpoint.tokenizer).map_err(|e| {
             let (path, reason) = fail(e.to_string());
             CheckpointError::Tokenizer { path, reason }
         })?;
-        let template = ChatTemplate::new_or_default(tokenizer.chat_template()).map_err(|e| {
+        let (template, template_origin) = chat_choice::choose(
+            options.chat_template.as_ref(),
+            &tokenizer,
+            Some(checkpoint.config.architecture),
+        )
+        .map_err(|e| {
             let (path, reason) = fail(e.to_string());
             CheckpointError::Template { path, reason }
         })?;
@@ -130,6 +176,7 @@ impl<B: Backend> ServedCheckpoint<B> {
         let mut served = Self::from_parts(id, model, tokenizer, template, path, format)
             .with_load(load_stats, started.elapsed());
         served.quant_mix = Some(mix);
+        served.template_origin = template_origin;
         Ok(served)
     }
 
@@ -149,6 +196,7 @@ impl<B: Backend> ServedCheckpoint<B> {
             model,
             tokenizer,
             template,
+            template_origin: TemplateOrigin::Given,
             grammar_vocab: GrammarVocab::default(),
             source: source.to_path_buf(),
             format,

@@ -39,7 +39,9 @@ mod table;
 
 use std::time::Duration;
 
-pub use checkpoint::{CheckpointError, CheckpointHandle, CheckpointId, ServedCheckpoint};
+pub use checkpoint::{
+    CheckpointError, CheckpointHandle, CheckpointId, CheckpointOptions, ServedCheckpoint,
+};
 pub use choice::{choose, score, Claim};
 pub use executor::{Executor, ExecutorConfig, ExecutorPulse, NoObserver};
 pub use prefix_cache::ScopeUsage;

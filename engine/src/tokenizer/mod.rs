@@ -166,6 +166,11 @@ impl Tokenizer {
         self.inner.add_bos && self.inner.bos_id.is_some()
     }
 
+    /// Whether `encode(text, true)` ends with EOS.
+    pub fn adds_eos(&self) -> bool {
+        self.inner.add_eos && self.inner.eos_id.is_some()
+    }
+
     /// Number of token ids, added tokens included.
     pub fn vocab_size(&self) -> usize {
         self.inner.vocab_size

@@ -5,6 +5,7 @@
 mod checks;
 mod models;
 mod names;
+mod recover;
 mod tenants;
 mod traffic;
 
@@ -14,7 +15,7 @@ use crate::compiled::scan_table::ScanTable;
 use crate::compiled::tags::TagTable;
 use crate::compiled::{CompiledPolicy, Routing};
 use crate::error::{Diagnostics, PolicyError};
-use crate::schema::{PolicyFile, RoutingEntry};
+use crate::schema::RoutingEntry;
 use checks::non_negative;
 use names::Names;
 
@@ -25,12 +26,9 @@ pub(crate) fn compile(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<CompiledPolicy, PolicyError> {
     let mut diags = Diagnostics::new(src);
-    let file: PolicyFile = match toml::from_str(src) {
-        Ok(file) => file,
-        Err(e) => {
-            diags.at(e.span().unwrap_or(0..0), e.message().trim().to_string());
-            return Err(diags.into_error(source_name));
-        }
+    // Past TOML errors too, so that one check reports every typo (see `recover`).
+    let Some(file) = recover::parse(src, &mut diags) else {
+        return Err(diags.into_error(source_name));
     };
     let routing = routing(file.routing.as_ref(), &mut diags);
     let (mut models, model_names) = models::compile(&file.models, &mut diags);

@@ -9,6 +9,16 @@ pub trait ModelAdmin: Send + Sync + 'static {
     fn load(&self, model: &str, version: &str) -> Result<serde_json::Value, AdminError>; // POST /admin/models/{model}/versions/{version}/load
     fn unload(&self, model: &str, version: &str) -> Result<serde_json::Value, AdminError>; // POST .../unload
     fn activate(&self, model: &str, version: &str) -> Result<serde_json::Value, AdminError>; // POST .../activate
+    /// `activate`, with `force` (`?force=true`) overriding a quality gate's refusal.
+    fn activate_with(
+        &self,
+        model: &str,
+        version: &str,
+        force: bool,
+    ) -> Result<serde_json::Value, AdminError> {
+        let _ = force;
+        self.activate(model, version)
+    }
     fn rollback(&self, model: &str) -> Result<serde_json::Value, AdminError>; // POST /admin/models/{model}/rollback
 }
 

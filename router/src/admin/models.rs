@@ -48,11 +48,16 @@ pub(crate) async fn version_action(
     Path((model, version, action)): Path<(String, String, String)>,
     request: Request,
 ) -> Response {
-    let op: fn(&dyn ModelAdmin, &str, &str) -> Result<serde_json::Value, AdminError> =
+    // `?force=true` overrides a quality gate's refusal of an activation.
+    let force = request
+        .uri()
+        .query()
+        .is_some_and(|q| q.split('&').any(|p| p == "force=true" || p == "force=1"));
+    let op: fn(&dyn ModelAdmin, &str, &str, bool) -> Result<serde_json::Value, AdminError> =
         match action.as_str() {
-            "load" => |m, model, version| m.load(model, version),
-            "unload" => |m, model, version| m.unload(model, version),
-            "activate" => |m, model, version| m.activate(model, version),
+            "load" => |m, model, version, _| m.load(model, version),
+            "unload" => |m, model, version, _| m.unload(model, version),
+            "activate" => |m, model, version, force| m.activate_with(model, version, force),
             _ => {
                 return AdminApiError::UnknownEndpoint {
                     method: "POST".to_owned(),
@@ -66,7 +71,7 @@ pub(crate) async fn version_action(
         Err(error) => return error.into_response(),
     };
     tracing::info!(%model, %version, %action, "admin: model operation");
-    respond(blocking(models, move |m| op(m, &model, &version)).await)
+    respond(blocking(models, move |m| op(m, &model, &version, force)).await)
 }
 
 /// `POST /admin/models/{model}/rollback`.

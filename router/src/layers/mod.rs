@@ -10,6 +10,7 @@
 //! the allocator's per-thread cache. These call the service they wrap directly and box
 //! at most one small future.
 
+pub mod api_key;
 pub mod body_limit;
 pub mod guarded_body;
 pub mod json_body;

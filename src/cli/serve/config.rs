@@ -13,6 +13,8 @@
 //! path = "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 //! name = "smollm2"          # optional: the file stem by default
 //! version = "1"             # optional: "1" by default
+//! chat_template = "gemma"   # optional: a known name, a Jinja file or "auto"
+//! ctx_size = 4096           # optional: the context window (default: the trained one)
 //! ```
 
 use std::net::SocketAddr;
@@ -20,6 +22,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use serde::Deserialize;
+use switchyard_engine::chat_choice::TemplateSpec;
+use switchyard_engine::serving::CheckpointOptions;
 
 /// The settings file's contents; every field optional.
 #[derive(Debug, Default, Deserialize, PartialEq)]
@@ -66,9 +70,25 @@ pub struct ModelEntry {
     /// Its version ("1" when absent); several entries with one name and
     /// different versions are versions of one model, the last one active.
     pub version: Option<String>,
+    /// A known chat template's name, a Jinja file or `auto` (the default).
+    pub chat_template: Option<String>,
+    /// The context window, at most the trained context (the default).
+    pub ctx_size: Option<usize>,
 }
 
 impl ModelEntry {
+    /// How the engine serves it.
+    pub fn options(&self) -> CheckpointOptions {
+        CheckpointOptions {
+            chat_template: self
+                .chat_template
+                .as_ref()
+                .filter(|value| !value.eq_ignore_ascii_case("auto"))
+                .map(|value| TemplateSpec::new(value, "--chat-template")),
+            ctx_size: self.ctx_size,
+        }
+    }
+
     /// The name clients use for this model.
     pub fn served_name(&self) -> String {
         self.name

@@ -14,7 +14,9 @@ mod kv_type_tests;
 mod model_admin;
 mod policy;
 mod pool_metrics;
+mod quality_gate;
 mod repository;
+mod startup;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -33,7 +35,9 @@ use switchyard_router::{serve_with, shutdown_signal, AppState, RouterConfig, Ser
 use config::{ModelEntry, ServeFile};
 use engine_metrics::{ExecutorMetrics, RegistryMetrics};
 use repository::{RepositoryWatch, StartupVersion};
+use startup::StartupProblems;
 use switchyard_router::admin::ModelAdmin;
+use switchyard_router::layers::api_key::ApiKeyLayer;
 
 /// The model served when none is named (fetched by `scripts/fetch-model.sh`).
 const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -52,6 +56,22 @@ pub struct ServeArgs {
     /// as --model); default: the file stem.
     #[arg(long = "model-name")]
     pub model_names: Vec<String>,
+    /// The chat template for the --model at the same position (repeat as
+    /// --model): a known template's name (chatml, gemma), a Jinja file, or
+    /// `auto` [default: auto: the file's own template, else its family's
+    /// (Gemma's for Gemma), else ChatML; startup says which].
+    #[arg(long = "chat-template")]
+    pub chat_templates: Vec<String>,
+    /// The context window of the --model at the same position (repeat as
+    /// --model): positions a request may use, prompt and output together, at
+    /// most the model's trained context [default: the trained context].
+    #[arg(long = "ctx-size")]
+    pub ctx_sizes: Vec<usize>,
+    /// An API key clients must send as `Authorization: Bearer KEY` on /v1/
+    /// requests (repeat for several); for deployments without tenants (a
+    /// --policy gives tenants their own keys). Probes and /metrics stay open.
+    #[arg(long = "api-key", value_name = "KEY")]
+    pub api_keys: Vec<String>,
     /// A model repository to serve: REPO/<model>/<version>/ holding a GGUF
     /// file or a Hugging Face folder, with an optional REPO/<model>/model.toml
     /// (aliases, default version, version policy). Each model's served
@@ -118,6 +138,12 @@ pub struct ServeArgs {
     /// [[models]] path/name/version); flags override it.
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Start even when some configured models do not load (a bad --model
+    /// path, a model.toml typo) or the policy names checkpoints that are not
+    /// served; the console and GET /ready list what is missing. Without it,
+    /// any such problem stops the server with every problem listed.
+    #[arg(long)]
+    pub allow_partial_start: bool,
     #[command(flatten)]
     pub policy: policy::PolicyFlags,
 }
@@ -137,17 +163,45 @@ struct Settings {
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let policy = policy::PolicySetup::load(&args.policy)?;
+    let allow_partial = args.allow_partial_start;
+    let api_keys = api_keys(&args)?;
+    let mut problems = StartupProblems::default();
+    let policy = match policy::PolicySetup::load(&args.policy) {
+        Ok(policy) => Some(policy),
+        Err(error) => {
+            problems.push_fatal(format!("{error:#}"));
+            None
+        }
+    };
     let allowed_origins = args.allow_origins.clone();
     let write_timeout = args
         .write_timeout_secs
         .map_or(ServeOptions::default().write_timeout, Duration::from_secs);
     let settings = settings(args)?;
+    // The port first: a port in use is said at once, not after the models load.
+    let listener = std::net::TcpListener::bind(settings.listen)
+        .with_context(|| format!("cannot listen on {}", settings.listen))?;
+    listener
+        .set_nonblocking(true)
+        .context("cannot make the listening socket non-blocking")?;
     let router_defaults = RouterConfig::default();
     // The recorder first: what the engine records while it loads (load
     // durations, resident bytes, active versions) would otherwise be lost.
     let _ = switchyard_router::metrics::Metrics::global();
-    let (engine, repository) = start_engine(&settings, router_defaults.request_timeout)?;
+    let (engine, repository) =
+        start_engine(&settings, router_defaults.request_timeout, &mut problems)?;
+    if let Some(store) = policy.as_ref().and_then(policy::PolicySetup::store) {
+        if let Some(path) = store.path() {
+            let served = engine.registry().status();
+            for problem in startup::policy_names_not_served(&store.current(), path, &served) {
+                problems.push(problem);
+            }
+        }
+    }
+    let missing = problems.finish(allow_partial)?;
+    let Some(policy) = policy else {
+        anyhow::bail!("the policy did not load");
+    };
     let engine = Arc::new(engine);
     switchyard_router::metrics::add_scrape_source(Arc::new(pool_metrics::PoolMetrics::new(
         engine.clone(),
@@ -161,6 +215,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         // of them, see `settings`) then only refuses large `n` fan-outs.
         max_in_flight: settings.executor.max_active + settings.max_queue,
         max_queued: settings.max_queue,
+        missing_at_startup: missing,
         allowed_origins,
         ..RouterConfig::default()
     };
@@ -170,8 +225,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(settings.listen)
-            .await
+        let listener = tokio::net::TcpListener::from_std(listener)
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
         let address = listener.local_addr().unwrap_or(settings.listen);
         eprintln!("switchyard: serving OpenAI-compatible API on http://{address}/v1");
@@ -180,6 +234,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .await?;
         let state = AppState::new(backend.clone(), router_config);
         let app = policy.app(state, backend);
+        let app = match api_keys {
+            Some(keys) => app.layer(keys),
+            None => app,
+        };
         let options = ServeOptions {
             drain_deadline: settings.drain,
             write_timeout,
@@ -212,6 +270,17 @@ fn settings(args: ServeArgs) -> anyhow::Result<Settings> {
             args.models.len()
         );
     }
+    for (flag, count) in [
+        ("--chat-template", args.chat_templates.len()),
+        ("--ctx-size", args.ctx_sizes.len()),
+    ] {
+        if count > args.models.len().max(1) {
+            anyhow::bail!(
+                "{count} {flag} flags but {} --model flags; give each {flag} after its --model",
+                args.models.len()
+            );
+        }
+    }
     let mut models: Vec<ModelEntry> = args
         .models
         .iter()
@@ -220,6 +289,8 @@ fn settings(args: ServeArgs) -> anyhow::Result<Settings> {
             path: path.clone(),
             name: args.model_names.get(i).cloned(),
             version: None,
+            chat_template: args.chat_templates.get(i).cloned(),
+            ctx_size: args.ctx_sizes.get(i).copied(),
         })
         .collect();
     if models.is_empty() {
@@ -231,6 +302,8 @@ fn settings(args: ServeArgs) -> anyhow::Result<Settings> {
             path: default_model()?,
             name: None,
             version: None,
+            chat_template: args.chat_templates.first().cloned(),
+            ctx_size: args.ctx_sizes.first().copied(),
         });
     }
     let defaults = ExecutorConfig::default();
@@ -339,6 +412,7 @@ fn default_model() -> anyhow::Result<PathBuf> {
 fn start_engine(
     settings: &Settings,
     request_timeout: Duration,
+    problems: &mut StartupProblems,
 ) -> anyhow::Result<(Engine<CpuBackend>, Option<RepositoryWatch>)> {
     let created = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -357,12 +431,15 @@ fn start_engine(
     registry_metrics.attach(&registry);
     let (startup, repository) = match &settings.repo {
         Some(root) => {
-            let (watch, startup) = RepositoryWatch::open(root, &registry)?;
+            let (watch, startup, skipped) = RepositoryWatch::open(root, &registry)?;
+            for problem in skipped {
+                problems.push(problem);
+            }
             (startup, Some(watch))
         }
         None => (register_files(&settings.models, &registry)?, None),
     };
-    load_startup(&registry, &startup)?;
+    load_startup(&registry, &startup, problems)?;
     let executor = Executor::spawn(
         backend,
         settings.executor.clone(),
@@ -375,23 +452,28 @@ fn start_engine(
 
 /// Loads the startup versions: each model's default first, activated as soon as it is
 /// loaded (so that later loads under a RAM budget cannot evict a version about to be
-/// activated), then the others. A version that fails to load is skipped with a warning;
-/// a model whose default failed gets its newest version that loaded. Only when nothing
-/// at all loads does startup fail.
-fn load_startup(registry: &Registry<CpuBackend>, startup: &[StartupVersion]) -> anyhow::Result<()> {
+/// activated), then the others. A version that fails to load is a startup problem; a
+/// model whose default failed gets its newest version that loaded (when the operator
+/// allows a partial start). Nothing loaded at all is fatal.
+fn load_startup(
+    registry: &Registry<CpuBackend>,
+    startup: &[StartupVersion],
+    problems: &mut StartupProblems,
+) -> anyhow::Result<()> {
     let defaults = startup.iter().filter(|v| v.activate);
     let others = startup.iter().filter(|v| !v.activate);
     let mut loaded: Vec<&StartupVersion> = Vec::new();
-    let mut failures = Vec::new();
     for version in defaults.chain(others) {
         let (name, number) = (&version.model, &version.version);
         match registry.load(name, number) {
             Ok(report) => {
                 eprintln!(
-                    "switchyard: loaded `{name}@{number}` in {:.0} ms ({:.1} MB, {:.1} MB shared)",
+                    "switchyard: loaded `{name}@{number}` in {:.0} ms ({:.1} MB, {:.1} MB shared); \
+                     chat template: {}",
                     report.elapsed.as_secs_f64() * 1e3,
                     report.bytes as f64 / 1e6,
-                    report.shared_bytes as f64 / 1e6
+                    report.shared_bytes as f64 / 1e6,
+                    report.template
                 );
                 if version.activate {
                     registry
@@ -400,39 +482,29 @@ fn load_startup(registry: &Registry<CpuBackend>, startup: &[StartupVersion]) -> 
                 }
                 loaded.push(version);
             }
-            Err(error) => {
-                tracing::warn!(model = %name, version = %number, %error, "skipped at startup");
-                eprintln!("switchyard: warning: skipping `{name}@{number}`: {error}");
-                failures.push(format!("`{name}@{number}`: {error}"));
-            }
+            // The registry's message names the checkpoint and the file.
+            Err(error) => problems.push(error.to_string()),
         }
     }
     if loaded.is_empty() {
-        anyhow::bail!(
-            "no version could be loaded, so there is nothing to serve:\n  {}",
-            failures.join("\n  ")
-        );
+        problems.nothing_to_serve();
+        return Ok(());
     }
     for failed in startup.iter().filter(|v| v.activate) {
         let name = &failed.model;
         if loaded.iter().any(|v| v.model == *name && v.activate) {
             continue;
         }
-        // `startup` lists a model's versions oldest first.
-        match loaded.iter().rev().find(|v| v.model == *name) {
-            Some(stand_in) => {
-                registry
-                    .activate(name, &stand_in.version)
-                    .with_context(|| format!("cannot activate `{name}@{}`", stand_in.version))?;
-                eprintln!(
-                    "switchyard: warning: `{name}@{}` is active instead of the default `{name}@{}`, which did not load",
-                    stand_in.version, failed.version
-                );
-            }
-            None => eprintln!(
-                "switchyard: warning: model `{name}` has no version loaded; requests for it \
-                 fail until a version is loaded and activated through the admin API"
-            ),
+        // `startup` lists a model's versions oldest first; a model none of whose
+        // versions loaded has each failure listed already.
+        if let Some(stand_in) = loaded.iter().rev().find(|v| v.model == *name) {
+            registry
+                .activate(name, &stand_in.version)
+                .with_context(|| format!("cannot activate `{name}@{}`", stand_in.version))?;
+            problems.push(format!(
+                "`{name}@{}` is active instead of the default `{name}@{}`, which did not load",
+                stand_in.version, failed.version
+            ));
         }
     }
     Ok(())
@@ -458,6 +530,7 @@ fn register_files(
             );
         }
         registry.register(&name, &version, &entry.path, &[]);
+        registry.configure(&name, entry.options());
         for earlier in startup.iter_mut().filter(|v| v.model == name) {
             earlier.activate = false;
         }
@@ -468,6 +541,30 @@ fn register_files(
         });
     }
     Ok(startup)
+}
+
+/// `--api-key`s as a layer; refused beside a policy, whose tenants have keys of their own.
+fn api_keys(args: &ServeArgs) -> anyhow::Result<Option<ApiKeyLayer>> {
+    if args.api_keys.is_empty() {
+        return Ok(None);
+    }
+    if args.policy.policy.is_some() {
+        anyhow::bail!(
+            "--api-key is for deployments without tenants; with --policy, give each tenant \
+             its keys in the policy file"
+        );
+    }
+    let keys: Vec<String> = args.api_keys.iter().map(|k| k.trim().to_owned()).collect();
+    if keys.iter().any(String::is_empty) {
+        anyhow::bail!(
+            "--api-key is empty; give a key such as the output of `openssl rand -hex 16`"
+        );
+    }
+    eprintln!(
+        "switchyard: /v1/ requests need one of {} API key(s) (Authorization: Bearer KEY)",
+        keys.len()
+    );
+    Ok(Some(ApiKeyLayer::new(keys)))
 }
 
 /// `--kv-block`: a number of positions the KV caches can use.

@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use switchyard_engine::registry::{RegistryError, RegistryErrorKind};
 use switchyard_router::admin::{AdminError, AdminErrorKind, ModelAdmin};
 
+use super::quality_gate;
 use super::repository::RepositoryWatch;
 use switchyard_engine::Engine;
 use switchyard_kernels::cpu::CpuBackend;
@@ -42,9 +43,11 @@ fn admin_error(error: RegistryError) -> AdminError {
 impl ModelAdmin for EngineAdmin {
     fn models(&self) -> Value {
         let registry = self.engine.registry();
+        let quality = self.repository.as_ref().map(|r| quality_json(r.root()));
         json!({
             "models": registry.status(),
             "memory": registry.memory(),
+            "quality": quality,
         })
     }
 
@@ -100,9 +103,21 @@ impl ModelAdmin for EngineAdmin {
             .registry()
             .load(model, version)
             .map_err(admin_error)?;
+        // A gated model's new version is measured now, so that activating
+        // it compares stored figures; a failure here only shows in the reply.
+        let gate = self.repository.as_ref().and_then(|r| {
+            let gate = quality_gate::gate_of(r.root(), model).transpose()?;
+            Some(
+                gate.and_then(|g| {
+                    quality_gate::measure(&self.engine, r.root(), &g, model, version)
+                })
+                .map_or_else(|e| json!({ "error": e.message }), |s| json!(s)),
+            )
+        });
         Ok(json!({
             "model": model,
             "version": version,
+            "quality_gate": gate,
             "already_resident": report.already_resident,
             "load_ms": report.elapsed.as_secs_f64() * 1e3,
             "bytes": report.bytes,
@@ -121,12 +136,31 @@ impl ModelAdmin for EngineAdmin {
     }
 
     fn activate(&self, model: &str, version: &str) -> Result<Value, AdminError> {
+        self.activate_with(model, version, false)
+    }
+
+    fn activate_with(&self, model: &str, version: &str, force: bool) -> Result<Value, AdminError> {
+        let gate = match &self.repository {
+            Some(repository) => quality_gate::check_activation(
+                &self.engine,
+                repository.root(),
+                model,
+                version,
+                force,
+            )?,
+            None => None,
+        };
         let previous = self
             .engine
             .registry()
             .activate(model, version)
             .map_err(admin_error)?;
-        Ok(json!({ "model": model, "active_version": version, "previous_version": previous }))
+        Ok(json!({
+            "model": model,
+            "active_version": version,
+            "previous_version": previous,
+            "quality_gate": gate,
+        }))
     }
 
     fn rollback(&self, model: &str) -> Result<Value, AdminError> {
@@ -137,4 +171,22 @@ impl ModelAdmin for EngineAdmin {
             .map_err(admin_error)?;
         Ok(json!({ "model": model, "active_version": to, "rolled_back_from": from }))
     }
+}
+
+/// Stored measurements of every model in the repository at `root`, by model name.
+fn quality_json(root: &std::path::Path) -> Value {
+    let Ok(repository) = switchyard_engine::repository::ModelRepository::open(root) else {
+        return Value::Null;
+    };
+    let models: serde_json::Map<String, Value> = repository
+        .models
+        .iter()
+        .map(|m| {
+            (
+                m.name.clone(),
+                Value::from(crate::cli::quality::model_quality(root, m)),
+            )
+        })
+        .collect();
+    Value::Object(models)
 }

@@ -98,6 +98,12 @@ impl PolicySetup {
                 .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8081)));
             (listen, token)
         });
+        if admin.is_none() {
+            eprintln!(
+                "switchyard: admin API off (no admin token); set {ADMIN_TOKEN_ENV} or pass \
+                 --admin-token (16 characters or more) to turn it on"
+            );
+        }
         if admin.is_none() && flags.admin_listen.is_some() {
             anyhow::bail!(
                 "--admin-listen is set but no admin token is: pass --admin-token or set {ADMIN_TOKEN_ENV}"
@@ -108,6 +114,11 @@ impl PolicySetup {
             _watcher: watcher,
             admin,
         })
+    }
+
+    /// The policy store, when serving with a policy.
+    pub fn store(&self) -> Option<&Arc<PolicyStore>> {
+        self.store.as_ref()
     }
 
     /// The HTTP app, routing inference requests through the policy when there is one.

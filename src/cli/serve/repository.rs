@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use switchyard_engine::registry::Registry;
 use switchyard_engine::repository::ModelRepository;
+use switchyard_engine::serving::CheckpointOptions;
 use switchyard_kernels::cpu::CpuBackend;
 
 /// A repository folder the server serves from.
@@ -23,18 +24,29 @@ pub struct StartupVersion {
 }
 
 impl RepositoryWatch {
+    /// The repository folder.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
     /// Scans `root`, registers every version it holds and returns the
-    /// versions each model's policy serves (its default version active).
+    /// versions each model's policy serves (its default version active), and
+    /// what the scan skipped (a model.toml typo, a corrupt file) as problems.
     pub fn open(
         root: &Path,
         registry: &Registry<CpuBackend>,
-    ) -> anyhow::Result<(RepositoryWatch, Vec<StartupVersion>)> {
+    ) -> anyhow::Result<(RepositoryWatch, Vec<StartupVersion>, Vec<String>)> {
         let repository = ModelRepository::open(root)
             .with_context(|| format!("cannot open the model repository {}", root.display()))?;
         let watch = RepositoryWatch {
             root: root.to_path_buf(),
         };
         watch.register(&repository, registry);
+        let skipped: Vec<String> = repository
+            .problems
+            .iter()
+            .map(|problem| format!("skipped in the model repository: {problem}"))
+            .collect();
         let mut startup = Vec::new();
         for model in &repository.models {
             let default = model.default_version().map(|v| v.version.clone());
@@ -47,14 +59,19 @@ impl RepositoryWatch {
             }
         }
         if startup.is_empty() {
-            anyhow::bail!(
+            let mut text = format!(
                 "the model repository {} has no servable version; lay it out as \
                  REPO/<model>/<version>/<file>.gguf (see `switchyard models {}`)",
                 root.display(),
                 root.display()
             );
+            for problem in &skipped {
+                text.push_str("\n  - ");
+                text.push_str(problem);
+            }
+            anyhow::bail!(text);
         }
-        Ok((watch, startup))
+        Ok((watch, startup, skipped))
     }
 
     /// Rescans the folder and registers versions added since (what was
@@ -68,6 +85,9 @@ impl RepositoryWatch {
     ) -> Option<String> {
         match ModelRepository::open(&self.root) {
             Ok(repository) => {
+                for problem in &repository.problems {
+                    tracing::warn!(%problem, "skipped in the model repository");
+                }
                 self.register(&repository, registry);
                 let folder = self.root.join(model).join(version);
                 repository
@@ -84,14 +104,17 @@ impl RepositoryWatch {
     }
 
     fn register(&self, repository: &ModelRepository, registry: &Registry<CpuBackend>) {
-        for problem in &repository.problems {
-            tracing::warn!(%problem, "skipped in the model repository");
-            eprintln!("switchyard: skipped in the model repository: {problem}");
-        }
         for model in &repository.models {
             for version in &model.versions {
                 registry.register(&model.name, &version.version, &version.path, &model.aliases);
             }
+            registry.configure(
+                &model.name,
+                CheckpointOptions {
+                    chat_template: model.chat_template.clone(),
+                    ctx_size: model.ctx_size,
+                },
+            );
         }
     }
 }

@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""Writes Switchyard's evaluation suites (JSONL) into this folder.
+
+Every item is generated here from a fixed seed: nothing is downloaded or
+copied from another data set. `geo` reads facts from two Debian data
+packages (tzdata's zone.tab: which countries and cities lie on which
+continent; iso-codes' ISO 3166-1 country names); the others need nothing.
+
+    python3 evals/generate.py            # rewrite every suite
+    python3 evals/generate.py --check    # fail if a committed suite differs
+
+Multiple choice: {"context", "choices", "answer"}; each choice carries its
+leading space, as lm-evaluation-harness's data does. Generation: {"prompt",
+"answer"}, scored by exact match (see docs/EVALS.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ZONE_TAB = Path("/usr/share/zoneinfo/zone.tab")
+ISO_3166 = Path("/usr/share/iso-codes/json/iso_3166-1.json")
+
+# Common English words (written for this file), for the string tasks.
+WORDS = """apple house river green table music water light stone bread chair
+cloud dream earth field glass horse juice knife lemon money night ocean paper
+queen radio sugar tiger uncle voice whale yacht zebra angel beach candle dance
+eagle flame grape heart island jelly kitten ladder mango needle orange pencil
+rabbit salad tomato umbrella violin window yellow garden forest planet rocket
+silver winter summer spring autumn bottle button camera dragon engine finger
+guitar hammer insect jacket kettle lizard magnet napkin parrot pepper puzzle
+ribbon saddle ticket turtle valley wallet basket butter carpet cookie desert
+doctor farmer flower friend helmet jungle letter mirror monkey number pillow
+pocket potato school shadow singer spider sponge square street tunnel wizard""".split()
+
+CONTINENTS = ["Africa", "America", "Asia", "Europe", "Australia"]
+
+
+def choice_item(rng: random.Random, context: str, right: str, wrong: list[str]) -> dict:
+    """A multiple-choice item with `right` at a random place among `wrong`."""
+    choices = list(dict.fromkeys(wrong))[:3]
+    answer = rng.randrange(len(choices) + 1)
+    choices.insert(answer, right)
+    return {"context": context, "choices": [" " + c for c in choices], "answer": answer}
+
+
+def numeric_distractors(rng: random.Random, right: int) -> list[str]:
+    """Three wrong numbers a careless reader might pick: off by one or ten, digits swapped."""
+    options = {right + 1, right - 1, right + 10, right - 10, int(str(abs(right))[::-1]) if right > 9 else right + 2}
+    options.discard(right)
+    picks = sorted(options)
+    rng.shuffle(picks)
+    return [str(p) for p in picks[:3]]
+
+
+def arith(rng: random.Random, count: int) -> list[dict]:
+    items = []
+    for _ in range(count):
+        op = rng.choice("+-x")
+        if op == "+":
+            a, b = rng.randint(1, 50), rng.randint(1, 50)
+            right = a + b
+        elif op == "-":
+            a = rng.randint(10, 99)
+            b = rng.randint(1, a)
+            right = a - b
+        else:
+            a, b = rng.randint(2, 12), rng.randint(2, 12)
+            right = a * b
+        word = {"+": "plus", "-": "minus", "x": "times"}[op]
+        context = f"Question: What is {a} {word} {b}?\nAnswer:"
+        items.append(choice_item(rng, context, str(right), numeric_distractors(rng, right)))
+    return items
+
+
+# Worked examples before each generation question show the answer's form.
+ARITH_SHOTS = "Question: What is 2 plus 3?\nAnswer: 5\n\nQuestion: What is 7 plus 6?\nAnswer: 13\n\n"
+
+
+def arith_gen(rng: random.Random, count: int) -> list[dict]:
+    items = []
+    for _ in range(count):
+        a, b = rng.randint(1, 20), rng.randint(1, 20)
+        prompt = f"{ARITH_SHOTS}Question: What is {a} plus {b}?\nAnswer:"
+        items.append({"prompt": prompt, "answer": str(a + b)})
+    return items
+
+
+UNITS = [
+    ("metres", "kilometre", "kilometres", 1000),
+    ("centimetres", "metre", "metres", 100),
+    ("millimetres", "centimetre", "centimetres", 10),
+    ("grams", "kilogram", "kilograms", 1000),
+    ("minutes", "hour", "hours", 60),
+    ("seconds", "minute", "minutes", 60),
+    ("hours", "day", "days", 24),
+    ("days", "week", "weeks", 7),
+    ("months", "year", "years", 12),
+    ("eggs", "dozen", "dozen", 12),
+]
+
+
+def units(rng: random.Random, count: int) -> list[dict]:
+    items = []
+    for _ in range(count):
+        small, one, many, factor = rng.choice(UNITS)
+        n = rng.randint(1, 9)
+        unit = one if n == 1 else many
+        context = f"Question: How many {small} are in {n} {unit}?\nAnswer:"
+        right = n * factor
+        others = [f for (_, _, _, f) in UNITS if f != factor]
+        wrong = [str(n * rng.choice(others)) for _ in range(6)] + [str(right * 10), str(max(1, right // 10))]
+        wrong = [w for w in dict.fromkeys(wrong) if w != str(right)]
+        rng.shuffle(wrong)
+        items.append(choice_item(rng, context, str(right), wrong))
+    return items
+
+
+def strings(rng: random.Random, count: int) -> list[dict]:
+    items = []
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    for _ in range(count):
+        kind = rng.randrange(3)
+        word = rng.choice(WORDS)
+        if kind == 0:
+            context = f'Question: What is the first letter of the word "{word}"?\nAnswer:'
+            right = word[0]
+            wrong = [c for c in rng.sample(letters, 6) if c != right]
+        elif kind == 1:
+            context = f'Question: What is the last letter of the word "{word}"?\nAnswer:'
+            right = word[-1]
+            wrong = [c for c in rng.sample(letters, 6) if c != right]
+        else:
+            a, b = rng.sample(WORDS, 2)
+            while a[0] == b[0]:
+                a, b = rng.sample(WORDS, 2)
+            context = f'Question: Which word comes first in alphabetical order, "{a}" or "{b}"?\nAnswer:'
+            right = min(a, b)
+            wrong = [max(a, b)]
+        items.append(choice_item(rng, context, right, wrong))
+    return items
+
+
+def geo_facts() -> tuple[dict[str, str], dict[str, str]]:
+    """Countries and cities by continent, from tzdata and iso-codes."""
+    names = {c["alpha_2"]: c.get("common_name", c["name"]) for c in json.loads(ISO_3166.read_text())["3166-1"]}
+    countries: dict[str, set[str]] = {}
+    cities: dict[str, str] = {}
+    for line in ZONE_TAB.read_text().splitlines():
+        if line.startswith("#"):
+            continue
+        code, _, zone = line.split("\t")[:3]
+        parts = zone.split("/")
+        continent = parts[0]
+        if continent not in CONTINENTS:
+            continue
+        countries.setdefault(code, set()).add(continent)
+        if len(parts) == 2:
+            cities[parts[1].replace("_", " ")] = continent
+    # Countries wholly in one continent (Russia, spanning two, is left out).
+    by_country = {names[c]: next(iter(s)) for c, s in countries.items() if len(s) == 1 and c in names}
+    return by_country, cities
+
+
+def geo(rng: random.Random, count: int) -> list[dict]:
+    by_country, cities = geo_facts()
+    facts = [(f"{name} is a country in", cont) for name, cont in sorted(by_country.items())]
+    facts += [(f"{city} is a city in", cont) for city, cont in sorted(cities.items())]
+    rng.shuffle(facts)
+    items = []
+    for context, continent in facts[:count]:
+        wrong = [c for c in CONTINENTS if c != continent]
+        rng.shuffle(wrong)
+        items.append(choice_item(rng, context, continent, wrong))
+    return items
+
+
+SUITES = {
+    "arith": (arith, 300),
+    "units": (units, 200),
+    "strings": (strings, 200),
+    "geo": (geo, 200),
+    "arith-gen": (arith_gen, 100),
+}
+
+
+def render(name: str, count: int | None = None) -> str:
+    make, default = SUITES[name]
+    rng = random.Random(f"switchyard-{name}")
+    items = make(rng, count or default)
+    return "".join(json.dumps(item, ensure_ascii=False) + "\n" for item in items)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="compare with the committed files instead of writing")
+    parser.add_argument("--suite", choices=sorted(SUITES), help="only this suite")
+    parser.add_argument("--count", type=int, help="items (default: the suite's own count)")
+    parser.add_argument("--out", type=Path, help="write here instead of evals/<suite>.jsonl")
+    args = parser.parse_args()
+    names = [args.suite] if args.suite else sorted(SUITES)
+    stale = []
+    for name in names:
+        text = render(name, args.count)
+        path = args.out or HERE / f"{name}.jsonl"
+        if args.check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(str(path))
+        else:
+            path.write_text(text)
+            print(f"wrote {path} ({text.count(chr(10))} items)", file=sys.stderr)
+    if stale:
+        print("stale suites (run python3 evals/generate.py): " + ", ".join(stale), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,35 @@
+// Elementwise steps of a forward pass, one thread per element
+// (grid ceil(n / 256), block 256): the gated activations of the MLP
+// (SwiGLU: silu(gate)·up; GeGLU: gelu_tanh(gate)·up, as Gemma), the
+// residual add, scaling and Gemma 2's soft cap.
+#include "sy_common.cuh"
+
+extern "C" __global__ void sy_silu_mul(float *__restrict__ gate, const float *__restrict__ up, size_t n) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float g = gate[i];
+  gate[i] = g / (1.0f + expf(-g)) * up[i];
+}
+
+extern "C" __global__ void sy_gelu_mul(float *__restrict__ gate, const float *__restrict__ up, size_t n) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float g = gate[i];
+  const float k = 0.7978845608028654f;  // sqrt(2 / pi)
+  gate[i] = 0.5f * g * (1.0f + tanhf(k * (g + 0.044715f * g * g * g))) * up[i];
+}
+
+extern "C" __global__ void sy_add(float *__restrict__ x, const float *__restrict__ y, size_t n) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] += y[i];
+}
+
+extern "C" __global__ void sy_scale(float *__restrict__ x, float factor, size_t n) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] *= factor;
+}
+
+extern "C" __global__ void sy_softcap(float *__restrict__ x, float cap, size_t n) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = cap * tanhf(x[i] / cap);
+}

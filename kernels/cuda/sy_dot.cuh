@@ -1,0 +1,119 @@
+// Per-block dot products of a quantized weight row with activations
+// quantized per 32 (sy_quant_act.cuh): the term that activation block `b`
+// adds to the row's dot product, under the CPU's contract
+// (kernels/src/cpu/dot/scalar.rs, scalar_low_bit.rs): an exact integer sum
+// scaled once, plus the block's offset times s = d_a·Σq_a. Summed in block
+// order from 0 these give the CPU's scalar dot bit for bit; the kernels sum
+// them in another order (within the per-type tolerance).
+//
+// `row` is the weight row, `qa` activation block b's 32 quants, `da` its
+// scale and `sa` its d_a·Σq_a.
+#pragma once
+#include "sy_blocks.cuh"
+
+
+SY_HD int sy_isum_nibbles(const uint8_t *qs, uint32_t qh, const int8_t *qa) {
+  int acc = 0;
+  for (int j = 0; j < 32; j++) acc += (sy_q4_quant(qs, j) | (int)(((qh >> j) & 1) << 4)) * (int)qa[j];
+  return acc;
+}
+
+SY_HD int sy_isum_iq4(const uint8_t *qs, const int8_t *qa) {
+  int acc = 0;
+  for (int j = 0; j < 32; j++) acc += sy_iq4_value(sy_q4_quant(qs, j)) * (int)qa[j];
+  return acc;
+}
+
+SY_HD float sy_dot_block(int t, const uint8_t *row, int b, const int8_t *qa, float da, float sa) {
+  switch (t) {
+    case SY_Q8_0: {
+      const uint8_t *w = row + 34 * b;
+      int acc = 0;
+      for (int j = 0; j < 32; j++) acc += (int)(int8_t)w[2 + j] * (int)qa[j];
+      return SY_MUL(SY_MUL(sy_f16_at(w), da), (float)acc);
+    }
+    case SY_Q4_0: case SY_Q4_1: case SY_Q5_0: case SY_Q5_1: {
+      int bytes = sy_block_bytes(t);
+      const uint8_t *w = row + bytes * b;
+      float d = sy_f16_at(w);
+      float m;
+      uint32_t qh = 0;
+      int qs;
+      if (t == SY_Q4_0) { m = SY_MUL(-8.0f, d); qs = 2; }
+      else if (t == SY_Q4_1) { m = sy_f16_at(w + SY_Q4_1_M); qs = SY_Q4_1_QS; }
+      else if (t == SY_Q5_0) { m = SY_MUL(-16.0f, d); qh = sy_u32(w + SY_Q5_0_QH); qs = SY_Q5_0_QS; }
+      else { m = sy_f16_at(w + SY_Q5_1_M); qh = sy_u32(w + SY_Q5_1_QH); qs = SY_Q5_1_QS; }
+      int acc = sy_isum_nibbles(w + qs, qh, qa);
+      return SY_ADD(SY_MUL(SY_MUL(d, da), (float)acc), SY_MUL(m, sa));
+    }
+    case SY_Q4_K: case SY_Q5_K: {
+      const uint8_t *w = row + sy_block_bytes(t) * (b / 8);
+      int sub = b % 8, sc, m;
+      sy_q4k_scale_min(w + SY_Q4K_SCALES, sub, &sc, &m);
+      int acc = 0;
+      for (int l = 0; l < 32; l++) {
+        int q = t == SY_Q4_K ? sy_q4k_quant(w, 32 * sub + l) : sy_q5k_quant(w, 32 * sub + l);
+        acc += q * (int)qa[l];
+      }
+      float scale = SY_MUL(sy_f16_at(w), (float)sc);
+      float min = -SY_MUL(sy_f16_at(w + SY_Q4K_DMIN), (float)m);
+      return SY_ADD(SY_MUL(SY_MUL(scale, da), (float)acc), SY_MUL(min, sa));
+    }
+    case SY_Q6_K: {
+      const uint8_t *w = row + 210 * (b / 8);
+      int sub = b % 8, acc = 0;
+      for (int half = 0; half < 2; half++) {
+        int part = 0, si = 0;
+        for (int l = 0; l < 16; l++) {
+          int q = sy_q6k_quant(w, 32 * sub + 16 * half + l, &si);
+          part += (q - 32) * (int)qa[16 * half + l];
+        }
+        acc += (int)(int8_t)w[SY_Q6K_SCALES + si] * part;
+      }
+      return SY_MUL(SY_MUL(sy_f16_at(w + SY_Q6K_D), da), (float)acc);
+    }
+    case SY_Q2_K: {
+      const uint8_t *w = row + 84 * (b / 8);
+      int sub = b % 8, scaled = 0, mins = 0;
+      for (int half = 0; half < 2; half++) {
+        int j = 2 * sub + half, sc, m, part = 0, asum = 0;
+        sy_q2k_scale_min(w, j, &sc, &m);
+        for (int l = 0; l < 16; l++) {
+          part += sy_q2k_quant(w, 16 * j + l) * (int)qa[16 * half + l];
+          asum += qa[16 * half + l];
+        }
+        scaled += sc * part;
+        mins += m * asum;
+      }
+      float d = sy_f16_at(w + SY_Q2K_D), dmin = sy_f16_at(w + SY_Q2K_DMIN);
+      return SY_SUB(SY_MUL(SY_MUL(d, da), (float)scaled), SY_MUL(SY_MUL(dmin, da), (float)mins));
+    }
+    case SY_Q3_K: {
+      const uint8_t *w = row + 110 * (b / 8);
+      int sub = b % 8, scaled = 0;
+      for (int half = 0; half < 2; half++) {
+        int j = 2 * sub + half, part = 0;
+        for (int l = 0; l < 16; l++) part += sy_q3k_quant(w, 16 * j + l) * (int)qa[16 * half + l];
+        scaled += sy_q3k_scale(w + SY_Q3K_SCALES, j) * part;
+      }
+      return SY_MUL(SY_MUL(sy_f16_at(w + SY_Q3K_D), da), (float)scaled);
+    }
+    case SY_IQ4_NL: {
+      const uint8_t *w = row + 18 * b;
+      return SY_MUL(SY_MUL(sy_f16_at(w), da), (float)sy_isum_iq4(w + 2, qa));
+    }
+    case SY_IQ4_XS: {
+      const uint8_t *w = row + 136 * (b / 8);
+      int sub = b % 8;
+      int scaled = sy_iq4xs_scale(w, sub) * sy_isum_iq4(w + SY_IQ4XS_QS + 16 * sub, qa);
+      return SY_MUL(SY_MUL(sy_f16_at(w), da), (float)scaled);
+    }
+    default: return 0.0f;
+  }
+}
+
+// A float weight row's element i (F32, F16, BF16), for the float dot.
+SY_HD float sy_float_weight(int t, const uint8_t *row, int i) {
+  return t == SY_F32 ? sy_f32_at(row + 4 * i)
+                     : (t == SY_F16 ? sy_f16_at(row + 2 * i) : sy_bf16_to_f32(sy_u16(row + 2 * i)));
+}

@@ -1,0 +1,242 @@
+//! Launches of the per-layer kernels (norms, RoPE, gated activations,
+//! elementwise steps, softmax, the KV write and paged attention), as
+//! `ops.rs` does for the matmuls. Shapes are the caller's to validate;
+//! each launch states what its buffers must hold.
+
+use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg};
+
+use super::device::CudaDevice;
+use super::error::driver;
+use super::kernel_names;
+use super::sources::KernelModule;
+use super::CudaError;
+use crate::RopeStyle;
+
+fn launch_cfg(grid: (usize, usize), block: u32) -> Result<LaunchConfig, CudaError> {
+    let dim =
+        |n: usize| u32::try_from(n).map_err(|_| CudaError::Layout(format!("grid of {n} blocks")));
+    Ok(LaunchConfig {
+        grid_dim: (dim(grid.0)?, dim(grid.1)?, 1),
+        block_dim: (block, 1, 1),
+        shared_mem_bytes: 0,
+    })
+}
+
+fn i32_of(n: usize) -> Result<i32, CudaError> {
+    i32::try_from(n).map_err(|_| CudaError::Layout(format!("{n} exceeds i32")))
+}
+
+/// `out = x / rms(x) · weight` per row (`x`, `out`: `rows × cols`).
+pub fn rms_norm(
+    dev: &CudaDevice,
+    x: &CudaSlice<f32>,
+    weight: &CudaSlice<f32>,
+    eps: f32,
+    out: &mut CudaSlice<f32>,
+    rows: usize,
+    cols: usize,
+) -> Result<(), CudaError> {
+    let f = dev.function(KernelModule::Norm, "sy_rms_norm")?;
+    let cols = i32_of(cols)?;
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(x).arg(weight).arg(&eps).arg(out).arg(&cols);
+    // SAFETY: x and out hold rows·cols floats, weight cols.
+    unsafe { l.launch(launch_cfg((rows, 1), 256)?) }.map_err(driver("sy_rms_norm"))?;
+    Ok(())
+}
+
+/// Each `head_dim`-wide head of `x` (`rows × heads·head_dim`) normalised in place.
+pub fn rms_norm_heads(
+    dev: &CudaDevice,
+    x: &mut CudaSlice<f32>,
+    weight: &CudaSlice<f32>,
+    eps: f32,
+    rows: usize,
+    heads: usize,
+    head_dim: usize,
+) -> Result<(), CudaError> {
+    let f = dev.function(KernelModule::Norm, "sy_rms_norm_heads")?;
+    let (h, d) = (i32_of(heads)?, i32_of(head_dim)?);
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(x).arg(weight).arg(&eps).arg(&h).arg(&d);
+    // SAFETY: x holds rows·heads·head_dim floats, weight head_dim.
+    unsafe { l.launch(launch_cfg((heads.div_ceil(4), rows), 128)?) }
+        .map_err(driver("sy_rms_norm_heads"))?;
+    Ok(())
+}
+
+/// RoPE in place on `x` (`positions.len() × width`).
+pub fn rope(
+    dev: &CudaDevice,
+    x: &mut CudaSlice<f32>,
+    width: usize,
+    head_dim: usize,
+    positions: &CudaSlice<u32>,
+    inv_freq: &CudaSlice<f32>,
+    style: RopeStyle,
+) -> Result<(), CudaError> {
+    let f = dev.function(KernelModule::Rope, "sy_rope")?;
+    let (w, d) = (i32_of(width)?, i32_of(head_dim)?);
+    let neox = i32::from(style == RopeStyle::Neox);
+    let rows = positions.len();
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(x)
+        .arg(&w)
+        .arg(&d)
+        .arg(positions)
+        .arg(inv_freq)
+        .arg(&neox);
+    // SAFETY: x holds rows·width floats, inv_freq head_dim/2.
+    unsafe { l.launch(launch_cfg(((width / 2).div_ceil(256), rows), 256)?) }
+        .map_err(driver("sy_rope"))?;
+    Ok(())
+}
+
+/// An elementwise step of `elementwise.cu` over `n` floats:
+/// `sy_silu_mul`/`sy_gelu_mul`/`sy_add` take `y`, `sy_scale`/`sy_softcap`
+/// a factor.
+pub enum Elementwise<'a> {
+    SiluMul(&'a CudaSlice<f32>),
+    GeluMul(&'a CudaSlice<f32>),
+    Add(&'a CudaSlice<f32>),
+    Scale(f32),
+    Softcap(f32),
+}
+
+pub fn elementwise(
+    dev: &CudaDevice,
+    x: &mut CudaSlice<f32>,
+    op: Elementwise<'_>,
+) -> Result<(), CudaError> {
+    let n = x.len();
+    let name = match op {
+        Elementwise::SiluMul(_) => "sy_silu_mul",
+        Elementwise::GeluMul(_) => "sy_gelu_mul",
+        Elementwise::Add(_) => "sy_add",
+        Elementwise::Scale(_) => "sy_scale",
+        Elementwise::Softcap(_) => "sy_softcap",
+    };
+    let f = dev.function(KernelModule::Elementwise, name)?;
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(x);
+    let factor;
+    match &op {
+        Elementwise::SiluMul(y) | Elementwise::GeluMul(y) | Elementwise::Add(y) => {
+            if y.len() < n {
+                return Err(CudaError::Layout(format!(
+                    "{name}: y has {} of {n} floats",
+                    y.len()
+                )));
+            }
+            l.arg(*y);
+        }
+        Elementwise::Scale(v) | Elementwise::Softcap(v) => {
+            factor = *v;
+            l.arg(&factor);
+        }
+    }
+    l.arg(&n);
+    // SAFETY: x (and y, checked) hold n floats.
+    unsafe { l.launch(launch_cfg((n.div_ceil(256), 1), 256)?) }.map_err(driver(name))?;
+    Ok(())
+}
+
+/// Softmax of each `cols`-wide row of `x` in place, logits scaled by
+/// `1/temperature` first.
+pub fn softmax(
+    dev: &CudaDevice,
+    x: &mut CudaSlice<f32>,
+    cols: usize,
+    temperature: f32,
+) -> Result<(), CudaError> {
+    let f = dev.function(KernelModule::Softmax, "sy_softmax")?;
+    let rows = x.len() / cols.max(1);
+    let (c, inv) = (i32_of(cols)?, 1.0 / temperature);
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(x).arg(&c).arg(&inv);
+    // SAFETY: x holds rows·cols floats.
+    unsafe { l.launch(launch_cfg((rows, 1), 256)?) }.map_err(driver("sy_softmax"))?;
+    Ok(())
+}
+
+/// `attention.cu`'s `SyAttention`, field for field (8 pointers, 6 i32, 2 f32).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AttentionParams {
+    pub q: u64,
+    pub k: u64,
+    pub v: u64,
+    pub pool: u64,
+    pub block_tables: u64,
+    pub row_seq: u64,
+    pub row_pos: u64,
+    pub out: u64,
+    pub max_blocks: i32,
+    pub n_heads: i32,
+    pub n_kv_heads: i32,
+    pub head_dim: i32,
+    pub block_positions: i32,
+    /// 0: no window.
+    pub window: i32,
+    pub scale: f32,
+    /// 0: no cap.
+    pub softcap: f32,
+}
+
+// SAFETY: plain old data laid out as the kernel's struct.
+unsafe impl DeviceRepr for AttentionParams {}
+
+/// The buffers of one attention call.
+pub struct AttentionBuffers<'a> {
+    pub q: &'a CudaSlice<f32>,
+    pub k: &'a CudaSlice<f32>,
+    pub v: &'a CudaSlice<f32>,
+    pub pool: &'a mut CudaSlice<u16>,
+    pub block_tables: &'a CudaSlice<i32>,
+    pub row_seq: &'a CudaSlice<i32>,
+    pub row_pos: &'a CudaSlice<i32>,
+    pub out: &'a mut CudaSlice<f32>,
+}
+
+/// Writes the rows' keys and values into their KV blocks, then attends:
+/// `params`' shape fields are the caller's; the pointers are filled here.
+/// The caller guarantees every row's positions have blocks in its table.
+pub fn attention(
+    dev: &CudaDevice,
+    shape: AttentionParams,
+    b: AttentionBuffers<'_>,
+) -> Result<(), CudaError> {
+    let head_dim = usize::try_from(shape.head_dim).unwrap_or(0);
+    let name = kernel_names::attention(head_dim).ok_or_else(|| {
+        CudaError::Layout(format!("no attention kernel for head size {head_dim}"))
+    })?;
+    let stream = dev.stream();
+    let rows = b.row_pos.len();
+    let kv_width = usize::try_from(shape.n_kv_heads).unwrap_or(0) * head_dim;
+    let heads = usize::try_from(shape.n_heads).unwrap_or(0);
+    // Raw addresses: everything runs on the one stream, in order.
+    let p = AttentionParams {
+        q: b.q.device_ptr(stream).0,
+        k: b.k.device_ptr(stream).0,
+        v: b.v.device_ptr(stream).0,
+        pool: b.pool.device_ptr(stream).0,
+        block_tables: b.block_tables.device_ptr(stream).0,
+        row_seq: b.row_seq.device_ptr(stream).0,
+        row_pos: b.row_pos.device_ptr(stream).0,
+        out: b.out.device_ptr(stream).0,
+        ..shape
+    };
+    let write = dev.function(KernelModule::Attention, "sy_kv_write_f16")?;
+    let mut l = stream.launch_builder(&write);
+    l.arg(&p);
+    // SAFETY: k, v hold rows·kv_width floats; the tables map every row's
+    // position to a block of the pool.
+    unsafe { l.launch(launch_cfg((kv_width.div_ceil(256), rows), 256)?) }
+        .map_err(driver("sy_kv_write_f16"))?;
+    let attend = dev.function(KernelModule::Attention, name)?;
+    let mut l = stream.launch_builder(&attend);
+    l.arg(&p);
+    // SAFETY: q and out hold rows·n_heads·head_dim floats; as above.
+    unsafe { l.launch(launch_cfg((heads, rows), 128)?) }.map_err(driver(name))?;
+    Ok(())
+}

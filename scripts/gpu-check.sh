@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# The prepared GPU check of the CUDA backend (issue 34): one command that
+# verifies and times on a GPU what cannot be checked here, and writes one
+# report file.
+#
+#   scripts/gpu-check.sh prepare     # here (cargo): build the carried binary
+#                                    # into target/gpu-check/
+#   scripts/gpu-check.sh run [OUT]   # on the GPU machine (nvcc 13, PyTorch,
+#                                    # no cargo): report in OUT (default
+#                                    # target/gpu-check/out)
+#   scripts/gpu-check.sh --dry-run   # here: prepare, then run until the first
+#                                    # GPU step, which must stop cleanly
+#
+# To run it on a lent machine, carry target/gpu-check (about 30 MB) and run
+# `scripts/gpu-check.sh run "$OUT"`. The steps, each timed in the report:
+#   1. cuda_check: every kernel against the CPU oracle per tensor type at
+#      small and Llama-7B shapes (decoders and F16 decoders bit for bit,
+#      decode matmuls max abs/rel error), the per-layer kernels (norms,
+#      RoPE, gated activations, softmax, paged attention) against the CPU
+#      or an f64 reference, 10,000 pointer-table swaps with
+#      outputs checked (swap p50/p99), decode GB/s against the copy rate;
+#   2. compute-sanitizer memcheck on cuda_check --quick;
+#   3. PyTorch: F16 GEMV GB/s at the same shapes and `transformers` decode
+#      tokens/s of a synthetic Llama-7B at batch 1/16/64 (the baseline the
+#      backend's decode is to be compared against once it exists).
+# Exit: 0 passed (or a dry run stopped where it should), 1 a check failed,
+# 3 no usable GPU on a real run.
+set -uo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+carry="$repo/target/gpu-check"
+bin="$carry/cuda_check"
+
+prepare() {
+  cargo build --release --locked -p switchyard-kernels --features cuda --example cuda_check || return 1
+  mkdir -p "$carry"
+  cp "${CARGO_TARGET_DIR:-$repo/target}/release/examples/cuda_check" "$bin"
+  # Line tables only matter for panics here; halve what travels.
+  strip --strip-debug "$bin" 2>/dev/null || true
+  echo "gpu-check: carry $carry ($(du -sh "$carry" | cut -f1))"
+}
+
+# run OUT DRY: the report is OUT/gpu-check-report.jsonl.
+run() {
+  local out=$1 dry=$2
+  mkdir -p "$out"
+  local report="$out/gpu-check-report.jsonl"
+  : >"$report"
+  note() { printf '%s\n' "$1" >>"$report"; }
+  note "{\"check\":\"start\",\"date\":\"$(date -u +%FT%TZ)\",\"host\":\"$(hostname)\"}"
+  [[ -x $bin ]] || { echo "gpu-check: no $bin: run 'scripts/gpu-check.sh prepare' where cargo is and carry target/gpu-check" >&2; return 1; }
+  if command -v nvidia-smi >/dev/null; then
+    note "{\"check\":\"nvidia-smi\",\"gpus\":\"$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tr '\n' ';')\"}"
+  fi
+
+  # Step 1, the first GPU step: the kernel checks (cuda_check opens the GPU first).
+  local t0=$SECONDS rc
+  "$bin" >>"$report" 2>"$out/cuda_check.stderr"
+  rc=$?
+  if [[ $rc -eq 3 ]]; then
+    local why
+    why=$(tail -1 "$out/cuda_check.stderr")
+    note "{\"check\":\"stopped\",\"step\":\"cuda_check\",\"reason\":$(printf '%s' "$why" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')}"
+    if [[ $dry == 1 ]]; then
+      echo "gpu-check: dry run stopped at the first GPU step (cuda_check): $why"
+      echo "gpu-check: report $report"
+      return 0
+    fi
+    echo "gpu-check: no usable GPU: $why" >&2
+    return 3
+  fi
+  [[ $dry == 1 ]] && { echo "gpu-check: --dry-run found a GPU; run 'scripts/gpu-check.sh run' instead" >&2; return 1; }
+  local failed=0
+  [[ $rc -eq 0 ]] || failed=1
+  note "{\"check\":\"cuda_check\",\"exit\":$rc,\"seconds\":$((SECONDS - t0))}"
+
+  # Step 2: memcheck on the quick variant.
+  t0=$SECONDS
+  if command -v compute-sanitizer >/dev/null; then
+    compute-sanitizer --tool memcheck --error-exitcode 9 "$bin" --quick >"$out/memcheck.log" 2>&1
+    rc=$?
+    note "{\"check\":\"memcheck\",\"exit\":$rc,\"summary\":\"$(grep -E 'ERROR SUMMARY' "$out/memcheck.log" | tail -1)\",\"seconds\":$((SECONDS - t0))}"
+    [[ $rc -eq 0 ]] || failed=1
+  else
+    note '{"check":"memcheck","skipped":"compute-sanitizer not found"}'
+  fi
+
+  # Step 3: the PyTorch baseline.
+  t0=$SECONDS
+  if python3 -c 'import torch' 2>/dev/null; then
+    timeout 300 python3 "$repo/scripts/gpu_check_torch.py" >>"$report" 2>"$out/torch.stderr"
+    note "{\"check\":\"torch\",\"exit\":$?,\"seconds\":$((SECONDS - t0))}"
+  else
+    note '{"check":"torch","skipped":"PyTorch not installed"}'
+  fi
+  note '{"check":"pending","what":"synthetic Llama-7B decode through a captured CUDA graph and decode tokens/s against transformers: need the CUDA Backend implementation (after issue 33)"}'
+  echo "gpu-check: report $report"
+  return $failed
+}
+
+case "${1:-}" in
+  prepare) prepare ;;
+  run) run "${2:-$carry/out}" 0 ;;
+  --dry-run) prepare && run "${2:-$carry/dry-run}" 1 ;;
+  *) sed -n '2,27p' "$0"; exit 2 ;;
+esac
