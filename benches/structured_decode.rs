@@ -143,6 +143,8 @@ fn decode_rate(engine: &Engine<CpuBackend>, eos: &[u32], batch: usize, constrain
                 schema: SCHEMA.into(),
                 field: "response_format.json_schema.schema".into(),
             }),
+            cache_scope: switchyard_seam::CacheScope::default(),
+            share: switchyard_seam::TenantShare::default(),
             fanout: 1,
         })
         .collect();

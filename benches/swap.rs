@@ -79,6 +79,8 @@ fn measure_swaps(paths: [&Path; 2], swaps: usize) -> Vec<Duration> {
                 sink: Box::new(sender),
                 deadline: None,
                 constraint: None,
+                cache_scope: switchyard_seam::CacheScope::default(),
+                share: switchyard_seam::TenantShare::default(),
             };
             executor.submit(&checkpoint, request).expect("submitted");
             receivers.push(receiver);

@@ -62,6 +62,8 @@ fn request(prompt: Prompt, max_tokens: Option<u32>) -> GenerationRequest {
         user: None,
         tools: Vec::new(),
         constraint: None,
+        cache_scope: switchyard_seam::CacheScope::default(),
+        share: switchyard_seam::TenantShare::default(),
         fanout: 1,
     }
 }

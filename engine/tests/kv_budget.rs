@@ -111,6 +111,8 @@ fn request(
         sink: Box::new(Sink(sender)),
         deadline: None,
         constraint: None,
+        cache_scope: switchyard_seam::CacheScope::default(),
+        share: switchyard_seam::TenantShare::default(),
     };
     (request, receiver)
 }

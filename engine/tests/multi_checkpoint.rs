@@ -92,6 +92,8 @@ fn request(prompt: &[u32]) -> (SequenceRequest, mpsc::Receiver<SequenceEvent>) {
         sink: Box::new(sender),
         deadline: None,
         constraint: None,
+        cache_scope: switchyard_seam::CacheScope::default(),
+        share: switchyard_seam::TenantShare::default(),
     };
     (request, receiver)
 }

@@ -103,6 +103,8 @@ fn run(
         sink: Box::new(Sink(sender)),
         deadline: None,
         constraint: None,
+        cache_scope: switchyard_seam::CacheScope::default(),
+        share: switchyard_seam::TenantShare::default(),
     };
     exec.submit(&f.checkpoint, request).unwrap();
     let mut ids = Vec::new();

@@ -97,6 +97,8 @@ fn request(
         sink: Box::new(sender),
         deadline: None,
         constraint: None,
+        cache_scope: switchyard_seam::CacheScope::default(),
+        share: switchyard_seam::TenantShare::default(),
     };
     (request, receiver)
 }

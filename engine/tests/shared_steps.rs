@@ -349,6 +349,8 @@ fn the_executor_runs_derived_checkpoints_together_without_mixing_them() {
                         sink: Box::new(sender),
                         deadline: None,
                         constraint: None,
+                        cache_scope: switchyard_seam::CacheScope::default(),
+                        share: switchyard_seam::TenantShare::default(),
                     };
                     executor.submit(&checkpoint, request).unwrap();
                     let mut ids = Vec::new();

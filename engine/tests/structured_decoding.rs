@@ -67,6 +67,8 @@ fn request(constraint: Constraint, tools: Vec<Tool>, seed: u64) -> GenerationReq
         user: None,
         tools,
         constraint: Some(constraint),
+        cache_scope: switchyard_seam::CacheScope::default(),
+        share: switchyard_seam::TenantShare::default(),
         fanout: 1,
     }
 }

@@ -87,7 +87,12 @@ pub fn openai_request(data: &[u8]) {
             if let Ok(valid) = ValidatedChatRequest::try_from(wire) {
                 if check_fanout(1, n, MAX_FANOUT).is_ok() {
                     let prompts = vec![switchyard_seam::Prompt::Chat(valid.messages.clone())];
-                    let requests = valid.params.requests("fuzz", &valid.model, prompts);
+                    let requests = valid.params.requests(
+                        "fuzz",
+                        &valid.model,
+                        &switchyard_seam::CacheScope::deployment(),
+                        prompts,
+                    );
                     assert_eq!(requests.len(), valid.params.n as usize);
                     assert!(requests.len() <= MAX_FANOUT as usize);
                 }
@@ -103,7 +108,12 @@ pub fn openai_request(data: &[u8]) {
         if let Ok(valid) = ValidatedCompletionRequest::try_from(wire) {
             let prompts = valid.prompts.len();
             if check_fanout(prompts, n, MAX_FANOUT).is_ok() {
-                let requests = valid.params.requests("fuzz", &valid.model, valid.prompts);
+                let requests = valid.params.requests(
+                    "fuzz",
+                    &valid.model,
+                    &switchyard_seam::CacheScope::deployment(),
+                    valid.prompts,
+                );
                 assert_eq!(requests.len(), prompts * valid.params.n as usize);
                 assert!(requests.len() <= MAX_FANOUT as usize);
             }

@@ -5,6 +5,7 @@
 use std::fmt;
 
 use serde::Serialize;
+use switchyard_seam::CacheScope;
 
 use crate::authenticate::caller_tenant;
 use crate::constraint::{ConstraintFailure, CONSTRAINTS};
@@ -85,6 +86,11 @@ pub struct Explanation {
     pub tenant: Option<String>,
     /// Hints after tenant defaults were applied.
     pub effective_hints: Hints,
+    /// The tenant's rate limits (`tenant: 60 requests/min; each key: none`), if any.
+    pub rate_limits: Option<String>,
+    /// Whose cached prompt blocks the request reads (`tenant:a`, `shared:team`,
+    /// `deployment`).
+    pub cache_scope: String,
     /// Prompt tokens.
     pub prompt_tokens: u64,
     /// Output tokens used for estimates.
@@ -104,6 +110,8 @@ pub fn explain(policy: &Policy, req: &RouteRequest, engine: &dyn EngineView) -> 
         model_hint: req.model.to_string(),
         tenant: None,
         effective_hints: req.hints.clone(),
+        rate_limits: None,
+        cache_scope: CacheScope::deployment().label(),
         prompt_tokens: u64::from(req.prompt_tokens),
         output_tokens: 0,
         candidates: Vec::new(),
@@ -118,6 +126,12 @@ pub fn explain(policy: &Policy, req: &RouteRequest, engine: &dyn EngineView) -> 
         }
     };
     out.tenant = tenant.map(|t| t.compiled.name.to_string());
+    if let Some(t) = tenant {
+        out.cache_scope = t.compiled.cache_scope.label();
+        let (all, each) = (&t.compiled.rate_limits, &t.compiled.key_rate_limits);
+        out.rate_limits = (all.is_set() || each.is_set())
+            .then(|| format!("tenant: {}; each key: {}", all.describe(), each.describe()));
+    }
     let ctx = Context::new(policy, tenant, req);
     out.output_tokens = ctx.output_tokens;
     out.effective_hints = Hints {
@@ -282,6 +296,12 @@ impl fmt::Display for Explanation {
             self.tenant.as_deref().unwrap_or("(anonymous)"),
             self.prompt_tokens,
             self.output_tokens
+        )?;
+        writeln!(
+            f,
+            "rate limits: {}; prompt cache scope: {}",
+            self.rate_limits.as_deref().unwrap_or("none"),
+            self.cache_scope
         )?;
         let h = &self.effective_hints;
         let opt = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());

@@ -83,6 +83,7 @@ mod authenticate;
 mod context;
 mod explain;
 mod plan;
+mod rate_limit;
 mod route;
 mod scan;
 mod score;
@@ -90,6 +91,7 @@ mod score;
 mod reload;
 
 pub use compiled::model::{Fallback, Model, Target, Triggers};
+pub use compiled::rate_limit::RateLimits;
 pub use compiled::split::{stable_hash, Arm, RollbackRule, Split, Sticky};
 pub use compiled::tenant::{Budget, Tenant};
 pub use compiled::Routing;
@@ -105,6 +107,9 @@ pub use keys::{digest as key_digest, digests_equal, sha256_hex, KeyDigest};
 pub use live::budget::{BudgetSnapshot, BudgetWindow, Reservation};
 pub use live::rollback::{ArmStats, RollbackMonitor, RollbackState, RollbackStatus};
 pub use policy::Policy;
+pub use rate_limit::{
+    LocalRateLedger, Quota, RateClaim, RateDecision, RateLedger, RateSubject, RATE_WINDOW,
+};
 pub use reload::{PolicyStore, PolicyWatcher};
 pub use request::{
     estimate_tokens, Caller, HintError, Hints, ModelHint, RouteRequest, HEADER_COST,

@@ -9,6 +9,8 @@
 
 use std::sync::Arc;
 
+use switchyard_seam::CacheScope;
+
 use crate::authenticate::caller_tenant;
 use crate::constraint::ConstraintFailure;
 use crate::context::Context;
@@ -49,6 +51,9 @@ pub struct Route {
     pub estimated_tokens: u64,
     /// The tenant charged, if any.
     pub tenant: Option<Arc<str>>,
+    /// Whose cached prompt blocks the request reads: its tenant's scope, or
+    /// the deployment's for a caller without one.
+    pub cache_scope: CacheScope,
     /// Budget held for this request.
     pub reservation: Reservation,
     rollback: Option<(Arc<RollbackMonitor>, usize)>,
@@ -341,6 +346,9 @@ pub(crate) fn build(
         estimated_cost: s.estimate.cost,
         estimated_tokens: s.estimate.tokens,
         tenant: ctx.tenant.map(|t| Arc::clone(&t.compiled.name)),
+        cache_scope: ctx
+            .tenant
+            .map_or_else(CacheScope::deployment, |t| t.compiled.cache_scope.clone()),
         reservation,
         rollback,
         key: RouteKey {

@@ -68,6 +68,22 @@ pub(crate) struct TenantEntry {
     pub default_hints: Option<Spanned<HintsEntry>>,
     #[serde(default)]
     pub budgets: Vec<Spanned<BudgetEntry>>,
+    /// A prompt-cache scope shared with the tenants naming the same one.
+    pub cache_scope: Option<Spanned<String>>,
+    /// Limits of all the tenant's requests together.
+    pub rate_limits: Option<Spanned<RateLimitEntry>>,
+    /// Limits of each of the tenant's keys.
+    pub key_rate_limits: Option<Spanned<RateLimitEntry>>,
+    /// Share of the engine's batch slots when requests queue (default 1).
+    pub weight: Option<Spanned<i64>>,
+}
+
+/// `rate_limits = { requests_per_minute = 60, tokens_per_minute = 40000 }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RateLimitEntry {
+    pub requests_per_minute: Option<Spanned<i64>>,
+    pub tokens_per_minute: Option<Spanned<i64>>,
 }
 
 /// Default hints of a tenant, same meaning as the request headers.

@@ -104,13 +104,14 @@ impl Metrics {
         self.handle.render()
     }
 
-    /// [`Metrics::render`] without the series labelled by tenant (names and spend of
-    /// the operator's customers), for the unauthenticated public `/metrics`; the admin
-    /// API's `/admin/metrics` serves them.
+    /// [`Metrics::render`] without the series labelled by tenant or prompt-cache scope
+    /// (names, spend and cache use of the operator's customers), for the
+    /// unauthenticated public `/metrics`; the admin API's `/admin/metrics` serves them.
     pub fn render_public(&self) -> String {
         let full = self.render();
         let mut public = String::with_capacity(full.len());
-        for line in full.lines().filter(|line| !line.contains("tenant=\"")) {
+        let private = |line: &str| line.contains("tenant=\"") || line.contains("cache_scope=\"");
+        for line in full.lines().filter(|line| !private(line)) {
             public.push_str(line);
             public.push('\n');
         }

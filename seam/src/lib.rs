@@ -12,14 +12,17 @@
 //! strings and sampling stay in the engine.
 
 mod backend;
+mod cache_scope;
 mod checkpoint_state;
 mod constraint;
 mod error;
 mod event;
 mod model_card;
 mod request;
+mod tenant_share;
 
 pub use backend::InferenceBackend;
+pub use cache_scope::{CacheScope, ScopeOwner};
 pub use checkpoint_state::{CandidateState, CheckpointProbe};
 pub use constraint::{Constraint, Tool, ToolCall, TOOL_CALL_CLOSE, TOOL_CALL_OPEN};
 pub use error::BackendError;
@@ -31,3 +34,4 @@ pub use model_card::ModelCard;
 pub use request::{
     ChatMessage, GenerationRequest, Prompt, Role, SamplingOptions, SamplingRangeError,
 };
+pub use tenant_share::TenantShare;

@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
+use crate::cache_scope::CacheScope;
 use crate::constraint::{Constraint, Tool, ToolCall};
+use crate::tenant_share::TenantShare;
 
 /// One generation: a single prompt producing a single completion.
 ///
@@ -33,6 +35,11 @@ pub struct GenerationRequest {
     pub tools: Vec<Tool>,
     /// What the output must look like, enforced token by token; `None`: free text.
     pub constraint: Option<Constraint>,
+    /// Whose cached prompt blocks the generation may read and add to
+    /// ([`CacheScope`]): set by the router's policy, narrowed by `cache_salt`.
+    pub cache_scope: CacheScope,
+    /// Whose request it is and its weight, for fair admission when requests queue.
+    pub share: TenantShare,
     /// Generations the HTTP request fans out into (`n` × prompts), this one
     /// included: the engine caps the KV cache they reserve together.
     pub fanout: u32,

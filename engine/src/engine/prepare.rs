@@ -66,6 +66,8 @@ pub fn prepare<B: Backend>(
         sink: Box::new(sink),
         deadline: Some(deadline),
         constraint,
+        cache_scope: request.cache_scope.clone(),
+        share: request.share.clone(),
     })
 }
 

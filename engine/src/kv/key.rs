@@ -15,6 +15,9 @@ pub struct CacheKey {
     pub weights: u64,
     /// The adapter applied over the weights, if any.
     pub adapter: Option<u64>,
+    /// The cache scope's key (`CacheScope::key`): blocks of one tenant's
+    /// scope are never found by a request of another.
+    pub scope: u64,
 }
 
 impl CacheKey {
@@ -23,6 +26,15 @@ impl CacheKey {
         CacheKey {
             weights,
             adapter: None,
+            scope: 0,
+        }
+    }
+
+    /// This key within `scope`.
+    pub fn with_scope(self, scope: &switchyard_seam::CacheScope) -> CacheKey {
+        CacheKey {
+            scope: scope.key(),
+            ..self
         }
     }
 
@@ -47,6 +59,8 @@ mod tests {
         };
         assert_ne!(base.root(), CacheKey::weights(8).root());
         assert_ne!(base.root(), adapted.root());
+        let scoped = base.with_scope(&switchyard_seam::CacheScope::tenant("a"));
+        assert_ne!(base.root(), scoped.root());
         assert_eq!(base.root(), CacheKey::weights(7).root());
     }
 }

@@ -24,6 +24,7 @@ mod budget;
 mod config;
 mod key;
 pub(crate) mod prefix_cache;
+mod scope_quota;
 mod sequence;
 
 use switchyard_kernels::KernelError;
@@ -33,6 +34,7 @@ pub use block::{CachedBlock, SharedBlock};
 pub use budget::{KvPool, Reservation};
 pub use config::{default_budget, KvConfig};
 pub use key::CacheKey;
+pub use prefix_cache::ScopeUsage;
 pub use sequence::SequenceKv;
 
 /// Why a cache or a shared block could not be had.

@@ -28,7 +28,7 @@
 
 use std::any::Any;
 use std::collections::hash_map::DefaultHasher;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 use std::ops::Range;
 use std::sync::Weak;
@@ -37,6 +37,8 @@ use switchyard_kernels::KvPrefix;
 
 use super::block::CachedBlock;
 use super::key::CacheKey;
+use super::scope_quota::{eviction_order, Candidate};
+use switchyard_seam::{CacheScope, ScopeOwner};
 
 /// The chained hash of one block (or tail) of a prompt.
 pub(crate) type BlockHash = u64;
@@ -72,6 +74,18 @@ pub(crate) fn block_hashes(key: &CacheKey, tokens: &[u32], positions: usize) -> 
         .collect()
 }
 
+/// What the cache holds for one scope owner (salted scopes count toward
+/// their owner).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScopeUsage {
+    /// [`CacheScope::label`]: `deployment`, `tenant:<name>` or `shared:<name>`.
+    pub scope: String,
+    /// Blocks (and tails) held.
+    pub blocks: usize,
+    /// Bytes of the KV budget they take.
+    pub bytes: usize,
+}
+
 /// What a lookup found: the full blocks that start the prompt, then the
 /// block whose first `tail.1` positions go on with it.
 pub(crate) struct Found<T> {
@@ -99,6 +113,9 @@ impl<T> Found<T> {
 
 struct Entry<T> {
     block: T,
+    /// Who may find it (its key holds the scope's hash too; this is for
+    /// use per scope and the scopes' eviction quotas).
+    scope: CacheScope,
     parent: BlockHash,
     /// A full block's tokens, or fewer: a tail's.
     tokens: Box<[u32]>,
@@ -153,6 +170,23 @@ impl<T: CachedBlock> PrefixCache<T> {
     /// Bytes of the KV budget the held blocks take.
     pub(crate) fn bytes(&self) -> usize {
         self.entries.values().map(|e| e.block.bytes()).sum()
+    }
+
+    /// Blocks and bytes held per scope owner ([`CacheScope::label`]), in
+    /// label order.
+    pub(crate) fn usage_by_scope(&self) -> Vec<ScopeUsage> {
+        let mut by_label: BTreeMap<String, ScopeUsage> = BTreeMap::new();
+        for entry in self.entries.values() {
+            let label = entry.scope.label();
+            let usage = by_label.entry(label.clone()).or_insert(ScopeUsage {
+                scope: label,
+                blocks: 0,
+                bytes: 0,
+            });
+            usage.blocks += 1;
+            usage.bytes += entry.block.bytes();
+        }
+        by_label.into_values().collect()
     }
 
     /// Notes that `owner` (a loaded checkpoint) has weight identity `weights`.
@@ -247,7 +281,8 @@ impl<T: CachedBlock> PrefixCache<T> {
     /// the tail (or block) that goes on furthest with it, at most enough
     /// to leave the prompt's last token to compute (its logits pick the
     /// first output token). Marks them used.
-    pub(crate) fn lookup(&mut self, key: CacheKey, prompt: &[u32]) -> Found<T> {
+    pub(crate) fn lookup(&mut self, key: CacheKey, scope: &CacheScope, prompt: &[u32]) -> Found<T> {
+        let key = key.with_scope(scope);
         let usable = prompt.len().saturating_sub(1);
         let full = usable / self.positions;
         let hashes = block_hashes(&key, &prompt[..full * self.positions], self.positions);
@@ -289,10 +324,12 @@ impl<T: CachedBlock> PrefixCache<T> {
     pub(crate) fn insert(
         &mut self,
         key: CacheKey,
+        scope: &CacheScope,
         prompt: &[u32],
         from: usize,
         share: &mut ShareBlock<'_, T>,
     ) -> usize {
+        let key = key.with_scope(scope);
         let hashes = block_hashes(&key, prompt, self.positions);
         self.clock += 1;
         self.inserting = Some(self.clock);
@@ -315,12 +352,12 @@ impl<T: CachedBlock> PrefixCache<T> {
                 self.inserting = None;
                 return added;
             };
-            let entry = self.entry(block, parent, tokens, depth);
+            let entry = self.entry(block, scope, parent, tokens, depth);
             self.add(key, *hash, entry);
             parent = *hash;
             added += 1;
         }
-        added += self.insert_tail(key, prompt, parent, hashes.len(), share);
+        added += self.insert_tail(key, scope, prompt, parent, hashes.len(), share);
         self.inserting = None;
         added
     }
@@ -331,6 +368,7 @@ impl<T: CachedBlock> PrefixCache<T> {
     fn insert_tail(
         &mut self,
         key: CacheKey,
+        scope: &CacheScope,
         prompt: &[u32],
         parent: BlockHash,
         depth: usize,
@@ -354,7 +392,7 @@ impl<T: CachedBlock> PrefixCache<T> {
             return 0;
         };
         let hash = chain(parent, tokens);
-        let entry = self.entry(block, parent, tokens, depth);
+        let entry = self.entry(block, scope, parent, tokens, depth);
         self.add(key, hash, entry);
         // Past the cap, the least recently used of the others go.
         let mut others: Vec<(BlockHash, u64)> = self
@@ -378,9 +416,17 @@ impl<T: CachedBlock> PrefixCache<T> {
         1
     }
 
-    fn entry(&self, block: T, parent: BlockHash, tokens: &[u32], depth: usize) -> Entry<T> {
+    fn entry(
+        &self,
+        block: T,
+        scope: &CacheScope,
+        parent: BlockHash,
+        tokens: &[u32],
+        depth: usize,
+    ) -> Entry<T> {
         Entry {
             block,
+            scope: scope.clone(),
             parent,
             tokens: tokens.into(),
             depth,
@@ -388,18 +434,29 @@ impl<T: CachedBlock> PrefixCache<T> {
         }
     }
 
-    /// Evicts unshared blocks, least recently used first, until `bytes`
-    /// are freed or none is left; returns the bytes freed.
+    /// Evicts unshared blocks until `bytes` are freed or none is left,
+    /// those of scopes over their quota first (`scope_quota`), then least
+    /// recently used first; returns the bytes freed.
     pub(crate) fn evict(&mut self, bytes: usize) -> usize {
-        let mut candidates: Vec<((CacheKey, BlockHash), u64, usize)> = self
+        let mut held: HashMap<ScopeOwner, usize> = HashMap::new();
+        for entry in self.entries.values() {
+            *held.entry(entry.scope.owner().clone()).or_default() += entry.block.bytes();
+        }
+        let candidates: Vec<_> = self
             .entries
             .iter()
             .filter(|(_, e)| e.block.holders() == 1 && Some(e.last_used) != self.inserting)
-            .map(|(key, e)| (*key, e.last_used, e.depth))
+            .map(|(key, e)| Candidate {
+                key: *key,
+                owner: e.scope.owner().clone(),
+                bytes: e.block.bytes(),
+                last_used: e.last_used,
+                depth: e.depth,
+            })
             .collect();
-        candidates.sort_by_key(|&(_, used, depth)| (used, std::cmp::Reverse(depth)));
+        let order = eviction_order(candidates, held, bytes);
         let mut freed = 0;
-        for (key, _, _) in candidates {
+        for key in order {
             if freed >= bytes {
                 break;
             }
@@ -427,11 +484,18 @@ mod tests {
     const K7: CacheKey = CacheKey {
         weights: 7,
         adapter: None,
+        scope: 0,
     };
     const K8: CacheKey = CacheKey {
         weights: 8,
         adapter: None,
+        scope: 0,
     };
+
+    /// The scope of tests that do not compare scopes.
+    fn any() -> CacheScope {
+        CacheScope::deployment()
+    }
 
     /// A block handle whose holders are its `Arc`'s.
     #[derive(Clone, Debug)]
@@ -478,12 +542,12 @@ mod tests {
     fn a_lookup_finds_the_longest_cached_prefix_and_leaves_the_last_token() {
         let (mut cache, _owner) = cache_with_owner();
         let prompt: Vec<u32> = (0..12).collect();
-        assert_eq!(cache.insert(K7, &prompt, 0, &mut share_all()), 3);
+        assert_eq!(cache.insert(K7, &any(), &prompt, 0, &mut share_all()), 3);
         // A prompt of exactly the cached 12 tokens recomputes its last block.
-        assert_eq!(cache.lookup(K7, &prompt).shared.len(), 2);
+        assert_eq!(cache.lookup(K7, &any(), &prompt).shared.len(), 2);
         let mut longer = prompt.clone();
         longer.push(99);
-        let found = cache.lookup(K7, &longer);
+        let found = cache.lookup(K7, &any(), &longer);
         assert_eq!(
             found.shared.iter().map(|b| *b.0).collect::<Vec<_>>(),
             [0, 4, 8]
@@ -492,20 +556,20 @@ mod tests {
         // Another second block: only the first matches.
         let mut other = prompt.clone();
         other[5] = 42;
-        assert_eq!(cache.lookup(K7, &other).shared.len(), 1);
+        assert_eq!(cache.lookup(K7, &any(), &other).shared.len(), 1);
         // Other weights, or the same weights under an adapter: nothing.
-        assert!(cache.lookup(K8, &longer).shared.is_empty());
+        assert!(cache.lookup(K8, &any(), &longer).shared.is_empty());
         let adapted = CacheKey {
             adapter: Some(1),
             ..K7
         };
-        assert!(cache.lookup(adapted, &longer).shared.is_empty());
+        assert!(cache.lookup(adapted, &any(), &longer).shared.is_empty());
         assert_ne!(
             block_hashes(&adapted, &prompt, 4),
             block_hashes(&K7, &prompt, 4)
         );
         // Inserting again adds nothing.
-        assert_eq!(cache.insert(K7, &prompt, 0, &mut share_all()), 0);
+        assert_eq!(cache.insert(K7, &any(), &prompt, 0, &mut share_all()), 0);
     }
 
     #[test]
@@ -513,17 +577,17 @@ mod tests {
         let (mut cache, _owner) = cache_with_owner();
         let old: Vec<u32> = (100..108).collect();
         let new: Vec<u32> = (200..208).collect();
-        cache.insert(K7, &old, 0, &mut share_all());
-        cache.insert(K7, &new, 0, &mut share_all());
+        cache.insert(K7, &any(), &old, 0, &mut share_all());
+        cache.insert(K7, &any(), &new, 0, &mut share_all());
         // A running sequence holds the old prompt's first block.
-        let held = cache.lookup(K7, &[100, 101, 102, 103, 0]).shared;
+        let held = cache.lookup(K7, &any(), &[100, 101, 102, 103, 0]).shared;
         assert_eq!(held.len(), 1);
         assert_eq!(cache.evict(100), 100);
         assert_eq!(cache.take_evicted(), 1);
         // The old prompt's second block went (its first is held).
         let mut probe = old.clone();
         probe.push(0);
-        assert_eq!(cache.lookup(K7, &probe).shared.len(), 1);
+        assert_eq!(cache.lookup(K7, &any(), &probe).shared.len(), 1);
         // Then the new prompt's, deepest first; the held block never.
         assert_eq!(cache.evict(1000), 200);
         assert_eq!(cache.len(), 1);
@@ -536,7 +600,13 @@ mod tests {
     #[test]
     fn an_insert_short_of_budget_evicts_older_blocks_not_its_own_chain() {
         let (mut cache, _owner) = cache_with_owner();
-        cache.insert(K7, &(100..104).collect::<Vec<u32>>(), 0, &mut share_all());
+        cache.insert(
+            K7,
+            &any(),
+            &(100..104).collect::<Vec<u32>>(),
+            0,
+            &mut share_all(),
+        );
         let prompt: Vec<u32> = (0..12).collect();
         let mut freed = Vec::new();
         let mut tight = |range: Range<usize>, cache: &mut PrefixCache<FakeBlock>| {
@@ -546,12 +616,12 @@ mod tests {
             }
             Some(FakeBlock(Arc::new(range.start)))
         };
-        assert_eq!(cache.insert(K7, &prompt, 0, &mut tight), 3);
+        assert_eq!(cache.insert(K7, &any(), &prompt, 0, &mut tight), 3);
         // The old block went first; then nothing of the new chain.
         assert_eq!(freed, [100, 0]);
         assert_eq!(
             cache
-                .lookup(K7, &(0..13).collect::<Vec<u32>>())
+                .lookup(K7, &any(), &(0..13).collect::<Vec<u32>>())
                 .shared
                 .len(),
             3
@@ -565,7 +635,7 @@ mod tests {
         let mut refuse_second = |range: Range<usize>, _: &mut PrefixCache<FakeBlock>| {
             (range.start != 4).then(|| FakeBlock(Arc::new(range.start)))
         };
-        assert_eq!(cache.insert(K7, &prompt, 0, &mut refuse_second), 1);
+        assert_eq!(cache.insert(K7, &any(), &prompt, 0, &mut refuse_second), 1);
         assert_eq!(cache.len(), 1);
     }
 
@@ -586,10 +656,10 @@ mod tests {
         let (mut cache, _owner) = cache_with_unit(2);
         // Blocks 0..4 and 4..8, then a tail of 2 of the 3 tokens left.
         let first: Vec<u32> = (0..11).collect();
-        assert_eq!(cache.insert(K7, &first, 0, &mut share_tails()), 3);
+        assert_eq!(cache.insert(K7, &any(), &first, 0, &mut share_tails()), 3);
         // A prompt sharing 10 tokens: both blocks, then the tail's unit.
         let second = [&first[..10], &[50, 51]].concat();
-        let found = cache.lookup(K7, &second);
+        let found = cache.lookup(K7, &any(), &second);
         assert_eq!(found.shared.len(), 2);
         assert_eq!(
             found.tail.as_ref().map(|(b, n)| (*b.0, *n)),
@@ -598,27 +668,30 @@ mod tests {
         assert_eq!(found.prefix().positions(4), 10);
         // Sharing 5 tokens: block 0, then 1 token of block 1 (no whole unit).
         let third = [&first[..5], &[60, 61, 62, 63, 64]].concat();
-        let found = cache.lookup(K7, &third);
+        let found = cache.lookup(K7, &any(), &third);
         assert_eq!(found.shared.len(), 1);
         assert!(found.tail.is_none());
         // Sharing 7: block 0, then 2 positions copied from the full block 1.
         let fourth = [&first[..7], &[70, 71, 72]].concat();
-        let found = cache.lookup(K7, &fourth);
+        let found = cache.lookup(K7, &any(), &fourth);
         assert_eq!(found.tail.as_ref().map(|(b, n)| (*b.0, *n)), Some((4, 2)));
         // The same prompt again adds nothing; one that goes on further
         // replaces the tail it extends, with a longer tail or a full block.
-        assert_eq!(cache.insert(K7, &first, 0, &mut share_tails()), 0);
+        assert_eq!(cache.insert(K7, &any(), &first, 0, &mut share_tails()), 0);
         let full = [&first[..], &[11]].concat();
-        assert_eq!(cache.insert(K7, &full, 0, &mut share_tails()), 1);
+        assert_eq!(cache.insert(K7, &any(), &full, 0, &mut share_tails()), 1);
         assert_eq!(cache.len(), 3);
-        let found = cache.lookup(K7, &second);
+        let found = cache.lookup(K7, &any(), &second);
         assert_eq!(found.tail.as_ref().map(|(b, n)| (*b.0, *n)), Some((8, 2)));
         // Short prompts leave tails at the root; a longer one replaces it.
         let (mut cache, _owner) = cache_with_unit(1);
-        assert_eq!(cache.insert(K7, &[5, 6], 0, &mut share_tails()), 1);
-        assert_eq!(cache.insert(K7, &[5, 6, 7], 0, &mut share_tails()), 1);
+        assert_eq!(cache.insert(K7, &any(), &[5, 6], 0, &mut share_tails()), 1);
+        assert_eq!(
+            cache.insert(K7, &any(), &[5, 6, 7], 0, &mut share_tails()),
+            1
+        );
         assert_eq!(cache.len(), 1);
-        let found = cache.lookup(K7, &[5, 6, 7, 9]);
+        let found = cache.lookup(K7, &any(), &[5, 6, 7, 9]);
         assert_eq!(
             found.tail.as_ref().map(|(b, n)| (*b.0, *n)),
             Some((1003, 3))
@@ -630,14 +703,17 @@ mod tests {
         let (mut cache, _owner) = cache_with_unit(1);
         for user in 0..MAX_TAILS as u32 + 2 {
             let prompt = [0, 1, 2, 3, 100 + user, 7];
-            let added = cache.insert(K7, &prompt, 0, &mut share_tails());
+            let added = cache.insert(K7, &any(), &prompt, 0, &mut share_tails());
             assert_eq!(added, if user == 0 { 2 } else { 1 });
         }
         // The first block and MAX_TAILS tails: the two oldest went.
         assert_eq!(cache.len(), 1 + MAX_TAILS);
         assert_eq!(cache.take_evicted(), 2);
-        assert!(cache.lookup(K7, &[0, 1, 2, 3, 100, 7, 0]).tail.is_none());
-        let found = cache.lookup(K7, &[0, 1, 2, 3, 102, 7, 0]);
+        assert!(cache
+            .lookup(K7, &any(), &[0, 1, 2, 3, 100, 7, 0])
+            .tail
+            .is_none());
+        let found = cache.lookup(K7, &any(), &[0, 1, 2, 3, 102, 7, 0]);
         assert_eq!(found.tail.map(|(_, n)| n), Some(2));
     }
 
@@ -647,7 +723,13 @@ mod tests {
         let twin = Arc::new(1u8);
         let weak: Weak<dyn Any + Send + Sync> = Arc::downgrade(&twin) as _;
         cache.register(7, weak);
-        cache.insert(K7, &(0..8).collect::<Vec<u32>>(), 0, &mut share_all());
+        cache.insert(
+            K7,
+            &any(),
+            &(0..8).collect::<Vec<u32>>(),
+            0,
+            &mut share_all(),
+        );
         drop(owner);
         assert_eq!(
             cache.purge_unloaded(),
@@ -657,5 +739,67 @@ mod tests {
         drop(twin);
         assert_eq!(cache.purge_unloaded(), 2);
         assert_eq!(cache.len(), 0);
+    }
+
+    #[test]
+    fn a_scope_finds_only_its_own_blocks_and_tails() {
+        let (mut cache, _owner) = cache_with_unit(1);
+        let a = CacheScope::tenant("a");
+        let b = CacheScope::tenant("b");
+        let salted = a.clone().with_salt(Some("s"));
+        // Two full blocks and a tail of 2, cached for tenant a.
+        let prompt: Vec<u32> = (0..10).collect();
+        assert_eq!(cache.insert(K7, &a, &prompt, 0, &mut share_tails()), 3);
+        let probe = [&prompt[..], &[99]].concat();
+        assert_eq!(cache.lookup(K7, &a, &probe).prefix().positions(4), 10);
+        for other in [&b, &salted, &any()] {
+            let found = cache.lookup(K7, other, &probe);
+            assert!(found.shared.is_empty() && found.tail.is_none(), "{other:?}");
+        }
+        // B's copy of the same prompt is its own chain: a's stays as it was.
+        assert_eq!(cache.insert(K7, &b, &prompt, 0, &mut share_tails()), 3);
+        assert_eq!(cache.len(), 6);
+        assert_eq!(cache.lookup(K7, &b, &probe).prefix().positions(4), 10);
+        assert_eq!(
+            block_hashes(&K7.with_scope(&a), &prompt, 4),
+            block_hashes(&K7.with_scope(&CacheScope::tenant("a")), &prompt, 4)
+        );
+        assert_ne!(
+            block_hashes(&K7.with_scope(&a), &prompt, 4),
+            block_hashes(&K7.with_scope(&b), &prompt, 4)
+        );
+    }
+
+    #[test]
+    fn a_busy_scope_evicts_its_own_blocks_before_another_scopes_share() {
+        let (mut cache, _owner) = cache_with_owner();
+        let light = CacheScope::tenant("light");
+        let heavy = CacheScope::tenant("heavy");
+        // The light tenant's prompt is the oldest in the cache.
+        cache.insert(
+            K7,
+            &light,
+            &(500..508).collect::<Vec<u32>>(),
+            0,
+            &mut share_all(),
+        );
+        for first in [0u32, 100, 200] {
+            let prompt: Vec<u32> = (first..first + 8).collect();
+            cache.insert(K7, &heavy, &prompt, 0, &mut share_all());
+        }
+        // 8 blocks: light holds 2, heavy 6 (quota 4 each). Making room for
+        // 4 blocks takes heavy's oldest, however old light's are.
+        assert_eq!(cache.evict(400), 400);
+        let probe = |cache: &mut PrefixCache<FakeBlock>, scope, first: u32| {
+            let prompt: Vec<u32> = (first..first + 9).collect();
+            cache.lookup(K7, scope, &prompt).shared.len()
+        };
+        assert_eq!(probe(&mut cache, &light, 500), 2);
+        assert_eq!(probe(&mut cache, &heavy, 0), 0);
+        assert_eq!(probe(&mut cache, &heavy, 100), 0);
+        assert_eq!(probe(&mut cache, &heavy, 200), 2);
+        // Past every share, least recently used first again.
+        assert_eq!(cache.evict(100), 100);
+        assert_eq!(probe(&mut cache, &light, 500), 1);
     }
 }

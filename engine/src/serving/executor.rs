@@ -426,10 +426,11 @@ impl<B: Backend> Scheduler<B> {
         if evicted > 0 {
             self.observer.prompt_cache_evicted(evicted);
         }
-        if prefix.len() != self.cached_blocks {
+        if prefix.len() != self.cached_blocks || evicted > 0 {
             self.cached_blocks = prefix.len();
             self.observer
                 .prompt_cache_size(prefix.len(), prefix.bytes());
+            self.observer.prompt_cache_scopes(&prefix.usage_by_scope());
         }
     }
 

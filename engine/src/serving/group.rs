@@ -10,6 +10,7 @@ use switchyard_kernels::Backend;
 
 use super::checkpoint::CheckpointHandle;
 use super::choice::Claim;
+use super::fair;
 use super::queue::{SequenceEvent, SequenceRequest};
 use super::sequence::Sequence;
 use crate::kv::admission::{self as kv_admission, NoCache};
@@ -85,7 +86,9 @@ impl<B: Backend> Group<B> {
 
     /// Moves waiting request `at` (0: the oldest) into the batch with a KV
     /// cache (see `kv_admission`), starting from the longest prefix of its
-    /// prompt that `prefix` holds. `others_running` says whether any
+    /// prompt that `prefix` holds; or, when a tenant with fewer running
+    /// sequences per weight waits too, that tenant's oldest request instead
+    /// (`fair.rs`). `others_running` says whether any
     /// sequence of any checkpoint holds a cache: when none does and the
     /// budget still has no room, nothing will free it, so the request fails
     /// instead of waiting.
@@ -97,6 +100,11 @@ impl<B: Backend> Group<B> {
         others_running: bool,
         prefix: Option<&mut PrefixCache<SharedBlock<B>>>,
     ) -> Admission {
+        let at = fair::next_at(
+            &self.waiting,
+            at,
+            self.active.iter().map(|s| &s.share.tenant),
+        );
         let Some(front) = self.waiting.get(at) else {
             return Admission::Empty;
         };
@@ -110,7 +118,11 @@ impl<B: Backend> Group<B> {
         let model = &checkpoint.model;
         let mut prefix = prefix.filter(|_| checkpoint.caches_prompts);
         let found = match prefix.as_deref_mut() {
-            Some(cache) => cache.lookup(checkpoint.cache_key(), &front.request.prompt),
+            Some(cache) => cache.lookup(
+                checkpoint.cache_key(),
+                &front.request.cache_scope,
+                &front.request.prompt,
+            ),
             None => Found::none(),
         };
         let cached = found.prefix().positions(kv.block_positions());
@@ -314,12 +326,22 @@ impl<B: Backend> Group<B> {
 
     /// The tokens each sequence runs next step: one for each decoding
     /// sequence, then prompt chunks in arrival order within the step budget.
+    /// While a tenant below its share has a prompt to run, only that
+    /// tenant's sequences run (`fair::step_for`).
     pub(super) fn plan(&self, max_step_tokens: usize) -> Vec<Option<Range<usize>>> {
-        let decoding = self.active.iter().filter(|s| s.is_decoding()).count();
+        let only = fair::step_for(self.active.iter().map(|s| (&s.share, s.is_decoding())));
+        let runs = |i: usize| only.as_ref().is_none_or(|mask| mask.get(i) == Some(&true));
+        let decoding = (self.active.iter().enumerate())
+            .filter(|&(i, s)| runs(i) && s.is_decoding())
+            .count();
         let mut budget = max_step_tokens.max(1).saturating_sub(decoding);
         self.active
             .iter()
-            .map(|sequence| {
+            .enumerate()
+            .map(|(i, sequence)| {
+                if !runs(i) {
+                    return None;
+                }
                 if sequence.is_decoding() {
                     return Some(sequence.next_span(1));
                 }
@@ -359,5 +381,5 @@ fn share_prompt<B: Backend>(
         }
         Err(_) => None,
     };
-    prefix.insert(key, &prompt, from, &mut share);
+    prefix.insert(key, &sequence.cache_scope, &prompt, from, &mut share);
 }

@@ -17,6 +17,7 @@
 //! - `queue.rs`: what a caller submits and receives, and the submit errors;
 //! - `sequence.rs`: one sequence's state and what happens to a sampled token;
 //! - `group.rs`: one checkpoint's queue and batch;
+//! - `fair.rs`: which tenant's waiting request takes the next batch slot;
 //! - `choice.rs`: which checkpoint runs next;
 //! - `table.rs`: the weight table a step reads;
 //! - `executor.rs`: the handle, the weight table and the scheduling loop.
@@ -27,6 +28,7 @@
 mod checkpoint;
 mod choice;
 mod executor;
+mod fair;
 mod group;
 mod queue;
 mod sequence;
@@ -34,6 +36,7 @@ mod table;
 
 use std::time::Duration;
 
+pub use crate::kv::ScopeUsage;
 pub use crate::kv::{kv_positions, KvAdvice};
 pub use checkpoint::{
     CheckpointError, CheckpointHandle, CheckpointId, CheckpointOptions, ServedCheckpoint,
@@ -77,5 +80,11 @@ pub trait ExecutorObserver: Send + Sync {
     /// The prompt cache now holds `blocks` blocks taking `bytes` of the KV budget.
     fn prompt_cache_size(&self, blocks: usize, bytes: usize) {
         let _ = (blocks, bytes);
+    }
+
+    /// What the prompt cache holds per scope owner, every scope that holds
+    /// a block (a scope left out holds none now).
+    fn prompt_cache_scopes(&self, scopes: &[ScopeUsage]) {
+        let _ = scopes;
     }
 }

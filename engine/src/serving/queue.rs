@@ -3,6 +3,8 @@
 use std::sync::mpsc;
 use std::time::Instant;
 
+use switchyard_seam::{CacheScope, TenantShare};
+
 use crate::kv::KvAdvice;
 use crate::sampling::{FinishReason, SamplingParams, StopCondition};
 use crate::structured::TokenMask;
@@ -28,6 +30,10 @@ pub struct SequenceRequest {
     /// The grammar the output must follow (structured outputs, forced tool
     /// calls); `None`: any token may come.
     pub constraint: Option<TokenMask>,
+    /// Whose cached prompt blocks it may read and add to.
+    pub cache_scope: CacheScope,
+    /// Whose request it is, for fair admission (`fair.rs`).
+    pub share: TenantShare,
 }
 
 /// One generated token as the executor reports it.

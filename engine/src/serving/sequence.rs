@@ -5,6 +5,7 @@ use std::ops::Range;
 use std::time::Instant;
 
 use switchyard_kernels::Backend;
+use switchyard_seam::{CacheScope, TenantShare};
 
 use super::queue::{EventSink, SequenceEvent, SequenceRequest, SequenceToken};
 use crate::kv::SequenceKv;
@@ -35,6 +36,10 @@ pub(super) struct Sequence<B: Backend> {
     cached_tokens: usize,
     /// Leading cache blocks already shared with the prompt cache.
     pub(super) shared_blocks: usize,
+    /// Whose prompt-cache blocks it reads and adds to.
+    pub(super) cache_scope: CacheScope,
+    /// Whose request it is, for fair admission.
+    pub(super) share: TenantShare,
 }
 
 impl<B: Backend> Sequence<B> {
@@ -63,6 +68,8 @@ impl<B: Backend> Sequence<B> {
             sink: request.sink,
             deadline: request.deadline,
             constraint: request.constraint,
+            cache_scope: request.cache_scope,
+            share: request.share,
         }
     }
 

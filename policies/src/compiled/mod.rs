@@ -3,6 +3,7 @@
 //! lives in [`crate::live`].
 
 pub(crate) mod model;
+pub(crate) mod rate_limit;
 pub(crate) mod scan_table;
 pub(crate) mod split;
 pub(crate) mod tags;

@@ -3,6 +3,9 @@
 
 use std::sync::Arc;
 
+use switchyard_seam::CacheScope;
+
+use super::rate_limit::RateLimits;
 use crate::request::Hints;
 use crate::spend::BudgetUnit;
 
@@ -18,6 +21,16 @@ pub struct Tenant {
     /// Spend budgets, all of which must cover a request. What each has spent lives in
     /// the policy's live state ([`crate::Policy::budgets`]).
     pub budgets: Vec<Budget>,
+    /// Whose cached prompt blocks its requests read: its own, or the shared
+    /// scope its entry names (`cache_scope = "team-a"`).
+    pub cache_scope: CacheScope,
+    /// Requests and tokens per minute of all the tenant's requests together.
+    pub rate_limits: RateLimits,
+    /// Requests and tokens per minute of each of its API keys alone.
+    pub key_rate_limits: RateLimits,
+    /// Its share of the engine's batch slots when requests queue, against the other
+    /// tenants' weights (1 unless the file says).
+    pub weight: u32,
 }
 
 impl Tenant {

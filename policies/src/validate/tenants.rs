@@ -4,15 +4,17 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
+use switchyard_seam::CacheScope;
 use toml::Spanned;
 
 use super::checks::{check_name, in_range, non_negative, positive, window_secs};
 use super::names::Names;
+use crate::compiled::rate_limit::RateLimits;
 use crate::compiled::tenant::{Budget, Tenant};
 use crate::error::Diagnostics;
 use crate::keys::{self, KeyDigest};
 use crate::request::Hints;
-use crate::schema::{BudgetEntry, HintsEntry, TenantEntry};
+use crate::schema::{BudgetEntry, HintsEntry, RateLimitEntry, TenantEntry};
 use crate::spend::BudgetUnit;
 
 type Compiled = (
@@ -89,10 +91,81 @@ pub(super) fn compile(
                 .map(|h| hints(h.get_ref(), name, diags))
                 .unwrap_or_default(),
             budgets,
+            cache_scope: cache_scope(e, &tenant_name, diags),
+            weight: weight(e, &tenant_name, diags),
+            rate_limits: rate_limits(e.rate_limits.as_ref(), &tenant_name, "rate_limits", diags),
+            key_rate_limits: rate_limits(
+                e.key_rate_limits.as_ref(),
+                &tenant_name,
+                "key_rate_limits",
+                diags,
+            ),
             name: tenant_name,
         });
     }
     (tenants, by_name, key_index)
+}
+
+/// The tenant's weight: a whole number from 1 to 1000.
+fn weight(e: &TenantEntry, tenant: &str, diags: &mut Diagnostics) -> u32 {
+    let Some(value) = &e.weight else { return 1 };
+    let w = *value.get_ref();
+    match u32::try_from(w) {
+        Ok(w @ 1..=1000) => w,
+        _ => {
+            diags.at(
+                value.span(),
+                format!("tenant `{tenant}`: weight must be a whole number from 1 to 1000, got {w}"),
+            );
+            1
+        }
+    }
+}
+
+/// Per-minute limits: each given one a whole number above 0.
+fn rate_limits(
+    entry: Option<&Spanned<RateLimitEntry>>,
+    tenant: &str,
+    field: &str,
+    diags: &mut Diagnostics,
+) -> RateLimits {
+    let Some(entry) = entry else {
+        return RateLimits::default();
+    };
+    let e = entry.get_ref();
+    if e.requests_per_minute.is_none() && e.tokens_per_minute.is_none() {
+        diags.at(
+            entry.span(),
+            format!("tenant `{tenant}`: {field} sets no limit; give requests_per_minute and/or tokens_per_minute, or leave it out"),
+        );
+    }
+    let mut limit = |value: &Option<Spanned<i64>>, name: &str| {
+        let value = value.as_ref()?;
+        let n = *value.get_ref();
+        if n <= 0 {
+            diags.at(
+                value.span(),
+                format!("tenant `{tenant}`: {field}.{name} must be above 0, got {n}"),
+            );
+            return None;
+        }
+        u64::try_from(n).ok()
+    };
+    RateLimits {
+        requests_per_minute: limit(&e.requests_per_minute, "requests_per_minute"),
+        tokens_per_minute: limit(&e.tokens_per_minute, "tokens_per_minute"),
+    }
+}
+
+/// The tenant's own scope, or the shared one its entry names.
+fn cache_scope(e: &TenantEntry, tenant: &Arc<str>, diags: &mut Diagnostics) -> CacheScope {
+    match &e.cache_scope {
+        None => CacheScope::tenant(Arc::clone(tenant)),
+        Some(name) => {
+            check_name(name, &format!("tenant `{tenant}`: cache_scope"), diags);
+            CacheScope::shared(name.get_ref().as_str())
+        }
+    }
 }
 
 fn allowed(e: &TenantEntry, names: &Names, diags: &mut Diagnostics) -> Option<Vec<bool>> {

@@ -91,6 +91,7 @@ impl TryFrom<ChatCompletionRequest> for ValidatedChatRequest {
             logit_bias: wire.logit_bias,
             logprobs,
             user: wire.user,
+            cache_salt: wire.cache_salt,
             stream: wire.stream,
             stream_options: wire.stream_options,
         }

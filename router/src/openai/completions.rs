@@ -86,6 +86,7 @@ impl TryFrom<CompletionRequest> for ValidatedCompletionRequest {
             logit_bias: wire.logit_bias,
             logprobs,
             user: wire.user,
+            cache_salt: wire.cache_salt,
             stream: wire.stream,
             stream_options: wire.stream_options,
         }

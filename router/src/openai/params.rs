@@ -8,7 +8,9 @@ use serde_json::Value;
 
 use crate::error::ApiError;
 use crate::openai::types::StreamOptions;
-use switchyard_seam::{Constraint, GenerationRequest, Prompt, SamplingOptions, Tool};
+use switchyard_seam::{
+    CacheScope, Constraint, GenerationRequest, Prompt, SamplingOptions, TenantShare, Tool,
+};
 
 /// Most stop strings OpenAI accepts.
 pub const MAX_STOP_STRINGS: usize = 4;
@@ -17,6 +19,8 @@ pub const MAX_STOP_STRINGS: usize = 4;
 pub const MAX_STOP_CHARS: usize = 256;
 /// Longest `user` accepted, in characters (it keys split stickiness and logs).
 pub const MAX_USER_CHARS: usize = 256;
+/// Longest `cache_salt` accepted, in characters.
+pub const MAX_CACHE_SALT_CHARS: usize = 256;
 /// Most tokens one `logit_bias` may name.
 pub const MAX_LOGIT_BIAS: usize = 1024;
 /// Most alternatives per token OpenAI returns.
@@ -37,6 +41,8 @@ pub struct GenerationParams {
     pub logprobs: Option<u8>,
     /// End-user id.
     pub user: Option<String>,
+    /// vLLM's `cache_salt`: narrows the prompt-cache scope the policy gives.
+    pub cache_salt: Option<String>,
     /// Choices per prompt, in [1, 16].
     pub n: u32,
     /// Functions the model may call (chat only).
@@ -84,6 +90,8 @@ pub struct CommonFields {
     pub logprobs: Option<u8>,
     /// End-user id.
     pub user: Option<String>,
+    /// Prompt-cache salt.
+    pub cache_salt: Option<String>,
     /// Stream?
     pub stream: Option<bool>,
     /// Streaming options.
@@ -170,6 +178,7 @@ impl CommonFields {
             stop: parse_stop(self.stop)?,
             logprobs: self.logprobs,
             user: parse_user(self.user)?,
+            cache_salt: parse_cache_salt(self.cache_salt)?,
             n,
             tools: Vec::new(),
             constraint: None,
@@ -181,13 +190,16 @@ impl CommonFields {
 impl GenerationParams {
     /// One generation request per (prompt, choice), in OpenAI's choice order:
     /// index = prompt_index × n + choice. Choice `i` gets seed + i so that
-    /// choices differ yet stay reproducible.
+    /// choices differ yet stay reproducible. Each reads the prompt cache of
+    /// `scope` (the policy's), narrowed by the request's `cache_salt`.
     pub fn requests(
         &self,
         request_id: &str,
         model: &str,
+        scope: &CacheScope,
         prompts: Vec<Prompt>,
     ) -> Vec<GenerationRequest> {
+        let cache_scope = scope.clone().with_salt(self.cache_salt.as_deref());
         let total = prompts.len() * self.n as usize;
         let mut requests = Vec::with_capacity(total);
         for prompt in prompts {
@@ -212,6 +224,8 @@ impl GenerationParams {
                     user: self.user.clone(),
                     tools: self.tools.clone(),
                     constraint: self.constraint.clone(),
+                    cache_scope: cache_scope.clone(),
+                    share: TenantShare::default(),
                     fanout: u32::try_from(total).unwrap_or(u32::MAX),
                 });
             }
@@ -347,6 +361,19 @@ fn parse_user(user: Option<String>) -> Result<Option<String>, ApiError> {
         )),
         other => Ok(other),
     }
+}
+
+/// A salt is a string of 1 to [`MAX_CACHE_SALT_CHARS`] characters.
+fn parse_cache_salt(salt: Option<String>) -> Result<Option<String>, ApiError> {
+    let Some(salt) = salt else { return Ok(None) };
+    let chars = salt.chars().count();
+    if chars == 0 || chars > MAX_CACHE_SALT_CHARS {
+        return Err(invalid(
+            "cache_salt",
+            format!("the salt has {chars} characters; send between 1 and {MAX_CACHE_SALT_CHARS}, or leave cache_salt out."),
+        ));
+    }
+    Ok(Some(salt))
 }
 
 fn parse_logit_bias(bias: Option<BTreeMap<String, f64>>) -> Result<BTreeMap<u32, f32>, ApiError> {

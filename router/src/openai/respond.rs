@@ -85,7 +85,15 @@ async fn run<A: Answer>(
         mode,
     } = generations;
     // Built again only when a fallback checkpoint takes over the request.
-    let make = |model: &str| params.requests(request_id, model, prompts.clone());
+    let scope = routed.cache_scope();
+    let share = routed.tenant_share();
+    let make = |model: &str| {
+        let mut requests = params.requests(request_id, model, &scope, prompts.clone());
+        for request in &mut requests {
+            request.share = share.clone();
+        }
+        requests
+    };
     let id = format!("{}-{request_id}", A::ID_PREFIX);
     let created = unix_now();
     match *mode {

@@ -59,6 +59,8 @@ pub struct ChatCompletionRequest {
     pub parallel_tool_calls: Option<bool>,
     /// `{"type": "text" | "json_object" | "json_schema", ...}`.
     pub response_format: Option<Value>,
+    /// vLLM's prompt-cache salt: only requests with the same salt share cached blocks.
+    pub cache_salt: Option<String>,
 }
 
 /// One chat message on the wire.
@@ -123,4 +125,6 @@ pub struct CompletionRequest {
     pub stream_options: Option<StreamOptions>,
     /// `{"type": "text" | "json_object" | "json_schema", ...}`, as for chat.
     pub response_format: Option<Value>,
+    /// vLLM's prompt-cache salt, as for chat.
+    pub cache_salt: Option<String>,
 }

@@ -6,7 +6,7 @@
 
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
-use switchyard_policies::{ConstraintFailure, HintError, RouteError, RouteErrorKind};
+use switchyard_policies::{ConstraintFailure, HintError, RateDecision, RouteError, RouteErrorKind};
 
 use crate::error::ErrorReply;
 
@@ -33,6 +33,14 @@ pub enum PolicyRejection {
     /// The policy could not route the request.
     #[error("{0}")]
     Route(#[from] RouteError),
+    /// The tenant or its key is past a requests- or tokens-per-minute limit.
+    #[error("{}", rate_limited_message(decision, *tokens))]
+    RateLimited {
+        /// The limits as they stand (nothing was counted for this request).
+        decision: RateDecision,
+        /// Tokens the request would have counted.
+        tokens: u64,
+    },
     /// A handler behind the policy layer ran without a routed request: the app was
     /// assembled without [`crate::policy::PolicyLayer`]. Fails closed.
     #[error("This request was not routed by the policy layer, so it cannot be served; this is a server configuration bug, please report it.")]
@@ -48,6 +56,7 @@ impl PolicyRejection {
                 StatusCode::BAD_REQUEST
             }
             PolicyRejection::Route(error) => route_status(error),
+            PolicyRejection::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             PolicyRejection::NotRouted => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -57,6 +66,7 @@ impl PolicyRejection {
             PolicyRejection::MalformedAuthorization => "invalid_api_key",
             PolicyRejection::Hint { .. } | PolicyRejection::HintNotText { .. } => "invalid_value",
             PolicyRejection::NotRouted => "not_routed",
+            PolicyRejection::RateLimited { .. } => "rate_limit_exceeded",
             PolicyRejection::Route(error) => match error.kind() {
                 RouteErrorKind::Unauthenticated => "invalid_api_key",
                 RouteErrorKind::UnknownModel => "model_not_found",
@@ -85,6 +95,10 @@ impl PolicyRejection {
     pub fn reply(&self) -> ErrorReply {
         let reply =
             ErrorReply::new(self.status(), self.message(), self.code()).with_param(self.param());
+        if let PolicyRejection::RateLimited { decision, .. } = self {
+            // Throttled, not spent: retrying after the window moves on helps.
+            return reply.with_retry_after(Some(decision.retry_after));
+        }
         match self.status() {
             // Spent, not throttled: retrying soon does not help.
             StatusCode::TOO_MANY_REQUESTS => reply.with_type("insufficient_quota"),
@@ -108,6 +122,22 @@ impl PolicyRejection {
             other => other.to_string(),
         }
     }
+}
+
+/// `Rate limit reached for requests per minute: limit 3, remaining 0; retry in 37 s.`
+fn rate_limited_message(decision: &RateDecision, tokens: u64) -> String {
+    let what = match (decision.requests, decision.tokens) {
+        (Some(q), _) if q.remaining == 0 => {
+            format!("requests per minute: limit {}, remaining 0", q.limit)
+        }
+        (_, Some(q)) => format!(
+            "tokens per minute: limit {}, remaining {}, requested {tokens}",
+            q.limit, q.remaining
+        ),
+        _ => "requests per minute".to_owned(),
+    };
+    let wait = decision.retry_after.as_secs() + u64::from(decision.retry_after.subsec_nanos() > 0);
+    format!("Rate limit reached for {what}; retry in {} s.", wait.max(1))
 }
 
 /// 401 unauthenticated, 403 when every candidate is forbidden to the tenant, 429 when

@@ -23,7 +23,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::future::BoxFuture;
 use http::request::Parts;
 use http::{HeaderName, HeaderValue};
-use switchyard_policies::{HEADER_COST, HEADER_MODEL, HEADER_ROUTE, HEADER_VERSION};
+use switchyard_policies::{RateDecision, HEADER_COST, HEADER_MODEL, HEADER_ROUTE, HEADER_VERSION};
 use switchyard_seam::BackendError;
 use tower::{Layer, Service};
 
@@ -33,6 +33,7 @@ use crate::layers::json_body::read_error;
 use crate::layers::request_id::request_id;
 use crate::layers::Inner;
 use crate::policy::error::PolicyRejection;
+use crate::policy::rate_limit;
 use crate::policy::request::route_request as build_route_request;
 use crate::policy::routable::{ParseLimits, RoutableRequest, Validated};
 use crate::policy::routed::{RouteSummary, RoutedRequest};
@@ -170,7 +171,7 @@ where
             }
         }
     };
-    let routed = match parsed {
+    let (routed, rate) = match parsed {
         Ok(routed) => routed,
         Err(refusal) => return Ok(refusal),
     };
@@ -179,12 +180,16 @@ where
         .call(Request::from_parts(parts, Body::empty()))
         .await?;
     routed.with_summary(|summary| decorate(&mut response, summary));
+    if let Some(rate) = &rate {
+        rate_limit::add_headers(response.headers_mut(), rate);
+    }
     Ok(response)
 }
 
-/// Validates `bytes` as an `R`, then routes the request from it; leaves the
-/// [`RoutedRequest`] and the [`Validated`] request in its extensions, or returns the
-/// response that refuses it.
+/// Validates `bytes` as an `R`, counts it against its tenant's rate limits, then routes
+/// it; leaves the [`RoutedRequest`] and the [`Validated`] request in its extensions
+/// and returns the rate limits' state for the response's headers (`None`: no limit
+/// applies), or returns the response that refuses it.
 // The refusal is the response itself, written once into the caller's frame; boxing it
 // would add an allocation to every refused request for nothing.
 #[allow(clippy::result_large_err)]
@@ -193,24 +198,45 @@ fn parse_and_route<R: RoutableRequest>(
     limits: ParseLimits,
     parts: &mut Parts,
     bytes: &Bytes,
-) -> Result<RoutedRequest, Response> {
+) -> Result<(RoutedRequest, Option<RateDecision>), Response> {
     let request = R::parse(bytes, limits).map_err(IntoResponse::into_response)?;
-    let routed = match routing {
-        None => RoutedRequest::passthrough(),
+    let (routed, rate) = match routing {
+        None => (RoutedRequest::passthrough(), None),
         Some(routing) => {
             let id = request_id(&parts.headers);
             let route_request =
                 build_route_request(&routing, &parts.headers, &id, request.routing_fields())
                     .map_err(IntoResponse::into_response)?;
-            let route = routing
-                .route(&route_request)
-                .map_err(|error| PolicyRejection::Route(error).into_response())?;
-            RoutedRequest::routed(routing, route_request, &id, route)
+            let rate = rate_limit::admit(&routing, &route_request).map_err(rate_refusal)?;
+            let route = routing.route(&route_request).map_err(|error| {
+                let mut refusal = PolicyRejection::Route(error).into_response();
+                if let Some(rate) = &rate {
+                    rate_limit::add_headers(refusal.headers_mut(), rate);
+                }
+                refusal
+            })?;
+            (
+                RoutedRequest::routed(routing, route_request, &id, route),
+                rate,
+            )
         }
     };
     parts.extensions.insert(routed.clone());
     parts.extensions.insert(Validated(request));
-    Ok(routed)
+    Ok((routed, rate))
+}
+
+/// The 429 of a request past a rate limit, with `Retry-After` and the limits' headers.
+fn rate_refusal(rejection: PolicyRejection) -> Response {
+    let decision = match &rejection {
+        PolicyRejection::RateLimited { decision, .. } => Some(*decision),
+        _ => None,
+    };
+    let mut response = rejection.into_response();
+    if let Some(decision) = decision {
+        rate_limit::add_headers(response.headers_mut(), &decision);
+    }
+    response
 }
 
 /// Reads the whole body, with the same errors as the JSON extractor.

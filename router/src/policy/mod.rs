@@ -33,6 +33,7 @@
 pub mod engine_view;
 pub mod error;
 pub mod layer;
+pub(crate) mod rate_limit;
 pub(crate) mod request;
 pub mod routable;
 pub mod routed;

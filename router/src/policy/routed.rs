@@ -20,7 +20,7 @@ use switchyard_policies::{Completion, ModelHint, Route, RouteReason, RouteReques
 
 use crate::policy::error::PolicyRejection;
 use crate::policy::routing::PolicyRouting;
-use switchyard_seam::BackendError;
+use switchyard_seam::{BackendError, CacheScope, TenantShare};
 
 /// The checkpoint chosen for a request and why (what the response headers say).
 #[derive(Debug, Clone, PartialEq)]
@@ -37,6 +37,8 @@ pub struct RouteSummary {
     pub estimated_cost: f64,
     /// The tenant charged, if any.
     pub tenant: Option<Arc<str>>,
+    /// Whose cached prompt blocks the request reads (see [`CacheScope`]).
+    pub cache_scope: CacheScope,
     /// The split and arm that chose it, if any.
     pub split_arm: Option<(Arc<str>, Arc<str>)>,
     /// `model@version`, formatted once: the handler asks for it several times.
@@ -54,6 +56,7 @@ impl RouteSummary {
             explanation: std::mem::take(&mut route.explanation),
             estimated_cost: route.estimated_cost,
             tenant: route.tenant.clone(),
+            cache_scope: route.cache_scope.clone(),
             split_arm: route.split.clone().zip(route.arm.clone()),
             backend_model: format!("{}@{}", route.model, route.version),
         }
@@ -227,6 +230,31 @@ impl RoutedRequest {
                 .cloned()
                 .unwrap_or_else(|| requested.to_owned()),
         }
+    }
+
+    /// Whose cached prompt blocks the request reads: its tenant's scope as the
+    /// policy sets it; the deployment's one scope for a pass-through request.
+    pub fn cache_scope(&self) -> CacheScope {
+        self.with_summary(|summary| summary.cache_scope.clone())
+            .unwrap_or_else(CacheScope::deployment)
+    }
+
+    /// The tenant the request runs for and its weight in the current policy, for the
+    /// engine's fair admission; no tenant for a pass-through or anonymous request.
+    pub fn tenant_share(&self) -> TenantShare {
+        let Some(ticket) = self.ticket() else {
+            return TenantShare::default();
+        };
+        let Some(name) = ticket.lock().summary.tenant.clone() else {
+            return TenantShare::default();
+        };
+        let weight = ticket
+            .routing
+            .store()
+            .current()
+            .tenant(&name)
+            .map_or(1, |t| t.weight);
+        TenantShare::new(name, weight)
     }
 
     /// The largest prompt's tokens: as the engine counted them once known, else as

@@ -3,7 +3,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use switchyard_policies::{metrics, EngineView, PolicyStore, Route, RouteError, RouteRequest};
+use switchyard_policies::{
+    metrics, EngineView, LocalRateLedger, PolicyStore, RateLedger, Route, RouteError, RouteRequest,
+};
 
 use crate::policy::engine_view::BackendEngineView;
 use switchyard_seam::InferenceBackend;
@@ -17,6 +19,9 @@ pub struct PolicyRouting {
     /// watcher, the admin API or anywhere else) shows every split's state and every
     /// tenant's spend.
     published: AtomicU64,
+    /// Requests and tokens each tenant and key used this minute; outside the policy,
+    /// so a reload changes the limits and keeps the counts.
+    rate_ledger: Arc<dyn RateLedger>,
 }
 
 impl PolicyRouting {
@@ -29,6 +34,7 @@ impl PolicyRouting {
             store,
             engine,
             published: AtomicU64::new(0),
+            rate_ledger: Arc::new(LocalRateLedger::default()),
         };
         routing.publish_metrics();
         routing
@@ -38,6 +44,18 @@ impl PolicyRouting {
     /// [`InferenceBackend::checkpoint_state`].
     pub fn over_backend(store: Arc<PolicyStore>, backend: Arc<dyn InferenceBackend>) -> Self {
         Self::new(store, Arc::new(BackendEngineView::new(backend)))
+    }
+
+    /// Counts rate limits in `ledger` (one shared between instances) instead of this
+    /// process's memory.
+    pub fn with_rate_ledger(mut self, ledger: Arc<dyn RateLedger>) -> Self {
+        self.rate_ledger = ledger;
+        self
+    }
+
+    /// Where rate limits are counted.
+    pub fn rate_ledger(&self) -> &dyn RateLedger {
+        self.rate_ledger.as_ref()
     }
 
     /// The policy store (reload it, read the current policy).

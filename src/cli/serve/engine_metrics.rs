@@ -2,11 +2,12 @@
 //! and active versions. Label values are checkpoint names the registry
 //! knows (a bounded set), never raw request text.
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use switchyard_engine::registry::{Registry, RegistryObserver};
-use switchyard_engine::serving::{CheckpointId, ExecutorObserver};
+use switchyard_engine::serving::{CheckpointId, ExecutorObserver, ScopeUsage};
 use switchyard_kernels::Backend;
 use switchyard_router::metrics::{set_queue_depth, STEP_ROWS, SWAP_DURATION_SECONDS};
 
@@ -41,8 +42,18 @@ const PROMPT_CACHE_BLOCKS: &str = "switchyard_prompt_cache_blocks";
 /// Gauge: bytes of the KV budget the prompt cache's blocks take.
 const PROMPT_CACHE_BYTES: &str = "switchyard_prompt_cache_bytes";
 
+/// Gauge: blocks the prompt cache holds per `cache_scope` (`deployment`,
+/// `tenant:<name>`, `shared:<name>`). Names tenants: admin metrics only.
+const PROMPT_CACHE_SCOPE_BLOCKS: &str = "switchyard_prompt_cache_scope_blocks";
+/// Gauge: bytes of the KV budget the prompt cache's blocks take per `cache_scope`.
+const PROMPT_CACHE_SCOPE_BYTES: &str = "switchyard_prompt_cache_scope_bytes";
+
 /// Reports the executor's events.
-pub struct ExecutorMetrics;
+#[derive(Default)]
+pub struct ExecutorMetrics {
+    /// Scopes reported so far: one that no longer holds a block is set to 0.
+    scopes: Mutex<BTreeSet<String>>,
+}
 
 impl ExecutorObserver for ExecutorMetrics {
     fn queue_depth(&self, checkpoint: &CheckpointId, depth: usize) {
@@ -94,6 +105,25 @@ impl ExecutorObserver for ExecutorMetrics {
         metrics::counter!(PROMPT_CACHE_EVICTIONS_TOTAL).increment(0);
         metrics::gauge!(PROMPT_CACHE_BLOCKS).set(blocks as f64);
         metrics::gauge!(PROMPT_CACHE_BYTES).set(bytes as f64);
+    }
+
+    fn prompt_cache_scopes(&self, scopes: &[ScopeUsage]) {
+        let mut seen = self.scopes.lock().unwrap_or_else(PoisonError::into_inner);
+        for gone in seen
+            .iter()
+            .filter(|s| !scopes.iter().any(|u| &u.scope == *s))
+        {
+            metrics::gauge!(PROMPT_CACHE_SCOPE_BLOCKS, "cache_scope" => gone.clone()).set(0.0);
+            metrics::gauge!(PROMPT_CACHE_SCOPE_BYTES, "cache_scope" => gone.clone()).set(0.0);
+        }
+        for usage in scopes {
+            let scope = usage.scope.clone();
+            metrics::gauge!(PROMPT_CACHE_SCOPE_BLOCKS, "cache_scope" => scope.clone())
+                .set(usage.blocks as f64);
+            metrics::gauge!(PROMPT_CACHE_SCOPE_BYTES, "cache_scope" => scope.clone())
+                .set(usage.bytes as f64);
+            seen.insert(scope);
+        }
     }
 }
 

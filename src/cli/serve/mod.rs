@@ -487,7 +487,7 @@ fn start_engine<B: Backend>(
     let executor = Executor::spawn(
         backend,
         settings.executor.clone(),
-        Arc::new(ExecutorMetrics),
+        Arc::new(ExecutorMetrics::default()),
     )
     .context("cannot start the executor thread")?;
     let engine = Engine::new(registry, executor, created, request_timeout);

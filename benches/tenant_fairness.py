@@ -1,0 +1,173 @@
+"""Noisy neighbour: a light tenant's time to first token alone, then while a
+heavy tenant runs many streams, through a policy of two tenants (issue 37).
+
+The light tenant sends one short streamed chat at a time; the heavy tenant
+keeps `--heavy` streams busy (each asks for `--heavy-tokens` tokens and is
+sent again when it ends). Each binary given is measured in turn, alone and
+beside, on the same machine.
+
+Usage:
+  python benches/tenant_fairness.py [--model GGUF] [--switchyard BIN ...]
+      [--threads 2] [--heavy 48] [--heavy-tokens 32] [--light 30]
+Prints one JSON line per binary and a summary table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import openai
+
+ROOT = Path(__file__).resolve().parents[1]
+KEYS = {"light": "sk-bench-light", "heavy": "sk-bench-heavy"}
+HEAVY_PROMPT = "Write a long story about a lighthouse keeper and the sea. " * 4
+
+
+def policy() -> str:
+    tenants = "".join(
+        f'\n[[tenants]]\nname = "{name}"\napi_keys = ["sha256:{hashlib.sha256(key.encode()).hexdigest()}"]\n'
+        for name, key in KEYS.items())
+    return ('[[models]]\nname = "smol"\nversion = "v1"\ncost_per_1k_input = 0.0\n'
+            'cost_per_1k_output = 0.0\nquality = 0.5\ncontext_limit = 8192\n' + tenants)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(binary: Path, model: Path, threads: int, tmp: Path) -> tuple[subprocess.Popen, int]:
+    (tmp / "policy.toml").write_text(policy())
+    (tmp / "serve.toml").write_text(
+        f'threads = {threads}\n[[models]]\npath = "{model}"\nname = "smol"\nversion = "v1"\n')
+    port = free_port()
+    proc = subprocess.Popen(
+        [str(binary), "serve", "--config", str(tmp / "serve.toml"), "--policy", str(tmp / "policy.toml"),
+         "--listen", f"127.0.0.1:{port}", "--drain-seconds", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            sys.exit(f"{binary} exited: {proc.stderr.read()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
+                if r.status == 200:
+                    return proc, port
+        except OSError:
+            pass
+        time.sleep(0.3)
+    proc.kill()
+    sys.exit(f"{binary} did not become ready")
+
+
+def client(port: int, tenant: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEYS[tenant], max_retries=0,
+                         timeout=120)
+
+
+def ttft(c: openai.OpenAI, text: str, max_tokens: int) -> float:
+    started = time.perf_counter()
+    stream = c.chat.completions.create(model="smol", max_tokens=max_tokens, temperature=0, stream=True,
+                                       messages=[{"role": "user", "content": text}])
+    first = None
+    for chunk in stream:
+        if first is None and chunk.choices and chunk.choices[0].delta.content:
+            first = time.perf_counter() - started
+    return first if first is not None else time.perf_counter() - started
+
+
+def light_run(port: int, n: int, tag: str) -> list[float]:
+    c = client(port, "light")
+    return [ttft(c, f"{tag} question {i}: what is {i} plus {i * 3}?", 4) * 1000 for i in range(n)]
+
+
+def heavy_streams(port: int, streams: int, tokens: int, stop: threading.Event) -> list[threading.Thread]:
+    def loop(k: int):
+        c = client(port, "heavy")
+        i = 0
+        while not stop.is_set():
+            try:
+                ttft(c, f"{k}.{i} {HEAVY_PROMPT}", tokens)
+            except openai.APIError:
+                time.sleep(0.05)
+            i += 1
+    threads = [threading.Thread(target=loop, args=(k,), daemon=True) for k in range(streams)]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def measure(binary: Path, model: Path, args) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, port = start(binary, model, args.threads, Path(tmp))
+        try:
+            light_run(port, 3, "warm")
+            alone = light_run(port, args.light, "alone")
+            # The heavy streams run in a process of their own: in this one,
+            # their 48 threads would hold the interpreter lock while the light
+            # client's first chunk waits to be read.
+            heavy = subprocess.Popen([sys.executable, __file__, "--heavy-load", str(port),
+                                      "--heavy", str(args.heavy), "--heavy-tokens", str(args.heavy_tokens)])
+            time.sleep(3.0)
+            beside = light_run(port, args.light, "beside")
+            heavy.terminate()
+            heavy.wait(timeout=60)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    result = {"binary": str(binary), "heavy_streams": args.heavy, "heavy_tokens": args.heavy_tokens,
+              "alone_p50_ms": statistics.median(alone), "alone_p99_ms": pct(alone, 0.99),
+              "beside_p50_ms": statistics.median(beside), "beside_p99_ms": pct(beside, 0.99)}
+    result["ratio_p50"] = result["beside_p50_ms"] / result["alone_p50_ms"]
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path)
+    parser.add_argument("--switchyard", type=Path, nargs="+",
+                        default=[ROOT / "target" / "release" / "switchyard"])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--heavy", type=int, default=48)
+    parser.add_argument("--heavy-tokens", type=int, default=32)
+    parser.add_argument("--light", type=int, default=30)
+    parser.add_argument("--heavy-load", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.heavy_load:
+        heavy_streams(args.heavy_load, args.heavy, args.heavy_tokens, threading.Event())
+        threading.Event().wait()
+        return
+    model = args.model or Path(subprocess.run([str(ROOT / "scripts" / "fetch-model.sh")], check=True,
+                                              capture_output=True, text=True).stdout.strip().splitlines()[-1])
+    results = [measure(binary, model, args) for binary in args.switchyard]
+    for r in results:
+        print(json.dumps(r))
+    print(f"\n| binary | alone p50 / p99 ms | beside {args.heavy} heavy streams p50 / p99 ms | p50 ratio |")
+    print("|---|---|---|---|")
+    for r in results:
+        print(f"| {r['binary']} | {r['alone_p50_ms']:.0f} / {r['alone_p99_ms']:.0f} | "
+              f"{r['beside_p50_ms']:.0f} / {r['beside_p99_ms']:.0f} | {r['ratio_p50']:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
