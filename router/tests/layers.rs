@@ -38,6 +38,7 @@ async fn request_id_is_echoed_and_used() {
     let (app, _) = app_for(&fake);
     let request = Request::post(CHAT)
         .header("x-request-id", "abc-123")
+        .header("content-type", "application/json")
         .body(Body::from(hello().to_string()))
         .unwrap();
     let reply = send(&app, request).await;
