@@ -31,6 +31,7 @@ async fn dropping_the_sse_body_cancels_every_generation() {
         .build();
     let (app, _) = app_for(&fake);
     let request = Request::post(CHAT)
+        .header("content-type", "application/json")
         .body(Body::from(streamed_chat(3).to_string()))
         .unwrap();
     let response = app.oneshot(request).await.unwrap();

@@ -32,7 +32,7 @@ pub fn generate<B: Backend>(
     let mut caches = prompts
         .iter()
         .zip(&limits)
-        .map(|(p, limit)| super::eval_cache(backend, model, p.len() + limit))
+        .map(|(p, limit)| super::cache::eval_cache(backend, model, p.len() + limit))
         .collect::<Result<Vec<_>, _>>()?;
     let mut generated: Vec<Vec<u32>> = vec![Vec::new(); prompts.len()];
     let mut texts = vec![String::new(); prompts.len()];

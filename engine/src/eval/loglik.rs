@@ -80,7 +80,7 @@ impl<'m, B: Backend> Scorer<'m, B> {
         let vocab = self.model.config().vocab_size;
         let mut caches = items
             .iter()
-            .map(|item| super::eval_cache(self.backend, self.model, item.capacity()))
+            .map(|item| super::cache::eval_cache(self.backend, self.model, item.capacity()))
             .collect::<Result<Vec<_>, _>>()?;
         let mut scores: Vec<Vec<f64>> = items
             .iter()

@@ -20,6 +20,7 @@
 //! # Ok(()) }
 //! ```
 
+mod cache;
 mod encode;
 mod error;
 pub mod gate;
@@ -289,24 +290,4 @@ fn run_generations<B: Backend>(
         }
     }
     Ok(())
-}
-
-/// A KV cache of `capacity` positions for one evaluated sequence, outside
-/// any serving budget (an evaluation runs on its own, like a `Session`).
-pub(crate) fn eval_cache<B: switchyard_kernels::Backend>(
-    backend: &B,
-    model: &crate::model::LlamaModel<B>,
-    capacity: usize,
-) -> Result<crate::kv::SequenceKv<B>, EvalError> {
-    let pool = crate::kv::KvPool::new(crate::kv::KvConfig {
-        budget_bytes: usize::MAX,
-        ..crate::kv::KvConfig::default()
-    });
-    Ok(crate::kv::SequenceKv::for_model(
-        backend,
-        &pool,
-        model,
-        capacity,
-        switchyard_kernels::KvPrefix::none(),
-    )?)
 }

@@ -19,8 +19,8 @@ use arc_swap::ArcSwapOption;
 use switchyard_kernels::Backend;
 
 use super::checkpoint::{CheckpointHandle, CheckpointId};
-use super::group::{Admission, Group, Waiting};
-use super::queue::{SequenceRequest, SubmitError};
+use super::group::{Admission, Group};
+use super::queue::{SequenceRequest, SubmitError, Waiting};
 use super::table::WeightTable;
 use super::{choice, ExecutorObserver};
 use crate::kv::prefix_cache::PrefixCache;

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use switchyard_seam::TenantShare;
 
-use super::group::Waiting;
+use super::queue::Waiting;
 
 /// The position in `waiting` to admit when the scheduler asks for `at`: the oldest
 /// request of the tenant with the fewest running sequences per weight (`running`:

@@ -11,19 +11,13 @@ use switchyard_kernels::Backend;
 use super::checkpoint::CheckpointHandle;
 use super::choice::Claim;
 use super::fair;
-use super::queue::{SequenceEvent, SequenceRequest};
+use super::queue::{SequenceEvent, SequenceRequest, Waiting};
 use super::sequence::Sequence;
 use crate::kv::admission::{self as kv_admission, NoCache};
 use crate::kv::prefix_cache::{Found, PrefixCache};
 use crate::kv::{KvError, KvPool, SharedBlock};
 use crate::model::{LogitRows, SequenceChunk};
 use crate::structured::mask_rows;
-
-/// A request waiting for a batch slot.
-pub(super) struct Waiting {
-    pub(super) request: SequenceRequest,
-    pub(super) arrived: Instant,
-}
 
 /// What [`Group::admit_at`] did with a waiting request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

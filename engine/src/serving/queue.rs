@@ -165,3 +165,9 @@ pub enum SubmitError {
     #[error("the executor thread has stopped (it panicked or was shut down); restart the server")]
     Stopped,
 }
+
+/// A request waiting for a batch slot.
+pub(super) struct Waiting {
+    pub(super) request: SequenceRequest,
+    pub(super) arrived: Instant,
+}

@@ -17,7 +17,7 @@ use encode::{f16_round, inverse, pack_k_scales, push_f16};
 /// Encodes `values` (any whole number of `dtype` blocks) as `dtype`.
 ///
 /// ```
-/// use switchyard_kernels::{quantize::quantize, DType};
+/// use switchyard_kernels::{formats::quantize::quantize, DType};
 /// let bytes = quantize(DType::Q8_0, &[0.5; 32]).unwrap();
 /// assert_eq!(bytes.len(), 34);
 /// ```
