@@ -11,7 +11,7 @@ use switchyard_kernels::Backend;
 use super::checkpoint::CheckpointHandle;
 use super::choice::Claim;
 use super::fair;
-use super::queue::{SequenceEvent, SequenceRequest, Waiting};
+use super::queue::{SequenceEvent, Waiting};
 use super::sequence::Sequence;
 use crate::kv::admission::{self as kv_admission, NoCache};
 use crate::kv::prefix_cache::{Found, PrefixCache};
