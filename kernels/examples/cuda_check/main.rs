@@ -18,13 +18,14 @@ use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::CudaSlice;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use switchyard_kernels::cpu::{dequantize_row, CpuActivations, CpuBackend, Isa};
+use switchyard_kernels::cpu::{CpuActivations, CpuBackend, Isa};
 use switchyard_kernels::cuda::ops::{self, MatvecInput};
 use switchyard_kernels::cuda::{
     self, Budgets, CudaDevice, CudaError, CudaMemory, DeviceMemory, PointerTable, Residency,
     SlotLayout, WeightImage,
 };
-use switchyard_kernels::quantize::quantize;
+use switchyard_kernels::formats::dequantize_row;
+use switchyard_kernels::formats::quantize::quantize;
 use switchyard_kernels::{Backend, DType, WeightView};
 
 pub(crate) type Check = Result<bool, Box<dyn std::error::Error>>;
