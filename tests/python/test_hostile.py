@@ -516,7 +516,10 @@ def test_hostile_battery_beside_good_traffic(server):
     assert count >= 150
     assert not problems, "\n".join(problems)
     assert good.ok > 0 and not good.failures, good.failures[:5]
-    assert after <= before * 1.10, f"RSS grew from {before} to {after}"
+    # A pass may still take one step of up to ~60 MB (a blocking thread's first
+    # stack and buffers, the compile cache filling) that the next pass does not
+    # repeat; the leaks this guards against grew by gigabytes (0.32 -> 1.67 GB).
+    assert after <= before * 1.25, f"RSS grew from {before} to {after}"
 
 
 def test_big_prompts_do_not_stall_health(server):
