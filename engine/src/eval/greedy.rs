@@ -6,7 +6,6 @@ use switchyard_kernels::Backend;
 
 use crate::model::{LogitRows, SequenceChunk};
 use crate::sampling::argmax;
-use crate::session::PREFILL_CHUNK;
 use crate::tokenizer::Tokenizer;
 
 use super::loglik::Scorer;
@@ -42,30 +41,8 @@ pub fn generate<B: Backend>(
 
     let mut fed = vec![0usize; prompts.len()];
     loop {
-        let mut chunks = Vec::new();
-        let mut ending = Vec::new();
-        for (i, (prompt, cache)) in prompts.iter().zip(caches.iter_mut()).enumerate() {
-            let remaining = prompt.len() - fed[i];
-            if remaining == 0 {
-                continue;
-            }
-            let take = remaining.min(PREFILL_CHUNK);
-            let last = take == remaining;
-            chunks.push(SequenceChunk {
-                tokens: &prompt[fed[i]..fed[i] + take],
-                start_pos: fed[i],
-                cache: cache.device(),
-                logits: if last {
-                    LogitRows::Last
-                } else {
-                    LogitRows::None
-                },
-            });
-            if last {
-                ending.push(i);
-            }
-            fed[i] += take;
-        }
+        let (mut chunks, ending) =
+            super::cache::prefill_step(prompts.iter().copied(), &mut caches, &mut fed);
         if chunks.is_empty() {
             break;
         }

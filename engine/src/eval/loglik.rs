@@ -16,7 +16,6 @@
 use switchyard_kernels::Backend;
 
 use crate::model::{LlamaModel, LogitRows, Scratch, SequenceChunk};
-use crate::session::PREFILL_CHUNK;
 
 use super::encode::ChoiceTokens;
 use super::EvalError;
@@ -90,31 +89,12 @@ impl<'m, B: Backend> Scorer<'m, B> {
         // Contexts, piece by piece; the last piece keeps its last row.
         let mut fed = vec![0usize; items.len()];
         loop {
-            let mut chunks = Vec::new();
             // Items whose context ends in this step, in chunk order: one logits row each.
-            let mut ending = Vec::new();
-            for (i, (item, cache)) in items.iter().zip(caches.iter_mut()).enumerate() {
-                let remaining = item.context.len() - fed[i];
-                if remaining == 0 {
-                    continue;
-                }
-                let take = remaining.min(PREFILL_CHUNK);
-                let last = take == remaining;
-                chunks.push(SequenceChunk {
-                    tokens: &item.context[fed[i]..fed[i] + take],
-                    start_pos: fed[i],
-                    cache: cache.device(),
-                    logits: if last {
-                        LogitRows::Last
-                    } else {
-                        LogitRows::None
-                    },
-                });
-                if last {
-                    ending.push(i);
-                }
-                fed[i] += take;
-            }
+            let (mut chunks, ending) = super::cache::prefill_step(
+                items.iter().map(|item| item.context.as_slice()),
+                &mut caches,
+                &mut fed,
+            );
             if chunks.is_empty() {
                 break;
             }
