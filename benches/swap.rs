@@ -81,6 +81,7 @@ fn measure_swaps(paths: [&Path; 2], swaps: usize) -> Vec<Duration> {
                 constraint: None,
                 cache_scope: switchyard_seam::CacheScope::default(),
                 share: switchyard_seam::TenantShare::default(),
+                task: Default::default(),
             };
             executor.submit(&checkpoint, request).expect("submitted");
             receivers.push(receiver);

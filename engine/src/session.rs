@@ -67,6 +67,32 @@ impl<'m, B: Backend> Session<'m, B> {
         &self.cache
     }
 
+    /// Appends `tokens` and returns their embedding: the mean of their final
+    /// hidden states (after the output norm) scaled to unit length, as the
+    /// executor computes it for `POST /v1/embeddings`. Run on a fresh
+    /// session, it embeds `tokens` alone.
+    pub fn embed(&mut self, tokens: &[u32]) -> Result<Vec<f32>, ModelError> {
+        let mut sum = vec![0f64; self.model.config().hidden_size];
+        for piece in tokens.chunks(PREFILL_CHUNK) {
+            let mut batch = [SequenceChunk {
+                tokens: piece,
+                start_pos: self.len,
+                cache: self.cache.device(),
+                logits: LogitRows::Pooled,
+            }];
+            let mut parts = [crate::model::ModelPart {
+                model: self.model,
+                chunks: &mut batch,
+            }];
+            let out = crate::model::forward_step(self.backend, &mut parts, &mut self.scratch)?;
+            for (total, &value) in sum.iter_mut().zip(out.pooled) {
+                *total += f64::from(value);
+            }
+            self.len += piece.len();
+        }
+        crate::model::unit_mean(&sum, tokens.len()).ok_or(ModelError::DegenerateEmbedding)
+    }
+
     /// Appends `tokens` and returns logits: for the last token only
     /// (`LogitRows::Last`) or for each of them (`LogitRows::All`), `vocab_size`
     /// floats per row.

@@ -94,6 +94,7 @@ fn request(prompt: &[u32]) -> (SequenceRequest, mpsc::Receiver<SequenceEvent>) {
         constraint: None,
         cache_scope: switchyard_seam::CacheScope::default(),
         share: switchyard_seam::TenantShare::default(),
+        task: Default::default(),
     };
     (request, receiver)
 }

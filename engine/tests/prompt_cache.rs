@@ -105,6 +105,7 @@ fn run(
         constraint: None,
         cache_scope: switchyard_seam::CacheScope::default(),
         share: switchyard_seam::TenantShare::default(),
+        task: Default::default(),
     };
     exec.submit(&f.checkpoint, request).unwrap();
     let mut ids = Vec::new();

@@ -99,6 +99,7 @@ fn request(
         constraint: None,
         cache_scope: switchyard_seam::CacheScope::default(),
         share: switchyard_seam::TenantShare::default(),
+        task: Default::default(),
     };
     (request, receiver)
 }

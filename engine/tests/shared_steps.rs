@@ -351,6 +351,7 @@ fn the_executor_runs_derived_checkpoints_together_without_mixing_them() {
                         constraint: None,
                         cache_scope: switchyard_seam::CacheScope::default(),
                         share: switchyard_seam::TenantShare::default(),
+                        task: Default::default(),
                     };
                     executor.submit(&checkpoint, request).unwrap();
                     let mut ids = Vec::new();

@@ -9,6 +9,7 @@
 //! executor's events into the seam's as they come. A request runs to its end
 //! on the version it resolved to, whatever is activated meanwhile.
 
+mod embed;
 mod events;
 mod model_cards;
 mod prepare;
@@ -19,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use switchyard_kernels::Backend;
 use switchyard_seam::{
-    BackendError, CandidateState, CheckpointProbe, GenerationRequest, GenerationStream,
-    InferenceBackend, ModelCard,
+    BackendError, CandidateState, CheckpointProbe, EmbeddingReply, EmbeddingRequest,
+    GenerationRequest, GenerationStream, InferenceBackend, ModelCard,
 };
 use tokio::sync::mpsc;
 
@@ -98,23 +99,23 @@ impl<B: Backend> InferenceBackend for Engine<B> {
         self.executor
             .check_share(&checkpoint, &sequence, fanout)
             .and_then(|()| self.executor.submit(&checkpoint, sequence))
+            .map_err(|error| refusal(error, request.prompt_field()))?;
+        Ok(receiver)
+    }
+
+    fn embed(&self, request: EmbeddingRequest) -> Result<EmbeddingReply, BackendError> {
+        let checkpoint = self.resolve(&request.model)?;
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        let deadline = Instant::now() + self.request_timeout;
+        let sequence = embed::prepare_embedding(&checkpoint, &request, sender, deadline)?;
+        self.executor
+            .submit(&checkpoint, sequence)
             .map_err(|error| match error {
-                SubmitError::Overloaded { .. } => BackendError::Overloaded,
-                SubmitError::Stopped => BackendError::Internal {
-                    message: error.to_string(),
-                },
-                // `prepare` refuses these first, with the request's own numbers.
-                SubmitError::EmptyPrompt | SubmitError::PromptTooLong { .. } => {
-                    BackendError::invalid(request.prompt_field(), error.to_string())
-                }
-                SubmitError::KvBudget {
-                    prompt_too_long: true,
-                    ..
-                } => BackendError::invalid(request.prompt_field(), error.to_string()),
+                // Its cache holds the input alone: the input is what to shorten.
                 SubmitError::KvBudget { .. } => {
-                    BackendError::invalid("max_tokens", error.to_string())
+                    BackendError::invalid(embed::INPUT, error.to_string())
                 }
-                SubmitError::KvShare { .. } => BackendError::invalid("n", error.to_string()),
+                error => refusal(error, embed::INPUT),
             })?;
         Ok(receiver)
     }
@@ -151,5 +152,26 @@ impl<B: Backend> InferenceBackend for Engine<B> {
         self.registry
             .resolve(model)
             .map_or_else(|_| model.to_owned(), |checkpoint| checkpoint.id.to_string())
+    }
+}
+
+/// The seam's words for an executor's refusal of a request whose prompt is in
+/// `prompt_field`.
+fn refusal(error: SubmitError, prompt_field: &str) -> BackendError {
+    match error {
+        SubmitError::Overloaded { .. } => BackendError::Overloaded,
+        SubmitError::Stopped => BackendError::Internal {
+            message: error.to_string(),
+        },
+        // `prepare` refuses these first, with the request's own numbers.
+        SubmitError::EmptyPrompt | SubmitError::PromptTooLong { .. } => {
+            BackendError::invalid(prompt_field, error.to_string())
+        }
+        SubmitError::KvBudget {
+            prompt_too_long: true,
+            ..
+        } => BackendError::invalid(prompt_field, error.to_string()),
+        SubmitError::KvBudget { .. } => BackendError::invalid("max_tokens", error.to_string()),
+        SubmitError::KvShare { .. } => BackendError::invalid("n", error.to_string()),
     }
 }

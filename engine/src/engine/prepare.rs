@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 
 use crate::prompt::{self, PromptError};
 use crate::sampling::{SamplingParams, StopCondition, MAX_TOP_LOGPROBS};
-use crate::serving::{SequenceRequest, ServedCheckpoint};
+use crate::serving::{SequenceRequest, SequenceTask, ServedCheckpoint};
 use crate::structured;
 
 use super::events::StreamSink;
@@ -68,6 +68,7 @@ pub fn prepare<B: Backend>(
         constraint,
         cache_scope: request.cache_scope.clone(),
         share: request.share.clone(),
+        task: SequenceTask::Generate,
     })
 }
 

@@ -3,10 +3,12 @@
 pub mod config;
 mod error;
 pub mod llama;
+mod pooling;
 mod runs;
 mod step;
 pub mod weights;
 
 pub use error::ModelError;
+pub use pooling::unit_mean;
 pub use llama::{LlamaModel, LogitRows, Scratch, SequenceChunk};
-pub use step::{forward_many, ModelPart};
+pub use step::{forward_many, forward_step, ModelPart, StepOutput};

@@ -53,6 +53,28 @@ pub fn forward_many<'s, B: Backend>(
     parts: &mut [ModelPart<'_, '_, B>],
     scratch: &'s mut Scratch<B>,
 ) -> Result<&'s [f32], ModelError> {
+    forward_step(backend, parts, scratch).map(|out| out.logits)
+}
+
+/// What one step returns, held in the scratch until its next step.
+pub struct StepOutput<'s> {
+    /// The requested logits, row after row in part then chunk order
+    /// (`vocab_size` floats per row).
+    pub logits: &'s [f32],
+    /// For each [`LogitRows::Pooled`] chunk, in part then chunk order, the
+    /// sum of its rows' final hidden states after the output norm
+    /// (`hidden_size` floats each): what a mean-pooled embedding adds up.
+    pub pooled: &'s [f32],
+}
+
+/// [`forward_many`], with the pooled hidden states of the chunks that ask
+/// for them ([`LogitRows::Pooled`]): embeddings run in the same step as
+/// generations.
+pub fn forward_step<'s, B: Backend>(
+    backend: &B,
+    parts: &mut [ModelPart<'_, '_, B>],
+    scratch: &'s mut Scratch<B>,
+) -> Result<StepOutput<'s>, ModelError> {
     let Some(lead) = parts.first().map(|p| p.model) else {
         return Err(ModelError::EmptyBatch);
     };
@@ -102,7 +124,20 @@ pub fn forward_many<'s, B: Backend>(
         step.attention_block(index, &layers, parts, s)?;
         step.mlp_block(&layers, s)?;
     }
-    step.logits(parts, s)
+    step.pool(parts, s)?;
+    let any_logits = step.logits(parts, s)?;
+    let Scratch {
+        logits,
+        host_logits,
+        pooled,
+        ..
+    } = s;
+    let logits = if any_logits {
+        backend.host_rows(logits, host_logits)
+    } else {
+        &[]
+    };
+    Ok(StepOutput { logits, pooled })
 }
 
 fn describe(c: &ModelConfig) -> String {
@@ -480,13 +515,10 @@ impl<B: Backend> Step<'_, B> {
         self.residual(layers, 1, s)
     }
 
-    /// Final norm and output projection, on the rows that want logits only
-    /// (the output projection is the largest matrix of a small model).
-    fn logits<'s>(
-        &self,
-        parts: &[ModelPart<'_, '_, B>],
-        s: &'s mut Scratch<B>,
-    ) -> Result<&'s [f32], ModelError> {
+    /// Final norm and output projection into `s.logits`, on the rows that
+    /// want logits only (the output projection is the largest matrix of a
+    /// small model). Returns whether any row did.
+    fn logits(&self, parts: &[ModelPart<'_, '_, B>], s: &mut Scratch<B>) -> Result<bool, ModelError> {
         let (b, c) = (self.backend, self.lead.config());
         let hidden = c.hidden_size;
         // The rows that want logits, and each part's share of them.
@@ -498,7 +530,7 @@ impl<B: Backend> Step<'_, B> {
             for chunk in part.chunks.iter() {
                 let len = chunk.tokens.len();
                 match chunk.logits {
-                    LogitRows::None => {}
+                    LogitRows::None | LogitRows::Pooled => {}
                     LogitRows::Last => wanted.push(row + len - 1),
                     LogitRows::All => wanted.extend(row..row + len),
                 }
@@ -507,7 +539,7 @@ impl<B: Backend> Step<'_, B> {
             wanted_rows.push(first..wanted.len());
         }
         if wanted.is_empty() {
-            return Ok(&[]);
+            return Ok(false);
         }
         select_rows(b, &s.x, &wanted, hidden, &mut s.selected)?;
         let norms = runs(
@@ -550,7 +582,69 @@ impl<B: Backend> Step<'_, B> {
         if let Some(cap) = c.traits.final_softcap {
             b.softcap(&mut s.logits, cap)?;
         }
-        Ok(b.host_rows(&s.logits, &mut s.host_logits))
+        Ok(true)
+    }
+
+    /// Into `s.pooled`: for each [`LogitRows::Pooled`] chunk, the sum of its
+    /// rows' hidden states after each part's output norm (the state the
+    /// output projection would read; llama.cpp pools the same one). Summed
+    /// on the host in f64: a chunk holds up to a step's rows.
+    fn pool(&self, parts: &[ModelPart<'_, '_, B>], s: &mut Scratch<B>) -> Result<(), ModelError> {
+        let (b, c) = (self.backend, self.lead.config());
+        let hidden = c.hidden_size;
+        s.pooled.clear();
+        // The pooled rows, each chunk's share of them, and each part's.
+        let mut wanted = Vec::new();
+        let mut chunk_rows = Vec::new();
+        let mut part_rows = Vec::with_capacity(parts.len());
+        let mut row = 0;
+        for part in parts {
+            let first = wanted.len();
+            for chunk in part.chunks.iter() {
+                let len = chunk.tokens.len();
+                if chunk.logits == LogitRows::Pooled {
+                    chunk_rows.push(wanted.len()..wanted.len() + len);
+                    wanted.extend(row..row + len);
+                }
+                row += len;
+            }
+            part_rows.push(first..wanted.len());
+        }
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        select_rows(b, &s.x, &wanted, hidden, &mut s.selected)?;
+        let norms = runs(
+            &part_rows,
+            parts.iter().map(|p| &**p.model.weights().output_norm),
+        );
+        let same = Widths {
+            input: hidden,
+            output: hidden,
+        };
+        let eps = c.rms_norm_eps;
+        b.resize(&mut s.hidden, wanted.len(), hidden);
+        by_runs(
+            b,
+            &norms,
+            &s.selected,
+            &mut s.hidden,
+            same,
+            &mut s.gather,
+            |x, w, out| b.rms_norm(x, w, eps, out),
+        )?;
+        let rows = b.host_rows(&s.hidden, &mut s.host_hidden);
+        for chunk in chunk_rows {
+            let mut sum = vec![0f64; hidden];
+            for r in chunk {
+                let values = rows.get(r * hidden..(r + 1) * hidden).unwrap_or_default();
+                for (total, &value) in sum.iter_mut().zip(values) {
+                    *total += f64::from(value);
+                }
+            }
+            s.pooled.extend(sum.iter().map(|&total| total as f32));
+        }
+        Ok(())
     }
 }
 

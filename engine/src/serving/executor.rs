@@ -25,7 +25,7 @@ use super::table::WeightTable;
 use super::{choice, ExecutorObserver};
 use crate::kv::prefix_cache::PrefixCache;
 use crate::kv::{admission as kv_admission, KvConfig, KvPool, SharedBlock};
-use crate::model::{forward_many, ModelPart};
+use crate::model::{forward_step, ModelPart};
 
 /// The executor's limits.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -187,7 +187,9 @@ impl<B: Backend> Executor<B> {
             return Err(SubmitError::EmptyPrompt);
         }
         let context = checkpoint.model.config().context_length;
-        if prompt_tokens >= context {
+        // A generation needs room for one token after its prompt; an embedding none.
+        let room = usize::from(request.task == super::SequenceTask::Generate);
+        if prompt_tokens + room > context {
             return Err(SubmitError::PromptTooLong {
                 prompt_tokens,
                 context,
@@ -686,20 +688,28 @@ impl<B: Backend> Scheduler<B> {
             })
             .collect();
         let started = Instant::now();
-        let result = forward_many(&*self.backend, &mut parts, scratch);
+        let result = forward_step(&*self.backend, &mut parts, scratch);
         drop(parts);
         drop(chunk_lists);
         let elapsed = started.elapsed();
 
         match result {
-            Ok(logits) => {
+            Ok(out) => {
                 let vocab = lead.model.config().vocab_size.max(1);
-                let mut rows = logits.chunks_exact(vocab);
+                let hidden = lead.model.config().hidden_size.max(1);
+                let mut rows = out.logits.chunks_exact(vocab);
+                let mut pooled = out.pooled.chunks_exact(hidden);
                 for ((_, group), spans) in picked.iter_mut().zip(spans) {
                     let (count, sequences) = Group::<B>::size(&spans);
                     self.observer
                         .step(&group.checkpoint.id, count, sequences, elapsed);
-                    group.finish(&self.backend, spans, &mut rows, self.prefix.as_mut());
+                    group.finish(
+                        &self.backend,
+                        spans,
+                        &mut rows,
+                        &mut pooled,
+                        self.prefix.as_mut(),
+                    );
                 }
             }
             Err(e) => {

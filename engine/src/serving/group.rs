@@ -11,7 +11,7 @@ use switchyard_kernels::Backend;
 use super::checkpoint::CheckpointHandle;
 use super::choice::Claim;
 use super::fair;
-use super::queue::{SequenceEvent, Waiting};
+use super::queue::{SequenceEvent, SequenceTask, Waiting};
 use super::sequence::Sequence;
 use crate::kv::admission::{self as kv_admission, NoCache};
 use crate::kv::prefix_cache::{Found, PrefixCache};
@@ -111,13 +111,15 @@ impl<B: Backend> Group<B> {
         let checkpoint = &self.checkpoint;
         let model = &checkpoint.model;
         let mut prefix = prefix.filter(|_| checkpoint.caches_prompts);
+        // An embedding pools every prompt row, so it must compute them all
+        // (it may still evict cached blocks for room below).
         let found = match prefix.as_deref_mut() {
-            Some(cache) => cache.lookup(
+            Some(cache) if front.request.task == SequenceTask::Generate => cache.lookup(
                 checkpoint.cache_key(),
                 &front.request.cache_scope,
                 &front.request.prompt,
             ),
-            None => Found::none(),
+            _ => Found::none(),
         };
         let cached = found.prefix().positions(kv.block_positions());
         let mut made = kv_admission::make_cache(
@@ -213,17 +215,19 @@ impl<B: Backend> Group<B> {
         let mut chunks = Vec::with_capacity(self.active.len());
         for (sequence, span) in self.active.iter_mut().zip(spans) {
             let Some(span) = span else { continue };
-            let wants_logits = span.end == sequence.tokens.len();
+            let logits = if sequence.embeds() {
+                LogitRows::Pooled
+            } else if span.end == sequence.tokens.len() {
+                LogitRows::Last
+            } else {
+                LogitRows::None
+            };
             chunks.push(SequenceChunk {
                 // `plan` keeps spans inside `tokens`; empty if it ever did not.
                 tokens: sequence.tokens.get(span.clone()).unwrap_or_default(),
                 start_pos: span.start,
                 cache: sequence.cache.device(),
-                logits: if wants_logits {
-                    LogitRows::Last
-                } else {
-                    LogitRows::None
-                },
+                logits,
             });
         }
         chunks
@@ -250,12 +254,14 @@ impl<B: Backend> Group<B> {
     /// Takes the step's results: each sequence whose span reached its last
     /// token samples from the next row of `logits` (`vocab` floats each);
     /// one whose prompt is now all in its cache then hands its prompt
-    /// blocks to `prefix`.
+    /// blocks to `prefix`. Each embedding that ran takes the next row of
+    /// `pooled` (`hidden` floats each).
     pub(super) fn finish<'l>(
         &mut self,
         backend: &B,
         spans: Vec<Option<Range<usize>>>,
         logits: &mut impl Iterator<Item = &'l [f32]>,
+        pooled: &mut impl Iterator<Item = &'l [f32]>,
         mut prefix: Option<&mut PrefixCache<SharedBlock<B>>>,
     ) {
         let key = self.checkpoint.cache_key();
@@ -267,14 +273,19 @@ impl<B: Backend> Group<B> {
         // handed out first so that the grammar masks of the step are
         // computed together, in parallel, before the serial sampling.
         let mut prompt_done = vec![false; self.active.len()];
+        let mut pooled_rows: Vec<Option<Option<&'l [f32]>>> = vec![None; self.active.len()];
         let rows: Vec<Option<Option<&'l [f32]>>> = self
             .active
             .iter_mut()
             .zip(spans)
-            .zip(&mut prompt_done)
-            .map(|((sequence, span), done)| {
+            .zip(prompt_done.iter_mut().zip(&mut pooled_rows))
+            .map(|((sequence, span), (done, pooled_row))| {
                 let span = span?;
                 sequence.processed = span.end;
+                if sequence.embeds() {
+                    *pooled_row = Some(pooled.next());
+                    return None;
+                }
                 let prompt_len = sequence.prompt().len();
                 *done = span.start < prompt_len && span.end >= prompt_len;
                 (span.end >= sequence.tokens.len()).then(|| logits.next())
@@ -290,14 +301,21 @@ impl<B: Backend> Group<B> {
         let keep: Vec<bool> = self
             .active
             .iter_mut()
-            .zip(rows)
-            .map(|(sequence, row)| match row {
+            .zip(rows.into_iter().zip(pooled_rows))
+            .map(|(sequence, (row, pooled_row))| match (row, pooled_row) {
+                (_, Some(Some(sum))) => sequence.accept_pooled(sum),
+                (_, Some(None)) => {
+                    sequence.fail("the forward pass returned fewer pooled rows than asked".into());
+                    false
+                }
+                (row, None) => match row {
                 None => true,
                 Some(Some(row)) => sequence.accept_logits(row),
                 Some(None) => {
                     sequence.fail("the forward pass returned fewer logits rows than asked".into());
                     false
                 }
+                },
             })
             .collect();
         // After the first tokens went out: copying a prompt's tail takes

@@ -43,7 +43,9 @@ pub use checkpoint::{
 };
 pub use choice::{choose, score, Claim};
 pub use executor::{Executor, ExecutorConfig, ExecutorPulse, NoObserver};
-pub use queue::{EventSink, SequenceEvent, SequenceRequest, SequenceToken, SubmitError};
+pub use queue::{
+    EventSink, SequenceEvent, SequenceRequest, SequenceTask, SequenceToken, SubmitError,
+};
 
 /// Hears what the executor thread does. Called on that thread: must not block.
 pub trait ExecutorObserver: Send + Sync {

@@ -7,7 +7,7 @@ use std::time::Instant;
 use switchyard_kernels::Backend;
 use switchyard_seam::{CacheScope, TenantShare};
 
-use super::queue::{EventSink, SequenceEvent, SequenceRequest, SequenceToken};
+use super::queue::{EventSink, SequenceEvent, SequenceRequest, SequenceTask, SequenceToken};
 use crate::kv::SequenceKv;
 use crate::sampling::{FinishReason, Sampler, StopChecker};
 use crate::structured::TokenMask;
@@ -40,6 +40,9 @@ pub(super) struct Sequence<B: Backend> {
     pub(super) cache_scope: CacheScope,
     /// Whose request it is, for fair admission.
     pub(super) share: TenantShare,
+    pub(super) task: SequenceTask,
+    /// An embedding's sum of the hidden states of the prompt rows run so far.
+    pooled: Vec<f64>,
 }
 
 impl<B: Backend> Sequence<B> {
@@ -70,7 +73,40 @@ impl<B: Backend> Sequence<B> {
             constraint: request.constraint,
             cache_scope: request.cache_scope,
             share: request.share,
+            task: request.task,
+            pooled: Vec::new(),
         }
+    }
+
+    /// Whether it only reads its prompt for an embedding.
+    pub(super) fn embeds(&self) -> bool {
+        self.task == SequenceTask::Embed
+    }
+
+    /// Adds one step's pooled rows of an embedding (`sum`, from
+    /// [`crate::model::StepOutput::pooled`]); once the whole prompt is in
+    /// (`processed` already moved past this step's span), reports the mean
+    /// scaled to unit length. Returns whether the sequence goes on.
+    pub(super) fn accept_pooled(&mut self, sum: &[f32]) -> bool {
+        if self.pooled.is_empty() {
+            self.pooled = vec![0.0; sum.len()];
+        }
+        for (total, &value) in self.pooled.iter_mut().zip(sum) {
+            *total += f64::from(value);
+        }
+        if self.processed < self.prompt_len {
+            return true;
+        }
+        match crate::model::unit_mean(&self.pooled, self.prompt_len) {
+            Some(vector) => {
+                self.sink.send(SequenceEvent::Embedding {
+                    vector,
+                    prompt_tokens: self.prompt_len,
+                });
+            }
+            None => self.fail(crate::model::ModelError::DegenerateEmbedding.to_string()),
+        }
+        false
     }
 
     /// When the client wants the sequence finished, if it said.
@@ -190,3 +226,4 @@ impl<B: Backend> Sequence<B> {
             .is_some_and(|id| self.stop_token_ids.contains(id))
     }
 }
+
