@@ -43,7 +43,7 @@ fn main() -> std::process::ExitCode {
     match run() {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("{}", cli::report::error_text(&error));
+            cli::console::error(&cli::report::error_text(&error));
             std::process::ExitCode::FAILURE
         }
     }

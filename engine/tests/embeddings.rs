@@ -96,7 +96,9 @@ fn assert_close(got: &[f32], want: &[f32], what: &str) {
 }
 
 fn prompt(seed: u32, len: usize) -> Vec<u32> {
-    (0..len as u32).map(|i| 1 + (seed * 31 + i * 7) % 250).collect()
+    (0..len as u32)
+        .map(|i| 1 + (seed * 31 + i * 7) % 250)
+        .collect()
 }
 
 #[test]
@@ -169,7 +171,11 @@ fn an_embedding_reads_no_cached_prompt_blocks() {
     let (embed, receiver) = request(ids.clone(), SequenceTask::Embed, 0);
     exec.submit(&checkpoint, embed).unwrap();
     let (vector, _) = embedding(&receiver);
-    assert_close(&vector, &alone(&backend, &checkpoint, &ids), "after a cached prompt");
+    assert_close(
+        &vector,
+        &alone(&backend, &checkpoint, &ids),
+        "after a cached prompt",
+    );
 }
 
 #[test]

@@ -9,6 +9,6 @@ mod step;
 pub mod weights;
 
 pub use error::ModelError;
-pub use pooling::unit_mean;
 pub use llama::{LlamaModel, LogitRows, Scratch, SequenceChunk};
+pub use pooling::unit_mean;
 pub use step::{forward_many, forward_step, ModelPart, StepOutput};

@@ -518,7 +518,11 @@ impl<B: Backend> Step<'_, B> {
     /// Final norm and output projection into `s.logits`, on the rows that
     /// want logits only (the output projection is the largest matrix of a
     /// small model). Returns whether any row did.
-    fn logits(&self, parts: &[ModelPart<'_, '_, B>], s: &mut Scratch<B>) -> Result<bool, ModelError> {
+    fn logits(
+        &self,
+        parts: &[ModelPart<'_, '_, B>],
+        s: &mut Scratch<B>,
+    ) -> Result<bool, ModelError> {
         let (b, c) = (self.backend, self.lead.config());
         let hidden = c.hidden_size;
         // The rows that want logits, and each part's share of them.

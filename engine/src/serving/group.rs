@@ -309,12 +309,13 @@ impl<B: Backend> Group<B> {
                     false
                 }
                 (row, None) => match row {
-                None => true,
-                Some(Some(row)) => sequence.accept_logits(row),
-                Some(None) => {
-                    sequence.fail("the forward pass returned fewer logits rows than asked".into());
-                    false
-                }
+                    None => true,
+                    Some(Some(row)) => sequence.accept_logits(row),
+                    Some(None) => {
+                        sequence
+                            .fail("the forward pass returned fewer logits rows than asked".into());
+                        false
+                    }
                 },
             })
             .collect();

@@ -226,4 +226,3 @@ impl<B: Backend> Sequence<B> {
             .is_some_and(|id| self.stop_token_ids.contains(id))
     }
 }
-

@@ -225,7 +225,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::from_std(listener)
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
         let address = listener.local_addr().unwrap_or(settings.listen);
-        eprintln!("switchyard: serving OpenAI-compatible API on http://{address}/v1");
+        crate::cli::console::info(&format!(
+            "switchyard: serving OpenAI-compatible API on http://{address}/v1"
+        ));
         let admin = policy
             .spawn_admin(Some(model_admin), settings.drain)
             .await?;
@@ -251,7 +253,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
         anyhow::Ok(())
     })?;
-    eprintln!("switchyard: stopped");
+    crate::cli::console::info("switchyard: stopped");
     Ok(())
 }
 
@@ -383,11 +385,11 @@ fn default_model() -> anyhow::Result<PathBuf> {
         return Ok(cached);
     }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/fetch-model.sh");
-    eprintln!(
+    crate::cli::console::info(&format!(
         "switchyard: {} is missing; fetching it with {}",
         cached.display(),
         script.display()
-    );
+    ));
     let output = std::process::Command::new("bash")
         .arg(&script)
         .stderr(std::process::Stdio::inherit())
@@ -458,13 +460,13 @@ fn start_engine<B: Backend>(
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let kv = settings.executor.kv;
-    eprintln!(
+    crate::cli::console::info(&format!(
         "switchyard: {} backend; KV caches in {}, blocks of {} positions, budget {:.0} MiB",
         backend.name(),
         kv.dtype,
         kv.block_positions,
         kv.budget_bytes as f64 / (1024.0 * 1024.0)
-    );
+    ));
     let kv_format = switchyard_kernels::KvFormat::new(kv.dtype, kv.block_positions);
     let registry_metrics = RegistryMetrics::new();
     let registry = Arc::new(
@@ -511,14 +513,14 @@ fn load_startup<B: Backend>(
         let (name, number) = (&version.model, &version.version);
         match registry.load(name, number) {
             Ok(report) => {
-                eprintln!(
+                crate::cli::console::info(&format!(
                     "switchyard: loaded `{name}@{number}` in {:.0} ms ({:.1} MB, {:.1} MB shared); \
                      chat template: {}",
                     report.elapsed.as_secs_f64() * 1e3,
                     report.bytes as f64 / 1e6,
                     report.shared_bytes as f64 / 1e6,
                     report.template
-                );
+                ));
                 if version.activate {
                     registry
                         .activate(name, number)
@@ -604,10 +606,10 @@ fn api_keys(args: &ServeArgs) -> anyhow::Result<Option<ApiKeyLayer>> {
             "--api-key is empty; give a key such as the output of `openssl rand -hex 16`"
         );
     }
-    eprintln!(
+    crate::cli::console::info(&format!(
         "switchyard: /v1/ requests need one of {} API key(s) (Authorization: Bearer KEY)",
         keys.len()
-    );
+    ));
     Ok(Some(ApiKeyLayer::new(keys)))
 }
 
