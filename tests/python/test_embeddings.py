@@ -44,12 +44,14 @@ TEXTS = [
 # float64 with the same quantization (tests/python/reference/llama.py). A flip of
 # one int8 rounding moves single hidden components; the mean over the tokens and
 # the unit norm shrink that. Per component of the unit vectors (of norm 1, so a
-# typical component is about 0.04): observed worst cases are printed as the
-# NUMERICS lines (pytest -s).
+# typical component is about 0.04), observed on these texts (2026-12-06, the
+# NUMERICS lines of pytest -s): SmolLM2 at most 0.0057, Gemma 3 at most 0.0061;
+# the bound leaves three times that.
 EMBED_ATOL = {"smol": 0.02, "gemma": 0.02}
-# Cosine similarity with the reference: any real error (a wrong row, a missing
-# token, no norm) falls far below it.
-EMBED_MIN_COSINE = 0.999
+# Cosine similarity with the reference: observed at least 0.99975 (SmolLM2) and
+# 0.99930 (Gemma 3). A vector that dropped one token of eight, or skipped the
+# output norm, falls well below 0.998.
+EMBED_MIN_COSINE = 0.998
 # A batch against single requests: every kernel computes a row on its own, so
 # only the split of a prompt across steps differs, which changes no sum.
 BATCH_ATOL = 1e-5
@@ -172,7 +174,8 @@ def test_base64_the_clients_default_equals_float(server):
     as_float = vectors(c.embeddings.create(model="gemma", input=TEXTS[2], encoding_format="float"))
     # Without encoding_format the official client asks for base64 and decodes it.
     as_base64 = vectors(c.embeddings.create(model="gemma", input=TEXTS[2]))
-    assert np.array_equal(as_float, as_base64)
+    # JSON numbers are written as the shortest text that reads back as the same f32.
+    assert np.array_equal(as_float.astype(np.float32), as_base64.astype(np.float32))
 
 
 def test_token_id_inputs(server, switchyard_bin):
@@ -197,8 +200,6 @@ def test_token_id_inputs(server, switchyard_bin):
     ({"model": "smol", "input": [10**7]}, "input"),
     ({"model": "smol", "input": "x", "encoding_format": "hex"}, "encoding_format"),
     ({"model": "smol", "input": "x", "dimensions": 128}, "dimensions"),
-    ({"model": "smol", "input": [1] * 8193}, "input"),
-    ({"model": "smol", "input": ["ok", [1] * 8193]}, "input[1]"),
     ({"input": "x"}, "model"),
 ])
 def test_bad_input_is_a_400_naming_the_field(server, body, param):
@@ -206,6 +207,15 @@ def test_bad_input_is_a_400_naming_the_field(server, body, param):
     assert status == 400, reply
     assert reply["error"]["param"] == param, reply
     assert reply["error"]["message"], reply
+
+
+@pytest.mark.parametrize("tokens", [[1] * 8193, ["ok", [1] * 8193]])
+def test_an_input_longer_than_the_context_is_a_400(server, tokens):
+    # The policy refuses it before it runs (the engine's own refusal, naming
+    # `input[i]`, is checked without a policy in test_first_hour.py).
+    status, reply = post(server, {"model": "smol", "input": tokens})
+    assert status == 400, reply
+    assert "context limit 8192" in reply["error"]["message"], reply
 
 
 def test_dimensions_of_the_models_size_is_accepted(server):

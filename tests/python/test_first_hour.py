@@ -243,6 +243,17 @@ def test_ctx_size_bounds_the_context(keyed_server):
         client.completions.create(model="smol", prompt="word " * 80, max_tokens=4)
 
 
+def test_embeddings_respect_ctx_size_and_name_the_input(keyed_server):
+    base, _ = keyed_server
+    client = openai.OpenAI(base_url=base + "/v1", api_key="key-one", max_retries=0, timeout=60)
+    fits = client.embeddings.create(model="smol", input=[[1] * 64], encoding_format="float")
+    assert fits.usage.prompt_tokens == 64 and len(fits.data[0].embedding) == 576
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.embeddings.create(model="smol", input=["fits", [1] * 65])
+    assert refused.value.body["param"] == "input[1]", refused.value.body
+    assert "maximum context length is 64 tokens" in refused.value.body["message"], refused.value.body
+
+
 def test_logs_have_no_colour_when_redirected(keyed_server):
     _, log = keyed_server
     text = log.read_text()

@@ -132,6 +132,12 @@ fn parse_inputs(input: Option<Value>) -> Result<Vec<EmbeddingInput>, ApiError> {
             "[] is empty; send a string or at least one input.".to_owned(),
         ));
     }
+    // A flat array of integers is one tokenized input.
+    if items.iter().all(Value::is_number) {
+        return Ok(vec![EmbeddingInput::Tokens(parse_token_ids(
+            INPUT, &items,
+        )?)]);
+    }
     if items.len() > MAX_INPUTS {
         return Err(invalid(
             INPUT,
@@ -140,12 +146,6 @@ fn parse_inputs(input: Option<Value>) -> Result<Vec<EmbeddingInput>, ApiError> {
                 items.len()
             ),
         ));
-    }
-    // A flat array of integers is one tokenized input.
-    if items.iter().all(Value::is_number) {
-        return Ok(vec![EmbeddingInput::Tokens(parse_token_ids(
-            INPUT, &items,
-        )?)]);
     }
     items
         .into_iter()
@@ -491,6 +491,12 @@ mod tests {
         assert_eq!(
             param(&format!(r#"{{"model": "m", "input": [{many}]}}"#)),
             Some("input".to_owned())
+        );
+        // One input of many token ids is not many inputs.
+        let ids = vec!["1"; MAX_INPUTS + 1].join(",");
+        assert_eq!(
+            param(&format!(r#"{{"model": "m", "input": [{ids}]}}"#)),
+            None
         );
     }
 
