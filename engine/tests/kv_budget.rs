@@ -141,6 +141,7 @@ fn finish(rx: &mpsc::Receiver<SequenceEvent>) -> (usize, FinishReason) {
             SequenceEvent::Token(_) => tokens += 1,
             SequenceEvent::Done { finish_reason, .. } => return (tokens, finish_reason),
             SequenceEvent::Error(message) => panic!("sequence failed: {message}"),
+            SequenceEvent::Embedding { .. } => panic!("a generation reported an embedding"),
         }
     }
 }

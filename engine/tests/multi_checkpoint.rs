@@ -106,6 +106,7 @@ fn collect(receiver: &mpsc::Receiver<SequenceEvent>) -> Vec<u32> {
             SequenceEvent::Token(token) => ids.push(token.id),
             SequenceEvent::Done { .. } => return ids,
             SequenceEvent::Error(message) => panic!("the request failed: {message}"),
+            SequenceEvent::Embedding { .. } => panic!("a generation reported an embedding"),
         }
     }
 }
@@ -225,6 +226,7 @@ fn a_stream_survives_activation_rollback_and_unload_of_its_version() {
             SequenceEvent::Token(token) => ids.push(token.id),
             SequenceEvent::Done { .. } => break,
             SequenceEvent::Error(message) => panic!("the stream failed: {message}"),
+            SequenceEvent::Embedding { .. } => panic!("a generation reported an embedding"),
         }
         match step {
             1 => assert_eq!(registry.rollback("m1").unwrap(), ("2".into(), "1".into())),

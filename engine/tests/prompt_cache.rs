@@ -114,6 +114,7 @@ fn run(
             SequenceEvent::Token(token) => ids.push(token.id),
             SequenceEvent::Done { cached_tokens, .. } => return (ids, cached_tokens),
             SequenceEvent::Error(message) => panic!("sequence failed: {message}"),
+            SequenceEvent::Embedding { .. } => panic!("a generation reported an embedding"),
         }
     }
 }

@@ -136,6 +136,7 @@ fn collect_with_logprobs(
                 )
             }
             SequenceEvent::Error(message) => panic!("sequence failed: {message}"),
+            SequenceEvent::Embedding { .. } => panic!("a generation reported an embedding"),
         }
     }
 }
@@ -371,6 +372,7 @@ fn stop_tokens_and_stop_strings_end_with_stop_and_are_not_output() {
             SequenceEvent::Token(token) => text.push_str(&token.text),
             SequenceEvent::Done { finish_reason, .. } => break finish_reason,
             SequenceEvent::Error(message) => panic!("{message}"),
+            SequenceEvent::Embedding { .. } => panic!("a generation reported an embedding"),
         }
     };
     assert_eq!(reason, FinishReason::Stop);
