@@ -68,7 +68,15 @@ pub async fn respond<A: Answer>(
     answer: A,
 ) -> Response {
     let requested = ModelSpec::parse(&generations.model);
-    let outcome = run(state, routed, &request_id(headers), &requested, &generations, answer).await;
+    let outcome = run(
+        state,
+        routed,
+        &request_id(headers),
+        &requested,
+        &generations,
+        answer,
+    )
+    .await;
     labelled_response(&routed.backend_model(&requested).to_string(), outcome)
 }
 

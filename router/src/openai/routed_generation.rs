@@ -11,9 +11,7 @@ use crate::error::ApiError;
 use crate::openai::generate::{finish_all, submit_all, Choice, Finished, MergedEvents, UsageTally};
 use crate::policy::routed::RoutedRequest;
 use crate::state::AppState;
-use switchyard_seam::{
-    BackendError, GenerationEvent, GenerationRequest, ModelSpec, Prompt, Usage,
-};
+use switchyard_seam::{BackendError, GenerationEvent, GenerationRequest, ModelSpec, Prompt, Usage};
 
 /// Prompts of at most this many bytes (tool definitions included) are prepared
 /// (templated, tokenized) on the async worker that handles the request; larger ones on

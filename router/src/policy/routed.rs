@@ -332,7 +332,9 @@ impl RoutedRequest {
             }
             failed.reservation.release();
         }
-        let to = self.with_summary(|s| s.checkpoint().to_string()).unwrap_or_default();
+        let to = self
+            .with_summary(|s| s.checkpoint().to_string())
+            .unwrap_or_default();
         let trigger = if blame == Blame::Overloaded {
             "overloaded"
         } else {
