@@ -55,6 +55,10 @@ pub enum KvError {
         "the cache's blocks cannot be shared (sliding-window layers, or shorter than a block)"
     )]
     NotShareable,
+    /// A truncation into the shared prompt blocks the cache started from
+    /// (other caches read them: they are never written again).
+    #[error("cannot truncate a KV cache to {end} positions: its first {shared} are shared")]
+    Shared { end: usize, shared: usize },
     #[error(transparent)]
     Kernel(#[from] KernelError),
 }

@@ -80,6 +80,21 @@ impl<B: Backend> SequenceKv<B> {
         self.reservation.bytes()
     }
 
+    /// Forgets positions from `end` on (a speculative draft's rejected
+    /// tokens). The backend takes a write at an earlier position as the
+    /// cache's new end, so the entries past `end` stay in memory, unread,
+    /// until the next forward writes over them from `end`; this is the
+    /// policy's check that such a rewrite is allowed. (A windowed layer's
+    /// ring holds `RING_SLACK` positions past its window, so a rollback of
+    /// fewer positions never lost a key the window still reads.)
+    pub fn truncate(&mut self, end: usize) -> Result<(), KvError> {
+        let shared = self.prefix.len() * self.layout.block_positions();
+        if end < shared {
+            return Err(KvError::Shared { end, shared });
+        }
+        Ok(())
+    }
+
     /// Positions `positions` (a whole block, or the written start of one)
     /// as a block for the prompt cache, its bytes reserved from the pool.
     /// A block it started from is handed back as it is.
