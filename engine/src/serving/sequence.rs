@@ -8,7 +8,7 @@ use switchyard_kernels::Backend;
 use switchyard_seam::{CacheScope, TenantShare};
 
 use super::queue::{EventSink, SequenceEvent, SequenceRequest, SequenceToken};
-use crate::kv::SequenceKv;
+use crate::kv::{KvError, SequenceKv};
 use crate::model::{LogitRows, SequenceChunk};
 use crate::sampling::{FinishReason, Sampler, StopChecker};
 use crate::speculate::{self, DraftControl, Ngram};
@@ -161,7 +161,11 @@ impl<B: Backend> Sequence<B> {
     /// A decoding span of more than one row verifies the draft (every
     /// row's logits); other spans run `tokens[span]`, the last row's
     /// logits wanted when the span reaches the end of the tokens.
-    pub(super) fn chunk(&mut self, span: Range<usize>) -> SequenceChunk<'_, B> {
+    pub(super) fn chunk(
+        &mut self,
+        backend: &B,
+        span: Range<usize>,
+    ) -> Result<SequenceChunk<'_>, KvError> {
         let verifying = self.is_decoding() && span.len() > 1;
         let (tokens, logits) = if verifying {
             let rows = self.verify.get(..span.len()).unwrap_or_default();
@@ -177,12 +181,12 @@ impl<B: Backend> Sequence<B> {
             };
             (tokens, rows)
         };
-        SequenceChunk {
+        Ok(SequenceChunk {
             tokens,
             start_pos: span.start,
-            cache: self.cache.device(),
+            table: self.cache.prepare(backend, span)?,
             logits,
-        }
+        })
     }
 
     /// Emits the tokens of a verify step from its `rows` (the logits after

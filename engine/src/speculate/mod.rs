@@ -27,12 +27,12 @@
 //! never sees a rejected draft), and greedy decoding picks the same
 //! argmax. Nothing of the request's sampling needs speculation off.
 //!
-//! **Rollback.** Rejected drafts' keys and values stay in the cache past
-//! the sequence's end; the next step writes from that end again, and the
-//! backend treats a write at an earlier position as the cache's new end
-//! (see [`crate::kv::SequenceKv::truncate`]). A sliding-window layer's ring
-//! holds `RING_SLACK` positions beyond its window, so drafts of at most
-//! [`MAX_DRAFT`] tokens never overwrite a key the window still needs.
+//! **Rollback.** After a verify step the sequence's KV is truncated to
+//! the tokens it kept ([`crate::kv::SequenceKv::truncate`]: blocks wholly
+//! past the end go back to the store) and the next step writes from
+//! there. A sliding-window layer's ring holds `RING_SLACK` positions beyond
+//! its window, so drafts of at most [`MAX_DRAFT`] tokens never overwrite
+//! a key the window still needs.
 //!
 //! **When.** Each sequence's [`DraftControl`] lengthens its drafts while
 //! they are accepted, shortens them when they are not, and stops drafting
