@@ -59,6 +59,12 @@ pub trait ExecutorObserver: Send + Sync {
         let _ = (from, to, latency);
     }
 
+    /// Verify steps of `checkpoint` checked `drafted` speculative draft
+    /// tokens and kept `accepted` of them (`crate::speculate`).
+    fn speculation(&self, checkpoint: &CheckpointId, drafted: usize, accepted: usize) {
+        let _ = (checkpoint, drafted, accepted);
+    }
+
     /// One forward step ran `rows` tokens of `sequences` sequences on `checkpoint`.
     fn step(&self, checkpoint: &CheckpointId, rows: usize, sequences: usize, elapsed: Duration) {
         let _ = (checkpoint, rows, sequences, elapsed);

@@ -126,6 +126,8 @@ pub struct ServeArgs {
     /// recently used when the budget needs room).
     #[arg(long)]
     pub no_prompt_cache: bool,
+    #[command(flatten)]
+    pub speculate: crate::cli::speculate::SpeculateArgs,
     /// Seconds in-flight requests get to finish after SIGTERM/SIGINT [default: 30].
     #[arg(long)]
     pub drain_seconds: Option<u64>,
@@ -338,6 +340,7 @@ fn settings(args: ServeArgs) -> anyhow::Result<Settings> {
                 .max(1),
             prompt_cache: !args.no_prompt_cache,
             kv,
+            speculation: args.speculate.speculation()?,
         },
         max_queue,
         drain: Duration::from_secs(args.drain_seconds.or(file.drain_seconds).unwrap_or(30)),
