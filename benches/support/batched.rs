@@ -76,6 +76,7 @@ pub fn decode_steps(
             .map(|i| 100 + (i * 7919 + s as u32 * 131) % 48000)
             .collect();
         let mut chunk = [SequenceChunk {
+            adapter: None,
             tokens: &prompt,
             start_pos: 0,
             cache: cache.device(),
@@ -92,6 +93,7 @@ pub fn decode_steps(
             .iter_mut()
             .zip(&next)
             .map(|(cache, token)| SequenceChunk {
+                adapter: None,
                 tokens: token,
                 start_pos: PROMPT_TOKENS + step,
                 cache: cache.device(),

@@ -81,6 +81,7 @@ impl<'m, B: Backend> Session<'m, B> {
                 _ => LogitRows::None,
             };
             let mut batch = [SequenceChunk {
+                adapter: None,
                 tokens: piece,
                 start_pos: self.len,
                 cache: self.cache.device(),

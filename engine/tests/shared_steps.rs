@@ -92,6 +92,7 @@ fn alone(model: &Model, backend: &CpuBackend, prompt: &[u32], decode: usize) -> 
         SequenceKv::for_model(backend, &unlimited_kv(), model, 64, KvPrefix::none()).unwrap();
     let mut scratch = model.new_scratch(backend);
     let mut chunks = [SequenceChunk {
+        adapter: None,
         tokens: prompt,
         start_pos: 0,
         cache: cache.device(),
@@ -103,6 +104,7 @@ fn alone(model: &Model, backend: &CpuBackend, prompt: &[u32], decode: usize) -> 
     for position in prompt.len()..prompt.len() + decode {
         let next = [argmax(rows.last().unwrap())];
         let mut chunks = [SequenceChunk {
+            adapter: None,
             tokens: &next,
             start_pos: position,
             cache: cache.device(),
@@ -177,6 +179,7 @@ fn a_shared_step_gives_each_row_its_own_checkpoints_logits() {
             .zip(&last)
             .zip(&positions)
             .map(|((cache, tokens), &start_pos)| SequenceChunk {
+                adapter: None,
                 tokens,
                 start_pos,
                 cache: cache.device(),
@@ -247,12 +250,14 @@ fn a_step_refuses_checkpoints_of_different_shapes() {
     let mut ca = SequenceKv::for_model(&backend, &unlimited_kv(), &a, 8, KvPrefix::none()).unwrap();
     let mut cb = SequenceKv::for_model(&backend, &unlimited_kv(), &b, 8, KvPrefix::none()).unwrap();
     let mut first = [SequenceChunk {
+        adapter: None,
         tokens: &[1, 2],
         start_pos: 0,
         cache: ca.device(),
         logits: LogitRows::Last,
     }];
     let mut second = [SequenceChunk {
+        adapter: None,
         tokens: &[3],
         start_pos: 0,
         cache: cb.device(),

@@ -48,6 +48,7 @@ pub(crate) fn prefill_step<'a, B: Backend>(
         let take = remaining.min(PREFILL_CHUNK);
         let last = take == remaining;
         chunks.push(SequenceChunk {
+            adapter: None,
             tokens: &context[fed[i]..fed[i] + take],
             start_pos: fed[i],
             cache: cache.device(),

@@ -76,6 +76,7 @@ pub fn generate<B: Backend>(
                 continue;
             }
             chunks.push(SequenceChunk {
+                adapter: None,
                 tokens: std::slice::from_ref(&next[i]),
                 start_pos: prompts[i].len() + generated[i].len() - 1,
                 cache: cache.device(),

@@ -121,6 +121,7 @@ impl<'m, B: Backend> Scorer<'m, B> {
                     continue;
                 }
                 chunks.push(SequenceChunk {
+                    adapter: None,
                     tokens: &choice[..choice.len() - 1],
                     start_pos: item.context.len(),
                     cache: cache.device(),

@@ -12,6 +12,7 @@ use switchyard_kernels::{AttentionShape, Backend, KernelError, KvFormat, KvLayou
 use super::runs::Gather;
 use super::weights::{LoadStats, ModelWeights};
 use super::ModelError;
+use crate::adapter::ResidentAdapter;
 use crate::formats::Checkpoint;
 use crate::model::config::ModelConfig;
 use crate::store::WeightStore;
@@ -34,6 +35,9 @@ pub struct SequenceChunk<'a, B: Backend> {
     pub start_pos: usize,
     pub cache: &'a mut B::KvCache,
     pub logits: LogitRows,
+    /// The LoRA adapter over the base for this sequence, if any: its
+    /// low-rank updates are added to this chunk's rows only.
+    pub adapter: Option<&'a ResidentAdapter<B>>,
 }
 
 /// A Llama-family model resident in a backend.

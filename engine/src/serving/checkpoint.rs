@@ -285,6 +285,7 @@ fn smoke_forward<B: Backend>(
             .map_err(|e| e.to_string())?;
     let mut scratch = model.new_scratch(backend);
     let mut chunks = [SequenceChunk {
+        adapter: None,
         tokens: &tokens,
         start_pos: 0,
         cache: cache.device(),

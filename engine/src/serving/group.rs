@@ -215,6 +215,7 @@ impl<B: Backend> Group<B> {
             let Some(span) = span else { continue };
             let wants_logits = span.end == sequence.tokens.len();
             chunks.push(SequenceChunk {
+                adapter: None,
                 // `plan` keeps spans inside `tokens`; empty if it ever did not.
                 tokens: sequence.tokens.get(span.clone()).unwrap_or_default(),
                 start_pos: span.start,

@@ -28,6 +28,7 @@ mod kv_q8;
 mod kv_ring_tests;
 mod kv_shared;
 mod kv_shared_block;
+mod lora;
 mod matmul;
 mod matmul_input;
 mod norm;
