@@ -27,6 +27,7 @@ pub mod peft;
 mod resident;
 mod target;
 mod weights;
+mod write;
 
 use std::path::Path;
 
@@ -35,6 +36,7 @@ pub use order::{reorder_columns, RowOrder};
 pub use resident::{ResidentAdapter, ResidentWeight};
 pub use target::{Target, TARGETS};
 pub use weights::{AdapterFormat, AdapterWeights, LoraWeight, MAX_RANK};
+pub use write::{LoraPair, LoraSet};
 
 use crate::formats::gguf::GGUF_MAGIC;
 use crate::formats::Checkpoint;
