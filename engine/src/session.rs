@@ -7,6 +7,7 @@ use switchyard_kernels::Backend;
 
 use switchyard_kernels::KvPrefix;
 
+use crate::adapter::ResidentAdapter;
 use crate::kv::{KvConfig, KvError, KvPool, SequenceKv};
 use crate::model::{LlamaModel, LogitRows, ModelError, Scratch, SequenceChunk};
 
@@ -21,6 +22,7 @@ pub struct Session<'m, B: Backend> {
     cache: SequenceKv<B>,
     scratch: Scratch<B>,
     len: usize,
+    adapter: Option<&'m ResidentAdapter<B>>,
 }
 
 impl<'m, B: Backend> Session<'m, B> {
@@ -50,7 +52,15 @@ impl<'m, B: Backend> Session<'m, B> {
             cache: SequenceKv::for_model(backend, kv, model, capacity, KvPrefix::none())?,
             scratch: model.new_scratch(backend),
             len: 0,
+            adapter: None,
         })
+    }
+
+    /// This session with `adapter`'s updates over the base (for every
+    /// token fed from now on).
+    pub fn with_adapter(mut self, adapter: Option<&'m ResidentAdapter<B>>) -> Self {
+        self.adapter = adapter;
+        self
     }
 
     /// Tokens the sequence holds so far.
@@ -81,7 +91,7 @@ impl<'m, B: Backend> Session<'m, B> {
                 _ => LogitRows::None,
             };
             let mut batch = [SequenceChunk {
-                adapter: None,
+                adapter: self.adapter,
                 tokens: piece,
                 start_pos: self.len,
                 cache: self.cache.device(),

@@ -211,11 +211,12 @@ impl<B: Backend> Group<B> {
     pub(super) fn chunks(&mut self, spans: &[Option<Range<usize>>]) -> Vec<SequenceChunk<'_, B>> {
         self.last_run = Instant::now();
         let mut chunks = Vec::with_capacity(self.active.len());
+        let adapter = self.checkpoint.adapter.as_ref();
         for (sequence, span) in self.active.iter_mut().zip(spans) {
             let Some(span) = span else { continue };
             let wants_logits = span.end == sequence.tokens.len();
             chunks.push(SequenceChunk {
-                adapter: None,
+                adapter,
                 // `plan` keeps spans inside `tokens`; empty if it ever did not.
                 tokens: sequence.tokens.get(span.clone()).unwrap_or_default(),
                 start_pos: span.start,
