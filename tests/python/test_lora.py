@@ -18,7 +18,7 @@ import pytest
 from conftest import greedy_gaps, run_json
 from reference import checkpoint, llama, lora
 
-RANK, ALPHA, MAGNITUDE, SEED = 8, 16.0, 0.05, 3
+RANK, ALPHA, MAGNITUDE, SEED = 8, 16.0, 0.08, 3
 # Tolerances as test_smollm2_numerics.py's for the base (int8 activation
 # quantization flips dominate; the update itself is computed in float32
 # against float64): max and mean |engine - reference| over every row and
@@ -93,7 +93,7 @@ def test_both_forms_give_the_same_logits(switchyard_bin, smollm2_path, adapters,
 def test_greedy_equals_llama_cpp_with_the_same_gguf_adapter(switchyard_bin, smollm2_path, base, adapters, prompt, tmp_path):
     import llama_cpp  # scripts/install-llama-cpp.sh
 
-    llm = llama_cpp.Llama(str(smollm2_path), lora_path=str(adapters["gguf"]), n_ctx=256,
+    llm = llama_cpp.Llama(str(smollm2_path), lora_path=str(adapters["gguf"]), n_ctx=256, logits_all=True,
                           n_threads=2, verbose=False)
     theirs = []
     llm.eval(prompt)
