@@ -6,13 +6,14 @@
 #![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use switchyard_engine::adapter::{
     load_adapter, AdapterError, LoraSet, ResidentAdapter, Target, TARGETS,
 };
 use switchyard_engine::formats::{load_checkpoint, Checkpoint, CheckpointFormat};
-use switchyard_engine::kv::{KvPool, SequenceKv};
-use switchyard_engine::model::{LlamaModel, LogitRows, SequenceChunk};
+use switchyard_engine::kv::{KvBlocks, KvPool, SequenceKv};
+use switchyard_engine::model::{forward_many, LlamaModel, LogitRows, ModelPart, SequenceChunk};
 use switchyard_engine::synthetic::{write_gguf, write_safetensors, Preset, SyntheticSpec};
 use switchyard_kernels::cpu::CpuBackend;
 use switchyard_kernels::{DType, KvPrefix};
@@ -45,36 +46,54 @@ fn adapter_set(config: &switchyard_engine::model::config::ModelConfig, seed: u64
 
 const PROMPT: &[u32] = &[1, 5, 9, 2, 44, 17, 3];
 
+/// A KV pool without a budget, F16 as the executor's default.
+fn unlimited_kv(backend: &CpuBackend) -> Arc<KvBlocks<CpuBackend>> {
+    KvBlocks::new(backend, &KvPool::unlimited(switchyard_kernels::KvType::F16)).unwrap()
+}
+
+const DECODE: [u32; 4] = [3, 8, 8, 40];
+
 /// Logits of every position of `PROMPT`, then of 4 decode steps of
 /// fixed tokens, for `model` with `adapter`, alone.
 fn logits(backend: &CpuBackend, model: &Model, adapter: Option<&Adapter>) -> Vec<Vec<f32>> {
-    let pool = KvPool::unlimited(switchyard_kernels::KvType::F16);
-    let mut cache = SequenceKv::for_model(backend, &pool, model, 64, KvPrefix::none()).unwrap();
+    let blocks = unlimited_kv(backend);
+    let mut cache = SequenceKv::for_model(backend, &blocks, model, 64, KvPrefix::none()).unwrap();
     let mut scratch = model.new_scratch(backend);
     let vocab = model.config().vocab_size;
     let mut chunks = [SequenceChunk {
         tokens: PROMPT,
         start_pos: 0,
-        cache: cache.device(),
+        table: cache.prepare(backend, 0..PROMPT.len()).unwrap(),
         logits: LogitRows::All,
-        adapter,
     }];
-    let out = model.forward(backend, &mut chunks, &mut scratch).unwrap();
+    let out = model
+        .forward_adapted(
+            backend,
+            &mut blocks.lock(),
+            &mut chunks,
+            adapter,
+            &mut scratch,
+        )
+        .unwrap();
     let mut rows: Vec<Vec<f32>> = out.chunks(vocab).map(<[f32]>::to_vec).collect();
-    for (i, token) in [3u32, 8, 8, 40].iter().enumerate() {
+    for (i, token) in DECODE.iter().enumerate() {
+        let at = PROMPT.len() + i;
         let mut chunks = [SequenceChunk {
             tokens: std::slice::from_ref(token),
-            start_pos: PROMPT.len() + i,
-            cache: cache.device(),
+            start_pos: at,
+            table: cache.prepare(backend, at..at + 1).unwrap(),
             logits: LogitRows::Last,
-            adapter,
         }];
-        rows.push(
-            model
-                .forward(backend, &mut chunks, &mut scratch)
-                .unwrap()
-                .to_vec(),
-        );
+        let out = model
+            .forward_adapted(
+                backend,
+                &mut blocks.lock(),
+                &mut chunks,
+                adapter,
+                &mut scratch,
+            )
+            .unwrap();
+        rows.push(out.to_vec());
     }
     rows
 }
@@ -207,46 +226,47 @@ fn a_mixed_batch_gives_every_row_its_logits_alone() {
         assert!(max_diff(&alone[1 + w.min(1)], &alone[0]) > 0.0);
     }
 
-    let pool = KvPool::unlimited(switchyard_kernels::KvType::F16);
+    // One part per sequence, all on the one model: the base's products
+    // run once over every row, each adapter's update on its part's rows.
+    let blocks = unlimited_kv(&backend);
     let mut caches: Vec<_> = which
         .iter()
-        .map(|_| SequenceKv::for_model(&backend, &pool, &model, 64, KvPrefix::none()).unwrap())
+        .map(|_| SequenceKv::for_model(&backend, &blocks, &model, 64, KvPrefix::none()).unwrap())
         .collect();
     let mut scratch = model.new_scratch(&backend);
     let vocab = model.config().vocab_size;
     let mut mixed: Vec<Vec<Vec<f32>>> = vec![Vec::new(); which.len()];
-    // One prefill step for all six, then decode steps for all six.
-    let mut chunks: Vec<SequenceChunk<'_, CpuBackend>> = caches
-        .iter_mut()
-        .zip(&which)
-        .map(|(cache, w)| SequenceChunk {
-            tokens: PROMPT,
-            start_pos: 0,
-            cache: cache.device(),
-            logits: LogitRows::All,
-            adapter: w.map(|i| &adapters[i]),
-        })
-        .collect();
-    let out = model.forward(&backend, &mut chunks, &mut scratch).unwrap();
-    for (i, rows) in out.chunks(vocab * PROMPT.len()).enumerate() {
-        mixed[i].extend(rows.chunks(vocab).map(<[f32]>::to_vec));
-    }
-    drop(chunks);
-    for (step, token) in [3u32, 8, 8, 40].iter().enumerate() {
-        let mut chunks: Vec<SequenceChunk<'_, CpuBackend>> = caches
+    for step in 0..=DECODE.len() {
+        let (tokens, at, rows) = match step {
+            0 => (PROMPT, 0, LogitRows::All),
+            s => (
+                std::slice::from_ref(&DECODE[s - 1]),
+                PROMPT.len() + s - 1,
+                LogitRows::Last,
+            ),
+        };
+        let mut chunks: Vec<SequenceChunk<'_>> = caches
             .iter_mut()
+            .map(|cache| SequenceChunk {
+                tokens,
+                start_pos: at,
+                table: cache.prepare(&backend, at..at + tokens.len()).unwrap(),
+                logits: rows,
+            })
+            .collect();
+        let mut parts: Vec<ModelPart<'_, '_, CpuBackend>> = chunks
+            .chunks_mut(1)
             .zip(&which)
-            .map(|(cache, w)| SequenceChunk {
-                tokens: std::slice::from_ref(token),
-                start_pos: PROMPT.len() + step,
-                cache: cache.device(),
-                logits: LogitRows::Last,
+            .map(|(chunks, w)| ModelPart {
+                model: &model,
+                chunks,
                 adapter: w.map(|i| &adapters[i]),
             })
             .collect();
-        let out = model.forward(&backend, &mut chunks, &mut scratch).unwrap();
-        for (i, row) in out.chunks(vocab).enumerate() {
-            mixed[i].push(row.to_vec());
+        let out = forward_many(&backend, &mut blocks.lock(), &mut parts, &mut scratch).unwrap();
+        let per = out.len() / which.len();
+        for (i, rows) in out.chunks(per).enumerate() {
+            mixed[i].extend(rows.chunks(vocab).map(<[f32]>::to_vec));
         }
     }
     for (i, (m, a)) in mixed.iter().zip(&alone).enumerate() {

@@ -11,27 +11,24 @@ use super::step::ModelPart;
 use super::ModelError;
 use crate::adapter::{ResidentAdapter, Target};
 
-/// Runs of consecutive rows whose chunks share one adapter.
+/// Runs of consecutive rows whose parts share one adapter.
 pub(super) struct AdapterRuns<'a, B: Backend> {
     runs: Vec<(Range<usize>, &'a ResidentAdapter<B>)>,
 }
 
 impl<'a, B: Backend> AdapterRuns<'a, B> {
-    /// The adapters of `parts`' chunks, laid out as the step lays rows.
-    pub(super) fn of(parts: &[ModelPart<'_, 'a, B>]) -> Self {
+    /// The adapters of `parts`, whose rows are `part_rows`.
+    pub(super) fn of(parts: &[ModelPart<'a, '_, B>], part_rows: &[Range<usize>]) -> Self {
         let mut runs: Vec<(Range<usize>, &'a ResidentAdapter<B>)> = Vec::new();
-        let mut row = 0;
-        for chunk in parts.iter().flat_map(|p| p.chunks.iter()) {
-            let rows = row..row + chunk.tokens.len();
-            row = rows.end;
-            let Some(adapter) = chunk.adapter else {
+        for (part, rows) in parts.iter().zip(part_rows) {
+            let Some(adapter) = part.adapter else {
                 continue;
             };
             match runs.last_mut() {
                 Some((last, a)) if last.end == rows.start && std::ptr::eq(*a, adapter) => {
                     last.end = rows.end;
                 }
-                _ => runs.push((rows, adapter)),
+                _ => runs.push((rows.clone(), adapter)),
             }
         }
         AdapterRuns { runs }

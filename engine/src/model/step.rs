@@ -17,12 +17,16 @@ use super::lora_rows::AdapterRuns;
 use super::runs::{by_runs, runs, Gather, Run, SameTensor, Widths};
 use super::weights::LayerWeights;
 use super::ModelError;
-use crate::adapter::Target;
+use crate::adapter::{ResidentAdapter, Target};
 
 /// One checkpoint's share of a step: its weights and its sequences' chunks.
 pub struct ModelPart<'s, 'a, B: Backend> {
     pub model: &'s LlamaModel<B>,
-    pub chunks: &'s mut [SequenceChunk<'a, B>],
+    pub chunks: &'s mut [SequenceChunk<'a>],
+    /// The LoRA adapter over the part's weights, if any: its low-rank
+    /// updates are added to this part's rows only. Parts that differ only
+    /// in their adapter share every base product of the step.
+    pub adapter: Option<&'s ResidentAdapter<B>>,
 }
 
 /// One checkpoint alone: a step of one part.
@@ -33,18 +37,33 @@ impl<B: Backend> LlamaModel<B> {
     pub fn forward<'s>(
         &self,
         backend: &B,
-        chunks: &mut [SequenceChunk<'_, B>],
+        kv: &mut B::KvStore,
+        chunks: &mut [SequenceChunk<'_>],
+        scratch: &'s mut Scratch<B>,
+    ) -> Result<&'s [f32], ModelError> {
+        self.forward_adapted(backend, kv, chunks, None, scratch)
+    }
+
+    /// [`LlamaModel::forward`] with `adapter`'s updates on every row.
+    pub fn forward_adapted<'s>(
+        &self,
+        backend: &B,
+        kv: &mut B::KvStore,
+        chunks: &mut [SequenceChunk<'_>],
+        adapter: Option<&ResidentAdapter<B>>,
         scratch: &'s mut Scratch<B>,
     ) -> Result<&'s [f32], ModelError> {
         let mut parts = [ModelPart {
             model: self,
             chunks,
+            adapter,
         }];
-        forward_many(backend, &mut parts, scratch)
+        forward_many(backend, kv, &mut parts, scratch)
     }
 }
 
-/// Runs one step over every part's chunks and returns the requested logits,
+/// Runs one step over every part's chunks (their tables' blocks in `kv`)
+/// and returns the requested logits,
 /// row after row in part then chunk order (`vocab_size` floats per row).
 /// Every part must have the first part's configuration. The logits live in
 /// `scratch` until its next step: a step allocates no output buffer (at
@@ -52,6 +71,7 @@ impl<B: Backend> LlamaModel<B> {
 /// faults on the serial path).
 pub fn forward_many<'s, B: Backend>(
     backend: &B,
+    kv: &mut B::KvStore,
     parts: &mut [ModelPart<'_, '_, B>],
     scratch: &'s mut Scratch<B>,
 ) -> Result<&'s [f32], ModelError> {
@@ -87,7 +107,7 @@ pub fn forward_many<'s, B: Backend>(
         backend.scale(&mut s.x, scale)?;
     }
 
-    let adapters = AdapterRuns::of(parts);
+    let adapters = AdapterRuns::of(parts, &part_rows);
     let step = Step {
         backend,
         lead,
@@ -103,7 +123,7 @@ pub fn forward_many<'s, B: Backend>(
         if layers.len() != parts.len() {
             return Err(ModelError::MissingLayer { index });
         }
-        step.attention_block(index, &layers, parts, s)?;
+        step.attention_block(index, &layers, parts, kv, s)?;
         step.mlp_block(index, &layers, s)?;
     }
     step.logits(parts, s)
@@ -254,6 +274,7 @@ impl<B: Backend> Step<'_, B> {
         index: usize,
         layers: &[&LayerWeights<B>],
         parts: &mut [ModelPart<'_, '_, B>],
+        kv: &mut B::KvStore,
         s: &mut Scratch<B>,
     ) -> Result<(), ModelError> {
         let (b, c) = (self.backend, self.lead.config());
@@ -321,20 +342,20 @@ impl<B: Backend> Step<'_, B> {
         // Every sequence's attention in one call: one parallel job per layer
         // rather than one per sequence.
         let mut row = 0;
-        let mut seqs: Vec<AttentionRows<'_, B>> = parts
-            .iter_mut()
-            .flat_map(|p| p.chunks.iter_mut())
+        let seqs: Vec<AttentionRows<'_>> = parts
+            .iter()
+            .flat_map(|p| p.chunks.iter())
             .map(|chunk| {
                 let rows = row..row + chunk.tokens.len();
                 row = rows.end;
                 AttentionRows {
-                    cache: &mut *chunk.cache,
+                    table: chunk.table,
                     rows,
                     start_pos: chunk.start_pos,
                 }
             })
             .collect();
-        b.attention(index, shape, &s.q, &s.k, &s.v, &mut seqs, &mut s.attn)?;
+        b.attention(index, shape, &s.q, &s.k, &s.v, kv, &seqs, &mut s.attn)?;
         drop(seqs);
 
         let wo = self.runs(layers.iter().map(|l| (&**l.wo, None::<&B::Vector>)));
