@@ -144,6 +144,7 @@ impl FakeBackend {
     pub fn builder() -> FakeBackendBuilder {
         FakeBackendBuilder {
             models: vec![ModelCard {
+                parent: None,
                 id: FAKE_MODEL.to_owned(),
                 created: 1_700_000_000,
                 owned_by: "switchyard".to_owned(),

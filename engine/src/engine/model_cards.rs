@@ -13,6 +13,7 @@ pub(super) fn model_cards<B: Backend>(registry: &Registry<B>, created: u64) -> V
         created,
         owned_by: "switchyard".into(),
         context_length: u32::try_from(checkpoint.model.config().context_length).unwrap_or(u32::MAX),
+        parent: checkpoint.parent.clone(),
     };
     let mut cards = Vec::new();
     for model in registry.status() {

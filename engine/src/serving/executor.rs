@@ -717,6 +717,7 @@ impl<B: Backend> Scheduler<B> {
             .map(|(chunks, checkpoint)| ModelPart {
                 model: &checkpoint.model,
                 chunks,
+                adapter: checkpoint.adapter.as_ref(),
             })
             .collect();
         let started = Instant::now();

@@ -39,7 +39,8 @@ use std::time::Duration;
 pub use crate::kv::ScopeUsage;
 pub use crate::kv::{kv_positions, KvAdvice};
 pub use checkpoint::{
-    CheckpointError, CheckpointHandle, CheckpointId, CheckpointOptions, ServedCheckpoint,
+    AdapterSource, CheckpointError, CheckpointHandle, CheckpointId, CheckpointOptions,
+    ServedCheckpoint,
 };
 pub use choice::{choose, score, Claim};
 pub use executor::{Executor, ExecutorConfig, ExecutorPulse, NoObserver};

@@ -26,6 +26,7 @@ pub fn fake_serving(checkpoints: &[(&str, u32)]) -> FakeBackend {
             checkpoints
                 .iter()
                 .map(|(id, context)| ModelCard {
+                    parent: None,
                     id: (*id).to_owned(),
                     created: 1_700_000_000,
                     owned_by: "test".to_owned(),
