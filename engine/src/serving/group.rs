@@ -13,6 +13,7 @@ use super::choice::Claim;
 use super::fair;
 use super::queue::{SequenceEvent, Waiting};
 use super::sequence::Sequence;
+use super::tenant_cap::TenantKv;
 use crate::kv::admission::{self as kv_admission, NoCache};
 use crate::kv::prefix_cache::{Found, PrefixCache};
 use crate::kv::{KvError, KvPool, SharedBlock};
@@ -32,6 +33,9 @@ pub(super) enum Admission {
     /// The KV budget has no room for it until a running sequence ends: it
     /// stays first in line.
     Wait,
+    /// Its tenant's running sequences hold their part of the KV budget
+    /// (`tenant_cap.rs`): it waits for them, and others may pass it.
+    TenantFull,
 }
 
 /// The work of one checkpoint: requests waiting, sequences running.
@@ -66,6 +70,13 @@ impl<B: Backend> Group<B> {
         self.waiting.is_empty() && self.active.is_empty()
     }
 
+    /// Adds what its running sequences reserve to their tenants' counts.
+    pub(super) fn hold(&self, tenants: &mut TenantKv) {
+        for sequence in &self.active {
+            tenants.add(&sequence.share.tenant, sequence.cache.reserved_bytes());
+        }
+    }
+
     /// Drops sequences whose client went away, freeing their caches now.
     pub(super) fn drop_cancelled(&mut self) {
         let checkpoint = &self.checkpoint;
@@ -82,7 +93,8 @@ impl<B: Backend> Group<B> {
     /// cache (see `kv_admission`), starting from the longest prefix of its
     /// prompt that `prefix` holds; or, when a tenant with fewer running
     /// sequences per weight waits too, that tenant's oldest request instead
-    /// (`fair.rs`). `others_running` says whether any
+    /// (`fair.rs`); only requests within their tenant's part of the KV
+    /// budget (`tenants`) are admitted. `others_running` says whether any
     /// sequence of any checkpoint holds a cache: when none does and the
     /// budget still has no room, nothing will free it, so the request fails
     /// instead of waiting.
@@ -93,11 +105,14 @@ impl<B: Backend> Group<B> {
         kv: &Arc<KvPool>,
         others_running: bool,
         prefix: Option<&mut PrefixCache<SharedBlock<B>>>,
+        tenants: &TenantKv,
     ) -> Admission {
+        let may_run = |w: &Waiting| tenants.fits(&w.request.share, w.kv_bytes);
         let at = fair::next_at(
             &self.waiting,
             at,
             self.active.iter().map(|s| &s.share.tenant),
+            may_run,
         );
         let Some(front) = self.waiting.get(at) else {
             return Admission::Empty;
@@ -106,6 +121,21 @@ impl<B: Backend> Group<B> {
             self.waiting.remove(at);
             self.checkpoint.admitted();
             self.checkpoint.finished();
+            return Admission::Dropped;
+        }
+        if !may_run(front) {
+            let share = &front.request.share;
+            if tenants.held(&share.tenant) > 0 {
+                return Admission::TenantFull;
+            }
+            // Nothing of its tenant runs, so nothing will make room: the
+            // tenant's part shrank (a policy reload) since it was queued.
+            let message = format!(
+                "the request's KV cache of about {} bytes is more than its tenant's part \
+                 ({}/1000) of the KV budget; lower max_tokens or raise the tenant's kv_share",
+                front.kv_bytes, share.kv_permille
+            );
+            self.fail_at(at, message);
             return Admission::Dropped;
         }
         let checkpoint = &self.checkpoint;

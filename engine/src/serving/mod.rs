@@ -18,6 +18,7 @@
 //! - `sequence.rs`: one sequence's state and what happens to a sampled token;
 //! - `group.rs`: one checkpoint's queue and batch;
 //! - `fair.rs`: which tenant's waiting request takes the next batch slot;
+//! - `tenant_cap.rs`: each tenant's part of the KV budget and of the queue;
 //! - `choice.rs`: which checkpoint runs next;
 //! - `table.rs`: the weight table a step reads;
 //! - `executor.rs`: the handle, the weight table and the scheduling loop.
@@ -33,6 +34,7 @@ mod group;
 mod queue;
 mod sequence;
 mod table;
+mod tenant_cap;
 
 use std::time::Duration;
 
