@@ -18,6 +18,7 @@ use std::time::Instant;
 use arc_swap::ArcSwapOption;
 use switchyard_kernels::Backend;
 
+use super::cache_use::{CacheUse, ScopeCacheUse};
 use super::checkpoint::{CheckpointHandle, CheckpointId};
 use super::group::{Admission, Group};
 use super::queue::{SequenceRequest, SubmitError, Waiting};
@@ -79,6 +80,8 @@ struct Shared {
     step_micros: AtomicU64,
     /// Set when the executor thread ends, by return or by panic.
     stopped: AtomicBool,
+    /// Each cache scope's use of the prompt cache, for the admin API.
+    cache_use: CacheUse,
 }
 
 impl Shared {
@@ -314,6 +317,12 @@ impl<B: Backend> Executor<B> {
         self.shared.kv_tokens.load(Ordering::Acquire)
     }
 
+    /// Each cache scope owner's blocks and bytes in the prompt cache and the
+    /// prompt tokens its lookups found and missed, since the server started.
+    pub fn cache_use(&self) -> Vec<ScopeCacheUse> {
+        self.shared.cache_use.snapshot()
+    }
+
     /// The KV budget its sequences and the prompt cache reserve from.
     pub fn kv_pool(&self) -> &Arc<KvPool> {
         &self.kv
@@ -458,7 +467,9 @@ impl<B: Backend> Scheduler<B> {
             self.cached_blocks = prefix.len();
             self.observer
                 .prompt_cache_size(prefix.len(), prefix.bytes());
-            self.observer.prompt_cache_scopes(&prefix.usage_by_scope());
+            let usage = prefix.usage_by_scope();
+            self.observer.prompt_cache_scopes(&usage);
+            self.shared.cache_use.set_held(&usage);
         }
     }
 
@@ -529,15 +540,18 @@ impl<B: Backend> Scheduler<B> {
                     self.prefix.as_mut(),
                     &tenants,
                 ) {
-                    Admission::Admitted { cached, prompt } => {
+                    Admission::Admitted {
+                        cached,
+                        prompt,
+                        scope,
+                    } => {
                         taken += 1;
                         active += 1;
                         if self.prefix.is_some() && group.checkpoint.caches_prompts {
-                            self.observer.prompt_cache(
-                                &group.checkpoint.id,
-                                cached,
-                                prompt.saturating_sub(cached),
-                            );
+                            let computed = prompt.saturating_sub(cached);
+                            self.observer
+                                .prompt_cache(&group.checkpoint.id, cached, computed);
+                            self.shared.cache_use.count(&scope, cached, computed);
                         }
                         self.blocked_head = match self.blocked_head {
                             Some((head, passed)) if passes => Some((head, passed + 1)),

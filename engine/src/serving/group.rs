@@ -21,12 +21,17 @@ use crate::model::{LogitRows, SequenceChunk};
 use crate::structured::mask_rows;
 
 /// What [`Group::admit_at`] did with a waiting request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Admission {
     /// Nothing waits.
     Empty,
-    /// It runs now, `cached` of its `prompt` tokens read from the prompt cache.
-    Admitted { cached: usize, prompt: usize },
+    /// It runs now, `cached` of its `prompt` tokens read from the prompt
+    /// cache of `scope` (its owner's label).
+    Admitted {
+        cached: usize,
+        prompt: usize,
+        scope: String,
+    },
     /// It left the queue without running (its client left, or its cache
     /// failed; it was told).
     Dropped,
@@ -194,6 +199,7 @@ impl<B: Backend> Group<B> {
         self.checkpoint.admitted();
         let capacity = kv_admission::positions(&self.checkpoint.model, request.kv_wanted());
         let prompt = request.prompt.len();
+        let scope = request.cache_scope.label();
         self.active.push(Sequence::new(
             request,
             cache,
@@ -201,7 +207,11 @@ impl<B: Backend> Group<B> {
             found.shared.len(),
             cached,
         ));
-        Admission::Admitted { cached, prompt }
+        Admission::Admitted {
+            cached,
+            prompt,
+            scope,
+        }
     }
 
     /// Takes waiting request `at` out of the queue, telling it `message`.
