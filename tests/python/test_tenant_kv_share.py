@@ -9,19 +9,20 @@ the flood's first generation is still running. Before, the flood's second
 generation took the rest of the budget and the other tenant waited for it.
 
 The budget is sized so that this shows: 16 MiB of F16 KV for SmolLM2 (23,040
-bytes a position) hold about 728 positions, a flood generation about 320 (prompt
-and `max_tokens` 280): two fit the budget, but not one tenant's half.
+bytes a position) hold about 728 positions in blocks of 32, a flood generation
+about 320 (prompt and `max_tokens` 280): two fit the budget, but not one
+tenant's half.
 """
 
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import threading
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 from serve_process import free_port, running_server
 
@@ -65,8 +66,8 @@ def server(switchyard_bin: Path, smollm2_path: Path, tmp_path_factory):
     )
     port = free_port()
     args = [str(switchyard_bin), "serve", "--config", str(settings), "--policy", str(path),
-            "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{free_port()}",
-            "--kv-budget-mb", "16", "--max-batch", "4", "--max-queue", "8",
+            "--listen", f"127.0.0.1:{port}", "--kv-budget-mb", "16", "--kv-block", "32",
+            "--max-batch", "4", "--max-queue", "8",
             "--drain-seconds", "5"]
     with running_server(args, port):
         yield f"http://127.0.0.1:{port}"
@@ -86,31 +87,41 @@ class Stream(threading.Thread):
         self.tokens = 0
 
     def run(self):
-        body = {"model": "smol", "max_tokens": self.max_tokens, "stream": True,
-                "logit_bias": NO_EOS,
-                "messages": [{"role": "user", "content": "Count slowly from one to a thousand."}]}
-        headers = {"Authorization": f"Bearer {KEYS[self.tenant]}"}
-        with httpx.Client(timeout=180) as client:
-            with client.stream("POST", self.base + "/v1/chat/completions", json=body,
-                               headers=headers) as response:
-                self.status = response.status_code
-                if response.status_code != 200:
-                    response.read()
-                    self.error = (json.loads(response.text)["error"],
-                                  response.headers.get("retry-after"))
-                    return
-                for line in response.iter_lines():
-                    if self.stop.is_set():
-                        return
-                    if not line.startswith("data: ") or line == "data: [DONE]":
-                        continue
-                    event = json.loads(line[len("data: "):])
-                    assert "error" not in event, event
-                    if event["choices"] and event["choices"][0]["delta"].get("content"):
-                        self.tokens += 1
-                        if self.first_token is None:
-                            self.first_token = time.monotonic()
-                self.done = time.monotonic()
+        body = json.dumps({
+            "model": "smol", "max_tokens": self.max_tokens, "stream": True, "logit_bias": NO_EOS,
+            "messages": [{"role": "user", "content": "Count slowly from one to a thousand."}]})
+        host, port = self.base.removeprefix("http://").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=180)
+        try:
+            conn.request("POST", "/v1/chat/completions", body=body, headers={
+                "Authorization": f"Bearer {KEYS[self.tenant]}",
+                "Content-Type": "application/json"})
+            response = conn.getresponse()
+            self.status = response.status
+            if response.status != 200:
+                self.error = (json.loads(response.read())["error"],
+                              response.getheader("retry-after"))
+                return
+            while not self.stop.is_set():
+                line = response.readline().decode().strip()
+                if not line:
+                    if response.isclosed():
+                        break
+                    continue
+                if line == "data: [DONE]":
+                    self.done = time.monotonic()
+                    break
+                if not line.startswith("data: "):
+                    continue
+                event = json.loads(line[len("data: "):])
+                assert "error" not in event, event
+                # The first chunk (the role, empty content) comes before any token.
+                if event["choices"] and event["choices"][0]["delta"].get("content"):
+                    self.tokens += 1
+                    if self.first_token is None:
+                        self.first_token = time.monotonic()
+        finally:
+            conn.close()
 
 
 def test_a_flooding_tenant_keeps_to_its_half_and_the_other_is_served_at_once(server):
@@ -135,7 +146,7 @@ def test_a_flooding_tenant_keeps_to_its_half_and_the_other_is_served_at_once(ser
         light.start()
         light.join(timeout=150)
         assert light.status == 200 and light.done, (light.status, light.error)
-        assert light.tokens >= 90, light.tokens
+        assert light.tokens >= 80, light.tokens
         # The flood's first generation was still running when the light tenant's
         # whole answer had come, and it was the only one running then.
         started = sorted((s for s in flood if s.first_token), key=lambda s: s.first_token)
