@@ -481,7 +481,7 @@ impl<B: Backend> Scheduler<B> {
             prefix.register(submission.checkpoint.weight_identity, owner);
         }
         let kv_bytes = kv_admission::cache_bytes(
-            &self.kv,
+            self.blocks.pool(),
             &submission.checkpoint.model,
             submission.request.kv_wanted(),
         )
@@ -519,7 +519,7 @@ impl<B: Backend> Scheduler<B> {
         let mut active: usize = self.groups.iter().map(Group::active_len).sum();
         let mut taken = 0;
         'slots: while active < self.config.max_active.max(1) {
-            let mut tenants = TenantKv::new(self.kv.budget_bytes());
+            let mut tenants = TenantKv::new(self.blocks.pool().budget_bytes());
             for group in &self.groups {
                 group.hold(&mut tenants);
             }
