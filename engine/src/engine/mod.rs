@@ -115,6 +115,13 @@ impl<B: Backend> InferenceBackend for Engine<B> {
                     BackendError::invalid("max_tokens", error.to_string())
                 }
                 SubmitError::KvShare { .. } => BackendError::invalid("n", error.to_string()),
+                SubmitError::TenantKvShare { fanout, .. } => {
+                    let field = if fanout > 1 { "n" } else { "max_tokens" };
+                    BackendError::invalid(field, error.to_string())
+                }
+                SubmitError::TenantQueueFull { .. } => BackendError::TenantBusy {
+                    message: error.to_string(),
+                },
             })?;
         Ok(receiver)
     }

@@ -126,7 +126,8 @@ fn blame(error: &BackendError) -> Blame {
         | BackendError::ContextOverflow { .. }
         | BackendError::Internal { .. } => Blame::Failing,
         BackendError::Overloaded => Blame::Overloaded,
-        BackendError::InvalidRequest { .. } => Blame::Request,
+        // The tenant's own load: another checkpoint of the same engine would not help.
+        BackendError::InvalidRequest { .. } | BackendError::TenantBusy { .. } => Blame::Request,
     }
 }
 
@@ -235,22 +236,21 @@ impl RoutedRequest {
             .unwrap_or_else(CacheScope::deployment)
     }
 
-    /// The tenant the request runs for and its weight in the current policy, for the
-    /// engine's fair admission; no tenant for a pass-through or anonymous request.
+    /// The tenant the request runs for, its weight and its part of the engine's KV
+    /// budget and queue in the current policy, for the engine's fair admission and
+    /// caps; no tenant for a pass-through or anonymous request.
     pub fn tenant_share(&self) -> TenantShare {
         let Some(ticket) = self.ticket() else {
             return TenantShare::default();
         };
-        let Some(name) = ticket.lock().summary.tenant.clone() else {
-            return TenantShare::default();
+        let tenant = ticket.lock().summary.tenant.clone();
+        let policy = ticket.routing.store().current();
+        let kv_permille = policy.kv_permille(tenant.as_deref());
+        let Some(name) = tenant else {
+            return TenantShare::default().with_kv_permille(kv_permille);
         };
-        let weight = ticket
-            .routing
-            .store()
-            .current()
-            .tenant(&name)
-            .map_or(1, |t| t.weight);
-        TenantShare::new(name, weight)
+        let weight = policy.tenant(&name).map_or(1, |t| t.weight);
+        TenantShare::new(name, weight).with_kv_permille(kv_permille)
     }
 
     /// The largest prompt's tokens: as the engine counted them once known, else as
