@@ -26,4 +26,8 @@ pub enum KernelError {
     /// budget assumed).
     #[error("could not allocate a KV block of {bytes} bytes")]
     KvAlloc { bytes: usize },
+    /// A device backend's call failed (a driver error, device memory
+    /// exhausted): the message names the call.
+    #[error("device: {0}")]
+    Device(String),
 }

@@ -24,14 +24,18 @@
 //! }
 //! ```
 
+pub mod attention_plan;
 mod error;
 pub mod kernel_names;
+pub mod kv_pool;
+pub mod kv_table;
 pub mod memory;
 pub mod pointer_table;
 pub mod residency;
 pub mod sources;
 pub mod target;
 pub mod upload;
+pub mod weight_table;
 
 #[cfg(test)]
 mod gate_tests;
