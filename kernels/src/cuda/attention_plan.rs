@@ -48,7 +48,12 @@ pub fn plan(
     block_positions: usize,
     seqs: &[PlanSeq<'_>],
 ) -> Result<AttentionPlan, KernelError> {
-    let max_blocks = seqs.iter().map(|s| s.blocks.len()).max().unwrap_or(0).max(1);
+    let max_blocks = seqs
+        .iter()
+        .map(|s| s.blocks.len())
+        .max()
+        .unwrap_or(0)
+        .max(1);
     let mut block_tables = vec![0i32; seqs.len() * max_blocks];
     let (mut row_seq, mut row_pos) = (Vec::with_capacity(rows), Vec::with_capacity(rows));
     for (i, s) in seqs.iter().enumerate() {

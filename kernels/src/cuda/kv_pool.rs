@@ -51,19 +51,15 @@ impl KvShape {
     }
 }
 
-struct State<M: DeviceMemory> {
-    buf: M::Buffer,
-    free: Vec<u32>,
-}
-
 /// The blocks of one shape. Shared through an `Arc` by the caches that
 /// lease its blocks.
 pub struct KvPool<M: DeviceMemory> {
-    memory: M,
     shape: KvShape,
     blocks: u32,
     base: u64,
-    state: Mutex<State<M>>,
+    free: Mutex<Vec<u32>>,
+    /// The blocks' memory, freed with the pool (after its last lease).
+    _memory: M::Buffer,
 }
 
 /// One block id of a pool, held; dropping the last clone frees it.
@@ -84,15 +80,15 @@ impl<M: DeviceMemory> BlockLease<M> {
 
 impl<M: DeviceMemory> Drop for BlockLease<M> {
     fn drop(&mut self) {
-        if let Ok(mut state) = self.pool.state.lock() {
-            state.free.push(self.id);
+        if let Ok(mut free) = self.pool.free.lock() {
+            free.push(self.id);
         }
     }
 }
 
 impl<M: DeviceMemory> KvPool<M> {
     /// A pool of `blocks` blocks of `shape`, in one allocation.
-    pub fn new(memory: M, shape: KvShape, blocks: usize) -> Result<Arc<Self>, CudaError> {
+    pub fn new(memory: &M, shape: KvShape, blocks: usize) -> Result<Arc<Self>, CudaError> {
         let blocks = u32::try_from(blocks)
             .ok()
             .filter(|b| *b > 0 && *b < i32::MAX as u32)
@@ -104,15 +100,12 @@ impl<M: DeviceMemory> KvPool<M> {
         let buf = memory.alloc(bytes)?;
         let base = memory.address(&buf);
         Ok(Arc::new(KvPool {
-            memory,
             shape,
             blocks,
             base,
             // Handed out from the low ids up.
-            state: Mutex::new(State {
-                buf,
-                free: (0..blocks).rev().collect(),
-            }),
+            free: Mutex::new((0..blocks).rev().collect()),
+            _memory: buf,
         }))
     }
 
@@ -127,7 +120,7 @@ impl<M: DeviceMemory> KvPool<M> {
 
     /// Blocks free now.
     pub fn free_blocks(&self) -> usize {
-        self.state.lock().map(|s| s.free.len()).unwrap_or(0)
+        self.free.lock().map(|f| f.len()).unwrap_or(0)
     }
 
     /// Device address of layer `layer`'s blocks: the kernels' `pool`.
@@ -135,14 +128,9 @@ impl<M: DeviceMemory> KvPool<M> {
         self.base + (layer * self.blocks as usize * self.shape.block_bytes()) as u64
     }
 
-    /// Byte offset of block `id` of `layer` in the pool's allocation.
-    fn offset(&self, layer: usize, id: u32) -> usize {
-        (layer * self.blocks as usize + id as usize) * self.shape.block_bytes()
-    }
-
     /// A free block, or [`CudaError::Budget`] when none is left.
     pub fn lease(self: &Arc<Self>) -> Result<BlockLease<M>, CudaError> {
-        let id = self.state.lock().map_err(|_| poisoned())?.free.pop();
+        let id = self.free.lock().map_err(|_| poisoned())?.pop();
         let id = id.ok_or_else(|| CudaError::Budget {
             what: "a KV block".into(),
             bytes: self.shape.block_bytes() * self.shape.layers,
@@ -153,21 +141,6 @@ impl<M: DeviceMemory> KvPool<M> {
             id,
             pool: Arc::clone(self),
         })
-    }
-
-    /// Writes `data` into block `id` of `layer` at byte `offset` (what the
-    /// KV-write kernel does on a device; for the host's tests).
-    #[cfg(test)]
-    pub(crate) fn write(
-        &self,
-        layer: usize,
-        id: u32,
-        offset: usize,
-        data: &[u8],
-    ) -> Result<(), CudaError> {
-        let mut state = self.state.lock().map_err(|_| poisoned())?;
-        let at = self.offset(layer, id) + offset;
-        self.memory.write(&mut state.buf, at, data)
     }
 }
 
@@ -196,18 +169,26 @@ mod tests {
         let mem = HostMemory::new(1 << 20);
         let s = shape();
         assert_eq!(s.block_bytes(), 2 * 2 * 32 * 4 * 2);
-        let pool = KvPool::new(mem.clone(), s, 3).unwrap();
+        let pool = KvPool::new(&mem, s, 3).unwrap();
         assert_eq!(mem.used(), 3 * 2 * s.block_bytes());
         let a = pool.lease().unwrap();
         let b = pool.lease().unwrap();
         assert_eq!((a.id(), b.id()), (0, 1));
-        pool.write(1, b.id(), 10, &[9, 8]).unwrap();
-        // attention.cu: pool(layer) + id · block size.
-        let at = pool.layer_address(1) + (b.id() as usize * s.block_bytes()) as u64 + 10;
-        assert_eq!(mem.read_at(at, 2), Some(vec![9, 8]));
-        // The same block of layer 0, and block a of layer 1, are elsewhere.
-        assert_eq!(mem.read_at(pool.layer_address(0) + 10 + s.block_bytes() as u64, 2), Some(vec![0, 0]));
-        assert_eq!(mem.read_at(pool.layer_address(1) + 10, 2), Some(vec![0, 0]));
+        // attention.cu: pool(layer) + id · block size; every block of
+        // every layer lies apart inside the one allocation.
+        let at = |layer: usize, id: u32| {
+            pool.layer_address(layer) + (id as usize * s.block_bytes()) as u64
+        };
+        mem.write_at(at(1, b.id()) + 10, &[9, 8]).unwrap();
+        assert_eq!(at(1, 0), at(0, 2), "layer 1 follows layer 0's 3 blocks");
+        assert!(mem.read_at(at(1, 2), s.block_bytes()).is_some());
+        assert!(
+            mem.read_at(at(1, 2) + 1, s.block_bytes()).is_none(),
+            "the last block ends the pool"
+        );
+        assert_eq!(mem.read_at(at(0, b.id()) + 10, 2), Some(vec![0, 0]));
+        assert_eq!(mem.read_at(at(1, a.id()) + 10, 2), Some(vec![0, 0]));
+        assert_eq!(mem.read_at(at(1, b.id()) + 10, 2), Some(vec![9, 8]));
 
         let c = pool.lease().unwrap();
         let err = pool.lease().err().unwrap().to_string();
@@ -225,7 +206,7 @@ mod tests {
     fn a_pool_too_large_for_the_device_is_refused() {
         let mem = HostMemory::new(1000);
         assert!(matches!(
-            KvPool::new(mem, shape(), 4),
+            KvPool::new(&mem, shape(), 4),
             Err(CudaError::OutOfMemory { .. })
         ));
         assert_eq!(shape().blocks_in(10 * 2 * 1024), 10);

@@ -106,12 +106,20 @@ impl<M: DeviceMemory> BlockTable<M> {
         };
         let given = prefix.shared.len() + usize::from(prefix.tail.is_some());
         if table.windowed && given > 0 {
-            return err("a cache with sliding-window layers cannot start from shared blocks".into());
+            return err(
+                "a cache with sliding-window layers cannot start from shared blocks".into(),
+            );
         }
         let tail = prefix.tail.map(|(b, n)| (b, n, n));
-        let whole = prefix.shared.iter().map(|b| (b, block_positions, b.positions));
+        let whole = prefix
+            .shared
+            .iter()
+            .map(|b| (b, block_positions, b.positions));
         for (block, n, held) in whole.chain(tail) {
-            let foreign = block.leases.iter().any(|l| !Arc::ptr_eq(l.pool(), &table.pool));
+            let foreign = block
+                .leases
+                .iter()
+                .any(|l| !Arc::ptr_eq(l.pool(), &table.pool));
             if foreign {
                 return err("a prefix block of another model's KV shape".into());
             }
@@ -219,7 +227,10 @@ impl<M: DeviceMemory> BlockTable<M> {
         if positions.end > self.written {
             return err("not yet written");
         }
-        let Some(units) = self.units.get(positions.start / KV_UNIT..positions.end / KV_UNIT) else {
+        let Some(units) = self
+            .units
+            .get(positions.start / KV_UNIT..positions.end / KV_UNIT)
+        else {
             return err("no such block");
         };
         let leases = units.to_vec();
@@ -247,7 +258,7 @@ mod tests {
             n_kv_heads: 2,
             head_dim: 64,
         };
-        KvPool::new(mem.clone(), shape, blocks).unwrap()
+        KvPool::new(mem, shape, blocks).unwrap()
     }
 
     fn ids<M: DeviceMemory>(t: &BlockTable<M>) -> Vec<u32> {

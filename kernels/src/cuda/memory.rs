@@ -100,6 +100,19 @@ impl HostMemory {
         data.get(offset..offset.checked_add(len)?)
             .map(<[u8]>::to_vec)
     }
+
+    /// Writes `data` at device address `address`, as a kernel storing
+    /// through a pointer would; `None` when the bytes are not inside one
+    /// live buffer.
+    pub fn write_at(&self, address: u64, data: &[u8]) -> Option<()> {
+        let live = self.inner.live.lock().ok()?;
+        let (base, buf) = live.range(..=address).next_back()?;
+        let mut buf = buf.lock().ok()?;
+        let offset = usize::try_from(address - base).ok()?;
+        buf.get_mut(offset..offset.checked_add(data.len())?)?
+            .copy_from_slice(data);
+        Some(())
+    }
 }
 
 impl DeviceMemory for HostMemory {

@@ -43,6 +43,8 @@ mod gate_tests;
 mod host_harness;
 
 #[cfg(feature = "cuda")]
+mod backend;
+#[cfg(feature = "cuda")]
 mod buffer;
 #[cfg(feature = "cuda")]
 mod device;
@@ -58,6 +60,10 @@ mod device_stub;
 #[cfg(not(feature = "cuda"))]
 use device_stub as device;
 
+#[cfg(feature = "cuda")]
+pub use backend::{
+    CudaActivations, CudaBackend, CudaConfig, CudaKvBlock, CudaKvCache, CudaMatrix, CudaVector,
+};
 #[cfg(feature = "cuda")]
 pub use buffer::CudaMemory;
 pub use device::{open, CudaDevice};

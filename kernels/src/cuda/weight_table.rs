@@ -117,9 +117,10 @@ impl<M: DeviceMemory> WeightTable<M> {
                 )))
             }
         };
-        let written = shared
-            .memory
-            .write(&mut state.buf, 8 * slot as usize, &address.to_le_bytes());
+        let written =
+            shared
+                .memory
+                .write(&mut state.buf, 8 * slot as usize, &address.to_le_bytes());
         if let Err(e) = written {
             state.free.push(slot);
             return Err(e);
@@ -172,7 +173,10 @@ mod tests {
             bufs.push(buf);
         }
         for (i, slot) in slots.iter().enumerate() {
-            assert_eq!(follow(&mem, &table, slot.index(), 16), vec![i as u8 + 1; 16]);
+            assert_eq!(
+                follow(&mem, &table, slot.index(), 16),
+                vec![i as u8 + 1; 16]
+            );
         }
         let err = table.insert(0x1000).err().unwrap().to_string();
         assert!(err.contains("3 slots are all taken"), "{err}");
