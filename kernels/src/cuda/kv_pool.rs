@@ -180,7 +180,11 @@ mod tests {
             pool.layer_address(layer) + (id as usize * s.block_bytes()) as u64
         };
         mem.write_at(at(1, b.id()) + 10, &[9, 8]).unwrap();
-        assert_eq!(at(1, 0), at(0, 2), "layer 1 follows layer 0's 3 blocks");
+        assert_eq!(
+            at(1, 0),
+            at(0, 2) + s.block_bytes() as u64,
+            "layer 1 follows layer 0's 3 blocks"
+        );
         assert!(mem.read_at(at(1, 2), s.block_bytes()).is_some());
         assert!(
             mem.read_at(at(1, 2) + 1, s.block_bytes()).is_none(),
