@@ -26,6 +26,7 @@
 
 pub mod attention_plan;
 mod error;
+pub mod graph_cache;
 pub mod kernel_names;
 pub mod kv_pool;
 pub mod kv_table;
