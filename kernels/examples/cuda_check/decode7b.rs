@@ -22,10 +22,10 @@ use switchyard_kernels::cuda::{
     CudaActivations, CudaBackend, CudaConfig, CudaDevice, CudaMatrix, CudaMemory, DeviceMemory,
     PointerTable,
 };
-use switchyard_kernels::kv::KvFormat;
+use switchyard_kernels::kv::{BlockTable, KvBlockShape, KvFormat};
 use switchyard_kernels::{
-    AttentionRows, AttentionShape, Backend, DType, KvLayout, KvPrefix, KvType, MatmulInput,
-    MatmulProduct, RopeStyle, WeightView,
+    AttentionRows, AttentionShape, Backend, DType, KvLayout, KvType, MatmulInput, MatmulProduct,
+    RopeStyle, WeightView,
 };
 
 use super::Check;
@@ -281,9 +281,25 @@ pub fn backend_decode(batches: &[usize], steps: usize) -> Check {
             prompt + steps + 1,
             &[],
         )?;
-        let mut caches = Vec::new();
+        // The engine's part, done here by hand: a store, and each
+        // sequence's blocks for its whole length.
+        let mut store = backend.kv_store(KvFormat::new(KvType::F16, 1024), usize::MAX)?;
+        let mut tables = Vec::new();
         for _ in 0..batch {
-            caches.push(backend.kv_cache(&layout, KvPrefix::none())?);
+            let mut table = BlockTable::new(layout.clone());
+            for layer in 0..LAYERS {
+                for _ in 0..table.blocks_for(layer, layout.capacity()) {
+                    let block = KvBlockShape {
+                        dtype: KvType::F16,
+                        n_kv_heads: HEADS,
+                        head_dim: HEAD_DIM,
+                        positions: layout.block_positions(),
+                    };
+                    let id = backend.kv_alloc(&mut store, block)?;
+                    table.push(layer, id)?;
+                }
+            }
+            tables.push(table);
         }
         let mut staging = Vec::new();
         let mut forward = |tokens: &[u32],
@@ -318,16 +334,16 @@ pub fn backend_decode(batches: &[usize], steps: usize) -> Check {
                 )?;
                 b.rope(&mut q, HEAD_DIM, positions, &inv_freq, RopeStyle::Neox)?;
                 b.rope(&mut k, HEAD_DIM, positions, &inv_freq, RopeStyle::Neox)?;
-                let mut seqs: Vec<AttentionRows<'_, CudaBackend>> = caches
-                    .iter_mut()
+                let seqs: Vec<AttentionRows<'_>> = tables
+                    .iter()
                     .enumerate()
-                    .map(|(i, cache)| AttentionRows {
-                        cache,
+                    .map(|(i, table)| AttentionRows {
+                        table,
                         rows: i * per_seq..(i + 1) * per_seq,
                         start_pos: positions[i * per_seq] as usize,
                     })
                     .collect();
-                b.attention(layer, shape, &q, &k, &v, &mut seqs, &mut att)?;
+                b.attention(layer, shape, &q, &k, &v, &mut store, &seqs, &mut att)?;
                 b.matmul_many(
                     MatmulInput::Rows(&att),
                     &mut [MatmulProduct {

@@ -1,21 +1,12 @@
-//! The device's KV blocks: one allocation per model shape, cut into blocks
-//! of [`KV_UNIT`] positions that the caches' block tables name by number
-//! (`attention.cu` reads a block as `pool + id · block size`).
+//! Device memory for keys and values: one allocation per head shape, cut
+//! into units of [`KV_UNIT`] positions of one layer that `attention.cu`
+//! names by number (a unit is `pool + id · unit bytes`; each unit
+//! `[K | V]`, each half `[kv_head][position][head_dim]` in F16).
 //!
-//! Device blocks are the unit every layout's block is a whole number of,
-//! not the layout's own (1,024 positions by default; a short cache's is
-//! shorter): caches of every length share one pool and one launch, and a
-//! block handed to another cache, whole or a run of units, is shared in
-//! place, never copied.
-//!
-//! The pool is laid out `[layer][block]`, each block `[K | V]`, each half
-//! `[kv_head][position][head_dim]` in F16, so a layer's pool is one base
-//! address and a block id means the same block in every layer. A
-//! [`BlockLease`] holds one id; the id returns to the free list when its
-//! last lease drops, so a block shared by several caches and the prompt
-//! cache lives as long as one of them holds it. How many blocks a pool has
-//! is the backend's KV budget, fixed when the pool is made: which caches
-//! may take them is the engine's policy.
+//! The engine's blocks (1,024 positions by default, a short cache's
+//! shorter) are runs of units (see `kv_units`), so blocks of every size
+//! share one pool and one launch. A [`UnitLease`] holds one unit; dropping
+//! it returns the unit to the free list.
 
 use std::sync::{Arc, Mutex};
 
@@ -23,52 +14,46 @@ use super::memory::DeviceMemory;
 use super::CudaError;
 use crate::kv::KV_UNIT;
 
-/// The shape every block of a pool has.
+/// The head shape every unit of a pool has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct KvShape {
-    pub layers: usize,
     pub n_kv_heads: usize,
     pub head_dim: usize,
 }
 
 impl KvShape {
-    /// Positions of a device block.
-    pub const BLOCK_POSITIONS: usize = KV_UNIT;
-
-    /// F16 elements of one half (K or V) of one layer's block.
+    /// F16 elements of one half (K or V) of a unit.
     pub fn half_elems(&self) -> usize {
-        self.n_kv_heads * Self::BLOCK_POSITIONS * self.head_dim
+        self.n_kv_heads * KV_UNIT * self.head_dim
     }
 
-    /// Bytes of one layer's block (K and V, F16).
-    pub fn block_bytes(&self) -> usize {
+    /// Bytes of one unit (K and V, F16).
+    pub fn unit_bytes(&self) -> usize {
         self.half_elems() * 2 * 2
     }
-
-    /// Blocks of every layer that fit `bytes`.
-    pub fn blocks_in(&self, bytes: usize) -> usize {
-        bytes / (self.block_bytes() * self.layers).max(1)
-    }
 }
 
-/// The blocks of one shape. Shared through an `Arc` by the caches that
-/// lease its blocks.
+struct State<M: DeviceMemory> {
+    buf: M::Buffer,
+    free: Vec<u32>,
+}
+
+/// The units of one shape, shared through an `Arc` by their leases.
 pub struct KvPool<M: DeviceMemory> {
+    memory: M,
     shape: KvShape,
-    blocks: u32,
+    units: u32,
     base: u64,
-    free: Mutex<Vec<u32>>,
-    /// The blocks' memory, freed with the pool (after its last lease).
-    _memory: M::Buffer,
+    state: Mutex<State<M>>,
 }
 
-/// One block id of a pool, held; dropping the last clone frees it.
-pub struct BlockLease<M: DeviceMemory> {
+/// One unit of a pool, held; dropping it frees the unit.
+pub struct UnitLease<M: DeviceMemory> {
     id: u32,
     pool: Arc<KvPool<M>>,
 }
 
-impl<M: DeviceMemory> BlockLease<M> {
+impl<M: DeviceMemory> UnitLease<M> {
     pub fn id(&self) -> u32 {
         self.id
     }
@@ -78,34 +63,36 @@ impl<M: DeviceMemory> BlockLease<M> {
     }
 }
 
-impl<M: DeviceMemory> Drop for BlockLease<M> {
+impl<M: DeviceMemory> Drop for UnitLease<M> {
     fn drop(&mut self) {
-        if let Ok(mut free) = self.pool.free.lock() {
-            free.push(self.id);
+        if let Ok(mut state) = self.pool.state.lock() {
+            state.free.push(self.id);
         }
     }
 }
 
 impl<M: DeviceMemory> KvPool<M> {
-    /// A pool of `blocks` blocks of `shape`, in one allocation.
-    pub fn new(memory: &M, shape: KvShape, blocks: usize) -> Result<Arc<Self>, CudaError> {
-        let blocks = u32::try_from(blocks)
+    /// A pool of `units` units of `shape`, in one allocation.
+    pub fn new(memory: M, shape: KvShape, units: usize) -> Result<Arc<Self>, CudaError> {
+        let units = u32::try_from(units)
             .ok()
-            .filter(|b| *b > 0 && *b < i32::MAX as u32)
-            .ok_or_else(|| CudaError::Layout(format!("a KV pool of {blocks} blocks")))?;
-        let bytes = (blocks as usize)
-            .checked_mul(shape.block_bytes())
-            .and_then(|b| b.checked_mul(shape.layers))
-            .ok_or_else(|| CudaError::Layout(format!("a KV pool of {blocks} blocks overflows")))?;
+            .filter(|u| *u > 0 && *u < i32::MAX as u32)
+            .ok_or_else(|| CudaError::Layout(format!("a KV pool of {units} units")))?;
+        let bytes = (units as usize)
+            .checked_mul(shape.unit_bytes())
+            .ok_or_else(|| CudaError::Layout(format!("a KV pool of {units} units overflows")))?;
         let buf = memory.alloc(bytes)?;
         let base = memory.address(&buf);
         Ok(Arc::new(KvPool {
+            memory,
             shape,
-            blocks,
+            units,
             base,
             // Handed out from the low ids up.
-            free: Mutex::new((0..blocks).rev().collect()),
-            _memory: buf,
+            state: Mutex::new(State {
+                buf,
+                free: (0..units).rev().collect(),
+            }),
         }))
     }
 
@@ -113,34 +100,47 @@ impl<M: DeviceMemory> KvPool<M> {
         self.shape
     }
 
-    /// Blocks in the pool.
-    pub fn blocks(&self) -> usize {
-        self.blocks as usize
+    /// Units in the pool.
+    pub fn units(&self) -> usize {
+        self.units as usize
     }
 
-    /// Blocks free now.
-    pub fn free_blocks(&self) -> usize {
-        self.free.lock().map(|f| f.len()).unwrap_or(0)
+    /// Units free now.
+    pub fn free_units(&self) -> usize {
+        self.state.lock().map(|s| s.free.len()).unwrap_or(0)
     }
 
-    /// Device address of layer `layer`'s blocks: the kernels' `pool`.
-    pub fn layer_address(&self, layer: usize) -> u64 {
-        self.base + (layer * self.blocks as usize * self.shape.block_bytes()) as u64
+    /// Device address of unit 0: the kernels' `pool`.
+    pub fn address(&self) -> u64 {
+        self.base
     }
 
-    /// A free block, or [`CudaError::Budget`] when none is left.
-    pub fn lease(self: &Arc<Self>) -> Result<BlockLease<M>, CudaError> {
-        let id = self.free.lock().map_err(|_| poisoned())?.pop();
+    /// A free unit, or [`CudaError::Budget`] when none is left.
+    pub fn lease(self: &Arc<Self>) -> Result<UnitLease<M>, CudaError> {
+        let id = self.state.lock().map_err(|_| poisoned())?.free.pop();
+        let unit = self.shape.unit_bytes();
         let id = id.ok_or_else(|| CudaError::Budget {
-            what: "a KV block".into(),
-            bytes: self.shape.block_bytes() * self.shape.layers,
+            what: "a KV unit of 32 positions".into(),
+            bytes: unit,
             free: 0,
-            budget: self.blocks as usize * self.shape.block_bytes() * self.shape.layers,
+            budget: self.units as usize * unit,
         })?;
-        Ok(BlockLease {
+        Ok(UnitLease {
             id,
             pool: Arc::clone(self),
         })
+    }
+
+    /// Unit `src` copied over unit `dst`.
+    pub fn copy(&self, src: u32, dst: u32) -> Result<(), CudaError> {
+        let unit = self.shape.unit_bytes();
+        let mut state = self.state.lock().map_err(|_| poisoned())?;
+        self.memory.copy_within(
+            &mut state.buf,
+            src as usize * unit,
+            dst as usize * unit,
+            unit,
+        )
     }
 }
 
@@ -156,53 +156,40 @@ mod tests {
     use super::super::memory::HostMemory;
     use super::*;
 
-    pub(crate) fn shape() -> KvShape {
+    fn shape() -> KvShape {
         KvShape {
-            layers: 2,
             n_kv_heads: 2,
             head_dim: 4,
         }
     }
 
     #[test]
-    fn blocks_lie_where_the_kernel_looks_and_return_when_released() {
+    fn units_lie_where_the_kernel_looks_copy_and_return_when_released() {
         let mem = HostMemory::new(1 << 20);
         let s = shape();
-        assert_eq!(s.block_bytes(), 2 * 2 * 32 * 4 * 2);
-        let pool = KvPool::new(&mem, s, 3).unwrap();
-        assert_eq!(mem.used(), 3 * 2 * s.block_bytes());
+        assert_eq!(s.unit_bytes(), 2 * 2 * 32 * 4 * 2);
+        let pool = KvPool::new(mem.clone(), s, 3).unwrap();
+        assert_eq!(mem.used(), 3 * s.unit_bytes());
         let a = pool.lease().unwrap();
         let b = pool.lease().unwrap();
         assert_eq!((a.id(), b.id()), (0, 1));
-        // attention.cu: pool(layer) + id · block size; every block of
-        // every layer lies apart inside the one allocation.
-        let at = |layer: usize, id: u32| {
-            pool.layer_address(layer) + (id as usize * s.block_bytes()) as u64
-        };
-        mem.write_at(at(1, b.id()) + 10, &[9, 8]).unwrap();
-        assert_eq!(
-            at(1, 0),
-            at(0, 2) + s.block_bytes() as u64,
-            "layer 1 follows layer 0's 3 blocks"
-        );
-        assert!(mem.read_at(at(1, 2), s.block_bytes()).is_some());
+        // attention.cu: pool + id · unit bytes.
+        let at = |id: u32| pool.address() + (id as usize * s.unit_bytes()) as u64;
+        mem.write_at(at(b.id()) + 10, &[9, 8]).unwrap();
+        assert_eq!(mem.read_at(at(a.id()) + 10, 2), Some(vec![0, 0]));
+        pool.copy(b.id(), a.id()).unwrap();
+        assert_eq!(mem.read_at(at(a.id()) + 10, 2), Some(vec![9, 8]));
+        assert!(mem.read_at(at(2), s.unit_bytes()).is_some());
         assert!(
-            mem.read_at(at(1, 2) + 1, s.block_bytes()).is_none(),
-            "the last block ends the pool"
+            mem.read_at(at(2) + 1, s.unit_bytes()).is_none(),
+            "unit 2 ends the pool"
         );
-        assert_eq!(mem.read_at(at(0, b.id()) + 10, 2), Some(vec![0, 0]));
-        assert_eq!(mem.read_at(at(1, a.id()) + 10, 2), Some(vec![0, 0]));
-        assert_eq!(mem.read_at(at(1, b.id()) + 10, 2), Some(vec![9, 8]));
 
         let c = pool.lease().unwrap();
         let err = pool.lease().err().unwrap().to_string();
-        assert!(err.contains("a KV block"), "{err}");
-        let shared = Arc::new(c);
-        let again = Arc::clone(&shared);
-        drop(shared);
-        assert_eq!(pool.free_blocks(), 0, "a block lives while a holder does");
-        drop(again);
-        assert_eq!(pool.free_blocks(), 1);
+        assert!(err.contains("a KV unit"), "{err}");
+        drop(c);
+        assert_eq!(pool.free_units(), 1);
         assert_eq!(pool.lease().unwrap().id(), 2);
     }
 
@@ -210,9 +197,8 @@ mod tests {
     fn a_pool_too_large_for_the_device_is_refused() {
         let mem = HostMemory::new(1000);
         assert!(matches!(
-            KvPool::new(&mem, shape(), 4),
+            KvPool::new(mem, shape(), 4),
             Err(CudaError::OutOfMemory { .. })
         ));
-        assert_eq!(shape().blocks_in(10 * 2 * 1024), 10);
     }
 }

@@ -29,7 +29,7 @@ mod error;
 pub mod graph_cache;
 pub mod kernel_names;
 pub mod kv_pool;
-pub mod kv_table;
+pub mod kv_units;
 pub mod memory;
 pub mod pointer_table;
 pub mod residency;
@@ -62,9 +62,7 @@ mod device_stub;
 use device_stub as device;
 
 #[cfg(feature = "cuda")]
-pub use backend::{
-    CudaActivations, CudaBackend, CudaConfig, CudaKvBlock, CudaKvCache, CudaMatrix, CudaVector,
-};
+pub use backend::{CudaActivations, CudaBackend, CudaConfig, CudaKvStore, CudaMatrix, CudaVector};
 #[cfg(feature = "cuda")]
 pub use buffer::CudaMemory;
 pub use device::{open, CudaDevice};

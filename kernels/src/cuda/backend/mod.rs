@@ -5,42 +5,36 @@
 //! decode step's products run the MMVQ kernels over activations quantized
 //! to q8_1 (or the float kernels for F32/F16/BF16 weights), a prefill's
 //! decode the weights to F16 and multiply with cuBLAS. Keys and values
-//! live in a [`KvPool`] of 32-position blocks per model shape, attended
-//! through each cache's [`BlockTable`](super::kv_table::BlockTable).
+//! live in the engine's blocks, each a run of 32-position device units
+//! ([`super::kv_units`]), attended through the engine's block tables.
 //! Everything runs in order on the device's one stream; only
 //! [`Backend::host_rows`](crate::Backend::host_rows) waits for it.
 //!
 //! Files: `tensors.rs` (the trait's types), `ops_impl.rs` (the trait),
-//! `products.rs` (matmuls: decode or prefill), `attend.rs` (caches and
-//! attention).
+//! `products.rs` (matmuls: decode or prefill), `attend.rs` (attention).
 
 mod attend;
 mod ops_impl;
 mod products;
 mod tensors;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use cudarc::cublas::CudaBlas;
 
 use super::buffer::CudaMemory;
 use super::device::{open, CudaDevice};
-use super::kv_pool::KvPool;
 use super::weight_table::{WeightTable, DEFAULT_SLOTS};
 use super::CudaError;
 use crate::KernelError;
 
-pub use tensors::{CudaActivations, CudaKvBlock, CudaKvCache, CudaMatrix, CudaVector};
+pub use tensors::{CudaActivations, CudaKvStore, CudaMatrix, CudaVector};
 
 /// How a [`CudaBackend`] is set up.
 #[derive(Clone, Debug)]
 pub struct CudaConfig {
     /// The GPU (`--device cuda:N`).
     pub ordinal: usize,
-    /// Device bytes for keys and values, per model shape; `None`: 80% of
-    /// the device memory free when the shape's first cache is made (after
-    /// the weights were loaded).
-    pub kv_bytes: Option<usize>,
     /// Matrices the weight table can name.
     pub weight_slots: usize,
 }
@@ -49,7 +43,6 @@ impl Default for CudaConfig {
     fn default() -> Self {
         CudaConfig {
             ordinal: 0,
-            kv_bytes: None,
             weight_slots: DEFAULT_SLOTS,
         }
     }
@@ -61,12 +54,9 @@ pub struct CudaBackend {
     memory: CudaMemory,
     weights: WeightTable<CudaMemory>,
     blas: CudaBlas,
-    kv_bytes: Option<usize>,
-    /// One pool per model shape, made at the shape's first cache.
-    pools: Mutex<Vec<Arc<KvPool<CudaMemory>>>>,
     /// Buffers the products reuse across calls (q8_1 activations, F16
-    /// weights and activations for cuBLAS). Held for a whole
-    /// `matmul_many`, so the lock order is: `scratch`, then `pools`.
+    /// weights and activations for cuBLAS), held for a whole
+    /// `matmul_many`: the backend's only lock.
     scratch: Mutex<products::Scratch>,
 }
 
@@ -85,8 +75,6 @@ impl CudaBackend {
             memory,
             weights,
             blas,
-            kv_bytes: config.kv_bytes,
-            pools: Mutex::new(Vec::new()),
             scratch: Mutex::new(products::Scratch::default()),
         })
     }

@@ -5,15 +5,17 @@ use std::ops::Range;
 
 use cudarc::driver::CudaSlice;
 
+use super::super::kernel_names;
 use super::super::memory::DeviceMemory;
 use super::super::ops;
 use super::super::ops_layers::{self, Elementwise};
 use super::products::Product;
-use super::tensors::{CudaActivations, CudaKvBlock, CudaKvCache, CudaMatrix, CudaVector};
+use super::tensors::{CudaActivations, CudaKvStore, CudaMatrix, CudaVector};
 use super::{device_err, driver_err, CudaBackend};
+use crate::kv::{BlockId, KvBlockShape};
 use crate::{
-    AttentionRows, AttentionShape, Backend, KernelError, KvLayout, KvPrefix, MatmulInput,
-    MatmulProduct, RopeStyle, WeightView,
+    AttentionRows, AttentionShape, Backend, KernelError, KvFormat, MatmulInput, MatmulProduct,
+    RopeStyle, WeightView,
 };
 
 fn mismatch(op: &'static str, detail: String) -> KernelError {
@@ -58,8 +60,7 @@ impl Backend for CudaBackend {
     type Matrix = CudaMatrix;
     type Vector = CudaVector;
     type Activations = CudaActivations;
-    type KvCache = CudaKvCache;
-    type KvBlock = CudaKvBlock;
+    type KvStore = CudaKvStore;
 
     fn name(&self) -> String {
         let (major, minor) = self.dev.capability();
@@ -127,20 +128,39 @@ impl Backend for CudaBackend {
         x.cols = cols;
     }
 
-    fn kv_cache(
-        &self,
-        layout: &KvLayout,
-        prefix: KvPrefix<'_, CudaKvBlock>,
-    ) -> Result<CudaKvCache, KernelError> {
-        self.new_cache(layout, prefix)
+    fn kv_store(&self, format: KvFormat, budget_bytes: usize) -> Result<CudaKvStore, KernelError> {
+        CudaKvStore::new(self.memory.clone(), format, budget_bytes)
     }
 
-    fn kv_block(
+    fn kv_alloc(
         &self,
-        cache: &mut CudaKvCache,
-        positions: Range<usize>,
-    ) -> Result<CudaKvBlock, KernelError> {
-        self.export(cache, positions)
+        store: &mut CudaKvStore,
+        shape: KvBlockShape,
+    ) -> Result<BlockId, KernelError> {
+        if kernel_names::attention(shape.head_dim).is_none() {
+            return Err(mismatch(
+                "kv_alloc",
+                format!(
+                    "the CUDA attention kernels take heads of 64, 128 or 256, not {}",
+                    shape.head_dim
+                ),
+            ));
+        }
+        store.alloc(shape)
+    }
+
+    fn kv_free(store: &mut CudaKvStore, id: BlockId) {
+        store.free(id);
+    }
+
+    fn kv_copy(
+        &self,
+        store: &mut CudaKvStore,
+        from: BlockId,
+        to: BlockId,
+        positions: usize,
+    ) -> Result<(), KernelError> {
+        store.copy(from, to, positions)
     }
 
     fn embed(
@@ -308,10 +328,11 @@ impl Backend for CudaBackend {
         q: &CudaActivations,
         k: &CudaActivations,
         v: &CudaActivations,
-        seqs: &mut [AttentionRows<'_, Self>],
+        store: &mut CudaKvStore,
+        seqs: &[AttentionRows<'_>],
         out: &mut CudaActivations,
     ) -> Result<(), KernelError> {
-        self.attend(layer, shape, q, k, v, seqs, out)
+        self.attend(layer, shape, q, k, v, store, seqs, out)
     }
 
     fn silu_mul(

@@ -3,9 +3,9 @@
 use cudarc::driver::CudaSlice;
 
 use super::super::buffer::CudaMemory;
-use super::super::kv_table::{BlockTable, SharedBlock};
+use super::super::kv_units::KvUnits;
 use super::super::weight_table::WeightSlot;
-use crate::{DType, KernelError, KvLayout};
+use crate::{DType, KernelError};
 
 /// A weight matrix on the device, in its checkpoint's block layout, with
 /// its slot in the weight table. Fields drop in order: the slot (its entry
@@ -91,19 +91,5 @@ impl CudaActivations {
     }
 }
 
-/// One sequence's keys and values: its block table in the model shape's
-/// pool.
-pub struct CudaKvCache {
-    pub(super) table: BlockTable<CudaMemory>,
-    pub(super) layout: KvLayout,
-}
-
-impl CudaKvCache {
-    /// Positions written.
-    pub fn written(&self) -> usize {
-        self.table.written()
-    }
-}
-
-/// A block other caches start from (shared in place; see `kv_table`).
-pub type CudaKvBlock = SharedBlock<CudaMemory>;
+/// The KV store: the engine's blocks as runs of device units.
+pub type CudaKvStore = KvUnits<CudaMemory>;
