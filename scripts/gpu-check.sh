@@ -17,13 +17,16 @@
 #      small and Llama-7B shapes (decoders and F16 decoders bit for bit,
 #      decode matmuls max abs/rel error), the per-layer kernels (norms,
 #      RoPE, gated activations, softmax, paged attention) against the CPU
-#      or an f64 reference, 10,000 pointer-table swaps with
+#      or an f64 reference, CudaBackend against CpuBackend through the
+#      Backend trait (matmul paths, attention over block tables), 10,000
+#      pointer-table swaps with
 #      outputs checked (swap p50/p99), decode GB/s against the copy rate,
 #      a Llama-7B Q4_K decode step captured as a CUDA graph and replayed
 #      after each of 10,000 swaps between two checkpoints (outputs equal
 #      to the eager step's, swap p50/p99, weight GB/s), and the backend's
 #      Llama-7B F16 decode tokens/s at batch 1/16/64 (the Backend trait);
-#   2. compute-sanitizer memcheck on cuda_check --quick;
+#   2. compute-sanitizer memcheck on cuda_check --quick (kernels, layers,
+#      the backend against the CPU at small shapes);
 #   3. PyTorch: F16 GEMV GB/s at the same shapes and `transformers` decode
 #      tokens/s of a synthetic Llama-7B at batch 1/16/64, then one line per
 #      batch comparing the backend's tokens/s with it.
@@ -114,5 +117,5 @@ case "${1:-}" in
   prepare) prepare ;;
   run) run "${2:-$carry/out}" 0 ;;
   --dry-run) prepare && run "${2:-$carry/dry-run}" 1 ;;
-  *) sed -n '2,27p' "$0"; exit 2 ;;
+  *) sed -n '2,34p' "$0"; exit 2 ;;
 esac

@@ -10,6 +10,7 @@
 //!
 //! `cargo run --release -p switchyard-kernels --features cuda --example cuda_check [-- --quick]`
 
+mod backend;
 mod decode7b;
 mod layers;
 
@@ -60,6 +61,7 @@ fn main() -> ExitCode {
         }
     }
     ok &= report("layers", layers::layers(&device));
+    ok &= report("backend against cpu", backend::backend_against_cpu());
     ok &= report(
         "pointer-table swaps",
         swaps(&device, if quick { 200 } else { 10_000 }),
