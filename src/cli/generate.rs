@@ -76,7 +76,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
 struct Generate(GenerateArgs);
 
 impl OnDevice for Generate {
-    type Output = anyhow::Result<()>;
+    type Output = ();
 
     fn run<B: Backend>(self, backend: Arc<B>) -> anyhow::Result<()> {
         generate(backend.as_ref(), self.0)

@@ -94,7 +94,8 @@ pub struct ServeArgs {
     /// once); loading beyond it evicts idle non-active versions [default: no limit].
     #[arg(long)]
     pub ram_budget_mb: Option<u64>,
-    /// Where the kernels run: cpu (the only device of this build) [default: cpu].
+    /// Where the kernels run: cpu, or cuda[:N] (GPU N; a build with
+    /// `--features cuda`) [default: cpu].
     #[arg(long)]
     pub device: Option<Device>,
     /// Kernel worker threads [default: every core].
@@ -442,7 +443,7 @@ struct StartEngine<'a> {
 type Started = (Arc<dyn InferenceBackend>, Arc<dyn ModelAdmin>);
 
 impl OnDevice for StartEngine<'_> {
-    type Output = anyhow::Result<Started>;
+    type Output = Started;
 
     fn run<B: Backend>(self, backend: Arc<B>) -> anyhow::Result<Started> {
         let (engine, repository) =
