@@ -316,3 +316,120 @@ fn a_request_fanning_out_past_its_share_of_the_budget_is_refused<B: Backend>(bac
     exec.shutdown();
 }
 on_each_device!(a_request_fanning_out_past_its_share_of_the_budget_is_refused);
+
+/// A request of `tenant` allowed `permille` thousandths of the budget and queue.
+fn tenant_request(
+    tenant: &str,
+    permille: u16,
+    max_tokens: usize,
+) -> (SequenceRequest, mpsc::Receiver<SequenceEvent>) {
+    let (mut request, receiver) = request(5, Some(max_tokens));
+    request.share = switchyard_seam::TenantShare::new(tenant, 1).with_kv_permille(permille);
+    (request, receiver)
+}
+
+/// Issue 32: one tenant's requests together reserve at most its part of the
+/// KV budget (`kv_share`). Half each: a tenant flooding two-block requests
+/// runs one at a time, and the other tenant's request runs beside it at
+/// once, although the flood came first (before, the flood's second request
+/// took the free half and the other tenant waited for the first to end).
+fn one_tenant_flooding_leaves_the_other_its_part_of_the_budget<B: Backend>(backend: Arc<B>) {
+    let f = fixture(&backend);
+    let exec = executor(&f);
+    // 5 + 50 positions: two of the four blocks, one tenant's half.
+    let (heavy_first, heavy_first_rx) = tenant_request("heavy", 500, 50);
+    submit(&exec, &f, heavy_first);
+    assert!(matches!(
+        heavy_first_rx
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap(),
+        SequenceEvent::Token(_)
+    ));
+    let (heavy_second, heavy_second_rx) = tenant_request("heavy", 500, 50);
+    let (heavy_third, heavy_third_rx) = tenant_request("heavy", 500, 50);
+    let (light, light_rx) = tenant_request("light", 500, 50);
+    submit(&exec, &f, heavy_second);
+    submit(&exec, &f, heavy_third);
+    submit(&exec, &f, light);
+    let timed = |rx: mpsc::Receiver<SequenceEvent>| {
+        std::thread::spawn(move || {
+            let first = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+            let started = std::time::Instant::now();
+            assert!(matches!(first, SequenceEvent::Token(_)), "{first:?}");
+            let finished = finish(&rx);
+            (started, finished, std::time::Instant::now())
+        })
+    };
+    let first = timed(heavy_first_rx);
+    let second = timed(heavy_second_rx);
+    let third = timed(heavy_third_rx);
+    let (light_started, light_finished, _) = timed(light_rx).join().unwrap();
+    let (_, first_finished, first_done) = first.join().unwrap();
+    let (second_started, _, _) = second.join().unwrap();
+    let (third_started, _, _) = third.join().unwrap();
+    assert_eq!(light_finished, (49, FinishReason::Length));
+    assert_eq!(first_finished, (48, FinishReason::Length));
+    assert!(
+        light_started < first_done,
+        "the light tenant waited for the heavy one's sequence to end"
+    );
+    // The heavy tenant's own requests all ran, one after another (their start
+    // times are read on different threads, so their order is not asserted).
+    assert!(second_started > light_started && third_started > light_started);
+    let pool = Arc::clone(exec.kv_pool());
+    exec.shutdown();
+    assert_eq!(pool.reserved_bytes(), 0);
+}
+on_each_device!(one_tenant_flooding_leaves_the_other_its_part_of_the_budget);
+
+/// Issue 32: a tenant's requests fill at most its part of the waiting queue,
+/// then get `TenantQueueFull` (429 over HTTP) while another tenant still
+/// queues; one whose caches alone exceed its tenant's part is refused.
+fn a_tenant_past_its_part_of_the_queue_is_refused_and_others_still_queue<B: Backend>(backend: Arc<B>) {
+    let f = fixture(&backend);
+    let exec = executor(&f);
+    // A quarter of 8 queue places and of 4 blocks: 2 places, 1 block.
+    let (running, running_rx) = tenant_request("heavy", 250, 20);
+    submit(&exec, &f, running);
+    // The executor now waits for this token to be taken: nothing is admitted.
+    let _held = running_rx.recv_timeout(Duration::from_secs(60)).unwrap();
+    let mut waiting = Vec::new();
+    for _ in 0..2 {
+        let (req, rx) = tenant_request("heavy", 250, 20);
+        submit(&exec, &f, req);
+        waiting.push(rx);
+    }
+    let (refused, _rx) = tenant_request("heavy", 250, 20);
+    match exec.submit(&f.checkpoint, refused) {
+        Err(error @ SubmitError::TenantQueueFull { waiting: 2 }) => {
+            assert!(error.to_string().contains("retry"), "{error}");
+        }
+        other => panic!("expected the tenant's queue to be full, got {other:?}"),
+    }
+    let (light, light_rx) = tenant_request("light", 250, 20);
+    submit(&exec, &f, light);
+    // Two blocks are more than a quarter of the budget: never runs.
+    let (large, _rx) = tenant_request("light", 250, 50);
+    match exec.check_share(&f.checkpoint, &large, 1) {
+        Err(SubmitError::TenantKvShare {
+            fanout: 1,
+            permille: 250,
+            ..
+        }) => {}
+        other => panic!("expected a tenant share refusal, got {other:?}"),
+    }
+    // Read every stream at once: the executor hands each event over in turn.
+    let readers: Vec<_> = waiting
+        .into_iter()
+        .chain([light_rx])
+        .map(|rx| std::thread::spawn(move || finish(&rx)))
+        .collect();
+    assert_eq!(finish(&running_rx).1, FinishReason::Length);
+    for reader in readers {
+        assert_eq!(reader.join().unwrap(), (20, FinishReason::Length));
+    }
+    let pool = Arc::clone(exec.kv_pool());
+    exec.shutdown();
+    assert_eq!(pool.reserved_bytes(), 0);
+}
+on_each_device!(a_tenant_past_its_part_of_the_queue_is_refused_and_others_still_queue);
