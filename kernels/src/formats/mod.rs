@@ -13,12 +13,13 @@
 //! | `blocks` | what several types share, and every type's offsets for the kernels |
 //! | `dequant` | [`dequantize_row`]: any row of any type to f32 |
 //! | [`quantize`] | f32 to any type (offline, not on the serving path) |
-//! | `encode` | encoding steps several quantizers share |
+//! | `read`, `encode` | reading and encoding steps several types share |
 
 pub(crate) mod blocks;
 mod dequant;
 mod encode;
 pub mod quantize;
+mod read;
 pub mod types;
 
 pub use dequant::dequantize_row;

@@ -3,7 +3,7 @@
 use half::{bf16, f16};
 
 use super::BlockFormat;
-use crate::formats::blocks::{bf16_at, f16_at};
+use crate::formats::read::{bf16_at, f16_at};
 use crate::DType;
 
 pub struct F32;

@@ -3,8 +3,8 @@
 //! sixteen i8 values; value `d·T[q]`.
 
 use super::BlockFormat;
-use crate::formats::blocks::{f16_at, q4_quant, QK};
 use crate::formats::encode::{f16_round, inverse, push_f16, signed_max};
+use crate::formats::read::{f16_at, q4_quant, QK};
 use crate::DType;
 
 /// ggml's `kvalues_iq4nl` (IQ4_NL, IQ4_XS).

@@ -5,8 +5,8 @@
 
 use super::iq4_nl::{iq4_scale, push_nibbles, IQ4_VALUES};
 use super::BlockFormat;
-use crate::formats::blocks::{f16_at, q4_quant, QK, QK_K};
 use crate::formats::encode::{f16_round, inverse, push_f16};
+use crate::formats::read::{f16_at, q4_quant, QK, QK_K};
 use crate::DType;
 
 /// Where the high scale bits, the low scale nibbles and the indices start.

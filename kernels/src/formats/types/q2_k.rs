@@ -3,8 +3,8 @@
 //! per 16-element sub-block, in ggml's order of f32 operations.
 
 use super::BlockFormat;
-use crate::formats::blocks::{f16_at, two_bits, QK_K};
 use crate::formats::encode::{inverse, push_f16, push_two_bits, scale_min, two_level};
+use crate::formats::read::{f16_at, two_bits, QK_K};
 use crate::DType;
 
 /// Where the quants, `d` and `dmin` start.

@@ -3,8 +3,8 @@
 //! 16-element sub-block, in ggml's order of f32 operations.
 
 use super::BlockFormat;
-use crate::formats::blocks::{f16_at, two_bits, QK_K};
 use crate::formats::encode::{f16_round, inverse, push_f16, push_two_bits, signed_max};
+use crate::formats::read::{f16_at, two_bits, QK_K};
 use crate::DType;
 
 /// Where the quants, the scales and `d` start.

@@ -2,8 +2,8 @@
 //! `j` low, `j + 16` high); value `(q - 8)·d`.
 
 use super::BlockFormat;
-use crate::formats::blocks::{f16_at, q4_quant, QK};
 use crate::formats::encode::{f16_round, inverse, push_f16, signed_max};
+use crate::formats::read::{f16_at, q4_quant, QK};
 use crate::DType;
 
 /// Where the nibbles start.

@@ -2,8 +2,8 @@
 //! as Q4_0; value `q·d + m`.
 
 use super::BlockFormat;
-use crate::formats::blocks::{f16_at, q4_quant, QK};
 use crate::formats::encode::{f16_round, inverse, push_f16};
+use crate::formats::read::{f16_at, q4_quant, QK};
 use crate::DType;
 
 /// Where the min and the nibbles start.

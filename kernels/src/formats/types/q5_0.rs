@@ -2,8 +2,8 @@
 //! element `j`), 16 bytes of nibbles as Q4_0; value `(q - 16)·d`.
 
 use super::BlockFormat;
-use crate::formats::blocks::{f16_at, q5_quant, u32_at, QK};
 use crate::formats::encode::{f16_round, inverse, push_f16, signed_max};
+use crate::formats::read::{f16_at, q5_quant, u32_at, QK};
 use crate::DType;
 
 /// Where the fifth bits and the nibbles start.

@@ -3,8 +3,8 @@
 
 use super::q5_0::push_q5;
 use super::BlockFormat;
-use crate::formats::blocks::{f16_at, q5_quant, u32_at, QK};
 use crate::formats::encode::{f16_round, inverse, push_f16};
+use crate::formats::read::{f16_at, q5_quant, u32_at, QK};
 use crate::DType;
 
 /// Where the min, the fifth bits and the nibbles start.

@@ -3,8 +3,8 @@
 //! value `(d·sc)·q - dmin·m` per 32-element sub-block.
 
 use super::BlockFormat;
-use crate::formats::blocks::{f16_at, q4k_scale_min, QK, QK_K};
 use crate::formats::encode::{inverse, pack_k_scales, push_f16, scale_min, two_level};
+use crate::formats::read::{f16_at, q4k_scale_min, QK, QK_K};
 use crate::DType;
 
 /// Where the scales, the fifth bits and the nibbles start.

@@ -3,8 +3,8 @@
 //! per 16-element sub-block.
 
 use super::BlockFormat;
-use crate::formats::blocks::{f16_at, QK_K};
 use crate::formats::encode::{amax, f16_round, inverse, push_f16};
+use crate::formats::read::{f16_at, QK_K};
 use crate::DType;
 
 /// Where the high bits, the scales and `d` start.

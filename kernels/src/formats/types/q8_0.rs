@@ -1,8 +1,8 @@
 //! Q8_0: 32 elements in 34 bytes: f16 `d`, 32 × i8; value `q·d`.
 
 use super::BlockFormat;
-use crate::formats::blocks::{f16_at, QK};
 use crate::formats::encode::{amax, f16_round, inverse, push_f16};
+use crate::formats::read::{f16_at, QK};
 use crate::DType;
 
 /// Where the quants start.
