@@ -134,6 +134,22 @@ pub fn load_model(path: &Path) -> anyhow::Result<Checkpoint> {
     load_checkpoint(path).with_context(|| format!("cannot load {}", path.display()))
 }
 
+/// The adapter at `path` (if given) checked against `base` and resident in
+/// `backend`.
+pub fn load_adapter<B: switchyard_kernels::Backend>(
+    backend: &B,
+    path: Option<&Path>,
+    base: &Checkpoint,
+) -> anyhow::Result<Option<switchyard_engine::adapter::ResidentAdapter<B>>> {
+    let Some(path) = path else {
+        return Ok(None);
+    };
+    let weights = switchyard_engine::adapter::load_adapter(path, base)?;
+    let resident = switchyard_engine::adapter::ResidentAdapter::upload(backend, &weights)
+        .with_context(|| format!("cannot place adapter {} on the device", path.display()))?;
+    Ok(Some(resident))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -41,6 +41,21 @@ fn admin_error(error: RegistryError) -> AdminError {
 }
 
 impl<B: Backend> ModelAdmin for EngineAdmin<B> {
+    fn cache(&self) -> Value {
+        let scopes: Vec<Value> = (self.engine.executor().cache_use().into_iter())
+            .map(|s| {
+                json!({
+                    "scope": s.scope,
+                    "blocks": s.blocks,
+                    "bytes": s.bytes,
+                    "hit_tokens": s.hit_tokens,
+                    "miss_tokens": s.miss_tokens,
+                })
+            })
+            .collect();
+        json!({ "scopes": scopes })
+    }
+
     fn models(&self) -> Value {
         let registry = self.engine.registry();
         let quality = self.repository.as_ref().map(|r| quality_json(r.root()));
