@@ -314,7 +314,11 @@ impl<B: Backend> Group<B> {
                 let span = span?;
                 if sequence.is_decoding() && span.len() > 1 {
                     // A verify step: `accept_verified` sets how far it got.
-                    return Some((0..span.len()).map(|_| logits.next().ok_or(ShortRows)).collect());
+                    return Some(
+                        (0..span.len())
+                            .map(|_| logits.next().ok_or(ShortRows))
+                            .collect(),
+                    );
                 }
                 sequence.processed = span.end;
                 let prompt_len = sequence.prompt().len();
