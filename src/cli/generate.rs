@@ -20,7 +20,7 @@ use switchyard_engine::tokenizer::Tokenizer;
 use switchyard_kernels::Backend;
 use switchyard_seam::{ChatMessage, Prompt, Role};
 
-use super::device::{load_model, on_device, DeviceArgs, OnDevice};
+use super::device::{load_adapter, load_model, on_device, DeviceArgs, OnDevice};
 
 #[derive(clap::Args)]
 pub struct GenerateArgs {
@@ -59,6 +59,10 @@ pub struct GenerateArgs {
     /// Stop when this text is generated (repeatable).
     #[arg(long)]
     stop: Vec<String>,
+    /// A LoRA adapter over the model: a PEFT folder or a llama.cpp GGUF
+    /// adapter.
+    #[arg(long)]
+    lora: Option<PathBuf>,
     #[command(flatten)]
     device: DeviceArgs,
     #[command(flatten)]
@@ -72,7 +76,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
 struct Generate(GenerateArgs);
 
 impl OnDevice for Generate {
-    type Output = anyhow::Result<()>;
+    type Output = ();
 
     fn run<B: Backend>(self, backend: Arc<B>) -> anyhow::Result<()> {
         generate(backend.as_ref(), self.0)
@@ -84,6 +88,7 @@ fn generate<B: Backend>(backend: &B, args: GenerateArgs) -> anyhow::Result<()> {
     let tokenizer = Tokenizer::load(&checkpoint.tokenizer)
         .with_context(|| format!("cannot load the tokenizer of {}", args.model.display()))?;
     let model = LlamaModel::load(backend, &checkpoint)?;
+    let adapter = load_adapter(backend, args.lora.as_deref(), &checkpoint)?;
     let prompt = if args.chat {
         let mut messages = Vec::new();
         if let Some(system) = &args.system {
@@ -126,7 +131,8 @@ fn generate<B: Backend>(backend: &B, args: GenerateArgs) -> anyhow::Result<()> {
     });
     let mut decoder = tokenizer.decode_stream(true);
     let kv = KvPool::new(args.device.kv());
-    let mut session = Session::with_kv(backend, &model, &kv, prompt.len() + max_tokens)?;
+    let mut session = Session::with_kv(backend, &model, &kv, prompt.len() + max_tokens)?
+        .with_adapter(adapter.as_ref());
     let mut out = std::io::stdout().lock();
 
     let mut control = args.speculate.speculation()?.control();

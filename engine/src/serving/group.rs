@@ -13,6 +13,7 @@ use super::choice::Claim;
 use super::fair;
 use super::queue::{SequenceEvent, Waiting};
 use super::sequence::Sequence;
+use super::tenant_cap::TenantKv;
 use crate::kv::admission::{self as kv_admission, NoCache};
 use crate::kv::prefix_cache::{Found, PrefixCache};
 use crate::kv::{KvBlocks, KvError, SharedBlock};
@@ -21,18 +22,26 @@ use crate::speculate::{Ngram, Speculation};
 use crate::structured::mask_rows;
 
 /// What [`Group::admit_at`] did with a waiting request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Admission {
     /// Nothing waits.
     Empty,
-    /// It runs now, `cached` of its `prompt` tokens read from the prompt cache.
-    Admitted { cached: usize, prompt: usize },
+    /// It runs now, `cached` of its `prompt` tokens read from the prompt
+    /// cache of `scope` (its owner's label).
+    Admitted {
+        cached: usize,
+        prompt: usize,
+        scope: String,
+    },
     /// It left the queue without running (its client left, or its cache
     /// failed; it was told).
     Dropped,
     /// The KV budget has no room for it until a running sequence ends: it
     /// stays first in line.
     Wait,
+    /// Its tenant's running sequences hold their part of the KV budget
+    /// (`tenant_cap.rs`): it waits for them, and others may pass it.
+    TenantFull,
 }
 
 /// A sequence's logits rows of a step: `None` when it samples nothing,
@@ -107,6 +116,13 @@ impl<B: Backend> Group<B> {
         self.waiting.is_empty() && self.active.is_empty()
     }
 
+    /// Adds what its running sequences reserve to their tenants' counts.
+    pub(super) fn hold(&self, tenants: &mut TenantKv) {
+        for sequence in &self.active {
+            tenants.add(&sequence.share.tenant, sequence.cache.reserved_bytes());
+        }
+    }
+
     /// Drops sequences whose client went away, freeing their caches now.
     pub(super) fn drop_cancelled(&mut self) {
         let checkpoint = &self.checkpoint;
@@ -123,7 +139,8 @@ impl<B: Backend> Group<B> {
     /// cache (see `kv_admission`), starting from the longest prefix of its
     /// prompt that `prefix` holds; or, when a tenant with fewer running
     /// sequences per weight waits too, that tenant's oldest request instead
-    /// (`fair.rs`). `others_running` says whether any
+    /// (`fair.rs`); only requests within their tenant's part of the KV
+    /// budget (`tenants`) are admitted. `others_running` says whether any
     /// sequence of any checkpoint holds a cache: when none does and the
     /// budget still has no room, nothing will free it, so the request fails
     /// instead of waiting.
@@ -134,11 +151,14 @@ impl<B: Backend> Group<B> {
         blocks: &Arc<KvBlocks<B>>,
         others_running: bool,
         prefix: Option<&mut PrefixCache<SharedBlock<B>>>,
+        tenants: &TenantKv,
     ) -> Admission {
+        let may_run = |w: &Waiting| tenants.fits(&w.request.share, w.kv_bytes);
         let at = fair::next_at(
             &self.waiting,
             at,
             self.active.iter().map(|s| &s.share.tenant),
+            may_run,
         );
         let Some(front) = self.waiting.get(at) else {
             return Admission::Empty;
@@ -147,6 +167,21 @@ impl<B: Backend> Group<B> {
             self.waiting.remove(at);
             self.checkpoint.admitted();
             self.checkpoint.finished();
+            return Admission::Dropped;
+        }
+        if !may_run(front) {
+            let share = &front.request.share;
+            if tenants.held(&share.tenant) > 0 {
+                return Admission::TenantFull;
+            }
+            // Nothing of its tenant runs, so nothing will make room: the
+            // tenant's part shrank (a policy reload) since it was queued.
+            let message = format!(
+                "the request's KV cache of about {} bytes is more than its tenant's part \
+                 ({}/1000) of the KV budget; lower max_tokens or raise the tenant's kv_share",
+                front.kv_bytes, share.kv_permille
+            );
+            self.fail_at(at, message);
             return Admission::Dropped;
         }
         let checkpoint = &self.checkpoint;
@@ -206,6 +241,7 @@ impl<B: Backend> Group<B> {
         let capacity = kv_admission::positions(&self.checkpoint.model, request.kv_wanted());
         let prompt = request.prompt.len();
         let speculation = self.speculation.control();
+        let scope = request.cache_scope.label();
         self.active.push(Sequence::new(
             request,
             cache,
@@ -214,7 +250,11 @@ impl<B: Backend> Group<B> {
             cached,
             speculation,
         ));
-        Admission::Admitted { cached, prompt }
+        Admission::Admitted {
+            cached,
+            prompt,
+            scope,
+        }
     }
 
     /// Takes waiting request `at` out of the queue, telling it `message`.
