@@ -44,6 +44,13 @@ pub(super) enum Admission {
     TenantFull,
 }
 
+/// A sequence's logits rows of a step: `None` when it samples nothing,
+/// one row, or one per verified token of a draft.
+type StepRows<'l> = Option<Result<Vec<&'l [f32]>, ShortRows>>;
+
+/// The forward pass returned fewer logits rows than the step asked for.
+struct ShortRows;
+
 /// The work of one checkpoint: requests waiting, sequences running.
 pub(super) struct Group<B: Backend> {
     pub(super) checkpoint: CheckpointHandle<B>,
@@ -338,7 +345,7 @@ impl<B: Backend> Group<B> {
         // grammar masks of the step are computed together, in parallel,
         // before the serial sampling.
         let mut prompt_done = vec![false; self.active.len()];
-        let rows: Vec<Option<Result<Vec<&'l [f32]>, ()>>> = self
+        let rows: Vec<StepRows<'l>> = self
             .active
             .iter_mut()
             .zip(spans)
@@ -347,13 +354,17 @@ impl<B: Backend> Group<B> {
                 let span = span?;
                 if sequence.is_decoding() && span.len() > 1 {
                     // A verify step: `accept_verified` sets how far it got.
-                    return Some((0..span.len()).map(|_| logits.next().ok_or(())).collect());
+                    return Some(
+                        (0..span.len())
+                            .map(|_| logits.next().ok_or(ShortRows))
+                            .collect(),
+                    );
                 }
                 sequence.processed = span.end;
                 let prompt_len = sequence.prompt().len();
                 *done = span.start < prompt_len && span.end >= prompt_len;
                 (span.end >= sequence.tokens.len())
-                    .then(|| logits.next().map(|row| vec![row]).ok_or(()))
+                    .then(|| logits.next().map(|row| vec![row]).ok_or(ShortRows))
             })
             .collect();
         mask_rows(
@@ -377,7 +388,7 @@ impl<B: Backend> Group<B> {
                     Some(row) => sequence.accept_logits(row),
                     None => true,
                 },
-                Some(Err(())) => {
+                Some(Err(ShortRows)) => {
                     sequence.fail("the forward pass returned fewer logits rows than asked".into());
                     false
                 }
