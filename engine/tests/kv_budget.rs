@@ -4,6 +4,9 @@
 //! running sequences go on, and every reservation comes back.
 #![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
+#[path = "support/devices.rs"]
+#[macro_use]
+mod devices;
 #[path = "support/served.rs"]
 mod served;
 
@@ -19,7 +22,7 @@ use switchyard_engine::serving::{
     SequenceRequest, SubmitError,
 };
 use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
-use switchyard_kernels::cpu::CpuBackend;
+use switchyard_kernels::Backend;
 use switchyard_kernels::DType;
 use switchyard_kernels::KvType;
 
@@ -29,23 +32,24 @@ const BLOCK: usize = 32;
 /// The budget in blocks of every layer: 128 positions.
 const BUDGET_BLOCKS: usize = 4;
 
-struct Fixture {
-    backend: Arc<CpuBackend>,
+struct Fixture<B: Backend> {
+    backend: Arc<B>,
     /// The executor's KV settings.
     kv: KvConfig,
-    checkpoint: CheckpointHandle<CpuBackend>,
+    checkpoint: CheckpointHandle<B>,
     _dir: tempfile::TempDir,
 }
 
 /// A synthetic SmolLM2 (context 256) on a backend whose F16 KV budget holds
 /// [`BUDGET_BLOCKS`] blocks of every layer.
-fn fixture() -> Fixture {
-    fixture_of(KvType::F16).0
+fn fixture<B: Backend>(backend: &Arc<B>) -> Fixture<B> {
+    fixture_of(backend, KvType::F16).0
 }
 
 /// As [`fixture`] for a KV type, with the bytes of one block of every
 /// layer: 2 bytes an element for F16, 34 bytes per 32 for Q8_0.
-fn fixture_of(dtype: KvType) -> (Fixture, usize) {
+fn fixture_of<B: Backend>(backend: &Arc<B>, dtype: KvType) -> (Fixture<B>, usize) {
+    let backend = Arc::clone(backend);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("smollm2-q8.gguf");
     let spec = SyntheticSpec {
@@ -55,8 +59,7 @@ fn fixture_of(dtype: KvType) -> (Fixture, usize) {
     };
     write_gguf(&spec, &path).unwrap();
     let checkpoint = load_checkpoint(&path).unwrap();
-    let probe = CpuBackend::new(1);
-    let model = LlamaModel::load(&probe, &checkpoint).unwrap();
+    let model = LlamaModel::load(&*backend, &checkpoint).unwrap();
     let c = model.config();
     assert_eq!(
         c.context_length, 256,
@@ -68,13 +71,12 @@ fn fixture_of(dtype: KvType) -> (Fixture, usize) {
         KvType::F16 => elements * 2,
         KvType::Q8_0 => elements / 32 * 34,
     };
-    let backend = Arc::new(CpuBackend::new(2));
     let kv = KvConfig {
         dtype,
         budget_bytes: BUDGET_BLOCKS * block_bytes,
         block_positions: BLOCK,
     };
-    let checkpoint = served::serve(&backend, &path);
+    let checkpoint = served::serve(&*backend, &path);
     let fixture = Fixture {
         backend,
         kv,
@@ -117,7 +119,7 @@ fn request(
     (request, receiver)
 }
 
-fn executor(f: &Fixture) -> Executor<CpuBackend> {
+fn executor<B: Backend>(f: &Fixture<B>) -> Executor<B> {
     let config = ExecutorConfig {
         max_active: 8,
         max_queued: 8,
@@ -128,7 +130,7 @@ fn executor(f: &Fixture) -> Executor<CpuBackend> {
     Executor::spawn(f.backend.clone(), config, Arc::new(NoObserver)).unwrap()
 }
 
-fn submit(exec: &Executor<CpuBackend>, f: &Fixture, request: SequenceRequest) {
+fn submit<B: Backend>(exec: &Executor<B>, f: &Fixture<B>, request: SequenceRequest) {
     exec.submit(&f.checkpoint, request).unwrap();
 }
 
@@ -144,9 +146,8 @@ fn finish(rx: &mpsc::Receiver<SequenceEvent>) -> (usize, FinishReason) {
     }
 }
 
-#[test]
-fn a_cache_that_can_never_fit_is_refused_with_what_to_change() {
-    let f = fixture();
+fn a_cache_that_can_never_fit_is_refused_with_what_to_change<B: Backend>(backend: Arc<B>) {
+    let f = fixture(&backend);
     let exec = executor(&f);
     let pool = Arc::clone(exec.kv_pool());
     let refusal = |prompt_len, max_tokens| {
@@ -192,10 +193,10 @@ fn a_cache_that_can_never_fit_is_refused_with_what_to_change() {
     exec.shutdown();
     assert_eq!(pool.reserved_bytes(), 0);
 }
+on_each_device!(a_cache_that_can_never_fit_is_refused_with_what_to_change);
 
-#[test]
-fn a_cache_that_fits_later_waits_while_the_running_sequence_goes_on() {
-    let f = fixture();
+fn a_cache_that_fits_later_waits_while_the_running_sequence_goes_on<B: Backend>(backend: Arc<B>) {
+    let f = fixture(&backend);
     let exec = executor(&f);
     let pool = Arc::clone(exec.kv_pool());
     // Each needs 3 of the 4 blocks: the second waits for the first.
@@ -224,10 +225,10 @@ fn a_cache_that_fits_later_waits_while_the_running_sequence_goes_on() {
     exec.shutdown();
     assert_eq!(pool.reserved_bytes(), 0);
 }
+on_each_device!(a_cache_that_fits_later_waits_while_the_running_sequence_goes_on);
 
-#[test]
-fn a_q8_0_budget_admits_exactly_its_blocks() {
-    let (f, block_bytes) = fixture_of(KvType::Q8_0);
+fn a_q8_0_budget_admits_exactly_its_blocks<B: Backend>(backend: Arc<B>) {
+    let (f, block_bytes) = fixture_of(&backend, KvType::Q8_0);
     let exec = executor(&f);
     let pool = Arc::clone(exec.kv_pool());
     // One position past the budget's blocks needs a fifth block: refused,
@@ -257,13 +258,13 @@ fn a_q8_0_budget_admits_exactly_its_blocks() {
     exec.shutdown();
     assert_eq!(pool.reserved_bytes(), 0);
 }
+on_each_device!(a_q8_0_budget_admits_exactly_its_blocks);
 
 /// Issue 32, case 4: a request waiting for room at the head of the line no
 /// longer holds everyone behind it: a younger one that fits what is free
 /// runs past it (a bounded number of times), and the head runs when room comes.
-#[test]
-fn a_small_request_passes_a_head_that_waits_for_room() {
-    let f = fixture();
+fn a_small_request_passes_a_head_that_waits_for_room<B: Backend>(backend: Arc<B>) {
+    let f = fixture(&backend);
     let exec = executor(&f);
     // 3 of the 4 blocks run; the head waits for 3; the small one needs the 1 free.
     let (first, first_rx) = request(5, Some(80));
@@ -293,12 +294,12 @@ fn a_small_request_passes_a_head_that_waits_for_room() {
     exec.shutdown();
     assert_eq!(pool.reserved_bytes(), 0);
 }
+on_each_device!(a_small_request_passes_a_head_that_waits_for_room);
 
 /// Issue 32, case 4: one request's generations together may reserve at most
 /// half of the KV budget (`n: 16` of long generations held 95% of it).
-#[test]
-fn a_request_fanning_out_past_its_share_of_the_budget_is_refused() {
-    let f = fixture();
+fn a_request_fanning_out_past_its_share_of_the_budget_is_refused<B: Backend>(backend: Arc<B>) {
+    let f = fixture(&backend);
     let exec = executor(&f);
     let (large, _rx) = request(5, Some(80));
     // One generation of 3 blocks is fine; two (6 of 4 blocks, share 2) are not.
@@ -314,6 +315,7 @@ fn a_request_fanning_out_past_its_share_of_the_budget_is_refused() {
     assert_eq!(exec.kv_pool().reserved_bytes(), 0);
     exec.shutdown();
 }
+on_each_device!(a_request_fanning_out_past_its_share_of_the_budget_is_refused);
 
 /// A request of `tenant` allowed `permille` thousandths of the budget and queue.
 fn tenant_request(
@@ -331,9 +333,8 @@ fn tenant_request(
 /// runs one at a time, and the other tenant's request runs beside it at
 /// once, although the flood came first (before, the flood's second request
 /// took the free half and the other tenant waited for the first to end).
-#[test]
-fn one_tenant_flooding_leaves_the_other_its_part_of_the_budget() {
-    let f = fixture();
+fn one_tenant_flooding_leaves_the_other_its_part_of_the_budget<B: Backend>(backend: Arc<B>) {
+    let f = fixture(&backend);
     let exec = executor(&f);
     // 5 + 50 positions: two of the four blocks, one tenant's half.
     let (heavy_first, heavy_first_rx) = tenant_request("heavy", 500, 50);
@@ -379,13 +380,13 @@ fn one_tenant_flooding_leaves_the_other_its_part_of_the_budget() {
     exec.shutdown();
     assert_eq!(pool.reserved_bytes(), 0);
 }
+on_each_device!(one_tenant_flooding_leaves_the_other_its_part_of_the_budget);
 
 /// Issue 32: a tenant's requests fill at most its part of the waiting queue,
 /// then get `TenantQueueFull` (429 over HTTP) while another tenant still
 /// queues; one whose caches alone exceed its tenant's part is refused.
-#[test]
-fn a_tenant_past_its_part_of_the_queue_is_refused_and_others_still_queue() {
-    let f = fixture();
+fn a_tenant_past_its_part_of_the_queue_is_refused_and_others_still_queue<B: Backend>(backend: Arc<B>) {
+    let f = fixture(&backend);
     let exec = executor(&f);
     // A quarter of 8 queue places and of 4 blocks: 2 places, 1 block.
     let (running, running_rx) = tenant_request("heavy", 250, 20);
@@ -431,3 +432,4 @@ fn a_tenant_past_its_part_of_the_queue_is_refused_and_others_still_queue() {
     exec.shutdown();
     assert_eq!(pool.reserved_bytes(), 0);
 }
+on_each_device!(a_tenant_past_its_part_of_the_queue_is_refused_and_others_still_queue);

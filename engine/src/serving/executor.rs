@@ -28,6 +28,7 @@ use super::{choice, ExecutorObserver};
 use crate::kv::prefix_cache::PrefixCache;
 use crate::kv::{admission as kv_admission, KvBlocks, KvConfig, KvPool, SharedBlock};
 use crate::model::{forward_many, ModelPart};
+use crate::speculate::{self, Speculation};
 
 /// The executor's limits.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,6 +46,8 @@ pub struct ExecutorConfig {
     /// The KV element type, block size and budget every sequence's cache
     /// and the prompt cache's blocks share.
     pub kv: KvConfig,
+    /// Whether decoding sequences draft tokens to verify (`speculate`).
+    pub speculation: Speculation,
 }
 
 impl Default for ExecutorConfig {
@@ -55,6 +58,7 @@ impl Default for ExecutorConfig {
             max_step_tokens: 256,
             prompt_cache: true,
             kv: KvConfig::default(),
+            speculation: Speculation::default(),
         }
     }
 }
@@ -500,7 +504,7 @@ impl<B: Backend> Scheduler<B> {
         {
             Some(group) => group.waiting.push_back(waiting),
             None => {
-                let mut group = Group::new(checkpoint, waiting.arrived);
+                let mut group = Group::new(checkpoint, waiting.arrived, self.config.speculation);
                 group.waiting.push_back(waiting);
                 self.groups.push(group);
             }
@@ -610,9 +614,10 @@ impl<B: Backend> Scheduler<B> {
     /// Picks a checkpoint and the checkpoints that can share its step,
     /// points the weight table at them if it is not already, runs the step.
     fn step_one(&mut self) {
+        let budget = self.config.max_step_tokens;
+        self.draft(budget);
         let now = Instant::now();
         let current = self.table.load_full();
-        let budget = self.config.max_step_tokens;
         let claims: Vec<choice::Claim> = self
             .groups
             .iter()
@@ -679,6 +684,23 @@ impl<B: Backend> Scheduler<B> {
             (average * 7 + micros) / 8
         };
         self.shared.step_micros.store(updated, Ordering::Release);
+    }
+
+    /// Lets decoding sequences draft their next tokens while speculation
+    /// pays (`speculate::drafts_pay`: few sequences decode, no prompt runs
+    /// or waits), within the step's `budget` rows; clears drafts otherwise.
+    fn draft(&mut self, budget: usize) {
+        let (decoding, prefilling) = self
+            .groups
+            .iter()
+            .map(Group::load)
+            .fold((0, 0), |(d, p), (gd, gp)| (d + gd, p + gp));
+        let waiting = self.shared.queued.load(Ordering::Acquire);
+        let allowed = self.config.speculation != Speculation::Off
+            && speculate::drafts_pay(decoding, prefilling, waiting);
+        for group in &mut self.groups {
+            group.draft(allowed, budget);
+        }
     }
 
     /// The groups that run this step, `chosen` first, with the spans each
@@ -755,6 +777,7 @@ impl<B: Backend> Scheduler<B> {
             .map(|(chunks, checkpoint)| ModelPart {
                 model: &checkpoint.model,
                 chunks,
+                adapter: checkpoint.adapter.as_ref(),
             })
             .collect();
         let started = Instant::now();
@@ -774,6 +797,11 @@ impl<B: Backend> Scheduler<B> {
                     self.observer
                         .step(&group.checkpoint.id, count, sequences, elapsed);
                     group.finish(&self.backend, spans, &mut rows, self.prefix.as_mut());
+                    let (drafted, accepted) = group.take_speculation();
+                    if drafted > 0 {
+                        self.observer
+                            .speculation(&group.checkpoint.id, drafted, accepted);
+                    }
                 }
             }
             Err(e) => {

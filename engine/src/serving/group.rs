@@ -17,7 +17,8 @@ use super::tenant_cap::TenantKv;
 use crate::kv::admission::{self as kv_admission, NoCache};
 use crate::kv::prefix_cache::{Found, PrefixCache};
 use crate::kv::{KvBlocks, KvError, SharedBlock};
-use crate::model::{LogitRows, SequenceChunk};
+use crate::model::SequenceChunk;
+use crate::speculate::{Ngram, Speculation};
 use crate::structured::mask_rows;
 
 /// What [`Group::admit_at`] did with a waiting request.
@@ -50,16 +51,49 @@ pub(super) struct Group<B: Backend> {
     active: Vec<Sequence<B>>,
     /// When it last ran a step (or when its first request came).
     last_run: Instant,
+    /// Whether its sequences speculate, and how.
+    speculation: Speculation,
 }
 
 impl<B: Backend> Group<B> {
-    pub(super) fn new(checkpoint: CheckpointHandle<B>, since: Instant) -> Self {
+    pub(super) fn new(
+        checkpoint: CheckpointHandle<B>,
+        since: Instant,
+        speculation: Speculation,
+    ) -> Self {
         Group {
             checkpoint,
             waiting: VecDeque::new(),
             active: Vec::new(),
             last_run: since,
+            speculation,
         }
+    }
+
+    /// Sequences decoding and sequences with prompt tokens still to run.
+    pub(super) fn load(&self) -> (usize, usize) {
+        let decoding = self.active.iter().filter(|s| s.is_decoding()).count();
+        (decoding, self.active.len() - decoding)
+    }
+
+    /// Drafts each decoding sequence's tokens for the next step when
+    /// `allowed` (see `speculate`), within `rows` rows of the step for
+    /// this group's decoding sequences; clears last step's drafts otherwise.
+    pub(super) fn draft(&mut self, allowed: bool, rows: usize) {
+        let decoding = self.active.iter().filter(|s| s.is_decoding()).count();
+        let room = (rows / decoding.max(1)).saturating_sub(1);
+        let drafter = Ngram::default();
+        for sequence in &mut self.active {
+            sequence.draft(allowed, &drafter, room);
+        }
+    }
+
+    /// Draft tokens verified and kept since the last call, over its sequences.
+    pub(super) fn take_speculation(&mut self) -> (usize, usize) {
+        self.active
+            .iter_mut()
+            .map(Sequence::take_speculation)
+            .fold((0, 0), |(d, a), (dd, aa)| (d + dd, a + aa))
     }
 
     pub(super) fn active_len(&self) -> usize {
@@ -199,6 +233,7 @@ impl<B: Backend> Group<B> {
         self.checkpoint.admitted();
         let capacity = kv_admission::positions(&self.checkpoint.model, request.kv_wanted());
         let prompt = request.prompt.len();
+        let speculation = self.speculation.control();
         let scope = request.cache_scope.label();
         self.active.push(Sequence::new(
             request,
@@ -206,6 +241,7 @@ impl<B: Backend> Group<B> {
             capacity,
             found.shared.len(),
             cached,
+            speculation,
         ));
         Admission::Admitted {
             cached,
@@ -258,18 +294,7 @@ impl<B: Backend> Group<B> {
         let mut chunks = Vec::with_capacity(self.active.len());
         for (sequence, span) in self.active.iter_mut().zip(spans) {
             let Some(span) = span else { continue };
-            let wants_logits = span.end == sequence.tokens.len();
-            chunks.push(SequenceChunk {
-                // `plan` keeps spans inside `tokens`; empty if it ever did not.
-                tokens: sequence.tokens.get(span.clone()).unwrap_or_default(),
-                start_pos: span.start,
-                table: sequence.cache.prepare(backend, span.clone())?,
-                logits: if wants_logits {
-                    LogitRows::Last
-                } else {
-                    LogitRows::None
-                },
-            });
+            chunks.push(sequence.chunk(backend, span.clone())?);
         }
         Ok(chunks)
     }
@@ -308,38 +333,51 @@ impl<B: Backend> Group<B> {
             prefix = None;
         }
         // Each sequence whose span reached its last token takes the next
-        // row (`Some(None)`: the forward pass came up short). Rows are
-        // handed out first so that the grammar masks of the step are
-        // computed together, in parallel, before the serial sampling.
+        // row, a verifying one a row per verified token (`Err`: the forward
+        // pass came up short). Rows are handed out first so that the
+        // grammar masks of the step are computed together, in parallel,
+        // before the serial sampling.
         let mut prompt_done = vec![false; self.active.len()];
-        let rows: Vec<Option<Option<&'l [f32]>>> = self
+        let rows: Vec<Option<Result<Vec<&'l [f32]>, ()>>> = self
             .active
             .iter_mut()
             .zip(spans)
             .zip(&mut prompt_done)
             .map(|((sequence, span), done)| {
                 let span = span?;
+                if sequence.is_decoding() && span.len() > 1 {
+                    // A verify step: `accept_verified` sets how far it got.
+                    return Some((0..span.len()).map(|_| logits.next().ok_or(())).collect());
+                }
                 sequence.processed = span.end;
                 let prompt_len = sequence.prompt().len();
                 *done = span.start < prompt_len && span.end >= prompt_len;
-                (span.end >= sequence.tokens.len()).then(|| logits.next())
+                (span.end >= sequence.tokens.len())
+                    .then(|| logits.next().map(|row| vec![row]).ok_or(()))
             })
             .collect();
         mask_rows(
             self.active
                 .iter_mut()
                 .zip(&rows)
-                .filter_map(|(sequence, row)| Some((sequence.constraint_mut()?, (*row)??)))
+                .filter_map(|(sequence, rows)| {
+                    let first = rows.as_ref()?.as_ref().ok()?.first()?;
+                    Some((sequence.constraint_mut()?, *first))
+                })
                 .collect(),
         );
         let keep: Vec<bool> = self
             .active
             .iter_mut()
             .zip(rows)
-            .map(|(sequence, row)| match row {
+            .map(|(sequence, rows)| match rows {
                 None => true,
-                Some(Some(row)) => sequence.accept_logits(row),
-                Some(None) => {
+                Some(Ok(rows)) if rows.len() > 1 => sequence.accept_verified(&rows),
+                Some(Ok(rows)) => match rows.first() {
+                    Some(row) => sequence.accept_logits(row),
+                    None => true,
+                },
+                Some(Err(())) => {
                     sequence.fail("the forward pass returned fewer logits rows than asked".into());
                     false
                 }
@@ -372,8 +410,13 @@ impl<B: Backend> Group<B> {
         let runs = |i: usize| only.as_ref().is_none_or(|mask| mask.get(i) == Some(&true));
         let decoding = (self.active.iter().enumerate())
             .filter(|&(i, s)| runs(i) && s.is_decoding())
-            .count();
-        let mut budget = max_step_tokens.max(1).saturating_sub(decoding);
+            .map(|(_, s)| s.decode_rows());
+        let (plain, drafted) = decoding.fold((0, 0), |(n, rows), r| (n + 1, rows + r));
+        // Drafts were sized for the whole budget (`draft`); a companion
+        // group's smaller share decodes plainly.
+        let verify = drafted <= max_step_tokens.max(1);
+        let decode_rows = if verify { drafted } else { plain };
+        let mut budget = max_step_tokens.max(1).saturating_sub(decode_rows);
         self.active
             .iter()
             .enumerate()
@@ -382,7 +425,8 @@ impl<B: Backend> Group<B> {
                     return None;
                 }
                 if sequence.is_decoding() {
-                    return Some(sequence.next_span(1));
+                    let rows = if verify { sequence.decode_rows() } else { 1 };
+                    return Some(sequence.processed..sequence.processed + rows);
                 }
                 if budget == 0 {
                     return None;

@@ -44,7 +44,8 @@ pub use crate::kv::ScopeUsage;
 pub use crate::kv::{kv_positions, KvAdvice};
 pub use cache_use::ScopeCacheUse;
 pub use checkpoint::{
-    CheckpointError, CheckpointHandle, CheckpointId, CheckpointOptions, ServedCheckpoint,
+    AdapterSource, CheckpointError, CheckpointHandle, CheckpointId, CheckpointOptions,
+    ServedCheckpoint,
 };
 pub use choice::{choose, score, Claim};
 pub use executor::{Executor, ExecutorConfig, ExecutorPulse, NoObserver};
@@ -62,6 +63,12 @@ pub trait ExecutorObserver: Send + Sync {
     /// next forward starts reading the new table.
     fn swap(&self, from: Option<&CheckpointId>, to: &CheckpointId, latency: Duration) {
         let _ = (from, to, latency);
+    }
+
+    /// Verify steps of `checkpoint` checked `drafted` speculative draft
+    /// tokens and kept `accepted` of them (`crate::speculate`).
+    fn speculation(&self, checkpoint: &CheckpointId, drafted: usize, accepted: usize) {
+        let _ = (checkpoint, drafted, accepted);
     }
 
     /// One forward step ran `rows` tokens of `sequences` sequences on `checkpoint`.

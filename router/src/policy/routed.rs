@@ -20,7 +20,7 @@ use switchyard_policies::{Completion, ModelHint, Route, RouteReason, RouteReques
 
 use crate::policy::error::PolicyRejection;
 use crate::policy::routing::PolicyRouting;
-use switchyard_seam::{BackendError, CacheScope, TenantShare};
+use switchyard_seam::{BackendError, CacheScope, CheckpointRef, ModelSpec, TenantShare};
 
 /// The checkpoint chosen for a request and why (what the response headers say).
 #[derive(Debug, Clone, PartialEq)]
@@ -41,8 +41,6 @@ pub struct RouteSummary {
     pub cache_scope: CacheScope,
     /// The split and arm that chose it, if any.
     pub split_arm: Option<(Arc<str>, Arc<str>)>,
-    /// `model@version`, formatted once: the handler asks for it several times.
-    backend_model: String,
 }
 
 impl RouteSummary {
@@ -58,13 +56,12 @@ impl RouteSummary {
             tenant: route.tenant.clone(),
             cache_scope: route.cache_scope.clone(),
             split_arm: route.split.clone().zip(route.arm.clone()),
-            backend_model: format!("{}@{}", route.model, route.version),
         }
     }
 
-    /// The model name the backend is asked for: `name@version`.
-    pub fn backend_model(&self) -> String {
-        self.backend_model.clone()
+    /// The checkpoint the backend is asked for.
+    pub fn checkpoint(&self) -> CheckpointRef {
+        CheckpointRef::new(&*self.model, &*self.version)
     }
 }
 
@@ -78,7 +75,7 @@ enum Decision {
     Routed(Arc<Ticket>),
     /// No policy: the request's `model` as sent, pinned to the version the backend
     /// picked at the first submit.
-    Passthrough(Arc<OnceLock<String>>),
+    Passthrough(Arc<OnceLock<CheckpointRef>>),
 }
 
 impl std::fmt::Debug for RoutedRequest {
@@ -140,9 +137,9 @@ impl RoutedRequest {
         RoutedRequest(Decision::Passthrough(Arc::default()))
     }
 
-    /// Pins a pass-through request to `model` (`name@version` from the
-    /// backend); later calls keep the first pin. Routed requests ignore it.
-    pub fn pin(&self, model: String) {
+    /// Pins a pass-through request to `model` (the checkpoint the backend
+    /// resolved its name to); later calls keep the first pin. Routed requests ignore it.
+    pub fn pin(&self, model: CheckpointRef) {
         if let Decision::Passthrough(pinned) = &self.0 {
             let _ = pinned.set(model);
         }
@@ -221,15 +218,14 @@ impl RoutedRequest {
         self.ticket().map(|t| read(&t.lock().summary))
     }
 
-    /// The model to ask the backend for: `name@version` of the routed checkpoint, or
-    /// `requested` (the body's `model`) for a pass-through request.
-    pub fn backend_model(&self, requested: &str) -> String {
+    /// The model to ask the backend for: the routed checkpoint, or for a pass-through
+    /// request the checkpoint it was pinned to, else `requested` (the body's `model`).
+    pub fn backend_model(&self, requested: &ModelSpec) -> ModelSpec {
         match &self.0 {
-            Decision::Routed(ticket) => ticket.lock().summary.backend_model(),
+            Decision::Routed(ticket) => ticket.lock().summary.checkpoint().into(),
             Decision::Passthrough(pinned) => pinned
                 .get()
-                .cloned()
-                .unwrap_or_else(|| requested.to_owned()),
+                .map_or_else(|| requested.clone(), |pin| pin.clone().into()),
         }
     }
 
@@ -322,7 +318,7 @@ impl RoutedRequest {
         };
         let mut state = ticket.lock();
         let failed = state.route.take();
-        let from = state.summary.backend_model();
+        let from = state.summary.checkpoint().to_string();
         let tried = (state.summary.model.clone(), state.summary.version.clone());
         state.tried.push(tried);
         let mut next = next;
@@ -336,7 +332,9 @@ impl RoutedRequest {
             }
             failed.reservation.release();
         }
-        let to = self.backend_model("");
+        let to = self
+            .with_summary(|s| s.checkpoint().to_string())
+            .unwrap_or_default();
         let trigger = if blame == Blame::Overloaded {
             "overloaded"
         } else {

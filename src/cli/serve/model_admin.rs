@@ -62,6 +62,9 @@ impl<B: Backend> ModelAdmin for EngineAdmin<B> {
         json!({
             "models": registry.status(),
             "memory": registry.memory(),
+            // Where resident weights live: the backend's memory (`cpu-…`:
+            // RAM; `cuda-…`: the GPU's, so `ram` tiers mean device memory).
+            "device": registry.backend().name(),
             "quality": quality,
         })
     }
@@ -101,6 +104,7 @@ impl<B: Backend> ModelAdmin for EngineAdmin<B> {
             },
             "queues": queues,
             "memory": registry.memory(),
+            "device": registry.backend().name(),
         })
     }
 
