@@ -12,7 +12,9 @@
 //!
 //! While the store cannot be reached, requests are counted by this instance alone
 //! (a [`super::LocalRateLedger`]): the limits still hold per instance, and no request
-//! is refused for the outage itself.
+//! is refused for the outage itself. (A fail-open store lets the hold through
+//! unheld; the first window it cannot read then sends the request to the local
+//! count too, and its queued settlement is replayed when the store is back.)
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,7 +48,7 @@ enum Kind {
     Tokens,
 }
 
-/// One window a request holds on: the claim it belongs to, its kind and the hold.
+/// One window a request holds on: which kind of limit it counts, and the hold.
 struct Counted {
     kind: Kind,
     hold: Hold,
@@ -129,6 +131,9 @@ impl RateLedger for SharedRateLedger {
                 Some((hold, remaining)) if hold == i => remaining,
                 _ => match self.ledger.totals(&c.hold.window) {
                     Ok(t) => c.hold.limit - t.settled - t.reserved,
+                    Err(LedgerError::Unavailable { .. }) => {
+                        return self.fallback.take(claims, now_ms);
+                    }
                     // Unknown: as if this request's count were all that was used.
                     Err(_) => c.hold.limit - c.hold.amount,
                 },
