@@ -22,6 +22,7 @@ pub mod repository;
 pub mod sampling;
 pub mod serving;
 pub mod session;
+pub mod speculate;
 pub mod store;
 pub mod structured;
 pub mod synthetic;

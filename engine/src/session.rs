@@ -87,6 +87,16 @@ impl<'m, B: Backend> Session<'m, B> {
         &self.cache
     }
 
+    /// Forgets the tokens from `len` on (a speculative draft's rejected
+    /// tokens): the next [`Session::feed`] continues from `len`.
+    pub fn truncate(&mut self, len: usize) -> Result<(), KvError> {
+        if len < self.len {
+            self.cache.truncate(len)?;
+            self.len = len;
+        }
+        Ok(())
+    }
+
     /// Appends `tokens` and returns logits: for the last token only
     /// (`LogitRows::Last`) or for each of them (`LogitRows::All`), `vocab_size`
     /// floats per row.

@@ -30,4 +30,8 @@ pub enum KernelError {
     /// has no kernel for them yet).
     #[error("the {backend} backend has no {op} kernel")]
     Unsupported { op: &'static str, backend: String },
+    /// A device backend's call failed (a driver error, device memory
+    /// exhausted): the message names the call.
+    #[error("device: {0}")]
+    Device(String),
 }

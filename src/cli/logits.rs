@@ -57,7 +57,7 @@ pub fn run(args: LogitsArgs) -> anyhow::Result<()> {
 struct Logits(LogitsArgs);
 
 impl OnDevice for Logits {
-    type Output = anyhow::Result<()>;
+    type Output = ();
 
     fn run<B: Backend>(self, backend: Arc<B>) -> anyhow::Result<()> {
         logits(backend.as_ref(), self.0)

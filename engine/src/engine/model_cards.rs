@@ -2,7 +2,7 @@
 //! active version) and each resident `name@version`.
 
 use switchyard_kernels::Backend;
-use switchyard_seam::ModelCard;
+use switchyard_seam::{CheckpointRef, ModelCard, ModelSpec};
 
 use crate::registry::{Registry, Tier};
 use crate::serving::ServedCheckpoint;
@@ -22,9 +22,9 @@ pub(super) fn model_cards<B: Backend>(registry: &Registry<B>, created: u64) -> V
         };
         cards.push(card(model.name.clone(), &active));
         for version in model.versions.iter().filter(|v| v.tier == Tier::Ram) {
-            let spec = format!("{}@{}", model.name, version.version);
-            if let Ok(checkpoint) = registry.resolve(&spec) {
-                cards.push(card(spec, &checkpoint));
+            let spec = ModelSpec::from(CheckpointRef::new(&model.name, &version.version));
+            if let Ok(checkpoint) = registry.resolve_spec(&spec) {
+                cards.push(card(spec.to_string(), &checkpoint));
             }
         }
     }

@@ -1,7 +1,6 @@
 //! A checkpoint version ready to serve: its weight table, tokenizer and
 //! chat template, and the live counters the scheduler and eviction read.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -20,27 +19,9 @@ use crate::store::WeightStore;
 use crate::structured::GrammarVocab;
 use crate::tokenizer::Tokenizer;
 
-/// Which checkpoint: a model name and one of its versions.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct CheckpointId {
-    pub model: String,
-    pub version: String,
-}
-
-impl CheckpointId {
-    pub fn new(model: impl Into<String>, version: impl Into<String>) -> Self {
-        CheckpointId {
-            model: model.into(),
-            version: version.into(),
-        }
-    }
-}
-
-impl fmt::Display for CheckpointId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}@{}", self.model, self.version)
-    }
-}
+/// Which checkpoint: a model name and one of its versions (the seam's type,
+/// under the name the engine has always used for it).
+pub use switchyard_seam::CheckpointRef as CheckpointId;
 
 /// How the operator asked a model's checkpoints to be served (`--chat-template`,
 /// `model.toml`); the same for every version of a model.

@@ -11,7 +11,7 @@ use crate::error::ApiError;
 use crate::openai::generate::{finish_all, submit_all, Choice, Finished, MergedEvents, UsageTally};
 use crate::policy::routed::RoutedRequest;
 use crate::state::AppState;
-use switchyard_seam::{BackendError, GenerationEvent, GenerationRequest, Prompt, Usage};
+use switchyard_seam::{BackendError, GenerationEvent, GenerationRequest, ModelSpec, Prompt, Usage};
 
 /// Prompts of at most this many bytes (tool definitions included) are prepared
 /// (templated, tokenized) on the async worker that handles the request; larger ones on
@@ -26,12 +26,15 @@ const INLINE_PREPARE_BYTES: usize = 16 * 1024;
 pub async fn submit(
     state: &AppState,
     routed: &RoutedRequest,
-    requested_model: &str,
-    make: &(dyn Fn(&str) -> Vec<GenerationRequest> + Sync),
+    requested_model: &ModelSpec,
+    make: &(dyn Fn(&ModelSpec) -> Vec<GenerationRequest> + Sync),
     prompt_field: &'static str,
 ) -> Result<Vec<Choice>, ApiError> {
     if !routed.is_routed() {
-        routed.pin(state.backend().pin_model(requested_model));
+        // Resolved here once: the submits (and any retry) name the checkpoint itself.
+        if let Some(checkpoint) = state.backend().pin_model(requested_model) {
+            routed.pin(checkpoint);
+        }
     }
     loop {
         let model = routed.backend_model(requested_model);
@@ -180,8 +183,8 @@ fn prompt_bytes(requests: &[GenerationRequest]) -> usize {
 pub async fn finish_whole(
     state: &AppState,
     routed: &RoutedRequest,
-    requested_model: &str,
-    make: &(dyn Fn(&str) -> Vec<GenerationRequest> + Sync),
+    requested_model: &ModelSpec,
+    make: &(dyn Fn(&ModelSpec) -> Vec<GenerationRequest> + Sync),
     prompt_field: &'static str,
     n: u32,
 ) -> Result<Vec<Finished>, ApiError> {

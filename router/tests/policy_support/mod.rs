@@ -60,7 +60,12 @@ impl InferenceBackend for Refusing {
         true
     }
     fn submit(&self, request: GenerationRequest) -> Result<GenerationStream, BackendError> {
-        if self.overloaded.lock().unwrap().contains(&request.model) {
+        if self
+            .overloaded
+            .lock()
+            .unwrap()
+            .contains(&request.model.to_string())
+        {
             return Err(BackendError::Overloaded);
         }
         self.inner.submit(request)

@@ -94,7 +94,8 @@ pub struct ServeArgs {
     /// once); loading beyond it evicts idle non-active versions [default: no limit].
     #[arg(long)]
     pub ram_budget_mb: Option<u64>,
-    /// Where the kernels run: cpu (the only device of this build) [default: cpu].
+    /// Where the kernels run: cpu, or cuda[:N] (GPU N; a build with
+    /// `--features cuda`) [default: cpu].
     #[arg(long)]
     pub device: Option<Device>,
     /// Kernel worker threads [default: every core].
@@ -133,6 +134,8 @@ pub struct ServeArgs {
     /// recently used when the budget needs room).
     #[arg(long)]
     pub no_prompt_cache: bool,
+    #[command(flatten)]
+    pub speculate: crate::cli::speculate::SpeculateArgs,
     /// Seconds in-flight requests get to finish after SIGTERM/SIGINT [default: 30].
     #[arg(long)]
     pub drain_seconds: Option<u64>,
@@ -353,6 +356,7 @@ fn settings(args: ServeArgs) -> anyhow::Result<Settings> {
                 .max(1),
             prompt_cache: !args.no_prompt_cache,
             kv,
+            speculation: args.speculate.speculation()?,
         },
         max_queue,
         drain: Duration::from_secs(args.drain_seconds.or(file.drain_seconds).unwrap_or(30)),
@@ -439,7 +443,7 @@ struct StartEngine<'a> {
 type Started = (Arc<dyn InferenceBackend>, Arc<dyn ModelAdmin>);
 
 impl OnDevice for StartEngine<'_> {
-    type Output = anyhow::Result<Started>;
+    type Output = Started;
 
     fn run<B: Backend>(self, backend: Arc<B>) -> anyhow::Result<Started> {
         let (engine, repository) =
