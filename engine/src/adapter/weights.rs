@@ -180,10 +180,12 @@ impl<'c> Collector<'c> {
                 self.base_order,
             );
         }
-        let scale = match (p.alpha, p.rs_lora) {
-            (a, _) if a == 0.0 => 1.0,
-            (a, true) => a / (rank as f32).sqrt(),
-            (a, false) => a / rank as f32,
+        let scale = if p.alpha == 0.0 {
+            1.0
+        } else if p.rs_lora {
+            p.alpha / (rank as f32).sqrt()
+        } else {
+            p.alpha / rank as f32
         };
         let slot = &mut self.layers[p.layer][p.target.index()];
         if slot.is_some() {

@@ -236,4 +236,37 @@ mod tests {
             "SmolLM2-135M-Instruct.Q4_1"
         );
     }
+
+    #[test]
+    fn lora_specs_name_their_base_or_take_the_only_one() {
+        let file: ServeFile = toml::from_str(
+            r#"
+            [[models]]
+            path = "/m/a.gguf"
+            [[models]]
+            path = "/m/b.gguf"
+            name = "bee"
+            "#,
+        )
+        .unwrap();
+        let models = file.models;
+        let over_bee = ModelEntry::lora("pirate=bee:/l/p", &models).unwrap();
+        assert_eq!(over_bee.path, Path::new("/m/b.gguf"));
+        assert_eq!(over_bee.served_name(), "pirate");
+        let options = over_bee.options();
+        let source = options.adapter.unwrap();
+        assert_eq!(source.path, Path::new("/l/p"));
+        assert_eq!(source.parent, "bee");
+        // Two bases and none named: refused, listing them.
+        let err = ModelEntry::lora("pirate=/l/p", &models)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("a, bee"), "{err}");
+        assert!(ModelEntry::lora("no-equals", &models).is_err());
+        // One base: a path with a colon that names no model is a path.
+        let one = &models[..1];
+        let entry = ModelEntry::lora("x=/l/c:d", one).unwrap();
+        assert_eq!(entry.adapter.as_deref(), Some(Path::new("/l/c:d")));
+        assert_eq!(entry.parent.as_deref(), Some("a"));
+    }
 }
