@@ -65,6 +65,7 @@ mod decimal;
 mod engine_view;
 mod error;
 mod keys;
+mod measured;
 pub mod metrics;
 mod request;
 mod route_error;
@@ -90,7 +91,7 @@ mod score;
 
 mod reload;
 
-pub use compiled::model::{Fallback, Model, Target, Triggers};
+pub use compiled::model::{Fallback, Model, QualityFrom, QualityOrigin, Target, Triggers};
 pub use compiled::rate_limit::RateLimits;
 pub use compiled::split::{stable_hash, Arm, RollbackRule, Split, Sticky};
 pub use compiled::tenant::{Budget, Tenant};
@@ -102,10 +103,11 @@ pub use engine_view::{
     StaticEngineView,
 };
 pub use error::{Diagnostic, PolicyError};
-pub use explain::{explain, CandidateReport, Check, Explanation, Pick};
+pub use explain::{explain, CandidateReport, Check, Explanation, Pick, QualityNote};
 pub use keys::{digest as key_digest, digests_equal, sha256_hex, KeyDigest};
 pub use live::budget::{BudgetSnapshot, BudgetWindow, Reservation};
 pub use live::rollback::{ArmStats, RollbackMonitor, RollbackState, RollbackStatus};
+pub use measured::{Measured, Measurement, NoMeasurements, QualitySource};
 pub use policy::Policy;
 pub use rate_limit::{
     LocalRateLedger, Quota, RateClaim, RateDecision, RateLedger, RateSubject, RATE_WINDOW,

@@ -49,9 +49,16 @@ pub(crate) struct ModelEntry {
     pub aliases: Vec<Spanned<String>>,
     pub cost_per_1k_input: Spanned<f64>,
     pub cost_per_1k_output: Spanned<f64>,
-    pub quality: Spanned<f64>,
+    /// Required unless `quality_from` names a suite; then the figure used while no fresh
+    /// measurement exists.
+    pub quality: Option<Spanned<f64>>,
     #[serde(default)]
     pub quality_by_tag: BTreeMap<String, Spanned<f64>>,
+    /// A suite whose measured accuracy (on the active version) is the model's quality.
+    pub quality_from: Option<Spanned<String>>,
+    /// Per tag, the suite whose measured accuracy is the model's quality for that tag.
+    #[serde(default)]
+    pub quality_from_by_tag: BTreeMap<String, Spanned<String>>,
     pub context_limit: Spanned<u32>,
     pub latency_target_ms: Option<Spanned<f64>>,
     pub max_queue_depth: Option<Spanned<u32>>,

@@ -2,6 +2,7 @@
 //! changes once built; what requests change (spend, rollback state, probes, counters)
 //! lives in [`crate::live`].
 
+pub(crate) mod measured;
 pub(crate) mod model;
 pub(crate) mod rate_limit;
 pub(crate) mod scan_table;

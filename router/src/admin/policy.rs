@@ -133,6 +133,8 @@ fn models(policy: &Policy) -> Vec<Value> {
                 "active_version": m.versions.get(m.active_version).map(|v| &**v),
                 "aliases": m.aliases.iter().map(|a| &**a).collect::<Vec<_>>(),
                 "quality": m.quality,
+                // Where a `quality_from` figure came from (measured, or why not).
+                "quality_from": m.quality_from.as_ref().map(|f| &f.origins),
                 "cost_per_1k_input": m.cost_per_1k_input,
                 "cost_per_1k_output": m.cost_per_1k_output,
                 "context_limit": m.context_limit,
