@@ -84,10 +84,10 @@ fn main() {
                 logits = session.feed(&[next], LogitRows::Last).expect("decode");
             }
             best_decode = best_decode.max(decode as f64 / start.elapsed().as_secs_f64());
-            let cache = session.cache().cache();
+            let cache = session.cache();
             kv_bytes = cache.allocated_bytes();
             // The windowed layers' part: flat from the window on (a ring).
-            kv_windowed = (0..cache.layers())
+            kv_windowed = (0..cache.layout().layers())
                 .filter(|l| windows.get(*l).copied().flatten().is_some())
                 .map(|l| cache.layer_allocated_bytes(l))
                 .sum();

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use switchyard_engine::formats::load_checkpoint;
-use switchyard_engine::kv::{KvPool, SequenceKv};
+use switchyard_engine::kv::{KvBlocks, KvPool, SequenceKv};
 use switchyard_engine::model::{LlamaModel, LogitRows, Scratch, SequenceChunk};
 use switchyard_engine::sampling::argmax;
 use switchyard_kernels::cpu::CpuBackend;
@@ -64,9 +64,11 @@ pub fn decode_steps(
 ) -> Duration {
     let capacity = PROMPT_TOKENS + STEPS;
     let kv = KvPool::unlimited(KvType::F16);
+    let blocks = KvBlocks::new(backend, &kv).expect("a KV store");
     let mut caches: Vec<_> = (0..batch)
         .map(|_| {
-            SequenceKv::for_model(backend, &kv, model, capacity, KvPrefix::none()).expect("cache")
+            SequenceKv::for_model(backend, &blocks, model, capacity, KvPrefix::none())
+                .expect("cache")
         })
         .collect();
     let vocab = model.config().vocab_size;
@@ -78,28 +80,31 @@ pub fn decode_steps(
         let mut chunk = [SequenceChunk {
             tokens: &prompt,
             start_pos: 0,
-            cache: cache.device(),
+            table: cache.prepare(backend, 0..PROMPT_TOKENS).expect("blocks"),
             logits: LogitRows::Last,
         }];
         let logits = model
-            .forward(backend, &mut chunk, scratch)
+            .forward(backend, &mut blocks.lock(), &mut chunk, scratch)
             .expect("prefill");
         next.push([argmax(logits)]);
     }
     let start = Instant::now();
     for step in 0..STEPS {
-        let mut chunks: Vec<SequenceChunk<'_, CpuBackend>> = caches
+        let mut chunks: Vec<SequenceChunk<'_>> = caches
             .iter_mut()
             .zip(&next)
-            .map(|(cache, token)| SequenceChunk {
-                tokens: token,
-                start_pos: PROMPT_TOKENS + step,
-                cache: cache.device(),
-                logits: LogitRows::Last,
+            .map(|(cache, token)| {
+                let at = PROMPT_TOKENS + step;
+                SequenceChunk {
+                    tokens: token,
+                    start_pos: at,
+                    table: cache.prepare(backend, at..at + 1).expect("blocks"),
+                    logits: LogitRows::Last,
+                }
             })
             .collect();
         let logits = model
-            .forward(backend, &mut chunks, scratch)
+            .forward(backend, &mut blocks.lock(), &mut chunks, scratch)
             .expect("decode");
         drop(chunks);
         for (token, row) in next.iter_mut().zip(logits.chunks_exact(vocab)) {

@@ -7,12 +7,21 @@ use switchyard_kernels::Backend;
 
 use switchyard_kernels::KvPrefix;
 
-use crate::kv::{KvConfig, KvError, KvPool, SequenceKv};
+use crate::kv::{KvBlocks, KvConfig, KvError, KvPool, SequenceKv};
 use crate::model::{LlamaModel, LogitRows, ModelError, Scratch, SequenceChunk};
 
 /// Prompts are run in chunks of at most this many tokens, bounding the
 /// activation buffers (a chunk's activations are `chunk × ffn` floats).
 pub const PREFILL_CHUNK: usize = 512;
+
+/// Why a session's step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error(transparent)]
+    Kv(#[from] KvError),
+    #[error(transparent)]
+    Model(#[from] ModelError),
+}
 
 /// A sequence and its KV cache.
 pub struct Session<'m, B: Backend> {
@@ -44,10 +53,11 @@ impl<'m, B: Backend> Session<'m, B> {
         capacity: usize,
     ) -> Result<Self, KvError> {
         let capacity = capacity.min(model.config().context_length);
+        let blocks = KvBlocks::new(backend, kv)?;
         Ok(Self {
             backend,
             model,
-            cache: SequenceKv::for_model(backend, kv, model, capacity, KvPrefix::none())?,
+            cache: SequenceKv::for_model(backend, &blocks, model, capacity, KvPrefix::none())?,
             scratch: model.new_scratch(backend),
             len: 0,
         })
@@ -70,7 +80,7 @@ impl<'m, B: Backend> Session<'m, B> {
     /// Appends `tokens` and returns logits: for the last token only
     /// (`LogitRows::Last`) or for each of them (`LogitRows::All`), `vocab_size`
     /// floats per row.
-    pub fn feed(&mut self, tokens: &[u32], rows: LogitRows) -> Result<Vec<f32>, ModelError> {
+    pub fn feed(&mut self, tokens: &[u32], rows: LogitRows) -> Result<Vec<f32>, SessionError> {
         let mut logits = Vec::new();
         let chunks = tokens.chunks(PREFILL_CHUNK);
         let count = chunks.len();
@@ -80,16 +90,20 @@ impl<'m, B: Backend> Session<'m, B> {
                 LogitRows::Last if i + 1 == count => LogitRows::Last,
                 _ => LogitRows::None,
             };
+            let blocks = Arc::clone(self.cache.blocks());
+            let positions = self.len..self.len + piece.len();
             let mut batch = [SequenceChunk {
                 tokens: piece,
                 start_pos: self.len,
-                cache: self.cache.device(),
+                table: self.cache.prepare(self.backend, positions)?,
                 logits: wanted,
             }];
-            logits.extend(
-                self.model
-                    .forward(self.backend, &mut batch, &mut self.scratch)?,
-            );
+            logits.extend(self.model.forward(
+                self.backend,
+                &mut blocks.lock(),
+                &mut batch,
+                &mut self.scratch,
+            )?);
             self.len += piece.len();
         }
         Ok(logits)

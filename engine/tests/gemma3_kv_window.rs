@@ -68,7 +68,7 @@ fn gemma3_local_layers_hold_a_ring_only_the_global_ones_grow() {
         fed += decode;
         let blocks = fed.div_ceil(KV_BLOCK);
         let reserved = session.cache().reserved_bytes();
-        let cache = session.cache().cache();
+        let cache = session.cache();
         for (layer, window) in windows.iter().enumerate() {
             let want = if window.is_some() {
                 blocks.min(ring)

@@ -11,7 +11,7 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use switchyard_engine::formats::load_checkpoint;
-use switchyard_engine::kv::{KvPool, SequenceKv};
+use switchyard_engine::kv::{KvBlocks, KvPool, SequenceKv};
 use switchyard_engine::model::{
     forward_many, LlamaModel, LogitRows, ModelError, ModelPart, SequenceChunk,
 };
@@ -81,23 +81,25 @@ const PROMPTS: [&[u32]; 4] = [
 ];
 
 /// A KV pool without a budget, F16 as the executor's default.
-fn unlimited_kv() -> Arc<KvPool> {
-    KvPool::unlimited(switchyard_kernels::KvType::F16)
+fn unlimited_kv(backend: &CpuBackend) -> Arc<KvBlocks<CpuBackend>> {
+    KvBlocks::new(backend, &KvPool::unlimited(switchyard_kernels::KvType::F16)).unwrap()
 }
 
 /// Logits of every token of `prompt` then of `decode` more greedy tokens,
 /// run on `model` alone.
 fn alone(model: &Model, backend: &CpuBackend, prompt: &[u32], decode: usize) -> Vec<Vec<f32>> {
-    let mut cache =
-        SequenceKv::for_model(backend, &unlimited_kv(), model, 64, KvPrefix::none()).unwrap();
+    let blocks = unlimited_kv(backend);
+    let mut cache = SequenceKv::for_model(backend, &blocks, model, 64, KvPrefix::none()).unwrap();
     let mut scratch = model.new_scratch(backend);
     let mut chunks = [SequenceChunk {
         tokens: prompt,
         start_pos: 0,
-        cache: cache.device(),
+        table: cache.prepare(backend, 0..prompt.len()).unwrap(),
         logits: LogitRows::All,
     }];
-    let logits = model.forward(backend, &mut chunks, &mut scratch).unwrap();
+    let logits = model
+        .forward(backend, &mut blocks.lock(), &mut chunks, &mut scratch)
+        .unwrap();
     let vocab = model.config().vocab_size;
     let mut rows: Vec<Vec<f32>> = logits.chunks(vocab).map(<[f32]>::to_vec).collect();
     for position in prompt.len()..prompt.len() + decode {
@@ -105,12 +107,12 @@ fn alone(model: &Model, backend: &CpuBackend, prompt: &[u32], decode: usize) -> 
         let mut chunks = [SequenceChunk {
             tokens: &next,
             start_pos: position,
-            cache: cache.device(),
+            table: cache.prepare(backend, position..position + 1).unwrap(),
             logits: LogitRows::Last,
         }];
         rows.push(
             model
-                .forward(backend, &mut chunks, &mut scratch)
+                .forward(backend, &mut blocks.lock(), &mut chunks, &mut scratch)
                 .unwrap()
                 .to_vec(),
         );
@@ -162,9 +164,10 @@ fn a_shared_step_gives_each_row_its_own_checkpoints_logits() {
         .map(|(m, p)| alone(m, &backend, p, DECODE))
         .collect();
 
+    let blocks = unlimited_kv(&backend);
     let mut caches: Vec<_> = owners
         .iter()
-        .map(|m| SequenceKv::for_model(&backend, &unlimited_kv(), m, 64, KvPrefix::none()).unwrap())
+        .map(|m| SequenceKv::for_model(&backend, &blocks, m, 64, KvPrefix::none()).unwrap())
         .collect();
     let mut scratch = f.base.new_scratch(&backend);
     let vocab = f.base.config().vocab_size;
@@ -172,14 +175,16 @@ fn a_shared_step_gives_each_row_its_own_checkpoints_logits() {
     let mut last: Vec<Vec<u32>> = PROMPTS.iter().map(|p| p.to_vec()).collect();
     let mut positions = vec![0usize; owners.len()];
     for step in 0..=DECODE {
-        let mut chunks: Vec<SequenceChunk<'_, CpuBackend>> = caches
+        let mut chunks: Vec<SequenceChunk<'_>> = caches
             .iter_mut()
             .zip(&last)
             .zip(&positions)
             .map(|((cache, tokens), &start_pos)| SequenceChunk {
                 tokens,
                 start_pos,
-                cache: cache.device(),
+                table: cache
+                    .prepare(&backend, start_pos..start_pos + tokens.len())
+                    .unwrap(),
                 logits: if step == 0 {
                     LogitRows::All
                 } else {
@@ -208,7 +213,7 @@ fn a_shared_step_gives_each_row_its_own_checkpoints_logits() {
                 chunks: fourth,
             },
         ];
-        let logits = forward_many(&backend, &mut parts, &mut scratch).unwrap();
+        let logits = forward_many(&backend, &mut blocks.lock(), &mut parts, &mut scratch).unwrap();
         drop(chunks);
         let mut rows = logits.chunks(vocab);
         for (i, tokens) in last.iter_mut().enumerate() {
@@ -244,18 +249,19 @@ fn a_step_refuses_checkpoints_of_different_shapes() {
     let b = synthetic(dir.path(), "b.gguf", Preset::Llama, 1);
     let a = LlamaModel::load(&backend, &load_checkpoint(&a).unwrap()).unwrap();
     let b = LlamaModel::load(&backend, &load_checkpoint(&b).unwrap()).unwrap();
-    let mut ca = SequenceKv::for_model(&backend, &unlimited_kv(), &a, 8, KvPrefix::none()).unwrap();
-    let mut cb = SequenceKv::for_model(&backend, &unlimited_kv(), &b, 8, KvPrefix::none()).unwrap();
+    let blocks = unlimited_kv(&backend);
+    let mut ca = SequenceKv::for_model(&backend, &blocks, &a, 8, KvPrefix::none()).unwrap();
+    let mut cb = SequenceKv::for_model(&backend, &blocks, &b, 8, KvPrefix::none()).unwrap();
     let mut first = [SequenceChunk {
         tokens: &[1, 2],
         start_pos: 0,
-        cache: ca.device(),
+        table: ca.prepare(&backend, 0..2).unwrap(),
         logits: LogitRows::Last,
     }];
     let mut second = [SequenceChunk {
         tokens: &[3],
         start_pos: 0,
-        cache: cb.device(),
+        table: cb.prepare(&backend, 0..1).unwrap(),
         logits: LogitRows::Last,
     }];
     let mut parts = [
@@ -269,7 +275,7 @@ fn a_step_refuses_checkpoints_of_different_shapes() {
         },
     ];
     let mut scratch = a.new_scratch(&backend);
-    let err = forward_many(&backend, &mut parts, &mut scratch).unwrap_err();
+    let err = forward_many(&backend, &mut blocks.lock(), &mut parts, &mut scratch).unwrap_err();
     assert!(
         matches!(err, ModelError::MixedArchitectures { .. }),
         "{err}"

@@ -8,11 +8,12 @@
 //! pass drives device memory without change.
 //!
 //! The trait holds what a forward pass needs and nothing else: device
-//! memory (weights, activations, KV blocks), tensor operations, and
-//! attention over a cache's blocks. It knows no policy: which caches exist,
-//! what they may reserve, which blocks the prompt cache keeps are the
-//! engine's (its `kv` module), computed from the device-neutral
-//! [`crate::kv::KvLayout`] a backend is handed. Tests and benches build and
+//! memory (weights, activations, KV blocks by [`BlockId`]), tensor
+//! operations, and attention over a sequence's [`BlockTable`]. It knows no
+//! policy: which blocks exist, which sequence holds them, what they may
+//! reserve, which blocks the prompt cache shares are the engine's (its
+//! `kv` module), which allocates and frees blocks here and builds the
+//! tables. Tests and benches build and
 //! read a backend's buffers through its own types (for the CPU,
 //! `CpuActivations`), or through the trait alone
 //! (`tests/backend_suite.rs`, on every compiled backend).
@@ -24,7 +25,7 @@ use std::ops::Range;
 
 use bytes::Bytes;
 
-use crate::kv::{KvLayout, KvPrefix};
+use crate::kv::{BlockId, BlockTable, KvBlockShape, KvFormat};
 use crate::{DType, KernelError};
 
 /// A weight matrix as stored in a checkpoint: `rows` rows of `cols` elements,
@@ -136,9 +137,11 @@ pub enum MatmulInput<'a, B: Backend> {
 }
 
 /// One sequence of [`Backend::attention`]: its rows of `q`, `k`, `v`
-/// and `out`, at positions `start_pos..start_pos + rows.len()` of `cache`.
-pub struct AttentionRows<'a, B: Backend> {
-    pub cache: &'a mut B::KvCache,
+/// and `out`, at positions `start_pos..start_pos + rows.len()` of the
+/// blocks `table` names (every block those positions land in is in the
+/// table, and written by no other sequence of the call).
+pub struct AttentionRows<'a> {
+    pub table: &'a BlockTable,
     pub rows: Range<usize>,
     pub start_pos: usize,
 }
@@ -155,13 +158,9 @@ pub trait Backend: Send + Sync + 'static {
     type Vector: Send + Sync + 'static;
     /// A row-major f32 activation matrix.
     type Activations: Send + 'static;
-    /// Keys and values of one sequence, for every layer: its blocks, in
-    /// the order of the sequence's positions (its block table).
-    type KvCache: Send + 'static;
-    /// Device memory of one KV block of every layer, read-only, that
-    /// caches share (cloning the handle shares the memory; the memory
-    /// goes when the last handle does).
-    type KvBlock: Clone + Send + Sync + 'static;
+    /// Device memory of KV blocks, each named by a [`BlockId`]: one store
+    /// per KV budget, shared by every sequence of its steps.
+    type KvStore: Send + 'static;
 
     /// A short name for logs (`cpu-avx512vnni`, ...).
     fn name(&self) -> String;
@@ -179,27 +178,34 @@ pub trait Backend: Send + Sync + 'static {
     fn host_rows<'a>(&self, x: &'a Self::Activations, staging: &'a mut Vec<f32>) -> &'a [f32];
     /// Reshapes `x` to `rows × cols` without preserving contents (reuses the allocation).
     fn resize(&self, x: &mut Self::Activations, rows: usize, cols: usize);
-    /// A cache of `layout`'s blocks (allocated as positions are written)
-    /// that starts from `prefix`: its shared blocks read in place, never
-    /// written again, then the first positions of its tail copied into the
-    /// cache's own next block; positions `0..prefix.positions(..)` count
-    /// as written. Fails where a block's type or shape differs from the
-    /// layout's, or a windowed layout is given a prefix.
-    fn kv_cache(
+    /// An empty store for blocks of `format` (a device backend may set
+    /// `budget_bytes` of memory aside for it at once).
+    fn kv_store(&self, format: KvFormat, budget_bytes: usize)
+        -> Result<Self::KvStore, KernelError>;
+    /// A new block of `shape` in `store`, zero-filled; fails when the
+    /// device refuses the memory.
+    fn kv_alloc(
         &self,
-        layout: &KvLayout,
-        prefix: KvPrefix<'_, Self::KvBlock>,
-    ) -> Result<Self::KvCache, KernelError>;
-    /// Positions `positions` of `cache` (written in every layer, starting
-    /// where one of its blocks does) as a block other caches can start
-    /// from: a whole block is handed out in place (`cache` never writes it
-    /// again), a shorter run of whole [`crate::kv::KV_UNIT`]s is copied
-    /// into a block of its own. Fails for windowed caches.
-    fn kv_block(
+        store: &mut Self::KvStore,
+        shape: KvBlockShape,
+    ) -> Result<BlockId, KernelError>;
+    /// Gives block `id`'s memory back (an id not in `store` is ignored).
+    /// No `self`: the engine frees a block when its last holder drops, where
+    /// it has the store but not the backend.
+    fn kv_free(store: &mut Self::KvStore, id: BlockId)
+    where
+        Self: Sized;
+    /// Copies the first `positions` (whole [`crate::kv::KV_UNIT`]s) of block
+    /// `from` to the start of block `to`, of the same type and heads: the
+    /// written start of a sequence's block into a prompt-cache tail, and a
+    /// tail into a new sequence's first block of its own.
+    fn kv_copy(
         &self,
-        cache: &mut Self::KvCache,
-        positions: Range<usize>,
-    ) -> Result<Self::KvBlock, KernelError>;
+        store: &mut Self::KvStore,
+        from: BlockId,
+        to: BlockId,
+        positions: usize,
+    ) -> Result<(), KernelError>;
 
     // --- operations -------------------------------------------------------
 
@@ -251,8 +257,10 @@ pub trait Backend: Send + Sync + 'static {
     /// Causal attention for several sequences of one step, whose rows of
     /// `q`, `k`, `v` and `out` are disjoint and in ascending order (see
     /// [`AttentionRows`]). For each sequence, writes its rows' keys and
-    /// values into its cache at `layer` first, then attends over positions
-    /// `0..=pos` for each row (or the layer's window), writing `out[rows]`.
+    /// values into its blocks of `layer` in `store` first, then attends
+    /// over positions `0..=pos` for each row (or the layer's window),
+    /// writing `out[rows]`. Fails where a table lacks a block the rows
+    /// land in, or two sequences would write one block.
     #[allow(clippy::too_many_arguments)]
     fn attention(
         &self,
@@ -261,7 +269,8 @@ pub trait Backend: Send + Sync + 'static {
         q: &Self::Activations,
         k: &Self::Activations,
         v: &Self::Activations,
-        seqs: &mut [AttentionRows<'_, Self>],
+        store: &mut Self::KvStore,
+        seqs: &[AttentionRows<'_>],
         out: &mut Self::Activations,
     ) -> Result<(), KernelError>
     where

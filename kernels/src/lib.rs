@@ -35,4 +35,4 @@ pub use backend::{
 };
 pub use dtype::DType;
 pub use error::KernelError;
-pub use kv::{KvFormat, KvLayout, KvPrefix, KvType};
+pub use kv::{BlockId, BlockTable, KvBlockShape, KvFormat, KvLayout, KvPrefix, KvType};

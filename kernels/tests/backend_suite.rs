@@ -17,7 +17,8 @@ use rand::Rng;
 use switchyard_kernels::formats::dequantize_row;
 use switchyard_kernels::kv::KV_UNIT;
 use switchyard_kernels::{
-    AttentionRows, AttentionShape, Backend, DType, KvFormat, KvLayout, KvPrefix, KvType, WeightView,
+    AttentionRows, AttentionShape, Backend, BlockTable, DType, KvFormat, KvLayout, KvType,
+    WeightView,
 };
 
 /// Quantized weights against the f64 oracle, relative to `Σ|w_i x̂_i|`:
@@ -103,30 +104,42 @@ fn matmul_matches_the_formats_oracle<B: Backend>(backend: &B) {
 }
 test_device!(matmul_matches_the_formats_oracle);
 
-/// One decode row's attention at `pos` over `cache`, with its `k`, `v`.
+/// One decode row's attention at `pos` over `table`, with its `k`, `v`.
 fn attend<B: Backend>(
     backend: &B,
-    cache: &mut B::KvCache,
+    store: &mut B::KvStore,
+    table: &BlockTable,
     shape: AttentionShape,
     (q, k, v): (&B::Activations, &B::Activations, &B::Activations),
     rows: std::ops::Range<usize>,
     pos: usize,
 ) -> Vec<f32> {
     let mut out = backend.activations(rows.end, shape.n_heads * shape.head_dim);
-    let mut seqs = [AttentionRows {
-        cache,
+    let seqs = [AttentionRows {
+        table,
         rows,
         start_pos: pos,
     }];
     for layer in 0..2 {
         backend
-            .attention(layer, shape, q, k, v, &mut seqs, &mut out)
+            .attention(layer, shape, q, k, v, store, &seqs, &mut out)
             .unwrap();
     }
     download(backend, &out)
 }
 
-fn shared_and_copied_blocks_attend_as_the_cache_that_wrote_them<B: Backend>(backend: &B) {
+/// Allocates `table`'s blocks of every layer up to `blocks` each.
+fn grow<B: Backend>(backend: &B, store: &mut B::KvStore, table: &mut BlockTable, blocks: usize) {
+    let shape = table.layout().block_shape(table.layout().block_positions());
+    for layer in 0..table.layout().layers() {
+        while table.layer(layer).len() < blocks {
+            let id = backend.kv_alloc(store, shape).unwrap();
+            table.push(layer, id).unwrap();
+        }
+    }
+}
+
+fn shared_and_copied_blocks_attend_as_the_table_that_wrote_them<B: Backend>(backend: &B) {
     let mut rng = rng(34);
     let shape = AttentionShape {
         n_heads: 4,
@@ -138,46 +151,90 @@ fn shared_and_copied_blocks_attend_as_the_cache_that_wrote_them<B: Backend>(back
     };
     let block = 2 * KV_UNIT;
     // Two layers; a block and a half written: block 0 shared in place, the
-    // written unit of block 1 copied as a tail.
+    // written unit of block 1 copied into a tail and from there into the
+    // second table's own block.
     let prompt = block + KV_UNIT;
     for dtype in [KvType::F32, KvType::F16, KvType::Q8_0] {
-        let layout = KvLayout::new(KvFormat::new(dtype, block), 2, 2, 64, 4 * block, &[]).unwrap();
-        let mut first = backend.kv_cache(&layout, KvPrefix::none()).unwrap();
+        let format = KvFormat::new(dtype, block);
+        let layout = KvLayout::new(format, 2, 2, 64, 4 * block, &[]).unwrap();
+        let mut store = backend.kv_store(format, usize::MAX).unwrap();
+        let mut first = BlockTable::new(layout.clone());
+        grow(backend, &mut store, &mut first, 3);
         let (qw, kw) = (4 * 64, 2 * 64);
         let q = upload(backend, prompt, qw, &random(&mut rng, prompt * qw));
         let k = upload(backend, prompt, kw, &random(&mut rng, prompt * kw));
         let v = upload(backend, prompt, kw, &random(&mut rng, prompt * kw));
-        attend(backend, &mut first, shape, (&q, &k, &v), 0..prompt, 0);
-        let shared = backend.kv_block(&mut first, 0..block).unwrap();
-        let tail = backend.kv_block(&mut first, block..prompt).unwrap();
-        let prefix = KvPrefix {
-            shared: std::slice::from_ref(&shared),
-            tail: Some((&tail, KV_UNIT)),
-        };
-        let mut second = backend.kv_cache(&layout, prefix).unwrap();
+        attend(
+            backend,
+            &mut store,
+            &first,
+            shape,
+            (&q, &k, &v),
+            0..prompt,
+            0,
+        );
+        let mut second = BlockTable::new(layout.clone());
+        for layer in 0..2 {
+            let tail = backend
+                .kv_alloc(&mut store, layout.block_shape(KV_UNIT))
+                .unwrap();
+            backend
+                .kv_copy(&mut store, first.layer(layer)[1], tail, KV_UNIT)
+                .unwrap();
+            let own = backend
+                .kv_alloc(&mut store, layout.block_shape(block))
+                .unwrap();
+            backend.kv_copy(&mut store, tail, own, KV_UNIT).unwrap();
+            B::kv_free(&mut store, tail);
+            second.push(layer, first.layer(layer)[0]).unwrap();
+            second.push(layer, own).unwrap();
+        }
+        grow(backend, &mut store, &mut second, 3);
         // The next position, the same row in both.
         let q = upload(backend, 1, qw, &random(&mut rng, qw));
         let k = upload(backend, 1, kw, &random(&mut rng, kw));
         let v = upload(backend, 1, kw, &random(&mut rng, kw));
-        let want = attend(backend, &mut first, shape, (&q, &k, &v), 0..1, prompt);
-        let got = attend(backend, &mut second, shape, (&q, &k, &v), 0..1, prompt);
+        let step = (&q, &k, &v);
+        let want = attend(backend, &mut store, &first, shape, step, 0..1, prompt);
+        let got = attend(backend, &mut store, &second, shape, step, 0..1, prompt);
         assert_eq!(
             got, want,
-            "{dtype}: the cache from shared blocks attends apart"
+            "{dtype}: the table of shared blocks attends apart"
         );
-        // A shared block is never written again, by either cache.
-        let mut seqs = [AttentionRows {
-            cache: &mut second,
-            rows: 0..1,
-            start_pos: 3,
-        }];
-        let mut out = backend.activations(1, qw);
+        // A block one sequence writes cannot be read by another of the call.
+        let q2 = upload(backend, 2, qw, &random(&mut rng, 2 * qw));
+        let kv2 = upload(backend, 2, kw, &random(&mut rng, 2 * kw));
+        let seqs = [
+            AttentionRows {
+                table: &first,
+                rows: 0..1,
+                start_pos: 3,
+            },
+            AttentionRows {
+                table: &second,
+                rows: 1..2,
+                start_pos: prompt + 1,
+            },
+        ];
+        let mut out = backend.activations(2, qw);
         assert!(
             backend
-                .attention(0, shape, &q, &k, &v, &mut seqs, &mut out)
+                .attention(0, shape, &q2, &kv2, &kv2, &mut store, &seqs, &mut out)
                 .is_err(),
-            "{dtype}: a write into a shared block"
+            "{dtype}: a write into a block another sequence reads"
         );
+        // A copy between blocks of different shapes is refused.
+        let other = backend
+            .kv_alloc(
+                &mut store,
+                KvLayout::new(format, 2, 1, 64, 4 * block, &[])
+                    .unwrap()
+                    .block_shape(block),
+            )
+            .unwrap();
+        assert!(backend
+            .kv_copy(&mut store, first.layer(0)[0], other, KV_UNIT)
+            .is_err());
     }
 }
-test_device!(shared_and_copied_blocks_attend_as_the_cache_that_wrote_them);
+test_device!(shared_and_copied_blocks_attend_as_the_table_that_wrote_them);

@@ -7,10 +7,10 @@ mod common;
 use bytes::Bytes;
 use common::{isas_to_test, random_weights, rng};
 use rand::Rng;
-use switchyard_kernels::cpu::{CpuActivations, CpuBackend, CpuKvCache};
+use switchyard_kernels::cpu::{CpuActivations, CpuBackend, CpuKvStore};
 use switchyard_kernels::formats::dequantize_row;
 use switchyard_kernels::{
-    AttentionRows, AttentionShape, Backend, DType, KernelError, KvFormat, KvLayout, KvPrefix,
+    AttentionRows, AttentionShape, Backend, BlockTable, DType, KernelError, KvFormat, KvLayout,
     KvType, RopeStyle, WeightView,
 };
 
@@ -227,7 +227,7 @@ fn attention_matches_f64_over_prefill_and_decode() {
             let format = KvFormat::new(kv_type, 32);
             let layout =
                 KvLayout::new(format, layers, shape.n_kv_heads, shape.head_dim, 32, &[]).unwrap();
-            let mut cache = backend.kv_cache(&layout, KvPrefix::none()).unwrap();
+            let mut cache = Seq::new(&backend, layout);
             // Per layer, every key and value row written so far.
             let mut history = vec![History::default(); layers];
             // Steps as (rows in the batch, the sequence's rows, start position):
@@ -287,7 +287,6 @@ fn attention_matches_f64_over_prefill_and_decode() {
                             );
                         }
                     }
-                    assert_eq!(cache.len(layer), start + rows.len());
                 }
             }
         }
@@ -306,7 +305,7 @@ fn attention_reports_a_full_cache_and_bad_shapes() {
         softcap: None,
     };
     let layout = KvLayout::new(KvFormat::of(KvType::F32), 1, 1, 4, 4, &[]).unwrap();
-    let mut cache: CpuKvCache = backend.kv_cache(&layout, KvPrefix::none()).unwrap();
+    let mut cache = Seq::new(&backend, layout.clone());
     let q = backend.activations(2, 8);
     let kv = backend.activations(2, 4);
     let mut out = backend.activations(2, 8);
@@ -352,7 +351,7 @@ fn attention_reports_a_full_cache_and_bad_shapes() {
         matches!(full, Err(KernelError::KvCacheFull { capacity: 4, .. })),
         "{full:?}"
     );
-    // A gap after the written positions, a layer past the end, mismatched heads.
+    // A table without the blocks, a layer past the end, mismatched heads.
     assert!(attend_one(
         &backend,
         &mut cache,
@@ -366,20 +365,24 @@ fn attention_reports_a_full_cache_and_bad_shapes() {
         &mut out
     )
     .is_ok());
-    let mut fresh = backend.kv_cache(&layout, KvPrefix::none()).unwrap();
-    assert!(attend_one(
-        &backend,
-        &mut fresh,
-        0,
-        shape,
-        &q,
-        &kv,
-        &kv,
-        0..1,
-        2,
-        &mut out
-    )
-    .is_err());
+    let mut fresh = Seq::new(&backend, layout);
+    let unallocated = [AttentionRows {
+        table: &fresh.table,
+        rows: 0..1,
+        start_pos: 2,
+    }];
+    assert!(backend
+        .attention(
+            0,
+            shape,
+            &q,
+            &kv,
+            &kv,
+            &mut fresh.store,
+            &unallocated,
+            &mut out
+        )
+        .is_err());
     assert!(attend_one(
         &backend,
         &mut fresh,
@@ -483,10 +486,28 @@ fn row_resize_and_name() {
 }
 
 /// One sequence's attention through the backend's batched call.
+/// A sequence's table and a store of its own.
+struct Seq {
+    store: CpuKvStore,
+    table: BlockTable,
+}
+
+impl Seq {
+    fn new(backend: &CpuBackend, layout: KvLayout) -> Seq {
+        Seq {
+            store: backend
+                .kv_store(KvFormat::of(layout.dtype()), usize::MAX)
+                .unwrap(),
+            table: BlockTable::new(layout),
+        }
+    }
+}
+
+/// Attention of one sequence, its blocks for the rows allocated first.
 #[allow(clippy::too_many_arguments)]
 fn attend_one(
     backend: &CpuBackend,
-    cache: &mut CpuKvCache,
+    cache: &mut Seq,
     layer: usize,
     shape: AttentionShape,
     q: &CpuActivations,
@@ -496,10 +517,21 @@ fn attend_one(
     start_pos: usize,
     out: &mut CpuActivations,
 ) -> Result<(), KernelError> {
-    let mut seqs = [AttentionRows {
-        cache,
+    let end = start_pos + rows.len();
+    let block = cache
+        .table
+        .layout()
+        .block_shape(cache.table.layout().block_positions());
+    for l in 0..cache.table.layout().layers() {
+        while cache.table.layer(l).len() < cache.table.blocks_for(l, end) {
+            let id = backend.kv_alloc(&mut cache.store, block)?;
+            cache.table.push(l, id)?;
+        }
+    }
+    let seqs = [AttentionRows {
+        table: &cache.table,
         rows,
         start_pos,
     }];
-    backend.attention(layer, shape, q, k, v, &mut seqs, out)
+    backend.attention(layer, shape, q, k, v, &mut cache.store, &seqs, out)
 }

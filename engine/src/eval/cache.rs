@@ -1,27 +1,35 @@
 //! The KV caches of evaluated sequences, and the prefill steps that fill
 //! them: contexts fed a chunk at a time, batched over sequences.
 
+use std::sync::Arc;
+
 use switchyard_kernels::{Backend, KvPrefix};
 
 use super::error::EvalError;
-use crate::kv::{KvConfig, KvPool, SequenceKv};
+use crate::kv::{KvBlocks, KvConfig, KvPool, SequenceKv};
 use crate::model::{LlamaModel, LogitRows, SequenceChunk};
 use crate::session::PREFILL_CHUNK;
 
-/// A KV cache of `capacity` positions for one evaluated sequence, outside
-/// any serving budget (an evaluation runs on its own, like a `Session`).
-pub(crate) fn eval_cache<B: Backend>(
-    backend: &B,
-    model: &LlamaModel<B>,
-    capacity: usize,
-) -> Result<SequenceKv<B>, EvalError> {
+/// The store of an evaluation's caches, outside any serving budget (an
+/// evaluation runs on its own, like a `Session`).
+pub(crate) fn eval_blocks<B: Backend>(backend: &B) -> Result<Arc<KvBlocks<B>>, EvalError> {
     let pool = KvPool::new(KvConfig {
         budget_bytes: usize::MAX,
         ..KvConfig::default()
     });
+    Ok(KvBlocks::new(backend, &pool)?)
+}
+
+/// A KV cache of `capacity` positions in `blocks` for one evaluated sequence.
+pub(crate) fn eval_cache<B: Backend>(
+    backend: &B,
+    blocks: &Arc<KvBlocks<B>>,
+    model: &LlamaModel<B>,
+    capacity: usize,
+) -> Result<SequenceKv<B>, EvalError> {
     Ok(SequenceKv::for_model(
         backend,
-        &pool,
+        blocks,
         model,
         capacity,
         KvPrefix::none(),
@@ -34,10 +42,11 @@ pub(crate) fn eval_cache<B: Backend>(
 /// indices of the contexts that end in this step, in chunk order (one logits
 /// row each). No chunk once every context is fed.
 pub(crate) fn prefill_step<'a, B: Backend>(
+    backend: &B,
     contexts: impl Iterator<Item = &'a [u32]>,
     caches: &'a mut [SequenceKv<B>],
     fed: &mut [usize],
-) -> (Vec<SequenceChunk<'a, B>>, Vec<usize>) {
+) -> Result<(Vec<SequenceChunk<'a>>, Vec<usize>), EvalError> {
     let mut chunks = Vec::new();
     let mut ending = Vec::new();
     for (i, (context, cache)) in contexts.zip(caches.iter_mut()).enumerate() {
@@ -50,7 +59,7 @@ pub(crate) fn prefill_step<'a, B: Backend>(
         chunks.push(SequenceChunk {
             tokens: &context[fed[i]..fed[i] + take],
             start_pos: fed[i],
-            cache: cache.device(),
+            table: cache.prepare(backend, fed[i]..fed[i] + take)?,
             logits: if last {
                 LogitRows::Last
             } else {
@@ -62,5 +71,5 @@ pub(crate) fn prefill_step<'a, B: Backend>(
         }
         fed[i] += take;
     }
-    (chunks, ending)
+    Ok((chunks, ending))
 }

@@ -28,10 +28,11 @@ pub fn generate<B: Backend>(
         .iter()
         .map(|p| max_tokens.min(context.saturating_sub(p.len())))
         .collect();
+    let blocks = super::cache::eval_blocks(backend)?;
     let mut caches = prompts
         .iter()
         .zip(&limits)
-        .map(|(p, limit)| super::cache::eval_cache(backend, model, p.len() + limit))
+        .map(|(p, limit)| super::cache::eval_cache(backend, &blocks, model, p.len() + limit))
         .collect::<Result<Vec<_>, _>>()?;
     let mut generated: Vec<Vec<u32>> = vec![Vec::new(); prompts.len()];
     let mut texts = vec![String::new(); prompts.len()];
@@ -42,11 +43,11 @@ pub fn generate<B: Backend>(
     let mut fed = vec![0usize; prompts.len()];
     loop {
         let (mut chunks, ending) =
-            super::cache::prefill_step(prompts.iter().copied(), &mut caches, &mut fed);
+            super::cache::prefill_step(backend, prompts.iter().copied(), &mut caches, &mut fed)?;
         if chunks.is_empty() {
             break;
         }
-        let logits = model.forward(backend, &mut chunks, scorer.scratch())?;
+        let logits = model.forward(backend, &mut blocks.lock(), &mut chunks, scorer.scratch())?;
         for (row, &i) in logits.chunks_exact(vocab).zip(&ending) {
             next[i] = argmax(row);
         }
@@ -75,10 +76,11 @@ pub fn generate<B: Backend>(
             if done[i] {
                 continue;
             }
+            let start_pos = prompts[i].len() + generated[i].len() - 1;
             chunks.push(SequenceChunk {
                 tokens: std::slice::from_ref(&next[i]),
-                start_pos: prompts[i].len() + generated[i].len() - 1,
-                cache: cache.device(),
+                start_pos,
+                table: cache.prepare(backend, start_pos..start_pos + 1)?,
                 logits: LogitRows::Last,
             });
             owners.push(i);
@@ -86,7 +88,7 @@ pub fn generate<B: Backend>(
         if chunks.is_empty() {
             break;
         }
-        let logits = model.forward(backend, &mut chunks, scorer.scratch())?;
+        let logits = model.forward(backend, &mut blocks.lock(), &mut chunks, scorer.scratch())?;
         let picks: Vec<u32> = logits.chunks_exact(vocab).map(argmax).collect();
         for (&i, pick) in owners.iter().zip(picks) {
             next[i] = pick;

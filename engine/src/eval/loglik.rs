@@ -77,9 +77,12 @@ impl<'m, B: Backend> Scorer<'m, B> {
     #[allow(clippy::needless_range_loop)]
     pub fn score(&mut self, items: &[&ChoiceTokens]) -> Result<Vec<Vec<f64>>, EvalError> {
         let vocab = self.model.config().vocab_size;
+        let blocks = super::cache::eval_blocks(self.backend)?;
         let mut caches = items
             .iter()
-            .map(|item| super::cache::eval_cache(self.backend, self.model, item.capacity()))
+            .map(|item| {
+                super::cache::eval_cache(self.backend, &blocks, self.model, item.capacity())
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let mut scores: Vec<Vec<f64>> = items
             .iter()
@@ -91,16 +94,20 @@ impl<'m, B: Backend> Scorer<'m, B> {
         loop {
             // Items whose context ends in this step, in chunk order: one logits row each.
             let (mut chunks, ending) = super::cache::prefill_step(
+                self.backend,
                 items.iter().map(|item| item.context.as_slice()),
                 &mut caches,
                 &mut fed,
-            );
+            )?;
             if chunks.is_empty() {
                 break;
             }
-            let logits = self
-                .model
-                .forward(self.backend, &mut chunks, &mut self.scratch)?;
+            let logits = self.model.forward(
+                self.backend,
+                &mut blocks.lock(),
+                &mut chunks,
+                &mut self.scratch,
+            )?;
             for (row, &i) in logits.chunks_exact(vocab).zip(&ending) {
                 for (score, choice) in scores[i].iter_mut().zip(&items[i].choices) {
                     *score += log_prob(row, choice[0]);
@@ -120,10 +127,11 @@ impl<'m, B: Backend> Scorer<'m, B> {
                 if choice.len() < 2 {
                     continue;
                 }
+                let start_pos = item.context.len();
                 chunks.push(SequenceChunk {
                     tokens: &choice[..choice.len() - 1],
-                    start_pos: item.context.len(),
-                    cache: cache.device(),
+                    start_pos,
+                    table: cache.prepare(self.backend, start_pos..start_pos + choice.len() - 1)?,
                     logits: LogitRows::All,
                 });
                 owners.push(i);
@@ -131,9 +139,12 @@ impl<'m, B: Backend> Scorer<'m, B> {
             if chunks.is_empty() {
                 continue;
             }
-            let logits = self
-                .model
-                .forward(self.backend, &mut chunks, &mut self.scratch)?;
+            let logits = self.model.forward(
+                self.backend,
+                &mut blocks.lock(),
+                &mut chunks,
+                &mut self.scratch,
+            )?;
             let mut rows = logits.chunks_exact(vocab);
             for &i in &owners {
                 let choice = &items[i].choices[j];

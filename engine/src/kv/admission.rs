@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use switchyard_kernels::{Backend, KvPrefix};
 
-use super::{KvError, KvPool, SequenceKv, SharedBlock};
+use super::{KvBlocks, KvError, KvPool, SequenceKv, SharedBlock};
 use crate::model::LlamaModel;
 
 /// What a request refused for its KV cache should change.
@@ -87,13 +87,13 @@ pub(crate) fn positions<B: Backend>(model: &LlamaModel<B>, request: Wanted) -> u
 /// (`prefix`), if the budget has room for it now.
 pub(crate) fn make_cache<B: Backend>(
     backend: &B,
-    pool: &Arc<KvPool>,
+    blocks: &Arc<KvBlocks<B>>,
     model: &LlamaModel<B>,
     request: Wanted,
     prefix: KvPrefix<'_, SharedBlock<B>>,
 ) -> Result<SequenceKv<B>, NoCache> {
     let positions = positions(model, request);
-    let made = SequenceKv::for_model(backend, pool, model, positions, prefix);
+    let made = SequenceKv::for_model(backend, blocks, model, positions, prefix);
     match made {
         Ok(cache) => Ok(cache),
         Err(KvError::Budget {

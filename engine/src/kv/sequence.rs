@@ -1,78 +1,190 @@
-//! One sequence's KV: the backend's cache of its blocks, the shared
-//! prompt blocks it starts from, and the budget its own blocks hold.
+//! One sequence's KV: its block table (the device blocks its positions
+//! lie in, per layer), the shared prompt blocks it starts from, and the
+//! budget its own blocks hold.
+//!
+//! Blocks are allocated as positions are about to be written
+//! ([`SequenceKv::prepare`], before each forward pass), so memory grows
+//! with the tokens held; the budget of every block the sequence may ever
+//! hold was reserved up front, so admission is decided once. A windowed
+//! layer's table is a ring of a little more than its window.
 
 use std::ops::Range;
 use std::sync::Arc;
 
-use switchyard_kernels::{Backend, KvLayout, KvPrefix};
+use switchyard_kernels::kv::{KV_UNIT, RING_SLACK};
+use switchyard_kernels::{Backend, BlockTable, KernelError, KvLayout, KvPrefix};
 
 use super::block::SharedBlock;
-use super::budget::{KvPool, Reservation};
+use super::blocks::KvBlocks;
+use super::budget::Reservation;
 use super::KvError;
 use crate::model::LlamaModel;
 
 /// A sequence's KV cache.
 pub struct SequenceKv<B: Backend> {
-    cache: B::KvCache,
-    layout: KvLayout,
-    pool: Arc<KvPool>,
-    /// The shared blocks it started from: held while it reads them.
+    table: BlockTable,
+    blocks: Arc<KvBlocks<B>>,
+    /// The shared blocks it started from: their handles, to hand back
+    /// as they are ([`SequenceKv::share`]).
     prefix: Vec<SharedBlock<B>>,
     /// The budget of every block of its own it may hold.
     reservation: Reservation,
+    /// Positions `0..len` are written.
+    len: usize,
+}
+
+fn refuse(detail: String) -> KvError {
+    KvError::Kernel(KernelError::Shape {
+        op: "kv_share",
+        detail,
+    })
+}
+
+/// Refuses a prefix a cache of `layout` cannot start from.
+fn check_prefix<B: Backend>(
+    layout: &KvLayout,
+    blocks: &Arc<KvBlocks<B>>,
+    prefix: &KvPrefix<'_, SharedBlock<B>>,
+) -> Result<(), KvError> {
+    if prefix.shared.is_empty() && prefix.tail.is_none() {
+        return Ok(());
+    }
+    if layout.windowed() {
+        return Err(refuse(
+            "a cache with sliding-window layers cannot start from shared blocks".into(),
+        ));
+    }
+    let block = layout.block_positions();
+    let covered = prefix.positions(block);
+    if covered >= layout.capacity() {
+        return Err(refuse(format!(
+            "a cached prefix of {covered} positions leaves no room in a cache of {}",
+            layout.capacity()
+        )));
+    }
+    let fits = |b: &SharedBlock<B>| b.is_in(blocks) && b.layers() == layout.layers();
+    if !prefix.shared.is_empty() && !layout.full_blocks() {
+        return Err(refuse(
+            "a cache shorter than a block cannot start from shared blocks".into(),
+        ));
+    }
+    if !prefix
+        .shared
+        .iter()
+        .all(|b| fits(b) && b.positions() == block)
+    {
+        return Err(refuse(
+            "a shared block's store or shape differs from the cache's".into(),
+        ));
+    }
+    if let Some((tail, n)) = prefix.tail {
+        if !fits(tail) || n == 0 || !n.is_multiple_of(KV_UNIT) || n > tail.positions().min(block) {
+            return Err(refuse(format!(
+                "{n} positions of a cached tail of {} do not fit the cache",
+                tail.positions()
+            )));
+        }
+    }
+    Ok(())
 }
 
 impl<B: Backend> SequenceKv<B> {
-    /// A cache of `layout` starting from `prefix`, reserving from `pool`
-    /// every block it may hold beyond the shared ones (before the backend
-    /// allocates anything).
+    /// A cache of `layout` in `blocks`, starting from `prefix`: its shared
+    /// blocks read in place (never written again), then the first
+    /// positions of its tail copied into the cache's own next block.
+    /// Reserves from the budget every block it may hold beyond the shared
+    /// ones, before anything is allocated.
     pub fn new(
         backend: &B,
-        pool: &Arc<KvPool>,
+        blocks: &Arc<KvBlocks<B>>,
         layout: KvLayout,
         prefix: KvPrefix<'_, SharedBlock<B>>,
     ) -> Result<Self, KvError> {
-        let reservation = pool.reserve(layout.bytes_beyond(prefix.shared.len()))?;
-        let devices: Vec<B::KvBlock> = prefix.shared.iter().map(|b| b.device().clone()).collect();
-        let device_prefix = KvPrefix {
-            shared: &devices,
-            tail: prefix.tail.map(|(block, n)| (block.device(), n)),
-        };
-        let cache = backend.kv_cache(&layout, device_prefix)?;
-        Ok(SequenceKv {
-            cache,
-            layout,
-            pool: Arc::clone(pool),
+        check_prefix(&layout, blocks, &prefix)?;
+        let reservation = blocks
+            .pool()
+            .reserve(layout.bytes_beyond(prefix.shared.len()))?;
+        let mut kv = SequenceKv {
+            len: prefix.positions(layout.block_positions()),
+            table: BlockTable::new(layout),
+            blocks: Arc::clone(blocks),
             prefix: prefix.shared.to_vec(),
             reservation,
-        })
+        };
+        let mut held = blocks.held();
+        for layer in 0..kv.table.layout().layers() {
+            for shared in prefix.shared {
+                let id = shared
+                    .id(layer)
+                    .ok_or_else(|| refuse("a layer short".into()))?;
+                held.hold(id);
+                kv.table.push(layer, id)?;
+            }
+            if let Some((tail, n)) = prefix.tail {
+                let from = tail
+                    .id(layer)
+                    .ok_or_else(|| refuse("a layer short".into()))?;
+                let shape = kv
+                    .table
+                    .layout()
+                    .block_shape(kv.table.layout().block_positions());
+                let to = held.alloc(backend, shape)?;
+                kv.table.push(layer, to)?;
+                held.copy(backend, from, to, n)?;
+            }
+        }
+        Ok(kv)
     }
 
-    /// A cache of `capacity` positions for `model`'s layers, in `pool`'s
-    /// format, starting from `prefix`.
+    /// A cache of `capacity` positions for `model`'s layers, in the
+    /// format of `blocks`' budget, starting from `prefix`.
     pub fn for_model(
         backend: &B,
-        pool: &Arc<KvPool>,
+        blocks: &Arc<KvBlocks<B>>,
         model: &LlamaModel<B>,
         capacity: usize,
         prefix: KvPrefix<'_, SharedBlock<B>>,
     ) -> Result<Self, KvError> {
-        let layout = model.kv_layout(pool.format(), capacity)?;
-        Self::new(backend, pool, layout, prefix)
+        let layout = model.kv_layout(blocks.pool().format(), capacity)?;
+        Self::new(backend, blocks, layout, prefix)
     }
 
-    /// The backend's cache, for the forward pass.
-    pub fn device(&mut self) -> &mut B::KvCache {
-        &mut self.cache
-    }
-
-    /// The backend's cache, to read.
-    pub fn cache(&self) -> &B::KvCache {
-        &self.cache
+    /// Its block table, for the forward pass.
+    pub fn table(&self) -> &BlockTable {
+        &self.table
     }
 
     pub fn layout(&self) -> &KvLayout {
-        &self.layout
+        self.table.layout()
+    }
+
+    /// The store its blocks live in.
+    pub fn blocks(&self) -> &Arc<KvBlocks<B>> {
+        &self.blocks
+    }
+
+    /// Positions written so far.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no position is written.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes of the blocks of `layer` in its table (shared ones too: it
+    /// reads them); a windowed layer's stay at its ring however long the
+    /// context.
+    pub fn layer_allocated_bytes(&self, layer: usize) -> usize {
+        self.table.layer(layer).len() * self.table.layout().block_bytes()
+    }
+
+    /// Bytes of the blocks in its table, every layer.
+    pub fn allocated_bytes(&self) -> usize {
+        (0..self.table.layout().layers())
+            .map(|l| self.layer_allocated_bytes(l))
+            .sum()
     }
 
     /// Bytes its own blocks reserved (the shared ones are their handles').
@@ -80,134 +192,158 @@ impl<B: Backend> SequenceKv<B> {
         self.reservation.bytes()
     }
 
+    /// Makes ready the blocks positions `positions` are written to by the
+    /// next forward pass: allocates those not in the table yet, and
+    /// refuses a write into a block it does not hold alone (a shared
+    /// prompt block) or one that leaves a gap. Positions past the range's
+    /// end count as not written from here on.
+    pub fn prepare(
+        &mut self,
+        backend: &B,
+        positions: Range<usize>,
+    ) -> Result<&BlockTable, KvError> {
+        if positions.start > self.len {
+            return Err(KvError::Gap {
+                start: positions.start,
+                len: self.len,
+            });
+        }
+        let block = self.table.layout().block_positions();
+        let mut held = self.blocks.held();
+        for layer in 0..self.table.layout().layers() {
+            let mut p = positions.start;
+            while p < positions.end {
+                let at = self.table.index_of(layer, p);
+                if let Some(&id) = self.table.layer(layer).get(at) {
+                    if held.holders(id) != 1 {
+                        return Err(KvError::SharedWrite { position: p });
+                    }
+                }
+                p = (p / block + 1) * block;
+            }
+            let wanted = self.table.blocks_for(layer, positions.end);
+            let shape = self.table.layout().block_shape(block);
+            while self.table.layer(layer).len() < wanted {
+                let id = held.alloc(backend, shape)?;
+                if let Err(e) = self.table.push(layer, id) {
+                    held.release([id]);
+                    return Err(e.into());
+                }
+            }
+        }
+        drop(held);
+        self.len = positions.end;
+        Ok(&self.table)
+    }
+
+    /// Forgets positions from `len` on (a speculative step's rejected
+    /// draft tokens): the next write goes on from `len`, and blocks wholly
+    /// past it go back to the store. A sliding-window layer's ring has
+    /// overwritten older positions as new ones came, so a windowed cache
+    /// rolls back at most [`RING_SLACK`] positions.
+    pub fn truncate(&mut self, len: usize) -> Result<(), KvError> {
+        if len >= self.len {
+            return Ok(());
+        }
+        let back = self.len - len;
+        if self.table.layout().windowed() && back > RING_SLACK {
+            return Err(KvError::Rollback {
+                asked: back,
+                max: RING_SLACK,
+            });
+        }
+        if !self.table.layout().windowed() {
+            let keep = len.div_ceil(self.table.layout().block_positions());
+            let mut held = self.blocks.held();
+            for layer in 0..self.table.layout().layers() {
+                held.release(self.table.truncate(layer, keep));
+            }
+        }
+        self.len = len;
+        Ok(())
+    }
+
     /// Positions `positions` (a whole block, or the written start of one)
-    /// as a block for the prompt cache, its bytes reserved from the pool.
-    /// A block it started from is handed back as it is.
+    /// as a block for the prompt cache, its bytes reserved from the pool:
+    /// a whole block is handed out in place (never written again while the
+    /// handle lives), a shorter run copied into blocks of its own. A block
+    /// it started from is handed back as it is.
     pub fn share(
         &mut self,
         backend: &B,
         positions: Range<usize>,
     ) -> Result<SharedBlock<B>, KvError> {
-        let block = self.layout.block_positions();
+        let layout = self.table.layout();
+        let block = layout.block_positions();
         let whole = positions.len() == block && positions.start.is_multiple_of(block);
         if whole {
             if let Some(held) = self.prefix.get(positions.start / block) {
                 return Ok(held.clone());
             }
         }
-        if self.layout.windowed() || (whole && !self.layout.full_blocks()) {
+        if layout.windowed() || (whole && !layout.full_blocks()) {
             return Err(KvError::NotShareable);
         }
-        let bytes = self
-            .layout
+        let start_ok = positions.start.is_multiple_of(block)
+            && !positions.is_empty()
+            && positions.len().is_multiple_of(KV_UNIT)
+            && positions.len() <= block;
+        if !start_ok || positions.end > self.len {
+            return Err(refuse(format!(
+                "positions {positions:?} are not whole units written from the start of a \
+                 block (of {block}; {} written)",
+                self.len
+            )));
+        }
+        let bytes = layout
             .shared_bytes(positions.len())
             .ok_or(KvError::NotShareable)?;
-        let reservation = self.pool.reserve(bytes)?;
-        let device = backend.kv_block(&mut self.cache, positions)?;
-        Ok(SharedBlock::new(device, reservation))
+        let reservation = self.blocks.pool().reserve(bytes)?;
+        let index = positions.start / block;
+        let mut held = self.blocks.held();
+        let mut ids = Vec::with_capacity(layout.layers());
+        for layer in 0..layout.layers() {
+            let Some(&from) = self.table.layer(layer).get(index) else {
+                held.release(ids);
+                return Err(refuse(format!(
+                    "block {index} of layer {layer} is not held"
+                )));
+            };
+            if whole {
+                held.hold(from);
+                ids.push(from);
+                continue;
+            }
+            let to = match held.alloc(backend, layout.block_shape(positions.len())) {
+                Ok(to) => to,
+                Err(e) => {
+                    held.release(ids);
+                    return Err(e);
+                }
+            };
+            ids.push(to);
+            if let Err(e) = held.copy(backend, from, to, positions.len()) {
+                held.release(ids);
+                return Err(e);
+            }
+        }
+        drop(held);
+        Ok(SharedBlock::new(
+            ids,
+            positions.len(),
+            &self.blocks,
+            reservation,
+        ))
+    }
+}
+
+impl<B: Backend> Drop for SequenceKv<B> {
+    fn drop(&mut self) {
+        let ids: Vec<_> = self.table.ids().collect();
+        self.blocks.held().release(ids);
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use switchyard_kernels::cpu::{CpuActivations, CpuBackend};
-    use switchyard_kernels::{AttentionRows, AttentionShape, KvFormat, KvType};
-
-    use super::*;
-    use crate::kv::{CachedBlock, KvConfig};
-
-    const BLOCK: usize = 32;
-
-    /// Writes positions `0..n` of both layers of `kv` (one KV head of 32).
-    fn write(backend: &CpuBackend, kv: &mut SequenceKv<CpuBackend>, n: usize) {
-        let shape = AttentionShape {
-            n_heads: 1,
-            n_kv_heads: 1,
-            head_dim: 32,
-            scale: 0.2,
-            window: None,
-            softcap: None,
-        };
-        let values: Vec<f32> = (0..n * 32).map(|i| (i % 7) as f32 / 7.0).collect();
-        let x = CpuActivations::from_values(n, 32, &values).unwrap();
-        let mut out = CpuActivations::zeros(n, 32);
-        for layer in 0..2 {
-            let mut seqs = [AttentionRows {
-                cache: kv.device(),
-                rows: 0..n,
-                start_pos: 0,
-            }];
-            backend
-                .attention(layer, shape, &x, &x, &x, &mut seqs, &mut out)
-                .unwrap();
-        }
-    }
-
-    #[test]
-    fn caches_and_shared_blocks_hold_their_budget_until_the_last_handle_drops() {
-        let backend = CpuBackend::new(1);
-        let pool = KvPool::new(KvConfig {
-            dtype: KvType::F32,
-            budget_bytes: usize::MAX / 2,
-            block_positions: BLOCK,
-        });
-        let layout = || KvLayout::new(KvFormat::new(KvType::F32, BLOCK), 2, 1, 32, 4 * BLOCK, &[]);
-        let mut first =
-            SequenceKv::new(&backend, &pool, layout().unwrap(), KvPrefix::none()).unwrap();
-        let own = first.layout().bytes_beyond(0);
-        assert_eq!((pool.reserved_bytes(), first.reserved_bytes()), (own, own));
-        write(&backend, &mut first, BLOCK + 8);
-        let block = first.share(&backend, 0..BLOCK).unwrap();
-        // 2 layers × keys and values × 32 positions × 32 dims × 4 bytes.
-        assert_eq!(block.bytes(), 2 * 2 * BLOCK * 32 * 4);
-        assert_eq!(pool.reserved_bytes(), own + block.bytes());
-        // Positions not yet written cannot be had, and reserve nothing.
-        assert!(first.share(&backend, BLOCK..2 * BLOCK).is_err());
-        assert_eq!(pool.reserved_bytes(), own + block.bytes());
-
-        let prefix = KvPrefix {
-            shared: std::slice::from_ref(&block),
-            tail: None,
-        };
-        let mut second = SequenceKv::new(&backend, &pool, layout().unwrap(), prefix).unwrap();
-        assert_eq!(second.reserved_bytes(), own - 2 * BLOCK * 2 * 32 * 4);
-        assert_eq!(block.holders(), 2);
-        // A block it started from comes back as it is: no second reservation.
-        let again = second.share(&backend, 0..BLOCK).unwrap();
-        assert_eq!(block.holders(), 3);
-        drop(again);
-        let before = pool.reserved_bytes();
-        drop(first);
-        drop(second);
-        assert_eq!(
-            before - pool.reserved_bytes(),
-            2 * own - 2 * BLOCK * 2 * 32 * 4
-        );
-        assert_eq!(pool.reserved_bytes(), block.bytes());
-        drop(block);
-        assert_eq!(pool.reserved_bytes(), 0);
-    }
-
-    #[test]
-    fn a_cache_past_the_budget_is_refused_before_the_backend_allocates() {
-        let backend = CpuBackend::new(1);
-        let pool = KvPool::new(KvConfig {
-            dtype: KvType::F16,
-            budget_bytes: 1000,
-            block_positions: BLOCK,
-        });
-        let layout = KvLayout::new(pool.format(), 2, 1, 32, 4 * BLOCK, &[]).unwrap();
-        match SequenceKv::new(&backend, &pool, layout, KvPrefix::none()) {
-            Err(KvError::Budget {
-                needed,
-                budget: 1000,
-                free: 1000,
-            }) => {
-                assert_eq!(needed, 2 * 4 * 2 * BLOCK * 32 * 2);
-            }
-            Err(e) => panic!("expected a budget refusal, got {e}"),
-            Ok(_) => panic!("expected a budget refusal"),
-        }
-        assert_eq!(pool.reserved_bytes(), 0);
-    }
-}
+#[path = "sequence_tests.rs"]
+mod tests;

@@ -7,7 +7,7 @@
 //! attention runs per sequence over that sequence's KV cache. The step
 //! itself is in `step.rs`, which can also run several checkpoints at once.
 
-use switchyard_kernels::{AttentionShape, Backend, KernelError, KvFormat, KvLayout};
+use switchyard_kernels::{AttentionShape, Backend, BlockTable, KernelError, KvFormat, KvLayout};
 
 use super::runs::Gather;
 use super::weights::{LoadStats, ModelWeights};
@@ -28,11 +28,13 @@ pub enum LogitRows {
 }
 
 /// One sequence's share of a forward step.
-pub struct SequenceChunk<'a, B: Backend> {
+pub struct SequenceChunk<'a> {
     pub tokens: &'a [u32],
-    /// Position of `tokens[0]`: how many tokens `cache` already holds.
+    /// Position of `tokens[0]`: how many tokens its blocks already hold.
     pub start_pos: usize,
-    pub cache: &'a mut B::KvCache,
+    /// Its blocks, every one its tokens land in allocated (the engine's
+    /// `SequenceKv::prepare`).
+    pub table: &'a BlockTable,
     pub logits: LogitRows,
 }
 

@@ -20,7 +20,7 @@ use super::ModelError;
 /// One checkpoint's share of a step: its weights and its sequences' chunks.
 pub struct ModelPart<'s, 'a, B: Backend> {
     pub model: &'s LlamaModel<B>,
-    pub chunks: &'s mut [SequenceChunk<'a, B>],
+    pub chunks: &'s mut [SequenceChunk<'a>],
 }
 
 /// One checkpoint alone: a step of one part.
@@ -31,18 +31,20 @@ impl<B: Backend> LlamaModel<B> {
     pub fn forward<'s>(
         &self,
         backend: &B,
-        chunks: &mut [SequenceChunk<'_, B>],
+        kv: &mut B::KvStore,
+        chunks: &mut [SequenceChunk<'_>],
         scratch: &'s mut Scratch<B>,
     ) -> Result<&'s [f32], ModelError> {
         let mut parts = [ModelPart {
             model: self,
             chunks,
         }];
-        forward_many(backend, &mut parts, scratch)
+        forward_many(backend, kv, &mut parts, scratch)
     }
 }
 
-/// Runs one step over every part's chunks and returns the requested logits,
+/// Runs one step over every part's chunks (their tables' blocks in `kv`)
+/// and returns the requested logits,
 /// row after row in part then chunk order (`vocab_size` floats per row).
 /// Every part must have the first part's configuration. The logits live in
 /// `scratch` until its next step: a step allocates no output buffer (at
@@ -50,6 +52,7 @@ impl<B: Backend> LlamaModel<B> {
 /// faults on the serial path).
 pub fn forward_many<'s, B: Backend>(
     backend: &B,
+    kv: &mut B::KvStore,
     parts: &mut [ModelPart<'_, '_, B>],
     scratch: &'s mut Scratch<B>,
 ) -> Result<&'s [f32], ModelError> {
@@ -99,7 +102,7 @@ pub fn forward_many<'s, B: Backend>(
         if layers.len() != parts.len() {
             return Err(ModelError::MissingLayer { index });
         }
-        step.attention_block(index, &layers, parts, s)?;
+        step.attention_block(index, &layers, parts, kv, s)?;
         step.mlp_block(&layers, s)?;
     }
     step.logits(parts, s)
@@ -237,6 +240,7 @@ impl<B: Backend> Step<'_, B> {
         index: usize,
         layers: &[&LayerWeights<B>],
         parts: &mut [ModelPart<'_, '_, B>],
+        kv: &mut B::KvStore,
         s: &mut Scratch<B>,
     ) -> Result<(), ModelError> {
         let (b, c) = (self.backend, self.lead.config());
@@ -300,20 +304,20 @@ impl<B: Backend> Step<'_, B> {
         // Every sequence's attention in one call: one parallel job per layer
         // rather than one per sequence.
         let mut row = 0;
-        let mut seqs: Vec<AttentionRows<'_, B>> = parts
-            .iter_mut()
-            .flat_map(|p| p.chunks.iter_mut())
+        let seqs: Vec<AttentionRows<'_>> = parts
+            .iter()
+            .flat_map(|p| p.chunks.iter())
             .map(|chunk| {
                 let rows = row..row + chunk.tokens.len();
                 row = rows.end;
                 AttentionRows {
-                    cache: &mut *chunk.cache,
+                    table: chunk.table,
                     rows,
                     start_pos: chunk.start_pos,
                 }
             })
             .collect();
-        b.attention(index, shape, &s.q, &s.k, &s.v, &mut seqs, &mut s.attn)?;
+        b.attention(index, shape, &s.q, &s.k, &s.v, kv, &seqs, &mut s.attn)?;
         drop(seqs);
 
         let wo = self.runs(layers.iter().map(|l| (&**l.wo, None::<&B::Vector>)));

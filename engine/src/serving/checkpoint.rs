@@ -280,18 +280,21 @@ fn smoke_forward<B: Backend>(
         budget_bytes: usize::MAX,
         block_positions: kv_format.block_positions,
     });
+    let blocks = crate::kv::KvBlocks::new(backend, &pool).map_err(|e| e.to_string())?;
     let mut cache =
-        crate::kv::SequenceKv::for_model(backend, &pool, model, tokens.len(), KvPrefix::none())
+        crate::kv::SequenceKv::for_model(backend, &blocks, model, tokens.len(), KvPrefix::none())
             .map_err(|e| e.to_string())?;
     let mut scratch = model.new_scratch(backend);
     let mut chunks = [SequenceChunk {
         tokens: &tokens,
         start_pos: 0,
-        cache: cache.device(),
+        table: cache
+            .prepare(backend, 0..tokens.len())
+            .map_err(|e| e.to_string())?,
         logits: LogitRows::All,
     }];
     let logits = model
-        .forward(backend, &mut chunks, &mut scratch)
+        .forward(backend, &mut blocks.lock(), &mut chunks, &mut scratch)
         .map_err(|e| e.to_string())?;
     let expected = tokens.len() * model.config().vocab_size;
     if logits.len() != expected {

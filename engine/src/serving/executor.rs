@@ -24,7 +24,7 @@ use super::queue::{SequenceRequest, SubmitError, Waiting};
 use super::table::WeightTable;
 use super::{choice, ExecutorObserver};
 use crate::kv::prefix_cache::PrefixCache;
-use crate::kv::{admission as kv_admission, KvConfig, KvPool, SharedBlock};
+use crate::kv::{admission as kv_admission, KvBlocks, KvConfig, KvPool, SharedBlock};
 use crate::model::{forward_many, ModelPart};
 
 /// The executor's limits.
@@ -141,12 +141,13 @@ impl<B: Backend> Executor<B> {
         let max_queued = config.max_queued;
         let kv_slots = config.max_active.max(1);
         let kv = KvPool::new(config.kv);
+        let blocks = KvBlocks::new(&*backend, &kv).map_err(std::io::Error::other)?;
         let prefix = config
             .prompt_cache
             .then(|| PrefixCache::new(kv.block_positions(), switchyard_kernels::kv::KV_UNIT));
         let state = Scheduler {
             prefix,
-            kv: Arc::clone(&kv),
+            blocks,
             cached_blocks: 0,
             blocked_head: None,
             scratch: None,
@@ -326,8 +327,8 @@ impl<B: Backend> Executor<B> {
 /// The state the executor thread owns.
 struct Scheduler<B: Backend> {
     backend: Arc<B>,
-    /// The KV budget.
-    kv: Arc<KvPool>,
+    /// The device's KV blocks, and the budget they reserve from.
+    blocks: Arc<KvBlocks<B>>,
     /// Activation buffers, reused by every checkpoint (resized per step).
     scratch: Option<crate::model::Scratch<B>>,
     config: ExecutorConfig,
@@ -480,7 +481,7 @@ impl<B: Backend> Scheduler<B> {
                 match group.admit_at(
                     at,
                     &self.backend,
-                    &self.kv,
+                    &self.blocks,
                     active > 0,
                     self.prefix.as_mut(),
                 ) {
@@ -672,11 +673,22 @@ impl<B: Backend> Scheduler<B> {
             .scratch
             .get_or_insert_with(|| lead.model.new_scratch(&self.backend));
 
-        let mut chunk_lists: Vec<_> = picked
+        let backend = &*self.backend;
+        let chunk_lists: Result<Vec<_>, _> = picked
             .iter_mut()
             .zip(&spans)
-            .map(|((_, group), spans)| group.chunks(spans))
+            .map(|((_, group), spans)| group.chunks(backend, spans))
             .collect();
+        let mut chunk_lists = match chunk_lists {
+            Ok(lists) => lists,
+            Err(e) => {
+                let message = format!("the KV blocks of the step could not be had: {e}");
+                for (_, group) in picked.iter_mut() {
+                    group.fail_all(&message);
+                }
+                return;
+            }
+        };
         let mut parts: Vec<ModelPart<'_, '_, B>> = chunk_lists
             .iter_mut()
             .zip(&table.checkpoints)
@@ -686,7 +698,9 @@ impl<B: Backend> Scheduler<B> {
             })
             .collect();
         let started = Instant::now();
-        let result = forward_many(&*self.backend, &mut parts, scratch);
+        let mut store = self.blocks.lock();
+        let result = forward_many(&*self.backend, &mut store, &mut parts, scratch);
+        drop(store);
         drop(parts);
         drop(chunk_lists);
         let elapsed = started.elapsed();

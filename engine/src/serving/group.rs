@@ -15,7 +15,7 @@ use super::queue::{SequenceEvent, Waiting};
 use super::sequence::Sequence;
 use crate::kv::admission::{self as kv_admission, NoCache};
 use crate::kv::prefix_cache::{Found, PrefixCache};
-use crate::kv::{KvError, KvPool, SharedBlock};
+use crate::kv::{KvBlocks, KvError, SharedBlock};
 use crate::model::{LogitRows, SequenceChunk};
 use crate::structured::mask_rows;
 
@@ -90,7 +90,7 @@ impl<B: Backend> Group<B> {
         &mut self,
         at: usize,
         backend: &B,
-        kv: &Arc<KvPool>,
+        blocks: &Arc<KvBlocks<B>>,
         others_running: bool,
         prefix: Option<&mut PrefixCache<SharedBlock<B>>>,
     ) -> Admission {
@@ -119,10 +119,10 @@ impl<B: Backend> Group<B> {
             ),
             None => Found::none(),
         };
-        let cached = found.prefix().positions(kv.block_positions());
+        let cached = found.prefix().positions(blocks.pool().block_positions());
         let mut made = kv_admission::make_cache(
             backend,
-            kv,
+            blocks,
             model,
             front.request.kv_wanted(),
             found.prefix(),
@@ -135,7 +135,7 @@ impl<B: Backend> Group<B> {
             }
             made = kv_admission::make_cache(
                 backend,
-                kv,
+                blocks,
                 model,
                 front.request.kv_wanted(),
                 found.prefix(),
@@ -208,7 +208,12 @@ impl<B: Backend> Group<B> {
 
     /// The chunks `spans` (from [`Group::plan`]) asks for, in sequence
     /// order: this checkpoint's share of the step that runs now.
-    pub(super) fn chunks(&mut self, spans: &[Option<Range<usize>>]) -> Vec<SequenceChunk<'_, B>> {
+    /// Each sequence's blocks for its span are allocated first.
+    pub(super) fn chunks(
+        &mut self,
+        backend: &B,
+        spans: &[Option<Range<usize>>],
+    ) -> Result<Vec<SequenceChunk<'_>>, KvError> {
         self.last_run = Instant::now();
         let mut chunks = Vec::with_capacity(self.active.len());
         for (sequence, span) in self.active.iter_mut().zip(spans) {
@@ -218,7 +223,7 @@ impl<B: Backend> Group<B> {
                 // `plan` keeps spans inside `tokens`; empty if it ever did not.
                 tokens: sequence.tokens.get(span.clone()).unwrap_or_default(),
                 start_pos: span.start,
-                cache: sequence.cache.device(),
+                table: sequence.cache.prepare(backend, span.clone())?,
                 logits: if wants_logits {
                     LogitRows::Last
                 } else {
@@ -226,7 +231,7 @@ impl<B: Backend> Group<B> {
                 },
             });
         }
-        chunks
+        Ok(chunks)
     }
 
     /// Rows and sequences that `spans` runs.

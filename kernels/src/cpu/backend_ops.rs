@@ -5,16 +5,16 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use super::attention::{attention, AttentionCall};
-use super::kv_cache::CpuKvCache;
-use super::kv_shared_block::CpuKvBlock;
+use super::kv_store::CpuKvStore;
 use super::matmul_input::Input;
 use super::packed::{self, PackedRows};
 use super::tensors::{CpuActivations, CpuMatrix, CpuVector};
 use super::{activation, elementwise, matmul, norm, rope, row_copy};
 use crate::formats::dequantize_row;
+use crate::kv::{BlockId, KvBlockShape};
 use crate::{
-    AttentionRows, AttentionShape, Backend, KernelError, KvLayout, KvPrefix, MatmulInput,
-    MatmulProduct, RopeStyle, WeightView,
+    AttentionRows, AttentionShape, Backend, KernelError, KvFormat, MatmulInput, MatmulProduct,
+    RopeStyle, WeightView,
 };
 
 use super::cpu_backend::CpuBackend;
@@ -23,8 +23,7 @@ impl Backend for CpuBackend {
     type Matrix = CpuMatrix;
     type Vector = CpuVector;
     type Activations = CpuActivations;
-    type KvCache = CpuKvCache;
-    type KvBlock = CpuKvBlock;
+    type KvStore = CpuKvStore;
 
     fn name(&self) -> String {
         format!("cpu-{}", self.isa.get().name())
@@ -61,22 +60,32 @@ impl Backend for CpuBackend {
         x.reshape(rows, cols);
     }
 
-    /// Allocates the layout's blocks as positions are written; windowed
-    /// layers keep a ring of a little more than their window.
-    fn kv_cache(
-        &self,
-        layout: &KvLayout,
-        prefix: KvPrefix<'_, CpuKvBlock>,
-    ) -> Result<CpuKvCache, KernelError> {
-        CpuKvCache::with_prefix(layout, prefix)
+    /// Blocks are allocated one by one as the engine asks (host memory
+    /// has no pool to set aside).
+    fn kv_store(&self, _: KvFormat, _: usize) -> Result<CpuKvStore, KernelError> {
+        Ok(CpuKvStore::default())
     }
 
-    fn kv_block(
+    fn kv_alloc(
         &self,
-        cache: &mut CpuKvCache,
-        positions: Range<usize>,
-    ) -> Result<CpuKvBlock, KernelError> {
-        cache.export(positions)
+        store: &mut CpuKvStore,
+        shape: KvBlockShape,
+    ) -> Result<BlockId, KernelError> {
+        store.alloc(shape)
+    }
+
+    fn kv_free(store: &mut CpuKvStore, id: BlockId) {
+        store.free(id);
+    }
+
+    fn kv_copy(
+        &self,
+        store: &mut CpuKvStore,
+        from: BlockId,
+        to: BlockId,
+        positions: usize,
+    ) -> Result<(), KernelError> {
+        store.copy(from, to, positions)
     }
 
     fn embed(
@@ -189,14 +198,10 @@ impl Backend for CpuBackend {
         q: &CpuActivations,
         k: &CpuActivations,
         v: &CpuActivations,
-        seqs: &mut [AttentionRows<'_, Self>],
+        store: &mut CpuKvStore,
+        seqs: &[AttentionRows<'_>],
         out: &mut CpuActivations,
     ) -> Result<(), KernelError> {
-        // Shared prompt-cache blocks are read by other caches: no write
-        // may land in them (see `kv_shared`).
-        for seq in seqs.iter() {
-            seq.cache.check_writable(seq.start_pos)?;
-        }
         let call = AttentionCall {
             layer,
             shape,
@@ -204,7 +209,7 @@ impl Backend for CpuBackend {
             k,
             v,
         };
-        attention(&self.pool, self.isa, call, seqs, out)
+        attention(&self.pool, self.isa, call, store, seqs, out)
     }
 
     fn silu_mul(&self, gate: &mut CpuActivations, up: &CpuActivations) -> Result<(), KernelError> {

@@ -25,15 +25,17 @@ impl<'a, T> DisjointSlice<'a, T> {
         }
     }
 
-    /// A view of `slice` that is only ever read.
+    /// A view of the `len` elements at `ptr`, borrowed for `'a`.
     ///
     /// # Safety
-    /// [`DisjointSlice::range`] must never be called on it: other owners
-    /// read the slice meanwhile.
-    pub(crate) unsafe fn read_only(slice: &'a [T]) -> Self {
+    /// They must stay valid for `'a`, and every borrow taken through the
+    /// view must obey [`DisjointSlice::range`]'s and
+    /// [`DisjointSlice::get`]'s rules together with every other view of
+    /// them.
+    pub(crate) unsafe fn from_raw(ptr: *mut T, len: usize) -> Self {
         DisjointSlice {
-            ptr: slice.as_ptr().cast_mut(),
-            len: slice.len(),
+            ptr,
+            len,
             _borrow: std::marker::PhantomData,
         }
     }

@@ -20,14 +20,14 @@ mod dot;
 mod elementwise;
 mod exp;
 mod isa;
+#[cfg(test)]
 mod kv_cache;
 mod kv_elem;
 mod kv_layout;
 mod kv_q8;
 #[cfg(test)]
 mod kv_ring_tests;
-mod kv_shared;
-mod kv_shared_block;
+mod kv_store;
 mod matmul;
 mod matmul_input;
 mod norm;
@@ -43,7 +43,6 @@ mod weight_arena;
 
 pub use cpu_backend::CpuBackend;
 pub use isa::{Isa, ISA_ENV_VAR};
-pub use kv_cache::CpuKvCache;
-pub use kv_shared_block::CpuKvBlock;
+pub use kv_store::CpuKvStore;
 pub use tensors::{CpuActivations, CpuMatrix, CpuVector};
 pub use threads::ThreadPool;

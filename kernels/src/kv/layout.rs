@@ -209,6 +209,17 @@ impl KvLayout {
         self.max_blocks.get(layer).copied().unwrap_or(0)
     }
 
+    /// One layer's block of `positions` (the layout's own blocks, or a
+    /// shorter copied tail).
+    pub fn block_shape(&self, positions: usize) -> super::KvBlockShape {
+        super::KvBlockShape {
+            dtype: self.dtype,
+            n_kv_heads: self.n_kv_heads,
+            head_dim: self.head_dim,
+            positions,
+        }
+    }
+
     /// Bytes of one layer's block.
     pub fn block_bytes(&self) -> usize {
         self.block_bytes

@@ -1,4 +1,5 @@
-//! Causal grouped-query attention over [`CpuKvCache`]s.
+//! Causal grouped-query attention over sequences' block tables, in a
+//! [`CpuKvStore`].
 //!
 //! Query head `h` reads KV head `h / (n_heads / n_kv_heads)`. The row at
 //! position `p` attends to positions `0..=p` with a softmax computed online
@@ -31,13 +32,12 @@ mod window_tests;
 
 use super::disjoint::DisjointSlice;
 use super::isa::CheckedIsa;
-use super::kv_cache::{CpuKvCache, LayerHeads, Stored, KEY_BLOCK};
 use super::kv_q8::Q8Byte;
+use super::kv_store::{CpuKvStore, LayerHeads, Stored, KEY_BLOCK};
 use super::prefetch::prefetch_all;
 use super::tensors::CpuActivations;
 use super::threads::ThreadPool;
-use super::CpuBackend;
-use crate::kv::KvType;
+use crate::kv::{KvLayout, KvType};
 use crate::{AttentionRows, AttentionShape, KernelError};
 use partial::{state_len, SEGMENT};
 use split::{plan, Plan, Unit};
@@ -54,7 +54,7 @@ pub(crate) struct AttentionCall<'a> {
 }
 
 /// One sequence of a call, as the backend's callers give it.
-pub(crate) type SeqRows<'a> = AttentionRows<'a, CpuBackend>;
+pub(crate) type SeqRows<'a> = AttentionRows<'a>;
 
 fn shape_error(detail: String) -> KernelError {
     KernelError::Shape {
@@ -63,8 +63,20 @@ fn shape_error(detail: String) -> KernelError {
     }
 }
 
+/// Rows of one prompt chunk that layer `layer` can take in one go: a
+/// windowed layer's ring holds the window plus this many rows less one,
+/// so writing them before reading overwrites nothing still needed.
+fn piece_rows(layout: &KvLayout, layer: usize) -> usize {
+    let block = layout.block_positions();
+    match (layout.window(layer), layout.max_blocks(layer)) {
+        (Some(w), blocks) if blocks * block < layout.capacity() => {
+            (blocks * block + 1).saturating_sub(w).max(1)
+        }
+        _ => usize::MAX,
+    }
+}
+
 fn validate(
-    cache: &CpuKvCache,
     call: &AttentionCall<'_>,
     seq: &SeqRows<'_>,
     out: &CpuActivations,
@@ -75,7 +87,8 @@ fn validate(
         head_dim,
         ..
     } = call.shape;
-    if let Some(ring) = cache.window(call.layer) {
+    let layout = seq.table.layout();
+    if let Some(ring) = layout.window(call.layer) {
         if call.shape.window != Some(ring) {
             return Err(shape_error(format!(
                 "layer {} of the cache keeps a window of {ring} positions but the call asks \
@@ -89,17 +102,17 @@ fn validate(
             "{n_heads} query heads are not a multiple of {n_kv_heads} KV heads"
         )));
     }
-    if n_kv_heads != cache.n_kv_heads()
-        || head_dim != cache.head_dim()
-        || call.layer >= cache.layers()
+    if n_kv_heads != layout.n_kv_heads()
+        || head_dim != layout.head_dim()
+        || call.layer >= layout.layers()
     {
         return Err(shape_error(format!(
             "layer {} with {n_kv_heads} KV heads of {head_dim} does not fit a cache of {} layers, \
              {} KV heads of {}",
             call.layer,
-            cache.layers(),
-            cache.n_kv_heads(),
-            cache.head_dim()
+            layout.layers(),
+            layout.n_kv_heads(),
+            layout.head_dim()
         )));
     }
     let q_cols = n_heads * head_dim;
@@ -124,20 +137,20 @@ fn validate(
             out.shape()
         )));
     }
-    if seq.start_pos > cache.len(call.layer) {
+    let end = seq.start_pos + seq.rows.len();
+    if end > layout.capacity() {
+        return Err(KernelError::KvCacheFull {
+            capacity: layout.capacity(),
+            position: seq.start_pos.max(layout.capacity()),
+        });
+    }
+    let held = seq.table.layer(call.layer).len();
+    if held < seq.table.blocks_for(call.layer, end) {
         return Err(shape_error(format!(
-            "start position {} leaves a gap after the {} positions layer {} holds",
-            seq.start_pos,
-            cache.len(call.layer),
+            "layer {}'s table holds {held} blocks, too few for positions up to {end}; \
+             allocate them before attention",
             call.layer
         )));
-    }
-    let end = seq.start_pos + seq.rows.len();
-    if end > cache.capacity() {
-        return Err(KernelError::KvCacheFull {
-            capacity: cache.capacity(),
-            position: seq.start_pos.max(cache.capacity()),
-        });
     }
     Ok(())
 }
@@ -146,15 +159,16 @@ pub(crate) fn attention(
     pool: &ThreadPool,
     isa: CheckedIsa,
     call: AttentionCall<'_>,
-    seqs: &mut [SeqRows<'_>],
+    store: &mut CpuKvStore,
+    seqs: &[SeqRows<'_>],
     out: &mut CpuActivations,
 ) -> Result<(), KernelError> {
-    // Every cache of a backend has its pool's type; a mixed call is an
-    // error (`layer_heads` reports it).
-    match seqs.first().map(|s| s.cache.dtype()) {
-        Some(KvType::F16) => attention_typed::<half::f16>(pool, isa, call, seqs, out),
-        Some(KvType::F32) => attention_typed::<f32>(pool, isa, call, seqs, out),
-        Some(KvType::Q8_0) => attention_typed::<Q8Byte>(pool, isa, call, seqs, out),
+    // Every table of a call has one type; a mixed call is an error
+    // (`layer_heads` reports it).
+    match seqs.first().map(|s| s.table.layout().dtype()) {
+        Some(KvType::F16) => attention_typed::<half::f16>(pool, isa, call, store, seqs, out),
+        Some(KvType::F32) => attention_typed::<f32>(pool, isa, call, store, seqs, out),
+        Some(KvType::Q8_0) => attention_typed::<Q8Byte>(pool, isa, call, store, seqs, out),
         None => Ok(()),
     }
 }
@@ -163,40 +177,42 @@ fn attention_typed<E: Stored>(
     pool: &ThreadPool,
     isa: CheckedIsa,
     call: AttentionCall<'_>,
-    seqs: &mut [SeqRows<'_>],
+    store: &mut CpuKvStore,
+    seqs: &[SeqRows<'_>],
     out: &mut CpuActivations,
 ) -> Result<(), KernelError> {
-    let too_long = |s: &SeqRows<'_>| s.rows.len() > s.cache.piece_rows(call.layer).max(ROW_TILE);
+    let too_long =
+        |s: &SeqRows<'_>| s.rows.len() > piece_rows(s.table.layout(), call.layer).max(ROW_TILE);
     if !seqs.iter().any(too_long) {
-        return attention_job::<E>(pool, isa, call, seqs, out);
+        return attention_job::<E>(pool, isa, call, store, seqs, out);
     }
     // A prompt chunk longer than a windowed layer's ring allows runs in
     // pieces, one after another, so that no row's write overwrites a key
     // an earlier row still reads; the other sequences run together.
     let mut rest = Vec::with_capacity(seqs.len());
-    for seq in seqs.iter_mut() {
+    for seq in seqs {
         if !too_long(seq) {
             rest.push(SeqRows {
-                cache: &mut *seq.cache,
+                table: seq.table,
                 rows: seq.rows.clone(),
                 start_pos: seq.start_pos,
             });
             continue;
         }
-        let piece = seq.cache.piece_rows(call.layer);
+        let piece = piece_rows(seq.table.layout(), call.layer);
         let mut first = seq.rows.start;
         while first < seq.rows.end {
             let end = first.saturating_add(piece).min(seq.rows.end);
-            let mut one = [SeqRows {
-                cache: &mut *seq.cache,
+            let one = [SeqRows {
+                table: seq.table,
                 rows: first..end,
                 start_pos: seq.start_pos + (first - seq.rows.start),
             }];
-            attention_job::<E>(pool, isa, call, &mut one, out)?;
+            attention_job::<E>(pool, isa, call, store, &one, out)?;
             first = end;
         }
     }
-    attention_job::<E>(pool, isa, call, &mut rest, out)
+    attention_job::<E>(pool, isa, call, store, &rest, out)
 }
 
 /// [`attention`] for sequences whose rows each fit their layer's ring.
@@ -204,12 +220,13 @@ fn attention_job<E: Stored>(
     pool: &ThreadPool,
     isa: CheckedIsa,
     call: AttentionCall<'_>,
-    seqs: &mut [SeqRows<'_>],
+    store: &mut CpuKvStore,
+    seqs: &[SeqRows<'_>],
     out: &mut CpuActivations,
 ) -> Result<(), KernelError> {
     let mut rows_end = 0;
-    for seq in seqs.iter() {
-        validate(seq.cache, &call, seq, out)?;
+    for seq in seqs {
+        validate(&call, seq, out)?;
         // Tasks write their rows of `out` through one shared slice: the
         // sequences' rows must not overlap.
         if seq.rows.start < rows_end && !seq.rows.is_empty() {
@@ -264,24 +281,27 @@ fn attention_job<E: Stored>(
         .enumerate()
         .map(|(s, seq)| seq.rows.len() <= ROW_TILE && !splits.iter().any(|u| u.unit.seq == s))
         .collect();
-    for (seq, &writes) in seqs.iter_mut().zip(&writes) {
-        seq.cache
-            .ensure::<E>(call.layer, seq.start_pos + seq.rows.len())?;
+    let tables: Vec<_> = seqs
+        .iter()
+        .map(|s| (s.table, s.start_pos..s.start_pos + s.rows.len()))
+        .collect();
+    let heads: Vec<LayerHeads<'_, E>> = store.layer_heads::<E>(call.layer, &tables)?;
+    for ((seq, &writes), cache) in seqs.iter().zip(&writes).zip(&heads) {
         if !writes {
             for (i, row) in seq.rows.clone().enumerate() {
                 let key = &call.k.data[row * kv_cols..(row + 1) * kv_cols];
                 let value = &call.v.data[row * kv_cols..(row + 1) * kv_cols];
-                seq.cache
-                    .write::<E>(call.layer, seq.start_pos + i, key, value)?;
+                for head in 0..n_kv_heads {
+                    let span = head * head_dim..(head + 1) * head_dim;
+                    // SAFETY: no job runs yet; the block is this sequence's
+                    // alone (`layer_heads` checked).
+                    unsafe {
+                        cache.write(head, seq.start_pos + i, &key[span.clone()], &value[span])
+                    };
+                }
             }
         }
-        seq.cache
-            .set_len(call.layer, seq.start_pos + seq.rows.len());
     }
-    let heads: Vec<LayerHeads<'_, E>> = seqs
-        .iter_mut()
-        .map(|s| s.cache.layer_heads::<E>(call.layer))
-        .collect::<Result<_, _>>()?;
     let mut partials = vec![0.0f32; partial_len];
     let partial_data = DisjointSlice::new(&mut partials);
     let out_data = DisjointSlice::new(&mut out.data);

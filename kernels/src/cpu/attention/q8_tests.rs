@@ -7,6 +7,7 @@
 use rand::{Rng, SeedableRng};
 
 use super::*;
+use crate::cpu::kv_cache::CpuKvCache;
 use crate::cpu::kv_q8::round_q8;
 use crate::cpu::Isa;
 use crate::kv::KvFormat;
@@ -77,12 +78,8 @@ fn a_q8_0_cache_attends_as_an_f32_cache_of_its_rounded_values() {
                         v: &v,
                     };
                     let mut out = CpuActivations::zeros(n, q_cols);
-                    let mut seq = [SeqRows {
-                        cache,
-                        rows: 0..n,
-                        start_pos: start,
-                    }];
-                    attention(&pool, isa, call, &mut seq, &mut out)
+                    let (store, seq) = cache.rows(0..n, start).expect("the cache's blocks");
+                    attention(&pool, isa, call, store, &[seq], &mut out)
                         .expect("attention over an allocated cache");
                     outs.push(out.data);
                 }

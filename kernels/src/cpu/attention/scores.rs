@@ -1,5 +1,5 @@
 //! Sixteen attention scores at once from a key tile of the cache (sixteen
-//! positions stored dimension-major, see `kv_cache`): one broadcast
+//! positions stored dimension-major, see `kv_store`): one broadcast
 //! multiply-add per dimension, no horizontal sum per key.
 //!
 //! Order, the same on every ISA (so a score never depends on the ISA's
@@ -10,7 +10,7 @@
 //! keep the FMA unit busy instead of waiting on each result.
 
 use crate::cpu::isa::CheckedIsa;
-use crate::cpu::kv_cache::KEY_TILE;
+use crate::cpu::kv_layout::KEY_TILE;
 #[cfg(any(target_arch = "x86_64", test))]
 use crate::cpu::Isa;
 
@@ -141,7 +141,7 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::group::GROUP_MAX;
-    use crate::cpu::kv_cache::KEY_TILE;
+    use crate::cpu::kv_layout::KEY_TILE;
 
     /// # Safety
     /// AVX-512 F; `tile.len() == q.len() · KEY_TILE`.

@@ -11,6 +11,7 @@ use rand::{Rng, SeedableRng};
 
 use super::reference::attend_one;
 use super::*;
+use crate::cpu::kv_cache::CpuKvCache;
 use crate::cpu::Isa;
 use crate::kv::KvFormat;
 
@@ -84,12 +85,8 @@ fn run(
             k: &k,
             v: &v,
         };
-        let mut seq = [SeqRows {
-            cache: &mut cache,
-            rows: 0..n,
-            start_pos: start,
-        }];
-        attention(&pool, isa, call, &mut seq, &mut out).expect("attention over the cache");
+        let (store, seq) = cache.rows(0..n, start).expect("the cache's blocks");
+        attention(&pool, isa, call, store, &[seq], &mut out).expect("attention over the cache");
         all.extend_from_slice(&out.data);
         start += n;
     }

@@ -1,6 +1,6 @@
 //! Attention that streams the KV cache: one task takes a tile of query
 //! rows of one sequence and every query head of one KV head (the GQA
-//! group), and walks that KV head's key blocks (see `kv_cache`) one at a time
+//! group), and walks that KV head's key blocks (see `kv_store`) one at a time
 //! with an online softmax (a running maximum `m` and sum `l` per query;
 //! when a block raises `m`, the sum and the output so far are rescaled by
 //! `e^(m_old − m_new)`). Each block is read from the cache once per tile,
@@ -23,8 +23,8 @@ use super::online::online_step;
 use super::partial::{merge, normalize, SEGMENT};
 use super::scores::{scores16_group, scores32_group, GROUP_MAX};
 use crate::cpu::isa::CheckedIsa;
-use crate::cpu::kv_cache::{KEY_BLOCK, KEY_TILE};
 use crate::cpu::kv_elem::KvElem;
+use crate::cpu::kv_layout::{KEY_BLOCK, KEY_TILE};
 use crate::cpu::prefetch::prefetch_all;
 use crate::cpu::vecmath::{scale_in_place, weighted_sum_group};
 

@@ -8,8 +8,9 @@ use rand::{Rng, SeedableRng};
 
 use super::reference::attend_one;
 use super::*;
+use crate::cpu::kv_cache::{self, grow};
 use crate::cpu::Isa;
-use crate::kv::KvFormat;
+use crate::kv::{BlockTable, KvFormat, KvLayout};
 
 /// Outputs are convex combinations of values in ±1. Both kernels compute
 /// the same scores (the same dot products), then differ in `exp` (libm
@@ -74,22 +75,25 @@ fn check(isa: CheckedIsa, threads: usize, dtype: KvType, case: &Case, rng: &mut 
     let total: usize = seqs.iter().map(|s| s.1).sum();
     // Caches with their earlier positions written through the kernel itself
     // (a prefill call), then one call over every sequence's new rows.
-    let mut caches: Vec<CpuKvCache> = Vec::new();
+    // Every sequence's blocks in one store, as the engine keeps them.
+    let mut store = CpuKvStore::default();
+    let mut caches: Vec<BlockTable> = Vec::new();
     for &(before, rows) in seqs {
         let kv = KvFormat::of(dtype);
-        let mut cache =
-            CpuKvCache::windowed(&kv, 1, n_kv_heads, head_dim, before + rows, &[]).unwrap();
+        let layout = KvLayout::new(kv, 1, n_kv_heads, head_dim, before + rows, &[]).unwrap();
+        let mut cache = BlockTable::new(layout);
+        grow(&mut store, &mut cache, before + rows).unwrap();
         if before > 0 {
             let mut act = |cols, range| act_from(before, cols, random(rng, before * cols, range));
             let (q, k, v) = (act(q_cols, 1.0), act(kv_cols, 1.0), act(kv_cols, 1.0));
             let mut out = CpuActivations::zeros(before, q_cols);
             let call = layer0(shape, &q, &k, &v);
-            let mut seq = [SeqRows {
-                cache: &mut cache,
+            let seq = [SeqRows {
+                table: &cache,
                 rows: 0..before,
                 start_pos: 0,
             }];
-            attention(&pool, isa, call, &mut seq, &mut out).unwrap();
+            attention(&pool, isa, call, &mut store, &seq, &mut out).unwrap();
         }
         caches.push(cache);
     }
@@ -106,29 +110,33 @@ fn check(isa: CheckedIsa, threads: usize, dtype: KvType, case: &Case, rng: &mut 
         first += n;
     }
     {
-        let mut seq_rows: Vec<SeqRows<'_>> = caches
-            .iter_mut()
+        let seq_rows: Vec<SeqRows<'_>> = caches
+            .iter()
             .zip(&rows)
-            .map(|(cache, (rows, before))| SeqRows {
-                cache,
+            .map(|(table, (rows, before))| SeqRows {
+                table,
                 rows: rows.clone(),
                 start_pos: *before,
             })
             .collect();
         let call = layer0(shape, &q, &k, &v);
-        attention(&pool, isa, call, &mut seq_rows, &mut out).unwrap();
+        attention(&pool, isa, call, &mut store, &seq_rows, &mut out).unwrap();
     }
     let group = n_heads / n_kv_heads;
     let mut want = vec![0.0f32; head_dim];
-    for (cache, (rows, before)) in caches.iter_mut().zip(&rows) {
+    for (table, (rows, before)) in caches.iter().zip(&rows) {
         for (i, row) in rows.clone().enumerate() {
             let seen = before + i + 1;
             for h in 0..n_heads {
                 let at = row * q_cols + h * head_dim;
                 let query = &q.data[at..at + head_dim];
                 let kv = h / group;
-                let keys: Vec<f32> = (0..seen).flat_map(|p| cache.key(0, kv, p)).collect();
-                let values: Vec<f32> = (0..seen).flat_map(|p| cache.value(0, kv, p)).collect();
+                let keys: Vec<f32> = (0..seen)
+                    .flat_map(|p| kv_cache::key(&mut store, table, 0, kv, p))
+                    .collect();
+                let values: Vec<f32> = (0..seen)
+                    .flat_map(|p| kv_cache::value(&mut store, table, 0, kv, p))
+                    .collect();
                 attend_one(query, &keys, &values, shape.scale, &mut want);
                 let got = &out.data[at..at + head_dim];
                 for (g, w) in got.iter().zip(&want) {
@@ -206,23 +214,63 @@ fn overlapping_sequences_are_refused() {
     };
     let x = CpuActivations::zeros(3, 4);
     let mut out = CpuActivations::zeros(3, 4);
-    let (mut a, mut b) = (
-        CpuKvCache::new(1, 1, 4, 4).unwrap(),
-        CpuKvCache::new(1, 1, 4, 4).unwrap(),
-    );
-    let mut seqs = [
+    let mut store = CpuKvStore::default();
+    let layout = KvLayout::new(KvFormat::of(KvType::F32), 1, 1, 4, 4, &[]).unwrap();
+    let (mut a, mut b) = (BlockTable::new(layout.clone()), BlockTable::new(layout));
+    grow(&mut store, &mut a, 4).unwrap();
+    grow(&mut store, &mut b, 4).unwrap();
+    let seqs = [
         SeqRows {
-            cache: &mut a,
+            table: &a,
             rows: 0..2,
             start_pos: 0,
         },
         SeqRows {
-            cache: &mut b,
+            table: &b,
             rows: 1..3,
             start_pos: 0,
         },
     ];
     let call = layer0(shape, &x, &x, &x);
     let isa = CheckedIsa::at_most(Isa::Scalar);
-    assert!(attention(&pool, isa, call, &mut seqs, &mut out).is_err());
+    assert!(attention(&pool, isa, call, &mut store, &seqs, &mut out).is_err());
+}
+
+#[test]
+fn a_block_written_by_one_sequence_and_read_by_another_is_refused() {
+    let pool = ThreadPool::new(1);
+    let shape = AttentionShape {
+        n_heads: 1,
+        n_kv_heads: 1,
+        head_dim: 4,
+        scale: 0.5,
+        window: None,
+        softcap: None,
+    };
+    let x = CpuActivations::zeros(2, 4);
+    let mut out = CpuActivations::zeros(2, 4);
+    let mut store = CpuKvStore::default();
+    let layout = KvLayout::new(KvFormat::of(KvType::F32), 1, 1, 4, 4, &[]).unwrap();
+    let mut a = BlockTable::new(layout);
+    grow(&mut store, &mut a, 4).unwrap();
+    // Two tables naming one block: what a shared prompt block is.
+    let b = a.clone();
+    let seq = |table, row: usize, start_pos| SeqRows {
+        table,
+        rows: row..row + 1,
+        start_pos,
+    };
+    let call = layer0(shape, &x, &x, &x);
+    let isa = CheckedIsa::at_most(Isa::Scalar);
+    let both = [seq(&a, 0, 0), seq(&b, 1, 1)];
+    let err = attention(&pool, isa, call, &mut store, &both, &mut out).unwrap_err();
+    assert!(err.to_string().contains("written by one sequence"), "{err}");
+    // Alone, each may write it (the engine decides who holds it).
+    assert!(attention(&pool, isa, call, &mut store, &both[..1], &mut out).is_ok());
+    // A table naming a block the store does not hold is refused.
+    let mut stale =
+        BlockTable::new(KvLayout::new(KvFormat::of(KvType::F32), 1, 1, 4, 4, &[]).unwrap());
+    stale.push(0, crate::kv::BlockId(99)).unwrap();
+    let err = attention(&pool, isa, call, &mut store, &[seq(&stale, 0, 0)], &mut out).unwrap_err();
+    assert!(err.to_string().contains("no block"), "{err}");
 }

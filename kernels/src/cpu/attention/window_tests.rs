@@ -6,6 +6,7 @@
 use rand::{Rng, SeedableRng};
 
 use super::*;
+use crate::cpu::kv_cache::CpuKvCache;
 use crate::cpu::Isa;
 use crate::kv::KvFormat;
 
@@ -122,12 +123,8 @@ fn a_ring_of_slots_attends_over_the_window_like_the_whole_cache() {
                 let mut outs = Vec::new();
                 for cache in [&mut ring, &mut whole] {
                     let mut out = CpuActivations::zeros(n, q_cols);
-                    let mut seq = [SeqRows {
-                        cache,
-                        rows: 0..n,
-                        start_pos: start,
-                    }];
-                    attention(&pool, isa, call, &mut seq, &mut out)
+                    let (store, seq) = cache.rows(0..n, start).expect("the cache's blocks");
+                    attention(&pool, isa, call, store, &[seq], &mut out)
                         .expect("attention over an allocated cache");
                     outs.push(out.data);
                 }
@@ -189,11 +186,7 @@ fn a_ring_refuses_a_call_without_its_window() {
         k: &x,
         v: &x,
     };
-    let mut seq = [SeqRows {
-        cache: &mut cache,
-        rows: 0..1,
-        start_pos: 0,
-    }];
+    let (store, seq) = cache.rows(0..1, 0).expect("the ring's blocks");
     let isa = CheckedIsa::at_most(Isa::Scalar);
-    assert!(attention(&pool, isa, call, &mut seq, &mut out).is_err());
+    assert!(attention(&pool, isa, call, store, &[seq], &mut out).is_err());
 }
