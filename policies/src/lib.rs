@@ -91,6 +91,7 @@ mod score;
 
 mod reload;
 
+pub use compiled::cascade::{Cascade, Statistic, Verdict};
 pub use compiled::model::{Fallback, Model, QualityFrom, QualityOrigin, Target, Triggers};
 pub use compiled::rate_limit::RateLimits;
 pub use compiled::split::{stable_hash, Arm, RollbackRule, Split, Sticky};
@@ -114,9 +115,9 @@ pub use rate_limit::{
 };
 pub use reload::{PolicyStore, PolicyWatcher};
 pub use request::{
-    estimate_tokens, Caller, HintError, Hints, ModelHint, RouteRequest, HEADER_COST,
-    HEADER_MAX_COST, HEADER_MAX_LATENCY_MS, HEADER_MIN_QUALITY, HEADER_MODEL, HEADER_ROUTE,
-    HEADER_TAGS, HEADER_VERSION,
+    estimate_tokens, Caller, HintError, Hints, ModelHint, RouteRequest, HEADER_CASCADE,
+    HEADER_COST, HEADER_MAX_COST, HEADER_MAX_LATENCY_MS, HEADER_MIN_QUALITY, HEADER_MODEL,
+    HEADER_ROUTE, HEADER_TAGS, HEADER_VERSION,
 };
 pub use route::{route, Completion, Route};
 pub use route_error::{Rejection, RouteError, RouteErrorKind};

@@ -107,6 +107,11 @@ impl Policy {
         &self.compiled.tenants
     }
 
+    /// The `[cascade]` `auto` requests go through, if any.
+    pub fn cascade(&self) -> Option<&crate::compiled::cascade::Cascade> {
+        self.compiled.cascade.as_ref()
+    }
+
     /// All splits, in file order.
     pub fn splits(&self) -> &[Split] {
         &self.compiled.splits

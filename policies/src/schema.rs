@@ -23,6 +23,19 @@ pub(crate) struct PolicyFile {
     pub splits: Vec<Spanned<SplitEntry>>,
     #[serde(default)]
     pub fallbacks: Vec<Spanned<FallbackEntry>>,
+    #[serde(default)]
+    pub cascade: Option<Spanned<CascadeEntry>>,
+}
+
+/// `[cascade]`: under `auto`, the first model answers and defers to the next when its
+/// confidence in the answer is below `min_confidence`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CascadeEntry {
+    pub models: Spanned<Vec<Spanned<String>>>,
+    /// `mean`, `min`, `p05`, `p10` (default), `p25` or `p50`.
+    pub confidence: Option<Spanned<String>>,
+    pub min_confidence: Spanned<f64>,
 }
 
 /// `[routing]`: weights of the utility function and request defaults.

@@ -41,6 +41,9 @@ pub struct RouteSummary {
     pub cache_scope: CacheScope,
     /// The split and arm that chose it, if any.
     pub split_arm: Option<(Arc<str>, Arc<str>)>,
+    /// What the policy's cascade made of the answer (`x-switchyard-cascade`), if the
+    /// request went through one.
+    pub cascade: Option<String>,
     /// `model@version`, formatted once: the handler asks for it several times.
     backend_model: String,
 }
@@ -48,7 +51,7 @@ pub struct RouteSummary {
 impl RouteSummary {
     /// The summary of `route`, taking its explanation (the route keeps only what
     /// settling needs).
-    fn of(route: &mut Route) -> Self {
+    pub(super) fn of(route: &mut Route) -> Self {
         RouteSummary {
             model: Arc::clone(&route.model),
             version: Arc::clone(&route.version),
@@ -58,6 +61,7 @@ impl RouteSummary {
             tenant: route.tenant.clone(),
             cache_scope: route.cache_scope.clone(),
             split_arm: route.split.clone().zip(route.arm.clone()),
+            cascade: None,
             backend_model: format!("{}@{}", route.model, route.version),
         }
     }
@@ -92,18 +96,18 @@ impl std::fmt::Debug for RoutedRequest {
 /// One request's routing decision, shared by the layer (for response headers), the
 /// handler and the response stream.
 pub(crate) struct Ticket {
-    routing: Arc<PolicyRouting>,
-    request: RouteRequest,
+    pub(super) routing: Arc<PolicyRouting>,
+    pub(super) request: RouteRequest,
     /// The `x-request-id`, for the usage record of whichever route settles.
-    request_id: String,
+    pub(super) request_id: String,
     started: Instant,
     state: Mutex<TicketState>,
 }
 
-struct TicketState {
+pub(super) struct TicketState {
     /// `None` once settled.
-    route: Option<Route>,
-    summary: RouteSummary,
+    pub(super) route: Option<Route>,
+    pub(super) summary: RouteSummary,
     /// Checkpoints already given up on (fallbacks never go back to one).
     tried: Vec<(Arc<str>, Arc<str>)>,
     /// The largest prompt as the engine counted it, once [`RoutedRequest::cover`] ran.
@@ -202,7 +206,7 @@ impl RoutedRequest {
         self.ticket().is_some()
     }
 
-    fn ticket(&self) -> Option<&Arc<Ticket>> {
+    pub(super) fn ticket(&self) -> Option<&Arc<Ticket>> {
         match &self.0 {
             Decision::Routed(ticket) => Some(ticket),
             Decision::Passthrough(_) => None,
@@ -351,7 +355,7 @@ impl RoutedRequest {
 }
 
 impl Ticket {
-    fn lock(&self) -> MutexGuard<'_, TicketState> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, TicketState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -426,7 +430,7 @@ impl Ticket {
 
 /// Names the request in the usage record its route settles: the request id and the
 /// API key it came with (the ledger keeps only a hash of it).
-fn label(route: &mut Route, request: &RouteRequest, request_id: &str) {
+pub(super) fn label(route: &mut Route, request: &RouteRequest, request_id: &str) {
     let key = match &request.caller {
         switchyard_policies::Caller::ApiKey(key) => Some(key.as_str()),
         _ => None,
