@@ -16,6 +16,7 @@ use arc_swap::ArcSwap;
 use crate::engine_view::EngineView;
 use crate::error::PolicyError;
 use crate::explain::{explain, Explanation};
+use crate::feedback::FeedbackBook;
 use crate::ledger::Ledger;
 use crate::measured::QualitySource;
 use crate::metrics;
@@ -41,6 +42,8 @@ pub struct PolicyStore {
     /// watcher reloads when it changes (a new measurement was stored).
     quality: Mutex<Option<Arc<dyn QualitySource>>>,
     quality_stamp: AtomicU64,
+    /// Quality signals of served answers; kept across reloads.
+    feedback: FeedbackBook,
 }
 
 type Stamp = (SystemTime, u64);
@@ -82,6 +85,7 @@ impl PolicyStore {
             file_stamp: Mutex::new(None),
             quality: Mutex::new(None),
             quality_stamp: AtomicU64::new(0),
+            feedback: FeedbackBook::default(),
         }
     }
 
@@ -128,6 +132,11 @@ impl PolicyStore {
         self.quality_stamp
             .store(source.fingerprint(), Ordering::Release);
         policy.resolve_quality(source.as_ref())
+    }
+
+    /// Client scores and confidence of served answers, per checkpoint and split arm.
+    pub fn feedback(&self) -> &FeedbackBook {
+        &self.feedback
     }
 
     /// The current policy. Cheap (one atomic load and a reference-count increment).

@@ -7,7 +7,9 @@ takes what it is unsure of.
 - with a threshold below it the answer stands (SmolLM2 answers), with one
   just above it the request is deferred to Gemma (hot-reloaded policy), and
   `switchyard_cascade_total` counts both;
-- a streamed `auto` request is answered by SmolLM2 and marked unjudged.
+- a streamed `auto` request is answered by SmolLM2 and marked unjudged;
+- `POST /v1/feedback` scores an answer by its response id, once; the score
+  and the answers' confidence show per checkpoint in `/admin/policy`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import json
 import math
 import re
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -24,6 +27,7 @@ import pytest
 from serve_process import free_port, running_server
 
 PROMPT = "Name a country in Africa."
+ADMIN_TOKEN = "cascade-admin-token-0123"
 
 
 def policy(min_confidence: float) -> str:
@@ -65,11 +69,11 @@ def server(switchyard_bin: Path, smollm2_path: Path, gemma3_path: Path, tmp_path
         f'[[models]]\npath = "{smollm2_path}"\nname = "smol"\nversion = "1"\n'
         f'[[models]]\npath = "{gemma3_path}"\nname = "gemma"\nversion = "1"\n'
     )
-    port = free_port()
+    port, admin_port = free_port(), free_port()
     args = [str(switchyard_bin), "serve", "--config", str(settings), "--policy", str(policy_file),
-            "--listen", f"127.0.0.1:{port}"]
-    with running_server(args, port):
-        yield f"http://127.0.0.1:{port}", policy_file
+            "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin_port}"]
+    with running_server(args, port, env={"SWITCHYARD_ADMIN_TOKEN": ADMIN_TOKEN}):
+        yield f"http://127.0.0.1:{port}", policy_file, f"http://127.0.0.1:{admin_port}"
 
 
 def chat(base: str, **extra) -> tuple[dict, dict]:
@@ -90,7 +94,7 @@ def p10(logprobs: list[float]) -> float:
 
 
 def test_an_unsure_answer_goes_to_the_stronger_model(server):
-    base, policy_file = server
+    base, policy_file, _ = server
     headers, body = chat(base, logprobs=True)
     assert headers["x-switchyard-model"] == "smol"
     verdict = re.fullmatch(r"accepted: p10 (-?\d+\.\d\d) >= -1000\.00 over (\d+) tokens",
@@ -125,3 +129,34 @@ def test_an_unsure_answer_goes_to_the_stronger_model(server):
         metrics = r.read().decode()
     for outcome in ("accepted", "deferred", "unjudged"):
         assert f'switchyard_cascade_total{{model="smol@1",outcome="{outcome}"}}' in metrics, outcome
+
+
+def post(url: str, body: dict) -> tuple[int, dict]:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)
+
+
+def test_feedback_scores_an_answer_once_and_shows_per_checkpoint(server):
+    base, _, admin = server
+    headers, body = chat(base, model="gemma")
+    status, scored = post(base + "/v1/feedback", {"id": body["id"], "score": 0.25})
+    assert status == 200, scored
+    assert (scored["checkpoint"], scored["arm"], scored["score"]) == ("gemma@1", None, 0.25)
+    status, again = post(base + "/v1/feedback", {"id": body["id"], "score": 1})
+    assert status == 409 and again["error"]["param"] == "id", again
+    status, unknown = post(base + "/v1/feedback", {"id": "chatcmpl-nope", "score": 1})
+    assert status == 404 and "no answer `nope`" in unknown["error"]["message"], unknown
+    status, bad = post(base + "/v1/feedback", {"id": body["id"], "score": "good"})
+    assert status == 400, bad
+
+    request = urllib.request.Request(admin + "/admin/policy", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    with urllib.request.urlopen(request, timeout=30) as r:
+        signals = json.load(r)["quality_signals"]
+    gemma = next(s for s in signals if s["checkpoint"] == "gemma@1")
+    assert gemma["feedback"]["n"] == 1 and gemma["feedback"]["mean"] == 0.25
+    assert gemma["confidence"]["n"] >= 1 and gemma["confidence"]["mean"] < 0

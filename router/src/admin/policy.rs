@@ -119,6 +119,9 @@ pub(crate) fn summary(store: &PolicyStore) -> Value {
             })).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
         "rollback": policy.rollback_status(),
+        // Client scores (`POST /v1/feedback`) and answer confidence, per checkpoint and
+        // split arm: the arms' quality, beside their errors and latency.
+        "quality_signals": store.feedback().signals(),
     })
 }
 

@@ -196,9 +196,11 @@ pub async fn finish_whole(
                     tally.add(choice.index, choice.usage);
                 }
                 // Under a `[cascade]`, a too unsure answer goes to the next model.
-                if routed.defer_in_cascade(least_confidence(&finished), tally.total()) {
+                let confidence = least_confidence(&finished);
+                if routed.defer_in_cascade(confidence, tally.total()) {
                     continue;
                 }
+                routed.note_confidence(confidence);
                 routed.succeeded(tally.total());
                 return Ok(finished);
             }

@@ -181,6 +181,10 @@ where
     let mut response = inner
         .call(Request::from_parts(parts, Body::empty()))
         .await?;
+    if response.status().is_success() {
+        // Its client may score it (`POST /v1/feedback`).
+        routed.record_answer();
+    }
     routed.with_summary(|summary| decorate(&mut response, summary));
     if let Some(rate) = &rate {
         rate_limit::add_headers(response.headers_mut(), rate);

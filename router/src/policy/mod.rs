@@ -34,6 +34,7 @@
 pub mod cascade;
 pub mod engine_view;
 pub mod error;
+pub mod feedback;
 pub mod layer;
 pub(crate) mod rate_limit;
 pub(crate) mod request;

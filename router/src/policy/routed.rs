@@ -44,6 +44,9 @@ pub struct RouteSummary {
     /// What the policy's cascade made of the answer (`x-switchyard-cascade`), if the
     /// request went through one.
     pub cascade: Option<String>,
+    /// The engine's confidence in the answer (whole-JSON answers), for the quality
+    /// signals recorded with it.
+    pub confidence: Option<switchyard_seam::TokenConfidence>,
     /// `model@version`, formatted once: the handler asks for it several times.
     backend_model: String,
 }
@@ -62,6 +65,7 @@ impl RouteSummary {
             cache_scope: route.cache_scope.clone(),
             split_arm: route.split.clone().zip(route.arm.clone()),
             cascade: None,
+            confidence: None,
             backend_model: format!("{}@{}", route.model, route.version),
         }
     }
