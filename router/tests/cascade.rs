@@ -39,11 +39,17 @@ cost_per_1k_output = 1.0
 quality = 0.9
 context_limit = 64
 
+[[tenants]]
+name = "big-only"
+api_keys = ["sha256:{key}"]
+allowed_models = ["large"]
+
 [cascade]
 models = ["small", "large"]
 confidence = "p10"
 min_confidence = {min_confidence:?}
-"#
+"#,
+        key = switchyard_policies::sha256_hex("sk-big")
     )
 }
 
@@ -86,6 +92,12 @@ async fn a_sure_answer_is_kept_an_unsure_one_goes_to_the_next_model() {
                        "messages": [{"role": "user", "content": "hi"}]});
     let reply = chat_body(&app, named, &[]).await;
     assert_eq!(header(&reply, "x-switchyard-model"), "small");
+    assert!(reply.headers.get("x-switchyard-cascade").is_none());
+
+    // A tenant that may not use the first step gets `auto` as usual.
+    let reply = chat_body(&app, body(false), &[("authorization", "Bearer sk-big")]).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(header(&reply, "x-switchyard-model"), "large");
     assert!(reply.headers.get("x-switchyard-cascade").is_none());
 
     // A stream cannot be taken back: the first model answers, unjudged.

@@ -215,19 +215,23 @@ fn parse_and_route<R: RoutableRequest>(
             let route_request = build_route_request(&routing, &parts.headers, &id, fields)
                 .map_err(IntoResponse::into_response)?;
             let rate = rate_limit::admit(&routing, &route_request).map_err(rate_refusal)?;
-            // Under a `[cascade]`, `auto` starts with the cascade's first model.
-            let cascade = crate::policy::cascade::first_step(&routing, &route_request);
-            let route = routing
-                .route(cascade.as_ref().unwrap_or(&route_request))
-                .map_err(|error| {
+            // Under a `[cascade]`, `auto` starts with the cascade's first model; when that
+            // cannot take the request (permission, budget), `auto` routes as usual.
+            let first = crate::policy::cascade::first_step(&routing, &route_request)
+                .and_then(|step| routing.route(&step).ok());
+            let cascaded = first.is_some();
+            let route = match first {
+                Some(route) => route,
+                None => routing.route(&route_request).map_err(|error| {
                     let mut refusal = PolicyRejection::Route(error).into_response();
                     if let Some(rate) = &rate {
                         rate_limit::add_headers(refusal.headers_mut(), rate);
                     }
                     refusal
-                })?;
+                })?,
+            };
             let routed = RoutedRequest::routed(routing, route_request, &id, route);
-            if cascade.is_some() {
+            if cascaded {
                 routed.start_cascade(streams);
             }
             (routed, rate)
