@@ -89,7 +89,7 @@ pub fn openai_request(data: &[u8]) {
                     let prompts = vec![switchyard_seam::Prompt::Chat(valid.messages.clone())];
                     let requests = valid.params.requests(
                         "fuzz",
-                        &valid.model,
+                        &switchyard_seam::ModelSpec::parse("fuzz@1"),
                         &switchyard_seam::CacheScope::deployment(),
                         prompts,
                     );
@@ -110,7 +110,7 @@ pub fn openai_request(data: &[u8]) {
             if check_fanout(prompts, n, MAX_FANOUT).is_ok() {
                 let requests = valid.params.requests(
                     "fuzz",
-                    &valid.model,
+                    &switchyard_seam::ModelSpec::parse("fuzz@1"),
                     &switchyard_seam::CacheScope::deployment(),
                     valid.prompts,
                 );

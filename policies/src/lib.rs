@@ -112,7 +112,8 @@ pub use live::rollback::{ArmStats, RollbackMonitor, RollbackState, RollbackStatu
 pub use measured::{Measured, Measurement, NoMeasurements, QualitySource};
 pub use policy::Policy;
 pub use rate_limit::{
-    LocalRateLedger, Quota, RateClaim, RateDecision, RateLedger, RateSubject, RATE_WINDOW,
+    rate_ledger_for, LocalRateLedger, Quota, RateClaim, RateDecision, RateLedger, RateSubject,
+    SharedRateLedger, RATE_WINDOW,
 };
 pub use reload::{PolicyStore, PolicyWatcher};
 pub use request::{

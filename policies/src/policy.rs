@@ -122,6 +122,16 @@ impl Policy {
         self.compiled.model_names.get(name_or_alias).copied()
     }
 
+    /// The part of the engine's KV budget and queue, in thousandths, that the
+    /// requests of `tenant` (`None`: anonymous callers, together) may hold: the
+    /// tenant's `kv_share`, else half when two or more callers can compete (two
+    /// tenants, or one and anonymous callers), else all of it.
+    pub fn kv_permille(&self, tenant: Option<&str>) -> u16 {
+        let own = tenant.and_then(|name| self.tenant(name)?.kv_share);
+        let callers = self.compiled.tenants.len() + usize::from(self.routing().allow_anonymous);
+        own.unwrap_or(if callers >= 2 { 500 } else { 1000 })
+    }
+
     /// A tenant by name.
     pub fn tenant(&self, name: &str) -> Option<&Tenant> {
         self.compiled

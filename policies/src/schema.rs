@@ -96,6 +96,8 @@ pub(crate) struct TenantEntry {
     pub key_rate_limits: Option<Spanned<RateLimitEntry>>,
     /// Share of the engine's batch slots when requests queue (default 1).
     pub weight: Option<Spanned<i64>>,
+    /// Most of the engine's KV budget (and queue) its requests may hold, 0 < x <= 1.
+    pub kv_share: Option<Spanned<f64>>,
 }
 
 /// `rate_limits = { requests_per_minute = 60, tokens_per_minute = 40000 }`.

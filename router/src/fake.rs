@@ -14,9 +14,9 @@ use switchyard_policies::CandidateState;
 use tokio::sync::{mpsc, watch, Notify};
 
 use switchyard_seam::{
-    BackendError, CheckpointProbe, FinishReason, GeneratedToken, GenerationEvent,
-    GenerationRequest, GenerationStream, InferenceBackend, ModelCard, Prompt, TokenConfidence,
-    TopLogprob, Usage,
+    BackendError, CheckpointProbe, CheckpointRef, FinishReason, GeneratedToken, GenerationEvent,
+    GenerationRequest, GenerationStream, InferenceBackend, ModelCard, ModelSpec, Prompt,
+    TokenConfidence, TopLogprob, Usage,
 };
 
 /// The model a default fake serves.
@@ -144,6 +144,7 @@ impl FakeBackend {
     pub fn builder() -> FakeBackendBuilder {
         FakeBackendBuilder {
             models: vec![ModelCard {
+                parent: None,
                 id: FAKE_MODEL.to_owned(),
                 created: 1_700_000_000,
                 owned_by: "switchyard".to_owned(),
@@ -245,10 +246,7 @@ impl InferenceBackend for FakeBackend {
     fn checkpoint_probe(&self, model: &str, version: &str) -> Option<Arc<dyn CheckpointProbe>> {
         let served = self.shared.models.iter().any(|card| {
             card.id == model
-                || card
-                    .id
-                    .split_once('@')
-                    .is_some_and(|(m, v)| m == model && v == version)
+                || ModelSpec::parse(&card.id) == CheckpointRef::new(model, version).into()
         });
         served.then(|| Arc::new(FakeProbe) as Arc<dyn CheckpointProbe>)
     }
@@ -266,9 +264,9 @@ impl InferenceBackend for FakeBackend {
             .shared
             .models
             .iter()
-            .find(|card| card.id == request.model)
+            .find(|card| ModelSpec::parse(&card.id) == request.model)
             .ok_or_else(|| BackendError::UnknownModel {
-                model: request.model.clone(),
+                model: request.model.to_string(),
             })?;
         if self.shared.overloaded.load(Ordering::SeqCst) {
             return Err(BackendError::Overloaded);

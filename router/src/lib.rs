@@ -36,12 +36,11 @@ pub mod write_timeout;
 
 use std::sync::Arc;
 
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{Request, State};
 use axum::handler::Handler;
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, post_service};
-use axum::Extension;
 use tower::{Layer, ServiceBuilder};
 use tower_http::trace::TraceLayer;
 
@@ -55,7 +54,6 @@ pub use serve::{
 pub use state::{AppState, RouterConfig};
 
 use crate::error::ApiError as Error;
-use crate::layers::body_limit::BodyLimit;
 use crate::layers::request_id::{
     propagate_request_id_layer, set_request_id_layer, SanitizeRequestIdLayer, REQUEST_ID_HEADER,
 };
@@ -98,7 +96,8 @@ pub fn app_with_policy(state: AppState, policy: Option<Arc<policy::PolicyRouting
         // routes again, and every box is cloned for every request.
         .route_layer(
             ServiceBuilder::new()
-                // The body is in memory before the request queues for a slot.
+                // The body is in memory before the request queues for a slot; this layer
+                // is the one that holds the body limit.
                 .layer(layers::json_body::JsonBodyLayer::new(
                     config.max_body_bytes,
                     config.body_read_timeout,
@@ -141,11 +140,6 @@ pub fn app_with_policy(state: AppState, policy: Option<Arc<policy::PolicyRouting
             )
             .layer(propagate_request_id_layer())
             .layer(layers::request_metrics::RequestMetricsLayer)
-            .layer(layers::body_limit::BodyLimitLayer::new(
-                config.max_body_bytes,
-            ))
-            .layer(Extension(BodyLimit(config.max_body_bytes)))
-            .layer(DefaultBodyLimit::max(config.max_body_bytes))
             // Before any handler or body read: a page from a foreign origin gets
             // nothing of the server.
             .layer(layers::origin::OriginLayer::new(&config.allowed_origins)),

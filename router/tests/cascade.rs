@@ -84,7 +84,11 @@ async fn a_sure_answer_is_kept_an_unsure_one_goes_to_the_next_model() {
         "deferred from small@v1: p10 -0.50 < -0.45 over 5 tokens"
     );
     assert_eq!(reply.json()["model"], "large@v1");
-    let models: Vec<String> = fake.submitted().iter().map(|r| r.model.clone()).collect();
+    let models: Vec<String> = fake
+        .submitted()
+        .iter()
+        .map(|r| r.model.to_string())
+        .collect();
     assert_eq!(models[1..], ["small@v1", "large@v1"]);
 
     // The last step is never judged: naming a model skips the cascade.

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use crate::cache_scope::CacheScope;
+use crate::checkpoint_ref::ModelSpec;
 use crate::constraint::{Constraint, Tool, ToolCall};
 use crate::tenant_share::TenantShare;
 
@@ -15,8 +16,8 @@ pub struct GenerationRequest {
     /// The request id (`x-request-id`), with `/<index>` appended when the
     /// router fans one HTTP request out into several generations.
     pub request_id: String,
-    /// The model to run: a name, an alias or `name@version`.
-    pub model: String,
+    /// The model to run: a name or an alias (its active version), or one checkpoint.
+    pub model: ModelSpec,
     /// What to continue.
     pub prompt: Prompt,
     /// Most tokens to generate; `None` means up to the end of the context.

@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use switchyard_kernels::Backend;
 use switchyard_seam::{
-    BackendError, CandidateState, CheckpointProbe, GenerationRequest, GenerationStream,
-    InferenceBackend, ModelCard,
+    BackendError, CandidateState, CheckpointProbe, CheckpointRef, GenerationRequest,
+    GenerationStream, InferenceBackend, ModelCard, ModelSpec,
 };
 use tokio::sync::mpsc;
 
@@ -65,11 +65,11 @@ impl<B: Backend> Engine<B> {
         &self.executor
     }
 
-    /// The resident version `spec` (a name, an alias or `name@version`) names now.
-    fn resolve(&self, spec: &str) -> Result<CheckpointHandle<B>, BackendError> {
-        self.registry.resolve(spec).map_err(|e| match e.kind {
+    /// The resident version `spec` (a name, an alias or one checkpoint) names now.
+    fn resolve(&self, spec: &ModelSpec) -> Result<CheckpointHandle<B>, BackendError> {
+        self.registry.resolve_spec(spec).map_err(|e| match e.kind {
             RegistryErrorKind::NotFound => BackendError::UnknownModel {
-                model: spec.to_owned(),
+                model: spec.to_string(),
             },
             _ => BackendError::invalid("model", e.message),
         })
@@ -115,6 +115,13 @@ impl<B: Backend> InferenceBackend for Engine<B> {
                     BackendError::invalid("max_tokens", error.to_string())
                 }
                 SubmitError::KvShare { .. } => BackendError::invalid("n", error.to_string()),
+                SubmitError::TenantKvShare { fanout, .. } => {
+                    let field = if fanout > 1 { "n" } else { "max_tokens" };
+                    BackendError::invalid(field, error.to_string())
+                }
+                SubmitError::TenantQueueFull { .. } => BackendError::TenantBusy {
+                    message: error.to_string(),
+                },
             })?;
         Ok(receiver)
     }
@@ -147,9 +154,8 @@ impl<B: Backend> InferenceBackend for Engine<B> {
         )))
     }
 
-    fn pin_model(&self, model: &str) -> String {
-        self.registry
-            .resolve(model)
-            .map_or_else(|_| model.to_owned(), |checkpoint| checkpoint.id.to_string())
+    fn pin_model(&self, model: &ModelSpec) -> Option<CheckpointRef> {
+        let checkpoint = self.registry.resolve_spec(model).ok()?;
+        Some(checkpoint.id.clone())
     }
 }

@@ -3,6 +3,7 @@
 pub mod config;
 mod error;
 pub mod llama;
+mod lora_rows;
 mod runs;
 mod step;
 pub mod weights;

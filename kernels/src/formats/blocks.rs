@@ -1,5 +1,6 @@
-//! ggml's block layouts, byte for byte, and scalar accessors shared by
-//! dequantization and the scalar dot products.
+//! What the block types share (see `types/` for each type's own layout):
+//! the little-endian readers, the nibble and K-scale accessors several
+//! types use, and every type's offsets re-exported for the kernels.
 //!
 //! | type | elements | bytes | layout |
 //! |------|----------|-------|--------|
@@ -16,21 +17,20 @@ pub(crate) const QK: usize = 32;
 /// Elements per super-block of the K types.
 pub(crate) const QK_K: usize = 256;
 
-pub(crate) const Q8_0_QS: usize = 2;
-pub(crate) const Q4_0_QS: usize = 2;
-pub(crate) const Q4_1_M: usize = 2;
-pub(crate) const Q4_1_QS: usize = 4;
-pub(crate) const Q5_0_QH: usize = 2;
-pub(crate) const Q5_0_QS: usize = 6;
-pub(crate) const Q5_1_M: usize = 2;
-pub(crate) const Q5_1_QH: usize = 4;
-pub(crate) const Q5_1_QS: usize = 8;
-pub(crate) const Q4K_DMIN: usize = 2;
-pub(crate) const Q4K_SCALES: usize = 4;
-pub(crate) const Q4K_QS: usize = 16;
-pub(crate) const Q6K_QH: usize = 128;
-pub(crate) const Q6K_SCALES: usize = 192;
-pub(crate) const Q6K_D: usize = 208;
+// Each type's offsets live with the type (`types/`); the kernels read
+// them from here.
+pub(crate) use super::types::iq4_nl::{IQ4NL_QS, IQ4_VALUES};
+pub(crate) use super::types::iq4_xs::{iq4xs_scale, IQ4XS_QS};
+pub(crate) use super::types::q2_k::{q2k_quant, q2k_scale_min, Q2K_D, Q2K_DMIN, Q2K_QS};
+pub(crate) use super::types::q3_k::{q3k_quant, q3k_scale, Q3K_D, Q3K_QS, Q3K_SCALES};
+pub(crate) use super::types::q4_0::Q4_0_QS;
+pub(crate) use super::types::q4_1::{Q4_1_M, Q4_1_QS};
+pub(crate) use super::types::q4_k::{q4k_quant, Q4K_DMIN, Q4K_QS, Q4K_SCALES};
+pub(crate) use super::types::q5_0::{Q5_0_QH, Q5_0_QS};
+pub(crate) use super::types::q5_1::{Q5_1_M, Q5_1_QH, Q5_1_QS};
+pub(crate) use super::types::q5_k::{q5k_quant, Q5K_QH, Q5K_QS, Q5K_SCALES};
+pub(crate) use super::types::q6_k::{q6k_quant, Q6K_D, Q6K_QH, Q6K_SCALES};
+pub(crate) use super::types::q8_0::Q8_0_QS;
 
 /// The little-endian f16 at `bytes[at..at + 2]`, widened.
 #[inline]
@@ -58,34 +58,6 @@ pub(crate) fn q4k_scale_min(scales: &[u8], j: usize) -> (u8, u8) {
             (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4),
         )
     }
-}
-
-/// Q4_K: the 4-bit quant of element `e` (0..256) of a block. Each 64
-/// elements share 32 bytes: the first 32 take the low nibbles, the next 32
-/// the high ones.
-#[inline]
-pub(crate) fn q4k_quant(block: &[u8], e: usize) -> u8 {
-    let byte = block[Q4K_QS + 32 * (e / 64) + e % 32];
-    if (e % 64) < 32 {
-        byte & 0x0F
-    } else {
-        byte >> 4
-    }
-}
-
-/// Q6_K: the 6-bit quant (0..64, not yet offset by -32) of element `e`
-/// (0..256) and the index of its 16-element scale, as in ggml's
-/// `dequantize_row_q6_K`.
-#[inline]
-pub(crate) fn q6k_quant(block: &[u8], e: usize) -> (u8, usize) {
-    let half = e / 128;
-    let r = e % 128;
-    let quarter = r / 32;
-    let l = r % 32;
-    let low = block[64 * half + l + 32 * (quarter & 1)];
-    let nibble = if quarter < 2 { low & 0x0F } else { low >> 4 };
-    let high = (block[Q6K_QH + 32 * half + l] >> (2 * quarter)) & 3;
-    (nibble | (high << 4), 8 * half + r / 16)
 }
 
 /// Q4_0/Q4_1: the 4-bit quant of element `j` (0..32) of the 16 nibble bytes.
@@ -167,6 +139,15 @@ pub(crate) fn u32_at(bytes: &[u8], at: usize) -> u32 {
 #[inline]
 pub(crate) fn f32_at(bytes: &[u8], at: usize) -> f32 {
     f32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+}
+
+/// The 2-bit field of element `e` (0..256) in the 64 bytes at `qs` (Q2_K
+/// and Q3_K): each 128 elements share 32 bytes, element `32s + l` of them
+/// at bits `2s..2s+2` of byte `l`.
+#[inline]
+pub(crate) fn two_bits(qs: &[u8], e: usize) -> u8 {
+    let (half, r) = (e / 128, e % 128);
+    (qs[32 * half + r % 32] >> (2 * (r / 32))) & 3
 }
 
 /// Per super-block: each sub-block's `d·sc` and `-dmin·m`.

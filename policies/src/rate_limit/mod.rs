@@ -3,8 +3,9 @@
 //! The policy file sets the limits (`rate_limits` and `key_rate_limits` on a tenant:
 //! see [`crate::RateLimits`]); a [`RateLedger`] keeps what each subject has used in its
 //! current minute. The ledger is a trait so that the counts can move into a ledger
-//! shared between instances (the one budgets use) without the router changing; today
-//! [`LocalRateLedger`] keeps them in the process. The counts are keyed by tenant name
+//! shared between instances (the one budgets use) without the router changing:
+//! [`LocalRateLedger`] keeps them in the process, [`SharedRateLedger`] in a spend
+//! ledger that instances share (Redis), chosen by [`rate_ledger_for`]. The counts are keyed by tenant name
 //! and key digest, not by the policy, so a reload changes the limits and keeps the
 //! counts.
 //!
@@ -39,6 +40,7 @@
 
 mod claims;
 mod local;
+mod shared;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,6 +49,7 @@ use crate::compiled::rate_limit::RateLimits;
 use crate::keys::KeyDigest;
 
 pub use local::LocalRateLedger;
+pub use shared::SharedRateLedger;
 
 /// The length of a rate-limit window.
 pub const RATE_WINDOW: Duration = Duration::from_secs(60);
@@ -100,6 +103,16 @@ pub trait RateLedger: Send + Sync + std::fmt::Debug {
     /// Counts one request and its tokens against every claim if every one has room
     /// (all or nothing); `now_ms` is the wall clock in milliseconds.
     fn take(&self, claims: &[RateClaim], now_ms: u64) -> RateDecision;
+}
+
+/// Where a server counts rate limits: in `ledger` when instances share it
+/// ([`crate::ledger::Ledger::is_shared`]: Redis), else in this process.
+pub fn rate_ledger_for(ledger: &Arc<dyn crate::ledger::Ledger>) -> Arc<dyn RateLedger> {
+    if ledger.is_shared() {
+        Arc::new(SharedRateLedger::new(Arc::clone(ledger)))
+    } else {
+        Arc::new(LocalRateLedger::default())
+    }
 }
 
 impl Quota {

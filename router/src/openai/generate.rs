@@ -99,7 +99,7 @@ pub fn submit_all(
     for (index, request) in (0u32..).zip(requests) {
         // Series are created only after the backend accepted the model name, so
         // label values come from the served models, never from arbitrary input.
-        let model = request.model.clone();
+        let model = request.model.to_string();
         let submitted = Instant::now();
         let stream = backend
             .submit(request)

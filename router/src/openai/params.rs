@@ -9,7 +9,8 @@ use serde_json::Value;
 use crate::error::ApiError;
 use crate::openai::types::StreamOptions;
 use switchyard_seam::{
-    CacheScope, Constraint, GenerationRequest, Prompt, SamplingOptions, TenantShare, Tool,
+    CacheScope, Constraint, GenerationRequest, ModelSpec, Prompt, SamplingOptions, TenantShare,
+    Tool,
 };
 
 /// Most stop strings OpenAI accepts.
@@ -195,7 +196,7 @@ impl GenerationParams {
     pub fn requests(
         &self,
         request_id: &str,
-        model: &str,
+        model: &ModelSpec,
         scope: &CacheScope,
         prompts: Vec<Prompt>,
     ) -> Vec<GenerationRequest> {
@@ -215,7 +216,7 @@ impl GenerationParams {
                     } else {
                         format!("{request_id}/{index}")
                     },
-                    model: model.to_owned(),
+                    model: model.clone(),
                     prompt: prompt.clone(),
                     max_tokens: self.max_tokens,
                     sampling,

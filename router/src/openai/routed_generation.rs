@@ -12,7 +12,7 @@ use crate::openai::generate::{finish_all, submit_all, Choice, Finished, MergedEv
 use crate::policy::routed::RoutedRequest;
 use crate::state::AppState;
 use switchyard_seam::{
-    BackendError, GenerationEvent, GenerationRequest, Prompt, TokenConfidence, Usage,
+    BackendError, GenerationEvent, GenerationRequest, ModelSpec, Prompt, TokenConfidence, Usage,
 };
 
 /// Prompts of at most this many bytes (tool definitions included) are prepared
@@ -28,12 +28,15 @@ const INLINE_PREPARE_BYTES: usize = 16 * 1024;
 pub async fn submit(
     state: &AppState,
     routed: &RoutedRequest,
-    requested_model: &str,
-    make: &(dyn Fn(&str) -> Vec<GenerationRequest> + Sync),
+    requested_model: &ModelSpec,
+    make: &(dyn Fn(&ModelSpec) -> Vec<GenerationRequest> + Sync),
     prompt_field: &'static str,
 ) -> Result<Vec<Choice>, ApiError> {
     if !routed.is_routed() {
-        routed.pin(state.backend().pin_model(requested_model));
+        // Resolved here once: the submits (and any retry) name the checkpoint itself.
+        if let Some(checkpoint) = state.backend().pin_model(requested_model) {
+            routed.pin(checkpoint);
+        }
     }
     loop {
         let model = routed.backend_model(requested_model);
@@ -182,8 +185,8 @@ fn prompt_bytes(requests: &[GenerationRequest]) -> usize {
 pub async fn finish_whole(
     state: &AppState,
     routed: &RoutedRequest,
-    requested_model: &str,
-    make: &(dyn Fn(&str) -> Vec<GenerationRequest> + Sync),
+    requested_model: &ModelSpec,
+    make: &(dyn Fn(&ModelSpec) -> Vec<GenerationRequest> + Sync),
     prompt_field: &'static str,
     n: u32,
 ) -> Result<Vec<Finished>, ApiError> {

@@ -68,7 +68,10 @@ impl RoutedRequest {
         };
         let (model, from) = {
             let state = ticket.lock();
-            (state.summary.model.clone(), state.summary.backend_model())
+            (
+                state.summary.model.clone(),
+                state.summary.checkpoint().to_string(),
+            )
         };
         let Some(current) = policy.model_index(&model) else {
             return false;
@@ -114,12 +117,12 @@ impl RoutedRequest {
         state.summary = RouteSummary::of(&mut route);
         state.summary.cascade = Some(format!("deferred from {from}: {}", verdict.reason));
         state.route = Some(route);
-        tracing::info!(%from, to = %state.summary.backend_model(), reason = %verdict.reason, "cascade deferred");
+        tracing::info!(%from, to = %state.summary.checkpoint().to_string(), reason = %verdict.reason, "cascade deferred");
         true
     }
 }
 
 fn count(summary: &RouteSummary, outcome: &'static str) {
-    ::metrics::counter!(CASCADE_TOTAL, "model" => summary.backend_model(), "outcome" => outcome)
+    ::metrics::counter!(CASCADE_TOTAL, "model" => summary.checkpoint().to_string(), "outcome" => outcome)
         .increment(1);
 }

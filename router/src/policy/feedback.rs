@@ -52,7 +52,7 @@ impl RoutedRequest {
         let state = ticket.lock();
         let summary = &state.summary;
         let answer = Answer {
-            checkpoint: summary.backend_model(),
+            checkpoint: summary.checkpoint().to_string(),
             arm: summary
                 .split_arm
                 .as_ref()

@@ -30,8 +30,7 @@ use switchyard_seam::BackendError;
 use tower::{Layer, Service};
 
 use crate::error::ApiError;
-use crate::layers::body_limit::BodyLimit;
-use crate::layers::json_body::read_error;
+use crate::layers::json_body::JsonBytes;
 use crate::layers::request_id::request_id;
 use crate::layers::Inner;
 use crate::policy::error::PolicyRejection;
@@ -144,13 +143,11 @@ where
     S: Service<Request, Response = Response, Error = Infallible>,
     R: RoutableRequest,
 {
-    let limit = parts
-        .extensions
-        .get::<BodyLimit>()
-        .map_or(usize::MAX, |limit| limit.0);
-    let bytes = match read_body(body, limit).await {
-        Ok(bytes) => bytes,
-        Err(error) => return Ok(error.into_response()),
+    // Read once, by the layer that holds the body limit; without it the app was
+    // assembled wrong, and nothing is served.
+    drop(body);
+    let Some(JsonBytes(bytes)) = parts.extensions.remove::<JsonBytes>() else {
+        return Ok(PolicyRejection::BodyNotRead.into_response());
     };
     let parsed = if bytes.len() <= INLINE_PARSE_BYTES {
         parse_and_route::<R>(routing, limits, &mut parts, &bytes)
@@ -253,13 +250,6 @@ fn rate_refusal(rejection: PolicyRejection) -> Response {
         rate_limit::add_headers(response.headers_mut(), &decision);
     }
     response
-}
-
-/// Reads the whole body, with the same errors as the JSON extractor.
-async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
-    axum::body::to_bytes(body, limit)
-        .await
-        .map_err(|error| read_error(error, limit))
 }
 
 /// Adds `x-switchyard-model`, `-version`, `-route` and `-cost`.

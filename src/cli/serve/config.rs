@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde::Deserialize;
 use switchyard_engine::chat_choice::TemplateSpec;
-use switchyard_engine::serving::CheckpointOptions;
+use switchyard_engine::serving::{AdapterSource, CheckpointOptions};
 
 use crate::cli::device::Device;
 
@@ -90,6 +90,10 @@ pub struct ModelEntry {
     pub chat_template: Option<String>,
     /// The context window, at most the trained context (the default).
     pub ctx_size: Option<usize>,
+    /// A LoRA adapter served under this entry's name over `path` (a PEFT
+    /// folder or a GGUF adapter); `parent` names the base model it is for.
+    pub adapter: Option<PathBuf>,
+    pub parent: Option<String>,
 }
 
 impl ModelEntry {
@@ -102,7 +106,61 @@ impl ModelEntry {
                 .filter(|value| !value.eq_ignore_ascii_case("auto"))
                 .map(|value| TemplateSpec::new(value, "--chat-template")),
             ctx_size: self.ctx_size,
+            adapter: self.adapter.as_ref().map(|path| AdapterSource {
+                path: path.clone(),
+                parent: self
+                    .parent
+                    .clone()
+                    .unwrap_or_else(|| default_name(&self.path)),
+            }),
         }
+    }
+
+    /// An adapter entry from `--lora NAME=PATH` or `NAME=BASE:PATH`, over
+    /// the model of `models` named BASE (or the only one).
+    pub fn lora(spec: &str, models: &[ModelEntry]) -> anyhow::Result<ModelEntry> {
+        let (name, rest) = spec
+            .split_once('=')
+            .ok_or_else(|| anyhow::anyhow!("--lora {spec:?}: give NAME=PATH or NAME=BASE:PATH"))?;
+        let named = rest.split_once(':').and_then(|(base, path)| {
+            models
+                .iter()
+                .find(|m| m.adapter.is_none() && m.served_name() == base)
+                .map(|m| (m, path))
+        });
+        let (base, path) = match named {
+            Some(found) => found,
+            None => {
+                let bases: Vec<&ModelEntry> =
+                    models.iter().filter(|m| m.adapter.is_none()).collect();
+                let [only] = bases.as_slice() else {
+                    anyhow::bail!(
+                        "--lora {spec:?}: {} models are served; name the base as NAME=BASE:PATH \
+                         (BASE one of: {})",
+                        bases.len(),
+                        bases
+                            .iter()
+                            .map(|m| m.served_name())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                };
+                (*only, rest)
+            }
+        };
+        anyhow::ensure!(
+            !name.is_empty() && !path.is_empty(),
+            "--lora {spec:?}: give NAME=PATH or NAME=BASE:PATH"
+        );
+        Ok(ModelEntry {
+            path: base.path.clone(),
+            name: Some(name.to_owned()),
+            version: None,
+            chat_template: base.chat_template.clone(),
+            ctx_size: base.ctx_size,
+            adapter: Some(PathBuf::from(path)),
+            parent: Some(base.served_name()),
+        })
     }
 
     /// The name clients use for this model.
