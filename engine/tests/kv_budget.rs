@@ -385,7 +385,9 @@ on_each_device!(one_tenant_flooding_leaves_the_other_its_part_of_the_budget);
 /// Issue 32: a tenant's requests fill at most its part of the waiting queue,
 /// then get `TenantQueueFull` (429 over HTTP) while another tenant still
 /// queues; one whose caches alone exceed its tenant's part is refused.
-fn a_tenant_past_its_part_of_the_queue_is_refused_and_others_still_queue<B: Backend>(backend: Arc<B>) {
+fn a_tenant_past_its_part_of_the_queue_is_refused_and_others_still_queue<B: Backend>(
+    backend: Arc<B>,
+) {
     let f = fixture(&backend);
     let exec = executor(&f);
     // A quarter of 8 queue places and of 4 blocks: 2 places, 1 block.

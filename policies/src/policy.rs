@@ -38,7 +38,9 @@ impl Policy {
         source_name: &str,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Policy, PolicyError> {
-        let compiled = crate::validate::compile(src, source_name, env)?;
+        let mut compiled = crate::validate::compile(src, source_name, env)?;
+        // Until a source is given, every `quality_from` says what it lacks.
+        crate::compiled::measured::resolve(&mut compiled, &crate::measured::NoMeasurements);
         Ok(Policy {
             live: LiveState::new(&compiled, Arc::new(MemoryLedger::new())),
             compiled,
@@ -55,6 +57,22 @@ impl Policy {
     /// The ledger this policy's budgets are counted in.
     pub fn ledger(&self) -> &Arc<dyn Ledger> {
         &self.live.ledger
+    }
+
+    /// This policy with every `quality_from` figure taken from `source` (see
+    /// [`crate::QualitySource`]): fresh measurements of the active versions replace the
+    /// declared figures; `policy explain` shows where each came from.
+    pub fn resolve_quality(mut self, source: &dyn crate::measured::QualitySource) -> Policy {
+        crate::compiled::measured::resolve(&mut self.compiled, source);
+        self
+    }
+
+    /// Whether some model takes its quality from a measurement.
+    pub fn uses_measured_quality(&self) -> bool {
+        self.compiled
+            .models
+            .iter()
+            .any(|m| m.quality_from.is_some())
     }
 
     /// Reads and validates a policy file.
@@ -87,6 +105,11 @@ impl Policy {
     /// All tenants, in file order.
     pub fn tenants(&self) -> &[Tenant] {
         &self.compiled.tenants
+    }
+
+    /// The `[cascade]` `auto` requests go through, if any.
+    pub fn cascade(&self) -> Option<&crate::compiled::cascade::Cascade> {
+        self.compiled.cascade.as_ref()
     }
 
     /// All splits, in file order.

@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, watch, Notify};
 use switchyard_seam::{
     BackendError, CheckpointProbe, CheckpointRef, FinishReason, GeneratedToken, GenerationEvent,
     GenerationRequest, GenerationStream, InferenceBackend, ModelCard, ModelSpec, Prompt,
-    TopLogprob, Usage,
+    TokenConfidence, TopLogprob, Usage,
 };
 
 /// The model a default fake serves.
@@ -329,6 +329,7 @@ impl Job {
             return;
         }
         let mut produced = 0u32;
+        let mut logprobs = Vec::new();
         let mut finish_reason = FinishReason::Stop;
         for (i, word) in self.shared.reply.iter().enumerate() {
             if produced == self.max_tokens {
@@ -350,6 +351,7 @@ impl Job {
                 tokio::time::sleep(self.shared.token_delay).await;
             }
             let token = self.token(i, word);
+            logprobs.push(Self::logprob(i));
             if self
                 .sender
                 .send(GenerationEvent::Token(token))
@@ -368,13 +370,19 @@ impl Job {
                 cached_tokens: 0,
                 completion_tokens: produced,
             },
+            confidence: TokenConfidence::of(&mut logprobs),
         };
         let _ = self.sender.send(done).await;
     }
 
+    /// The fake's log-probability of its `i`th token: less sure as it goes.
+    fn logprob(i: usize) -> f32 {
+        -0.1 * (i as f32 + 1.0)
+    }
+
     fn token(&self, i: usize, word: &str) -> GeneratedToken {
         let id = 1000 + u32::try_from(i).unwrap_or(u32::MAX - 1000);
-        let logprob = -0.1 * (i as f32 + 1.0);
+        let logprob = Self::logprob(i);
         GeneratedToken {
             text: word.to_owned(),
             id,

@@ -40,7 +40,7 @@ use axum::extract::{Request, State};
 use axum::handler::Handler;
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post_service};
+use axum::routing::{get, post, post_service};
 use tower::{Layer, ServiceBuilder};
 use tower_http::trace::TraceLayer;
 
@@ -83,6 +83,7 @@ pub fn app_with_policy(state: AppState, policy: Option<Arc<policy::PolicyRouting
         policy::PolicyLayer::<openai::chat::ValidatedChatRequest>::new(policy.clone(), limits)
             .layer(openai::chat::chat_completions.with_state(state.clone())),
     );
+    let feedback = post(policy::feedback::feedback).with_state(policy.clone());
     let completions = post_service(
         policy::PolicyLayer::<openai::completions::ValidatedCompletionRequest>::new(policy, limits)
             .layer(openai::completions::completions.with_state(state.clone())),
@@ -110,6 +111,7 @@ pub fn app_with_policy(state: AppState, policy: Option<Arc<policy::PolicyRouting
         .route("/health", get(health::health))
         .route("/ready", get(health::ready))
         .route("/metrics", get(public_metrics))
+        .route("/v1/feedback", feedback)
         .merge(inference)
         .fallback(route_not_found)
         .with_state(state);

@@ -15,6 +15,7 @@ mod backend;
 mod cache_scope;
 mod checkpoint_ref;
 mod checkpoint_state;
+mod confidence;
 mod constraint;
 mod error;
 mod event;
@@ -26,6 +27,7 @@ pub use backend::InferenceBackend;
 pub use cache_scope::{CacheScope, ScopeOwner};
 pub use checkpoint_ref::{CheckpointRef, ModelSpec};
 pub use checkpoint_state::{CandidateState, CheckpointProbe};
+pub use confidence::{TokenConfidence, CONFIDENCE_QUANTILES};
 pub use constraint::{Constraint, Tool, ToolCall, TOOL_CALL_CLOSE, TOOL_CALL_OPEN};
 pub use error::BackendError;
 pub use event::{

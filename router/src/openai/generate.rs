@@ -12,7 +12,7 @@ use crate::error::ApiError;
 use crate::metrics::GenerationMetrics;
 use switchyard_seam::{
     BackendError, FinishReason, GeneratedToken, GenerationEvent, GenerationRequest,
-    GenerationStream, InferenceBackend, Usage,
+    GenerationStream, InferenceBackend, TokenConfidence, Usage,
 };
 
 /// One running generation and its place in the response.
@@ -130,6 +130,8 @@ pub struct Finished {
     pub finish_reason: FinishReason,
     /// Its token counts.
     pub usage: Usage,
+    /// How sure the engine was of its tokens, when it measured that.
+    pub confidence: Option<TokenConfidence>,
 }
 
 /// Waits for one choice to finish.
@@ -145,6 +147,7 @@ pub async fn finish(mut choice: Choice) -> Result<Finished, BackendError> {
             GenerationEvent::Done {
                 finish_reason,
                 usage,
+                confidence,
             } => {
                 return Ok(Finished {
                     index: choice.index,
@@ -152,6 +155,7 @@ pub async fn finish(mut choice: Choice) -> Result<Finished, BackendError> {
                     tokens,
                     finish_reason,
                     usage,
+                    confidence,
                 })
             }
             GenerationEvent::Error(err) => return Err(err),

@@ -11,7 +11,9 @@ use crate::error::ApiError;
 use crate::openai::generate::{finish_all, submit_all, Choice, Finished, MergedEvents, UsageTally};
 use crate::policy::routed::RoutedRequest;
 use crate::state::AppState;
-use switchyard_seam::{BackendError, GenerationEvent, GenerationRequest, ModelSpec, Prompt, Usage};
+use switchyard_seam::{
+    BackendError, GenerationEvent, GenerationRequest, ModelSpec, Prompt, TokenConfidence, Usage,
+};
 
 /// Prompts of at most this many bytes (tool definitions included) are prepared
 /// (templated, tokenized) on the async worker that handles the request; larger ones on
@@ -196,6 +198,12 @@ pub async fn finish_whole(
                 for choice in &finished {
                     tally.add(choice.index, choice.usage);
                 }
+                // Under a `[cascade]`, a too unsure answer goes to the next model.
+                let confidence = least_confidence(&finished);
+                if routed.defer_in_cascade(confidence, tally.total()) {
+                    continue;
+                }
+                routed.note_confidence(confidence);
                 routed.succeeded(tally.total());
                 return Ok(finished);
             }
@@ -206,6 +214,15 @@ pub async fn finish_whole(
             }
         }
     }
+}
+
+/// The confidence of the least sure choice; `None` when some choice measured none.
+fn least_confidence(finished: &[Finished]) -> Option<TokenConfidence> {
+    let mut all = finished.iter().map(|f| f.confidence);
+    let first = all.next()??;
+    all.try_fold(first, |least, next| {
+        Some(TokenConfidence::least(least, next?))
+    })
 }
 
 /// Wraps a streamed request's events so that the route is settled when the stream ends:

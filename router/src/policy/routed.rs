@@ -41,12 +41,18 @@ pub struct RouteSummary {
     pub cache_scope: CacheScope,
     /// The split and arm that chose it, if any.
     pub split_arm: Option<(Arc<str>, Arc<str>)>,
+    /// What the policy's cascade made of the answer (`x-switchyard-cascade`), if the
+    /// request went through one.
+    pub cascade: Option<String>,
+    /// The engine's confidence in the answer (whole-JSON answers), for the quality
+    /// signals recorded with it.
+    pub confidence: Option<switchyard_seam::TokenConfidence>,
 }
 
 impl RouteSummary {
     /// The summary of `route`, taking its explanation (the route keeps only what
     /// settling needs).
-    fn of(route: &mut Route) -> Self {
+    pub(super) fn of(route: &mut Route) -> Self {
         RouteSummary {
             model: Arc::clone(&route.model),
             version: Arc::clone(&route.version),
@@ -56,6 +62,8 @@ impl RouteSummary {
             tenant: route.tenant.clone(),
             cache_scope: route.cache_scope.clone(),
             split_arm: route.split.clone().zip(route.arm.clone()),
+            cascade: None,
+            confidence: None,
         }
     }
 
@@ -89,18 +97,18 @@ impl std::fmt::Debug for RoutedRequest {
 /// One request's routing decision, shared by the layer (for response headers), the
 /// handler and the response stream.
 pub(crate) struct Ticket {
-    routing: Arc<PolicyRouting>,
-    request: RouteRequest,
+    pub(super) routing: Arc<PolicyRouting>,
+    pub(super) request: RouteRequest,
     /// The `x-request-id`, for the usage record of whichever route settles.
-    request_id: String,
+    pub(super) request_id: String,
     started: Instant,
     state: Mutex<TicketState>,
 }
 
-struct TicketState {
+pub(super) struct TicketState {
     /// `None` once settled.
-    route: Option<Route>,
-    summary: RouteSummary,
+    pub(super) route: Option<Route>,
+    pub(super) summary: RouteSummary,
     /// Checkpoints already given up on (fallbacks never go back to one).
     tried: Vec<(Arc<str>, Arc<str>)>,
     /// The largest prompt as the engine counted it, once [`RoutedRequest::cover`] ran.
@@ -200,7 +208,7 @@ impl RoutedRequest {
         self.ticket().is_some()
     }
 
-    fn ticket(&self) -> Option<&Arc<Ticket>> {
+    pub(super) fn ticket(&self) -> Option<&Arc<Ticket>> {
         match &self.0 {
             Decision::Routed(ticket) => Some(ticket),
             Decision::Passthrough(_) => None,
@@ -349,7 +357,7 @@ impl RoutedRequest {
 }
 
 impl Ticket {
-    fn lock(&self) -> MutexGuard<'_, TicketState> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, TicketState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -424,7 +432,7 @@ impl Ticket {
 
 /// Names the request in the usage record its route settles: the request id and the
 /// API key it came with (the ledger keeps only a hash of it).
-fn label(route: &mut Route, request: &RouteRequest, request_id: &str) {
+pub(super) fn label(route: &mut Route, request: &RouteRequest, request_id: &str) {
     let key = match &request.caller {
         switchyard_policies::Caller::ApiKey(key) => Some(key.as_str()),
         _ => None,

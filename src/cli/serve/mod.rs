@@ -195,6 +195,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .write_timeout_secs
         .map_or(ServeOptions::default().write_timeout, Duration::from_secs);
     let settings = settings(args)?;
+    if let (Some(store), Some(root)) = (policy.as_ref().and_then(|p| p.store()), &settings.repo) {
+        // `quality_from` reads the measurements stored with the repository, at load and
+        // whenever one is stored (a gate's run, `eval --save`).
+        if let Err(error) =
+            store.set_quality_source(Arc::new(crate::cli::quality::RepoQuality::new(root)))
+        {
+            problems.push_fatal(format!("{error:#}"));
+        }
+    }
     // The port first: a port in use is said at once, not after the models load.
     let listener = std::net::TcpListener::bind(settings.listen)
         .with_context(|| format!("cannot listen on {}", settings.listen))?;
