@@ -105,12 +105,7 @@ fn cover_and_submit(
             routed.cover(&counts)?;
         }
     }
-    submit_all(
-        state.backend(),
-        requests,
-        state.config().max_fanout,
-        prompt_field,
-    )
+    submit_all(state.backend(), requests, prompt_field)
 }
 
 /// Replaces each prompt with the backend's encoding of it and returns their token

@@ -18,8 +18,8 @@ use switchyard_engine::eval::{evaluate, EvalOptions, Suite, Summary};
 use switchyard_engine::repository::ModelRepository;
 use switchyard_engine::Engine;
 use switchyard_kernels::Backend;
-use switchyard_seam::CheckpointRef;
 use switchyard_router::admin::{AdminError, AdminErrorKind};
+use switchyard_seam::CheckpointRef;
 
 fn invalid(message: String) -> AdminError {
     AdminError {
