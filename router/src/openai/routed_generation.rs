@@ -174,7 +174,8 @@ fn prompt_bytes(requests: &[GenerationRequest]) -> usize {
 
 /// Runs a whole-JSON request to its end: submits (with fallbacks), waits for every
 /// generation, and on a failure before any output falls back again if the policy says
-/// so. Settles `routed` with the usage of the whole request (`n` choices per prompt).
+/// so. Settles `routed` with the usage of the whole request (`n` choices per prompt),
+/// tallied once here and returned with the choices for the response body.
 pub async fn finish_whole(
     state: &AppState,
     routed: &RoutedRequest,
@@ -182,7 +183,7 @@ pub async fn finish_whole(
     make: &(dyn Fn(&ModelSpec) -> Vec<GenerationRequest> + Sync),
     prompt_field: &'static str,
     n: u32,
-) -> Result<Vec<Finished>, ApiError> {
+) -> Result<(Vec<Finished>, Usage), ApiError> {
     loop {
         let choices = submit(state, routed, requested_model, make, prompt_field).await?;
         match finish_all(choices).await {
@@ -191,8 +192,9 @@ pub async fn finish_whole(
                 for choice in &finished {
                     tally.add(choice.index, choice.usage);
                 }
-                routed.succeeded(tally.total());
-                return Ok(finished);
+                let usage = tally.total();
+                routed.succeeded(usage);
+                return Ok((finished, usage));
             }
             Err(error) if routed.fall_back(&error) => continue,
             Err(error) => {
