@@ -37,5 +37,6 @@ pub use event::{
 pub use model_card::ModelCard;
 pub use request::{
     ChatMessage, GenerationRequest, Prompt, Role, SamplingOptions, SamplingRangeError,
+    MAX_TOP_LOGPROBS,
 };
 pub use tenant_share::TenantShare;

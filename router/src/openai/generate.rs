@@ -60,41 +60,14 @@ impl Choice {
     }
 }
 
-/// Refuses a request that would fan out into more than `max_fanout` generations
-/// (`prompts` × `n`), before any of them is built: a 4 MB body can name a million
-/// prompts, and building prompts × n copies first would cost gigabytes.
-pub fn check_fanout(prompts: usize, n: Option<i64>, max_fanout: u32) -> Result<(), ApiError> {
-    // An `n` out of range is the validator's to report, with its own message.
-    let n = n
-        .filter(|n| (1..=crate::openai::params::MAX_N).contains(n))
-        .unwrap_or(1);
-    let total = prompts.saturating_mul(usize::try_from(n).unwrap_or(1));
-    if total > max_fanout as usize {
-        return Err(fanout_error(total, max_fanout));
-    }
-    Ok(())
-}
-
-fn fanout_error(total: usize, max_fanout: u32) -> ApiError {
-    ApiError::InvalidValue {
-        param: "n".to_owned(),
-        message: format!(
-            "the request asks for {total} generations (n x prompts); this server allows at most {max_fanout} per request."
-        ),
-    }
-}
-
 /// Submits every request, in order. If one is refused, the ones already
 /// submitted are dropped (and so cancelled) and the refusal is returned.
 pub fn submit_all(
     backend: &dyn InferenceBackend,
     requests: Vec<GenerationRequest>,
-    max_fanout: u32,
     prompt_field: &'static str,
 ) -> Result<Vec<Choice>, ApiError> {
-    if requests.len() > max_fanout as usize {
-        return Err(fanout_error(requests.len(), max_fanout));
-    }
+    // Their count was checked once, when the request was validated (`check_fanout`).
     let mut choices = Vec::with_capacity(requests.len());
     for (index, request) in (0u32..).zip(requests) {
         // Series are created only after the backend accepted the model name, so

@@ -20,8 +20,7 @@ use crate::error::ApiError;
 use crate::openai::chat::ValidatedChatRequest;
 use crate::openai::completions::ValidatedCompletionRequest;
 use crate::openai::extract::{parse_json_object, try_parse_json_object};
-use crate::openai::generate::check_fanout;
-use crate::openai::params::ResponseMode;
+use crate::openai::params::{check_fanout, ResponseMode};
 use crate::openai::types::{ChatCompletionRequest, CompletionRequest};
 use crate::policy::{ParseLimits, RoutableRequest, RoutingFields};
 

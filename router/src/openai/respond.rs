@@ -9,7 +9,7 @@ use switchyard_seam::{ModelSpec, Prompt, Usage};
 use crate::error::ApiError;
 use crate::layers::request_id::request_id;
 use crate::layers::request_metrics::labelled_response;
-use crate::openai::generate::{merge, Finished, UsageTally};
+use crate::openai::generate::{merge, Finished};
 use crate::openai::params::{GenerationParams, ResponseMode};
 use crate::openai::routed_generation::{finish_whole, observe, submit};
 use crate::openai::unix_now;
@@ -130,18 +130,14 @@ async fn run<A: Answer>(
             ))
         }
         ResponseMode::Whole => {
-            let finished =
+            let (finished, usage) =
                 finish_whole(state, routed, requested, &make, A::PROMPT_FIELD, params.n).await?;
             let head = Head {
                 id,
                 created,
                 model: routed.backend_model(requested).to_string(),
             };
-            let mut tally = UsageTally::new(params.n);
-            for choice in &finished {
-                tally.add(choice.index, choice.usage);
-            }
-            answer.whole(head, finished, tally.total())
+            answer.whole(head, finished, usage)
         }
     }
 }

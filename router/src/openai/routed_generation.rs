@@ -107,12 +107,7 @@ fn cover_and_submit(
             routed.cover(&counts)?;
         }
     }
-    submit_all(
-        state.backend(),
-        requests,
-        state.config().max_fanout,
-        prompt_field,
-    )
+    submit_all(state.backend(), requests, prompt_field)
 }
 
 /// Replaces each prompt with the backend's encoding of it and returns their token
@@ -181,7 +176,8 @@ fn prompt_bytes(requests: &[GenerationRequest]) -> usize {
 
 /// Runs a whole-JSON request to its end: submits (with fallbacks), waits for every
 /// generation, and on a failure before any output falls back again if the policy says
-/// so. Settles `routed` with the usage of the whole request (`n` choices per prompt).
+/// so. Settles `routed` with the usage of the whole request (`n` choices per prompt),
+/// tallied once here and returned with the choices for the response body.
 pub async fn finish_whole(
     state: &AppState,
     routed: &RoutedRequest,
@@ -189,7 +185,7 @@ pub async fn finish_whole(
     make: &(dyn Fn(&ModelSpec) -> Vec<GenerationRequest> + Sync),
     prompt_field: &'static str,
     n: u32,
-) -> Result<Vec<Finished>, ApiError> {
+) -> Result<(Vec<Finished>, Usage), ApiError> {
     loop {
         let choices = submit(state, routed, requested_model, make, prompt_field).await?;
         match finish_all(choices).await {
@@ -198,14 +194,15 @@ pub async fn finish_whole(
                 for choice in &finished {
                     tally.add(choice.index, choice.usage);
                 }
+                let usage = tally.total();
                 // Under a `[cascade]`, a too unsure answer goes to the next model.
                 let confidence = least_confidence(&finished);
-                if routed.defer_in_cascade(confidence, tally.total()) {
+                if routed.defer_in_cascade(confidence, usage) {
                     continue;
                 }
                 routed.note_confidence(confidence);
-                routed.succeeded(tally.total());
-                return Ok(finished);
+                routed.succeeded(usage);
+                return Ok((finished, usage));
             }
             Err(error) if routed.fall_back(&error) => continue,
             Err(error) => {
