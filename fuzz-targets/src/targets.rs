@@ -11,7 +11,7 @@ use switchyard_policies::{route, Caller, IdleEngine, ModelHint, Policy, RouteReq
 use switchyard_router::openai::chat::ValidatedChatRequest;
 use switchyard_router::openai::completions::ValidatedCompletionRequest;
 use switchyard_router::openai::extract::parse_json_object;
-use switchyard_router::openai::generate::check_fanout;
+use switchyard_router::openai::params::check_fanout;
 use switchyard_router::openai::types::{ChatCompletionRequest, CompletionRequest};
 use switchyard_seam::{ChatMessage, Role};
 
