@@ -7,7 +7,7 @@ use std::ops::Range;
 
 use switchyard_kernels::{Backend, LoraRows};
 
-use super::step::ModelPart;
+use super::part::ModelPart;
 use super::ModelError;
 use crate::adapter::{ResidentAdapter, Target};
 

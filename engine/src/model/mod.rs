@@ -4,10 +4,12 @@ pub mod config;
 mod error;
 pub mod llama;
 mod lora_rows;
+mod part;
 mod runs;
 mod step;
 pub mod weights;
 
 pub use error::ModelError;
 pub use llama::{LlamaModel, LogitRows, Scratch, SequenceChunk};
-pub use step::{forward_many, ModelPart};
+pub use part::ModelPart;
+pub use step::forward_many;

@@ -14,20 +14,11 @@ use switchyard_kernels::{AttentionRows, Backend, MatmulInput, MatmulProduct};
 use super::config::{Activation, ModelConfig};
 use super::llama::{LlamaModel, LogitRows, Scratch, SequenceChunk};
 use super::lora_rows::AdapterRuns;
+use super::part::ModelPart;
 use super::runs::{by_runs, runs, Gather, Run, SameTensor, Widths};
 use super::weights::LayerWeights;
 use super::ModelError;
 use crate::adapter::{ResidentAdapter, Target};
-
-/// One checkpoint's share of a step: its weights and its sequences' chunks.
-pub struct ModelPart<'s, 'a, B: Backend> {
-    pub model: &'s LlamaModel<B>,
-    pub chunks: &'s mut [SequenceChunk<'a>],
-    /// The LoRA adapter over the part's weights, if any: its low-rank
-    /// updates are added to this part's rows only. Parts that differ only
-    /// in their adapter share every base product of the step.
-    pub adapter: Option<&'s ResidentAdapter<B>>,
-}
 
 /// One checkpoint alone: a step of one part.
 impl<B: Backend> LlamaModel<B> {

@@ -38,6 +38,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod choose;
 mod claims;
 mod local;
 mod shared;
@@ -48,6 +49,7 @@ use std::time::Duration;
 use crate::compiled::rate_limit::RateLimits;
 use crate::keys::KeyDigest;
 
+pub use choose::rate_ledger_for;
 pub use local::LocalRateLedger;
 pub use shared::SharedRateLedger;
 
@@ -103,16 +105,6 @@ pub trait RateLedger: Send + Sync + std::fmt::Debug {
     /// Counts one request and its tokens against every claim if every one has room
     /// (all or nothing); `now_ms` is the wall clock in milliseconds.
     fn take(&self, claims: &[RateClaim], now_ms: u64) -> RateDecision;
-}
-
-/// Where a server counts rate limits: in `ledger` when instances share it
-/// ([`crate::ledger::Ledger::is_shared`]: Redis), else in this process.
-pub fn rate_ledger_for(ledger: &Arc<dyn crate::ledger::Ledger>) -> Arc<dyn RateLedger> {
-    if ledger.is_shared() {
-        Arc::new(SharedRateLedger::new(Arc::clone(ledger)))
-    } else {
-        Arc::new(LocalRateLedger::default())
-    }
 }
 
 impl Quota {

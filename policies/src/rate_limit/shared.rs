@@ -28,7 +28,7 @@ use crate::ledger::{new_hold_id, Hold, Ledger, LedgerError, WindowId};
 pub struct SharedRateLedger {
     ledger: Arc<dyn Ledger>,
     /// Counts while the ledger is unreachable.
-    fallback: super::LocalRateLedger,
+    fallback: super::local::LocalRateLedger,
 }
 
 impl SharedRateLedger {
@@ -36,7 +36,7 @@ impl SharedRateLedger {
     pub fn new(ledger: Arc<dyn Ledger>) -> Self {
         SharedRateLedger {
             ledger,
-            fallback: super::LocalRateLedger::default(),
+            fallback: super::local::LocalRateLedger::default(),
         }
     }
 }

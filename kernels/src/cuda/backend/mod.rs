@@ -16,6 +16,7 @@
 mod attend;
 mod ops_impl;
 mod products;
+mod scratch;
 mod tensors;
 
 use std::sync::Mutex;
@@ -57,7 +58,7 @@ pub struct CudaBackend {
     /// Buffers the products reuse across calls (q8_1 activations, F16
     /// weights and activations for cuBLAS), held for a whole
     /// `matmul_many`: the backend's only lock.
-    scratch: Mutex<products::Scratch>,
+    scratch: Mutex<scratch::Scratch>,
 }
 
 impl CudaBackend {
@@ -75,7 +76,7 @@ impl CudaBackend {
             memory,
             weights,
             blas,
-            scratch: Mutex::new(products::Scratch::default()),
+            scratch: Mutex::new(scratch::Scratch::default()),
         })
     }
 

@@ -14,6 +14,7 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr,
 use super::super::memory::DeviceMemory;
 use super::super::ops::{self, MatvecInput};
 use super::super::ops_layers;
+use super::scratch::Scratch;
 use super::tensors::{CudaActivations, CudaMatrix, CudaVector};
 use super::{device_err, driver_err, poisoned, CudaBackend};
 use crate::{DType, KernelError};
@@ -24,15 +25,6 @@ use crate::{DType, KernelError};
 /// F16 path writes and reads them at 2 bytes an element: about even for
 /// 4-bit weights. To be tuned by `scripts/gpu-check.sh` on a GPU.
 pub const DECODE_MAX_ROWS: usize = 32;
-
-/// Buffers reused across calls, grown as needed.
-#[derive(Default)]
-pub(crate) struct Scratch {
-    q: Option<CudaSlice<i8>>,
-    ds: Option<CudaSlice<f32>>,
-    w16: Option<CudaSlice<u16>>,
-    x16: Option<CudaSlice<u16>>,
-}
 
 fn grow<'a, T: DeviceRepr + ValidAsZeroBits>(
     stream: &Arc<CudaStream>,
