@@ -180,12 +180,24 @@ def geo(rng: random.Random, count: int) -> list[dict]:
     return items
 
 
+def geo_gen(rng: random.Random, count: int) -> list[dict]:
+    """The geo facts as generation: three answered questions as shots, then one."""
+    by_country, cities = geo_facts()
+    facts = [(f"the country {name}", cont) for name, cont in sorted(by_country.items())]
+    facts += [(f"the city {city}", cont) for city, cont in sorted(cities.items())]
+    rng.shuffle(facts)
+    question = "Question: On which continent is {}?\nAnswer:"
+    shots = "".join(question.format(place) + f" {continent}\n\n" for place, continent in facts[:3])
+    return [{"prompt": shots + question.format(place), "answer": continent} for place, continent in facts[3:3 + count]]
+
+
 SUITES = {
     "arith": (arith, 300),
     "units": (units, 200),
     "strings": (strings, 200),
     "geo": (geo, 200),
     "arith-gen": (arith_gen, 100),
+    "geo-gen": (geo_gen, 200),
 }
 
 

@@ -17,12 +17,19 @@
 #      small and Llama-7B shapes (decoders and F16 decoders bit for bit,
 #      decode matmuls max abs/rel error), the per-layer kernels (norms,
 #      RoPE, gated activations, softmax, paged attention) against the CPU
-#      or an f64 reference, 10,000 pointer-table swaps with
-#      outputs checked (swap p50/p99), decode GB/s against the copy rate;
-#   2. compute-sanitizer memcheck on cuda_check --quick;
+#      or an f64 reference, CudaBackend against CpuBackend through the
+#      Backend trait (matmul paths, attention over block tables), 10,000
+#      pointer-table swaps with
+#      outputs checked (swap p50/p99), decode GB/s against the copy rate,
+#      a Llama-7B Q4_K decode step captured as a CUDA graph and replayed
+#      after each of 10,000 swaps between two checkpoints (outputs equal
+#      to the eager step's, swap p50/p99, weight GB/s), and the backend's
+#      Llama-7B F16 decode tokens/s at batch 1/16/64 (the Backend trait);
+#   2. compute-sanitizer memcheck on cuda_check --quick (kernels, layers,
+#      the backend against the CPU at small shapes);
 #   3. PyTorch: F16 GEMV GB/s at the same shapes and `transformers` decode
-#      tokens/s of a synthetic Llama-7B at batch 1/16/64 (the baseline the
-#      backend's decode is to be compared against once it exists).
+#      tokens/s of a synthetic Llama-7B at batch 1/16/64, then one line per
+#      batch comparing the backend's tokens/s with it.
 # Exit: 0 passed (or a dry run stopped where it should), 1 a check failed,
 # 3 no usable GPU on a real run.
 set -uo pipefail
@@ -92,7 +99,16 @@ run() {
   else
     note '{"check":"torch","skipped":"PyTorch not installed"}'
   fi
-  note '{"check":"pending","what":"synthetic Llama-7B decode through a captured CUDA graph and decode tokens/s against transformers: need the CUDA Backend implementation (after issue 33)"}'
+  # The comparison: switchyard's decode tokens/s over transformers', per batch.
+  python3 - "$report" >>"$report" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
+ours = {r["batch"]: r["tokens_per_s"] for r in rows if r.get("check") == "switchyard_llama7b_decode" and "batch" in r}
+theirs = {r["batch"]: r["tokens_per_s"] for r in rows if r.get("check") == "torch_llama7b_decode" and "batch" in r}
+for b in sorted(set(ours) & set(theirs)):
+    print(json.dumps({"check": "decode_vs_transformers", "batch": b, "switchyard_tokens_per_s": ours[b],
+                      "transformers_tokens_per_s": theirs[b], "ratio": round(ours[b] / theirs[b], 3)}))
+PY
   echo "gpu-check: report $report"
   return $failed
 }
@@ -101,5 +117,5 @@ case "${1:-}" in
   prepare) prepare ;;
   run) run "${2:-$carry/out}" 0 ;;
   --dry-run) prepare && run "${2:-$carry/dry-run}" 1 ;;
-  *) sed -n '2,27p' "$0"; exit 2 ;;
+  *) sed -n '2,34p' "$0"; exit 2 ;;
 esac

@@ -7,6 +7,7 @@
 //! request passes through (`prompt`, `serving`, `model`, `sampling`) and the
 //! checkpoints they run on (`registry`, `repository`, `store`, `formats`).
 
+pub mod adapter;
 pub mod chat;
 pub mod chat_choice;
 pub mod chat_tools;
@@ -21,6 +22,7 @@ pub mod repository;
 pub mod sampling;
 pub mod serving;
 pub mod session;
+pub mod speculate;
 pub mod store;
 pub mod structured;
 pub mod synthetic;

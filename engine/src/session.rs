@@ -7,6 +7,7 @@ use switchyard_kernels::Backend;
 
 use switchyard_kernels::KvPrefix;
 
+use crate::adapter::ResidentAdapter;
 use crate::kv::{KvBlocks, KvConfig, KvError, KvPool, SequenceKv};
 use crate::model::{LlamaModel, LogitRows, ModelError, Scratch, SequenceChunk};
 
@@ -30,6 +31,7 @@ pub struct Session<'m, B: Backend> {
     cache: SequenceKv<B>,
     scratch: Scratch<B>,
     len: usize,
+    adapter: Option<&'m ResidentAdapter<B>>,
 }
 
 impl<'m, B: Backend> Session<'m, B> {
@@ -60,7 +62,15 @@ impl<'m, B: Backend> Session<'m, B> {
             cache: SequenceKv::for_model(backend, &blocks, model, capacity, KvPrefix::none())?,
             scratch: model.new_scratch(backend),
             len: 0,
+            adapter: None,
         })
+    }
+
+    /// This session with `adapter`'s updates over the base (for every
+    /// token fed from now on).
+    pub fn with_adapter(mut self, adapter: Option<&'m ResidentAdapter<B>>) -> Self {
+        self.adapter = adapter;
+        self
     }
 
     /// Tokens the sequence holds so far.
@@ -75,6 +85,16 @@ impl<'m, B: Backend> Session<'m, B> {
     /// The sequence's KV cache (to read its memory use).
     pub fn cache(&self) -> &SequenceKv<B> {
         &self.cache
+    }
+
+    /// Forgets the tokens from `len` on (a speculative draft's rejected
+    /// tokens): the next [`Session::feed`] continues from `len`.
+    pub fn truncate(&mut self, len: usize) -> Result<(), KvError> {
+        if len < self.len {
+            self.cache.truncate(len)?;
+            self.len = len;
+        }
+        Ok(())
     }
 
     /// Appends `tokens` and returns their embedding: the mean of their final
@@ -95,6 +115,7 @@ impl<'m, B: Backend> Session<'m, B> {
             let mut parts = [crate::model::ModelPart {
                 model: self.model,
                 chunks: &mut batch,
+                adapter: self.adapter,
             }];
             let mut store = blocks.lock();
             let out = crate::model::forward_step(
@@ -134,10 +155,11 @@ impl<'m, B: Backend> Session<'m, B> {
                 table: self.cache.prepare(self.backend, positions)?,
                 logits: wanted,
             }];
-            logits.extend(self.model.forward(
+            logits.extend(self.model.forward_adapted(
                 self.backend,
                 &mut blocks.lock(),
                 &mut batch,
+                self.adapter,
                 &mut self.scratch,
             )?);
             self.len += piece.len();

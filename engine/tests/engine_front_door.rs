@@ -119,6 +119,7 @@ fn greedy_tokens_equal_the_model_run_directly() {
         Some(GenerationEvent::Done {
             usage,
             finish_reason,
+            ..
         }) => {
             assert_eq!(usage.prompt_tokens, 5);
             let reason = if expected.len() == 8 {

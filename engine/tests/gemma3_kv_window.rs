@@ -8,30 +8,33 @@
 //! would hold follows from the reservation, which a cache never exceeds.
 #![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
+#[path = "support/devices.rs"]
+#[macro_use]
+mod devices;
 #[path = "support/real_models.rs"]
 mod real_models;
+
+use std::sync::Arc;
 
 use switchyard_engine::formats::load_checkpoint;
 use switchyard_engine::kv::{KvConfig, KvPool};
 use switchyard_engine::model::{LlamaModel, LogitRows};
 use switchyard_engine::session::Session;
-use switchyard_kernels::cpu::CpuBackend;
-use switchyard_kernels::KvType;
+use switchyard_kernels::{Backend, KvType};
 
 /// Positions per KV block and per-block bytes of one Gemma 3 270M layer
 /// (1 KV head × 256 dims, keys and values, f16).
 const KV_BLOCK: usize = 1024;
 const BLOCK_BYTES: usize = 2 * KV_BLOCK * 256 * 2;
 
-#[test]
-fn gemma3_local_layers_hold_a_ring_only_the_global_ones_grow() {
+fn gemma3_local_layers_hold_a_ring_only_the_global_ones_grow<B: Backend>(backend: Arc<B>) {
     let checkpoint = load_checkpoint(&real_models::gemma3()).unwrap();
-    let backend = CpuBackend::new(2);
+    let backend = &*backend;
     let kv = KvPool::new(KvConfig {
         dtype: KvType::F16,
         ..KvConfig::default()
     });
-    let model = LlamaModel::load(&backend, &checkpoint).unwrap();
+    let model = LlamaModel::load(backend, &checkpoint).unwrap();
     let windows = model.config().layer_windows();
     let globals: Vec<usize> = (0..windows.len())
         .filter(|l| windows[*l].is_none())
@@ -45,7 +48,7 @@ fn gemma3_local_layers_hold_a_ring_only_the_global_ones_grow() {
 
     let context = model.config().context_length;
     assert_eq!(context, 32_768);
-    let mut session = Session::with_kv(&backend, &model, &kv, context).unwrap();
+    let mut session = Session::with_kv(backend, &model, &kv, context).unwrap();
     // A ring of the window plus a prompt piece's slack (128): one block.
     let ring = 1;
     // Everything 32k will ever take: 116.4 MB, against 604 MB were every
@@ -85,3 +88,4 @@ fn gemma3_local_layers_hold_a_ring_only_the_global_ones_grow() {
     }
     assert_eq!(fed, 2048);
 }
+on_each_device!(gemma3_local_layers_hold_a_ring_only_the_global_ones_grow);

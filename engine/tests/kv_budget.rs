@@ -4,6 +4,9 @@
 //! running sequences go on, and every reservation comes back.
 #![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
+#[path = "support/devices.rs"]
+#[macro_use]
+mod devices;
 #[path = "support/served.rs"]
 mod served;
 
@@ -19,7 +22,7 @@ use switchyard_engine::serving::{
     SequenceRequest, SubmitError,
 };
 use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
-use switchyard_kernels::cpu::CpuBackend;
+use switchyard_kernels::Backend;
 use switchyard_kernels::DType;
 use switchyard_kernels::KvType;
 
@@ -29,23 +32,24 @@ const BLOCK: usize = 32;
 /// The budget in blocks of every layer: 128 positions.
 const BUDGET_BLOCKS: usize = 4;
 
-struct Fixture {
-    backend: Arc<CpuBackend>,
+struct Fixture<B: Backend> {
+    backend: Arc<B>,
     /// The executor's KV settings.
     kv: KvConfig,
-    checkpoint: CheckpointHandle<CpuBackend>,
+    checkpoint: CheckpointHandle<B>,
     _dir: tempfile::TempDir,
 }
 
 /// A synthetic SmolLM2 (context 256) on a backend whose F16 KV budget holds
 /// [`BUDGET_BLOCKS`] blocks of every layer.
-fn fixture() -> Fixture {
-    fixture_of(KvType::F16).0
+fn fixture<B: Backend>(backend: &Arc<B>) -> Fixture<B> {
+    fixture_of(backend, KvType::F16).0
 }
 
 /// As [`fixture`] for a KV type, with the bytes of one block of every
 /// layer: 2 bytes an element for F16, 34 bytes per 32 for Q8_0.
-fn fixture_of(dtype: KvType) -> (Fixture, usize) {
+fn fixture_of<B: Backend>(backend: &Arc<B>, dtype: KvType) -> (Fixture<B>, usize) {
+    let backend = Arc::clone(backend);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("smollm2-q8.gguf");
     let spec = SyntheticSpec {
@@ -55,8 +59,7 @@ fn fixture_of(dtype: KvType) -> (Fixture, usize) {
     };
     write_gguf(&spec, &path).unwrap();
     let checkpoint = load_checkpoint(&path).unwrap();
-    let probe = CpuBackend::new(1);
-    let model = LlamaModel::load(&probe, &checkpoint).unwrap();
+    let model = LlamaModel::load(&*backend, &checkpoint).unwrap();
     let c = model.config();
     assert_eq!(
         c.context_length, 256,
@@ -68,13 +71,12 @@ fn fixture_of(dtype: KvType) -> (Fixture, usize) {
         KvType::F16 => elements * 2,
         KvType::Q8_0 => elements / 32 * 34,
     };
-    let backend = Arc::new(CpuBackend::new(2));
     let kv = KvConfig {
         dtype,
         budget_bytes: BUDGET_BLOCKS * block_bytes,
         block_positions: BLOCK,
     };
-    let checkpoint = served::serve(&backend, &path);
+    let checkpoint = served::serve(&*backend, &path);
     let fixture = Fixture {
         backend,
         kv,
@@ -118,7 +120,7 @@ fn request(
     (request, receiver)
 }
 
-fn executor(f: &Fixture) -> Executor<CpuBackend> {
+fn executor<B: Backend>(f: &Fixture<B>) -> Executor<B> {
     let config = ExecutorConfig {
         max_active: 8,
         max_queued: 8,
@@ -129,7 +131,7 @@ fn executor(f: &Fixture) -> Executor<CpuBackend> {
     Executor::spawn(f.backend.clone(), config, Arc::new(NoObserver)).unwrap()
 }
 
-fn submit(exec: &Executor<CpuBackend>, f: &Fixture, request: SequenceRequest) {
+fn submit<B: Backend>(exec: &Executor<B>, f: &Fixture<B>, request: SequenceRequest) {
     exec.submit(&f.checkpoint, request).unwrap();
 }
 
@@ -146,9 +148,8 @@ fn finish(rx: &mpsc::Receiver<SequenceEvent>) -> (usize, FinishReason) {
     }
 }
 
-#[test]
-fn a_cache_that_can_never_fit_is_refused_with_what_to_change() {
-    let f = fixture();
+fn a_cache_that_can_never_fit_is_refused_with_what_to_change<B: Backend>(backend: Arc<B>) {
+    let f = fixture(&backend);
     let exec = executor(&f);
     let pool = Arc::clone(exec.kv_pool());
     let refusal = |prompt_len, max_tokens| {
@@ -194,10 +195,10 @@ fn a_cache_that_can_never_fit_is_refused_with_what_to_change() {
     exec.shutdown();
     assert_eq!(pool.reserved_bytes(), 0);
 }
+on_each_device!(a_cache_that_can_never_fit_is_refused_with_what_to_change);
 
-#[test]
-fn a_cache_that_fits_later_waits_while_the_running_sequence_goes_on() {
-    let f = fixture();
+fn a_cache_that_fits_later_waits_while_the_running_sequence_goes_on<B: Backend>(backend: Arc<B>) {
+    let f = fixture(&backend);
     let exec = executor(&f);
     let pool = Arc::clone(exec.kv_pool());
     // Each needs 3 of the 4 blocks: the second waits for the first.
@@ -226,10 +227,10 @@ fn a_cache_that_fits_later_waits_while_the_running_sequence_goes_on() {
     exec.shutdown();
     assert_eq!(pool.reserved_bytes(), 0);
 }
+on_each_device!(a_cache_that_fits_later_waits_while_the_running_sequence_goes_on);
 
-#[test]
-fn a_q8_0_budget_admits_exactly_its_blocks() {
-    let (f, block_bytes) = fixture_of(KvType::Q8_0);
+fn a_q8_0_budget_admits_exactly_its_blocks<B: Backend>(backend: Arc<B>) {
+    let (f, block_bytes) = fixture_of(&backend, KvType::Q8_0);
     let exec = executor(&f);
     let pool = Arc::clone(exec.kv_pool());
     // One position past the budget's blocks needs a fifth block: refused,
@@ -259,13 +260,13 @@ fn a_q8_0_budget_admits_exactly_its_blocks() {
     exec.shutdown();
     assert_eq!(pool.reserved_bytes(), 0);
 }
+on_each_device!(a_q8_0_budget_admits_exactly_its_blocks);
 
 /// Issue 32, case 4: a request waiting for room at the head of the line no
 /// longer holds everyone behind it: a younger one that fits what is free
 /// runs past it (a bounded number of times), and the head runs when room comes.
-#[test]
-fn a_small_request_passes_a_head_that_waits_for_room() {
-    let f = fixture();
+fn a_small_request_passes_a_head_that_waits_for_room<B: Backend>(backend: Arc<B>) {
+    let f = fixture(&backend);
     let exec = executor(&f);
     // 3 of the 4 blocks run; the head waits for 3; the small one needs the 1 free.
     let (first, first_rx) = request(5, Some(80));
@@ -295,12 +296,12 @@ fn a_small_request_passes_a_head_that_waits_for_room() {
     exec.shutdown();
     assert_eq!(pool.reserved_bytes(), 0);
 }
+on_each_device!(a_small_request_passes_a_head_that_waits_for_room);
 
 /// Issue 32, case 4: one request's generations together may reserve at most
 /// half of the KV budget (`n: 16` of long generations held 95% of it).
-#[test]
-fn a_request_fanning_out_past_its_share_of_the_budget_is_refused() {
-    let f = fixture();
+fn a_request_fanning_out_past_its_share_of_the_budget_is_refused<B: Backend>(backend: Arc<B>) {
+    let f = fixture(&backend);
     let exec = executor(&f);
     let (large, _rx) = request(5, Some(80));
     // One generation of 3 blocks is fine; two (6 of 4 blocks, share 2) are not.
@@ -316,3 +317,123 @@ fn a_request_fanning_out_past_its_share_of_the_budget_is_refused() {
     assert_eq!(exec.kv_pool().reserved_bytes(), 0);
     exec.shutdown();
 }
+on_each_device!(a_request_fanning_out_past_its_share_of_the_budget_is_refused);
+
+/// A request of `tenant` allowed `permille` thousandths of the budget and queue.
+fn tenant_request(
+    tenant: &str,
+    permille: u16,
+    max_tokens: usize,
+) -> (SequenceRequest, mpsc::Receiver<SequenceEvent>) {
+    let (mut request, receiver) = request(5, Some(max_tokens));
+    request.share = switchyard_seam::TenantShare::new(tenant, 1).with_kv_permille(permille);
+    (request, receiver)
+}
+
+/// Issue 32: one tenant's requests together reserve at most its part of the
+/// KV budget (`kv_share`). Half each: a tenant flooding two-block requests
+/// runs one at a time, and the other tenant's request runs beside it at
+/// once, although the flood came first (before, the flood's second request
+/// took the free half and the other tenant waited for the first to end).
+fn one_tenant_flooding_leaves_the_other_its_part_of_the_budget<B: Backend>(backend: Arc<B>) {
+    let f = fixture(&backend);
+    let exec = executor(&f);
+    // 5 + 50 positions: two of the four blocks, one tenant's half.
+    let (heavy_first, heavy_first_rx) = tenant_request("heavy", 500, 50);
+    submit(&exec, &f, heavy_first);
+    assert!(matches!(
+        heavy_first_rx
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap(),
+        SequenceEvent::Token(_)
+    ));
+    let (heavy_second, heavy_second_rx) = tenant_request("heavy", 500, 50);
+    let (heavy_third, heavy_third_rx) = tenant_request("heavy", 500, 50);
+    let (light, light_rx) = tenant_request("light", 500, 50);
+    submit(&exec, &f, heavy_second);
+    submit(&exec, &f, heavy_third);
+    submit(&exec, &f, light);
+    let timed = |rx: mpsc::Receiver<SequenceEvent>| {
+        std::thread::spawn(move || {
+            let first = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+            let started = std::time::Instant::now();
+            assert!(matches!(first, SequenceEvent::Token(_)), "{first:?}");
+            let finished = finish(&rx);
+            (started, finished, std::time::Instant::now())
+        })
+    };
+    let first = timed(heavy_first_rx);
+    let second = timed(heavy_second_rx);
+    let third = timed(heavy_third_rx);
+    let (light_started, light_finished, _) = timed(light_rx).join().unwrap();
+    let (_, first_finished, first_done) = first.join().unwrap();
+    let (second_started, _, _) = second.join().unwrap();
+    let (third_started, _, _) = third.join().unwrap();
+    assert_eq!(light_finished, (49, FinishReason::Length));
+    assert_eq!(first_finished, (48, FinishReason::Length));
+    assert!(
+        light_started < first_done,
+        "the light tenant waited for the heavy one's sequence to end"
+    );
+    // The heavy tenant's own requests all ran, one after another (their start
+    // times are read on different threads, so their order is not asserted).
+    assert!(second_started > light_started && third_started > light_started);
+    let pool = Arc::clone(exec.kv_pool());
+    exec.shutdown();
+    assert_eq!(pool.reserved_bytes(), 0);
+}
+on_each_device!(one_tenant_flooding_leaves_the_other_its_part_of_the_budget);
+
+/// Issue 32: a tenant's requests fill at most its part of the waiting queue,
+/// then get `TenantQueueFull` (429 over HTTP) while another tenant still
+/// queues; one whose caches alone exceed its tenant's part is refused.
+fn a_tenant_past_its_part_of_the_queue_is_refused_and_others_still_queue<B: Backend>(
+    backend: Arc<B>,
+) {
+    let f = fixture(&backend);
+    let exec = executor(&f);
+    // A quarter of 8 queue places and of 4 blocks: 2 places, 1 block.
+    let (running, running_rx) = tenant_request("heavy", 250, 20);
+    submit(&exec, &f, running);
+    // The executor now waits for this token to be taken: nothing is admitted.
+    let _held = running_rx.recv_timeout(Duration::from_secs(60)).unwrap();
+    let mut waiting = Vec::new();
+    for _ in 0..2 {
+        let (req, rx) = tenant_request("heavy", 250, 20);
+        submit(&exec, &f, req);
+        waiting.push(rx);
+    }
+    let (refused, _rx) = tenant_request("heavy", 250, 20);
+    match exec.submit(&f.checkpoint, refused) {
+        Err(error @ SubmitError::TenantQueueFull { waiting: 2 }) => {
+            assert!(error.to_string().contains("retry"), "{error}");
+        }
+        other => panic!("expected the tenant's queue to be full, got {other:?}"),
+    }
+    let (light, light_rx) = tenant_request("light", 250, 20);
+    submit(&exec, &f, light);
+    // Two blocks are more than a quarter of the budget: never runs.
+    let (large, _rx) = tenant_request("light", 250, 50);
+    match exec.check_share(&f.checkpoint, &large, 1) {
+        Err(SubmitError::TenantKvShare {
+            fanout: 1,
+            permille: 250,
+            ..
+        }) => {}
+        other => panic!("expected a tenant share refusal, got {other:?}"),
+    }
+    // Read every stream at once: the executor hands each event over in turn.
+    let readers: Vec<_> = waiting
+        .into_iter()
+        .chain([light_rx])
+        .map(|rx| std::thread::spawn(move || finish(&rx)))
+        .collect();
+    assert_eq!(finish(&running_rx).1, FinishReason::Length);
+    for reader in readers {
+        assert_eq!(reader.join().unwrap(), (20, FinishReason::Length));
+    }
+    let pool = Arc::clone(exec.kv_pool());
+    exec.shutdown();
+    assert_eq!(pool.reserved_bytes(), 0);
+}
+on_each_device!(a_tenant_past_its_part_of_the_queue_is_refused_and_others_still_queue);

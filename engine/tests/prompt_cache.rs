@@ -5,6 +5,9 @@
 //! with sliding-window layers are not cached.
 #![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
+#[path = "support/devices.rs"]
+#[macro_use]
+mod devices;
 #[path = "support/served.rs"]
 mod served;
 
@@ -21,7 +24,7 @@ use switchyard_engine::serving::{
     SequenceRequest,
 };
 use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
-use switchyard_kernels::cpu::CpuBackend;
+use switchyard_kernels::Backend;
 use switchyard_kernels::DType;
 use switchyard_kernels::KvType;
 
@@ -29,22 +32,28 @@ use switchyard_kernels::KvType;
 /// synthetic model's 256-position context holds several.
 const BLOCK: usize = 32;
 
-struct Fixture {
-    backend: Arc<CpuBackend>,
+struct Fixture<B: Backend> {
+    backend: Arc<B>,
     /// The executor's KV settings.
     kv: KvConfig,
-    checkpoint: CheckpointHandle<CpuBackend>,
+    checkpoint: CheckpointHandle<B>,
     _dir: tempfile::TempDir,
 }
 
 /// A synthetic SmolLM2 on a backend whose F16 KV budget holds
 /// `budget_blocks` blocks of every layer (`None`: no limit).
-fn fixture(budget_blocks: Option<usize>) -> Fixture {
-    fixture_of(Preset::Smollm2, budget_blocks, BLOCK)
+fn fixture<B: Backend>(backend: &Arc<B>, budget_blocks: Option<usize>) -> Fixture<B> {
+    fixture_of(backend, Preset::Smollm2, budget_blocks, BLOCK)
 }
 
 /// As [`fixture`], of another architecture and block size.
-fn fixture_of(preset: Preset, budget_blocks: Option<usize>, block: usize) -> Fixture {
+fn fixture_of<B: Backend>(
+    backend: &Arc<B>,
+    preset: Preset,
+    budget_blocks: Option<usize>,
+    block: usize,
+) -> Fixture<B> {
+    let backend = Arc::clone(backend);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("synthetic-q8.gguf");
     let spec = SyntheticSpec {
@@ -54,19 +63,17 @@ fn fixture_of(preset: Preset, budget_blocks: Option<usize>, block: usize) -> Fix
     };
     write_gguf(&spec, &path).unwrap();
     let checkpoint = load_checkpoint(&path).unwrap();
-    let probe = CpuBackend::new(1);
-    let config = LlamaModel::load(&probe, &checkpoint)
+    let config = LlamaModel::load(&*backend, &checkpoint)
         .unwrap()
         .config()
         .clone();
     let block_bytes = config.n_layers * config.n_kv_heads * config.head_dim * 2 * block * 2;
-    let backend = Arc::new(CpuBackend::new(2));
     let kv = KvConfig {
         dtype: KvType::F16,
         budget_bytes: budget_blocks.map_or(usize::MAX, |b| b * block_bytes),
         block_positions: block,
     };
-    let checkpoint = served::serve(&backend, &path);
+    let checkpoint = served::serve(&*backend, &path);
     Fixture {
         backend,
         kv,
@@ -85,9 +92,9 @@ impl EventSink for Sink {
 
 /// Runs `prompt` greedily for `max_tokens`: the sampled ids and the
 /// prompt tokens the cache supplied.
-fn run(
-    exec: &Executor<CpuBackend>,
-    f: &Fixture,
+fn run<B: Backend>(
+    exec: &Executor<B>,
+    f: &Fixture<B>,
     prompt: Vec<u32>,
     max_tokens: usize,
 ) -> (Vec<u32>, usize) {
@@ -129,11 +136,11 @@ impl ExecutorObserver for Evictions {
     }
 }
 
-fn executor_observed(
-    f: &Fixture,
+fn executor_observed<B: Backend>(
+    f: &Fixture<B>,
     prompt_cache: bool,
     observer: Arc<Evictions>,
-) -> Executor<CpuBackend> {
+) -> Executor<B> {
     let config = ExecutorConfig {
         max_step_tokens: 64,
         prompt_cache,
@@ -143,7 +150,7 @@ fn executor_observed(
     Executor::spawn(f.backend.clone(), config, observer).unwrap()
 }
 
-fn executor(f: &Fixture, prompt_cache: bool) -> Executor<CpuBackend> {
+fn executor<B: Backend>(f: &Fixture<B>, prompt_cache: bool) -> Executor<B> {
     executor_observed(f, prompt_cache, Arc::default())
 }
 
@@ -160,9 +167,8 @@ fn prompt_of(start: u32, tail: &[u32]) -> Vec<u32> {
         .collect()
 }
 
-#[test]
-fn a_cached_prefix_samples_what_the_whole_prompt_samples() {
-    let f = fixture(None);
+fn a_cached_prefix_samples_what_the_whole_prompt_samples<B: Backend>(backend: Arc<B>) {
+    let f = fixture(&backend, None);
     let tails: [&[u32]; 3] = [&[7, 8, 9], &[11, 12], &[200, 201, 202, 203, 204]];
     let uncached = executor(&f, false);
     let expected: Vec<_> = tails
@@ -187,14 +193,14 @@ fn a_cached_prefix_samples_what_the_whole_prompt_samples() {
     let (_, hit) = run(&cached, &f, whole, 4);
     assert_eq!(hit, 2 * BLOCK);
 }
+on_each_device!(a_cached_prefix_samples_what_the_whole_prompt_samples);
 
-#[test]
-fn a_copied_tail_samples_what_the_whole_prompt_samples() {
+fn a_copied_tail_samples_what_the_whole_prompt_samples<B: Backend>(backend: Arc<B>) {
     // Blocks of 128 positions: a start of 100 tokens lies in a block's
     // first 3 key blocks (96 positions, copied); one of 200 fills block 0
     // (shared) and 2 key blocks of block 1 (64 positions, copied).
     const LARGE: usize = 128;
-    let f = fixture_of(Preset::Smollm2, None, LARGE);
+    let f = fixture_of(&backend, Preset::Smollm2, None, LARGE);
     let tails: [&[u32]; 3] = [&[7, 8, 9], &[11, 12], &[200, 201, 202, 203, 204]];
     for (start, copied) in [(100, 96), (200, LARGE + 64)] {
         let uncached = executor(&f, false);
@@ -214,14 +220,14 @@ fn a_copied_tail_samples_what_the_whole_prompt_samples() {
         cached.shutdown();
     }
 }
+on_each_device!(a_copied_tail_samples_what_the_whole_prompt_samples);
 
-#[test]
-fn unread_cached_blocks_give_way_to_a_new_sequence() {
+fn unread_cached_blocks_give_way_to_a_new_sequence<B: Backend>(backend: Arc<B>) {
     // Eight blocks of every layer: the first sequence (4 blocks) leaves 3
     // cached; the second (100 + 100 positions: 7 blocks) fits only if
     // some of those go. Nothing else runs, so without eviction it would
     // be refused.
-    let f = fixture(Some(8));
+    let f = fixture(&backend, Some(8));
     let evictions = Arc::new(Evictions::default());
     let exec = executor_observed(&f, true, evictions.clone());
     let (_, hit) = run(&exec, &f, prompt(&[1]), 4);
@@ -232,15 +238,16 @@ fn unread_cached_blocks_give_way_to_a_new_sequence() {
     assert!(!ids.is_empty());
     assert!(evictions.0.load(Ordering::Acquire) >= 2);
 }
+on_each_device!(unread_cached_blocks_give_way_to_a_new_sequence);
 
-#[test]
-fn sliding_window_checkpoints_are_not_cached() {
+fn sliding_window_checkpoints_are_not_cached<B: Backend>(backend: Arc<B>) {
     // Gemma 3's local layers keep rings whose blocks are overwritten as
     // the window moves: their prefixes cannot be shared block by block.
-    let f = fixture_of(Preset::Gemma3, None, BLOCK);
+    let f = fixture_of(&backend, Preset::Gemma3, None, BLOCK);
     let exec = executor(&f, true);
     let (first, _) = run(&exec, &f, prompt(&[3]), 6);
     let (again, hit) = run(&exec, &f, prompt(&[3]), 6);
     assert_eq!(hit, 0);
     assert_eq!(first, again);
 }
+on_each_device!(sliding_window_checkpoints_are_not_cached);

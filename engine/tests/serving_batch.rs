@@ -46,7 +46,7 @@ fn fixture() -> Fixture {
 /// The fixture for the checkpoint at `path`.
 fn fixture_from(path: &std::path::Path, dir: tempfile::TempDir) -> Fixture {
     let backend = Arc::new(CpuBackend::new(2));
-    let served = served::serve(&backend, path);
+    let served = served::serve(&*backend, path);
     let tokenizer = served.tokenizer.clone();
     Fixture {
         backend,

@@ -199,18 +199,22 @@ fn a_shared_step_gives_each_row_its_own_checkpoints_logits() {
             ModelPart {
                 model: owners[0],
                 chunks: first,
+                adapter: None,
             },
             ModelPart {
                 model: owners[1],
                 chunks: second,
+                adapter: None,
             },
             ModelPart {
                 model: owners[2],
                 chunks: third,
+                adapter: None,
             },
             ModelPart {
                 model: owners[3],
                 chunks: fourth,
+                adapter: None,
             },
         ];
         let logits = forward_many(&backend, &mut blocks.lock(), &mut parts, &mut scratch).unwrap();
@@ -268,10 +272,12 @@ fn a_step_refuses_checkpoints_of_different_shapes() {
         ModelPart {
             model: &a,
             chunks: &mut first,
+            adapter: None,
         },
         ModelPart {
             model: &b,
             chunks: &mut second,
+            adapter: None,
         },
     ];
     let mut scratch = a.new_scratch(&backend);

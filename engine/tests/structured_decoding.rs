@@ -312,6 +312,9 @@ fn schemas_at_and_past_the_limits_neither_crash_nor_stall() {
         (ref_chain(600), "$ref chain length"),
         (ref_chain(3_000), "$ref chain length"),
         (wide_object(7_000, true), "object properties"),
+        // Within the limits, but the parser cannot follow it past `{`: it
+        // failed at the second token with a 500 error event; now a 400.
+        (wide_object(MAX_PROPERTIES, false), "items"),
     ] {
         match on_small_stack(request(schema(&text), Vec::new(), 0)).map(drop) {
             Err(BackendError::InvalidRequest { param, message }) => {

@@ -11,7 +11,7 @@ use switchyard_policies::{route, Caller, IdleEngine, ModelHint, Policy, RouteReq
 use switchyard_router::openai::chat::ValidatedChatRequest;
 use switchyard_router::openai::completions::ValidatedCompletionRequest;
 use switchyard_router::openai::extract::parse_json_object;
-use switchyard_router::openai::generate::check_fanout;
+use switchyard_router::openai::params::check_fanout;
 use switchyard_router::openai::types::{ChatCompletionRequest, CompletionRequest};
 use switchyard_seam::{ChatMessage, Role};
 
@@ -89,7 +89,7 @@ pub fn openai_request(data: &[u8]) {
                     let prompts = vec![switchyard_seam::Prompt::Chat(valid.messages.clone())];
                     let requests = valid.params.requests(
                         "fuzz",
-                        &valid.model,
+                        &switchyard_seam::ModelSpec::parse("fuzz@1"),
                         &switchyard_seam::CacheScope::deployment(),
                         prompts,
                     );
@@ -110,7 +110,7 @@ pub fn openai_request(data: &[u8]) {
             if check_fanout(prompts, n, MAX_FANOUT).is_ok() {
                 let requests = valid.params.requests(
                     "fuzz",
-                    &valid.model,
+                    &switchyard_seam::ModelSpec::parse("fuzz@1"),
                     &switchyard_seam::CacheScope::deployment(),
                     valid.prompts,
                 );

@@ -33,3 +33,18 @@ extern "C" __global__ void sy_softcap(float *__restrict__ x, float cap, size_t n
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) x[i] = cap * tanhf(x[i] / cap);
 }
+
+// A bias row added to every row of x (n = rows · cols elements).
+extern "C" __global__ void sy_add_bias(float *__restrict__ x, const float *__restrict__ bias, int cols,
+                                       size_t n) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] += bias[i % cols];
+}
+
+// Activations rounded to F16 (nearest even, as the F16 decoders round) for
+// the prefill's cuBLAS product against weights decoded to F16.
+extern "C" __global__ void sy_f32_to_f16(const float *__restrict__ x, uint16_t *__restrict__ out,
+                                         size_t n) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = sy_f32_to_half(x[i]);
+}

@@ -58,7 +58,7 @@ SY_HD int sy_block_bytes(int t) {
   }
 }
 
-// Byte offsets inside a block (blocks.rs, blocks_k.rs, blocks_iq4.rs).
+// Byte offsets inside a block (kernels/src/formats/types/, one file per type).
 #define SY_Q4_1_M 2
 #define SY_Q4_1_QS 4
 #define SY_Q5_0_QH 2

@@ -1,6 +1,6 @@
 // Block decoders: element e of one block of type t, as an f32, with the
 // CPU backend's formulas in its order of f32 operations
-// (kernels/src/cpu/dequant.rs, dequant_low_bit.rs), so every value equals
+// (kernels/src/formats/types/, each type's dequantize), so every value equals
 // the CPU's bit for bit. A kernel calls these with a constant `t`, which
 // folds the switch away.
 #pragma once

@@ -12,9 +12,45 @@
 #include "sy_blocks.cuh"
 
 
+// Four signed bytes of a times those of b, summed into c: __dp4a on the
+// device, its twin on the host. Integer sums are exact, so the order and
+// grouping of the products never change a block's term.
+SY_HD int sy_dp4a(int a, int b, int c) {
+#if defined(__CUDA_ARCH__)
+  return __dp4a(a, b, c);
+#else
+  for (int i = 0; i < 4; i++) c += (int)(int8_t)(a >> (8 * i)) * (int)(int8_t)(b >> (8 * i));
+  return c;
+#endif
+}
+
+// Activation quants i·4 .. i·4+3 of a block as one word (activation blocks
+// are 32-byte aligned: q8_1 rows are whole blocks in a 256-aligned buffer).
+SY_HD int sy_qa4(const int8_t *qa, int i) {
+#if defined(__CUDA_ARCH__)
+  return ((const int *)qa)[i];
+#else
+  return (int)sy_u32((const uint8_t *)qa + 4 * i);
+#endif
+}
+
+// Bits 0..3 of `bits` as bit 4 of bytes 0..3 (the fifth bit of Q5 quants).
+SY_HD uint32_t sy_bit4_bytes(uint32_t bits) {
+  return ((bits & 1u) << 4) | ((bits & 2u) << 11) | ((bits & 4u) << 18) | ((bits & 8u) << 25);
+}
+
+// Σ q_j·qa_j of a Q4_0/Q4_1 (qh 0) or Q5_0/Q5_1 block: quant j is the low
+// nibble of qs[j] (j < 16) or the high nibble of qs[j - 16], plus bit j of
+// qh as its fifth bit; four at a time.
 SY_HD int sy_isum_nibbles(const uint8_t *qs, uint32_t qh, const int8_t *qa) {
   int acc = 0;
-  for (int j = 0; j < 32; j++) acc += (sy_q4_quant(qs, j) | (int)(((qh >> j) & 1) << 4)) * (int)qa[j];
+  for (int i = 0; i < 4; i++) {
+    uint32_t q = sy_u32(qs + 4 * i);
+    uint32_t lo = (q & 0x0F0F0F0Fu) | sy_bit4_bytes(qh >> (4 * i));
+    uint32_t hi = ((q >> 4) & 0x0F0F0F0Fu) | sy_bit4_bytes(qh >> (16 + 4 * i));
+    acc = sy_dp4a((int)lo, sy_qa4(qa, i), acc);
+    acc = sy_dp4a((int)hi, sy_qa4(qa, 4 + i), acc);
+  }
   return acc;
 }
 
@@ -29,7 +65,7 @@ SY_HD float sy_dot_block(int t, const uint8_t *row, int b, const int8_t *qa, flo
     case SY_Q8_0: {
       const uint8_t *w = row + 34 * b;
       int acc = 0;
-      for (int j = 0; j < 32; j++) acc += (int)(int8_t)w[2 + j] * (int)qa[j];
+      for (int i = 0; i < 8; i++) acc = sy_dp4a((int)sy_u32(w + 2 + 4 * i), sy_qa4(qa, i), acc);
       return SY_MUL(SY_MUL(sy_f16_at(w), da), (float)acc);
     }
     case SY_Q4_0: case SY_Q4_1: case SY_Q5_0: case SY_Q5_1: {
@@ -50,10 +86,15 @@ SY_HD float sy_dot_block(int t, const uint8_t *row, int b, const int8_t *qa, flo
       const uint8_t *w = row + sy_block_bytes(t) * (b / 8);
       int sub = b % 8, sc, m;
       sy_q4k_scale_min(w + SY_Q4K_SCALES, sub, &sc, &m);
-      int acc = 0;
-      for (int l = 0; l < 32; l++) {
-        int q = t == SY_Q4_K ? sy_q4k_quant(w, 32 * sub + l) : sy_q5k_quant(w, 32 * sub + l);
-        acc += q * (int)qa[l];
+      // Sub-block `sub`'s quants: nibble (sub & 1) of 32 bytes from
+      // 32·(sub / 2), Q5_K's fifth bit bit `sub` of qh[l] (sy_q4k_quant,
+      // sy_q5k_quant), four at a time.
+      const uint8_t *qs = w + (t == SY_Q4_K ? SY_Q4K_QS : SY_Q5K_QS) + 32 * (sub / 2);
+      int shift = 4 * (sub & 1), acc = 0;
+      for (int i = 0; i < 8; i++) {
+        uint32_t q = (sy_u32(qs + 4 * i) >> shift) & 0x0F0F0F0Fu;
+        if (t == SY_Q5_K) q |= ((sy_u32(w + SY_Q5K_QH + 4 * i) >> sub) & 0x01010101u) << 4;
+        acc = sy_dp4a((int)q, sy_qa4(qa, i), acc);
       }
       float scale = SY_MUL(sy_f16_at(w), (float)sc);
       float min = -SY_MUL(sy_f16_at(w + SY_Q4K_DMIN), (float)m);

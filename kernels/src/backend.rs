@@ -136,6 +136,23 @@ pub enum MatmulInput<'a, B: Backend> {
     },
 }
 
+/// One run of rows of [`Backend::lora`]: rows `rows` of `x` and `out` take
+/// one adapter's low-rank update of one weight, `out += scale · (x · Aᵀ) · B`
+/// (shrink to `rank` columns, then expand), as LoRA adds it beside the
+/// base's product.
+pub struct LoraRows<'a, B: Backend> {
+    pub rows: Range<usize>,
+    /// The shrink `A`: `rank × in`, row-major (`in` is `x`'s width).
+    pub a: &'a B::Vector,
+    /// The expand, transposed: `rank × out`, row-major (`Bᵀ`, `out`'s
+    /// width per row), so each row's update is `rank` scaled adds of
+    /// contiguous rows.
+    pub b_t: &'a B::Vector,
+    pub rank: usize,
+    /// `alpha / rank` (times any user scale).
+    pub scale: f32,
+}
+
 /// One sequence of [`Backend::attention`]: its rows of `q`, `k`, `v`
 /// and `out`, at positions `start_pos..start_pos + rows.len()` of the
 /// blocks `table` names (every block those positions land in is in the
@@ -302,6 +319,29 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<(), KernelError>;
     /// `x += y`, elementwise.
     fn add(&self, x: &mut Self::Activations, y: &Self::Activations) -> Result<(), KernelError>;
+    /// Adds each run's LoRA update (see [`LoraRows`]) to its rows of
+    /// `out`: the rows of a step grouped by adapter, the base's product
+    /// already in `out`. Each row's update depends on that row alone, so a
+    /// row gets the same bits whichever rows share its step. A backend
+    /// without it refuses adapters with [`KernelError::Unsupported`].
+    fn lora(
+        &self,
+        x: &Self::Activations,
+        runs: &[LoraRows<'_, Self>],
+        out: &mut Self::Activations,
+    ) -> Result<(), KernelError>
+    where
+        Self: Sized,
+    {
+        let _ = (x, out);
+        if runs.is_empty() {
+            return Ok(());
+        }
+        Err(KernelError::Unsupported {
+            op: "lora",
+            backend: self.name(),
+        })
+    }
     /// Copies rows `rows` of `src` into `dst` from row `dst_row` on (same
     /// width). A step that runs several checkpoints at once gathers the rows
     /// of the checkpoints whose tensor differs, multiplies them apart, and

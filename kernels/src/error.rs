@@ -26,4 +26,12 @@ pub enum KernelError {
     /// budget assumed).
     #[error("could not allocate a KV block of {bytes} bytes")]
     KvAlloc { bytes: usize },
+    /// The backend lacks an operation (LoRA adapters on a backend that
+    /// has no kernel for them yet).
+    #[error("the {backend} backend has no {op} kernel")]
+    Unsupported { op: &'static str, backend: String },
+    /// A device backend's call failed (a driver error, device memory
+    /// exhausted): the message names the call.
+    #[error("device: {0}")]
+    Device(String),
 }

@@ -31,7 +31,8 @@ pub mod formats;
 pub mod kv;
 
 pub use backend::{
-    AttentionRows, AttentionShape, Backend, MatmulInput, MatmulProduct, RopeStyle, WeightView,
+    AttentionRows, AttentionShape, Backend, LoraRows, MatmulInput, MatmulProduct, RopeStyle,
+    WeightView,
 };
 pub use dtype::DType;
 pub use error::KernelError;

@@ -8,6 +8,7 @@ use serde::Serialize;
 use switchyard_seam::CacheScope;
 
 use crate::authenticate::caller_tenant;
+use crate::compiled::model::QualityOrigin;
 use crate::constraint::{ConstraintFailure, CONSTRAINTS};
 use crate::context::Context;
 use crate::engine_view::EngineView;
@@ -101,6 +102,19 @@ pub struct Explanation {
     pub pick: Option<Pick>,
     /// The routing error, if routing would fail.
     pub error: Option<String>,
+    /// Where the candidates' `quality_from` figures came from: measured (with n and
+    /// interval), or the declared figure and why (missing or stale measurement).
+    pub measured_quality: Vec<QualityNote>,
+}
+
+/// One `quality_from` figure of a candidate model.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QualityNote {
+    /// Model name.
+    pub model: String,
+    /// Where the figure came from.
+    #[serde(flatten)]
+    pub origin: QualityOrigin,
 }
 
 /// Explains how `route` would decide `req` now (nothing is reserved or recorded).
@@ -117,6 +131,7 @@ pub fn explain(policy: &Policy, req: &RouteRequest, engine: &dyn EngineView) -> 
         candidates: Vec::new(),
         pick: None,
         error: None,
+        measured_quality: Vec::new(),
     };
     let tenant = match caller_tenant(policy, &req.caller) {
         Ok(t) => t,
@@ -185,7 +200,30 @@ pub fn explain(policy: &Policy, req: &RouteRequest, engine: &dyn EngineView) -> 
         .map(|s| report(&ctx, s, true))
         .chain(fallbacks.iter().map(|s| report(&ctx, s, considered)))
         .collect();
+    out.measured_quality = quality_notes(policy, &out.candidates);
     out
+}
+
+/// The `quality_from` origins of every candidate's model, each model once.
+fn quality_notes(policy: &Policy, candidates: &[CandidateReport]) -> Vec<QualityNote> {
+    let mut notes: Vec<QualityNote> = Vec::new();
+    for c in candidates {
+        if notes.iter().any(|n| n.model == c.model) {
+            continue;
+        }
+        let Some(from) = policy
+            .model_index(&c.model)
+            .and_then(|i| policy.models().get(i))
+            .and_then(|m| m.quality_from.as_ref())
+        else {
+            continue;
+        };
+        notes.extend(from.origins.iter().map(|origin| QualityNote {
+            model: c.model.clone(),
+            origin: origin.clone(),
+        }));
+    }
+    notes
 }
 
 fn report(ctx: &Context, s: &Scored, considered: bool) -> CandidateReport {
@@ -335,6 +373,27 @@ impl fmt::Display for Explanation {
                 let mark = if check.passed { "ok  " } else { "FAIL" };
                 writeln!(f, "      {mark} {:<10} {}", check.constraint, check.detail)?;
             }
+        }
+        if !self.measured_quality.is_empty() {
+            writeln!(f, "quality from measurements (quality_from):")?;
+        }
+        for note in &self.measured_quality {
+            let o = &note.origin;
+            let tag = o
+                .tag
+                .as_ref()
+                .map_or_else(String::new, |t| format!(" tag `{t}`"));
+            let used = match o.basis {
+                "measured" => "measured".to_string(),
+                "declared" => "declared figure used".to_string(),
+                "overall" => "the overall figure used".to_string(),
+                _ => "counted as 0 (no declared quality to fall back on)".to_string(),
+            };
+            writeln!(
+                f,
+                "  {}@{}{tag} on `{}`: {:.3}, {used} ({})",
+                note.model, o.version, o.suite, o.used, o.measurement
+            )?;
         }
         match (&self.pick, &self.error) {
             (Some(p), _) => write!(f, "pick: {}@{} ({})", p.model, p.version, p.explanation),

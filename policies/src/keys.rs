@@ -17,7 +17,12 @@ pub fn digest(key: &str) -> KeyDigest {
 
 /// Lower-case hex SHA-256 of `key`, as written in policy files after `sha256:`.
 pub fn sha256_hex(key: &str) -> String {
-    digest(key).iter().map(|b| format!("{b:02x}")).collect()
+    hex(&digest(key))
+}
+
+/// Lower-case hex of a digest (as [`sha256_hex`] writes it).
+pub fn hex(digest: &KeyDigest) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Constant-time comparison of two digests.

@@ -65,6 +65,7 @@ mod decimal;
 mod engine_view;
 mod error;
 mod keys;
+mod measured;
 pub mod metrics;
 mod request;
 mod route_error;
@@ -75,6 +76,7 @@ mod spend;
 mod compiled;
 mod validate;
 
+pub mod feedback;
 pub mod ledger;
 mod live;
 mod policy;
@@ -90,7 +92,8 @@ mod score;
 
 mod reload;
 
-pub use compiled::model::{Fallback, Model, Target, Triggers};
+pub use compiled::cascade::{Cascade, Statistic, Verdict};
+pub use compiled::model::{Fallback, Model, QualityFrom, QualityOrigin, Target, Triggers};
 pub use compiled::rate_limit::RateLimits;
 pub use compiled::split::{stable_hash, Arm, RollbackRule, Split, Sticky};
 pub use compiled::tenant::{Budget, Tenant};
@@ -102,19 +105,21 @@ pub use engine_view::{
     StaticEngineView,
 };
 pub use error::{Diagnostic, PolicyError};
-pub use explain::{explain, CandidateReport, Check, Explanation, Pick};
+pub use explain::{explain, CandidateReport, Check, Explanation, Pick, QualityNote};
 pub use keys::{digest as key_digest, digests_equal, sha256_hex, KeyDigest};
 pub use live::budget::{BudgetSnapshot, BudgetWindow, Reservation};
 pub use live::rollback::{ArmStats, RollbackMonitor, RollbackState, RollbackStatus};
+pub use measured::{Measured, Measurement, NoMeasurements, QualitySource};
 pub use policy::Policy;
 pub use rate_limit::{
-    LocalRateLedger, Quota, RateClaim, RateDecision, RateLedger, RateSubject, RATE_WINDOW,
+    rate_ledger_for, LocalRateLedger, Quota, RateClaim, RateDecision, RateLedger, RateSubject,
+    SharedRateLedger, RATE_WINDOW,
 };
 pub use reload::{PolicyStore, PolicyWatcher};
 pub use request::{
-    estimate_tokens, Caller, HintError, Hints, ModelHint, RouteRequest, HEADER_COST,
-    HEADER_MAX_COST, HEADER_MAX_LATENCY_MS, HEADER_MIN_QUALITY, HEADER_MODEL, HEADER_ROUTE,
-    HEADER_TAGS, HEADER_VERSION,
+    estimate_tokens, Caller, HintError, Hints, ModelHint, RouteRequest, HEADER_CASCADE,
+    HEADER_COST, HEADER_MAX_COST, HEADER_MAX_LATENCY_MS, HEADER_MIN_QUALITY, HEADER_MODEL,
+    HEADER_ROUTE, HEADER_TAGS, HEADER_VERSION,
 };
 pub use route::{route, Completion, Route};
 pub use route_error::{Rejection, RouteError, RouteErrorKind};

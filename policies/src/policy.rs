@@ -38,7 +38,9 @@ impl Policy {
         source_name: &str,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Policy, PolicyError> {
-        let compiled = crate::validate::compile(src, source_name, env)?;
+        let mut compiled = crate::validate::compile(src, source_name, env)?;
+        // Until a source is given, every `quality_from` says what it lacks.
+        crate::compiled::measured::resolve(&mut compiled, &crate::measured::NoMeasurements);
         Ok(Policy {
             live: LiveState::new(&compiled, Arc::new(MemoryLedger::new())),
             compiled,
@@ -55,6 +57,22 @@ impl Policy {
     /// The ledger this policy's budgets are counted in.
     pub fn ledger(&self) -> &Arc<dyn Ledger> {
         &self.live.ledger
+    }
+
+    /// This policy with every `quality_from` figure taken from `source` (see
+    /// [`crate::QualitySource`]): fresh measurements of the active versions replace the
+    /// declared figures; `policy explain` shows where each came from.
+    pub fn resolve_quality(mut self, source: &dyn crate::measured::QualitySource) -> Policy {
+        crate::compiled::measured::resolve(&mut self.compiled, source);
+        self
+    }
+
+    /// Whether some model takes its quality from a measurement.
+    pub fn uses_measured_quality(&self) -> bool {
+        self.compiled
+            .models
+            .iter()
+            .any(|m| m.quality_from.is_some())
     }
 
     /// Reads and validates a policy file.
@@ -89,6 +107,11 @@ impl Policy {
         &self.compiled.tenants
     }
 
+    /// The `[cascade]` `auto` requests go through, if any.
+    pub fn cascade(&self) -> Option<&crate::compiled::cascade::Cascade> {
+        self.compiled.cascade.as_ref()
+    }
+
     /// All splits, in file order.
     pub fn splits(&self) -> &[Split] {
         &self.compiled.splits
@@ -97,6 +120,16 @@ impl Policy {
     /// The model index a name or alias refers to.
     pub fn model_index(&self, name_or_alias: &str) -> Option<usize> {
         self.compiled.model_names.get(name_or_alias).copied()
+    }
+
+    /// The part of the engine's KV budget and queue, in thousandths, that the
+    /// requests of `tenant` (`None`: anonymous callers, together) may hold: the
+    /// tenant's `kv_share`, else half when two or more callers can compete (two
+    /// tenants, or one and anonymous callers), else all of it.
+    pub fn kv_permille(&self, tenant: Option<&str>) -> u16 {
+        let own = tenant.and_then(|name| self.tenant(name)?.kv_share);
+        let callers = self.compiled.tenants.len() + usize::from(self.routing().allow_anonymous);
+        own.unwrap_or(if callers >= 2 { 500 } else { 1000 })
     }
 
     /// A tenant by name.

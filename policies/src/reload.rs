@@ -16,7 +16,9 @@ use arc_swap::ArcSwap;
 use crate::engine_view::EngineView;
 use crate::error::PolicyError;
 use crate::explain::{explain, Explanation};
+use crate::feedback::FeedbackBook;
 use crate::ledger::Ledger;
+use crate::measured::QualitySource;
 use crate::metrics;
 use crate::policy::Policy;
 use crate::request::RouteRequest;
@@ -36,6 +38,12 @@ pub struct PolicyStore {
     /// Modification time and length of the file as last read (loaded or refused), so the
     /// watcher reacts to edits made at any time after that read, and only once per edit.
     file_stamp: Mutex<Option<Stamp>>,
+    /// Where `quality_from` figures are read, and its fingerprint when last read: the
+    /// watcher reloads when it changes (a new measurement was stored).
+    quality: Mutex<Option<Arc<dyn QualitySource>>>,
+    quality_stamp: AtomicU64,
+    /// Quality signals of served answers; kept across reloads.
+    feedback: FeedbackBook,
 }
 
 type Stamp = (SystemTime, u64);
@@ -75,7 +83,60 @@ impl PolicyStore {
             generation: AtomicU64::new(1),
             last_error: Mutex::new(None),
             file_stamp: Mutex::new(None),
+            quality: Mutex::new(None),
+            quality_stamp: AtomicU64::new(0),
+            feedback: FeedbackBook::default(),
         }
+    }
+
+    /// Reads `quality_from` figures from `source` from now on: re-reads the file (when
+    /// the store has one) so the current policy uses them, and every reload after.
+    pub fn set_quality_source(
+        &self,
+        source: Arc<dyn QualitySource>,
+    ) -> Result<Option<Arc<Policy>>, PolicyError> {
+        *self.quality.lock().unwrap_or_else(|e| e.into_inner()) = Some(source);
+        match self.path {
+            Some(_) => self.reload_from_file().map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Whether the quality source's measurements changed since the current policy read
+    /// them, and the policy reads any.
+    fn quality_changed(&self) -> bool {
+        let source = self
+            .quality
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        match source {
+            Some(source) if self.current().uses_measured_quality() => {
+                source.fingerprint() != self.quality_stamp.load(Ordering::Acquire)
+            }
+            _ => false,
+        }
+    }
+
+    /// `policy` with its `quality_from` figures read from the store's source, if any.
+    fn resolve(&self, policy: Policy) -> Policy {
+        let source = self
+            .quality
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let Some(source) = source else {
+            return policy;
+        };
+        // Stamp before reading: a measurement stored mid-read shows up as a change later.
+        self.quality_stamp
+            .store(source.fingerprint(), Ordering::Release);
+        policy.resolve_quality(source.as_ref())
+    }
+
+    /// Client scores and confidence of served answers, per checkpoint and split arm.
+    pub fn feedback(&self) -> &FeedbackBook {
+        &self.feedback
     }
 
     /// The current policy. Cheap (one atomic load and a reference-count increment).
@@ -142,7 +203,7 @@ impl PolicyStore {
 
     fn install(&self, candidate: Result<Policy, PolicyError>) -> Result<Arc<Policy>, PolicyError> {
         let _serial = self.reload_lock.lock().unwrap_or_else(|e| e.into_inner());
-        match candidate {
+        match candidate.map(|policy| self.resolve(policy)) {
             Ok(policy) => {
                 let new = self.swap_locked(policy);
                 tracing::info!(
@@ -198,7 +259,11 @@ impl PolicyStore {
                     }
                     let now = fingerprint(&path);
                     let seen = *store.file_stamp.lock().unwrap_or_else(|e| e.into_inner());
-                    if now.is_none() || now == seen {
+                    if now.is_some() && now == seen && store.quality_changed() {
+                        settling = None;
+                        // A measurement was stored: the same file, other figures.
+                        let _ = store.reload_from_file();
+                    } else if now.is_none() || now == seen {
                         settling = None;
                     } else if settling != now {
                         settling = now;

@@ -23,6 +23,19 @@ pub(crate) struct PolicyFile {
     pub splits: Vec<Spanned<SplitEntry>>,
     #[serde(default)]
     pub fallbacks: Vec<Spanned<FallbackEntry>>,
+    #[serde(default)]
+    pub cascade: Option<Spanned<CascadeEntry>>,
+}
+
+/// `[cascade]`: under `auto`, the first model answers and defers to the next when its
+/// confidence in the answer is below `min_confidence`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CascadeEntry {
+    pub models: Spanned<Vec<Spanned<String>>>,
+    /// `mean`, `min`, `p05`, `p10` (default), `p25` or `p50`.
+    pub confidence: Option<Spanned<String>>,
+    pub min_confidence: Spanned<f64>,
 }
 
 /// `[routing]`: weights of the utility function and request defaults.
@@ -49,9 +62,16 @@ pub(crate) struct ModelEntry {
     pub aliases: Vec<Spanned<String>>,
     pub cost_per_1k_input: Spanned<f64>,
     pub cost_per_1k_output: Spanned<f64>,
-    pub quality: Spanned<f64>,
+    /// Required unless `quality_from` names a suite; then the figure used while no fresh
+    /// measurement exists.
+    pub quality: Option<Spanned<f64>>,
     #[serde(default)]
     pub quality_by_tag: BTreeMap<String, Spanned<f64>>,
+    /// A suite whose measured accuracy (on the active version) is the model's quality.
+    pub quality_from: Option<Spanned<String>>,
+    /// Per tag, the suite whose measured accuracy is the model's quality for that tag.
+    #[serde(default)]
+    pub quality_from_by_tag: BTreeMap<String, Spanned<String>>,
     pub context_limit: Spanned<u32>,
     pub latency_target_ms: Option<Spanned<f64>>,
     pub max_queue_depth: Option<Spanned<u32>>,
@@ -76,6 +96,8 @@ pub(crate) struct TenantEntry {
     pub key_rate_limits: Option<Spanned<RateLimitEntry>>,
     /// Share of the engine's batch slots when requests queue (default 1).
     pub weight: Option<Spanned<i64>>,
+    /// Most of the engine's KV budget (and queue) its requests may hold, 0 < x <= 1.
+    pub kv_share: Option<Spanned<f64>>,
 }
 
 /// `rate_limits = { requests_per_minute = 60, tokens_per_minute = 40000 }`.

@@ -101,3 +101,32 @@ fn explain_says_the_limits_and_the_cache_scope() {
     let plain = policy(&policy_src(""));
     assert_eq!(plain.tenants()[0].cache_scope, CacheScope::tenant("a"));
 }
+
+/// Issue 32: a tenant's part of the engine's KV budget and queue (`kv_share`):
+/// validated with its line; by default half once two callers can compete, all
+/// of it for a policy of one tenant.
+#[test]
+fn kv_share_is_a_part_of_the_budget_with_a_default_for_several_callers() {
+    let src = policy_src("kv_share = 1.5\n");
+    assert_diag_at(&diagnostics(&src), &src, "1.5", "kv_share must be above 0");
+    let src = policy_src("kv_share = -0.5\n");
+    assert_diag_at(&diagnostics(&src), &src, "-0.5", "kv_share must be above 0");
+
+    let alone = policy(&policy_src(""));
+    assert_eq!(alone.kv_permille(Some("a")), 1000);
+    let own = policy(&policy_src("kv_share = 0.25\n"));
+    assert_eq!(own.kv_permille(Some("a")), 250);
+    let two = policy(&format!(
+        "{}\n[[tenants]]\nname = \"b\"\nkv_share = 0.75\n",
+        policy_src("")
+    ));
+    assert_eq!(two.kv_permille(Some("a")), 500);
+    assert_eq!(two.kv_permille(Some("b")), 750);
+    // Anonymous callers beside one tenant: half each.
+    let anonymous = policy(&policy_src("").replace(
+        "[[models]]",
+        "[routing]\nallow_anonymous = true\n\n[[models]]",
+    ));
+    assert_eq!(anonymous.kv_permille(None), 500);
+    assert_eq!(anonymous.kv_permille(Some("a")), 500);
+}

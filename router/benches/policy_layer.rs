@@ -42,6 +42,7 @@ use axum::Router;
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use switchyard_policies::RouteRequest;
+use switchyard_router::layers::json_body::JsonBodyLayer;
 use switchyard_router::layers::request_id::set_request_id_layer;
 use switchyard_router::openai::chat::chat_completions;
 use switchyard_router::openai::chat::ValidatedChatRequest;
@@ -187,7 +188,7 @@ async fn time_layer(request: AxumRequest, next: Next) -> Response {
 }
 
 /// The chat route alone: timer, policy layer (or pass-through), timer, handler. Outside
-/// the timers, the app's request-id layer: in the app every request carries an id by
+/// the timers, the app's body read and request-id layer: in the app every request carries an id by
 /// the time it reaches the policy layer (generating one is a `getrandom` call, which
 /// belongs to that layer, not to routing).
 fn chat_route(state: AppState, policy: Option<Arc<PolicyRouting>>) -> Router {
@@ -198,8 +199,14 @@ fn chat_route(state: AppState, policy: Option<Arc<PolicyRouting>>) -> Router {
     let route =
         post_service(PolicyLayer::<ValidatedChatRequest>::new(policy, limits).layer(handler))
             .route_layer(middleware::from_fn(time_layer));
+    // The body is read (once, under the one body limit) before the timers, as in the app.
+    let config = RouterConfig::default();
     Router::new()
         .route("/v1/chat/completions", route)
+        .route_layer(JsonBodyLayer::new(
+            config.max_body_bytes,
+            config.body_read_timeout,
+        ))
         .layer(set_request_id_layer())
 }
 

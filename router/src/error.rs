@@ -304,6 +304,7 @@ impl ApiError {
                     StatusCode::BAD_REQUEST
                 }
                 BackendError::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+                BackendError::TenantBusy { .. } => StatusCode::TOO_MANY_REQUESTS,
                 BackendError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
             },
         }
@@ -329,7 +330,9 @@ impl ApiError {
                 } if prompt_tokens < context => Some("max_tokens".to_owned()),
                 BackendError::ContextOverflow { .. } => Some((*prompt_field).to_owned()),
                 BackendError::InvalidRequest { param, .. } => Some(param.clone()),
-                BackendError::Overloaded | BackendError::Internal { .. } => None,
+                BackendError::Overloaded
+                | BackendError::TenantBusy { .. }
+                | BackendError::Internal { .. } => None,
             },
             ApiError::InvalidJson { .. }
             | ApiError::PayloadTooLarge { .. }
@@ -370,6 +373,7 @@ impl ApiError {
                 BackendError::ContextOverflow { .. } => "context_length_exceeded",
                 BackendError::InvalidRequest { .. } => "invalid_value",
                 BackendError::Overloaded => "overloaded",
+                BackendError::TenantBusy { .. } => "tenant_queue_full",
                 BackendError::Internal { .. } => "internal_error",
             },
         }
@@ -381,7 +385,7 @@ impl ApiError {
             ApiError::TooManyRequests { retry_after, .. } => Some(*retry_after),
             ApiError::ShuttingDown => Some(Duration::from_secs(1)),
             ApiError::Backend {
-                source: BackendError::Overloaded,
+                source: BackendError::Overloaded | BackendError::TenantBusy { .. },
                 ..
             } => Some(Duration::from_secs(1)),
             ApiError::Refused(reply) => reply.retry_after,

@@ -14,8 +14,9 @@ use switchyard_policies::CandidateState;
 use tokio::sync::{mpsc, watch, Notify};
 
 use switchyard_seam::{
-    BackendError, CheckpointProbe, FinishReason, GeneratedToken, GenerationEvent,
-    GenerationRequest, GenerationStream, InferenceBackend, ModelCard, Prompt, TopLogprob, Usage,
+    BackendError, CheckpointProbe, CheckpointRef, FinishReason, GeneratedToken, GenerationEvent,
+    GenerationRequest, GenerationStream, InferenceBackend, ModelCard, ModelSpec, Prompt,
+    TokenConfidence, TopLogprob, Usage,
 };
 
 /// The model a default fake serves.
@@ -143,6 +144,7 @@ impl FakeBackend {
     pub fn builder() -> FakeBackendBuilder {
         FakeBackendBuilder {
             models: vec![ModelCard {
+                parent: None,
                 id: FAKE_MODEL.to_owned(),
                 created: 1_700_000_000,
                 owned_by: "switchyard".to_owned(),
@@ -244,10 +246,7 @@ impl InferenceBackend for FakeBackend {
     fn checkpoint_probe(&self, model: &str, version: &str) -> Option<Arc<dyn CheckpointProbe>> {
         let served = self.shared.models.iter().any(|card| {
             card.id == model
-                || card
-                    .id
-                    .split_once('@')
-                    .is_some_and(|(m, v)| m == model && v == version)
+                || ModelSpec::parse(&card.id) == CheckpointRef::new(model, version).into()
         });
         served.then(|| Arc::new(FakeProbe) as Arc<dyn CheckpointProbe>)
     }
@@ -265,9 +264,9 @@ impl InferenceBackend for FakeBackend {
             .shared
             .models
             .iter()
-            .find(|card| card.id == request.model)
+            .find(|card| ModelSpec::parse(&card.id) == request.model)
             .ok_or_else(|| BackendError::UnknownModel {
-                model: request.model.clone(),
+                model: request.model.to_string(),
             })?;
         if self.shared.overloaded.load(Ordering::SeqCst) {
             return Err(BackendError::Overloaded);
@@ -330,6 +329,7 @@ impl Job {
             return;
         }
         let mut produced = 0u32;
+        let mut logprobs = Vec::new();
         let mut finish_reason = FinishReason::Stop;
         for (i, word) in self.shared.reply.iter().enumerate() {
             if produced == self.max_tokens {
@@ -351,6 +351,7 @@ impl Job {
                 tokio::time::sleep(self.shared.token_delay).await;
             }
             let token = self.token(i, word);
+            logprobs.push(Self::logprob(i));
             if self
                 .sender
                 .send(GenerationEvent::Token(token))
@@ -369,13 +370,19 @@ impl Job {
                 cached_tokens: 0,
                 completion_tokens: produced,
             },
+            confidence: TokenConfidence::of(&mut logprobs),
         };
         let _ = self.sender.send(done).await;
     }
 
+    /// The fake's log-probability of its `i`th token: less sure as it goes.
+    fn logprob(i: usize) -> f32 {
+        -0.1 * (i as f32 + 1.0)
+    }
+
     fn token(&self, i: usize, word: &str) -> GeneratedToken {
         let id = 1000 + u32::try_from(i).unwrap_or(u32::MAX - 1000);
-        let logprob = -0.1 * (i as f32 + 1.0);
+        let logprob = Self::logprob(i);
         GeneratedToken {
             text: word.to_owned(),
             id,

@@ -36,12 +36,11 @@ pub mod write_timeout;
 
 use std::sync::Arc;
 
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{Request, State};
 use axum::handler::Handler;
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post_service};
-use axum::Extension;
+use axum::routing::{get, post, post_service};
 use tower::{Layer, ServiceBuilder};
 use tower_http::trace::TraceLayer;
 
@@ -55,7 +54,6 @@ pub use serve::{
 pub use state::{AppState, RouterConfig};
 
 use crate::error::ApiError as Error;
-use crate::layers::body_limit::BodyLimit;
 use crate::layers::request_id::{
     propagate_request_id_layer, set_request_id_layer, SanitizeRequestIdLayer, REQUEST_ID_HEADER,
 };
@@ -85,6 +83,7 @@ pub fn app_with_policy(state: AppState, policy: Option<Arc<policy::PolicyRouting
         policy::PolicyLayer::<openai::chat::ValidatedChatRequest>::new(policy.clone(), limits)
             .layer(openai::chat::chat_completions.with_state(state.clone())),
     );
+    let feedback = post(policy::feedback::feedback).with_state(policy.clone());
     let completions = post_service(
         policy::PolicyLayer::<openai::completions::ValidatedCompletionRequest>::new(
             policy.clone(),
@@ -105,7 +104,8 @@ pub fn app_with_policy(state: AppState, policy: Option<Arc<policy::PolicyRouting
         // routes again, and every box is cloned for every request.
         .route_layer(
             ServiceBuilder::new()
-                // The body is in memory before the request queues for a slot.
+                // The body is in memory before the request queues for a slot; this layer
+                // is the one that holds the body limit.
                 .layer(layers::json_body::JsonBodyLayer::new(
                     config.max_body_bytes,
                     config.body_read_timeout,
@@ -119,6 +119,7 @@ pub fn app_with_policy(state: AppState, policy: Option<Arc<policy::PolicyRouting
         .route("/health", get(health::health))
         .route("/ready", get(health::ready))
         .route("/metrics", get(public_metrics))
+        .route("/v1/feedback", feedback)
         .merge(inference)
         .fallback(route_not_found)
         .with_state(state);
@@ -153,11 +154,6 @@ pub fn app_with_policy(state: AppState, policy: Option<Arc<policy::PolicyRouting
             )
             .layer(propagate_request_id_layer())
             .layer(layers::request_metrics::RequestMetricsLayer)
-            .layer(layers::body_limit::BodyLimitLayer::new(
-                config.max_body_bytes,
-            ))
-            .layer(Extension(BodyLimit(config.max_body_bytes)))
-            .layer(DefaultBodyLimit::max(config.max_body_bytes))
             // Before any handler or body read: a page from a foreign origin gets
             // nothing of the server.
             .layer(layers::origin::OriginLayer::new(&config.allowed_origins)),

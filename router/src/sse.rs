@@ -90,6 +90,7 @@ impl<F: ChunkFormat> Driver<F> {
             GenerationEvent::Done {
                 finish_reason,
                 usage,
+                ..
             } => {
                 for chunk in self.format.finish(index, finish_reason) {
                     self.push(&chunk);

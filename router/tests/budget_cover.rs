@@ -46,6 +46,7 @@ const DENSE: &str = "a a a a a a a a a a a a";
 fn fake(encodes: bool) -> FakeBackend {
     let builder = FakeBackend::builder()
         .models(vec![ModelCard {
+            parent: None,
             id: "small@v1".to_owned(),
             created: 1_700_000_000,
             owned_by: "test".to_owned(),
@@ -127,6 +128,7 @@ async fn the_routing_estimate_alone_would_overspend() {
 async fn the_encoded_prompt_is_what_runs_and_n_choices_count_each() {
     let backend = FakeBackend::builder()
         .models(vec![ModelCard {
+            parent: None,
             id: "small@v1".to_owned(),
             created: 1_700_000_000,
             owned_by: "test".to_owned(),

@@ -14,6 +14,7 @@ use switchyard_seam::ModelCard;
 
 fn card(id: &str, context_length: u32) -> ModelCard {
     ModelCard {
+        parent: None,
         id: id.to_owned(),
         created: 1_700_000_123,
         owned_by: "lab".to_owned(),

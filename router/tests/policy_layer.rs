@@ -67,7 +67,10 @@ async fn hints_pick_the_checkpoint_and_headers_say_why() {
     assert!(header(&reply, "x-switchyard-route").starts_with("auto: best utility"));
     assert!(header(&reply, "x-switchyard-cost").parse::<f64>().unwrap() > 0.0);
     assert_eq!(reply.json()["model"], "large@v1");
-    assert_eq!(fake.submitted().last().unwrap().model, "large@v1");
+    assert_eq!(
+        fake.submitted().last().unwrap().model.to_string(),
+        "large@v1"
+    );
 
     // A cost ceiling only the small model meets.
     let reply = chat(&app, "auto", "hello", &[("x-switchyard-max-cost", "0.001")]).await;
@@ -314,7 +317,10 @@ async fn an_overloaded_checkpoint_falls_back_as_the_policy_says() {
             "fallback #1 for `large` (large@v1 was overloaded)"
         );
     }
-    assert_eq!(fake.submitted().last().unwrap().model, "small@v1");
+    assert_eq!(
+        fake.submitted().last().unwrap().model.to_string(),
+        "small@v1"
+    );
     let metrics = get(&app, "/metrics").await.text;
     assert!(
         metrics.contains("switchyard_policy_fallbacks_total{from=\"large@v1\",to=\"small@v1\",trigger=\"overloaded\"}"),
@@ -453,7 +459,7 @@ async fn without_a_policy_the_model_is_used_as_sent() {
     let reply = chat(&app, "small@v1", "hi", &[]).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     assert!(reply.headers.get("x-switchyard-model").is_none());
-    assert_eq!(fake.submitted()[0].model, "small@v1");
+    assert_eq!(fake.submitted()[0].model.to_string(), "small@v1");
 }
 
 /// A policy of its own, so that its route counters (labelled by model) move only with

@@ -17,6 +17,7 @@ use switchyard_seam::ModelCard;
 
 fn card(id: &str) -> ModelCard {
     ModelCard {
+        parent: None,
         id: id.to_owned(),
         created: 1_700_000_123,
         owned_by: "switchyard".to_owned(),

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use crate::{
-    BackendError, CandidateState, CheckpointProbe, EmbeddingReply, EmbeddingRequest,
-    GenerationRequest, GenerationStream, ModelCard,
+    BackendError, CandidateState, CheckpointProbe, CheckpointRef, EmbeddingReply, EmbeddingRequest,
+    GenerationRequest, GenerationStream, ModelCard, ModelSpec,
 };
 
 /// The engine as the router sees it.
@@ -81,12 +81,13 @@ pub trait InferenceBackend: Send + Sync + 'static {
         None
     }
 
-    /// The checkpoint `model` (a name or an alias) resolves to now, as
-    /// `name@version`, so that every generation of one request runs on one
-    /// version and the response can name it (as OpenAI names the snapshot
-    /// behind an alias). The default, and any name the backend cannot
-    /// resolve, is `model` unchanged (the submit then reports the problem).
-    fn pin_model(&self, model: &str) -> String {
-        model.to_owned()
+    /// The checkpoint `model` (a name or an alias) resolves to now, so that
+    /// every generation of one request runs on one version and the response
+    /// can name it (as OpenAI names the snapshot behind an alias). `None` (the
+    /// default, and any name the backend cannot resolve): submit `model`
+    /// unchanged (the submit then reports the problem).
+    fn pin_model(&self, model: &ModelSpec) -> Option<CheckpointRef> {
+        let _ = model;
+        None
     }
 }

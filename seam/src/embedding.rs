@@ -6,7 +6,7 @@
 
 use tokio::sync::oneshot;
 
-use crate::{BackendError, TenantShare};
+use crate::{BackendError, ModelSpec, TenantShare};
 
 /// One text (or token-id sequence) to embed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,7 +14,7 @@ pub struct EmbeddingRequest {
     /// The request id (`x-request-id`), with `/<index>` appended per input.
     pub request_id: String,
     /// The model to run: a name, an alias or `name@version`.
-    pub model: String,
+    pub model: ModelSpec,
     /// What to embed.
     pub input: EmbeddingInput,
     /// The length the client asked for (OpenAI's `dimensions`); the engine

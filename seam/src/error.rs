@@ -25,6 +25,13 @@ pub enum BackendError {
     /// The engine's queue is full; retry later.
     #[error("The engine is overloaded; retry the request later.")]
     Overloaded,
+    /// The tenant's requests already fill its part of the engine (the policy's
+    /// `kv_share`); other tenants are still served. Retry when some have finished.
+    #[error("Too many of this tenant's requests are waiting: {message}")]
+    TenantBusy {
+        /// How many wait, and what to do.
+        message: String,
+    },
     /// A parameter only the engine can check (it needs the tokenizer or the model).
     #[error("Invalid '{param}': {message}")]
     InvalidRequest {

@@ -3,7 +3,7 @@
 use serde::Serialize;
 use tokio::sync::mpsc;
 
-use crate::BackendError;
+use crate::{BackendError, TokenConfidence};
 
 /// What a generation reports, in order: zero or more `Token`s, then exactly
 /// one `Done` or `Error`, after which the sender is dropped.
@@ -17,6 +17,9 @@ pub enum GenerationEvent {
         finish_reason: FinishReason,
         /// Token counts, as the engine measured them.
         usage: Usage,
+        /// How sure the generation was of its tokens; `None` when it produced none
+        /// or the backend does not measure it.
+        confidence: Option<TokenConfidence>,
     },
     /// The generation failed after it was accepted.
     Error(BackendError),

@@ -13,7 +13,9 @@
 
 mod backend;
 mod cache_scope;
+mod checkpoint_ref;
 mod checkpoint_state;
+mod confidence;
 mod constraint;
 mod embedding;
 mod error;
@@ -24,7 +26,9 @@ mod tenant_share;
 
 pub use backend::InferenceBackend;
 pub use cache_scope::{CacheScope, ScopeOwner};
+pub use checkpoint_ref::{CheckpointRef, ModelSpec};
 pub use checkpoint_state::{CandidateState, CheckpointProbe};
+pub use confidence::{TokenConfidence, CONFIDENCE_QUANTILES};
 pub use constraint::{Constraint, Tool, ToolCall, TOOL_CALL_CLOSE, TOOL_CALL_OPEN};
 pub use embedding::{Embedding, EmbeddingInput, EmbeddingReply, EmbeddingRequest};
 pub use error::BackendError;
@@ -35,5 +39,6 @@ pub use event::{
 pub use model_card::ModelCard;
 pub use request::{
     ChatMessage, GenerationRequest, Prompt, Role, SamplingOptions, SamplingRangeError,
+    MAX_TOP_LOGPROBS,
 };
 pub use tenant_share::TenantShare;

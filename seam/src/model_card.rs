@@ -11,4 +11,7 @@ pub struct ModelCard {
     pub owned_by: String,
     /// The model's context window in tokens (prompt plus completion).
     pub context_length: u32,
+    /// The base model of a LoRA adapter served as a model (vLLM's
+    /// `parent`); `None` for a checkpoint.
+    pub parent: Option<String>,
 }

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use crate::cache_scope::CacheScope;
+use crate::checkpoint_ref::ModelSpec;
 use crate::constraint::{Constraint, Tool, ToolCall};
 use crate::tenant_share::TenantShare;
 
@@ -15,8 +16,8 @@ pub struct GenerationRequest {
     /// The request id (`x-request-id`), with `/<index>` appended when the
     /// router fans one HTTP request out into several generations.
     pub request_id: String,
-    /// The model to run: a name, an alias or `name@version`.
-    pub model: String,
+    /// The model to run: a name or an alias (its active version), or one checkpoint.
+    pub model: ModelSpec,
     /// What to continue.
     pub prompt: Prompt,
     /// Most tokens to generate; `None` means up to the end of the context.
@@ -165,9 +166,12 @@ pub struct SamplingOptions {
     pub logit_bias: BTreeMap<u32, f32>,
 }
 
+/// Most alternatives per token a request may ask log-probabilities for (OpenAI's limit).
+pub const MAX_TOP_LOGPROBS: u8 = 20;
+
 /// A sampling option outside its range.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{value} is outside {range}; use a value in {range}.")]
+#[error("{value} is outside {range}; {advice}.")]
 pub struct SamplingRangeError {
     /// The OpenAI field at fault (`logit_bias.<id>` for a bias).
     pub field: String,
@@ -175,6 +179,8 @@ pub struct SamplingRangeError {
     pub value: f32,
     /// The allowed range, written as an interval.
     pub range: &'static str,
+    /// What to send instead.
+    pub advice: &'static str,
 }
 
 impl SamplingOptions {
@@ -182,23 +188,29 @@ impl SamplingOptions {
     /// [0, 2], top_p in (0, 1], penalties in [-2, 2], biases in [-100, 100]. NaN is
     /// outside every range.
     pub fn check(&self) -> Result<(), SamplingRangeError> {
-        let out = |field: &str, value: f32, range| SamplingRangeError {
+        let out = |field: &str, value: f32, range, advice| SamplingRangeError {
             field: field.to_owned(),
             value,
             range,
+            advice,
         };
         if let Some(t) = self.temperature.filter(|t| !(0.0..=2.0).contains(t)) {
-            return Err(out("temperature", t, "[0, 2]"));
+            return Err(out("temperature", t, "[0, 2]", "use a value from 0 to 2"));
         }
         if let Some(p) = self.top_p.filter(|p| !(*p > 0.0 && *p <= 1.0)) {
-            return Err(out("top_p", p, "(0, 1]"));
+            return Err(out(
+                "top_p",
+                p,
+                "(0, 1]",
+                "use a value above 0 and at most 1",
+            ));
         }
         for (field, value) in [
             ("presence_penalty", self.presence_penalty),
             ("frequency_penalty", self.frequency_penalty),
         ] {
             if !(-2.0..=2.0).contains(&value) {
-                return Err(out(field, value, "[-2, 2]"));
+                return Err(out(field, value, "[-2, 2]", "use a value from -2 to 2"));
             }
         }
         match self
@@ -206,7 +218,12 @@ impl SamplingOptions {
             .iter()
             .find(|(_, bias)| !(-100.0..=100.0).contains(*bias))
         {
-            Some((id, &bias)) => Err(out(&format!("logit_bias.{id}"), bias, "[-100, 100]")),
+            Some((id, &bias)) => Err(out(
+                &format!("logit_bias.{id}"),
+                bias,
+                "[-100, 100]",
+                "use a value from -100 to 100",
+            )),
             None => Ok(()),
         }
     }

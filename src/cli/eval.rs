@@ -61,7 +61,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
 struct Eval(EvalArgs);
 
 impl OnDevice for Eval {
-    type Output = anyhow::Result<()>;
+    type Output = ();
 
     fn run<B: Backend>(self, backend: Arc<B>) -> anyhow::Result<()> {
         eval(backend.as_ref(), self.0)

@@ -15,11 +15,12 @@ use switchyard_engine::sampling::{
     FinishReason, Sampler, SamplingParams, StopChecker, StopCondition,
 };
 use switchyard_engine::session::Session;
+use switchyard_engine::speculate::{self, Ngram};
 use switchyard_engine::tokenizer::Tokenizer;
 use switchyard_kernels::Backend;
 use switchyard_seam::{ChatMessage, Prompt, Role};
 
-use super::device::{load_model, on_device, DeviceArgs, OnDevice};
+use super::device::{load_adapter, load_model, on_device, DeviceArgs, OnDevice};
 
 #[derive(clap::Args)]
 pub struct GenerateArgs {
@@ -58,8 +59,14 @@ pub struct GenerateArgs {
     /// Stop when this text is generated (repeatable).
     #[arg(long)]
     stop: Vec<String>,
+    /// A LoRA adapter over the model: a PEFT folder or a llama.cpp GGUF
+    /// adapter.
+    #[arg(long)]
+    lora: Option<PathBuf>,
     #[command(flatten)]
     device: DeviceArgs,
+    #[command(flatten)]
+    speculate: super::speculate::SpeculateArgs,
 }
 
 pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
@@ -69,7 +76,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
 struct Generate(GenerateArgs);
 
 impl OnDevice for Generate {
-    type Output = anyhow::Result<()>;
+    type Output = ();
 
     fn run<B: Backend>(self, backend: Arc<B>) -> anyhow::Result<()> {
         generate(backend.as_ref(), self.0)
@@ -81,6 +88,7 @@ fn generate<B: Backend>(backend: &B, args: GenerateArgs) -> anyhow::Result<()> {
     let tokenizer = Tokenizer::load(&checkpoint.tokenizer)
         .with_context(|| format!("cannot load the tokenizer of {}", args.model.display()))?;
     let model = LlamaModel::load(backend, &checkpoint)?;
+    let adapter = load_adapter(backend, args.lora.as_deref(), &checkpoint)?;
     let prompt = if args.chat {
         let mut messages = Vec::new();
         if let Some(system) = &args.system {
@@ -123,27 +131,67 @@ fn generate<B: Backend>(backend: &B, args: GenerateArgs) -> anyhow::Result<()> {
     });
     let mut decoder = tokenizer.decode_stream(true);
     let kv = KvPool::new(args.device.kv());
-    let mut session = Session::with_kv(backend, &model, &kv, prompt.len() + max_tokens)?;
+    let mut session = Session::with_kv(backend, &model, &kv, prompt.len() + max_tokens)?
+        .with_adapter(adapter.as_ref());
     let mut out = std::io::stdout().lock();
 
+    let mut control = args.speculate.speculation()?.control();
+    let drafter = Ngram::default();
+    let vocab = model.config().vocab_size.max(1);
+
     let started = Instant::now();
-    let mut logits = session.feed(&prompt, LogitRows::Last)?;
+    // The rows of the last feed: one, or one per verified draft token and one more.
+    let mut rows = session.feed(&prompt, LogitRows::Last)?;
     let prefill = started.elapsed();
     let mut history = prompt.clone();
     let decoding = Instant::now();
     let mut generated = 0usize;
+    let mut draft: Vec<u32> = Vec::new();
+    let (mut drafted, mut accepted) = (0usize, 0usize);
     loop {
-        let token = sampler.sample(&logits, &history)?.id;
-        generated += 1;
-        history.push(token);
-        let text = decoder.step(token)?.unwrap_or_default();
-        let step = stop.push(token, &text);
-        out.write_all(step.text.as_bytes())?;
-        out.flush()?;
-        if step.finished.is_some() {
+        // Each row's token is sampled as plain decoding would; a draft
+        // token counts only when it is the token sampled (`speculate::verify`).
+        let mut failed: Option<anyhow::Error> = None;
+        let mut emit = |row: &[f32]| -> anyhow::Result<Option<u32>> {
+            let token = sampler.sample(row, &history)?.id;
+            generated += 1;
+            history.push(token);
+            let text = decoder.step(token)?.unwrap_or_default();
+            let step = stop.push(token, &text);
+            out.write_all(step.text.as_bytes())?;
+            out.flush()?;
+            Ok(step.finished.is_none().then_some(token))
+        };
+        let verdict = speculate::verify(&draft, rows.chunks_exact(vocab), |row| {
+            emit(row).unwrap_or_else(|e| {
+                failed = Some(e);
+                None
+            })
+        });
+        if let Some(error) = failed {
+            return Err(error);
+        }
+        if let (Some(control), false) = (control.as_mut(), draft.is_empty()) {
+            control.record(draft.len(), verdict.accepted);
+            drafted += draft.len();
+            accepted += verdict.accepted;
+        }
+        if verdict.ended {
             break;
         }
-        logits = session.feed(&[token], LogitRows::Last)?;
+        // The cache holds every kept token; the last one runs next.
+        session.truncate(history.len() - 1)?;
+        let Some(&last) = history.last() else { break };
+        draft.clear();
+        let room = max_tokens.saturating_sub(generated + 1);
+        let wanted = control.as_mut().map_or(0, |c| c.wanted().min(room));
+        drafter.draft(&history, wanted.min(speculate::MAX_DRAFT), &mut draft);
+        rows = if draft.is_empty() {
+            session.feed(&[last], LogitRows::Last)?
+        } else {
+            let verify: Vec<u32> = std::iter::once(last).chain(draft.iter().copied()).collect();
+            session.feed(&verify, LogitRows::All)?
+        };
     }
     let tail = decoder.flush()?.unwrap_or_default();
     // Text after a stop string or token is not output.
@@ -162,5 +210,11 @@ fn generate<B: Backend>(backend: &B, args: GenerateArgs) -> anyhow::Result<()> {
         args.device.count(),
         backend.name(),
     );
+    if drafted > 0 {
+        eprintln!(
+            "speculation: {accepted} of {drafted} drafted tokens accepted ({:.0}%)",
+            100.0 * accepted as f64 / drafted as f64
+        );
+    }
     Ok(())
 }

@@ -12,7 +12,7 @@ use switchyard_engine::session::Session;
 
 use switchyard_kernels::Backend;
 
-use super::device::{load_model, on_device, DeviceArgs, OnDevice};
+use super::device::{load_adapter, load_model, on_device, DeviceArgs, OnDevice};
 
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum Positions {
@@ -42,6 +42,10 @@ pub struct LogitsArgs {
     /// tokens do not stop it) and print them.
     #[arg(long, default_value_t = 0)]
     greedy: usize,
+    /// A LoRA adapter over the model: a PEFT folder or a llama.cpp GGUF
+    /// adapter.
+    #[arg(long)]
+    lora: Option<PathBuf>,
     #[command(flatten)]
     device: DeviceArgs,
 }
@@ -53,7 +57,7 @@ pub fn run(args: LogitsArgs) -> anyhow::Result<()> {
 struct Logits(LogitsArgs);
 
 impl OnDevice for Logits {
-    type Output = anyhow::Result<()>;
+    type Output = ();
 
     fn run<B: Backend>(self, backend: Arc<B>) -> anyhow::Result<()> {
         logits(backend.as_ref(), self.0)
@@ -76,9 +80,11 @@ fn logits<B: Backend>(backend: &B, args: LogitsArgs) -> anyhow::Result<()> {
     );
     let checkpoint = load_model(&args.model)?;
     let model = LlamaModel::load(backend, &checkpoint)?;
+    let adapter = load_adapter(backend, args.lora.as_deref(), &checkpoint)?;
     let vocab = model.config().vocab_size;
     let kv = KvPool::new(args.device.kv());
-    let mut session = Session::with_kv(backend, &model, &kv, prompt.len() + args.greedy)?;
+    let mut session = Session::with_kv(backend, &model, &kv, prompt.len() + args.greedy)?
+        .with_adapter(adapter.as_ref());
     let rows = match args.positions {
         Positions::Last => LogitRows::Last,
         Positions::All => LogitRows::All,

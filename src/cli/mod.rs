@@ -13,5 +13,6 @@ pub mod policy;
 pub mod quality;
 pub mod report;
 pub mod serve;
+pub mod speculate;
 pub mod synth;
 pub mod tokenize;

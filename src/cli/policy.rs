@@ -45,9 +45,10 @@ enum PolicyCommand {
         /// Print the explanation as JSON instead of text.
         #[arg(long)]
         json: bool,
-        /// A model repository: also show each policy model's measured
-        /// quality stored there (`switchyard eval --save`), with n and
-        /// interval, or that it is missing or stale.
+        /// A model repository: `quality_from` figures are read from the
+        /// measurements stored there (`switchyard eval --save`), and each
+        /// policy model's measured quality is shown, with n and interval, or
+        /// that it is missing or stale.
         #[arg(long, value_name = "DIR")]
         repo: Option<PathBuf>,
     },
@@ -66,7 +67,10 @@ pub fn run(args: PolicyArgs) -> anyhow::Result<()> {
             json,
             repo,
         } => {
-            let policy = Policy::load(&file)?;
+            let mut policy = Policy::load(&file)?;
+            if let Some(dir) = &repo {
+                policy = policy.resolve_quality(&super::quality::RepoQuality::new(dir));
+            }
             let mut req = read_request(&request)?;
             if let Some(t) = tenant {
                 req.caller = Caller::Tenant(t);

@@ -2,11 +2,118 @@
 //! line and the admin API show it: per version and suite, with n, the 95%
 //! interval and whether the measurement still holds.
 
-use std::path::Path;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
-use switchyard_engine::eval::quality::{load_records, QualityRecord};
+use switchyard_engine::eval::quality::{load_record, load_records, Freshness, QualityRecord};
 use switchyard_engine::repository::{ModelRepository, RepoModel};
+use switchyard_policies::{Measured, Measurement, QualitySource};
+
+/// The measurements stored in a model repository, as a policy's `quality_from` reads
+/// them: only a fresh record counts (see [`Freshness`]).
+#[derive(Debug, Clone)]
+pub struct RepoQuality {
+    root: PathBuf,
+}
+
+impl RepoQuality {
+    /// Reads the records of the repository at `root`.
+    pub fn new(root: &Path) -> Self {
+        RepoQuality {
+            root: root.to_path_buf(),
+        }
+    }
+}
+
+impl QualitySource for RepoQuality {
+    fn measurement(&self, model: &str, version: &str, suite: &str) -> Measurement {
+        let Some(record) = load_record(&self.root, model, version, suite) else {
+            return Measurement::Missing {
+                why: format!(
+                    "no measurement of {model}@{version} on `{suite}` in {} (switchyard eval --repo {} --model {model}@{version} --suite <{suite}.jsonl> --save)",
+                    self.root.display(),
+                    self.root.display()
+                ),
+            };
+        };
+        let measured = Measured {
+            acc: record.summary.acc,
+            n: record.summary.n as u64,
+            ci95: record.summary.ci95,
+        };
+        // The repository is scanned again for the checkpoint's file: a version
+        // published or replaced since the server started is judged as it is now.
+        let checkpoint = ModelRepository::open(&self.root).ok().and_then(|repo| {
+            repo.model(model)
+                .and_then(|m| m.version(version))
+                .map(|v| v.path.clone())
+        });
+        let Some(checkpoint) = checkpoint else {
+            return Measurement::Missing {
+                why: format!(
+                    "{model}@{version} is not in the repository {}",
+                    self.root.display()
+                ),
+            };
+        };
+        match record.freshness(&checkpoint) {
+            Freshness::Fresh => Measurement::Fresh { measured },
+            other => Measurement::Stale {
+                measured,
+                why: other.as_str().to_string(),
+            },
+        }
+    }
+
+    /// Names, sizes and modification times of every stored record and of the suites
+    /// they were measured on: a new `--save`, a gate's run or an edited suite changes it.
+    fn fingerprint(&self) -> u64 {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        let Ok(models) = std::fs::read_dir(&self.root) else {
+            return 0;
+        };
+        let mut stamps = Vec::new();
+        for model in models.flatten() {
+            let Ok(versions) = std::fs::read_dir(model.path().join(".quality")) else {
+                continue;
+            };
+            for version in versions.flatten() {
+                for file in std::fs::read_dir(version.path())
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                {
+                    let path = file.path();
+                    stamps.push(stamp(&path));
+                    if let Some(record) =
+                        path.file_stem().and_then(|s| s.to_str()).and_then(|suite| {
+                            let version = version.file_name();
+                            let model = model.file_name();
+                            load_record(&self.root, model.to_str()?, version.to_str()?, suite)
+                        })
+                    {
+                        stamps.push(stamp(&record.suite_path));
+                    }
+                }
+            }
+        }
+        stamps.sort();
+        stamps.hash(&mut hasher);
+        hasher.finish()
+    }
+}
+
+/// A file's path, modification time (ns) and length; zeros when it is gone.
+fn stamp(path: &Path) -> (PathBuf, u128, u64) {
+    let meta = std::fs::metadata(path).ok();
+    let modified = meta
+        .as_ref()
+        .and_then(|m| m.modified().ok())
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos());
+    (path.to_path_buf(), modified, meta.map_or(0, |m| m.len()))
+}
 
 /// One record as JSON, with its freshness against the checkpoint at `checkpoint`.
 pub fn record_json(record: &QualityRecord, checkpoint: Option<&Path>) -> Value {

@@ -13,8 +13,10 @@ metrics show what each scope holds; the public `/metrics` names no scope.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -170,3 +172,22 @@ def test_the_admin_api_shows_cache_use_per_scope_and_the_public_metrics_do_not(s
     public = scrape(server["base"] + "/metrics")
     assert "cache_scope=" not in public
     assert "switchyard_prompt_cache_blocks" in public
+
+
+def test_the_admin_cache_endpoint_lists_each_scopes_blocks_bytes_and_hits(server):
+    """`GET /admin/cache` (admin token): each scope owner's blocks and bytes in the
+    prompt cache and the prompt tokens its lookups hit and missed; never a salt."""
+    shared = memo(5, 31)
+    assert ask(server, "c", shared, salt="secret-salt")[0] == 0
+    assert ask(server, "c", shared, salt="secret-salt")[0] > 1024
+    text = scrape(server["admin"] + "/admin/cache", ADMIN_TOKEN)
+    assert "secret-salt" not in text
+    scopes = {s["scope"]: s for s in json.loads(text)["scopes"]}
+    assert "shared:team" in scopes and all(s.startswith(("tenant:", "shared:"))
+                                           for s in scopes), scopes
+    team = scopes["shared:team"]
+    assert team["blocks"] > 0 and team["bytes"] > 0, team
+    assert team["hit_tokens"] > 1024 and team["miss_tokens"] > 1024, team
+    with pytest.raises(urllib.error.HTTPError) as err:
+        scrape(server["admin"] + "/admin/cache")
+    assert err.value.code == 401

@@ -248,6 +248,8 @@ def test_the_console_drives_versions_with_the_keyboard(server, browser):
     assert "ram" in smollm2.text and "Versions of smollm2" in smollm2.text
     overview = driver.find_element(By.ID, "overview").text
     assert "RAM resident" in overview and "MiB" in overview, overview
+    # Where resident weights live: the backend's name (the device tier).
+    assert "Weights on" in overview and "cpu-" in overview, overview
 
     # A cancelled action does nothing.
     button = tab_to(driver, "unload-smollm2-2")

@@ -181,7 +181,10 @@ def test_policy_check_lists_every_problem(switchyard_bin, tmp_path):
     assert done.returncode != 0
     assert f"{policy}:12:1:" in done.stderr and "cost_wieght" in done.stderr, done.stderr
     assert f"{policy}:23:1:" in done.stderr and "qualty" in done.stderr, done.stderr
-    assert "2 problems" in done.stderr, done.stderr
+    # The misspelt `quality` also leaves that model with no quality figure
+    # (`quality` is optional since `quality_from`): a third problem, said once.
+    assert "has no quality" in done.stderr, done.stderr
+    assert "3 problems" in done.stderr, done.stderr
 
 
 # 6. `policy explain` prints utilities that tell candidates apart, and fails without a pick.

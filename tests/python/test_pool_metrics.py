@@ -54,7 +54,11 @@ def server(switchyard_bin: Path, repo: Path):
     port, admin_port = free_port(), free_port()
     args = [str(switchyard_bin), "serve", "--repo", str(repo), "--listen", f"127.0.0.1:{port}",
             "--admin-listen", f"127.0.0.1:{admin_port}", "--admin-token", TOKEN,
-            "--max-batch", str(MAX_BATCH), "--threads", "2", "--drain-seconds", "5"]
+            "--max-batch", str(MAX_BATCH), "--threads", "2", "--drain-seconds", "5",
+            # Plain decoding: with two sequences running, n-gram drafts of the
+            # repetitive greedy story finish each stream in a few steps, before
+            # the scrapes this test needs can see the executor saturated.
+            "--speculate", "off"]
     with running_server(args, port):
         yield {"base": f"http://127.0.0.1:{port}", "admin": f"http://127.0.0.1:{admin_port}"}
 

@@ -9,8 +9,12 @@ counts; a key's own limit leaves the tenant's other keys alone.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import shutil
+import subprocess
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -142,3 +146,61 @@ def test_a_broken_limit_is_refused_with_its_line(server):
         urllib.request.urlopen(request, timeout=30)
     assert err.value.code == 422
     assert "rate_limits.requests_per_minute must be above 0" in err.value.read().decode()
+
+
+@pytest.fixture
+def redis_port(tmp_path):
+    """A Redis server on a loopback port (Debian's `redis-server`, which
+    scripts/setup.sh installs), stopped after the test."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail("redis-server is not installed: run scripts/setup.sh (Debian redis-server)")
+    port = free_port()
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--dir",
+                             str(tmp_path), "--save", ""],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 10
+        while subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True,
+                             text=True).stdout.strip() != "PONG":
+            assert time.time() < deadline, "redis-server did not start"
+            time.sleep(0.05)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_two_instances_on_one_redis_share_a_tenants_limit(switchyard_bin: Path,
+                                                          smollm2_path: Path, tmp_path,
+                                                          redis_port):
+    """Issue 37: with the spend ledger in Redis, rate limits are counted there too, so
+    two instances hold tenant `r` to one limit of 3 requests a minute, not 3 each."""
+    path = tmp_path / "policy.toml"
+    path.write_text(policy(3))
+    settings = tmp_path / "serve.toml"
+    settings.write_text(
+        f'threads = 1\n[[models]]\npath = "{smollm2_path}"\nname = "smol"\nversion = "v1"\n'
+    )
+    url = f"redis://127.0.0.1:{redis_port}/0"
+    with contextlib.ExitStack() as stack:
+        bases = []
+        for _ in range(2):
+            port = free_port()
+            args = [str(switchyard_bin), "serve", "--config", str(settings), "--policy",
+                    str(path), "--listen", f"127.0.0.1:{port}", "--ledger", url,
+                    "--drain-seconds", "5"]
+            stack.enter_context(running_server(args, port))
+            bases.append({"base": f"http://127.0.0.1:{port}"})
+        # The windows are clock minutes: start well inside one.
+        if time.time() % 60 > 45:
+            time.sleep(61 - time.time() % 60)
+        first, second = bases
+        remaining = [ask(server, "r").headers["x-ratelimit-remaining-requests"]
+                     for server in (first, second, first)]
+        assert remaining == ["2", "1", "0"]
+        for server in (second, first):
+            with pytest.raises(openai.RateLimitError) as err:
+                ask(server, "r")
+            assert err.value.response.headers["x-ratelimit-remaining-requests"] == "0"
+            assert 1 <= int(err.value.response.headers["retry-after"]) <= 60

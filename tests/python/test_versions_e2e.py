@@ -103,6 +103,8 @@ def test_the_repository_is_served_with_shared_tensors_once(server, client):
     status, body = admin(server, "GET", "/admin/models")
     assert status == 200
     memory = body["memory"]
+    # Where resident weights live: this server runs on the CPU backend.
+    assert body["device"].startswith("cpu"), body["device"]
     # The derived checkpoints share all but two matrices with smollm2@1.
     assert memory["ram_bytes"] < 0.6 * memory["ram_bytes_without_sharing"], memory
     assert active_version(server, "smollm2") == "1"

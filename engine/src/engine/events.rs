@@ -1,7 +1,9 @@
 //! The executor's events for one sequence, turned into the seam's and sent to
 //! the router's stream. Runs on the executor thread, so it never blocks.
 
-use switchyard_seam::{BackendError, GeneratedToken, GenerationEvent, TopLogprob, Usage};
+use switchyard_seam::{
+    BackendError, GeneratedToken, GenerationEvent, TokenConfidence, TopLogprob, Usage,
+};
 use tokio::sync::mpsc;
 
 use crate::serving::{EventSink, SequenceEvent};
@@ -12,6 +14,9 @@ pub(super) struct StreamSink {
     sender: mpsc::Sender<GenerationEvent>,
     tokenizer: Tokenizer,
     logprobs: bool,
+    /// Every generated token's log-probability, for the answer's [`TokenConfidence`]
+    /// (kept whether or not the client asked for logprobs: cascades read it).
+    seen: Vec<f32>,
 }
 
 impl StreamSink {
@@ -24,6 +29,7 @@ impl StreamSink {
             sender,
             tokenizer,
             logprobs,
+            seen: Vec::new(),
         }
     }
 
@@ -57,7 +63,10 @@ impl StreamSink {
 impl EventSink for StreamSink {
     fn send(&mut self, event: SequenceEvent) -> bool {
         let event = match event {
-            SequenceEvent::Token(token) => GenerationEvent::Token(self.token(token)),
+            SequenceEvent::Token(token) => {
+                self.seen.push(token.logprob);
+                GenerationEvent::Token(self.token(token))
+            }
             SequenceEvent::Done {
                 finish_reason,
                 prompt_tokens,
@@ -70,6 +79,7 @@ impl EventSink for StreamSink {
                     cached_tokens: u32::try_from(cached_tokens).unwrap_or(u32::MAX),
                     completion_tokens: u32::try_from(completion_tokens).unwrap_or(u32::MAX),
                 },
+                confidence: TokenConfidence::of(&mut self.seen),
             },
             SequenceEvent::Error(message) => {
                 GenerationEvent::Error(BackendError::Internal { message })

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use switchyard_kernels::Backend;
 use switchyard_seam::{
-    BackendError, CandidateState, CheckpointProbe, EmbeddingReply, EmbeddingRequest,
-    GenerationRequest, GenerationStream, InferenceBackend, ModelCard,
+    BackendError, CandidateState, CheckpointProbe, CheckpointRef, EmbeddingReply, EmbeddingRequest,
+    GenerationRequest, GenerationStream, InferenceBackend, ModelCard, ModelSpec,
 };
 use tokio::sync::mpsc;
 
@@ -66,11 +66,11 @@ impl<B: Backend> Engine<B> {
         &self.executor
     }
 
-    /// The resident version `spec` (a name, an alias or `name@version`) names now.
-    fn resolve(&self, spec: &str) -> Result<CheckpointHandle<B>, BackendError> {
-        self.registry.resolve(spec).map_err(|e| match e.kind {
+    /// The resident version `spec` (a name, an alias or one checkpoint) names now.
+    fn resolve(&self, spec: &ModelSpec) -> Result<CheckpointHandle<B>, BackendError> {
+        self.registry.resolve_spec(spec).map_err(|e| match e.kind {
             RegistryErrorKind::NotFound => BackendError::UnknownModel {
-                model: spec.to_owned(),
+                model: spec.to_string(),
             },
             _ => BackendError::invalid("model", e.message),
         })
@@ -148,10 +148,9 @@ impl<B: Backend> InferenceBackend for Engine<B> {
         )))
     }
 
-    fn pin_model(&self, model: &str) -> String {
-        self.registry
-            .resolve(model)
-            .map_or_else(|_| model.to_owned(), |checkpoint| checkpoint.id.to_string())
+    fn pin_model(&self, model: &ModelSpec) -> Option<CheckpointRef> {
+        let checkpoint = self.registry.resolve_spec(model).ok()?;
+        Some(checkpoint.id.clone())
     }
 }
 
@@ -173,5 +172,12 @@ fn refusal(error: SubmitError, prompt_field: &str) -> BackendError {
         } => BackendError::invalid(prompt_field, error.to_string()),
         SubmitError::KvBudget { .. } => BackendError::invalid("max_tokens", error.to_string()),
         SubmitError::KvShare { .. } => BackendError::invalid("n", error.to_string()),
+        SubmitError::TenantKvShare { fanout, .. } => {
+            let field = if fanout > 1 { "n" } else { "max_tokens" };
+            BackendError::invalid(field, error.to_string())
+        }
+        SubmitError::TenantQueueFull { .. } => BackendError::TenantBusy {
+            message: error.to_string(),
+        },
     }
 }

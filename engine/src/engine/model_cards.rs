@@ -2,7 +2,7 @@
 //! active version) and each resident `name@version`.
 
 use switchyard_kernels::Backend;
-use switchyard_seam::ModelCard;
+use switchyard_seam::{CheckpointRef, ModelCard, ModelSpec};
 
 use crate::registry::{Registry, Tier};
 use crate::serving::ServedCheckpoint;
@@ -13,6 +13,7 @@ pub(super) fn model_cards<B: Backend>(registry: &Registry<B>, created: u64) -> V
         created,
         owned_by: "switchyard".into(),
         context_length: u32::try_from(checkpoint.model.config().context_length).unwrap_or(u32::MAX),
+        parent: checkpoint.parent.clone(),
     };
     let mut cards = Vec::new();
     for model in registry.status() {
@@ -21,9 +22,9 @@ pub(super) fn model_cards<B: Backend>(registry: &Registry<B>, created: u64) -> V
         };
         cards.push(card(model.name.clone(), &active));
         for version in model.versions.iter().filter(|v| v.tier == Tier::Ram) {
-            let spec = format!("{}@{}", model.name, version.version);
-            if let Ok(checkpoint) = registry.resolve(&spec) {
-                cards.push(card(spec, &checkpoint));
+            let spec = ModelSpec::from(CheckpointRef::new(&model.name, &version.version));
+            if let Ok(checkpoint) = registry.resolve_spec(&spec) {
+                cards.push(card(spec.to_string(), &checkpoint));
             }
         }
     }

@@ -168,14 +168,27 @@ pub(crate) fn over_share<B: Backend>(
     if fanout <= 1 {
         return None;
     }
-    let per_generation = model
-        .kv_layout(pool.format(), positions(model, request))
-        .ok()?
-        .bytes_beyond(0);
+    let per_generation = cache_bytes(pool, model, request)?;
     let needed_bytes = per_generation.saturating_mul(fanout);
     let share_bytes = pool.budget_bytes() / REQUEST_SHARE;
     (needed_bytes > share_bytes).then_some(OverShare {
         needed_bytes,
         share_bytes,
     })
+}
+
+/// Bytes `request`'s cache reserves when nothing of it is cached: what one
+/// generation may hold of the budget (`None` when the model has no layout
+/// for it, which making the cache reports).
+pub(crate) fn cache_bytes<B: Backend>(
+    pool: &KvPool,
+    model: &LlamaModel<B>,
+    request: Wanted,
+) -> Option<usize> {
+    Some(
+        model
+            .kv_layout(pool.format(), positions(model, request))
+            .ok()?
+            .bytes_beyond(0),
+    )
 }

@@ -3,6 +3,8 @@
 pub mod config;
 mod error;
 pub mod llama;
+mod lora_rows;
+mod part;
 mod pooling;
 mod runs;
 mod step;
@@ -10,5 +12,6 @@ pub mod weights;
 
 pub use error::ModelError;
 pub use llama::{LlamaModel, LogitRows, Scratch, SequenceChunk};
+pub use part::ModelPart;
 pub use pooling::unit_mean;
-pub use step::{forward_many, forward_step, ModelPart, StepOutput};
+pub use step::{forward_many, forward_step, StepOutput};

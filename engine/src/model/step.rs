@@ -13,15 +13,12 @@ use switchyard_kernels::{AttentionRows, Backend, MatmulInput, MatmulProduct};
 
 use super::config::{Activation, ModelConfig};
 use super::llama::{LlamaModel, LogitRows, Scratch, SequenceChunk};
+use super::lora_rows::AdapterRuns;
+use super::part::ModelPart;
 use super::runs::{by_runs, runs, Gather, Run, SameTensor, Widths};
 use super::weights::LayerWeights;
 use super::ModelError;
-
-/// One checkpoint's share of a step: its weights and its sequences' chunks.
-pub struct ModelPart<'s, 'a, B: Backend> {
-    pub model: &'s LlamaModel<B>,
-    pub chunks: &'s mut [SequenceChunk<'a>],
-}
+use crate::adapter::{ResidentAdapter, Target};
 
 /// One checkpoint alone: a step of one part.
 impl<B: Backend> LlamaModel<B> {
@@ -35,9 +32,22 @@ impl<B: Backend> LlamaModel<B> {
         chunks: &mut [SequenceChunk<'_>],
         scratch: &'s mut Scratch<B>,
     ) -> Result<&'s [f32], ModelError> {
+        self.forward_adapted(backend, kv, chunks, None, scratch)
+    }
+
+    /// [`LlamaModel::forward`] with `adapter`'s updates on every row.
+    pub fn forward_adapted<'s>(
+        &self,
+        backend: &B,
+        kv: &mut B::KvStore,
+        chunks: &mut [SequenceChunk<'_>],
+        adapter: Option<&ResidentAdapter<B>>,
+        scratch: &'s mut Scratch<B>,
+    ) -> Result<&'s [f32], ModelError> {
         let mut parts = [ModelPart {
             model: self,
             chunks,
+            adapter,
         }];
         forward_many(backend, kv, &mut parts, scratch)
     }
@@ -111,11 +121,13 @@ pub fn forward_step<'s, B: Backend>(
         backend.scale(&mut s.x, scale)?;
     }
 
+    let adapters = AdapterRuns::of(parts, &part_rows);
     let step = Step {
         backend,
         lead,
         part_rows: &part_rows,
         positions: &positions,
+        adapters: &adapters,
     };
     for index in 0..c.n_layers {
         let layers: Vec<&LayerWeights<B>> = parts
@@ -126,7 +138,7 @@ pub fn forward_step<'s, B: Backend>(
             return Err(ModelError::MissingLayer { index });
         }
         step.attention_block(index, &layers, parts, kv, s)?;
-        step.mlp_block(&layers, s)?;
+        step.mlp_block(index, &layers, s)?;
     }
     step.pool(parts, s)?;
     let any_logits = step.logits(parts, s)?;
@@ -219,9 +231,22 @@ struct Step<'s, B: Backend> {
     lead: &'s LlamaModel<B>,
     part_rows: &'s [Range<usize>],
     positions: &'s [u32],
+    /// The rows that take an adapter's updates.
+    adapters: &'s AdapterRuns<'s, B>,
 }
 
 impl<B: Backend> Step<'_, B> {
+    /// Adds the adapters' updates of `target` (layer `layer`) to their rows.
+    fn lora(
+        &self,
+        layer: usize,
+        target: Target,
+        x: &B::Activations,
+        out: &mut B::Activations,
+    ) -> Result<(), ModelError> {
+        self.adapters.apply(self.backend, layer, target, x, out)
+    }
+
     fn runs<K: SameTensor>(&self, tensors: impl IntoIterator<Item = K>) -> Vec<Run<K>> {
         runs(self.part_rows, tensors)
     }
@@ -319,6 +344,10 @@ impl<B: Backend> Step<'_, B> {
             by_runs(b, &k, &s.normed, &mut s.k, to(kv_width), g, matmul)?;
             by_runs(b, &v, &s.normed, &mut s.v, to(kv_width), g, matmul)?;
         }
+        // `normed` holds the norm's rows on both paths.
+        self.lora(index, Target::Q, &s.normed, &mut s.q)?;
+        self.lora(index, Target::K, &s.normed, &mut s.k)?;
+        self.lora(index, Target::V, &s.normed, &mut s.v)?;
         if c.traits.qk_norm {
             let q_norms = self.runs(
                 layers
@@ -367,7 +396,7 @@ impl<B: Backend> Step<'_, B> {
                 accumulate: true,
             }];
             b.matmul_many(MatmulInput::Rows(&s.attn), &mut products)?;
-            return Ok(());
+            return self.lora(index, Target::O, &s.attn, &mut s.x);
         }
         let from_heads = Widths {
             input: q_width,
@@ -382,6 +411,7 @@ impl<B: Backend> Step<'_, B> {
             &mut s.gather,
             matmul,
         )?;
+        self.lora(index, Target::O, &s.attn, &mut s.proj)?;
         self.residual(layers, 0, s)
     }
 
@@ -434,7 +464,12 @@ impl<B: Backend> Step<'_, B> {
         Ok(())
     }
 
-    fn mlp_block(&self, layers: &[&LayerWeights<B>], s: &mut Scratch<B>) -> Result<(), ModelError> {
+    fn mlp_block(
+        &self,
+        index: usize,
+        layers: &[&LayerWeights<B>],
+        s: &mut Scratch<B>,
+    ) -> Result<(), ModelError> {
         let (b, c) = (self.backend, self.lead.config());
         let (hidden, inner) = (c.hidden_size, c.intermediate_size);
         let norms = self.runs(layers.iter().map(|l| &**l.ffn_norm));
@@ -467,6 +502,8 @@ impl<B: Backend> Step<'_, B> {
             by_runs(b, &gate, &s.normed, &mut s.gate, up_widths, g, matmul)?;
             by_runs(b, &up, &s.normed, &mut s.up, up_widths, g, matmul)?;
         }
+        self.lora(index, Target::Gate, &s.normed, &mut s.gate)?;
+        self.lora(index, Target::Up, &s.normed, &mut s.up)?;
         let down = self.runs(layers.iter().map(|l| &**l.down));
         let post_norms = c.traits.post_norms;
         if let [down] = down.as_slice() {
@@ -495,9 +532,11 @@ impl<B: Backend> Step<'_, B> {
                 },
             };
             b.matmul_many(input, &mut products)?;
+            // The gating ran in place: `gate` holds the down product's input.
             if !post_norms {
-                return Ok(());
+                return self.lora(index, Target::Down, &s.gate, &mut s.x);
             }
+            self.lora(index, Target::Down, &s.gate, &mut s.proj)?;
             return self.residual(layers, 1, s);
         }
         match c.traits.activation {
@@ -517,6 +556,7 @@ impl<B: Backend> Step<'_, B> {
             &mut s.gather,
             matmul,
         )?;
+        self.lora(index, Target::Down, &s.gate, &mut s.proj)?;
         self.residual(layers, 1, s)
     }
 

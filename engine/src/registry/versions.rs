@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuar
 use std::time::Duration;
 
 use switchyard_kernels::{Backend, KvFormat, KvType};
+use switchyard_seam::ModelSpec;
 
 use super::error::RegistryError;
 use super::live::LiveSlot;
@@ -642,10 +643,12 @@ impl<B: Backend> Registry<B> {
     /// The checkpoint a request for `spec` runs on: `model` or an alias
     /// (its active version) or `model@version` (that version, resident).
     pub fn resolve(&self, spec: &str) -> Result<CheckpointHandle<B>, RegistryError> {
-        let (name, version) = match spec.rsplit_once('@') {
-            Some((name, version)) => (name, Some(version)),
-            None => (spec, None),
-        };
+        self.resolve_spec(&ModelSpec::parse(spec))
+    }
+
+    /// [`Registry::resolve`] for a spec already parsed (a request's `model`).
+    pub fn resolve_spec(&self, spec: &ModelSpec) -> Result<CheckpointHandle<B>, RegistryError> {
+        let (name, version) = (spec.name(), spec.version());
         let models = self.read();
         let (model_name, model) = models
             .get_key_value(name)

@@ -44,8 +44,8 @@ impl Default for SamplingParams {
     }
 }
 
-/// The most alternatives a token may report (OpenAI's limit).
-pub const MAX_TOP_LOGPROBS: usize = 20;
+/// The most alternatives a token may report: the seam's limit, as a count.
+pub const MAX_TOP_LOGPROBS: usize = switchyard_seam::MAX_TOP_LOGPROBS as usize;
 
 /// A sampling parameter outside its range.
 #[derive(Debug, thiserror::Error)]

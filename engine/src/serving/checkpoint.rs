@@ -1,7 +1,6 @@
 //! A checkpoint version ready to serve: its weight table, tokenizer and
 //! chat template, and the live counters the scheduler and eviction read.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -9,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use switchyard_kernels::{Backend, KvFormat, KvPrefix};
 
+use crate::adapter::{load_adapter, ResidentAdapter};
 use crate::chat::ChatTemplate;
 use crate::chat_choice::{self, TemplateOrigin, TemplateSpec};
 use crate::formats::{load_checkpoint, CheckpointFormat};
@@ -19,27 +19,9 @@ use crate::store::WeightStore;
 use crate::structured::GrammarVocab;
 use crate::tokenizer::Tokenizer;
 
-/// Which checkpoint: a model name and one of its versions.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct CheckpointId {
-    pub model: String,
-    pub version: String,
-}
-
-impl CheckpointId {
-    pub fn new(model: impl Into<String>, version: impl Into<String>) -> Self {
-        CheckpointId {
-            model: model.into(),
-            version: version.into(),
-        }
-    }
-}
-
-impl fmt::Display for CheckpointId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}@{}", self.model, self.version)
-    }
-}
+/// Which checkpoint: a model name and one of its versions (the seam's type,
+/// under the name the engine has always used for it).
+pub use switchyard_seam::CheckpointRef as CheckpointId;
 
 /// How the operator asked a model's checkpoints to be served (`--chat-template`,
 /// `model.toml`); the same for every version of a model.
@@ -50,6 +32,18 @@ pub struct CheckpointOptions {
     /// Positions a sequence may use (prompt and output), at most the
     /// trained context: a smaller window bounds each request's KV cache.
     pub ctx_size: Option<usize>,
+    /// A LoRA adapter served over the checkpoint's weights (which it shares
+    /// with the base through the weight store).
+    pub adapter: Option<AdapterSource>,
+}
+
+/// Where a served adapter comes from, and the model it was made for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdapterSource {
+    /// A PEFT folder or a llama.cpp GGUF adapter.
+    pub path: PathBuf,
+    /// The served name of its base model (`/v1/models`' `parent`).
+    pub parent: String,
 }
 
 impl CheckpointOptions {
@@ -82,6 +76,8 @@ pub enum CheckpointError {
     Template { path: PathBuf, reason: String },
     #[error("{path}: {reason}")]
     Options { path: PathBuf, reason: String },
+    #[error("cannot load the adapter {path}: {reason}")]
+    Adapter { path: PathBuf, reason: String },
     #[error("cannot load the weights of {path}: {reason}")]
     Weights { path: PathBuf, reason: String },
     #[error(
@@ -119,6 +115,10 @@ pub struct ServedCheckpoint<B: Backend> {
     pub weight_identity: u64,
     /// Whether the prompt cache serves it (not with sliding-window layers).
     pub caches_prompts: bool,
+    /// The LoRA adapter this version serves over its base, and the base's
+    /// served name.
+    pub adapter: Option<ResidentAdapter<B>>,
+    pub parent: Option<String>,
     /// Requests submitted and not finished (waiting or running).
     demand: AtomicUsize,
     /// Requests waiting for a batch slot.
@@ -130,7 +130,10 @@ pub struct ServedCheckpoint<B: Backend> {
 impl<B: Backend> ServedCheckpoint<B> {
     /// The prompt cache's key of its sequences.
     pub fn cache_key(&self) -> crate::kv::CacheKey {
-        crate::kv::CacheKey::weights(self.weight_identity)
+        crate::kv::CacheKey {
+            adapter: self.adapter.as_ref().map(ResidentAdapter::identity),
+            ..crate::kv::CacheKey::weights(self.weight_identity)
+        }
     }
 
     /// Reads `path` (GGUF file or Hugging Face folder), stores its tensors
@@ -175,6 +178,20 @@ impl<B: Backend> ServedCheckpoint<B> {
                 let (path, reason) = fail(e.to_string());
                 CheckpointError::Weights { path, reason }
             })?;
+        let adapter = match &options.adapter {
+            None => None,
+            Some(source) => {
+                let fail = |reason: String| CheckpointError::Adapter {
+                    path: source.path.clone(),
+                    reason,
+                };
+                let weights =
+                    load_adapter(&source.path, &checkpoint).map_err(|e| fail(e.to_string()))?;
+                let resident =
+                    ResidentAdapter::upload(backend, &weights).map_err(|e| fail(e.to_string()))?;
+                Some((resident, source.parent.clone()))
+            }
+        };
         let format = checkpoint.format;
         let mix = crate::formats::quant_mix(&checkpoint);
         drop(checkpoint);
@@ -185,6 +202,10 @@ impl<B: Backend> ServedCheckpoint<B> {
         let mut served = Self::from_parts(id, model, tokenizer, template, path, format)
             .with_load(load_stats, started.elapsed());
         served.quant_mix = Some(mix);
+        if let Some((resident, parent)) = adapter {
+            served.adapter = Some(resident);
+            served.parent = Some(parent);
+        }
         served.template_origin = template_origin;
         Ok(served)
     }
@@ -202,6 +223,8 @@ impl<B: Backend> ServedCheckpoint<B> {
             id,
             weight_identity: model.weight_identity(),
             caches_prompts: model.caches_prompts(),
+            adapter: None,
+            parent: None,
             model,
             tokenizer,
             template,

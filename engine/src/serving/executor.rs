@@ -18,14 +18,17 @@ use std::time::Instant;
 use arc_swap::ArcSwapOption;
 use switchyard_kernels::Backend;
 
+use super::cache_use::{CacheUse, ScopeCacheUse};
 use super::checkpoint::{CheckpointHandle, CheckpointId};
 use super::group::{Admission, Group};
 use super::queue::{SequenceRequest, SubmitError, Waiting};
 use super::table::WeightTable;
+use super::tenant_cap::{QueueTicket, TenantKv, TenantQueue};
 use super::{choice, ExecutorObserver};
 use crate::kv::prefix_cache::PrefixCache;
 use crate::kv::{admission as kv_admission, KvBlocks, KvConfig, KvPool, SharedBlock};
 use crate::model::{forward_step, ModelPart};
+use crate::speculate::{self, Speculation};
 
 /// The executor's limits.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,6 +46,8 @@ pub struct ExecutorConfig {
     /// The KV element type, block size and budget every sequence's cache
     /// and the prompt cache's blocks share.
     pub kv: KvConfig,
+    /// Whether decoding sequences draft tokens to verify (`speculate`).
+    pub speculation: Speculation,
 }
 
 impl Default for ExecutorConfig {
@@ -53,6 +58,7 @@ impl Default for ExecutorConfig {
             max_step_tokens: 256,
             prompt_cache: true,
             kv: KvConfig::default(),
+            speculation: Speculation::default(),
         }
     }
 }
@@ -62,6 +68,7 @@ struct Submission<B: Backend> {
     checkpoint: CheckpointHandle<B>,
     request: SequenceRequest,
     arrived: Instant,
+    ticket: Option<QueueTicket>,
 }
 
 /// Counters the handle reads while the thread runs.
@@ -77,6 +84,8 @@ struct Shared {
     step_micros: AtomicU64,
     /// Set when the executor thread ends, by return or by panic.
     stopped: AtomicBool,
+    /// Each cache scope's use of the prompt cache, for the admin API.
+    cache_use: CacheUse,
 }
 
 impl Shared {
@@ -122,6 +131,8 @@ pub struct Executor<B: Backend> {
     shared: Arc<Shared>,
     table: Arc<ArcSwapOption<WeightTable<B>>>,
     max_queued: usize,
+    /// Each capped tenant's requests waiting (`tenant_cap.rs`).
+    tenant_queue: Arc<TenantQueue>,
     /// Sequence slots, each holding one KV cache: the KV capacity.
     kv_slots: usize,
     thread: Option<JoinHandle<()>>,
@@ -171,6 +182,7 @@ impl<B: Backend> Executor<B> {
             shared,
             table,
             max_queued,
+            tenant_queue: Arc::default(),
             kv_slots,
             thread: Some(thread),
         })
@@ -207,7 +219,14 @@ impl<B: Backend> Executor<B> {
                 prompt_too_long: refusal.prompt_too_long,
             });
         }
-        // Reserve a queue slot first, so that concurrent submits cannot overshoot.
+        // Reserve the tenant's place and a queue slot first, so that
+        // concurrent submits cannot overshoot.
+        let ticket = self
+            .tenant_queue
+            .enter(&request.share, self.max_queued)
+            .map_err(|full| SubmitError::TenantQueueFull {
+                waiting: full.waiting,
+            })?;
         let reserved =
             self.shared
                 .queued
@@ -222,6 +241,7 @@ impl<B: Backend> Executor<B> {
             checkpoint: checkpoint.clone(),
             request,
             arrived: Instant::now(),
+            ticket,
         };
         if self.requests.send(submission).is_err() {
             self.shared.queued.fetch_sub(1, Ordering::AcqRel);
@@ -234,22 +254,37 @@ impl<B: Backend> Executor<B> {
 
     /// Refuses a request of `fanout` generations like `request` whose KV
     /// caches together would exceed the share of the budget one request may
-    /// hold (see [`kv_admission::REQUEST_SHARE`]).
+    /// hold (see [`kv_admission::REQUEST_SHARE`]) or its tenant's part of it
+    /// (`tenant_cap.rs`).
     pub fn check_share(
         &self,
         checkpoint: &CheckpointHandle<B>,
         request: &SequenceRequest,
         fanout: usize,
     ) -> Result<(), SubmitError> {
-        match kv_admission::over_share(&self.kv, &checkpoint.model, request.kv_wanted(), fanout) {
-            Some(over) => Err(SubmitError::KvShare {
+        let wanted = request.kv_wanted();
+        if let Some(over) = kv_admission::over_share(&self.kv, &checkpoint.model, wanted, fanout) {
+            return Err(SubmitError::KvShare {
                 fanout,
                 needed_bytes: over.needed_bytes,
                 share_bytes: over.share_bytes,
                 share: kv_admission::REQUEST_SHARE,
-            }),
-            None => Ok(()),
+            });
         }
+        let share = &request.share;
+        let share_bytes = share.part_of(self.kv.budget_bytes());
+        let needed_bytes = kv_admission::cache_bytes(&self.kv, &checkpoint.model, wanted)
+            .unwrap_or(0)
+            .saturating_mul(fanout.max(1));
+        if needed_bytes > share_bytes {
+            return Err(SubmitError::TenantKvShare {
+                fanout: fanout.max(1),
+                needed_bytes,
+                share_bytes,
+                permille: share.kv_permille,
+            });
+        }
+        Ok(())
     }
 
     /// Whether the executor thread is alive (it exits only when it panics
@@ -287,6 +322,12 @@ impl<B: Backend> Executor<B> {
     /// the last step (what their caches hold in RAM, rounded to pages).
     pub fn kv_tokens(&self) -> usize {
         self.shared.kv_tokens.load(Ordering::Acquire)
+    }
+
+    /// Each cache scope owner's blocks and bytes in the prompt cache and the
+    /// prompt tokens its lookups found and missed, since the server started.
+    pub fn cache_use(&self) -> Vec<ScopeCacheUse> {
+        self.shared.cache_use.snapshot()
     }
 
     /// The KV budget its sequences and the prompt cache reserve from.
@@ -433,7 +474,9 @@ impl<B: Backend> Scheduler<B> {
             self.cached_blocks = prefix.len();
             self.observer
                 .prompt_cache_size(prefix.len(), prefix.bytes());
-            self.observer.prompt_cache_scopes(&prefix.usage_by_scope());
+            let usage = prefix.usage_by_scope();
+            self.observer.prompt_cache_scopes(&usage);
+            self.shared.cache_use.set_held(&usage);
         }
     }
 
@@ -443,9 +486,17 @@ impl<B: Backend> Scheduler<B> {
                 Arc::downgrade(&submission.checkpoint) as _;
             prefix.register(submission.checkpoint.weight_identity, owner);
         }
+        let kv_bytes = kv_admission::cache_bytes(
+            self.blocks.pool(),
+            &submission.checkpoint.model,
+            submission.request.kv_wanted(),
+        )
+        .unwrap_or(0);
         let waiting = Waiting {
             request: submission.request,
             arrived: submission.arrived,
+            kv_bytes,
+            _ticket: submission.ticket,
         };
         let checkpoint = submission.checkpoint;
         match self
@@ -455,7 +506,7 @@ impl<B: Backend> Scheduler<B> {
         {
             Some(group) => group.waiting.push_back(waiting),
             None => {
-                let mut group = Group::new(checkpoint, waiting.arrived);
+                let mut group = Group::new(checkpoint, waiting.arrived, self.config.speculation);
                 group.waiting.push_back(waiting);
                 self.groups.push(group);
             }
@@ -466,13 +517,21 @@ impl<B: Backend> Scheduler<B> {
     /// checkpoint, while the shared pool has slots and the KV budget room.
     /// When the oldest has no room yet, younger ones that fit may pass it,
     /// at most [`MAX_BYPASS`] of them: one large request held everyone
-    /// behind it before, and with no bound small ones could starve it.
+    /// behind it before, and with no bound small ones could starve it. A
+    /// request whose tenant holds its part of the budget (`tenant_cap.rs`)
+    /// is passed without bound: only its own tenant's sequences make room
+    /// for it.
     fn admit(&mut self) {
         let mut active: usize = self.groups.iter().map(Group::active_len).sum();
         let mut taken = 0;
         'slots: while active < self.config.max_active.max(1) {
-            for (rank, (index, at, arrived)) in self.waiting_in_order().into_iter().enumerate() {
-                let passes = rank > 0;
+            let mut tenants = TenantKv::new(self.blocks.pool().budget_bytes());
+            for group in &self.groups {
+                group.hold(&mut tenants);
+            }
+            // Whether an older request waits for room in the budget.
+            let mut passes = false;
+            for (index, at, arrived) in self.waiting_in_order() {
                 let passed = self.blocked_head.map_or(0, |(_, passed)| passed);
                 if passes && passed >= MAX_BYPASS {
                     break 'slots;
@@ -486,16 +545,20 @@ impl<B: Backend> Scheduler<B> {
                     &self.blocks,
                     active > 0,
                     self.prefix.as_mut(),
+                    &tenants,
                 ) {
-                    Admission::Admitted { cached, prompt } => {
+                    Admission::Admitted {
+                        cached,
+                        prompt,
+                        scope,
+                    } => {
                         taken += 1;
                         active += 1;
                         if self.prefix.is_some() && group.checkpoint.caches_prompts {
-                            self.observer.prompt_cache(
-                                &group.checkpoint.id,
-                                cached,
-                                prompt.saturating_sub(cached),
-                            );
+                            let computed = prompt.saturating_sub(cached);
+                            self.observer
+                                .prompt_cache(&group.checkpoint.id, cached, computed);
+                            self.shared.cache_use.count(&scope, cached, computed);
                         }
                         self.blocked_head = match self.blocked_head {
                             Some((head, passed)) if passes => Some((head, passed + 1)),
@@ -511,11 +574,12 @@ impl<B: Backend> Scheduler<B> {
                         continue 'slots;
                     }
                     Admission::Wait if !passes => {
+                        passes = true;
                         if self.blocked_head.is_none_or(|(head, _)| head != arrived) {
                             self.blocked_head = Some((arrived, 0));
                         }
                     }
-                    Admission::Wait | Admission::Empty => {}
+                    Admission::Wait | Admission::TenantFull | Admission::Empty => {}
                 }
             }
             break;
@@ -552,9 +616,10 @@ impl<B: Backend> Scheduler<B> {
     /// Picks a checkpoint and the checkpoints that can share its step,
     /// points the weight table at them if it is not already, runs the step.
     fn step_one(&mut self) {
+        let budget = self.config.max_step_tokens;
+        self.draft(budget);
         let now = Instant::now();
         let current = self.table.load_full();
-        let budget = self.config.max_step_tokens;
         let claims: Vec<choice::Claim> = self
             .groups
             .iter()
@@ -621,6 +686,23 @@ impl<B: Backend> Scheduler<B> {
             (average * 7 + micros) / 8
         };
         self.shared.step_micros.store(updated, Ordering::Release);
+    }
+
+    /// Lets decoding sequences draft their next tokens while speculation
+    /// pays (`speculate::drafts_pay`: few sequences decode, no prompt runs
+    /// or waits), within the step's `budget` rows; clears drafts otherwise.
+    fn draft(&mut self, budget: usize) {
+        let (decoding, prefilling) = self
+            .groups
+            .iter()
+            .map(Group::load)
+            .fold((0, 0), |(d, p), (gd, gp)| (d + gd, p + gp));
+        let waiting = self.shared.queued.load(Ordering::Acquire);
+        let allowed = self.config.speculation != Speculation::Off
+            && speculate::drafts_pay(decoding, prefilling, waiting);
+        for group in &mut self.groups {
+            group.draft(allowed, budget);
+        }
     }
 
     /// The groups that run this step, `chosen` first, with the spans each
@@ -697,6 +779,7 @@ impl<B: Backend> Scheduler<B> {
             .map(|(chunks, checkpoint)| ModelPart {
                 model: &checkpoint.model,
                 chunks,
+                adapter: checkpoint.adapter.as_ref(),
             })
             .collect();
         let started = Instant::now();
@@ -724,6 +807,11 @@ impl<B: Backend> Scheduler<B> {
                         &mut pooled,
                         self.prefix.as_mut(),
                     );
+                    let (drafted, accepted) = group.take_speculation();
+                    if drafted > 0 {
+                        self.observer
+                            .speculation(&group.checkpoint.id, drafted, accepted);
+                    }
                 }
             }
             Err(e) => {

@@ -24,20 +24,32 @@ use super::queue::Waiting;
 /// The position in `waiting` to admit when the scheduler asks for `at`: the oldest
 /// request of the tenant with the fewest running sequences per weight (`running`:
 /// one tenant per running sequence), when that is strictly fewer than `at`'s
-/// tenant's; else `at`.
+/// tenant's; else `at`. Only requests `may_run` (within their tenant's KV part:
+/// `tenant_cap.rs`) are candidates; when `at` may not run, the best candidate
+/// takes its place (`at` when there is none).
 pub(super) fn next_at<'a>(
     waiting: &VecDeque<Waiting>,
     at: usize,
     running: impl Iterator<Item = &'a Option<Arc<str>>>,
+    may_run: impl Fn(&Waiting) -> bool,
 ) -> usize {
     let Some(asked) = waiting.get(at) else {
         return at;
     };
     let running: Vec<&Option<Arc<str>>> = running.collect();
-    let shares = || waiting.iter().map(|w| &w.request.share);
-    let Some(best) = pick(shares(), running.iter().copied()) else {
+    let candidates: Vec<(usize, &TenantShare)> = (waiting.iter().enumerate())
+        .filter(|(_, w)| may_run(w))
+        .map(|(i, w)| (i, &w.request.share))
+        .collect();
+    let Some(best) = pick(candidates.iter().map(|(_, s)| *s), running.iter().copied())
+        .and_then(|i| candidates.get(i))
+        .map(|&(i, _)| i)
+    else {
         return at;
     };
+    if !may_run(asked) {
+        return best;
+    }
     // `asked` wins a tie: only a tenant strictly below it takes its place.
     let asked = &asked.request.share;
     let ahead = std::iter::once(asked).chain(waiting.get(best).map(|w| &w.request.share));

@@ -13,26 +13,43 @@ use super::choice::Claim;
 use super::fair;
 use super::queue::{SequenceEvent, SequenceTask, Waiting};
 use super::sequence::Sequence;
+use super::tenant_cap::TenantKv;
 use crate::kv::admission::{self as kv_admission, NoCache};
 use crate::kv::prefix_cache::{Found, PrefixCache};
 use crate::kv::{KvBlocks, KvError, SharedBlock};
-use crate::model::{LogitRows, SequenceChunk};
+use crate::model::SequenceChunk;
+use crate::speculate::{Ngram, Speculation};
 use crate::structured::mask_rows;
 
 /// What [`Group::admit_at`] did with a waiting request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Admission {
     /// Nothing waits.
     Empty,
-    /// It runs now, `cached` of its `prompt` tokens read from the prompt cache.
-    Admitted { cached: usize, prompt: usize },
+    /// It runs now, `cached` of its `prompt` tokens read from the prompt
+    /// cache of `scope` (its owner's label).
+    Admitted {
+        cached: usize,
+        prompt: usize,
+        scope: String,
+    },
     /// It left the queue without running (its client left, or its cache
     /// failed; it was told).
     Dropped,
     /// The KV budget has no room for it until a running sequence ends: it
     /// stays first in line.
     Wait,
+    /// Its tenant's running sequences hold their part of the KV budget
+    /// (`tenant_cap.rs`): it waits for them, and others may pass it.
+    TenantFull,
 }
+
+/// A sequence's logits rows of a step: `None` when it samples nothing,
+/// one row, or one per verified token of a draft.
+type StepRows<'l> = Option<Result<Vec<&'l [f32]>, ShortRows>>;
+
+/// The forward pass returned fewer logits rows than the step asked for.
+struct ShortRows;
 
 /// The work of one checkpoint: requests waiting, sequences running.
 pub(super) struct Group<B: Backend> {
@@ -41,16 +58,49 @@ pub(super) struct Group<B: Backend> {
     active: Vec<Sequence<B>>,
     /// When it last ran a step (or when its first request came).
     last_run: Instant,
+    /// Whether its sequences speculate, and how.
+    speculation: Speculation,
 }
 
 impl<B: Backend> Group<B> {
-    pub(super) fn new(checkpoint: CheckpointHandle<B>, since: Instant) -> Self {
+    pub(super) fn new(
+        checkpoint: CheckpointHandle<B>,
+        since: Instant,
+        speculation: Speculation,
+    ) -> Self {
         Group {
             checkpoint,
             waiting: VecDeque::new(),
             active: Vec::new(),
             last_run: since,
+            speculation,
         }
+    }
+
+    /// Sequences decoding and sequences with prompt tokens still to run.
+    pub(super) fn load(&self) -> (usize, usize) {
+        let decoding = self.active.iter().filter(|s| s.is_decoding()).count();
+        (decoding, self.active.len() - decoding)
+    }
+
+    /// Drafts each decoding sequence's tokens for the next step when
+    /// `allowed` (see `speculate`), within `rows` rows of the step for
+    /// this group's decoding sequences; clears last step's drafts otherwise.
+    pub(super) fn draft(&mut self, allowed: bool, rows: usize) {
+        let decoding = self.active.iter().filter(|s| s.is_decoding()).count();
+        let room = (rows / decoding.max(1)).saturating_sub(1);
+        let drafter = Ngram::default();
+        for sequence in &mut self.active {
+            sequence.draft(allowed, &drafter, room);
+        }
+    }
+
+    /// Draft tokens verified and kept since the last call, over its sequences.
+    pub(super) fn take_speculation(&mut self) -> (usize, usize) {
+        self.active
+            .iter_mut()
+            .map(Sequence::take_speculation)
+            .fold((0, 0), |(d, a), (dd, aa)| (d + dd, a + aa))
     }
 
     pub(super) fn active_len(&self) -> usize {
@@ -64,6 +114,13 @@ impl<B: Backend> Group<B> {
 
     pub(super) fn is_idle(&self) -> bool {
         self.waiting.is_empty() && self.active.is_empty()
+    }
+
+    /// Adds what its running sequences reserve to their tenants' counts.
+    pub(super) fn hold(&self, tenants: &mut TenantKv) {
+        for sequence in &self.active {
+            tenants.add(&sequence.share.tenant, sequence.cache.reserved_bytes());
+        }
     }
 
     /// Drops sequences whose client went away, freeing their caches now.
@@ -82,7 +139,8 @@ impl<B: Backend> Group<B> {
     /// cache (see `kv_admission`), starting from the longest prefix of its
     /// prompt that `prefix` holds; or, when a tenant with fewer running
     /// sequences per weight waits too, that tenant's oldest request instead
-    /// (`fair.rs`). `others_running` says whether any
+    /// (`fair.rs`); only requests within their tenant's part of the KV
+    /// budget (`tenants`) are admitted. `others_running` says whether any
     /// sequence of any checkpoint holds a cache: when none does and the
     /// budget still has no room, nothing will free it, so the request fails
     /// instead of waiting.
@@ -93,11 +151,14 @@ impl<B: Backend> Group<B> {
         blocks: &Arc<KvBlocks<B>>,
         others_running: bool,
         prefix: Option<&mut PrefixCache<SharedBlock<B>>>,
+        tenants: &TenantKv,
     ) -> Admission {
+        let may_run = |w: &Waiting| tenants.fits(&w.request.share, w.kv_bytes);
         let at = fair::next_at(
             &self.waiting,
             at,
             self.active.iter().map(|s| &s.share.tenant),
+            may_run,
         );
         let Some(front) = self.waiting.get(at) else {
             return Admission::Empty;
@@ -106,6 +167,21 @@ impl<B: Backend> Group<B> {
             self.waiting.remove(at);
             self.checkpoint.admitted();
             self.checkpoint.finished();
+            return Admission::Dropped;
+        }
+        if !may_run(front) {
+            let share = &front.request.share;
+            if tenants.held(&share.tenant) > 0 {
+                return Admission::TenantFull;
+            }
+            // Nothing of its tenant runs, so nothing will make room: the
+            // tenant's part shrank (a policy reload) since it was queued.
+            let message = format!(
+                "the request's KV cache of about {} bytes is more than its tenant's part \
+                 ({}/1000) of the KV budget; lower max_tokens or raise the tenant's kv_share",
+                front.kv_bytes, share.kv_permille
+            );
+            self.fail_at(at, message);
             return Admission::Dropped;
         }
         let checkpoint = &self.checkpoint;
@@ -166,14 +242,21 @@ impl<B: Backend> Group<B> {
         self.checkpoint.admitted();
         let capacity = kv_admission::positions(&self.checkpoint.model, request.kv_wanted());
         let prompt = request.prompt.len();
+        let speculation = self.speculation.control();
+        let scope = request.cache_scope.label();
         self.active.push(Sequence::new(
             request,
             cache,
             capacity,
             found.shared.len(),
             cached,
+            speculation,
         ));
-        Admission::Admitted { cached, prompt }
+        Admission::Admitted {
+            cached,
+            prompt,
+            scope,
+        }
     }
 
     /// Takes waiting request `at` out of the queue, telling it `message`.
@@ -220,20 +303,7 @@ impl<B: Backend> Group<B> {
         let mut chunks = Vec::with_capacity(self.active.len());
         for (sequence, span) in self.active.iter_mut().zip(spans) {
             let Some(span) = span else { continue };
-            let logits = if sequence.embeds() {
-                LogitRows::Pooled
-            } else if span.end == sequence.tokens.len() {
-                LogitRows::Last
-            } else {
-                LogitRows::None
-            };
-            chunks.push(SequenceChunk {
-                // `plan` keeps spans inside `tokens`; empty if it ever did not.
-                tokens: sequence.tokens.get(span.clone()).unwrap_or_default(),
-                start_pos: span.start,
-                table: sequence.cache.prepare(backend, span.clone())?,
-                logits,
-            });
+            chunks.push(sequence.chunk(backend, span.clone())?);
         }
         Ok(chunks)
     }
@@ -274,18 +344,27 @@ impl<B: Backend> Group<B> {
             prefix = None;
         }
         // Each sequence whose span reached its last token takes the next
-        // row (`Some(None)`: the forward pass came up short). Rows are
-        // handed out first so that the grammar masks of the step are
-        // computed together, in parallel, before the serial sampling.
+        // row, a verifying one a row per verified token (`Err`: the forward
+        // pass came up short). Rows are handed out first so that the
+        // grammar masks of the step are computed together, in parallel,
+        // before the serial sampling.
         let mut prompt_done = vec![false; self.active.len()];
         let mut pooled_rows: Vec<Option<Option<&'l [f32]>>> = vec![None; self.active.len()];
-        let rows: Vec<Option<Option<&'l [f32]>>> = self
+        let rows: Vec<StepRows<'l>> = self
             .active
             .iter_mut()
             .zip(spans)
             .zip(prompt_done.iter_mut().zip(&mut pooled_rows))
             .map(|((sequence, span), (done, pooled_row))| {
                 let span = span?;
+                if sequence.is_decoding() && span.len() > 1 {
+                    // A verify step: `accept_verified` sets how far it got.
+                    return Some(
+                        (0..span.len())
+                            .map(|_| logits.next().ok_or(ShortRows))
+                            .collect(),
+                    );
+                }
                 sequence.processed = span.end;
                 if sequence.embeds() {
                     *pooled_row = Some(pooled.next());
@@ -293,35 +372,40 @@ impl<B: Backend> Group<B> {
                 }
                 let prompt_len = sequence.prompt().len();
                 *done = span.start < prompt_len && span.end >= prompt_len;
-                (span.end >= sequence.tokens.len()).then(|| logits.next())
+                (span.end >= sequence.tokens.len())
+                    .then(|| logits.next().map(|row| vec![row]).ok_or(ShortRows))
             })
             .collect();
         mask_rows(
             self.active
                 .iter_mut()
                 .zip(&rows)
-                .filter_map(|(sequence, row)| Some((sequence.constraint_mut()?, (*row)??)))
+                .filter_map(|(sequence, rows)| {
+                    let first = rows.as_ref()?.as_ref().ok()?.first()?;
+                    Some((sequence.constraint_mut()?, *first))
+                })
                 .collect(),
         );
         let keep: Vec<bool> = self
             .active
             .iter_mut()
             .zip(rows.into_iter().zip(pooled_rows))
-            .map(|(sequence, (row, pooled_row))| match (row, pooled_row) {
+            .map(|(sequence, (rows, pooled_row))| match (rows, pooled_row) {
                 (_, Some(Some(sum))) => sequence.accept_pooled(sum),
                 (_, Some(None)) => {
                     sequence.fail("the forward pass returned fewer pooled rows than asked".into());
                     false
                 }
-                (row, None) => match row {
+                (None, None) => true,
+                (Some(Ok(rows)), None) if rows.len() > 1 => sequence.accept_verified(&rows),
+                (Some(Ok(rows)), None) => match rows.first() {
+                    Some(row) => sequence.accept_logits(row),
                     None => true,
-                    Some(Some(row)) => sequence.accept_logits(row),
-                    Some(None) => {
-                        sequence
-                            .fail("the forward pass returned fewer logits rows than asked".into());
-                        false
-                    }
                 },
+                (Some(Err(ShortRows)), None) => {
+                    sequence.fail("the forward pass returned fewer logits rows than asked".into());
+                    false
+                }
             })
             .collect();
         // After the first tokens went out: copying a prompt's tail takes
@@ -351,8 +435,13 @@ impl<B: Backend> Group<B> {
         let runs = |i: usize| only.as_ref().is_none_or(|mask| mask.get(i) == Some(&true));
         let decoding = (self.active.iter().enumerate())
             .filter(|&(i, s)| runs(i) && s.is_decoding())
-            .count();
-        let mut budget = max_step_tokens.max(1).saturating_sub(decoding);
+            .map(|(_, s)| s.decode_rows());
+        let (plain, drafted) = decoding.fold((0, 0), |(n, rows), r| (n + 1, rows + r));
+        // Drafts were sized for the whole budget (`draft`); a companion
+        // group's smaller share decodes plainly.
+        let verify = drafted <= max_step_tokens.max(1);
+        let decode_rows = if verify { drafted } else { plain };
+        let mut budget = max_step_tokens.max(1).saturating_sub(decode_rows);
         self.active
             .iter()
             .enumerate()
@@ -361,7 +450,8 @@ impl<B: Backend> Group<B> {
                     return None;
                 }
                 if sequence.is_decoding() {
-                    return Some(sequence.next_span(1));
+                    let rows = if verify { sequence.decode_rows() } else { 1 };
+                    return Some(sequence.processed..sequence.processed + rows);
                 }
                 if budget == 0 {
                     return None;

@@ -17,7 +17,9 @@
 //! - `queue.rs`: what a caller submits and receives, and the submit errors;
 //! - `sequence.rs`: one sequence's state and what happens to a sampled token;
 //! - `group.rs`: one checkpoint's queue and batch;
+//! - `cache_use.rs`: each cache scope's use of the prompt cache, for the admin API;
 //! - `fair.rs`: which tenant's waiting request takes the next batch slot;
+//! - `tenant_cap.rs`: each tenant's part of the KV budget and of the queue;
 //! - `choice.rs`: which checkpoint runs next;
 //! - `table.rs`: the weight table a step reads;
 //! - `executor.rs`: the handle, the weight table and the scheduling loop.
@@ -25,6 +27,7 @@
 //! KV memory (the budget, admission by blocks, the prompt cache) is the
 //! device-neutral `crate::kv`; the executor holds its [`crate::kv::KvPool`].
 
+mod cache_use;
 mod checkpoint;
 mod choice;
 mod executor;
@@ -33,13 +36,16 @@ mod group;
 mod queue;
 mod sequence;
 mod table;
+mod tenant_cap;
 
 use std::time::Duration;
 
 pub use crate::kv::ScopeUsage;
 pub use crate::kv::{kv_positions, KvAdvice};
+pub use cache_use::ScopeCacheUse;
 pub use checkpoint::{
-    CheckpointError, CheckpointHandle, CheckpointId, CheckpointOptions, ServedCheckpoint,
+    AdapterSource, CheckpointError, CheckpointHandle, CheckpointId, CheckpointOptions,
+    ServedCheckpoint,
 };
 pub use choice::{choose, score, Claim};
 pub use executor::{Executor, ExecutorConfig, ExecutorPulse, NoObserver};
@@ -59,6 +65,12 @@ pub trait ExecutorObserver: Send + Sync {
     /// next forward starts reading the new table.
     fn swap(&self, from: Option<&CheckpointId>, to: &CheckpointId, latency: Duration) {
         let _ = (from, to, latency);
+    }
+
+    /// Verify steps of `checkpoint` checked `drafted` speculative draft
+    /// tokens and kept `accepted` of them (`crate::speculate`).
+    fn speculation(&self, checkpoint: &CheckpointId, drafted: usize, accepted: usize) {
+        let _ = (checkpoint, drafted, accepted);
     }
 
     /// One forward step ran `rows` tokens of `sequences` sequences on `checkpoint`.

@@ -184,6 +184,33 @@ pub enum SubmitError {
         /// The budget's denominator.
         share: usize,
     },
+    /// The request's generations together would reserve more than its tenant's part
+    /// of the KV budget (the policy's `kv_share`): it could never run.
+    #[error(
+        "the request's {fanout} generation(s) need KV caches of about {needed_bytes} bytes \
+         together, more than the {share_bytes} bytes ({permille}/1000 of the server's KV budget) \
+         the tenant's requests may reserve at once; lower max_tokens or n, or raise the \
+         tenant's kv_share in the policy"
+    )]
+    TenantKvShare {
+        /// Generations of the request (`n` × prompts).
+        fanout: usize,
+        /// Their caches' bytes together (at least).
+        needed_bytes: usize,
+        /// What the tenant's running sequences may reserve together.
+        share_bytes: usize,
+        /// The tenant's part of the budget, in thousandths.
+        permille: u16,
+    },
+    /// The tenant's requests fill its part of the waiting queue.
+    #[error(
+        "{waiting} of this tenant's requests are already waiting, its part of the server's \
+         queue (the policy's kv_share); retry when some have finished"
+    )]
+    TenantQueueFull {
+        /// The tenant's requests waiting when this one came.
+        waiting: usize,
+    },
     /// The executor thread is gone.
     #[error("the executor thread has stopped (it panicked or was shut down); restart the server")]
     Stopped,
@@ -193,4 +220,10 @@ pub enum SubmitError {
 pub(super) struct Waiting {
     pub(super) request: SequenceRequest,
     pub(super) arrived: Instant,
+    /// Bytes its cache reserves when nothing of it is cached, for its
+    /// tenant's cap (`tenant_cap.rs`); computed once, when it is queued.
+    pub(super) kv_bytes: usize,
+    /// Its place in its tenant's part of the queue, given back when it
+    /// leaves the queue however it leaves.
+    pub(super) _ticket: Option<super::tenant_cap::QueueTicket>,
 }

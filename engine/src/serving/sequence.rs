@@ -8,8 +8,10 @@ use switchyard_kernels::Backend;
 use switchyard_seam::{CacheScope, TenantShare};
 
 use super::queue::{EventSink, SequenceEvent, SequenceRequest, SequenceTask, SequenceToken};
-use crate::kv::SequenceKv;
+use crate::kv::{KvError, SequenceKv};
+use crate::model::{LogitRows, SequenceChunk};
 use crate::sampling::{FinishReason, Sampler, StopChecker};
+use crate::speculate::{self, DraftControl, Ngram};
 use crate::structured::TokenMask;
 use crate::tokenizer::DecodeStream;
 
@@ -43,6 +45,16 @@ pub(super) struct Sequence<B: Backend> {
     pub(super) task: SequenceTask,
     /// An embedding's sum of the hidden states of the prompt rows run so far.
     pooled: Vec<f64>,
+    /// Its speculation's draft length and on/off; `None`: it never drafts.
+    speculation: Option<DraftControl>,
+    /// This step's verify rows: the last sampled token, then the drafted
+    /// tokens after it (empty: no draft this step).
+    verify: Vec<u32>,
+    /// Tokens it may still generate (`max_tokens` less those generated).
+    max_tokens: Option<usize>,
+    /// Draft tokens verified and kept since the group last took them (metrics).
+    drafted: usize,
+    accepted: usize,
 }
 
 impl<B: Backend> Sequence<B> {
@@ -55,8 +67,16 @@ impl<B: Backend> Sequence<B> {
         capacity: usize,
         shared_blocks: usize,
         cached_tokens: usize,
+        speculation: Option<DraftControl>,
     ) -> Self {
+        // An embedding reads its prompt once and samples nothing to draft after.
+        let speculation = speculation.filter(|_| request.task != SequenceTask::Embed);
         Sequence {
+            speculation,
+            verify: Vec::new(),
+            max_tokens: request.stop.max_tokens,
+            drafted: 0,
+            accepted: 0,
             prompt_len: request.prompt.len(),
             tokens: request.prompt,
             cache,
@@ -127,6 +147,128 @@ impl<B: Backend> Sequence<B> {
     /// Whether the prompt is fully in the cache (the sequence decodes one token per step).
     pub(super) fn is_decoding(&self) -> bool {
         self.processed >= self.prompt_len
+    }
+
+    /// Drafts this step's tokens when `allowed` (the executor is not busy)
+    /// and its controller wants some: at most `room` rows beyond its own,
+    /// and never past its cache or its `max_tokens`. Clears last step's.
+    pub(super) fn draft(&mut self, allowed: bool, drafter: &Ngram, room: usize) {
+        self.verify.clear();
+        if !allowed || !self.is_decoding() {
+            return;
+        }
+        let Some(control) = self.speculation.as_mut() else {
+            return;
+        };
+        let generated = self.tokens.len() - self.prompt_len;
+        // The draft's last token is written at `tokens.len() + k - 1`; the
+        // token sampled after the last draft is one more generated.
+        let limit = [
+            room,
+            speculate::MAX_DRAFT,
+            self.capacity.saturating_sub(self.tokens.len()),
+            self.max_tokens
+                .map_or(usize::MAX, |m| m.saturating_sub(generated + 1)),
+        ]
+        .into_iter()
+        .min()
+        .unwrap_or(0);
+        if limit == 0 {
+            return;
+        }
+        let wanted = control.wanted().min(limit);
+        if wanted == 0 {
+            return;
+        }
+        let Some(&last) = self.tokens.last() else {
+            return;
+        };
+        self.verify.push(last);
+        drafter.draft(&self.tokens, wanted, &mut self.verify);
+        if self.verify.len() == 1 {
+            self.verify.clear();
+        }
+    }
+
+    /// Rows it runs this step if it decodes: its token and its draft.
+    pub(super) fn decode_rows(&self) -> usize {
+        self.verify.len().max(1)
+    }
+
+    /// Its share of this step: the tokens of `span` (from `Group::plan`).
+    /// A decoding span of more than one row verifies the draft (every
+    /// row's logits); other spans run `tokens[span]`, the last row's
+    /// logits wanted when the span reaches the end of the tokens.
+    pub(super) fn chunk(
+        &mut self,
+        backend: &B,
+        span: Range<usize>,
+    ) -> Result<SequenceChunk<'_>, KvError> {
+        let verifying = self.is_decoding() && span.len() > 1;
+        let (tokens, logits) = if self.embeds() {
+            // `plan` keeps spans inside `tokens`; empty if it ever did not.
+            let tokens = self.tokens.get(span.clone()).unwrap_or_default();
+            (tokens, LogitRows::Pooled)
+        } else if verifying {
+            let rows = self.verify.get(..span.len()).unwrap_or_default();
+            (rows, LogitRows::All)
+        } else {
+            let wants_logits = span.end == self.tokens.len();
+            // `plan` keeps spans inside `tokens`; empty if it ever did not.
+            let tokens = self.tokens.get(span.clone()).unwrap_or_default();
+            let rows = if wants_logits {
+                LogitRows::Last
+            } else {
+                LogitRows::None
+            };
+            (tokens, rows)
+        };
+        Ok(SequenceChunk {
+            tokens,
+            start_pos: span.start,
+            table: self.cache.prepare(backend, span)?,
+            logits,
+        })
+    }
+
+    /// Emits the tokens of a verify step from its `rows` (the logits after
+    /// its last token and after each draft token, `verify.len()` of them
+    /// or fewer): the kept drafts, then the token sampled in the first
+    /// missed draft's place or after the last draft (`speculate::verify`).
+    /// The cache's positions past the kept tokens are dropped. Returns
+    /// whether the sequence goes on.
+    pub(super) fn accept_verified(&mut self, rows: &[&[f32]]) -> bool {
+        let draft: Vec<u32> = self.verify.get(1..rows.len()).unwrap_or_default().to_vec();
+        let mut goes_on = true;
+        let verdict = speculate::verify(&draft, rows.iter().copied(), |row| {
+            goes_on = self.accept_logits(row);
+            goes_on.then(|| self.tokens.last().copied()).flatten()
+        });
+        self.verify.clear();
+        self.drafted += draft.len();
+        self.accepted += verdict.accepted;
+        if let Some(control) = self.speculation.as_mut() {
+            control.record(draft.len(), verdict.accepted);
+        }
+        if !goes_on {
+            return false;
+        }
+        // The cache holds every kept token's entry; the last emitted one
+        // runs next step, from where the rejected drafts begin.
+        self.processed = self.tokens.len() - 1;
+        if let Err(e) = self.cache.truncate(self.processed) {
+            self.fail(format!("rolling back a rejected draft failed: {e}"));
+            return false;
+        }
+        true
+    }
+
+    /// Draft tokens verified and kept since the last call (for metrics).
+    pub(super) fn take_speculation(&mut self) -> (usize, usize) {
+        (
+            std::mem::take(&mut self.drafted),
+            std::mem::take(&mut self.accepted),
+        )
     }
 
     /// The tokens to run this step, given at most `budget` tokens.

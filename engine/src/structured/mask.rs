@@ -39,6 +39,8 @@ impl TokenMask {
         if let Some(error) = matcher.get_error() {
             return Err(error);
         }
+        let eos = factory.tok_env().tok_trie().eos_token();
+        trial(&matcher, eos)?;
         Ok(matcher)
     }
 
@@ -116,6 +118,41 @@ impl TokenMask {
         }
         self.matcher.consume_token(id).map_err(|e| e.to_string())
     }
+}
+
+/// Tokens a compiled grammar is walked through before it is accepted.
+const TRIAL_TOKENS: usize = 6;
+
+/// Walks a copy of `matcher` through the first [`TRIAL_TOKENS`] tokens it
+/// allows (the lowest id each time, `eos` left out), so that a grammar the
+/// parser cannot follow fails here, at prepare time (a 400), not in the
+/// stream. llguidance builds its parse rows as tokens come: an object of
+/// thousands of optional properties compiled and then failed at its second
+/// token ("Current row has 20007 items; max is 2000"), a 500 error event.
+fn trial(matcher: &Matcher, eos: u32) -> Result<(), String> {
+    let mut walk = matcher.deep_clone();
+    for _ in 0..TRIAL_TOKENS {
+        if walk.is_stopped() {
+            break;
+        }
+        let mut mask = walk.compute_mask().map_err(failed)?;
+        mask.disallow_token(eos);
+        let Some(next) = mask.first_bit_set() else {
+            break;
+        };
+        // Ids index a vocabulary of at most u32::MAX tokens.
+        let next = u32::try_from(next).map_err(|e| e.to_string())?;
+        walk.consume_token(next).map_err(failed)?;
+    }
+    Ok(())
+}
+
+/// What a client reads when the trial walk fails.
+fn failed(e: impl std::fmt::Display) -> String {
+    format!(
+        "the grammar engine cannot follow this schema past its first tokens ({e}); make fewer \
+         properties optional (list them in `required`) or simplify the schema"
+    )
 }
 
 /// Masks each pair's row of logits ahead of sampling, spread over the

@@ -11,11 +11,11 @@ use switchyard_engine::formats::load_checkpoint;
 use switchyard_engine::model::LlamaModel;
 use switchyard_engine::serving::{CheckpointHandle, CheckpointId, ServedCheckpoint};
 use switchyard_engine::tokenizer::Tokenizer;
-use switchyard_kernels::cpu::CpuBackend;
+use switchyard_kernels::Backend;
 
 /// The checkpoint at `path` loaded on `backend` as `test@1`, with the
 /// default chat template.
-pub fn serve(backend: &CpuBackend, path: &Path) -> CheckpointHandle<CpuBackend> {
+pub fn serve<B: Backend>(backend: &B, path: &Path) -> CheckpointHandle<B> {
     let checkpoint = load_checkpoint(path).unwrap();
     let model = LlamaModel::load(backend, &checkpoint).unwrap();
     let tokenizer = Tokenizer::load(&checkpoint.tokenizer).unwrap();

@@ -4,6 +4,7 @@
 //! F16 as the pool stores them). Tolerances are per operation, relative to
 //! max(|expected|, 1).
 
+use cudarc::driver::DevicePtr;
 use switchyard_kernels::cpu::{CpuActivations, CpuBackend};
 use switchyard_kernels::cuda::ops_layers::{self, AttentionBuffers, AttentionParams, Elementwise};
 use switchyard_kernels::cuda::CudaDevice;
@@ -208,7 +209,7 @@ fn attention(
     let (n_heads, n_kv, bp) = (8usize, 2usize, 16usize);
     let tables: [[i32; 3]; 2] = [[4, 1, 6], [0, 5, 2]];
     let pool_blocks = 7;
-    let mut pool = stream.alloc_zeros::<u16>(pool_blocks * 2 * n_kv * bp * hd)?;
+    let pool = stream.alloc_zeros::<u16>(pool_blocks * 2 * n_kv * bp * hd)?;
     let tables_d = stream.clone_htod(&tables.concat())?;
     let scale = 1.0 / (hd as f32).sqrt();
     let shape = AttentionParams {
@@ -258,7 +259,7 @@ fn attention(
                 q: &q_d,
                 k: &k_d,
                 v: &v_d,
-                pool: &mut pool,
+                pool: pool.device_ptr(stream).0,
                 block_tables: &tables_d,
                 row_seq: &seq_d,
                 row_pos: &pos_d,

@@ -1,7 +1,8 @@
 //! The GPU check's Rust half (run by scripts/gpu-check.sh, which carries
-//! this binary to a GPU machine): every kernel it can drive before the
-//! CUDA backend exists, against the CPU backend as the oracle, plus the
-//! pointer-table swap and decode bandwidth. Writes one JSON object per line
+//! this binary to a GPU machine): every kernel against the CPU backend as
+//! the oracle, the pointer-table swap, decode bandwidth, a Llama-7B decode
+//! step captured as a graph and replayed across 10,000 swaps, and the
+//! backend's Llama-7B decode tokens/s at batch 1/16/64 (`decode7b.rs`). Writes one JSON object per line
 //! to stdout (the script collects them into its report).
 //!
 //! Exit codes: 0 all checks passed, 1 a check failed, 3 no usable GPU (the
@@ -9,6 +10,8 @@
 //!
 //! `cargo run --release -p switchyard-kernels --features cuda --example cuda_check [-- --quick]`
 
+mod backend;
+mod decode7b;
 mod layers;
 
 use std::process::ExitCode;
@@ -58,12 +61,15 @@ fn main() -> ExitCode {
         }
     }
     ok &= report("layers", layers::layers(&device));
+    ok &= report("backend against cpu", backend::backend_against_cpu());
     ok &= report(
         "pointer-table swaps",
         swaps(&device, if quick { 200 } else { 10_000 }),
     );
     if !quick {
         ok &= report("decode bandwidth", bandwidth(&device));
+        ok &= report("graph swaps", decode7b::graph_swaps(&device, 10_000));
+        ok &= report("backend decode", decode7b::backend_decode(&[1, 16, 64], 32));
     }
     for m in cuda::sources::KernelModule::ALL {
         if let Some(origin) = device.module_origin(m) {

@@ -9,12 +9,12 @@ use super::kv_store::CpuKvStore;
 use super::matmul_input::Input;
 use super::packed::{self, PackedRows};
 use super::tensors::{CpuActivations, CpuMatrix, CpuVector};
-use super::{activation, elementwise, matmul, norm, rope, row_copy};
+use super::{activation, elementwise, lora, matmul, norm, rope, row_copy};
 use crate::formats::dequantize_row;
 use crate::kv::{BlockId, KvBlockShape};
 use crate::{
-    AttentionRows, AttentionShape, Backend, KernelError, KvFormat, MatmulInput, MatmulProduct,
-    RopeStyle, WeightView,
+    AttentionRows, AttentionShape, Backend, KernelError, KvFormat, LoraRows, MatmulInput,
+    MatmulProduct, RopeStyle, WeightView,
 };
 
 use super::cpu_backend::CpuBackend;
@@ -134,6 +134,25 @@ impl Backend for CpuBackend {
         out: &mut CpuActivations,
     ) -> Result<(), KernelError> {
         norm::rms_norm(&self.pool, x, &weight.values, eps, out)
+    }
+
+    fn lora(
+        &self,
+        x: &CpuActivations,
+        runs: &[LoraRows<'_, Self>],
+        out: &mut CpuActivations,
+    ) -> Result<(), KernelError> {
+        let runs: Vec<lora::Run<'_>> = runs
+            .iter()
+            .map(|r| lora::Run {
+                rows: r.rows.clone(),
+                a: r.a,
+                b_t: r.b_t,
+                rank: r.rank,
+                scale: r.scale,
+            })
+            .collect();
+        lora::lora(&self.pool, self.isa, x, &runs, out)
     }
 
     fn matmul(

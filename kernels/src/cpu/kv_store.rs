@@ -390,3 +390,83 @@ impl<E: KvElem> LayerHeads<'_, E> {
         self.blocks.len() * self.key_blocks
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::kv_cache::{key, value};
+    use crate::kv::{KvFormat, KvLayout};
+
+    /// A block of `dtype` (2 KV heads of 64, `positions`) with a tag at
+    /// every position's keys and values (what attention would have written).
+    fn written(store: &mut CpuKvStore, dtype: KvType, positions: usize) -> BlockTable {
+        let layout =
+            KvLayout::new(KvFormat::new(dtype, positions), 1, 2, 64, positions, &[]).unwrap();
+        let mut table = BlockTable::new(layout.clone());
+        let id = store.alloc(layout.block_shape(positions)).unwrap();
+        table.push(0, id).unwrap();
+        let views = store.layer_heads::<f32>(0, &[(&table, 0..positions)]);
+        if dtype == KvType::F32 {
+            let heads = &views.unwrap()[0];
+            for p in 0..positions {
+                for h in 0..2 {
+                    let k: Vec<f32> = (0..64).map(|d| (p * 64 + d + h) as f32).collect();
+                    let v: Vec<f32> = k.iter().map(|x| -x).collect();
+                    // SAFETY: one thread, the view lives here.
+                    unsafe { heads.write(h, p, &k, &v) };
+                }
+            }
+        }
+        table
+    }
+
+    #[test]
+    fn a_copy_carries_the_first_positions_of_every_head_into_a_block_of_another_length() {
+        let mut store = CpuKvStore::default();
+        let long = written(&mut store, KvType::F32, 4 * KEY_BLOCK);
+        let tail = written(&mut store, KvType::F32, KEY_BLOCK);
+        let (from, to) = (long.layer(0)[0], tail.layer(0)[0]);
+        store.copy(from, to, KEY_BLOCK).unwrap();
+        for h in 0..2 {
+            for p in [0, 17, KEY_BLOCK - 1] {
+                assert_eq!(
+                    key(&mut store, &tail, 0, h, p),
+                    key(&mut store, &long, 0, h, p)
+                );
+                assert_eq!(
+                    value(&mut store, &tail, 0, h, p),
+                    value(&mut store, &long, 0, h, p)
+                );
+            }
+        }
+        // Half a unit, more than a block holds, a block onto itself, or
+        // blocks of another type are refused.
+        assert!(store.copy(from, to, 16).is_err());
+        assert!(store.copy(from, to, 2 * KEY_BLOCK).is_err());
+        assert!(store.copy(from, from, KEY_BLOCK).is_err());
+        let f16 = written(&mut store, KvType::F16, KEY_BLOCK);
+        assert!(store.copy(from, f16.layer(0)[0], KEY_BLOCK).is_err());
+    }
+
+    #[test]
+    fn freed_ids_are_reused_and_their_memory_comes_back_zeroed() {
+        let mut store = CpuKvStore::default();
+        let table = written(&mut store, KvType::F32, KEY_BLOCK);
+        let id = table.layer(0)[0];
+        assert_eq!(
+            (store.blocks(), store.bytes()),
+            (1, 2 * 2 * KEY_BLOCK * 64 * 4)
+        );
+        store.free(id);
+        store.free(id);
+        assert_eq!((store.blocks(), store.bytes()), (0, 0));
+        let again = store.alloc(table.layout().block_shape(KEY_BLOCK)).unwrap();
+        assert_eq!(again, id);
+        assert_eq!(key(&mut store, &table, 0, 1, 5), vec![0.0; 64]);
+        let odd = KvBlockShape {
+            positions: 40,
+            ..table.layout().block_shape(KEY_BLOCK)
+        };
+        assert!(store.alloc(odd).is_err(), "not whole key blocks");
+    }
+}

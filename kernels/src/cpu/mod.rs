@@ -28,6 +28,7 @@ mod kv_q8;
 #[cfg(test)]
 mod kv_ring_tests;
 mod kv_store;
+mod lora;
 mod matmul;
 mod matmul_input;
 mod norm;

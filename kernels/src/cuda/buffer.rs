@@ -70,6 +70,34 @@ impl DeviceMemory for CudaMemory {
             .map_err(driver("cuStreamSynchronize"))
     }
 
+    fn copy_within(
+        &self,
+        buf: &mut CudaSlice<u8>,
+        src: usize,
+        dst: usize,
+        len: usize,
+    ) -> Result<(), CudaError> {
+        range(buf, src, len)?;
+        range(buf, dst, len)?;
+        if src < dst + len && dst < src + len {
+            return Err(CudaError::Layout(format!(
+                "copy of {len} bytes from {src} to {dst} overlaps itself"
+            )));
+        }
+        let base = self.address(buf);
+        // SAFETY: both ranges lie inside `buf` (checked) and do not
+        // overlap; the copy is ordered on the buffer's stream.
+        unsafe {
+            cudarc::driver::result::memcpy_dtod_async(
+                base + dst as u64,
+                base + src as u64,
+                len,
+                self.stream.cu_stream(),
+            )
+        }
+        .map_err(driver("cuMemcpyDtoDAsync"))
+    }
+
     fn address(&self, buf: &CudaSlice<u8>) -> u64 {
         let (ptr, _sync) = buf.device_ptr(&self.stream);
         ptr

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use super::CudaError;
 
 /// Allocation and copies of one device.
-pub trait DeviceMemory {
+pub trait DeviceMemory: Clone {
     type Buffer;
     /// A zeroed buffer of `bytes`.
     fn alloc(&self, bytes: usize) -> Result<Self::Buffer, CudaError>;
@@ -24,6 +24,15 @@ pub trait DeviceMemory {
     fn write(&self, buf: &mut Self::Buffer, offset: usize, data: &[u8]) -> Result<(), CudaError>;
     /// Copies `out.len()` bytes of `buf` from `offset` into `out`.
     fn read(&self, buf: &Self::Buffer, offset: usize, out: &mut [u8]) -> Result<(), CudaError>;
+    /// Copies `len` bytes of `buf` from `src` to `dst` on the device (the
+    /// ranges must not overlap): a KV block's positions into another.
+    fn copy_within(
+        &self,
+        buf: &mut Self::Buffer,
+        src: usize,
+        dst: usize,
+        len: usize,
+    ) -> Result<(), CudaError>;
     /// The buffer's device address (what kernels and pointer tables hold).
     fn address(&self, buf: &Self::Buffer) -> u64;
     /// Bytes free on the device now.
@@ -100,6 +109,19 @@ impl HostMemory {
         data.get(offset..offset.checked_add(len)?)
             .map(<[u8]>::to_vec)
     }
+
+    /// Writes `data` at device address `address`, as a kernel storing
+    /// through a pointer would; `None` when the bytes are not inside one
+    /// live buffer.
+    pub fn write_at(&self, address: u64, data: &[u8]) -> Option<()> {
+        let live = self.inner.live.lock().ok()?;
+        let (base, buf) = live.range(..=address).next_back()?;
+        let mut buf = buf.lock().ok()?;
+        let offset = usize::try_from(address - base).ok()?;
+        buf.get_mut(offset..offset.checked_add(data.len())?)?
+            .copy_from_slice(data);
+        Some(())
+    }
 }
 
 impl DeviceMemory for HostMemory {
@@ -145,6 +167,25 @@ impl DeviceMemory for HostMemory {
         Ok(())
     }
 
+    fn copy_within(
+        &self,
+        buf: &mut HostBuffer,
+        src: usize,
+        dst: usize,
+        len: usize,
+    ) -> Result<(), CudaError> {
+        let mut data = buf.data.lock().map_err(|_| poisoned())?;
+        check_range(src, len, data.len())?;
+        check_range(dst, len, data.len())?;
+        if src < dst + len && dst < src + len {
+            return Err(CudaError::Layout(format!(
+                "copy of {len} bytes from {src} to {dst} overlaps itself"
+            )));
+        }
+        data.copy_within(src..src + len, dst);
+        Ok(())
+    }
+
     fn address(&self, buf: &HostBuffer) -> u64 {
         buf.address
     }
@@ -179,6 +220,10 @@ mod tests {
         // Past a buffer's end is not inside it, even below the next one.
         assert_eq!(mem.read_at(mem.address(&a) + 99, 2), None);
         assert_eq!(mem.read_at(mem.address(&b), 10), Some(vec![0; 10]));
+        mem.copy_within(&mut a, 10, 50, 3).unwrap();
+        assert_eq!(mem.read_at(mem.address(&a) + 50, 4), Some(vec![1, 2, 3, 0]));
+        assert!(mem.copy_within(&mut a, 10, 11, 3).is_err());
+        assert!(mem.copy_within(&mut a, 98, 0, 3).is_err());
         assert!(matches!(
             mem.write(&mut a, 99, &[0, 0]),
             Err(CudaError::OutOfBounds {

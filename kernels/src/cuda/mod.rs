@@ -24,20 +24,27 @@
 //! }
 //! ```
 
+pub mod attention_plan;
 mod error;
+pub mod graph_cache;
 pub mod kernel_names;
+pub mod kv_pool;
+pub mod kv_units;
 pub mod memory;
 pub mod pointer_table;
 pub mod residency;
 pub mod sources;
 pub mod target;
 pub mod upload;
+pub mod weight_table;
 
 #[cfg(test)]
 mod gate_tests;
 #[cfg(test)]
 mod host_harness;
 
+#[cfg(feature = "cuda")]
+mod backend;
 #[cfg(feature = "cuda")]
 mod buffer;
 #[cfg(feature = "cuda")]
@@ -54,6 +61,8 @@ mod device_stub;
 #[cfg(not(feature = "cuda"))]
 use device_stub as device;
 
+#[cfg(feature = "cuda")]
+pub use backend::{CudaActivations, CudaBackend, CudaConfig, CudaKvStore, CudaMatrix, CudaVector};
 #[cfg(feature = "cuda")]
 pub use buffer::CudaMemory;
 pub use device::{open, CudaDevice};

@@ -159,6 +159,51 @@ pub fn softmax(
     Ok(())
 }
 
+/// `x[r] += bias` for every row of `x` (`bias`: `cols` floats).
+pub fn add_bias(
+    dev: &CudaDevice,
+    x: &mut CudaSlice<f32>,
+    bias: &CudaSlice<f32>,
+    cols: usize,
+) -> Result<(), CudaError> {
+    let n = x.len();
+    if bias.len() < cols || cols == 0 {
+        return Err(CudaError::Layout(format!(
+            "sy_add_bias: a bias of {} for rows of {cols}",
+            bias.len()
+        )));
+    }
+    let f = dev.function(KernelModule::Elementwise, "sy_add_bias")?;
+    let c = i32_of(cols)?;
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(x).arg(bias).arg(&c).arg(&n);
+    // SAFETY: x holds n floats, bias cols (checked).
+    unsafe { l.launch(launch_cfg((n.div_ceil(256), 1), 256)?) }.map_err(driver("sy_add_bias"))?;
+    Ok(())
+}
+
+/// The first `n` floats of `x` rounded to F16 bits in `out`.
+pub fn to_f16(
+    dev: &CudaDevice,
+    x: &CudaSlice<f32>,
+    out: &mut CudaSlice<u16>,
+    n: usize,
+) -> Result<(), CudaError> {
+    if x.len() < n || out.len() < n {
+        return Err(CudaError::Layout(format!(
+            "sy_f32_to_f16: {n} floats from {} into {}",
+            x.len(),
+            out.len()
+        )));
+    }
+    let f = dev.function(KernelModule::Elementwise, "sy_f32_to_f16")?;
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(x).arg(out).arg(&n);
+    // SAFETY: x and out hold n elements (checked).
+    unsafe { l.launch(launch_cfg((n.div_ceil(256), 1), 256)?) }.map_err(driver("sy_f32_to_f16"))?;
+    Ok(())
+}
+
 /// `attention.cu`'s `SyAttention`, field for field (8 pointers, 6 i32, 2 f32).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -191,7 +236,9 @@ pub struct AttentionBuffers<'a> {
     pub q: &'a CudaSlice<f32>,
     pub k: &'a CudaSlice<f32>,
     pub v: &'a CudaSlice<f32>,
-    pub pool: &'a mut CudaSlice<u16>,
+    /// The layer's KV blocks (`KvPool::layer_address`): written by the
+    /// KV-write kernel, read by attention.
+    pub pool: u64,
     pub block_tables: &'a CudaSlice<i32>,
     pub row_seq: &'a CudaSlice<i32>,
     pub row_pos: &'a CudaSlice<i32>,
@@ -219,7 +266,7 @@ pub fn attention(
         q: b.q.device_ptr(stream).0,
         k: b.k.device_ptr(stream).0,
         v: b.v.device_ptr(stream).0,
-        pool: b.pool.device_ptr(stream).0,
+        pool: b.pool,
         block_tables: b.block_tables.device_ptr(stream).0,
         row_seq: b.row_seq.device_ptr(stream).0,
         row_pos: b.row_pos.device_ptr(stream).0,
@@ -230,7 +277,8 @@ pub fn attention(
     let mut l = stream.launch_builder(&write);
     l.arg(&p);
     // SAFETY: k, v hold rows·kv_width floats; the tables map every row's
-    // position to a block of the pool.
+    // position to a block of the pool, which lives for the call (the
+    // caller holds its leases).
     unsafe { l.launch(launch_cfg((kv_width.div_ceil(256), rows), 256)?) }
         .map_err(driver("sy_kv_write_f16"))?;
     let attend = dev.function(KernelModule::Attention, name)?;

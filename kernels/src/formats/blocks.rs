@@ -1,5 +1,7 @@
-//! ggml's block layouts, byte for byte, and scalar accessors shared by
-//! dequantization and the scalar dot products.
+//! The block layouts as the kernels read them: every type's offsets and
+//! accessors (from `types/`) and the shared readers (from `read`) in one
+//! place, and the views the kernels build on them (nibble blocks, Q4_K's
+//! per-sub-block scales).
 //!
 //! | type | elements | bytes | layout |
 //! |------|----------|-------|--------|
@@ -11,99 +13,21 @@
 //! | Q5_0 | 32  | 22  | f16 d, u32 fifth bits (bit j: element j), 16 B nibbles as Q4_0, value (q-16)·d |
 //! | Q5_1 | 32  | 24  | f16 d, f16 m, u32 fifth bits, 16 B nibbles, value q·d + m |
 
-/// Elements per block of the 32-element types, and per activation block.
-pub(crate) const QK: usize = 32;
-/// Elements per super-block of the K types.
-pub(crate) const QK_K: usize = 256;
-
-pub(crate) const Q8_0_QS: usize = 2;
-pub(crate) const Q4_0_QS: usize = 2;
-pub(crate) const Q4_1_M: usize = 2;
-pub(crate) const Q4_1_QS: usize = 4;
-pub(crate) const Q5_0_QH: usize = 2;
-pub(crate) const Q5_0_QS: usize = 6;
-pub(crate) const Q5_1_M: usize = 2;
-pub(crate) const Q5_1_QH: usize = 4;
-pub(crate) const Q5_1_QS: usize = 8;
-pub(crate) const Q4K_DMIN: usize = 2;
-pub(crate) const Q4K_SCALES: usize = 4;
-pub(crate) const Q4K_QS: usize = 16;
-pub(crate) const Q6K_QH: usize = 128;
-pub(crate) const Q6K_SCALES: usize = 192;
-pub(crate) const Q6K_D: usize = 208;
-
-/// The little-endian f16 at `bytes[at..at + 2]`, widened.
-#[inline]
-pub(crate) fn f16_at(bytes: &[u8], at: usize) -> f32 {
-    half::f16::from_le_bytes([bytes[at], bytes[at + 1]]).to_f32()
-}
-
-/// The little-endian bf16 at `bytes[at..at + 2]`, widened.
-#[inline]
-pub(crate) fn bf16_at(bytes: &[u8], at: usize) -> f32 {
-    f32::from_bits(u32::from(u16::from_le_bytes([bytes[at], bytes[at + 1]])) << 16)
-}
-
-/// Q4_K sub-block `j`'s (scale, min), both 6-bit, from the 12 packed bytes
-/// (ggml's `get_scale_min_k4`): sub-blocks 0-3 keep theirs in the low six
-/// bits of bytes 0-3 and 4-7; sub-blocks 4-7 combine a nibble of bytes 8-11
-/// with the top two bits of bytes 0-7.
-#[inline]
-pub(crate) fn q4k_scale_min(scales: &[u8], j: usize) -> (u8, u8) {
-    if j < 4 {
-        (scales[j] & 63, scales[j + 4] & 63)
-    } else {
-        (
-            (scales[j + 4] & 0x0F) | ((scales[j - 4] >> 6) << 4),
-            (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4),
-        )
-    }
-}
-
-/// Q4_K: the 4-bit quant of element `e` (0..256) of a block. Each 64
-/// elements share 32 bytes: the first 32 take the low nibbles, the next 32
-/// the high ones.
-#[inline]
-pub(crate) fn q4k_quant(block: &[u8], e: usize) -> u8 {
-    let byte = block[Q4K_QS + 32 * (e / 64) + e % 32];
-    if (e % 64) < 32 {
-        byte & 0x0F
-    } else {
-        byte >> 4
-    }
-}
-
-/// Q6_K: the 6-bit quant (0..64, not yet offset by -32) of element `e`
-/// (0..256) and the index of its 16-element scale, as in ggml's
-/// `dequantize_row_q6_K`.
-#[inline]
-pub(crate) fn q6k_quant(block: &[u8], e: usize) -> (u8, usize) {
-    let half = e / 128;
-    let r = e % 128;
-    let quarter = r / 32;
-    let l = r % 32;
-    let low = block[64 * half + l + 32 * (quarter & 1)];
-    let nibble = if quarter < 2 { low & 0x0F } else { low >> 4 };
-    let high = (block[Q6K_QH + 32 * half + l] >> (2 * quarter)) & 3;
-    (nibble | (high << 4), 8 * half + r / 16)
-}
-
-/// Q4_0/Q4_1: the 4-bit quant of element `j` (0..32) of the 16 nibble bytes.
-#[inline]
-pub(crate) fn q4_quant(qs: &[u8], j: usize) -> u8 {
-    if j < 16 {
-        qs[j] & 0x0F
-    } else {
-        qs[j - 16] >> 4
-    }
-}
-
-/// Q5_0/Q5_1: the 5-bit quant of element `j` (0..32): the Q4_0 nibble
-/// in `qs` and bit `j` of the little-endian u32 `qh`.
-#[inline]
-pub(crate) fn q5_quant(qh: u32, qs: &[u8], j: usize) -> u8 {
-    q4_quant(qs, j) | ((((qh >> j) & 1) as u8) << 4)
-}
+// Each type's offsets live with the type (`types/`), the shared readers
+// in `read`; the kernels read both from here.
+pub(crate) use super::read::{bf16_at, f16_at, f32_at, q4_quant, q4k_scale_min, u32_at, QK, QK_K};
+pub(crate) use super::types::iq4_nl::{IQ4NL_QS, IQ4_VALUES};
+pub(crate) use super::types::iq4_xs::{iq4xs_scale, IQ4XS_QS};
+pub(crate) use super::types::q2_k::{q2k_quant, q2k_scale_min, Q2K_D, Q2K_DMIN, Q2K_QS};
+pub(crate) use super::types::q3_k::{q3k_quant, q3k_scale, Q3K_D, Q3K_QS, Q3K_SCALES};
+pub(crate) use super::types::q4_0::Q4_0_QS;
+pub(crate) use super::types::q4_1::{Q4_1_M, Q4_1_QS};
+pub(crate) use super::types::q4_k::{q4k_quant, Q4K_DMIN, Q4K_QS, Q4K_SCALES};
+pub(crate) use super::types::q5_0::{Q5_0_QH, Q5_0_QS};
+pub(crate) use super::types::q5_1::{Q5_1_M, Q5_1_QH, Q5_1_QS};
+pub(crate) use super::types::q5_k::{q5k_quant, Q5K_QH, Q5K_QS, Q5K_SCALES};
+pub(crate) use super::types::q6_k::{q6k_quant, Q6K_D, Q6K_QH, Q6K_SCALES};
+pub(crate) use super::types::q8_0::Q8_0_QS;
 
 /// Where the parts of a 32-element nibble block (Q4_0, Q4_1, Q5_0, Q5_1)
 /// sit, all read as `q·d + m`: the types without a stored min have
@@ -155,18 +79,6 @@ impl NibbleBlock {
             },
         }
     }
-}
-
-/// The little-endian u32 at `bytes[at..at + 4]`.
-#[inline]
-pub(crate) fn u32_at(bytes: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
-}
-
-/// The little-endian f32 at `bytes[at..at + 4]`.
-#[inline]
-pub(crate) fn f32_at(bytes: &[u8], at: usize) -> f32 {
-    f32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
 }
 
 /// Per super-block: each sub-block's `d·sc` and `-dmin·m`.

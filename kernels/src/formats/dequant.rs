@@ -1,19 +1,14 @@
 //! Dequantization of every [`DType`] to f32 (scalar; used for embeddings and
 //! tests, never in the matmul hot loop).
 
-use super::blocks::{
-    bf16_at, f16_at, q4_quant, q4k_quant, q4k_scale_min, q5_quant, q6k_quant, u32_at, Q4K_DMIN,
-    Q4K_SCALES, Q4_0_QS, Q4_1_M, Q4_1_QS, Q5_0_QH, Q5_0_QS, Q5_1_M, Q5_1_QH, Q5_1_QS, Q6K_D,
-    Q6K_SCALES, Q8_0_QS, QK, QK_K,
-};
-use super::dequant_low_bit;
+use super::types::dequantize_block;
 use crate::{DType, KernelError};
 
 /// Dequantizes one row of `out.len()` elements stored as `dtype` in `bytes`
 /// with ggml's formulas: Q4_0 `(q-8)·d`, Q4_1 `q·d + m`, Q8_0 `q·d`, Q4_K
 /// `d·sc·q - dmin·m` per 32-element sub-block, Q6_K `d·sc·(q-32)` per 16,
 /// Q5_0 `(q-16)·d`, Q5_1 `q·d + m`; the other K and the IQ4 types as
-/// `dequant_low_bit` says.
+/// their types (`types/`) say.
 ///
 /// Errors when `out.len()` is not a whole number of blocks or `bytes` is not
 /// exactly that many blocks.
@@ -39,79 +34,6 @@ pub fn dequantize_row(dtype: DType, bytes: &[u8], out: &mut [f32]) -> Result<(),
         dequantize_block(dtype, block, out);
     }
     Ok(())
-}
-
-/// One block of `dtype` (`block.len() == block_bytes`, `out.len() == block_len`).
-fn dequantize_block(dtype: DType, block: &[u8], out: &mut [f32]) {
-    match dtype {
-        DType::F32 => out[0] = f32::from_le_bytes([block[0], block[1], block[2], block[3]]),
-        DType::F16 => out[0] = f16_at(block, 0),
-        DType::BF16 => out[0] = bf16_at(block, 0),
-        DType::Q8_0 => {
-            let d = f16_at(block, 0);
-            for (o, q) in out.iter_mut().zip(&block[Q8_0_QS..Q8_0_QS + QK]) {
-                *o = f32::from(*q as i8) * d;
-            }
-        }
-        DType::Q4_0 => {
-            let d = f16_at(block, 0);
-            let qs = &block[Q4_0_QS..Q4_0_QS + QK / 2];
-            for (j, o) in out.iter_mut().enumerate() {
-                *o = f32::from(q4_quant(qs, j) as i8 - 8) * d;
-            }
-        }
-        DType::Q4_1 => {
-            let d = f16_at(block, 0);
-            let m = f16_at(block, Q4_1_M);
-            let qs = &block[Q4_1_QS..Q4_1_QS + QK / 2];
-            for (j, o) in out.iter_mut().enumerate() {
-                *o = f32::from(q4_quant(qs, j)) * d + m;
-            }
-        }
-        DType::Q5_0 => {
-            let d = f16_at(block, 0);
-            let qh = u32_at(block, Q5_0_QH);
-            let qs = &block[Q5_0_QS..Q5_0_QS + QK / 2];
-            for (j, o) in out.iter_mut().enumerate() {
-                *o = f32::from(q5_quant(qh, qs, j) as i8 - 16) * d;
-            }
-        }
-        DType::Q5_1 => {
-            let d = f16_at(block, 0);
-            let m = f16_at(block, Q5_1_M);
-            let qh = u32_at(block, Q5_1_QH);
-            let qs = &block[Q5_1_QS..Q5_1_QS + QK / 2];
-            for (j, o) in out.iter_mut().enumerate() {
-                *o = f32::from(q5_quant(qh, qs, j)) * d + m;
-            }
-        }
-        DType::Q2K => dequant_low_bit::q2_k(block, out),
-        DType::Q3K => dequant_low_bit::q3_k(block, out),
-        DType::Q5K => dequant_low_bit::q5_k(block, out),
-        DType::IQ4NL => dequant_low_bit::iq4_nl(block, out),
-        DType::IQ4XS => dequant_low_bit::iq4_xs(block, out),
-        DType::Q4K => {
-            let d = f16_at(block, 0);
-            let dmin = f16_at(block, Q4K_DMIN);
-            let scales = &block[Q4K_SCALES..Q4K_SCALES + 12];
-            for (sub, out) in out.chunks_exact_mut(QK).enumerate() {
-                let (sc, m) = q4k_scale_min(scales, sub);
-                let scale = d * f32::from(sc);
-                let min = dmin * f32::from(m);
-                for (l, o) in out.iter_mut().enumerate() {
-                    *o = scale * f32::from(q4k_quant(block, sub * QK + l)) - min;
-                }
-            }
-        }
-        DType::Q6K => {
-            let d = f16_at(block, Q6K_D);
-            for (e, o) in out.iter_mut().enumerate().take(QK_K) {
-                let (q, scale_index) = q6k_quant(block, e);
-                let sc = block[Q6K_SCALES + scale_index] as i8;
-                *o = d * f32::from(sc) * f32::from(q as i8 - 32);
-            }
-        }
-    }
 }
 
 #[cfg(test)]

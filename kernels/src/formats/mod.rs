@@ -9,17 +9,18 @@
 //!
 //! | module | what |
 //! |--------|------|
-//! | `blocks` | Q8_0, Q4_0/1, Q5_0/1, Q4_K, Q6_K: offsets and scalar accessors |
-//! | `blocks_k` | Q2_K, Q3_K, Q5_K |
-//! | `blocks_iq4` | IQ4_NL, IQ4_XS and their value table |
-//! | `dequant`, `dequant_low_bit` | every type to f32, block by block |
-//! | [`quantize`] | f32 to every type (offline, not on the serving path) |
+//! | [`types`] | one file per block type: layout, dequantization, quantizer ([`BlockFormat`]) |
+//! | `blocks` | what several types share, and every type's offsets for the kernels |
+//! | `dequant` | [`dequantize_row`]: any row of any type to f32 |
+//! | [`quantize`] | f32 to any type (offline, not on the serving path) |
+//! | `read`, `encode` | reading and encoding steps several types share |
 
 pub(crate) mod blocks;
-pub(crate) mod blocks_iq4;
-pub(crate) mod blocks_k;
 mod dequant;
-mod dequant_low_bit;
+mod encode;
 pub mod quantize;
+mod read;
+pub mod types;
 
 pub use dequant::dequantize_row;
+pub use types::BlockFormat;

@@ -1,18 +1,11 @@
 //! Quantizers: f32 → each block format (scalar; used offline to make
 //! checkpoints, never on the serving path).
 //!
-//! The byte layouts are ggml's exactly (see [`DType`]); the algorithms are
-//! the simple ones (absolute maximum or min/max per block and sub-block),
-//! not ggml's error-minimising searches, so round trips are close but not
-//! bit-identical to llama.cpp's quantizer.
-
-mod encode;
-mod low_bit;
-
-use half::{bf16, f16};
+//! Each type's quantizer lives with its layout (`types/`, [`BlockFormat`]).
+//!
+//! [`BlockFormat`]: super::types::BlockFormat
 
 use crate::{DType, KernelError};
-use encode::{f16_round, inverse, pack_k_scales, push_f16};
 
 /// Encodes `values` (any whole number of `dtype` blocks) as `dtype`.
 ///
@@ -31,218 +24,14 @@ pub fn quantize(dtype: DType, values: &[f32]) -> Result<Vec<u8>, KernelError> {
         });
     }
     let mut out = Vec::with_capacity(values.len() / block * dtype.block_bytes());
-    match dtype {
-        DType::F32 => values
-            .iter()
-            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
-        DType::F16 => values
-            .iter()
-            .for_each(|v| out.extend_from_slice(&f16::from_f32(*v).to_le_bytes())),
-        DType::BF16 => values
-            .iter()
-            .for_each(|v| out.extend_from_slice(&bf16::from_f32(*v).to_le_bytes())),
-        DType::Q8_0 => values.chunks_exact(32).for_each(|b| q8_0(b, &mut out)),
-        DType::Q4_0 => values.chunks_exact(32).for_each(|b| q4_0(b, &mut out)),
-        DType::Q4_1 => values.chunks_exact(32).for_each(|b| q4_1(b, &mut out)),
-        DType::Q4K => values.chunks_exact(256).for_each(|b| q4_k(b, &mut out)),
-        DType::Q6K => values.chunks_exact(256).for_each(|b| q6_k(b, &mut out)),
-        DType::Q5_0 => values.chunks_exact(32).for_each(|b| q5_0(b, &mut out)),
-        DType::Q5_1 => values.chunks_exact(32).for_each(|b| q5_1(b, &mut out)),
-        DType::Q2K => values
-            .chunks_exact(256)
-            .for_each(|b| low_bit::q2_k(b, &mut out)),
-        DType::Q3K => values
-            .chunks_exact(256)
-            .for_each(|b| low_bit::q3_k(b, &mut out)),
-        DType::Q5K => values
-            .chunks_exact(256)
-            .for_each(|b| low_bit::q5_k(b, &mut out)),
-        DType::IQ4NL => values
-            .chunks_exact(32)
-            .for_each(|b| low_bit::iq4_nl(b, &mut out)),
-        DType::IQ4XS => values
-            .chunks_exact(256)
-            .for_each(|b| low_bit::iq4_xs(b, &mut out)),
-    }
+    super::types::quantize_blocks(dtype, values, &mut out);
     Ok(out)
-}
-
-fn amax(block: &[f32]) -> f32 {
-    block.iter().fold(0.0f32, |m, v| m.max(v.abs()))
-}
-
-/// Q8_0: `d = amax / 127`, `x ≈ d · q`.
-fn q8_0(block: &[f32], out: &mut Vec<u8>) {
-    let d = f16_round(amax(block) / 127.0);
-    let id = inverse(d);
-    push_f16(out, d);
-    out.extend(
-        block
-            .iter()
-            .map(|v| ((v * id).round().clamp(-127.0, 127.0) as i8) as u8),
-    );
-}
-
-/// Q4_0: the element of largest magnitude maps to -8, `x ≈ d · (q - 8)`;
-/// byte `j` holds element `j` (low nibble) and element `j + 16` (high).
-fn q4_0(block: &[f32], out: &mut Vec<u8>) {
-    let max = block
-        .iter()
-        .copied()
-        .fold(0.0f32, |m, v| if v.abs() > m.abs() { v } else { m });
-    let d = f16_round(max / -8.0);
-    let id = inverse(d);
-    push_f16(out, d);
-    let q = |v: f32| (v * id + 8.5).floor().clamp(0.0, 15.0) as u8;
-    let (lo, hi) = block.split_at(16);
-    out.extend(lo.iter().zip(hi).map(|(&a, &b)| q(a) | (q(b) << 4)));
-}
-
-/// Q4_1: `x ≈ d · q + m` with `m` the block minimum; nibbles as Q4_0.
-fn q4_1(block: &[f32], out: &mut Vec<u8>) {
-    let min = block.iter().copied().fold(f32::INFINITY, f32::min);
-    let max = block.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let d = f16_round((max - min) / 15.0);
-    let m = f16_round(min);
-    let id = inverse(d);
-    push_f16(out, d);
-    push_f16(out, m);
-    let q = |v: f32| ((v - m) * id).round().clamp(0.0, 15.0) as u8;
-    let (lo, hi) = block.split_at(16);
-    out.extend(lo.iter().zip(hi).map(|(&a, &b)| q(a) | (q(b) << 4)));
-}
-
-/// The 32 quants (0..32) of a Q5 block as ggml stores them: the u32 of
-/// fifth bits (bit j for element j), then nibbles as Q4_0.
-fn push_q5(q: &[u8], out: &mut Vec<u8>) {
-    let qh = q
-        .iter()
-        .enumerate()
-        .fold(0u32, |h, (j, v)| h | (u32::from(v >> 4) << j));
-    out.extend_from_slice(&qh.to_le_bytes());
-    let (lo, hi) = q.split_at(16);
-    out.extend(lo.iter().zip(hi).map(|(&a, &b)| (a & 0x0F) | (b << 4)));
-}
-
-/// Q5_0: the element of largest magnitude maps to -16, `x ≈ d · (q - 16)`.
-fn q5_0(block: &[f32], out: &mut Vec<u8>) {
-    let max = block
-        .iter()
-        .copied()
-        .fold(0.0f32, |m, v| if v.abs() > m.abs() { v } else { m });
-    let d = f16_round(max / -16.0);
-    let id = inverse(d);
-    push_f16(out, d);
-    let q: Vec<u8> = block
-        .iter()
-        .map(|v| (v * id + 16.5).floor().clamp(0.0, 31.0) as u8)
-        .collect();
-    push_q5(&q, out);
-}
-
-/// Q5_1: `x ≈ d · q + m` with `m` the block minimum.
-fn q5_1(block: &[f32], out: &mut Vec<u8>) {
-    let min = block.iter().copied().fold(f32::INFINITY, f32::min);
-    let max = block.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let d = f16_round((max - min) / 31.0);
-    let m = f16_round(min);
-    let id = inverse(d);
-    push_f16(out, d);
-    push_f16(out, m);
-    let q: Vec<u8> = block
-        .iter()
-        .map(|v| ((v - m) * id).round().clamp(0.0, 31.0) as u8)
-        .collect();
-    push_q5(&q, out);
-}
-
-/// Q4_K: 8 sub-blocks of 32, `x ≈ d · sc[j] · q - dmin · m[j]` with 6-bit
-/// `sc` and `m` packed in 12 bytes; 128 bytes of nibbles where each 32-byte
-/// group holds sub-block `2k` (low nibbles) and `2k + 1` (high nibbles).
-fn q4_k(block: &[f32], out: &mut Vec<u8>) {
-    // ggml keeps sub-block minimums at or below zero so `m` is non-negative.
-    let mins: Vec<f32> = block
-        .chunks_exact(32)
-        .map(|s| -s.iter().copied().fold(0.0f32, f32::min))
-        .collect();
-    let dmin = f16_round(mins.iter().copied().fold(0.0, f32::max) / 63.0);
-    // Round the offsets up so each sub-block's minimum stays representable.
-    let m: Vec<u8> = mins
-        .iter()
-        .map(|&v| (v * inverse(dmin)).ceil().clamp(0.0, 63.0) as u8)
-        .collect();
-    let scales: Vec<f32> = block
-        .chunks_exact(32)
-        .zip(&m)
-        .map(|(s, &mj)| {
-            let max = s.iter().copied().fold(0.0f32, f32::max);
-            (max + dmin * f32::from(mj)) / 15.0
-        })
-        .collect();
-    let d = f16_round(scales.iter().copied().fold(0.0, f32::max) / 63.0);
-    let sc: Vec<u8> = scales
-        .iter()
-        .map(|&s| (s * inverse(d)).ceil().clamp(0.0, 63.0) as u8)
-        .collect();
-
-    push_f16(out, d);
-    push_f16(out, dmin);
-    out.extend_from_slice(&pack_k_scales(&sc, &m));
-
-    let q: Vec<u8> = block
-        .iter()
-        .enumerate()
-        .map(|(i, &v)| {
-            let j = i / 32;
-            let step = d * f32::from(sc[j]);
-            let offset = dmin * f32::from(m[j]);
-            ((v + offset) * inverse(step)).round().clamp(0.0, 15.0) as u8
-        })
-        .collect();
-    for group in q.chunks_exact(64) {
-        let (lo, hi) = group.split_at(32);
-        out.extend(lo.iter().zip(hi).map(|(&a, &b)| a | (b << 4)));
-    }
-}
-
-/// Q6_K: 16 sub-blocks of 16, `x ≈ d · sc[j] · (q - 32)` with 6-bit `q`
-/// (low 4 bits in `ql`, high 2 bits in `qh`) and i8 `sc`; then `d` last.
-fn q6_k(block: &[f32], out: &mut Vec<u8>) {
-    let scales: Vec<f32> = block.chunks_exact(16).map(|s| amax(s) / 31.0).collect();
-    let d = f16_round(scales.iter().copied().fold(0.0, f32::max) / 127.0);
-    let sc: Vec<i8> = scales
-        .iter()
-        .map(|&s| (s * inverse(d)).ceil().clamp(0.0, 127.0) as i8)
-        .collect();
-    let q: Vec<u8> = block
-        .iter()
-        .enumerate()
-        .map(|(i, &v)| {
-            let step = d * f32::from(sc[i / 16]);
-            ((v * inverse(step)).round().clamp(-32.0, 31.0) + 32.0) as u8
-        })
-        .collect();
-
-    let mut ql = [0u8; 128];
-    let mut qh = [0u8; 64];
-    for (half, lq) in q.chunks_exact(128).enumerate() {
-        let (ql, qh) = (&mut ql[half * 64..], &mut qh[half * 32..]);
-        for l in 0..32 {
-            let (a, b, c, e) = (lq[l], lq[l + 32], lq[l + 64], lq[l + 96]);
-            ql[l] = (a & 0x0F) | ((c & 0x0F) << 4);
-            ql[l + 32] = (b & 0x0F) | ((e & 0x0F) << 4);
-            qh[l] = (a >> 4) | ((b >> 4) << 2) | ((c >> 4) << 4) | ((e >> 4) << 6);
-        }
-    }
-    out.extend_from_slice(&ql);
-    out.extend_from_slice(&qh);
-    out.extend(sc.iter().map(|&s| s as u8));
-    push_f16(out, d);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use half::{bf16, f16};
     use rand::{Rng, SeedableRng};
 
     fn f16_at(b: &[u8], i: usize) -> f32 {

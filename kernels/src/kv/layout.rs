@@ -76,6 +76,24 @@ pub fn block_len(n_kv_heads: usize, head_dim: usize, positions: usize) -> Option
         .checked_mul(2)
 }
 
+/// What one block holds: every KV head's keys and values of `positions`
+/// (a multiple of [`super::KV_UNIT`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvBlockShape {
+    pub dtype: KvType,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub positions: usize,
+}
+
+impl KvBlockShape {
+    /// Bytes of the block; `None` on overflow.
+    pub fn bytes(&self) -> Option<usize> {
+        block_len(self.n_kv_heads, self.head_dim, self.positions)
+            .and_then(|len| self.dtype.bytes_of(len))
+    }
+}
+
 /// The blocks of one sequence's cache, every layer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KvLayout {
@@ -211,8 +229,8 @@ impl KvLayout {
 
     /// One layer's block of `positions` (the layout's own blocks, or a
     /// shorter copied tail).
-    pub fn block_shape(&self, positions: usize) -> super::KvBlockShape {
-        super::KvBlockShape {
+    pub fn block_shape(&self, positions: usize) -> KvBlockShape {
+        KvBlockShape {
             dtype: self.dtype,
             n_kv_heads: self.n_kv_heads,
             head_dim: self.head_dim,

@@ -15,10 +15,10 @@ mod table;
 pub use kv_type::KvType;
 pub(crate) use kv_type::{Q8_GROUP, Q8_GROUP_BYTES};
 pub use layout::{
-    block_len, check_block_positions, KvFormat, KvLayout, DEFAULT_BLOCK_POSITIONS, KV_UNIT,
-    MAX_BLOCK_POSITIONS, RING_SLACK,
+    block_len, check_block_positions, KvBlockShape, KvFormat, KvLayout, DEFAULT_BLOCK_POSITIONS,
+    KV_UNIT, MAX_BLOCK_POSITIONS, RING_SLACK,
 };
-pub use table::{BlockId, BlockTable, KvBlockShape};
+pub use table::{BlockId, BlockTable};
 
 /// What a new cache starts from (the prompt cache's find): `shared` full
 /// blocks read in place, then the first `tail.1` positions of `tail.0`

@@ -6,32 +6,13 @@
 //! only stores blocks by id and attends over the table it is given (the
 //! CPU's `kv_store`, the CUDA kernel's `block_tables`).
 
-use super::layout::{block_len, KvLayout};
-use super::KvType;
+use super::layout::KvLayout;
 use crate::KernelError;
 
 /// A block of a backend's KV store: one layer's keys and values of some
 /// positions. Ids are the backend's to give out and are reused once freed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BlockId(pub u32);
-
-/// What one block holds: every KV head's keys and values of `positions`
-/// (a multiple of [`super::KV_UNIT`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct KvBlockShape {
-    pub dtype: KvType,
-    pub n_kv_heads: usize,
-    pub head_dim: usize,
-    pub positions: usize,
-}
-
-impl KvBlockShape {
-    /// Bytes of the block; `None` on overflow.
-    pub fn bytes(&self) -> Option<usize> {
-        block_len(self.n_kv_heads, self.head_dim, self.positions)
-            .and_then(|len| self.dtype.bytes_of(len))
-    }
-}
 
 /// One sequence's blocks, per layer, in the order of its positions:
 /// position `p` of layer `l` lives in `layer(l)[(p / block_positions) %

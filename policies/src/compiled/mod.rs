@@ -2,6 +2,8 @@
 //! changes once built; what requests change (spend, rollback state, probes, counters)
 //! lives in [`crate::live`].
 
+pub(crate) mod cascade;
+pub(crate) mod measured;
 pub(crate) mod model;
 pub(crate) mod rate_limit;
 pub(crate) mod scan_table;
@@ -76,6 +78,8 @@ pub(crate) struct CompiledPolicy {
     /// Whether some split arm targets another model than its split's: then two models
     /// can stand for the same checkpoint, and `auto` must drop the repeat.
     pub cross_model_arms: bool,
+    /// `[cascade]`, if any.
+    pub cascade: Option<cascade::Cascade>,
 }
 
 impl CompiledPolicy {

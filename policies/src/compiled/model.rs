@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::measured::Measurement;
 use crate::spend::Price;
 
 /// One model with its versions and economics.
@@ -36,6 +37,43 @@ pub struct Model {
     pub split: Option<usize>,
     /// What to try when this model is overloaded, failing or over budget.
     pub fallback: Option<Fallback>,
+    /// Where the quality figures are measured, when the file says `quality_from`.
+    pub quality_from: Option<QualityFrom>,
+}
+
+/// A model's measured quality (`quality_from`, `quality_from_by_tag`): the suites, the
+/// figures the file declares as fallback, and what the last resolution found.
+#[derive(Debug, Clone, Default)]
+pub struct QualityFrom {
+    /// The suite of the overall quality.
+    pub suite: Option<String>,
+    /// Per tag, its suite; sorted by tag.
+    pub by_tag: Vec<(String, String)>,
+    /// `quality` as the file writes it: used while no fresh measurement exists.
+    pub declared: Option<f64>,
+    /// `quality_by_tag` as the file writes it.
+    pub declared_by_tag: Vec<(String, f64)>,
+    /// One entry per suite asked, filled when the policy is resolved against a
+    /// [`crate::QualitySource`].
+    pub origins: Vec<QualityOrigin>,
+}
+
+/// Where one quality figure of a model came from.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QualityOrigin {
+    /// `None` for the overall quality.
+    pub tag: Option<String>,
+    /// The suite asked.
+    pub suite: String,
+    /// The version measured (the model's active version).
+    pub version: Arc<str>,
+    /// What the source had.
+    pub measurement: Measurement,
+    /// The figure routing uses.
+    pub used: f64,
+    /// Why that figure: `measured`, `declared` (no fresh measurement), `overall` (a tag
+    /// without a fresh measurement or a declared figure) or `none` (counted as 0).
+    pub basis: &'static str,
 }
 
 impl Model {
@@ -117,6 +155,7 @@ mod tests {
             max_queue_depth: None,
             split: None,
             fallback: None,
+            quality_from: None,
         };
         assert_eq!(m.quality_for(&[]), (0.5, None));
         assert_eq!(m.quality_for(&["code".into()]), (0.9, Some("code")));

@@ -31,6 +31,10 @@ pub struct Tenant {
     /// Its share of the engine's batch slots when requests queue, against the other
     /// tenants' weights (1 unless the file says).
     pub weight: u32,
+    /// The most of the engine's KV budget its running sequences may reserve together
+    /// (and of its waiting queue its requests may fill), in thousandths; `None`: the
+    /// policy's default ([`crate::Policy::kv_permille`]).
+    pub kv_share: Option<u16>,
 }
 
 impl Tenant {

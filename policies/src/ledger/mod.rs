@@ -131,6 +131,12 @@ pub trait Ledger: Send + Sync + fmt::Debug {
     /// At most `limit` usage records of requests settled at or after `since_ms` (Unix
     /// milliseconds), oldest first.
     fn usage_since(&self, since_ms: u64, limit: usize) -> Result<Vec<UsageRecord>, LedgerError>;
+
+    /// Whether other instances share this store (then rate limits are counted in it
+    /// too: [`crate::rate_ledger_for`]).
+    fn is_shared(&self) -> bool {
+        false
+    }
 }
 
 /// A fresh hold id: a random 64-bit number (std's per-process hash keys mixed with a

@@ -435,6 +435,10 @@ impl Ledger for RedisLedger {
         })
     }
 
+    fn is_shared(&self) -> bool {
+        true
+    }
+
     fn usage_since(&self, since_ms: u64, limit: usize) -> Result<Vec<UsageRecord>, LedgerError> {
         let key = format!("{}usage", self.options.prefix);
         let entries: Vec<(String, Vec<(String, String)>)> =

@@ -3,8 +3,9 @@
 //! The policy file sets the limits (`rate_limits` and `key_rate_limits` on a tenant:
 //! see [`crate::RateLimits`]); a [`RateLedger`] keeps what each subject has used in its
 //! current minute. The ledger is a trait so that the counts can move into a ledger
-//! shared between instances (the one budgets use) without the router changing; today
-//! [`LocalRateLedger`] keeps them in the process. The counts are keyed by tenant name
+//! shared between instances (the one budgets use) without the router changing:
+//! [`LocalRateLedger`] keeps them in the process, [`SharedRateLedger`] in a spend
+//! ledger that instances share (Redis), chosen by [`rate_ledger_for`]. The counts are keyed by tenant name
 //! and key digest, not by the policy, so a reload changes the limits and keeps the
 //! counts.
 //!
@@ -37,8 +38,10 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod choose;
 mod claims;
 mod local;
+mod shared;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,7 +49,9 @@ use std::time::Duration;
 use crate::compiled::rate_limit::RateLimits;
 use crate::keys::KeyDigest;
 
+pub use choose::rate_ledger_for;
 pub use local::LocalRateLedger;
+pub use shared::SharedRateLedger;
 
 /// The length of a rate-limit window.
 pub const RATE_WINDOW: Duration = Duration::from_secs(60);

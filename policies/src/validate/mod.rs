@@ -2,6 +2,7 @@
 //! reporting every problem with its line and column. Nothing is half-loaded: any problem
 //! fails it.
 
+mod cascade;
 mod checks;
 mod models;
 mod names;
@@ -39,6 +40,7 @@ pub(crate) fn compile(
     let (tenants, tenant_names, keys) = tenants::compile(&file.tenants, &names, env, &mut diags);
     let splits = traffic::splits(&file.splits, &names, &mut diags);
     let fallbacks = traffic::fallbacks(&file.fallbacks, &names, &mut diags);
+    let cascade = cascade::cascade(file.cascade.as_ref(), &names, &mut diags);
     if !diags.is_empty() {
         return Err(diags.into_error(source_name));
     }
@@ -75,6 +77,7 @@ pub(crate) fn compile(
         tenant_names,
         keys,
         splits,
+        cascade,
     })
 }
 

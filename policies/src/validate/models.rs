@@ -7,7 +7,7 @@ use std::sync::Arc;
 use toml::Spanned;
 
 use super::checks::{check_name, in_range, non_negative, positive};
-use crate::compiled::model::Model;
+use crate::compiled::model::{Model, QualityFrom};
 use crate::error::Diagnostics;
 use crate::schema::ModelEntry;
 
@@ -52,13 +52,14 @@ pub(super) fn compile(
             &format!("model `{name}`: cost_per_1k_output"),
             diags,
         );
-        in_range(
-            &e.quality,
-            0.0,
-            1.0,
-            &format!("model `{name}`: quality"),
-            diags,
-        );
+        if let Some(q) = &e.quality {
+            in_range(q, 0.0, 1.0, &format!("model `{name}`: quality"), diags);
+        } else if e.quality_from.is_none() {
+            diags.at(
+                e.name.span(),
+                format!("model `{name}` has no quality; add `quality = 0.7`, or `quality_from = \"<suite>\"` to take it from a measurement (switchyard eval --save)"),
+            );
+        }
         let mut quality_by_tag = Vec::with_capacity(e.quality_by_tag.len());
         for (tag, q) in &e.quality_by_tag {
             in_range(
@@ -71,6 +72,7 @@ pub(super) fn compile(
             // BTreeMap order: the vector ends up sorted by tag.
             quality_by_tag.push((tag.clone(), *q.get_ref()));
         }
+        let quality_from = quality_from(e, &quality_by_tag, diags);
         if *e.context_limit.get_ref() == 0 {
             diags.at(
                 e.context_limit.span(),
@@ -101,16 +103,59 @@ pub(super) fn compile(
                 .collect(),
             cost_per_1k_input: *e.cost_per_1k_input.get_ref(),
             cost_per_1k_output: *e.cost_per_1k_output.get_ref(),
-            quality: *e.quality.get_ref(),
+            quality: e.quality.as_ref().map_or(0.0, |q| *q.get_ref()),
             quality_by_tag,
             context_limit: *e.context_limit.get_ref(),
             latency_target_ms: e.latency_target_ms.as_ref().map(|t| *t.get_ref()),
             max_queue_depth: e.max_queue_depth.as_ref().map(|q| *q.get_ref()),
             split: None,
             fallback: None,
+            quality_from,
         });
     }
     (models, index)
+}
+
+/// `quality_from` and `quality_from_by_tag`: suite names (file stems, as
+/// `switchyard eval --save` stores them).
+fn quality_from(
+    e: &ModelEntry,
+    declared_by_tag: &[(String, f64)],
+    diags: &mut Diagnostics,
+) -> Option<QualityFrom> {
+    if e.quality_from.is_none() && e.quality_from_by_tag.is_empty() {
+        return None;
+    }
+    let name = e.name.get_ref();
+    let suites = e
+        .quality_from
+        .iter()
+        .map(|s| (String::from("quality_from"), s))
+        .chain(
+            e.quality_from_by_tag
+                .iter()
+                .map(|(tag, s)| (format!("quality_from_by_tag.{tag}"), s)),
+        );
+    for (field, suite) in suites {
+        let text = suite.get_ref();
+        if text.is_empty() || text.contains(['/', '\\']) || text.ends_with(".jsonl") {
+            diags.at(
+                suite.span(),
+                format!("model `{name}`: {field} names a suite by its name (the file stem, e.g. `geo` for evals/geo.jsonl), got `{text}`"),
+            );
+        }
+    }
+    Some(QualityFrom {
+        suite: e.quality_from.as_ref().map(|s| s.get_ref().clone()),
+        by_tag: e
+            .quality_from_by_tag
+            .iter()
+            .map(|(tag, s)| (tag.clone(), s.get_ref().clone()))
+            .collect(),
+        declared: e.quality.as_ref().map(|q| *q.get_ref()),
+        declared_by_tag: declared_by_tag.to_vec(),
+        origins: Vec::new(),
+    })
 }
 
 fn versions(e: &ModelEntry, diags: &mut Diagnostics) -> Vec<Arc<str>> {

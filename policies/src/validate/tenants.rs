@@ -93,6 +93,7 @@ pub(super) fn compile(
             budgets,
             cache_scope: cache_scope(e, &tenant_name, diags),
             weight: weight(e, &tenant_name, diags),
+            kv_share: kv_share(e, &tenant_name, diags),
             rate_limits: rate_limits(e.rate_limits.as_ref(), &tenant_name, "rate_limits", diags),
             key_rate_limits: rate_limits(
                 e.key_rate_limits.as_ref(),
@@ -120,6 +121,22 @@ fn weight(e: &TenantEntry, tenant: &str, diags: &mut Diagnostics) -> u32 {
             1
         }
     }
+}
+
+/// The tenant's part of the engine's KV budget: above 0, at most 1, kept in
+/// thousandths (at least one).
+fn kv_share(e: &TenantEntry, tenant: &str, diags: &mut Diagnostics) -> Option<u16> {
+    let value = e.kv_share.as_ref()?;
+    let share = *value.get_ref();
+    if !(share > 0.0 && share <= 1.0) {
+        diags.at(
+            value.span(),
+            format!("tenant `{tenant}`: kv_share must be above 0 and at most 1 (a part of the engine's KV budget), got {share}"),
+        );
+        return None;
+    }
+    // In 0 < share <= 1, so the product lies in 0..=1000.
+    Some(((share * 1000.0).round() as u16).clamp(1, 1000))
 }
 
 /// Per-minute limits: each given one a whole number above 0.

@@ -89,6 +89,7 @@ pub fn backend() -> Arc<dyn InferenceBackend> {
     let cards = (0..MODELS)
         .flat_map(|i| ["v1", "v2"].map(|v| format!("model-{i:03}@{v}")))
         .map(|id| ModelCard {
+            parent: None,
             id,
             created: 1_700_000_000,
             owned_by: "bench".to_owned(),

@@ -52,6 +52,7 @@ pub fn admin_app(state: AdminState) -> Router {
         )
         .route("/admin/models", get(models::list))
         .route("/admin/status", get(models::status))
+        .route("/admin/cache", get(models::cache))
         .route("/admin/metrics", get(admin_metrics))
         .route(
             "/admin/models/{model}/versions/{version}/{action}",

@@ -20,6 +20,10 @@ pub trait ModelAdmin: Send + Sync + 'static {
         self.activate(model, version)
     }
     fn rollback(&self, model: &str) -> Result<serde_json::Value, AdminError>; // POST /admin/models/{model}/rollback
+    /// `GET /admin/cache`: the prompt cache's use per cache scope (`{"scopes": [...]}`).
+    fn cache(&self) -> serde_json::Value {
+        serde_json::json!({"scopes": []})
+    }
 }
 
 /// Why a model operation failed; `message` says what and what to do.

@@ -42,6 +42,17 @@ pub(crate) async fn status(State(state): State<AdminState>) -> Response {
     }
 }
 
+/// `GET /admin/cache`: the prompt cache's use per cache scope (issue 37).
+pub(crate) async fn cache(State(state): State<AdminState>) -> Response {
+    match state.models() {
+        Ok(models) => match blocking(models, |m| m.cache()).await {
+            Ok(value) => Json(value).into_response(),
+            Err(error) => error.into_response(),
+        },
+        Err(error) => error.into_response(),
+    }
+}
+
 /// `POST /admin/models/{model}/versions/{version}/{load|unload|activate}`.
 pub(crate) async fn version_action(
     State(state): State<AdminState>,

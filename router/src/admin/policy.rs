@@ -119,6 +119,9 @@ pub(crate) fn summary(store: &PolicyStore) -> Value {
             })).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
         "rollback": policy.rollback_status(),
+        // Client scores (`POST /v1/feedback`) and answer confidence, per checkpoint and
+        // split arm: the arms' quality, beside their errors and latency.
+        "quality_signals": store.feedback().signals(),
     })
 }
 
@@ -133,6 +136,8 @@ fn models(policy: &Policy) -> Vec<Value> {
                 "active_version": m.versions.get(m.active_version).map(|v| &**v),
                 "aliases": m.aliases.iter().map(|a| &**a).collect::<Vec<_>>(),
                 "quality": m.quality,
+                // Where a `quality_from` figure came from (measured, or why not).
+                "quality_from": m.quality_from.as_ref().map(|f| &f.origins),
                 "cost_per_1k_input": m.cost_per_1k_input,
                 "cost_per_1k_output": m.cost_per_1k_output,
                 "context_limit": m.context_limit,

@@ -1,5 +1,10 @@
 //! Reading an inference request's body whole before it is admitted: a JSON
-//! content type, at most the size limit, within a time limit.
+//! content type, at most the size limit, within a time limit. The one home of
+//! the body limit (tower-http's `RequestBodyLimit` semantics): a declared
+//! `Content-Length` past it is refused with an OpenAI-shaped 413 before a byte
+//! is read, and a body that streams past it gets the same 413 when it does. The
+//! body is read once, here: the bytes travel on in the request's extensions
+//! ([`JsonBytes`]) for the policy layer to parse.
 //!
 //! Admission slots are few and held until the response ends. A request that
 //! took its slot before its body arrived let a few hundred sockets sending
@@ -15,10 +20,11 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
+use axum::body::Bytes;
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use futures_util::future::BoxFuture;
-use http::header::CONTENT_TYPE;
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use http::HeaderMap;
 use tower::{Layer, Service};
 
@@ -75,10 +81,12 @@ impl<S: Inner> Service<Request> for JsonBody<S> {
         let ready = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, ready);
         Box::pin(async move {
-            if let Err(error) = check_content_type(request.headers()) {
+            if let Err(error) = check_length(request.headers(), limit)
+                .and_then(|()| check_content_type(request.headers()))
+            {
                 return Ok(error.into_response());
             }
-            let (parts, body) = request.into_parts();
+            let (mut parts, body) = request.into_parts();
             let bytes = match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await
             {
                 Ok(Ok(bytes)) => bytes,
@@ -87,10 +95,25 @@ impl<S: Inner> Service<Request> for JsonBody<S> {
                     return Ok(ApiError::BodyTimeout { after: timeout }.into_response())
                 }
             };
-            inner
-                .call(Request::from_parts(parts, Body::from(bytes)))
-                .await
+            parts.extensions.insert(JsonBytes(bytes));
+            inner.call(Request::from_parts(parts, Body::empty())).await
         })
+    }
+}
+
+/// The body [`JsonBodyLayer`] read, for the layer that parses it.
+#[derive(Debug, Clone)]
+pub struct JsonBytes(pub Bytes);
+
+/// Refuses a declared `Content-Length` past `limit` before the body is read.
+fn check_length(headers: &HeaderMap, limit: usize) -> Result<(), ApiError> {
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok());
+    match declared {
+        Some(length) if length > limit as u64 => Err(ApiError::PayloadTooLarge { limit }),
+        _ => Ok(()),
     }
 }
 
@@ -117,9 +140,8 @@ pub fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
     })
 }
 
-/// A body that could not be read: too large, or the connection failed. The one
-/// mapping for every place that reads a request body whole.
-pub(crate) fn read_error(error: axum::Error, limit: usize) -> ApiError {
+/// A body that could not be read: too large, or the connection failed.
+fn read_error(error: axum::Error, limit: usize) -> ApiError {
     let inner = error.into_inner();
     let too_large = inner
         .downcast_ref::<http_body_util::LengthLimitError>()
@@ -131,6 +153,58 @@ pub(crate) fn read_error(error: axum::Error, limit: usize) -> ApiError {
     } else {
         ApiError::InvalidJson {
             detail: format!("the body could not be read: {inner}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::StatusCode;
+    use http_body_util::BodyExt;
+    use tower::{service_fn, ServiceExt};
+
+    /// The handler behind the layer: answers with the bytes the layer read, and 500
+    /// when the body was left to read a second time.
+    async fn echo(request: Request) -> Result<Response, Infallible> {
+        let (parts, body) = request.into_parts();
+        let rest = body
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        Ok(match parts.extensions.get::<JsonBytes>() {
+            Some(JsonBytes(bytes)) if rest.is_empty() => Response::new(Body::from(bytes.clone())),
+            _ => http::StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+        })
+    }
+
+    fn post(body: &'static str, length: Option<usize>) -> Request {
+        let mut request = Request::post("/").header(CONTENT_TYPE, "application/json");
+        if let Some(length) = length {
+            request = request.header(CONTENT_LENGTH, length);
+        }
+        request.body(Body::from(body)).unwrap()
+    }
+
+    #[tokio::test]
+    async fn reads_once_and_holds_the_one_limit() {
+        let layer = JsonBodyLayer::new(8, Duration::from_secs(5));
+        let service = || layer.layer(service_fn(echo));
+        let ok = service().oneshot(post("{}", Some(2))).await.unwrap();
+        assert_eq!(ok.status(), StatusCode::OK);
+        let body = ok.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"{}");
+        // Declared past the limit: refused before reading; streamed past it: when it is.
+        for length in [Some(9), None] {
+            let refused = service()
+                .oneshot(post("{\"a\": 12345}", length))
+                .await
+                .unwrap();
+            assert_eq!(refused.status(), StatusCode::PAYLOAD_TOO_LARGE);
+            let body = refused.into_body().collect().await.unwrap().to_bytes();
+            let text = String::from_utf8_lossy(&body);
+            assert!(text.contains("8 bytes"), "{text}");
         }
     }
 }

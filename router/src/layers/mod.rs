@@ -1,8 +1,8 @@
 //! The router's tower layers, one idea per file.
 //!
 //! Order in [`crate::app`], outermost first: request id → trace → request
-//! metrics → body limit → origin check → (inference routes only) JSON body read → timeout →
-//! load shedding.
+//! metrics → origin check → (inference routes only) JSON body read, the one body
+//! limit → timeout → load shedding.
 //!
 //! The router's own layers are tower services written out rather than
 //! `axum::middleware::from_fn` functions: a `from_fn` middleware boxes the rest of the
@@ -11,7 +11,6 @@
 //! at most one small future.
 
 pub mod api_key;
-pub mod body_limit;
 pub mod guarded_body;
 pub mod json_body;
 pub mod origin;

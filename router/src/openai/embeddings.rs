@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use switchyard_policies::{estimate_tokens, ModelHint};
 use switchyard_seam::{
-    BackendError, EmbeddingInput, EmbeddingReply, EmbeddingRequest, TenantShare, Usage,
+    BackendError, EmbeddingInput, EmbeddingReply, EmbeddingRequest, ModelSpec, TenantShare, Usage,
 };
 
 use crate::error::ApiError;
@@ -194,6 +194,7 @@ impl RoutableRequest for ValidatedEmbeddingRequest {
             user: self.user.clone(),
             prompt_tokens: self.inputs.iter().map(input_tokens).max().unwrap_or(0),
             generations: u32::try_from(self.inputs.len()).unwrap_or(u32::MAX),
+            streams: false,
         }
     }
 }
@@ -214,8 +215,9 @@ pub async fn embeddings(
     Validated(request): Validated<ValidatedEmbeddingRequest>,
 ) -> Response {
     let request_id = crate::layers::request_id::request_id(&headers);
-    let outcome = run(&state, &routed, &request_id, &request).await;
-    labelled_response(&routed.backend_model(&request.model), outcome)
+    let requested = ModelSpec::parse(&request.model);
+    let outcome = run(&state, &routed, &request_id, &requested, &request).await;
+    labelled_response(&routed.backend_model(&requested).to_string(), outcome)
 }
 
 /// Embeds every input on the routed checkpoint (moving to the policy's fallback when
@@ -224,19 +226,23 @@ async fn run(
     state: &AppState,
     routed: &RoutedRequest,
     request_id: &str,
+    requested: &ModelSpec,
     request: &ValidatedEmbeddingRequest,
 ) -> Result<Response, ApiError> {
     if !routed.is_routed() {
-        routed.pin(state.backend().pin_model(&request.model));
+        // Resolved here once: the inputs (and any retry) name the checkpoint itself.
+        if let Some(checkpoint) = state.backend().pin_model(requested) {
+            routed.pin(checkpoint);
+        }
     }
     let share = routed.tenant_share();
     loop {
-        let model = routed.backend_model(&request.model);
+        let model = routed.backend_model(requested);
         match embed_all(state, request_id, &model, request, &share).await {
             Ok(vectors) => {
                 let prompt_tokens = vectors.iter().map(|(_, tokens)| tokens).sum::<u32>();
                 routed.succeeded(usage(prompt_tokens));
-                return answer(model, request.format, vectors);
+                return answer(model.to_string(), request.format, vectors);
             }
             Err(failure) if failure.done_tokens == 0 && routed.fall_back(&failure.error) => {
                 continue
@@ -273,7 +279,7 @@ struct Failure {
 async fn embed_all(
     state: &AppState,
     request_id: &str,
-    model: &str,
+    model: &ModelSpec,
     request: &ValidatedEmbeddingRequest,
     share: &TenantShare,
 ) -> Result<Vec<(Vec<f32>, u32)>, Failure> {
@@ -289,7 +295,7 @@ async fn embed_all(
             };
             let embedding = EmbeddingRequest {
                 request_id: format!("{request_id}/{next}"),
-                model: model.to_owned(),
+                model: model.clone(),
                 input: input.clone(),
                 dimensions: request.dimensions,
                 share: share.clone(),

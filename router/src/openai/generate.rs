@@ -12,7 +12,7 @@ use crate::error::ApiError;
 use crate::metrics::GenerationMetrics;
 use switchyard_seam::{
     BackendError, FinishReason, GeneratedToken, GenerationEvent, GenerationRequest,
-    GenerationStream, InferenceBackend, Usage,
+    GenerationStream, InferenceBackend, TokenConfidence, Usage,
 };
 
 /// One running generation and its place in the response.
@@ -60,46 +60,19 @@ impl Choice {
     }
 }
 
-/// Refuses a request that would fan out into more than `max_fanout` generations
-/// (`prompts` × `n`), before any of them is built: a 4 MB body can name a million
-/// prompts, and building prompts × n copies first would cost gigabytes.
-pub fn check_fanout(prompts: usize, n: Option<i64>, max_fanout: u32) -> Result<(), ApiError> {
-    // An `n` out of range is the validator's to report, with its own message.
-    let n = n
-        .filter(|n| (1..=crate::openai::params::MAX_N).contains(n))
-        .unwrap_or(1);
-    let total = prompts.saturating_mul(usize::try_from(n).unwrap_or(1));
-    if total > max_fanout as usize {
-        return Err(fanout_error(total, max_fanout));
-    }
-    Ok(())
-}
-
-fn fanout_error(total: usize, max_fanout: u32) -> ApiError {
-    ApiError::InvalidValue {
-        param: "n".to_owned(),
-        message: format!(
-            "the request asks for {total} generations (n x prompts); this server allows at most {max_fanout} per request."
-        ),
-    }
-}
-
 /// Submits every request, in order. If one is refused, the ones already
 /// submitted are dropped (and so cancelled) and the refusal is returned.
 pub fn submit_all(
     backend: &dyn InferenceBackend,
     requests: Vec<GenerationRequest>,
-    max_fanout: u32,
     prompt_field: &'static str,
 ) -> Result<Vec<Choice>, ApiError> {
-    if requests.len() > max_fanout as usize {
-        return Err(fanout_error(requests.len(), max_fanout));
-    }
+    // Their count was checked once, when the request was validated (`check_fanout`).
     let mut choices = Vec::with_capacity(requests.len());
     for (index, request) in (0u32..).zip(requests) {
         // Series are created only after the backend accepted the model name, so
         // label values come from the served models, never from arbitrary input.
-        let model = request.model.clone();
+        let model = request.model.to_string();
         let submitted = Instant::now();
         let stream = backend
             .submit(request)
@@ -130,6 +103,8 @@ pub struct Finished {
     pub finish_reason: FinishReason,
     /// Its token counts.
     pub usage: Usage,
+    /// How sure the engine was of its tokens, when it measured that.
+    pub confidence: Option<TokenConfidence>,
 }
 
 /// Waits for one choice to finish.
@@ -145,6 +120,7 @@ pub async fn finish(mut choice: Choice) -> Result<Finished, BackendError> {
             GenerationEvent::Done {
                 finish_reason,
                 usage,
+                confidence,
             } => {
                 return Ok(Finished {
                     index: choice.index,
@@ -152,6 +128,7 @@ pub async fn finish(mut choice: Choice) -> Result<Finished, BackendError> {
                     tokens,
                     finish_reason,
                     usage,
+                    confidence,
                 })
             }
             GenerationEvent::Error(err) => return Err(err),

@@ -41,7 +41,10 @@ pub struct ModelObject {
 
 impl From<ModelCard> for ModelObject {
     fn from(card: ModelCard) -> Self {
-        let parent = card.id.rsplit_once('@').map(|(name, _)| name.to_owned());
+        let parent = card
+            .parent
+            .clone()
+            .or_else(|| card.id.rsplit_once('@').map(|(name, _)| name.to_owned()));
         ModelObject {
             parent,
             id: card.id,

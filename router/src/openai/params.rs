@@ -9,7 +9,8 @@ use serde_json::Value;
 use crate::error::ApiError;
 use crate::openai::types::StreamOptions;
 use switchyard_seam::{
-    CacheScope, Constraint, GenerationRequest, Prompt, SamplingOptions, TenantShare, Tool,
+    CacheScope, Constraint, GenerationRequest, ModelSpec, Prompt, SamplingOptions, TenantShare,
+    Tool, MAX_TOP_LOGPROBS,
 };
 
 /// Most stop strings OpenAI accepts.
@@ -23,8 +24,6 @@ pub const MAX_USER_CHARS: usize = 256;
 pub const MAX_CACHE_SALT_CHARS: usize = 256;
 /// Most tokens one `logit_bias` may name.
 pub const MAX_LOGIT_BIAS: usize = 1024;
-/// Most alternatives per token OpenAI returns.
-pub const MAX_TOP_LOGPROBS: i64 = 20;
 /// Largest `n` accepted.
 pub const MAX_N: i64 = 16;
 
@@ -116,30 +115,20 @@ impl CommonFields {
                 )
             })?),
         };
-        let temperature = ranged("temperature", self.temperature, 0.0, 2.0, "[0, 2]")?;
-        let top_p = match self.top_p {
-            Some(value) if !(value > 0.0 && value <= 1.0) => {
-                return Err(invalid(
-                    "top_p",
-                    format!("{value} is outside (0, 1]; use a value above 0 and at most 1."),
-                ))
-            }
-            other => other,
+        // Ranges by the seam's one rule (`SamplingOptions::check`), which the engine
+        // trusts.
+        let sampling = SamplingOptions {
+            temperature: self.temperature.map(|t| t as f32),
+            top_p: self.top_p.map(|p| p as f32),
+            // Negative seeds are valid JSON integers; keep their bits.
+            seed: self.seed.map(|seed| seed as u64),
+            presence_penalty: self.presence_penalty.unwrap_or(0.0) as f32,
+            frequency_penalty: self.frequency_penalty.unwrap_or(0.0) as f32,
+            logit_bias: parse_logit_bias(self.logit_bias)?,
         };
-        let presence_penalty = ranged(
-            "presence_penalty",
-            self.presence_penalty,
-            -2.0,
-            2.0,
-            "[-2, 2]",
-        )?;
-        let frequency_penalty = ranged(
-            "frequency_penalty",
-            self.frequency_penalty,
-            -2.0,
-            2.0,
-            "[-2, 2]",
-        )?;
+        sampling
+            .check()
+            .map_err(|error| invalid(&error.field, error.to_string()))?;
         let n = match self.n {
             None => 1,
             Some(value) if !(1..=MAX_N).contains(&value) => {
@@ -166,15 +155,7 @@ impl CommonFields {
         };
         let params = GenerationParams {
             max_tokens,
-            sampling: SamplingOptions {
-                temperature: temperature.map(|t| t as f32),
-                top_p: top_p.map(|p| p as f32),
-                // Negative seeds are valid JSON integers; keep their bits.
-                seed: self.seed.map(|seed| seed as u64),
-                presence_penalty: presence_penalty.unwrap_or(0.0) as f32,
-                frequency_penalty: frequency_penalty.unwrap_or(0.0) as f32,
-                logit_bias: parse_logit_bias(self.logit_bias)?,
-            },
+            sampling,
             stop: parse_stop(self.stop)?,
             logprobs: self.logprobs,
             user: parse_user(self.user)?,
@@ -195,7 +176,7 @@ impl GenerationParams {
     pub fn requests(
         &self,
         request_id: &str,
-        model: &str,
+        model: &ModelSpec,
         scope: &CacheScope,
         prompts: Vec<Prompt>,
     ) -> Vec<GenerationRequest> {
@@ -215,7 +196,7 @@ impl GenerationParams {
                     } else {
                         format!("{request_id}/{index}")
                     },
-                    model: model.to_owned(),
+                    model: model.clone(),
                     prompt: prompt.clone(),
                     max_tokens: self.max_tokens,
                     sampling,
@@ -231,6 +212,28 @@ impl GenerationParams {
             }
         }
         requests
+    }
+}
+
+/// The one check of fan-out: refuses a request that would fan out into more than `max_fanout` generations
+/// (`prompts` × `n`), before any of them is built: a 4 MB body can name a million
+/// prompts, and building prompts × n copies first would cost gigabytes.
+pub fn check_fanout(prompts: usize, n: Option<i64>, max_fanout: u32) -> Result<(), ApiError> {
+    // An `n` out of range is the validator's to report, with its own message.
+    let n = n.filter(|n| (1..=MAX_N).contains(n)).unwrap_or(1);
+    let total = prompts.saturating_mul(usize::try_from(n).unwrap_or(1));
+    if total > max_fanout as usize {
+        return Err(fanout_error(total, max_fanout));
+    }
+    Ok(())
+}
+
+fn fanout_error(total: usize, max_fanout: u32) -> ApiError {
+    ApiError::InvalidValue {
+        param: "n".to_owned(),
+        message: format!(
+            "the request asks for {total} generations (n x prompts); this server allows at most {max_fanout} per request."
+        ),
     }
 }
 
@@ -258,7 +261,7 @@ pub fn parse_model(model: Option<String>) -> Result<String, ApiError> {
 
 /// A top-logprobs count in [0, 20] for `param`.
 pub fn parse_top_logprobs(param: &str, value: i64) -> Result<u8, ApiError> {
-    if (0..=MAX_TOP_LOGPROBS).contains(&value) {
+    if (0..=i64::from(MAX_TOP_LOGPROBS)).contains(&value) {
         u8::try_from(value).map_err(|_| invalid(param, format!("{value} is not a count.")))
     } else {
         Err(invalid(
@@ -276,22 +279,6 @@ pub fn describe(value: &Value) -> String {
         format!("{head}...")
     } else {
         text
-    }
-}
-
-fn ranged(
-    param: &str,
-    value: Option<f64>,
-    min: f64,
-    max: f64,
-    range: &str,
-) -> Result<Option<f64>, ApiError> {
-    match value {
-        Some(v) if !(min..=max).contains(&v) => Err(invalid(
-            param,
-            format!("{v} is outside {range}; use a value from {min} to {max}."),
-        )),
-        other => Ok(other),
     }
 }
 
@@ -392,13 +379,53 @@ fn parse_logit_bias(bias: Option<BTreeMap<String, f64>>) -> Result<BTreeMap<u32,
                 format!("the key \"{token}\" is not a token id; keys must be token ids such as \"50256\"."),
             )
         })?;
-        if !(-100.0..=100.0).contains(&value) {
-            return Err(invalid(
-                &format!("logit_bias.{token}"),
-                format!("{value} is outside [-100, 100]."),
-            ));
-        }
         parsed.insert(id, value as f32);
     }
     Ok(parsed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(fields: CommonFields) -> (Option<String>, String) {
+        let error = fields.parse().unwrap_err();
+        (error.param(), error.to_string())
+    }
+
+    /// The ranges are the seam's (`SamplingOptions::check`), with the messages clients
+    /// have always read.
+    #[test]
+    fn sampling_ranges_are_the_seams_with_the_same_messages() {
+        let (param, message) = refusal(CommonFields {
+            temperature: Some(2.5),
+            ..CommonFields::default()
+        });
+        assert_eq!(param.as_deref(), Some("temperature"));
+        assert!(
+            message.contains("2.5 is outside [0, 2]; use a value from 0 to 2."),
+            "{message}"
+        );
+        let (param, message) = refusal(CommonFields {
+            top_p: Some(0.0),
+            ..CommonFields::default()
+        });
+        assert_eq!(param.as_deref(), Some("top_p"));
+        assert!(
+            message.contains("use a value above 0 and at most 1"),
+            "{message}"
+        );
+        let (param, _) = refusal(CommonFields {
+            logit_bias: Some(BTreeMap::from([("7".to_owned(), 101.0)])),
+            ..CommonFields::default()
+        });
+        assert_eq!(param.as_deref(), Some("logit_bias.7"));
+    }
+
+    #[test]
+    fn fan_out_is_checked_once_before_anything_is_built() {
+        assert!(check_fanout(4, Some(16), 64).is_ok());
+        let error = check_fanout(5, Some(16), 64).unwrap_err();
+        assert_eq!(error.param().as_deref(), Some("n"));
+    }
 }

@@ -4,12 +4,12 @@
 
 use axum::response::Response;
 use http::HeaderMap;
-use switchyard_seam::{Prompt, Usage};
+use switchyard_seam::{ModelSpec, Prompt, Usage};
 
 use crate::error::ApiError;
 use crate::layers::request_id::request_id;
 use crate::layers::request_metrics::labelled_response;
-use crate::openai::generate::{merge, Finished, UsageTally};
+use crate::openai::generate::{merge, Finished};
 use crate::openai::params::{GenerationParams, ResponseMode};
 use crate::openai::routed_generation::{finish_whole, observe, submit};
 use crate::openai::unix_now;
@@ -67,19 +67,29 @@ pub async fn respond<A: Answer>(
     generations: Generations,
     answer: A,
 ) -> Response {
-    let outcome = run(state, routed, &request_id(headers), &generations, answer).await;
-    labelled_response(&routed.backend_model(&generations.model), outcome)
+    let requested = ModelSpec::parse(&generations.model);
+    let outcome = run(
+        state,
+        routed,
+        &request_id(headers),
+        &requested,
+        &generations,
+        answer,
+    )
+    .await;
+    labelled_response(&routed.backend_model(&requested).to_string(), outcome)
 }
 
 async fn run<A: Answer>(
     state: &AppState,
     routed: &RoutedRequest,
     request_id: &str,
+    requested: &ModelSpec,
     generations: &Generations,
     answer: A,
 ) -> Result<Response, ApiError> {
     let Generations {
-        model: requested,
+        model: _,
         prompts,
         params,
         mode,
@@ -87,7 +97,7 @@ async fn run<A: Answer>(
     // Built again only when a fallback checkpoint takes over the request.
     let scope = routed.cache_scope();
     let share = routed.tenant_share();
-    let make = |model: &str| {
+    let make = |model: &ModelSpec| {
         let mut requests = params.requests(request_id, model, &scope, prompts.clone());
         for request in &mut requests {
             request.share = share.clone();
@@ -103,7 +113,7 @@ async fn run<A: Answer>(
             let head = Head {
                 id,
                 created,
-                model: routed.backend_model(requested),
+                model: routed.backend_model(requested).to_string(),
             };
             let settings = StreamSettings {
                 choices: total,
@@ -120,18 +130,14 @@ async fn run<A: Answer>(
             ))
         }
         ResponseMode::Whole => {
-            let finished =
+            let (finished, usage) =
                 finish_whole(state, routed, requested, &make, A::PROMPT_FIELD, params.n).await?;
             let head = Head {
                 id,
                 created,
-                model: routed.backend_model(requested),
+                model: routed.backend_model(requested).to_string(),
             };
-            let mut tally = UsageTally::new(params.n);
-            for choice in &finished {
-                tally.add(choice.index, choice.usage);
-            }
-            answer.whole(head, finished, tally.total())
+            answer.whole(head, finished, usage)
         }
     }
 }

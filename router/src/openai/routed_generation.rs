@@ -11,7 +11,9 @@ use crate::error::ApiError;
 use crate::openai::generate::{finish_all, submit_all, Choice, Finished, MergedEvents, UsageTally};
 use crate::policy::routed::RoutedRequest;
 use crate::state::AppState;
-use switchyard_seam::{BackendError, GenerationEvent, GenerationRequest, Prompt, Usage};
+use switchyard_seam::{
+    BackendError, GenerationEvent, GenerationRequest, ModelSpec, Prompt, TokenConfidence, Usage,
+};
 
 /// Prompts of at most this many bytes (tool definitions included) are prepared
 /// (templated, tokenized) on the async worker that handles the request; larger ones on
@@ -26,12 +28,15 @@ const INLINE_PREPARE_BYTES: usize = 16 * 1024;
 pub async fn submit(
     state: &AppState,
     routed: &RoutedRequest,
-    requested_model: &str,
-    make: &(dyn Fn(&str) -> Vec<GenerationRequest> + Sync),
+    requested_model: &ModelSpec,
+    make: &(dyn Fn(&ModelSpec) -> Vec<GenerationRequest> + Sync),
     prompt_field: &'static str,
 ) -> Result<Vec<Choice>, ApiError> {
     if !routed.is_routed() {
-        routed.pin(state.backend().pin_model(requested_model));
+        // Resolved here once: the submits (and any retry) name the checkpoint itself.
+        if let Some(checkpoint) = state.backend().pin_model(requested_model) {
+            routed.pin(checkpoint);
+        }
     }
     loop {
         let model = routed.backend_model(requested_model);
@@ -102,12 +107,7 @@ fn cover_and_submit(
             routed.cover(&counts)?;
         }
     }
-    submit_all(
-        state.backend(),
-        requests,
-        state.config().max_fanout,
-        prompt_field,
-    )
+    submit_all(state.backend(), requests, prompt_field)
 }
 
 /// Replaces each prompt with the backend's encoding of it and returns their token
@@ -176,15 +176,16 @@ fn prompt_bytes(requests: &[GenerationRequest]) -> usize {
 
 /// Runs a whole-JSON request to its end: submits (with fallbacks), waits for every
 /// generation, and on a failure before any output falls back again if the policy says
-/// so. Settles `routed` with the usage of the whole request (`n` choices per prompt).
+/// so. Settles `routed` with the usage of the whole request (`n` choices per prompt),
+/// tallied once here and returned with the choices for the response body.
 pub async fn finish_whole(
     state: &AppState,
     routed: &RoutedRequest,
-    requested_model: &str,
-    make: &(dyn Fn(&str) -> Vec<GenerationRequest> + Sync),
+    requested_model: &ModelSpec,
+    make: &(dyn Fn(&ModelSpec) -> Vec<GenerationRequest> + Sync),
     prompt_field: &'static str,
     n: u32,
-) -> Result<Vec<Finished>, ApiError> {
+) -> Result<(Vec<Finished>, Usage), ApiError> {
     loop {
         let choices = submit(state, routed, requested_model, make, prompt_field).await?;
         match finish_all(choices).await {
@@ -193,8 +194,15 @@ pub async fn finish_whole(
                 for choice in &finished {
                     tally.add(choice.index, choice.usage);
                 }
-                routed.succeeded(tally.total());
-                return Ok(finished);
+                let usage = tally.total();
+                // Under a `[cascade]`, a too unsure answer goes to the next model.
+                let confidence = least_confidence(&finished);
+                if routed.defer_in_cascade(confidence, usage) {
+                    continue;
+                }
+                routed.note_confidence(confidence);
+                routed.succeeded(usage);
+                return Ok((finished, usage));
             }
             Err(error) if routed.fall_back(&error) => continue,
             Err(error) => {
@@ -203,6 +211,15 @@ pub async fn finish_whole(
             }
         }
     }
+}
+
+/// The confidence of the least sure choice; `None` when some choice measured none.
+fn least_confidence(finished: &[Finished]) -> Option<TokenConfidence> {
+    let mut all = finished.iter().map(|f| f.confidence);
+    let first = all.next()??;
+    all.try_fold(first, |least, next| {
+        Some(TokenConfidence::least(least, next?))
+    })
 }
 
 /// Wraps a streamed request's events so that the route is settled when the stream ends:

@@ -45,6 +45,10 @@ pub enum PolicyRejection {
     /// assembled without [`crate::policy::PolicyLayer`]. Fails closed.
     #[error("This request was not routed by the policy layer, so it cannot be served; this is a server configuration bug, please report it.")]
     NotRouted,
+    /// The policy layer ran without a body read before it: the app was assembled
+    /// without [`crate::layers::json_body::JsonBodyLayer`]. Fails closed.
+    #[error("This request's body was not read before routing, so it cannot be served; this is a server configuration bug, please report it.")]
+    BodyNotRead,
 }
 
 impl PolicyRejection {
@@ -57,7 +61,9 @@ impl PolicyRejection {
             }
             PolicyRejection::Route(error) => route_status(error),
             PolicyRejection::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-            PolicyRejection::NotRouted => StatusCode::INTERNAL_SERVER_ERROR,
+            PolicyRejection::NotRouted | PolicyRejection::BodyNotRead => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
         }
     }
 
@@ -65,7 +71,7 @@ impl PolicyRejection {
         match self {
             PolicyRejection::MalformedAuthorization => "invalid_api_key",
             PolicyRejection::Hint { .. } | PolicyRejection::HintNotText { .. } => "invalid_value",
-            PolicyRejection::NotRouted => "not_routed",
+            PolicyRejection::NotRouted | PolicyRejection::BodyNotRead => "not_routed",
             PolicyRejection::RateLimited { .. } => "rate_limit_exceeded",
             PolicyRejection::Route(error) => match error.kind() {
                 RouteErrorKind::Unauthenticated => "invalid_api_key",

@@ -23,13 +23,14 @@ use axum::response::{IntoResponse, Response};
 use futures_util::future::BoxFuture;
 use http::request::Parts;
 use http::{HeaderName, HeaderValue};
-use switchyard_policies::{RateDecision, HEADER_COST, HEADER_MODEL, HEADER_ROUTE, HEADER_VERSION};
+use switchyard_policies::{
+    RateDecision, HEADER_CASCADE, HEADER_COST, HEADER_MODEL, HEADER_ROUTE, HEADER_VERSION,
+};
 use switchyard_seam::BackendError;
 use tower::{Layer, Service};
 
 use crate::error::ApiError;
-use crate::layers::body_limit::BodyLimit;
-use crate::layers::json_body::read_error;
+use crate::layers::json_body::JsonBytes;
 use crate::layers::request_id::request_id;
 use crate::layers::Inner;
 use crate::policy::error::PolicyRejection;
@@ -142,13 +143,11 @@ where
     S: Service<Request, Response = Response, Error = Infallible>,
     R: RoutableRequest,
 {
-    let limit = parts
-        .extensions
-        .get::<BodyLimit>()
-        .map_or(usize::MAX, |limit| limit.0);
-    let bytes = match read_body(body, limit).await {
-        Ok(bytes) => bytes,
-        Err(error) => return Ok(error.into_response()),
+    // Read once, by the layer that holds the body limit; without it the app was
+    // assembled wrong, and nothing is served.
+    drop(body);
+    let Some(JsonBytes(bytes)) = parts.extensions.remove::<JsonBytes>() else {
+        return Ok(PolicyRejection::BodyNotRead.into_response());
     };
     let parsed = if bytes.len() <= INLINE_PARSE_BYTES {
         parse_and_route::<R>(routing, limits, &mut parts, &bytes)
@@ -179,6 +178,10 @@ where
     let mut response = inner
         .call(Request::from_parts(parts, Body::empty()))
         .await?;
+    if response.status().is_success() {
+        // Its client may score it (`POST /v1/feedback`).
+        routed.record_answer();
+    }
     routed.with_summary(|summary| decorate(&mut response, summary));
     if let Some(rate) = &rate {
         rate_limit::add_headers(response.headers_mut(), rate);
@@ -204,21 +207,31 @@ fn parse_and_route<R: RoutableRequest>(
         None => (RoutedRequest::passthrough(), None),
         Some(routing) => {
             let id = request_id(&parts.headers);
-            let route_request =
-                build_route_request(&routing, &parts.headers, &id, request.routing_fields())
-                    .map_err(IntoResponse::into_response)?;
+            let fields = request.routing_fields();
+            let streams = fields.streams;
+            let route_request = build_route_request(&routing, &parts.headers, &id, fields)
+                .map_err(IntoResponse::into_response)?;
             let rate = rate_limit::admit(&routing, &route_request).map_err(rate_refusal)?;
-            let route = routing.route(&route_request).map_err(|error| {
-                let mut refusal = PolicyRejection::Route(error).into_response();
-                if let Some(rate) = &rate {
-                    rate_limit::add_headers(refusal.headers_mut(), rate);
-                }
-                refusal
-            })?;
-            (
-                RoutedRequest::routed(routing, route_request, &id, route),
-                rate,
-            )
+            // Under a `[cascade]`, `auto` starts with the cascade's first model; when that
+            // cannot take the request (permission, budget), `auto` routes as usual.
+            let first = crate::policy::cascade::first_step(&routing, &route_request)
+                .and_then(|step| routing.route(&step).ok());
+            let cascaded = first.is_some();
+            let route = match first {
+                Some(route) => route,
+                None => routing.route(&route_request).map_err(|error| {
+                    let mut refusal = PolicyRejection::Route(error).into_response();
+                    if let Some(rate) = &rate {
+                        rate_limit::add_headers(refusal.headers_mut(), rate);
+                    }
+                    refusal
+                })?,
+            };
+            let routed = RoutedRequest::routed(routing, route_request, &id, route);
+            if cascaded {
+                routed.start_cascade(streams);
+            }
+            (routed, rate)
         }
     };
     parts.extensions.insert(routed.clone());
@@ -239,13 +252,6 @@ fn rate_refusal(rejection: PolicyRejection) -> Response {
     response
 }
 
-/// Reads the whole body, with the same errors as the JSON extractor.
-async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
-    axum::body::to_bytes(body, limit)
-        .await
-        .map_err(|error| read_error(error, limit))
-}
-
 /// Adds `x-switchyard-model`, `-version`, `-route` and `-cost`.
 fn decorate(response: &mut Response, summary: &RouteSummary) {
     let headers = response.headers_mut();
@@ -264,6 +270,9 @@ fn decorate(response: &mut Response, summary: &RouteSummary) {
     let cost = HeaderValue::from_maybe_shared(Bytes::from(cost))
         .unwrap_or_else(|_| HeaderValue::from_static("?"));
     headers.insert(COST, cost);
+    if let Some(cascade) = &summary.cascade {
+        headers.insert(CASCADE, header_text(cascade));
+    }
 }
 
 // Names checked once, at compile time: `HeaderName::from_static` at run time validates
@@ -272,6 +281,7 @@ const MODEL: HeaderName = HeaderName::from_static(HEADER_MODEL);
 const VERSION: HeaderName = HeaderName::from_static(HEADER_VERSION);
 const ROUTE: HeaderName = HeaderName::from_static(HEADER_ROUTE);
 const COST: HeaderName = HeaderName::from_static(HEADER_COST);
+const CASCADE: HeaderName = HeaderName::from_static(HEADER_CASCADE);
 
 /// `value` as a header value; characters a header cannot carry become `?`.
 fn header_text(value: &str) -> HeaderValue {

@@ -20,7 +20,8 @@
 //!    prompts on that checkpoint and the reservation is resized to their real count
 //!    ([`RoutedRequest::cover`]; 429 when it no longer fits), and the encoded prompts
 //!    are what it submits;
-//! 6. adds `x-switchyard-model`, `-version`, `-route` and `-cost` to the response.
+//! 6. adds `x-switchyard-model`, `-version`, `-route` and `-cost` to the response
+//!    (and `-cascade` when the policy's `[cascade]` judged the answer, see [`cascade`]).
 //!
 //! The handler settles the route when the request ends (`openai/routed_generation.rs`):
 //! budgets are charged the engine's token counts, the split's rollback rule gets the
@@ -30,8 +31,10 @@
 //! Metrics: the policy crate's (`switchyard_policy_*`, see
 //! [`switchyard_policies::metrics`]) plus [`FALLBACKS_TOTAL`].
 
+pub mod cascade;
 pub mod engine_view;
 pub mod error;
+pub mod feedback;
 pub mod layer;
 pub(crate) mod rate_limit;
 pub(crate) mod request;
@@ -39,6 +42,7 @@ pub mod routable;
 pub mod routed;
 pub mod routing;
 
+pub use cascade::CASCADE_TOTAL;
 pub use engine_view::BackendEngineView;
 pub use error::PolicyRejection;
 pub use layer::{PolicyLayer, PolicyService};

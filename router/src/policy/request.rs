@@ -40,7 +40,10 @@ pub(crate) fn route_request(
 /// A key the policy does not know is refused, unless the policy allows anonymous
 /// requests: then keys only pick out tenants, and an unknown key (OpenAI clients always
 /// send one) is routed as anonymous.
-fn caller(routing: &PolicyRouting, headers: &HeaderMap) -> Result<Caller, PolicyRejection> {
+pub(crate) fn caller(
+    routing: &PolicyRouting,
+    headers: &HeaderMap,
+) -> Result<Caller, PolicyRejection> {
     let Some(value) = headers.get(AUTHORIZATION) else {
         return Ok(Caller::Anonymous);
     };

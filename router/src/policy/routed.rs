@@ -20,7 +20,7 @@ use switchyard_policies::{Completion, ModelHint, Route, RouteReason, RouteReques
 
 use crate::policy::error::PolicyRejection;
 use crate::policy::routing::PolicyRouting;
-use switchyard_seam::{BackendError, CacheScope, TenantShare};
+use switchyard_seam::{BackendError, CacheScope, CheckpointRef, ModelSpec, TenantShare};
 
 /// The checkpoint chosen for a request and why (what the response headers say).
 #[derive(Debug, Clone, PartialEq)]
@@ -41,14 +41,18 @@ pub struct RouteSummary {
     pub cache_scope: CacheScope,
     /// The split and arm that chose it, if any.
     pub split_arm: Option<(Arc<str>, Arc<str>)>,
-    /// `model@version`, formatted once: the handler asks for it several times.
-    backend_model: String,
+    /// What the policy's cascade made of the answer (`x-switchyard-cascade`), if the
+    /// request went through one.
+    pub cascade: Option<String>,
+    /// The engine's confidence in the answer (whole-JSON answers), for the quality
+    /// signals recorded with it.
+    pub confidence: Option<switchyard_seam::TokenConfidence>,
 }
 
 impl RouteSummary {
     /// The summary of `route`, taking its explanation (the route keeps only what
     /// settling needs).
-    fn of(route: &mut Route) -> Self {
+    pub(super) fn of(route: &mut Route) -> Self {
         RouteSummary {
             model: Arc::clone(&route.model),
             version: Arc::clone(&route.version),
@@ -58,13 +62,14 @@ impl RouteSummary {
             tenant: route.tenant.clone(),
             cache_scope: route.cache_scope.clone(),
             split_arm: route.split.clone().zip(route.arm.clone()),
-            backend_model: format!("{}@{}", route.model, route.version),
+            cascade: None,
+            confidence: None,
         }
     }
 
-    /// The model name the backend is asked for: `name@version`.
-    pub fn backend_model(&self) -> String {
-        self.backend_model.clone()
+    /// The checkpoint the backend is asked for.
+    pub fn checkpoint(&self) -> CheckpointRef {
+        CheckpointRef::new(&*self.model, &*self.version)
     }
 }
 
@@ -78,7 +83,7 @@ enum Decision {
     Routed(Arc<Ticket>),
     /// No policy: the request's `model` as sent, pinned to the version the backend
     /// picked at the first submit.
-    Passthrough(Arc<OnceLock<String>>),
+    Passthrough(Arc<OnceLock<CheckpointRef>>),
 }
 
 impl std::fmt::Debug for RoutedRequest {
@@ -92,18 +97,18 @@ impl std::fmt::Debug for RoutedRequest {
 /// One request's routing decision, shared by the layer (for response headers), the
 /// handler and the response stream.
 pub(crate) struct Ticket {
-    routing: Arc<PolicyRouting>,
-    request: RouteRequest,
+    pub(super) routing: Arc<PolicyRouting>,
+    pub(super) request: RouteRequest,
     /// The `x-request-id`, for the usage record of whichever route settles.
-    request_id: String,
+    pub(super) request_id: String,
     started: Instant,
     state: Mutex<TicketState>,
 }
 
-struct TicketState {
+pub(super) struct TicketState {
     /// `None` once settled.
-    route: Option<Route>,
-    summary: RouteSummary,
+    pub(super) route: Option<Route>,
+    pub(super) summary: RouteSummary,
     /// Checkpoints already given up on (fallbacks never go back to one).
     tried: Vec<(Arc<str>, Arc<str>)>,
     /// The largest prompt as the engine counted it, once [`RoutedRequest::cover`] ran.
@@ -129,7 +134,8 @@ fn blame(error: &BackendError) -> Blame {
         | BackendError::ContextOverflow { .. }
         | BackendError::Internal { .. } => Blame::Failing,
         BackendError::Overloaded => Blame::Overloaded,
-        BackendError::InvalidRequest { .. } => Blame::Request,
+        // The tenant's own load: another checkpoint of the same engine would not help.
+        BackendError::InvalidRequest { .. } | BackendError::TenantBusy { .. } => Blame::Request,
     }
 }
 
@@ -139,9 +145,9 @@ impl RoutedRequest {
         RoutedRequest(Decision::Passthrough(Arc::default()))
     }
 
-    /// Pins a pass-through request to `model` (`name@version` from the
-    /// backend); later calls keep the first pin. Routed requests ignore it.
-    pub fn pin(&self, model: String) {
+    /// Pins a pass-through request to `model` (the checkpoint the backend
+    /// resolved its name to); later calls keep the first pin. Routed requests ignore it.
+    pub fn pin(&self, model: CheckpointRef) {
         if let Decision::Passthrough(pinned) = &self.0 {
             let _ = pinned.set(model);
         }
@@ -202,7 +208,7 @@ impl RoutedRequest {
         self.ticket().is_some()
     }
 
-    fn ticket(&self) -> Option<&Arc<Ticket>> {
+    pub(super) fn ticket(&self) -> Option<&Arc<Ticket>> {
         match &self.0 {
             Decision::Routed(ticket) => Some(ticket),
             Decision::Passthrough(_) => None,
@@ -220,15 +226,14 @@ impl RoutedRequest {
         self.ticket().map(|t| read(&t.lock().summary))
     }
 
-    /// The model to ask the backend for: `name@version` of the routed checkpoint, or
-    /// `requested` (the body's `model`) for a pass-through request.
-    pub fn backend_model(&self, requested: &str) -> String {
+    /// The model to ask the backend for: the routed checkpoint, or for a pass-through
+    /// request the checkpoint it was pinned to, else `requested` (the body's `model`).
+    pub fn backend_model(&self, requested: &ModelSpec) -> ModelSpec {
         match &self.0 {
-            Decision::Routed(ticket) => ticket.lock().summary.backend_model(),
+            Decision::Routed(ticket) => ticket.lock().summary.checkpoint().into(),
             Decision::Passthrough(pinned) => pinned
                 .get()
-                .cloned()
-                .unwrap_or_else(|| requested.to_owned()),
+                .map_or_else(|| requested.clone(), |pin| pin.clone().into()),
         }
     }
 
@@ -239,22 +244,21 @@ impl RoutedRequest {
             .unwrap_or_else(CacheScope::deployment)
     }
 
-    /// The tenant the request runs for and its weight in the current policy, for the
-    /// engine's fair admission; no tenant for a pass-through or anonymous request.
+    /// The tenant the request runs for, its weight and its part of the engine's KV
+    /// budget and queue in the current policy, for the engine's fair admission and
+    /// caps; no tenant for a pass-through or anonymous request.
     pub fn tenant_share(&self) -> TenantShare {
         let Some(ticket) = self.ticket() else {
             return TenantShare::default();
         };
-        let Some(name) = ticket.lock().summary.tenant.clone() else {
-            return TenantShare::default();
+        let tenant = ticket.lock().summary.tenant.clone();
+        let policy = ticket.routing.store().current();
+        let kv_permille = policy.kv_permille(tenant.as_deref());
+        let Some(name) = tenant else {
+            return TenantShare::default().with_kv_permille(kv_permille);
         };
-        let weight = ticket
-            .routing
-            .store()
-            .current()
-            .tenant(&name)
-            .map_or(1, |t| t.weight);
-        TenantShare::new(name, weight)
+        let weight = policy.tenant(&name).map_or(1, |t| t.weight);
+        TenantShare::new(name, weight).with_kv_permille(kv_permille)
     }
 
     /// The largest prompt's tokens: as the engine counted them once known, else as
@@ -322,7 +326,7 @@ impl RoutedRequest {
         };
         let mut state = ticket.lock();
         let failed = state.route.take();
-        let from = state.summary.backend_model();
+        let from = state.summary.checkpoint().to_string();
         let tried = (state.summary.model.clone(), state.summary.version.clone());
         state.tried.push(tried);
         let mut next = next;
@@ -336,7 +340,9 @@ impl RoutedRequest {
             }
             failed.reservation.release();
         }
-        let to = self.backend_model("");
+        let to = self
+            .with_summary(|s| s.checkpoint().to_string())
+            .unwrap_or_default();
         let trigger = if blame == Blame::Overloaded {
             "overloaded"
         } else {
@@ -351,7 +357,7 @@ impl RoutedRequest {
 }
 
 impl Ticket {
-    fn lock(&self) -> MutexGuard<'_, TicketState> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, TicketState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -426,7 +432,7 @@ impl Ticket {
 
 /// Names the request in the usage record its route settles: the request id and the
 /// API key it came with (the ledger keeps only a hash of it).
-fn label(route: &mut Route, request: &RouteRequest, request_id: &str) {
+pub(super) fn label(route: &mut Route, request: &RouteRequest, request_id: &str) {
     let key = match &request.caller {
         switchyard_policies::Caller::ApiKey(key) => Some(key.as_str()),
         _ => None,

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use switchyard_policies::{
-    metrics, EngineView, LocalRateLedger, PolicyStore, RateLedger, Route, RouteError, RouteRequest,
+    metrics, EngineView, PolicyStore, RateLedger, Route, RouteError, RouteRequest,
 };
 
 use crate::policy::engine_view::BackendEngineView;
@@ -30,11 +30,14 @@ impl PolicyRouting {
         // The process's recorder before any handle is registered: a handle taken from no
         // recorder would count nothing for the policy's whole life.
         let _ = crate::metrics::Metrics::global();
+        // Rate limits live where spend does when instances share it (Redis), so
+        // that they hold across instances; else in this process.
+        let rate_ledger = switchyard_policies::rate_ledger_for(store.current().ledger());
         let routing = PolicyRouting {
             store,
             engine,
             published: AtomicU64::new(0),
-            rate_ledger: Arc::new(LocalRateLedger::default()),
+            rate_ledger,
         };
         routing.publish_metrics();
         routing

@@ -26,6 +26,7 @@ pub fn fake_serving(checkpoints: &[(&str, u32)]) -> FakeBackend {
             checkpoints
                 .iter()
                 .map(|(id, context)| ModelCard {
+                    parent: None,
                     id: (*id).to_owned(),
                     created: 1_700_000_000,
                     owned_by: "test".to_owned(),
@@ -59,7 +60,12 @@ impl InferenceBackend for Refusing {
         true
     }
     fn submit(&self, request: GenerationRequest) -> Result<GenerationStream, BackendError> {
-        if self.overloaded.lock().unwrap().contains(&request.model) {
+        if self
+            .overloaded
+            .lock()
+            .unwrap()
+            .contains(&request.model.to_string())
+        {
             return Err(BackendError::Overloaded);
         }
         self.inner.submit(request)

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde::Deserialize;
 use switchyard_engine::chat_choice::TemplateSpec;
-use switchyard_engine::serving::CheckpointOptions;
+use switchyard_engine::serving::{AdapterSource, CheckpointOptions};
 
 use crate::cli::device::Device;
 
@@ -90,6 +90,10 @@ pub struct ModelEntry {
     pub chat_template: Option<String>,
     /// The context window, at most the trained context (the default).
     pub ctx_size: Option<usize>,
+    /// A LoRA adapter served under this entry's name over `path` (a PEFT
+    /// folder or a GGUF adapter); `parent` names the base model it is for.
+    pub adapter: Option<PathBuf>,
+    pub parent: Option<String>,
 }
 
 impl ModelEntry {
@@ -102,7 +106,61 @@ impl ModelEntry {
                 .filter(|value| !value.eq_ignore_ascii_case("auto"))
                 .map(|value| TemplateSpec::new(value, "--chat-template")),
             ctx_size: self.ctx_size,
+            adapter: self.adapter.as_ref().map(|path| AdapterSource {
+                path: path.clone(),
+                parent: self
+                    .parent
+                    .clone()
+                    .unwrap_or_else(|| default_name(&self.path)),
+            }),
         }
+    }
+
+    /// An adapter entry from `--lora NAME=PATH` or `NAME=BASE:PATH`, over
+    /// the model of `models` named BASE (or the only one).
+    pub fn lora(spec: &str, models: &[ModelEntry]) -> anyhow::Result<ModelEntry> {
+        let (name, rest) = spec
+            .split_once('=')
+            .ok_or_else(|| anyhow::anyhow!("--lora {spec:?}: give NAME=PATH or NAME=BASE:PATH"))?;
+        let named = rest.split_once(':').and_then(|(base, path)| {
+            models
+                .iter()
+                .find(|m| m.adapter.is_none() && m.served_name() == base)
+                .map(|m| (m, path))
+        });
+        let (base, path) = match named {
+            Some(found) => found,
+            None => {
+                let bases: Vec<&ModelEntry> =
+                    models.iter().filter(|m| m.adapter.is_none()).collect();
+                let [only] = bases.as_slice() else {
+                    anyhow::bail!(
+                        "--lora {spec:?}: {} models are served; name the base as NAME=BASE:PATH \
+                         (BASE one of: {})",
+                        bases.len(),
+                        bases
+                            .iter()
+                            .map(|m| m.served_name())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                };
+                (*only, rest)
+            }
+        };
+        anyhow::ensure!(
+            !name.is_empty() && !path.is_empty(),
+            "--lora {spec:?}: give NAME=PATH or NAME=BASE:PATH"
+        );
+        Ok(ModelEntry {
+            path: base.path.clone(),
+            name: Some(name.to_owned()),
+            version: None,
+            chat_template: base.chat_template.clone(),
+            ctx_size: base.ctx_size,
+            adapter: Some(PathBuf::from(path)),
+            parent: Some(base.served_name()),
+        })
     }
 
     /// The name clients use for this model.
@@ -177,5 +235,38 @@ mod tests {
             default_name(Path::new("/x/SmolLM2-135M-Instruct.Q4_1.gguf")),
             "SmolLM2-135M-Instruct.Q4_1"
         );
+    }
+
+    #[test]
+    fn lora_specs_name_their_base_or_take_the_only_one() {
+        let file: ServeFile = toml::from_str(
+            r#"
+            [[models]]
+            path = "/m/a.gguf"
+            [[models]]
+            path = "/m/b.gguf"
+            name = "bee"
+            "#,
+        )
+        .unwrap();
+        let models = file.models;
+        let over_bee = ModelEntry::lora("pirate=bee:/l/p", &models).unwrap();
+        assert_eq!(over_bee.path, Path::new("/m/b.gguf"));
+        assert_eq!(over_bee.served_name(), "pirate");
+        let options = over_bee.options();
+        let source = options.adapter.unwrap();
+        assert_eq!(source.path, Path::new("/l/p"));
+        assert_eq!(source.parent, "bee");
+        // Two bases and none named: refused, listing them.
+        let err = ModelEntry::lora("pirate=/l/p", &models)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("a, bee"), "{err}");
+        assert!(ModelEntry::lora("no-equals", &models).is_err());
+        // One base: a path with a colon that names no model is a path.
+        let one = &models[..1];
+        let entry = ModelEntry::lora("x=/l/c:d", one).unwrap();
+        assert_eq!(entry.adapter.as_deref(), Some(Path::new("/l/c:d")));
+        assert_eq!(entry.parent.as_deref(), Some("a"));
     }
 }

@@ -2,7 +2,7 @@
 //! and active versions. Label values are checkpoint names the registry
 //! knows (a bounded set), never raw request text.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -48,11 +48,20 @@ const PROMPT_CACHE_SCOPE_BLOCKS: &str = "switchyard_prompt_cache_scope_blocks";
 /// Gauge: bytes of the KV budget the prompt cache's blocks take per `cache_scope`.
 const PROMPT_CACHE_SCOPE_BYTES: &str = "switchyard_prompt_cache_scope_bytes";
 
+/// Counter: speculative draft tokens verified, by `model` and `version`.
+const SPECULATIVE_DRAFT_TOKENS_TOTAL: &str = "switchyard_speculative_draft_tokens_total";
+/// Counter: of those, the tokens kept (each saved a forward step).
+const SPECULATIVE_ACCEPTED_TOKENS_TOTAL: &str = "switchyard_speculative_accepted_tokens_total";
+/// Gauge: accepted over drafted tokens since the start, by `model` and `version`.
+const SPECULATIVE_ACCEPTANCE_RATE: &str = "switchyard_speculative_acceptance_rate";
+
 /// Reports the executor's events.
 #[derive(Default)]
 pub struct ExecutorMetrics {
     /// Scopes reported so far: one that no longer holds a block is set to 0.
     scopes: Mutex<BTreeSet<String>>,
+    /// Drafted and accepted tokens per checkpoint, for the acceptance rate.
+    speculation: Mutex<BTreeMap<CheckpointId, (u64, u64)>>,
 }
 
 impl ExecutorObserver for ExecutorMetrics {
@@ -76,6 +85,33 @@ impl ExecutorObserver for ExecutorMetrics {
         metrics::counter!(STEPS_TOTAL, "model" => model.clone(), "version" => version.clone())
             .increment(1);
         metrics::histogram!(STEP_ROWS, "model" => model, "version" => version).record(rows as f64);
+    }
+
+    fn speculation(&self, checkpoint: &CheckpointId, drafted: usize, accepted: usize) {
+        let (model, version) = (checkpoint.model.clone(), checkpoint.version.clone());
+        metrics::counter!(
+            SPECULATIVE_DRAFT_TOKENS_TOTAL,
+            "model" => model.clone(),
+            "version" => version.clone()
+        )
+        .increment(drafted as u64);
+        metrics::counter!(
+            SPECULATIVE_ACCEPTED_TOKENS_TOTAL,
+            "model" => model.clone(),
+            "version" => version.clone()
+        )
+        .increment(accepted as u64);
+        let mut totals = self
+            .speculation
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let total = totals.entry(checkpoint.clone()).or_default();
+        total.0 += drafted as u64;
+        total.1 += accepted as u64;
+        if total.0 > 0 {
+            metrics::gauge!(SPECULATIVE_ACCEPTANCE_RATE, "model" => model, "version" => version)
+                .set(total.1 as f64 / total.0 as f64);
+        }
     }
 
     fn prompt_cache(&self, checkpoint: &CheckpointId, cached: usize, computed: usize) {

@@ -60,6 +60,13 @@ pub struct ServeArgs {
     /// as --model); default: the file stem.
     #[arg(long = "model-name")]
     pub model_names: Vec<String>,
+    /// A LoRA adapter served as a model of its own over a base (repeat for
+    /// several): `NAME=PATH` over the one --model, or `NAME=BASE:PATH` over
+    /// the model served as BASE. PATH is a PEFT folder or a llama.cpp GGUF
+    /// adapter. Requests name it in `model` (`NAME` or `NAME@1`); its rows
+    /// share every step with the base's.
+    #[arg(long = "lora", value_name = "NAME=[BASE:]PATH")]
+    pub loras: Vec<String>,
     /// The chat template for the --model at the same position (repeat as
     /// --model): a known template's name (chatml, gemma), a Jinja file, or
     /// `auto` [default: auto: the file's own template, else its family's
@@ -87,7 +94,8 @@ pub struct ServeArgs {
     /// once); loading beyond it evicts idle non-active versions [default: no limit].
     #[arg(long)]
     pub ram_budget_mb: Option<u64>,
-    /// Where the kernels run: cpu (the only device of this build) [default: cpu].
+    /// Where the kernels run: cpu, or cuda[:N] (GPU N; a build with
+    /// `--features cuda`) [default: cpu].
     #[arg(long)]
     pub device: Option<Device>,
     /// Kernel worker threads [default: every core].
@@ -126,6 +134,8 @@ pub struct ServeArgs {
     /// recently used when the budget needs room).
     #[arg(long)]
     pub no_prompt_cache: bool,
+    #[command(flatten)]
+    pub speculate: crate::cli::speculate::SpeculateArgs,
     /// Seconds in-flight requests get to finish after SIGTERM/SIGINT [default: 30].
     #[arg(long)]
     pub drain_seconds: Option<u64>,
@@ -185,6 +195,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .write_timeout_secs
         .map_or(ServeOptions::default().write_timeout, Duration::from_secs);
     let settings = settings(args)?;
+    if let (Some(store), Some(root)) = (policy.as_ref().and_then(|p| p.store()), &settings.repo) {
+        // `quality_from` reads the measurements stored with the repository, at load and
+        // whenever one is stored (a gate's run, `eval --save`).
+        if let Err(error) =
+            store.set_quality_source(Arc::new(crate::cli::quality::RepoQuality::new(root)))
+        {
+            problems.push_fatal(format!("{error:#}"));
+        }
+    }
     // The port first: a port in use is said at once, not after the models load.
     let listener = std::net::TcpListener::bind(settings.listen)
         .with_context(|| format!("cannot listen on {}", settings.listen))?;
@@ -291,6 +310,8 @@ fn settings(args: ServeArgs) -> anyhow::Result<Settings> {
             version: None,
             chat_template: args.chat_templates.get(i).cloned(),
             ctx_size: args.ctx_sizes.get(i).copied(),
+            adapter: None,
+            parent: None,
         })
         .collect();
     if models.is_empty() {
@@ -304,7 +325,13 @@ fn settings(args: ServeArgs) -> anyhow::Result<Settings> {
             version: None,
             chat_template: args.chat_templates.first().cloned(),
             ctx_size: args.ctx_sizes.first().copied(),
+            adapter: None,
+            parent: None,
         });
+    }
+    for spec in &args.loras {
+        let entry = ModelEntry::lora(spec, &models)?;
+        models.push(entry);
     }
     let defaults = ExecutorConfig::default();
     let max_active = args
@@ -340,6 +367,7 @@ fn settings(args: ServeArgs) -> anyhow::Result<Settings> {
                 .max(1),
             prompt_cache: !args.no_prompt_cache,
             kv,
+            speculation: args.speculate.speculation()?,
         },
         max_queue,
         drain: Duration::from_secs(args.drain_seconds.or(file.drain_seconds).unwrap_or(30)),
@@ -426,7 +454,7 @@ struct StartEngine<'a> {
 type Started = (Arc<dyn InferenceBackend>, Arc<dyn ModelAdmin>);
 
 impl OnDevice for StartEngine<'_> {
-    type Output = anyhow::Result<Started>;
+    type Output = Started;
 
     fn run<B: Backend>(self, backend: Arc<B>) -> anyhow::Result<Started> {
         let (engine, repository) =

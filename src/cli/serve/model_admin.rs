@@ -41,12 +41,30 @@ fn admin_error(error: RegistryError) -> AdminError {
 }
 
 impl<B: Backend> ModelAdmin for EngineAdmin<B> {
+    fn cache(&self) -> Value {
+        let scopes: Vec<Value> = (self.engine.executor().cache_use().into_iter())
+            .map(|s| {
+                json!({
+                    "scope": s.scope,
+                    "blocks": s.blocks,
+                    "bytes": s.bytes,
+                    "hit_tokens": s.hit_tokens,
+                    "miss_tokens": s.miss_tokens,
+                })
+            })
+            .collect();
+        json!({ "scopes": scopes })
+    }
+
     fn models(&self) -> Value {
         let registry = self.engine.registry();
         let quality = self.repository.as_ref().map(|r| quality_json(r.root()));
         json!({
             "models": registry.status(),
             "memory": registry.memory(),
+            // Where resident weights live: the backend's memory (`cpu-…`:
+            // RAM; `cuda-…`: the GPU's, so `ram` tiers mean device memory).
+            "device": registry.backend().name(),
             "quality": quality,
         })
     }
@@ -86,6 +104,7 @@ impl<B: Backend> ModelAdmin for EngineAdmin<B> {
             },
             "queues": queues,
             "memory": registry.memory(),
+            "device": registry.backend().name(),
         })
     }
 

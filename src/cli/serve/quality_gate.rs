@@ -19,6 +19,7 @@ use switchyard_engine::repository::ModelRepository;
 use switchyard_engine::Engine;
 use switchyard_kernels::Backend;
 use switchyard_router::admin::{AdminError, AdminErrorKind};
+use switchyard_seam::CheckpointRef;
 
 fn invalid(message: String) -> AdminError {
     AdminError {
@@ -46,7 +47,7 @@ pub fn measure<B: Backend>(
 ) -> Result<Summary, AdminError> {
     let registry = engine.registry();
     let checkpoint = registry
-        .resolve(&format!("{model}@{version}"))
+        .resolve_spec(&CheckpointRef::new(model, version).into())
         .map_err(|e| AdminError {
             kind: AdminErrorKind::Conflict,
             message: format!(
@@ -120,8 +121,8 @@ pub fn check_activation<B: Backend>(
     }
     let candidate = measure(engine, root, &gate, model, version)?;
     let current = measure(engine, root, &gate, model, &active_version)?;
-    let candidate_id = format!("{model}@{version}");
-    let active_id = format!("{model}@{active_version}");
+    let candidate_id = CheckpointRef::new(model, version).to_string();
+    let active_id = CheckpointRef::new(model, &active_version).to_string();
     judge(&gate, &candidate_id, &candidate, &active_id, &current).map_err(|refusal| {
         AdminError {
             kind: AdminErrorKind::Conflict,

@@ -113,6 +113,7 @@ impl RepositoryWatch {
                 CheckpointOptions {
                     chat_template: model.chat_template.clone(),
                     ctx_size: model.ctx_size,
+                    adapter: None,
                 },
             );
         }

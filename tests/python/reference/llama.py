@@ -91,6 +91,9 @@ class Reference:
         self.ckpt = ckpt
         self.act_quant = act_quant
         self.w = {k: v.astype(np.float64) for k, v in ckpt.tensors.items()}
+        # LoRA updates by weight name: (A [r, in], B [out, r] in the base's
+        # row order, scale); see reference/lora.py.
+        self.lora: dict[str, tuple[np.ndarray, np.ndarray, float]] = {}
         self.freq = inv_freq(self.c)
         # Gemma 3's local layers: their own base, no scaling.
         self.local_freq = inv_freq(self.c, self.c.local_theta, scaling=False) if self.c.local_theta else None
@@ -109,6 +112,10 @@ class Reference:
         y = xin @ self.w[name].T
         if bias is not None and bias in self.w:
             y = y + self.w[bias]
+        if name in self.lora:
+            # The low-rank update takes the unquantized input.
+            a, b, scale = self.lora[name]
+            y = y + scale * ((x @ a.T) @ b.T)
         return y
 
     def rms_norm(self, x, name):

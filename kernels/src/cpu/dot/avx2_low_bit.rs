@@ -16,9 +16,9 @@ use std::arch::x86_64::*;
 use super::avx2_lanes::{act_block, act_ds, f16_one, f16_pair, hsum, mul_sum_u8_i8};
 use crate::cpu::quant_act::QRow;
 use crate::formats::blocks::{f16_at, q4k_block_scales};
-use crate::formats::blocks_iq4::{iq4xs_scale, IQ4NL_QS, IQ4XS_QS, IQ4_VALUES};
-use crate::formats::blocks_k::{q3k_scale, Q2K_D, Q2K_DMIN, Q2K_QS, Q3K_D, Q3K_QS, Q3K_SCALES};
-use crate::formats::blocks_k::{Q5K_QH, Q5K_QS, Q5K_SCALES};
+use crate::formats::blocks::{iq4xs_scale, IQ4NL_QS, IQ4XS_QS, IQ4_VALUES};
+use crate::formats::blocks::{q3k_scale, Q2K_D, Q2K_DMIN, Q2K_QS, Q3K_D, Q3K_QS, Q3K_SCALES};
+use crate::formats::blocks::{Q5K_QH, Q5K_QS, Q5K_SCALES};
 use crate::DType;
 
 /// `out[row · R + r] = W[row] · a[r]` for the types of this module.

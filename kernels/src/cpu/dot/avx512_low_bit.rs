@@ -42,8 +42,8 @@ macro_rules! avx512_low_bit_kernels {
         use crate::cpu::quant_act::QRow;
         use crate::formats::blocks::q4k_block_scales;
         use crate::formats::blocks::{f16_at, QK};
-        use crate::formats::blocks_iq4::{iq4xs_scale, IQ4XS_QS, IQ4_VALUES};
-        use crate::formats::blocks_k::{
+        use crate::formats::blocks::{iq4xs_scale, IQ4XS_QS, IQ4_VALUES};
+        use crate::formats::blocks::{
             q3k_scale, Q2K_D, Q2K_DMIN, Q2K_QS, Q3K_D, Q3K_QS, Q3K_SCALES, Q5K_QH, Q5K_QS,
             Q5K_SCALES,
         };

@@ -13,8 +13,8 @@
 
 use crate::cpu::quant_act::QRow;
 use crate::formats::blocks::{f16_at, q4_quant, q4k_scale_min, QK, QK_K};
-use crate::formats::blocks_iq4::{iq4xs_scale, IQ4NL_QS, IQ4XS_QS, IQ4_VALUES};
-use crate::formats::blocks_k::{
+use crate::formats::blocks::{iq4xs_scale, IQ4NL_QS, IQ4XS_QS, IQ4_VALUES};
+use crate::formats::blocks::{
     q2k_quant, q2k_scale_min, q3k_quant, q3k_scale, q5k_quant, Q2K_D, Q2K_DMIN, Q3K_D, Q3K_SCALES,
     Q5K_SCALES,
 };

@@ -10,8 +10,8 @@ use std::arch::x86_64::*;
 
 use super::layout::{quant_offset, Layout, GROUP_ROWS};
 use crate::cpu::quant_act::QRow;
+use crate::formats::blocks::IQ4_VALUES;
 use crate::formats::blocks::QK;
-use crate::formats::blocks_iq4::IQ4_VALUES;
 use crate::DType;
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]

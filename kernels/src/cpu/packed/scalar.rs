@@ -5,8 +5,8 @@
 
 use super::layout::{has_min, quant_offset, Layout, GROUP_ROWS};
 use crate::cpu::quant_act::QRow;
+use crate::formats::blocks::IQ4_VALUES;
 use crate::formats::blocks::{f16_at, QK};
-use crate::formats::blocks_iq4::IQ4_VALUES;
 use crate::DType;
 
 /// See [`super::PackedRows::dot_group`]; `group` holds `blocks` blocks.

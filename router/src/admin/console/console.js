@@ -242,7 +242,8 @@
   function renderOverview(models, status) {
     const memory = (status.ok && status.body.memory) || (models.ok && models.body.memory) || null;
     const executor = status.ok ? status.body.executor : null;
-    const key = JSON.stringify([memory, executor, status.status]);
+    const device = (status.ok && status.body.device) || (models.ok && models.body.device) || null;
+    const key = JSON.stringify([memory, executor, device, status.status]);
     redraw("overview", key, $("overview"), () => {
       if (!memory || !executor) {
         return [stat("Models", notConfigured(status)
@@ -250,6 +251,7 @@
       }
       const saved = memory.ram_bytes_without_sharing - memory.ram_bytes;
       return [
+        stat("Weights on", device || "unknown"),
         stat("RAM resident", bytes(memory.ram_bytes)),
         stat("RAM budget", memory.ram_budget_bytes ? bytes(memory.ram_budget_bytes) : "no limit"),
         stat("Saved by sharing", bytes(Math.max(0, saved))),

@@ -1,0 +1,173 @@
+"""Serving many LoRA adapters on one base: 16 clients spread over 1, 4, 16
+and 64 distinct adapters against the base alone, and against llama.cpp with
+the same adapters, in one run.
+
+- switchyard base: `serve --model smol`, every client asks `smol`;
+- switchyard N adapters: `serve --model smol --lora a0=... --lora aN-1=...`,
+  client i asks adapter i mod N: the base's products run once per step for
+  every row, each adapter's update on its own rows (mixed batches);
+- llama.cpp: llama-cpp-python, one context per adapter (`lora_path`), each
+  serving one request at a time (llama-server "does not batch requests with
+  different LoRA configurations"; a context per adapter is its best case
+  for throughput, and the memory of one replica per adapter). Runs for
+  N <= --llama-max (default 4; 64 contexts of SmolLM2 need ~6 GB).
+
+Adapters are random rank-8 PEFT adapters on all seven projections
+(tests/python/reference/lora.py), the same files for both engines (GGUF
+form for llama.cpp). Each configuration runs REQUESTS completions of
+MAX_TOKENS greedy tokens (EOS ignored by a high `min_tokens`-free prompt;
+throughput counts the tokens returned).
+
+Usage: .venv/bin/python benches/lora_serving.py [--adapters 1,4,16,64]
+  [--requests 64] [--max-tokens 32] [--threads 2] [--svg docs/bench/lora_serving.svg]
+Prints a Markdown table; writes the SVG plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "python"))
+
+import openai  # noqa: E402
+from reference import checkpoint, lora  # noqa: E402
+from serve_process import free_port, running_server  # noqa: E402
+
+CLIENTS = 16
+PROMPTS = ["The capital of France is", "Once upon a time", "def add(a, b):", "My favourite food is"]
+
+
+def make_adapters(model: Path, n: int, folder: Path) -> list[tuple[Path, Path]]:
+    cfg = checkpoint.load(model).config
+    out = []
+    for i in range(n):
+        tensors = lora.random_peft(cfg, 8, 16.0, 100 + i, 0.04)
+        peft = folder / f"a{i}"
+        lora.write_peft(peft, tensors, 8, 16.0)
+        gguf_file = folder / f"a{i}.gguf"
+        lora.write_gguf(gguf_file, tensors, cfg, 16.0)
+        out.append((peft, gguf_file))
+    return out
+
+
+def drive(ask, n_models: int, requests: int) -> tuple[float, int]:
+    """Runs `requests` calls of ask(model_index, prompt) from CLIENTS threads;
+    returns (seconds, tokens)."""
+    tokens = 0
+    lock = threading.Lock()
+
+    def one(i: int) -> None:
+        nonlocal tokens
+        got = ask(i % n_models, PROMPTS[i % len(PROMPTS)])
+        with lock:
+            tokens += got
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(CLIENTS) as pool:
+        list(pool.map(one, range(requests)))
+    return time.perf_counter() - start, tokens
+
+
+def switchyard(bin_path: Path, model: Path, adapters: list[Path], args) -> float:
+    port = free_port()
+    cmd = [str(bin_path), "serve", "--listen", f"127.0.0.1:{port}", "--threads", str(args.threads),
+           "--model", str(model), "--model-name", "smol", "--max-batch", str(CLIENTS)]
+    for i, path in enumerate(adapters):
+        cmd += ["--lora", f"a{i}={path}"]
+    names = [f"a{i}" for i in range(len(adapters))] or ["smol"]
+    with running_server(cmd, port, ready_within=600):
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0, timeout=600)
+
+        def ask(i: int, prompt: str) -> int:
+            r = client.completions.create(model=names[i], prompt=prompt, max_tokens=args.max_tokens, temperature=0)
+            return r.usage.completion_tokens
+
+        drive(ask, len(names), CLIENTS)  # warm-up
+        seconds, tokens = drive(ask, len(names), args.requests)
+    return tokens / seconds
+
+
+def llama_cpp(model: Path, adapters: list[Path], args) -> float:
+    import llama_cpp
+
+    contexts = [llama_cpp.Llama(str(model), lora_path=str(a), n_ctx=256, n_threads=args.threads, verbose=False)
+                for a in adapters]
+    locks = [threading.Lock() for _ in contexts]
+
+    def ask(i: int, prompt: str) -> int:
+        with locks[i]:
+            r = contexts[i].create_completion(prompt, max_tokens=args.max_tokens, temperature=0)
+        return r["usage"]["completion_tokens"]
+
+    seconds, tokens = drive(ask, len(contexts), args.requests)
+    return tokens / seconds
+
+
+def svg(rows: list[dict], path: Path) -> None:
+    width, height, left, bottom = 560, 320, 60, 40
+    top = max(max(r["switchyard"], r.get("llama_cpp") or 0, r["base"]) for r in rows) * 1.15
+    xs = {r["n"]: left + 40 + i * (width - left - 80) / max(len(rows) - 1, 1) for i, r in enumerate(rows)}
+    y = lambda v: height - bottom - v / top * (height - bottom - 20)  # noqa: E731
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="12">',
+             f'<text x="{width / 2}" y="14" text-anchor="middle">16 clients over N adapters: completion tokens/s (under load)</text>',
+             f'<line x1="{left}" y1="{height - bottom}" x2="{width - 10}" y2="{height - bottom}" stroke="black"/>',
+             f'<line x1="{left}" y1="20" x2="{left}" y2="{height - bottom}" stroke="black"/>']
+    for r in rows:
+        parts.append(f'<text x="{xs[r["n"]]}" y="{height - bottom + 16}" text-anchor="middle">{r["n"]}</text>')
+    parts.append(f'<text x="{width / 2}" y="{height - 6}" text-anchor="middle">distinct adapters</text>')
+    for key, color in (("base", "gray"), ("switchyard", "steelblue"), ("llama_cpp", "darkorange")):
+        pts = [(xs[r["n"]], y(r[key])) for r in rows if r.get(key)]
+        if pts:
+            parts.append('<polyline fill="none" stroke="{}" stroke-width="2" points="{}"/>'.format(
+                color, " ".join(f"{a:.1f},{b:.1f}" for a, b in pts)))
+            parts.append(f'<text x="{pts[-1][0] + 4:.1f}" y="{pts[-1][1]:.1f}" fill="{color}">{key}</text>')
+    for v in range(0, int(top) + 1, max(int(top / 5), 1)):
+        parts.append(f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v}</text>')
+    parts.append("</svg>")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(parts))
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--adapters", default="1,4,16,64")
+    p.add_argument("--requests", type=int, default=64)
+    p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--llama-max", type=int, default=4)
+    p.add_argument("--svg", type=Path, default=ROOT / "docs/bench/lora_serving.svg")
+    p.add_argument("--bin", type=Path, default=ROOT / "target/release/switchyard")
+    args = p.parse_args()
+    model = Path(subprocess.run([str(ROOT / "scripts/fetch-model.sh")], capture_output=True, text=True,
+                                check=True).stdout.strip())
+    counts = [int(n) for n in args.adapters.split(",")]
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        files = make_adapters(model, max(counts), Path(tmp))
+        for n in counts:
+            # Interleaved: the base alone, then N adapters, then llama.cpp,
+            # so all three see the same load on a shared machine.
+            row = {"n": n, "base": switchyard(args.bin, model, [], args)}
+            row["switchyard"] = switchyard(args.bin, model, [f[0] for f in files[:n]], args)
+            row["llama_cpp"] = llama_cpp(model, [f[1] for f in files[:n]], args) if n <= args.llama_max else None
+            rows.append(row)
+            print(row, file=sys.stderr, flush=True)
+    print("| adapters | base alone tok/s | switchyard N adapters tok/s | ratio | llama.cpp (context per adapter) tok/s |")
+    print("|---:|---:|---:|---:|---:|")
+    for r in rows:
+        lc = f"{r['llama_cpp']:.1f}" if r["llama_cpp"] else "not run"
+        print(f"| {r['n']} | {r['base']:.1f} | {r['switchyard']:.1f} | {r['switchyard'] / r['base']:.2f} | {lc} |")
+    svg(rows, args.svg)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

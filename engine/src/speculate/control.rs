@@ -1,0 +1,143 @@
+//! One sequence's draft length and whether it drafts at all, from its
+//! measured acceptance.
+//!
+//! A verify row costs a fraction of a step (on the CPU a decode step reads
+//! every weight once whatever its rows; each row adds its arithmetic), so
+//! drafts pay while most of their tokens are kept. The length doubles
+//! after a fully kept draft and falls to one past the kept prefix after a
+//! miss. An exponential moving average of the acceptance rate below
+//! [`OFF_BELOW`] turns drafting off for a number of steps that doubles
+//! each time (up to [`MAX_PAUSE`]): free text keeps paying nearly nothing,
+//! and a sequence that turns to copying is found again within a pause.
+
+/// Acceptance (kept over drafted tokens, averaged) under which drafting pauses.
+pub const OFF_BELOW: f64 = 0.35;
+/// The longest pause, in steps.
+pub const MAX_PAUSE: u32 = 64;
+/// Weight of the newest verify step in the average.
+const SMOOTHING: f64 = 0.3;
+
+/// Draft length and on/off for one sequence.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DraftControl {
+    max_draft: usize,
+    /// The next draft's length.
+    length: usize,
+    /// Average acceptance rate over recent verify steps.
+    acceptance: f64,
+    /// Steps left without drafting.
+    paused: u32,
+    /// The next pause's length.
+    next_pause: u32,
+}
+
+impl DraftControl {
+    /// A controller whose drafts are at most `max_draft` tokens.
+    pub fn new(max_draft: usize) -> Self {
+        let max_draft = max_draft.max(1);
+        DraftControl {
+            max_draft,
+            length: max_draft.min(4),
+            // Optimistic: the first drafts are tried at once.
+            acceptance: 1.0,
+            paused: 0,
+            next_pause: 2,
+        }
+    }
+
+    /// How many tokens to draft this step (0: decode plainly). Counts a
+    /// paused step down.
+    pub fn wanted(&mut self) -> usize {
+        if self.paused > 0 {
+            self.paused -= 1;
+            return 0;
+        }
+        self.length
+    }
+
+    /// A verify step kept `accepted` of `drafted` tokens.
+    pub fn record(&mut self, drafted: usize, accepted: usize) {
+        if drafted == 0 {
+            return;
+        }
+        let rate = accepted as f64 / drafted as f64;
+        self.acceptance = SMOOTHING * rate + (1.0 - SMOOTHING) * self.acceptance;
+        self.length = if accepted >= drafted {
+            (self.length * 2).min(self.max_draft)
+        } else {
+            (accepted + 1).min(self.max_draft)
+        };
+        if self.acceptance < OFF_BELOW {
+            self.paused = self.next_pause;
+            self.next_pause = (self.next_pause * 2).min(MAX_PAUSE);
+            // Back from a pause on probation: one bad step pauses again.
+            self.acceptance = OFF_BELOW;
+        } else if rate >= 0.5 {
+            self.next_pause = 2;
+        }
+    }
+
+    /// The measured acceptance rate (recent steps weigh most).
+    pub fn acceptance(&self) -> f64 {
+        self.acceptance
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kept_drafts_grow_and_a_miss_shortens_them() {
+        let mut control = DraftControl::new(16);
+        assert_eq!(control.wanted(), 4);
+        control.record(4, 4);
+        assert_eq!(control.wanted(), 8);
+        control.record(8, 8);
+        control.record(16, 16);
+        assert_eq!(control.wanted(), 16);
+        control.record(16, 5);
+        assert_eq!(control.wanted(), 6);
+    }
+
+    #[test]
+    fn low_acceptance_pauses_for_longer_each_time() {
+        let mut control = DraftControl::new(8);
+        let mut pauses = Vec::new();
+        for _ in 0..4 {
+            // Miss until drafting pauses, then count the paused steps.
+            while control.wanted() > 0 {
+                control.record(1, 0);
+            }
+            let mut paused = 1;
+            while control.wanted() == 0 {
+                paused += 1;
+            }
+            pauses.push(paused);
+        }
+        assert_eq!(pauses, vec![2, 4, 8, 16]);
+        // Good drafts again: the next pause is short.
+        control.record(2, 2);
+        control.record(4, 4);
+        assert!(control.acceptance() > OFF_BELOW);
+        while control.wanted() > 0 {
+            control.record(1, 0);
+        }
+        let mut paused = 1;
+        while control.wanted() == 0 {
+            paused += 1;
+        }
+        assert_eq!(paused, 2);
+    }
+
+    #[test]
+    fn pauses_are_bounded() {
+        let mut control = DraftControl::new(8);
+        for _ in 0..10_000 {
+            if control.wanted() > 0 {
+                control.record(1, 0);
+            }
+        }
+        assert!(control.next_pause <= MAX_PAUSE);
+    }
+}

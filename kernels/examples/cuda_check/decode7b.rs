@@ -1,0 +1,412 @@
+//! Llama-7B shapes on the GPU: a decode step captured as a CUDA graph and
+//! replayed across pointer-table swaps between two checkpoints, and the
+//! backend's decode tokens/s at batch 1/16/64 (compared in the report with
+//! `transformers` at the same shapes, `scripts/gpu_check_torch.py`).
+//!
+//! Weights are random: speed does not depend on their values, and the
+//! graph check compares each replay with an eager run of the same
+//! checkpoint, bit for bit.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::CudaSlice;
+use rand::{Rng, RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use switchyard_kernels::cuda::graph_cache::{GraphCache, Lookup, StepShape};
+use switchyard_kernels::cuda::ops::{self, MatvecInput};
+use switchyard_kernels::cuda::ops_layers::{self, Elementwise};
+use switchyard_kernels::cuda::{
+    CudaActivations, CudaBackend, CudaConfig, CudaDevice, CudaMatrix, CudaMemory, DeviceMemory,
+    PointerTable,
+};
+use switchyard_kernels::kv::{BlockTable, KvBlockShape, KvFormat};
+use switchyard_kernels::{
+    AttentionRows, AttentionShape, Backend, DType, KvLayout, KvType, MatmulInput, MatmulProduct,
+    RopeStyle, WeightView,
+};
+
+use super::Check;
+
+const LAYERS: usize = 32;
+const D: usize = 4096;
+const FF: usize = 11008;
+const VOCAB: usize = 32000;
+const HEADS: usize = 32;
+const HEAD_DIM: usize = 128;
+
+/// A layer's matrices: (name, rows, cols).
+const MATRICES: [(&str, usize, usize); 7] = [
+    ("q", D, D),
+    ("k", D, D),
+    ("v", D, D),
+    ("o", D, D),
+    ("gate", FF, D),
+    ("up", FF, D),
+    ("down", D, FF),
+];
+
+/// Random Q4_K blocks whose two f16 scales are small and finite, so that
+/// every product is a finite number.
+fn random_q4k(rng: &mut ChaCha8Rng, rows: usize, cols: usize) -> Vec<u8> {
+    let mut bytes = vec![0u8; DType::Q4K.bytes_for(cols).unwrap_or(0) * rows];
+    rng.fill_bytes(&mut bytes);
+    let scale = half::f16::from_f32(1e-3).to_le_bytes();
+    for block in bytes.chunks_exact_mut(DType::Q4K.block_bytes()) {
+        block[0..2].copy_from_slice(&scale);
+        block[2..4].copy_from_slice(&scale);
+    }
+    bytes
+}
+
+/// Buffers of one decode step (batch 1), allocated before capture.
+struct Step {
+    h: CudaSlice<f32>,
+    n: CudaSlice<f32>,
+    a: CudaSlice<f32>,
+    b: CudaSlice<f32>,
+    g: CudaSlice<f32>,
+    u: CudaSlice<f32>,
+    q: CudaSlice<i8>,
+    ds: CudaSlice<f32>,
+    ones_d: CudaSlice<f32>,
+    ones_ff: CudaSlice<f32>,
+}
+
+/// The step: per layer, normalize → Q, K, V → normalize → O into the
+/// residual; normalize → gate, up → SwiGLU → normalize → down into the
+/// residual (the norms keep random weights' activations finite). Launches
+/// only: capturable.
+fn step(device: &CudaDevice, table: u64, s: &mut Step) -> Result<(), Box<dyn std::error::Error>> {
+    let q4 = DType::Q4K;
+    for layer in 0..LAYERS {
+        let slot = |i: usize| (layer * MATRICES.len() + i) as u32;
+        ops_layers::rms_norm(device, &s.h, &s.ones_d, 1e-5, &mut s.n, 1, D)?;
+        ops::quantize_q8_1(device, &s.n, 1, D, &mut s.q, &mut s.ds)?;
+        for (i, out) in [0usize, 1, 2].into_iter().zip([0, 1, 1]) {
+            let out = if out == 0 { &mut s.a } else { &mut s.b };
+            let input = MatvecInput::Quantized { q: &s.q, ds: &s.ds };
+            ops::matvec(device, table, slot(i), q4, input, out, D, D, 1, i == 2)?;
+        }
+        ops_layers::rms_norm(device, &s.a, &s.ones_d, 1e-5, &mut s.n, 1, D)?;
+        ops::quantize_q8_1(device, &s.n, 1, D, &mut s.q, &mut s.ds)?;
+        let input = MatvecInput::Quantized { q: &s.q, ds: &s.ds };
+        ops::matvec(device, table, slot(3), q4, input, &mut s.h, D, D, 1, true)?;
+        ops_layers::rms_norm(device, &s.h, &s.ones_d, 1e-5, &mut s.n, 1, D)?;
+        ops::quantize_q8_1(device, &s.n, 1, D, &mut s.q, &mut s.ds)?;
+        let input = MatvecInput::Quantized { q: &s.q, ds: &s.ds };
+        ops::matvec(device, table, slot(4), q4, input, &mut s.g, FF, D, 1, false)?;
+        let input = MatvecInput::Quantized { q: &s.q, ds: &s.ds };
+        ops::matvec(device, table, slot(5), q4, input, &mut s.u, FF, D, 1, false)?;
+        ops_layers::elementwise(device, &mut s.g, Elementwise::SiluMul(&s.u))?;
+        ops_layers::rms_norm(device, &s.g, &s.ones_ff, 1e-5, &mut s.u, 1, FF)?;
+        ops::quantize_q8_1(device, &s.u, 1, FF, &mut s.q, &mut s.ds)?;
+        let input = MatvecInput::Quantized { q: &s.q, ds: &s.ds };
+        ops::matvec(device, table, slot(6), q4, input, &mut s.h, D, FF, 1, true)?;
+    }
+    ops_layers::rms_norm(device, &s.h, &s.ones_d, 1e-5, &mut s.n, 1, D)?;
+    Ok(())
+}
+
+/// Two Llama-7B-shaped Q4_K checkpoints (224 matrices each); one decode
+/// step captured once as a graph; the table swapped `swaps` times, each
+/// swap followed by a replay whose output must equal that checkpoint's
+/// eager step bit for bit (swap p50/p99, replay p50).
+pub fn graph_swaps(device: &CudaDevice, swaps: usize) -> Check {
+    let stream = device.stream();
+    // SAFETY: all work runs in order on the one stream, so cudarc's
+    // per-buffer events (which a capture must not wait on) are not needed.
+    unsafe { device.context().disable_event_tracking() };
+    let mem = CudaMemory::new(stream.clone());
+    let mut rng = ChaCha8Rng::seed_from_u64(70);
+    let slots = LAYERS * MATRICES.len();
+    let mut weights = Vec::new();
+    let mut entries: Vec<Vec<u64>> = Vec::new();
+    for _ in 0..2 {
+        let mut e = Vec::with_capacity(slots);
+        for _ in 0..LAYERS {
+            for (_, rows, cols) in MATRICES {
+                let bytes = random_q4k(&mut rng, rows, cols);
+                let mut buf = mem.alloc(bytes.len())?;
+                mem.write(&mut buf, 0, &bytes)?;
+                e.push(mem.address(&buf));
+                weights.push(buf);
+            }
+        }
+        entries.push(e);
+    }
+    let mut table = PointerTable::<usize, _>::new(&mem, slots)?;
+    let address = table.address(&mem);
+    let x: Vec<f32> = (0..D).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+    let x_d = stream.clone_htod(&x)?;
+    let mut s = Step {
+        h: stream.alloc_zeros(D)?,
+        n: stream.alloc_zeros(D)?,
+        a: stream.alloc_zeros(D)?,
+        b: stream.alloc_zeros(D)?,
+        g: stream.alloc_zeros(FF)?,
+        u: stream.alloc_zeros(FF)?,
+        q: stream.alloc_zeros(FF)?,
+        ds: stream.alloc_zeros(FF / 16)?,
+        ones_d: stream.clone_htod(&vec![1.0f32; D])?,
+        ones_ff: stream.clone_htod(&vec![1.0f32; FF])?,
+    };
+    // Eager steps: each checkpoint's expected output (and every module loaded).
+    let mut expected = Vec::new();
+    for (id, e) in entries.iter().enumerate() {
+        table.swap_to(&mem, &id, e)?;
+        stream.memcpy_dtod(&x_d, &mut s.h)?;
+        step(device, address, &mut s)?;
+        expected.push(stream.clone_dtoh(&s.n)?);
+    }
+    if expected[0] == expected[1] || expected[0].iter().any(|v| !v.is_finite()) {
+        return Err("the two checkpoints' steps are equal or not finite".into());
+    }
+    // Capture once (the input copy included), through the graph cache.
+    let mut cache = GraphCache::new(1);
+    let shape = StepShape {
+        rows: 1,
+        max_blocks: 0,
+    };
+    let addresses = vec![address];
+    if matches!(cache.lookup(shape, &addresses), Lookup::Capture) {
+        stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+        stream.memcpy_dtod(&x_d, &mut s.h)?;
+        let captured = step(device, address, &mut s);
+        let graph = stream.end_capture(CUgraphInstantiate_flags(0))?;
+        captured?;
+        let graph = graph.ok_or("the capture recorded nothing")?;
+        graph.upload()?;
+        cache.insert(shape, addresses.clone(), graph);
+    }
+    let (mut swap_us, mut step_us) = (Vec::with_capacity(swaps), Vec::with_capacity(swaps));
+    let mut wrong = 0usize;
+    for i in 0..swaps {
+        let id = i % 2;
+        let t = Instant::now();
+        table.swap_to(&mem, &id, &entries[id])?;
+        stream.synchronize()?;
+        swap_us.push(t.elapsed().as_secs_f64() * 1e6);
+        let t = Instant::now();
+        match cache.lookup(shape, &addresses) {
+            Lookup::Replay(graph) => graph.launch()?,
+            Lookup::Capture => return Err("the graph was invalidated by a swap".into()),
+        }
+        let got = stream.clone_dtoh(&s.n)?;
+        step_us.push(t.elapsed().as_secs_f64() * 1e6);
+        if got != expected[id] {
+            wrong += 1;
+        }
+    }
+    let p = |v: &mut Vec<f64>, q: f64| {
+        v.sort_by(f64::total_cmp);
+        v.get(((v.len().max(1) - 1) as f64 * q) as usize)
+            .copied()
+            .unwrap_or(0.0)
+    };
+    let bytes: usize = weights.iter().map(|w| w.len()).sum::<usize>() / 2;
+    let step_p50 = p(&mut step_us, 0.5);
+    let pass = wrong == 0 && cache.captures == 1;
+    println!(
+        "{{\"check\":\"graph_swaps_llama7b_q4k\",\"swaps\":{swaps},\"wrong_outputs\":{wrong},\"captures\":{},\"replays\":{},\"swap_us_p50\":{:.1},\"swap_us_p99\":{:.1},\"replay_us_p50\":{step_p50:.1},\"weight_gb_s\":{:.1},\"pass\":{pass}}}",
+        cache.captures,
+        cache.replays,
+        p(&mut swap_us, 0.5),
+        p(&mut swap_us, 0.99),
+        bytes as f64 / (step_p50 * 1e-6) / 1e9
+    );
+    Ok(pass)
+}
+
+fn product<'a>(w: &'a CudaMatrix, out: &'a mut CudaActivations) -> MatmulProduct<'a, CudaBackend> {
+    MatmulProduct {
+        w,
+        bias: None,
+        out,
+        accumulate: false,
+    }
+}
+
+/// The backend's Llama-7B decode (F16 weights as `transformers` holds
+/// them): per batch, a 16-token prompt per sequence, then `steps` decode
+/// steps timed end to end (logits copied back each step).
+pub fn backend_decode(batches: &[usize], steps: usize) -> Check {
+    let backend = Arc::new(CudaBackend::open(CudaConfig::default())?);
+    let mut rng = ChaCha8Rng::seed_from_u64(71);
+    // One pool of random F16 values that every matrix is cut from (the
+    // values do not matter to speed; the bytes are uploaded per matrix).
+    let pool: Vec<u8> = (0..FF * D)
+        .flat_map(|_| half::f16::from_f32(rng.random_range(-0.02f32..0.02)).to_le_bytes())
+        .collect();
+    let pool = Bytes::from(pool);
+    let matrix = |rows: usize, cols: usize| {
+        let view = WeightView::new(DType::F16, rows, cols, pool.slice(0..rows * cols * 2))?;
+        Ok::<_, Box<dyn std::error::Error>>(backend.matrix(view)?)
+    };
+    let mut big = |rows: usize| -> Result<_, Box<dyn std::error::Error>> {
+        let bytes: Vec<u8> = (0..rows * D)
+            .flat_map(|_| half::f16::from_f32(rng.random_range(-0.02f32..0.02)).to_le_bytes())
+            .collect();
+        Ok(backend.matrix(WeightView::new(DType::F16, rows, D, bytes.into())?)?)
+    };
+    let embed = big(VOCAB)?;
+    let lm_head = big(VOCAB)?;
+    let mut layers = Vec::new();
+    for _ in 0..LAYERS {
+        let m: Result<Vec<_>, _> = MATRICES.iter().map(|(_, r, c)| matrix(*r, *c)).collect();
+        layers.push(m?);
+    }
+    let ones = backend.vector(&vec![1.0; D])?;
+    let inv_freq: Vec<f32> = (0..HEAD_DIM / 2)
+        .map(|i| 10000f32.powf(-2.0 * i as f32 / HEAD_DIM as f32))
+        .collect();
+    let shape = AttentionShape {
+        n_heads: HEADS,
+        n_kv_heads: HEADS,
+        head_dim: HEAD_DIM,
+        scale: 1.0 / (HEAD_DIM as f32).sqrt(),
+        window: None,
+        softcap: None,
+    };
+    let prompt = 16usize;
+    let mut pass = true;
+    for &batch in batches {
+        let layout = KvLayout::new(
+            KvFormat::new(KvType::F16, 1024),
+            LAYERS,
+            HEADS,
+            HEAD_DIM,
+            prompt + steps + 1,
+            &[],
+        )?;
+        // The engine's part, done here by hand: a store, and each
+        // sequence's blocks for its whole length.
+        let mut store = backend.kv_store(KvFormat::new(KvType::F16, 1024), usize::MAX)?;
+        let mut tables = Vec::new();
+        for _ in 0..batch {
+            let mut table = BlockTable::new(layout.clone());
+            for layer in 0..LAYERS {
+                for _ in 0..table.blocks_for(layer, layout.capacity()) {
+                    let block = KvBlockShape {
+                        dtype: KvType::F16,
+                        n_kv_heads: HEADS,
+                        head_dim: HEAD_DIM,
+                        positions: layout.block_positions(),
+                    };
+                    let id = backend.kv_alloc(&mut store, block)?;
+                    table.push(layer, id)?;
+                }
+            }
+            tables.push(table);
+        }
+        let mut staging = Vec::new();
+        let mut forward = |tokens: &[u32],
+                           positions: &[u32],
+                           per_seq: usize|
+         -> Result<(), Box<dyn std::error::Error>> {
+            let rows = tokens.len();
+            let b = &*backend;
+            let mut h = b.activations(rows, D);
+            b.embed(&embed, tokens, &mut h)?;
+            let (mut n, mut q, mut k, mut v, mut att) = (
+                b.activations(rows, D),
+                b.activations(rows, D),
+                b.activations(rows, D),
+                b.activations(rows, D),
+                b.activations(rows, D),
+            );
+            let (mut g, mut u) = (b.activations(rows, FF), b.activations(rows, FF));
+            for (layer, w) in layers.iter().enumerate() {
+                b.matmul_many(
+                    MatmulInput::RmsNorm {
+                        x: &h,
+                        weight: &ones,
+                        eps: 1e-5,
+                        out: &mut n,
+                    },
+                    &mut [
+                        product(&w[0], &mut q),
+                        product(&w[1], &mut k),
+                        product(&w[2], &mut v),
+                    ],
+                )?;
+                b.rope(&mut q, HEAD_DIM, positions, &inv_freq, RopeStyle::Neox)?;
+                b.rope(&mut k, HEAD_DIM, positions, &inv_freq, RopeStyle::Neox)?;
+                let seqs: Vec<AttentionRows<'_>> = tables
+                    .iter()
+                    .enumerate()
+                    .map(|(i, table)| AttentionRows {
+                        table,
+                        rows: i * per_seq..(i + 1) * per_seq,
+                        start_pos: positions[i * per_seq] as usize,
+                    })
+                    .collect();
+                b.attention(layer, shape, &q, &k, &v, &mut store, &seqs, &mut att)?;
+                b.matmul_many(
+                    MatmulInput::Rows(&att),
+                    &mut [MatmulProduct {
+                        w: &w[3],
+                        bias: None,
+                        out: &mut h,
+                        accumulate: true,
+                    }],
+                )?;
+                b.matmul_many(
+                    MatmulInput::RmsNorm {
+                        x: &h,
+                        weight: &ones,
+                        eps: 1e-5,
+                        out: &mut n,
+                    },
+                    &mut [product(&w[4], &mut g), product(&w[5], &mut u)],
+                )?;
+                b.matmul_many(
+                    MatmulInput::SiluMul {
+                        gate: &mut g,
+                        up: &u,
+                    },
+                    &mut [MatmulProduct {
+                        w: &w[6],
+                        bias: None,
+                        out: &mut h,
+                        accumulate: true,
+                    }],
+                )?;
+            }
+            b.rms_norm(&h, &ones, 1e-5, &mut n)?;
+            let mut logits = b.activations(rows, VOCAB);
+            b.matmul(&n, &lm_head, None, &mut logits)?;
+            let host = b.host_rows(&logits, &mut staging);
+            if host.iter().any(|x| !x.is_finite()) {
+                return Err("non-finite logits".into());
+            }
+            Ok(())
+        };
+        // The prompt: every sequence's 16 tokens in one step (cuBLAS from
+        // batch 3 on), then the timed decode steps.
+        let tokens: Vec<u32> = (0..batch * prompt)
+            .map(|i| (i * 7 % VOCAB) as u32)
+            .collect();
+        let positions: Vec<u32> = (0..batch * prompt).map(|i| (i % prompt) as u32).collect();
+        let t = Instant::now();
+        forward(&tokens, &positions, prompt)?;
+        let prefill_s = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        for s in 0..steps {
+            let tokens: Vec<u32> = (0..batch).map(|i| ((i + s) * 13 % VOCAB) as u32).collect();
+            let positions = vec![(prompt + s) as u32; batch];
+            forward(&tokens, &positions, 1)?;
+        }
+        let secs = t.elapsed().as_secs_f64();
+        let tokens_per_s = (batch * steps) as f64 / secs;
+        pass &= tokens_per_s > 0.0;
+        println!(
+            "{{\"check\":\"switchyard_llama7b_decode\",\"dtype\":\"F16\",\"batch\":{batch},\"steps\":{steps},\"tokens_per_s\":{tokens_per_s:.1},\"step_ms\":{:.2},\"prefill_tokens_per_s\":{:.1}}}",
+            secs * 1e3 / steps as f64,
+            (batch * prompt) as f64 / prefill_s
+        );
+    }
+    Ok(pass)
+}

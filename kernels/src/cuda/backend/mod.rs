@@ -1,0 +1,109 @@
+//! [`CudaBackend`]: the [`Backend`](crate::Backend) trait on one GPU.
+//!
+//! Weights are uploaded as they lie in the checkpoint (GGUF blocks) and
+//! named to the kernels by a slot of the backend's [`WeightTable`]; a
+//! decode step's products run the MMVQ kernels over activations quantized
+//! to q8_1 (or the float kernels for F32/F16/BF16 weights), a prefill's
+//! decode the weights to F16 and multiply with cuBLAS. Keys and values
+//! live in the engine's blocks, each a run of 32-position device units
+//! ([`super::kv_units`]), attended through the engine's block tables.
+//! Everything runs in order on the device's one stream; only
+//! [`Backend::host_rows`](crate::Backend::host_rows) waits for it.
+//!
+//! Files: `tensors.rs` (the trait's types), `ops_impl.rs` (the trait),
+//! `products.rs` (matmuls: decode or prefill), `attend.rs` (attention).
+
+mod attend;
+mod ops_impl;
+mod products;
+mod scratch;
+mod tensors;
+
+use std::sync::Mutex;
+
+use cudarc::cublas::CudaBlas;
+
+use super::buffer::CudaMemory;
+use super::device::{open, CudaDevice};
+use super::weight_table::{WeightTable, DEFAULT_SLOTS};
+use super::CudaError;
+use crate::KernelError;
+
+pub use tensors::{CudaActivations, CudaKvStore, CudaMatrix, CudaVector};
+
+/// How a [`CudaBackend`] is set up.
+#[derive(Clone, Debug)]
+pub struct CudaConfig {
+    /// The GPU (`--device cuda:N`).
+    pub ordinal: usize,
+    /// Matrices the weight table can name.
+    pub weight_slots: usize,
+}
+
+impl Default for CudaConfig {
+    fn default() -> Self {
+        CudaConfig {
+            ordinal: 0,
+            weight_slots: DEFAULT_SLOTS,
+        }
+    }
+}
+
+/// The backend; see the module documentation.
+pub struct CudaBackend {
+    dev: CudaDevice,
+    memory: CudaMemory,
+    weights: WeightTable<CudaMemory>,
+    blas: CudaBlas,
+    /// Buffers the products reuse across calls (q8_1 activations, F16
+    /// weights and activations for cuBLAS), held for a whole
+    /// `matmul_many`: the backend's only lock.
+    scratch: Mutex<scratch::Scratch>,
+}
+
+impl CudaBackend {
+    /// Opens GPU `config.ordinal`, or says in one line why it cannot.
+    pub fn open(config: CudaConfig) -> Result<CudaBackend, CudaError> {
+        let dev = open(config.ordinal)?;
+        let memory = CudaMemory::new(dev.stream().clone());
+        let weights = WeightTable::new(memory.clone(), config.weight_slots)?;
+        let blas = CudaBlas::new(dev.stream().clone()).map_err(|e| CudaError::Driver {
+            op: "cublasCreate",
+            detail: format!("{e:?}"),
+        })?;
+        Ok(CudaBackend {
+            dev,
+            memory,
+            weights,
+            blas,
+            scratch: Mutex::new(scratch::Scratch::default()),
+        })
+    }
+
+    /// The GPU.
+    pub fn device(&self) -> &CudaDevice {
+        &self.dev
+    }
+
+    /// The weight table's address (what a captured graph holds).
+    pub fn weight_table(&self) -> &WeightTable<CudaMemory> {
+        &self.weights
+    }
+}
+
+/// A CUDA failure as the backend trait reports it.
+pub(crate) fn device_err(e: CudaError) -> KernelError {
+    match e {
+        CudaError::Layout(detail) => KernelError::Shape { op: "cuda", detail },
+        other => KernelError::Device(other.to_string()),
+    }
+}
+
+/// A driver failure in `op`.
+pub(crate) fn driver_err(op: &'static str) -> impl Fn(cudarc::driver::DriverError) -> KernelError {
+    move |e| KernelError::Device(format!("{op}: {e:?}"))
+}
+
+fn poisoned(what: &str) -> KernelError {
+    KernelError::Device(format!("a thread panicked while holding the {what}"))
+}

@@ -1,0 +1,431 @@
+//! The backend trait on [`CudaBackend`]: shape checks, then the launches
+//! of `ops.rs` and `ops_layers.rs`.
+
+use std::ops::Range;
+
+use cudarc::driver::CudaSlice;
+
+use super::super::kernel_names;
+use super::super::memory::DeviceMemory;
+use super::super::ops;
+use super::super::ops_layers::{self, Elementwise};
+use super::products::Product;
+use super::tensors::{CudaActivations, CudaKvStore, CudaMatrix, CudaVector};
+use super::{device_err, driver_err, CudaBackend};
+use crate::kv::{BlockId, KvBlockShape};
+use crate::{
+    AttentionRows, AttentionShape, Backend, KernelError, KvFormat, MatmulInput, MatmulProduct,
+    RopeStyle, WeightView,
+};
+
+fn mismatch(op: &'static str, detail: String) -> KernelError {
+    KernelError::Shape { op, detail }
+}
+
+fn same_shape(
+    op: &'static str,
+    x: &CudaActivations,
+    y: &CudaActivations,
+) -> Result<(), KernelError> {
+    if x.rows != y.rows || x.cols != y.cols {
+        return Err(mismatch(op, format!("{} against {}", x.shape(), y.shape())));
+    }
+    Ok(())
+}
+
+impl CudaBackend {
+    fn alloc_f32(&self, len: usize) -> Result<CudaSlice<f32>, String> {
+        self.dev
+            .stream()
+            .alloc_zeros::<f32>(len.max(1))
+            .map_err(|e| format!("activations of {len} floats: {e:?} (device memory exhausted?)"))
+    }
+
+    fn elementwise(&self, x: &mut CudaActivations, op: Elementwise<'_>) -> Result<(), KernelError> {
+        if x.len() == 0 {
+            return Ok(());
+        }
+        ops_layers::elementwise(&self.dev, x.buf_mut()?, op).map_err(device_err)
+    }
+
+    fn upload<T: cudarc::driver::DeviceRepr>(&self, v: &[T]) -> Result<CudaSlice<T>, KernelError> {
+        self.dev
+            .stream()
+            .clone_htod(v)
+            .map_err(driver_err("cuMemcpyHtoD"))
+    }
+}
+
+impl Backend for CudaBackend {
+    type Matrix = CudaMatrix;
+    type Vector = CudaVector;
+    type Activations = CudaActivations;
+    type KvStore = CudaKvStore;
+
+    fn name(&self) -> String {
+        let (major, minor) = self.dev.capability();
+        format!("cuda-sm_{major}{minor}")
+    }
+
+    fn matrix(&self, weight: WeightView) -> Result<CudaMatrix, KernelError> {
+        let mut buf = self.memory.alloc(weight.data.len()).map_err(device_err)?;
+        self.memory
+            .write(&mut buf, 0, &weight.data)
+            .map_err(device_err)?;
+        let slot = self
+            .weights
+            .insert(self.memory.address(&buf))
+            .map_err(device_err)?;
+        Ok(CudaMatrix {
+            slot,
+            buf,
+            dtype: weight.dtype,
+            rows: weight.rows,
+            cols: weight.cols,
+        })
+    }
+
+    fn vector(&self, values: &[f32]) -> Result<CudaVector, KernelError> {
+        Ok(CudaVector {
+            buf: self.upload(values)?,
+        })
+    }
+
+    fn activations(&self, rows: usize, cols: usize) -> CudaActivations {
+        CudaActivations {
+            buf: self.alloc_f32(rows * cols),
+            rows,
+            cols,
+        }
+    }
+
+    fn host_rows<'a>(&self, x: &'a CudaActivations, staging: &'a mut Vec<f32>) -> &'a [f32] {
+        let n = x.len();
+        staging.clear();
+        staging.resize(n, f32::NAN);
+        let copied = x.buf().and_then(|buf| {
+            let stream = self.dev.stream();
+            stream
+                .memcpy_dtoh(&buf.slice(0..n), staging.as_mut_slice())
+                .and_then(|()| stream.synchronize())
+                .map_err(driver_err("cuMemcpyDtoH (host_rows)"))
+        });
+        // The trait gives no way to fail here: NaN rows sample nothing
+        // sensible, and the error is logged where an operator looks.
+        if let Err(e) = copied {
+            tracing::error!("cuda: reading activations back failed: {e}");
+            staging.fill(f32::NAN);
+        }
+        staging.as_slice()
+    }
+
+    fn resize(&self, x: &mut CudaActivations, rows: usize, cols: usize) {
+        if rows * cols != x.len() || x.buf.is_err() {
+            x.buf = Err(String::new()); // free before allocating
+            x.buf = self.alloc_f32(rows * cols);
+        }
+        x.rows = rows;
+        x.cols = cols;
+    }
+
+    fn kv_store(&self, format: KvFormat, budget_bytes: usize) -> Result<CudaKvStore, KernelError> {
+        CudaKvStore::new(self.memory.clone(), format, budget_bytes)
+    }
+
+    fn kv_alloc(
+        &self,
+        store: &mut CudaKvStore,
+        shape: KvBlockShape,
+    ) -> Result<BlockId, KernelError> {
+        if kernel_names::attention(shape.head_dim).is_none() {
+            return Err(mismatch(
+                "kv_alloc",
+                format!(
+                    "the CUDA attention kernels take heads of 64, 128 or 256, not {}",
+                    shape.head_dim
+                ),
+            ));
+        }
+        store.alloc(shape)
+    }
+
+    fn kv_free(store: &mut CudaKvStore, id: BlockId) {
+        store.free(id);
+    }
+
+    fn kv_copy(
+        &self,
+        store: &mut CudaKvStore,
+        from: BlockId,
+        to: BlockId,
+        positions: usize,
+    ) -> Result<(), KernelError> {
+        store.copy(from, to, positions)
+    }
+
+    fn embed(
+        &self,
+        table: &CudaMatrix,
+        tokens: &[u32],
+        out: &mut CudaActivations,
+    ) -> Result<(), KernelError> {
+        if out.rows != tokens.len() || out.cols != table.cols {
+            return Err(mismatch(
+                "embed",
+                format!(
+                    "{} tokens into out {} from a table of width {}",
+                    tokens.len(),
+                    out.shape(),
+                    table.cols
+                ),
+            ));
+        }
+        if let Some(t) = tokens.iter().find(|t| **t as usize >= table.rows) {
+            return Err(mismatch(
+                "embed",
+                format!("token {t} of a table of {} rows", table.rows),
+            ));
+        }
+        if tokens.is_empty() {
+            return Ok(());
+        }
+        let ids = self.upload(tokens)?;
+        let (table_addr, cols) = (self.weights.address(), table.cols);
+        ops::embed(
+            &self.dev,
+            table_addr,
+            table.slot(),
+            table.dtype,
+            &ids,
+            out.buf_mut()?,
+            cols,
+        )
+        .map_err(device_err)
+    }
+
+    fn rms_norm(
+        &self,
+        x: &CudaActivations,
+        weight: &CudaVector,
+        eps: f32,
+        out: &mut CudaActivations,
+    ) -> Result<(), KernelError> {
+        same_shape("rms_norm", x, out)?;
+        if weight.len() != x.cols {
+            return Err(mismatch(
+                "rms_norm",
+                format!("a weight of {} for rows of {}", weight.len(), x.cols),
+            ));
+        }
+        if x.len() == 0 {
+            return Ok(());
+        }
+        let (rows, cols) = (x.rows, x.cols);
+        ops_layers::rms_norm(
+            &self.dev,
+            x.buf()?,
+            &weight.buf,
+            eps,
+            out.buf_mut()?,
+            rows,
+            cols,
+        )
+        .map_err(device_err)
+    }
+
+    fn matmul(
+        &self,
+        x: &CudaActivations,
+        w: &CudaMatrix,
+        bias: Option<&CudaVector>,
+        out: &mut CudaActivations,
+    ) -> Result<(), KernelError> {
+        self.products(
+            x,
+            &mut [Product {
+                w,
+                bias,
+                out,
+                accumulate: false,
+            }],
+        )
+    }
+
+    fn matmul_many(
+        &self,
+        input: MatmulInput<'_, Self>,
+        products: &mut [MatmulProduct<'_, Self>],
+    ) -> Result<(), KernelError> {
+        let x: &CudaActivations = match input {
+            MatmulInput::Rows(x) => x,
+            MatmulInput::RmsNorm {
+                x,
+                weight,
+                eps,
+                out,
+            } => {
+                self.rms_norm(x, weight, eps, out)?;
+                out
+            }
+            MatmulInput::SiluMul { gate, up } => {
+                self.silu_mul(gate, up)?;
+                gate
+            }
+            MatmulInput::GeluMul { gate, up } => {
+                self.gelu_mul(gate, up)?;
+                gate
+            }
+        };
+        let mut own: Vec<Product<'_>> = products
+            .iter_mut()
+            .map(|p| Product {
+                w: p.w,
+                bias: p.bias,
+                out: &mut *p.out,
+                accumulate: p.accumulate,
+            })
+            .collect();
+        self.products(x, &mut own)
+    }
+
+    fn rope(
+        &self,
+        x: &mut CudaActivations,
+        head_dim: usize,
+        positions: &[u32],
+        inv_freq: &[f32],
+        style: RopeStyle,
+    ) -> Result<(), KernelError> {
+        let ok = positions.len() == x.rows
+            && head_dim > 0
+            && head_dim.is_multiple_of(2)
+            && x.cols.is_multiple_of(head_dim)
+            && inv_freq.len() == head_dim / 2;
+        if !ok {
+            return Err(mismatch(
+                "rope",
+                format!(
+                    "x {} with {} positions, heads of {head_dim}, {} frequencies",
+                    x.shape(),
+                    positions.len(),
+                    inv_freq.len()
+                ),
+            ));
+        }
+        if x.len() == 0 {
+            return Ok(());
+        }
+        let (pos, freq) = (self.upload(positions)?, self.upload(inv_freq)?);
+        let width = x.cols;
+        ops_layers::rope(&self.dev, x.buf_mut()?, width, head_dim, &pos, &freq, style)
+            .map_err(device_err)
+    }
+
+    fn attention(
+        &self,
+        layer: usize,
+        shape: AttentionShape,
+        q: &CudaActivations,
+        k: &CudaActivations,
+        v: &CudaActivations,
+        store: &mut CudaKvStore,
+        seqs: &[AttentionRows<'_>],
+        out: &mut CudaActivations,
+    ) -> Result<(), KernelError> {
+        self.attend(layer, shape, q, k, v, store, seqs, out)
+    }
+
+    fn silu_mul(
+        &self,
+        gate: &mut CudaActivations,
+        up: &CudaActivations,
+    ) -> Result<(), KernelError> {
+        same_shape("silu_mul", gate, up)?;
+        self.elementwise(gate, Elementwise::SiluMul(up.buf()?))
+    }
+
+    fn gelu_mul(
+        &self,
+        gate: &mut CudaActivations,
+        up: &CudaActivations,
+    ) -> Result<(), KernelError> {
+        same_shape("gelu_mul", gate, up)?;
+        self.elementwise(gate, Elementwise::GeluMul(up.buf()?))
+    }
+
+    fn scale(&self, x: &mut CudaActivations, factor: f32) -> Result<(), KernelError> {
+        self.elementwise(x, Elementwise::Scale(factor))
+    }
+
+    fn softcap(&self, x: &mut CudaActivations, cap: f32) -> Result<(), KernelError> {
+        self.elementwise(x, Elementwise::Softcap(cap))
+    }
+
+    fn rms_norm_heads(
+        &self,
+        x: &mut CudaActivations,
+        weight: &CudaVector,
+        eps: f32,
+    ) -> Result<(), KernelError> {
+        let head_dim = weight.len();
+        if head_dim == 0 || !x.cols.is_multiple_of(head_dim) {
+            return Err(mismatch(
+                "rms_norm_heads",
+                format!("heads of {head_dim} in rows of {}", x.cols),
+            ));
+        }
+        if x.len() == 0 {
+            return Ok(());
+        }
+        let (rows, heads) = (x.rows, x.cols / head_dim);
+        ops_layers::rms_norm_heads(
+            &self.dev,
+            x.buf_mut()?,
+            &weight.buf,
+            eps,
+            rows,
+            heads,
+            head_dim,
+        )
+        .map_err(device_err)
+    }
+
+    fn add(&self, x: &mut CudaActivations, y: &CudaActivations) -> Result<(), KernelError> {
+        same_shape("add", x, y)?;
+        self.elementwise(x, Elementwise::Add(y.buf()?))
+    }
+
+    fn copy_rows(
+        &self,
+        src: &CudaActivations,
+        rows: Range<usize>,
+        dst: &mut CudaActivations,
+        dst_row: usize,
+    ) -> Result<(), KernelError> {
+        let cols = src.cols;
+        let ok = dst.cols == cols
+            && rows.start <= rows.end
+            && rows.end <= src.rows
+            && dst_row + rows.len() <= dst.rows;
+        if !ok {
+            return Err(mismatch(
+                "copy_rows",
+                format!(
+                    "rows {rows:?} of {} to row {dst_row} of {}",
+                    src.shape(),
+                    dst.shape()
+                ),
+            ));
+        }
+        if rows.is_empty() || cols == 0 {
+            return Ok(());
+        }
+        let from = src.buf()?.slice(rows.start * cols..rows.end * cols);
+        let at = dst_row * cols;
+        let mut to = dst.buf_mut()?.slice_mut(at..at + rows.len() * cols);
+        self.dev
+            .stream()
+            .memcpy_dtod(&from, &mut to)
+            .map_err(driver_err("cuMemcpyDtoD (copy_rows)"))
+    }
+}

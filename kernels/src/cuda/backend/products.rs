@@ -1,0 +1,239 @@
+//! The matmuls: a decode step's few rows through the MMVQ kernels (the
+//! rows quantized to q8_1 once for every product of the call), a prefill's
+//! many rows through cuBLAS against the weights decoded to F16.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use cudarc::cublas::result::gemm_ex;
+use cudarc::cublas::sys::{
+    cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType_t,
+};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, ValidAsZeroBits};
+
+use super::super::memory::DeviceMemory;
+use super::super::ops::{self, MatvecInput};
+use super::super::ops_layers;
+use super::scratch::Scratch;
+use super::tensors::{CudaActivations, CudaMatrix, CudaVector};
+use super::{device_err, driver_err, poisoned, CudaBackend};
+use crate::{DType, KernelError};
+
+/// Rows up to this run the decode kernels (tiles of 8, 4, 2, 1 rows, each
+/// reading the weights once); more decode the weights to F16 once and
+/// multiply with cuBLAS. MMVQ at 32 rows reads the weights four times, the
+/// F16 path writes and reads them at 2 bytes an element: about even for
+/// 4-bit weights. To be tuned by `scripts/gpu-check.sh` on a GPU.
+pub const DECODE_MAX_ROWS: usize = 32;
+
+fn grow<'a, T: DeviceRepr + ValidAsZeroBits>(
+    stream: &Arc<CudaStream>,
+    slot: &'a mut Option<CudaSlice<T>>,
+    len: usize,
+) -> Result<&'a mut CudaSlice<T>, KernelError> {
+    if slot.as_ref().is_none_or(|b| b.len() < len) {
+        *slot = None; // free the old one first
+        *slot = Some(
+            stream
+                .alloc_zeros::<T>(len.max(1))
+                .map_err(driver_err("cuMemAlloc (matmul scratch)"))?,
+        );
+    }
+    slot.as_mut()
+        .ok_or_else(|| KernelError::Device("matmul scratch".into()))
+}
+
+/// One product of a call.
+pub(super) struct Product<'a> {
+    pub w: &'a CudaMatrix,
+    pub bias: Option<&'a CudaVector>,
+    pub out: &'a mut CudaActivations,
+    pub accumulate: bool,
+}
+
+fn check(x: &CudaActivations, p: &Product<'_>) -> Result<(), KernelError> {
+    let ok = x.cols == p.w.cols
+        && p.out.rows == x.rows
+        && p.out.cols == p.w.rows
+        && p.bias.is_none_or(|b| b.len() == p.w.rows);
+    if ok {
+        return Ok(());
+    }
+    Err(KernelError::Shape {
+        op: "matmul",
+        detail: format!(
+            "x {} · W {}×{} into out {}{}",
+            x.shape(),
+            p.w.rows,
+            p.w.cols,
+            p.out.shape(),
+            p.bias
+                .map_or(String::new(), |b| format!(" with a bias of {}", b.len()))
+        ),
+    })
+}
+
+impl CudaBackend {
+    /// Every product of `products` on the rows of `x`.
+    pub(super) fn products(
+        &self,
+        x: &CudaActivations,
+        products: &mut [Product<'_>],
+    ) -> Result<(), KernelError> {
+        for p in products.iter() {
+            check(x, p)?;
+        }
+        if x.rows == 0 || products.is_empty() {
+            return Ok(());
+        }
+        let mut scratch = self
+            .scratch
+            .lock()
+            .map_err(|_| poisoned("matmul scratch"))?;
+        if x.rows <= DECODE_MAX_ROWS {
+            self.decode(x, products, &mut scratch)?;
+        } else {
+            self.prefill(x, products, &mut scratch)?;
+        }
+        for p in products.iter_mut() {
+            if let Some(bias) = p.bias {
+                ops_layers::add_bias(&self.dev, p.out.buf_mut()?, &bias.buf, p.w.rows)
+                    .map_err(device_err)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn decode(
+        &self,
+        x: &CudaActivations,
+        products: &mut [Product<'_>],
+        scratch: &mut Scratch,
+    ) -> Result<(), KernelError> {
+        let (n, k) = (x.rows, x.cols);
+        let xs = x.buf()?;
+        let stream = self.dev.stream();
+        let quantized = products.iter().any(|p| p.w.dtype.is_quantized());
+        if quantized {
+            if !k.is_multiple_of(32) {
+                return Err(KernelError::Shape {
+                    op: "matmul",
+                    detail: format!("quantized weights of rows of {k}, not whole blocks of 32"),
+                });
+            }
+            let q = grow(stream, &mut scratch.q, n * k)?;
+            let ds = grow(stream, &mut scratch.ds, n * k / 16)?;
+            ops::quantize_q8_1(&self.dev, xs, n, k, q, ds).map_err(device_err)?;
+        }
+        for p in products.iter_mut() {
+            let input = match (&scratch.q, &scratch.ds) {
+                (Some(q), Some(ds)) if p.w.dtype.is_quantized() => MatvecInput::Quantized { q, ds },
+                _ => MatvecInput::Float(xs),
+            };
+            let table = self.weights.address();
+            let (dtype, rows) = (p.w.dtype, p.w.rows);
+            let out = p.out.buf_mut()?;
+            ops::matvec(
+                &self.dev,
+                table,
+                p.w.slot(),
+                dtype,
+                input,
+                out,
+                rows,
+                k,
+                n,
+                p.accumulate,
+            )
+            .map_err(device_err)?;
+        }
+        Ok(())
+    }
+
+    fn prefill(
+        &self,
+        x: &CudaActivations,
+        products: &mut [Product<'_>],
+        scratch: &mut Scratch,
+    ) -> Result<(), KernelError> {
+        let (n, k) = (x.rows, x.cols);
+        let xs = x.buf()?;
+        let stream = self.dev.stream();
+        let halves = products.iter().any(|p| p.w.dtype != DType::F32);
+        if halves {
+            let x16 = grow(stream, &mut scratch.x16, n * k)?;
+            ops_layers::to_f16(&self.dev, xs, x16, n * k).map_err(device_err)?;
+        }
+        for p in products.iter_mut() {
+            let (dtype, rows) = (p.w.dtype, p.w.rows);
+            let (a, b, ty) = match dtype {
+                DType::F32 => (
+                    self.memory.address(&p.w.buf),
+                    xs.device_ptr(stream).0,
+                    cudaDataType_t::CUDA_R_32F,
+                ),
+                DType::F16 => (
+                    self.memory.address(&p.w.buf),
+                    address(stream, &scratch.x16)?,
+                    cudaDataType_t::CUDA_R_16F,
+                ),
+                _ => {
+                    let w16 = grow(stream, &mut scratch.w16, rows * k)?;
+                    let table = self.weights.address();
+                    ops::dequant_f16(&self.dev, table, p.w.slot(), dtype, w16, rows, k)
+                        .map_err(device_err)?;
+                    (
+                        w16.device_ptr(stream).0,
+                        address(stream, &scratch.x16)?,
+                        cudaDataType_t::CUDA_R_16F,
+                    )
+                }
+            };
+            let out = p.out.buf_mut()?;
+            let c = out.device_ptr_mut(stream).0;
+            let (alpha, beta) = (1.0f32, if p.accumulate { 1.0f32 } else { 0.0 });
+            let dim = |v: usize| {
+                i32::try_from(v).map_err(|_| KernelError::Shape {
+                    op: "matmul",
+                    detail: format!("{v} exceeds cuBLAS's i32"),
+                })
+            };
+            // Column-major: out (rows × n) = Wᵀ-as-stored (k × rows)ᵀ · x (k × n).
+            // SAFETY: a, b, c address rows·k, n·k and n·rows elements of
+            // the stated types (checked shapes, scratch grown to fit); alpha
+            // and beta are host f32 as the default pointer mode reads them.
+            unsafe {
+                gemm_ex(
+                    *self.blas.handle(),
+                    cublasOperation_t::CUBLAS_OP_T,
+                    cublasOperation_t::CUBLAS_OP_N,
+                    dim(rows)?,
+                    dim(n)?,
+                    dim(k)?,
+                    (&alpha as *const f32).cast::<c_void>(),
+                    a as *const c_void,
+                    ty,
+                    dim(k)?,
+                    b as *const c_void,
+                    ty,
+                    dim(k)?,
+                    (&beta as *const f32).cast::<c_void>(),
+                    c as *mut c_void,
+                    cudaDataType_t::CUDA_R_32F,
+                    dim(rows)?,
+                    cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                    cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                )
+            }
+            .map_err(|e| KernelError::Device(format!("cublasGemmEx: {e:?}")))?;
+        }
+        Ok(())
+    }
+}
+
+/// The device address of a scratch buffer that must exist by now.
+fn address(stream: &CudaStream, buf: &Option<CudaSlice<u16>>) -> Result<u64, KernelError> {
+    buf.as_ref()
+        .map(|b| b.device_ptr(stream).0)
+        .ok_or_else(|| KernelError::Device("matmul scratch missing".into()))
+}

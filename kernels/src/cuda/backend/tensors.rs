@@ -1,0 +1,95 @@
+//! The types [`CudaBackend`](super::CudaBackend) gives the backend trait.
+
+use cudarc::driver::CudaSlice;
+
+use super::super::buffer::CudaMemory;
+use super::super::kv_units::KvUnits;
+use super::super::weight_table::WeightSlot;
+use crate::{DType, KernelError};
+
+/// A weight matrix on the device, in its checkpoint's block layout, with
+/// its slot in the weight table. Fields drop in order: the slot (its entry
+/// zeroed) before the memory it named.
+pub struct CudaMatrix {
+    pub(super) slot: WeightSlot<CudaMemory>,
+    pub(super) buf: CudaSlice<u8>,
+    pub(super) dtype: DType,
+    pub(super) rows: usize,
+    pub(super) cols: usize,
+}
+
+impl CudaMatrix {
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Its slot in the backend's weight table.
+    pub fn slot(&self) -> u32 {
+        self.slot.index()
+    }
+}
+
+/// A small f32 vector on the device.
+pub struct CudaVector {
+    pub(super) buf: CudaSlice<f32>,
+}
+
+impl CudaVector {
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+}
+
+/// `rows × cols` f32 on the device. The trait's `activations` and
+/// `resize` cannot fail, so a failed allocation is kept here (`buf`
+/// `Err`) and named by the first operation that uses it.
+pub struct CudaActivations {
+    pub(super) buf: Result<CudaSlice<f32>, String>,
+    pub(super) rows: usize,
+    pub(super) cols: usize,
+}
+
+impl CudaActivations {
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    pub fn shape(&self) -> String {
+        format!("{}×{}", self.rows, self.cols)
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.rows * self.cols
+    }
+
+    pub(super) fn buf(&self) -> Result<&CudaSlice<f32>, KernelError> {
+        self.buf
+            .as_ref()
+            .map_err(|e| KernelError::Device(e.clone()))
+    }
+
+    pub(super) fn buf_mut(&mut self) -> Result<&mut CudaSlice<f32>, KernelError> {
+        self.buf
+            .as_mut()
+            .map_err(|e| KernelError::Device(e.clone()))
+    }
+}
+
+/// The KV store: the engine's blocks as runs of device units.
+pub type CudaKvStore = KvUnits<CudaMemory>;

@@ -1,0 +1,67 @@
+//! `[cascade]`: at least two distinct models, a known statistic, a log-probability
+//! threshold.
+
+use toml::Spanned;
+
+use super::names::Names;
+use crate::compiled::cascade::{Cascade, Statistic};
+use crate::error::Diagnostics;
+use crate::schema::CascadeEntry;
+
+/// The statistic used when the file names none: Gupta et al. found low quantiles the
+/// most telling.
+const DEFAULT_STATISTIC: Statistic = Statistic::Quantile(1);
+
+pub(super) fn cascade(
+    entry: Option<&Spanned<CascadeEntry>>,
+    names: &Names,
+    diags: &mut Diagnostics,
+) -> Option<Cascade> {
+    let entry = entry?;
+    let e = entry.get_ref();
+    let mut models = Vec::new();
+    for name in e.models.get_ref() {
+        match names.model(name.get_ref()) {
+            Ok(m) if models.contains(&m) => diags.at(
+                name.span(),
+                format!("cascade: model `{}` is listed twice", name.get_ref()),
+            ),
+            Ok(m) => models.push(m),
+            Err(message) => diags.at(name.span(), format!("cascade: {message}")),
+        }
+    }
+    if e.models.get_ref().len() < 2 {
+        diags.at(
+            e.models.span(),
+            "cascade: list at least two models, cheapest first (the first answers, the next takes what it defers)",
+        );
+    }
+    let statistic = match &e.confidence {
+        None => DEFAULT_STATISTIC,
+        Some(name) => Statistic::parse(name.get_ref()).unwrap_or_else(|| {
+            diags.at(
+                name.span(),
+                format!(
+                    "cascade: confidence `{}` is not one of {}",
+                    name.get_ref(),
+                    Statistic::NAMES.join(", ")
+                ),
+            );
+            DEFAULT_STATISTIC
+        }),
+    };
+    let min = *e.min_confidence.get_ref();
+    if !(min.is_finite() && min <= 0.0) {
+        diags.at(
+            e.min_confidence.span(),
+            format!(
+                "cascade: min_confidence is a log-probability (0 or below, e.g. -1.5), got {min}"
+            ),
+        );
+    }
+    Some(Cascade {
+        models,
+        statistic,
+        min_confidence: min,
+    })
+}

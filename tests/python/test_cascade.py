@@ -1,0 +1,162 @@
+"""A `[cascade]` on a real server: SmolLM2-135M answers `auto` first, Gemma 3 270M
+takes what it is unsure of.
+
+- the engine's confidence (the 10% quantile of the answer's token
+  log-probabilities, `x-switchyard-cascade`) equals the one computed from the
+  logprobs the same answer returns to the client;
+- with a threshold below it the answer stands (SmolLM2 answers), with one
+  just above it the request is deferred to Gemma (hot-reloaded policy), and
+  `switchyard_cascade_total` counts both;
+- a streamed `auto` request is answered by SmolLM2 and marked unjudged;
+- `POST /v1/feedback` scores an answer by its response id, once; the score
+  and the answers' confidence show per checkpoint in `/admin/policy`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from serve_process import free_port, running_server
+
+PROMPT = "Name a country in Africa."
+ADMIN_TOKEN = "cascade-admin-token-0123"
+
+
+def policy(min_confidence: float) -> str:
+    return f"""
+[routing]
+allow_anonymous = true
+
+[[models]]
+name = "smol"
+version = "1"
+cost_per_1k_input = 0.0001
+cost_per_1k_output = 0.0002
+quality = 0.4
+context_limit = 2048
+
+[[models]]
+name = "gemma"
+version = "1"
+cost_per_1k_input = 0.0002
+cost_per_1k_output = 0.0004
+quality = 0.6
+context_limit = 2048
+
+[cascade]
+models = ["smol", "gemma"]
+confidence = "p10"
+min_confidence = {min_confidence!r}
+"""
+
+
+@pytest.fixture(scope="module")
+def server(switchyard_bin: Path, smollm2_path: Path, gemma3_path: Path, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cascade")
+    policy_file = tmp / "policy.toml"
+    policy_file.write_text(policy(-1000.0))
+    settings = tmp / "serve.toml"
+    settings.write_text(
+        "threads = 2\nmax_batch = 4\n"
+        f'[[models]]\npath = "{smollm2_path}"\nname = "smol"\nversion = "1"\n'
+        f'[[models]]\npath = "{gemma3_path}"\nname = "gemma"\nversion = "1"\n'
+    )
+    port, admin_port = free_port(), free_port()
+    args = [str(switchyard_bin), "serve", "--config", str(settings), "--policy", str(policy_file),
+            "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin_port}"]
+    with running_server(args, port, env={"SWITCHYARD_ADMIN_TOKEN": ADMIN_TOKEN}):
+        yield f"http://127.0.0.1:{port}", policy_file, f"http://127.0.0.1:{admin_port}"
+
+
+def chat(base: str, **extra) -> tuple[dict, dict]:
+    body = {"model": "auto", "max_tokens": 12, "temperature": 0,
+            "messages": [{"role": "user", "content": PROMPT}], **extra}
+    request = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=300) as r:
+        headers = {k.lower(): v for k, v in r.headers.items()}
+        text = r.read().decode()
+    return headers, (json.loads(text) if not extra.get("stream") else {"sse": text})
+
+
+def p10(logprobs: list[float]) -> float:
+    """Nearest rank, as the engine computes it."""
+    ordered = sorted(logprobs)
+    return ordered[max(1, math.ceil(0.1 * len(ordered))) - 1]
+
+
+def test_an_unsure_answer_goes_to_the_stronger_model(server):
+    base, policy_file, _ = server
+    headers, body = chat(base, logprobs=True)
+    assert headers["x-switchyard-model"] == "smol"
+    verdict = re.fullmatch(r"accepted: p10 (-?\d+\.\d\d) >= -1000\.00 over (\d+) tokens",
+                           headers["x-switchyard-cascade"])
+    assert verdict, headers["x-switchyard-cascade"]
+    tokens = [t["logprob"] for t in body["choices"][0]["logprobs"]["content"]]
+    assert int(verdict.group(2)) == len(tokens) == body["usage"]["completion_tokens"]
+    confidence = float(verdict.group(1))
+    assert abs(confidence - p10(tokens)) <= 0.006, (confidence, p10(tokens))
+
+    # A threshold just above this answer's confidence: the same (greedy) answer is deferred.
+    threshold = round(confidence + 0.05, 2)
+    policy_file.write_text(policy(threshold))
+    deadline = time.time() + 30
+    while True:
+        headers, body = chat(base)
+        if "deferred" in headers.get("x-switchyard-cascade", "") or time.time() > deadline:
+            break
+        time.sleep(0.5)
+    assert headers["x-switchyard-cascade"] == (
+        f"deferred from smol@1: p10 {confidence:.2f} < {threshold:.2f} over {len(tokens)} tokens")
+    assert headers["x-switchyard-model"] == "gemma"
+    assert body["model"] == "gemma@1"
+    assert body["choices"][0]["message"]["content"]
+
+    headers, body = chat(base, stream=True)
+    assert headers["x-switchyard-model"] == "smol"
+    assert headers["x-switchyard-cascade"].startswith("not judged (stream)")
+    assert "data: [DONE]" in body["sse"]
+
+    with urllib.request.urlopen(base + "/metrics", timeout=30) as r:
+        metrics = r.read().decode()
+    for outcome in ("accepted", "deferred", "unjudged"):
+        assert f'switchyard_cascade_total{{model="smol@1",outcome="{outcome}"}}' in metrics, outcome
+
+
+def post(url: str, body: dict) -> tuple[int, dict]:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)
+
+
+def test_feedback_scores_an_answer_once_and_shows_per_checkpoint(server):
+    base, _, admin = server
+    headers, body = chat(base, model="gemma")
+    status, scored = post(base + "/v1/feedback", {"id": body["id"], "score": 0.25})
+    assert status == 200, scored
+    assert (scored["checkpoint"], scored["arm"], scored["score"]) == ("gemma@1", None, 0.25)
+    status, again = post(base + "/v1/feedback", {"id": body["id"], "score": 1})
+    assert status == 409 and again["error"]["param"] == "id", again
+    status, unknown = post(base + "/v1/feedback", {"id": "chatcmpl-nope", "score": 1})
+    assert status == 404 and "no answer `nope`" in unknown["error"]["message"], unknown
+    status, bad = post(base + "/v1/feedback", {"id": body["id"], "score": "good"})
+    assert status == 400, bad
+
+    request = urllib.request.Request(admin + "/admin/policy", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    with urllib.request.urlopen(request, timeout=30) as r:
+        signals = json.load(r)["quality_signals"]
+    gemma = next(s for s in signals if s["checkpoint"] == "gemma@1")
+    assert gemma["feedback"]["n"] == 1 and gemma["feedback"]["mean"] == 0.25
+    assert gemma["confidence"]["n"] >= 1 and gemma["confidence"]["mean"] < 0
