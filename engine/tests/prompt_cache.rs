@@ -5,9 +5,6 @@
 //! with sliding-window layers are not cached.
 #![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
-#[path = "support/devices.rs"]
-#[macro_use]
-mod devices;
 #[path = "support/served.rs"]
 mod served;
 
@@ -24,9 +21,9 @@ use switchyard_engine::serving::{
     SequenceRequest,
 };
 use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
-use switchyard_kernels::Backend;
 use switchyard_kernels::DType;
 use switchyard_kernels::KvType;
+use switchyard_kernels::{on_each_device, Backend};
 
 /// Positions per KV block: the smallest the backend takes, so that the
 /// synthetic model's 256-position context holds several.

@@ -3,21 +3,21 @@
 //! the same forward pass that serves requests.
 //!
 //! ```no_run
-//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use switchyard_engine::eval::{evaluate, EvalOptions, Suite};
 //! use switchyard_engine::formats::load_checkpoint;
 //! use switchyard_engine::model::LlamaModel;
 //! use switchyard_engine::tokenizer::Tokenizer;
-//! use switchyard_kernels::cpu::CpuBackend;
+//! use switchyard_kernels::Backend;
 //!
-//! let checkpoint = load_checkpoint(std::path::Path::new("model.gguf"))?;
-//! let backend = CpuBackend::new(2);
-//! let model = LlamaModel::load(&backend, &checkpoint)?;
-//! let tokenizer = Tokenizer::load(&checkpoint.tokenizer)?;
-//! let suite = Suite::load(std::path::Path::new("evals/arith-mc.jsonl"))?;
-//! let report = evaluate(&backend, &model, &tokenizer, &suite, &EvalOptions::default())?;
-//! println!("acc {:.3} over {} items", report.summary.acc, report.summary.n);
-//! # Ok(()) }
+//! fn score<B: Backend>(backend: &B) -> Result<(), Box<dyn std::error::Error>> {
+//!     let checkpoint = load_checkpoint(std::path::Path::new("model.gguf"))?;
+//!     let model = LlamaModel::load(backend, &checkpoint)?;
+//!     let tokenizer = Tokenizer::load(&checkpoint.tokenizer)?;
+//!     let suite = Suite::load(std::path::Path::new("evals/arith-mc.jsonl"))?;
+//!     let report = evaluate(backend, &model, &tokenizer, &suite, &EvalOptions::default())?;
+//!     println!("acc {:.3} over {} items", report.summary.acc, report.summary.n);
+//!     Ok(())
+//! }
 //! ```
 
 mod cache;
