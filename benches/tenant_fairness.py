@@ -93,12 +93,16 @@ def ttft(c: openai.OpenAI, text: str, max_tokens: int) -> float:
     return first if first is not None else time.perf_counter() - started
 
 
-def generated_tokens(port: int) -> float:
-    """Tokens generated so far, all tenants, from `/metrics`."""
+def counters(port: int) -> tuple[float, float, float]:
+    """Tokens generated so far (all tenants), and the steps' rows and count, from `/metrics`."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
         text = r.read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("switchyard_generated_tokens_total"))
+
+    def total(name: str) -> float:
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith(name + " ") or line.startswith(name + "{"))
+    return (total("switchyard_generated_tokens_total"), total("switchyard_step_rows_sum"),
+            total("switchyard_step_rows_count"))
 
 
 def light_run(port: int, n: int, tag: str) -> list[float]:
@@ -127,10 +131,12 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def measure_once(binary: Path, speculate: str, model: Path, args) -> tuple[list[float], list[float], float]:
+def measure_once(binary: Path, speculate: str, model: Path,
+                 args) -> tuple[list[float], list[float], float, float]:
     """One round of one configuration: the light tenant's TTFTs (ms) alone, then
-    beside, and the tokens per second generated while beside (nearly all the heavy
-    tenant's: the light one asks for 4 a request)."""
+    beside; while beside, the tokens per second generated (nearly all the heavy
+    tenant's: the light one asks for 4 a request) and the mean rows of a step
+    (the step a newcomer may find running: load does not change it)."""
     extra = ["--speculate", speculate, *args.serve_arg]
     with tempfile.TemporaryDirectory() as tmp:
         proc, port = start(binary, model, args.threads, Path(tmp), extra)
@@ -143,9 +149,11 @@ def measure_once(binary: Path, speculate: str, model: Path, args) -> tuple[list[
             heavy = subprocess.Popen([sys.executable, __file__, "--heavy-load", str(port),
                                       "--heavy", str(args.heavy), "--heavy-tokens", str(args.heavy_tokens)])
             time.sleep(3.0)
-            tokens, started = generated_tokens(port), time.perf_counter()
+            before, started = counters(port), time.perf_counter()
             beside = light_run(port, args.light, "beside")
-            rate = (generated_tokens(port) - tokens) / (time.perf_counter() - started)
+            after = counters(port)
+            rate = (after[0] - before[0]) / (time.perf_counter() - started)
+            rows = (after[1] - before[1]) / max(1.0, after[2] - before[2])
             heavy.terminate()
             heavy.wait(timeout=60)
         finally:
@@ -154,11 +162,11 @@ def measure_once(binary: Path, speculate: str, model: Path, args) -> tuple[list[
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 proc.kill()
-    return alone, beside, rate
+    return alone, beside, rate, rows
 
 
 def summarize(binary: Path, speculate: str, alone: list[float], beside: list[float], rates: list[float],
-              args) -> dict:
+              rows: list[float], args) -> dict:
     result = {"binary": str(binary), "speculate": speculate, "serve_args": args.serve_arg,
               "heavy_streams": args.heavy, "heavy_tokens": args.heavy_tokens, "rounds": args.rounds,
               "alone_p50_ms": statistics.median(alone), "alone_p99_ms": pct(alone, 0.99),
@@ -166,6 +174,7 @@ def summarize(binary: Path, speculate: str, alone: list[float], beside: list[flo
     result["ratio_p50"] = result["beside_p50_ms"] / result["alone_p50_ms"]
     result["ratio_p99"] = result["beside_p99_ms"] / result["alone_p99_ms"]
     result["beside_tokens_per_s"] = statistics.mean(rates)
+    result["beside_rows_per_step"] = statistics.mean(rows)
     return result
 
 
@@ -191,27 +200,28 @@ def main() -> None:
     model = args.model or Path(subprocess.run([str(ROOT / "scripts" / "fetch-model.sh")], check=True,
                                               capture_output=True, text=True).stdout.strip().splitlines()[-1])
     configs = [(binary, speculate) for binary in args.switchyard for speculate in args.speculate]
-    samples: dict[tuple[Path, str], tuple[list[float], list[float], list[float]]] = {
-        c: ([], [], []) for c in configs}
+    samples: dict[tuple[Path, str], tuple[list[float], ...]] = {c: ([], [], [], []) for c in configs}
     for round_ in range(args.rounds):
         for binary, speculate in configs:
-            alone, beside, rate = measure_once(binary, speculate, model, args)
+            alone, beside, rate, rows = measure_once(binary, speculate, model, args)
             samples[(binary, speculate)][0].extend(alone)
             samples[(binary, speculate)][1].extend(beside)
             samples[(binary, speculate)][2].append(rate)
+            samples[(binary, speculate)][3].append(rows)
             print(f"round {round_ + 1}: {binary} --speculate {speculate}: alone p50 "
                   f"{statistics.median(alone):.0f} ms, beside p50 {statistics.median(beside):.0f} ms, "
-                  f"{rate:.0f} tok/s beside", file=sys.stderr, flush=True)
+                  f"{rate:.0f} tok/s and {rows:.0f} rows a step beside", file=sys.stderr, flush=True)
     results = [summarize(binary, speculate, *samples[(binary, speculate)], args) for binary, speculate in configs]
     for r in results:
         print(json.dumps(r))
     print(f"\n| binary | speculate | alone p50 / p99 ms | beside {args.heavy} heavy streams p50 / p99 ms "
-          f"| ratio p50 / p99 | tok/s beside |")
-    print("|---|---|---|---|---|---|")
+          f"| ratio p50 / p99 | tok/s beside | rows a step beside |")
+    print("|---|---|---|---|---|---|---|")
     for r in results:
         print(f"| {r['binary']} | {r['speculate']} | {r['alone_p50_ms']:.0f} / {r['alone_p99_ms']:.0f} | "
               f"{r['beside_p50_ms']:.0f} / {r['beside_p99_ms']:.0f} | "
-              f"{r['ratio_p50']:.2f}x / {r['ratio_p99']:.2f}x | {r['beside_tokens_per_s']:.0f} |")
+              f"{r['ratio_p50']:.2f}x / {r['ratio_p99']:.2f}x | {r['beside_tokens_per_s']:.0f} | "
+              f"{r['beside_rows_per_step']:.0f} |")
 
 
 if __name__ == "__main__":
