@@ -13,6 +13,7 @@ use super::choice::Claim;
 use super::fair;
 use super::queue::{SequenceEvent, SequenceTask, Waiting};
 use super::sequence::Sequence;
+use super::step_room;
 use super::tenant_cap::TenantKv;
 use crate::kv::admission::{self as kv_admission, NoCache};
 use crate::kv::prefix_cache::{Found, PrefixCache};
@@ -427,9 +428,10 @@ impl<B: Backend> Group<B> {
     }
 
     /// The tokens each sequence runs next step: one for each decoding
-    /// sequence, then prompt chunks in arrival order within the step budget.
-    /// While a tenant below its share has a prompt to run, only that
-    /// tenant's sequences run (`fair::step_for`).
+    /// sequence, then prompt chunks in arrival order within the step budget,
+    /// smaller while many rows decode (`step_room.rs`). While a tenant below
+    /// its share has a prompt to run, only that tenant's sequences run
+    /// (`fair::step_for`).
     pub(super) fn plan(&self, max_step_tokens: usize) -> Vec<Option<Range<usize>>> {
         let only = fair::step_for(self.active.iter().map(|s| (&s.share, s.is_decoding())));
         let runs = |i: usize| only.as_ref().is_none_or(|mask| mask.get(i) == Some(&true));
@@ -441,7 +443,7 @@ impl<B: Backend> Group<B> {
         // group's smaller share decodes plainly.
         let verify = drafted <= max_step_tokens.max(1);
         let decode_rows = if verify { drafted } else { plain };
-        let mut budget = max_step_tokens.max(1).saturating_sub(decode_rows);
+        let mut budget = step_room::prompt_room(max_step_tokens, decode_rows);
         self.active
             .iter()
             .enumerate()

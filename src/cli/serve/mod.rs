@@ -125,7 +125,8 @@ pub struct ServeArgs {
     /// server answers 429 with Retry-After [default: 256].
     #[arg(long)]
     pub max_queue: Option<usize>,
-    /// Tokens one forward step runs at most (prompt chunks and decode rows) [default: 256].
+    /// Tokens one forward step runs at most (prompt chunks and decode rows) [default: 256];
+    /// from a sixteenth of it in decode rows, a step runs at most a quarter of it.
     #[arg(long)]
     pub max_step_tokens: Option<usize>,
     /// Turn off the prompt cache (on by default: full 32-token blocks of
