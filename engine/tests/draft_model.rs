@@ -79,7 +79,10 @@ fn served(backend: &CpuBackend, path: &Path, draft: Option<&Path>) -> Checkpoint
     Arc::new(served)
 }
 
-fn request(prompt: Vec<u32>, max_tokens: usize) -> (SequenceRequest, mpsc::Receiver<SequenceEvent>) {
+fn request(
+    prompt: Vec<u32>,
+    max_tokens: usize,
+) -> (SequenceRequest, mpsc::Receiver<SequenceEvent>) {
     let (sender, receiver) = mpsc::channel();
     let request = SequenceRequest {
         prompt,
@@ -165,14 +168,28 @@ fn greedy_output_with_a_draft_model_is_plain_decoding() {
     .collect();
     let plain_checkpoint = served(&backend, &target, None);
     let none = Arc::new(Counts::default());
-    let plain = outputs(&backend, &plain_checkpoint, Speculation::Off, &prompts, 1, &none);
+    let plain = outputs(
+        &backend,
+        &plain_checkpoint,
+        Speculation::Off,
+        &prompts,
+        1,
+        &none,
+    );
     assert!(plain.iter().all(|ids| ids.len() == 40));
     for (name, draft) in [("close", &close), ("other", &other)] {
         let checkpoint = served(&backend, &target, Some(draft));
         for together in [1, 2] {
             let counts = Arc::new(Counts::default());
             let speculation = Speculation::Draft { max_draft: 6 };
-            let drafted = outputs(&backend, &checkpoint, speculation, &prompts, together, &counts);
+            let drafted = outputs(
+                &backend,
+                &checkpoint,
+                speculation,
+                &prompts,
+                together,
+                &counts,
+            );
             assert_eq!(drafted, plain, "{name} draft, {together} at once");
             let drafted_tokens = counts.drafted.load(Ordering::Relaxed);
             let accepted = counts.accepted.load(Ordering::Relaxed);

@@ -231,7 +231,14 @@ fn generate<B: Backend>(backend: &B, args: GenerateArgs) -> anyhow::Result<()> {
         if let (Some((run, scratch)), Some(draft_model), true) =
             (draft_run.as_mut(), &draft_model, draft.is_empty())
         {
-            run.draft(backend, &draft_model.model, scratch, &history, wanted, &mut draft)?;
+            run.draft(
+                backend,
+                &draft_model.model,
+                scratch,
+                &history,
+                wanted,
+                &mut draft,
+            )?;
         }
         rows = if draft.is_empty() {
             session.feed(&[last], LogitRows::Last)?

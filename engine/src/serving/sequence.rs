@@ -189,7 +189,12 @@ impl<B: Backend> Sequence<B> {
     /// an optimisation, never a reason to fail the sequence.
     fn draft_from_model(&mut self, drafter: &mut ModelDrafter<'_, B>, wanted: usize) {
         if self.draft_run.is_none() {
-            let made = DraftRun::new(drafter.backend, drafter.blocks, drafter.model, self.capacity);
+            let made = DraftRun::new(
+                drafter.backend,
+                drafter.blocks,
+                drafter.model,
+                self.capacity,
+            );
             match made {
                 Ok(run) => self.draft_run = Some(run),
                 Err(e) => {

@@ -180,7 +180,11 @@ impl<B: Backend> DraftRun<B> {
                 tokens: piece,
                 start_pos: start,
                 table: self.kv.prepare(backend, start..start + piece.len())?,
-                logits: if last { LogitRows::Last } else { LogitRows::None },
+                logits: if last {
+                    LogitRows::Last
+                } else {
+                    LogitRows::None
+                },
             }];
             let logits = model.forward(backend, &mut blocks.lock(), &mut chunk, scratch)?;
             self.fed.extend_from_slice(piece);
