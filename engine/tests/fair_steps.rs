@@ -6,9 +6,6 @@
 //! executor's observer.
 #![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
-#[path = "support/devices.rs"]
-#[macro_use]
-mod devices;
 #[path = "support/served.rs"]
 mod served;
 
@@ -24,7 +21,7 @@ use switchyard_engine::serving::{
 };
 use switchyard_engine::speculate::Speculation;
 use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
-use switchyard_kernels::{Backend, DType, KvType};
+use switchyard_kernels::{on_each_device, Backend, DType, KvType};
 use switchyard_seam::{CacheScope, TenantShare};
 
 /// The heavy tenant's decoding sequences.
@@ -95,6 +92,7 @@ fn request(
         constraint: None,
         cache_scope: CacheScope::default(),
         share: TenantShare::new(tenant, 1),
+        task: Default::default(),
     }
 }
 
@@ -105,6 +103,7 @@ fn finish(rx: &mpsc::Receiver<SequenceEvent>) -> FinishReason {
             SequenceEvent::Token(_) => {}
             SequenceEvent::Done { finish_reason, .. } => return finish_reason,
             SequenceEvent::Error(e) => panic!("the sequence failed: {e}"),
+            SequenceEvent::Embedding { .. } => panic!("a generation reported an embedding"),
         }
     }
 }

@@ -702,7 +702,7 @@ impl<B: Backend> Scheduler<B> {
         let allowed = self.config.speculation != Speculation::Off
             && speculate::drafts_pay(decoding, prefilling, waiting);
         for group in &mut self.groups {
-            group.draft(allowed, budget);
+            group.draft(allowed, budget, &self.backend, &self.blocks);
         }
     }
 

@@ -12,13 +12,13 @@ use super::checkpoint::CheckpointHandle;
 use super::choice::Claim;
 use super::fair;
 use super::queue::{SequenceEvent, SequenceTask, Waiting};
-use super::sequence::Sequence;
+use super::sequence::{Drafter, ModelDrafter, Sequence};
 use super::step_room;
 use super::tenant_cap::TenantKv;
 use crate::kv::admission::{self as kv_admission, NoCache};
 use crate::kv::prefix_cache::{Found, PrefixCache};
 use crate::kv::{KvBlocks, KvError, SharedBlock};
-use crate::model::SequenceChunk;
+use crate::model::{Scratch, SequenceChunk};
 use crate::speculate::{Ngram, Speculation};
 use crate::structured::mask_rows;
 
@@ -61,6 +61,8 @@ pub(super) struct Group<B: Backend> {
     last_run: Instant,
     /// Whether its sequences speculate, and how.
     speculation: Speculation,
+    /// The draft model's activation buffers (made on its first draft).
+    draft_scratch: Option<Scratch<B>>,
 }
 
 impl<B: Backend> Group<B> {
@@ -75,6 +77,7 @@ impl<B: Backend> Group<B> {
             active: Vec::new(),
             last_run: since,
             speculation,
+            draft_scratch: None,
         }
     }
 
@@ -87,12 +90,33 @@ impl<B: Backend> Group<B> {
     /// Drafts each decoding sequence's tokens for the next step when
     /// `allowed` (see `speculate`), within `rows` rows of the step for
     /// this group's decoding sequences; clears last step's drafts otherwise.
-    pub(super) fn draft(&mut self, allowed: bool, rows: usize) {
+    /// Drafts come from prompt lookup and, where the checkpoint has one,
+    /// its draft model (`Speculation` says which).
+    pub(super) fn draft(
+        &mut self,
+        allowed: bool,
+        rows: usize,
+        backend: &B,
+        blocks: &Arc<KvBlocks<B>>,
+    ) {
         let decoding = self.active.iter().filter(|s| s.is_decoding()).count();
         let room = (rows / decoding.max(1)).saturating_sub(1);
-        let drafter = Ngram::default();
+        let draft_model = (self.checkpoint.draft.as_ref())
+            .filter(|_| allowed && self.speculation.uses_draft_model());
+        let model = draft_model.map(|draft| ModelDrafter {
+            backend,
+            model: &draft.model,
+            blocks,
+            scratch: self
+                .draft_scratch
+                .get_or_insert_with(|| draft.model.new_scratch(backend)),
+        });
+        let mut drafter = Drafter {
+            ngram: self.speculation.looks_up().then(Ngram::default),
+            model,
+        };
         for sequence in &mut self.active {
-            sequence.draft(allowed, &drafter, room);
+            sequence.draft(allowed, &mut drafter, room);
         }
     }
 

@@ -15,6 +15,7 @@
 //! version = "1"             # optional: "1" by default
 //! chat_template = "gemma"   # optional: a known name, a Jinja file or "auto"
 //! ctx_size = 4096           # optional: the context window (default: the trained one)
+//! draft = "/models/small.gguf" # optional: a draft model of the same tokenizer
 //! ```
 
 use std::net::SocketAddr;
@@ -94,6 +95,9 @@ pub struct ModelEntry {
     /// folder or a GGUF adapter); `parent` names the base model it is for.
     pub adapter: Option<PathBuf>,
     pub parent: Option<String>,
+    /// A smaller model of the same tokenizer that drafts tokens for this
+    /// one (speculative decoding).
+    pub draft: Option<PathBuf>,
 }
 
 impl ModelEntry {
@@ -113,6 +117,7 @@ impl ModelEntry {
                     .clone()
                     .unwrap_or_else(|| default_name(&self.path)),
             }),
+            draft: self.draft.clone(),
         }
     }
 
@@ -160,6 +165,7 @@ impl ModelEntry {
             ctx_size: base.ctx_size,
             adapter: Some(PathBuf::from(path)),
             parent: Some(base.served_name()),
+            draft: None,
         })
     }
 

@@ -28,6 +28,7 @@ use anyhow::Context;
 use switchyard_engine::kv::{default_budget, KvConfig};
 use switchyard_engine::registry::Registry;
 use switchyard_engine::serving::{Executor, ExecutorConfig};
+use switchyard_engine::speculate::Speculation;
 use switchyard_engine::Engine;
 use switchyard_kernels::kv::{check_block_positions, DEFAULT_BLOCK_POSITIONS};
 use switchyard_kernels::{Backend, KvType};
@@ -78,6 +79,12 @@ pub struct ServeArgs {
     /// most the model's trained context [default: the trained context].
     #[arg(long = "ctx-size")]
     pub ctx_sizes: Vec<usize>,
+    /// A draft model for the --model at the same position (repeat as
+    /// --model): a smaller GGUF file or Hugging Face folder of the same
+    /// tokenizer whose greedy tokens the model verifies (speculative
+    /// decoding, see --speculate; the output is the model's own).
+    #[arg(long = "draft-model", value_name = "PATH")]
+    pub draft_models: Vec<PathBuf>,
     /// An API key clients must send as `Authorization: Bearer KEY` on /v1/
     /// requests (repeat for several); for deployments without tenants (a
     /// --policy gives tenants their own keys). Probes and /metrics stay open.
@@ -293,6 +300,7 @@ fn settings(args: ServeArgs) -> anyhow::Result<Settings> {
     for (flag, count) in [
         ("--chat-template", args.chat_templates.len()),
         ("--ctx-size", args.ctx_sizes.len()),
+        ("--draft-model", args.draft_models.len()),
     ] {
         if count > args.models.len().max(1) {
             anyhow::bail!(
@@ -313,6 +321,7 @@ fn settings(args: ServeArgs) -> anyhow::Result<Settings> {
             ctx_size: args.ctx_sizes.get(i).copied(),
             adapter: None,
             parent: None,
+            draft: args.draft_models.get(i).cloned(),
         })
         .collect();
     if models.is_empty() {
@@ -328,7 +337,15 @@ fn settings(args: ServeArgs) -> anyhow::Result<Settings> {
             ctx_size: args.ctx_sizes.first().copied(),
             adapter: None,
             parent: None,
+            draft: args.draft_models.first().cloned(),
         });
+    }
+    let speculation = args.speculate.speculation()?;
+    if matches!(speculation, Speculation::Draft { .. })
+        && repo.is_none()
+        && models.iter().all(|m| m.draft.is_none())
+    {
+        anyhow::bail!("--speculate draft needs a --draft-model (or a model entry's `draft`)");
     }
     for spec in &args.loras {
         let entry = ModelEntry::lora(spec, &models)?;
@@ -368,7 +385,7 @@ fn settings(args: ServeArgs) -> anyhow::Result<Settings> {
                 .max(1),
             prompt_cache: !args.no_prompt_cache,
             kv,
-            speculation: args.speculate.speculation()?,
+            speculation,
         },
         max_queue,
         drain: Duration::from_secs(args.drain_seconds.or(file.drain_seconds).unwrap_or(30)),

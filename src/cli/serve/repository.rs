@@ -114,6 +114,7 @@ impl RepositoryWatch {
                     chat_template: model.chat_template.clone(),
                     ctx_size: model.ctx_size,
                     adapter: None,
+                    draft: None,
                 },
             );
         }
