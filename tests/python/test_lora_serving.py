@@ -434,7 +434,7 @@ def test_the_budget_evicts_least_recently_used_idle_adapters(repo_server):
     # big and rnd@2 (~10 MB each) cannot both stay under 16 MiB: each request for one evicted the other.
     assert listing["evictions"] >= before + 3, listing
     families = scrape(served.base)
-    (_, evictions), = families["switchyard_lora_evictions_total"]
+    (_, evictions), = families["switchyard_lora_evictions"]  # the parser drops `_total`
     assert evictions == listing["evictions"]
     (_, held), = families["switchyard_lora_resident_bytes"]
     (_, budget), = families["switchyard_lora_budget_bytes"]
