@@ -23,9 +23,9 @@ mod versions;
 
 pub use error::{RegistryError, RegistryErrorKind};
 pub use live::LiveSlot;
+pub use registration::AdapterRegistration;
 pub use residency::{eviction_order, EvictionCandidate};
 pub use status::{
     AdapterStatus, AdapterUsage, MemoryStatus, ModelStatus, RoutingState, Tier, VersionStatus,
 };
-pub use registration::AdapterRegistration;
 pub use versions::{LoadReport, Registry, RegistryObserver};

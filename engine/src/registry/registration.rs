@@ -79,7 +79,9 @@ mod tests {
         assert!(err.message.contains("`name`"), "{}", err.message);
         let err = registration("ok", "relative/x").check().unwrap_err();
         assert!(err.message.contains("absolute"), "{}", err.message);
-        let err = registration("ok", "/no/such/adapter/here").check().unwrap_err();
+        let err = registration("ok", "/no/such/adapter/here")
+            .check()
+            .unwrap_err();
         assert!(err.message.contains("does not exist"), "{}", err.message);
         assert!(registration("ok", "/").check().is_ok());
     }

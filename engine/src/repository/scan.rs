@@ -426,7 +426,10 @@ fn drop_adapter_name_clashes(
     let mut owners: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for m in models.iter() {
         for a in &m.adapters {
-            owners.entry(a.name.clone()).or_default().push(m.name.clone());
+            owners
+                .entry(a.name.clone())
+                .or_default()
+                .push(m.name.clone());
         }
     }
     let taken = |n: &str| {

@@ -66,16 +66,20 @@ fn parse(body: &[u8]) -> Result<AdapterRequest, AdminApiError> {
     let value: Value = serde_json::from_slice(body).map_err(|e| {
         bad(
             "body",
-            format!(
-                "is not JSON ({e}); send {{\"name\": ..., \"base\": ..., \"path\": ...}}"
-            ),
+            format!("is not JSON ({e}); send {{\"name\": ..., \"base\": ..., \"path\": ...}}"),
         )
     })?;
     let Value::Object(fields) = value else {
-        return Err(bad("body", "must be a JSON object with name, base and path"));
+        return Err(bad(
+            "body",
+            "must be a JSON object with name, base and path",
+        ));
     };
     if let Some(unknown) = fields.keys().find(|k| !FIELDS.split(", ").any(|f| f == *k)) {
-        return Err(bad(unknown, format!("unknown field; the fields are {FIELDS}")));
+        return Err(bad(
+            unknown,
+            format!("unknown field; the fields are {FIELDS}"),
+        ));
     }
     let text = |field: &str, default: Option<&str>| -> Result<String, AdminApiError> {
         match (fields.get(field), default) {
@@ -121,16 +125,24 @@ mod tests {
         assert_eq!(param(r#"{"name": 3, "base": "b", "path": "/p"}"#), "name");
         assert_eq!(param(r#"{"name": "a", "path": "/p"}"#), "base");
         assert_eq!(param(r#"{"name": "a", "base": "b"}"#), "path");
-        assert_eq!(param(r#"{"name": "a", "base": "b", "path": "/p", "activate": "yes"}"#), "activate");
-        assert_eq!(param(r#"{"name": "a", "base": "b", "path": "/p", "rank": 8}"#), "rank");
+        assert_eq!(
+            param(r#"{"name": "a", "base": "b", "path": "/p", "activate": "yes"}"#),
+            "activate"
+        );
+        assert_eq!(
+            param(r#"{"name": "a", "base": "b", "path": "/p", "rank": 8}"#),
+            "rank"
+        );
     }
 
     #[test]
     fn defaults_fill_version_and_activate() {
         let r = parse(br#"{"name": "a", "base": "b", "path": "/p"}"#).unwrap();
         assert_eq!((r.version.as_str(), r.activate), ("1", true));
-        let r = parse(br#"{"name": "a", "base": "b", "path": "/p", "version": "2", "activate": false}"#)
-            .unwrap();
+        let r = parse(
+            br#"{"name": "a", "base": "b", "path": "/p", "version": "2", "activate": false}"#,
+        )
+        .unwrap();
         assert_eq!((r.version.as_str(), r.activate), ("2", false));
     }
 }

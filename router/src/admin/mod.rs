@@ -20,8 +20,8 @@
 //! to configure.
 
 pub mod activity;
-mod adapters;
 pub mod activity_log;
+mod adapters;
 mod auth;
 pub mod console;
 mod error;

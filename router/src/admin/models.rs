@@ -98,7 +98,9 @@ pub(crate) async fn rollback(
     respond(blocking(models, move |m| m.rollback(&model)).await)
 }
 
-pub(crate) fn respond(result: Result<Result<serde_json::Value, AdminError>, AdminApiError>) -> Response {
+pub(crate) fn respond(
+    result: Result<Result<serde_json::Value, AdminError>, AdminApiError>,
+) -> Response {
     match result {
         Ok(Ok(value)) => Json(value).into_response(),
         Ok(Err(error)) => AdminApiError::Model(error).into_response(),

@@ -132,7 +132,13 @@ mod tests {
     use super::*;
     use switchyard_engine::registry::AdapterStatus;
 
-    fn adapter(name: &str, resident: bool, bytes: u64, running: usize, waiting: usize) -> AdapterStatus {
+    fn adapter(
+        name: &str,
+        resident: bool,
+        bytes: u64,
+        running: usize,
+        waiting: usize,
+    ) -> AdapterStatus {
         AdapterStatus {
             name: name.into(),
             version: "1".into(),
@@ -170,8 +176,14 @@ mod tests {
             "{out}"
         );
         assert!(out.contains("switchyard_lora_budget_bytes 300\n"), "{out}");
-        assert!(out.contains("switchyard_lora_resident_bytes 300\n"), "{out}");
-        assert!(out.contains("switchyard_lora_resident_adapters 3\n"), "{out}");
+        assert!(
+            out.contains("switchyard_lora_resident_bytes 300\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("switchyard_lora_resident_adapters 3\n"),
+            "{out}"
+        );
         assert!(out.contains("switchyard_lora_evictions_total 3\n"), "{out}");
     }
 }

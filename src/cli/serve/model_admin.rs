@@ -8,8 +8,8 @@ use serde_json::{json, Value};
 use switchyard_router::admin::{AdapterRequest, AdminError, AdminErrorKind, ModelAdmin};
 
 use super::admin_error::admin_error;
-use super::{adapter_admin, quality_gate};
 use super::repository::RepositoryWatch;
+use super::{adapter_admin, quality_gate};
 use switchyard_engine::Engine;
 use switchyard_kernels::Backend;
 
@@ -26,7 +26,6 @@ impl<B: Backend> EngineAdmin<B> {
         EngineAdmin { engine, repository }
     }
 }
-
 
 impl<B: Backend> ModelAdmin for EngineAdmin<B> {
     fn cache(&self) -> Value {

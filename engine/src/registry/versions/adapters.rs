@@ -78,10 +78,8 @@ impl<B: Backend> Registry<B> {
             self.register_adapter(&asked.name, &asked.version, &base_path, source);
             if created {
                 // The base's chat template and context window, not its adapter.
-                let options = options.map(|o| crate::serving::CheckpointOptions {
-                    adapter: None,
-                    ..o
-                });
+                let options =
+                    options.map(|o| crate::serving::CheckpointOptions { adapter: None, ..o });
                 self.configure(&asked.name, options.unwrap_or_default());
             }
             created
@@ -112,11 +110,7 @@ impl<B: Backend> Registry<B> {
         let models = self.read();
         let (name, base) = models
             .get_key_value(&asked.base)
-            .or_else(|| {
-                models
-                    .iter()
-                    .find(|(_, m)| m.aliases.iter().any(|a| *a == asked.base))
-            })
+            .or_else(|| models.iter().find(|(_, m)| m.aliases.contains(&asked.base)))
             .ok_or_else(|| unknown_model(&asked.base))?;
         let active = base.active.as_deref().and_then(|v| base.slot(v));
         let Some(slot) = active.filter(|s| base.adapter_of(s).is_none()) else {
@@ -226,7 +220,10 @@ impl<B: Backend> Registry<B> {
 
     /// [`Registry::resolve_spec`], loading again an adapter version the
     /// budget evicted. Blocks while it loads.
-    pub fn resolve_reloading(&self, spec: &ModelSpec) -> Result<CheckpointHandle<B>, RegistryError> {
+    pub fn resolve_reloading(
+        &self,
+        spec: &ModelSpec,
+    ) -> Result<CheckpointHandle<B>, RegistryError> {
         let error = match self.resolve_spec(spec) {
             Ok(handle) => return Ok(handle),
             Err(error) => error,
@@ -242,7 +239,11 @@ impl<B: Backend> Registry<B> {
         let Some(version) = evicted else {
             return Err(error);
         };
-        tracing::info!(adapter = spec.name(), version, "reloading an evicted adapter for a request");
+        tracing::info!(
+            adapter = spec.name(),
+            version,
+            "reloading an evicted adapter for a request"
+        );
         self.load(spec.name(), &version)?;
         self.resolve_spec(spec)
     }
@@ -267,7 +268,9 @@ impl<B: Backend> Registry<B> {
                     path: source.path.display().to_string(),
                     active: model.active.as_deref() == Some(slot.version.as_str()),
                     resident: handle.is_some(),
-                    bytes: handle.and_then(|h| h.adapter.as_ref()).map_or(0, |a| a.bytes()),
+                    bytes: handle
+                        .and_then(|h| h.adapter.as_ref())
+                        .map_or(0, |a| a.bytes()),
                     running: handle.map_or(0, |h| h.demand().saturating_sub(h.queued())),
                     waiting: handle.map_or(0, |h| h.queued()),
                     idle_ms: handle.map_or(0, |h| millis(h.idle_for())),
