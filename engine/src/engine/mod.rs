@@ -67,8 +67,20 @@ impl<B: Backend> Engine<B> {
     }
 
     /// The resident version `spec` (a name, an alias or one checkpoint) names now.
+    /// An adapter the adapter budget evicted is loaded again here, off the
+    /// async workers' hot path when the runtime allows it.
     fn resolve(&self, spec: &ModelSpec) -> Result<CheckpointHandle<B>, BackendError> {
-        self.registry.resolve_spec(spec).map_err(|e| match e.kind {
+        let reload = || self.registry.resolve_reloading(spec);
+        let multi_thread = || {
+            tokio::runtime::Handle::try_current()
+                .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+        };
+        let resolved = match self.registry.resolve_spec(spec) {
+            Ok(handle) => Ok(handle),
+            Err(_) if multi_thread() => tokio::task::block_in_place(reload),
+            Err(_) => reload(),
+        };
+        resolved.map_err(|e| match e.kind {
             RegistryErrorKind::NotFound => BackendError::UnknownModel {
                 model: spec.to_string(),
             },

@@ -7,6 +7,7 @@
 //! max_queue = 256
 //! max_step_tokens = 256
 //! ram_budget_mb = 2048      # resident tensors, shared ones counted once
+//! lora_budget_mb = 64       # resident LoRA adapters; LRU idle ones evicted past it
 //! # repo = "/models"        # a model repository instead of [[models]]
 //!
 //! [[models]]
@@ -51,6 +52,8 @@ pub struct ServeFile {
     pub drain_seconds: Option<u64>,
     /// RAM for resident checkpoint tensors, in MiB.
     pub ram_budget_mb: Option<u64>,
+    /// MiB for resident LoRA adapters (see `--lora-budget-mb`).
+    pub lora_budget_mb: Option<u64>,
     /// A model repository folder to serve instead of `[[models]]`.
     pub repo: Option<PathBuf>,
     #[serde(default)]

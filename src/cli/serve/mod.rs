@@ -7,11 +7,14 @@
 //! SIGTERM/SIGINT, then drains in-flight requests for at most
 //! `--drain-seconds`.
 
+mod adapter_admin;
+mod admin_error;
 mod config;
 mod engine_metrics;
 #[cfg(test)]
 mod kv_type_tests;
 mod ledger;
+mod lora_metrics;
 mod model_admin;
 mod policy;
 mod pool_metrics;
@@ -101,6 +104,11 @@ pub struct ServeArgs {
     /// once); loading beyond it evicts idle non-active versions [default: no limit].
     #[arg(long)]
     pub ram_budget_mb: Option<u64>,
+    /// MiB for resident LoRA adapters (their A and B matrices): loading one
+    /// past it evicts the least recently used adapters no request is using;
+    /// a request for an evicted adapter loads it again [default: no limit].
+    #[arg(long)]
+    pub lora_budget_mb: Option<u64>,
     /// Where the kernels run: cpu, or cuda[:N] (GPU N; a build with
     /// `--features cuda`) [default: cpu].
     #[arg(long)]
@@ -183,6 +191,7 @@ struct Settings {
     max_queue: usize,
     drain: Duration,
     ram_budget: Option<u64>,
+    lora_budget: Option<u64>,
     repo: Option<PathBuf>,
     models: Vec<ModelEntry>,
 }
@@ -393,6 +402,10 @@ fn settings(args: ServeArgs) -> anyhow::Result<Settings> {
             .ram_budget_mb
             .or(file.ram_budget_mb)
             .map(|mb| mb.saturating_mul(1024 * 1024)),
+        lora_budget: args
+            .lora_budget_mb
+            .or(file.lora_budget_mb)
+            .map(|mb| mb.saturating_mul(1024 * 1024)),
         repo,
         models,
     })
@@ -489,6 +502,9 @@ impl OnDevice for StartEngine<'_> {
         switchyard_router::metrics::add_scrape_source(Arc::new(pool_metrics::PoolMetrics::new(
             engine.clone(),
         )));
+        switchyard_router::metrics::add_scrape_source(Arc::new(lora_metrics::LoraMetrics::new(
+            engine.clone(),
+        )));
         let admin = Arc::new(model_admin::EngineAdmin::new(engine.clone(), repository));
         Ok((engine, admin))
     }
@@ -517,6 +533,7 @@ fn start_engine<B: Backend>(
     let registry_metrics = RegistryMetrics::new();
     let registry = Arc::new(
         Registry::new(backend.clone(), settings.ram_budget)
+            .with_adapter_budget(settings.lora_budget)
             .with_kv_format(kv_format)
             .with_observer(registry_metrics.clone()),
     );
