@@ -246,6 +246,11 @@ pub trait Backend: Send + Sync + 'static {
     fn end_step(&self) -> Result<(), KernelError> {
         Ok(())
     }
+    /// The step failed before [`Backend::end_step`]: whatever it recorded
+    /// is dropped. The engine runs a failed keyed step once more without a
+    /// key (a replayed or captured step launched nothing; an eager one's
+    /// writes are the same the second time).
+    fn abort_step(&self) {}
 
     // --- operations -------------------------------------------------------
 
