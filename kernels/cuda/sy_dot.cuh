@@ -35,9 +35,10 @@ SY_HD int sy_qa4(const int8_t *qa, int i) {
 }
 
 // Four weight bytes at p, which the block layout puts on a 4-byte boundary
-// (Q4_K/Q5_K quants at 16 and 48 of 144- and 176-byte blocks, Q2_K's at 16
-// of 84, IQ4_XS's at 8 of 136; rows start 256-aligned): one 32-bit load on
-// the device instead of four byte loads.
+// (Q2_K's quants at 16 of 84-byte blocks, IQ4_XS's at 8 of 136; rows start
+// 256-aligned): one 32-bit load on the device instead of four byte loads.
+// (Q4_K/Q5_K keep their byte loads: with word loads their eight-row
+// kernels spill on sm_90.)
 SY_HD uint32_t sy_w4(const uint8_t *p) {
 #if defined(__CUDA_ARCH__)
   return *(const uint32_t *)p;
@@ -136,8 +137,8 @@ SY_HD float sy_dot_block(int t, const uint8_t *row, int b, const int8_t *qa, flo
       const uint8_t *qs = w + (t == SY_Q4_K ? SY_Q4K_QS : SY_Q5K_QS) + 32 * (sub / 2);
       int shift = 4 * (sub & 1), acc = 0;
       for (int i = 0; i < 8; i++) {
-        uint32_t q = (sy_w4(qs + 4 * i) >> shift) & 0x0F0F0F0Fu;
-        if (t == SY_Q5_K) q |= ((sy_w4(w + SY_Q5K_QH + 4 * i) >> sub) & 0x01010101u) << 4;
+        uint32_t q = (sy_u32(qs + 4 * i) >> shift) & 0x0F0F0F0Fu;
+        if (t == SY_Q5_K) q |= ((sy_u32(w + SY_Q5K_QH + 4 * i) >> sub) & 0x01010101u) << 4;
         acc = sy_dp4a((int)q, sy_qa4(qa, i), acc);
       }
       float scale = SY_MUL(sy_f16_at(w), (float)sc);
