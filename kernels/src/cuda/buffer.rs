@@ -49,7 +49,7 @@ impl DeviceMemory for CudaMemory {
     type Buffer = CudaSlice<u8>;
 
     fn alloc(&self, bytes: usize) -> Result<CudaSlice<u8>, CudaError> {
-        self.gate.pass();
+        let _pass = self.gate.pass();
         self.stream
             .alloc_zeros::<u8>(bytes.max(1))
             .map_err(|e| match e.0 {
@@ -63,7 +63,7 @@ impl DeviceMemory for CudaMemory {
 
     fn write(&self, buf: &mut CudaSlice<u8>, offset: usize, data: &[u8]) -> Result<(), CudaError> {
         let r = range(buf, offset, data.len())?;
-        self.gate.pass();
+        let _pass = self.gate.pass();
         let mut view = buf.slice_mut(r);
         self.stream
             .memcpy_htod(data, &mut view)
@@ -72,7 +72,7 @@ impl DeviceMemory for CudaMemory {
 
     fn read(&self, buf: &CudaSlice<u8>, offset: usize, out: &mut [u8]) -> Result<(), CudaError> {
         let r = range(buf, offset, out.len())?;
-        self.gate.pass();
+        let _pass = self.gate.pass();
         let view = buf.slice(r);
         self.stream
             .memcpy_dtoh(&view, out)
@@ -96,7 +96,7 @@ impl DeviceMemory for CudaMemory {
                 "copy of {len} bytes from {src} to {dst} overlaps itself"
             )));
         }
-        self.gate.pass();
+        let _pass = self.gate.pass();
         let base = self.address(buf);
         // SAFETY: both ranges lie inside `buf` (checked) and do not
         // overlap; the copy is ordered on the buffer's stream.

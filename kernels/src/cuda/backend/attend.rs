@@ -132,7 +132,8 @@ impl CudaBackend {
             u64::from(params.scale.to_bits()),
             u64::from(params.softcap.to_bits()),
         ];
-        if self.enter(&sig)? == Launch::Skip {
+        let entered = self.enter(&sig)?;
+        if entered.launch == Launch::Skip {
             return Ok(());
         }
         ops_layers::attention(

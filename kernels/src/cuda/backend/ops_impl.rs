@@ -38,9 +38,9 @@ fn same_shape(
 
 impl CudaBackend {
     fn alloc_f32(&self, len: usize) -> Result<CudaSlice<f32>, String> {
-        if self.refuse_in_capture("an activation allocation") {
+        let Some(_pass) = self.outside_capture("an activation allocation", None) else {
             return Err("an activation allocated inside a captured step".into());
-        }
+        };
         self.dev
             .stream()
             .alloc_zeros::<f32>(len.max(1))
@@ -65,14 +65,15 @@ impl CudaBackend {
             arg,
             x.len() as u64,
         ];
-        if self.enter(&sig)? == Launch::Skip {
+        let entered = self.enter(&sig)?;
+        if entered.launch == Launch::Skip {
             return Ok(());
         }
         ops_layers::elementwise(&self.dev, x.buf_mut()?, op).map_err(device_err)
     }
 
     fn upload<T: cudarc::driver::DeviceRepr>(&self, v: &[T]) -> Result<CudaSlice<T>, KernelError> {
-        self.gate.pass();
+        let _pass = self.gate.pass();
         self.dev
             .stream()
             .clone_htod(v)
@@ -101,8 +102,9 @@ impl Backend for CudaBackend {
             .insert(self.memory.address(&buf))
             .map_err(device_err)?;
         Ok(CudaMatrix {
-            slot,
-            buf,
+            slot: std::mem::ManuallyDrop::new(slot),
+            buf: std::mem::ManuallyDrop::new(buf),
+            gate: std::sync::Arc::clone(&self.gate),
             dtype: weight.dtype,
             rows: weight.rows,
             cols: weight.cols,
@@ -124,6 +126,7 @@ impl Backend for CudaBackend {
     }
 
     fn host_rows<'a>(&self, x: &'a CudaActivations, staging: &'a mut Vec<f32>) -> &'a [f32] {
+        let _pass = self.gate.pass();
         let n = x.len();
         staging.clear();
         staging.resize(n, f32::NAN);
@@ -145,8 +148,15 @@ impl Backend for CudaBackend {
 
     fn resize(&self, x: &mut CudaActivations, rows: usize, cols: usize) {
         if rows * cols != x.len() || x.buf.is_err() {
-            x.buf = Err(String::new()); // free before allocating
-            x.buf = self.alloc_f32(rows * cols);
+            // Free before allocating, outside any capture.
+            let old = std::mem::replace(&mut x.buf, Err(String::new())).ok();
+            x.buf = match self.outside_capture("an activation reallocation", old) {
+                Some(pass) => {
+                    drop(pass);
+                    self.alloc_f32(rows * cols)
+                }
+                None => Err("an activation reallocated inside a captured step".into()),
+            };
         }
         x.rows = rows;
         x.cols = cols;
@@ -237,7 +247,8 @@ impl Backend for CudaBackend {
             self.addr(out.buf()?),
             cols as u64,
         ];
-        if self.enter(&sig)? == Launch::Skip {
+        let entered = self.enter(&sig)?;
+        if entered.launch == Launch::Skip {
             return Ok(());
         }
         ops::embed(
@@ -280,7 +291,8 @@ impl Backend for CudaBackend {
             rows as u64,
             cols as u64,
         ];
-        if self.enter(&sig)? == Launch::Skip {
+        let entered = self.enter(&sig)?;
+        if entered.launch == Launch::Skip {
             return Ok(());
         }
         ops_layers::rms_norm(
@@ -390,7 +402,8 @@ impl Backend for CudaBackend {
             freq.addr,
             u64::from(style == RopeStyle::Neox),
         ];
-        if self.enter(&sig)? == Launch::Skip {
+        let entered = self.enter(&sig)?;
+        if entered.launch == Launch::Skip {
             return Ok(());
         }
         ops_layers::rope(
@@ -472,7 +485,8 @@ impl Backend for CudaBackend {
             heads as u64,
             head_dim as u64,
         ];
-        if self.enter(&sig)? == Launch::Skip {
+        let entered = self.enter(&sig)?;
+        if entered.launch == Launch::Skip {
             return Ok(());
         }
         ops_layers::rms_norm_heads(
@@ -524,7 +538,8 @@ impl Backend for CudaBackend {
             self.addr(dst.buf()?) + (dst_row * cols) as u64 * float,
             (rows.len() * cols) as u64,
         ];
-        if self.enter(&sig)? == Launch::Skip {
+        let entered = self.enter(&sig)?;
+        if entered.launch == Launch::Skip {
             return Ok(());
         }
         let from = src.buf()?.slice(rows.start * cols..rows.end * cols);

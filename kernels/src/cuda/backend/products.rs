@@ -35,11 +35,11 @@ fn grow<'a, T: DeviceRepr + ValidAsZeroBits>(
     len: usize,
 ) -> Result<&'a mut CudaSlice<T>, KernelError> {
     if slot.as_ref().is_none_or(|b| b.len() < len) {
-        if backend.refuse_in_capture("a scratch allocation") {
+        let Some(_pass) = backend.outside_capture("a scratch allocation", None) else {
             return Err(KernelError::StepDiverged(
                 "the matmul scratch must grow inside a capture".into(),
             ));
-        }
+        };
         *slot = None; // free the old one first
         *slot = Some(
             stream
@@ -94,6 +94,9 @@ impl CudaBackend {
         if x.rows == 0 || products.is_empty() {
             return Ok(());
         }
+        // Held to the last launch (the biases), so that no capture of
+        // another thread begins among them.
+        let _pass = self.gate.pass();
         let mut scratch = self
             .scratch
             .lock()
@@ -161,7 +164,7 @@ impl CudaBackend {
                 p.bias.map_or(0, |b| self.addr(&b.buf)),
             ]);
         }
-        if self.enter(&sig)? == Launch::Skip {
+        if self.enter(&sig)?.launch == Launch::Skip {
             return Ok(Launch::Skip);
         }
         if let (true, Some(q), Some(ds)) = (quantized, scratch.q.as_mut(), scratch.ds.as_mut()) {

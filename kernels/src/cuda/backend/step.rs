@@ -19,6 +19,7 @@ use std::thread::ThreadId;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaGraph, CudaSlice, DevicePtr};
 
+use super::super::capture_gate::Pass;
 use super::super::step_arena::StageError;
 use super::super::step_graph::{Finish, Launch, Mode, StepGraphs};
 use super::{driver_err, poisoned, CudaBackend};
@@ -67,13 +68,26 @@ pub(crate) struct StepState {
     broken: Option<String>,
     /// The thread whose keyed step is open, if any.
     owner: Option<ThreadId>,
+    /// Activations replaced inside a capture, freed once it ends (a free
+    /// inside it would be recorded into the graph).
+    graveyard: Vec<CudaSlice<f32>>,
 }
 
 /// A staged input's device address, and the buffer of its own that holds
 /// it outside the arena (kept until the launch that reads it is queued).
-pub(super) struct Staged {
+pub(super) struct Staged<'a> {
     pub addr: u64,
+    /// Dropped before the pass (fields drop in order): a free is stream
+    /// work too.
     _own: Option<CudaSlice<u8>>,
+    _pass: Option<Pass<'a>>,
+}
+
+/// What [`CudaBackend::enter`] decided, and the pass that keeps another
+/// thread's capture from beginning before the call's launches are queued.
+pub(super) struct Entered<'a> {
+    pub launch: Launch,
+    _pass: Pass<'a>,
 }
 
 fn me() -> ThreadId {
@@ -87,6 +101,7 @@ impl Default for StepState {
             arena: None,
             broken: None,
             owner: None,
+            graveyard: Vec::new(),
         }
     }
 }
@@ -112,10 +127,10 @@ impl CudaBackend {
 
     /// See [`crate::Backend::begin_step`].
     pub(super) fn begin(&self, key: Option<StepKey>) {
-        let Ok(mut st) = self.step.lock() else {
+        let Ok(mut guard) = self.step.lock() else {
             return;
         };
-        let st = &mut *st;
+        let st = &mut *guard;
         if st.owner == Some(me()) {
             // The last step of this thread neither ended nor aborted.
             self.close_capture(st);
@@ -130,19 +145,23 @@ impl CudaBackend {
         st.owner = Some(me());
         st.broken = None;
         let ready = st.arena.is_some() || self.grow_arena(st, ARENA_BYTES).is_ok();
-        if st.graphs.begin(Some(key), ready) == Mode::Capture {
-            self.gate.close();
-            let began = self
-                .dev
-                .stream()
-                .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
-            match began {
-                Ok(()) => self.capturing.store(true, Ordering::SeqCst),
-                Err(e) => {
-                    tracing::warn!(
-                        "cuda: a step capture could not begin ({e:?}); running it eagerly"
-                    );
-                    self.gate.open();
+        if st.graphs.begin(Some(key), ready) != Mode::Capture {
+            return;
+        }
+        // Other threads' work under way may need the state's lock to
+        // finish: wait for it without holding the lock.
+        drop(guard);
+        self.gate.close();
+        let began = self
+            .dev
+            .stream()
+            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+        match began {
+            Ok(()) => self.capturing.store(true, Ordering::SeqCst),
+            Err(e) => {
+                tracing::warn!("cuda: a step capture could not begin ({e:?}); running it eagerly");
+                self.gate.open();
+                if let Ok(mut st) = self.step.lock() {
                     st.graphs.diverge();
                 }
             }
@@ -159,6 +178,7 @@ impl CudaBackend {
             self.gate.open();
             st.graphs.diverge();
         }
+        st.graveyard.clear();
         open
     }
 
@@ -176,29 +196,41 @@ impl CudaBackend {
     }
 
     /// A launching call of `signature`: run its launches, or skip them.
-    pub(super) fn enter(&self, signature: &[u64]) -> Result<Launch, KernelError> {
-        self.gate.pass();
+    pub(super) fn enter(&self, signature: &[u64]) -> Result<Entered<'_>, KernelError> {
+        let pass = self.gate.pass();
         let mut st = self.step_state()?;
-        if st.owner != Some(me()) {
-            return Ok(Launch::Run);
-        }
-        if let Some(why) = &st.broken {
+        let launch = if st.owner != Some(me()) {
+            Launch::Run
+        } else if let Some(why) = &st.broken {
             return Err(KernelError::StepDiverged(why.clone()));
-        }
-        st.graphs.enter(signature).map_err(diverged)
+        } else {
+            st.graphs.enter(signature).map_err(diverged)?
+        };
+        Ok(Entered {
+            launch,
+            _pass: pass,
+        })
     }
 
-    /// Whether this thread is inside a capture (where nothing may be
-    /// allocated): then the capture is marked broken for `why`.
-    pub(super) fn refuse_in_capture(&self, why: &str) -> bool {
-        self.gate.pass();
+    /// A pass to allocate (and free) under, or none inside this thread's
+    /// capture (where nothing may be allocated): then the capture is
+    /// marked broken for `why`, and `old` waits for its end to be freed.
+    pub(super) fn outside_capture(
+        &self,
+        why: &str,
+        old: Option<CudaSlice<f32>>,
+    ) -> Option<Pass<'_>> {
+        let pass = self.gate.pass();
+        // Another thread's capture has ended by now: one still open is ours.
         if !self.capturing.load(Ordering::SeqCst) {
-            return false;
+            drop(old);
+            return Some(pass);
         }
         if let Ok(mut st) = self.step.lock() {
             st.broken = Some(format!("{why} inside a capture"));
+            st.graveyard.extend(old);
         }
-        true
+        None
     }
 
     /// Whether the current step launches as it goes.
@@ -222,11 +254,11 @@ impl CudaBackend {
     }
 
     /// `bytes` staged for this step's launches.
-    pub(super) fn stage(&self, bytes: &[u8], kind: u8) -> Result<Staged, KernelError> {
+    pub(super) fn stage(&self, bytes: &[u8], kind: u8) -> Result<Staged<'_>, KernelError> {
         let mut st = self.step_state()?;
         if st.owner != Some(me()) {
             drop(st);
-            self.gate.pass();
+            let pass = self.gate.pass();
             let own = self
                 .dev
                 .stream()
@@ -235,6 +267,7 @@ impl CudaBackend {
             return Ok(Staged {
                 addr: self.addr(&own),
                 _own: Some(own),
+                _pass: Some(pass),
             });
         }
         let st = &mut *st;
@@ -258,6 +291,7 @@ impl CudaBackend {
         Ok(Staged {
             addr: base + offset as u64,
             _own: None,
+            _pass: None,
         })
     }
 
@@ -304,6 +338,7 @@ impl CudaBackend {
                 self.capturing.store(false, Ordering::SeqCst);
                 let graph = self.dev.stream().end_capture(CUgraphInstantiate_flags(0));
                 self.gate.open();
+                st.graveyard.clear();
                 match graph {
                     Ok(Some(g)) => st.graphs.keep(Graph(g)),
                     other => {
