@@ -33,7 +33,7 @@ pub mod kv;
 
 pub use backend::{
     AttentionRows, AttentionShape, Backend, LoraRows, MatmulInput, MatmulProduct, RopeStyle,
-    WeightView,
+    StepKey, WeightView,
 };
 pub use dtype::DType;
 pub use error::KernelError;

@@ -9,7 +9,9 @@
 
 use std::ops::Range;
 
-use switchyard_kernels::{AttentionRows, Backend, MatmulInput, MatmulProduct};
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use switchyard_kernels::{AttentionRows, Backend, MatmulInput, MatmulProduct, StepKey};
 
 use super::config::{Activation, ModelConfig};
 use super::llama::{LlamaModel, LogitRows, Scratch, SequenceChunk};
@@ -99,11 +101,87 @@ pub fn forward_step<'s, B: Backend>(
             other: describe(other.model.config()),
         });
     }
-    let (tokens, positions, part_rows) = flatten(lead, parts)?;
+    let flat = flatten(lead, parts)?;
+    let key = step_key(parts);
+    let wanted = match run(backend, kv, parts, scratch, &flat, key) {
+        Ok(wanted) => wanted,
+        Err(e) => {
+            backend.abort_step();
+            if key.is_none() {
+                return Err(e);
+            }
+            // A recorded step that failed launched nothing (or, eager,
+            // wrote what this run writes again): run it unrecorded.
+            tracing::debug!("a keyed step failed ({e}); running it again without its key");
+            let again = run(backend, kv, parts, scratch, &flat, None);
+            if again.is_err() {
+                backend.abort_step();
+            }
+            again?
+        }
+    };
+    let Scratch {
+        logits,
+        host_logits,
+        pooled,
+        ..
+    } = scratch;
+    let logits = if wanted == 0 {
+        &[]
+    } else {
+        backend.host_rows(logits, host_logits)
+    };
+    Ok(StepOutput { logits, pooled })
+}
+
+/// Rows per sequence up to which a step is keyed (decode, a speculative
+/// check): longer chunks are prompts, whose shapes rarely repeat.
+const KEYED_ROWS: usize = 16;
+
+/// The step's [`StepKey`]: equal for steps of one checkpoint, without an
+/// adapter, with the same rows per sequence and the same logits wanted,
+/// which make the same calls with the same shapes; none for other steps.
+/// The backend checks the promise call by call.
+fn step_key<B: Backend>(parts: &[ModelPart<'_, '_, B>]) -> Option<StepKey> {
+    let [part] = parts else {
+        return None;
+    };
+    if part.adapter.is_some() || part.chunks.iter().any(|c| c.tokens.len() > KEYED_ROWS) {
+        return None;
+    }
+    let mut h = DefaultHasher::new();
+    std::ptr::addr_of!(*part.model).hash(&mut h);
+    for c in part.chunks.iter() {
+        let logits = match c.logits {
+            LogitRows::None => 0u8,
+            LogitRows::Last => 1,
+            LogitRows::All => 2,
+            // An embedding reads its hidden rows back mid-step.
+            LogitRows::Pooled => return None,
+        };
+        (c.tokens.len(), logits).hash(&mut h);
+    }
+    Some(StepKey(h.finish()))
+}
+
+/// One run of the step (see [`forward_many`]): the step opened with `key`,
+/// its operations, the step closed; returns how many logit rows it made.
+fn run<B: Backend>(
+    backend: &B,
+    kv: &mut B::KvStore,
+    parts: &mut [ModelPart<'_, '_, B>],
+    s: &mut Scratch<B>,
+    flat: &Flat,
+    key: Option<StepKey>,
+) -> Result<usize, ModelError> {
+    let (tokens, positions, part_rows) = flat;
+    let Some(lead) = parts.first().map(|p| p.model) else {
+        return Err(ModelError::EmptyBatch);
+    };
+    let c = lead.config();
     let n = tokens.len();
     let q_width = c.n_heads * c.head_dim;
     let kv_width = c.n_kv_heads * c.head_dim;
-    let s = scratch;
 
     backend.resize(&mut s.x, n, c.hidden_size);
     backend.resize(&mut s.normed, n, c.hidden_size);
@@ -115,18 +193,21 @@ pub fn forward_step<'s, B: Backend>(
     backend.resize(&mut s.gate, n, c.intermediate_size);
     backend.resize(&mut s.up, n, c.intermediate_size);
 
-    let embeds = runs(&part_rows, parts.iter().map(|p| &**p.model.weights().embed));
-    embed(backend, &embeds, &tokens, c.hidden_size, s)?;
+    // Opened once the step's buffers have their sizes: a device backend
+    // records the addresses it launches over.
+    backend.begin_step(key);
+    let embeds = runs(part_rows, parts.iter().map(|p| &**p.model.weights().embed));
+    embed(backend, &embeds, tokens, c.hidden_size, s)?;
     if let Some(scale) = c.traits.embed_scale {
         backend.scale(&mut s.x, scale)?;
     }
 
-    let adapters = AdapterRuns::of(parts, &part_rows);
+    let adapters = AdapterRuns::of(parts, part_rows);
     let step = Step {
         backend,
         lead,
-        part_rows: &part_rows,
-        positions: &positions,
+        part_rows,
+        positions,
         adapters: &adapters,
     };
     for index in 0..c.n_layers {
@@ -141,19 +222,9 @@ pub fn forward_step<'s, B: Backend>(
         step.mlp_block(index, &layers, s)?;
     }
     step.pool(parts, s)?;
-    let any_logits = step.logits(parts, s)?;
-    let Scratch {
-        logits,
-        host_logits,
-        pooled,
-        ..
-    } = s;
-    let logits = if any_logits {
-        backend.host_rows(logits, host_logits)
-    } else {
-        &[]
-    };
-    Ok(StepOutput { logits, pooled })
+    let wanted = step.logits(parts, s)?;
+    backend.end_step()?;
+    Ok(wanted)
 }
 
 fn describe(c: &ModelConfig) -> String {
@@ -560,14 +631,14 @@ impl<B: Backend> Step<'_, B> {
         self.residual(layers, 1, s)
     }
 
-    /// Final norm and output projection into `s.logits`, on the rows that
-    /// want logits only (the output projection is the largest matrix of a
-    /// small model). Returns whether any row did.
+    /// Final norm and output projection, on the rows that want logits only
+    /// (the output projection is the largest matrix of a small model),
+    /// into `s.logits`: how many rows.
     fn logits(
         &self,
         parts: &[ModelPart<'_, '_, B>],
         s: &mut Scratch<B>,
-    ) -> Result<bool, ModelError> {
+    ) -> Result<usize, ModelError> {
         let (b, c) = (self.backend, self.lead.config());
         let hidden = c.hidden_size;
         // The rows that want logits, and each part's share of them.
@@ -588,7 +659,7 @@ impl<B: Backend> Step<'_, B> {
             wanted_rows.push(first..wanted.len());
         }
         if wanted.is_empty() {
-            return Ok(false);
+            return Ok(0);
         }
         select_rows(b, &s.x, &wanted, hidden, &mut s.selected)?;
         let norms = runs(
@@ -631,7 +702,7 @@ impl<B: Backend> Step<'_, B> {
         if let Some(cap) = c.traits.final_softcap {
             b.softcap(&mut s.logits, cap)?;
         }
-        Ok(true)
+        Ok(wanted.len())
     }
 
     /// Into `s.pooled`: for each [`LogitRows::Pooled`] chunk, the sum of its
