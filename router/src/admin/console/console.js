@@ -542,9 +542,17 @@
     });
   }
 
+  /** `; NAME m [lo, hi] (n N)` for a quality signal's mean, or nothing without one. */
+  function quality(name, mean) {
+    if (!mean) return "";
+    const f = (x) => x.toFixed(2);
+    return `; ${name} ${f(mean.mean)} [${f(mean.ci95[0])}, ${f(mean.ci95[1])}] (n ${mean.n})`;
+  }
+
   function rollbackCell(split, rule) {
     const state = rule.state && rule.state.state;
-    const arm = (a) => `${a.arm}: ${a.samples} requests, ${(100 * a.error_rate).toFixed(1)}% errors, ${number(a.mean_latency_ms)} ms mean`;
+    const arm = (a) => `${a.arm}: ${a.samples} requests, ${(100 * a.error_rate).toFixed(1)}% errors, ${number(a.mean_latency_ms)} ms mean`
+      + quality("mean log-prob", a.confidence) + quality("client score", a.feedback);
     const id = `reset-${idPart(split)}`;
     return el("div", {},
       badge(state === "rolled_back" ? "rolled back" : "watching", state || "watching"),
