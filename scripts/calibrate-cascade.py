@@ -2,8 +2,11 @@
 """Sets a cascade's `min_confidence` from measured answers.
 
 Asks a running server for the first (cheap) model's answer to every item of
-a generation suite (`{"prompt", "answer"}` JSONL), through the same chat
-path the cascade judges, greedy, with `logprobs: true`. Each answer is
+a generation suite (`{"prompt", "answer"}` JSONL), greedy, with log-probabilities:
+a completion of the prompt as written (`/v1/completions`, as the shipped
+few-shot suites are), or with `--chat` the prompt as a chat message. Ask
+as the cascade's clients will (the same endpoint and `--max-tokens`): the
+confidence covers every generated token. Each answer is
 scored by exact match after the normalization of docs/EVALS.md, and its
 confidence computed from the returned token log-probabilities exactly as
 the engine does (`TokenConfidence` in seam/src/confidence.rs: mean, min, or
@@ -19,7 +22,7 @@ share deferred and the kept answers' accuracy with its 95% Wilson interval.
 
     scripts/calibrate-cascade.py --base http://127.0.0.1:8080 --model smollm2 \\
         --suite evals/geo-gen.jsonl --target 0.8 [--statistic p10] [--count N] \\
-        [--policy policy.toml] [--json]
+        [--max-tokens 8] [--chat] [--policy policy.toml] [--json]
 
 `--policy FILE` writes the threshold (and the statistic) into the file's
 `[cascade]` table; a server watching the file picks it up without a
@@ -70,16 +73,25 @@ def wilson95(correct: int, n: int) -> list[float]:
     return [max(0.0, centre - half), min(1.0, centre + half)]
 
 
-def ask(base: str, model: str, prompt: str, max_tokens: int, api_key: str | None) -> dict:
-    body = {"model": model, "max_tokens": max_tokens, "temperature": 0, "logprobs": True,
-            "messages": [{"role": "user", "content": prompt}]}
+def ask(args, prompt: str) -> tuple[str, list[float]]:
+    """The answer's text and its tokens' log-probabilities."""
+    body = {"model": args.model, "max_tokens": args.max_tokens, "temperature": 0}
+    if args.chat:
+        body.update(logprobs=True, messages=[{"role": "user", "content": prompt}])
+    else:
+        body.update(logprobs=1, prompt=prompt)
     headers = {"Content-Type": "application/json"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    request = urllib.request.Request(base.rstrip("/") + "/v1/chat/completions",
-                                     data=json.dumps(body).encode(), headers=headers)
+    if args.api_key:
+        headers["Authorization"] = f"Bearer {args.api_key}"
+    path = "/v1/chat/completions" if args.chat else "/v1/completions"
+    request = urllib.request.Request(args.base.rstrip("/") + path, data=json.dumps(body).encode(),
+                                     headers=headers)
     with urllib.request.urlopen(request, timeout=600) as r:
-        return json.load(r)
+        choice = json.load(r)["choices"][0]
+    if args.chat:
+        content = (choice.get("logprobs") or {}).get("content") or []
+        return choice["message"]["content"] or "", [t["logprob"] for t in content]
+    return choice["text"], list((choice.get("logprobs") or {}).get("token_logprobs") or [])
 
 
 def measure(args) -> list[dict]:
@@ -89,10 +101,8 @@ def measure(args) -> list[dict]:
         sys.exit(f"{args.suite}: no generation items ({{\"prompt\", \"answer\"}} lines)")
     rows = []
     for item in items:
-        reply = ask(args.base, args.model, item["prompt"], args.max_tokens, args.api_key)
-        choice = reply["choices"][0]
-        logprobs = [t["logprob"] for t in (choice.get("logprobs") or {}).get("content") or []]
-        rows.append({"correct": normalize(choice["message"]["content"] or "") == normalize(str(item["answer"])),
+        text, logprobs = ask(args, item["prompt"])
+        rows.append({"correct": normalize(text) == normalize(str(item["answer"])),
                      "confidence": statistic(args.statistic, logprobs)})
     return rows
 
@@ -142,7 +152,10 @@ def main() -> int:
     parser.add_argument("--target", type=float, required=True, help="accuracy the kept answers must reach (0..1)")
     parser.add_argument("--statistic", default="p10", choices=STATISTICS)
     parser.add_argument("--count", type=int, default=0, help="first N items only")
-    parser.add_argument("--max-tokens", type=int, default=12)
+    parser.add_argument("--max-tokens", type=int, default=8,
+                        help="as the cascade's requests will ask (the confidence covers every token)")
+    parser.add_argument("--chat", action="store_true",
+                        help="send each prompt as a chat message (default: a completion of the prompt as is)")
     parser.add_argument("--min-kept", type=int, default=5, help="fewest kept answers a threshold may rest on")
     parser.add_argument("--api-key", help="a tenant key, when the policy needs one")
     parser.add_argument("--policy", type=Path, help="write the threshold into this policy's [cascade]")

@@ -172,6 +172,16 @@ def test_an_accepted_streamed_answer_is_replayed_as_generated(server):
     assert streamed_text(body["sse"]) == whole
 
 
+def complete(base: str, prompt: str) -> dict:
+    """The headers of an `auto` completion of `prompt`, as the calibration asked it."""
+    body = {"model": "auto", "prompt": prompt, "max_tokens": 8, "temperature": 0}
+    request = urllib.request.Request(base + "/v1/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=300) as r:
+        r.read()
+        return {k.lower(): v for k, v in r.headers.items()}
+
+
 def calibrate(base: str, target: float, *extra) -> tuple[int, dict]:
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "calibrate-cascade.py"), "--base", base,
                           "--model", "smol", "--suite", str(ROOT / "evals" / "geo-gen.jsonl"), "--count", "12",
@@ -182,7 +192,8 @@ def calibrate(base: str, target: float, *extra) -> tuple[int, dict]:
 
 def test_calibration_sets_the_threshold_from_measured_answers(server):
     base, policy_file, _ = server
-    _, everything = calibrate(base, 0.01)
+    status, everything = calibrate(base, 0.01)
+    assert status == 0, everything
     items = sorted(everything["items"], key=lambda r: r["confidence"], reverse=True)
     assert len(items) == 12 and everything["deferred_share"] == 0.0
     # A target the most confident half reaches, so that a threshold exists by construction.
@@ -193,6 +204,8 @@ def test_calibration_sets_the_threshold_from_measured_answers(server):
     status, result = calibrate(base, target, "--policy", str(policy_file))
     assert status == 0, result
     threshold = result["min_confidence"]
+    print(f"\nCALIBRATED target {target:.3f}: p10 >= {threshold} keeps {result['kept']} of 12 "
+          f"(kept acc {result['kept_acc']:.3f}, all {result['overall_acc']:.3f})")
     kept = [r for r in result["items"] if r["confidence"] >= threshold]
     assert result["kept"] == len(kept) >= 3
     assert sum(r["correct"] for r in kept) / len(kept) >= target
@@ -208,13 +221,13 @@ def test_calibration_sets_the_threshold_from_measured_answers(server):
     above = next(p for p, r in zip(prompts, result["items"]) if r["confidence"] >= threshold)
     deadline = time.time() + 30
     while True:
-        headers, _ = chat(base, messages=[{"role": "user", "content": above}])
+        headers = complete(base, above)
         if f">= {threshold:.2f}" in headers.get("x-switchyard-cascade", "") or time.time() > deadline:
             break
         time.sleep(0.5)
     assert headers["x-switchyard-cascade"].startswith("accepted"), headers
     if below is not None:
-        headers, _ = chat(base, messages=[{"role": "user", "content": below}])
+        headers = complete(base, below)
         assert headers["x-switchyard-cascade"].startswith("deferred from smol@1"), headers
     status, refused = calibrate(base, 1.0, "--min-kept", "12")
     assert status != 0 or refused["kept_acc"] == 1.0
