@@ -217,7 +217,9 @@ mod tests {
     fn answer(checkpoint: &str, arm: Option<&str>, tenant: Option<&str>) -> Answer {
         Answer {
             checkpoint: checkpoint.into(),
-            split_arm: arm.and_then(|a| a.split_once('/')).map(|(s, a)| (s.into(), a.into())),
+            split_arm: arm
+                .and_then(|a| a.split_once('/'))
+                .map(|(s, a)| (s.into(), a.into())),
             tenant: tenant.map(Into::into),
         }
     }

@@ -112,8 +112,16 @@ async fn a_sure_answer_is_kept_an_unsure_one_goes_to_the_next_model() {
         header(&reply, "x-switchyard-cascade"),
         "deferred from small@v1: p10 -0.50 < -0.45 over 5 tokens"
     );
-    assert!(reply.text.contains("\"model\":\"large@v1\""), "{}", reply.text);
-    assert!(reply.text.trim_end().ends_with("data: [DONE]"), "{}", reply.text);
+    assert!(
+        reply.text.contains("\"model\":\"large@v1\""),
+        "{}",
+        reply.text
+    );
+    assert!(
+        reply.text.trim_end().ends_with("data: [DONE]"),
+        "{}",
+        reply.text
+    );
 
     // Accepted, the first model's answer is replayed as it was generated.
     store.reload_from_str(&policy(-0.6), "again.toml").unwrap();
@@ -126,7 +134,11 @@ async fn a_sure_answer_is_kept_an_unsure_one_goes_to_the_next_model() {
     );
     let chunks = reply.text.matches("\"delta\"").count();
     assert!(chunks >= 5, "one chunk per token: {}", reply.text);
-    assert!(reply.text.trim_end().ends_with("data: [DONE]"), "{}", reply.text);
+    assert!(
+        reply.text.trim_end().ends_with("data: [DONE]"),
+        "{}",
+        reply.text
+    );
 
     let metrics = get(&app, "/metrics").await.text;
     for line in [

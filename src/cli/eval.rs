@@ -119,7 +119,7 @@ fn eval<B: Backend>(backend: &B, args: EvalArgs) -> anyhow::Result<()> {
             suite,
             &options,
         )
-            .with_context(|| format!("evaluating {}", suite.path.display()))?;
+        .with_context(|| format!("evaluating {}", suite.path.display()))?;
         let seconds = started.elapsed().as_secs_f64();
         let s = &report.summary;
         if let (true, Some(root), Some((model, version))) = (args.save, &args.repo, &id) {

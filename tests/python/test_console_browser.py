@@ -408,6 +408,9 @@ def test_the_console_shows_the_routing_policy(switchyard_bin, repo, browser, tmp
         assert scored["arm"] and scored["arm"].startswith("derived-canary/"), scored
         wait(driver, lambda d: "client score 0.75 [0.75, 0.75] (n 1)" in section.text, "the arm's client score")
         text = section.text
+        # The answer-quality table: per checkpoint and arm.
+        assert "Answer quality" in text and scored["arm"] in text, text
+        assert "0.75 [0.75, 0.75] (n 1)" in text, text
         # Reload the policy file from the console: a new generation.
         policy.write_text(POLICY.replace("weight = 90", "weight = 80").replace("weight = 10", "weight = 20"))
         confirm_with_keyboard(driver, "policy-reload", str(policy))

@@ -283,4 +283,35 @@ mod tests {
         let err = Policy::from_toml_str(&bad).unwrap_err().to_string();
         assert!(err.contains("names a suite by its name"), "{err}");
     }
+
+    #[test]
+    fn a_split_rolls_back_when_the_candidates_stored_evaluation_drops() {
+        let src = format!(
+            "{POLICY}\n[[splits]]\nname = \"s\"\nmodel = \"small\"\narms = [{{ name = \"old\", target = \"small@1\", weight = 50 }}, {{ name = \"new\", target = \"small@2\", weight = 50 }}]\n[splits.rollback]\nbaseline = \"old\"\ncandidate = \"new\"\nwindow = \"5m\"\nmin_samples = 10\neval_suite = \"geo\"\nmax_eval_drop = 0.05\n"
+        );
+        let table = Table::default();
+        table.set("small@1/geo", fresh(0.60));
+        table.set("small@2/geo", fresh(0.57));
+        let policy = Policy::from_toml_str(&src).unwrap().resolve_quality(&table);
+        assert!(
+            !policy.rollback_monitor("s").unwrap().is_rolled_back(),
+            "0.03 is within 0.05"
+        );
+        // A missing record decides nothing.
+        let policy = Policy::from_toml_str(&src)
+            .unwrap()
+            .resolve_quality(&NoMeasurements);
+        assert!(!policy.rollback_monitor("s").unwrap().is_rolled_back());
+        table.set("small@2/geo", fresh(0.50));
+        let policy = Policy::from_toml_str(&src).unwrap().resolve_quality(&table);
+        let status = policy.rollback_monitor("s").unwrap().status();
+        let crate::RollbackState::RolledBack { signal, reason, .. } = status.state else {
+            panic!("not rolled back: {status:?}");
+        };
+        assert_eq!(signal, "eval");
+        assert_eq!(
+            reason,
+            "accuracy of arm `new` (small@2) on `geo` is 0.500 (n 200) against 0.600 (n 200) on `old` (small@1): a drop of 0.100, allowed 0.05"
+        );
+    }
 }

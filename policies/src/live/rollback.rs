@@ -293,8 +293,20 @@ impl RollbackMonitor {
             return Some(reason);
         }
         let quality = [
-            ("confidence", "mean token log-probability", self.rule.max_confidence_drop, base.confidence, cand.confidence),
-            ("feedback", "mean client score", self.rule.max_feedback_drop, base.feedback, cand.feedback),
+            (
+                "confidence",
+                "mean token log-probability",
+                self.rule.max_confidence_drop,
+                base.confidence,
+                cand.confidence,
+            ),
+            (
+                "feedback",
+                "mean client score",
+                self.rule.max_feedback_drop,
+                base.feedback,
+                cand.feedback,
+            ),
         ];
         for (signal, what, margin, b, c) in quality {
             let (Some(margin), Some(b), Some(c)) = (margin, b, c) else {
@@ -358,7 +370,10 @@ fn stats(buckets: &[Bucket; BUCKETS], slot: u64, arm: &str) -> ArmStats {
     let oldest = slot.saturating_sub(BUCKETS as u64 - 1);
     let (mut samples, mut errors, mut latency) = (0u64, 0u64, 0.0f64);
     let (mut confidence, mut feedback) = (Running::default(), Running::default());
-    for b in buckets.iter().filter(|b| b.slot >= oldest && b.slot <= slot) {
+    for b in buckets
+        .iter()
+        .filter(|b| b.slot >= oldest && b.slot <= slot)
+    {
         samples += b.samples;
         errors += b.errors;
         latency += b.latency_ms_sum;
@@ -499,7 +514,10 @@ mod tests {
         assert!(m.is_rolled_back());
         assert!(matches!(
             m.status_at(t).state,
-            RollbackState::RolledBack { signal: "feedback", .. }
+            RollbackState::RolledBack {
+                signal: "feedback",
+                ..
+            }
         ));
     }
 

@@ -538,6 +538,16 @@
           { label: "Split" }, { label: "Model" }, { label: "Sticky" }, { label: "Arms" }, { label: "Rollback" },
         ], splitRows)
         : el("p", { class: "subtle" }, "No splits."));
+      parts.push(el("h3", {}, "Answer quality"));
+      const signals = p.quality_signals || [];
+      const meanCell = (m, digits) => ({ content: m ? `${m.mean.toFixed(digits)} [${m.ci95[0].toFixed(digits)}, ${m.ci95[1].toFixed(digits)}] (n ${m.n})` : "—" });
+      parts.push(signals.length
+        ? table("Per checkpoint and split arm: client scores (POST /v1/feedback) and the engine's confidence (mean token log-probability)", [
+          { label: "Checkpoint" }, { label: "Arm" }, { label: "Client score", num: true }, { label: "Confidence", num: true },
+        ], signals.map((q) => ({
+          cells: [q.checkpoint, q.arm || "—", meanCell(q.feedback, 2), meanCell(q.confidence, 2)],
+        })))
+        : el("p", { class: "subtle" }, "No answers recorded yet."));
       return parts;
     });
   }
