@@ -474,3 +474,31 @@ def test_a_policy_splits_between_adapter_versions_and_restricts_a_tenant(repo_se
     for model in ("smol", "rnd"):
         with pytest.raises(openai.PermissionDeniedError, match="tenant `crew` may not use this model"):
             chat(served.base, model, key=CREW_KEY)
+
+
+CHAT = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+        "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_eval_measures_the_adapted_model_with_lora(switchyard_bin, smollm2_path, trained, tmp_path):
+    """`switchyard eval --lora`: the trained adapter's greeting wins every item that the
+    base model gives to the plain answer."""
+    suite = tmp_path / "ahoy.jsonl"
+    questions = ["What is the weather like?", "Tell me a joke.", "How are you today?", "Name a colour."]
+    suite.write_text("".join(json.dumps({"context": CHAT.format(q), "choices": ["Hello!", "Ahoy, matey!"],
+                                         "answer": 1}) + "\n" for q in questions))
+
+    def acc(*extra) -> dict:
+        out = subprocess.run([str(switchyard_bin), "eval", "--model", str(smollm2_path), "--suite", str(suite),
+                              "--json", *extra], capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    adapted, base = acc("--lora", str(trained / "peft")), acc()
+    assert adapted["n"] == base["n"] == len(questions)
+    assert adapted["lora"] == str(trained / "peft") and base["lora"] is None
+    assert adapted["acc"] == 1.0, adapted
+    assert base["acc"] <= 0.5, base
+    refused = subprocess.run([str(switchyard_bin), "eval", "--model", str(smollm2_path), "--suite", str(suite),
+                              "--lora", str(tmp_path / "missing")], capture_output=True, text=True, timeout=600)
+    assert refused.returncode != 0 and "missing" in refused.stderr, refused.stderr

@@ -118,7 +118,19 @@ pub fn evaluate<B: Backend>(
     suite: &Suite,
     options: &EvalOptions,
 ) -> Result<Report, EvalError> {
-    let mut scorer = Scorer::new(backend, model);
+    evaluate_adapted(backend, model, None, tokenizer, suite, options)
+}
+
+/// [`evaluate`] with `adapter`'s LoRA updates over the base model on every row.
+pub fn evaluate_adapted<B: Backend>(
+    backend: &B,
+    model: &LlamaModel<B>,
+    adapter: Option<&crate::adapter::ResidentAdapter<B>>,
+    tokenizer: &Tokenizer,
+    suite: &Suite,
+    options: &EvalOptions,
+) -> Result<Report, EvalError> {
+    let mut scorer = Scorer::new(backend, model).with_adapter(adapter);
     let mut results: Vec<Option<ItemResult>> = vec![None; suite.items.len()];
     run_choices(&mut scorer, tokenizer, suite, options, &mut results)?;
     run_generations(&mut scorer, tokenizer, suite, options, &mut results)?;

@@ -194,7 +194,6 @@ impl RoutableRequest for ValidatedEmbeddingRequest {
             user: self.user.clone(),
             prompt_tokens: self.inputs.iter().map(input_tokens).max().unwrap_or(0),
             generations: u32::try_from(self.inputs.len()).unwrap_or(u32::MAX),
-            streams: false,
         }
     }
 }

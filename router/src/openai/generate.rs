@@ -160,6 +160,26 @@ pub fn merge(choices: Vec<Choice>) -> MergedEvents {
     }))
 }
 
+/// The events of generations that already ran to their end, as they came: each
+/// choice's tokens, then its `Done`, one choice after another.
+pub fn replay(finished: Vec<Finished>) -> MergedEvents {
+    stream::select_all(finished.into_iter().map(|f| {
+        let index = f.index;
+        let done = GenerationEvent::Done {
+            finish_reason: f.finish_reason,
+            usage: f.usage,
+            confidence: f.confidence,
+        };
+        let events = f
+            .tokens
+            .into_iter()
+            .map(GenerationEvent::Token)
+            .chain(std::iter::once(done))
+            .map(move |event| (index, event));
+        Box::pin(stream::iter(events)) as std::pin::Pin<Box<dyn Stream<Item = _> + Send>>
+    }))
+}
+
 /// Sums the usage of a request's choices the way OpenAI reports it: each
 /// prompt's tokens once (not once per choice), every completion token.
 #[derive(Debug, Clone, Copy)]

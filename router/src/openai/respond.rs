@@ -9,9 +9,9 @@ use switchyard_seam::{ModelSpec, Prompt, Usage};
 use crate::error::ApiError;
 use crate::layers::request_id::request_id;
 use crate::layers::request_metrics::labelled_response;
-use crate::openai::generate::{merge, Finished};
+use crate::openai::generate::Finished;
 use crate::openai::params::{GenerationParams, ResponseMode};
-use crate::openai::routed_generation::{finish_whole, observe, submit};
+use crate::openai::routed_generation::{finish_whole, judged_stream};
 use crate::openai::unix_now;
 use crate::policy::RoutedRequest;
 use crate::sse::{stream_response, ChunkFormat, StreamSettings};
@@ -108,8 +108,8 @@ async fn run<A: Answer>(
     let created = unix_now();
     match *mode {
         ResponseMode::Stream { include_usage } => {
-            let choices = submit(state, routed, requested, &make, A::PROMPT_FIELD).await?;
-            let total = u32::try_from(choices.len()).unwrap_or(u32::MAX);
+            let (events, total) =
+                judged_stream(state, routed, requested, &make, A::PROMPT_FIELD, params.n).await?;
             let head = Head {
                 id,
                 created,
@@ -122,7 +122,6 @@ async fn run<A: Answer>(
                 prompt_field: A::PROMPT_FIELD,
                 keep_alive: state.config().sse_keep_alive,
             };
-            let events = observe(merge(choices), routed.clone(), total, params.n);
             Ok(stream_response(
                 events,
                 answer.chunks(head, include_usage),

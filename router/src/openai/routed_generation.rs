@@ -8,7 +8,9 @@ use std::task::{Context, Poll};
 use futures_util::stream::{self, Stream};
 
 use crate::error::ApiError;
-use crate::openai::generate::{finish_all, submit_all, Choice, Finished, MergedEvents, UsageTally};
+use crate::openai::generate::{
+    finish_all, merge, replay, submit_all, Choice, Finished, MergedEvents, UsageTally,
+};
 use crate::policy::routed::RoutedRequest;
 use crate::state::AppState;
 use switchyard_seam::{
@@ -213,6 +215,44 @@ pub async fn finish_whole(
     }
 }
 
+/// The events of a streamed request, settled as they pass ([`observe`]), and how many
+/// generations they hold. Under a `[cascade]` the stream waits for the verdict: each
+/// step before the last runs to its end unseen and is judged; an accepted answer is
+/// replayed token by token, a deferred one dropped and the next model's streamed live.
+pub async fn judged_stream(
+    state: &AppState,
+    routed: &RoutedRequest,
+    requested_model: &ModelSpec,
+    make: &(dyn Fn(&ModelSpec) -> Vec<GenerationRequest> + Sync),
+    prompt_field: &'static str,
+    n: u32,
+) -> Result<(MergedEvents, u32), ApiError> {
+    loop {
+        let choices = submit(state, routed, requested_model, make, prompt_field).await?;
+        let total = u32::try_from(choices.len()).unwrap_or(u32::MAX);
+        if !routed.judged_in_cascade() {
+            return Ok((observe(merge(choices), routed.clone(), total, n), total));
+        }
+        match finish_all(choices).await {
+            Ok(finished) => {
+                let mut tally = UsageTally::new(n);
+                for choice in &finished {
+                    tally.add(choice.index, choice.usage);
+                }
+                if routed.defer_in_cascade(least_confidence(&finished), tally.total()) {
+                    continue;
+                }
+                return Ok((observe(replay(finished), routed.clone(), total, n), total));
+            }
+            Err(error) if routed.fall_back(&error) => continue,
+            Err(error) => {
+                routed.failed(&error, Usage::default());
+                return Err(ApiError::backend(error, prompt_field));
+            }
+        }
+    }
+}
+
 /// The confidence of the least sure choice; `None` when some choice measured none.
 fn least_confidence(finished: &[Finished]) -> Option<TokenConfidence> {
     let mut all = finished.iter().map(|f| f.confidence);
@@ -235,6 +275,7 @@ pub fn observe(events: MergedEvents, routed: RoutedRequest, choices: u32, n: u32
         tally: UsageTally::new(n),
         remaining: choices,
         tokens_seen: 0,
+        confidence: Confidence::Unseen,
         settled: false,
     };
     stream::select_all(vec![
@@ -248,7 +289,30 @@ struct Observed {
     tally: UsageTally,
     remaining: u32,
     tokens_seen: u32,
+    /// The least sure choice's confidence so far, as whole answers note it.
+    confidence: Confidence,
     settled: bool,
+}
+
+/// The running least confidence of a streamed request's choices.
+#[derive(Clone, Copy)]
+enum Confidence {
+    Unseen,
+    Least(TokenConfidence),
+    /// Some choice measured none.
+    Unknown,
+}
+
+impl Confidence {
+    fn add(self, next: Option<TokenConfidence>) -> Confidence {
+        match (self, next) {
+            (Confidence::Unknown, _) | (_, None) => Confidence::Unknown,
+            (Confidence::Unseen, Some(c)) => Confidence::Least(c),
+            (Confidence::Least(least), Some(c)) => {
+                Confidence::Least(TokenConfidence::least(least, c))
+            }
+        }
+    }
 }
 
 impl Observed {
@@ -258,11 +322,17 @@ impl Observed {
         }
         match event {
             GenerationEvent::Token(_) => self.tokens_seen = self.tokens_seen.saturating_add(1),
-            GenerationEvent::Done { usage, .. } => {
+            GenerationEvent::Done {
+                usage, confidence, ..
+            } => {
                 self.tally.add(index, *usage);
+                self.confidence = self.confidence.add(*confidence);
                 self.remaining = self.remaining.saturating_sub(1);
                 if self.remaining == 0 {
                     self.settled = true;
+                    if let Confidence::Least(least) = self.confidence {
+                        self.routed.note_confidence(Some(least));
+                    }
                     self.routed.succeeded(self.tally.total());
                 }
             }
