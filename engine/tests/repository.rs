@@ -383,6 +383,12 @@ fn adapters_are_found_beside_their_model_and_clashes_are_problems() {
     assert_eq!(pirate.versions[1].path, adapters.join("pirate/2/p.gguf"));
     assert_eq!(pirate.latest().unwrap().version, "2");
     let problems = problem_text(&repo);
-    assert!(problems.contains("pirate/3") && problems.contains("neither adapter_config.json"), "{problems}");
-    assert!(problems.contains("adapter 'other'") && problems.contains("name of a model"), "{problems}");
+    assert!(
+        problems.contains("pirate/3") && problems.contains("neither adapter_config.json"),
+        "{problems}"
+    );
+    assert!(
+        problems.contains("adapter 'other'") && problems.contains("name of a model"),
+        "{problems}"
+    );
 }
