@@ -44,7 +44,7 @@ pub struct LogArgs {
     pub log_format: LogFormat,
 }
 
-/// Installs the process's log subscriber.
+/// Installs the process's log subscriber (`main` tells the console the format too).
 pub fn init(args: &LogArgs) -> anyhow::Result<()> {
     let filter = match &args.log_level {
         Some(level) => EnvFilter::try_new(level).map_err(|e| {
@@ -55,7 +55,6 @@ pub fn init(args: &LogArgs) -> anyhow::Result<()> {
         })?,
         None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
     };
-    super::console::set_format(args.log_format);
     match args.log_format {
         LogFormat::Text => tracing_subscriber::fmt()
             .with_env_filter(filter)

@@ -25,6 +25,7 @@ mod ops_impl;
 mod products;
 mod scratch;
 mod step;
+mod step_state;
 mod tensors;
 
 use std::sync::atomic::AtomicBool;
@@ -70,7 +71,7 @@ pub struct CudaBackend {
     /// `matmul_many`: the backend's only lock.
     scratch: Mutex<scratch::Scratch>,
     /// Graphs, the step arena, the current step's mode.
-    step: Mutex<step::StepState>,
+    step: Mutex<step_state::StepState>,
     /// Holds other threads' stream work back during a capture.
     gate: Arc<CaptureGate>,
     /// Whether a capture is open (on the thread that holds the gate).
@@ -98,7 +99,7 @@ impl CudaBackend {
             weights,
             blas,
             scratch: Mutex::new(scratch::Scratch::default()),
-            step: Mutex::new(step::StepState::default()),
+            step: Mutex::new(step_state::StepState::default()),
             gate,
             capturing: AtomicBool::new(false),
         })

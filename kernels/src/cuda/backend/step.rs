@@ -17,18 +17,14 @@ use std::sync::MutexGuard;
 use std::thread::ThreadId;
 
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
-use cudarc::driver::{CudaGraph, CudaSlice, DevicePtr};
+use cudarc::driver::{CudaSlice, DevicePtr};
 
 use super::super::capture_gate::Pass;
 use super::super::step_arena::StageError;
-use super::super::step_graph::{Finish, Launch, Mode, StepGraphs};
+use super::super::step_graph::{Finish, Launch, Mode};
+use super::step_state::{Graph, StepState, ARENA_BYTES};
 use super::{driver_err, poisoned, CudaBackend};
 use crate::{KernelError, StepKey};
-
-/// Graphs kept: the checkpoints × batch shapes a server cycles through.
-pub(super) const GRAPHS: usize = 64;
-/// The arena's first size; eager steps grow it.
-pub(super) const ARENA_BYTES: usize = 256 << 10;
 
 /// What a staged segment holds (segments share only within a kind).
 pub(super) mod kind {
@@ -52,27 +48,6 @@ pub(super) mod op {
     pub const COPY_ROWS: u64 = 8;
 }
 
-/// A captured graph.
-pub(super) struct Graph(CudaGraph);
-
-// SAFETY: a graph is touched only under the step state's mutex, one
-// thread at a time, which is all the driver asks of graph objects.
-unsafe impl Send for Graph {}
-
-/// The step state behind the backend's mutex.
-pub(crate) struct StepState {
-    graphs: StepGraphs<Graph>,
-    /// The device side of `graphs.arena`, allocated at the first step.
-    arena: Option<CudaSlice<u8>>,
-    /// Why the current capture cannot be kept (an allocation inside it).
-    broken: Option<String>,
-    /// The thread whose keyed step is open, if any.
-    owner: Option<ThreadId>,
-    /// Activations replaced inside a capture, freed once it ends (a free
-    /// inside it would be recorded into the graph).
-    graveyard: Vec<CudaSlice<f32>>,
-}
-
 /// A staged input's device address, and the buffer of its own that holds
 /// it outside the arena (kept until the launch that reads it is queued).
 pub(super) struct Staged<'a> {
@@ -92,18 +67,6 @@ pub(super) struct Entered<'a> {
 
 fn me() -> ThreadId {
     std::thread::current().id()
-}
-
-impl Default for StepState {
-    fn default() -> Self {
-        StepState {
-            graphs: StepGraphs::new(GRAPHS, ARENA_BYTES),
-            arena: None,
-            broken: None,
-            owner: None,
-            graveyard: Vec::new(),
-        }
-    }
 }
 
 fn diverged(e: StageError) -> KernelError {
