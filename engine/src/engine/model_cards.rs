@@ -4,7 +4,7 @@
 use switchyard_kernels::Backend;
 use switchyard_seam::{CheckpointRef, ModelCard, ModelSpec};
 
-use crate::registry::{ModelStatus, Registry, Tier};
+use crate::registry::{ModelStatus, Registry};
 use crate::serving::ServedCheckpoint;
 
 pub(super) fn model_cards<B: Backend>(registry: &Registry<B>, created: u64) -> Vec<ModelCard> {
