@@ -345,9 +345,12 @@ fn decode_steps_share_a_key_and_a_diverged_step_runs_again_unkeyed<B: Backend>(b
 }
 
 /// The keys of `model`'s decode steps on a recording backend.
-fn decode_keys(checkpoint: &switchyard_engine::formats::Checkpoint) -> Vec<StepKey> {
+fn decode_keys<B: Backend>(
+    backend: &Arc<B>,
+    checkpoint: &switchyard_engine::formats::Checkpoint,
+) -> Vec<StepKey> {
     let wrapped = Diverging {
-        cpu: CpuBackend::new(1),
+        inner: Arc::clone(backend),
         events: Mutex::default(),
         keyed_ends: Mutex::default(),
         key: Mutex::default(),
@@ -367,8 +370,7 @@ fn decode_keys(checkpoint: &switchyard_engine::formats::Checkpoint) -> Vec<StepK
 /// Two checkpoints of the same shapes (other weights) share their decode
 /// key, so a GPU backend replays one captured graph for both, swapping
 /// the weights it reads; another type or architecture gets another key.
-#[test]
-fn checkpoints_of_one_shape_share_a_decode_key() {
+fn checkpoints_of_one_shape_share_a_decode_key<B: Backend>(backend: Arc<B>) {
     let dir = TempDir::new().unwrap();
     let load = |preset, dtype, seed: u64| {
         let path = dir.path().join(format!("{preset:?}-{dtype:?}-{seed}.gguf"));
@@ -380,12 +382,14 @@ fn checkpoints_of_one_shape_share_a_decode_key() {
         write_gguf(&spec, &path).unwrap();
         load_checkpoint(&path).unwrap()
     };
-    let a = decode_keys(&load(Preset::Smollm2, DType::Q8_0, 1));
-    let b = decode_keys(&load(Preset::Smollm2, DType::Q8_0, 2));
-    let other_type = decode_keys(&load(Preset::Smollm2, DType::Q4_0, 1));
-    let other_arch = decode_keys(&load(Preset::Tinyllama, DType::Q8_0, 1));
+    let a = decode_keys(&backend, &load(Preset::Smollm2, DType::Q8_0, 1));
+    let b = decode_keys(&backend, &load(Preset::Smollm2, DType::Q8_0, 2));
+    let other_type = decode_keys(&backend, &load(Preset::Smollm2, DType::Q4_0, 1));
+    let other_arch = decode_keys(&backend, &load(Preset::Tinyllama, DType::Q8_0, 1));
     assert!(!a.is_empty());
     assert_eq!(a, b, "two versions of one shape");
     assert_ne!(a[0], other_type[0]);
     assert_ne!(a[0], other_arch[0]);
 }
+
+on_each_device!(checkpoints_of_one_shape_share_a_decode_key, threads = 1);
