@@ -202,6 +202,21 @@ def cascade_at(rows: list[dict], share: float, ratio: float) -> dict:
     return {"strong_share": len(deferred) / n, "acc": correct / n, "cost": spend / n}
 
 
+def perfect_signal(rows: list[dict], strong: float, ratio: float) -> dict | None:
+    """The cheapest cascade at >= 95% of Gemma's accuracy that knew which answers were
+    wrong: it defers only answers SmolLM2 got wrong and Gemma right, as few as needed."""
+    n = len(rows)
+    fixable = [i for i, r in enumerate(rows) if r["gemma"] and not r["smol"]]
+    correct = sum(r["smol"] for r in rows)
+    cheap, dear = costs(rows, ratio)
+    for k in range(len(fixable) + 1):
+        if correct + k >= GOAL * strong * n - 1e-9:
+            deferred = fixable[:k]
+            return {"acc": (correct + k) / n, "strong_share": k / n,
+                    "cost": (sum(cheap) + sum(dear[i] for i in deferred)) / n}
+    return None
+
+
 def apgr_cpt(points: list[tuple[float, float]], weak: float, strong: float, target: float = GOAL):
     """RouteLLM: points (strong share, accuracy) sorted by share. APGR by trapezoids over
     the share; CPT: the share where PGR first reaches `target`, linear between points."""
@@ -336,6 +351,10 @@ def report(suite: str, result: dict, out: Path, ratio: float) -> list[str]:
         p = min(good, key=lambda p: p["cost"])
         row(f"cascade, cheapest at >= 95% of Gemma (in-sample, q = {p['strong_share']:.1f})",
             p["acc"], p["cost"], p["strong_share"])
+    oracle = perfect_signal(rows, strong, ratio)
+    if oracle:
+        row("cascade with a perfect signal (the floor for any signal)", oracle["acc"], oracle["cost"],
+            oracle["strong_share"])
     held = result.get("held_out")
     if held:
         h = single(rows[1::2], ratio)
@@ -361,6 +380,7 @@ def report(suite: str, result: dict, out: Path, ratio: float) -> list[str]:
                             if break_even else "above 60% of always-Gemma's at any price ratio (too many deferred)."))
     same = sum(abs(p10(r["logprobs"]) - r["confidence"]) < 0.006 or p10(r["logprobs"]) == r["confidence"]
                for r in rows)
+    lines.append("")
     lines.append(f"The p10 of the log-probabilities returned to the client matches the server's "
                  f"verdict on {same} of {n} answers.")
     if strong <= weak:
