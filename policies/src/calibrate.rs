@@ -105,9 +105,7 @@ pub fn calibrate(
     }
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_by(|&a, &b| values[b].total_cmp(&values[a]));
-    let strong_total = strong
-        .as_ref()
-        .map(|s| s.iter().filter(|&&c| c).count());
+    let strong_total = strong.as_ref().map(|s| s.iter().filter(|&&c| c).count());
     let first_total = answers.iter().filter(|a| a.correct).count();
 
     // Candidates: keep nothing (threshold above every value), then the top `kept`
@@ -130,7 +128,14 @@ pub fn calibrate(
         if next == Some(value) || !value.is_finite() {
             continue;
         }
-        if accepts(goal, kept, kept_correct, strong_kept, strong_total, min_kept) {
+        if accepts(
+            goal,
+            kept,
+            kept_correct,
+            strong_kept,
+            strong_total,
+            min_kept,
+        ) {
             let threshold = match next {
                 Some(lower) if lower.is_finite() => (value + lower) / 2.0,
                 _ => value - MARGIN,
@@ -140,9 +145,9 @@ pub fn calibrate(
     }
     let (kept, kept_correct, threshold) = best?;
     let deferred: Vec<usize> = order.iter().skip(kept).copied().collect();
-    let cascade_correct = strong.as_ref().map(|s| {
-        kept_correct + deferred.iter().filter(|&&i| s[i]).count()
-    });
+    let cascade_correct = strong
+        .as_ref()
+        .map(|s| kept_correct + deferred.iter().filter(|&&i| s[i]).count());
     Some(Calibration {
         statistic,
         // Four decimals: what a policy file shows, and still between the two values.

@@ -113,7 +113,12 @@ impl Records {
 
 impl QualitySource for Records {
     fn measurement(&self, model: &str, version: &str, suite: &str) -> Measurement {
-        match self.acc.lock().unwrap().get(&format!("{model}@{version}/{suite}")) {
+        match self
+            .acc
+            .lock()
+            .unwrap()
+            .get(&format!("{model}@{version}/{suite}"))
+        {
             Some(&acc) => Measurement::Fresh {
                 measured: Measured {
                     acc,
@@ -133,7 +138,12 @@ impl QualitySource for Records {
 }
 
 fn eval_state(store: &PolicyStore) -> RollbackState {
-    store.current().rollback_monitor("s").unwrap().status().state
+    store
+        .current()
+        .rollback_monitor("s")
+        .unwrap()
+        .status()
+        .state
 }
 
 #[test]

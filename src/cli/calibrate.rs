@@ -41,7 +41,11 @@ pub struct CalibrateArgs {
     #[arg(long)]
     pub answers: Option<PathBuf>,
     /// The answers kept must be right at least this share of the time (0..1).
-    #[arg(long, required_unless_present = "of_strong", conflicts_with = "of_strong")]
+    #[arg(
+        long,
+        required_unless_present = "of_strong",
+        conflicts_with = "of_strong"
+    )]
     pub target: Option<f64>,
     /// The cascade must be right at least this share as often as the next model alone
     /// (0..1; needs --strong or `strong_correct` in --answers).
@@ -94,14 +98,17 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
         Some(path) => read_answers(path)?,
         None => ask_server(&args)?,
     };
-    if matches!(goal, Goal::OfStrong { .. }) && answers.iter().any(|a| a.strong_correct.is_none())
-    {
+    if matches!(goal, Goal::OfStrong { .. }) && answers.iter().any(|a| a.strong_correct.is_none()) {
         bail!("--of-strong needs the next model's answers: --strong NAME, or `strong_correct` on every line of --answers");
     }
     let result = calibrate(&answers, statistic, goal, args.min_kept);
     if args.json {
         let mut out = std::io::stdout().lock();
-        writeln!(out, "{}", report_json(&args, &answers, statistic, goal, result.as_ref())?)?;
+        writeln!(
+            out,
+            "{}",
+            report_json(&args, &answers, statistic, goal, result.as_ref())?
+        )?;
     }
     let Some(result) = result else {
         let right = answers.iter().filter(|a| a.correct).count();
@@ -116,7 +123,11 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
     }
     if let Some(path) = &args.policy {
         write_policy(path, statistic, result.min_confidence)?;
-        eprintln!("set {statistic} min_confidence = {} in {}", result.min_confidence, path.display());
+        eprintln!(
+            "set {statistic} min_confidence = {} in {}",
+            result.min_confidence,
+            path.display()
+        );
     }
     Ok(())
 }
@@ -141,7 +152,9 @@ fn summary(c: &Calibration) -> String {
         c.first_accuracy
     );
     if let (Some(cascade), Some(strong)) = (c.cascade_accuracy, c.strong_accuracy) {
-        text += &format!("; cascade accuracy {cascade:.3} against {strong:.3} for the next model alone");
+        text += &format!(
+            "; cascade accuracy {cascade:.3} against {strong:.3} for the next model alone"
+        );
     }
     text
 }
@@ -184,8 +197,7 @@ fn report_json(
 
 /// Asks the server for the first (and the next) model's answer to every generation item.
 fn ask_server(args: &CalibrateArgs) -> anyhow::Result<Vec<Answer>> {
-    let (Some(base), Some(model), Some(suite_path)) = (&args.base, &args.model, &args.suite)
-    else {
+    let (Some(base), Some(model), Some(suite_path)) = (&args.base, &args.model, &args.suite) else {
         bail!("--base needs --model and --suite");
     };
     let suite = Suite::load(suite_path)?;
@@ -270,7 +282,12 @@ async fn ask(
     let choice = &reply["choices"][0];
     let numbers = |v: &Value| -> Vec<f32> {
         v.as_array()
-            .map(|a| a.iter().filter_map(Value::as_f64).map(|x| x as f32).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_f64)
+                    .map(|x| x as f32)
+                    .collect()
+            })
             .unwrap_or_default()
     };
     Ok(if args.chat {
@@ -288,7 +305,10 @@ async fn ask(
         (content.to_string(), logprobs)
     } else {
         let text = choice["text"].as_str().unwrap_or_default();
-        (text.to_string(), numbers(&choice["logprobs"]["token_logprobs"]))
+        (
+            text.to_string(),
+            numbers(&choice["logprobs"]["token_logprobs"]),
+        )
     })
 }
 
@@ -301,7 +321,8 @@ fn read_answers(path: &Path) -> anyhow::Result<Vec<Answer>> {
             continue;
         }
         let at = || format!("{} line {}", path.display(), i + 1);
-        let value: Value = serde_json::from_str(line).with_context(|| format!("{}: not JSON", at()))?;
+        let value: Value =
+            serde_json::from_str(line).with_context(|| format!("{}: not JSON", at()))?;
         let Some(correct) = value["correct"].as_bool() else {
             bail!("{}: `correct` must be true or false", at());
         };
@@ -336,11 +357,15 @@ fn write_policy(path: &Path, statistic: Statistic, threshold: f64) -> anyhow::Re
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let Some(edited) = set_cascade_threshold(&text, statistic, threshold) else {
-        bail!("{}: no [cascade] table to set min_confidence in", path.display());
+        bail!(
+            "{}: no [cascade] table to set min_confidence in",
+            path.display()
+        );
     };
     let source = path.display().to_string();
-    Policy::from_toml_str_with_env(&edited, &source, &|var| std::env::var(var).ok())
-        .with_context(|| format!("{source} would not load with the threshold set; left as it was"))?;
+    Policy::from_toml_str_with_env(&edited, &source, &|var| std::env::var(var).ok()).with_context(
+        || format!("{source} would not load with the threshold set; left as it was"),
+    )?;
     // Written whole and renamed, so a server watching the file never reads half of it.
     let tmp = path.with_extension("toml.calibrating");
     std::fs::write(&tmp, edited).with_context(|| format!("cannot write {}", tmp.display()))?;
@@ -393,6 +418,9 @@ mod tests {
         assert_eq!(set_cascade_threshold("[routing]\n", p10, -1.0), None);
         // Whole numbers stay floats in TOML.
         let out = set_cascade_threshold("[cascade]", p10, -2.0).unwrap();
-        assert_eq!(out, "[cascade]\nconfidence = \"p10\"\nmin_confidence = -2.0\n");
+        assert_eq!(
+            out,
+            "[cascade]\nconfidence = \"p10\"\nmin_confidence = -2.0\n"
+        );
     }
 }

@@ -190,9 +190,9 @@ def calibrate(switchyard_bin, *args) -> tuple[int, dict, str]:
     return out.returncode, json.loads(out.stdout) if out.stdout.strip() else {}, out.stderr
 
 
-def on_suite(switchyard_bin, base: str, *args) -> tuple[int, dict, str]:
+def on_suite(switchyard_bin, base: str, *args, min_kept: int = 3) -> tuple[int, dict, str]:
     return calibrate(switchyard_bin, "--base", base, "--model", "smol", "--suite",
-                     str(ROOT / "evals" / "geo-gen.jsonl"), "--count", "12", "--min-kept", "3", *args)
+                     str(ROOT / "evals" / "geo-gen.jsonl"), "--count", "12", "--min-kept", str(min_kept), *args)
 
 
 def confidence(item: dict) -> float:
@@ -239,7 +239,7 @@ def test_calibration_sets_the_threshold_from_measured_answers(switchyard_bin, se
     if below is not None:
         headers = complete(base, below)
         assert headers["x-switchyard-cascade"].startswith("deferred from smol@1"), headers
-    status, refused, err = on_suite(switchyard_bin, base, "--target", "1.0", "--min-kept", "12")
+    status, refused, err = on_suite(switchyard_bin, base, "--target", "1.0", min_kept=12)
     assert status != 0 or refused["kept_correct"] == 12, err
     if status != 0:
         assert "no p10 threshold meets the goal" in err, err
