@@ -191,6 +191,45 @@ def geo_gen(rng: random.Random, count: int) -> list[dict]:
     return [{"prompt": shots + question.format(place), "answer": continent} for place, continent in facts[3:3 + count]]
 
 
+def city_countries() -> dict[str, str]:
+    """Cities and the country each is in, from tzdata's zone.tab and iso-codes. Left out:
+    country names that are lists or carry parentheses ("Korea, Republic of"), and cities
+    whose name is part of their country's or the reverse (Kuwait, Singapore)."""
+    names = {c["alpha_2"]: c.get("common_name", c["name"]) for c in json.loads(ISO_3166.read_text())["3166-1"]}
+    cities = {}
+    for line in ZONE_TAB.read_text().splitlines():
+        if line.startswith("#"):
+            continue
+        code, _, zone = line.split("\t")[:3]
+        parts = zone.split("/")
+        country = names.get(code)
+        if parts[0] not in CONTINENTS or len(parts) != 2 or not country:
+            continue
+        city = parts[1].replace("_", " ")
+        if any(c in country for c in ",()") or city.lower() in country.lower() or country.lower() in city.lower():
+            continue
+        cities[city] = country
+    return cities
+
+
+def country_gen(rng: random.Random, count: int) -> list[dict]:
+    """Which country a city is in, as generation: three answered questions, then one."""
+    facts = sorted(city_countries().items())
+    rng.shuffle(facts)
+    question = "Question: In which country is the city {}?\nAnswer:"
+    shots = "".join(question.format(city) + f" {country}\n\n" for city, country in facts[:3])
+    return [{"prompt": shots + question.format(city), "answer": country} for city, country in facts[3:3 + count]]
+
+
+def letter_gen(rng: random.Random, count: int) -> list[dict]:
+    """The first letter of a word, as generation: two answered questions, then one."""
+    question = 'Question: What is the first letter of the word "{}"?\nAnswer:'
+    shots = question.format("table") + " t\n\n" + question.format("music") + " m\n\n"
+    words = [w for w in WORDS if w not in ("table", "music")]
+    rng.shuffle(words)
+    return [{"prompt": shots + question.format(w), "answer": w[0]} for w in words[:count]]
+
+
 SUITES = {
     "arith": (arith, 300),
     "units": (units, 200),
@@ -198,6 +237,8 @@ SUITES = {
     "geo": (geo, 200),
     "arith-gen": (arith_gen, 100),
     "geo-gen": (geo_gen, 200),
+    "country-gen": (country_gen, 200),
+    "letter-gen": (letter_gen, 120),
 }
 
 

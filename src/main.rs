@@ -35,6 +35,8 @@ enum Command {
     Models(cli::models::ModelsArgs),
     /// Run evaluation suites (JSONL) on a checkpoint: accuracy with a 95% interval.
     Eval(cli::eval::EvalArgs),
+    /// Set a cascade's `min_confidence` from measured answers (a running server's, or a file's).
+    Calibrate(cli::calibrate::CalibrateArgs),
     /// Make a demo model repository from the SmolLM2 model (base, Q8_0, derived).
     DemoRepo(cli::demo_repo::DemoRepoArgs),
 }
@@ -63,5 +65,6 @@ fn run() -> anyhow::Result<()> {
         Command::Models(args) => cli::models::run(args),
         Command::DemoRepo(args) => cli::demo_repo::run(args),
         Command::Eval(args) => cli::eval::run(args),
+        Command::Calibrate(args) => cli::calibrate::run(args),
     }
 }

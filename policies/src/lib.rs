@@ -76,6 +76,7 @@ mod spend;
 mod compiled;
 mod validate;
 
+pub mod calibrate;
 pub mod feedback;
 pub mod ledger;
 mod live;

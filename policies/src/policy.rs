@@ -62,18 +62,31 @@ impl Policy {
     /// This policy with every `quality_from` figure taken from `source` (see
     /// [`crate::QualitySource`]): fresh measurements of the active versions replace the
     /// declared figures; `policy explain` shows where each came from.
-    pub fn resolve_quality(mut self, source: &dyn crate::measured::QualitySource) -> Policy {
+    pub fn resolve_quality(self, source: &dyn crate::measured::QualitySource) -> Policy {
+        let policy = self.with_measurements(source);
+        policy.roll_back_on_evals();
+        policy
+    }
+
+    /// [`Policy::resolve_quality`] without telling the rollback rules: the store tells
+    /// them after carrying the old policy's rules over (a fresh rule about to be
+    /// replaced by a kept one must not trip, nor count a rollback in the metrics).
+    pub(crate) fn with_measurements(
+        mut self,
+        source: &dyn crate::measured::QualitySource,
+    ) -> Policy {
         crate::compiled::measured::resolve(&mut self.compiled, source);
-        self.roll_back_on_evals();
         self
     }
 
-    /// Trips the rollback rule of every split whose arms' stored evaluations show the
-    /// candidate too far below the baseline (see `eval_suite` / `max_eval_drop`).
+    /// Tells every split's rollback rule what its arms' stored evaluations say: a
+    /// candidate too far below the baseline trips it (see `eval_suite` /
+    /// `max_eval_drop`), unless an operator's reset dismissed that verdict.
     pub(crate) fn roll_back_on_evals(&self) {
         for (split, monitor) in self.compiled.splits.iter().zip(&self.live.rollbacks) {
-            if let (Some(reason), Some(monitor)) = (&split.eval_verdict, monitor) {
-                monitor.trip("eval", reason.clone());
+            let eval = split.rollback().is_some_and(|r| r.eval.is_some());
+            if let (true, Some(monitor)) = (eval, monitor) {
+                monitor.eval_verdict(split.eval_verdict.clone());
             }
         }
     }

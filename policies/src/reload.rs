@@ -133,7 +133,7 @@ impl PolicyStore {
         // Stamp before reading: a measurement stored mid-read shows up as a change later.
         self.quality_stamp
             .store(source.fingerprint(), Ordering::Release);
-        policy.resolve_quality(source.as_ref())
+        policy.with_measurements(source.as_ref())
     }
 
     /// Client scores and confidence of served answers, per checkpoint and split arm.

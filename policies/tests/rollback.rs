@@ -1,12 +1,18 @@
 //! A canary whose error rate rises is rolled back automatically, observably, and the
-//! rollback survives a reload that leaves the split unchanged.
+//! rollback survives a reload that leaves the split unchanged; an operator's reset of a
+//! rollback on stored evaluations survives the same records being read again.
 #![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 mod common;
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
 use common::{example, request};
 use switchyard_policies::{
-    route, Completion, IdleEngine, Policy, PolicyStore, RollbackState, RouteReason, Usage,
+    route, Completion, IdleEngine, Measured, Measurement, Policy, PolicyStore, QualitySource,
+    RollbackState, RouteReason, Usage,
 };
 
 fn finish(r: switchyard_policies::Route, succeeded: bool) {
@@ -89,4 +95,124 @@ fn a_healthy_canary_keeps_its_share() {
         status.iter().all(|s| s.state == RollbackState::Watching),
         "{status:?}"
     );
+}
+
+/// Stored accuracies by `model@version/suite`, as a model repository would hold them.
+#[derive(Debug, Default)]
+struct Records {
+    acc: Mutex<HashMap<String, f64>>,
+    stored: AtomicU64,
+}
+
+impl Records {
+    fn store(&self, key: &str, acc: f64) {
+        self.acc.lock().unwrap().insert(key.to_string(), acc);
+        self.stored.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl QualitySource for Records {
+    fn measurement(&self, model: &str, version: &str, suite: &str) -> Measurement {
+        match self
+            .acc
+            .lock()
+            .unwrap()
+            .get(&format!("{model}@{version}/{suite}"))
+        {
+            Some(&acc) => Measurement::Fresh {
+                measured: Measured {
+                    acc,
+                    n: 200,
+                    ci95: [acc - 0.05, acc + 0.05],
+                },
+            },
+            None => Measurement::Missing {
+                why: "never measured".into(),
+            },
+        }
+    }
+
+    fn fingerprint(&self) -> u64 {
+        self.stored.load(Ordering::SeqCst)
+    }
+}
+
+fn eval_state(store: &PolicyStore) -> RollbackState {
+    store
+        .current()
+        .rollback_monitor("s")
+        .unwrap()
+        .status()
+        .state
+}
+
+#[test]
+fn a_reset_of_an_evaluation_rollback_outlasts_rereading_the_same_records() {
+    let src = r#"
+        [routing]
+        allow_anonymous = true
+
+        [[models]]
+        name = "small"
+        versions = ["1", "2"]
+        active_version = "1"
+        cost_per_1k_input = 0.0
+        cost_per_1k_output = 0.0
+        quality = 0.5
+        context_limit = 100
+
+        [[splits]]
+        name = "s"
+        model = "small"
+        arms = [{ name = "old", target = "small@1", weight = 50 }, { name = "new", target = "small@2", weight = 50 }]
+
+        [splits.rollback]
+        baseline = "old"
+        candidate = "new"
+        window = "5m"
+        min_samples = 1000
+        eval_suite = "geo"
+        max_eval_drop = 0.05
+    "#;
+    let records = Arc::new(Records::default());
+    records.store("small@1/geo", 0.60);
+    records.store("small@2/geo", 0.50);
+    let store = PolicyStore::new(Policy::from_toml_str(src).unwrap());
+    store.set_quality_source(records.clone()).unwrap();
+    // Every reload reads the records again (the watcher reloads when one is stored).
+    let reread = || store.reload_from_str(src, "reread").unwrap();
+    reread();
+    let RollbackState::RolledBack { signal, reason, .. } = eval_state(&store) else {
+        panic!("not rolled back: {:?}", eval_state(&store));
+    };
+    assert_eq!(signal, "eval");
+    assert!(reason.contains("0.500 (n 200) against 0.600"), "{reason}");
+
+    assert!(store.current().reset_rollback("s"));
+    // The same figures read again, and the baseline stored again unchanged: still reset.
+    reread();
+    records.store("small@1/geo", 0.60);
+    reread();
+    assert_eq!(eval_state(&store), RollbackState::Watching);
+    let policy = store.current();
+    let arms: std::collections::HashSet<_> = (0..200)
+        .map(|i| {
+            let mut req = request("small");
+            req.user = Some(format!("u{i}"));
+            route(&policy, &req, &IdleEngine)
+                .unwrap()
+                .arm
+                .as_deref()
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(arms.len(), 2, "the split's weights apply again: {arms:?}");
+
+    // New evidence, the candidate measured lower again, trips the rule again.
+    records.store("small@2/geo", 0.45);
+    reread();
+    let RollbackState::RolledBack { reason, .. } = eval_state(&store) else {
+        panic!("new evidence did not trip the rule");
+    };
+    assert!(reason.contains("0.450 (n 200) against 0.600"), "{reason}");
 }

@@ -10,10 +10,12 @@ takes what it is unsure of.
 - a streamed `auto` request waits for the verdict: deferred, it streams
   Gemma's answer with the deferral in its headers; accepted, it streams
   SmolLM2's answer token by token, the same text as the whole-JSON answer;
-- `scripts/calibrate-cascade.py` measures SmolLM2's answers on a shipped
-  suite and writes the lowest threshold whose kept answers reach a target
-  accuracy into the policy; the server then defers exactly the answers the
-  calibration saw below it;
+- `switchyard calibrate` measures SmolLM2's answers on a shipped suite and
+  writes the lowest threshold whose kept answers reach a target accuracy into
+  the policy; the server then defers exactly the answers the calibration saw
+  below it; with `--strong gemma --of-strong F` it asks Gemma too and keeps
+  the cascade at F of Gemma's accuracy; from a file of answers it needs no
+  server, and a bad line is refused naming the file and line;
 - `POST /v1/feedback` scores an answer by its response id, once; the score
   and the answers' confidence show per checkpoint in `/admin/policy`.
 """
@@ -182,43 +184,51 @@ def complete(base: str, prompt: str) -> dict:
         return {k.lower(): v for k, v in r.headers.items()}
 
 
-def calibrate(base: str, target: float, *extra) -> tuple[int, dict]:
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "calibrate-cascade.py"), "--base", base,
-                          "--model", "smol", "--suite", str(ROOT / "evals" / "geo-gen.jsonl"), "--count", "12",
-                          "--target", str(target), "--min-kept", "3", "--json", *extra],
+def calibrate(switchyard_bin, *args) -> tuple[int, dict, str]:
+    out = subprocess.run([str(switchyard_bin), "calibrate", *args, "--json"],
                          capture_output=True, text=True, timeout=900)
-    return out.returncode, json.loads(out.stdout)
+    return out.returncode, json.loads(out.stdout) if out.stdout.strip() else {}, out.stderr
 
 
-def test_calibration_sets_the_threshold_from_measured_answers(server):
+def on_suite(switchyard_bin, base: str, *args, min_kept: int = 3) -> tuple[int, dict, str]:
+    return calibrate(switchyard_bin, "--base", base, "--model", "smol", "--suite",
+                     str(ROOT / "evals" / "geo-gen.jsonl"), "--count", "12", "--min-kept", str(min_kept), *args)
+
+
+def confidence(item: dict) -> float:
+    return -math.inf if item["confidence"] is None else item["confidence"]
+
+
+def test_calibration_sets_the_threshold_from_measured_answers(switchyard_bin, server):
     base, policy_file, _ = server
-    status, everything = calibrate(base, 0.01)
-    assert status == 0, everything
-    items = sorted(everything["items"], key=lambda r: r["confidence"], reverse=True)
+    status, everything, err = on_suite(switchyard_bin, base, "--target", "0.01")
+    assert status == 0, err
+    items = sorted(everything["items"], key=confidence, reverse=True)
     assert len(items) == 12 and everything["deferred_share"] == 0.0
     # A target the most confident half reaches, so that a threshold exists by construction.
     top = items[:6]
     target = sum(r["correct"] for r in top) / len(top)
     if target == 0:
-        pytest.skip("SmolLM2 answered none of the most confident half right; nothing to calibrate")
-    status, result = calibrate(base, target, "--policy", str(policy_file))
-    assert status == 0, result
+        pytest.fail("SmolLM2 answered none of its most confident half right: the suite changed?")
+    status, result, err = on_suite(switchyard_bin, base, "--target", str(target), "--policy", str(policy_file))
+    assert status == 0, err
     threshold = result["min_confidence"]
+    kept_acc = result["kept_correct"] / result["kept"]
     print(f"\nCALIBRATED target {target:.3f}: p10 >= {threshold} keeps {result['kept']} of 12 "
-          f"(kept acc {result['kept_acc']:.3f}, all {result['overall_acc']:.3f})")
-    kept = [r for r in result["items"] if r["confidence"] >= threshold]
+          f"(kept acc {kept_acc:.3f}, all {result['first_accuracy']:.3f})")
+    kept = [r for r in result["items"] if confidence(r) >= threshold]
     assert result["kept"] == len(kept) >= 3
     assert sum(r["correct"] for r in kept) / len(kept) >= target
     # The lowest such threshold: keeping any more answers misses the target.
-    for level in {r["confidence"] for r in result["items"] if r["confidence"] < threshold}:
-        more = [r for r in result["items"] if r["confidence"] >= level]
+    for level in {confidence(r) for r in result["items"] if confidence(r) < threshold}:
+        more = [r for r in result["items"] if confidence(r) >= level]
         assert sum(r["correct"] for r in more) / len(more) < target, level
     assert f"min_confidence = {threshold!r}" in policy_file.read_text()
 
     # The server reads the new threshold and judges as the calibration measured.
     prompts = [json.loads(line)["prompt"] for line in (ROOT / "evals" / "geo-gen.jsonl").read_text().splitlines()[:12]]
-    below = next((p for p, r in zip(prompts, result["items"]) if r["confidence"] < threshold), None)
-    above = next(p for p, r in zip(prompts, result["items"]) if r["confidence"] >= threshold)
+    below = next((p for p, r in zip(prompts, result["items"]) if confidence(r) < threshold), None)
+    above = next(p for p, r in zip(prompts, result["items"]) if confidence(r) >= threshold)
     deadline = time.time() + 30
     while True:
         headers = complete(base, above)
@@ -229,8 +239,41 @@ def test_calibration_sets_the_threshold_from_measured_answers(server):
     if below is not None:
         headers = complete(base, below)
         assert headers["x-switchyard-cascade"].startswith("deferred from smol@1"), headers
-    status, refused = calibrate(base, 1.0, "--min-kept", "12")
-    assert status != 0 or refused["kept_acc"] == 1.0
+    status, refused, err = on_suite(switchyard_bin, base, "--target", "1.0", min_kept=12)
+    assert status != 0 or refused["kept_correct"] == 12, err
+    if status != 0:
+        assert "no p10 threshold meets the goal" in err, err
+
+    # Against the next model: the cascade at least 0.9 of Gemma's accuracy, deferring least.
+    status, strong, err = on_suite(switchyard_bin, base, "--strong", "gemma", "--of-strong", "0.9")
+    assert status == 0, err
+    assert all(isinstance(r["strong_correct"], bool) for r in strong["items"])
+    assert strong["cascade_accuracy"] >= 0.9 * strong["strong_accuracy"] - 1e-9, strong
+    print(f"CALIBRATED of-strong 0.9: defers {strong['deferred_share']:.2f}, cascade "
+          f"{strong['cascade_accuracy']:.3f} against Gemma {strong['strong_accuracy']:.3f}")
+
+
+def test_calibration_reads_answers_from_a_file(switchyard_bin, tmp_path):
+    answers = tmp_path / "answers.jsonl"
+    rows = [(True, [-0.1, -0.05], True), (True, [-0.3], False), (False, [-1.2, -0.2], True),
+            (False, [], True), (True, [-2.5], True)]
+    answers.write_text("".join(json.dumps({"correct": c, "logprobs": l, "strong_correct": s}) + "\n"
+                               for c, l, s in rows))
+    status, result, err = calibrate(switchyard_bin, "--answers", answers, "--statistic", "min",
+                                    "--of-strong", "1.0")
+    assert status == 0, err
+    # Gemma is right on 4 of 5. Deferring only the answer without tokens keeps 3 + 1 right:
+    # as many as Gemma alone, so that is the least deferral meeting the goal.
+    assert (result["kept"], result["min_confidence"]) == (4, -2.52), result
+    assert result["cascade_accuracy"] == result["strong_accuracy"] == 0.8, result
+    assert [None if r["confidence"] is None else round(r["confidence"], 4) for r in result["items"]] == \
+        [-0.1, -0.3, -1.2, None, -2.5]
+    answers.write_text(json.dumps({"correct": True, "logprobs": [-0.1]}) + "\n"
+                       + json.dumps({"correct": "yes", "logprobs": []}) + "\n")
+    status, _, err = calibrate(switchyard_bin, "--answers", answers, "--target", "0.5")
+    assert status != 0 and f"{answers} line 2: `correct` must be true or false" in err, err
+    status, _, err = calibrate(switchyard_bin, "--answers", answers, "--of-strong", "0.9")
+    assert status != 0
 
 
 def post(url: str, body: dict) -> tuple[int, dict]:

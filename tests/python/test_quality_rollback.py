@@ -15,7 +15,8 @@ only quality signals, so errors and latency cannot trip it:
   `max_confidence_drop` rolls it back;
 - stored evaluations (`eval_suite`, `max_eval_drop`): once `switchyard eval
   --save` has measured both versions, the server re-reads the records and
-  rolls the canary back without a single request.
+  rolls the canary back without a single request; an operator's reset then
+  holds while the same figures are read again (a record stored anew).
 
 Each case installs its own rule (a changed rule starts a fresh monitor).
 """
@@ -247,3 +248,19 @@ def test_stored_evaluations_roll_the_canary_back(switchyard_bin, server, tmp_pat
     assert f"against {acc['1']:.3f} (n 60) on `stable` (smollm2@1)" in state["reason"]
     headers, _ = ask(server, "after-eval", "Say hi.")
     assert headers["x-switchyard-version"] == "1" and "rolled back" in headers["x-switchyard-route"]
+
+    # An operator resets the rule: storing the baseline's record again (the same figures)
+    # makes the server re-read every record, and the reset holds.
+    status, body = admin(server, "POST", "/admin/policy/splits/rollout/reset")
+    assert status == 200 and body["rollback"][0]["state"]["state"] == "watching", body
+    generation = body["generation"]
+    out = run(switchyard_bin, "eval", "--repo", server["repo"], "--model", "smollm2@1",
+              "--suite", suite, "--json", "--save")
+    assert json.loads(out.stdout)["acc"] == acc["1"]
+    deadline = time.time() + 30
+    while (body := admin(server, "GET", "/admin/policy")[1])["generation"] == generation:
+        if time.time() > deadline:
+            pytest.fail("the server did not re-read the stored records")
+        time.sleep(0.25)
+    assert body["rollback"][0]["state"]["state"] == "watching", body["rollback"][0]
+    assert 'switchyard_policy_rollbacks_total{split="rollout",signal="eval"} 1' in metrics(server)

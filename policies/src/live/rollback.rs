@@ -12,6 +12,11 @@
 //! States: `Watching` → `RolledBack` (sticky until an operator resets it or the split is
 //! changed in the policy file). Outcomes are kept in ten time buckets per arm, so the
 //! window slides in steps of a tenth of its length.
+//!
+//! A reset starts the window afresh and dismisses the evaluation verdict in force then:
+//! the same stored figures, read again (every policy reload and every new record re-reads
+//! them), do not trip the rule again; new evidence does: a verdict with a different figure
+//! or version for either arm (a record re-measured identically is the same evidence).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -100,6 +105,11 @@ enum Observation {
 struct MonitorState {
     buckets: [[Bucket; BUCKETS]; 2],
     state: RollbackState,
+    /// What the arms' stored evaluations said when last read (`None`: no drop).
+    eval_verdict: Option<String>,
+    /// The evaluation verdict an operator's reset dismissed: read again unchanged, it
+    /// does not trip the rule.
+    eval_dismissed: Option<String>,
 }
 
 /// Records outcomes per arm and trips the rule. Shared by `Arc` between the policy and
@@ -132,6 +142,8 @@ impl RollbackMonitor {
             state: Mutex::new(MonitorState {
                 buckets: [[Bucket::default(); BUCKETS]; 2],
                 state: RollbackState::Watching,
+                eval_verdict: None,
+                eval_dismissed: None,
             }),
         }
     }
@@ -193,12 +205,19 @@ impl RollbackMonitor {
         }
     }
 
-    /// Trips the rule for a reason found outside the window (the arms' stored
-    /// evaluations); no-op once tripped.
-    pub fn trip(&self, signal: &'static str, reason: String) {
+    /// What the arms' stored evaluations say, read now: `Some(reason)` (naming both
+    /// figures and versions) when the candidate has dropped too far, `None` otherwise or
+    /// when a record is missing or stale. Trips the rule (signal `eval`) unless it has
+    /// tripped already or an operator's reset dismissed this very verdict.
+    pub fn eval_verdict(&self, verdict: Option<String>) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if matches!(s.state, RollbackState::Watching) {
-            self.trip_locked(&mut s, signal, reason);
+        s.eval_verdict.clone_from(&verdict);
+        let Some(reason) = verdict else {
+            return;
+        };
+        let dismissed = s.eval_dismissed.as_ref() == Some(&reason);
+        if !dismissed && matches!(s.state, RollbackState::Watching) {
+            self.trip_locked(&mut s, "eval", reason);
         }
     }
 
@@ -256,11 +275,13 @@ impl RollbackMonitor {
     }
 
     /// Returns to `Watching` with empty windows (an operator decided the new arm is fine
-    /// to try again).
+    /// to try again), dismissing the evaluation verdict in force (see the module
+    /// documentation).
     pub fn reset(&self) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         s.buckets = [[Bucket::default(); BUCKETS]; 2];
         s.state = RollbackState::Watching;
+        s.eval_dismissed = s.eval_verdict.clone();
         self.tripped.store(false, Ordering::Release);
         metrics::rollback_state(&self.split, false);
     }
@@ -521,14 +542,55 @@ mod tests {
         ));
     }
 
+    fn eval_reason(m: &RollbackMonitor) -> Option<String> {
+        match m.status().state {
+            RollbackState::RolledBack { signal, reason, .. } => {
+                assert_eq!(signal, "eval");
+                Some(reason)
+            }
+            RollbackState::Watching => None,
+        }
+    }
+
     #[test]
-    fn an_outside_reason_trips_once() {
+    fn an_evaluation_verdict_trips_once() {
         let m = monitor(5);
-        m.trip("eval", "first".into());
-        m.trip("eval", "second".into());
-        let RollbackState::RolledBack { reason, .. } = m.status().state else {
-            panic!("not rolled back");
-        };
-        assert_eq!(reason, "first");
+        m.eval_verdict(Some("first".into()));
+        m.eval_verdict(Some("second".into()));
+        assert_eq!(eval_reason(&m).as_deref(), Some("first"));
+    }
+
+    #[test]
+    fn a_reset_dismisses_the_evaluation_verdict_until_the_evidence_changes() {
+        let m = monitor(5);
+        m.eval_verdict(Some("v3 at 0.50 against 0.60".into()));
+        assert!(m.is_rolled_back());
+        m.reset();
+        // The same records read again (a reload, another record stored): still reset.
+        m.eval_verdict(Some("v3 at 0.50 against 0.60".into()));
+        assert_eq!(eval_reason(&m), None);
+        // A new figure is new evidence.
+        m.eval_verdict(Some("v3 at 0.45 against 0.60".into()));
+        assert_eq!(eval_reason(&m).as_deref(), Some("v3 at 0.45 against 0.60"));
+        m.reset();
+        // A record missing for a moment, then the same figures: the same evidence.
+        m.eval_verdict(None);
+        m.eval_verdict(Some("v3 at 0.45 against 0.60".into()));
+        assert_eq!(eval_reason(&m), None);
+        // A reset of a rule tripped by another signal dismisses the verdict read with it.
+        let m = monitor(1);
+        m.record_at(1, false, 1.0, Instant::now());
+        m.record_at(0, true, 1.0, Instant::now());
+        m.eval_verdict(Some("drop".into()));
+        assert!(matches!(
+            m.status().state,
+            RollbackState::RolledBack {
+                signal: "errors",
+                ..
+            }
+        ));
+        m.reset();
+        m.eval_verdict(Some("drop".into()));
+        assert!(!m.is_rolled_back());
     }
 }
