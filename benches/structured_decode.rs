@@ -20,7 +20,7 @@ mod batched;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use batched::{model_path, threads};
 use switchyard_engine::registry::Registry;
@@ -116,7 +116,7 @@ fn engine() -> Engine<CpuBackend> {
     registry.activate("m", "1").expect("it activates");
     let executor = Executor::spawn(backend, ExecutorConfig::default(), Arc::new(NoObserver))
         .expect("the executor starts");
-    Engine::new(registry, executor, 0, Duration::from_secs(600))
+    Engine::new(registry, executor, 0)
 }
 
 /// Decode tokens per second of `batch` sequences decoding together.
@@ -146,6 +146,7 @@ fn decode_rate(engine: &Engine<CpuBackend>, eos: &[u32], batch: usize, constrain
             cache_scope: switchyard_seam::CacheScope::default(),
             share: switchyard_seam::TenantShare::default(),
             fanout: 1,
+            deadline: None,
         })
         .collect();
     let mut streams: Vec<_> = requests

@@ -15,7 +15,6 @@ mod prepare;
 mod routing_state;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use switchyard_kernels::Backend;
 use switchyard_seam::{
@@ -35,23 +34,15 @@ pub struct Engine<B: Backend> {
     executor: Executor<B>,
     /// Unix seconds when the models were made available (for `/v1/models`).
     created: u64,
-    /// How long a request may take: each sequence's deadline for the scheduler.
-    request_timeout: Duration,
 }
 
 impl<B: Backend> Engine<B> {
     /// An engine over `registry`'s versions, run by `executor`.
-    pub fn new(
-        registry: Arc<Registry<B>>,
-        executor: Executor<B>,
-        created: u64,
-        request_timeout: Duration,
-    ) -> Self {
+    pub fn new(registry: Arc<Registry<B>>, executor: Executor<B>, created: u64) -> Self {
         Engine {
             registry,
             executor,
             created,
-            request_timeout,
         }
     }
 
@@ -92,8 +83,7 @@ impl<B: Backend> InferenceBackend for Engine<B> {
     fn submit(&self, request: GenerationRequest) -> Result<GenerationStream, BackendError> {
         let checkpoint = self.resolve(&request.model)?;
         let (sender, receiver) = mpsc::channel(switchyard_seam::EVENT_BUFFER);
-        let deadline = Instant::now() + self.request_timeout;
-        let sequence = prepare(&checkpoint, &request, sender, deadline)?;
+        let sequence = prepare(&checkpoint, &request, sender)?;
         let fanout = usize::try_from(request.fanout).unwrap_or(usize::MAX);
         self.executor
             .check_share(&checkpoint, &sequence, fanout)

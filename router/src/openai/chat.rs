@@ -8,6 +8,7 @@ use http::HeaderMap;
 use serde_json::Value;
 
 use crate::error::ApiError;
+use crate::layers::timeout::Deadline;
 use crate::openai::chat_stream::ChatChunks;
 use crate::openai::generate::Finished;
 use crate::openai::json_response::json_response;
@@ -300,6 +301,7 @@ pub async fn chat_completions(
     State(state): State<AppState>,
     routed: RoutedRequest,
     headers: HeaderMap,
+    deadline: Deadline,
     Validated(request): Validated<ValidatedChatRequest>,
 ) -> Response {
     let ValidatedChatRequest {
@@ -318,7 +320,7 @@ pub async fn chat_completions(
     let answer = ChatAnswer {
         parses_calls: tools.parses_calls(),
     };
-    respond(&state, &routed, &headers, generations, answer).await
+    respond(&state, &routed, &headers, deadline, generations, answer).await
 }
 
 /// A chat completion: `chat.completion.chunk`s or one `chat.completion`; with tools,

@@ -8,6 +8,7 @@ use http::HeaderMap;
 use serde_json::Value;
 
 use crate::error::ApiError;
+use crate::layers::timeout::Deadline;
 use crate::openai::completions_stream::TextChunks;
 use crate::openai::generate::Finished;
 use crate::openai::json_response::json_response;
@@ -182,6 +183,7 @@ pub async fn completions(
     State(state): State<AppState>,
     routed: RoutedRequest,
     headers: HeaderMap,
+    deadline: Deadline,
     Validated(request): Validated<ValidatedCompletionRequest>,
 ) -> Response {
     let ValidatedCompletionRequest {
@@ -196,7 +198,7 @@ pub async fn completions(
         params,
         mode,
     };
-    respond(&state, &routed, &headers, generations, TextAnswer).await
+    respond(&state, &routed, &headers, deadline, generations, TextAnswer).await
 }
 
 /// A legacy completion: `text_completion` chunks or one `text_completion`.

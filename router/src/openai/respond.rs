@@ -9,6 +9,7 @@ use switchyard_seam::{ModelSpec, Prompt, Usage};
 use crate::error::ApiError;
 use crate::layers::request_id::request_id;
 use crate::layers::request_metrics::labelled_response;
+use crate::layers::timeout::Deadline;
 use crate::openai::generate::{merge, Finished};
 use crate::openai::params::{GenerationParams, ResponseMode};
 use crate::openai::routed_generation::{finish_whole, observe, submit};
@@ -64,6 +65,7 @@ pub async fn respond<A: Answer>(
     state: &AppState,
     routed: &RoutedRequest,
     headers: &HeaderMap,
+    deadline: Deadline,
     generations: Generations,
     answer: A,
 ) -> Response {
@@ -72,6 +74,7 @@ pub async fn respond<A: Answer>(
         state,
         routed,
         &request_id(headers),
+        deadline,
         &requested,
         &generations,
         answer,
@@ -84,6 +87,7 @@ async fn run<A: Answer>(
     state: &AppState,
     routed: &RoutedRequest,
     request_id: &str,
+    deadline: Deadline,
     requested: &ModelSpec,
     generations: &Generations,
     answer: A,
@@ -101,6 +105,7 @@ async fn run<A: Answer>(
         let mut requests = params.requests(request_id, model, &scope, prompts.clone());
         for request in &mut requests {
             request.share = share.clone();
+            request.deadline = deadline.0;
         }
         requests
     };
