@@ -10,7 +10,6 @@ use serde_json::Value;
 use crate::error::ApiError;
 use crate::layers::timeout::Deadline;
 use crate::openai::chat_stream::ChatChunks;
-use crate::openai::generate::Finished;
 use crate::openai::json_response::json_response;
 use crate::openai::params::{
     describe, invalid, parse_model, parse_top_logprobs, CommonFields, GenerationParams,
@@ -21,6 +20,7 @@ use crate::openai::response_format::parse_response_format;
 use crate::openai::responses::{
     AssistantMessage, ChatChoice, ChatCompletion, ChatLogprobs, FunctionCall, ToolCallBody,
 };
+use crate::openai::tail::whole::Finished;
 use crate::openai::tool_calls::{new_call_id, split, Piece};
 use crate::openai::tools::{parse_tools, ToolSettings};
 use crate::openai::types::{ChatCompletionRequest, WireMessage};

@@ -10,7 +10,6 @@ use serde_json::Value;
 use crate::error::ApiError;
 use crate::layers::timeout::Deadline;
 use crate::openai::completions_stream::TextChunks;
-use crate::openai::generate::Finished;
 use crate::openai::json_response::json_response;
 use crate::openai::params::{
     describe, invalid, parse_model, parse_top_logprobs, CommonFields, GenerationParams,
@@ -19,6 +18,7 @@ use crate::openai::params::{
 use crate::openai::respond::{respond, Answer, Generations, Head};
 use crate::openai::response_format::parse_response_format;
 use crate::openai::responses::{TextChoice, TextCompletion, TextLogprobs};
+use crate::openai::tail::whole::Finished;
 use crate::openai::types::CompletionRequest;
 use crate::policy::{RoutedRequest, Validated};
 use crate::state::AppState;

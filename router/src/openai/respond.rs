@@ -10,12 +10,12 @@ use crate::error::ApiError;
 use crate::layers::request_id::request_id;
 use crate::layers::request_metrics::labelled_response;
 use crate::layers::timeout::Deadline;
-use crate::openai::generate::{merge, Finished};
 use crate::openai::params::{GenerationParams, ResponseMode};
-use crate::openai::routed_generation::{finish_whole, observe, submit};
+use crate::openai::tail::stream::{stream_response, ChunkFormat, StreamSettings};
+use crate::openai::tail::submit::submit;
+use crate::openai::tail::whole::{finish_whole, Finished};
 use crate::openai::unix_now;
 use crate::policy::RoutedRequest;
-use crate::sse::{stream_response, ChunkFormat, StreamSettings};
 use crate::state::AppState;
 
 /// What an endpoint's answer looks like.
@@ -114,22 +114,20 @@ async fn run<A: Answer>(
     match *mode {
         ResponseMode::Stream { include_usage } => {
             let choices = submit(state, routed, requested, &make, A::PROMPT_FIELD).await?;
-            let total = u32::try_from(choices.len()).unwrap_or(u32::MAX);
             let head = Head {
                 id,
                 created,
                 model: routed.backend_model(requested).to_string(),
             };
             let settings = StreamSettings {
-                choices: total,
                 n: params.n,
                 include_usage,
                 prompt_field: A::PROMPT_FIELD,
                 keep_alive: state.config().sse_keep_alive,
             };
-            let events = observe(merge(choices), routed.clone(), total, params.n);
             Ok(stream_response(
-                events,
+                choices,
+                routed.clone(),
                 answer.chunks(head, include_usage),
                 settings,
             ))

@@ -1,19 +1,18 @@
-//! Running a routed request's generations: fallbacks when the chosen checkpoint refuses
-//! or fails, and settling the route when the request ends (whole JSON or stream).
+//! Submitting a routed request's generations: the prompts prepared once (off the async
+//! workers when large), the budget held for their real size, and the policy's fallback
+//! when the chosen checkpoint refuses them.
 
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
-
-use futures_util::stream::{self, Stream};
 
 use crate::error::ApiError;
-use crate::openai::generate::{finish_all, submit_all, Choice, Finished, MergedEvents, UsageTally};
-use crate::policy::routed::RoutedRequest;
+use crate::openai::tail::choice::{submit_all, Choice};
+use crate::policy::RoutedRequest;
 use crate::state::AppState;
-use switchyard_seam::{
-    BackendError, GenerationEvent, GenerationRequest, ModelSpec, Prompt, TokenConfidence, Usage,
-};
+use switchyard_seam::{BackendError, GenerationRequest, ModelSpec, Prompt, Usage};
+
+/// Builds a request's generation requests for the model that is to run them (built
+/// again only when a fallback checkpoint takes over the request).
+pub type MakeRequests<'a> = &'a (dyn Fn(&ModelSpec) -> Vec<GenerationRequest> + Sync);
 
 /// Prompts of at most this many bytes (tool definitions included) are prepared
 /// (templated, tokenized) on the async worker that handles the request; larger ones on
@@ -29,7 +28,7 @@ pub async fn submit(
     state: &AppState,
     routed: &RoutedRequest,
     requested_model: &ModelSpec,
-    make: &(dyn Fn(&ModelSpec) -> Vec<GenerationRequest> + Sync),
+    make: MakeRequests<'_>,
     prompt_field: &'static str,
 ) -> Result<Vec<Choice>, ApiError> {
     if !routed.is_routed() {
@@ -172,152 +171,4 @@ fn prompt_bytes(requests: &[GenerationRequest]) -> usize {
             prompt + tools
         })
         .sum()
-}
-
-/// Runs a whole-JSON request to its end: submits (with fallbacks), waits for every
-/// generation, and on a failure before any output falls back again if the policy says
-/// so. Settles `routed` with the usage of the whole request (`n` choices per prompt),
-/// tallied once here and returned with the choices for the response body.
-pub async fn finish_whole(
-    state: &AppState,
-    routed: &RoutedRequest,
-    requested_model: &ModelSpec,
-    make: &(dyn Fn(&ModelSpec) -> Vec<GenerationRequest> + Sync),
-    prompt_field: &'static str,
-    n: u32,
-) -> Result<(Vec<Finished>, Usage), ApiError> {
-    loop {
-        let choices = submit(state, routed, requested_model, make, prompt_field).await?;
-        match finish_all(choices).await {
-            Ok(finished) => {
-                let mut tally = UsageTally::new(n);
-                for choice in &finished {
-                    tally.add(choice.index, choice.usage);
-                }
-                let usage = tally.total();
-                // Under a `[cascade]`, a too unsure answer goes to the next model.
-                let confidence = least_confidence(&finished);
-                if routed.defer_in_cascade(confidence, usage) {
-                    continue;
-                }
-                routed.note_confidence(confidence);
-                routed.succeeded(usage);
-                return Ok((finished, usage));
-            }
-            Err(error) if routed.fall_back(&error) => continue,
-            Err(error) => {
-                routed.failed(&error, Usage::default());
-                return Err(ApiError::backend(error, prompt_field));
-            }
-        }
-    }
-}
-
-/// The confidence of the least sure choice; `None` when some choice measured none.
-fn least_confidence(finished: &[Finished]) -> Option<TokenConfidence> {
-    let mut all = finished.iter().map(|f| f.confidence);
-    let first = all.next()??;
-    all.try_fold(first, |least, next| {
-        Some(TokenConfidence::least(least, next?))
-    })
-}
-
-/// Wraps a streamed request's events so that the route is settled when the stream ends:
-/// with the summed usage when every choice is done, as a failure on an error event, and
-/// as a cancellation (tokens seen so far, the estimated prompt) when the client leaves.
-pub fn observe(events: MergedEvents, routed: RoutedRequest, choices: u32, n: u32) -> MergedEvents {
-    if !routed.is_routed() {
-        return events;
-    }
-    let observed = Observed {
-        events,
-        routed,
-        tally: UsageTally::new(n),
-        remaining: choices,
-        tokens_seen: 0,
-        settled: false,
-    };
-    stream::select_all(vec![
-        Box::pin(observed) as Pin<Box<dyn Stream<Item = (u32, GenerationEvent)> + Send>>
-    ])
-}
-
-struct Observed {
-    events: MergedEvents,
-    routed: RoutedRequest,
-    tally: UsageTally,
-    remaining: u32,
-    tokens_seen: u32,
-    settled: bool,
-}
-
-impl Observed {
-    fn see(&mut self, index: u32, event: &GenerationEvent) {
-        if self.settled {
-            return;
-        }
-        match event {
-            GenerationEvent::Token(_) => self.tokens_seen = self.tokens_seen.saturating_add(1),
-            GenerationEvent::Done { usage, .. } => {
-                self.tally.add(index, *usage);
-                self.remaining = self.remaining.saturating_sub(1);
-                if self.remaining == 0 {
-                    self.settled = true;
-                    self.routed.succeeded(self.tally.total());
-                }
-            }
-            GenerationEvent::Error(error) => {
-                self.settled = true;
-                let usage = self.partial_usage();
-                self.routed.failed(error, usage);
-            }
-        }
-    }
-
-    /// Usage of an unfinished request: finished choices as counted, the prompt estimate
-    /// when none finished, and every token seen.
-    fn partial_usage(&self) -> Usage {
-        let counted = self.tally.total();
-        Usage {
-            prompt_tokens: counted
-                .prompt_tokens
-                .max(self.routed.estimated_prompt_tokens()),
-            cached_tokens: counted.cached_tokens,
-            completion_tokens: self.tokens_seen,
-        }
-    }
-}
-
-impl Stream for Observed {
-    type Item = (u32, GenerationEvent);
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = &mut *self;
-        let polled = Pin::new(&mut this.events).poll_next(cx);
-        match &polled {
-            Poll::Ready(Some((index, event))) => this.see(*index, event),
-            Poll::Ready(None) if !this.settled => {
-                this.settled = true;
-                let usage = this.partial_usage();
-                this.routed.failed(
-                    &BackendError::Internal {
-                        message: "the generation stream ended before every choice finished"
-                            .to_owned(),
-                    },
-                    usage,
-                );
-            }
-            _ => {}
-        }
-        polled
-    }
-}
-
-impl Drop for Observed {
-    fn drop(&mut self) {
-        if !self.settled {
-            let usage = self.partial_usage();
-            self.routed.cancelled(usage);
-        }
-    }
 }

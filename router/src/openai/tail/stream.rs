@@ -1,5 +1,6 @@
-//! Server-sent events: turns a request's merged generation events into
-//! OpenAI's chunk stream, ending in `data: [DONE]`.
+//! A streamed answer: turns a request's merged generation events into OpenAI's
+//! server-sent chunk stream, ending in `data: [DONE]`, and settles the route as the
+//! stream ends ([`Settlement`]).
 //!
 //! The SSE body owns the [`MergedEvents`], which own every generation
 //! stream: when the client goes away, hyper drops the body, and with it the
@@ -15,7 +16,9 @@ use futures_util::stream::{self, StreamExt};
 use serde::Serialize;
 
 use crate::error::{sse_json_event, ApiError};
-use crate::openai::generate::{MergedEvents, UsageTally};
+use crate::openai::tail::choice::{merge, Choice, MergedEvents};
+use crate::openai::tail::settle::Settlement;
+use crate::policy::RoutedRequest;
 use switchyard_seam::{BackendError, FinishReason, GeneratedToken, GenerationEvent, Usage};
 
 /// How one endpoint shapes its chunks.
@@ -38,8 +41,6 @@ pub trait ChunkFormat: Send + 'static {
 /// What a streamed response needs besides its events.
 #[derive(Debug, Clone, Copy)]
 pub struct StreamSettings {
-    /// Number of choices (all prompts × n).
-    pub choices: u32,
     /// Choices per prompt, for the usage tally.
     pub n: u32,
     /// Send a final usage chunk.
@@ -55,8 +56,7 @@ struct Driver<F> {
     format: F,
     settings: StreamSettings,
     pending: VecDeque<Event>,
-    remaining: u32,
-    tally: UsageTally,
+    settlement: Settlement,
     ended: bool,
     /// Turns `true` when the server's drain deadline passes (see [`crate::drain`]).
     deadline_passed: Option<tokio::sync::watch::Receiver<bool>>,
@@ -74,32 +74,29 @@ impl<F: ChunkFormat> Driver<F> {
         self.end();
     }
 
-    /// Stops listening: drops (cancels) every remaining generation.
+    /// Stops listening: drops (cancels) every remaining generation, and settles the
+    /// route as cancelled unless the answer ended.
     fn end(&mut self) {
         self.ended = true;
         self.events = stream::select_all(Vec::new());
+        self.settlement.cancel();
     }
 
     fn handle(&mut self, index: u32, event: GenerationEvent) {
+        let finished = self.settlement.see(index, &event);
         match event {
             GenerationEvent::Token(token) => {
                 for chunk in self.format.token(index, &token) {
                     self.push(&chunk);
                 }
             }
-            GenerationEvent::Done {
-                finish_reason,
-                usage,
-                ..
-            } => {
+            GenerationEvent::Done { finish_reason, .. } => {
                 for chunk in self.format.finish(index, finish_reason) {
                     self.push(&chunk);
                 }
-                self.tally.add(index, usage);
-                self.remaining = self.remaining.saturating_sub(1);
-                if self.remaining == 0 {
+                if let Some(usage) = finished {
                     if self.settings.include_usage {
-                        let chunk = self.format.usage(self.tally.total());
+                        let chunk = self.format.usage(usage);
                         self.push(&chunk);
                     }
                     self.pending.push_back(Event::default().data("[DONE]"));
@@ -136,34 +133,34 @@ impl<F: ChunkFormat> Driver<F> {
             };
             match next {
                 Some((index, event)) => self.handle(index, event),
-                // Every choice yields Done or Error before ending, so this
-                // means a choice was lost; say so rather than end silently.
-                None => self.fail(BackendError::Internal {
-                    message: format!("{} generation(s) ended without finishing", self.remaining),
-                }),
+                // Unreached: each choice's events end with its `Done` or `Error`
+                // (`Choice::next_event`), and the driver ends at the first `Error` and at
+                // the last `Done`.
+                None => self.end(),
             }
         }
     }
 }
 
-/// The SSE response for `events`, shaped by `format`.
+/// The SSE response for `choices`, shaped by `format`; settles `routed` when it ends.
 pub fn stream_response<F: ChunkFormat>(
-    events: MergedEvents,
+    choices: Vec<Choice>,
+    routed: RoutedRequest,
     mut format: F,
     settings: StreamSettings,
 ) -> Response {
-    let pending = (0..settings.choices)
+    let total = u32::try_from(choices.len()).unwrap_or(u32::MAX);
+    let pending = (0..total)
         .filter_map(|index| format.opening(index))
         .map(|chunk| sse_json_event(&chunk))
         .collect();
     let driver = Driver {
-        events,
+        events: merge(choices),
         format,
         settings,
         pending,
-        remaining: settings.choices,
-        tally: UsageTally::new(settings.n),
-        ended: settings.choices == 0,
+        settlement: Settlement::new(routed, total, settings.n),
+        ended: total == 0,
         deadline_passed: crate::drain::current(),
     };
     let body = stream::unfold(driver, |mut driver| async move {
