@@ -93,8 +93,8 @@ impl<B: Backend> InferenceBackend for Engine<B> {
                 SubmitError::Stopped => BackendError::Internal {
                     message: error.to_string(),
                 },
-                // `prepare` refuses these first, with the request's own numbers.
-                SubmitError::EmptyPrompt | SubmitError::PromptTooLong { .. } => {
+                // `prepare` refuses an empty prompt first, with the request's own numbers.
+                SubmitError::EmptyPrompt => {
                     BackendError::invalid(request.prompt_field(), error.to_string())
                 }
                 SubmitError::KvBudget {
