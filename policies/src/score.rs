@@ -427,6 +427,16 @@ mod tests {
         req
     }
 
+    /// The hints [`auto_request`] takes.
+    fn hints() -> impl Strategy<Value = (Option<u8>, Option<u32>, Option<u32>, bool)> {
+        (
+            prop::option::of(0u8..=100),
+            prop::option::of(0u32..400),
+            prop::option::of(1u32..2000),
+            any::<bool>(),
+        )
+    }
+
     /// The engine state of [`policy`]'s `models` models, taking `states` in turn.
     fn engine(states: &[CandidateState], models: usize) -> StaticEngineView {
         let mut engine = StaticEngineView::default();
@@ -477,12 +487,7 @@ mod tests {
             states in prop::collection::vec(state(), 8),
             allowed in prop::collection::vec(prop::bool::weighted(0.8), 8),
             budgets in (1u32..3000, 1u32..400),
-            hints in (
-                prop::option::of(0u8..=100),
-                prop::option::of(0u32..400),
-                prop::option::of(1u32..2000),
-                any::<bool>(),
-            ),
+            hints in hints(),
             tokens in (0u32..2000, prop::option::of(1u32..1000)),
         ) {
             let policy = policy(&models, &allowed, budgets);
@@ -512,12 +517,7 @@ mod tests {
             states in prop::collection::vec(state(), 8),
             allowed in prop::collection::vec(prop::bool::weighted(0.8), 8),
             budgets in (1u32..3000, 1u32..400),
-            hints in (
-                prop::option::of(0u8..=100),
-                prop::option::of(0u32..400),
-                prop::option::of(1u32..2000),
-                any::<bool>(),
-            ),
+            hints in hints(),
             tokens in (0u32..2000, prop::option::of(1u32..1000)),
         ) {
             let policy = policy(&models, &allowed, budgets);
