@@ -12,16 +12,37 @@
 
 #[path = "support/batched.rs"]
 mod batched;
+#[path = "support/device.rs"]
+mod device;
 
 use std::cell::RefCell;
+use std::sync::Arc;
 use std::time::Duration;
 
 use batched::{decode_steps, load_model, threads, BATCHES, STEPS};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use device::on_bench_device;
+use switchyard_kernels::device::OnDevice;
+use switchyard_kernels::Backend;
 
 fn bench_batched(c: &mut Criterion) {
-    let (backend, model) = load_model();
-    let scratch = RefCell::new(model.new_scratch(&backend));
+    on_bench_device(threads(), Batched(c));
+}
+
+/// The bench on whichever backend `SWITCHYARD_BENCH_DEVICE` names.
+struct Batched<'a>(&'a mut Criterion);
+
+impl OnDevice for Batched<'_> {
+    type Output = ();
+
+    fn run<B: Backend>(self, backend: Arc<B>) {
+        bench_on(self.0, &*backend);
+    }
+}
+
+fn bench_on<B: Backend>(c: &mut Criterion, backend: &B) {
+    let model = load_model(backend);
+    let scratch = RefCell::new(model.new_scratch(backend));
     let threads = threads();
     let mut group = c.benchmark_group("smollm2-q4_1/batched-decode");
     group
@@ -33,7 +54,7 @@ fn bench_batched(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
-                    total += decode_steps(&backend, &model, &mut scratch.borrow_mut(), batch);
+                    total += decode_steps(backend, &model, &mut scratch.borrow_mut(), batch);
                 }
                 total
             })

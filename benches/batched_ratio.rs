@@ -12,10 +12,16 @@
 
 #[path = "support/batched.rs"]
 mod batched;
+#[path = "support/device.rs"]
+mod device;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use batched::{decode_steps, load_model, threads, BATCHES, STEPS};
+use device::on_bench_device;
+use switchyard_kernels::device::OnDevice;
+use switchyard_kernels::Backend;
 
 /// Each measurement repeats timed runs until it has this much decode time,
 /// so the short batch-1 runs are not one scheduler hiccup long.
@@ -30,11 +36,28 @@ fn main() {
         .find_map(|a| a.parse::<usize>().ok())
         .unwrap_or(15)
         .max(1);
-    let (backend, model) = load_model();
-    let mut scratch = model.new_scratch(&backend);
+    let rates = on_bench_device(threads(), Rounds(rounds));
+    report(&rates, threads());
+}
+
+/// `rounds` interleaved rounds on whichever backend
+/// `SWITCHYARD_BENCH_DEVICE` names: `rates[round][batch index]`, tok/s.
+struct Rounds(usize);
+
+impl OnDevice for Rounds {
+    type Output = Vec<[f64; BATCHES.len()]>;
+
+    fn run<B: Backend>(self, backend: Arc<B>) -> Self::Output {
+        rounds_on(&*backend, self.0)
+    }
+}
+
+fn rounds_on<B: Backend>(backend: &B, rounds: usize) -> Vec<[f64; BATCHES.len()]> {
+    let model = load_model(backend);
+    let mut scratch = model.new_scratch(backend);
     // Warm-up: page in the weights and grow the scratch to batch 64.
     for batch in BATCHES {
-        decode_steps(&backend, &model, &mut scratch, batch);
+        decode_steps(backend, &model, &mut scratch, batch);
     }
     // rates[round][batch index], tokens per second.
     let mut rates = Vec::with_capacity(rounds);
@@ -48,7 +71,7 @@ fn main() {
             let batch = BATCHES[i];
             let (mut elapsed, mut runs) = (Duration::ZERO, 0);
             while elapsed < MIN_MEASURED {
-                elapsed += decode_steps(&backend, &model, &mut scratch, batch);
+                elapsed += decode_steps(backend, &model, &mut scratch, batch);
                 runs += 1;
             }
             rate[i] = (batch * STEPS * runs) as f64 / elapsed.as_secs_f64();
@@ -64,7 +87,7 @@ fn main() {
         );
         rates.push(rate);
     }
-    report(&rates, threads());
+    rates
 }
 
 fn report(rates: &[[f64; BATCHES.len()]], threads: usize) {

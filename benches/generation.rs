@@ -5,15 +5,22 @@
 //! The model path comes from `SWITCHYARD_MODEL` or the cache that
 //! `scripts/fetch-model.sh` fills.
 
+#[path = "support/device.rs"]
+mod device;
+
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use device::on_bench_device;
 use switchyard_engine::formats::load_checkpoint;
+use switchyard_engine::formats::Checkpoint;
 use switchyard_engine::model::{LlamaModel, LogitRows};
 use switchyard_engine::sampling::argmax;
 use switchyard_engine::session::Session;
-use switchyard_kernels::cpu::CpuBackend;
+use switchyard_kernels::device::OnDevice;
+use switchyard_kernels::Backend;
 
 const PROMPT_LENGTHS: [usize; 2] = [128, 512];
 const GENERATED_TOKENS: usize = 128;
@@ -41,8 +48,40 @@ fn bench_generation(c: &mut Criterion) {
     // Names the criterion groups: `benches/compare_llama_cpp.sh gemma3` sets it.
     let label = std::env::var("SWITCHYARD_BENCH_LABEL").unwrap_or_else(|_| "smollm2-q4_1".into());
     for threads in [1usize, 2] {
-        let backend = CpuBackend::new(threads);
-        let model = LlamaModel::load(&backend, &checkpoint).expect("the test model loads");
+        let work = OnThreads {
+            c: &mut *c,
+            checkpoint: &checkpoint,
+            prompt: &prompt,
+            label: &label,
+            threads,
+        };
+        on_bench_device(threads, work);
+    }
+}
+
+/// One thread count's groups, on whichever backend
+/// `SWITCHYARD_BENCH_DEVICE` names.
+struct OnThreads<'a> {
+    c: &'a mut Criterion,
+    checkpoint: &'a Checkpoint,
+    prompt: &'a [u32],
+    label: &'a str,
+    threads: usize,
+}
+
+impl OnDevice for OnThreads<'_> {
+    type Output = ();
+
+    fn run<B: Backend>(self, backend: Arc<B>) {
+        let OnThreads {
+            c,
+            checkpoint,
+            prompt,
+            label,
+            threads,
+        } = self;
+        let backend = &*backend;
+        let model = LlamaModel::load(backend, checkpoint).expect("the test model loads");
 
         for len in PROMPT_LENGTHS {
             let mut group = c.benchmark_group(format!("{label}/prompt{len}"));
@@ -52,7 +91,7 @@ fn bench_generation(c: &mut Criterion) {
             group.throughput(Throughput::Elements(len as u64));
             group.bench_function(format!("{threads}-threads"), |b| {
                 b.iter(|| {
-                    let mut session = Session::new(&backend, &model, len).expect("session");
+                    let mut session = Session::new(backend, &model, len).expect("session");
                     session
                         .feed(&prompt[..len], LogitRows::Last)
                         .expect("prefill")
@@ -71,7 +110,7 @@ fn bench_generation(c: &mut Criterion) {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
                     let capacity = 8 + GENERATED_TOKENS;
-                    let mut session = Session::new(&backend, &model, capacity).expect("session");
+                    let mut session = Session::new(backend, &model, capacity).expect("session");
                     let mut logits = session
                         .feed(&prompt[..8], LogitRows::Last)
                         .expect("prefill");

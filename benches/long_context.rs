@@ -8,17 +8,23 @@
 //! Model: `SWITCHYARD_MODEL` (default: the cached SmolLM2 Q4_1); threads
 //! `LC_THREADS` (2); KV type `LC_KV` (f16); best of `LC_REPEATS` (2).
 
+#[path = "support/device.rs"]
+mod device;
+
 use std::hint::black_box;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 
+use device::on_bench_device;
 use switchyard_engine::formats::load_checkpoint;
+use switchyard_engine::formats::Checkpoint;
 use switchyard_engine::kv::{KvConfig, KvPool};
 use switchyard_engine::model::{LlamaModel, LogitRows};
 use switchyard_engine::sampling::argmax;
 use switchyard_engine::session::Session;
-use switchyard_kernels::cpu::CpuBackend;
-use switchyard_kernels::KvType;
+use switchyard_kernels::device::OnDevice;
+use switchyard_kernels::{Backend, KvType};
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
@@ -52,19 +58,61 @@ fn main() {
     let decode = env_or("LC_DECODE", 32usize);
     let repeats = env_or("LC_REPEATS", 2usize).max(1);
     let checkpoint = load_checkpoint(&path).expect("run scripts/fetch-model.sh first");
-    let backend = CpuBackend::new(threads);
+    let run = Depths {
+        checkpoint,
+        depths,
+        threads,
+        kv,
+        prompt,
+        decode,
+        repeats,
+    };
+    on_bench_device(threads, run);
+}
+
+/// The measurements of `main`, on whichever backend
+/// `SWITCHYARD_BENCH_DEVICE` names.
+struct Depths {
+    checkpoint: Checkpoint,
+    depths: Vec<usize>,
+    threads: usize,
+    kv: KvType,
+    prompt: usize,
+    decode: usize,
+    repeats: usize,
+}
+
+impl OnDevice for Depths {
+    type Output = ();
+
+    fn run<B: Backend>(self, backend: Arc<B>) {
+        depths_on(&*backend, &self);
+    }
+}
+
+fn depths_on<B: Backend>(backend: &B, run: &Depths) {
+    let Depths {
+        checkpoint,
+        depths,
+        threads,
+        kv,
+        prompt,
+        decode,
+        repeats,
+    } = run;
+    let (threads, kv, prompt, decode, repeats) = (*threads, *kv, *prompt, *decode, *repeats);
     let pool = KvPool::new(KvConfig {
         dtype: kv,
         ..KvConfig::default()
     });
-    let model = LlamaModel::load(&backend, &checkpoint).expect("the model loads");
+    let model = LlamaModel::load(backend, checkpoint).expect("the model loads");
     let windows = model.config().layer_windows();
-    for depth in depths {
+    for &depth in depths {
         let (mut best_prompt, mut best_decode) = (0.0f64, 0.0f64);
         let (mut kv_bytes, mut kv_windowed) = (0, 0);
         for _ in 0..repeats {
-            let mut session = Session::with_kv(&backend, &model, &pool, depth + prompt + decode)
-                .expect("session");
+            let mut session =
+                Session::with_kv(backend, &model, &pool, depth + prompt + decode).expect("session");
             if depth > 0 {
                 session
                     .feed(&ids(0, depth), LogitRows::None)

@@ -6,6 +6,12 @@ the same adapters, in one run.
 - switchyard N adapters: `serve --model smol --lora a0=... --lora aN-1=...`,
   client i asks adapter i mod N: the base's products run once per step for
   every row, each adapter's update on its own rows (mixed batches);
+- switchyard N merged replicas: the base with each adapter merged into its
+  weights (W + scale * B A, requantized to the base's type), one checkpoint
+  per adapter, `--model m0 ... --model mN-1`: what serving fine-tunes costs
+  without adapters (N copies of the weights, rows of different replicas in
+  different steps). Runs for N <= --merged-max (default 4; each replica is a
+  full file on disk and in RAM);
 - llama.cpp: llama-cpp-python, one context per adapter (`lora_path`), each
   serving one request at a time (llama-server "does not batch requests with
   different LoRA configurations"; a context per adapter is its best case
@@ -19,13 +25,15 @@ MAX_TOKENS greedy tokens (EOS ignored by a high `min_tokens`-free prompt;
 throughput counts the tokens returned).
 
 Usage: .venv/bin/python benches/lora_serving.py [--adapters 1,4,16,64]
-  [--requests 64] [--max-tokens 32] [--threads 2] [--svg docs/bench/lora_serving.svg]
+  [--requests 64] [--max-tokens 32] [--threads 2] [--merged-max 4] [--llama-max 4]
+  [--no-llama] [--svg docs/bench/lora_serving.svg]
 Prints a Markdown table; writes the SVG plot.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -37,6 +45,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "python"))
 
+import gguf  # noqa: E402
+import numpy as np  # noqa: E402
 import openai  # noqa: E402
 from reference import checkpoint, lora  # noqa: E402
 from serve_process import free_port, running_server  # noqa: E402
@@ -58,6 +68,38 @@ def make_adapters(model: Path, n: int, folder: Path) -> list[tuple[Path, Path]]:
     return out
 
 
+def merge(model: Path, adapter_gguf: Path, out: Path) -> Path:
+    """`model` with the GGUF adapter merged into its weights: W + scale * B A for
+    every adapted weight, requantized to W's own type; the rest copied."""
+    updates = lora.gguf_updates(adapter_gguf)
+    reader = gguf.GGUFReader(str(model))
+    arch = str(bytes(reader.fields["general.architecture"].parts[-1]), "utf-8")
+    writer = gguf.GGUFWriter(str(out), arch=arch)
+    for field in reader.fields.values():
+        if field.name.startswith("GGUF.") or field.name == "general.architecture":
+            continue
+        kind = field.types[0]
+        sub = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, field.contents(), kind, sub_type=sub)
+    for t in reader.tensors:
+        shape = [int(d) for d in reversed(t.shape)]
+        if t.name in updates:
+            a, b, scale = updates[t.name]
+            w = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(shape)
+            merged = (w + scale * (b @ a)).astype(np.float32)
+            data = gguf.quants.quantize(merged, t.tensor_type) if t.tensor_type not in (
+                gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16) else merged.astype(
+                np.float16 if t.tensor_type == gguf.GGMLQuantizationType.F16 else np.float32)
+            writer.add_tensor(t.name, data, raw_dtype=t.tensor_type)
+        else:
+            writer.add_tensor(t.name, np.asarray(t.data), raw_shape=t.data.shape, raw_dtype=t.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out
+
+
 def drive(ask, n_models: int, requests: int) -> tuple[float, int]:
     """Runs `requests` calls of ask(model_index, prompt) from CLIENTS threads;
     returns (seconds, tokens)."""
@@ -76,13 +118,20 @@ def drive(ask, n_models: int, requests: int) -> tuple[float, int]:
     return time.perf_counter() - start, tokens
 
 
-def switchyard(bin_path: Path, model: Path, adapters: list[Path], args) -> float:
+def switchyard(bin_path: Path, model: Path, adapters: list[Path], args, replicas: list[Path] = ()) -> float:
+    """Tokens/s of the base with `adapters`, or of the merged `replicas` alone."""
     port = free_port()
     cmd = [str(bin_path), "serve", "--listen", f"127.0.0.1:{port}", "--threads", str(args.threads),
-           "--model", str(model), "--model-name", "smol", "--max-batch", str(CLIENTS)]
-    for i, path in enumerate(adapters):
-        cmd += ["--lora", f"a{i}={path}"]
-    names = [f"a{i}" for i in range(len(adapters))] or ["smol"]
+           "--max-batch", str(CLIENTS)]
+    if replicas:
+        for i, path in enumerate(replicas):
+            cmd += ["--model", str(path), "--model-name", f"m{i}"]
+        names = [f"m{i}" for i in range(len(replicas))]
+    else:
+        cmd += ["--model", str(model), "--model-name", "smol"]
+        for i, path in enumerate(adapters):
+            cmd += ["--lora", f"a{i}={path}"]
+        names = [f"a{i}" for i in range(len(adapters))] or ["smol"]
     with running_server(cmd, port, ready_within=600):
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0, timeout=600)
 
@@ -113,7 +162,7 @@ def llama_cpp(model: Path, adapters: list[Path], args) -> float:
 
 def svg(rows: list[dict], path: Path) -> None:
     width, height, left, bottom = 560, 320, 60, 40
-    top = max(max(r["switchyard"], r.get("llama_cpp") or 0, r["base"]) for r in rows) * 1.15
+    top = max(max(r["switchyard"], r.get("llama_cpp") or 0, r.get("merged") or 0, r["base"]) for r in rows) * 1.15
     xs = {r["n"]: left + 40 + i * (width - left - 80) / max(len(rows) - 1, 1) for i, r in enumerate(rows)}
     y = lambda v: height - bottom - v / top * (height - bottom - 20)  # noqa: E731
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="12">',
@@ -123,7 +172,8 @@ def svg(rows: list[dict], path: Path) -> None:
     for r in rows:
         parts.append(f'<text x="{xs[r["n"]]}" y="{height - bottom + 16}" text-anchor="middle">{r["n"]}</text>')
     parts.append(f'<text x="{width / 2}" y="{height - 6}" text-anchor="middle">distinct adapters</text>')
-    for key, color in (("base", "gray"), ("switchyard", "steelblue"), ("llama_cpp", "darkorange")):
+    for key, color in (("base", "gray"), ("switchyard", "steelblue"), ("merged", "seagreen"),
+                       ("llama_cpp", "darkorange")):
         pts = [(xs[r["n"]], y(r[key])) for r in rows if r.get(key)]
         if pts:
             parts.append('<polyline fill="none" stroke="{}" stroke-width="2" points="{}"/>'.format(
@@ -143,6 +193,8 @@ def main() -> int:
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--llama-max", type=int, default=4)
+    p.add_argument("--no-llama", action="store_true")
+    p.add_argument("--merged-max", type=int, default=4)
     p.add_argument("--svg", type=Path, default=ROOT / "docs/bench/lora_serving.svg")
     p.add_argument("--bin", type=Path, default=ROOT / "target/release/switchyard")
     args = p.parse_args()
@@ -157,14 +209,25 @@ def main() -> int:
             # so all three see the same load on a shared machine.
             row = {"n": n, "base": switchyard(args.bin, model, [], args)}
             row["switchyard"] = switchyard(args.bin, model, [f[0] for f in files[:n]], args)
-            row["llama_cpp"] = llama_cpp(model, [f[1] for f in files[:n]], args) if n <= args.llama_max else None
+            row["merged"] = None
+            if n <= args.merged_max:
+                replicas = [merge(model, f[1], Path(tmp) / f"merged{i}.gguf") for i, f in enumerate(files[:n])]
+                row["merged"] = switchyard(args.bin, model, [], args, replicas)
+                for path in replicas:
+                    os.unlink(path)
+            use_llama = n <= args.llama_max and not args.no_llama
+            row["llama_cpp"] = llama_cpp(model, [f[1] for f in files[:n]], args) if use_llama else None
             rows.append(row)
             print(row, file=sys.stderr, flush=True)
-    print("| adapters | base alone tok/s | switchyard N adapters tok/s | ratio | llama.cpp (context per adapter) tok/s |")
-    print("|---:|---:|---:|---:|---:|")
+    print("| adapters | base alone tok/s | switchyard N adapters tok/s | ratio | N merged replicas tok/s "
+          "| adapters / merged | llama.cpp (context per adapter) tok/s |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         lc = f"{r['llama_cpp']:.1f}" if r["llama_cpp"] else "not run"
-        print(f"| {r['n']} | {r['base']:.1f} | {r['switchyard']:.1f} | {r['switchyard'] / r['base']:.2f} | {lc} |")
+        mg = f"{r['merged']:.1f}" if r["merged"] else "not run"
+        vs = f"{r['switchyard'] / r['merged']:.2f}" if r["merged"] else "-"
+        print(f"| {r['n']} | {r['base']:.1f} | {r['switchyard']:.1f} | {r['switchyard'] / r['base']:.2f} | {mg} "
+              f"| {vs} | {lc} |")
     svg(rows, args.svg)
     return 0
 

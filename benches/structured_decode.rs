@@ -17,16 +17,20 @@
 #[path = "support/batched.rs"]
 #[allow(dead_code)]
 mod batched;
+#[path = "support/device.rs"]
+mod device;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use batched::{model_path, threads};
+use device::on_bench_device;
 use switchyard_engine::registry::Registry;
 use switchyard_engine::serving::{Executor, ExecutorConfig, NoObserver};
 use switchyard_engine::Engine;
-use switchyard_kernels::cpu::CpuBackend;
+use switchyard_kernels::device::OnDevice;
+use switchyard_kernels::Backend;
 use switchyard_seam::{
     ChatMessage, Constraint, GenerationEvent, GenerationRequest, InferenceBackend, Prompt, Role,
     SamplingOptions,
@@ -52,7 +56,22 @@ fn main() {
         .find_map(|a| a.parse::<usize>().ok())
         .unwrap_or(5)
         .max(1);
-    let engine = engine();
+    on_bench_device(threads(), Rounds(rounds));
+}
+
+/// The whole bench on whichever backend `SWITCHYARD_BENCH_DEVICE` names.
+struct Rounds(usize);
+
+impl OnDevice for Rounds {
+    type Output = ();
+
+    fn run<B: Backend>(self, backend: Arc<B>) {
+        rounds_on(backend, self.0);
+    }
+}
+
+fn rounds_on<B: Backend>(backend: Arc<B>, rounds: usize) {
+    let engine = engine(backend);
     let eos = engine
         .registry()
         .resolve("m")
@@ -106,8 +125,7 @@ fn main() {
     );
 }
 
-fn engine() -> Engine<CpuBackend> {
-    let backend = Arc::new(CpuBackend::new(threads()));
+fn engine<B: Backend>(backend: Arc<B>) -> Engine<B> {
     let registry = Arc::new(Registry::new(backend.clone(), None));
     registry.register("m", "1", &model_path(), &[]);
     if let Err(e) = registry.load("m", "1") {
@@ -120,7 +138,12 @@ fn engine() -> Engine<CpuBackend> {
 }
 
 /// Decode tokens per second of `batch` sequences decoding together.
-fn decode_rate(engine: &Engine<CpuBackend>, eos: &[u32], batch: usize, constrained: bool) -> f64 {
+fn decode_rate<B: Backend>(
+    engine: &Engine<B>,
+    eos: &[u32],
+    batch: usize,
+    constrained: bool,
+) -> f64 {
     let requests: Vec<GenerationRequest> = (0..batch)
         .map(|i| GenerationRequest {
             request_id: format!("bench/{i}"),

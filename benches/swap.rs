@@ -15,6 +15,9 @@
 //! swaps finish in seconds), then on the real model and its Q8_0
 //! re-quantization for a smaller count, to show the size does not matter.
 
+#[path = "support/device.rs"]
+mod device;
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -22,6 +25,7 @@ use std::process::{Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use device::on_bench_device;
 use switchyard_engine::registry::Registry;
 use switchyard_engine::repository::demo::{make_demo_repository, DemoOptions, DEFAULT_DERIVED};
 use switchyard_engine::sampling::{SamplingParams, StopCondition};
@@ -29,8 +33,8 @@ use switchyard_engine::serving::{
     CheckpointId, Executor, ExecutorConfig, ExecutorObserver, SequenceEvent, SequenceRequest,
 };
 use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
-use switchyard_kernels::cpu::CpuBackend;
-use switchyard_kernels::DType;
+use switchyard_kernels::device::OnDevice;
+use switchyard_kernels::{Backend, DType};
 
 /// Keeps every swap latency.
 #[derive(Default)]
@@ -46,9 +50,26 @@ impl ExecutorObserver for SwapSamples {
     }
 }
 
-/// Runs `swaps` swaps between two resident checkpoints; returns the sorted latencies.
+/// Runs `swaps` swaps between two resident checkpoints (on one thread of
+/// the bench device); returns the sorted latencies.
 fn measure_swaps(paths: [&Path; 2], swaps: usize) -> Vec<Duration> {
-    let backend = Arc::new(CpuBackend::new(1));
+    on_bench_device(1, Swaps { paths, swaps })
+}
+
+struct Swaps<'a> {
+    paths: [&'a Path; 2],
+    swaps: usize,
+}
+
+impl OnDevice for Swaps<'_> {
+    type Output = Vec<Duration>;
+
+    fn run<B: Backend>(self, backend: Arc<B>) -> Vec<Duration> {
+        swaps_on(backend, self.paths, self.swaps)
+    }
+}
+
+fn swaps_on<B: Backend>(backend: Arc<B>, paths: [&Path; 2], swaps: usize) -> Vec<Duration> {
     let registry = Registry::new(backend.clone(), None);
     for (i, path) in paths.iter().enumerate() {
         let name = format!("m{i}");
@@ -81,6 +102,7 @@ fn measure_swaps(paths: [&Path; 2], swaps: usize) -> Vec<Duration> {
                 constraint: None,
                 cache_scope: switchyard_seam::CacheScope::default(),
                 share: switchyard_seam::TenantShare::default(),
+                task: Default::default(),
             };
             executor.submit(&checkpoint, request).expect("submitted");
             receivers.push(receiver);

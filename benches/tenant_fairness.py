@@ -3,13 +3,16 @@ heavy tenant runs many streams, through a policy of two tenants (issue 37).
 
 The light tenant sends one short streamed chat at a time; the heavy tenant
 keeps `--heavy` streams busy (each asks for `--heavy-tokens` tokens and is
-sent again when it ends). Each binary given is measured in turn, alone and
-beside, on the same machine.
+sent again when it ends). Each binary given is measured with each
+`--speculate` mode, alone and beside, and the configurations take turns for
+`--rounds` rounds on the same machine (interleaved, so that a loaded machine
+weighs on each alike); the figures are over all rounds.
 
 Usage:
   python benches/tenant_fairness.py [--model GGUF] [--switchyard BIN ...]
-      [--threads 2] [--heavy 48] [--heavy-tokens 32] [--light 30]
-Prints one JSON line per binary and a summary table.
+      [--speculate off ngram] [--rounds 2] [--threads 2] [--heavy 48]
+      [--heavy-tokens 32] [--light 30] [--serve-arg=--max-step-tokens=128 ...]
+Prints one JSON line per configuration and a summary table.
 """
 
 from __future__ import annotations
@@ -48,14 +51,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(binary: Path, model: Path, threads: int, tmp: Path) -> tuple[subprocess.Popen, int]:
+def start(binary: Path, model: Path, threads: int, tmp: Path,
+          extra: list[str]) -> tuple[subprocess.Popen, int]:
     (tmp / "policy.toml").write_text(policy())
     (tmp / "serve.toml").write_text(
         f'threads = {threads}\n[[models]]\npath = "{model}"\nname = "smol"\nversion = "v1"\n')
     port = free_port()
     proc = subprocess.Popen(
         [str(binary), "serve", "--config", str(tmp / "serve.toml"), "--policy", str(tmp / "policy.toml"),
-         "--listen", f"127.0.0.1:{port}", "--drain-seconds", "1"],
+         "--listen", f"127.0.0.1:{port}", "--drain-seconds", "1", "--state-dir", str(tmp / "state"),
+         *extra],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 180
     while time.time() < deadline:
@@ -88,6 +93,18 @@ def ttft(c: openai.OpenAI, text: str, max_tokens: int) -> float:
     return first if first is not None else time.perf_counter() - started
 
 
+def counters(port: int) -> tuple[float, float, float]:
+    """Tokens generated so far (all tenants), and the steps' rows and count, from `/metrics`."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+
+    def total(name: str) -> float:
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith(name + " ") or line.startswith(name + "{"))
+    return (total("switchyard_generated_tokens_total"), total("switchyard_step_rows_sum"),
+            total("switchyard_step_rows_count"))
+
+
 def light_run(port: int, n: int, tag: str) -> list[float]:
     c = client(port, "light")
     return [ttft(c, f"{tag} question {i}: what is {i} plus {i * 3}?", 4) * 1000 for i in range(n)]
@@ -114,9 +131,15 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def measure(binary: Path, model: Path, args) -> dict:
+def measure_once(binary: Path, speculate: str, model: Path,
+                 args) -> tuple[list[float], list[float], float, float]:
+    """One round of one configuration: the light tenant's TTFTs (ms) alone, then
+    beside; while beside, the tokens per second generated (nearly all the heavy
+    tenant's: the light one asks for 4 a request) and the mean rows of a step
+    (the step a newcomer may find running: load does not change it)."""
+    extra = ["--speculate", speculate, *args.serve_arg]
     with tempfile.TemporaryDirectory() as tmp:
-        proc, port = start(binary, model, args.threads, Path(tmp))
+        proc, port = start(binary, model, args.threads, Path(tmp), extra)
         try:
             light_run(port, 3, "warm")
             alone = light_run(port, args.light, "alone")
@@ -126,7 +149,11 @@ def measure(binary: Path, model: Path, args) -> dict:
             heavy = subprocess.Popen([sys.executable, __file__, "--heavy-load", str(port),
                                       "--heavy", str(args.heavy), "--heavy-tokens", str(args.heavy_tokens)])
             time.sleep(3.0)
+            before, started = counters(port), time.perf_counter()
             beside = light_run(port, args.light, "beside")
+            after = counters(port)
+            rate = (after[0] - before[0]) / (time.perf_counter() - started)
+            rows = (after[1] - before[1]) / max(1.0, after[2] - before[2])
             heavy.terminate()
             heavy.wait(timeout=60)
         finally:
@@ -135,10 +162,19 @@ def measure(binary: Path, model: Path, args) -> dict:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 proc.kill()
-    result = {"binary": str(binary), "heavy_streams": args.heavy, "heavy_tokens": args.heavy_tokens,
+    return alone, beside, rate, rows
+
+
+def summarize(binary: Path, speculate: str, alone: list[float], beside: list[float], rates: list[float],
+              rows: list[float], args) -> dict:
+    result = {"binary": str(binary), "speculate": speculate, "serve_args": args.serve_arg,
+              "heavy_streams": args.heavy, "heavy_tokens": args.heavy_tokens, "rounds": args.rounds,
               "alone_p50_ms": statistics.median(alone), "alone_p99_ms": pct(alone, 0.99),
               "beside_p50_ms": statistics.median(beside), "beside_p99_ms": pct(beside, 0.99)}
     result["ratio_p50"] = result["beside_p50_ms"] / result["alone_p50_ms"]
+    result["ratio_p99"] = result["beside_p99_ms"] / result["alone_p99_ms"]
+    result["beside_tokens_per_s"] = statistics.mean(rates)
+    result["beside_rows_per_step"] = statistics.mean(rows)
     return result
 
 
@@ -147,6 +183,10 @@ def main() -> None:
     parser.add_argument("--model", type=Path)
     parser.add_argument("--switchyard", type=Path, nargs="+",
                         default=[ROOT / "target" / "release" / "switchyard"])
+    parser.add_argument("--speculate", nargs="+", default=["off", "ngram"], choices=["off", "ngram"])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--serve-arg", action="append", default=[],
+                        help="an extra argument for every server (repeat; write --serve-arg=--flag=value)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--heavy", type=int, default=48)
     parser.add_argument("--heavy-tokens", type=int, default=32)
@@ -159,14 +199,29 @@ def main() -> None:
         return
     model = args.model or Path(subprocess.run([str(ROOT / "scripts" / "fetch-model.sh")], check=True,
                                               capture_output=True, text=True).stdout.strip().splitlines()[-1])
-    results = [measure(binary, model, args) for binary in args.switchyard]
+    configs = [(binary, speculate) for binary in args.switchyard for speculate in args.speculate]
+    samples: dict[tuple[Path, str], tuple[list[float], ...]] = {c: ([], [], [], []) for c in configs}
+    for round_ in range(args.rounds):
+        for binary, speculate in configs:
+            alone, beside, rate, rows = measure_once(binary, speculate, model, args)
+            samples[(binary, speculate)][0].extend(alone)
+            samples[(binary, speculate)][1].extend(beside)
+            samples[(binary, speculate)][2].append(rate)
+            samples[(binary, speculate)][3].append(rows)
+            print(f"round {round_ + 1}: {binary} --speculate {speculate}: alone p50 "
+                  f"{statistics.median(alone):.0f} ms, beside p50 {statistics.median(beside):.0f} ms, "
+                  f"{rate:.0f} tok/s and {rows:.0f} rows a step beside", file=sys.stderr, flush=True)
+    results = [summarize(binary, speculate, *samples[(binary, speculate)], args) for binary, speculate in configs]
     for r in results:
         print(json.dumps(r))
-    print(f"\n| binary | alone p50 / p99 ms | beside {args.heavy} heavy streams p50 / p99 ms | p50 ratio |")
-    print("|---|---|---|---|")
+    print(f"\n| binary | speculate | alone p50 / p99 ms | beside {args.heavy} heavy streams p50 / p99 ms "
+          f"| ratio p50 / p99 | tok/s beside | rows a step beside |")
+    print("|---|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['binary']} | {r['alone_p50_ms']:.0f} / {r['alone_p99_ms']:.0f} | "
-              f"{r['beside_p50_ms']:.0f} / {r['beside_p99_ms']:.0f} | {r['ratio_p50']:.2f}x |")
+        print(f"| {r['binary']} | {r['speculate']} | {r['alone_p50_ms']:.0f} / {r['alone_p99_ms']:.0f} | "
+              f"{r['beside_p50_ms']:.0f} / {r['beside_p99_ms']:.0f} | "
+              f"{r['ratio_p50']:.2f}x / {r['ratio_p99']:.2f}x | {r['beside_tokens_per_s']:.0f} | "
+              f"{r['beside_rows_per_step']:.0f} |")
 
 
 if __name__ == "__main__":

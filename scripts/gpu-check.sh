@@ -7,12 +7,15 @@
 #                                    # into target/gpu-check/
 #   scripts/gpu-check.sh run [OUT]   # on the GPU machine (nvcc 13, PyTorch,
 #                                    # no cargo): report in OUT (default
-#                                    # target/gpu-check/out)
+#                                    # $OUT, else target/gpu-check/out)
 #   scripts/gpu-check.sh --dry-run   # here: prepare, then run until the first
 #                                    # GPU step, which must stop cleanly
 #
 # To run it on a lent machine, carry target/gpu-check (about 30 MB) and run
-# `scripts/gpu-check.sh run "$OUT"`. The steps, each timed in the report:
+# `scripts/gpu-check.sh run "$OUT"`: one command, at most 8 minutes (each
+# step has its own time limit, GPU_CHECK_*_S below; a step that runs out
+# is reported as such and fails the check). The steps, each timed in the
+# report:
 #   1. cuda_check: every kernel against the CPU oracle per tensor type at
 #      small and Llama-7B shapes (decoders and F16 decoders bit for bit,
 #      decode matmuls max abs/rel error), the per-layer kernels (norms,
@@ -23,13 +26,19 @@
 #      outputs checked (swap p50/p99), decode GB/s against the copy rate,
 #      a Llama-7B Q4_K decode step captured as a CUDA graph and replayed
 #      after each of 10,000 swaps between two checkpoints (outputs equal
-#      to the eager step's, swap p50/p99, weight GB/s), and the backend's
-#      Llama-7B F16 decode tokens/s at batch 1/16/64 (the Backend trait);
+#      to the eager step's, swap p50/p99, weight GB/s), step graphs as the
+#      serving path uses them (a small model stepped through the trait on
+#      the CPU, the GPU eagerly and the GPU keyed: keyed logits equal to
+#      eager ones bit for bit, both within a written tolerance of the
+#      CPU's), and the backend's Llama-7B F16 decode tokens/s at batch
+#      1/16/64, eager and with step graphs (the Backend trait);
 #   2. compute-sanitizer memcheck on cuda_check --quick (kernels, layers,
 #      the backend against the CPU at small shapes);
 #   3. PyTorch: F16 GEMV GB/s at the same shapes and `transformers` decode
 #      tokens/s of a synthetic Llama-7B at batch 1/16/64, then one line per
 #      batch comparing the backend's tokens/s with it.
+# Every numeric check states its tolerance in its report line ("tolerance"
+# or "tol"); the last line of the report sums up which checks failed.
 # Exit: 0 passed (or a dry run stopped where it should), 1 a check failed,
 # 3 no usable GPU on a real run.
 set -uo pipefail
@@ -61,7 +70,7 @@ run() {
 
   # Step 1, the first GPU step: the kernel checks (cuda_check opens the GPU first).
   local t0=$SECONDS rc
-  "$bin" >>"$report" 2>"$out/cuda_check.stderr"
+  timeout "${GPU_CHECK_KERNELS_S:-270}" "$bin" >>"$report" 2>"$out/cuda_check.stderr"
   rc=$?
   if [[ $rc -eq 3 ]]; then
     local why
@@ -78,12 +87,14 @@ run() {
   [[ $dry == 1 ]] && { echo "gpu-check: --dry-run found a GPU; run 'scripts/gpu-check.sh run' instead" >&2; return 1; }
   local failed=0
   [[ $rc -eq 0 ]] || failed=1
+  [[ $rc -eq 124 ]] && note '{"check":"cuda_check","pass":false,"error":"ran past GPU_CHECK_KERNELS_S"}'
   note "{\"check\":\"cuda_check\",\"exit\":$rc,\"seconds\":$((SECONDS - t0))}"
 
   # Step 2: memcheck on the quick variant.
   t0=$SECONDS
   if command -v compute-sanitizer >/dev/null; then
-    compute-sanitizer --tool memcheck --error-exitcode 9 "$bin" --quick >"$out/memcheck.log" 2>&1
+    timeout "${GPU_CHECK_MEMCHECK_S:-100}" compute-sanitizer --tool memcheck --error-exitcode 9 \
+      "$bin" --quick >"$out/memcheck.log" 2>&1
     rc=$?
     note "{\"check\":\"memcheck\",\"exit\":$rc,\"summary\":\"$(grep -E 'ERROR SUMMARY' "$out/memcheck.log" | tail -1)\",\"seconds\":$((SECONDS - t0))}"
     [[ $rc -eq 0 ]] || failed=1
@@ -94,7 +105,7 @@ run() {
   # Step 3: the PyTorch baseline.
   t0=$SECONDS
   if python3 -c 'import torch' 2>/dev/null; then
-    timeout 300 python3 "$repo/scripts/gpu_check_torch.py" >>"$report" 2>"$out/torch.stderr"
+    timeout "${GPU_CHECK_TORCH_S:-110}" python3 "$repo/scripts/gpu_check_torch.py" >>"$report" 2>"$out/torch.stderr"
     note "{\"check\":\"torch\",\"exit\":$?,\"seconds\":$((SECONDS - t0))}"
   else
     note '{"check":"torch","skipped":"PyTorch not installed"}'
@@ -108,6 +119,9 @@ theirs = {r["batch"]: r["tokens_per_s"] for r in rows if r.get("check") == "torc
 for b in sorted(set(ours) & set(theirs)):
     print(json.dumps({"check": "decode_vs_transformers", "batch": b, "switchyard_tokens_per_s": ours[b],
                       "transformers_tokens_per_s": theirs[b], "ratio": round(ours[b] / theirs[b], 3)}))
+failed = sorted({r.get("name") or r.get("op") or r.get("dtype") or r["check"]
+                 for r in rows if r.get("pass") is False})
+print(json.dumps({"check": "summary", "lines": len(rows), "failed": failed}))
 PY
   echo "gpu-check: report $report"
   return $failed
@@ -115,7 +129,7 @@ PY
 
 case "${1:-}" in
   prepare) prepare ;;
-  run) run "${2:-$carry/out}" 0 ;;
+  run) run "${2:-${OUT:-$carry/out}}" 0 ;;
   --dry-run) prepare && run "${2:-$carry/dry-run}" 1 ;;
-  *) sed -n '2,34p' "$0"; exit 2 ;;
+  *) sed -n '2,45p' "$0"; exit 2 ;;
 esac

@@ -43,7 +43,7 @@ fn main() -> std::process::ExitCode {
     match run() {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("{}", cli::report::error_text(&error));
+            cli::console::error(&cli::report::error_text(&error));
             std::process::ExitCode::FAILURE
         }
     }
@@ -52,6 +52,7 @@ fn main() -> std::process::ExitCode {
 fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     cli::logging::init(&cli.log)?;
+    cli::console::set_format(cli.log.log_format);
     match cli.command {
         Command::Generate(args) => cli::generate::run(args),
         Command::Tokenize(args) => cli::tokenize::run(args),

@@ -8,7 +8,6 @@ use switchyard_engine::formats::load_checkpoint;
 use switchyard_engine::kv::{KvBlocks, KvPool, SequenceKv};
 use switchyard_engine::model::{LlamaModel, LogitRows, Scratch, SequenceChunk};
 use switchyard_engine::sampling::argmax;
-use switchyard_kernels::cpu::CpuBackend;
 use switchyard_kernels::Backend;
 use switchyard_kernels::KvPrefix;
 use switchyard_kernels::KvType;
@@ -37,29 +36,28 @@ pub fn threads() -> usize {
         .unwrap_or(2)
 }
 
-/// The backend and the test model on it; prints the load time.
-pub fn load_model() -> (CpuBackend, LlamaModel<CpuBackend>) {
+/// The test model on `backend`; prints the load time.
+pub fn load_model<B: Backend>(backend: &B) -> LlamaModel<B> {
     let checkpoint = match load_checkpoint(&model_path()) {
         Ok(checkpoint) => checkpoint,
         Err(e) => panic!("run scripts/fetch-model.sh first: {e}"),
     };
-    let backend = CpuBackend::new(threads());
     let started = Instant::now();
-    let model = LlamaModel::load(&backend, &checkpoint).expect("the test model loads");
+    let model = LlamaModel::load(backend, &checkpoint).expect("the test model loads");
     eprintln!(
         "model load (repacking included) on {}: {:.1} ms",
         backend.name(),
         started.elapsed().as_secs_f64() * 1e3
     );
-    (backend, model)
+    model
 }
 
 /// Prefills `batch` sequences of their own 8-token prompts (untimed),
 /// then times [`STEPS`] batched steps of one token per sequence.
-pub fn decode_steps(
-    backend: &CpuBackend,
-    model: &LlamaModel<CpuBackend>,
-    scratch: &mut Scratch<CpuBackend>,
+pub fn decode_steps<B: Backend>(
+    backend: &B,
+    model: &LlamaModel<B>,
+    scratch: &mut Scratch<B>,
     batch: usize,
 ) -> Duration {
     let capacity = PROMPT_TOKENS + STEPS;

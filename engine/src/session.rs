@@ -97,6 +97,43 @@ impl<'m, B: Backend> Session<'m, B> {
         Ok(())
     }
 
+    /// Appends `tokens` and returns their embedding: the mean of their final
+    /// hidden states (after the output norm) scaled to unit length, as the
+    /// executor computes it for `POST /v1/embeddings`. Run on a fresh
+    /// session, it embeds `tokens` alone.
+    pub fn embed(&mut self, tokens: &[u32]) -> Result<Vec<f32>, SessionError> {
+        let mut sum = vec![0f64; self.model.config().hidden_size];
+        for piece in tokens.chunks(PREFILL_CHUNK) {
+            let blocks = Arc::clone(self.cache.blocks());
+            let positions = self.len..self.len + piece.len();
+            let mut batch = [SequenceChunk {
+                tokens: piece,
+                start_pos: self.len,
+                table: self.cache.prepare(self.backend, positions)?,
+                logits: LogitRows::Pooled,
+            }];
+            let mut parts = [crate::model::ModelPart {
+                model: self.model,
+                chunks: &mut batch,
+                adapter: self.adapter,
+            }];
+            let mut store = blocks.lock();
+            let out = crate::model::forward_step(
+                self.backend,
+                &mut store,
+                &mut parts,
+                &mut self.scratch,
+            )?;
+            for (total, &value) in sum.iter_mut().zip(out.pooled) {
+                *total += f64::from(value);
+            }
+            self.len += piece.len();
+        }
+        crate::model::unit_mean(&sum, tokens.len())
+            .ok_or(ModelError::DegenerateEmbedding)
+            .map_err(SessionError::from)
+    }
+
     /// Appends `tokens` and returns logits: for the last token only
     /// (`LogitRows::Last`) or for each of them (`LogitRows::All`), `vocab_size`
     /// floats per row.

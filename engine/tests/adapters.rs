@@ -15,12 +15,8 @@ use switchyard_engine::formats::{load_checkpoint, Checkpoint, CheckpointFormat};
 use switchyard_engine::kv::{KvBlocks, KvPool, SequenceKv};
 use switchyard_engine::model::{forward_many, LlamaModel, LogitRows, ModelPart, SequenceChunk};
 use switchyard_engine::synthetic::{write_gguf, write_safetensors, Preset, SyntheticSpec};
-use switchyard_kernels::cpu::CpuBackend;
-use switchyard_kernels::{DType, KvPrefix};
+use switchyard_kernels::{on_each_device, Backend, DType, KvPrefix};
 use tempfile::TempDir;
-
-type Model = LlamaModel<CpuBackend>;
-type Adapter = ResidentAdapter<CpuBackend>;
 
 /// The same F32 model as a GGUF file (Q/K rows permuted, interleaved
 /// RoPE) and as a Hugging Face folder (halves, NeoX RoPE).
@@ -47,7 +43,7 @@ fn adapter_set(config: &switchyard_engine::model::config::ModelConfig, seed: u64
 const PROMPT: &[u32] = &[1, 5, 9, 2, 44, 17, 3];
 
 /// A KV pool without a budget, F16 as the executor's default.
-fn unlimited_kv(backend: &CpuBackend) -> Arc<KvBlocks<CpuBackend>> {
+fn unlimited_kv<B: Backend>(backend: &B) -> Arc<KvBlocks<B>> {
     KvBlocks::new(backend, &KvPool::unlimited(switchyard_kernels::KvType::F16)).unwrap()
 }
 
@@ -55,7 +51,11 @@ const DECODE: [u32; 4] = [3, 8, 8, 40];
 
 /// Logits of every position of `PROMPT`, then of 4 decode steps of
 /// fixed tokens, for `model` with `adapter`, alone.
-fn logits(backend: &CpuBackend, model: &Model, adapter: Option<&Adapter>) -> Vec<Vec<f32>> {
+fn logits<B: Backend>(
+    backend: &B,
+    model: &LlamaModel<B>,
+    adapter: Option<&ResidentAdapter<B>>,
+) -> Vec<Vec<f32>> {
     let blocks = unlimited_kv(backend);
     let mut cache = SequenceKv::for_model(backend, &blocks, model, 64, KvPrefix::none()).unwrap();
     let mut scratch = model.new_scratch(backend);
@@ -117,10 +117,9 @@ fn peft(dir: &Path, name: &str, set: &LoraSet, dtype: DType) -> PathBuf {
 /// ±10, and the two forms differ by under 1e-4 without an adapter.
 const FORMS_ATOL: f32 = 2e-3;
 
-#[test]
-fn peft_and_gguf_forms_give_the_update_a_hugging_face_base_gets() {
+fn peft_and_gguf_forms_give_the_update_a_hugging_face_base_gets<B: Backend>(backend: Arc<B>) {
     let dir = TempDir::new().unwrap();
-    let backend = CpuBackend::new(2);
+    let backend = &*backend;
     for preset in [Preset::Smollm2, Preset::Qwen2] {
         let (gguf_base, hf_base) = bases(dir.path(), preset);
         assert_eq!(gguf_base.format, CheckpointFormat::Gguf);
@@ -135,16 +134,16 @@ fn peft_and_gguf_forms_give_the_update_a_hugging_face_base_gets() {
         set.write_gguf(&gguf_file, &gguf_base.config, DType::F32)
             .unwrap();
 
-        let g_model = Model::load(&backend, &gguf_base).unwrap();
-        let h_model = Model::load(&backend, &hf_base).unwrap();
+        let g_model = LlamaModel::load(backend, &gguf_base).unwrap();
+        let h_model = LlamaModel::load(backend, &hf_base).unwrap();
         let up = |path: &Path, base: &Checkpoint| {
             let w = load_adapter(path, base).unwrap();
-            Adapter::upload(&backend, &w).unwrap()
+            ResidentAdapter::upload(backend, &w).unwrap()
         };
         // The reference: a PEFT adapter on the Hugging Face base (no
         // reordering anywhere).
-        let want = logits(&backend, &h_model, Some(&up(&peft_dir, &hf_base)));
-        let plain = logits(&backend, &h_model, None);
+        let want = logits(backend, &h_model, Some(&up(&peft_dir, &hf_base)));
+        let plain = logits(backend, &h_model, None);
         assert!(
             max_diff(&want, &plain) > 0.05,
             "{preset:?}: the adapter changes nothing"
@@ -154,7 +153,7 @@ fn peft_and_gguf_forms_give_the_update_a_hugging_face_base_gets() {
             ("GGUF on GGUF", &g_model, up(&gguf_file, &gguf_base)),
             ("GGUF on HF", &h_model, up(&gguf_file, &hf_base)),
         ] {
-            let got = logits(&backend, model, Some(&adapter));
+            let got = logits(backend, model, Some(&adapter));
             let diff = max_diff(&got, &want);
             println!("{preset:?} {what}: max |Δ| {diff:e}");
             assert!(diff < FORMS_ATOL, "{preset:?} {what}: {diff}");
@@ -166,6 +165,8 @@ fn peft_and_gguf_forms_give_the_update_a_hugging_face_base_gets() {
         assert_eq!(from_peft.identity, from_gguf.identity);
     }
 }
+
+on_each_device!(peft_and_gguf_forms_give_the_update_a_hugging_face_base_gets);
 
 #[test]
 fn every_tensor_type_loads_within_its_rounding() {
@@ -196,10 +197,9 @@ fn every_tensor_type_loads_within_its_rounding() {
     }
 }
 
-#[test]
-fn a_mixed_batch_gives_every_row_its_logits_alone() {
+fn a_mixed_batch_gives_every_row_its_logits_alone<B: Backend>(backend: Arc<B>) {
     let dir = TempDir::new().unwrap();
-    let backend = CpuBackend::new(2);
+    let backend = &*backend;
     let spec = SyntheticSpec {
         preset: Preset::Smollm2,
         dtype: DType::Q4_1,
@@ -208,19 +208,19 @@ fn a_mixed_batch_gives_every_row_its_logits_alone() {
     let path = dir.path().join("base.gguf");
     write_gguf(&spec, &path).unwrap();
     let base = load_checkpoint(&path).unwrap();
-    let model = Model::load(&backend, &base).unwrap();
-    let adapters: Vec<Adapter> = (0..3)
+    let model = LlamaModel::load(backend, &base).unwrap();
+    let adapters: Vec<ResidentAdapter<B>> = (0..3)
         .map(|i| {
             let set = LoraSet::random(&base.config, 2 + 2 * i, &TARGETS[i..], 10 + i as u64, 0.05);
             let p = peft(dir.path(), &format!("a{i}"), &set, DType::F32);
-            Adapter::upload(&backend, &load_adapter(&p, &base).unwrap()).unwrap()
+            ResidentAdapter::upload(backend, &load_adapter(&p, &base).unwrap()).unwrap()
         })
         .collect();
     // Rows: base, adapter 0, adapter 1, base, adapter 0, adapter 2.
     let which: [Option<usize>; 6] = [None, Some(0), Some(1), None, Some(0), Some(2)];
     let alone: Vec<Vec<Vec<f32>>> = which
         .iter()
-        .map(|w| logits(&backend, &model, w.map(|i| &adapters[i])))
+        .map(|w| logits(backend, &model, w.map(|i| &adapters[i])))
         .collect();
     for w in 0..3 {
         assert!(max_diff(&alone[1 + w.min(1)], &alone[0]) > 0.0);
@@ -228,12 +228,12 @@ fn a_mixed_batch_gives_every_row_its_logits_alone() {
 
     // One part per sequence, all on the one model: the base's products
     // run once over every row, each adapter's update on its part's rows.
-    let blocks = unlimited_kv(&backend);
+    let blocks = unlimited_kv(backend);
     let mut caches: Vec<_> = which
         .iter()
-        .map(|_| SequenceKv::for_model(&backend, &blocks, &model, 64, KvPrefix::none()).unwrap())
+        .map(|_| SequenceKv::for_model(backend, &blocks, &model, 64, KvPrefix::none()).unwrap())
         .collect();
-    let mut scratch = model.new_scratch(&backend);
+    let mut scratch = model.new_scratch(backend);
     let vocab = model.config().vocab_size;
     let mut mixed: Vec<Vec<Vec<f32>>> = vec![Vec::new(); which.len()];
     for step in 0..=DECODE.len() {
@@ -250,11 +250,11 @@ fn a_mixed_batch_gives_every_row_its_logits_alone() {
             .map(|cache| SequenceChunk {
                 tokens,
                 start_pos: at,
-                table: cache.prepare(&backend, at..at + tokens.len()).unwrap(),
+                table: cache.prepare(backend, at..at + tokens.len()).unwrap(),
                 logits: rows,
             })
             .collect();
-        let mut parts: Vec<ModelPart<'_, '_, CpuBackend>> = chunks
+        let mut parts: Vec<ModelPart<'_, '_, B>> = chunks
             .chunks_mut(1)
             .zip(&which)
             .map(|(chunks, w)| ModelPart {
@@ -263,7 +263,7 @@ fn a_mixed_batch_gives_every_row_its_logits_alone() {
                 adapter: w.map(|i| &adapters[i]),
             })
             .collect();
-        let out = forward_many(&backend, &mut blocks.lock(), &mut parts, &mut scratch).unwrap();
+        let out = forward_many(backend, &mut blocks.lock(), &mut parts, &mut scratch).unwrap();
         let per = out.len() / which.len();
         for (i, rows) in out.chunks(per).enumerate() {
             mixed[i].extend(rows.chunks(vocab).map(<[f32]>::to_vec));
@@ -274,21 +274,24 @@ fn a_mixed_batch_gives_every_row_its_logits_alone() {
     }
 }
 
-#[test]
-fn a_zero_update_leaves_the_base_bit_for_bit() {
+on_each_device!(a_mixed_batch_gives_every_row_its_logits_alone);
+
+fn a_zero_update_leaves_the_base_bit_for_bit<B: Backend>(backend: Arc<B>) {
     let dir = TempDir::new().unwrap();
-    let backend = CpuBackend::new(1);
+    let backend = &*backend;
     let (base, _) = bases(dir.path(), Preset::Smollm2);
     let mut set = adapter_set(&base.config, 1);
     set.pairs.iter_mut().for_each(|p| p.b.fill(0.0));
     let w = load_adapter(&peft(dir.path(), "zero", &set, DType::F32), &base).unwrap();
-    let model = Model::load(&backend, &base).unwrap();
-    let adapter = Adapter::upload(&backend, &w).unwrap();
+    let model = LlamaModel::load(backend, &base).unwrap();
+    let adapter = ResidentAdapter::upload(backend, &w).unwrap();
     assert_eq!(
-        logits(&backend, &model, Some(&adapter)),
-        logits(&backend, &model, None)
+        logits(backend, &model, Some(&adapter)),
+        logits(backend, &model, None)
     );
 }
+
+on_each_device!(a_zero_update_leaves_the_base_bit_for_bit, threads = 1);
 
 fn refusal(path: &Path, base: &Checkpoint) -> String {
     let err: AdapterError = load_adapter(path, base).unwrap_err();

@@ -13,8 +13,7 @@ use switchyard_engine::serving::{Executor, ExecutorConfig, NoObserver};
 use switchyard_engine::session::Session;
 use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
 use switchyard_engine::Engine;
-use switchyard_kernels::cpu::CpuBackend;
-use switchyard_kernels::DType;
+use switchyard_kernels::{on_each_device, Backend, DType};
 use switchyard_seam::{
     BackendError, ChatMessage, FinishReason, GenerationEvent, GenerationRequest, InferenceBackend,
     Prompt, Role, SamplingOptions,
@@ -23,8 +22,7 @@ use switchyard_seam::{
 /// The synthetic presets' context window.
 const CONTEXT: u32 = 256;
 
-fn engine(dir: &Path) -> (Engine<CpuBackend>, Arc<CpuBackend>) {
-    let backend = Arc::new(CpuBackend::new(1));
+fn engine<B: Backend>(backend: Arc<B>, dir: &Path) -> (Engine<B>, Arc<B>) {
     let path = dir.join("tiny.gguf");
     let spec = SyntheticSpec {
         preset: Preset::Smollm2,
@@ -69,7 +67,7 @@ fn request(prompt: Prompt, max_tokens: Option<u32>) -> GenerationRequest {
 }
 
 /// Every event of one generation, in order.
-fn run(engine: &Engine<CpuBackend>, request: GenerationRequest) -> Vec<GenerationEvent> {
+fn run<B: Backend>(engine: &Engine<B>, request: GenerationRequest) -> Vec<GenerationEvent> {
     let mut stream = engine.submit(request).unwrap();
     let mut events = Vec::new();
     while let Some(event) = stream.blocking_recv() {
@@ -78,17 +76,16 @@ fn run(engine: &Engine<CpuBackend>, request: GenerationRequest) -> Vec<Generatio
     events
 }
 
-fn refusal(engine: &Engine<CpuBackend>, request: GenerationRequest) -> BackendError {
+fn refusal<B: Backend>(engine: &Engine<B>, request: GenerationRequest) -> BackendError {
     match engine.submit(request) {
         Ok(_) => panic!("the request was accepted"),
         Err(error) => error,
     }
 }
 
-#[test]
-fn greedy_tokens_equal_the_model_run_directly() {
+fn greedy_tokens_equal_the_model_run_directly<B: Backend>(backend: Arc<B>) {
     let dir = tempfile::tempdir().unwrap();
-    let (engine, backend) = engine(dir.path());
+    let (engine, backend) = engine(backend, dir.path());
     let prompt = vec![1u32, 5, 9, 2, 40];
     let events = run(&engine, request(Prompt::Tokens(prompt.clone()), Some(8)));
 
@@ -133,10 +130,11 @@ fn greedy_tokens_equal_the_model_run_directly() {
     }
 }
 
-#[test]
-fn chat_and_text_prompts_go_through_the_template_and_tokenizer() {
+on_each_device!(greedy_tokens_equal_the_model_run_directly, threads = 1);
+
+fn chat_and_text_prompts_go_through_the_template_and_tokenizer<B: Backend>(backend: Arc<B>) {
     let dir = tempfile::tempdir().unwrap();
-    let (engine, _backend) = engine(dir.path());
+    let (engine, _backend) = engine(backend, dir.path());
     let checkpoint = engine.registry().resolve("tiny").unwrap();
     let messages = vec![
         ChatMessage::new(Role::Developer, "Be brief."),
@@ -182,10 +180,14 @@ fn chat_and_text_prompts_go_through_the_template_and_tokenizer() {
     assert!(matches!(events.last(), Some(GenerationEvent::Done { .. })));
 }
 
-#[test]
-fn refusals_name_the_field_with_the_requests_numbers() {
+on_each_device!(
+    chat_and_text_prompts_go_through_the_template_and_tokenizer,
+    threads = 1
+);
+
+fn refusals_name_the_field_with_the_requests_numbers<B: Backend>(backend: Arc<B>) {
     let dir = tempfile::tempdir().unwrap();
-    let (engine, _backend) = engine(dir.path());
+    let (engine, _backend) = engine(backend, dir.path());
 
     let mut unknown = request(Prompt::Tokens(vec![1, 2]), Some(1));
     unknown.model = "nope".into();
@@ -242,3 +244,8 @@ fn refusals_name_the_field_with_the_requests_numbers() {
     // Nothing refused was queued.
     assert_eq!(engine.executor().queue_depth(), 0);
 }
+
+on_each_device!(
+    refusals_name_the_field_with_the_requests_numbers,
+    threads = 1
+);

@@ -8,6 +8,7 @@
 #![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 use std::path::Path;
+use std::sync::Arc;
 
 use switchyard_engine::eval::{evaluate, log_prob, EvalOptions, ItemResult, Suite};
 use switchyard_engine::formats::load_checkpoint;
@@ -15,8 +16,7 @@ use switchyard_engine::model::{LlamaModel, LogitRows};
 use switchyard_engine::session::Session;
 use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
 use switchyard_engine::tokenizer::Tokenizer;
-use switchyard_kernels::cpu::CpuBackend;
-use switchyard_kernels::DType;
+use switchyard_kernels::{on_each_device, Backend, DType};
 
 /// Log-likelihoods agree to this (nats, summed over a choice's tokens):
 /// the same kernels on differently batched rows round alike but not
@@ -40,9 +40,9 @@ fn suite_text() -> String {
 }
 
 /// Each choice's log-likelihood computed one sequence at a time.
-fn session_logliks(
-    backend: &CpuBackend,
-    model: &LlamaModel<CpuBackend>,
+fn session_logliks<B: Backend>(
+    backend: &B,
+    model: &LlamaModel<B>,
     context: &[u32],
     choices: &[Vec<u32>],
 ) -> Vec<f64> {
@@ -66,7 +66,7 @@ fn session_logliks(
         .collect()
 }
 
-fn check(preset: Preset, dir: &Path) {
+fn check<B: Backend>(backend: &B, preset: Preset, dir: &Path) {
     let path = dir.join(format!("{preset:?}.gguf"));
     let spec = SyntheticSpec {
         preset,
@@ -75,8 +75,7 @@ fn check(preset: Preset, dir: &Path) {
     };
     write_gguf(&spec, &path).unwrap();
     let checkpoint = load_checkpoint(&path).unwrap();
-    let backend = CpuBackend::new(2);
-    let model = LlamaModel::load(&backend, &checkpoint).unwrap();
+    let model = LlamaModel::load(backend, &checkpoint).unwrap();
     let tokenizer = Tokenizer::load(&checkpoint.tokenizer).unwrap();
     let suite = Suite::parse(Path::new("t.jsonl"), &suite_text()).unwrap();
     // A small batch budget puts the items in several batches.
@@ -84,7 +83,7 @@ fn check(preset: Preset, dir: &Path) {
         batch_tokens: 24,
         ..EvalOptions::default()
     };
-    let report = evaluate(&backend, &model, &tokenizer, &suite, &options).unwrap();
+    let report = evaluate(backend, &model, &tokenizer, &suite, &options).unwrap();
     assert_eq!(report.summary.n, 5);
     let mut compared = 0;
     for item in &report.items {
@@ -97,7 +96,7 @@ fn check(preset: Preset, dir: &Path) {
         else {
             continue;
         };
-        let expected = session_logliks(&backend, &model, context_ids, choice_ids);
+        let expected = session_logliks(backend, &model, context_ids, choice_ids);
         for (got, want) in logliks.iter().zip(&expected) {
             assert!(
                 (got - want).abs() <= LOGLIK_ATOL,
@@ -109,17 +108,19 @@ fn check(preset: Preset, dir: &Path) {
     assert_eq!(compared, 3 + 2 + 2 + 3);
 }
 
-#[test]
-fn batched_shared_context_scores_match_one_sequence_at_a_time() {
+fn batched_shared_context_scores_match_one_sequence_at_a_time<B: Backend>(backend: Arc<B>) {
     let dir = tempfile::tempdir().unwrap();
-    check(Preset::Smollm2, dir.path());
+    check(&*backend, Preset::Smollm2, dir.path());
 }
 
-#[test]
-fn items_longer_than_a_sliding_window_are_scored_choice_by_choice() {
+on_each_device!(batched_shared_context_scores_match_one_sequence_at_a_time);
+
+fn items_longer_than_a_sliding_window_are_scored_choice_by_choice<B: Backend>(backend: Arc<B>) {
     let dir = tempfile::tempdir().unwrap();
     // Gemma 3's synthetic local layers have a window of 16: the long item
     // exceeds it, so each of its choices runs on its own cache (the safe
     // path, taken whether or not this backend's ring would have wrapped).
-    check(Preset::Gemma3, dir.path());
+    check(&*backend, Preset::Gemma3, dir.path());
 }
+
+on_each_device!(items_longer_than_a_sliding_window_are_scored_choice_by_choice);

@@ -8,9 +8,6 @@
 //! would hold follows from the reservation, which a cache never exceeds.
 #![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
-#[path = "support/devices.rs"]
-#[macro_use]
-mod devices;
 #[path = "support/real_models.rs"]
 mod real_models;
 
@@ -20,7 +17,7 @@ use switchyard_engine::formats::load_checkpoint;
 use switchyard_engine::kv::{KvConfig, KvPool};
 use switchyard_engine::model::{LlamaModel, LogitRows};
 use switchyard_engine::session::Session;
-use switchyard_kernels::{Backend, KvType};
+use switchyard_kernels::{on_each_device, Backend, KvType};
 
 /// Positions per KV block and per-block bytes of one Gemma 3 270M layer
 /// (1 KV head × 256 dims, keys and values, f16).

@@ -4,9 +4,6 @@
 //! running sequences go on, and every reservation comes back.
 #![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
-#[path = "support/devices.rs"]
-#[macro_use]
-mod devices;
 #[path = "support/served.rs"]
 mod served;
 
@@ -22,9 +19,9 @@ use switchyard_engine::serving::{
     SequenceRequest, SubmitError,
 };
 use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
-use switchyard_kernels::Backend;
 use switchyard_kernels::DType;
 use switchyard_kernels::KvType;
+use switchyard_kernels::{on_each_device, Backend};
 
 /// Positions per KV block: the smallest the backend takes, so that the
 /// preset's 256-position context spans eight.
@@ -115,6 +112,7 @@ fn request(
         constraint: None,
         cache_scope: switchyard_seam::CacheScope::default(),
         share: switchyard_seam::TenantShare::default(),
+        task: Default::default(),
     };
     (request, receiver)
 }
@@ -142,6 +140,7 @@ fn finish(rx: &mpsc::Receiver<SequenceEvent>) -> (usize, FinishReason) {
             SequenceEvent::Token(_) => tokens += 1,
             SequenceEvent::Done { finish_reason, .. } => return (tokens, finish_reason),
             SequenceEvent::Error(message) => panic!("sequence failed: {message}"),
+            SequenceEvent::Embedding { .. } => panic!("a generation reported an embedding"),
         }
     }
 }

@@ -17,8 +17,7 @@ use switchyard_engine::serving::{
 };
 use switchyard_engine::session::Session;
 use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
-use switchyard_kernels::cpu::CpuBackend;
-use switchyard_kernels::DType;
+use switchyard_kernels::{on_each_device, Backend, DType};
 
 const MODELS: usize = 4;
 const TOKENS: usize = 10;
@@ -36,7 +35,7 @@ fn write(dir: &Path, name: &str, preset: Preset, seed: u64) -> PathBuf {
 }
 
 /// Four models with two versions each (different weights), v1 active.
-fn registry(dir: &Path, backend: &Arc<CpuBackend>) -> Arc<Registry<CpuBackend>> {
+fn registry<B: Backend>(dir: &Path, backend: &Arc<B>) -> Arc<Registry<B>> {
     let registry = Arc::new(Registry::new(backend.clone(), None));
     for m in 0..MODELS {
         for v in 1..=2u64 {
@@ -56,11 +55,7 @@ fn registry(dir: &Path, backend: &Arc<CpuBackend>) -> Arc<Registry<CpuBackend>> 
 }
 
 /// Greedy continuations of every prompt on `id`, run alone with a Session.
-fn reference(
-    registry: &Registry<CpuBackend>,
-    backend: &CpuBackend,
-    id: &CheckpointId,
-) -> Vec<Vec<u32>> {
+fn reference<B: Backend>(registry: &Registry<B>, backend: &B, id: &CheckpointId) -> Vec<Vec<u32>> {
     let checkpoint = registry.resolve(&id.to_string()).unwrap();
     PROMPTS
         .iter()
@@ -94,6 +89,7 @@ fn request(prompt: &[u32]) -> (SequenceRequest, mpsc::Receiver<SequenceEvent>) {
         constraint: None,
         cache_scope: switchyard_seam::CacheScope::default(),
         share: switchyard_seam::TenantShare::default(),
+        task: Default::default(),
     };
     (request, receiver)
 }
@@ -105,20 +101,19 @@ fn collect(receiver: &mpsc::Receiver<SequenceEvent>) -> Vec<u32> {
             SequenceEvent::Token(token) => ids.push(token.id),
             SequenceEvent::Done { .. } => return ids,
             SequenceEvent::Error(message) => panic!("the request failed: {message}"),
+            SequenceEvent::Embedding { .. } => panic!("a generation reported an embedding"),
         }
     }
 }
 
-#[test]
-fn no_request_mixes_weights_while_versions_flip_under_load() {
+fn no_request_mixes_weights_while_versions_flip_under_load<B: Backend>(backend: Arc<B>) {
     let dir = tempfile::tempdir().unwrap();
-    let backend = Arc::new(CpuBackend::new(2));
     let registry = registry(dir.path(), &backend);
     let mut expected: HashMap<CheckpointId, Vec<Vec<u32>>> = HashMap::new();
     for m in 0..MODELS {
         for v in ["1", "2"] {
             let id = CheckpointId::new(format!("m{m}"), v);
-            expected.insert(id.clone(), reference(&registry, &backend, &id));
+            expected.insert(id.clone(), reference(&registry, &*backend, &id));
         }
     }
     // The versions really differ, or the test would prove nothing.
@@ -192,13 +187,13 @@ fn no_request_mixes_weights_while_versions_flip_under_load() {
     assert!(executor.swaps() > 10, "only {} swaps", executor.swaps());
 }
 
-#[test]
-fn a_stream_survives_activation_rollback_and_unload_of_its_version() {
+on_each_device!(no_request_mixes_weights_while_versions_flip_under_load);
+
+fn a_stream_survives_activation_rollback_and_unload_of_its_version<B: Backend>(backend: Arc<B>) {
     let dir = tempfile::tempdir().unwrap();
-    let backend = Arc::new(CpuBackend::new(2));
     let registry = registry(dir.path(), &backend);
     let id = CheckpointId::new("m1", "2");
-    let expected = reference(&registry, &backend, &id);
+    let expected = reference(&registry, &*backend, &id);
     let executor = Executor::spawn(
         backend.clone(),
         ExecutorConfig::default(),
@@ -224,6 +219,7 @@ fn a_stream_survives_activation_rollback_and_unload_of_its_version() {
             SequenceEvent::Token(token) => ids.push(token.id),
             SequenceEvent::Done { .. } => break,
             SequenceEvent::Error(message) => panic!("the stream failed: {message}"),
+            SequenceEvent::Embedding { .. } => panic!("a generation reported an embedding"),
         }
         match step {
             1 => assert_eq!(registry.rollback("m1").unwrap(), ("2".into(), "1".into())),
@@ -251,6 +247,8 @@ fn a_stream_survives_activation_rollback_and_unload_of_its_version() {
     );
 }
 
+on_each_device!(a_stream_survives_activation_rollback_and_unload_of_its_version);
+
 struct SyncSink(mpsc::SyncSender<SequenceEvent>);
 
 impl switchyard_engine::serving::EventSink for SyncSink {
@@ -259,10 +257,8 @@ impl switchyard_engine::serving::EventSink for SyncSink {
     }
 }
 
-#[test]
-fn checkpoints_that_share_tensors_are_resident_once() {
+fn checkpoints_that_share_tensors_are_resident_once<B: Backend>(backend: Arc<B>) {
     let dir = tempfile::tempdir().unwrap();
-    let backend = Arc::new(CpuBackend::new(1));
     let path = write(dir.path(), "base", Preset::Smollm2, 3);
     let registry = Registry::new(backend, None);
     registry.register("a", "1", &path, &[]);
@@ -277,10 +273,13 @@ fn checkpoints_that_share_tensors_are_resident_once() {
     assert_eq!(memory.ram_bytes_without_sharing, 2 * first.bytes);
 }
 
-#[test]
-fn corrupt_or_mismatched_versions_never_become_active() {
+on_each_device!(
+    checkpoints_that_share_tensors_are_resident_once,
+    threads = 1
+);
+
+fn corrupt_or_mismatched_versions_never_become_active<B: Backend>(backend: Arc<B>) {
     let dir = tempfile::tempdir().unwrap();
-    let backend = Arc::new(CpuBackend::new(1));
     let good = write(dir.path(), "good", Preset::Smollm2, 3);
     let corrupt = dir.path().join("corrupt.gguf");
     let bytes = std::fs::read(&good).unwrap();
@@ -327,10 +326,13 @@ fn corrupt_or_mismatched_versions_never_become_active() {
     );
 }
 
-#[test]
-fn a_ram_budget_evicts_the_idle_version_not_the_active_one() {
+on_each_device!(
+    corrupt_or_mismatched_versions_never_become_active,
+    threads = 1
+);
+
+fn a_ram_budget_evicts_the_idle_version_not_the_active_one<B: Backend>(backend: Arc<B>) {
     let dir = tempfile::tempdir().unwrap();
-    let backend = Arc::new(CpuBackend::new(1));
     let paths: Vec<_> = (0..3)
         .map(|i| write(dir.path(), &format!("v{i}"), Preset::Smollm2, 40 + i))
         .collect();
@@ -357,10 +359,13 @@ fn a_ram_budget_evicts_the_idle_version_not_the_active_one() {
     assert!(registry.resolve("m@3").is_ok());
 }
 
-#[test]
-fn routing_state_reports_tier_bytes_and_queue() {
+on_each_device!(
+    a_ram_budget_evicts_the_idle_version_not_the_active_one,
+    threads = 1
+);
+
+fn routing_state_reports_tier_bytes_and_queue<B: Backend>(backend: Arc<B>) {
     let dir = tempfile::tempdir().unwrap();
-    let backend = Arc::new(CpuBackend::new(1));
     let path = write(dir.path(), "base", Preset::Smollm2, 3);
     let file_bytes = std::fs::metadata(&path).unwrap().len();
     let registry = Registry::new(backend, None);
@@ -396,3 +401,5 @@ fn routing_state_reports_tier_bytes_and_queue() {
     registry.unload("a", "1").unwrap();
     assert_eq!(live.routing_state(), on_disk);
 }
+
+on_each_device!(routing_state_reports_tier_bytes_and_queue, threads = 1);

@@ -5,9 +5,6 @@
 //! with sliding-window layers are not cached.
 #![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
-#[path = "support/devices.rs"]
-#[macro_use]
-mod devices;
 #[path = "support/served.rs"]
 mod served;
 
@@ -24,9 +21,9 @@ use switchyard_engine::serving::{
     SequenceRequest,
 };
 use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
-use switchyard_kernels::Backend;
 use switchyard_kernels::DType;
 use switchyard_kernels::KvType;
+use switchyard_kernels::{on_each_device, Backend};
 
 /// Positions per KV block: the smallest the backend takes, so that the
 /// synthetic model's 256-position context holds several.
@@ -112,6 +109,7 @@ fn run<B: Backend>(
         constraint: None,
         cache_scope: switchyard_seam::CacheScope::default(),
         share: switchyard_seam::TenantShare::default(),
+        task: Default::default(),
     };
     exec.submit(&f.checkpoint, request).unwrap();
     let mut ids = Vec::new();
@@ -120,6 +118,7 @@ fn run<B: Backend>(
             SequenceEvent::Token(token) => ids.push(token.id),
             SequenceEvent::Done { cached_tokens, .. } => return (ids, cached_tokens),
             SequenceEvent::Error(message) => panic!("sequence failed: {message}"),
+            SequenceEvent::Embedding { .. } => panic!("a generation reported an embedding"),
         }
     }
 }

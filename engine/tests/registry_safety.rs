@@ -8,8 +8,7 @@ use std::sync::Arc;
 use switchyard_engine::registry::{Registry, RegistryErrorKind, Tier};
 use switchyard_engine::serving::CheckpointId;
 use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
-use switchyard_kernels::cpu::CpuBackend;
-use switchyard_kernels::DType;
+use switchyard_kernels::{on_each_device, Backend, DType};
 
 fn write(dir: &Path, name: &str, seed: u64) -> PathBuf {
     let path = dir.join(format!("{name}.gguf"));
@@ -23,8 +22,7 @@ fn write(dir: &Path, name: &str, seed: u64) -> PathBuf {
 }
 
 /// A registry over three versions of `m` with RAM for two of them.
-fn budgeted(dir: &Path, third: &Path) -> Registry<CpuBackend> {
-    let backend = Arc::new(CpuBackend::new(1));
+fn budgeted<B: Backend>(backend: Arc<B>, dir: &Path, third: &Path) -> Registry<B> {
     let paths: Vec<_> = (0..2)
         .map(|i| write(dir, &format!("v{i}"), 40 + i))
         .collect();
@@ -40,7 +38,7 @@ fn budgeted(dir: &Path, third: &Path) -> Registry<CpuBackend> {
     registry
 }
 
-fn tier(registry: &Registry<CpuBackend>, version: &str) -> Tier {
+fn tier<B: Backend>(registry: &Registry<B>, version: &str) -> Tier {
     registry.status()[0]
         .versions
         .iter()
@@ -49,14 +47,13 @@ fn tier(registry: &Registry<CpuBackend>, version: &str) -> Tier {
         .tier
 }
 
-#[test]
-fn a_corrupt_version_evicts_nothing() {
+fn a_corrupt_version_evicts_nothing<B: Backend>(backend: Arc<B>) {
     let dir = tempfile::tempdir().unwrap();
     let good = write(dir.path(), "good", 7);
     let corrupt = dir.path().join("corrupt.gguf");
     let bytes = std::fs::read(&good).unwrap();
     std::fs::write(&corrupt, &bytes[..bytes.len() / 2]).unwrap();
-    let registry = budgeted(dir.path(), &corrupt);
+    let registry = budgeted(backend, dir.path(), &corrupt);
     registry.load("m", "1").unwrap();
     registry.activate("m", "1").unwrap();
     registry.load("m", "2").unwrap();
@@ -70,11 +67,12 @@ fn a_corrupt_version_evicts_nothing() {
     assert!(registry.resolve("m@2").is_ok());
 }
 
-#[test]
-fn the_rollback_target_is_never_evicted() {
+on_each_device!(a_corrupt_version_evicts_nothing, threads = 1);
+
+fn the_rollback_target_is_never_evicted<B: Backend>(backend: Arc<B>) {
     let dir = tempfile::tempdir().unwrap();
     let third = write(dir.path(), "v2", 42);
-    let registry = budgeted(dir.path(), &third);
+    let registry = budgeted(backend, dir.path(), &third);
     registry.load("m", "1").unwrap();
     registry.activate("m", "1").unwrap();
     registry.load("m", "2").unwrap();
@@ -102,3 +100,5 @@ fn the_rollback_target_is_never_evicted() {
     let report = registry.load("m", "3").unwrap();
     assert_eq!(report.evicted, vec![CheckpointId::new("m", "2")]);
 }
+
+on_each_device!(the_rollback_target_is_never_evicted, threads = 1);

@@ -355,3 +355,40 @@ fn unreadable_root_is_an_error() {
     );
     assert!(err.to_string().contains("missing"), "{err}");
 }
+
+#[test]
+fn adapters_are_found_beside_their_model_and_clashes_are_problems() {
+    let fx = Fixture::new();
+    fx.add_gguf("m", "1");
+    fx.add_gguf("other", "1");
+    let adapters = fx.root().join("m").join("adapters");
+    // A PEFT folder, a GGUF adapter, an empty version and a name clash.
+    fs::create_dir_all(adapters.join("pirate/1")).unwrap();
+    fs::write(adapters.join("pirate/1/adapter_config.json"), "{}").unwrap();
+    fs::create_dir_all(adapters.join("pirate/2")).unwrap();
+    fs::write(adapters.join("pirate/2/p.gguf"), b"GGUF").unwrap();
+    fs::create_dir_all(adapters.join("pirate/3")).unwrap();
+    fs::create_dir_all(adapters.join("other/1")).unwrap();
+    fs::write(adapters.join("other/1/adapter_config.json"), "{}").unwrap();
+    let repo = fx.open();
+    let m = repo.model("m").unwrap();
+    // `adapters/` is not a version of `m`.
+    assert_eq!(versions(&m.served_versions()), vec!["1"]);
+    assert_eq!(m.adapters.len(), 1, "{:?}", m.adapters);
+    let pirate = &m.adapters[0];
+    assert_eq!(pirate.name, "pirate");
+    let found: Vec<_> = pirate.versions.iter().map(|v| v.version.as_str()).collect();
+    assert_eq!(found, vec!["1", "2"]);
+    assert_eq!(pirate.versions[0].path, adapters.join("pirate/1"));
+    assert_eq!(pirate.versions[1].path, adapters.join("pirate/2/p.gguf"));
+    assert_eq!(pirate.latest().unwrap().version, "2");
+    let problems = problem_text(&repo);
+    assert!(
+        problems.contains("pirate/3") && problems.contains("neither adapter_config.json"),
+        "{problems}"
+    );
+    assert!(
+        problems.contains("adapter 'other'") && problems.contains("name of a model"),
+        "{problems}"
+    );
+}

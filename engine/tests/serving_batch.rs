@@ -21,17 +21,16 @@ use switchyard_engine::serving::{
 use switchyard_engine::session::Session;
 use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
 use switchyard_engine::tokenizer::Tokenizer;
-use switchyard_kernels::cpu::CpuBackend;
-use switchyard_kernels::DType;
+use switchyard_kernels::{on_each_device, Backend, DType};
 
-struct Fixture {
-    backend: Arc<CpuBackend>,
-    checkpoint: CheckpointHandle<CpuBackend>,
+struct Fixture<B: Backend> {
+    backend: Arc<B>,
+    checkpoint: CheckpointHandle<B>,
     tokenizer: Tokenizer,
     _dir: tempfile::TempDir,
 }
 
-fn fixture() -> Fixture {
+fn fixture<B: Backend>(backend: Arc<B>) -> Fixture<B> {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("smollm2-q8.gguf");
     let spec = SyntheticSpec {
@@ -40,12 +39,15 @@ fn fixture() -> Fixture {
         seed: 11,
     };
     write_gguf(&spec, &path).unwrap();
-    fixture_from(&path, dir)
+    fixture_from(backend, &path, dir)
 }
 
 /// The fixture for the checkpoint at `path`.
-fn fixture_from(path: &std::path::Path, dir: tempfile::TempDir) -> Fixture {
-    let backend = Arc::new(CpuBackend::new(2));
+fn fixture_from<B: Backend>(
+    backend: Arc<B>,
+    path: &std::path::Path,
+    dir: tempfile::TempDir,
+) -> Fixture<B> {
     let served = served::serve(&*backend, path);
     let tokenizer = served.tokenizer.clone();
     Fixture {
@@ -56,12 +58,16 @@ fn fixture_from(path: &std::path::Path, dir: tempfile::TempDir) -> Fixture {
     }
 }
 
-fn greedy_with_session(f: &Fixture, prompt: &[u32], count: usize) -> Vec<u32> {
+fn greedy_with_session<B: Backend>(f: &Fixture<B>, prompt: &[u32], count: usize) -> Vec<u32> {
     greedy_with_logprobs(f, prompt, count).0
 }
 
 /// Greedy ids with a `Session`, and each chosen token's log-probability.
-fn greedy_with_logprobs(f: &Fixture, prompt: &[u32], count: usize) -> (Vec<u32>, Vec<f32>) {
+fn greedy_with_logprobs<B: Backend>(
+    f: &Fixture<B>,
+    prompt: &[u32],
+    count: usize,
+) -> (Vec<u32>, Vec<f32>) {
     let mut session = Session::new(
         f.backend.as_ref(),
         &f.checkpoint.model,
@@ -99,6 +105,7 @@ fn request(
         constraint: None,
         cache_scope: switchyard_seam::CacheScope::default(),
         share: switchyard_seam::TenantShare::default(),
+        task: Default::default(),
     };
     (request, receiver)
 }
@@ -135,17 +142,18 @@ fn collect_with_logprobs(
                 )
             }
             SequenceEvent::Error(message) => panic!("sequence failed: {message}"),
+            SequenceEvent::Embedding { .. } => panic!("a generation reported an embedding"),
         }
     }
 }
 
 /// An executor with the fixture's checkpoint as the target of `submit`.
-struct Running {
-    exec: Executor<CpuBackend>,
-    checkpoint: CheckpointHandle<CpuBackend>,
+struct Running<B: Backend> {
+    exec: Executor<B>,
+    checkpoint: CheckpointHandle<B>,
 }
 
-impl Running {
+impl<B: Backend> Running<B> {
     fn submit(&self, request: SequenceRequest) -> Result<(), SubmitError> {
         self.exec.submit(&self.checkpoint, request)
     }
@@ -155,15 +163,15 @@ impl Running {
     }
 }
 
-impl std::ops::Deref for Running {
-    type Target = Executor<CpuBackend>;
+impl<B: Backend> std::ops::Deref for Running<B> {
+    type Target = Executor<B>;
 
-    fn deref(&self) -> &Executor<CpuBackend> {
+    fn deref(&self) -> &Executor<B> {
         &self.exec
     }
 }
 
-fn executor(f: &Fixture, config: ExecutorConfig) -> Running {
+fn executor<B: Backend>(f: &Fixture<B>, config: ExecutorConfig) -> Running<B> {
     Running {
         exec: Executor::spawn(f.backend.clone(), config, Arc::new(NoObserver)).unwrap(),
         checkpoint: f.checkpoint.clone(),
@@ -173,7 +181,7 @@ fn executor(f: &Fixture, config: ExecutorConfig) -> Running {
 /// Submits every prompt at once with a small step budget (chunked prefill
 /// mixed with decode rows, more prompts than batch slots) and checks each
 /// output against a lone `Session`: same ids, same log-probabilities.
-fn check_batched_against_sessions(f: &Fixture, texts: &[&str], counts: &[usize]) {
+fn check_batched_against_sessions<B: Backend>(f: &Fixture<B>, texts: &[&str], counts: &[usize]) {
     let prompts: Vec<Vec<u32>> = texts
         .iter()
         .map(|t| f.tokenizer.encode(t, true).unwrap())
@@ -213,9 +221,8 @@ fn check_batched_against_sessions(f: &Fixture, texts: &[&str], counts: &[usize])
     exec.shutdown();
 }
 
-#[test]
-fn batched_greedy_matches_single_sequence_sessions() {
-    let f = fixture();
+fn batched_greedy_matches_single_sequence_sessions<B: Backend>(backend: Arc<B>) {
+    let f = fixture(backend);
     let texts = [
         "Hello there, how are you today?",
         "a",
@@ -226,9 +233,14 @@ fn batched_greedy_matches_single_sequence_sessions() {
     check_batched_against_sessions(&f, &texts, &[12, 7, 16, 3, 10]);
 }
 
-#[test]
-fn batched_greedy_matches_sessions_on_the_real_model() {
-    let f = fixture_from(&real_models::smollm2(), tempfile::tempdir().unwrap());
+on_each_device!(batched_greedy_matches_single_sequence_sessions);
+
+fn batched_greedy_matches_sessions_on_the_real_model<B: Backend>(backend: Arc<B>) {
+    let f = fixture_from(
+        backend,
+        &real_models::smollm2(),
+        tempfile::tempdir().unwrap(),
+    );
     let texts = [
         "The capital of France is",
         "def fibonacci(n):",
@@ -237,6 +249,8 @@ fn batched_greedy_matches_sessions_on_the_real_model() {
     ];
     check_batched_against_sessions(&f, &texts, &[10, 14, 8, 12]);
 }
+
+on_each_device!(batched_greedy_matches_sessions_on_the_real_model);
 
 /// A sink that hands each event over only when the test takes it, so the
 /// sequence cannot run ahead (or finish) while the test looks at it.
@@ -248,7 +262,7 @@ impl EventSink for Rendezvous {
     }
 }
 
-fn wait_for_active(exec: &Running, count: usize) {
+fn wait_for_active<B: Backend>(exec: &Running<B>, count: usize) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while exec.active_sequences() != count {
         assert!(
@@ -260,9 +274,8 @@ fn wait_for_active(exec: &Running, count: usize) {
     }
 }
 
-#[test]
-fn a_dropped_receiver_cancels_its_sequence() {
-    let f = fixture();
+fn a_dropped_receiver_cancels_its_sequence<B: Backend>(backend: Arc<B>) {
+    let f = fixture(backend);
     let exec = executor(&f, ExecutorConfig::default());
     let prompt = f.tokenizer.encode("Tell me a long story", true).unwrap();
     let (events, rx) = mpsc::sync_channel(0);
@@ -285,9 +298,10 @@ fn a_dropped_receiver_cancels_its_sequence() {
     exec.shutdown();
 }
 
-#[test]
-fn a_full_queue_refuses_with_overloaded_and_bad_prompts_are_refused() {
-    let f = fixture();
+on_each_device!(a_dropped_receiver_cancels_its_sequence);
+
+fn a_full_queue_refuses_with_overloaded_and_bad_prompts_are_refused<B: Backend>(backend: Arc<B>) {
+    let f = fixture(backend);
     let exec = executor(
         &f,
         ExecutorConfig {
@@ -324,9 +338,10 @@ fn a_full_queue_refuses_with_overloaded_and_bad_prompts_are_refused() {
     exec.shutdown();
 }
 
-#[test]
-fn stop_tokens_and_stop_strings_end_with_stop_and_are_not_output() {
-    let f = fixture();
+on_each_device!(a_full_queue_refuses_with_overloaded_and_bad_prompts_are_refused);
+
+fn stop_tokens_and_stop_strings_end_with_stop_and_are_not_output<B: Backend>(backend: Arc<B>) {
+    let f = fixture(backend);
     let exec = executor(&f, ExecutorConfig::default());
     let prompt = f.tokenizer.encode("Once upon a time", true).unwrap();
     let reference = greedy_with_session(&f, &prompt, 8);
@@ -364,9 +379,12 @@ fn stop_tokens_and_stop_strings_end_with_stop_and_are_not_output() {
             SequenceEvent::Token(token) => text.push_str(&token.text),
             SequenceEvent::Done { finish_reason, .. } => break finish_reason,
             SequenceEvent::Error(message) => panic!("{message}"),
+            SequenceEvent::Embedding { .. } => panic!("a generation reported an embedding"),
         }
     };
     assert_eq!(reason, FinishReason::Stop);
     assert_eq!(text, expected, "stop string {stop:?} in {full:?}");
     exec.shutdown();
 }
+
+on_each_device!(stop_tokens_and_stop_strings_end_with_stop_and_are_not_output);

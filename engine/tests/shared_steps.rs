@@ -23,12 +23,9 @@ use switchyard_engine::serving::{
 };
 use switchyard_engine::store::WeightStore;
 use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
-use switchyard_kernels::cpu::CpuBackend;
-use switchyard_kernels::DType;
 use switchyard_kernels::KvPrefix;
+use switchyard_kernels::{on_each_device, Backend, DType};
 use tempfile::TempDir;
-
-type Model = LlamaModel<CpuBackend>;
 
 fn synthetic(dir: &Path, name: &str, preset: Preset, seed: u64) -> PathBuf {
     let path = dir.join(name);
@@ -44,13 +41,13 @@ fn synthetic(dir: &Path, name: &str, preset: Preset, seed: u64) -> PathBuf {
 /// The synthetic base, its Q8_0 re-quantization and three derived
 /// checkpoints (a rank-4 delta on the last two `ffn_down`), all loaded
 /// through one store.
-struct Family {
-    base: Model,
-    requantized: Model,
-    derived: Vec<Model>,
+struct Family<B: Backend> {
+    base: LlamaModel<B>,
+    requantized: LlamaModel<B>,
+    derived: Vec<LlamaModel<B>>,
 }
 
-fn family(dir: &Path, backend: &CpuBackend, store: &WeightStore<CpuBackend>) -> Family {
+fn family<B: Backend>(dir: &Path, backend: &B, store: &WeightStore<B>) -> Family<B> {
     let base_path = synthetic(dir, "base.gguf", Preset::Smollm2, 7);
     let options = DemoOptions {
         base: base_path,
@@ -81,13 +78,18 @@ const PROMPTS: [&[u32]; 4] = [
 ];
 
 /// A KV pool without a budget, F16 as the executor's default.
-fn unlimited_kv(backend: &CpuBackend) -> Arc<KvBlocks<CpuBackend>> {
+fn unlimited_kv<B: Backend>(backend: &B) -> Arc<KvBlocks<B>> {
     KvBlocks::new(backend, &KvPool::unlimited(switchyard_kernels::KvType::F16)).unwrap()
 }
 
 /// Logits of every token of `prompt` then of `decode` more greedy tokens,
 /// run on `model` alone.
-fn alone(model: &Model, backend: &CpuBackend, prompt: &[u32], decode: usize) -> Vec<Vec<f32>> {
+fn alone<B: Backend>(
+    model: &LlamaModel<B>,
+    backend: &B,
+    prompt: &[u32],
+    decode: usize,
+) -> Vec<Vec<f32>> {
     let blocks = unlimited_kv(backend);
     let mut cache = SequenceKv::for_model(backend, &blocks, model, 64, KvPrefix::none()).unwrap();
     let mut scratch = model.new_scratch(backend);
@@ -130,12 +132,11 @@ fn argmax(row: &[f32]) -> u32 {
     best as u32
 }
 
-#[test]
-fn derived_checkpoints_share_steps_and_a_requantized_one_does_not() {
+fn derived_checkpoints_share_steps_and_a_requantized_one_does_not<B: Backend>(backend: Arc<B>) {
     let dir = TempDir::new().unwrap();
-    let backend = CpuBackend::new(1);
+    let backend = &*backend;
     let store = WeightStore::new();
-    let f = family(dir.path(), &backend, &store);
+    let f = family(dir.path(), backend, &store);
     for derived in &f.derived {
         assert!(f.base.shares_steps_with(derived));
         assert!(derived.shares_steps_with(&f.base));
@@ -143,33 +144,37 @@ fn derived_checkpoints_share_steps_and_a_requantized_one_does_not() {
     assert!(f.derived[0].shares_steps_with(&f.derived[1]));
     assert!(!f.base.shares_steps_with(&f.requantized));
     let other = synthetic(dir.path(), "other.gguf", Preset::Llama, 7);
-    let other = LlamaModel::load(&backend, &load_checkpoint(&other).unwrap()).unwrap();
+    let other = LlamaModel::load(backend, &load_checkpoint(&other).unwrap()).unwrap();
     assert!(!f.base.shares_steps_with(&other));
 }
 
+on_each_device!(
+    derived_checkpoints_share_steps_and_a_requantized_one_does_not,
+    threads = 1
+);
+
 /// Prefill then greedy decode of four sequences over three checkpoints in
 /// shared steps, compared with each run alone: equal to the bit.
-#[test]
-fn a_shared_step_gives_each_row_its_own_checkpoints_logits() {
+fn a_shared_step_gives_each_row_its_own_checkpoints_logits<B: Backend>(backend: Arc<B>) {
     let dir = TempDir::new().unwrap();
-    let backend = CpuBackend::new(2);
+    let backend = &*backend;
     let store = WeightStore::new();
-    let f = family(dir.path(), &backend, &store);
+    let f = family(dir.path(), backend, &store);
     // Sequence i runs on owners[i]; the base appears twice, not adjacent.
-    let owners: [&Model; 4] = [&f.base, &f.derived[0], &f.derived[1], &f.base];
+    let owners: [&LlamaModel<B>; 4] = [&f.base, &f.derived[0], &f.derived[1], &f.base];
     const DECODE: usize = 6;
     let expected: Vec<Vec<Vec<f32>>> = owners
         .iter()
         .zip(PROMPTS)
-        .map(|(m, p)| alone(m, &backend, p, DECODE))
+        .map(|(m, p)| alone(m, backend, p, DECODE))
         .collect();
 
-    let blocks = unlimited_kv(&backend);
+    let blocks = unlimited_kv(backend);
     let mut caches: Vec<_> = owners
         .iter()
-        .map(|m| SequenceKv::for_model(&backend, &blocks, m, 64, KvPrefix::none()).unwrap())
+        .map(|m| SequenceKv::for_model(backend, &blocks, m, 64, KvPrefix::none()).unwrap())
         .collect();
-    let mut scratch = f.base.new_scratch(&backend);
+    let mut scratch = f.base.new_scratch(backend);
     let vocab = f.base.config().vocab_size;
     let mut got: Vec<Vec<Vec<f32>>> = vec![Vec::new(); owners.len()];
     let mut last: Vec<Vec<u32>> = PROMPTS.iter().map(|p| p.to_vec()).collect();
@@ -183,7 +188,7 @@ fn a_shared_step_gives_each_row_its_own_checkpoints_logits() {
                 tokens,
                 start_pos,
                 table: cache
-                    .prepare(&backend, start_pos..start_pos + tokens.len())
+                    .prepare(backend, start_pos..start_pos + tokens.len())
                     .unwrap(),
                 logits: if step == 0 {
                     LogitRows::All
@@ -217,7 +222,7 @@ fn a_shared_step_gives_each_row_its_own_checkpoints_logits() {
                 adapter: None,
             },
         ];
-        let logits = forward_many(&backend, &mut blocks.lock(), &mut parts, &mut scratch).unwrap();
+        let logits = forward_many(backend, &mut blocks.lock(), &mut parts, &mut scratch).unwrap();
         drop(chunks);
         let mut rows = logits.chunks(vocab);
         for (i, tokens) in last.iter_mut().enumerate() {
@@ -241,31 +246,32 @@ fn a_shared_step_gives_each_row_its_own_checkpoints_logits() {
     }
     // The derived checkpoints do answer differently from the base, so the
     // equality above is not a base-only coincidence.
-    let base_on_1 = alone(&f.base, &backend, PROMPTS[1], 0);
+    let base_on_1 = alone(&f.base, backend, PROMPTS[1], 0);
     assert!(base_on_1 != expected[1][..PROMPTS[1].len()]);
 }
 
-#[test]
-fn a_step_refuses_checkpoints_of_different_shapes() {
+on_each_device!(a_shared_step_gives_each_row_its_own_checkpoints_logits);
+
+fn a_step_refuses_checkpoints_of_different_shapes<B: Backend>(backend: Arc<B>) {
     let dir = TempDir::new().unwrap();
-    let backend = CpuBackend::new(1);
+    let backend = &*backend;
     let a = synthetic(dir.path(), "a.gguf", Preset::Smollm2, 1);
     let b = synthetic(dir.path(), "b.gguf", Preset::Llama, 1);
-    let a = LlamaModel::load(&backend, &load_checkpoint(&a).unwrap()).unwrap();
-    let b = LlamaModel::load(&backend, &load_checkpoint(&b).unwrap()).unwrap();
-    let blocks = unlimited_kv(&backend);
-    let mut ca = SequenceKv::for_model(&backend, &blocks, &a, 8, KvPrefix::none()).unwrap();
-    let mut cb = SequenceKv::for_model(&backend, &blocks, &b, 8, KvPrefix::none()).unwrap();
+    let a = LlamaModel::load(backend, &load_checkpoint(&a).unwrap()).unwrap();
+    let b = LlamaModel::load(backend, &load_checkpoint(&b).unwrap()).unwrap();
+    let blocks = unlimited_kv(backend);
+    let mut ca = SequenceKv::for_model(backend, &blocks, &a, 8, KvPrefix::none()).unwrap();
+    let mut cb = SequenceKv::for_model(backend, &blocks, &b, 8, KvPrefix::none()).unwrap();
     let mut first = [SequenceChunk {
         tokens: &[1, 2],
         start_pos: 0,
-        table: ca.prepare(&backend, 0..2).unwrap(),
+        table: ca.prepare(backend, 0..2).unwrap(),
         logits: LogitRows::Last,
     }];
     let mut second = [SequenceChunk {
         tokens: &[3],
         start_pos: 0,
-        table: cb.prepare(&backend, 0..1).unwrap(),
+        table: cb.prepare(backend, 0..1).unwrap(),
         logits: LogitRows::Last,
     }];
     let mut parts = [
@@ -280,13 +286,15 @@ fn a_step_refuses_checkpoints_of_different_shapes() {
             adapter: None,
         },
     ];
-    let mut scratch = a.new_scratch(&backend);
-    let err = forward_many(&backend, &mut blocks.lock(), &mut parts, &mut scratch).unwrap_err();
+    let mut scratch = a.new_scratch(backend);
+    let err = forward_many(backend, &mut blocks.lock(), &mut parts, &mut scratch).unwrap_err();
     assert!(
         matches!(err, ModelError::MixedArchitectures { .. }),
         "{err}"
     );
 }
+
+on_each_device!(a_step_refuses_checkpoints_of_different_shapes, threads = 1);
 
 /// Counts the checkpoints' shares of steps (one call per checkpoint per step).
 #[derive(Default)]
@@ -301,11 +309,9 @@ impl ExecutorObserver for ShareCounter {
 /// Clients hammer the base and its three derived checkpoints at once: the
 /// executor runs them in shared steps, and every greedy output equals that
 /// checkpoint's output run alone.
-#[test]
-fn the_executor_runs_derived_checkpoints_together_without_mixing_them() {
+fn the_executor_runs_derived_checkpoints_together_without_mixing_them<B: Backend>(backend: Arc<B>) {
     const TOKENS: usize = 8;
     let dir = TempDir::new().unwrap();
-    let backend = Arc::new(CpuBackend::new(2));
     let base_path = synthetic(dir.path(), "base.gguf", Preset::Smollm2, 7);
     let options = DemoOptions {
         base: base_path,
@@ -327,7 +333,7 @@ fn the_executor_runs_derived_checkpoints_together_without_mixing_them() {
     for name in &names {
         let checkpoint = registry.resolve(name).unwrap();
         for (p, prompt) in PROMPTS.iter().enumerate() {
-            let rows = alone(&checkpoint.model, &backend, prompt, TOKENS - 1);
+            let rows = alone(&checkpoint.model, &*backend, prompt, TOKENS - 1);
             let ids = rows[prompt.len() - 1..].iter().map(|r| argmax(r)).collect();
             expected.insert((name.clone(), p), ids);
         }
@@ -363,6 +369,7 @@ fn the_executor_runs_derived_checkpoints_together_without_mixing_them() {
                         constraint: None,
                         cache_scope: switchyard_seam::CacheScope::default(),
                         share: switchyard_seam::TenantShare::default(),
+                        task: Default::default(),
                     };
                     executor.submit(&checkpoint, request).unwrap();
                     let mut ids = Vec::new();
@@ -371,6 +378,9 @@ fn the_executor_runs_derived_checkpoints_together_without_mixing_them() {
                             SequenceEvent::Token(token) => ids.push(token.id),
                             SequenceEvent::Done { .. } => break,
                             SequenceEvent::Error(message) => panic!("request failed: {message}"),
+                            SequenceEvent::Embedding { .. } => {
+                                panic!("a generation reported an embedding")
+                            }
                         }
                     }
                     assert_eq!(ids, expected[&(name.clone(), p)], "{name} prompt {p}");
@@ -388,3 +398,5 @@ fn the_executor_runs_derived_checkpoints_together_without_mixing_them() {
         "{shares} checkpoint shares over {steps} steps: the checkpoints rarely shared a step"
     );
 }
+
+on_each_device!(the_executor_runs_derived_checkpoints_together_without_mixing_them);

@@ -7,21 +7,22 @@
 //! context (256 positions) less room for a draft turns.
 #![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
+use std::sync::Arc;
+
 use switchyard_engine::formats::load_checkpoint;
 use switchyard_engine::kv::{KvConfig, KvPool};
 use switchyard_engine::model::{LlamaModel, LogitRows};
 use switchyard_engine::session::Session;
 use switchyard_engine::speculate::MAX_DRAFT;
 use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
-use switchyard_kernels::cpu::CpuBackend;
-use switchyard_kernels::{DType, KvType};
+use switchyard_kernels::{on_each_device, Backend, DType, KvType};
 
 /// Largest difference allowed between a row run alone and the same row run
 /// among a draft's rows: the kernels compute each row the same way, so it
 /// is exact in practice; a little slack keeps the test about the rollback.
 const TOLERANCE: f32 = 1e-4;
 
-fn rollback_leaves_plain_logits(preset: Preset, dtype: KvType) {
+fn rollback_leaves_plain_logits<B: Backend>(backend: &B, preset: Preset, dtype: KvType) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("model.gguf");
     let spec = SyntheticSpec {
@@ -31,8 +32,7 @@ fn rollback_leaves_plain_logits(preset: Preset, dtype: KvType) {
     };
     write_gguf(&spec, &path).unwrap();
     let checkpoint = load_checkpoint(&path).unwrap();
-    let backend = CpuBackend::new(2);
-    let model = LlamaModel::load(&backend, &checkpoint).unwrap();
+    let model = LlamaModel::load(backend, &checkpoint).unwrap();
     let vocab = model.config().vocab_size as u32;
     let kv = KvPool::new(KvConfig {
         dtype,
@@ -45,8 +45,8 @@ fn rollback_leaves_plain_logits(preset: Preset, dtype: KvType) {
     let tokens: Vec<u32> = (0..count).map(|i| 3 + (i * 7919) % (vocab - 3)).collect();
     let prompt = 20;
     let capacity = context;
-    let mut plain = Session::with_kv(&backend, &model, &kv, capacity).unwrap();
-    let mut drafted = Session::with_kv(&backend, &model, &kv, capacity).unwrap();
+    let mut plain = Session::with_kv(backend, &model, &kv, capacity).unwrap();
+    let mut drafted = Session::with_kv(backend, &model, &kv, capacity).unwrap();
     plain.feed(&tokens[..prompt], LogitRows::None).unwrap();
     drafted.feed(&tokens[..prompt], LogitRows::None).unwrap();
     for (step, &token) in tokens.iter().enumerate().skip(prompt) {
@@ -71,13 +71,15 @@ fn rollback_leaves_plain_logits(preset: Preset, dtype: KvType) {
     }
 }
 
-#[test]
-fn rolled_back_drafts_leave_plain_logits_in_windowed_layers() {
-    rollback_leaves_plain_logits(Preset::Gemma3, KvType::F16);
-    rollback_leaves_plain_logits(Preset::Gemma3, KvType::Q8_0);
+fn rolled_back_drafts_leave_plain_logits_in_windowed_layers<B: Backend>(backend: Arc<B>) {
+    rollback_leaves_plain_logits(&*backend, Preset::Gemma3, KvType::F16);
+    rollback_leaves_plain_logits(&*backend, Preset::Gemma3, KvType::Q8_0);
 }
 
-#[test]
-fn rolled_back_drafts_leave_plain_logits_in_full_layers() {
-    rollback_leaves_plain_logits(Preset::Smollm2, KvType::F32);
+on_each_device!(rolled_back_drafts_leave_plain_logits_in_windowed_layers);
+
+fn rolled_back_drafts_leave_plain_logits_in_full_layers<B: Backend>(backend: Arc<B>) {
+    rollback_leaves_plain_logits(&*backend, Preset::Smollm2, KvType::F32);
 }
+
+on_each_device!(rolled_back_drafts_leave_plain_logits_in_full_layers);

@@ -12,8 +12,7 @@ use switchyard_engine::registry::Registry;
 use switchyard_engine::serving::{Executor, ExecutorConfig, NoObserver};
 use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
 use switchyard_engine::Engine;
-use switchyard_kernels::cpu::CpuBackend;
-use switchyard_kernels::DType;
+use switchyard_kernels::{on_each_device, Backend, DType};
 use switchyard_seam::{
     BackendError, ChatMessage, Constraint, FinishReason, GenerationEvent, GenerationRequest,
     InferenceBackend, Prompt, Role, SamplingOptions, Tool,
@@ -25,8 +24,7 @@ const SCHEMA: &str = r#"{"type": "object",
                  "tag": {"enum": ["a", "bb"]}},
   "required": ["n", "ok", "tag"], "additionalProperties": false}"#;
 
-fn engine(dir: &Path) -> Engine<CpuBackend> {
-    let backend = Arc::new(CpuBackend::new(1));
+fn engine<B: Backend>(backend: Arc<B>, dir: &Path) -> Engine<B> {
     let path = dir.join("tiny.gguf");
     let spec = SyntheticSpec {
         preset: Preset::Smollm2,
@@ -81,7 +79,7 @@ fn schema(text: &str) -> Constraint {
 }
 
 /// The generated text and how it finished.
-fn run(engine: &Engine<CpuBackend>, request: GenerationRequest) -> (String, FinishReason) {
+fn run<B: Backend>(engine: &Engine<B>, request: GenerationRequest) -> (String, FinishReason) {
     let mut stream = engine.submit(request).unwrap();
     let mut text = String::new();
     while let Some(event) = stream.blocking_recv() {
@@ -94,17 +92,16 @@ fn run(engine: &Engine<CpuBackend>, request: GenerationRequest) -> (String, Fini
     panic!("the stream ended without Done");
 }
 
-fn refusal(engine: &Engine<CpuBackend>, request: GenerationRequest) -> BackendError {
+fn refusal<B: Backend>(engine: &Engine<B>, request: GenerationRequest) -> BackendError {
     match engine.submit(request) {
         Ok(_) => panic!("the request was accepted"),
         Err(error) => error,
     }
 }
 
-#[test]
-fn sampled_answers_of_a_random_model_follow_the_schema() {
+fn sampled_answers_of_a_random_model_follow_the_schema<B: Backend>(backend: Arc<B>) {
     let dir = tempfile::tempdir().unwrap();
-    let engine = engine(dir.path());
+    let engine = engine(backend, dir.path());
     for seed in 0..6 {
         let (text, finish) = run(&engine, request(schema(SCHEMA), Vec::new(), seed));
         assert_eq!(finish, FinishReason::Stop, "seed {seed}: {text:?}");
@@ -123,13 +120,17 @@ fn sampled_answers_of_a_random_model_follow_the_schema() {
     assert!(text.starts_with('{'), "{text:?}");
 }
 
+on_each_device!(
+    sampled_answers_of_a_random_model_follow_the_schema,
+    threads = 1
+);
+
 /// Requests submitted together decode in one batch, where the step's masks
 /// are computed in parallel: each sequence's output still follows its own
 /// grammar, and an unconstrained neighbour is left free.
-#[test]
-fn a_batch_of_constrained_sequences_each_follows_its_own_grammar() {
+fn a_batch_of_constrained_sequences_each_follows_its_own_grammar<B: Backend>(backend: Arc<B>) {
     let dir = tempfile::tempdir().unwrap();
-    let engine = engine(dir.path());
+    let engine = engine(backend, dir.path());
     let flag = r#"{"type": "object", "properties": {"flag": {"type": "boolean"}},
         "required": ["flag"], "additionalProperties": false}"#;
     let streams: Vec<_> = (0..8)
@@ -183,10 +184,14 @@ fn a_batch_of_constrained_sequences_each_follows_its_own_grammar() {
     assert!(tokens > 0, "the unconstrained request produced nothing");
 }
 
-#[test]
-fn forced_tool_calls_name_a_listed_tool_with_valid_arguments() {
+on_each_device!(
+    a_batch_of_constrained_sequences_each_follows_its_own_grammar,
+    threads = 1
+);
+
+fn forced_tool_calls_name_a_listed_tool_with_valid_arguments<B: Backend>(backend: Arc<B>) {
     let dir = tempfile::tempdir().unwrap();
-    let engine = engine(dir.path());
+    let engine = engine(backend, dir.path());
     let tools = vec![
         Tool {
             name: "ping".into(),
@@ -221,10 +226,14 @@ fn forced_tool_calls_name_a_listed_tool_with_valid_arguments() {
     }
 }
 
-#[test]
-fn unenforceable_schemas_are_refused_naming_the_field_and_keyword() {
+on_each_device!(
+    forced_tool_calls_name_a_listed_tool_with_valid_arguments,
+    threads = 1
+);
+
+fn unenforceable_schemas_are_refused_naming_the_field_and_keyword<B: Backend>(backend: Arc<B>) {
     let dir = tempfile::tempdir().unwrap();
-    let engine = engine(dir.path());
+    let engine = engine(backend, dir.path());
     let unsupported = schema(r#"{"type": "array", "uniqueItems": true}"#);
     match refusal(&engine, request(unsupported, Vec::new(), 0)) {
         BackendError::InvalidRequest { param, message } => {
@@ -260,6 +269,11 @@ fn unenforceable_schemas_are_refused_naming_the_field_and_keyword() {
     assert!(serde_json::from_str::<Value>(&text).is_ok(), "{text:?}");
 }
 
+on_each_device!(
+    unenforceable_schemas_are_refused_naming_the_field_and_keyword,
+    threads = 1
+);
+
 /// `{"$defs": {"d0": {"$ref": "#/$defs/d1"}, ..., "dN": {"type": "integer"}},
 /// "$ref": "#/$defs/d0"}`.
 fn ref_chain(links: usize) -> String {
@@ -294,11 +308,10 @@ fn wide_object(properties: usize, required: bool) -> String {
 /// aborted the server. Submitted here from a thread with that stack: past the
 /// limits they are refused naming the limit, and the largest schemas within
 /// them compile (on the compile threads) and run.
-#[test]
-fn schemas_at_and_past_the_limits_neither_crash_nor_stall() {
+fn schemas_at_and_past_the_limits_neither_crash_nor_stall<B: Backend>(backend: Arc<B>) {
     use switchyard_engine::structured::limits::{MAX_PROPERTIES, MAX_REF_CHAIN};
     let dir = tempfile::tempdir().unwrap();
-    let engine = Arc::new(engine(dir.path()));
+    let engine = Arc::new(engine(backend, dir.path()));
     let on_small_stack = |request: GenerationRequest| {
         let engine = Arc::clone(&engine);
         std::thread::Builder::new()
@@ -348,3 +361,8 @@ fn schemas_at_and_past_the_limits_neither_crash_nor_stall() {
     assert!(on_small_stack(again).is_ok());
     assert_eq!(checkpoint.grammar_vocab.compiled().len(), kept);
 }
+
+on_each_device!(
+    schemas_at_and_past_the_limits_neither_crash_nor_stall,
+    threads = 1
+);

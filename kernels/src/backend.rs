@@ -163,6 +163,14 @@ pub struct AttentionRows<'a> {
     pub start_pos: usize,
 }
 
+/// What makes a step's launches the same as another step's: the engine
+/// gives equal keys to steps of one checkpoint with the same rows per
+/// sequence, so that a device backend can record one step's launches (a
+/// CUDA graph) and replay them for the next. A backend checks the promise
+/// call by call and answers [`KernelError::StepDiverged`] where it fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct StepKey(pub u64);
+
 /// A compute backend. See the module documentation.
 ///
 /// Every method that can meet inconsistent shapes returns an error rather
@@ -223,6 +231,26 @@ pub trait Backend: Send + Sync + 'static {
         to: BlockId,
         positions: usize,
     ) -> Result<(), KernelError>;
+
+    // --- steps ------------------------------------------------------------
+
+    /// A step of `key` begins (none: a step that is not to be recorded).
+    /// A backend that launches each call as it comes ignores it.
+    fn begin_step(&self, key: Option<StepKey>) {
+        let _ = key;
+    }
+    /// The step's last operation was issued; its results are read next. A
+    /// replaying backend launches the recorded step here. On
+    /// [`KernelError::StepDiverged`] (here or from any call of the step)
+    /// nothing of the step ran: the engine runs it again without a key.
+    fn end_step(&self) -> Result<(), KernelError> {
+        Ok(())
+    }
+    /// The step failed before [`Backend::end_step`]: whatever it recorded
+    /// is dropped. The engine runs a failed keyed step once more without a
+    /// key (a replayed or captured step launched nothing; an eager one's
+    /// writes are the same the second time).
+    fn abort_step(&self) {}
 
     // --- operations -------------------------------------------------------
 

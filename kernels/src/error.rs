@@ -34,4 +34,9 @@ pub enum KernelError {
     /// exhausted): the message names the call.
     #[error("device: {0}")]
     Device(String),
+    /// A step replayed from a recording (a CUDA graph) differed from the
+    /// recorded one before anything was launched: the step must run again
+    /// unrecorded (`Backend::begin_step` with no key).
+    #[error("the replayed step differs from its recording: {0}")]
+    StepDiverged(String),
 }

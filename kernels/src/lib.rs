@@ -25,6 +25,7 @@
 pub mod backend;
 pub mod cpu;
 pub mod cuda;
+pub mod device;
 pub mod dtype;
 pub mod error;
 pub mod formats;
@@ -32,7 +33,7 @@ pub mod kv;
 
 pub use backend::{
     AttentionRows, AttentionShape, Backend, LoraRows, MatmulInput, MatmulProduct, RopeStyle,
-    WeightView,
+    StepKey, WeightView,
 };
 pub use dtype::DType;
 pub use error::KernelError;

@@ -21,10 +21,19 @@ pub const ANSWERS_KEPT: usize = 100_000;
 pub struct Answer {
     /// `model@version` that answered.
     pub checkpoint: String,
-    /// `split/arm` that chose it, if a split did.
-    pub arm: Option<String>,
+    /// The split and arm that chose it, if a split did.
+    pub split_arm: Option<(String, String)>,
     /// The tenant that asked (`None`: anonymous); only it may score the answer.
     pub tenant: Option<String>,
+}
+
+impl Answer {
+    /// `split/arm`, when a split chose the checkpoint.
+    pub fn arm_label(&self) -> Option<String> {
+        self.split_arm
+            .as_ref()
+            .map(|(split, arm)| format!("{split}/{arm}"))
+    }
 }
 
 /// Why a score was refused.
@@ -52,6 +61,13 @@ pub struct Mean {
     pub ci95: [f64; 2],
 }
 
+impl Mean {
+    /// Standard error of the mean (the interval's half-width over 1.96).
+    pub fn std_error(&self) -> f64 {
+        (self.ci95[1] - self.ci95[0]) / 2.0 / 1.96
+    }
+}
+
 /// The quality signals of one checkpoint (through one arm, or directly).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct QualitySignals {
@@ -65,21 +81,29 @@ pub struct QualitySignals {
     pub confidence: Option<Mean>,
 }
 
+/// Count, sum and sum of squares of a signal, for its mean and interval.
 #[derive(Debug, Default, Clone, Copy)]
-struct Running {
+pub(crate) struct Running {
     n: u64,
     sum: f64,
     sum_sq: f64,
 }
 
 impl Running {
-    fn add(&mut self, x: f64) {
+    pub(crate) fn add(&mut self, x: f64) {
         self.n += 1;
         self.sum += x;
         self.sum_sq += x * x;
     }
 
-    fn mean(&self) -> Option<Mean> {
+    /// Both samples together (the buckets of a sliding window).
+    pub(crate) fn merge(&mut self, other: &Running) {
+        self.n += other.n;
+        self.sum += other.sum;
+        self.sum_sq += other.sum_sq;
+    }
+
+    pub(crate) fn mean(&self) -> Option<Mean> {
         if self.n == 0 {
             return None;
         }
@@ -126,7 +150,7 @@ impl FeedbackBook {
     /// Remembers answer `id` and counts its confidence (`None`: not measured).
     pub fn answered(&self, id: &str, answer: Answer, mean_logprob: Option<f64>) {
         let mut book = self.book.lock().unwrap_or_else(|e| e.into_inner());
-        let key = (answer.checkpoint.clone(), answer.arm.clone());
+        let key = (answer.checkpoint.clone(), answer.arm_label());
         if let Some(x) = mean_logprob.filter(|x| x.is_finite()) {
             book.signals.entry(key).or_default().confidence.add(x);
         }
@@ -166,7 +190,7 @@ impl FeedbackBook {
         }
         *scored = true;
         let answer = answer.clone();
-        let key = (answer.checkpoint.clone(), answer.arm.clone());
+        let key = (answer.checkpoint.clone(), answer.arm_label());
         book.signals.entry(key).or_default().feedback.add(score);
         Ok(answer)
     }
@@ -193,7 +217,9 @@ mod tests {
     fn answer(checkpoint: &str, arm: Option<&str>, tenant: Option<&str>) -> Answer {
         Answer {
             checkpoint: checkpoint.into(),
-            arm: arm.map(Into::into),
+            split_arm: arm
+                .and_then(|a| a.split_once('/'))
+                .map(|(s, a)| (s.into(), a.into())),
             tenant: tenant.map(Into::into),
         }
     }

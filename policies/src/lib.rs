@@ -95,7 +95,7 @@ mod reload;
 pub use compiled::cascade::{Cascade, Statistic, Verdict};
 pub use compiled::model::{Fallback, Model, QualityFrom, QualityOrigin, Target, Triggers};
 pub use compiled::rate_limit::RateLimits;
-pub use compiled::split::{stable_hash, Arm, RollbackRule, Split, Sticky};
+pub use compiled::split::{stable_hash, Arm, EvalDrop, RollbackRule, Split, Sticky};
 pub use compiled::tenant::{Budget, Tenant};
 pub use compiled::Routing;
 pub use constraint::{ConstraintFailure, LatencyLimit, CONSTRAINTS};

@@ -10,6 +10,7 @@
 //! | `switchyard_policy_spend_cost_micros_total` | counter | tenant (cost × 1e6) |
 //! | `switchyard_policy_split_arm_total` | counter | split, arm |
 //! | `switchyard_policy_rollback_tripped` | gauge | split (1 rolled back, 0 watching) |
+//! | `switchyard_policy_rollbacks_total` | counter | split, signal (`errors`, `latency`, `confidence`, `feedback`, `eval`) |
 //! | `switchyard_policy_reloads_total` | counter | result (`ok` or `error`) |
 
 use std::sync::{Arc, OnceLock};
@@ -34,6 +35,8 @@ pub const SPEND_COST_MICROS: &str = "switchyard_policy_spend_cost_micros_total";
 pub const SPLIT_ARM: &str = "switchyard_policy_split_arm_total";
 /// 1 when a split's rollback rule has tripped.
 pub const ROLLBACK_TRIPPED: &str = "switchyard_policy_rollback_tripped";
+/// Automatic rollbacks, by split and the signal that tripped them.
+pub const ROLLBACKS: &str = "switchyard_policy_rollbacks_total";
 /// Policy reloads, by result.
 pub const RELOADS: &str = "switchyard_policy_reloads_total";
 
@@ -215,6 +218,10 @@ pub(crate) fn spend(tenant: &TenantMeter, spend: Spend) {
 
 pub(crate) fn rollback_state(split: &Arc<str>, tripped: bool) {
     gauge!(ROLLBACK_TRIPPED, "split" => Arc::clone(split)).set(if tripped { 1.0 } else { 0.0 });
+}
+
+pub(crate) fn rollback_tripped(split: &Arc<str>, signal: &'static str) {
+    counter!(ROLLBACKS, "split" => Arc::clone(split), "signal" => signal).increment(1);
 }
 
 pub(crate) fn reload(ok: bool) {

@@ -64,7 +64,45 @@ impl Policy {
     /// declared figures; `policy explain` shows where each came from.
     pub fn resolve_quality(mut self, source: &dyn crate::measured::QualitySource) -> Policy {
         crate::compiled::measured::resolve(&mut self.compiled, source);
+        self.roll_back_on_evals();
         self
+    }
+
+    /// Trips the rollback rule of every split whose arms' stored evaluations show the
+    /// candidate too far below the baseline (see `eval_suite` / `max_eval_drop`).
+    pub(crate) fn roll_back_on_evals(&self) {
+        for (split, monitor) in self.compiled.splits.iter().zip(&self.live.rollbacks) {
+            if let (Some(reason), Some(monitor)) = (&split.eval_verdict, monitor) {
+                monitor.trip("eval", reason.clone());
+            }
+        }
+    }
+
+    /// Counts a client's score of an answer that split `split`'s arm `arm` gave, for the
+    /// split's rollback rule (no-op when the split, the arm or the rule is gone).
+    pub fn record_arm_feedback(&self, split: &str, arm: &str, score: f64) {
+        let Some(index) = self.compiled.split_index(split) else {
+            return;
+        };
+        let Some(arm) = self
+            .compiled
+            .splits
+            .get(index)
+            .and_then(|s| s.arms.iter().position(|a| &*a.name == arm))
+        else {
+            return;
+        };
+        if let Some(monitor) = self.live.rollback(index) {
+            monitor.record_feedback(arm, score);
+        }
+    }
+
+    /// Whether some split compares its arms' stored evaluations.
+    pub fn uses_split_evals(&self) -> bool {
+        self.compiled
+            .splits
+            .iter()
+            .any(|s| s.rollback().is_some_and(|r| r.eval.is_some()))
     }
 
     /// Whether some model takes its quality from a measurement.

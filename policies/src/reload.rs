@@ -111,7 +111,9 @@ impl PolicyStore {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         match source {
-            Some(source) if self.current().uses_measured_quality() => {
+            Some(source)
+                if self.current().uses_measured_quality() || self.current().uses_split_evals() =>
+            {
                 source.fingerprint() != self.quality_stamp.load(Ordering::Acquire)
             }
             _ => false,
@@ -228,6 +230,8 @@ impl PolicyStore {
         // One ledger for the store's whole life: the new policy counts where the old did.
         let mut policy = policy.with_ledger(Arc::clone(old.ledger()));
         policy.inherit_state(&old);
+        // After the carry-over: a kept monitor must see what the new measurements say.
+        policy.roll_back_on_evals();
         let new = Arc::new(policy);
         self.current.store(Arc::clone(&new));
         self.generation.fetch_add(1, Ordering::AcqRel);

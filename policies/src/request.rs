@@ -21,8 +21,8 @@ pub const HEADER_VERSION: &str = "x-switchyard-version";
 pub const HEADER_ROUTE: &str = "x-switchyard-route";
 /// Response header: the estimated cost of the request.
 pub const HEADER_COST: &str = "x-switchyard-cost";
-/// Response header: what the policy's cascade made of the answer (accepted, deferred
-/// from which checkpoint and why, or not judged).
+/// Response header: what the policy's cascade made of the answer (accepted, or deferred
+/// from which checkpoint, and why).
 pub const HEADER_CASCADE: &str = "x-switchyard-cascade";
 
 /// The `model` field of a request.

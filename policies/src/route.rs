@@ -125,6 +125,14 @@ impl Route {
         }
     }
 
+    /// Feeds the split's rollback rule the answer's mean token log-probability (no-op
+    /// when no rule watches this arm).
+    pub fn record_confidence(&self, mean_logprob: f64) {
+        if let Some((monitor, arm)) = &self.rollback {
+            monitor.record_confidence(*arm, mean_logprob);
+        }
+    }
+
     fn metric_labels(&self) -> RoutedLabels<'_> {
         RoutedLabels {
             model: &self.model,

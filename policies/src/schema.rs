@@ -169,6 +169,10 @@ pub(crate) struct RollbackEntry {
     pub min_samples: Spanned<u32>,
     pub max_error_rate_increase: Option<Spanned<f64>>,
     pub max_latency_ratio: Option<Spanned<f64>>,
+    pub max_confidence_drop: Option<Spanned<f64>>,
+    pub max_feedback_drop: Option<Spanned<f64>>,
+    pub eval_suite: Option<Spanned<String>>,
+    pub max_eval_drop: Option<Spanned<f64>>,
 }
 
 /// `[[fallbacks]]`.

@@ -162,6 +162,56 @@ max_error_rate_increase = 0.1
 }
 
 #[test]
+fn quality_rollback_fields_are_checked_where_they_are() {
+    let split = |rule: &str| {
+        format!(
+            r#"{MODEL}
+[[splits]]
+name = "s"
+model = "m"
+arms = [{{ name = "a", target = "m", weight = 50 }}, {{ name = "b", target = "m", weight = 50 }}]
+[splits.rollback]
+baseline = "a"
+candidate = "b"
+window = "5m"
+min_samples = 3
+{rule}
+"#
+        )
+    };
+    let src = split("max_feedback_drop = 1.5\nmax_confidence_drop = -0.2\neval_suite = \"geo\"");
+    let d = diagnostics(&src);
+    assert_diag_at(&d, &src, "1.5", "max_feedback_drop");
+    assert_diag_at(&d, &src, "-0.2", "max_confidence_drop");
+    assert_diag_at(&d, &src, "\"geo\"", "eval_suite needs max_eval_drop");
+    let src = split("max_eval_drop = 0.02");
+    assert_diag_at(
+        &diagnostics(&src),
+        &src,
+        "0.02",
+        "max_eval_drop needs eval_suite",
+    );
+    let src = split("");
+    assert!(
+        diagnostics(&src)
+            .iter()
+            .any(|d| d.message.contains("needs at least one of")),
+        "{src}"
+    );
+    let policy = Policy::from_toml_str(&split(
+        "max_confidence_drop = 0.3\nmax_feedback_drop = 0.2\neval_suite = \"geo\"\nmax_eval_drop = 0.02",
+    ))
+    .unwrap();
+    let rule = policy.splits()[0].rollback().unwrap();
+    assert_eq!(rule.max_confidence_drop, Some(0.3));
+    assert_eq!(rule.max_feedback_drop, Some(0.2));
+    assert_eq!(
+        rule.eval.as_ref().map(|e| (e.suite.as_str(), e.max_drop)),
+        Some(("geo", 0.02))
+    );
+}
+
+#[test]
 fn errors_render_as_path_line_column() {
     let src = MODEL.replace("0.2", "-1.0");
     let err = Policy::from_toml_str_with_env(&src, "p.toml", &|_| None).unwrap_err();

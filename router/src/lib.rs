@@ -84,12 +84,20 @@ pub fn app_with_policy(state: AppState, policy: Option<Arc<policy::PolicyRouting
     );
     let feedback = post(policy::feedback::feedback).with_state(policy.clone());
     let completions = post_service(
-        policy::PolicyLayer::<openai::completions::ValidatedCompletionRequest>::new(policy, limits)
-            .layer(openai::completions::completions.with_state(state.clone())),
+        policy::PolicyLayer::<openai::completions::ValidatedCompletionRequest>::new(
+            policy.clone(),
+            limits,
+        )
+        .layer(openai::completions::completions.with_state(state.clone())),
+    );
+    let embeddings = post_service(
+        policy::PolicyLayer::<openai::embeddings::ValidatedEmbeddingRequest>::new(policy, limits)
+            .layer(openai::embeddings::embeddings.with_state(state.clone())),
     );
     let inference = Router::new()
         .route("/v1/chat/completions", chat)
         .route("/v1/completions", completions)
+        .route("/v1/embeddings", embeddings)
         // The timeout wraps admission, so time spent queued for a slot counts against
         // the deadline. One `route_layer` with both: each `route_layer` call boxes the
         // routes again, and every box is cloned for every request.
@@ -123,19 +131,25 @@ pub fn app_with_policy(state: AppState, policy: Option<Arc<policy::PolicyRouting
             .layer(SanitizeRequestIdLayer)
             .layer(set_request_id_layer())
             .layer(
-                TraceLayer::new_for_http().make_span_with(|request: &Request| {
-                    let request_id = request
-                        .headers()
-                        .get(&REQUEST_ID_HEADER)
-                        .and_then(|value| value.to_str().ok())
-                        .unwrap_or_default();
-                    tracing::info_span!(
-                        "http",
-                        method = %request.method(),
-                        path = %request.uri().path(),
-                        request_id,
+                TraceLayer::new_for_http()
+                    // The access log: one line per response at `info`
+                    // (`--log-level info`), with the span's method, path and id.
+                    .on_response(
+                        tower_http::trace::DefaultOnResponse::new().level(tracing::Level::INFO),
                     )
-                }),
+                    .make_span_with(|request: &Request| {
+                        let request_id = request
+                            .headers()
+                            .get(&REQUEST_ID_HEADER)
+                            .and_then(|value| value.to_str().ok())
+                            .unwrap_or_default();
+                        tracing::info_span!(
+                            "http",
+                            method = %request.method(),
+                            path = %request.uri().path(),
+                            request_id,
+                        )
+                    }),
             )
             .layer(propagate_request_id_layer())
             .layer(layers::request_metrics::RequestMetricsLayer)

@@ -1,6 +1,6 @@
 //! `[cascade]` over the fake backend: `auto` answers with the first model, defers to the
 //! next when the answer's confidence is below the threshold, and says so in headers and
-//! metrics; streams are answered by the first model and marked unjudged.
+//! metrics; a stream waits for the verdict and streams the answer that stands.
 //!
 //! The fake's token `i` has log-probability -0.1 × (i + 1), so a 5-token answer's lowest
 //! token is at -0.5 and so is its 10% quantile (nearest rank of 5 tokens: the first).
@@ -104,17 +104,46 @@ async fn a_sure_answer_is_kept_an_unsure_one_goes_to_the_next_model() {
     assert_eq!(header(&reply, "x-switchyard-model"), "large");
     assert!(reply.headers.get("x-switchyard-cascade").is_none());
 
-    // A stream cannot be taken back: the first model answers, unjudged.
+    // A stream waits for the verdict: deferred, the next model's answer is streamed.
+    let reply = chat_body(&app, body(true), &[]).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(header(&reply, "x-switchyard-model"), "large");
+    assert_eq!(
+        header(&reply, "x-switchyard-cascade"),
+        "deferred from small@v1: p10 -0.50 < -0.45 over 5 tokens"
+    );
+    assert!(
+        reply.text.contains("\"model\":\"large@v1\""),
+        "{}",
+        reply.text
+    );
+    assert!(
+        reply.text.trim_end().ends_with("data: [DONE]"),
+        "{}",
+        reply.text
+    );
+
+    // Accepted, the first model's answer is replayed as it was generated.
+    store.reload_from_str(&policy(-0.6), "again.toml").unwrap();
     let reply = chat_body(&app, body(true), &[]).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     assert_eq!(header(&reply, "x-switchyard-model"), "small");
-    assert!(header(&reply, "x-switchyard-cascade").starts_with("not judged (stream)"));
+    assert_eq!(
+        header(&reply, "x-switchyard-cascade"),
+        "accepted: p10 -0.50 >= -0.60 over 5 tokens"
+    );
+    let chunks = reply.text.matches("\"delta\"").count();
+    assert!(chunks >= 5, "one chunk per token: {}", reply.text);
+    assert!(
+        reply.text.trim_end().ends_with("data: [DONE]"),
+        "{}",
+        reply.text
+    );
 
     let metrics = get(&app, "/metrics").await.text;
     for line in [
-        "switchyard_cascade_total{model=\"small@v1\",outcome=\"accepted\"} 1",
-        "switchyard_cascade_total{model=\"small@v1\",outcome=\"deferred\"} 1",
-        "switchyard_cascade_total{model=\"small@v1\",outcome=\"unjudged\"} 1",
+        "switchyard_cascade_total{model=\"small@v1\",outcome=\"accepted\"} 2",
+        "switchyard_cascade_total{model=\"small@v1\",outcome=\"deferred\"} 2",
     ] {
         assert!(metrics.contains(line), "{line} missing from:\n{metrics}");
     }

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use crate::{
-    BackendError, CandidateState, CheckpointProbe, CheckpointRef, GenerationRequest,
-    GenerationStream, ModelCard, ModelSpec,
+    BackendError, CandidateState, CheckpointProbe, CheckpointRef, EmbeddingReply, EmbeddingRequest,
+    GenerationRequest, GenerationStream, ModelCard, ModelSpec,
 };
 
 /// The engine as the router sees it.
@@ -35,6 +35,20 @@ pub trait InferenceBackend: Send + Sync + 'static {
     /// streamed response is sent. Dropping the returned stream cancels the
     /// generation and must free its resources (KV cache, queue slot).
     fn submit(&self, request: GenerationRequest) -> Result<GenerationStream, BackendError>;
+
+    /// Validates, tokenizes and enqueues one embedding (`POST /v1/embeddings`),
+    /// with the same up-front errors as [`InferenceBackend::submit`] (the
+    /// input's field is `input`). The default refuses: a backend without
+    /// hidden states to pool.
+    fn embed(&self, request: EmbeddingRequest) -> Result<EmbeddingReply, BackendError> {
+        Err(BackendError::invalid(
+            "model",
+            format!(
+                "`{}` cannot compute embeddings on this server's backend",
+                request.model
+            ),
+        ))
+    }
 
     /// The token ids `submit` would run `request`'s prompt as, on `request.model`:
     /// chat template applied and tokenized, the same errors as `submit` for a prompt

@@ -3,7 +3,7 @@
 //! The router knows the engine only through [`InferenceBackend`]: list the
 //! models, say whether it is ready, report each checkpoint's live state for
 //! routing, and submit one [`GenerationRequest`] that streams
-//! [`GenerationEvent`]s back. Every type that crosses between them lives here,
+//! [`GenerationEvent`]s back (or one [`EmbeddingRequest`] answered once). Every type that crosses between them lives here,
 //! once: the router depends on this crate and on the policies, the engine on
 //! this crate and on the kernels, and no arrow points back up.
 //!
@@ -17,6 +17,7 @@ mod checkpoint_ref;
 mod checkpoint_state;
 mod confidence;
 mod constraint;
+mod embedding;
 mod error;
 mod event;
 mod model_card;
@@ -29,6 +30,7 @@ pub use checkpoint_ref::{CheckpointRef, ModelSpec};
 pub use checkpoint_state::{CandidateState, CheckpointProbe};
 pub use confidence::{TokenConfidence, CONFIDENCE_QUANTILES};
 pub use constraint::{Constraint, Tool, ToolCall, TOOL_CALL_CLOSE, TOOL_CALL_OPEN};
+pub use embedding::{Embedding, EmbeddingInput, EmbeddingReply, EmbeddingRequest};
 pub use error::BackendError;
 pub use event::{
     FinishReason, GeneratedToken, GenerationEvent, GenerationStream, TopLogprob, Usage,

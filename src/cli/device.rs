@@ -1,8 +1,8 @@
-//! The one place a backend is chosen and named. `--device` picks it;
-//! [`on_device`] builds it and hands it to a subcommand's work, which is
-//! generic over [`Backend`] ([`OnDevice`]), so `serve` and `generate` run
-//! one code path whatever the device. A new backend is one more [`Device`]
-//! variant and one more arm in [`on_device`].
+//! The subcommands' device flags and the loading they share. The backend
+//! itself is chosen and named in the kernels (`switchyard_kernels::device`);
+//! [`on_device`] runs a subcommand's work, generic over [`Backend`]
+//! ([`OnDevice`]), on the backend `--device` names, so `serve` and
+//! `generate` run one code path whatever the device.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -10,54 +10,26 @@ use std::sync::Arc;
 use anyhow::Context;
 use switchyard_engine::formats::{load_checkpoint, Checkpoint};
 use switchyard_engine::kv::KvConfig;
-use switchyard_kernels::cpu::CpuBackend;
+pub use switchyard_kernels::device::Device;
 use switchyard_kernels::{Backend, KvType};
-
-/// A device the kernels can run on.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Device {
-    /// The host's cores (SIMD kernels chosen at run time).
-    #[default]
-    Cpu,
-    /// GPU `N` through the CUDA backend (`cuda`, `cuda:N`); a build without
-    /// the `cuda` feature, or a machine without a driver or GPU, refuses it
-    /// in one line when the backend is built.
-    Cuda(usize),
-}
-
-impl std::fmt::Display for Device {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Device::Cpu => f.write_str("cpu"),
-            Device::Cuda(n) => write!(f, "cuda:{n}"),
-        }
-    }
-}
-
-impl std::str::FromStr for Device {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let lower = s.to_ascii_lowercase();
-        let ordinal = match lower.as_str() {
-            "cpu" => return Ok(Device::Cpu),
-            "cuda" => Some(0),
-            other => other
-                .strip_prefix("cuda:")
-                .map(str::parse::<usize>)
-                .and_then(Result::ok),
-        };
-        ordinal.map(Device::Cuda).ok_or_else(|| {
-            format!("unknown device {s:?}; known: cpu, cuda, cuda:N (N the GPU's number)")
-        })
-    }
-}
 
 /// A subcommand's work on whichever backend `--device` chose.
 pub trait OnDevice {
     type Output;
 
     fn run<B: Backend>(self, backend: Arc<B>) -> anyhow::Result<Self::Output>;
+}
+
+/// The kernels' view of a subcommand's work: its output is the work's
+/// `Result`, which [`on_device`] hands back unwrapped.
+struct Fallible<W>(W);
+
+impl<W: OnDevice> switchyard_kernels::device::OnDevice for Fallible<W> {
+    type Output = anyhow::Result<W::Output>;
+
+    fn run<B: Backend>(self, backend: Arc<B>) -> Self::Output {
+        self.0.run(backend)
+    }
 }
 
 /// Builds `device`'s backend on `threads` worker threads and runs `work`
@@ -68,31 +40,7 @@ pub fn on_device<W: OnDevice>(
     threads: usize,
     work: W,
 ) -> anyhow::Result<W::Output> {
-    match device {
-        Device::Cpu => work.run(Arc::new(CpuBackend::new(threads))),
-        Device::Cuda(ordinal) => on_cuda(ordinal, work),
-    }
-}
-
-#[cfg(feature = "cuda")]
-fn on_cuda<W: OnDevice>(ordinal: usize, work: W) -> anyhow::Result<W::Output> {
-    use switchyard_kernels::cuda::{CudaBackend, CudaConfig};
-    let config = CudaConfig {
-        ordinal,
-        ..CudaConfig::default()
-    };
-    let backend =
-        CudaBackend::open(config).map_err(|e| anyhow::anyhow!("--device cuda:{ordinal}: {e}"))?;
-    tracing::info!("running on {}", backend.device().describe());
-    work.run(Arc::new(backend))
-}
-
-#[cfg(not(feature = "cuda"))]
-fn on_cuda<W: OnDevice>(ordinal: usize, _work: W) -> anyhow::Result<W::Output> {
-    match switchyard_kernels::cuda::open(ordinal) {
-        Err(e) => Err(anyhow::anyhow!("--device cuda:{ordinal}: {e}")),
-        Ok(device) => match device {},
-    }
+    switchyard_kernels::device::on_device(device, threads, Fallible(work))?
 }
 
 /// The device flags of the subcommands that run one model.
@@ -153,22 +101,6 @@ pub fn load_adapter<B: switchyard_kernels::Backend>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn devices_parse_by_name_and_an_unknown_one_is_named() {
-        assert_eq!("cpu".parse::<Device>(), Ok(Device::Cpu));
-        assert_eq!("CPU".parse::<Device>(), Ok(Device::Cpu));
-        assert_eq!("cuda".parse::<Device>(), Ok(Device::Cuda(0)));
-        assert_eq!("cuda:3".parse::<Device>(), Ok(Device::Cuda(3)));
-        assert_eq!(Device::Cuda(3).to_string(), "cuda:3");
-        let err = "tpu".parse::<Device>().unwrap_err();
-        assert_eq!(
-            err,
-            "unknown device \"tpu\"; known: cpu, cuda, cuda:N (N the GPU's number)"
-        );
-        assert!("cuda:x".parse::<Device>().is_err());
-        assert!("cuda:".parse::<Device>().is_err());
-    }
 
     struct Name;
 

@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::Context;
 use serde_json::json;
 use switchyard_engine::eval::quality::{now, suite_hash, QualityRecord};
-use switchyard_engine::eval::{evaluate, EvalOptions, Suite};
+use switchyard_engine::eval::{evaluate_adapted, EvalOptions, Suite};
 use switchyard_engine::model::LlamaModel;
 use switchyard_engine::tokenizer::Tokenizer;
 
@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use switchyard_kernels::Backend;
 
-use super::device::{load_model, on_device, DeviceArgs, OnDevice};
+use super::device::{load_adapter, load_model, on_device, DeviceArgs, OnDevice};
 
 #[derive(clap::Args)]
 #[command(after_help = "Suite format (one JSON object a line):\n  \
@@ -42,8 +42,13 @@ pub struct EvalArgs {
     pub per_item: Option<PathBuf>,
     /// Store each suite's result with the repository (needs --repo), where
     /// `switchyard models`, `/admin/models` and quality gates read it.
-    #[arg(long, requires = "repo")]
+    #[arg(long, requires = "repo", conflicts_with = "lora")]
     pub save: bool,
+    /// A LoRA adapter over the model (a PEFT folder or a llama.cpp GGUF
+    /// adapter): the suite measures the adapted model. Its results are not
+    /// stored with the repository (--save), which keys them by `model@version`.
+    #[arg(long)]
+    pub lora: Option<PathBuf>,
     /// Tokens a multiple-choice batch feeds at most.
     #[arg(long, default_value_t = EvalOptions::default().batch_tokens)]
     pub batch_tokens: usize,
@@ -91,6 +96,7 @@ fn eval<B: Backend>(backend: &B, args: EvalArgs) -> anyhow::Result<()> {
     let tokenizer = Tokenizer::load(&checkpoint.tokenizer)
         .with_context(|| format!("cannot load the tokenizer of {}", path.display()))?;
     let model = LlamaModel::load(backend, &checkpoint)?;
+    let adapter = load_adapter(backend, args.lora.as_deref(), &checkpoint)?;
     let options = EvalOptions {
         batch_tokens: args.batch_tokens.max(1),
         max_tokens: args.max_tokens.max(1),
@@ -105,8 +111,15 @@ fn eval<B: Backend>(backend: &B, args: EvalArgs) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     for suite in &suites {
         let started = Instant::now();
-        let report = evaluate(backend, &model, &tokenizer, suite, &options)
-            .with_context(|| format!("evaluating {}", suite.path.display()))?;
+        let report = evaluate_adapted(
+            backend,
+            &model,
+            adapter.as_ref(),
+            &tokenizer,
+            suite,
+            &options,
+        )
+        .with_context(|| format!("evaluating {}", suite.path.display()))?;
         let seconds = started.elapsed().as_secs_f64();
         let s = &report.summary;
         if let (true, Some(root), Some((model, version))) = (args.save, &args.repo, &id) {
@@ -136,6 +149,7 @@ fn eval<B: Backend>(backend: &B, args: EvalArgs) -> anyhow::Result<()> {
             let mut value = serde_json::to_value(s)?;
             value["suite"] = json!(suite.name());
             value["model"] = json!(args.model);
+            value["lora"] = json!(args.lora.as_ref().map(|p| p.display().to_string()));
             value["seconds"] = json!(seconds);
             value["items_per_s"] = json!(s.n as f64 / seconds.max(1e-9));
             writeln!(out, "{value}")?;

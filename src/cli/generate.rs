@@ -8,14 +8,14 @@ use std::time::Instant;
 
 use anyhow::Context;
 use switchyard_engine::chat_choice::{self, TemplateSpec};
-use switchyard_engine::kv::KvPool;
+use switchyard_engine::kv::{KvBlocks, KvPool};
 use switchyard_engine::model::{LlamaModel, LogitRows};
 use switchyard_engine::prompt;
 use switchyard_engine::sampling::{
     FinishReason, Sampler, SamplingParams, StopChecker, StopCondition,
 };
 use switchyard_engine::session::Session;
-use switchyard_engine::speculate::{self, Ngram};
+use switchyard_engine::speculate::{self, DraftModel, DraftRun, Ngram};
 use switchyard_engine::tokenizer::Tokenizer;
 use switchyard_kernels::Backend;
 use switchyard_seam::{ChatMessage, Prompt, Role};
@@ -67,6 +67,10 @@ pub struct GenerateArgs {
     device: DeviceArgs,
     #[command(flatten)]
     speculate: super::speculate::SpeculateArgs,
+    /// A smaller model of the same tokenizer whose greedy tokens the model
+    /// verifies (see --speculate; the output is the model's own).
+    #[arg(long)]
+    draft_model: Option<PathBuf>,
 }
 
 pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
@@ -135,8 +139,43 @@ fn generate<B: Backend>(backend: &B, args: GenerateArgs) -> anyhow::Result<()> {
         .with_adapter(adapter.as_ref());
     let mut out = std::io::stdout().lock();
 
-    let mut control = args.speculate.speculation()?.control();
-    let drafter = Ngram::default();
+    let speculation = args.speculate.speculation()?;
+    let mut control = speculation.control();
+    let drafter = speculation.looks_up().then(Ngram::default);
+    let draft_model = match &args.draft_model {
+        Some(path) if speculation.uses_draft_model() => {
+            let checkpoint = load_model(path)?;
+            let draft_tokenizer = Tokenizer::load(&checkpoint.tokenizer)
+                .with_context(|| format!("cannot load the tokenizer of {}", path.display()))?;
+            let draft = LlamaModel::load(backend, &checkpoint)?;
+            let paired = DraftModel::pair(
+                draft,
+                path,
+                &draft_tokenizer,
+                &tokenizer,
+                model.config().vocab_size,
+            )
+            .map_err(|e| anyhow::anyhow!("cannot use {} as a draft model: {e}", path.display()))?;
+            Some(paired)
+        }
+        _ => None,
+    };
+    anyhow::ensure!(
+        draft_model.is_some() || !matches!(speculation, speculate::Speculation::Draft { .. }),
+        "--speculate draft needs a --draft-model"
+    );
+    let mut draft_run = match &draft_model {
+        Some(draft) => Some((
+            DraftRun::new(
+                backend,
+                &KvBlocks::new(backend, &kv)?,
+                &draft.model,
+                prompt.len() + max_tokens,
+            )?,
+            draft.model.new_scratch(backend),
+        )),
+        None => None,
+    };
     let vocab = model.config().vocab_size.max(1);
 
     let started = Instant::now();
@@ -185,7 +224,22 @@ fn generate<B: Backend>(backend: &B, args: GenerateArgs) -> anyhow::Result<()> {
         draft.clear();
         let room = max_tokens.saturating_sub(generated + 1);
         let wanted = control.as_mut().map_or(0, |c| c.wanted().min(room));
-        drafter.draft(&history, wanted.min(speculate::MAX_DRAFT), &mut draft);
+        let wanted = wanted.min(speculate::MAX_DRAFT);
+        if let Some(drafter) = &drafter {
+            drafter.draft(&history, wanted, &mut draft);
+        }
+        if let (Some((run, scratch)), Some(draft_model), true) =
+            (draft_run.as_mut(), &draft_model, draft.is_empty())
+        {
+            run.draft(
+                backend,
+                &draft_model.model,
+                scratch,
+                &history,
+                wanted,
+                &mut draft,
+            )?;
+        }
         rows = if draft.is_empty() {
             session.feed(&[last], LogitRows::Last)?
         } else {

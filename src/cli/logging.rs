@@ -4,17 +4,22 @@
 //! without the flag `RUST_LOG` is read, else `warn`. Text logs are coloured
 //! only when stderr is a terminal, so redirected logs hold no ANSI codes;
 //! `json` writes one object per line (`timestamp`, `level`, `target`,
-//! `message` and the event's fields) for log collectors.
+//! `message`, the event's fields and those of the spans around it, such as a
+//! request's `method`, `path` and `request_id`) for log collectors; what the
+//! program prints outside `tracing` follows the same format (`console.rs`).
 
 use std::io::IsTerminal;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value};
 use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::EnvFilter;
 
 /// How log lines are written.
@@ -39,7 +44,7 @@ pub struct LogArgs {
     pub log_format: LogFormat,
 }
 
-/// Installs the process's log subscriber.
+/// Installs the process's log subscriber (`main` tells the console the format too).
 pub fn init(args: &LogArgs) -> anyhow::Result<()> {
     let filter = match &args.log_level {
         Some(level) => EnvFilter::try_new(level).map_err(|e| {
@@ -50,14 +55,61 @@ pub fn init(args: &LogArgs) -> anyhow::Result<()> {
         })?,
         None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
     };
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
     match args.log_format {
-        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
-        LogFormat::Json => builder.with_ansi(false).event_format(JsonLines).init(),
+        LogFormat::Text => tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::stderr().is_terminal())
+            .init(),
+        LogFormat::Json => tracing_subscriber::registry()
+            .with(filter)
+            .with(SpanFields)
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(std::io::stderr)
+                    .with_ansi(false)
+                    .event_format(JsonLines),
+            )
+            .init(),
     }
     Ok(())
+}
+
+/// One JSON log line: `timestamp` (Unix seconds), `level`, `target`, then `fields`.
+pub(super) fn json_line(level: &str, target: &str, fields: Map<String, Value>) -> String {
+    let mut object = Map::new();
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    object.insert("timestamp".into(), Value::from(now));
+    object.insert("level".into(), Value::from(level));
+    object.insert("target".into(), Value::from(target));
+    object.extend(fields);
+    Value::Object(object).to_string()
+}
+
+/// Keeps each span's fields as JSON in the span's extensions, so that an event
+/// inside it (a request's `http` span: method, path, request id) carries them.
+struct SpanFields;
+
+impl<S> Layer<S> for SpanFields
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        let Some(span) = ctx.span(id) else { return };
+        let mut fields = Fields(Map::new());
+        attrs.record(&mut fields);
+        span.extensions_mut().insert(fields);
+    }
+
+    fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
+        let Some(span) = ctx.span(id) else { return };
+        let mut extensions = span.extensions_mut();
+        if let Some(fields) = extensions.get_mut::<Fields>() {
+            values.record(fields);
+        }
+    }
 }
 
 /// Writes each event as one JSON object.
@@ -70,22 +122,22 @@ where
 {
     fn format_event(
         &self,
-        _ctx: &FmtContext<'_, S, N>,
+        ctx: &FmtContext<'_, S, N>,
         mut writer: Writer<'_>,
         event: &Event<'_>,
     ) -> std::fmt::Result {
         let metadata = event.metadata();
+        // The enclosing spans' fields first (outermost first), the event's own last.
         let mut fields = Fields(Map::new());
+        if let Some(scope) = ctx.event_scope() {
+            for span in scope.from_root() {
+                if let Some(span_fields) = span.extensions().get::<Fields>() {
+                    fields.0.extend(span_fields.0.clone());
+                }
+            }
+        }
         event.record(&mut fields);
-        let mut object = Map::new();
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64());
-        object.insert("timestamp".into(), Value::from(now));
-        object.insert("level".into(), Value::from(metadata.level().as_str()));
-        object.insert("target".into(), Value::from(metadata.target()));
-        object.extend(fields.0);
-        let line = Value::Object(object).to_string();
+        let line = json_line(metadata.level().as_str(), metadata.target(), fields.0);
         writer.write_str(&line)?;
         writer.write_char('\n')
     }

@@ -1,5 +1,6 @@
 //! One module per subcommand: its arguments and its `run`.
 
+pub mod console;
 pub mod demo_repo;
 pub mod device;
 pub mod eval;

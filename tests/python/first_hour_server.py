@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -19,9 +20,9 @@ import pytest
 def logged_server(args: list[str], port: int, log: Path, ready_within: float = 120, env: dict | None = None):
     """Runs `args` listening on `port` with stderr in `log` (and `env` added to the
     environment), waits for /ready, yields the process, then stops it with SIGTERM."""
-    with log.open("w") as err:
+    with log.open("w") as err, tempfile.TemporaryDirectory(prefix="switchyard-state-") as state:
         proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err, text=True,
-                                env={**os.environ, **(env or {})})
+                                env={**own_state(state), **(env or {})})
         base = f"http://127.0.0.1:{port}"
         deadline = time.time() + ready_within
         try:
@@ -48,4 +49,12 @@ def logged_server(args: list[str], port: int, log: Path, ready_within: float = 1
 
 def run_to_exit(args: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
     """Runs a command that should exit by itself (a refused startup, say)."""
-    return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout)
+    with tempfile.TemporaryDirectory(prefix="switchyard-state-") as state:
+        return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout,
+                              env=own_state(state))
+
+
+def own_state(state: str) -> dict:
+    """The environment with a state directory (spend ledger) of the command's own: two
+    servers on one default ledger refuse to start, and tests run beside other servers."""
+    return {"SWITCHYARD_STATE_DIR": state, **os.environ}

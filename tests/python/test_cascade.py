@@ -7,7 +7,13 @@ takes what it is unsure of.
 - with a threshold below it the answer stands (SmolLM2 answers), with one
   just above it the request is deferred to Gemma (hot-reloaded policy), and
   `switchyard_cascade_total` counts both;
-- a streamed `auto` request is answered by SmolLM2 and marked unjudged;
+- a streamed `auto` request waits for the verdict: deferred, it streams
+  Gemma's answer with the deferral in its headers; accepted, it streams
+  SmolLM2's answer token by token, the same text as the whole-JSON answer;
+- `scripts/calibrate-cascade.py` measures SmolLM2's answers on a shipped
+  suite and writes the lowest threshold whose kept answers reach a target
+  accuracy into the policy; the server then defers exactly the answers the
+  calibration saw below it;
 - `POST /v1/feedback` scores an answer by its response id, once; the score
   and the answers' confidence show per checkpoint in `/admin/policy`.
 """
@@ -17,6 +23,8 @@ from __future__ import annotations
 import json
 import math
 import re
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -26,6 +34,7 @@ import pytest
 
 from serve_process import free_port, running_server
 
+ROOT = Path(__file__).resolve().parents[2]
 PROMPT = "Name a country in Africa."
 ADMIN_TOKEN = "cascade-admin-token-0123"
 
@@ -120,15 +129,108 @@ def test_an_unsure_answer_goes_to_the_stronger_model(server):
     assert body["model"] == "gemma@1"
     assert body["choices"][0]["message"]["content"]
 
+    whole = body["choices"][0]["message"]["content"]
     headers, body = chat(base, stream=True)
-    assert headers["x-switchyard-model"] == "smol"
-    assert headers["x-switchyard-cascade"].startswith("not judged (stream)")
-    assert "data: [DONE]" in body["sse"]
+    assert headers["x-switchyard-model"] == "gemma", headers
+    assert headers["x-switchyard-cascade"].startswith("deferred from smol@1: p10"), headers
+    assert streamed_text(body["sse"]) == whole
 
     with urllib.request.urlopen(base + "/metrics", timeout=30) as r:
         metrics = r.read().decode()
-    for outcome in ("accepted", "deferred", "unjudged"):
+    for outcome in ("accepted", "deferred"):
         assert f'switchyard_cascade_total{{model="smol@1",outcome="{outcome}"}}' in metrics, outcome
+
+
+def streamed_text(sse: str) -> str:
+    """The content of a chat stream's chunks, joined; the stream must end with [DONE]."""
+    events = [line[len("data: "):] for line in sse.splitlines() if line.startswith("data: ")]
+    assert events and events[-1] == "[DONE]", sse[-300:]
+    text = ""
+    for event in events[:-1]:
+        for choice in json.loads(event)["choices"]:
+            text += choice["delta"].get("content") or ""
+    return text
+
+
+def test_an_accepted_streamed_answer_is_replayed_as_generated(server):
+    base, policy_file, _ = server
+    policy_file.write_text(policy(-1000.0))
+    deadline = time.time() + 30
+    while True:
+        headers, body = chat(base)
+        if headers.get("x-switchyard-cascade", "").startswith("accepted") or time.time() > deadline:
+            break
+        time.sleep(0.5)
+    assert headers["x-switchyard-model"] == "smol", headers
+    whole = body["choices"][0]["message"]["content"]
+    headers, body = chat(base, stream=True)
+    assert headers["x-switchyard-model"] == "smol", headers
+    assert headers["x-switchyard-cascade"].startswith("accepted: p10"), headers
+    chunks = [line for line in body["sse"].splitlines() if line.startswith("data: {")]
+    # Token by token (several chunks), not one block, and the same greedy answer.
+    assert len(chunks) > 3, chunks
+    assert streamed_text(body["sse"]) == whole
+
+
+def complete(base: str, prompt: str) -> dict:
+    """The headers of an `auto` completion of `prompt`, as the calibration asked it."""
+    body = {"model": "auto", "prompt": prompt, "max_tokens": 8, "temperature": 0}
+    request = urllib.request.Request(base + "/v1/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=300) as r:
+        r.read()
+        return {k.lower(): v for k, v in r.headers.items()}
+
+
+def calibrate(base: str, target: float, *extra) -> tuple[int, dict]:
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "calibrate-cascade.py"), "--base", base,
+                          "--model", "smol", "--suite", str(ROOT / "evals" / "geo-gen.jsonl"), "--count", "12",
+                          "--target", str(target), "--min-kept", "3", "--json", *extra],
+                         capture_output=True, text=True, timeout=900)
+    return out.returncode, json.loads(out.stdout)
+
+
+def test_calibration_sets_the_threshold_from_measured_answers(server):
+    base, policy_file, _ = server
+    status, everything = calibrate(base, 0.01)
+    assert status == 0, everything
+    items = sorted(everything["items"], key=lambda r: r["confidence"], reverse=True)
+    assert len(items) == 12 and everything["deferred_share"] == 0.0
+    # A target the most confident half reaches, so that a threshold exists by construction.
+    top = items[:6]
+    target = sum(r["correct"] for r in top) / len(top)
+    if target == 0:
+        pytest.skip("SmolLM2 answered none of the most confident half right; nothing to calibrate")
+    status, result = calibrate(base, target, "--policy", str(policy_file))
+    assert status == 0, result
+    threshold = result["min_confidence"]
+    print(f"\nCALIBRATED target {target:.3f}: p10 >= {threshold} keeps {result['kept']} of 12 "
+          f"(kept acc {result['kept_acc']:.3f}, all {result['overall_acc']:.3f})")
+    kept = [r for r in result["items"] if r["confidence"] >= threshold]
+    assert result["kept"] == len(kept) >= 3
+    assert sum(r["correct"] for r in kept) / len(kept) >= target
+    # The lowest such threshold: keeping any more answers misses the target.
+    for level in {r["confidence"] for r in result["items"] if r["confidence"] < threshold}:
+        more = [r for r in result["items"] if r["confidence"] >= level]
+        assert sum(r["correct"] for r in more) / len(more) < target, level
+    assert f"min_confidence = {threshold!r}" in policy_file.read_text()
+
+    # The server reads the new threshold and judges as the calibration measured.
+    prompts = [json.loads(line)["prompt"] for line in (ROOT / "evals" / "geo-gen.jsonl").read_text().splitlines()[:12]]
+    below = next((p for p, r in zip(prompts, result["items"]) if r["confidence"] < threshold), None)
+    above = next(p for p, r in zip(prompts, result["items"]) if r["confidence"] >= threshold)
+    deadline = time.time() + 30
+    while True:
+        headers = complete(base, above)
+        if f">= {threshold:.2f}" in headers.get("x-switchyard-cascade", "") or time.time() > deadline:
+            break
+        time.sleep(0.5)
+    assert headers["x-switchyard-cascade"].startswith("accepted"), headers
+    if below is not None:
+        headers = complete(base, below)
+        assert headers["x-switchyard-cascade"].startswith("deferred from smol@1"), headers
+    status, refused = calibrate(base, 1.0, "--min-kept", "12")
+    assert status != 0 or refused["kept_acc"] == 1.0
 
 
 def post(url: str, body: dict) -> tuple[int, dict]:

@@ -175,6 +175,15 @@ def chat(base: str, model: str, key: str = "unused") -> dict:
         return json.loads(r.read())
 
 
+def feedback(base: str, answer_id: str, score: float, key: str) -> dict:
+    body = json.dumps({"id": answer_id, "score": score}).encode()
+    request = urllib.request.Request(base + "/v1/feedback", data=body, method="POST",
+                                     headers={"Content-Type": "application/json",
+                                              "Authorization": f"Bearer {key}"})
+    with urllib.request.urlopen(request, timeout=60) as r:
+        return json.loads(r.read())
+
+
 class TrafficFor:
     """Two clients sending chat requests to pinned checkpoints (never to `smollm2`,
     whose active version the test changes) for at least `seconds`."""
@@ -393,6 +402,15 @@ def test_the_console_shows_the_routing_policy(switchyard_bin, repo, browser, tmp
         assert "stable → smollm2-derived-a@1: 90%" in text, text
         assert "canary → smollm2-derived-b@1: 10%" in text, text
         assert "watching" in text, text
+        # Quality per arm: the answer's confidence, then the client's score of it.
+        assert "mean log-prob -" in text and "(n 1)" in text, text
+        scored = feedback(base, reply["id"], 0.75, key=TENANT_KEY)
+        assert scored["arm"] and scored["arm"].startswith("derived-canary/"), scored
+        wait(driver, lambda d: "client score 0.75 [0.75, 0.75] (n 1)" in section.text, "the arm's client score")
+        text = section.text
+        # The answer-quality table: per checkpoint and arm.
+        assert "Answer quality" in text and scored["arm"] in text, text
+        assert "0.75 [0.75, 0.75] (n 1)" in text, text
         # Reload the policy file from the console: a new generation.
         policy.write_text(POLICY.replace("weight = 90", "weight = 80").replace("weight = 10", "weight = 20"))
         confirm_with_keyboard(driver, "policy-reload", str(policy))

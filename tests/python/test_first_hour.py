@@ -246,16 +246,68 @@ def test_ctx_size_bounds_the_context(keyed_server):
         client.completions.create(model="smol", prompt="word " * 80, max_tokens=4)
 
 
+def test_embeddings_respect_ctx_size_and_name_the_input(keyed_server):
+    base, _ = keyed_server
+    client = openai.OpenAI(base_url=base + "/v1", api_key="key-one", max_retries=0, timeout=60)
+    fits = client.embeddings.create(model="smol", input=[[1] * 64], encoding_format="float")
+    assert fits.usage.prompt_tokens == 64 and len(fits.data[0].embedding) == 576
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.embeddings.create(model="smol", input=["fits", [1] * 65])
+    assert refused.value.body["param"] == "input[1]", refused.value.body
+    assert "maximum context length is 64 tokens" in refused.value.body["message"], refused.value.body
+
+
 def test_logs_have_no_colour_when_redirected(keyed_server):
     _, log = keyed_server
     text = log.read_text()
     assert " INFO " in text and "\x1b[" not in text, text
 
 
-def test_json_logs_are_one_object_per_line(switchyard_bin, smollm2_path):
+def json_lines(stderr: str) -> list[dict]:
+    """Every line of `stderr` as a JSON object (a line that is not one fails the test)."""
+    events = []
+    for line in stderr.splitlines():
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            pytest.fail(f"a log line is not JSON: {line!r}\n{stderr}")
+        assert isinstance(event, dict) and {"timestamp", "level", "target", "message"} <= event.keys(), line
+        events.append(event)
+    return events
+
+
+def test_json_logs_cover_everything_a_refused_start_prints(switchyard_bin, smollm2_path):
     done = run_to_exit([switchyard_bin, "serve", "--listen", f"127.0.0.1:{free_port()}", "--log-format", "json",
                         "--log-level", "info", "--model", smollm2_path, "--model", smollm2_path.parent / "nope.gguf"])
-    events = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
-    assert events and all({"timestamp", "level", "target"} <= e.keys() for e in events), done.stderr
-    assert any(e.get("message") == "load failed; nothing changed" for e in events), events
+    assert done.returncode != 0
+    events = json_lines(done.stderr)
+    assert any(e["message"] == "load failed; nothing changed" for e in events), events
+    # The error the program exits with is a JSON line too, with every problem in it.
+    last = events[-1]
+    assert last["level"] == "ERROR" and "did not start" in last["message"] and "nope.gguf" in last["message"], last
     assert "--log-level" in run_to_exit([switchyard_bin, "serve", "--log-level", "loud=7=x"]).stderr
+
+
+def test_json_logs_cover_startup_access_lines_and_stop(switchyard_bin, smollm2_path, tmp_path):
+    port = free_port()
+    log = tmp_path / "serve.log"
+    args = [str(switchyard_bin), "serve", "--listen", f"127.0.0.1:{port}", "--threads", "2",
+            "--model", str(smollm2_path), "--model-name", "smol", "--api-key", "key-one",
+            "--log-format", "json", "--log-level", "info", "--drain-seconds", "2"]
+    with logged_server(args, port, log):
+        base = f"http://127.0.0.1:{port}"
+        client = openai.OpenAI(base_url=base + "/v1", api_key="key-one", max_retries=0, timeout=60)
+        client.completions.create(model="smol", prompt="Hi", max_tokens=2,
+                                  extra_headers={"x-request-id": "json-log-check"})
+    events = json_lines(log.read_text())
+    messages = [e["message"] for e in events]
+    assert any(m.startswith("loaded `smol@1`") for m in messages), messages
+    assert any(m.startswith("serving OpenAI-compatible API on http://") for m in messages), messages
+    assert any("API key" in m for m in messages), messages
+    assert messages[-1] == "stopped", messages
+    # One access line per response, carrying the request's span fields.
+    access = [e for e in events if e.get("request_id") == "json-log-check" and "status" in e]
+    assert access and access[0]["path"] == "/v1/completions" and access[0]["method"] == "POST", events
+    assert access[0]["status"] == 200, access

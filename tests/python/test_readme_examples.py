@@ -86,7 +86,9 @@ class Session:
         else:
             done = subprocess.run(["bash", "-c", shell], env=self.env, capture_output=True, text=True, timeout=300)
             assert done.returncode == 0, f"README command failed: {command}\n{done.stdout}\n{done.stderr}"
-            if program == "curl" and "/v1/" in shell:
+            if program == "curl" and "/v1/embeddings" in shell:
+                assert '"object":"embedding"' in done.stdout, f"{command}\n{done.stdout[:500]}"
+            elif program == "curl" and "/v1/" in shell:
                 assert '"choices"' in done.stdout, f"{command}\n{done.stdout}"
         self.ran.append(command)
 

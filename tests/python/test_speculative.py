@@ -10,7 +10,13 @@ speed, never output: the real binary and both real models.
   seeded sampling (the sampler draws once per emitted token either way),
   penalties and logit bias, log-probabilities, structured output (the
   grammar only ever sees emitted tokens), several clients at once;
-- the drafted/accepted counters and the acceptance rate are exported.
+- the drafted/accepted counters and the acceptance rate are exported;
+- a draft checkpoint (`--draft-model`, `--speculate draft`): SmolLM2
+  drafting for itself (real weights; the drafts are nearly all kept) gives
+  the same answers to every request above, in `generate` and `serve`;
+  `--speculate draft` without a draft model is refused at startup. A pairing
+  of different weights (many drafts refused) is
+  `engine/tests/draft_model.rs`.
 
 Speed is measured in `benches/speculative.py`, not here.
 SWITCHYARD_SPECULATIVE_LONG=1 adds chat-template runs of the reference
@@ -81,10 +87,11 @@ def test_generate_greedy_output_is_the_same_with_speculation(switchyard_bin, smo
             assert accepted_share(stderr) > 0, (model, prompt, stderr)
 
 
-def serve_args(bin_path: Path, model: Path, port: int, speculate: str) -> list[str]:
+def serve_args(bin_path: Path, model: Path, port: int, speculate: str,
+               *extra: str) -> list[str]:
     return [str(bin_path), "serve", "--model", str(model), "--model-name", "smollm2",
             "--listen", f"127.0.0.1:{port}", "--drain-seconds", "5", "--threads", "2",
-            "--speculate", speculate]
+            "--speculate", speculate, *extra]
 
 
 def client_for(port: int) -> openai.OpenAI:
@@ -185,3 +192,36 @@ def test_answers_under_concurrency_are_the_same(plain_answers, speculating):
         got = list(pool.map(lambda nk: (nk[0], answer(client, nk[1])), chosen))
     for name, result in got:
         assert result == plain_answers[name], name
+
+
+def test_generate_with_a_draft_model_gives_the_plain_output(switchyard_bin, smollm2_path):
+    prompt = REFERENCE[1]
+    plain, _ = generate(switchyard_bin, smollm2_path, prompt, "off", "--chat")
+    fast, stderr = generate(switchyard_bin, smollm2_path, prompt, "draft", "--chat",
+                            "--draft-model", str(smollm2_path))
+    assert fast == plain
+    # The model drafting for itself: its drafts are its own greedy tokens.
+    assert accepted_share(stderr) > 0.8, stderr
+
+
+def test_speculate_draft_without_a_draft_model_is_refused(switchyard_bin, smollm2_path):
+    proc = subprocess.run(serve_args(switchyard_bin, smollm2_path, free_port(), "draft"),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert "--speculate draft needs a --draft-model" in proc.stderr, proc.stderr
+
+
+def test_served_answers_are_the_same_with_a_draft_model(switchyard_bin, smollm2_path,
+                                                       plain_answers):
+    port = free_port()
+    args = serve_args(switchyard_bin, smollm2_path, port, "draft",
+                      "--draft-model", str(smollm2_path))
+    with running_server(args, port):
+        client = client_for(port)
+        for name, kwargs in requests():
+            assert answer(client, kwargs) == plain_answers[name], name
+        exported = metrics(port)
+    drafted = metric(exported, "switchyard_speculative_draft_tokens_total")
+    accepted = metric(exported, "switchyard_speculative_accepted_tokens_total")
+    # Greedy requests keep nearly every draft; sampled ones fewer.
+    assert drafted > 0 and accepted > 0.5 * drafted, exported

@@ -84,6 +84,9 @@ impl EventSink for StreamSink {
             SequenceEvent::Error(message) => {
                 GenerationEvent::Error(BackendError::Internal { message })
             }
+            SequenceEvent::Embedding { .. } => GenerationEvent::Error(BackendError::Internal {
+                message: "a generation reported an embedding".to_owned(),
+            }),
         };
         // Full: the reader is EVENT_BUFFER events behind; it gets cancelled, not buffered.
         self.sender.try_send(event).is_ok()

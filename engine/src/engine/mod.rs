@@ -9,6 +9,7 @@
 //! executor's events into the seam's as they come. A request runs to its end
 //! on the version it resolved to, whatever is activated meanwhile.
 
+mod embed;
 mod events;
 mod model_cards;
 mod prepare;
@@ -18,8 +19,8 @@ use std::sync::Arc;
 
 use switchyard_kernels::Backend;
 use switchyard_seam::{
-    BackendError, CandidateState, CheckpointProbe, CheckpointRef, GenerationRequest,
-    GenerationStream, InferenceBackend, ModelCard, ModelSpec,
+    BackendError, CandidateState, CheckpointProbe, CheckpointRef, EmbeddingReply, EmbeddingRequest,
+    GenerationRequest, GenerationStream, InferenceBackend, ModelCard, ModelSpec,
 };
 use tokio::sync::mpsc;
 
@@ -57,8 +58,20 @@ impl<B: Backend> Engine<B> {
     }
 
     /// The resident version `spec` (a name, an alias or one checkpoint) names now.
+    /// An adapter the adapter budget evicted is loaded again here, off the
+    /// async workers' hot path when the runtime allows it.
     fn resolve(&self, spec: &ModelSpec) -> Result<CheckpointHandle<B>, BackendError> {
-        self.registry.resolve_spec(spec).map_err(|e| match e.kind {
+        let reload = || self.registry.resolve_reloading(spec);
+        let multi_thread = || {
+            tokio::runtime::Handle::try_current()
+                .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+        };
+        let resolved = match self.registry.resolve_spec(spec) {
+            Ok(handle) => Ok(handle),
+            Err(_) if multi_thread() => tokio::task::block_in_place(reload),
+            Err(_) => reload(),
+        };
+        resolved.map_err(|e| match e.kind {
             RegistryErrorKind::NotFound => BackendError::UnknownModel {
                 model: spec.to_string(),
             },
@@ -88,30 +101,22 @@ impl<B: Backend> InferenceBackend for Engine<B> {
         self.executor
             .check_share(&checkpoint, &sequence, fanout)
             .and_then(|()| self.executor.submit(&checkpoint, sequence))
+            .map_err(|error| refusal(error, request.prompt_field()))?;
+        Ok(receiver)
+    }
+
+    fn embed(&self, request: EmbeddingRequest) -> Result<EmbeddingReply, BackendError> {
+        let checkpoint = self.resolve(&request.model)?;
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        let sequence = embed::prepare_embedding(&checkpoint, &request, sender)?;
+        self.executor
+            .submit(&checkpoint, sequence)
             .map_err(|error| match error {
-                SubmitError::Overloaded { .. } => BackendError::Overloaded,
-                SubmitError::Stopped => BackendError::Internal {
-                    message: error.to_string(),
-                },
-                // `prepare` refuses an empty prompt first, with the request's own numbers.
-                SubmitError::EmptyPrompt => {
-                    BackendError::invalid(request.prompt_field(), error.to_string())
-                }
-                SubmitError::KvBudget {
-                    prompt_too_long: true,
-                    ..
-                } => BackendError::invalid(request.prompt_field(), error.to_string()),
+                // Its cache holds the input alone: the input is what to shorten.
                 SubmitError::KvBudget { .. } => {
-                    BackendError::invalid("max_tokens", error.to_string())
+                    BackendError::invalid(embed::INPUT, error.to_string())
                 }
-                SubmitError::KvShare { .. } => BackendError::invalid("n", error.to_string()),
-                SubmitError::TenantKvShare { fanout, .. } => {
-                    let field = if fanout > 1 { "n" } else { "max_tokens" };
-                    BackendError::invalid(field, error.to_string())
-                }
-                SubmitError::TenantQueueFull { .. } => BackendError::TenantBusy {
-                    message: error.to_string(),
-                },
+                error => refusal(error, embed::INPUT),
             })?;
         Ok(receiver)
     }
@@ -147,5 +152,31 @@ impl<B: Backend> InferenceBackend for Engine<B> {
     fn pin_model(&self, model: &ModelSpec) -> Option<CheckpointRef> {
         let checkpoint = self.registry.resolve_spec(model).ok()?;
         Some(checkpoint.id.clone())
+    }
+}
+
+/// The seam's words for an executor's refusal of a request whose prompt is in
+/// `prompt_field`.
+fn refusal(error: SubmitError, prompt_field: &str) -> BackendError {
+    match error {
+        SubmitError::Overloaded { .. } => BackendError::Overloaded,
+        SubmitError::Stopped => BackendError::Internal {
+            message: error.to_string(),
+        },
+        // `prepare` refuses it first, with the request's own numbers.
+        SubmitError::EmptyPrompt => BackendError::invalid(prompt_field, error.to_string()),
+        SubmitError::KvBudget {
+            prompt_too_long: true,
+            ..
+        } => BackendError::invalid(prompt_field, error.to_string()),
+        SubmitError::KvBudget { .. } => BackendError::invalid("max_tokens", error.to_string()),
+        SubmitError::KvShare { .. } => BackendError::invalid("n", error.to_string()),
+        SubmitError::TenantKvShare { fanout, .. } => {
+            let field = if fanout > 1 { "n" } else { "max_tokens" };
+            BackendError::invalid(field, error.to_string())
+        }
+        SubmitError::TenantQueueFull { .. } => BackendError::TenantBusy {
+            message: error.to_string(),
+        },
     }
 }

@@ -4,7 +4,7 @@
 use switchyard_kernels::Backend;
 use switchyard_seam::{CheckpointRef, ModelCard, ModelSpec};
 
-use crate::registry::{Registry, Tier};
+use crate::registry::{ModelStatus, Registry, Tier};
 use crate::serving::ServedCheckpoint;
 
 pub(super) fn model_cards<B: Backend>(registry: &Registry<B>, created: u64) -> Vec<ModelCard> {
@@ -18,6 +18,11 @@ pub(super) fn model_cards<B: Backend>(registry: &Registry<B>, created: u64) -> V
     let mut cards = Vec::new();
     for model in registry.status() {
         let Ok(active) = registry.resolve(&model.name) else {
+            // An adapter the budget evicted is still served (a request loads
+            // it again): listed with its base's context window.
+            if let Some(card) = evicted_adapter_card(registry, &model, created) {
+                cards.push(card);
+            }
             continue;
         };
         cards.push(card(model.name.clone(), &active));
@@ -29,4 +34,24 @@ pub(super) fn model_cards<B: Backend>(registry: &Registry<B>, created: u64) -> V
         }
     }
     cards
+}
+
+/// The card of `model` when its active version is an adapter evicted by the
+/// adapter budget.
+fn evicted_adapter_card<B: Backend>(
+    registry: &Registry<B>,
+    model: &ModelStatus,
+    created: u64,
+) -> Option<ModelCard> {
+    let active = model.active_version.as_deref()?;
+    let version = model.versions.iter().find(|v| v.version == active)?;
+    let parent = version.parent.clone().filter(|_| version.evicted)?;
+    let base = registry.resolve(&parent).ok()?;
+    Some(ModelCard {
+        id: model.name.clone(),
+        created,
+        owned_by: "switchyard".into(),
+        context_length: u32::try_from(base.model.config().context_length).unwrap_or(u32::MAX),
+        parent: Some(parent),
+    })
 }

@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 
 use crate::prompt::{self, PromptError};
 use crate::sampling::{SamplingParams, StopCondition, MAX_TOP_LOGPROBS};
-use crate::serving::{SequenceRequest, ServedCheckpoint};
+use crate::serving::{SequenceRequest, SequenceTask, ServedCheckpoint};
 use crate::structured;
 
 use super::events::StreamSink;
@@ -65,6 +65,7 @@ pub fn prepare<B: Backend>(
         constraint,
         cache_scope: request.cache_scope.clone(),
         share: request.share.clone(),
+        task: SequenceTask::Generate,
     })
 }
 
@@ -72,8 +73,9 @@ fn prompt_error(request: &GenerationRequest, error: PromptError) -> BackendError
     BackendError::invalid(request.prompt_field(), error.to_string())
 }
 
-/// The prompt must leave room for one token, and with `max_tokens` for all of them.
-fn check_context(
+/// The one context check: the prompt must leave room for one token, and with
+/// `max_tokens` for all of them (an embedding's `Some(0)`: for none).
+pub(super) fn check_context(
     prompt_tokens: usize,
     max_tokens: Option<u32>,
     context: usize,

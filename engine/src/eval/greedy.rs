@@ -47,7 +47,7 @@ pub fn generate<B: Backend>(
         if chunks.is_empty() {
             break;
         }
-        let logits = model.forward(backend, &mut blocks.lock(), &mut chunks, scorer.scratch())?;
+        let logits = scorer.forward(&mut blocks.lock(), &mut chunks)?;
         for (row, &i) in logits.chunks_exact(vocab).zip(&ending) {
             next[i] = argmax(row);
         }
@@ -88,7 +88,7 @@ pub fn generate<B: Backend>(
         if chunks.is_empty() {
             break;
         }
-        let logits = model.forward(backend, &mut blocks.lock(), &mut chunks, scorer.scratch())?;
+        let logits = scorer.forward(&mut blocks.lock(), &mut chunks)?;
         let picks: Vec<u32> = logits.chunks_exact(vocab).map(argmax).collect();
         for (&i, pick) in owners.iter().zip(picks) {
             next[i] = pick;

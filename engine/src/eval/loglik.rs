@@ -15,6 +15,7 @@
 
 use switchyard_kernels::Backend;
 
+use crate::adapter::ResidentAdapter;
 use crate::model::{LlamaModel, LogitRows, Scratch, SequenceChunk};
 
 use super::encode::ChoiceTokens;
@@ -46,6 +47,8 @@ pub fn log_prob(row: &[f32], target: u32) -> f64 {
 pub struct Scorer<'m, B: Backend> {
     backend: &'m B,
     model: &'m LlamaModel<B>,
+    /// A LoRA adapter over every row, when the suite evaluates one.
+    adapter: Option<&'m ResidentAdapter<B>>,
     scratch: Scratch<B>,
 }
 
@@ -54,8 +57,26 @@ impl<'m, B: Backend> Scorer<'m, B> {
         Scorer {
             backend,
             model,
+            adapter: None,
             scratch: model.new_scratch(backend),
         }
+    }
+
+    /// This scorer with `adapter`'s updates over the base on every row.
+    pub fn with_adapter(mut self, adapter: Option<&'m ResidentAdapter<B>>) -> Self {
+        self.adapter = adapter;
+        self
+    }
+
+    /// One forward step of `chunks` (with the adapter, if any); the kept rows' logits.
+    pub(super) fn forward(
+        &mut self,
+        kv: &mut B::KvStore,
+        chunks: &mut [SequenceChunk<'_>],
+    ) -> Result<&[f32], EvalError> {
+        Ok(self
+            .model
+            .forward_adapted(self.backend, kv, chunks, self.adapter, &mut self.scratch)?)
     }
 
     pub fn model(&self) -> &'m LlamaModel<B> {
@@ -64,10 +85,6 @@ impl<'m, B: Backend> Scorer<'m, B> {
 
     pub fn backend(&self) -> &'m B {
         self.backend
-    }
-
-    pub(super) fn scratch(&mut self) -> &mut Scratch<B> {
-        &mut self.scratch
     }
 
     /// Each item's per-choice log-likelihood: the sum over the choice's
@@ -102,12 +119,7 @@ impl<'m, B: Backend> Scorer<'m, B> {
             if chunks.is_empty() {
                 break;
             }
-            let logits = self.model.forward(
-                self.backend,
-                &mut blocks.lock(),
-                &mut chunks,
-                &mut self.scratch,
-            )?;
+            let logits = self.forward(&mut blocks.lock(), &mut chunks)?;
             for (row, &i) in logits.chunks_exact(vocab).zip(&ending) {
                 for (score, choice) in scores[i].iter_mut().zip(&items[i].choices) {
                     *score += log_prob(row, choice[0]);
@@ -139,12 +151,7 @@ impl<'m, B: Backend> Scorer<'m, B> {
             if chunks.is_empty() {
                 continue;
             }
-            let logits = self.model.forward(
-                self.backend,
-                &mut blocks.lock(),
-                &mut chunks,
-                &mut self.scratch,
-            )?;
+            let logits = self.forward(&mut blocks.lock(), &mut chunks)?;
             let mut rows = logits.chunks_exact(vocab);
             for &i in &owners {
                 let choice = &items[i].choices[j];

@@ -3,21 +3,21 @@
 //! the same forward pass that serves requests.
 //!
 //! ```no_run
-//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use switchyard_engine::eval::{evaluate, EvalOptions, Suite};
 //! use switchyard_engine::formats::load_checkpoint;
 //! use switchyard_engine::model::LlamaModel;
 //! use switchyard_engine::tokenizer::Tokenizer;
-//! use switchyard_kernels::cpu::CpuBackend;
+//! use switchyard_kernels::Backend;
 //!
-//! let checkpoint = load_checkpoint(std::path::Path::new("model.gguf"))?;
-//! let backend = CpuBackend::new(2);
-//! let model = LlamaModel::load(&backend, &checkpoint)?;
-//! let tokenizer = Tokenizer::load(&checkpoint.tokenizer)?;
-//! let suite = Suite::load(std::path::Path::new("evals/arith-mc.jsonl"))?;
-//! let report = evaluate(&backend, &model, &tokenizer, &suite, &EvalOptions::default())?;
-//! println!("acc {:.3} over {} items", report.summary.acc, report.summary.n);
-//! # Ok(()) }
+//! fn score<B: Backend>(backend: &B) -> Result<(), Box<dyn std::error::Error>> {
+//!     let checkpoint = load_checkpoint(std::path::Path::new("model.gguf"))?;
+//!     let model = LlamaModel::load(backend, &checkpoint)?;
+//!     let tokenizer = Tokenizer::load(&checkpoint.tokenizer)?;
+//!     let suite = Suite::load(std::path::Path::new("evals/arith-mc.jsonl"))?;
+//!     let report = evaluate(backend, &model, &tokenizer, &suite, &EvalOptions::default())?;
+//!     println!("acc {:.3} over {} items", report.summary.acc, report.summary.n);
+//!     Ok(())
+//! }
 //! ```
 
 mod cache;
@@ -118,7 +118,19 @@ pub fn evaluate<B: Backend>(
     suite: &Suite,
     options: &EvalOptions,
 ) -> Result<Report, EvalError> {
-    let mut scorer = Scorer::new(backend, model);
+    evaluate_adapted(backend, model, None, tokenizer, suite, options)
+}
+
+/// [`evaluate`] with `adapter`'s LoRA updates over the base model on every row.
+pub fn evaluate_adapted<B: Backend>(
+    backend: &B,
+    model: &LlamaModel<B>,
+    adapter: Option<&crate::adapter::ResidentAdapter<B>>,
+    tokenizer: &Tokenizer,
+    suite: &Suite,
+    options: &EvalOptions,
+) -> Result<Report, EvalError> {
+    let mut scorer = Scorer::new(backend, model).with_adapter(adapter);
     let mut results: Vec<Option<ItemResult>> = vec![None; suite.items.len()];
     run_choices(&mut scorer, tokenizer, suite, options, &mut results)?;
     run_generations(&mut scorer, tokenizer, suite, options, &mut results)?;

@@ -37,6 +37,11 @@ pub enum ModelError {
     MixedArchitectures { first: String, other: String },
     #[error("a checkpoint in the step has no layer {index} although its configuration does")]
     MissingLayer { index: usize },
+    #[error(
+        "the embedding's hidden states are all zero or not finite; the checkpoint's weights \
+         may be corrupt"
+    )]
+    DegenerateEmbedding,
     #[error("kernel failed: {0}")]
     Kernel(#[from] KernelError),
 }

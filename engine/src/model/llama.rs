@@ -25,6 +25,9 @@ pub enum LogitRows {
     Last,
     /// Every token of the chunk (scoring, numerical checks).
     All,
+    /// No logits: the sum of the chunk's final hidden states (after the
+    /// output norm), for a mean-pooled embedding (`StepOutput::pooled`).
+    Pooled,
 }
 
 /// One sequence's share of a forward step.
@@ -63,6 +66,12 @@ pub struct Scratch<B: Backend> {
     pub(super) logits: B::Activations,
     /// The logits on the host, for a backend that cannot lend `logits`.
     pub(super) host_logits: Vec<f32>,
+    /// The normed final hidden states of the pooled chunks' rows.
+    pub(super) hidden: B::Activations,
+    /// `hidden` on the host, for a backend that cannot lend it.
+    pub(super) host_hidden: Vec<f32>,
+    /// Each pooled chunk's sum of hidden rows, one after another.
+    pub(super) pooled: Vec<f32>,
     /// Rows of one checkpoint while a step that runs several multiplies them apart.
     pub(super) gather: Gather<B>,
 }
@@ -132,6 +141,9 @@ impl<B: Backend> LlamaModel<B> {
             selected: empty(),
             logits: empty(),
             host_logits: Vec::new(),
+            hidden: empty(),
+            host_hidden: Vec::new(),
+            pooled: Vec::new(),
             gather: Gather::new(backend),
         }
     }

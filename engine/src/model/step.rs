@@ -9,7 +9,9 @@
 
 use std::ops::Range;
 
-use switchyard_kernels::{AttentionRows, Backend, MatmulInput, MatmulProduct};
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use switchyard_kernels::{AttentionRows, Backend, MatmulInput, MatmulProduct, StepKey};
 
 use super::config::{Activation, ModelConfig};
 use super::llama::{LlamaModel, LogitRows, Scratch, SequenceChunk};
@@ -66,6 +68,29 @@ pub fn forward_many<'s, B: Backend>(
     parts: &mut [ModelPart<'_, '_, B>],
     scratch: &'s mut Scratch<B>,
 ) -> Result<&'s [f32], ModelError> {
+    forward_step(backend, kv, parts, scratch).map(|out| out.logits)
+}
+
+/// What one step returns, held in the scratch until its next step.
+pub struct StepOutput<'s> {
+    /// The requested logits, row after row in part then chunk order
+    /// (`vocab_size` floats per row).
+    pub logits: &'s [f32],
+    /// For each [`LogitRows::Pooled`] chunk, in part then chunk order, the
+    /// sum of its rows' final hidden states after the output norm
+    /// (`hidden_size` floats each): what a mean-pooled embedding adds up.
+    pub pooled: &'s [f32],
+}
+
+/// [`forward_many`], with the pooled hidden states of the chunks that ask
+/// for them ([`LogitRows::Pooled`]): embeddings run in the same step as
+/// generations.
+pub fn forward_step<'s, B: Backend>(
+    backend: &B,
+    kv: &mut B::KvStore,
+    parts: &mut [ModelPart<'_, '_, B>],
+    scratch: &'s mut Scratch<B>,
+) -> Result<StepOutput<'s>, ModelError> {
     let Some(lead) = parts.first().map(|p| p.model) else {
         return Err(ModelError::EmptyBatch);
     };
@@ -76,11 +101,87 @@ pub fn forward_many<'s, B: Backend>(
             other: describe(other.model.config()),
         });
     }
-    let (tokens, positions, part_rows) = flatten(lead, parts)?;
+    let flat = flatten(lead, parts)?;
+    let key = step_key(parts);
+    let wanted = match run(backend, kv, parts, scratch, &flat, key) {
+        Ok(wanted) => wanted,
+        Err(e) => {
+            backend.abort_step();
+            if key.is_none() {
+                return Err(e);
+            }
+            // A recorded step that failed launched nothing (or, eager,
+            // wrote what this run writes again): run it unrecorded.
+            tracing::debug!("a keyed step failed ({e}); running it again without its key");
+            let again = run(backend, kv, parts, scratch, &flat, None);
+            if again.is_err() {
+                backend.abort_step();
+            }
+            again?
+        }
+    };
+    let Scratch {
+        logits,
+        host_logits,
+        pooled,
+        ..
+    } = scratch;
+    let logits = if wanted == 0 {
+        &[]
+    } else {
+        backend.host_rows(logits, host_logits)
+    };
+    Ok(StepOutput { logits, pooled })
+}
+
+/// Rows per sequence up to which a step is keyed (decode, a speculative
+/// check): longer chunks are prompts, whose shapes rarely repeat.
+const KEYED_ROWS: usize = 16;
+
+/// The step's [`StepKey`]: equal for steps of one checkpoint, without an
+/// adapter, with the same rows per sequence and the same logits wanted,
+/// which make the same calls with the same shapes; none for other steps.
+/// The backend checks the promise call by call.
+fn step_key<B: Backend>(parts: &[ModelPart<'_, '_, B>]) -> Option<StepKey> {
+    let [part] = parts else {
+        return None;
+    };
+    if part.adapter.is_some() || part.chunks.iter().any(|c| c.tokens.len() > KEYED_ROWS) {
+        return None;
+    }
+    let mut h = DefaultHasher::new();
+    std::ptr::addr_of!(*part.model).hash(&mut h);
+    for c in part.chunks.iter() {
+        let logits = match c.logits {
+            LogitRows::None => 0u8,
+            LogitRows::Last => 1,
+            LogitRows::All => 2,
+            // An embedding reads its hidden rows back mid-step.
+            LogitRows::Pooled => return None,
+        };
+        (c.tokens.len(), logits).hash(&mut h);
+    }
+    Some(StepKey(h.finish()))
+}
+
+/// One run of the step (see [`forward_many`]): the step opened with `key`,
+/// its operations, the step closed; returns how many logit rows it made.
+fn run<B: Backend>(
+    backend: &B,
+    kv: &mut B::KvStore,
+    parts: &mut [ModelPart<'_, '_, B>],
+    s: &mut Scratch<B>,
+    flat: &Flat,
+    key: Option<StepKey>,
+) -> Result<usize, ModelError> {
+    let (tokens, positions, part_rows) = flat;
+    let Some(lead) = parts.first().map(|p| p.model) else {
+        return Err(ModelError::EmptyBatch);
+    };
+    let c = lead.config();
     let n = tokens.len();
     let q_width = c.n_heads * c.head_dim;
     let kv_width = c.n_kv_heads * c.head_dim;
-    let s = scratch;
 
     backend.resize(&mut s.x, n, c.hidden_size);
     backend.resize(&mut s.normed, n, c.hidden_size);
@@ -92,18 +193,21 @@ pub fn forward_many<'s, B: Backend>(
     backend.resize(&mut s.gate, n, c.intermediate_size);
     backend.resize(&mut s.up, n, c.intermediate_size);
 
-    let embeds = runs(&part_rows, parts.iter().map(|p| &**p.model.weights().embed));
-    embed(backend, &embeds, &tokens, c.hidden_size, s)?;
+    // Opened once the step's buffers have their sizes: a device backend
+    // records the addresses it launches over.
+    backend.begin_step(key);
+    let embeds = runs(part_rows, parts.iter().map(|p| &**p.model.weights().embed));
+    embed(backend, &embeds, tokens, c.hidden_size, s)?;
     if let Some(scale) = c.traits.embed_scale {
         backend.scale(&mut s.x, scale)?;
     }
 
-    let adapters = AdapterRuns::of(parts, &part_rows);
+    let adapters = AdapterRuns::of(parts, part_rows);
     let step = Step {
         backend,
         lead,
-        part_rows: &part_rows,
-        positions: &positions,
+        part_rows,
+        positions,
         adapters: &adapters,
     };
     for index in 0..c.n_layers {
@@ -117,7 +221,10 @@ pub fn forward_many<'s, B: Backend>(
         step.attention_block(index, &layers, parts, kv, s)?;
         step.mlp_block(index, &layers, s)?;
     }
-    step.logits(parts, s)
+    step.pool(parts, s)?;
+    let wanted = step.logits(parts, s)?;
+    backend.end_step()?;
+    Ok(wanted)
 }
 
 fn describe(c: &ModelConfig) -> String {
@@ -525,12 +632,13 @@ impl<B: Backend> Step<'_, B> {
     }
 
     /// Final norm and output projection, on the rows that want logits only
-    /// (the output projection is the largest matrix of a small model).
-    fn logits<'s>(
+    /// (the output projection is the largest matrix of a small model),
+    /// into `s.logits`: how many rows.
+    fn logits(
         &self,
         parts: &[ModelPart<'_, '_, B>],
-        s: &'s mut Scratch<B>,
-    ) -> Result<&'s [f32], ModelError> {
+        s: &mut Scratch<B>,
+    ) -> Result<usize, ModelError> {
         let (b, c) = (self.backend, self.lead.config());
         let hidden = c.hidden_size;
         // The rows that want logits, and each part's share of them.
@@ -542,7 +650,7 @@ impl<B: Backend> Step<'_, B> {
             for chunk in part.chunks.iter() {
                 let len = chunk.tokens.len();
                 match chunk.logits {
-                    LogitRows::None => {}
+                    LogitRows::None | LogitRows::Pooled => {}
                     LogitRows::Last => wanted.push(row + len - 1),
                     LogitRows::All => wanted.extend(row..row + len),
                 }
@@ -551,7 +659,7 @@ impl<B: Backend> Step<'_, B> {
             wanted_rows.push(first..wanted.len());
         }
         if wanted.is_empty() {
-            return Ok(&[]);
+            return Ok(0);
         }
         select_rows(b, &s.x, &wanted, hidden, &mut s.selected)?;
         let norms = runs(
@@ -594,7 +702,69 @@ impl<B: Backend> Step<'_, B> {
         if let Some(cap) = c.traits.final_softcap {
             b.softcap(&mut s.logits, cap)?;
         }
-        Ok(b.host_rows(&s.logits, &mut s.host_logits))
+        Ok(wanted.len())
+    }
+
+    /// Into `s.pooled`: for each [`LogitRows::Pooled`] chunk, the sum of its
+    /// rows' hidden states after each part's output norm (the state the
+    /// output projection would read; llama.cpp pools the same one). Summed
+    /// on the host in f64: a chunk holds up to a step's rows.
+    fn pool(&self, parts: &[ModelPart<'_, '_, B>], s: &mut Scratch<B>) -> Result<(), ModelError> {
+        let (b, c) = (self.backend, self.lead.config());
+        let hidden = c.hidden_size;
+        s.pooled.clear();
+        // The pooled rows, each chunk's share of them, and each part's.
+        let mut wanted = Vec::new();
+        let mut chunk_rows = Vec::new();
+        let mut part_rows = Vec::with_capacity(parts.len());
+        let mut row = 0;
+        for part in parts {
+            let first = wanted.len();
+            for chunk in part.chunks.iter() {
+                let len = chunk.tokens.len();
+                if chunk.logits == LogitRows::Pooled {
+                    chunk_rows.push(wanted.len()..wanted.len() + len);
+                    wanted.extend(row..row + len);
+                }
+                row += len;
+            }
+            part_rows.push(first..wanted.len());
+        }
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        select_rows(b, &s.x, &wanted, hidden, &mut s.selected)?;
+        let norms = runs(
+            &part_rows,
+            parts.iter().map(|p| &**p.model.weights().output_norm),
+        );
+        let same = Widths {
+            input: hidden,
+            output: hidden,
+        };
+        let eps = c.rms_norm_eps;
+        b.resize(&mut s.hidden, wanted.len(), hidden);
+        by_runs(
+            b,
+            &norms,
+            &s.selected,
+            &mut s.hidden,
+            same,
+            &mut s.gather,
+            |x, w, out| b.rms_norm(x, w, eps, out),
+        )?;
+        let rows = b.host_rows(&s.hidden, &mut s.host_hidden);
+        for chunk in chunk_rows {
+            let mut sum = vec![0f64; hidden];
+            for r in chunk {
+                let values = rows.get(r * hidden..(r + 1) * hidden).unwrap_or_default();
+                for (total, &value) in sum.iter_mut().zip(values) {
+                    *total += f64::from(value);
+                }
+            }
+            s.pooled.extend(sum.iter().map(|&total| total as f32));
+        }
+        Ok(())
     }
 }
 

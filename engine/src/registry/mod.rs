@@ -8,18 +8,24 @@
 //!
 //! - `error.rs`: what can go wrong, for the admin API;
 //! - `status.rs`: the serializable views (models, versions, memory);
+//! - `registration.rs`: an adapter registered at run time, as asked;
 //! - `live.rs`: each version's routing state, readable without the lock;
 //! - `residency.rs`: the RAM budget and which version to evict;
-//! - `versions.rs`: the registry itself.
+//! - `versions.rs`: the registry itself; `versions/adapters.rs`: LoRA
+//!   adapters registered at run time and their byte budget (LRU).
 
 mod error;
 mod live;
+mod registration;
 mod residency;
 mod status;
 mod versions;
 
 pub use error::{RegistryError, RegistryErrorKind};
 pub use live::LiveSlot;
+pub use registration::AdapterRegistration;
 pub use residency::{eviction_order, EvictionCandidate};
-pub use status::{MemoryStatus, ModelStatus, RoutingState, Tier, VersionStatus};
+pub use status::{
+    AdapterStatus, AdapterUsage, MemoryStatus, ModelStatus, RoutingState, Tier, VersionStatus,
+};
 pub use versions::{LoadReport, Registry, RegistryObserver};

@@ -47,6 +47,43 @@ pub struct VersionStatus {
     pub family: Option<String>,
     /// Its tensor types (`Q4_K_M: Q5_0 81, Q4_K 27, ...`), once loaded.
     pub quant_mix: Option<String>,
+    /// For a LoRA adapter's version: the base model it serves over, the
+    /// adapter's file or folder, and its bytes once resident.
+    pub parent: Option<String>,
+    pub adapter: Option<String>,
+    pub adapter_bytes: Option<u64>,
+    /// Evicted by the adapter budget; the next request for it loads it again.
+    pub evicted: bool,
+}
+
+/// The resident LoRA adapters against their budget (`--lora-budget-mb`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct AdapterUsage {
+    pub budget_bytes: Option<u64>,
+    /// Bytes the resident adapters hold (their A and B matrices).
+    pub resident_bytes: u64,
+    /// Adapters evicted by the budget since startup.
+    pub evictions: u64,
+    /// Every registered adapter version, resident or not.
+    pub adapters: Vec<AdapterStatus>,
+}
+
+/// One adapter version as [`AdapterUsage`] lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct AdapterStatus {
+    pub name: String,
+    pub version: String,
+    pub parent: String,
+    pub path: String,
+    pub active: bool,
+    pub resident: bool,
+    pub bytes: u64,
+    /// Requests running on it (holding a sequence slot).
+    pub running: usize,
+    /// Requests waiting for a slot.
+    pub waiting: usize,
+    /// Milliseconds since a request last used it.
+    pub idle_ms: u64,
 }
 
 /// One model and its versions.

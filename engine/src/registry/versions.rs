@@ -1,5 +1,7 @@
 //! The registry of model versions and their lifecycle.
 
+mod adapters;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -15,7 +17,9 @@ use super::status::{MemoryStatus, ModelStatus, RoutingState, Tier, VersionStatus
 use crate::chat_choice;
 use crate::formats::load_checkpoint;
 use crate::model::config::ModelConfig;
-use crate::serving::{CheckpointHandle, CheckpointId, CheckpointOptions, ServedCheckpoint};
+use crate::serving::{
+    AdapterSource, CheckpointHandle, CheckpointId, CheckpointOptions, ServedCheckpoint,
+};
 use crate::store::WeightStore;
 use crate::tokenizer::Tokenizer;
 
@@ -73,6 +77,13 @@ struct Slot<B: Backend> {
     live: Arc<LiveSlot<B>>,
     state: State<B>,
     last_error: Option<String>,
+    /// The LoRA adapter this version serves over `path` (a base checkpoint),
+    /// when it differs from the model's (`CheckpointOptions::adapter`):
+    /// repository and admin-registered adapters give each version its own.
+    adapter: Option<AdapterSource>,
+    /// Evicted by the adapter budget: the next request for it loads it
+    /// again (see `adapters.rs`).
+    evicted: bool,
 }
 
 struct Model<B: Backend> {
@@ -103,6 +114,11 @@ impl<B: Backend> Slot<B> {
 }
 
 impl<B: Backend> Model<B> {
+    /// The adapter `slot` serves, if it is an adapter's version.
+    fn adapter_of<'a>(&'a self, slot: &'a Slot<B>) -> Option<&'a AdapterSource> {
+        slot.adapter.as_ref().or(self.options.adapter.as_ref())
+    }
+
     fn slot(&self, version: &str) -> Option<&Slot<B>> {
         self.versions.iter().find(|s| s.version == version)
     }
@@ -152,6 +168,11 @@ pub struct Registry<B: Backend> {
     /// budget check must see the result of the previous one.
     loading: Mutex<()>,
     observer: Arc<dyn RegistryObserver>,
+    /// Bytes resident adapters may hold (`--lora-budget-mb`); least
+    /// recently used adapters with no request are evicted past it.
+    adapter_budget: Option<u64>,
+    /// Adapters evicted by that budget so far.
+    adapter_evictions: std::sync::atomic::AtomicU64,
 }
 
 impl<B: Backend> Registry<B> {
@@ -166,6 +187,8 @@ impl<B: Backend> Registry<B> {
             models: RwLock::new(BTreeMap::new()),
             loading: Mutex::new(()),
             observer: Arc::new(Quiet),
+            adapter_budget: None,
+            adapter_evictions: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -173,6 +196,12 @@ impl<B: Backend> Registry<B> {
     /// executor's; the default: F16 in blocks of the default size).
     pub fn with_kv_format(mut self, format: KvFormat) -> Self {
         self.kv_format = format;
+        self
+    }
+
+    /// Keeps resident LoRA adapters under `bytes` (see `adapters.rs`).
+    pub fn with_adapter_budget(mut self, bytes: Option<u64>) -> Self {
+        self.adapter_budget = bytes;
         self
     }
 
@@ -226,6 +255,8 @@ impl<B: Backend> Registry<B> {
                     live: Arc::new(LiveSlot::on_disk(disk_bytes)),
                     state: State::Disk,
                     last_error: None,
+                    adapter: None,
+                    evicted: false,
                 });
                 entry
                     .versions
@@ -256,10 +287,13 @@ impl<B: Backend> Registry<B> {
         let (path, options) = {
             let mut models = self.write();
             let entry = models.get_mut(model).ok_or_else(|| unknown_model(model))?;
-            let options = entry.options.clone();
+            let mut options = entry.options.clone();
             let slot = entry
                 .slot_mut(version)
                 .ok_or_else(|| unknown_version(model, version))?;
+            if slot.adapter.is_some() {
+                options.adapter = slot.adapter.clone();
+            }
             match &slot.state {
                 State::Resident(handle) => {
                     return Ok(LoadReport {
@@ -304,6 +338,7 @@ impl<B: Backend> Registry<B> {
                 };
                 slot.set_state(State::Resident(handle));
                 slot.last_error = None;
+                slot.evicted = false;
                 drop(models);
                 tracing::info!(
                     checkpoint = %id,
@@ -341,7 +376,7 @@ impl<B: Backend> Registry<B> {
             // weights, so that a bad file does not cost a good version its place.
             self.precheck(id, path, options)?;
         }
-        let evicted = self.make_room(id, estimate)?;
+        let mut evicted = self.make_room(id, estimate)?;
         let checkpoint = ServedCheckpoint::load(
             self.backend.as_ref(),
             &self.store,
@@ -352,6 +387,9 @@ impl<B: Backend> Registry<B> {
         )
         .map_err(|e| RegistryError::invalid(format!("cannot load {id}: {e}")))?;
         self.check_matches_active(&checkpoint)?;
+        if let Some(adapter) = &checkpoint.adapter {
+            evicted.extend(self.make_adapter_room(id, adapter.bytes())?);
+        }
         Ok((Arc::new(checkpoint), evicted))
     }
 
@@ -633,6 +671,7 @@ impl<B: Backend> Registry<B> {
             }
         };
         slot.set_state(State::Disk);
+        slot.evicted = false;
         drop(models);
         self.observer
             .unloaded(&CheckpointId::new(model, version), false);
@@ -759,6 +798,11 @@ impl<B: Backend> Registry<B> {
 
 fn version_status<B: Backend>(model: &Model<B>, slot: &Slot<B>) -> VersionStatus {
     let active = model.active.as_deref() == Some(slot.version.as_str());
+    let adapter = model.adapter_of(slot);
+    let adapter_bytes = match &slot.state {
+        State::Resident(h) => h.adapter.as_ref().map(|a| a.bytes()),
+        _ => None,
+    };
     let (tier, bytes, shared_bytes, in_flight, queued, load_ms) = match &slot.state {
         State::Resident(h) => (
             Tier::Ram,
@@ -791,6 +835,10 @@ fn version_status<B: Backend>(model: &Model<B>, slot: &Slot<B>) -> VersionStatus
         queued,
         load_ms,
         last_error: slot.last_error.clone(),
+        parent: adapter.map(|a| a.parent.clone()),
+        adapter: adapter.map(|a| a.path.display().to_string()),
+        adapter_bytes,
+        evicted: slot.evicted,
     }
 }
 

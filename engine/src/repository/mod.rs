@@ -8,6 +8,7 @@
 //!     2/smollm2-q8_0.gguf
 //!   qwen-small/
 //!     3/{config.json, model.safetensors, tokenizer.json, ...}
+//!   smollm2/adapters/pirate/1/{adapter_config.json, ...}   a LoRA adapter (`adapters.rs`)
 //! ```
 //!
 //! A version folder holds one checkpoint: a `.gguf` file or a Hugging Face
@@ -37,6 +38,7 @@
 //! # Ok::<(), switchyard_engine::repository::RepositoryError>(())
 //! ```
 
+mod adapters;
 pub mod demo;
 mod error;
 mod inspect;
@@ -46,6 +48,7 @@ mod scan;
 
 use std::path::{Path, PathBuf};
 
+pub use adapters::{RepoAdapter, RepoAdapterVersion, ADAPTERS_DIR};
 pub use error::{RepositoryError, RepositoryProblem};
 pub use inspect::{compare_versions, RepoVersion};
 pub use model_toml::{parse_model_toml, ModelToml, VersionPolicy};

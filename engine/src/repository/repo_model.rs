@@ -1,6 +1,7 @@
 //! One model folder of a repository: its versions, aliases and version policy, and
 //! which versions that policy serves.
 
+use super::adapters::RepoAdapter;
 use super::inspect::RepoVersion;
 use super::model_toml::VersionPolicy;
 use crate::chat_choice::TemplateSpec;
@@ -22,6 +23,8 @@ pub struct RepoModel {
     /// Every usable version on disk, oldest first (see
     /// [`compare_versions`](super::compare_versions)); never empty.
     pub versions: Vec<RepoVersion>,
+    /// Its LoRA adapters (`adapters/<name>/<version>/`), by name.
+    pub adapters: Vec<RepoAdapter>,
 }
 
 impl RepoModel {

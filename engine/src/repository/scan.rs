@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use super::adapters::{adapter_path, RepoAdapter, RepoAdapterVersion, ADAPTERS_DIR};
 use super::inspect::{compare_versions, inspect_version};
 use super::model_toml::{parse_model_toml, ModelToml, VersionPolicy};
 use super::{RepoModel, RepositoryError, RepositoryProblem};
@@ -42,6 +43,7 @@ pub(super) fn scan(
         }
     }
     resolve_alias_clashes(&mut models, root, &mut problems);
+    drop_adapter_name_clashes(&mut models, root, &mut problems);
     Ok((models, problems))
 }
 
@@ -146,6 +148,7 @@ fn scan_model(
             .map(|value| chat_template_spec(value, dir)),
         ctx_size: config.ctx_size,
         versions,
+        adapters: scan_adapters(&dir.join(ADAPTERS_DIR), inside, problems),
     };
     check_policy(&model, dir, problems);
     model.aliases = valid_aliases(config.aliases, &model.name, dir, problems);
@@ -190,6 +193,8 @@ fn scan_versions(
     let mut version_dirs: Vec<PathBuf> = entries
         .filter_map(|entry| entry.ok().map(|e| e.path()))
         .filter(|path| path.is_dir() && !is_hidden(path))
+        // The adapters' folder is not a version (see `adapters.rs`).
+        .filter(|path| !path.ends_with(ADAPTERS_DIR))
         .collect();
     version_dirs.sort();
     let mut versions = Vec::new();
@@ -329,5 +334,128 @@ fn resolve_alias_clashes(
     }
     for m in models.iter_mut() {
         m.aliases.retain(|a| !dropped.contains(a));
+    }
+}
+
+/// Subfolders of `dir`, sorted; hidden ones left out.
+fn subfolders(dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("cannot list it: {e}"))?;
+    let mut dirs: Vec<PathBuf> = entries
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.is_dir() && !is_hidden(path))
+        .collect();
+    dirs.sort();
+    Ok(dirs)
+}
+
+/// The adapters under `REPO/<model>/adapters/` (none when it is absent).
+fn scan_adapters(
+    dir: &Path,
+    inside: &Containment,
+    problems: &mut Vec<RepositoryProblem>,
+) -> Vec<RepoAdapter> {
+    if !dir.is_dir() {
+        return Vec::new();
+    }
+    let names = match subfolders(dir) {
+        Ok(names) => names,
+        Err(reason) => {
+            problems.push(RepositoryProblem::new(dir, reason));
+            return Vec::new();
+        }
+    };
+    let mut adapters = Vec::new();
+    for adapter_dir in names {
+        let name = adapter_dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if !valid_name(&name) {
+            problems.push(RepositoryProblem::new(
+                &adapter_dir,
+                format!("'{name}' is not a valid adapter name; rename the folder and {NAME_RULE}"),
+            ));
+            continue;
+        }
+        let mut versions = Vec::new();
+        for path in subfolders(&adapter_dir).unwrap_or_default() {
+            let version = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if !valid_name(&version) {
+                problems.push(RepositoryProblem::new(
+                    &path,
+                    format!("'{version}' is not a valid version name; rename the folder and {NAME_RULE}"),
+                ));
+                continue;
+            }
+            if let Some((at, reason)) = inside.version_escapes(&path) {
+                problems.push(RepositoryProblem::new(&at, reason));
+                continue;
+            }
+            match adapter_path(&path) {
+                Ok(found) => versions.push(RepoAdapterVersion {
+                    version,
+                    path: found,
+                }),
+                Err(reason) => problems.push(RepositoryProblem::new(&path, reason)),
+            }
+        }
+        if versions.is_empty() {
+            problems.push(RepositoryProblem::new(
+                &adapter_dir,
+                "has no usable version; add a folder such as 1/ holding a PEFT adapter or a .gguf \
+                 adapter",
+            ));
+            continue;
+        }
+        versions.sort_by(|a, b| compare_versions(&a.version, &b.version));
+        adapters.push(RepoAdapter { name, versions });
+    }
+    adapters
+}
+
+/// Drops every adapter whose name is a model's name or alias, or another
+/// model's adapter's: requests could not tell them apart.
+fn drop_adapter_name_clashes(
+    models: &mut [RepoModel],
+    root: &Path,
+    problems: &mut Vec<RepositoryProblem>,
+) {
+    let mut owners: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for m in models.iter() {
+        for a in &m.adapters {
+            owners
+                .entry(a.name.clone())
+                .or_default()
+                .push(m.name.clone());
+        }
+    }
+    let taken = |n: &str| {
+        models
+            .iter()
+            .any(|m| m.name == n || m.aliases.iter().any(|a| a == n))
+    };
+    let dropped: Vec<String> = owners
+        .iter()
+        .filter(|(name, holders)| taken(name) || holders.len() > 1)
+        .map(|(name, holders)| {
+            problems.push(RepositoryProblem::new(
+                holders.first().map_or_else(
+                    || root.to_path_buf(),
+                    |h| root.join(h).join(ADAPTERS_DIR).join(name),
+                ),
+                format!(
+                    "adapter '{name}' (of {}) has the name of a model, an alias or another \
+                     model's adapter; it is not served, rename its folder",
+                    holders.join(" and ")
+                ),
+            ));
+            name.clone()
+        })
+        .collect();
+    for m in models.iter_mut() {
+        m.adapters.retain(|a| !dropped.contains(&a.name));
     }
 }

@@ -15,6 +15,7 @@ use crate::formats::{load_checkpoint, CheckpointFormat};
 use crate::model::config::ModelConfig;
 use crate::model::weights::LoadStats;
 use crate::model::{LlamaModel, LogitRows, SequenceChunk};
+use crate::speculate::DraftModel;
 use crate::store::WeightStore;
 use crate::structured::GrammarVocab;
 use crate::tokenizer::Tokenizer;
@@ -35,6 +36,9 @@ pub struct CheckpointOptions {
     /// A LoRA adapter served over the checkpoint's weights (which it shares
     /// with the base through the weight store).
     pub adapter: Option<AdapterSource>,
+    /// A smaller checkpoint of the same tokenizer that drafts tokens for
+    /// speculative decoding (`--draft-model`; `crate::speculate`).
+    pub draft: Option<PathBuf>,
 }
 
 /// Where a served adapter comes from, and the model it was made for.
@@ -76,6 +80,8 @@ pub enum CheckpointError {
     Template { path: PathBuf, reason: String },
     #[error("{path}: {reason}")]
     Options { path: PathBuf, reason: String },
+    #[error("cannot use {path} as a draft model: {reason}")]
+    Draft { path: PathBuf, reason: String },
     #[error("cannot load the adapter {path}: {reason}")]
     Adapter { path: PathBuf, reason: String },
     #[error("cannot load the weights of {path}: {reason}")]
@@ -119,6 +125,8 @@ pub struct ServedCheckpoint<B: Backend> {
     /// served name.
     pub adapter: Option<ResidentAdapter<B>>,
     pub parent: Option<String>,
+    /// The model that drafts tokens for it (`crate::speculate`), if any.
+    pub draft: Option<DraftModel<B>>,
     /// Requests submitted and not finished (waiting or running).
     demand: AtomicUsize,
     /// Requests waiting for a batch slot.
@@ -192,6 +200,17 @@ impl<B: Backend> ServedCheckpoint<B> {
                 Some((resident, source.parent.clone()))
             }
         };
+        let draft = match &options.draft {
+            None => None,
+            Some(draft_path) => Some(
+                load_draft(backend, store, draft_path, &tokenizer, &model, kv_format).map_err(
+                    |reason| CheckpointError::Draft {
+                        path: draft_path.clone(),
+                        reason,
+                    },
+                )?,
+            ),
+        };
         let format = checkpoint.format;
         let mix = crate::formats::quant_mix(&checkpoint);
         drop(checkpoint);
@@ -207,7 +226,15 @@ impl<B: Backend> ServedCheckpoint<B> {
             served.parent = Some(parent);
         }
         served.template_origin = template_origin;
+        served.draft = draft;
         Ok(served)
+    }
+
+    /// This checkpoint with `draft` drafting its tokens (tests,
+    /// single-model tools; `load` pairs the one its options name).
+    pub fn with_draft(mut self, draft: DraftModel<B>) -> Self {
+        self.draft = Some(draft);
+        self
     }
 
     /// A checkpoint from parts already loaded (tests, single-model tools).
@@ -225,6 +252,7 @@ impl<B: Backend> ServedCheckpoint<B> {
             caches_prompts: model.caches_prompts(),
             adapter: None,
             parent: None,
+            draft: None,
             model,
             tokenizer,
             template,
@@ -280,6 +308,33 @@ impl<B: Backend> ServedCheckpoint<B> {
 
 /// Milliseconds since the first call in this process (a monotonic clock
 /// that fits an atomic).
+/// The draft model at `path` for `target` (whose tokenizer is
+/// `tokenizer`), its tensors through `store`, after the same smoke forward
+/// as a served checkpoint's.
+fn load_draft<B: Backend>(
+    backend: &B,
+    store: &WeightStore<B>,
+    path: &Path,
+    tokenizer: &Tokenizer,
+    target: &LlamaModel<B>,
+    kv_format: KvFormat,
+) -> Result<DraftModel<B>, String> {
+    let checkpoint = load_checkpoint(path).map_err(|e| e.to_string())?;
+    let draft_tokenizer = Tokenizer::load(&checkpoint.tokenizer)
+        .map_err(|e| format!("cannot load its tokenizer: {e}"))?;
+    let (model, _) = LlamaModel::load_shared(backend, &checkpoint, store)
+        .map_err(|e| format!("cannot load its weights: {e}"))?;
+    drop(checkpoint);
+    smoke_forward(backend, &model, &draft_tokenizer, kv_format)?;
+    DraftModel::pair(
+        model,
+        path,
+        &draft_tokenizer,
+        tokenizer,
+        target.config().vocab_size,
+    )
+}
+
 fn now_ms() -> u64 {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
     let epoch = *EPOCH.get_or_init(Instant::now);

@@ -27,7 +27,7 @@ use super::tenant_cap::{QueueTicket, TenantKv, TenantQueue};
 use super::{choice, ExecutorObserver};
 use crate::kv::prefix_cache::PrefixCache;
 use crate::kv::{admission as kv_admission, KvBlocks, KvConfig, KvPool, SharedBlock};
-use crate::model::{forward_many, ModelPart};
+use crate::model::{forward_step, ModelPart};
 use crate::speculate::{self, Speculation};
 
 /// The executor's limits.
@@ -38,7 +38,8 @@ pub struct ExecutorConfig {
     /// Requests waiting for a batch slot; beyond that, [`SubmitError::Overloaded`].
     pub max_queued: usize,
     /// Tokens one forward step runs at most (decode rows first, then prompt
-    /// chunks), bounding step latency and activation memory.
+    /// chunks), bounding step latency and activation memory; while many rows
+    /// decode, a step runs fewer (`step_room.rs`).
     pub max_step_tokens: usize,
     /// Keep full prompt blocks after their sequence ends and reuse them
     /// for later prompts that start the same (`prefix_cache`).
@@ -694,7 +695,7 @@ impl<B: Backend> Scheduler<B> {
         let allowed = self.config.speculation != Speculation::Off
             && speculate::drafts_pay(decoding, prefilling, waiting);
         for group in &mut self.groups {
-            group.draft(allowed, budget);
+            group.draft(allowed, budget, &self.backend, &self.blocks);
         }
     }
 
@@ -777,21 +778,29 @@ impl<B: Backend> Scheduler<B> {
             .collect();
         let started = Instant::now();
         let mut store = self.blocks.lock();
-        let result = forward_many(&*self.backend, &mut store, &mut parts, scratch);
+        let result = forward_step(&*self.backend, &mut store, &mut parts, scratch);
         drop(store);
         drop(parts);
         drop(chunk_lists);
         let elapsed = started.elapsed();
 
         match result {
-            Ok(logits) => {
+            Ok(out) => {
                 let vocab = lead.model.config().vocab_size.max(1);
-                let mut rows = logits.chunks_exact(vocab);
+                let hidden = lead.model.config().hidden_size.max(1);
+                let mut rows = out.logits.chunks_exact(vocab);
+                let mut pooled = out.pooled.chunks_exact(hidden);
                 for ((_, group), spans) in picked.iter_mut().zip(spans) {
                     let (count, sequences) = Group::<B>::size(&spans);
                     self.observer
                         .step(&group.checkpoint.id, count, sequences, elapsed);
-                    group.finish(&self.backend, spans, &mut rows, self.prefix.as_mut());
+                    group.finish(
+                        &self.backend,
+                        spans,
+                        &mut rows,
+                        &mut pooled,
+                        self.prefix.as_mut(),
+                    );
                     let (drafted, accepted) = group.take_speculation();
                     if drafted > 0 {
                         self.observer

@@ -11,13 +11,14 @@ use switchyard_kernels::Backend;
 use super::checkpoint::CheckpointHandle;
 use super::choice::Claim;
 use super::fair;
-use super::queue::{SequenceEvent, Waiting};
-use super::sequence::Sequence;
+use super::queue::{SequenceEvent, SequenceTask, Waiting};
+use super::sequence::{Drafter, ModelDrafter, Sequence};
+use super::step_room;
 use super::tenant_cap::TenantKv;
 use crate::kv::admission::{self as kv_admission, NoCache};
 use crate::kv::prefix_cache::{Found, PrefixCache};
 use crate::kv::{KvBlocks, KvError, SharedBlock};
-use crate::model::SequenceChunk;
+use crate::model::{Scratch, SequenceChunk};
 use crate::speculate::{Ngram, Speculation};
 use crate::structured::mask_rows;
 
@@ -60,6 +61,8 @@ pub(super) struct Group<B: Backend> {
     last_run: Instant,
     /// Whether its sequences speculate, and how.
     speculation: Speculation,
+    /// The draft model's activation buffers (made on its first draft).
+    draft_scratch: Option<Scratch<B>>,
 }
 
 impl<B: Backend> Group<B> {
@@ -74,6 +77,7 @@ impl<B: Backend> Group<B> {
             active: Vec::new(),
             last_run: since,
             speculation,
+            draft_scratch: None,
         }
     }
 
@@ -86,12 +90,33 @@ impl<B: Backend> Group<B> {
     /// Drafts each decoding sequence's tokens for the next step when
     /// `allowed` (see `speculate`), within `rows` rows of the step for
     /// this group's decoding sequences; clears last step's drafts otherwise.
-    pub(super) fn draft(&mut self, allowed: bool, rows: usize) {
+    /// Drafts come from prompt lookup and, where the checkpoint has one,
+    /// its draft model (`Speculation` says which).
+    pub(super) fn draft(
+        &mut self,
+        allowed: bool,
+        rows: usize,
+        backend: &B,
+        blocks: &Arc<KvBlocks<B>>,
+    ) {
         let decoding = self.active.iter().filter(|s| s.is_decoding()).count();
         let room = (rows / decoding.max(1)).saturating_sub(1);
-        let drafter = Ngram::default();
+        let draft_model = (self.checkpoint.draft.as_ref())
+            .filter(|_| allowed && self.speculation.uses_draft_model());
+        let model = draft_model.map(|draft| ModelDrafter {
+            backend,
+            model: &draft.model,
+            blocks,
+            scratch: self
+                .draft_scratch
+                .get_or_insert_with(|| draft.model.new_scratch(backend)),
+        });
+        let mut drafter = Drafter {
+            ngram: self.speculation.looks_up().then(Ngram::default),
+            model,
+        };
         for sequence in &mut self.active {
-            sequence.draft(allowed, &drafter, room);
+            sequence.draft(allowed, &mut drafter, room);
         }
     }
 
@@ -187,13 +212,15 @@ impl<B: Backend> Group<B> {
         let checkpoint = &self.checkpoint;
         let model = &checkpoint.model;
         let mut prefix = prefix.filter(|_| checkpoint.caches_prompts);
+        // An embedding pools every prompt row, so it must compute them all
+        // (it may still evict cached blocks for room below).
         let found = match prefix.as_deref_mut() {
-            Some(cache) => cache.lookup(
+            Some(cache) if front.request.task == SequenceTask::Generate => cache.lookup(
                 checkpoint.cache_key(),
                 &front.request.cache_scope,
                 &front.request.prompt,
             ),
-            None => Found::none(),
+            _ => Found::none(),
         };
         let cached = found.prefix().positions(blocks.pool().block_positions());
         let mut made = kv_admission::make_cache(
@@ -327,12 +354,14 @@ impl<B: Backend> Group<B> {
     /// Takes the step's results: each sequence whose span reached its last
     /// token samples from the next row of `logits` (`vocab` floats each);
     /// one whose prompt is now all in its cache then hands its prompt
-    /// blocks to `prefix`.
+    /// blocks to `prefix`. Each embedding that ran takes the next row of
+    /// `pooled` (`hidden` floats each).
     pub(super) fn finish<'l>(
         &mut self,
         backend: &B,
         spans: Vec<Option<Range<usize>>>,
         logits: &mut impl Iterator<Item = &'l [f32]>,
+        pooled: &mut impl Iterator<Item = &'l [f32]>,
         mut prefix: Option<&mut PrefixCache<SharedBlock<B>>>,
     ) {
         let key = self.checkpoint.cache_key();
@@ -345,12 +374,13 @@ impl<B: Backend> Group<B> {
         // grammar masks of the step are computed together, in parallel,
         // before the serial sampling.
         let mut prompt_done = vec![false; self.active.len()];
+        let mut pooled_rows: Vec<Option<Option<&'l [f32]>>> = vec![None; self.active.len()];
         let rows: Vec<StepRows<'l>> = self
             .active
             .iter_mut()
             .zip(spans)
-            .zip(&mut prompt_done)
-            .map(|((sequence, span), done)| {
+            .zip(prompt_done.iter_mut().zip(&mut pooled_rows))
+            .map(|((sequence, span), (done, pooled_row))| {
                 let span = span?;
                 if sequence.is_decoding() && span.len() > 1 {
                     // A verify step: `accept_verified` sets how far it got.
@@ -361,6 +391,10 @@ impl<B: Backend> Group<B> {
                     );
                 }
                 sequence.processed = span.end;
+                if sequence.embeds() {
+                    *pooled_row = Some(pooled.next());
+                    return None;
+                }
                 let prompt_len = sequence.prompt().len();
                 *done = span.start < prompt_len && span.end >= prompt_len;
                 (span.end >= sequence.tokens.len())
@@ -380,15 +414,20 @@ impl<B: Backend> Group<B> {
         let keep: Vec<bool> = self
             .active
             .iter_mut()
-            .zip(rows)
-            .map(|(sequence, rows)| match rows {
-                None => true,
-                Some(Ok(rows)) if rows.len() > 1 => sequence.accept_verified(&rows),
-                Some(Ok(rows)) => match rows.first() {
+            .zip(rows.into_iter().zip(pooled_rows))
+            .map(|(sequence, (rows, pooled_row))| match (rows, pooled_row) {
+                (_, Some(Some(sum))) => sequence.accept_pooled(sum),
+                (_, Some(None)) => {
+                    sequence.fail("the forward pass returned fewer pooled rows than asked".into());
+                    false
+                }
+                (None, None) => true,
+                (Some(Ok(rows)), None) if rows.len() > 1 => sequence.accept_verified(&rows),
+                (Some(Ok(rows)), None) => match rows.first() {
                     Some(row) => sequence.accept_logits(row),
                     None => true,
                 },
-                Some(Err(ShortRows)) => {
+                (Some(Err(ShortRows)), None) => {
                     sequence.fail("the forward pass returned fewer logits rows than asked".into());
                     false
                 }
@@ -413,9 +452,10 @@ impl<B: Backend> Group<B> {
     }
 
     /// The tokens each sequence runs next step: one for each decoding
-    /// sequence, then prompt chunks in arrival order within the step budget.
-    /// While a tenant below its share has a prompt to run, only that
-    /// tenant's sequences run (`fair::step_for`).
+    /// sequence, then prompt chunks in arrival order within the step budget,
+    /// smaller while many rows decode (`step_room.rs`). While a tenant below
+    /// its share has a prompt to run, only that tenant's sequences run
+    /// (`fair::step_for`).
     pub(super) fn plan(&self, max_step_tokens: usize) -> Vec<Option<Range<usize>>> {
         let only = fair::step_for(self.active.iter().map(|s| (&s.share, s.is_decoding())));
         let runs = |i: usize| only.as_ref().is_none_or(|mask| mask.get(i) == Some(&true));
@@ -427,7 +467,7 @@ impl<B: Backend> Group<B> {
         // group's smaller share decodes plainly.
         let verify = drafted <= max_step_tokens.max(1);
         let decode_rows = if verify { drafted } else { plain };
-        let mut budget = max_step_tokens.max(1).saturating_sub(decode_rows);
+        let mut budget = step_room::prompt_room(max_step_tokens, decode_rows);
         self.active
             .iter()
             .enumerate()

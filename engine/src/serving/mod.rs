@@ -19,6 +19,7 @@
 //! - `group.rs`: one checkpoint's queue and batch;
 //! - `cache_use.rs`: each cache scope's use of the prompt cache, for the admin API;
 //! - `fair.rs`: which tenant's waiting request takes the next batch slot;
+//! - `step_room.rs`: how many prompt tokens a step runs beside its decode rows;
 //! - `tenant_cap.rs`: each tenant's part of the KV budget and of the queue;
 //! - `choice.rs`: which checkpoint runs next;
 //! - `table.rs`: the weight table a step reads;
@@ -35,6 +36,7 @@ mod fair;
 mod group;
 mod queue;
 mod sequence;
+mod step_room;
 mod table;
 mod tenant_cap;
 
@@ -49,7 +51,9 @@ pub use checkpoint::{
 };
 pub use choice::{choose, score, Claim};
 pub use executor::{Executor, ExecutorConfig, ExecutorPulse, NoObserver};
-pub use queue::{EventSink, SequenceEvent, SequenceRequest, SequenceToken, SubmitError};
+pub use queue::{
+    EventSink, SequenceEvent, SequenceRequest, SequenceTask, SequenceToken, SubmitError,
+};
 
 /// Hears what the executor thread does. Called on that thread: must not block.
 pub trait ExecutorObserver: Send + Sync {

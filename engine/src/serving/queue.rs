@@ -34,6 +34,20 @@ pub struct SequenceRequest {
     pub cache_scope: CacheScope,
     /// Whose request it is, for fair admission (`fair.rs`).
     pub share: TenantShare,
+    /// Generate tokens, or only read the prompt for its embedding.
+    pub task: SequenceTask,
+}
+
+/// What a sequence is run for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SequenceTask {
+    /// Sample tokens after the prompt.
+    #[default]
+    Generate,
+    /// Run the prompt only and report its mean-pooled, L2-normalised final
+    /// hidden state ([`SequenceEvent::Embedding`]); it reads and adds
+    /// nothing to the prompt cache, whose cached positions it would not see.
+    Embed,
 }
 
 /// One generated token as the executor reports it.
@@ -69,6 +83,15 @@ pub enum SequenceEvent {
     },
     /// The sequence failed; the message says why.
     Error(String),
+    /// An [`SequenceTask::Embed`] sequence's embedding: its prompt's final
+    /// hidden states (after the output norm) averaged over every token, then
+    /// scaled to unit length, as llama.cpp's server computes it.
+    Embedding {
+        /// `hidden_size` floats.
+        vector: Vec<f32>,
+        /// Tokens in the prompt.
+        prompt_tokens: usize,
+    },
 }
 
 /// Receives one sequence's events on the executor thread.

@@ -7,13 +7,31 @@ use std::time::Instant;
 use switchyard_kernels::Backend;
 use switchyard_seam::{CacheScope, TenantShare};
 
-use super::queue::{EventSink, SequenceEvent, SequenceRequest, SequenceToken};
-use crate::kv::{KvError, SequenceKv};
-use crate::model::{LogitRows, SequenceChunk};
+use std::sync::Arc;
+
+use super::queue::{EventSink, SequenceEvent, SequenceRequest, SequenceTask, SequenceToken};
+use crate::kv::{KvBlocks, KvError, SequenceKv};
+use crate::model::{LlamaModel, LogitRows, Scratch, SequenceChunk};
 use crate::sampling::{FinishReason, Sampler, StopChecker};
-use crate::speculate::{self, DraftControl, Ngram};
+use crate::speculate::{self, DraftControl, DraftRun, Ngram};
 use crate::structured::TokenMask;
 use crate::tokenizer::DecodeStream;
+
+/// Where a step's drafts come from (`Group::draft`).
+pub(super) struct Drafter<'a, B: Backend> {
+    /// Prompt lookup, tried first (it costs nothing).
+    pub(super) ngram: Option<Ngram>,
+    /// The checkpoint's draft model, when the lookup found nothing.
+    pub(super) model: Option<ModelDrafter<'a, B>>,
+}
+
+/// A draft model and what running it needs.
+pub(super) struct ModelDrafter<'a, B: Backend> {
+    pub(super) backend: &'a B,
+    pub(super) model: &'a LlamaModel<B>,
+    pub(super) blocks: &'a Arc<KvBlocks<B>>,
+    pub(super) scratch: &'a mut Scratch<B>,
+}
 
 /// An admitted sequence.
 pub(super) struct Sequence<B: Backend> {
@@ -42,11 +60,16 @@ pub(super) struct Sequence<B: Backend> {
     pub(super) cache_scope: CacheScope,
     /// Whose request it is, for fair admission.
     pub(super) share: TenantShare,
+    pub(super) task: SequenceTask,
+    /// An embedding's sum of the hidden states of the prompt rows run so far.
+    pooled: Vec<f64>,
     /// Its speculation's draft length and on/off; `None`: it never drafts.
     speculation: Option<DraftControl>,
     /// This step's verify rows: the last sampled token, then the drafted
     /// tokens after it (empty: no draft this step).
     verify: Vec<u32>,
+    /// Its tokens in the draft model's cache, while it drafts from one.
+    draft_run: Option<DraftRun<B>>,
     /// Tokens it may still generate (`max_tokens` less those generated).
     max_tokens: Option<usize>,
     /// Draft tokens verified and kept since the group last took them (metrics).
@@ -66,9 +89,12 @@ impl<B: Backend> Sequence<B> {
         cached_tokens: usize,
         speculation: Option<DraftControl>,
     ) -> Self {
+        // An embedding reads its prompt once and samples nothing to draft after.
+        let speculation = speculation.filter(|_| request.task != SequenceTask::Embed);
         Sequence {
             speculation,
             verify: Vec::new(),
+            draft_run: None,
             max_tokens: request.stop.max_tokens,
             drafted: 0,
             accepted: 0,
@@ -88,7 +114,40 @@ impl<B: Backend> Sequence<B> {
             constraint: request.constraint,
             cache_scope: request.cache_scope,
             share: request.share,
+            task: request.task,
+            pooled: Vec::new(),
         }
+    }
+
+    /// Whether it only reads its prompt for an embedding.
+    pub(super) fn embeds(&self) -> bool {
+        self.task == SequenceTask::Embed
+    }
+
+    /// Adds one step's pooled rows of an embedding (`sum`, from
+    /// [`crate::model::StepOutput::pooled`]); once the whole prompt is in
+    /// (`processed` already moved past this step's span), reports the mean
+    /// scaled to unit length. Returns whether the sequence goes on.
+    pub(super) fn accept_pooled(&mut self, sum: &[f32]) -> bool {
+        if self.pooled.is_empty() {
+            self.pooled = vec![0.0; sum.len()];
+        }
+        for (total, &value) in self.pooled.iter_mut().zip(sum) {
+            *total += f64::from(value);
+        }
+        if self.processed < self.prompt_len {
+            return true;
+        }
+        match crate::model::unit_mean(&self.pooled, self.prompt_len) {
+            Some(vector) => {
+                self.sink.send(SequenceEvent::Embedding {
+                    vector,
+                    prompt_tokens: self.prompt_len,
+                });
+            }
+            None => self.fail(crate::model::ModelError::DegenerateEmbedding.to_string()),
+        }
+        false
     }
 
     /// When the client wants the sequence finished, if it said.
@@ -114,9 +173,12 @@ impl<B: Backend> Sequence<B> {
     /// Drafts this step's tokens when `allowed` (the executor is not busy)
     /// and its controller wants some: at most `room` rows beyond its own,
     /// and never past its cache or its `max_tokens`. Clears last step's.
-    pub(super) fn draft(&mut self, allowed: bool, drafter: &Ngram, room: usize) {
+    /// The draft model's cache is given back while the sequence may not
+    /// draft (the executor is busy: the budget serves others first).
+    pub(super) fn draft(&mut self, allowed: bool, drafter: &mut Drafter<'_, B>, room: usize) {
         self.verify.clear();
         if !allowed || !self.is_decoding() {
+            self.draft_run = None;
             return;
         }
         let Some(control) = self.speculation.as_mut() else {
@@ -146,9 +208,54 @@ impl<B: Backend> Sequence<B> {
             return;
         };
         self.verify.push(last);
-        drafter.draft(&self.tokens, wanted, &mut self.verify);
+        if let Some(ngram) = &drafter.ngram {
+            ngram.draft(&self.tokens, wanted, &mut self.verify);
+        }
+        if self.verify.len() == 1 {
+            if let Some(model) = drafter.model.as_mut() {
+                self.draft_from_model(model, wanted);
+            }
+        }
         if self.verify.len() == 1 {
             self.verify.clear();
+        }
+    }
+
+    /// Appends up to `wanted` tokens of the draft model's greedy
+    /// continuation to `verify`. A cache the budget cannot hold now, or a
+    /// failed draft step, leaves the step without a draft: speculation is
+    /// an optimisation, never a reason to fail the sequence.
+    fn draft_from_model(&mut self, drafter: &mut ModelDrafter<'_, B>, wanted: usize) {
+        if self.draft_run.is_none() {
+            let made = DraftRun::new(
+                drafter.backend,
+                drafter.blocks,
+                drafter.model,
+                self.capacity,
+            );
+            match made {
+                Ok(run) => self.draft_run = Some(run),
+                Err(e) => {
+                    tracing::debug!("no draft model cache for a sequence: {e}");
+                    return;
+                }
+            }
+        }
+        let Some(run) = self.draft_run.as_mut() else {
+            return;
+        };
+        let drafted = run.draft(
+            drafter.backend,
+            drafter.model,
+            drafter.scratch,
+            &self.tokens,
+            wanted,
+            &mut self.verify,
+        );
+        if let Err(e) = drafted {
+            tracing::debug!("the draft model failed a step: {e}");
+            self.verify.truncate(1);
+            self.draft_run = None;
         }
     }
 
@@ -167,7 +274,11 @@ impl<B: Backend> Sequence<B> {
         span: Range<usize>,
     ) -> Result<SequenceChunk<'_>, KvError> {
         let verifying = self.is_decoding() && span.len() > 1;
-        let (tokens, logits) = if verifying {
+        let (tokens, logits) = if self.embeds() {
+            // `plan` keeps spans inside `tokens`; empty if it ever did not.
+            let tokens = self.tokens.get(span.clone()).unwrap_or_default();
+            (tokens, LogitRows::Pooled)
+        } else if verifying {
             let rows = self.verify.get(..span.len()).unwrap_or_default();
             (rows, LogitRows::All)
         } else {

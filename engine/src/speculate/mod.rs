@@ -1,5 +1,6 @@
-//! Speculative decoding without a draft model: tokens proposed from the
-//! sequence's own text, verified by the target model in one forward pass.
+//! Speculative decoding: tokens proposed from the sequence's own text or
+//! by a smaller draft model, verified by the target model in one forward
+//! pass.
 //!
 //! A decoding sequence normally runs one row per step. When its recent
 //! text has occurred before (a code edit, a quoted document, an answer
@@ -41,15 +42,24 @@
 //! no prompt waiting: `serving::group`): under load the extra rows would
 //! take compute from other sequences' tokens.
 //!
-//! - `ngram.rs`: the drafter;
+//! **Draft checkpoint.** A served model may have a draft model of the
+//! same tokenizer ([`DraftModel`], `--draft-model`): its greedy tokens are
+//! a second source of drafts, used when prompt lookup finds nothing
+//! (`ngram` mode) or alone (`draft` mode). Verification is the same, so
+//! the output does not depend on the source.
+//!
+//! - `ngram.rs`: the prompt-lookup drafter;
+//! - `draft_model.rs`: the draft checkpoint and a sequence's run through it;
 //! - `control.rs`: per-sequence draft length and on/off;
 //! - `verify.rs`: the acceptance loop.
 
 mod control;
+mod draft_model;
 mod ngram;
 mod verify;
 
 pub use control::DraftControl;
+pub use draft_model::{DraftError, DraftModel, DraftRun};
 pub use ngram::Ngram;
 pub use verify::{verify, Verdict};
 
@@ -78,8 +88,13 @@ pub fn drafts_pay(decoding: usize, prefilling: usize, waiting: usize) -> bool {
 pub enum Speculation {
     /// Plain decoding: one row per sequence per step.
     Off,
-    /// Drafts by prompt lookup ([`Ngram`]), at most `max_draft` tokens a step.
+    /// Drafts by prompt lookup ([`Ngram`]), at most `max_draft` tokens a
+    /// step; by the checkpoint's draft model, where it has one, when the
+    /// lookup finds nothing.
     Ngram { max_draft: usize },
+    /// Drafts by the checkpoint's draft model only ([`DraftModel`]; a
+    /// checkpoint without one decodes plainly).
+    Draft { max_draft: usize },
 }
 
 /// The default draft length bound (see `control.rs` for how a sequence's
@@ -95,7 +110,7 @@ impl Default for Speculation {
 }
 
 impl Speculation {
-    /// `mode` as the `--speculate` flag names it (`off`, `ngram`), with
+    /// `mode` as the `--speculate` flag names it (`off`, `ngram`, `draft`), with
     /// drafts of at most `max_draft` tokens (1 to [`MAX_DRAFT`]).
     pub fn parse(mode: &str, max_draft: usize) -> Result<Speculation, String> {
         if max_draft == 0 || max_draft > MAX_DRAFT {
@@ -106,8 +121,9 @@ impl Speculation {
         match mode {
             "off" => Ok(Speculation::Off),
             "ngram" => Ok(Speculation::Ngram { max_draft }),
+            "draft" => Ok(Speculation::Draft { max_draft }),
             other => Err(format!(
-                "unknown speculation mode {other:?}: use off or ngram"
+                "unknown speculation mode {other:?}: use off, ngram or draft"
             )),
         }
     }
@@ -116,8 +132,20 @@ impl Speculation {
     pub fn control(&self) -> Option<DraftControl> {
         match *self {
             Speculation::Off => None,
-            Speculation::Ngram { max_draft } => Some(DraftControl::new(max_draft)),
+            Speculation::Ngram { max_draft } | Speculation::Draft { max_draft } => {
+                Some(DraftControl::new(max_draft))
+            }
         }
+    }
+
+    /// Whether prompt lookup drafts.
+    pub fn looks_up(&self) -> bool {
+        matches!(self, Speculation::Ngram { .. })
+    }
+
+    /// Whether a checkpoint's draft model drafts (where it has one).
+    pub fn uses_draft_model(&self) -> bool {
+        !matches!(self, Speculation::Off)
     }
 }
 
@@ -132,9 +160,13 @@ mod tests {
             Speculation::parse("ngram", 5),
             Ok(Speculation::Ngram { max_draft: 5 })
         );
-        assert!(Speculation::parse("draft", 5)
+        assert_eq!(
+            Speculation::parse("draft", 5),
+            Ok(Speculation::Draft { max_draft: 5 })
+        );
+        assert!(Speculation::parse("lookup", 5)
             .unwrap_err()
-            .contains("off or ngram"));
+            .contains("off, ngram or draft"));
         assert!(Speculation::parse("ngram", 0).is_err());
         assert!(Speculation::parse("ngram", MAX_DRAFT + 1).is_err());
     }

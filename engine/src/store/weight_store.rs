@@ -142,25 +142,24 @@ fn intern<T, E>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use switchyard_kernels::cpu::CpuBackend;
-    use switchyard_kernels::WeightView;
+    use switchyard_kernels::{on_each_device, Backend, WeightView};
 
-    fn matrix(backend: &CpuBackend, values: &[f32]) -> switchyard_kernels::cpu::CpuMatrix {
+    fn matrix<B: Backend>(backend: &B, values: &[f32]) -> B::Matrix {
         let bytes = bytes::Bytes::copy_from_slice(bytemuck::cast_slice(values));
         backend
             .matrix(WeightView::new(DType::F32, 1, values.len(), bytes).unwrap())
             .unwrap()
     }
 
-    #[test]
-    fn identical_tensors_are_stored_once_and_freed_with_their_last_user() {
-        let backend = CpuBackend::new(1);
-        let store = WeightStore::<CpuBackend>::new();
+    fn identical_tensors_are_stored_once_and_freed_with_their_last_user<B: Backend>(
+        backend: Arc<B>,
+    ) {
+        let store = WeightStore::<B>::new();
         let a = [1.0f32, 2.0, 3.0, 4.0];
         let b = [1.0f32, 2.0, 3.0, 5.0];
         let key = |v: &[f32]| TensorKey::of(DType::F32, &[1, 4], bytemuck::cast_slice(v));
         let make = |v: &'static [f32; 4]| {
-            let backend = &backend;
+            let backend = &*backend;
             move || Ok::<_, ()>(matrix(backend, v))
         };
         static A: [f32; 4] = [1.0, 2.0, 3.0, 4.0];
@@ -187,6 +186,11 @@ mod tests {
         assert!(!reused);
         assert_eq!(again.bytes(), 16);
     }
+
+    on_each_device!(
+        identical_tensors_are_stored_once_and_freed_with_their_last_user,
+        threads = 1
+    );
 
     #[test]
     fn the_same_bytes_with_another_shape_are_another_tensor() {

@@ -123,7 +123,8 @@ pub fn layers(device: &CudaDevice) -> Check {
             stream.clone_htod(&positions)?,
             stream.clone_htod(&inv_freq)?,
         );
-        ops_layers::rope(device, &mut x_d, heads * hd, hd, &p_d, &f_d, style)?;
+        let (p_a, f_a) = (p_d.device_ptr(stream).0, f_d.device_ptr(stream).0);
+        ops_layers::rope(device, &mut x_d, heads * hd, hd, p_a, rows, f_a, style)?;
         ok &= verdict(
             op,
             "4x8x128",
@@ -260,9 +261,10 @@ fn attention(
                 k: &k_d,
                 v: &v_d,
                 pool: pool.device_ptr(stream).0,
-                block_tables: &tables_d,
-                row_seq: &seq_d,
-                row_pos: &pos_d,
+                block_tables: tables_d.device_ptr(stream).0,
+                row_seq: seq_d.device_ptr(stream).0,
+                row_pos: pos_d.device_ptr(stream).0,
+                rows,
                 out: &mut out,
             },
         )?;

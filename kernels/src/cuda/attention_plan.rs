@@ -18,7 +18,9 @@ pub struct PlanSeq<'a> {
 /// The launch's tables.
 #[derive(Debug, PartialEq, Eq)]
 pub struct AttentionPlan {
-    /// `seqs × max_blocks` block ids (unused entries 0: never read, as a
+    /// `seqs × max_blocks` block ids, `max_blocks` rounded up to a power
+    /// of two so that a step's tables keep their size (and a captured
+    /// step its layout) while sequences grow (unused entries 0: never read, as a
     /// row reads only its own positions' blocks).
     pub block_tables: Vec<i32>,
     pub max_blocks: usize,
@@ -53,7 +55,8 @@ pub fn plan(
         .map(|s| s.blocks.len())
         .max()
         .unwrap_or(0)
-        .max(1);
+        .max(1)
+        .next_power_of_two();
     let mut block_tables = vec![0i32; seqs.len() * max_blocks];
     let (mut row_seq, mut row_pos) = (Vec::with_capacity(rows), Vec::with_capacity(rows));
     for (i, s) in seqs.iter().enumerate() {
@@ -129,6 +132,22 @@ mod tests {
                 row_pos: vec![40, 0, 1, 2],
             }
         );
+    }
+
+    #[test]
+    fn the_table_width_is_a_power_of_two() {
+        let blocks = [1u32, 2, 3];
+        let p = plan(
+            1,
+            32,
+            &[PlanSeq {
+                blocks: &blocks,
+                rows: 0..1,
+                start_pos: 70,
+            }],
+        )
+        .unwrap();
+        assert_eq!((p.max_blocks, p.block_tables), (4, vec![1, 2, 3, 0]));
     }
 
     #[test]

@@ -1,11 +1,14 @@
 //! [`DeviceMemory`] over cudarc: device buffers of bytes on the device's
 //! stream. Host-to-device copies from pageable memory return once the
-//! source is staged; reads synchronize the stream before returning.
+//! source is staged; reads synchronize the stream before returning. Every
+//! call waits while another thread captures a graph on the stream
+//! ([`CaptureGate`]).
 
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 
+use super::capture_gate::CaptureGate;
 use super::error::driver;
 use super::memory::DeviceMemory;
 use super::CudaError;
@@ -13,11 +16,17 @@ use super::CudaError;
 #[derive(Clone)]
 pub struct CudaMemory {
     stream: Arc<CudaStream>,
+    gate: Arc<CaptureGate>,
 }
 
 impl CudaMemory {
     pub fn new(stream: Arc<CudaStream>) -> CudaMemory {
-        CudaMemory { stream }
+        CudaMemory::gated(stream, Arc::default())
+    }
+
+    /// Memory whose calls pass `gate` first (the backend's).
+    pub fn gated(stream: Arc<CudaStream>, gate: Arc<CaptureGate>) -> CudaMemory {
+        CudaMemory { stream, gate }
     }
 }
 
@@ -40,6 +49,7 @@ impl DeviceMemory for CudaMemory {
     type Buffer = CudaSlice<u8>;
 
     fn alloc(&self, bytes: usize) -> Result<CudaSlice<u8>, CudaError> {
+        let _pass = self.gate.pass();
         self.stream
             .alloc_zeros::<u8>(bytes.max(1))
             .map_err(|e| match e.0 {
@@ -53,6 +63,7 @@ impl DeviceMemory for CudaMemory {
 
     fn write(&self, buf: &mut CudaSlice<u8>, offset: usize, data: &[u8]) -> Result<(), CudaError> {
         let r = range(buf, offset, data.len())?;
+        let _pass = self.gate.pass();
         let mut view = buf.slice_mut(r);
         self.stream
             .memcpy_htod(data, &mut view)
@@ -61,6 +72,7 @@ impl DeviceMemory for CudaMemory {
 
     fn read(&self, buf: &CudaSlice<u8>, offset: usize, out: &mut [u8]) -> Result<(), CudaError> {
         let r = range(buf, offset, out.len())?;
+        let _pass = self.gate.pass();
         let view = buf.slice(r);
         self.stream
             .memcpy_dtoh(&view, out)
@@ -84,6 +96,7 @@ impl DeviceMemory for CudaMemory {
                 "copy of {len} bytes from {src} to {dst} overlaps itself"
             )));
         }
+        let _pass = self.gate.pass();
         let base = self.address(buf);
         // SAFETY: both ranges lie inside `buf` (checked) and do not
         // overlap; the copy is ordered on the buffer's stream.

@@ -25,6 +25,7 @@
 //! ```
 
 pub mod attention_plan;
+pub mod capture_gate;
 mod error;
 pub mod graph_cache;
 pub mod kernel_names;
@@ -34,6 +35,8 @@ pub mod memory;
 pub mod pointer_table;
 pub mod residency;
 pub mod sources;
+pub mod step_arena;
+pub mod step_graph;
 pub mod target;
 pub mod upload;
 pub mod weight_table;

@@ -142,18 +142,19 @@ pub fn matvec(
     Ok(())
 }
 
-/// Rows `tokens` of the `dtype` matrix (`cols` wide) at `slot`, decoded to
-/// f32 into `out` (`tokens.len() × cols`).
+/// Rows `tokens` (the device address of `n` u32) of the `dtype` matrix
+/// (`cols` wide) at `slot`, decoded to f32 into `out` (`n × cols`).
+#[allow(clippy::too_many_arguments)]
 pub fn embed(
     dev: &CudaDevice,
     table: u64,
     slot: u32,
     dtype: DType,
-    tokens: &CudaSlice<u32>,
+    tokens: u64,
+    n: usize,
     out: &mut CudaSlice<f32>,
     cols: usize,
 ) -> Result<(), CudaError> {
-    let n = tokens.len();
     if out.len() < n * cols {
         return Err(short("out", n * cols));
     }
@@ -163,7 +164,7 @@ pub fn embed(
     launch
         .arg(&table)
         .arg(&slot)
-        .arg(tokens)
+        .arg(&tokens)
         .arg(out)
         .arg(&n_arg)
         .arg(&cols_arg);

@@ -66,27 +66,38 @@ pub fn rms_norm_heads(
 }
 
 /// RoPE in place on `x` (`positions.len() × width`).
+///
+/// `positions` is the device address of `rows` u32 and `inv_freq` of
+/// `head_dim / 2` f32 (staged inputs: see `step_arena.rs`).
+#[allow(clippy::too_many_arguments)]
 pub fn rope(
     dev: &CudaDevice,
     x: &mut CudaSlice<f32>,
     width: usize,
     head_dim: usize,
-    positions: &CudaSlice<u32>,
-    inv_freq: &CudaSlice<f32>,
+    positions: u64,
+    rows: usize,
+    inv_freq: u64,
     style: RopeStyle,
 ) -> Result<(), CudaError> {
+    if x.len() < rows * width {
+        return Err(CudaError::Layout(format!(
+            "rope: {rows}×{width} in a buffer of {}",
+            x.len()
+        )));
+    }
     let f = dev.function(KernelModule::Rope, "sy_rope")?;
     let (w, d) = (i32_of(width)?, i32_of(head_dim)?);
     let neox = i32::from(style == RopeStyle::Neox);
-    let rows = positions.len();
     let mut l = dev.stream().launch_builder(&f);
     l.arg(x)
         .arg(&w)
         .arg(&d)
-        .arg(positions)
-        .arg(inv_freq)
+        .arg(&positions)
+        .arg(&inv_freq)
         .arg(&neox);
-    // SAFETY: x holds rows·width floats, inv_freq head_dim/2.
+    // SAFETY: x holds rows·width floats (checked); the caller staged rows
+    // positions and head_dim/2 frequencies at those addresses.
     unsafe { l.launch(launch_cfg(((width / 2).div_ceil(256), rows), 256)?) }
         .map_err(driver("sy_rope"))?;
     Ok(())
@@ -239,9 +250,12 @@ pub struct AttentionBuffers<'a> {
     /// The layer's KV blocks (`KvPool::layer_address`): written by the
     /// KV-write kernel, read by attention.
     pub pool: u64,
-    pub block_tables: &'a CudaSlice<i32>,
-    pub row_seq: &'a CudaSlice<i32>,
-    pub row_pos: &'a CudaSlice<i32>,
+    /// Device addresses of the plan's tables (`attention_plan.rs`), staged
+    /// for the step: `seqs × max_blocks`, then `rows` each.
+    pub block_tables: u64,
+    pub row_seq: u64,
+    pub row_pos: u64,
+    pub rows: usize,
     pub out: &'a mut CudaSlice<f32>,
 }
 
@@ -258,7 +272,7 @@ pub fn attention(
         CudaError::Layout(format!("no attention kernel for head size {head_dim}"))
     })?;
     let stream = dev.stream();
-    let rows = b.row_pos.len();
+    let rows = b.rows;
     let kv_width = usize::try_from(shape.n_kv_heads).unwrap_or(0) * head_dim;
     let heads = usize::try_from(shape.n_heads).unwrap_or(0);
     // Raw addresses: everything runs on the one stream, in order.
@@ -267,9 +281,9 @@ pub fn attention(
         k: b.k.device_ptr(stream).0,
         v: b.v.device_ptr(stream).0,
         pool: b.pool,
-        block_tables: b.block_tables.device_ptr(stream).0,
-        row_seq: b.row_seq.device_ptr(stream).0,
-        row_pos: b.row_pos.device_ptr(stream).0,
+        block_tables: b.block_tables,
+        row_seq: b.row_seq,
+        row_pos: b.row_pos,
         out: b.out.device_ptr(stream).0,
         ..shape
     };

@@ -16,6 +16,7 @@ use crate::measured::QualitySource;
 /// Sets every `quality_from` model's figures from `source` and rebuilds the tables
 /// routing reads them from. Idempotent: it starts from the declared figures each time.
 pub(crate) fn resolve(compiled: &mut CompiledPolicy, source: &dyn QualitySource) {
+    resolve_split_evals(compiled, source);
     let mut any = false;
     for model in &mut compiled.models {
         any |= resolve_model(model, source);
@@ -23,6 +24,44 @@ pub(crate) fn resolve(compiled: &mut CompiledPolicy, source: &dyn QualitySource)
     if any {
         compiled.tags = TagTable::new(&compiled.models);
         compiled.scan = ScanTable::new(&compiled.models);
+    }
+}
+
+/// Compares the stored evaluations of every rollback rule's arms on its `eval_suite`
+/// and notes on the split when the candidate's accuracy is below the baseline's by more
+/// than `max_eval_drop` (both measurements fresh; a missing or stale one decides nothing).
+fn resolve_split_evals(compiled: &mut CompiledPolicy, source: &dyn QualitySource) {
+    let models = &compiled.models;
+    for split in &mut compiled.splits {
+        let verdict = split.rollback().and_then(|rule| {
+            let eval = rule.eval.as_ref()?;
+            let measure = |arm: usize| {
+                let arm = split.arms.get(arm)?;
+                let model = models.get(arm.model)?;
+                let version = model.versions.get(arm.version)?;
+                let measured = source
+                    .measurement(&model.name, version, &eval.suite)
+                    .fresh()?;
+                Some((format!("{}@{version}", model.name), measured))
+            };
+            let (base_name, base) = measure(rule.baseline)?;
+            let (cand_name, cand) = measure(rule.candidate)?;
+            let drop = base.acc - cand.acc;
+            (drop > eval.max_drop).then(|| {
+                format!(
+                    "accuracy of arm `{}` ({cand_name}) on `{}` is {:.3} (n {}) against {:.3} (n {}) on `{}` ({base_name}): a drop of {drop:.3}, allowed {}",
+                    split.arms.get(rule.candidate).map_or("?", |a| &a.name),
+                    eval.suite,
+                    cand.acc,
+                    cand.n,
+                    base.acc,
+                    base.n,
+                    split.arms.get(rule.baseline).map_or("?", |a| &a.name),
+                    eval.max_drop
+                )
+            })
+        });
+        split.eval_verdict = verdict;
     }
 }
 
@@ -243,5 +282,36 @@ mod tests {
         let bad = format!("{src}quality_from = \"evals/geo.jsonl\"\n");
         let err = Policy::from_toml_str(&bad).unwrap_err().to_string();
         assert!(err.contains("names a suite by its name"), "{err}");
+    }
+
+    #[test]
+    fn a_split_rolls_back_when_the_candidates_stored_evaluation_drops() {
+        let src = format!(
+            "{POLICY}\n[[splits]]\nname = \"s\"\nmodel = \"small\"\narms = [{{ name = \"old\", target = \"small@1\", weight = 50 }}, {{ name = \"new\", target = \"small@2\", weight = 50 }}]\n[splits.rollback]\nbaseline = \"old\"\ncandidate = \"new\"\nwindow = \"5m\"\nmin_samples = 10\neval_suite = \"geo\"\nmax_eval_drop = 0.05\n"
+        );
+        let table = Table::default();
+        table.set("small@1/geo", fresh(0.60));
+        table.set("small@2/geo", fresh(0.57));
+        let policy = Policy::from_toml_str(&src).unwrap().resolve_quality(&table);
+        assert!(
+            !policy.rollback_monitor("s").unwrap().is_rolled_back(),
+            "0.03 is within 0.05"
+        );
+        // A missing record decides nothing.
+        let policy = Policy::from_toml_str(&src)
+            .unwrap()
+            .resolve_quality(&NoMeasurements);
+        assert!(!policy.rollback_monitor("s").unwrap().is_rolled_back());
+        table.set("small@2/geo", fresh(0.50));
+        let policy = Policy::from_toml_str(&src).unwrap().resolve_quality(&table);
+        let status = policy.rollback_monitor("s").unwrap().status();
+        let crate::RollbackState::RolledBack { signal, reason, .. } = status.state else {
+            panic!("not rolled back: {status:?}");
+        };
+        assert_eq!(signal, "eval");
+        assert_eq!(
+            reason,
+            "accuracy of arm `new` (small@2) on `geo` is 0.500 (n 200) against 0.600 (n 200) on `old` (small@1): a drop of 0.100, allowed 0.05"
+        );
     }
 }

@@ -52,6 +52,25 @@ pub struct RollbackRule {
     pub max_error_rate_increase: Option<f64>,
     /// Trip when candidate mean latency exceeds baseline mean latency times this.
     pub max_latency_ratio: Option<f64>,
+    /// Trip when the candidate's answers are less sure than the baseline's: their mean
+    /// token log-probability (nats) is lower by more than this, significantly.
+    pub max_confidence_drop: Option<f64>,
+    /// Trip when the candidate's client scores (`POST /v1/feedback`, 0..=1) average
+    /// lower than the baseline's by more than this, significantly.
+    pub max_feedback_drop: Option<f64>,
+    /// Trip when the candidate checkpoint's stored evaluation on a suite is below the
+    /// baseline checkpoint's by more than the margin.
+    pub eval: Option<EvalDrop>,
+}
+
+/// The evaluation part of a rollback rule: both arms' stored measurements on `suite`
+/// (`switchyard eval --save`) are compared whenever the policy reads measurements.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EvalDrop {
+    /// The suite's name (its file stem), as `quality_from` names one.
+    pub suite: String,
+    /// The largest accuracy drop allowed.
+    pub max_drop: f64,
 }
 
 /// A split of one model's traffic between arms.
@@ -70,6 +89,9 @@ pub struct Split {
     /// The hash state after the split's name (see [`stable_hash`]), computed once.
     salt: u64,
     rollback: Option<RollbackRule>,
+    /// Why the arms' stored evaluations call for a rollback (the rule's `eval` part, as
+    /// last resolved against the measurements); `None`: they do not, or are not known.
+    pub(crate) eval_verdict: Option<String>,
 }
 
 impl Split {
@@ -96,6 +118,7 @@ impl Split {
             arms,
             cumulative,
             rollback,
+            eval_verdict: None,
         }
     }
 

@@ -1,6 +1,14 @@
 //! The automatic rollback rule of a split at work: watch the new arm against the old one
 //! over a sliding window and, when it is clearly worse, pin all traffic to the old arm.
 //!
+//! "Worse" is read from operational signals (error rate, mean latency) and from quality
+//! signals: the answers' mean token log-probability (measured by the engine on every
+//! answer), the scores clients send (`POST /v1/feedback`), and the arms' stored
+//! evaluations on a suite. A quality signal trips the rule only when the candidate's mean
+//! is below the baseline's by more than the policy's margin *and* the gap is significant
+//! (the 95% interval of the difference, Welch's normal approximation, excludes zero), so
+//! a few unlucky answers do not roll a good version back.
+//!
 //! States: `Watching` → `RolledBack` (sticky until an operator resets it or the split is
 //! changed in the policy file). Outcomes are kept in ten time buckets per arm, so the
 //! window slides in steps of a tenth of its length.
@@ -12,6 +20,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 
 use crate::compiled::split::RollbackRule;
+use crate::feedback::{Mean, Running};
 use crate::metrics;
 
 const BUCKETS: usize = 10;
@@ -29,6 +38,10 @@ pub struct ArmStats {
     pub error_rate: f64,
     /// Mean latency in milliseconds (0 with no samples).
     pub mean_latency_ms: f64,
+    /// Mean token log-probability of the arm's answers, with its interval.
+    pub confidence: Option<Mean>,
+    /// Client scores of the arm's answers, with their interval.
+    pub feedback: Option<Mean>,
 }
 
 /// Where the rule stands.
@@ -39,6 +52,9 @@ pub enum RollbackState {
     Watching,
     /// Tripped: all traffic goes to the baseline arm.
     RolledBack {
+        /// The signal that tripped it: `errors`, `latency`, `confidence`, `feedback` or
+        /// `eval`.
+        signal: &'static str,
         /// Why it tripped, with the numbers.
         reason: String,
         /// When, in milliseconds since the Unix epoch.
@@ -65,6 +81,19 @@ struct Bucket {
     samples: u64,
     errors: u64,
     latency_ms_sum: f64,
+    confidence: Running,
+    feedback: Running,
+}
+
+/// One observation of an arm.
+#[derive(Debug, Clone, Copy)]
+enum Observation {
+    /// A finished request.
+    Outcome { succeeded: bool, latency_ms: f64 },
+    /// The mean token log-probability of an answer.
+    Confidence(f64),
+    /// A client's score of an answer.
+    Feedback(f64),
 }
 
 #[derive(Debug)]
@@ -125,6 +154,67 @@ impl RollbackMonitor {
 
     /// [`RollbackMonitor::record`] at a given instant (tests drive time with this).
     pub fn record_at(&self, arm: usize, succeeded: bool, latency_ms: f64, now: Instant) {
+        let latency_ms = if latency_ms.is_finite() {
+            latency_ms.max(0.0)
+        } else {
+            0.0
+        };
+        self.observe(
+            arm,
+            Observation::Outcome {
+                succeeded,
+                latency_ms,
+            },
+            now,
+        );
+    }
+
+    /// Records the mean token log-probability of an answer arm `arm` gave.
+    pub fn record_confidence(&self, arm: usize, mean_logprob: f64) {
+        self.record_confidence_at(arm, mean_logprob, Instant::now());
+    }
+
+    /// [`RollbackMonitor::record_confidence`] at a given instant.
+    pub fn record_confidence_at(&self, arm: usize, mean_logprob: f64, now: Instant) {
+        if mean_logprob.is_finite() {
+            self.observe(arm, Observation::Confidence(mean_logprob), now);
+        }
+    }
+
+    /// Records a client's score (0..=1) of an answer arm `arm` gave.
+    pub fn record_feedback(&self, arm: usize, score: f64) {
+        self.record_feedback_at(arm, score, Instant::now());
+    }
+
+    /// [`RollbackMonitor::record_feedback`] at a given instant.
+    pub fn record_feedback_at(&self, arm: usize, score: f64, now: Instant) {
+        if score.is_finite() {
+            self.observe(arm, Observation::Feedback(score), now);
+        }
+    }
+
+    /// Trips the rule for a reason found outside the window (the arms' stored
+    /// evaluations); no-op once tripped.
+    pub fn trip(&self, signal: &'static str, reason: String) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if matches!(s.state, RollbackState::Watching) {
+            self.trip_locked(&mut s, signal, reason);
+        }
+    }
+
+    fn trip_locked(&self, s: &mut MonitorState, signal: &'static str, reason: String) {
+        tracing::warn!(split = %self.split, signal, %reason, "rollback rule tripped; pinning traffic to the baseline arm");
+        s.state = RollbackState::RolledBack {
+            signal,
+            reason,
+            at_unix_ms: unix_ms(),
+        };
+        self.tripped.store(true, Ordering::Release);
+        metrics::rollback_state(&self.split, true);
+        metrics::rollback_tripped(&self.split, signal);
+    }
+
+    fn observe(&self, arm: usize, observation: Observation, now: Instant) {
         let which = if arm == self.rule.baseline {
             0
         } else if arm == self.rule.candidate {
@@ -144,24 +234,23 @@ impl RollbackMonitor {
                 ..Bucket::default()
             };
         }
-        bucket.samples += 1;
-        bucket.errors += u64::from(!succeeded);
-        bucket.latency_ms_sum += if latency_ms.is_finite() {
-            latency_ms.max(0.0)
-        } else {
-            0.0
-        };
+        match observation {
+            Observation::Outcome {
+                succeeded,
+                latency_ms,
+            } => {
+                bucket.samples += 1;
+                bucket.errors += u64::from(!succeeded);
+                bucket.latency_ms_sum += latency_ms;
+            }
+            Observation::Confidence(x) => bucket.confidence.add(x),
+            Observation::Feedback(x) => bucket.feedback.add(x),
+        }
         if matches!(s.state, RollbackState::Watching) {
             let base = stats(&s.buckets[0], slot, &self.arm_names[0]);
             let cand = stats(&s.buckets[1], slot, &self.arm_names[1]);
-            if let Some(reason) = self.verdict(&base, &cand) {
-                tracing::warn!(split = %self.split, %reason, "rollback rule tripped; pinning traffic to the baseline arm");
-                s.state = RollbackState::RolledBack {
-                    reason,
-                    at_unix_ms: unix_ms(),
-                };
-                self.tripped.store(true, Ordering::Release);
-                metrics::rollback_state(&self.split, true);
+            if let Some((signal, reason)) = self.verdict(&base, &cand) {
+                self.trip_locked(&mut s, signal, reason);
             }
         }
     }
@@ -198,42 +287,98 @@ impl RollbackMonitor {
         (now.saturating_duration_since(self.epoch).as_nanos() / width) as u64
     }
 
-    fn verdict(&self, base: &ArmStats, cand: &ArmStats) -> Option<String> {
+    fn verdict(&self, base: &ArmStats, cand: &ArmStats) -> Option<(&'static str, String)> {
         let min = u64::from(self.rule.min_samples);
+        if let Some(reason) = self.operational_verdict(base, cand, min) {
+            return Some(reason);
+        }
+        let quality = [
+            (
+                "confidence",
+                "mean token log-probability",
+                self.rule.max_confidence_drop,
+                base.confidence,
+                cand.confidence,
+            ),
+            (
+                "feedback",
+                "mean client score",
+                self.rule.max_feedback_drop,
+                base.feedback,
+                cand.feedback,
+            ),
+        ];
+        for (signal, what, margin, b, c) in quality {
+            let (Some(margin), Some(b), Some(c)) = (margin, b, c) else {
+                continue;
+            };
+            if b.n < min || c.n < min {
+                continue;
+            }
+            if let Some(drop) = significant_drop(&b, &c, margin) {
+                return Some((
+                    signal,
+                    format!(
+                        "{what} of arm `{}` is {:.3} against {:.3} on `{}` (a drop of {drop:.3}, allowed {margin}, significant at 95%) over {} and {} answers",
+                        cand.arm, c.mean, b.mean, base.arm, c.n, b.n
+                    ),
+                ));
+            }
+        }
+        None
+    }
+
+    fn operational_verdict(
+        &self,
+        base: &ArmStats,
+        cand: &ArmStats,
+        min: u64,
+    ) -> Option<(&'static str, String)> {
         if base.samples < min || cand.samples < min {
             return None;
         }
         if let Some(limit) = self.rule.max_error_rate_increase {
             if cand.error_rate - base.error_rate > limit {
-                return Some(format!(
+                return Some(("errors", format!(
                     "error rate of arm `{}` is {:.3} against {:.3} on `{}` (allowed increase {limit}) over {} and {} requests",
                     cand.arm, cand.error_rate, base.error_rate, base.arm, cand.samples, base.samples
-                ));
+                )));
             }
         }
         if let Some(ratio) = self.rule.max_latency_ratio {
             if cand.mean_latency_ms > base.mean_latency_ms * ratio {
-                return Some(format!(
+                return Some(("latency", format!(
                     "mean latency of arm `{}` is {:.1} ms against {:.1} ms on `{}` (allowed ratio {ratio}) over {} and {} requests",
                     cand.arm, cand.mean_latency_ms, base.mean_latency_ms, base.arm, cand.samples, base.samples
-                ));
+                )));
             }
         }
         None
     }
 }
 
+/// The drop from `base` to `cand` when it exceeds `margin` and the 95% interval of the
+/// difference (Welch, normal approximation) lies above zero.
+fn significant_drop(base: &Mean, cand: &Mean, margin: f64) -> Option<f64> {
+    let drop = base.mean - cand.mean;
+    let se = (base.std_error().powi(2) + cand.std_error().powi(2)).sqrt();
+    (drop > margin && drop - 1.96 * se > 0.0).then_some(drop)
+}
+
 /// Sums the buckets still inside the window ending at `slot`.
 fn stats(buckets: &[Bucket; BUCKETS], slot: u64, arm: &str) -> ArmStats {
     let oldest = slot.saturating_sub(BUCKETS as u64 - 1);
     let (mut samples, mut errors, mut latency) = (0u64, 0u64, 0.0f64);
+    let (mut confidence, mut feedback) = (Running::default(), Running::default());
     for b in buckets
         .iter()
-        .filter(|b| b.samples > 0 && b.slot >= oldest && b.slot <= slot)
+        .filter(|b| b.slot >= oldest && b.slot <= slot)
     {
         samples += b.samples;
         errors += b.errors;
         latency += b.latency_ms_sum;
+        confidence.merge(&b.confidence);
+        feedback.merge(&b.feedback);
     }
     let n = samples.max(1) as f64;
     ArmStats {
@@ -242,6 +387,8 @@ fn stats(buckets: &[Bucket; BUCKETS], slot: u64, arm: &str) -> ArmStats {
         errors,
         error_rate: errors as f64 / n,
         mean_latency_ms: latency / n,
+        confidence: confidence.mean(),
+        feedback: feedback.mean(),
     }
 }
 
@@ -268,6 +415,9 @@ mod tests {
                 min_samples,
                 max_error_rate_increase: Some(0.1),
                 max_latency_ratio: Some(2.0),
+                max_confidence_drop: Some(0.5),
+                max_feedback_drop: Some(0.2),
+                eval: None,
             },
         )
     }
@@ -317,5 +467,68 @@ mod tests {
         assert_eq!(m.status_at(later).baseline.samples, 0);
         m.record_at(2, false, 1.0, t);
         assert_eq!(m.status_at(t).candidate.samples, 50);
+    }
+
+    #[test]
+    fn trips_on_a_significant_confidence_drop_only() {
+        let m = monitor(5);
+        let t = Instant::now();
+        // A drop of 0.6 > 0.5, but noisy: the interval of the difference holds zero.
+        for i in 0..5 {
+            let spread = if i % 2 == 0 { 2.0 } else { -2.0 };
+            m.record_confidence_at(0, -1.0 + spread, t);
+            m.record_confidence_at(1, -1.6 - spread, t);
+        }
+        assert!(!m.is_rolled_back(), "{:?}", m.status_at(t));
+        // Steady answers: the same drop is significant.
+        let m = monitor(5);
+        for i in 0..5 {
+            let wobble = f64::from(i) * 0.01;
+            m.record_confidence_at(0, -1.0 - wobble, t);
+            m.record_confidence_at(1, -1.6 - wobble, t);
+        }
+        let status = m.status_at(t);
+        assert!(m.is_rolled_back(), "{status:?}");
+        let RollbackState::RolledBack { signal, reason, .. } = status.state else {
+            panic!("not rolled back");
+        };
+        assert_eq!(signal, "confidence");
+        assert!(reason.starts_with("mean token log-probability of arm `canary` is -1.620 against -1.020 on `stable` (a drop of 0.600"), "{reason}");
+        assert_eq!(status.candidate.confidence.map(|c| c.n), Some(5));
+        // No error-rate or latency samples were needed.
+        assert_eq!(status.candidate.samples, 0);
+    }
+
+    #[test]
+    fn trips_on_client_scores_past_the_margin() {
+        let m = monitor(4);
+        let t = Instant::now();
+        for _ in 0..4 {
+            m.record_feedback_at(0, 1.0, t);
+            m.record_feedback_at(1, 0.9, t);
+        }
+        assert!(!m.is_rolled_back(), "a drop of 0.1 is within 0.2");
+        for _ in 0..4 {
+            m.record_feedback_at(1, 0.0, t);
+        }
+        assert!(m.is_rolled_back());
+        assert!(matches!(
+            m.status_at(t).state,
+            RollbackState::RolledBack {
+                signal: "feedback",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn an_outside_reason_trips_once() {
+        let m = monitor(5);
+        m.trip("eval", "first".into());
+        m.trip("eval", "second".into());
+        let RollbackState::RolledBack { reason, .. } = m.status().state else {
+            panic!("not rolled back");
+        };
+        assert_eq!(reason, "first");
     }
 }

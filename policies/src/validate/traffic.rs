@@ -9,7 +9,7 @@ use toml::Spanned;
 use super::checks::{check_name, in_range, non_negative, positive, window_secs};
 use super::names::Names;
 use crate::compiled::model::{Fallback, Triggers};
-use crate::compiled::split::{Arm, RollbackRule, Split, Sticky};
+use crate::compiled::split::{Arm, EvalDrop, RollbackRule, Split, Sticky};
 use crate::error::Diagnostics;
 use crate::schema::{
     ArmEntry, FallbackEntry, RollbackEntry, SplitEntry, StickyEntry, TriggerEntry,
@@ -181,10 +181,30 @@ fn rollback(
     if let Some(l) = &r.max_latency_ratio {
         positive(l, &format!("split `{split}`: max_latency_ratio"), diags);
     }
-    if r.max_error_rate_increase.is_none() && r.max_latency_ratio.is_none() {
+    if let Some(d) = &r.max_confidence_drop {
+        positive(d, &format!("split `{split}`: max_confidence_drop"), diags);
+    }
+    if let Some(d) = &r.max_feedback_drop {
+        in_range(
+            d,
+            0.0,
+            1.0,
+            &format!("split `{split}`: max_feedback_drop"),
+            diags,
+        );
+    }
+    let eval = eval_drop(split, r, diags);
+    let rules = [
+        r.max_error_rate_increase.is_some(),
+        r.max_latency_ratio.is_some(),
+        r.max_confidence_drop.is_some(),
+        r.max_feedback_drop.is_some(),
+        r.max_eval_drop.is_some(),
+    ];
+    if !rules.contains(&true) {
         diags.at(
             r.baseline.span(),
-            format!("split `{split}`: a rollback rule needs max_error_rate_increase, max_latency_ratio or both"),
+            format!("split `{split}`: a rollback rule needs at least one of max_error_rate_increase, max_latency_ratio, max_confidence_drop, max_feedback_drop, max_eval_drop"),
         );
     }
     let (baseline, candidate) = (baseline?, candidate?);
@@ -195,7 +215,50 @@ fn rollback(
         min_samples: *r.min_samples.get_ref(),
         max_error_rate_increase: r.max_error_rate_increase.as_ref().map(|v| *v.get_ref()),
         max_latency_ratio: r.max_latency_ratio.as_ref().map(|v| *v.get_ref()),
+        max_confidence_drop: r.max_confidence_drop.as_ref().map(|v| *v.get_ref()),
+        max_feedback_drop: r.max_feedback_drop.as_ref().map(|v| *v.get_ref()),
+        eval,
     })
+}
+
+/// `eval_suite` and `max_eval_drop`: both or neither.
+fn eval_drop(split: &str, r: &RollbackEntry, diags: &mut Diagnostics) -> Option<EvalDrop> {
+    match (&r.eval_suite, &r.max_eval_drop) {
+        (Some(suite), Some(drop)) => {
+            in_range(
+                drop,
+                0.0,
+                1.0,
+                &format!("split `{split}`: max_eval_drop"),
+                diags,
+            );
+            if suite.get_ref().trim().is_empty() {
+                diags.at(
+                    suite.span(),
+                    format!("split `{split}`: eval_suite must name a suite"),
+                );
+            }
+            Some(EvalDrop {
+                suite: suite.get_ref().clone(),
+                max_drop: *drop.get_ref(),
+            })
+        }
+        (Some(suite), None) => {
+            diags.at(
+                suite.span(),
+                format!("split `{split}`: eval_suite needs max_eval_drop (the accuracy drop that rolls the candidate back)"),
+            );
+            None
+        }
+        (None, Some(drop)) => {
+            diags.at(
+                drop.span(),
+                format!("split `{split}`: max_eval_drop needs eval_suite (the suite both arms are measured on)"),
+            );
+            None
+        }
+        (None, None) => None,
+    }
 }
 
 pub(super) fn fallbacks(

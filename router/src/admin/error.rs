@@ -69,6 +69,14 @@ pub enum AdminApiError {
         /// What is wrong and what to send.
         message: String,
     },
+    /// A field of a JSON request body is missing or wrong.
+    #[error("`{param}`: {message}")]
+    BadBody {
+        /// The field.
+        param: String,
+        /// What is wrong and what to send.
+        message: String,
+    },
     /// The spend ledger could not be read.
     #[error("The spend ledger could not be read: {0}. Retry shortly.")]
     Ledger(String),
@@ -95,7 +103,9 @@ impl AdminApiError {
                 AdminErrorKind::Invalid => StatusCode::UNPROCESSABLE_ENTITY,
                 AdminErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             },
-            AdminApiError::BadQuery { .. } => StatusCode::BAD_REQUEST,
+            AdminApiError::BadQuery { .. } | AdminApiError::BadBody { .. } => {
+                StatusCode::BAD_REQUEST
+            }
             AdminApiError::Ledger(_) => StatusCode::SERVICE_UNAVAILABLE,
             AdminApiError::Task(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -117,7 +127,7 @@ impl AdminApiError {
                 AdminErrorKind::Invalid => "invalid_checkpoint",
                 AdminErrorKind::Unavailable => "unavailable",
             },
-            AdminApiError::BadQuery { .. } => "invalid_value",
+            AdminApiError::BadQuery { .. } | AdminApiError::BadBody { .. } => "invalid_value",
             AdminApiError::Ledger(_) => "ledger_unavailable",
             AdminApiError::Task(_) => "internal_error",
         }
@@ -129,6 +139,7 @@ impl From<AdminApiError> for ErrorReply {
         let reply = ErrorReply::new(error.status(), error.to_string(), error.code()).with_param(
             match &error {
                 AdminApiError::BadQuery { param, .. } => Some((*param).to_owned()),
+                AdminApiError::BadBody { param, .. } => Some(param.clone()),
                 _ => None,
             },
         );

@@ -13,6 +13,7 @@
 //! | `GET /admin/models`, `GET /admin/status` | [`ModelAdmin::models`], [`ModelAdmin::status`] |
 //! | `POST /admin/models/{model}/versions/{version}/load` (`unload`, `activate`) | lifecycle |
 //! | `POST /admin/models/{model}/rollback` | back to the previous active version |
+//! | `GET /admin/adapters`, `POST /admin/adapters`, `DELETE /admin/adapters/{name}` | LoRA adapters: list with their budget, register at run time (validated against the base), forget |
 //! | `GET /admin/activity` | swaps, steps, tokens, queue and batch sampled every 2 s over the last 10 minutes |
 //!
 //! Parts that were not configured (no policy, no model adapter) answer 404 saying what
@@ -20,6 +21,7 @@
 
 pub mod activity;
 pub mod activity_log;
+mod adapters;
 mod auth;
 pub mod console;
 mod error;
@@ -32,11 +34,11 @@ mod usage;
 use axum::extract::Request;
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{middleware, Router};
 
 pub use error::AdminApiError;
-pub use model_admin::{AdminError, AdminErrorKind, ModelAdmin};
+pub use model_admin::{AdapterRequest, AdminError, AdminErrorKind, ModelAdmin};
 pub use state::AdminState;
 
 /// The admin API's routes, behind bearer-token authentication, and the console's page.
@@ -59,6 +61,11 @@ pub fn admin_app(state: AdminState) -> Router {
             post(models::version_action),
         )
         .route("/admin/models/{model}/rollback", post(models::rollback))
+        .route(
+            "/admin/adapters",
+            get(adapters::list).post(adapters::register),
+        )
+        .route("/admin/adapters/{name}", delete(adapters::unregister))
         .route("/admin/activity", get(activity::show))
         .route("/admin/usage", get(usage::export))
         .fallback(not_found)

@@ -24,6 +24,40 @@ pub trait ModelAdmin: Send + Sync + 'static {
     fn cache(&self) -> serde_json::Value {
         serde_json::json!({"scopes": []})
     }
+    /// `GET /admin/adapters`: the LoRA adapters, resident or not, against their budget.
+    fn adapters(&self) -> serde_json::Value {
+        serde_json::json!({"adapters": []})
+    }
+    /// `POST /admin/adapters`: registers, loads and activates an adapter over a base.
+    fn register_adapter(&self, adapter: AdapterRequest) -> Result<serde_json::Value, AdminError> {
+        Err(no_adapters(&adapter.name))
+    }
+    /// `DELETE /admin/adapters/{name}`: forgets an adapter and all its versions.
+    fn unregister_adapter(&self, name: &str) -> Result<serde_json::Value, AdminError> {
+        Err(no_adapters(name))
+    }
+}
+
+/// `POST /admin/adapters`'s body, each field checked (see `admin::adapters`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdapterRequest {
+    /// The name requests give in `model`.
+    pub name: String,
+    /// The served base model it was trained for.
+    pub base: String,
+    /// A PEFT folder or a GGUF adapter file, on the server.
+    pub path: String,
+    /// Default `"1"`.
+    pub version: String,
+    /// Whether requests for `name` get this version at once (default true).
+    pub activate: bool,
+}
+
+fn no_adapters(name: &str) -> AdminError {
+    AdminError {
+        kind: AdminErrorKind::NotFound,
+        message: format!("this server does not serve LoRA adapters, so `{name}` cannot be changed"),
+    }
 }
 
 /// Why a model operation failed; `message` says what and what to do.

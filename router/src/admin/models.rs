@@ -11,7 +11,7 @@ use crate::admin::model_admin::{AdminError, ModelAdmin};
 use crate::admin::{AdminApiError, AdminState};
 
 /// Runs `op` on the blocking pool (model operations may take seconds).
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     models: Arc<dyn ModelAdmin>,
     op: impl FnOnce(&dyn ModelAdmin) -> T + Send + 'static,
 ) -> Result<T, AdminApiError> {
@@ -98,7 +98,9 @@ pub(crate) async fn rollback(
     respond(blocking(models, move |m| m.rollback(&model)).await)
 }
 
-fn respond(result: Result<Result<serde_json::Value, AdminError>, AdminApiError>) -> Response {
+pub(crate) fn respond(
+    result: Result<Result<serde_json::Value, AdminError>, AdminApiError>,
+) -> Response {
     match result {
         Ok(Ok(value)) => Json(value).into_response(),
         Ok(Err(error)) => AdminApiError::Model(error).into_response(),

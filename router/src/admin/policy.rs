@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use http::StatusCode;
 use serde_json::{json, Value};
-use switchyard_policies::{Policy, PolicyError, PolicyStore};
+use switchyard_policies::{Policy, PolicyError, PolicyStore, RollbackRule, Split};
 
 use crate::admin::{AdminApiError, AdminState};
 
@@ -117,11 +117,29 @@ pub(crate) fn summary(store: &PolicyStore) -> Value {
                 "target": target(&policy, a.model, a.version),
                 "weight": a.weight,
             })).collect::<Vec<_>>(),
+            "rollback": s.rollback().map(|r| rollback_rule(s, r)),
         })).collect::<Vec<_>>(),
         "rollback": policy.rollback_status(),
         // Client scores (`POST /v1/feedback`) and answer confidence, per checkpoint and
         // split arm: the arms' quality, beside their errors and latency.
         "quality_signals": store.feedback().signals(),
+    })
+}
+
+/// A split's rollback rule as the file gave it (arms by name).
+fn rollback_rule(split: &Split, rule: &RollbackRule) -> Value {
+    let arm = |i: usize| split.arms.get(i).map(|a| &*a.name);
+    json!({
+        "baseline": arm(rule.baseline),
+        "candidate": arm(rule.candidate),
+        "window_secs": rule.window.as_secs(),
+        "min_samples": rule.min_samples,
+        "max_error_rate_increase": rule.max_error_rate_increase,
+        "max_latency_ratio": rule.max_latency_ratio,
+        "max_confidence_drop": rule.max_confidence_drop,
+        "max_feedback_drop": rule.max_feedback_drop,
+        "eval_suite": rule.eval.as_ref().map(|e| &e.suite),
+        "max_eval_drop": rule.eval.as_ref().map(|e| e.max_drop),
     })
 }
 

@@ -152,7 +152,9 @@ fn parse_prompts(prompt: Option<Value>) -> Result<Vec<Prompt>, ApiError> {
         .collect()
 }
 
-fn parse_token_ids(param: &str, ids: &[Value]) -> Result<Vec<u32>, ApiError> {
+/// Token ids of `param`, each an integer in `u32`; none is an error naming the
+/// element at fault (shared with `embeddings.rs`).
+pub(crate) fn parse_token_ids(param: &str, ids: &[Value]) -> Result<Vec<u32>, ApiError> {
     if ids.is_empty() {
         return Err(invalid(
             param,

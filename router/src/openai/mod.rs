@@ -5,6 +5,7 @@ pub mod chat;
 pub mod chat_stream;
 pub mod completions;
 pub mod completions_stream;
+pub mod embeddings;
 pub mod extract;
 pub mod json_response;
 pub mod models;

@@ -20,7 +20,7 @@ use crate::error::ApiError;
 use crate::openai::chat::ValidatedChatRequest;
 use crate::openai::completions::ValidatedCompletionRequest;
 use crate::openai::extract::{parse_json_object, try_parse_json_object};
-use crate::openai::params::{check_fanout, ResponseMode};
+use crate::openai::params::check_fanout;
 use crate::openai::types::{ChatCompletionRequest, CompletionRequest};
 use crate::policy::{ParseLimits, RoutableRequest, RoutingFields};
 
@@ -47,7 +47,6 @@ impl RoutableRequest for ValidatedChatRequest {
             user: non_empty(self.params.user.as_deref()),
             prompt_tokens: chat_tokens(&self.messages),
             generations: self.params.n,
-            streams: self.mode != ResponseMode::Whole,
         }
     }
 }
@@ -71,7 +70,6 @@ impl RoutableRequest for ValidatedCompletionRequest {
             user: non_empty(self.params.user.as_deref()),
             prompt_tokens: self.prompts.iter().map(prompt_tokens).max().unwrap_or(0),
             generations: prompts.max(1).saturating_mul(self.params.n),
-            streams: self.mode != ResponseMode::Whole,
         }
     }
 }
@@ -129,7 +127,6 @@ mod tests {
                 user: None,
                 prompt_tokens: 3,
                 generations: 2,
-                streams: false,
             })
         );
     }

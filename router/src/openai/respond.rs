@@ -11,8 +11,7 @@ use crate::layers::request_id::request_id;
 use crate::layers::request_metrics::labelled_response;
 use crate::layers::timeout::Deadline;
 use crate::openai::params::{GenerationParams, ResponseMode};
-use crate::openai::tail::stream::{stream_response, ChunkFormat, StreamSettings};
-use crate::openai::tail::submit::submit;
+use crate::openai::tail::stream::{judged_stream, stream_response, ChunkFormat, StreamSettings};
 use crate::openai::tail::whole::{finish_whole, Finished};
 use crate::openai::unix_now;
 use crate::policy::RoutedRequest;
@@ -113,7 +112,8 @@ async fn run<A: Answer>(
     let created = unix_now();
     match *mode {
         ResponseMode::Stream { include_usage } => {
-            let choices = submit(state, routed, requested, &make, A::PROMPT_FIELD).await?;
+            let (events, total) =
+                judged_stream(state, routed, requested, &make, A::PROMPT_FIELD, params.n).await?;
             let head = Head {
                 id,
                 created,
@@ -126,7 +126,8 @@ async fn run<A: Answer>(
                 keep_alive: state.config().sse_keep_alive,
             };
             Ok(stream_response(
-                choices,
+                events,
+                total,
                 routed.clone(),
                 answer.chunks(head, include_usage),
                 settings,

@@ -3,11 +3,12 @@
 //! log-probabilities, measured in the engine) is below the threshold, the answer is
 //! dropped and the next model answers instead.
 //!
-//! Only whole-JSON answers are judged: a stream has sent its tokens before the verdict
-//! could be known, so streamed `auto` requests are answered by the first model and say
-//! so (`x-switchyard-cascade: not judged (stream)`). The deferred attempt is billed
-//! like any answer (its tokens were computed); the response's `usage` is the answer
-//! the client gets.
+//! A streamed request waits for the verdict: a step before the last runs to its end
+//! unseen, and the stream (headers included, so `x-switchyard-cascade` is known) starts
+//! once it is judged: the accepted answer's tokens are sent as they were generated, or
+//! the next model's as they come (`judged_stream` in `openai/tail/stream.rs`).
+//! The deferred attempt is billed like any answer (its tokens were computed); the
+//! response's `usage` is the answer the client gets.
 
 use switchyard_policies::{ModelHint, RouteRequest};
 use switchyard_seam::{TokenConfidence, Usage};
@@ -16,7 +17,7 @@ use crate::policy::routed::{label, RouteSummary, RoutedRequest};
 use crate::policy::routing::PolicyRouting;
 
 /// Counter: cascade verdicts by `model` (the checkpoint judged) and `outcome`
-/// (`accepted`, `deferred`, `unjudged` for streams).
+/// (`accepted`, `deferred`).
 pub const CASCADE_TOTAL: &str = "switchyard_cascade_total";
 
 /// When the current policy has a cascade and `request` is `auto`: the request as its
@@ -36,8 +37,8 @@ pub(crate) fn first_step(routing: &PolicyRouting, request: &RouteRequest) -> Opt
 }
 
 impl RoutedRequest {
-    /// Marks a request routed by [`first_step`]: its explanation and cascade header.
-    pub(crate) fn start_cascade(&self, streamed: bool) {
+    /// Marks a request routed by [`first_step`]: its explanation.
+    pub(crate) fn start_cascade(&self) {
         let Some(ticket) = self.ticket() else { return };
         let mut state = ticket.lock();
         let summary = &mut state.summary;
@@ -45,10 +46,26 @@ impl RoutedRequest {
             "cascade step 1 (auto with [cascade]): {}",
             summary.explanation
         );
-        if streamed {
-            summary.cascade = Some("not judged (stream): the first model answers".to_owned());
-            count(summary, "unjudged");
+    }
+
+    /// Whether the answer this request is routed to now will be judged: an `auto`
+    /// request on a cascade step before the last.
+    pub fn judged_in_cascade(&self) -> bool {
+        let Some(ticket) = self.ticket() else {
+            return false;
+        };
+        if ticket.request.model != ModelHint::Auto {
+            return false;
         }
+        let policy = ticket.routing.store().current();
+        let Some(cascade) = policy.cascade() else {
+            return false;
+        };
+        let model = ticket.lock().summary.model.clone();
+        policy
+            .model_index(&model)
+            .and_then(|current| cascade.next_after(current))
+            .is_some()
     }
 
     /// Judges a finished whole-JSON answer (`confidence`: the least confident choice's)

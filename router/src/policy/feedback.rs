@@ -53,10 +53,10 @@ impl RoutedRequest {
         let summary = &state.summary;
         let answer = Answer {
             checkpoint: summary.checkpoint().to_string(),
-            arm: summary
+            split_arm: summary
                 .split_arm
                 .as_ref()
-                .map(|(split, arm)| format!("{split}/{arm}")),
+                .map(|(split, arm)| (split.to_string(), arm.to_string())),
             tenant: summary.tenant.as_ref().map(|t| t.to_string()),
         };
         let confidence = summary.confidence.map(|c| f64::from(c.mean));
@@ -117,14 +117,23 @@ pub async fn feedback(
         .feedback()
         .score(request_id, tenant.as_deref(), body.score)
     {
-        Ok(answer) => Json(json!({
-            "object": "feedback",
-            "id": body.id,
-            "checkpoint": answer.checkpoint,
-            "arm": answer.arm,
-            "score": body.score,
-        }))
-        .into_response(),
+        Ok(answer) => {
+            // The score also counts for the split's rollback rule, if one watches the arm.
+            if let Some((split, arm)) = &answer.split_arm {
+                routing
+                    .store()
+                    .current()
+                    .record_arm_feedback(split, arm, body.score);
+            }
+            Json(json!({
+                "object": "feedback",
+                "id": body.id,
+                "checkpoint": answer.checkpoint,
+                "arm": answer.arm_label(),
+                "score": body.score,
+            }))
+            .into_response()
+        }
         Err(e @ FeedbackError::ScoreOutOfRange(_)) => error(
             StatusCode::BAD_REQUEST,
             e.to_string(),

@@ -208,7 +208,6 @@ fn parse_and_route<R: RoutableRequest>(
         Some(routing) => {
             let id = request_id(&parts.headers);
             let fields = request.routing_fields();
-            let streams = fields.streams;
             let route_request = build_route_request(&routing, &parts.headers, &id, fields)
                 .map_err(IntoResponse::into_response)?;
             let rate = rate_limit::admit(&routing, &route_request).map_err(rate_refusal)?;
@@ -229,7 +228,7 @@ fn parse_and_route<R: RoutableRequest>(
             };
             let routed = RoutedRequest::routed(routing, route_request, &id, route);
             if cascaded {
-                routed.start_cascade(streams);
+                routed.start_cascade();
             }
             (routed, rate)
         }

@@ -1,7 +1,7 @@
 //! The policy layer: routing each inference request through a
 //! [`switchyard_policies::PolicyStore`].
 //!
-//! For `/v1/chat/completions` and `/v1/completions` the [`PolicyLayer`]
+//! For `/v1/chat/completions`, `/v1/completions` and `/v1/embeddings` the [`PolicyLayer`]
 //! middleware
 //!
 //! 1. parses and validates the body into the endpoint's request type (a 400 naming the

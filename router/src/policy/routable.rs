@@ -46,8 +46,6 @@ pub struct RoutingFields {
     /// Generations the request fans out into (prompts × `n`), for the budget
     /// reservation.
     pub generations: u32,
-    /// Whether the answer is streamed (a cascade cannot judge it before it is sent).
-    pub streams: bool,
 }
 
 /// A request the policy layer validated, waiting in the request's extensions for its

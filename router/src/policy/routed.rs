@@ -289,12 +289,20 @@ impl RoutedRequest {
 
     fn settle(&self, usage: Usage, outcome: Option<bool>) {
         let Some(ticket) = self.ticket() else { return };
-        let Some(route) = ticket.lock().route.take() else {
+        let (route, confidence) = {
+            let mut state = ticket.lock();
+            (state.route.take(), state.summary.confidence)
+        };
+        let Some(route) = route else {
             return;
         };
         let latency_ms = ticket.started.elapsed().as_secs_f64() * 1000.0;
         match outcome {
             Some(succeeded) => {
+                // The answer's confidence is a quality signal for the split's rule.
+                if let (true, Some(confidence)) = (succeeded, confidence) {
+                    route.record_confidence(f64::from(confidence.mean));
+                }
                 route.finish(Completion {
                     usage,
                     succeeded,

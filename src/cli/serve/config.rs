@@ -7,6 +7,7 @@
 //! max_queue = 256
 //! max_step_tokens = 256
 //! ram_budget_mb = 2048      # resident tensors, shared ones counted once
+//! lora_budget_mb = 64       # resident LoRA adapters; LRU idle ones evicted past it
 //! # repo = "/models"        # a model repository instead of [[models]]
 //!
 //! [[models]]
@@ -15,6 +16,7 @@
 //! version = "1"             # optional: "1" by default
 //! chat_template = "gemma"   # optional: a known name, a Jinja file or "auto"
 //! ctx_size = 4096           # optional: the context window (default: the trained one)
+//! draft = "/models/small.gguf" # optional: a draft model of the same tokenizer
 //! ```
 
 use std::net::SocketAddr;
@@ -50,6 +52,8 @@ pub struct ServeFile {
     pub drain_seconds: Option<u64>,
     /// RAM for resident checkpoint tensors, in MiB.
     pub ram_budget_mb: Option<u64>,
+    /// MiB for resident LoRA adapters (see `--lora-budget-mb`).
+    pub lora_budget_mb: Option<u64>,
     /// A model repository folder to serve instead of `[[models]]`.
     pub repo: Option<PathBuf>,
     #[serde(default)]
@@ -94,6 +98,9 @@ pub struct ModelEntry {
     /// folder or a GGUF adapter); `parent` names the base model it is for.
     pub adapter: Option<PathBuf>,
     pub parent: Option<String>,
+    /// A smaller model of the same tokenizer that drafts tokens for this
+    /// one (speculative decoding).
+    pub draft: Option<PathBuf>,
 }
 
 impl ModelEntry {
@@ -113,6 +120,7 @@ impl ModelEntry {
                     .clone()
                     .unwrap_or_else(|| default_name(&self.path)),
             }),
+            draft: self.draft.clone(),
         }
     }
 
@@ -160,6 +168,7 @@ impl ModelEntry {
             ctx_size: base.ctx_size,
             adapter: Some(PathBuf::from(path)),
             parent: Some(base.served_name()),
+            draft: None,
         })
     }
 

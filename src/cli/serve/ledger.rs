@@ -40,14 +40,14 @@ impl LedgerFlags {
             let mut options = RedisOptions::new(store);
             options.fail_open = self.ledger_fail_open;
             let ledger = RedisLedger::new(options).map_err(anyhow::Error::msg)?;
-            eprintln!(
+            crate::cli::console::info(&format!(
                 "switchyard: spend ledger in Redis at {store} ({})",
                 if self.ledger_fail_open {
                     "fail open"
                 } else {
                     "fail closed"
                 }
-            );
+            ));
             return Ok(Arc::new(ledger));
         }
         if self.ledger_fail_open {
@@ -57,14 +57,14 @@ impl LedgerFlags {
         }
         match store {
             "memory" => {
-                eprintln!("switchyard: spend ledger in memory (forgotten on restart)");
+                crate::cli::console::info("switchyard: spend ledger in memory (forgotten on restart)");
                 Ok(Arc::new(MemoryLedger::new()))
             }
             "embedded" => {
                 let dir = self.state_dir.clone().unwrap_or_else(default_state_dir);
                 let ledger = EmbeddedLedger::open(&dir)
                     .with_context(|| "cannot open the spend ledger (--state-dir)")?;
-                eprintln!("switchyard: spend ledger in {}", ledger.path().display());
+                crate::cli::console::info(&format!("switchyard: spend ledger in {}", ledger.path().display()));
                 Ok(Arc::new(ledger))
             }
             other => anyhow::bail!(

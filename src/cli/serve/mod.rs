@@ -7,11 +7,14 @@
 //! SIGTERM/SIGINT, then drains in-flight requests for at most
 //! `--drain-seconds`.
 
+mod adapter_admin;
+mod admin_error;
 mod config;
 mod engine_metrics;
 #[cfg(test)]
 mod kv_type_tests;
 mod ledger;
+mod lora_metrics;
 mod model_admin;
 mod policy;
 mod pool_metrics;
@@ -28,6 +31,7 @@ use anyhow::Context;
 use switchyard_engine::kv::{default_budget, KvConfig};
 use switchyard_engine::registry::Registry;
 use switchyard_engine::serving::{Executor, ExecutorConfig};
+use switchyard_engine::speculate::Speculation;
 use switchyard_engine::Engine;
 use switchyard_kernels::kv::{check_block_positions, DEFAULT_BLOCK_POSITIONS};
 use switchyard_kernels::{Backend, KvType};
@@ -78,6 +82,12 @@ pub struct ServeArgs {
     /// most the model's trained context [default: the trained context].
     #[arg(long = "ctx-size")]
     pub ctx_sizes: Vec<usize>,
+    /// A draft model for the --model at the same position (repeat as
+    /// --model): a smaller GGUF file or Hugging Face folder of the same
+    /// tokenizer whose greedy tokens the model verifies (speculative
+    /// decoding, see --speculate; the output is the model's own).
+    #[arg(long = "draft-model", value_name = "PATH")]
+    pub draft_models: Vec<PathBuf>,
     /// An API key clients must send as `Authorization: Bearer KEY` on /v1/
     /// requests (repeat for several); for deployments without tenants (a
     /// --policy gives tenants their own keys). Probes and /metrics stay open.
@@ -94,6 +104,11 @@ pub struct ServeArgs {
     /// once); loading beyond it evicts idle non-active versions [default: no limit].
     #[arg(long)]
     pub ram_budget_mb: Option<u64>,
+    /// MiB for resident LoRA adapters (their A and B matrices): loading one
+    /// past it evicts the least recently used adapters no request is using;
+    /// a request for an evicted adapter loads it again [default: no limit].
+    #[arg(long)]
+    pub lora_budget_mb: Option<u64>,
     /// Where the kernels run: cpu, or cuda[:N] (GPU N; a build with
     /// `--features cuda`) [default: cpu].
     #[arg(long)]
@@ -125,7 +140,8 @@ pub struct ServeArgs {
     /// server answers 429 with Retry-After [default: 256].
     #[arg(long)]
     pub max_queue: Option<usize>,
-    /// Tokens one forward step runs at most (prompt chunks and decode rows) [default: 256].
+    /// Tokens one forward step runs at most (prompt chunks and decode rows) [default: 256];
+    /// from a sixteenth of it in decode rows, a step runs at most a quarter of it.
     #[arg(long)]
     pub max_step_tokens: Option<usize>,
     /// Turn off the prompt cache (on by default: full 32-token blocks of
@@ -175,6 +191,7 @@ struct Settings {
     max_queue: usize,
     drain: Duration,
     ram_budget: Option<u64>,
+    lora_budget: Option<u64>,
     repo: Option<PathBuf>,
     models: Vec<ModelEntry>,
 }
@@ -242,7 +259,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::from_std(listener)
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
         let address = listener.local_addr().unwrap_or(settings.listen);
-        eprintln!("switchyard: serving OpenAI-compatible API on http://{address}/v1");
+        crate::cli::console::info(&format!(
+            "switchyard: serving OpenAI-compatible API on http://{address}/v1"
+        ));
         let admin = policy
             .spawn_admin(Some(model_admin), settings.drain)
             .await?;
@@ -268,7 +287,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
         anyhow::Ok(())
     })?;
-    eprintln!("switchyard: stopped");
+    crate::cli::console::info("switchyard: stopped");
     Ok(())
 }
 
@@ -288,6 +307,7 @@ fn settings(args: ServeArgs) -> anyhow::Result<Settings> {
     for (flag, count) in [
         ("--chat-template", args.chat_templates.len()),
         ("--ctx-size", args.ctx_sizes.len()),
+        ("--draft-model", args.draft_models.len()),
     ] {
         if count > args.models.len().max(1) {
             anyhow::bail!(
@@ -308,6 +328,7 @@ fn settings(args: ServeArgs) -> anyhow::Result<Settings> {
             ctx_size: args.ctx_sizes.get(i).copied(),
             adapter: None,
             parent: None,
+            draft: args.draft_models.get(i).cloned(),
         })
         .collect();
     if models.is_empty() {
@@ -323,7 +344,15 @@ fn settings(args: ServeArgs) -> anyhow::Result<Settings> {
             ctx_size: args.ctx_sizes.first().copied(),
             adapter: None,
             parent: None,
+            draft: args.draft_models.first().cloned(),
         });
+    }
+    let speculation = args.speculate.speculation()?;
+    if matches!(speculation, Speculation::Draft { .. })
+        && repo.is_none()
+        && models.iter().all(|m| m.draft.is_none())
+    {
+        anyhow::bail!("--speculate draft needs a --draft-model (or a model entry's `draft`)");
     }
     for spec in &args.loras {
         let entry = ModelEntry::lora(spec, &models)?;
@@ -363,13 +392,17 @@ fn settings(args: ServeArgs) -> anyhow::Result<Settings> {
                 .max(1),
             prompt_cache: !args.no_prompt_cache,
             kv,
-            speculation: args.speculate.speculation()?,
+            speculation,
         },
         max_queue,
         drain: Duration::from_secs(args.drain_seconds.or(file.drain_seconds).unwrap_or(30)),
         ram_budget: args
             .ram_budget_mb
             .or(file.ram_budget_mb)
+            .map(|mb| mb.saturating_mul(1024 * 1024)),
+        lora_budget: args
+            .lora_budget_mb
+            .or(file.lora_budget_mb)
             .map(|mb| mb.saturating_mul(1024 * 1024)),
         repo,
         models,
@@ -409,11 +442,11 @@ fn default_model() -> anyhow::Result<PathBuf> {
         return Ok(cached);
     }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/fetch-model.sh");
-    eprintln!(
+    crate::cli::console::info(&format!(
         "switchyard: {} is missing; fetching it with {}",
         cached.display(),
         script.display()
-    );
+    ));
     let output = std::process::Command::new("bash")
         .arg(&script)
         .stderr(std::process::Stdio::inherit())
@@ -465,6 +498,9 @@ impl OnDevice for StartEngine<'_> {
         switchyard_router::metrics::add_scrape_source(Arc::new(pool_metrics::PoolMetrics::new(
             engine.clone(),
         )));
+        switchyard_router::metrics::add_scrape_source(Arc::new(lora_metrics::LoraMetrics::new(
+            engine.clone(),
+        )));
         let admin = Arc::new(model_admin::EngineAdmin::new(engine.clone(), repository));
         Ok((engine, admin))
     }
@@ -481,17 +517,18 @@ fn start_engine<B: Backend>(
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let kv = settings.executor.kv;
-    eprintln!(
+    crate::cli::console::info(&format!(
         "switchyard: {} backend; KV caches in {}, blocks of {} positions, budget {:.0} MiB",
         backend.name(),
         kv.dtype,
         kv.block_positions,
         kv.budget_bytes as f64 / (1024.0 * 1024.0)
-    );
+    ));
     let kv_format = switchyard_kernels::KvFormat::new(kv.dtype, kv.block_positions);
     let registry_metrics = RegistryMetrics::new();
     let registry = Arc::new(
         Registry::new(backend.clone(), settings.ram_budget)
+            .with_adapter_budget(settings.lora_budget)
             .with_kv_format(kv_format)
             .with_observer(registry_metrics.clone()),
     );
@@ -534,14 +571,14 @@ fn load_startup<B: Backend>(
         let (name, number) = (&version.model, &version.version);
         match registry.load(name, number) {
             Ok(report) => {
-                eprintln!(
+                crate::cli::console::info(&format!(
                     "switchyard: loaded `{name}@{number}` in {:.0} ms ({:.1} MB, {:.1} MB shared); \
                      chat template: {}",
                     report.elapsed.as_secs_f64() * 1e3,
                     report.bytes as f64 / 1e6,
                     report.shared_bytes as f64 / 1e6,
                     report.template
-                );
+                ));
                 if version.activate {
                     registry
                         .activate(name, number)
@@ -627,10 +664,10 @@ fn api_keys(args: &ServeArgs) -> anyhow::Result<Option<ApiKeyLayer>> {
             "--api-key is empty; give a key such as the output of `openssl rand -hex 16`"
         );
     }
-    eprintln!(
+    crate::cli::console::info(&format!(
         "switchyard: /v1/ requests need one of {} API key(s) (Authorization: Bearer KEY)",
         keys.len()
-    );
+    ));
     Ok(Some(ApiKeyLayer::new(keys)))
 }
 

@@ -5,11 +5,11 @@
 use std::sync::Arc;
 
 use serde_json::{json, Value};
-use switchyard_engine::registry::{RegistryError, RegistryErrorKind};
-use switchyard_router::admin::{AdminError, AdminErrorKind, ModelAdmin};
+use switchyard_router::admin::{AdapterRequest, AdminError, AdminErrorKind, ModelAdmin};
 
-use super::quality_gate;
+use super::admin_error::admin_error;
 use super::repository::RepositoryWatch;
+use super::{adapter_admin, quality_gate};
 use switchyard_engine::Engine;
 use switchyard_kernels::Backend;
 
@@ -24,19 +24,6 @@ pub struct EngineAdmin<B: Backend> {
 impl<B: Backend> EngineAdmin<B> {
     pub fn new(engine: Arc<Engine<B>>, repository: Option<RepositoryWatch>) -> Self {
         EngineAdmin { engine, repository }
-    }
-}
-
-fn admin_error(error: RegistryError) -> AdminError {
-    let kind = match error.kind {
-        RegistryErrorKind::NotFound => AdminErrorKind::NotFound,
-        RegistryErrorKind::Conflict => AdminErrorKind::Conflict,
-        RegistryErrorKind::Invalid => AdminErrorKind::Invalid,
-        RegistryErrorKind::Unavailable => AdminErrorKind::Unavailable,
-    };
-    AdminError {
-        kind,
-        message: error.message,
     }
 }
 
@@ -180,6 +167,18 @@ impl<B: Backend> ModelAdmin for EngineAdmin<B> {
             "previous_version": previous,
             "quality_gate": gate,
         }))
+    }
+
+    fn adapters(&self) -> Value {
+        adapter_admin::list(&self.engine)
+    }
+
+    fn register_adapter(&self, request: AdapterRequest) -> Result<Value, AdminError> {
+        adapter_admin::register(&self.engine, request)
+    }
+
+    fn unregister_adapter(&self, name: &str) -> Result<Value, AdminError> {
+        adapter_admin::unregister(&self.engine, name)
     }
 
     fn rollback(&self, model: &str) -> Result<Value, AdminError> {

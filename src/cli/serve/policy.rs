@@ -68,13 +68,13 @@ impl PolicySetup {
                 let watcher = store
                     .watch(WATCH_INTERVAL)
                     .with_context(|| format!("cannot watch the policy file {}", path.display()))?;
-                eprintln!(
+                crate::cli::console::info(&format!(
                     "switchyard: routing with policy {} ({} models, {} tenants, {} splits)",
                     path.display(),
                     store.current().models().len(),
                     store.current().tenants().len(),
                     store.current().splits().len()
-                );
+                ));
                 (Some(store), Some(watcher))
             }
             None => (None, None),
@@ -103,10 +103,10 @@ impl PolicySetup {
             (listen, token)
         });
         if admin.is_none() {
-            eprintln!(
+            crate::cli::console::warn(&format!(
                 "switchyard: admin API off (no admin token); set {ADMIN_TOKEN_ENV} or pass \
                  --admin-token (16 characters or more) to turn it on"
-            );
+            ));
         }
         if admin.is_none() && flags.admin_listen.is_some() {
             anyhow::bail!(
@@ -149,7 +149,7 @@ impl PolicySetup {
             .await
             .with_context(|| format!("cannot listen on {listen} for the admin API"))?;
         let address = listener.local_addr().unwrap_or(*listen);
-        eprintln!("switchyard: admin API on http://{address}/admin");
+        crate::cli::console::info(&format!("switchyard: admin API on http://{address}/admin"));
         let state = AdminState::new(token.clone(), self.store.clone(), models);
         Ok(Some(tokio::spawn(serve_with_drain_deadline(
             listener,

@@ -300,6 +300,10 @@ mod tests {
             last_error: None,
             family: None,
             quant_mix: None,
+            parent: None,
+            adapter: None,
+            adapter_bytes: None,
+            evicted: false,
         }
     }
 

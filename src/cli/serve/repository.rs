@@ -1,4 +1,5 @@
-//! Serving from a model repository (`REPO/<model>/<version>/`): which
+//! Serving from a model repository (`REPO/<model>/<version>/`, adapters in
+//! `REPO/<model>/adapters/<name>/<version>/`): which
 //! versions to load at startup, and a rescan before each admin load so
 //! that versions published later can be loaded without a restart.
 
@@ -7,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use switchyard_engine::registry::Registry;
 use switchyard_engine::repository::ModelRepository;
-use switchyard_engine::serving::CheckpointOptions;
+use switchyard_engine::serving::{AdapterSource, CheckpointOptions};
 use switchyard_kernels::Backend;
 
 /// A repository folder the server serves from.
@@ -56,6 +57,19 @@ impl RepositoryWatch {
                     version: version.version.clone(),
                     activate: default.as_deref() == Some(version.version.as_str()),
                 });
+            }
+        }
+        // Each adapter's newest version is preloaded and active; the older
+        // ones load through the admin API (`.../versions/V/load`).
+        for model in &repository.models {
+            for adapter in &model.adapters {
+                if let Some(latest) = adapter.latest() {
+                    startup.push(StartupVersion {
+                        model: adapter.name.clone(),
+                        version: latest.version.clone(),
+                        activate: true,
+                    });
+                }
             }
         }
         if startup.is_empty() {
@@ -108,14 +122,27 @@ impl RepositoryWatch {
             for version in &model.versions {
                 registry.register(&model.name, &version.version, &version.path, &model.aliases);
             }
-            registry.configure(
-                &model.name,
-                CheckpointOptions {
-                    chat_template: model.chat_template.clone(),
-                    ctx_size: model.ctx_size,
-                    adapter: None,
-                },
-            );
+            let options = CheckpointOptions {
+                chat_template: model.chat_template.clone(),
+                ctx_size: model.ctx_size,
+                adapter: None,
+                draft: None,
+            };
+            registry.configure(&model.name, options.clone());
+            // Adapters serve over the model's default version, with its options.
+            let Some(base) = model.default_version() else {
+                continue;
+            };
+            for adapter in &model.adapters {
+                for version in &adapter.versions {
+                    let source = AdapterSource {
+                        path: version.path.clone(),
+                        parent: model.name.clone(),
+                    };
+                    registry.register_adapter(&adapter.name, &version.version, &base.path, source);
+                }
+                registry.configure(&adapter.name, options.clone());
+            }
         }
     }
 }

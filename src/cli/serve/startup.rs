@@ -49,14 +49,15 @@ impl StartupProblems {
             return Ok(Vec::new());
         }
         if allow_partial && !self.fatal {
-            eprintln!(
+            let mut text = format!(
                 "switchyard: warning: starting without what these {} problem(s) cost \
                  (--allow-partial-start); GET /ready lists them:",
                 self.items.len()
             );
             for item in &self.items {
-                eprintln!("  - {item}");
+                let _ = write!(text, "\n  - {item}");
             }
+            crate::cli::console::warn(&text);
             return Ok(self.items);
         }
         let mut text = format!(

@@ -151,6 +151,25 @@ class Reference:
     def forward(self, tokens: list[int], from_row: int = 0) -> np.ndarray:
         """Appends `tokens` to the sequence; returns logits for each of them
         from row `from_row` on (a 262k vocabulary makes every row costly)."""
+        h = self.hidden(tokens, from_row)
+        head = "output.weight" if "output.weight" in self.w else "token_embd.weight"
+        logits = self.linear(h, head)
+        if self.c.final_softcap:
+            logits = self.c.final_softcap * np.tanh(logits / self.c.final_softcap)
+        return logits
+
+    def embedding(self, tokens: list[int]) -> np.ndarray:
+        """`tokens`' embedding as `POST /v1/embeddings` defines it (llama.cpp's
+        server): the mean of the final hidden states after the output norm,
+        scaled to unit length. Resets the sequence first."""
+        self.reset()
+        mean = self.hidden(tokens).mean(axis=0)
+        return mean / np.linalg.norm(mean)
+
+    def hidden(self, tokens: list[int], from_row: int = 0) -> np.ndarray:
+        """Appends `tokens` to the sequence; returns the final hidden states
+        after the output norm (what the output projection reads) from row
+        `from_row` on."""
         c = self.c
         start = self.k_cache[0].shape[0]
         n = len(tokens)
@@ -218,12 +237,7 @@ class Reference:
             if c.post_norms:
                 out = self.rms_norm(out, p + "post_ffw_norm.weight")
             x = x + out
-        h = self.rms_norm(x[from_row:], "output_norm.weight")
-        head = "output.weight" if "output.weight" in self.w else "token_embd.weight"
-        logits = self.linear(h, head)
-        if c.final_softcap:
-            logits = c.final_softcap * np.tanh(logits / c.final_softcap)
-        return logits
+        return self.rms_norm(x[from_row:], "output_norm.weight")
 
     def greedy(self, prompt: list[int], steps: int) -> tuple[np.ndarray, list[int]]:
         """Prefills `prompt`, then decodes `steps` tokens greedily (EOS ignored).

@@ -3,8 +3,11 @@
 
 use super::super::attention_plan::{plan, PlanSeq};
 use super::super::ops_layers::{self, AttentionBuffers, AttentionParams};
+use super::super::step_arena::bytes_of_i32;
+use super::super::step_graph::Launch;
+use super::step::{kind, op};
 use super::tensors::{CudaActivations, CudaKvStore};
-use super::{device_err, driver_err, CudaBackend};
+use super::{device_err, CudaBackend};
 use crate::kv::{BlockTable, KV_UNIT};
 use crate::{AttentionRows, AttentionShape, KernelError};
 
@@ -91,17 +94,12 @@ impl CudaBackend {
             })
             .collect();
         let plan = plan(rows, KV_UNIT, &plan_seqs)?;
-        let stream = self.dev.stream();
-        let upload = |v: &[i32]| {
-            stream
-                .clone_htod(v)
-                .map_err(driver_err("cuMemcpyHtoD (attention tables)"))
-        };
-        let (block_tables, row_seq, row_pos) = (
-            upload(&plan.block_tables)?,
-            upload(&plan.row_seq)?,
-            upload(&plan.row_pos)?,
-        );
+        // Staged: the row tables are the same for every layer of the step
+        // (shared), and a unit table that did not change since the last
+        // step is not copied again.
+        let block_tables = self.stage(&bytes_of_i32(&plan.block_tables), kind::BLOCK_TABLES)?;
+        let row_seq = self.stage(&bytes_of_i32(&plan.row_seq), kind::ROW_SEQ)?;
+        let row_pos = self.stage(&bytes_of_i32(&plan.row_pos), kind::ROW_POS)?;
         let int = |n: usize| i32::try_from(n).map_err(|_| shape_err(format!("{n} exceeds i32")));
         let params = AttentionParams {
             max_blocks: int(plan.max_blocks)?,
@@ -114,6 +112,30 @@ impl CudaBackend {
             softcap: shape.softcap.unwrap_or(0.0),
             ..AttentionParams::default()
         };
+        let pool = tables.pool.address();
+        let sig = [
+            op::ATTENTION,
+            self.addr(q.buf()?),
+            self.addr(k.buf()?),
+            self.addr(v.buf()?),
+            self.addr(out.buf()?),
+            pool,
+            block_tables.addr,
+            row_seq.addr,
+            row_pos.addr,
+            rows as u64,
+            params.max_blocks as u64,
+            params.n_heads as u64,
+            params.n_kv_heads as u64,
+            params.head_dim as u64,
+            params.window as u64,
+            u64::from(params.scale.to_bits()),
+            u64::from(params.softcap.to_bits()),
+        ];
+        let entered = self.enter(&sig)?;
+        if entered.launch == Launch::Skip {
+            return Ok(());
+        }
         ops_layers::attention(
             &self.dev,
             params,
@@ -121,10 +143,11 @@ impl CudaBackend {
                 q: q.buf()?,
                 k: k.buf()?,
                 v: v.buf()?,
-                pool: tables.pool.address(),
-                block_tables: &block_tables,
-                row_seq: &row_seq,
-                row_pos: &row_pos,
+                pool,
+                block_tables: block_tables.addr,
+                row_seq: row_seq.addr,
+                row_pos: row_pos.addr,
+                rows,
                 out: out.buf_mut()?,
             },
         )

@@ -7,23 +7,34 @@
 //! decode the weights to F16 and multiply with cuBLAS. Keys and values
 //! live in the engine's blocks, each a run of 32-position device units
 //! ([`super::kv_units`]), attended through the engine's block tables.
-//! Everything runs in order on the device's one stream; only
+//! Everything runs in order on the device's one stream (cudarc's
+//! per-buffer events are off: a capture must not wait on them); only
 //! [`Backend::host_rows`](crate::Backend::host_rows) waits for it.
 //!
+//! A step the engine opens with a key is captured as a CUDA graph at its
+//! key's second step and replayed after (`step.rs`, `step_graph.rs`): the
+//! small inputs of every call are staged at fixed places of one device
+//! arena, so a replay only copies what changed and launches the graph.
+//!
 //! Files: `tensors.rs` (the trait's types), `ops_impl.rs` (the trait),
-//! `products.rs` (matmuls: decode or prefill), `attend.rs` (attention).
+//! `products.rs` (matmuls: decode or prefill), `attend.rs` (attention),
+//! `step.rs` (graphs and the step arena).
 
 mod attend;
 mod ops_impl;
 mod products;
 mod scratch;
+mod step;
+mod step_state;
 mod tensors;
 
-use std::sync::Mutex;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
 
 use cudarc::cublas::CudaBlas;
 
 use super::buffer::CudaMemory;
+use super::capture_gate::CaptureGate;
 use super::device::{open, CudaDevice};
 use super::weight_table::{WeightTable, DEFAULT_SLOTS};
 use super::CudaError;
@@ -59,13 +70,24 @@ pub struct CudaBackend {
     /// weights and activations for cuBLAS), held for a whole
     /// `matmul_many`: the backend's only lock.
     scratch: Mutex<scratch::Scratch>,
+    /// Graphs, the step arena, the current step's mode.
+    step: Mutex<step_state::StepState>,
+    /// Holds other threads' stream work back during a capture.
+    gate: Arc<CaptureGate>,
+    /// Whether a capture is open (on the thread that holds the gate).
+    capturing: AtomicBool,
 }
 
 impl CudaBackend {
     /// Opens GPU `config.ordinal`, or says in one line why it cannot.
     pub fn open(config: CudaConfig) -> Result<CudaBackend, CudaError> {
         let dev = open(config.ordinal)?;
-        let memory = CudaMemory::new(dev.stream().clone());
+        // SAFETY: everything of the backend runs on its one stream, in
+        // order, so cudarc's cross-stream events are not needed; buffers
+        // made from now on record none (a capture must not wait on them).
+        unsafe { dev.context().disable_event_tracking() };
+        let gate = Arc::new(CaptureGate::default());
+        let memory = CudaMemory::gated(dev.stream().clone(), Arc::clone(&gate));
         let weights = WeightTable::new(memory.clone(), config.weight_slots)?;
         let blas = CudaBlas::new(dev.stream().clone()).map_err(|e| CudaError::Driver {
             op: "cublasCreate",
@@ -77,6 +99,9 @@ impl CudaBackend {
             weights,
             blas,
             scratch: Mutex::new(scratch::Scratch::default()),
+            step: Mutex::new(step_state::StepState::default()),
+            gate,
+            capturing: AtomicBool::new(false),
         })
     }
 

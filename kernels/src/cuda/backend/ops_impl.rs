@@ -9,13 +9,16 @@ use super::super::kernel_names;
 use super::super::memory::DeviceMemory;
 use super::super::ops;
 use super::super::ops_layers::{self, Elementwise};
+use super::super::step_arena::{bytes_of, bytes_of_f32};
+use super::super::step_graph::Launch;
 use super::products::Product;
+use super::step::{kind, op};
 use super::tensors::{CudaActivations, CudaKvStore, CudaMatrix, CudaVector};
 use super::{device_err, driver_err, CudaBackend};
 use crate::kv::{BlockId, KvBlockShape};
 use crate::{
     AttentionRows, AttentionShape, Backend, KernelError, KvFormat, MatmulInput, MatmulProduct,
-    RopeStyle, WeightView,
+    RopeStyle, StepKey, WeightView,
 };
 
 fn mismatch(op: &'static str, detail: String) -> KernelError {
@@ -35,6 +38,9 @@ fn same_shape(
 
 impl CudaBackend {
     fn alloc_f32(&self, len: usize) -> Result<CudaSlice<f32>, String> {
+        let Some(_pass) = self.outside_capture("an activation allocation", None) else {
+            return Err("an activation allocated inside a captured step".into());
+        };
         self.dev
             .stream()
             .alloc_zeros::<f32>(len.max(1))
@@ -45,10 +51,29 @@ impl CudaBackend {
         if x.len() == 0 {
             return Ok(());
         }
+        let (which, arg) = match &op {
+            Elementwise::SiluMul(y) => (1, self.addr(y)),
+            Elementwise::GeluMul(y) => (2, self.addr(y)),
+            Elementwise::Add(y) => (3, self.addr(y)),
+            Elementwise::Scale(f) => (4, u64::from(f.to_bits())),
+            Elementwise::Softcap(f) => (5, u64::from(f.to_bits())),
+        };
+        let sig = [
+            op::ELEMENTWISE,
+            which,
+            self.addr(x.buf()?),
+            arg,
+            x.len() as u64,
+        ];
+        let entered = self.enter(&sig)?;
+        if entered.launch == Launch::Skip {
+            return Ok(());
+        }
         ops_layers::elementwise(&self.dev, x.buf_mut()?, op).map_err(device_err)
     }
 
     fn upload<T: cudarc::driver::DeviceRepr>(&self, v: &[T]) -> Result<CudaSlice<T>, KernelError> {
+        let _pass = self.gate.pass();
         self.dev
             .stream()
             .clone_htod(v)
@@ -77,8 +102,9 @@ impl Backend for CudaBackend {
             .insert(self.memory.address(&buf))
             .map_err(device_err)?;
         Ok(CudaMatrix {
-            slot,
-            buf,
+            slot: std::mem::ManuallyDrop::new(slot),
+            buf: std::mem::ManuallyDrop::new(buf),
+            gate: std::sync::Arc::clone(&self.gate),
             dtype: weight.dtype,
             rows: weight.rows,
             cols: weight.cols,
@@ -100,6 +126,7 @@ impl Backend for CudaBackend {
     }
 
     fn host_rows<'a>(&self, x: &'a CudaActivations, staging: &'a mut Vec<f32>) -> &'a [f32] {
+        let _pass = self.gate.pass();
         let n = x.len();
         staging.clear();
         staging.resize(n, f32::NAN);
@@ -121,11 +148,30 @@ impl Backend for CudaBackend {
 
     fn resize(&self, x: &mut CudaActivations, rows: usize, cols: usize) {
         if rows * cols != x.len() || x.buf.is_err() {
-            x.buf = Err(String::new()); // free before allocating
-            x.buf = self.alloc_f32(rows * cols);
+            // Free before allocating, outside any capture.
+            let old = std::mem::replace(&mut x.buf, Err(String::new())).ok();
+            x.buf = match self.outside_capture("an activation reallocation", old) {
+                Some(pass) => {
+                    drop(pass);
+                    self.alloc_f32(rows * cols)
+                }
+                None => Err("an activation reallocated inside a captured step".into()),
+            };
         }
         x.rows = rows;
         x.cols = cols;
+    }
+
+    fn begin_step(&self, key: Option<StepKey>) {
+        self.begin(key);
+    }
+
+    fn end_step(&self) -> Result<(), KernelError> {
+        self.end()
+    }
+
+    fn abort_step(&self) {
+        self.abort();
     }
 
     fn kv_store(&self, format: KvFormat, budget_bytes: usize) -> Result<CudaKvStore, KernelError> {
@@ -189,14 +235,29 @@ impl Backend for CudaBackend {
         if tokens.is_empty() {
             return Ok(());
         }
-        let ids = self.upload(tokens)?;
-        let (table_addr, cols) = (self.weights.address(), table.cols);
+        let ids = self.stage(&bytes_of(tokens), kind::TOKENS)?;
+        let (table_addr, cols, n) = (self.weights.address(), table.cols, tokens.len());
+        let sig = [
+            op::EMBED,
+            table_addr,
+            u64::from(table.slot()),
+            u64::from(table.dtype.ggml_id()),
+            ids.addr,
+            n as u64,
+            self.addr(out.buf()?),
+            cols as u64,
+        ];
+        let entered = self.enter(&sig)?;
+        if entered.launch == Launch::Skip {
+            return Ok(());
+        }
         ops::embed(
             &self.dev,
             table_addr,
             table.slot(),
             table.dtype,
-            &ids,
+            ids.addr,
+            n,
             out.buf_mut()?,
             cols,
         )
@@ -221,6 +282,19 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         let (rows, cols) = (x.rows, x.cols);
+        let sig = [
+            op::RMS_NORM,
+            self.addr(x.buf()?),
+            self.addr(&weight.buf),
+            u64::from(eps.to_bits()),
+            self.addr(out.buf()?),
+            rows as u64,
+            cols as u64,
+        ];
+        let entered = self.enter(&sig)?;
+        if entered.launch == Launch::Skip {
+            return Ok(());
+        }
         ops_layers::rms_norm(
             &self.dev,
             x.buf()?,
@@ -315,10 +389,34 @@ impl Backend for CudaBackend {
         if x.len() == 0 {
             return Ok(());
         }
-        let (pos, freq) = (self.upload(positions)?, self.upload(inv_freq)?);
-        let width = x.cols;
-        ops_layers::rope(&self.dev, x.buf_mut()?, width, head_dim, &pos, &freq, style)
-            .map_err(device_err)
+        let pos = self.stage(&bytes_of(positions), kind::POSITIONS)?;
+        let freq = self.stage(&bytes_of_f32(inv_freq), kind::FREQUENCIES)?;
+        let (width, rows) = (x.cols, x.rows);
+        let sig = [
+            op::ROPE,
+            self.addr(x.buf()?),
+            width as u64,
+            head_dim as u64,
+            pos.addr,
+            rows as u64,
+            freq.addr,
+            u64::from(style == RopeStyle::Neox),
+        ];
+        let entered = self.enter(&sig)?;
+        if entered.launch == Launch::Skip {
+            return Ok(());
+        }
+        ops_layers::rope(
+            &self.dev,
+            x.buf_mut()?,
+            width,
+            head_dim,
+            pos.addr,
+            rows,
+            freq.addr,
+            style,
+        )
+        .map_err(device_err)
     }
 
     fn attention(
@@ -378,6 +476,19 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         let (rows, heads) = (x.rows, x.cols / head_dim);
+        let sig = [
+            op::RMS_NORM_HEADS,
+            self.addr(x.buf()?),
+            self.addr(&weight.buf),
+            u64::from(eps.to_bits()),
+            rows as u64,
+            heads as u64,
+            head_dim as u64,
+        ];
+        let entered = self.enter(&sig)?;
+        if entered.launch == Launch::Skip {
+            return Ok(());
+        }
         ops_layers::rms_norm_heads(
             &self.dev,
             x.buf_mut()?,
@@ -418,6 +529,17 @@ impl Backend for CudaBackend {
             ));
         }
         if rows.is_empty() || cols == 0 {
+            return Ok(());
+        }
+        let float = std::mem::size_of::<f32>() as u64;
+        let sig = [
+            op::COPY_ROWS,
+            self.addr(src.buf()?) + (rows.start * cols) as u64 * float,
+            self.addr(dst.buf()?) + (dst_row * cols) as u64 * float,
+            (rows.len() * cols) as u64,
+        ];
+        let entered = self.enter(&sig)?;
+        if entered.launch == Launch::Skip {
             return Ok(());
         }
         let from = src.buf()?.slice(rows.start * cols..rows.end * cols);

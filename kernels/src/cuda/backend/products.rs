@@ -14,7 +14,9 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr,
 use super::super::memory::DeviceMemory;
 use super::super::ops::{self, MatvecInput};
 use super::super::ops_layers;
+use super::super::step_graph::Launch;
 use super::scratch::Scratch;
+use super::step::op;
 use super::tensors::{CudaActivations, CudaMatrix, CudaVector};
 use super::{device_err, driver_err, poisoned, CudaBackend};
 use crate::{DType, KernelError};
@@ -27,11 +29,17 @@ use crate::{DType, KernelError};
 pub const DECODE_MAX_ROWS: usize = 32;
 
 fn grow<'a, T: DeviceRepr + ValidAsZeroBits>(
+    backend: &CudaBackend,
     stream: &Arc<CudaStream>,
     slot: &'a mut Option<CudaSlice<T>>,
     len: usize,
 ) -> Result<&'a mut CudaSlice<T>, KernelError> {
     if slot.as_ref().is_none_or(|b| b.len() < len) {
+        let Some(_pass) = backend.outside_capture("a scratch allocation", None) else {
+            return Err(KernelError::StepDiverged(
+                "the matmul scratch must grow inside a capture".into(),
+            ));
+        };
         *slot = None; // free the old one first
         *slot = Some(
             stream
@@ -86,14 +94,28 @@ impl CudaBackend {
         if x.rows == 0 || products.is_empty() {
             return Ok(());
         }
+        // Held to the last launch (the biases), so that no capture of
+        // another thread begins among them.
+        let _pass = self.gate.pass();
         let mut scratch = self
             .scratch
             .lock()
             .map_err(|_| poisoned("matmul scratch"))?;
-        if x.rows <= DECODE_MAX_ROWS {
-            self.decode(x, products, &mut scratch)?;
+        let launch = if x.rows <= DECODE_MAX_ROWS {
+            self.decode(x, products, &mut scratch)?
         } else {
+            if !self.eager() {
+                // cuBLAS would allocate its workspace inside the capture.
+                return Err(KernelError::StepDiverged(format!(
+                    "{} rows go through cuBLAS, which is not captured",
+                    x.rows
+                )));
+            }
             self.prefill(x, products, &mut scratch)?;
+            Launch::Run
+        };
+        if launch == Launch::Skip {
+            return Ok(());
         }
         for p in products.iter_mut() {
             if let Some(bias) = p.bias {
@@ -104,12 +126,14 @@ impl CudaBackend {
         Ok(())
     }
 
+    /// The decode products, or their launches skipped (a replay: the
+    /// signature covers the quantization, the products and their biases).
     fn decode(
         &self,
         x: &CudaActivations,
         products: &mut [Product<'_>],
         scratch: &mut Scratch,
-    ) -> Result<(), KernelError> {
+    ) -> Result<Launch, KernelError> {
         let (n, k) = (x.rows, x.cols);
         let xs = x.buf()?;
         let stream = self.dev.stream();
@@ -121,8 +145,29 @@ impl CudaBackend {
                     detail: format!("quantized weights of rows of {k}, not whole blocks of 32"),
                 });
             }
-            let q = grow(stream, &mut scratch.q, n * k)?;
-            let ds = grow(stream, &mut scratch.ds, n * k / 16)?;
+            grow(self, stream, &mut scratch.q, n * k)?;
+            grow(self, stream, &mut scratch.ds, n * k / 16)?;
+        }
+        let mut sig = vec![op::MATMUL, self.addr(xs), n as u64, k as u64];
+        if quantized {
+            let (q, ds) = (scratch.q.as_ref(), scratch.ds.as_ref());
+            sig.push(q.map_or(0, |b| self.addr(b)));
+            sig.push(ds.map_or(0, |b| self.addr(b)));
+        }
+        for p in products.iter() {
+            sig.extend([
+                u64::from(p.w.slot()),
+                u64::from(p.w.dtype.ggml_id()),
+                self.addr(p.out.buf()?),
+                p.w.rows as u64,
+                u64::from(p.accumulate),
+                p.bias.map_or(0, |b| self.addr(&b.buf)),
+            ]);
+        }
+        if self.enter(&sig)?.launch == Launch::Skip {
+            return Ok(Launch::Skip);
+        }
+        if let (true, Some(q), Some(ds)) = (quantized, scratch.q.as_mut(), scratch.ds.as_mut()) {
             ops::quantize_q8_1(&self.dev, xs, n, k, q, ds).map_err(device_err)?;
         }
         for p in products.iter_mut() {
@@ -147,7 +192,7 @@ impl CudaBackend {
             )
             .map_err(device_err)?;
         }
-        Ok(())
+        Ok(Launch::Run)
     }
 
     fn prefill(
@@ -161,7 +206,7 @@ impl CudaBackend {
         let stream = self.dev.stream();
         let halves = products.iter().any(|p| p.w.dtype != DType::F32);
         if halves {
-            let x16 = grow(stream, &mut scratch.x16, n * k)?;
+            let x16 = grow(self, stream, &mut scratch.x16, n * k)?;
             ops_layers::to_f16(&self.dev, xs, x16, n * k).map_err(device_err)?;
         }
         for p in products.iter_mut() {
@@ -178,7 +223,7 @@ impl CudaBackend {
                     cudaDataType_t::CUDA_R_16F,
                 ),
                 _ => {
-                    let w16 = grow(stream, &mut scratch.w16, rows * k)?;
+                    let w16 = grow(self, stream, &mut scratch.w16, rows * k)?;
                     let table = self.weights.address();
                     ops::dequant_f16(&self.dev, table, p.w.slot(), dtype, w16, rows, k)
                         .map_err(device_err)?;

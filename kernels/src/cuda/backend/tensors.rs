@@ -1,21 +1,38 @@
 //! The types [`CudaBackend`](super::CudaBackend) gives the backend trait.
 
+use std::mem::ManuallyDrop;
+use std::sync::Arc;
+
 use cudarc::driver::CudaSlice;
 
 use super::super::buffer::CudaMemory;
+use super::super::capture_gate::CaptureGate;
 use super::super::kv_units::KvUnits;
 use super::super::weight_table::WeightSlot;
 use crate::{DType, KernelError};
 
 /// A weight matrix on the device, in its checkpoint's block layout, with
-/// its slot in the weight table. Fields drop in order: the slot (its entry
-/// zeroed) before the memory it named.
+/// its slot in the weight table. Dropped (on whichever thread unloads it)
+/// through the capture gate: the slot (its entry zeroed) first, then the
+/// memory it named, neither inside another thread's capture.
 pub struct CudaMatrix {
-    pub(super) slot: WeightSlot<CudaMemory>,
-    pub(super) buf: CudaSlice<u8>,
+    pub(super) slot: ManuallyDrop<WeightSlot<CudaMemory>>,
+    pub(super) buf: ManuallyDrop<CudaSlice<u8>>,
+    pub(super) gate: Arc<CaptureGate>,
     pub(super) dtype: DType,
     pub(super) rows: usize,
     pub(super) cols: usize,
+}
+
+impl Drop for CudaMatrix {
+    fn drop(&mut self) {
+        let _pass = self.gate.pass();
+        // SAFETY: each field is dropped once, here, and not used after.
+        unsafe {
+            ManuallyDrop::drop(&mut self.slot);
+            ManuallyDrop::drop(&mut self.buf);
+        }
+    }
 }
 
 impl CudaMatrix {

@@ -538,13 +538,31 @@
           { label: "Split" }, { label: "Model" }, { label: "Sticky" }, { label: "Arms" }, { label: "Rollback" },
         ], splitRows)
         : el("p", { class: "subtle" }, "No splits."));
+      parts.push(el("h3", {}, "Answer quality"));
+      const signals = p.quality_signals || [];
+      const meanCell = (m, digits) => ({ content: m ? `${m.mean.toFixed(digits)} [${m.ci95[0].toFixed(digits)}, ${m.ci95[1].toFixed(digits)}] (n ${m.n})` : "—" });
+      parts.push(signals.length
+        ? table("Per checkpoint and split arm: client scores (POST /v1/feedback) and the engine's confidence (mean token log-probability)", [
+          { label: "Checkpoint" }, { label: "Arm" }, { label: "Client score", num: true }, { label: "Confidence", num: true },
+        ], signals.map((q) => ({
+          cells: [q.checkpoint, q.arm || "—", meanCell(q.feedback, 2), meanCell(q.confidence, 2)],
+        })))
+        : el("p", { class: "subtle" }, "No answers recorded yet."));
       return parts;
     });
   }
 
+  /** `; NAME m [lo, hi] (n N)` for a quality signal's mean, or nothing without one. */
+  function quality(name, mean) {
+    if (!mean) return "";
+    const f = (x) => x.toFixed(2);
+    return `; ${name} ${f(mean.mean)} [${f(mean.ci95[0])}, ${f(mean.ci95[1])}] (n ${mean.n})`;
+  }
+
   function rollbackCell(split, rule) {
     const state = rule.state && rule.state.state;
-    const arm = (a) => `${a.arm}: ${a.samples} requests, ${(100 * a.error_rate).toFixed(1)}% errors, ${number(a.mean_latency_ms)} ms mean`;
+    const arm = (a) => `${a.arm}: ${a.samples} requests, ${(100 * a.error_rate).toFixed(1)}% errors, ${number(a.mean_latency_ms)} ms mean`
+      + quality("mean log-prob", a.confidence) + quality("client score", a.feedback);
     const id = `reset-${idPart(split)}`;
     return el("div", {},
       badge(state === "rolled_back" ? "rolled back" : "watching", state || "watching"),

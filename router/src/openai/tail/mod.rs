@@ -8,7 +8,8 @@
 //! - [`settle`]: the request's usage is tallied (each prompt once, every completion
 //!   token) and the route settled, once, whichever way the answer ends;
 //! - [`whole`] waits for every choice (with the cascade's and fallbacks' retries);
-//!   [`stream`] frames the choices' events as OpenAI's server-sent events.
+//!   [`stream`] frames the choices' events as OpenAI's server-sent events (under a
+//!   cascade, once the verdict is known: a judged answer is replayed).
 
 pub mod choice;
 pub mod settle;

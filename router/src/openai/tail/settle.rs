@@ -2,7 +2,7 @@
 //! answer ends.
 
 use crate::policy::RoutedRequest;
-use switchyard_seam::{GenerationEvent, Usage};
+use switchyard_seam::{GenerationEvent, TokenConfidence, Usage};
 
 /// Sums the usage of a request's choices the way OpenAI reports it: each
 /// prompt's tokens once (not once per choice), every completion token.
@@ -36,8 +36,9 @@ impl UsageTally {
     }
 }
 
-/// A streamed answer's end, seen event by event: tallies each choice's usage as it
-/// finishes and settles the route once: with the request's usage when the last choice
+/// A streamed answer's end, seen event by event: tallies each choice's usage and
+/// confidence as it finishes and settles the route once: with the request's usage (and
+/// the least sure choice's confidence, as whole answers note it) when the last choice
 /// is done, as a failure on an error event, and as a cancellation (tokens seen so far,
 /// the estimated prompt) when the answer stops any other way (the client left, the
 /// server's drain deadline passed).
@@ -46,7 +47,29 @@ pub struct Settlement {
     tally: UsageTally,
     remaining: u32,
     tokens_seen: u32,
+    confidence: Confidence,
     settled: bool,
+}
+
+/// The running least confidence of a streamed request's choices.
+#[derive(Debug, Clone, Copy)]
+enum Confidence {
+    Unseen,
+    Least(TokenConfidence),
+    /// Some choice measured none.
+    Unknown,
+}
+
+impl Confidence {
+    fn add(self, next: Option<TokenConfidence>) -> Confidence {
+        match (self, next) {
+            (Confidence::Unknown, _) | (_, None) => Confidence::Unknown,
+            (Confidence::Unseen, Some(c)) => Confidence::Least(c),
+            (Confidence::Least(least), Some(c)) => {
+                Confidence::Least(TokenConfidence::least(least, c))
+            }
+        }
+    }
 }
 
 impl Settlement {
@@ -57,6 +80,7 @@ impl Settlement {
             tally: UsageTally::new(n),
             remaining: choices,
             tokens_seen: 0,
+            confidence: Confidence::Unseen,
             settled: false,
         }
     }
@@ -69,11 +93,17 @@ impl Settlement {
         }
         match event {
             GenerationEvent::Token(_) => self.tokens_seen = self.tokens_seen.saturating_add(1),
-            GenerationEvent::Done { usage, .. } => {
+            GenerationEvent::Done {
+                usage, confidence, ..
+            } => {
                 self.tally.add(index, *usage);
+                self.confidence = self.confidence.add(*confidence);
                 self.remaining = self.remaining.saturating_sub(1);
                 if self.remaining == 0 {
                     self.settled = true;
+                    if let Confidence::Least(least) = self.confidence {
+                        self.routed.note_confidence(Some(least));
+                    }
                     let usage = self.tally.total();
                     self.routed.succeeded(usage);
                     return Some(usage);

@@ -2,6 +2,12 @@
 //! server-sent chunk stream, ending in `data: [DONE]`, and settles the route as the
 //! stream ends ([`Settlement`]).
 //!
+//! Under a `[cascade]` the stream waits for the verdict ([`judged_stream`]): a step
+//! before the last runs to its end unseen and is judged, and the stream (headers
+//! included, so `x-switchyard-cascade` is known) starts once it is: the accepted
+//! answer's tokens are replayed as they were generated, or the next model's streamed
+//! as they come.
+//!
 //! The SSE body owns the [`MergedEvents`], which own every generation
 //! stream: when the client goes away, hyper drops the body, and with it the
 //! receivers, which tells the engine to cancel.
@@ -16,10 +22,15 @@ use futures_util::stream::{self, StreamExt};
 use serde::Serialize;
 
 use crate::error::{sse_json_event, ApiError};
-use crate::openai::tail::choice::{merge, Choice, MergedEvents};
+use crate::openai::tail::choice::{merge, MergedEvents};
 use crate::openai::tail::settle::Settlement;
+use crate::openai::tail::submit::{submit, MakeRequests};
+use crate::openai::tail::whole::{finish_all, least_confidence, usage_of, Finished};
 use crate::policy::RoutedRequest;
-use switchyard_seam::{BackendError, FinishReason, GeneratedToken, GenerationEvent, Usage};
+use crate::state::AppState;
+use switchyard_seam::{
+    BackendError, FinishReason, GeneratedToken, GenerationEvent, ModelSpec, Usage,
+};
 
 /// How one endpoint shapes its chunks.
 pub trait ChunkFormat: Send + 'static {
@@ -142,20 +153,77 @@ impl<F: ChunkFormat> Driver<F> {
     }
 }
 
-/// The SSE response for `choices`, shaped by `format`; settles `routed` when it ends.
+/// The events of a streamed request and how many generations they hold: submitted
+/// (with the policy's fallbacks), and under a `[cascade]` judged before anything is
+/// sent: each step before the last runs to its end unseen; an accepted answer is
+/// replayed token by token, a deferred one dropped and the next model's streamed live.
+pub async fn judged_stream(
+    state: &AppState,
+    routed: &RoutedRequest,
+    requested_model: &ModelSpec,
+    make: MakeRequests<'_>,
+    prompt_field: &'static str,
+    n: u32,
+) -> Result<(MergedEvents, u32), ApiError> {
+    loop {
+        let choices = submit(state, routed, requested_model, make, prompt_field).await?;
+        let total = u32::try_from(choices.len()).unwrap_or(u32::MAX);
+        if !routed.judged_in_cascade() {
+            return Ok((merge(choices), total));
+        }
+        match finish_all(choices).await {
+            Ok(finished) => {
+                let usage = usage_of(&finished, n);
+                if routed.defer_in_cascade(least_confidence(&finished), usage) {
+                    continue;
+                }
+                return Ok((replay(finished), total));
+            }
+            Err(error) if routed.fall_back(&error) => continue,
+            Err(error) => {
+                routed.failed(&error, Usage::default());
+                return Err(ApiError::backend(error, prompt_field));
+            }
+        }
+    }
+}
+
+/// The events of generations that already ran to their end, as they came: each
+/// choice's tokens, then its `Done`, one choice after another.
+fn replay(finished: Vec<Finished>) -> MergedEvents {
+    stream::select_all(finished.into_iter().map(|f| {
+        let index = f.index;
+        let done = GenerationEvent::Done {
+            finish_reason: f.finish_reason,
+            usage: f.usage,
+            confidence: f.confidence,
+        };
+        let events = f
+            .tokens
+            .into_iter()
+            .map(GenerationEvent::Token)
+            .chain(std::iter::once(done))
+            .map(move |event| (index, event));
+        Box::pin(stream::iter(events))
+            as std::pin::Pin<Box<dyn futures_util::Stream<Item = _> + Send>>
+    }))
+}
+
+/// The SSE response for `events` (of `total` choices), shaped by `format`; settles
+/// `routed` when it ends.
 pub fn stream_response<F: ChunkFormat>(
-    choices: Vec<Choice>,
+    events: MergedEvents,
+    total: u32,
     routed: RoutedRequest,
     mut format: F,
     settings: StreamSettings,
 ) -> Response {
-    let total = u32::try_from(choices.len()).unwrap_or(u32::MAX);
     let pending = (0..total)
         .filter_map(|index| format.opening(index))
         .map(|chunk| sse_json_event(&chunk))
         .collect();
     let driver = Driver {
-        events: merge(choices),
+        events,
         format,
         settings,
         pending,

@@ -78,11 +78,7 @@ pub async fn finish_whole(
         let choices = submit(state, routed, requested_model, make, prompt_field).await?;
         match finish_all(choices).await {
             Ok(finished) => {
-                let mut tally = UsageTally::new(n);
-                for choice in &finished {
-                    tally.add(choice.index, choice.usage);
-                }
-                let usage = tally.total();
+                let usage = usage_of(&finished, n);
                 // Under a `[cascade]`, a too unsure answer goes to the next model.
                 let confidence = least_confidence(&finished);
                 if routed.defer_in_cascade(confidence, usage) {
@@ -101,8 +97,17 @@ pub async fn finish_whole(
     }
 }
 
+/// The request's usage from its finished choices, `n` per prompt.
+pub fn usage_of(finished: &[Finished], n: u32) -> Usage {
+    let mut tally = UsageTally::new(n);
+    for choice in finished {
+        tally.add(choice.index, choice.usage);
+    }
+    tally.total()
+}
+
 /// The confidence of the least sure choice; `None` when some choice measured none.
-fn least_confidence(finished: &[Finished]) -> Option<TokenConfidence> {
+pub fn least_confidence(finished: &[Finished]) -> Option<TokenConfidence> {
     let mut all = finished.iter().map(|f| f.confidence);
     let first = all.next()??;
     all.try_fold(first, |least, next| {

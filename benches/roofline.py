@@ -1,0 +1,126 @@
+"""Decode against the machine's streaming read: the roofline column of
+BENCHMARKS.md.
+
+A decode step of one sequence reads every weight once (a tied embedding
+is the output matrix too; an untied one is only gathered, one row) and the
+KV of every position its layers attend to (a sliding-window layer only its
+window). Bytes per step times steps per second, over what a plain streaming
+read of 512 MB gets on as many threads in the same run
+(`benches/machine_roofline.c`, best of its rounds), is the share of the
+memory bound a decode reaches.
+
+For each model and depth the run measures, in turn: the read, Switchyard's
+decode (`cargo bench --bench long_context`: the same ids as
+`benches/long_context.py`, best of `--repeats`), the read again; the
+higher read is the ceiling (a loaded host lowers it, and the decode ran
+between the two).
+
+Usage: .venv/bin/python benches/roofline.py [--models smollm2,gemma3]
+  [--depths 0,4096] [--threads 1,2] [--repeats 2] [--kv f16]
+Prints a Markdown table and JSON lines (stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from gguf import GGUFReader
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benches"))
+import long_context  # noqa: E402  (its Switchyard runner and model paths)
+
+ROOFLINE_BIN = Path("/tmp/switchyard-roofline")
+KV_BYTES = {"f16": 2, "f32": 4, "q8_0": 34 / 32}
+# Gemma 3: every sixth layer attends globally, the others over the window.
+GEMMA3_GLOBAL_EVERY = 6
+
+
+def read_bandwidth(threads: int) -> float:
+    """GB/s of the streaming read on `threads` threads (best of its rounds)."""
+    if not ROOFLINE_BIN.exists():
+        subprocess.run(["gcc", "-O3", "-funroll-all-loops", "-mavx512f", "-mfma",
+                        str(ROOT / "benches/machine_roofline.c"), "-o", str(ROOFLINE_BIN),
+                        "-lpthread"], check=True)
+    out = subprocess.run([str(ROOFLINE_BIN), "read"], check=True, capture_output=True,
+                         text=True).stdout
+    found = re.search(rf"read, {threads} thread\(s\): ([\d.]+) GB/s", out)
+    if not found:
+        raise SystemExit(f"no {threads}-thread read in:\n{out}")
+    return float(found.group(1))
+
+
+def step_bytes(path: str, depth: int, kv: str) -> tuple[int, int]:
+    """(weight bytes, KV bytes) one decode step reads attending to `depth` positions."""
+    reader = GGUFReader(path)
+
+    def field(key: str, default=None):
+        f = reader.fields.get(key)
+        return default if f is None else f.parts[f.data[0]].tolist()[0]
+
+    arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
+    sizes = {t.name: int(t.n_bytes) for t in reader.tensors}
+    weights = sum(sizes.values())
+    if "output.weight" in sizes:
+        # Untied: the embedding is gathered one row a token, not streamed.
+        weights -= sizes.get("token_embd.weight", 0)
+    layers = field(f"{arch}.block_count")
+    heads = field(f"{arch}.attention.head_count")
+    kv_heads = field(f"{arch}.attention.head_count_kv", heads)
+    head_dim = field(f"{arch}.attention.key_length",
+                     field(f"{arch}.embedding_length") // heads)
+    window = field(f"{arch}.attention.sliding_window")
+    per_position = 2 * kv_heads * head_dim * KV_BYTES[kv]
+    positions = 0
+    for layer in range(layers):
+        local = window and arch == "gemma3" and (layer + 1) % GEMMA3_GLOBAL_EVERY != 0
+        positions += min(depth, window) if local else depth
+    return weights, int(positions * per_position)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="smollm2,gemma3")
+    parser.add_argument("--depths", default="0,4096")
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--kv", default="f16", choices=sorted(KV_BYTES))
+    args = parser.parse_args()
+    rows = []
+    for name in args.models.split(","):
+        model = long_context.resolve(name)
+        for threads in [int(t) for t in args.threads.split(",")]:
+            for depth in [int(d) for d in args.depths.split(",")]:
+                before = read_bandwidth(threads)
+                run = long_context.switchyard(str(model.path), depth, threads, args.kv,
+                                              args.repeats)
+                after = read_bandwidth(threads)
+                decode = run["decode_tok_s"]
+                # The timed decode steps attend to the depth, the bench's
+                # prompt and half its decode on average.
+                attended = depth + long_context.PROMPT + long_context.DECODE // 2
+                weights, kv_bytes = step_bytes(str(model.path), attended, args.kv)
+                ceiling = max(before, after)
+                achieved = (weights + kv_bytes) * decode / 1e9
+                row = dict(model=name, threads=threads, depth=depth, decode_tok_s=decode,
+                           weight_mb=weights / 1e6, kv_mb=kv_bytes / 1e6,
+                           achieved_gb_s=achieved, read_gb_s=ceiling,
+                           share=achieved / ceiling, reads=[before, after])
+                print(json.dumps(row), file=sys.stderr, flush=True)
+                rows.append(row)
+    print("| model | threads | depth | decode tok/s | MB a step (weights + KV) | "
+          "GB/s read by decode | streaming read GB/s | share |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        print(f"| {r['model']} | {r['threads']} | {r['depth']} | {r['decode_tok_s']:.1f} | "
+              f"{r['weight_mb']:.0f} + {r['kv_mb']:.1f} | {r['achieved_gb_s']:.1f} | "
+              f"{r['read_gb_s']:.1f} | **{100 * r['share']:.0f}%** |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,231 @@
+//! Fair admission under contention (issue 37): while one tenant keeps 48
+//! sequences decoding, another tenant's new request runs its prompt in the
+//! very next step, and the steps among those decode rows stay short
+//! (`engine/src/serving/step_room.rs`), so the step a newcomer waits for is
+//! short. Ordering, not timing: the steps are counted and sized by the
+//! executor's observer.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
+
+#[path = "support/served.rs"]
+mod served;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
+
+use switchyard_engine::kv::KvConfig;
+use switchyard_engine::sampling::{FinishReason, SamplingParams, StopCondition};
+use switchyard_engine::serving::{
+    CheckpointId, EventSink, Executor, ExecutorConfig, ExecutorObserver, SequenceEvent,
+    SequenceRequest,
+};
+use switchyard_engine::speculate::Speculation;
+use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
+use switchyard_kernels::{on_each_device, Backend, DType, KvType};
+use switchyard_seam::{CacheScope, TenantShare};
+
+/// The heavy tenant's decoding sequences.
+const HEAVY: usize = 48;
+/// The executor's step budget (the default).
+const MAX_STEP_TOKENS: usize = 256;
+
+/// Counts the steps and keeps each one's rows and sequences.
+#[derive(Default)]
+struct Steps {
+    count: AtomicU64,
+    sizes: Mutex<Vec<(usize, usize)>>,
+}
+
+impl ExecutorObserver for Steps {
+    fn step(&self, _: &CheckpointId, rows: usize, sequences: usize, _: Duration) {
+        // One checkpoint: one call per step, made before the step's tokens go out.
+        self.count.fetch_add(1, Ordering::AcqRel);
+        self.sizes.lock().unwrap().push((rows, sequences));
+    }
+}
+
+/// Hands each event over only when the test takes it, so that the test can
+/// hold the executor between two steps.
+struct Held(mpsc::SyncSender<SequenceEvent>);
+
+impl EventSink for Held {
+    fn send(&mut self, event: SequenceEvent) -> bool {
+        self.0.send(event).is_ok()
+    }
+}
+
+/// Notes the step count when its first token goes out.
+struct FirstStep {
+    steps: Arc<Steps>,
+    first: Arc<AtomicU64>,
+    sender: mpsc::Sender<SequenceEvent>,
+}
+
+impl EventSink for FirstStep {
+    fn send(&mut self, event: SequenceEvent) -> bool {
+        if matches!(event, SequenceEvent::Token(_)) {
+            let now = self.steps.count.load(Ordering::Acquire);
+            let _ = self
+                .first
+                .compare_exchange(u64::MAX, now, Ordering::AcqRel, Ordering::Acquire);
+        }
+        self.sender.send(event).is_ok()
+    }
+}
+
+fn request(
+    tenant: &str,
+    prompt_len: usize,
+    max_tokens: usize,
+    sink: Box<dyn EventSink>,
+) -> SequenceRequest {
+    SequenceRequest {
+        prompt: (1..=prompt_len as u32).collect(),
+        sampling: SamplingParams::default(),
+        stop: StopCondition {
+            max_tokens: Some(max_tokens),
+            ..StopCondition::default()
+        },
+        decoder: None,
+        sink,
+        deadline: None,
+        constraint: None,
+        cache_scope: CacheScope::default(),
+        share: TenantShare::new(tenant, 1),
+        task: Default::default(),
+    }
+}
+
+/// Events until `Done`, with its finish reason; panics on an error.
+fn finish(rx: &mpsc::Receiver<SequenceEvent>) -> FinishReason {
+    loop {
+        match rx.recv_timeout(Duration::from_secs(120)).unwrap() {
+            SequenceEvent::Token(_) => {}
+            SequenceEvent::Done { finish_reason, .. } => return finish_reason,
+            SequenceEvent::Error(e) => panic!("the sequence failed: {e}"),
+            SequenceEvent::Embedding { .. } => panic!("a generation reported an embedding"),
+        }
+    }
+}
+
+/// The first event of `rx`, which must be a token.
+fn first_token(rx: &mpsc::Receiver<SequenceEvent>) {
+    let event = rx.recv_timeout(Duration::from_secs(120)).unwrap();
+    assert!(matches!(event, SequenceEvent::Token(_)), "{event:?}");
+}
+
+fn a_light_tenants_prompt_runs_next_and_busy_steps_stay_short<B: Backend>(backend: Arc<B>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("smollm2-q8.gguf");
+    let spec = SyntheticSpec {
+        preset: Preset::Smollm2,
+        dtype: DType::Q8_0,
+        seed: 11,
+    };
+    write_gguf(&spec, &path).unwrap();
+    let checkpoint = served::serve(&*backend, &path);
+    let steps = Arc::new(Steps::default());
+    let observer: Arc<dyn ExecutorObserver> = steps.clone();
+    let config = ExecutorConfig {
+        max_active: 64,
+        max_queued: 64,
+        max_step_tokens: MAX_STEP_TOKENS,
+        // Every prompt token is computed: rows count what was asked.
+        prompt_cache: false,
+        kv: KvConfig {
+            dtype: KvType::F16,
+            budget_bytes: 64 << 20,
+            block_positions: 32,
+        },
+        speculation: Speculation::Off,
+    };
+    let exec = Executor::spawn(backend.clone(), config, observer).unwrap();
+
+    // The heavy tenant's 48 streams; the first hands over its tokens one at
+    // a time, so the test decides when the executor goes on.
+    let (held_tx, held_rx) = mpsc::sync_channel(0);
+    exec.submit(
+        &checkpoint,
+        request("heavy", 4, 80, Box::new(Held(held_tx))),
+    )
+    .unwrap();
+    let mut heavy_rx = Vec::new();
+    for _ in 1..HEAVY {
+        let (tx, rx) = mpsc::channel();
+        exec.submit(&checkpoint, request("heavy", 4, 80, Box::new(tx)))
+            .unwrap();
+        heavy_rx.push(rx);
+    }
+    // Three steps: every heavy stream has run its prompt and decodes.
+    for _ in 0..3 {
+        first_token(&held_rx);
+    }
+    for rx in &heavy_rx {
+        first_token(rx);
+    }
+    // Two long prompts of the heavy tenant come among its decode rows: the
+    // steps from here on run all 48 streams' decode rows.
+    let from = steps.sizes.lock().unwrap().len();
+    let long_rx: Vec<_> = (0..2)
+        .map(|_| {
+            let (tx, rx) = mpsc::channel();
+            exec.submit(&checkpoint, request("heavy", 120, 8, Box::new(tx)))
+                .unwrap();
+            rx
+        })
+        .collect();
+    for _ in 0..2 {
+        first_token(&held_rx);
+    }
+    // The executor is held in (or just before) handing over the held
+    // stream's token: the light tenant's request comes now.
+    let first = Arc::new(AtomicU64::new(u64::MAX));
+    let (light_tx, light_rx) = mpsc::channel();
+    let sink = FirstStep {
+        steps: Arc::clone(&steps),
+        first: Arc::clone(&first),
+        sender: light_tx,
+    };
+    exec.submit(&checkpoint, request("light", 40, 4, Box::new(sink)))
+        .unwrap();
+    let submitted = steps.count.load(Ordering::Acquire);
+    let held = std::thread::spawn(move || finish(&held_rx));
+
+    assert_eq!(finish(&light_rx), FinishReason::Length);
+    let first = first.load(Ordering::Acquire);
+    // The step running when it came (at most), then its own.
+    assert!(
+        first <= submitted + 2,
+        "the light tenant's first token came in step {first}, {} steps after it was \
+         submitted beside {HEAVY} decoding sequences",
+        first - submitted
+    );
+    assert_eq!(held.join().unwrap(), FinishReason::Length);
+    for rx in heavy_rx.iter().chain(&long_rx) {
+        assert_eq!(finish(rx), FinishReason::Length);
+    }
+    exec.shutdown();
+
+    // Among the heavy tenant's decode rows, a step ran at most a quarter of
+    // the budget beyond them: before, the long prompts filled the rest of the
+    // budget (48 decode rows and 208 prompt tokens), and a newcomer waited
+    // for such a step to end.
+    let sizes = steps.sizes.lock().unwrap();
+    let busy: Vec<(usize, usize)> = (sizes.get(from..).unwrap_or_default().iter())
+        .copied()
+        .filter(|&(_, sequences)| sequences >= HEAVY)
+        .collect();
+    assert!(
+        busy.iter().any(|&(rows, sequences)| rows > sequences),
+        "no step ran a prompt chunk beside the decode rows: {busy:?}"
+    );
+    let cap = MAX_STEP_TOKENS / 4;
+    for &(rows, sequences) in &busy {
+        assert!(
+            rows <= sequences + cap,
+            "a step of {rows} rows ran beside {sequences} sequences (at most {cap} more \
+             expected): {busy:?}"
+        );
+    }
+}
+on_each_device!(a_light_tenants_prompt_runs_next_and_busy_steps_stay_short);

@@ -1,0 +1,345 @@
+//! The engine's side of recorded steps (CUDA graphs): a forward step is
+//! opened with a key that is the same for every decode step of one
+//! checkpoint and batch shape, and a keyed step the backend reports as
+//! diverged from its recording is run again without a key, giving the
+//! same logits to the bit.
+//!
+//! The backend here is the CPU's behind a wrapper that records the keys
+//! and answers `StepDiverged` at the end of every other keyed step, as
+//! the CUDA backend does when a replay's calls differ from its capture.
+#![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
+
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
+
+use switchyard_engine::formats::load_checkpoint;
+use switchyard_engine::kv::{KvBlocks, KvPool, SequenceKv};
+use switchyard_engine::model::{LlamaModel, LogitRows, SequenceChunk};
+use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
+use switchyard_kernels::cpu::CpuBackend;
+use switchyard_kernels::kv::{BlockId, KvBlockShape};
+use switchyard_kernels::{
+    AttentionRows, AttentionShape, Backend, DType, KernelError, KvFormat, KvPrefix, KvType,
+    LoraRows, MatmulInput, MatmulProduct, RopeStyle, StepKey, WeightView,
+};
+use tempfile::TempDir;
+
+/// What the wrapper saw of one step.
+#[derive(Clone, Debug, PartialEq)]
+enum Event {
+    Begin(Option<StepKey>),
+    End,
+    Abort,
+}
+
+struct Diverging {
+    cpu: CpuBackend,
+    events: Mutex<Vec<Event>>,
+    /// Keyed steps ended so far; every odd one is refused.
+    keyed_ends: Mutex<usize>,
+    key: Mutex<Option<StepKey>>,
+}
+
+type Cpu = CpuBackend;
+
+fn input<'a>(m: MatmulInput<'a, Diverging>) -> MatmulInput<'a, Cpu> {
+    match m {
+        MatmulInput::Rows(x) => MatmulInput::Rows(x),
+        MatmulInput::RmsNorm {
+            x,
+            weight,
+            eps,
+            out,
+        } => MatmulInput::RmsNorm {
+            x,
+            weight,
+            eps,
+            out,
+        },
+        MatmulInput::SiluMul { gate, up } => MatmulInput::SiluMul { gate, up },
+        MatmulInput::GeluMul { gate, up } => MatmulInput::GeluMul { gate, up },
+    }
+}
+
+impl Backend for Diverging {
+    type Matrix = <Cpu as Backend>::Matrix;
+    type Vector = <Cpu as Backend>::Vector;
+    type Activations = <Cpu as Backend>::Activations;
+    type KvStore = <Cpu as Backend>::KvStore;
+
+    fn name(&self) -> String {
+        format!("diverging-{}", self.cpu.name())
+    }
+    fn matrix(&self, weight: WeightView) -> Result<Self::Matrix, KernelError> {
+        self.cpu.matrix(weight)
+    }
+    fn vector(&self, values: &[f32]) -> Result<Self::Vector, KernelError> {
+        self.cpu.vector(values)
+    }
+    fn activations(&self, rows: usize, cols: usize) -> Self::Activations {
+        self.cpu.activations(rows, cols)
+    }
+    fn host_rows<'a>(&self, x: &'a Self::Activations, staging: &'a mut Vec<f32>) -> &'a [f32] {
+        self.cpu.host_rows(x, staging)
+    }
+    fn resize(&self, x: &mut Self::Activations, rows: usize, cols: usize) {
+        self.cpu.resize(x, rows, cols)
+    }
+    fn kv_store(&self, format: KvFormat, budget: usize) -> Result<Self::KvStore, KernelError> {
+        self.cpu.kv_store(format, budget)
+    }
+    fn kv_alloc(&self, s: &mut Self::KvStore, shape: KvBlockShape) -> Result<BlockId, KernelError> {
+        self.cpu.kv_alloc(s, shape)
+    }
+    fn kv_free(store: &mut Self::KvStore, id: BlockId) {
+        Cpu::kv_free(store, id)
+    }
+    fn kv_copy(
+        &self,
+        s: &mut Self::KvStore,
+        from: BlockId,
+        to: BlockId,
+        positions: usize,
+    ) -> Result<(), KernelError> {
+        self.cpu.kv_copy(s, from, to, positions)
+    }
+    fn begin_step(&self, key: Option<StepKey>) {
+        self.events.lock().unwrap().push(Event::Begin(key));
+        *self.key.lock().unwrap() = key;
+    }
+    fn end_step(&self) -> Result<(), KernelError> {
+        self.events.lock().unwrap().push(Event::End);
+        if self.key.lock().unwrap().is_some() {
+            let mut n = self.keyed_ends.lock().unwrap();
+            *n += 1;
+            if *n % 2 == 1 {
+                return Err(KernelError::StepDiverged("refused by the test".into()));
+            }
+        }
+        Ok(())
+    }
+    fn abort_step(&self) {
+        self.events.lock().unwrap().push(Event::Abort);
+    }
+    fn embed(
+        &self,
+        t: &Self::Matrix,
+        tokens: &[u32],
+        out: &mut Self::Activations,
+    ) -> Result<(), KernelError> {
+        self.cpu.embed(t, tokens, out)
+    }
+    fn rms_norm(
+        &self,
+        x: &Self::Activations,
+        w: &Self::Vector,
+        eps: f32,
+        out: &mut Self::Activations,
+    ) -> Result<(), KernelError> {
+        self.cpu.rms_norm(x, w, eps, out)
+    }
+    fn matmul(
+        &self,
+        x: &Self::Activations,
+        w: &Self::Matrix,
+        bias: Option<&Self::Vector>,
+        out: &mut Self::Activations,
+    ) -> Result<(), KernelError> {
+        self.cpu.matmul(x, w, bias, out)
+    }
+    fn matmul_many(
+        &self,
+        x: MatmulInput<'_, Self>,
+        products: &mut [MatmulProduct<'_, Self>],
+    ) -> Result<(), KernelError> {
+        let mut own: Vec<MatmulProduct<'_, Cpu>> = products
+            .iter_mut()
+            .map(|p| MatmulProduct {
+                w: p.w,
+                bias: p.bias,
+                out: &mut *p.out,
+                accumulate: p.accumulate,
+            })
+            .collect();
+        self.cpu.matmul_many(input(x), &mut own)
+    }
+    fn rope(
+        &self,
+        x: &mut Self::Activations,
+        head_dim: usize,
+        positions: &[u32],
+        inv_freq: &[f32],
+        style: RopeStyle,
+    ) -> Result<(), KernelError> {
+        self.cpu.rope(x, head_dim, positions, inv_freq, style)
+    }
+    fn attention(
+        &self,
+        layer: usize,
+        shape: AttentionShape,
+        q: &Self::Activations,
+        k: &Self::Activations,
+        v: &Self::Activations,
+        store: &mut Self::KvStore,
+        seqs: &[AttentionRows<'_>],
+        out: &mut Self::Activations,
+    ) -> Result<(), KernelError> {
+        self.cpu.attention(layer, shape, q, k, v, store, seqs, out)
+    }
+    fn silu_mul(
+        &self,
+        g: &mut Self::Activations,
+        u: &Self::Activations,
+    ) -> Result<(), KernelError> {
+        self.cpu.silu_mul(g, u)
+    }
+    fn gelu_mul(
+        &self,
+        g: &mut Self::Activations,
+        u: &Self::Activations,
+    ) -> Result<(), KernelError> {
+        self.cpu.gelu_mul(g, u)
+    }
+    fn scale(&self, x: &mut Self::Activations, factor: f32) -> Result<(), KernelError> {
+        self.cpu.scale(x, factor)
+    }
+    fn softcap(&self, x: &mut Self::Activations, cap: f32) -> Result<(), KernelError> {
+        self.cpu.softcap(x, cap)
+    }
+    fn rms_norm_heads(
+        &self,
+        x: &mut Self::Activations,
+        w: &Self::Vector,
+        eps: f32,
+    ) -> Result<(), KernelError> {
+        self.cpu.rms_norm_heads(x, w, eps)
+    }
+    fn add(&self, x: &mut Self::Activations, y: &Self::Activations) -> Result<(), KernelError> {
+        self.cpu.add(x, y)
+    }
+    fn lora(
+        &self,
+        x: &Self::Activations,
+        runs: &[LoraRows<'_, Self>],
+        out: &mut Self::Activations,
+    ) -> Result<(), KernelError> {
+        let own: Vec<LoraRows<'_, Cpu>> = runs
+            .iter()
+            .map(|r| LoraRows {
+                rows: r.rows.clone(),
+                a: r.a,
+                b_t: r.b_t,
+                rank: r.rank,
+                scale: r.scale,
+            })
+            .collect();
+        self.cpu.lora(x, &own, out)
+    }
+    fn copy_rows(
+        &self,
+        src: &Self::Activations,
+        rows: Range<usize>,
+        dst: &mut Self::Activations,
+        dst_row: usize,
+    ) -> Result<(), KernelError> {
+        self.cpu.copy_rows(src, rows, dst, dst_row)
+    }
+}
+
+/// Logits of a prompt then `decode` greedy steps of `model` on `backend`.
+fn run<B: Backend>(
+    backend: &B,
+    model: &LlamaModel<B>,
+    prompt: &[u32],
+    decode: usize,
+) -> Vec<Vec<f32>> {
+    let blocks = KvBlocks::new(backend, &KvPool::unlimited(KvType::F16)).unwrap();
+    let mut cache = SequenceKv::for_model(backend, &blocks, model, 64, KvPrefix::none()).unwrap();
+    let mut scratch = model.new_scratch(backend);
+    let mut rows = Vec::new();
+    let mut tokens = prompt.to_vec();
+    let mut start = 0;
+    for _ in 0..=decode {
+        let mut chunks = [SequenceChunk {
+            tokens: &tokens,
+            start_pos: start,
+            table: cache.prepare(backend, start..start + tokens.len()).unwrap(),
+            logits: LogitRows::Last,
+        }];
+        let logits = model
+            .forward(backend, &mut blocks.lock(), &mut chunks, &mut scratch)
+            .unwrap()
+            .to_vec();
+        start += tokens.len();
+        let next = (0..logits.len())
+            .max_by(|a, b| logits[*a].total_cmp(&logits[*b]))
+            .unwrap() as u32;
+        rows.push(logits);
+        tokens = vec![next];
+    }
+    rows
+}
+
+#[test]
+fn decode_steps_share_a_key_and_a_diverged_step_runs_again_unkeyed() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("m.gguf");
+    let spec = SyntheticSpec {
+        preset: Preset::Smollm2,
+        dtype: DType::Q8_0,
+        seed: 3,
+    };
+    write_gguf(&spec, &path).unwrap();
+    let checkpoint = load_checkpoint(&path).unwrap();
+    let cpu = CpuBackend::new(1);
+    let plain = LlamaModel::load(&cpu, &checkpoint).unwrap();
+    // A prompt longer than a keyed chunk, then six decode steps.
+    let prompt: Vec<u32> = (1..=20).collect();
+    let expected = run(&cpu, &plain, &prompt, 6);
+
+    let wrapped = Arc::new(Diverging {
+        cpu: CpuBackend::new(1),
+        events: Mutex::default(),
+        keyed_ends: Mutex::default(),
+        key: Mutex::default(),
+    });
+    let model = LlamaModel::load(&*wrapped, &checkpoint).unwrap();
+    let got = run(&*wrapped, &model, &prompt, 6);
+    assert_eq!(got, expected, "a rerun step's logits differ");
+
+    let events = wrapped.events.lock().unwrap().clone();
+    let begins: Vec<Option<StepKey>> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Begin(k) => Some(*k),
+            _ => None,
+        })
+        .collect();
+    // The prompt: no key. Each decode step: its key, and every other one
+    // refused then run again without it.
+    assert_eq!(begins[0], None);
+    let keys: Vec<StepKey> = begins.iter().flatten().copied().collect();
+    assert_eq!(keys.len(), 6);
+    assert!(keys.iter().all(|k| *k == keys[0]), "{keys:?}");
+    let reruns = begins.iter().filter(|k| k.is_none()).count() - 1;
+    assert_eq!(reruns, 3);
+    let aborts = events.iter().filter(|e| **e == Event::Abort).count();
+    assert_eq!(aborts, 3);
+    // Each refused step: begin(key), end (refused), abort, begin(None), end.
+    let refused = events
+        .windows(5)
+        .filter(|w| {
+            matches!(
+                w,
+                [
+                    Event::Begin(Some(_)),
+                    Event::End,
+                    Event::Abort,
+                    Event::Begin(None),
+                    Event::End
+                ]
+            )
+        })
+        .count();
+    assert_eq!(refused, 3);
+}
