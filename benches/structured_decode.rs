@@ -22,7 +22,7 @@ mod device;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use batched::{model_path, threads};
 use device::on_bench_device;
@@ -134,7 +134,7 @@ fn engine<B: Backend>(backend: Arc<B>) -> Engine<B> {
     registry.activate("m", "1").expect("it activates");
     let executor = Executor::spawn(backend, ExecutorConfig::default(), Arc::new(NoObserver))
         .expect("the executor starts");
-    Engine::new(registry, executor, 0, Duration::from_secs(600))
+    Engine::new(registry, executor, 0)
 }
 
 /// Decode tokens per second of `batch` sequences decoding together.
@@ -169,6 +169,7 @@ fn decode_rate<B: Backend>(
             cache_scope: switchyard_seam::CacheScope::default(),
             share: switchyard_seam::TenantShare::default(),
             fanout: 1,
+            deadline: None,
         })
         .collect();
     let mut streams: Vec<_> = requests

@@ -5,7 +5,6 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use switchyard_engine::model::LogitRows;
 use switchyard_engine::registry::Registry;
@@ -41,7 +40,7 @@ fn engine<B: Backend>(backend: Arc<B>, dir: &Path) -> (Engine<B>, Arc<B>) {
         Arc::new(NoObserver),
     )
     .unwrap();
-    let engine = Engine::new(registry, executor, 0, Duration::from_secs(60));
+    let engine = Engine::new(registry, executor, 0);
     (engine, backend)
 }
 
@@ -63,6 +62,7 @@ fn request(prompt: Prompt, max_tokens: Option<u32>) -> GenerationRequest {
         cache_scope: switchyard_seam::CacheScope::default(),
         share: switchyard_seam::TenantShare::default(),
         fanout: 1,
+        deadline: None,
     }
 }
 

@@ -285,12 +285,6 @@ fn a_full_queue_refuses_with_overloaded_and_bad_prompts_are_refused<B: Backend>(
 
     let (empty, _rx) = requests::on_channel(Vec::new(), 2);
     assert_eq!(exec.submit(empty), Err(SubmitError::EmptyPrompt));
-    let context = f.checkpoint.model.config().context_length;
-    let (huge, _rx) = requests::on_channel(vec![1; context], 2);
-    assert!(matches!(
-        exec.submit(huge),
-        Err(SubmitError::PromptTooLong { .. })
-    ));
     exec.shutdown();
 }
 

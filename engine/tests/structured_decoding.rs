@@ -6,7 +6,6 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde_json::Value;
 use switchyard_engine::registry::Registry;
@@ -39,7 +38,7 @@ fn engine<B: Backend>(backend: Arc<B>, dir: &Path) -> Engine<B> {
     registry.activate("tiny", "1").unwrap();
     let executor =
         Executor::spawn(backend, ExecutorConfig::default(), Arc::new(NoObserver)).unwrap();
-    Engine::new(registry, executor, 0, Duration::from_secs(60))
+    Engine::new(registry, executor, 0)
 }
 
 fn request(constraint: Constraint, tools: Vec<Tool>, seed: u64) -> GenerationRequest {
@@ -68,6 +67,7 @@ fn request(constraint: Constraint, tools: Vec<Tool>, seed: u64) -> GenerationReq
         cache_scope: switchyard_seam::CacheScope::default(),
         share: switchyard_seam::TenantShare::default(),
         fanout: 1,
+        deadline: None,
     }
 }
 

@@ -173,14 +173,6 @@ impl<'a> Context<'a> {
             .map_or(Spend::default(), |m| self.worst_case(m))
     }
 
-    /// Utility of a candidate with these numbers (see [`crate::score`]).
-    pub fn utility(&self, quality: f64, cost: f64, expected_latency_ms: f64) -> f64 {
-        let r = &self.policy.compiled.routing;
-        r.quality_weight * quality
-            - weighted(r.cost_weight, cost)
-            - weighted(r.latency_weight, expected_latency_ms)
-    }
-
     /// The price of a model, for estimates and settling.
     pub fn price(&self, model: usize) -> Price {
         self.policy
@@ -196,13 +188,4 @@ impl<'a> Context<'a> {
 pub(crate) struct BudgetRoom {
     pub tokens: f64,
     pub cost: f64,
-}
-
-/// `weight × value`, where a zero weight ignores the value even when it is infinite.
-fn weighted(weight: f64, value: f64) -> f64 {
-    if weight == 0.0 {
-        0.0
-    } else {
-        weight * value
-    }
 }

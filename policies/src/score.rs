@@ -1,7 +1,7 @@
-//! Scoring one candidate checkpoint: its constraints and its utility.
+//! The routing objective, one candidate at a time: its constraints and its utility.
 //!
 //! A candidate qualifies when it breaks no constraint. Among those that qualify the
-//! policy picks the highest utility
+//! policy picks the highest [`utility`]
 //!
 //! ```text
 //! utility = quality_weight × Q − cost_weight × C − latency_weight × L
@@ -13,6 +13,12 @@
 //! expected latency in milliseconds from live engine state (swap or load when not
 //! resident + queue wait + output tokens × ms per token). Equal utilities are broken by
 //! model name, then version name, both ascending, so the pick is deterministic.
+//!
+//! Under `auto` the same objective runs in a columnar form: [`crate::scan`] decides the
+//! constraints that need only the policy and the request for a block of models at once,
+//! then [`live_utility`] finishes each survivor. Its tests hold the forms equal: check by
+//! check (`fast_verdict_matches_score`, `static_pass_matches_the_fast_verdict`) and pick
+//! by pick (`columnar_pick_matches_the_plain_pick`).
 
 use std::cmp::Ordering;
 
@@ -23,6 +29,24 @@ use crate::engine_view::{CheckpointKey, EngineView};
 use crate::policy::Policy;
 use crate::route_error::Rejection;
 use crate::spend::Spend;
+
+/// The utility of a candidate of `quality` whose request is estimated to cost `cost`
+/// and to take `expected_latency_ms`, under the policy's `[routing]` weights.
+pub(crate) fn utility(ctx: &Context, quality: f64, cost: f64, expected_latency_ms: f64) -> f64 {
+    let r = &ctx.policy.compiled.routing;
+    r.quality_weight * quality
+        - weighted(r.cost_weight, cost)
+        - weighted(r.latency_weight, expected_latency_ms)
+}
+
+/// `weight × value`, where a zero weight ignores the value even when it is infinite.
+fn weighted(weight: f64, value: f64) -> f64 {
+    if weight == 0.0 {
+        0.0
+    } else {
+        weight * value
+    }
+}
 
 /// How a candidate entered the candidate set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -201,7 +225,7 @@ pub(crate) fn score(
             });
         }
     }
-    let utility = ctx.utility(quality, estimate.cost, expected_latency_ms);
+    let utility = utility(ctx, quality, estimate.cost, expected_latency_ms);
     Some(Scored {
         model,
         version,
@@ -298,7 +322,7 @@ pub(crate) fn live_utility(
     {
         return None;
     }
-    Some(ctx.utility(quality, cost, expected_latency_ms))
+    Some(utility(ctx, quality, cost, expected_latency_ms))
 }
 
 /// The tighter of the request's and the model's latency limits.
@@ -343,6 +367,7 @@ mod tests {
     use super::*;
     use crate::authenticate::caller_tenant;
     use crate::engine_view::{CandidateState, StaticEngineView};
+    use crate::plan::Plan;
     use crate::request::{Caller, ModelHint, RouteRequest};
     use crate::scan;
     use proptest::prelude::*;
@@ -381,6 +406,44 @@ mod tests {
             f64::from(budgets.1) / 1e4,
         ));
         Policy::from_toml_str(&src).expect("test policy is valid")
+    }
+
+    /// Tenant `t`'s `auto` request with these hints (a quality floor in hundredths, a
+    /// cost ceiling in ten-thousandths, a latency limit in ms, whether it is tagged
+    /// `code`) and tokens (prompt, `max_tokens`).
+    fn auto_request(
+        hints: (Option<u8>, Option<u32>, Option<u32>, bool),
+        tokens: (u32, Option<u32>),
+    ) -> RouteRequest {
+        let mut req = RouteRequest::new(ModelHint::Auto, Caller::Tenant("t".into()));
+        req.hints.min_quality = hints.0.map(|q| f64::from(q) / 100.0);
+        req.hints.max_cost = hints.1.map(|c| f64::from(c) / 1e4);
+        req.hints.max_latency_ms = hints.2.map(f64::from);
+        if hints.3 {
+            req.hints.tags = vec!["code".into()];
+        }
+        req.prompt_tokens = tokens.0;
+        req.max_output_tokens = tokens.1;
+        req
+    }
+
+    /// The hints [`auto_request`] takes.
+    fn hints() -> impl Strategy<Value = (Option<u8>, Option<u32>, Option<u32>, bool)> {
+        (
+            prop::option::of(0u8..=100),
+            prop::option::of(0u32..400),
+            prop::option::of(1u32..2000),
+            any::<bool>(),
+        )
+    }
+
+    /// The engine state of [`policy`]'s `models` models, taking `states` in turn.
+    fn engine(states: &[CandidateState], models: usize) -> StaticEngineView {
+        let mut engine = StaticEngineView::default();
+        for (i, state) in (0..models).zip(states.iter().cycle()) {
+            engine.checkpoints.insert(format!("m{i}@v1"), *state);
+        }
+        engine
     }
 
     fn state() -> impl Strategy<Value = CandidateState> {
@@ -424,28 +487,12 @@ mod tests {
             states in prop::collection::vec(state(), 8),
             allowed in prop::collection::vec(prop::bool::weighted(0.8), 8),
             budgets in (1u32..3000, 1u32..400),
-            hints in (
-                prop::option::of(0u8..=100),
-                prop::option::of(0u32..400),
-                prop::option::of(1u32..2000),
-                any::<bool>(),
-            ),
+            hints in hints(),
             tokens in (0u32..2000, prop::option::of(1u32..1000)),
         ) {
             let policy = policy(&models, &allowed, budgets);
-            let mut engine = StaticEngineView::default();
-            for (i, s) in states.iter().enumerate().take(models.len()) {
-                engine.checkpoints.insert(format!("m{i}@v1"), *s);
-            }
-            let mut req = RouteRequest::new(ModelHint::Auto, Caller::Tenant("t".into()));
-            req.hints.min_quality = hints.0.map(|q| f64::from(q) / 100.0);
-            req.hints.max_cost = hints.1.map(|c| f64::from(c) / 1e4);
-            req.hints.max_latency_ms = hints.2.map(f64::from);
-            if hints.3 {
-                req.hints.tags = vec!["code".into()];
-            }
-            req.prompt_tokens = tokens.0;
-            req.max_output_tokens = tokens.1;
+            let engine = engine(&states, models.len());
+            let req = auto_request(hints, tokens);
             let ctx = Context::new(&policy, caller_tenant(&policy, &req.caller).unwrap(), &req);
             for model in 0..models.len() {
                 let full = score(&ctx, model, 0, Via::Direct, &engine, Detail::Verdict);
@@ -454,6 +501,41 @@ mod tests {
                 let all = score(&ctx, model, 0, Via::Direct, &engine, Detail::All);
                 prop_assert_eq!(fast.is_some(), all.is_some_and(|s| s.qualifies()));
             }
+        }
+
+        /// Under `auto` the columnar form of the objective (the block scan, then each
+        /// survivor's live utility) picks the candidate the plain form picks (every
+        /// candidate scored in full, the best qualifying one in pick order), with the same
+        /// utility bits and the same count of qualifying candidates, across block
+        /// boundaries (up to 150 models: three blocks) and ties.
+        #[test]
+        fn columnar_pick_matches_the_plain_pick(
+            models in prop::collection::vec(
+                (0u16..40, 0u16..90, 0u8..=100, 0u8..=100, 0u16..3000, 0u8..5),
+                1..150,
+            ),
+            states in prop::collection::vec(state(), 8),
+            allowed in prop::collection::vec(prop::bool::weighted(0.8), 8),
+            budgets in (1u32..3000, 1u32..400),
+            hints in hints(),
+            tokens in (0u32..2000, prop::option::of(1u32..1000)),
+        ) {
+            let policy = policy(&models, &allowed, budgets);
+            let engine = engine(&states, models.len());
+            let req = auto_request(hints, tokens);
+            let tenant = caller_tenant(&policy, &req.caller).unwrap();
+            let ctx = Context::new(&policy, tenant, &req);
+            let plan = Plan::new(&policy, &req, caller_tenant(&policy, &req.caller).unwrap()).unwrap();
+            let plain: Vec<Scored> = plan
+                .score_primary(&ctx, &engine, Detail::All)
+                .into_iter()
+                .filter(Scored::qualifies)
+                .collect();
+            let plain_best = plain.iter().min_by(|a, b| pick_order(&policy, a, b));
+            let (columnar_best, qualifying) = plan.best_primary(&ctx, &engine);
+            let key = |s: &Scored| (s.model, s.version, s.utility.to_bits());
+            prop_assert_eq!(columnar_best.as_ref().map(key), plain_best.map(key));
+            prop_assert_eq!(qualifying, plain.len());
         }
 
         /// The `auto` scan's block pass decides the policy-and-request constraints as
@@ -470,14 +552,7 @@ mod tests {
             tokens in (0u32..2000, prop::option::of(1u32..1000)),
         ) {
             let policy = policy(&models, &allowed, budgets);
-            let mut req = RouteRequest::new(ModelHint::Auto, Caller::Tenant("t".into()));
-            req.hints.min_quality = hints.0.map(|q| f64::from(q) / 100.0);
-            req.hints.max_cost = hints.1.map(|c| f64::from(c) / 1e4);
-            if hints.2 {
-                req.hints.tags = vec!["code".into()];
-            }
-            req.prompt_tokens = tokens.0;
-            req.max_output_tokens = tokens.1;
+            let req = auto_request((hints.0, hints.1, None, hints.2), tokens);
             let ctx = Context::new(&policy, caller_tenant(&policy, &req.caller).unwrap(), &req);
             let pass = scan::pass(&ctx, 0);
             for (model, m) in policy.models().iter().enumerate() {

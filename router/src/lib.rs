@@ -30,7 +30,6 @@ pub mod metrics;
 pub mod openai;
 pub mod policy;
 pub mod serve;
-pub mod sse;
 pub mod state;
 pub mod write_timeout;
 

@@ -7,7 +7,7 @@
 
 mod support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use http::{Request, StatusCode};
@@ -186,6 +186,39 @@ async fn slow_requests_time_out_with_504_and_are_cancelled() {
         &["0.05 s"],
     );
     assert!(fake.wait_for_cancelled(1, Duration::from_secs(5)).await);
+}
+
+#[tokio::test]
+async fn every_generation_carries_the_request_deadline_set_on_arrival() {
+    let fake = FakeBackend::default();
+    let timeout = Duration::from_secs(30);
+    let config = RouterConfig {
+        request_timeout: timeout,
+        ..RouterConfig::default()
+    };
+    let (app, _) = app_with(&fake, config);
+    let before = Instant::now();
+    let mut chat = hello();
+    chat["n"] = json!(2);
+    chat["stream"] = json!(true);
+    assert_eq!(post_json(&app, CHAT, &chat).await.status, StatusCode::OK);
+    let completion = json!({"model": FAKE_MODEL, "prompt": ["a", "b"]});
+    let reply = post_json(&app, "/v1/completions", &completion).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let after = Instant::now();
+    let submitted = fake.submitted();
+    assert_eq!(submitted.len(), 4);
+    // One deadline per HTTP request, shared by the generations it fans out into.
+    assert_eq!(submitted[0].deadline, submitted[1].deadline);
+    assert_eq!(submitted[2].deadline, submitted[3].deadline);
+    for request in &submitted {
+        let deadline = request.deadline.unwrap();
+        assert!(
+            before + timeout <= deadline && deadline <= after + timeout,
+            "{:?} is not {timeout:?} after the request arrived",
+            deadline - before
+        );
+    }
 }
 
 #[tokio::test]

@@ -4,6 +4,8 @@
 //! [`EmbeddingRequest`] each; the engine batches them (and any other request
 //! of the same checkpoint) into its forward steps like generations.
 
+use std::time::Instant;
+
 use tokio::sync::oneshot;
 
 use crate::{BackendError, ModelSpec, TenantShare};
@@ -22,6 +24,9 @@ pub struct EmbeddingRequest {
     pub dimensions: Option<u32>,
     /// Whose request it is and its weight, for fair admission.
     pub share: TenantShare,
+    /// When the request must be answered by (the router's request deadline, set once
+    /// on arrival, as for generations); `None`: no deadline.
+    pub deadline: Option<Instant>,
 }
 
 /// The input of one embedding.

@@ -1,6 +1,7 @@
 //! One generation as the router asks for it: what to continue and how to pick tokens.
 
 use std::collections::BTreeMap;
+use std::time::Instant;
 
 use crate::cache_scope::CacheScope;
 use crate::checkpoint_ref::ModelSpec;
@@ -44,6 +45,10 @@ pub struct GenerationRequest {
     /// Generations the HTTP request fans out into (`n` × prompts), this one
     /// included: the engine caps the KV cache they reserve together.
     pub fanout: u32,
+    /// When the request must be answered by: the router's request deadline, set once
+    /// when the request arrives. The engine's scheduler runs a checkpoint sooner as
+    /// its requests' deadlines near; `None`: no deadline.
+    pub deadline: Option<Instant>,
 }
 
 impl GenerationRequest {

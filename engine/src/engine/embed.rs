@@ -2,8 +2,6 @@
 //! others of its checkpoint ([`SequenceTask::Embed`]): the input's token ids,
 //! the context and `dimensions` checks, and the sink that answers once.
 
-use std::time::Instant;
-
 use switchyard_kernels::Backend;
 use switchyard_seam::{BackendError, Embedding, EmbeddingInput, EmbeddingRequest, Prompt};
 use tokio::sync::oneshot;
@@ -12,16 +10,17 @@ use crate::prompt;
 use crate::sampling::{SamplingParams, StopCondition};
 use crate::serving::{EventSink, SequenceEvent, SequenceRequest, SequenceTask, ServedCheckpoint};
 
+use super::prepare::check_context;
+
 /// The request field every embedding error names (the router adds the index).
 pub(super) const INPUT: &str = "input";
 
 /// The sequence that embeds `request`'s input on `checkpoint`, answering on
-/// `reply` by `deadline`; or why it cannot run there.
+/// `reply` by the request's deadline; or why it cannot run there.
 pub(super) fn prepare_embedding<B: Backend>(
     checkpoint: &ServedCheckpoint<B>,
     request: &EmbeddingRequest,
     reply: oneshot::Sender<Result<Embedding, BackendError>>,
-    deadline: Instant,
 ) -> Result<SequenceRequest, BackendError> {
     let config = checkpoint.model.config();
     if let Some(dimensions) = request.dimensions {
@@ -42,13 +41,8 @@ pub(super) fn prepare_embedding<B: Backend>(
     };
     let ids = prompt::encode(&input, &checkpoint.tokenizer, &checkpoint.template)
         .map_err(|error| BackendError::invalid(INPUT, error.to_string()))?;
-    if ids.len() > config.context_length {
-        return Err(BackendError::ContextOverflow {
-            prompt_tokens: u32::try_from(ids.len()).unwrap_or(u32::MAX),
-            max_tokens: 0,
-            context: u32::try_from(config.context_length).unwrap_or(u32::MAX),
-        });
-    }
+    // An embedding generates nothing: its input may fill the whole window.
+    check_context(ids.len(), Some(0), config.context_length)?;
     Ok(SequenceRequest {
         prompt: ids,
         sampling: SamplingParams::default(),
@@ -60,7 +54,7 @@ pub(super) fn prepare_embedding<B: Backend>(
         },
         decoder: None,
         sink: Box::new(EmbeddingSink(Some(reply))),
-        deadline: Some(deadline),
+        deadline: request.deadline,
         constraint: None,
         cache_scope: switchyard_seam::CacheScope::deployment(),
         share: request.share.clone(),

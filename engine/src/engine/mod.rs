@@ -16,7 +16,6 @@ mod prepare;
 mod routing_state;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use switchyard_kernels::Backend;
 use switchyard_seam::{
@@ -36,23 +35,15 @@ pub struct Engine<B: Backend> {
     executor: Executor<B>,
     /// Unix seconds when the models were made available (for `/v1/models`).
     created: u64,
-    /// How long a request may take: each sequence's deadline for the scheduler.
-    request_timeout: Duration,
 }
 
 impl<B: Backend> Engine<B> {
     /// An engine over `registry`'s versions, run by `executor`.
-    pub fn new(
-        registry: Arc<Registry<B>>,
-        executor: Executor<B>,
-        created: u64,
-        request_timeout: Duration,
-    ) -> Self {
+    pub fn new(registry: Arc<Registry<B>>, executor: Executor<B>, created: u64) -> Self {
         Engine {
             registry,
             executor,
             created,
-            request_timeout,
         }
     }
 
@@ -105,8 +96,7 @@ impl<B: Backend> InferenceBackend for Engine<B> {
     fn submit(&self, request: GenerationRequest) -> Result<GenerationStream, BackendError> {
         let checkpoint = self.resolve(&request.model)?;
         let (sender, receiver) = mpsc::channel(switchyard_seam::EVENT_BUFFER);
-        let deadline = Instant::now() + self.request_timeout;
-        let sequence = prepare(&checkpoint, &request, sender, deadline)?;
+        let sequence = prepare(&checkpoint, &request, sender)?;
         let fanout = usize::try_from(request.fanout).unwrap_or(usize::MAX);
         self.executor
             .check_share(&checkpoint, &sequence, fanout)
@@ -118,8 +108,7 @@ impl<B: Backend> InferenceBackend for Engine<B> {
     fn embed(&self, request: EmbeddingRequest) -> Result<EmbeddingReply, BackendError> {
         let checkpoint = self.resolve(&request.model)?;
         let (sender, receiver) = tokio::sync::oneshot::channel();
-        let deadline = Instant::now() + self.request_timeout;
-        let sequence = embed::prepare_embedding(&checkpoint, &request, sender, deadline)?;
+        let sequence = embed::prepare_embedding(&checkpoint, &request, sender)?;
         self.executor
             .submit(&checkpoint, sequence)
             .map_err(|error| match error {
@@ -174,10 +163,8 @@ fn refusal(error: SubmitError, prompt_field: &str) -> BackendError {
         SubmitError::Stopped => BackendError::Internal {
             message: error.to_string(),
         },
-        // `prepare` refuses these first, with the request's own numbers.
-        SubmitError::EmptyPrompt | SubmitError::PromptTooLong { .. } => {
-            BackendError::invalid(prompt_field, error.to_string())
-        }
+        // `prepare` refuses it first, with the request's own numbers.
+        SubmitError::EmptyPrompt => BackendError::invalid(prompt_field, error.to_string()),
         SubmitError::KvBudget {
             prompt_too_long: true,
             ..

@@ -3,8 +3,6 @@
 //! condition. Every check that needs the checkpoint (its tokenizer, template,
 //! vocabulary or context window) happens here, once.
 
-use std::time::Instant;
-
 use switchyard_kernels::Backend;
 use switchyard_seam::{BackendError, GenerationEvent, GenerationRequest, SamplingOptions};
 use tokio::sync::mpsc;
@@ -17,12 +15,11 @@ use crate::structured;
 use super::events::StreamSink;
 
 /// The sequence that runs `request` on `checkpoint`, reporting to `events` and due by
-/// `deadline`; or the reason the request cannot run there.
+/// the request's deadline; or the reason the request cannot run there.
 pub fn prepare<B: Backend>(
     checkpoint: &ServedCheckpoint<B>,
     request: &GenerationRequest,
     events: mpsc::Sender<GenerationEvent>,
-    deadline: Instant,
 ) -> Result<SequenceRequest, BackendError> {
     let tokenizer = &checkpoint.tokenizer;
     let prompt = prompt::encode_with_tools(
@@ -64,7 +61,7 @@ pub fn prepare<B: Backend>(
         stop,
         decoder: Some(tokenizer.decode_stream(true)),
         sink: Box::new(sink),
-        deadline: Some(deadline),
+        deadline: request.deadline,
         constraint,
         cache_scope: request.cache_scope.clone(),
         share: request.share.clone(),
@@ -76,8 +73,9 @@ fn prompt_error(request: &GenerationRequest, error: PromptError) -> BackendError
     BackendError::invalid(request.prompt_field(), error.to_string())
 }
 
-/// The prompt must leave room for one token, and with `max_tokens` for all of them.
-fn check_context(
+/// The one context check: the prompt must leave room for one token, and with
+/// `max_tokens` for all of them (an embedding's `Some(0)`: for none).
+pub(super) fn check_context(
     prompt_tokens: usize,
     max_tokens: Option<u32>,
     context: usize,

@@ -196,18 +196,11 @@ impl<B: Backend> Executor<B> {
         checkpoint: &CheckpointHandle<B>,
         request: SequenceRequest,
     ) -> Result<(), SubmitError> {
-        let prompt_tokens = request.prompt.len();
-        if prompt_tokens == 0 {
+        // The context window was checked once, where the request became a sequence
+        // (`engine::prepare`); a sequence that runs past it anyway (a direct caller's)
+        // ends with the model's error, not a wrong answer.
+        if request.prompt.is_empty() {
             return Err(SubmitError::EmptyPrompt);
-        }
-        let context = checkpoint.model.config().context_length;
-        // A generation needs room for one token after its prompt; an embedding none.
-        let room = usize::from(request.task == super::SequenceTask::Generate);
-        if prompt_tokens + room > context {
-            return Err(SubmitError::PromptTooLong {
-                prompt_tokens,
-                context,
-            });
         }
         if let Some(refusal) =
             kv_admission::never_fits(&self.kv, &checkpoint.model, request.kv_wanted())

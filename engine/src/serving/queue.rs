@@ -131,17 +131,6 @@ pub enum SubmitError {
     /// Nothing to continue.
     #[error("the prompt has no tokens; send at least one token to continue")]
     EmptyPrompt,
-    /// The prompt fills the context window (an embedding's may fill it all).
-    #[error(
-        "the prompt has {prompt_tokens} tokens but the model's context window holds {context}, \
-         leaving no room to generate; shorten the prompt"
-    )]
-    PromptTooLong {
-        /// Tokens in the prompt.
-        prompt_tokens: usize,
-        /// The model's context window.
-        context: usize,
-    },
     /// The waiting queue is full.
     #[error("{queued} requests are already waiting, the executor's limit; retry later")]
     Overloaded {

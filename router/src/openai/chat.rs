@@ -8,8 +8,8 @@ use http::HeaderMap;
 use serde_json::Value;
 
 use crate::error::ApiError;
+use crate::layers::timeout::Deadline;
 use crate::openai::chat_stream::ChatChunks;
-use crate::openai::generate::Finished;
 use crate::openai::json_response::json_response;
 use crate::openai::params::{
     describe, invalid, parse_model, parse_top_logprobs, CommonFields, GenerationParams,
@@ -20,6 +20,7 @@ use crate::openai::response_format::parse_response_format;
 use crate::openai::responses::{
     AssistantMessage, ChatChoice, ChatCompletion, ChatLogprobs, FunctionCall, ToolCallBody,
 };
+use crate::openai::tail::whole::Finished;
 use crate::openai::tool_calls::{new_call_id, split, Piece};
 use crate::openai::tools::{parse_tools, ToolSettings};
 use crate::openai::types::{ChatCompletionRequest, WireMessage};
@@ -300,6 +301,7 @@ pub async fn chat_completions(
     State(state): State<AppState>,
     routed: RoutedRequest,
     headers: HeaderMap,
+    deadline: Deadline,
     Validated(request): Validated<ValidatedChatRequest>,
 ) -> Response {
     let ValidatedChatRequest {
@@ -318,7 +320,7 @@ pub async fn chat_completions(
     let answer = ChatAnswer {
         parses_calls: tools.parses_calls(),
     };
-    respond(&state, &routed, &headers, generations, answer).await
+    respond(&state, &routed, &headers, deadline, generations, answer).await
 }
 
 /// A chat completion: `chat.completion.chunk`s or one `chat.completion`; with tools,

@@ -11,8 +11,8 @@ use std::collections::HashMap;
 use crate::openai::responses::{
     ChatChunkChoice, ChatCompletionChunk, ChatLogprobs, Delta, FunctionDelta, ToolCallDelta,
 };
+use crate::openai::tail::stream::ChunkFormat;
 use crate::openai::tool_calls::{new_call_id, Piece, ToolCallParser};
-use crate::sse::ChunkFormat;
 use switchyard_seam::{FinishReason, GeneratedToken, Usage};
 
 /// Builds `chat.completion.chunk`s for one response.

@@ -8,8 +8,8 @@ use http::HeaderMap;
 use serde_json::Value;
 
 use crate::error::ApiError;
+use crate::layers::timeout::Deadline;
 use crate::openai::completions_stream::TextChunks;
-use crate::openai::generate::Finished;
 use crate::openai::json_response::json_response;
 use crate::openai::params::{
     describe, invalid, parse_model, parse_top_logprobs, CommonFields, GenerationParams,
@@ -18,6 +18,7 @@ use crate::openai::params::{
 use crate::openai::respond::{respond, Answer, Generations, Head};
 use crate::openai::response_format::parse_response_format;
 use crate::openai::responses::{TextChoice, TextCompletion, TextLogprobs};
+use crate::openai::tail::whole::Finished;
 use crate::openai::types::CompletionRequest;
 use crate::policy::{RoutedRequest, Validated};
 use crate::state::AppState;
@@ -184,6 +185,7 @@ pub async fn completions(
     State(state): State<AppState>,
     routed: RoutedRequest,
     headers: HeaderMap,
+    deadline: Deadline,
     Validated(request): Validated<ValidatedCompletionRequest>,
 ) -> Response {
     let ValidatedCompletionRequest {
@@ -198,7 +200,7 @@ pub async fn completions(
         params,
         mode,
     };
-    respond(&state, &routed, &headers, generations, TextAnswer).await
+    respond(&state, &routed, &headers, deadline, generations, TextAnswer).await
 }
 
 /// A legacy completion: `text_completion` chunks or one `text_completion`.

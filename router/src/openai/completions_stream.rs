@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use crate::openai::responses::{TextChoice, TextCompletion, TextLogprobs};
-use crate::sse::ChunkFormat;
+use crate::openai::tail::stream::ChunkFormat;
 use switchyard_seam::{FinishReason, GeneratedToken, Usage};
 
 /// Builds `text_completion` chunks for one response.

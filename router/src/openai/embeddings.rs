@@ -22,6 +22,7 @@ use switchyard_seam::{
 
 use crate::error::ApiError;
 use crate::layers::request_metrics::labelled_response;
+use crate::layers::timeout::Deadline;
 use crate::openai::completions::parse_token_ids;
 use crate::openai::extract::{parse_json_object, try_parse_json_object};
 use crate::openai::json_response::json_response;
@@ -211,11 +212,12 @@ pub async fn embeddings(
     State(state): State<AppState>,
     routed: RoutedRequest,
     headers: http::HeaderMap,
+    deadline: Deadline,
     Validated(request): Validated<ValidatedEmbeddingRequest>,
 ) -> Response {
     let request_id = crate::layers::request_id::request_id(&headers);
     let requested = ModelSpec::parse(&request.model);
-    let outcome = run(&state, &routed, &request_id, &requested, &request).await;
+    let outcome = run(&state, &routed, &request_id, deadline, &requested, &request).await;
     labelled_response(&routed.backend_model(&requested).to_string(), outcome)
 }
 
@@ -225,6 +227,7 @@ async fn run(
     state: &AppState,
     routed: &RoutedRequest,
     request_id: &str,
+    deadline: Deadline,
     requested: &ModelSpec,
     request: &ValidatedEmbeddingRequest,
 ) -> Result<Response, ApiError> {
@@ -237,7 +240,7 @@ async fn run(
     let share = routed.tenant_share();
     loop {
         let model = routed.backend_model(requested);
-        match embed_all(state, request_id, &model, request, &share).await {
+        match embed_all(state, request_id, deadline, &model, request, &share).await {
             Ok(vectors) => {
                 let prompt_tokens = vectors.iter().map(|(_, tokens)| tokens).sum::<u32>();
                 routed.succeeded(usage(prompt_tokens));
@@ -278,6 +281,7 @@ struct Failure {
 async fn embed_all(
     state: &AppState,
     request_id: &str,
+    deadline: Deadline,
     model: &ModelSpec,
     request: &ValidatedEmbeddingRequest,
     share: &TenantShare,
@@ -298,6 +302,7 @@ async fn embed_all(
                 input: input.clone(),
                 dimensions: request.dimensions,
                 share: share.clone(),
+                deadline: deadline.0,
             };
             match backend.embed(embedding) {
                 Ok(reply) => pending.push_back((next, reply)),

@@ -208,6 +208,7 @@ impl GenerationParams {
                     cache_scope: cache_scope.clone(),
                     share: TenantShare::default(),
                     fanout: u32::try_from(total).unwrap_or(u32::MAX),
+                    deadline: None,
                 });
             }
         }

@@ -9,12 +9,12 @@ use switchyard_seam::{ModelSpec, Prompt, Usage};
 use crate::error::ApiError;
 use crate::layers::request_id::request_id;
 use crate::layers::request_metrics::labelled_response;
-use crate::openai::generate::Finished;
+use crate::layers::timeout::Deadline;
 use crate::openai::params::{GenerationParams, ResponseMode};
-use crate::openai::routed_generation::{finish_whole, judged_stream};
+use crate::openai::tail::stream::{judged_stream, stream_response, ChunkFormat, StreamSettings};
+use crate::openai::tail::whole::{finish_whole, Finished};
 use crate::openai::unix_now;
 use crate::policy::RoutedRequest;
-use crate::sse::{stream_response, ChunkFormat, StreamSettings};
 use crate::state::AppState;
 
 /// What an endpoint's answer looks like.
@@ -64,6 +64,7 @@ pub async fn respond<A: Answer>(
     state: &AppState,
     routed: &RoutedRequest,
     headers: &HeaderMap,
+    deadline: Deadline,
     generations: Generations,
     answer: A,
 ) -> Response {
@@ -72,6 +73,7 @@ pub async fn respond<A: Answer>(
         state,
         routed,
         &request_id(headers),
+        deadline,
         &requested,
         &generations,
         answer,
@@ -84,6 +86,7 @@ async fn run<A: Answer>(
     state: &AppState,
     routed: &RoutedRequest,
     request_id: &str,
+    deadline: Deadline,
     requested: &ModelSpec,
     generations: &Generations,
     answer: A,
@@ -101,6 +104,7 @@ async fn run<A: Answer>(
         let mut requests = params.requests(request_id, model, &scope, prompts.clone());
         for request in &mut requests {
             request.share = share.clone();
+            request.deadline = deadline.0;
         }
         requests
     };
@@ -116,7 +120,6 @@ async fn run<A: Answer>(
                 model: routed.backend_model(requested).to_string(),
             };
             let settings = StreamSettings {
-                choices: total,
                 n: params.n,
                 include_usage,
                 prompt_field: A::PROMPT_FIELD,
@@ -124,6 +127,8 @@ async fn run<A: Answer>(
             };
             Ok(stream_response(
                 events,
+                total,
+                routed.clone(),
                 answer.chunks(head, include_usage),
                 settings,
             ))

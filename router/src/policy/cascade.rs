@@ -6,7 +6,7 @@
 //! A streamed request waits for the verdict: a step before the last runs to its end
 //! unseen, and the stream (headers included, so `x-switchyard-cascade` is known) starts
 //! once it is judged: the accepted answer's tokens are sent as they were generated, or
-//! the next model's as they come (`judged_stream` in `openai/routed_generation.rs`).
+//! the next model's as they come (`judged_stream` in `openai/tail/stream.rs`).
 //! The deferred attempt is billed like any answer (its tokens were computed); the
 //! response's `usage` is the answer the client gets.
 

@@ -23,7 +23,7 @@
 //! 6. adds `x-switchyard-model`, `-version`, `-route` and `-cost` to the response
 //!    (and `-cascade` when the policy's `[cascade]` judged the answer, see [`cascade`]).
 //!
-//! The handler settles the route when the request ends (`openai/routed_generation.rs`):
+//! The handler settles the route when the request ends (`openai/tail/`):
 //! budgets are charged the engine's token counts, the split's rollback rule gets the
 //! outcome and latency, and a checkpoint that refuses (overloaded) or fails before any
 //! output gives way to the policy's fallbacks.

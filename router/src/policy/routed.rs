@@ -7,7 +7,7 @@
 //!
 //! A routed request owns the routing decision until the request ends: the handler
 //! reports the outcome ([`RoutedRequest::succeeded`], [`RoutedRequest::failed`]), or the
-//! stream it returns does (`observe` in `openai/routed_generation.rs`); that settles the
+//! stream it returns does (`openai/tail/settle.rs`); that settles the
 //! budget with the engine's token counts and feeds the split's rollback rule. A request
 //! that ends without a report (dropped) releases its reservation.
 

@@ -227,13 +227,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     listener
         .set_nonblocking(true)
         .context("cannot make the listening socket non-blocking")?;
-    let router_defaults = RouterConfig::default();
     // The recorder first: what the engine records while it loads (load
     // durations, resident bytes, active versions) would otherwise be lost.
     let _ = switchyard_router::metrics::Metrics::global();
     let started = StartEngine {
         settings: &settings,
-        request_timeout: router_defaults.request_timeout,
         policy: policy.as_ref(),
         problems: &mut problems,
     };
@@ -476,7 +474,6 @@ fn default_model() -> anyhow::Result<PathBuf> {
 /// admin API see it.
 struct StartEngine<'a> {
     settings: &'a Settings,
-    request_timeout: Duration,
     /// The policy, whose model names are checked against what loaded.
     policy: Option<&'a policy::PolicySetup>,
     problems: &'a mut StartupProblems,
@@ -488,8 +485,7 @@ impl OnDevice for StartEngine<'_> {
     type Output = Started;
 
     fn run<B: Backend>(self, backend: Arc<B>) -> anyhow::Result<Started> {
-        let (engine, repository) =
-            start_engine(backend, self.settings, self.request_timeout, self.problems)?;
+        let (engine, repository) = start_engine(backend, self.settings, self.problems)?;
         if let Some(store) = self.policy.and_then(policy::PolicySetup::store) {
             if let Some(path) = store.path() {
                 let served = engine.registry().status();
@@ -515,7 +511,6 @@ impl OnDevice for StartEngine<'_> {
 fn start_engine<B: Backend>(
     backend: Arc<B>,
     settings: &Settings,
-    request_timeout: Duration,
     problems: &mut StartupProblems,
 ) -> anyhow::Result<(Engine<B>, Option<RepositoryWatch>)> {
     let created = SystemTime::now()
@@ -555,7 +550,7 @@ fn start_engine<B: Backend>(
         Arc::new(ExecutorMetrics::default()),
     )
     .context("cannot start the executor thread")?;
-    let engine = Engine::new(registry, executor, created, request_timeout);
+    let engine = Engine::new(registry, executor, created);
     Ok((engine, repository))
 }
 

@@ -1,5 +1,12 @@
-//! Server-sent events: turns a request's merged generation events into
-//! OpenAI's chunk stream, ending in `data: [DONE]`.
+//! A streamed answer: turns a request's merged generation events into OpenAI's
+//! server-sent chunk stream, ending in `data: [DONE]`, and settles the route as the
+//! stream ends ([`Settlement`]).
+//!
+//! Under a `[cascade]` the stream waits for the verdict ([`judged_stream`]): a step
+//! before the last runs to its end unseen and is judged, and the stream (headers
+//! included, so `x-switchyard-cascade` is known) starts once it is: the accepted
+//! answer's tokens are replayed as they were generated, or the next model's streamed
+//! as they come.
 //!
 //! The SSE body owns the [`MergedEvents`], which own every generation
 //! stream: when the client goes away, hyper drops the body, and with it the
@@ -15,8 +22,15 @@ use futures_util::stream::{self, StreamExt};
 use serde::Serialize;
 
 use crate::error::{sse_json_event, ApiError};
-use crate::openai::generate::{MergedEvents, UsageTally};
-use switchyard_seam::{BackendError, FinishReason, GeneratedToken, GenerationEvent, Usage};
+use crate::openai::tail::choice::{merge, MergedEvents};
+use crate::openai::tail::settle::Settlement;
+use crate::openai::tail::submit::{submit, MakeRequests};
+use crate::openai::tail::whole::{finish_all, least_confidence, usage_of, Finished};
+use crate::policy::RoutedRequest;
+use crate::state::AppState;
+use switchyard_seam::{
+    BackendError, FinishReason, GeneratedToken, GenerationEvent, ModelSpec, Usage,
+};
 
 /// How one endpoint shapes its chunks.
 pub trait ChunkFormat: Send + 'static {
@@ -38,8 +52,6 @@ pub trait ChunkFormat: Send + 'static {
 /// What a streamed response needs besides its events.
 #[derive(Debug, Clone, Copy)]
 pub struct StreamSettings {
-    /// Number of choices (all prompts × n).
-    pub choices: u32,
     /// Choices per prompt, for the usage tally.
     pub n: u32,
     /// Send a final usage chunk.
@@ -55,8 +67,7 @@ struct Driver<F> {
     format: F,
     settings: StreamSettings,
     pending: VecDeque<Event>,
-    remaining: u32,
-    tally: UsageTally,
+    settlement: Settlement,
     ended: bool,
     /// Turns `true` when the server's drain deadline passes (see [`crate::drain`]).
     deadline_passed: Option<tokio::sync::watch::Receiver<bool>>,
@@ -74,32 +85,29 @@ impl<F: ChunkFormat> Driver<F> {
         self.end();
     }
 
-    /// Stops listening: drops (cancels) every remaining generation.
+    /// Stops listening: drops (cancels) every remaining generation, and settles the
+    /// route as cancelled unless the answer ended.
     fn end(&mut self) {
         self.ended = true;
         self.events = stream::select_all(Vec::new());
+        self.settlement.cancel();
     }
 
     fn handle(&mut self, index: u32, event: GenerationEvent) {
+        let finished = self.settlement.see(index, &event);
         match event {
             GenerationEvent::Token(token) => {
                 for chunk in self.format.token(index, &token) {
                     self.push(&chunk);
                 }
             }
-            GenerationEvent::Done {
-                finish_reason,
-                usage,
-                ..
-            } => {
+            GenerationEvent::Done { finish_reason, .. } => {
                 for chunk in self.format.finish(index, finish_reason) {
                     self.push(&chunk);
                 }
-                self.tally.add(index, usage);
-                self.remaining = self.remaining.saturating_sub(1);
-                if self.remaining == 0 {
+                if let Some(usage) = finished {
                     if self.settings.include_usage {
-                        let chunk = self.format.usage(self.tally.total());
+                        let chunk = self.format.usage(usage);
                         self.push(&chunk);
                     }
                     self.pending.push_back(Event::default().data("[DONE]"));
@@ -136,23 +144,81 @@ impl<F: ChunkFormat> Driver<F> {
             };
             match next {
                 Some((index, event)) => self.handle(index, event),
-                // Every choice yields Done or Error before ending, so this
-                // means a choice was lost; say so rather than end silently.
-                None => self.fail(BackendError::Internal {
-                    message: format!("{} generation(s) ended without finishing", self.remaining),
-                }),
+                // Unreached: each choice's events end with its `Done` or `Error`
+                // (`Choice::next_event`), and the driver ends at the first `Error` and at
+                // the last `Done`.
+                None => self.end(),
             }
         }
     }
 }
 
-/// The SSE response for `events`, shaped by `format`.
+/// The events of a streamed request and how many generations they hold: submitted
+/// (with the policy's fallbacks), and under a `[cascade]` judged before anything is
+/// sent: each step before the last runs to its end unseen; an accepted answer is
+/// replayed token by token, a deferred one dropped and the next model's streamed live.
+pub async fn judged_stream(
+    state: &AppState,
+    routed: &RoutedRequest,
+    requested_model: &ModelSpec,
+    make: MakeRequests<'_>,
+    prompt_field: &'static str,
+    n: u32,
+) -> Result<(MergedEvents, u32), ApiError> {
+    loop {
+        let choices = submit(state, routed, requested_model, make, prompt_field).await?;
+        let total = u32::try_from(choices.len()).unwrap_or(u32::MAX);
+        if !routed.judged_in_cascade() {
+            return Ok((merge(choices), total));
+        }
+        match finish_all(choices).await {
+            Ok(finished) => {
+                let usage = usage_of(&finished, n);
+                if routed.defer_in_cascade(least_confidence(&finished), usage) {
+                    continue;
+                }
+                return Ok((replay(finished), total));
+            }
+            Err(error) if routed.fall_back(&error) => continue,
+            Err(error) => {
+                routed.failed(&error, Usage::default());
+                return Err(ApiError::backend(error, prompt_field));
+            }
+        }
+    }
+}
+
+/// The events of generations that already ran to their end, as they came: each
+/// choice's tokens, then its `Done`, one choice after another.
+fn replay(finished: Vec<Finished>) -> MergedEvents {
+    stream::select_all(finished.into_iter().map(|f| {
+        let index = f.index;
+        let done = GenerationEvent::Done {
+            finish_reason: f.finish_reason,
+            usage: f.usage,
+            confidence: f.confidence,
+        };
+        let events = f
+            .tokens
+            .into_iter()
+            .map(GenerationEvent::Token)
+            .chain(std::iter::once(done))
+            .map(move |event| (index, event));
+        Box::pin(stream::iter(events))
+            as std::pin::Pin<Box<dyn futures_util::Stream<Item = _> + Send>>
+    }))
+}
+
+/// The SSE response for `events` (of `total` choices), shaped by `format`; settles
+/// `routed` when it ends.
 pub fn stream_response<F: ChunkFormat>(
     events: MergedEvents,
+    total: u32,
+    routed: RoutedRequest,
     mut format: F,
     settings: StreamSettings,
 ) -> Response {
-    let pending = (0..settings.choices)
+    let pending = (0..total)
         .filter_map(|index| format.opening(index))
         .map(|chunk| sse_json_event(&chunk))
         .collect();
@@ -161,9 +227,8 @@ pub fn stream_response<F: ChunkFormat>(
         format,
         settings,
         pending,
-        remaining: settings.choices,
-        tally: UsageTally::new(settings.n),
-        ended: settings.choices == 0,
+        settlement: Settlement::new(routed, total, settings.n),
+        ended: total == 0,
         deadline_passed: crate::drain::current(),
     };
     let body = stream::unfold(driver, |mut driver| async move {
