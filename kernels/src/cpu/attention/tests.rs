@@ -318,7 +318,7 @@ fn overlapping_sequences_are_refused() {
             start_pos: 0,
         },
     ];
-    let call = layer0(shape, &x, &x, &x);
+    let call = layer0(shape, &x, &x, &x, Products::F32);
     let isa = CheckedIsa::at_most(Isa::Scalar);
     assert!(attention(&pool, isa, call, &mut store, &seqs, &mut out).is_err());
 }
@@ -347,7 +347,7 @@ fn a_block_written_by_one_sequence_and_read_by_another_is_refused() {
         rows: row..row + 1,
         start_pos,
     };
-    let call = layer0(shape, &x, &x, &x);
+    let call = layer0(shape, &x, &x, &x, Products::F32);
     let isa = CheckedIsa::at_most(Isa::Scalar);
     let both = [seq(&a, 0, 0), seq(&b, 1, 1)];
     let err = attention(&pool, isa, call, &mut store, &both, &mut out).unwrap_err();
