@@ -261,7 +261,11 @@ fn sliding_window_checkpoints_are_cached_where_their_windows_were_kept<B: Backen
             let (got, hit) = run(&cached, &f, prompt_of(start, tail), 6);
             assert_eq!(&got, ids, "start {start}, tail {tail:?}");
             // The shared start's full blocks.
-            assert_eq!(hit, start as usize / BLOCK * BLOCK, "start {start}, tail {tail:?}");
+            assert_eq!(
+                hit,
+                start as usize / BLOCK * BLOCK,
+                "start {start}, tail {tail:?}"
+            );
         }
         cached.shutdown();
     }

@@ -38,7 +38,9 @@ impl std::str::FromStr for AttentionPrecision {
         match s.to_ascii_lowercase().as_str() {
             "f32" => Ok(AttentionPrecision::F32),
             "bf16" => Ok(AttentionPrecision::Bf16),
-            _ => Err(format!("unknown attention precision {s:?}; known: f32, bf16")),
+            _ => Err(format!(
+                "unknown attention precision {s:?}; known: f32, bf16"
+            )),
         }
     }
 }

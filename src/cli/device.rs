@@ -149,6 +149,9 @@ mod tests {
         let bf16 = on_device(Device::Cpu, 1, AttentionPrecision::Bf16, Name).unwrap();
         assert!(bf16.starts_with("cpu"), "{bf16}");
         let err = on_device(Device::Cuda(0), 1, AttentionPrecision::Bf16, Name).unwrap_err();
-        assert!(format!("{err}").contains("--attention-precision bf16 is a CPU option"), "{err}");
+        assert!(
+            format!("{err}").contains("--attention-precision bf16 is a CPU option"),
+            "{err}"
+        );
     }
 }

@@ -129,8 +129,14 @@ impl<B: Backend> SequenceKv<B> {
             if kv.table.layout().window(layer).is_some() {
                 // A ring of its own, the snapshot's copied slot for slot
                 // (`check_prefix` saw it serve this layout).
-                let ring = window.and_then(|w| w.rings.get(layer)).into_iter().flatten();
-                let shape = kv.table.layout().block_shape(kv.table.layout().block_positions());
+                let ring = window
+                    .and_then(|w| w.rings.get(layer))
+                    .into_iter()
+                    .flatten();
+                let shape = kv
+                    .table
+                    .layout()
+                    .block_shape(kv.table.layout().block_positions());
                 for &from in ring {
                     let to = held.alloc(backend, shape)?;
                     kv.table.push(layer, to)?;
@@ -347,9 +353,10 @@ impl<B: Backend> SequenceKv<B> {
             ring_blocks: (0..layout.layers()).map(|l| layout.max_blocks(l)).collect(),
             len: self.len,
         };
-        let fail = |held: &mut super::blocks::Held<B>, ids: Vec<Option<BlockId>>, s: WindowSnapshot| {
-            held.release(ids.into_iter().flatten().chain(s.ids().collect::<Vec<_>>()));
-        };
+        let fail =
+            |held: &mut super::blocks::Held<B>, ids: Vec<Option<BlockId>>, s: WindowSnapshot| {
+                held.release(ids.into_iter().flatten().chain(s.ids().collect::<Vec<_>>()));
+            };
         for layer in 0..layout.layers() {
             if windowed(layer) {
                 ids.push(None);

@@ -83,7 +83,10 @@ pub(crate) fn usable<B: Backend>(
     // A prompt that ended on a block boundary left its snapshot with its
     // last full block.
     while let Some(last) = shared.last() {
-        if last.window().is_some_and(|w| w.serves(layout, shared.len() * block)) {
+        if last
+            .window()
+            .is_some_and(|w| w.serves(layout, shared.len() * block))
+        {
             return Found { shared, tail: None };
         }
         shared.pop();

@@ -156,7 +156,10 @@ fn attention_precision_reaches_the_settings() {
     )
     .unwrap();
     let config = path.to_str().unwrap();
-    assert_eq!(attention(&["--config", config]).unwrap(), AttentionPrecision::Bf16);
+    assert_eq!(
+        attention(&["--config", config]).unwrap(),
+        AttentionPrecision::Bf16
+    );
     let flag = ["--config", config, "--attention-precision", "f32"];
     assert_eq!(attention(&flag).unwrap(), AttentionPrecision::F32);
 

@@ -243,7 +243,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         policy: policy.as_ref(),
         problems: &mut problems,
     };
-    let (backend, model_admin) = on_device(settings.device, settings.threads, settings.attention, started)?;
+    let (backend, model_admin) = on_device(
+        settings.device,
+        settings.threads,
+        settings.attention,
+        started,
+    )?;
     let missing = problems.finish(allow_partial)?;
     let Some(policy) = policy else {
         anyhow::bail!("the policy did not load");

@@ -372,8 +372,9 @@ mod x86 {
         let _ = GROUP_MAX;
         let rows = ps[0].len();
         let p: [*const u32; G] = std::array::from_fn(|h| ps[h].as_ptr());
-        let mask_at =
-            |at: usize| -> __mmask16 { ((1u32 << width.saturating_sub(at).min(16)) - 1) as __mmask16 };
+        let mask_at = |at: usize| -> __mmask16 {
+            ((1u32 << width.saturating_sub(at).min(16)) - 1) as __mmask16
+        };
         let mut c = 0;
         while c < width {
             let m = [

@@ -50,7 +50,13 @@ fn packing_matches_the_instruction_rounding() {
     let Some(isa) = simd() else { return };
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(41);
     let mut src = awkward(&mut rng, 4096);
-    src.extend([f32::MAX, f32::MIN, f32::INFINITY, f32::NAN, 1.0 + 2f32.powi(-8)]);
+    src.extend([
+        f32::MAX,
+        f32::MIN,
+        f32::INFINITY,
+        f32::NAN,
+        1.0 + 2f32.powi(-8),
+    ]);
     src.extend((0..27).map(|i| f32::from_bits(0x3f80_8000 + (i << 16))));
     let scalar = Bf16Isa::scalar();
     for n in [0, 1, 15, 16, 17, 33, src.len()] {
@@ -85,8 +91,13 @@ fn dot_products_are_bit_for_bit_the_scalar_twins() {
             let (mut got, mut want) = ([[0.0f32; 32]; GROUP_MAX], [[0.0f32; 32]; GROUP_MAX]);
             scores(isa, &refs, &keys, 0.0625, &mut got);
             scores(scalar, &refs, &keys, 0.0625, &mut want);
-            let bits = |s: &[[f32; 32]]| -> Vec<u32> { s.iter().flatten().map(|x| x.to_bits()).collect() };
-            assert_eq!(bits(&got[..g]), bits(&want[..g]), "scores: {pairs} pairs, {g} queries");
+            let bits =
+                |s: &[[f32; 32]]| -> Vec<u32> { s.iter().flatten().map(|x| x.to_bits()).collect() };
+            assert_eq!(
+                bits(&got[..g]),
+                bits(&want[..g]),
+                "scores: {pairs} pairs, {g} queries"
+            );
         }
     }
     for (rows, width) in [(1usize, 1usize), (16, 64), (16, 256), (7, 33), (3, 100)] {
@@ -100,7 +111,11 @@ fn dot_products_are_bit_for_bit_the_scalar_twins() {
             weighted_sum(isa, &refs, &values, &mut got);
             weighted_sum(scalar, &refs, &values, &mut want);
             let bits = |s: &[f32]| -> Vec<u32> { s.iter().map(|x| x.to_bits()).collect() };
-            assert_eq!(bits(&got), bits(&want), "weighted sum: {rows}×{width}, {g} rows of weights");
+            assert_eq!(
+                bits(&got),
+                bits(&want),
+                "weighted sum: {rows}×{width}, {g} rows of weights"
+            );
         }
     }
 }
@@ -116,7 +131,10 @@ fn the_instruction_adds_the_odd_product_first_rounding_each() {
     let ones = p(1.0, 1.0);
     let cases = [
         (p(2f32.powi(-24), 2f32.powi(-24)), 1.0),
-        (p(1.5 * 2f32.powi(-24), 2f32.powi(-24)), 1.0 + 2f32.powi(-23)),
+        (
+            p(1.5 * 2f32.powi(-24), 2f32.powi(-24)),
+            1.0 + 2f32.powi(-23),
+        ),
     ];
     let isa = simd();
     for (b, want) in cases {

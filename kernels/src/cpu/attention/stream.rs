@@ -170,7 +170,11 @@ impl State {
         for i in 0..tile.rows {
             for h in 0..tile.group {
                 let qi = i * tile.group + h;
-                bf16::pack_in_order(isa, query(i, h), &mut self.q_pairs[qi * pairs..(qi + 1) * pairs]);
+                bf16::pack_in_order(
+                    isa,
+                    query(i, h),
+                    &mut self.q_pairs[qi * pairs..(qi + 1) * pairs],
+                );
             }
         }
     }
@@ -196,7 +200,12 @@ impl State {
             }
         };
         for m in 0..valid.div_ceil(2).min(KEY_BLOCK / 2) {
-            bf16::pack(isa, row(2 * m), row(2 * m + 1), &mut self.v_pairs[m * hd..(m + 1) * hd]);
+            bf16::pack(
+                isa,
+                row(2 * m),
+                row(2 * m + 1),
+                &mut self.v_pairs[m * hd..(m + 1) * hd],
+            );
         }
     }
 
@@ -256,7 +265,13 @@ impl State {
     /// The weighted sum of [`State::fold`] in BF16: each query's
     /// probabilities of `block` (0 outside it) in pairs against the
     /// block's value pairs that meet it.
-    fn fold_bf16(&mut self, b: Bf16Isa, (qi, g): (usize, usize), hd: usize, block: std::ops::Range<usize>) {
+    fn fold_bf16(
+        &mut self,
+        b: Bf16Isa,
+        (qi, g): (usize, usize),
+        hd: usize,
+        block: std::ops::Range<usize>,
+    ) {
         const PAIRS: usize = KEY_BLOCK / 2;
         self.p_pairs.resize(GROUP_MAX * PAIRS, 0);
         for h in 0..g {

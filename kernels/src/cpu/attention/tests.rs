@@ -158,7 +158,10 @@ fn check(
             let seen = before + i + 1;
             for h in 0..n_heads {
                 let at = row * q_cols + h * head_dim;
-                let query: Vec<f32> = q.data[at..at + head_dim].iter().map(|x| round(*x)).collect();
+                let query: Vec<f32> = q.data[at..at + head_dim]
+                    .iter()
+                    .map(|x| round(*x))
+                    .collect();
                 let kv = h / group;
                 let keys: Vec<f32> = (0..seen)
                     .flat_map(|p| kv_cache::key(&mut store, table, 0, kv, p))
@@ -225,7 +228,14 @@ fn streaming_matches_the_reference_on_awkward_shapes() {
         for threads in [1, 2, 3] {
             for dtype in [KvType::F32, KvType::F16] {
                 for case in &cases {
-                    check(CheckedIsa::at_most(isa), threads, dtype, false, case, &mut rng);
+                    check(
+                        CheckedIsa::at_most(isa),
+                        threads,
+                        dtype,
+                        false,
+                        case,
+                        &mut rng,
+                    );
                 }
             }
         }
@@ -274,7 +284,14 @@ fn bf16_products_match_the_reference_and_every_isa_alike() {
                 for threads in [1, 3] {
                     // The same inputs for every ISA and thread count.
                     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(77 + c as u64);
-                    let out = check(CheckedIsa::at_most(isa), threads, dtype, true, case, &mut rng);
+                    let out = check(
+                        CheckedIsa::at_most(isa),
+                        threads,
+                        dtype,
+                        true,
+                        case,
+                        &mut rng,
+                    );
                     match &first {
                         None => first = Some(out),
                         Some(want) => assert!(

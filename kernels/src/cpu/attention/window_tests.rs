@@ -172,8 +172,7 @@ fn a_ring_of_slots_attends_over_the_window_like_the_whole_cache() {
                         let values: Vec<&[f32]> =
                             seen.clone().map(|pos| &v_all[span(pos)]).collect();
                         let at = (start + i) * q_cols + h * head_dim;
-                        let want =
-                            attend(&q_all[at..at + head_dim], &keys, &values, shape, round);
+                        let want = attend(&q_all[at..at + head_dim], &keys, &values, shape, round);
                         let got = &outs[0][i * q_cols + h * head_dim..][..head_dim];
                         for (g, w) in got.iter().zip(&want) {
                             assert!(
