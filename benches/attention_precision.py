@@ -9,8 +9,15 @@ Prompts: the Gemma 3 numerics test's seven (short, code, chat, one past the
 global layers attend over all of it). Speed is measured separately by
 `benches/long_context.py --attention f32,bf16`.
 
+`--speed 4096,16384` instead times a whole prompt of that many tokens
+(Gemma 3 by default, `--models`) through `switchyard generate` with each
+precision and through llama.cpp (llama-cpp-python) on the same ids, in one
+run, in turns: a quick look that needs only the release binary (the
+per-depth figures are `benches/long_context.py --attention f32,bf16`).
+Prompts past ~28k tokens do not fit one command-line argument.
+
 Usage: .venv/bin/python benches/attention_precision.py [--models gemma3,smollm2]
-  [--long 4096] [--greedy 32] [--threads 2]
+  [--long 4096] [--greedy 32] [--threads 2] [--speed N,N...] [--repeats 1]
 Prints a Markdown table; JSON lines on stderr.
 """
 
@@ -65,13 +72,66 @@ def kl(p_logits: np.ndarray, q_logits: np.ndarray) -> np.ndarray:
     return (np.exp(lp) * (lp - lq)).sum(axis=1)
 
 
+def speed(model: str, lengths: list[int], threads: int, repeats: int) -> None:
+    """Prompt tok/s of whole prompts: f32, bf16, llama.cpp, in turns."""
+    import re
+    import time
+
+    from llama_cpp import Llama
+
+    rows = []
+    for n in lengths:
+        text = LONG_TEXT * (n // 90 + 1)
+        ids = json.loads(subprocess.run([BIN, "tokenize", "--model", model, "--text", text],
+                                        check=True, capture_output=True, text=True).stdout)["ids"]
+        while len(ids) > n:
+            text = text[: int(len(text) * n / len(ids)) - 1]
+            ids = json.loads(subprocess.run([BIN, "tokenize", "--model", model, "--text", text],
+                                            check=True, capture_output=True, text=True).stdout)["ids"]
+        best = {}
+        for _ in range(repeats):
+            for attention in ("f32", "bf16"):
+                out = subprocess.run(
+                    [BIN, "generate", "--model", model, "--prompt", text, "--max-tokens", "1",
+                     "--temperature", "0", "--speculate", "off", "--threads", str(threads),
+                     "--attention-precision", attention],
+                    check=True, capture_output=True, text=True)
+                got = re.search(r"prompt: (\d+) tokens, ([\d.]+) tokens/s", out.stdout + out.stderr)
+                best[attention] = max(best.get(attention, 0.0), float(got.group(2)))
+            llm = Llama(model_path=model, n_ctx=len(ids) + 8, n_threads=threads,
+                        n_threads_batch=threads, n_batch=512, n_ubatch=512, verbose=False,
+                        swa_full=False)
+            start = time.perf_counter()
+            llm.eval(ids)
+            best["llama.cpp"] = max(best.get("llama.cpp", 0.0),
+                                    len(ids) / (time.perf_counter() - start))
+            del llm
+        row = {"tokens": len(ids), **{k: round(v, 1) for k, v in best.items()}}
+        print(json.dumps(row), file=sys.stderr)
+        rows.append(row)
+    load = os.getloadavg()[0]
+    print(f"Whole-prompt tok/s, {threads} threads, best of {repeats} (load average {load:.1f})")
+    print()
+    print("| prompt tokens | f32 | bf16 | bf16 / f32 | llama.cpp | f32 / llama.cpp | bf16 / llama.cpp |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        print(f"| {r['tokens']} | {r['f32']} | {r['bf16']} | {r['bf16'] / r['f32']:.2f}× | "
+              f"{r['llama.cpp']} | {r['f32'] / r['llama.cpp']:.2f}× | {r['bf16'] / r['llama.cpp']:.2f}× |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default="gemma3,smollm2")
     ap.add_argument("--long", type=int, default=4096)
     ap.add_argument("--greedy", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--speed", default=None, help="prompt lengths to time instead")
+    ap.add_argument("--repeats", type=int, default=1)
     args = ap.parse_args()
+    if args.speed:
+        model = model_path(args.models.split(",")[0] if "," not in args.models else "gemma3")
+        speed(model, [int(n) for n in args.speed.split(",")], args.threads, args.repeats)
+        return
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
