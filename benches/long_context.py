@@ -27,9 +27,13 @@ llama.cpp keeps only the window of sliding-window layers (`swa_full=False`,
 llama-server's default; llama-cpp-python's own default is the full-size
 cache), as Switchyard does; its KV size is read from its log.
 
+`--attention f32,bf16` measures Switchyard once per attention precision
+(`--attention-precision`, docs/ATTENTION_PRECISION.md) at every depth, each
+beside the same llama.cpp run; the plot draws the first.
+
 Usage: .venv/bin/python benches/long_context.py [--model gemma3|smollm2|PATH]
   [--depths ...] [--threads 2] [--repeats 2] [--deep-repeats 1] [--kv f16|f32|q8_0]
-  [--svg ...]
+  [--attention f32[,bf16]] [--svg ...]
 Prints a Markdown table and JSON lines (stderr).
 """
 
@@ -88,9 +92,11 @@ def ids(start: int, n: int) -> list[int]:
     return [100 + (i * 7919) % 48000 for i in range(start, start + n)]
 
 
-def switchyard(model: str, depth: int, threads: int, kv: str, repeats: int) -> dict:
+def switchyard(model: str, depth: int, threads: int, kv: str, repeats: int,
+               attention: str = "f32") -> dict:
     env = dict(os.environ, SWITCHYARD_MODEL=model, LC_DEPTHS=str(depth), LC_THREADS=str(threads),
-               LC_KV=kv, LC_PROMPT=str(PROMPT), LC_DECODE=str(DECODE), LC_REPEATS=str(repeats))
+               LC_KV=kv, LC_PROMPT=str(PROMPT), LC_DECODE=str(DECODE), LC_REPEATS=str(repeats),
+               SWITCHYARD_BENCH_ATTENTION=attention)
     out = subprocess.run(["cargo", "bench", "-q", "--bench", "long_context"], cwd=ROOT, env=env,
                          check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
@@ -206,36 +212,49 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=REPEATS)
     ap.add_argument("--deep-repeats", type=int, default=1, help=f"repeats at depths >= {DEEP}")
     ap.add_argument("--flash-attn", action="store_true", help="llama.cpp with flash attention")
+    ap.add_argument("--attention", default="f32",
+                    help="Switchyard's attention precisions, comma-separated (f32, bf16)")
     args = ap.parse_args()
+    attentions = args.attention.split(",")
     model = resolve(args.model or args.path or "smollm2")
     depths = [int(d) for d in (args.depths or model.depths).split(",")]
     rows, began = [], time.perf_counter()
     for depth in depths:
         repeats = args.deep_repeats if depth >= DEEP else args.repeats
         start = time.perf_counter()
-        s = switchyard(model.path, depth, args.threads, args.kv, repeats)
+        ours = []
+        for attention in attentions:
+            ours.append(switchyard(model.path, depth, args.threads, args.kv, repeats, attention))
+            print(json.dumps(ours[-1]), file=sys.stderr)
         l = llama_cpp(model.path, depth, args.threads, repeats, args.flash_attn, args.kv)
         seconds = time.perf_counter() - start
-        print(json.dumps(s), file=sys.stderr)
         print(json.dumps(l), file=sys.stderr)
         print(f"depth {depth}: {seconds:.0f} s for both engines, best of {repeats}", file=sys.stderr)
-        rows.append((s, l))
+        rows.append((ours, l))
+    load = os.getloadavg()[0]
     minutes = (time.perf_counter() - began) / 60
     fa = ", flash attention" if args.flash_attn or llama_kv(args.kv) != "f16" else ""
     print(f"**{model.label}** (`{Path(model.path).name}`), {args.threads} threads, KV {args.kv} "
           f"(Switchyard) / {llama_kv(args.kv)}{fa} (llama.cpp), prompt {PROMPT}, decode {DECODE}, "
           f"best of {args.repeats} (of {args.deep_repeats} from depth {DEEP}); "
-          f"{minutes:.1f} minutes in all")
+          f"{minutes:.1f} minutes in all; load average {load:.1f} at the end")
     print()
-    print("| depth | Switchyard decode | llama.cpp decode | ratio | Switchyard prompt | "
-          "llama.cpp prompt | ratio | Switchyard KV MB (windowed layers) | llama.cpp KV MB |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for s, l in rows:
-        print(f"| {s['depth']} | {s['decode_tok_s']:.1f} | {l['decode_tok_s']:.1f} | "
-              f"{s['decode_tok_s'] / l['decode_tok_s']:.2f}× | {s['prompt_tok_s']:.1f} | "
-              f"{l['prompt_tok_s']:.1f} | {s['prompt_tok_s'] / l['prompt_tok_s']:.2f}× | "
-              f"{s['kv_bytes'] / 1e6:.1f} ({s.get('kv_windowed_bytes', 0) / 1e6:.1f}) | "
-              f"{l['kv_bytes'] / 1e6:.1f} |")
+    for a, attention in enumerate(attentions):
+        if len(attentions) > 1:
+            print(f"Switchyard attention {attention}:")
+            print()
+        print("| depth | Switchyard decode | llama.cpp decode | ratio | Switchyard prompt | "
+              "llama.cpp prompt | ratio | Switchyard KV MB (windowed layers) | llama.cpp KV MB |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        for ours, l in rows:
+            s = ours[a]
+            print(f"| {s['depth']} | {s['decode_tok_s']:.1f} | {l['decode_tok_s']:.1f} | "
+                  f"{s['decode_tok_s'] / l['decode_tok_s']:.2f}× | {s['prompt_tok_s']:.1f} | "
+                  f"{l['prompt_tok_s']:.1f} | {s['prompt_tok_s'] / l['prompt_tok_s']:.2f}× | "
+                  f"{s['kv_bytes'] / 1e6:.1f} ({s.get('kv_windowed_bytes', 0) / 1e6:.1f}) | "
+                  f"{l['kv_bytes'] / 1e6:.1f} |")
+        print()
+    rows = [(ours[0], l) for ours, l in rows]
     # Another KV type draws beside the model's plot, not over it.
     default_svg = model.svg if args.kv == "f16" else \
         model.svg.with_name(f"{model.svg.stem}_{args.kv}{model.svg.suffix}")

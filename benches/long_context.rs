@@ -6,7 +6,8 @@
 //! it next to llama.cpp doing the same and draws `docs/long_context.svg`.
 //!
 //! Model: `SWITCHYARD_MODEL` (default: the cached SmolLM2 Q4_1); threads
-//! `LC_THREADS` (2); KV type `LC_KV` (f16); best of `LC_REPEATS` (2).
+//! `LC_THREADS` (2); KV type `LC_KV` (f16); best of `LC_REPEATS` (2);
+//! attention's products `SWITCHYARD_BENCH_ATTENTION` (f32).
 
 #[path = "support/device.rs"]
 mod device;
@@ -141,10 +142,12 @@ fn depths_on<B: Backend>(backend: &B, run: &Depths) {
                 .sum();
         }
         println!(
-            "{{\"engine\": \"switchyard\", \"kv\": \"{kv}\", \"threads\": {threads}, \
+            "{{\"engine\": \"switchyard\", \"kv\": \"{kv}\", \"attention\": \"{}\", \
+             \"threads\": {threads}, \
              \"depth\": {depth}, \"prompt\": {prompt}, \"decode\": {decode}, \
              \"prompt_tok_s\": {best_prompt:.2}, \"decode_tok_s\": {best_decode:.2}, \
-             \"kv_bytes\": {kv_bytes}, \"kv_windowed_bytes\": {kv_windowed}}}"
+             \"kv_bytes\": {kv_bytes}, \"kv_windowed_bytes\": {kv_windowed}}}",
+            device::attention()
         );
     }
 }

@@ -2,7 +2,7 @@
 //! like an earlier one runs from the cached blocks and samples exactly what
 //! it samples with the cache off, and cached blocks that no sequence reads
 //! give way to a new sequence's cache instead of refusing it; checkpoints
-//! with sliding-window layers are not cached.
+//! with sliding-window layers are cached with their windows' rings.
 #![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 #[path = "support/requests.rs"]
@@ -205,14 +205,37 @@ fn unread_cached_blocks_give_way_to_a_new_sequence<B: Backend>(backend: Arc<B>) 
 }
 on_each_device!(unread_cached_blocks_give_way_to_a_new_sequence);
 
-fn sliding_window_checkpoints_are_not_cached<B: Backend>(backend: Arc<B>) {
-    // Gemma 3's local layers keep rings whose blocks are overwritten as
-    // the window moves: their prefixes cannot be shared block by block.
+fn sliding_window_checkpoints_are_cached_where_their_windows_were_kept<B: Backend>(
+    backend: Arc<B>,
+) {
+    // Gemma 3's local layers keep rings (here a window of 16 in 5 blocks
+    // of 32) whose blocks are overwritten as the window moves: a prefix is
+    // reused from a copy of the rings where the first prompt ended, the
+    // global layers' blocks shared. A start of 100 tokens leaves the rings
+    // unturned; one of 200 turns them (201 positions in 160 slots).
     let f = fixture_of(&backend, Preset::Gemma3, None, BLOCK);
-    let exec = executor(&f, true);
-    let (first, _) = run(&exec, &f, prompt(&[3]), 6);
-    let (again, hit) = run(&exec, &f, prompt(&[3]), 6);
-    assert_eq!(hit, 0);
-    assert_eq!(first, again);
+    let tails: [&[u32]; 3] = [&[3], &[5, 6, 7], &[9]];
+    for start in [100, 200] {
+        let uncached = executor(&f, false);
+        let expected: Vec<_> = tails
+            .iter()
+            .map(|t| run(&uncached, &f, prompt_of(start, t), 6))
+            .collect();
+        uncached.shutdown();
+        let cached = executor(&f, true);
+        let (first, hit) = run(&cached, &f, prompt_of(start, tails[0]), 6);
+        assert_eq!((first, hit), (expected[0].0.clone(), 0), "start {start}");
+        for (tail, (ids, _)) in tails.iter().zip(&expected) {
+            let (got, hit) = run(&cached, &f, prompt_of(start, tail), 6);
+            assert_eq!(&got, ids, "start {start}, tail {tail:?}");
+            // The shared start's full blocks.
+            assert_eq!(
+                hit,
+                start as usize / BLOCK * BLOCK,
+                "start {start}, tail {tail:?}"
+            );
+        }
+        cached.shutdown();
+    }
 }
-on_each_device!(sliding_window_checkpoints_are_not_cached);
+on_each_device!(sliding_window_checkpoints_are_cached_where_their_windows_were_kept);

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::cpu::CpuBackend;
 use crate::cuda::CudaError;
-use crate::Backend;
+use crate::{AttentionPrecision, Backend};
 
 /// A device the kernels can run on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -79,8 +79,23 @@ pub fn on_device<W: OnDevice>(
     threads: usize,
     work: W,
 ) -> Result<W::Output, DeviceError> {
+    on_device_with(device, threads, AttentionPrecision::default(), work)
+}
+
+/// [`on_device`] with attention's products in `attention` on the CPU (the
+/// CUDA backend computes attention its own way; the binary refuses
+/// `--attention-precision bf16` there).
+pub fn on_device_with<W: OnDevice>(
+    device: Device,
+    threads: usize,
+    attention: AttentionPrecision,
+    work: W,
+) -> Result<W::Output, DeviceError> {
     match device {
-        Device::Cpu => Ok(work.run(Arc::new(CpuBackend::new(threads)))),
+        Device::Cpu => {
+            let backend = CpuBackend::new(threads).with_attention_precision(attention);
+            Ok(work.run(Arc::new(backend)))
+        }
         Device::Cuda(ordinal) => {
             on_cuda(ordinal, work).map_err(|reason| DeviceError { device, reason })
         }

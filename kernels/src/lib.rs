@@ -22,6 +22,7 @@
 //! assert_eq!(y.row(0), Some(&[32.0, 64.0][..]));
 //! ```
 
+pub mod attention_precision;
 pub mod backend;
 pub mod cpu;
 pub mod cuda;
@@ -31,6 +32,7 @@ pub mod error;
 pub mod formats;
 pub mod kv;
 
+pub use attention_precision::AttentionPrecision;
 pub use backend::{
     AttentionRows, AttentionShape, Backend, LoraRows, MatmulInput, MatmulProduct, RopeStyle,
     StepKey, WeightView,

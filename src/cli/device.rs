@@ -11,7 +11,7 @@ use anyhow::Context;
 use switchyard_engine::formats::{load_checkpoint, Checkpoint};
 use switchyard_engine::kv::KvConfig;
 pub use switchyard_kernels::device::Device;
-use switchyard_kernels::{Backend, KvType};
+use switchyard_kernels::{AttentionPrecision, Backend, KvType};
 
 /// A subcommand's work on whichever backend `--device` chose.
 pub trait OnDevice {
@@ -32,15 +32,22 @@ impl<W: OnDevice> switchyard_kernels::device::OnDevice for Fallible<W> {
     }
 }
 
-/// Builds `device`'s backend on `threads` worker threads and runs `work`
-/// on it; a backend that cannot be built is a one-line error naming what
-/// is missing.
+/// Builds `device`'s backend on `threads` worker threads, attention's
+/// products in `attention`, and runs `work` on it; a backend that cannot
+/// be built is a one-line error naming what is missing.
 pub fn on_device<W: OnDevice>(
     device: Device,
     threads: usize,
+    attention: AttentionPrecision,
     work: W,
 ) -> anyhow::Result<W::Output> {
-    switchyard_kernels::device::on_device(device, threads, Fallible(work))?
+    if device != Device::Cpu && attention != AttentionPrecision::F32 {
+        anyhow::bail!(
+            "--attention-precision {attention} is a CPU option; --device {device} computes \
+             attention its own way (leave the flag out or use --device cpu)"
+        );
+    }
+    switchyard_kernels::device::on_device_with(device, threads, attention, Fallible(work))?
 }
 
 /// The device flags of the subcommands that run one model.
@@ -58,9 +65,19 @@ pub struct DeviceArgs {
     /// (default: f16).
     #[arg(long)]
     pub kv_type: Option<KvType>,
+    /// Attention's products (queries·keys, probabilities·values): f32, or
+    /// bf16 (inputs rounded to BF16, f32 accumulation; AVX-512 BF16's
+    /// `vdpbf16ps` where the CPU has it) [default: f32; docs/ATTENTION_PRECISION.md].
+    #[arg(long)]
+    pub attention_precision: Option<AttentionPrecision>,
 }
 
 impl DeviceArgs {
+    /// `--attention-precision`, or the default.
+    pub fn attention(&self) -> AttentionPrecision {
+        self.attention_precision.unwrap_or_default()
+    }
+
     pub fn count(&self) -> usize {
         self.threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
@@ -116,7 +133,7 @@ mod tests {
     /// naming what is missing; with one, the backend runs the work.
     #[test]
     fn cuda_without_a_gpu_is_a_one_line_error() {
-        match on_device(Device::Cuda(0), 1, Name) {
+        match on_device(Device::Cuda(0), 1, AttentionPrecision::F32, Name) {
             Ok(name) => assert!(name.starts_with("cuda-sm_"), "{name}"),
             Err(e) => {
                 let msg = format!("{e:#}");
@@ -126,6 +143,15 @@ mod tests {
                 assert!(named.iter().any(|n| msg.contains(n)), "{msg}");
             }
         }
-        assert!(on_device(Device::Cpu, 1, Name).unwrap().starts_with("cpu"));
+        assert!(on_device(Device::Cpu, 1, AttentionPrecision::F32, Name)
+            .unwrap()
+            .starts_with("cpu"));
+        let bf16 = on_device(Device::Cpu, 1, AttentionPrecision::Bf16, Name).unwrap();
+        assert!(bf16.starts_with("cpu"), "{bf16}");
+        let err = on_device(Device::Cuda(0), 1, AttentionPrecision::Bf16, Name).unwrap_err();
+        assert!(
+            format!("{err}").contains("--attention-precision bf16 is a CPU option"),
+            "{err}"
+        );
     }
 }

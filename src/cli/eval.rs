@@ -60,7 +60,12 @@ pub struct EvalArgs {
 }
 
 pub fn run(args: EvalArgs) -> anyhow::Result<()> {
-    on_device(args.device.device, args.device.count(), Eval(args))
+    on_device(
+        args.device.device,
+        args.device.count(),
+        args.device.attention(),
+        Eval(args),
+    )
 }
 
 struct Eval(EvalArgs);

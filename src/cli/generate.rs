@@ -74,7 +74,12 @@ pub struct GenerateArgs {
 }
 
 pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
-    on_device(args.device.device, args.device.count(), Generate(args))
+    on_device(
+        args.device.device,
+        args.device.count(),
+        args.device.attention(),
+        Generate(args),
+    )
 }
 
 struct Generate(GenerateArgs);

@@ -51,7 +51,12 @@ pub struct LogitsArgs {
 }
 
 pub fn run(args: LogitsArgs) -> anyhow::Result<()> {
-    on_device(args.device.device, args.device.count(), Logits(args))
+    on_device(
+        args.device.device,
+        args.device.count(),
+        args.device.attention(),
+        Logits(args),
+    )
 }
 
 struct Logits(LogitsArgs);

@@ -61,15 +61,18 @@ def run_json(*args) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def engine_logits(bin_path, model, tokens, tmp_path, greedy=0, positions="all", kv="f16"):
+def engine_logits(bin_path, model, tokens, tmp_path, greedy=0, positions="all", kv="f16",
+                  attention="f32"):
     """The engine's logits for `tokens` ([rows, vocab]) and its greedy
-    continuation, with a KV cache of type `kv`."""
+    continuation, with a KV cache of type `kv` and attention's products in
+    `attention` (`--attention-precision`)."""
     ids_file = tmp_path / "ids.json"
     ids_file.write_text(json.dumps(tokens))
     out = tmp_path / "logits.npy"
     info = run_json(
         bin_path, "logits", "--model", model, "--tokens-file", ids_file, "--out", out,
         "--positions", positions, "--greedy", greedy, "--threads", "2", "--kv-type", kv,
+        "--attention-precision", attention,
     )
     return np.load(out), info["greedy"]
 

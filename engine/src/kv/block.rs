@@ -7,6 +7,7 @@ use switchyard_kernels::{Backend, BlockId};
 
 use super::blocks::KvBlocks;
 use super::budget::Reservation;
+use super::window::WindowSnapshot;
 
 /// What the prompt cache needs of a block it keeps.
 pub trait CachedBlock: Clone {
@@ -18,14 +19,17 @@ pub trait CachedBlock: Clone {
 }
 
 /// One block of every layer, shared read-only between caches (a full
-/// prompt block, or the copied written start of one: a tail). Cloning is
+/// prompt block, or the copied written start of one: a tail); in a cache
+/// with sliding-window layers, of every global layer, and where a prompt
+/// ended, a copy of the windowed layers' rings (`window`). Cloning is
 /// cheap; its device blocks lose a holder and its budget goes back when
 /// the last handle drops.
 pub struct SharedBlock<B: Backend>(Arc<Held<B>>);
 
 struct Held<B: Backend> {
-    /// Per layer, the device block.
-    ids: Vec<BlockId>,
+    /// Per layer, the device block (none for a windowed layer).
+    ids: Vec<Option<BlockId>>,
+    window: Option<WindowSnapshot>,
     /// Positions of each block.
     positions: usize,
     blocks: Arc<KvBlocks<B>>,
@@ -33,24 +37,32 @@ struct Held<B: Backend> {
 }
 
 impl<B: Backend> SharedBlock<B> {
-    /// A handle to `ids` (one holder each, the handle's), of `positions`.
+    /// A handle to `ids` and `window`'s blocks (one holder each, the
+    /// handle's), of `positions`.
     pub(super) fn new(
-        ids: Vec<BlockId>,
+        ids: Vec<Option<BlockId>>,
+        window: Option<WindowSnapshot>,
         positions: usize,
         blocks: &Arc<KvBlocks<B>>,
         reservation: Reservation,
     ) -> Self {
         SharedBlock(Arc::new(Held {
             ids,
+            window,
             positions,
             blocks: Arc::clone(blocks),
             reservation,
         }))
     }
 
-    /// Layer `layer`'s device block.
+    /// Layer `layer`'s device block (none for a windowed layer).
     pub(super) fn id(&self, layer: usize) -> Option<BlockId> {
-        self.0.ids.get(layer).copied()
+        self.0.ids.get(layer).copied().flatten()
+    }
+
+    /// The windowed layers' rings where a prompt ended here.
+    pub(crate) fn window(&self) -> Option<&WindowSnapshot> {
+        self.0.window.as_ref()
     }
 
     /// Layers it holds a block of.
@@ -71,7 +83,11 @@ impl<B: Backend> SharedBlock<B> {
 
 impl<B: Backend> Drop for Held<B> {
     fn drop(&mut self) {
-        self.blocks.held().release(self.ids.drain(..));
+        let window = self.window.take();
+        let ids = self.ids.drain(..).flatten();
+        self.blocks
+            .held()
+            .release(ids.chain(window.iter().flat_map(WindowSnapshot::ids)));
     }
 }
 

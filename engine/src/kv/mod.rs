@@ -20,6 +20,7 @@
 //! - `key.rs`: [`CacheKey`], what besides tokens decides a block's contents
 //!   (the weights, an adapter): the root of every block hash;
 //! - `prefix_cache.rs`: the prompt cache (hash chains, tails, eviction);
+//! - `window.rs`: what the prompt cache keeps of sliding-window layers;
 //! - `admission.rs`: admission by KV blocks.
 
 pub(crate) mod admission;
@@ -31,6 +32,7 @@ mod key;
 pub(crate) mod prefix_cache;
 mod scope_quota;
 mod sequence;
+pub(crate) mod window;
 
 use switchyard_kernels::KernelError;
 

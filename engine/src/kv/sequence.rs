@@ -12,11 +12,12 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use switchyard_kernels::kv::{KV_UNIT, RING_SLACK};
-use switchyard_kernels::{Backend, BlockTable, KernelError, KvLayout, KvPrefix};
+use switchyard_kernels::{Backend, BlockId, BlockTable, KernelError, KvLayout, KvPrefix};
 
 use super::block::SharedBlock;
 use super::blocks::KvBlocks;
 use super::budget::Reservation;
+use super::window::WindowSnapshot;
 use super::KvError;
 use crate::model::LlamaModel;
 
@@ -49,13 +50,20 @@ fn check_prefix<B: Backend>(
     if prefix.shared.is_empty() && prefix.tail.is_none() {
         return Ok(());
     }
-    if layout.windowed() {
-        return Err(refuse(
-            "a cache with sliding-window layers cannot start from shared blocks".into(),
-        ));
-    }
     let block = layout.block_positions();
     let covered = prefix.positions(block);
+    if layout.windowed() {
+        let deepest = prefix.tail.map(|(t, _)| t).or(prefix.shared.last());
+        let serves = deepest
+            .and_then(SharedBlock::window)
+            .is_some_and(|w| w.serves(layout, covered));
+        if !serves {
+            return Err(refuse(format!(
+                "a cache with sliding-window layers starts from a cached prefix only where \
+                 its windows were kept, and the prefix of {covered} positions has none that serve"
+            )));
+        }
+    }
     if covered >= layout.capacity() {
         return Err(refuse(format!(
             "a cached prefix of {covered} positions leaves no room in a cache of {}",
@@ -103,7 +111,12 @@ impl<B: Backend> SequenceKv<B> {
         check_prefix(&layout, blocks, &prefix)?;
         let reservation = blocks
             .pool()
-            .reserve(layout.bytes_beyond(prefix.shared.len()))?;
+            .reserve(own_bytes(&layout, prefix.shared.len()))?;
+        let window = prefix
+            .tail
+            .map(|(t, _)| t)
+            .or(prefix.shared.last())
+            .and_then(SharedBlock::window);
         let mut kv = SequenceKv {
             len: prefix.positions(layout.block_positions()),
             table: BlockTable::new(layout),
@@ -113,6 +126,24 @@ impl<B: Backend> SequenceKv<B> {
         };
         let mut held = blocks.held();
         for layer in 0..kv.table.layout().layers() {
+            if kv.table.layout().window(layer).is_some() {
+                // A ring of its own, the snapshot's copied slot for slot
+                // (`check_prefix` saw it serve this layout).
+                let ring = window
+                    .and_then(|w| w.rings.get(layer))
+                    .into_iter()
+                    .flatten();
+                let shape = kv
+                    .table
+                    .layout()
+                    .block_shape(kv.table.layout().block_positions());
+                for &from in ring {
+                    let to = held.alloc(backend, shape)?;
+                    kv.table.push(layer, to)?;
+                    held.copy(backend, from, to, shape.positions)?;
+                }
+                continue;
+            }
             for shared in prefix.shared {
                 let id = shared
                     .id(layer)
@@ -267,11 +298,15 @@ impl<B: Backend> SequenceKv<B> {
     /// as a block for the prompt cache, its bytes reserved from the pool:
     /// a whole block is handed out in place (never written again while the
     /// handle lives), a shorter run copied into blocks of its own. A block
-    /// it started from is handed back as it is.
+    /// it started from is handed back as it is. In a cache with
+    /// sliding-window layers only the global layers' blocks are shared;
+    /// with `last` (the block where the prompt ends) the windowed layers'
+    /// rings are copied as they stand (`window`).
     pub fn share(
         &mut self,
         backend: &B,
         positions: Range<usize>,
+        last: bool,
     ) -> Result<SharedBlock<B>, KvError> {
         let layout = self.table.layout();
         let block = layout.block_positions();
@@ -281,7 +316,7 @@ impl<B: Backend> SequenceKv<B> {
                 return Ok(held.clone());
             }
         }
-        if layout.windowed() || (whole && !layout.full_blocks()) {
+        if whole && !layout.full_blocks() {
             return Err(KvError::NotShareable);
         }
         let start_ok = positions.start.is_multiple_of(block)
@@ -295,46 +330,101 @@ impl<B: Backend> SequenceKv<B> {
                 self.len
             )));
         }
+        let windowed = |layer: usize| layout.window(layer).is_some();
+        let global = (0..layout.layers()).filter(|l| !windowed(*l)).count();
+        // The rings only where the prompt ends (a block before it is a
+        // parent on the way there; the rings have moved on past it).
+        let snap = layout.windowed() && last;
+        let rings: usize = (0..layout.layers())
+            .filter(|l| snap && windowed(*l))
+            .map(|l| self.table.layer(l).len())
+            .sum();
         let bytes = layout
             .shared_bytes(positions.len())
+            .map(|all| all / layout.layers().max(1) * global)
+            .and_then(|b| b.checked_add(rings.checked_mul(layout.block_bytes())?))
             .ok_or(KvError::NotShareable)?;
         let reservation = self.blocks.pool().reserve(bytes)?;
         let index = positions.start / block;
         let mut held = self.blocks.held();
-        let mut ids = Vec::with_capacity(layout.layers());
+        let mut ids: Vec<Option<BlockId>> = Vec::with_capacity(layout.layers());
+        let mut snapshot = WindowSnapshot {
+            rings: vec![Vec::new(); layout.layers()],
+            ring_blocks: (0..layout.layers()).map(|l| layout.max_blocks(l)).collect(),
+            len: self.len,
+        };
+        let fail =
+            |held: &mut super::blocks::Held<B>, ids: Vec<Option<BlockId>>, s: WindowSnapshot| {
+                held.release(ids.into_iter().flatten().chain(s.ids().collect::<Vec<_>>()));
+            };
         for layer in 0..layout.layers() {
+            if windowed(layer) {
+                ids.push(None);
+                let ring = if snap { self.table.layer(layer) } else { &[] };
+                for &from in ring {
+                    let shape = layout.block_shape(block);
+                    let to = match held.alloc(backend, shape) {
+                        Ok(to) => to,
+                        Err(e) => {
+                            fail(&mut held, ids, snapshot);
+                            return Err(e);
+                        }
+                    };
+                    snapshot.rings[layer].push(to);
+                    if let Err(e) = held.copy(backend, from, to, block) {
+                        fail(&mut held, ids, snapshot);
+                        return Err(e);
+                    }
+                }
+                continue;
+            }
             let Some(&from) = self.table.layer(layer).get(index) else {
-                held.release(ids);
+                fail(&mut held, ids, snapshot);
                 return Err(refuse(format!(
                     "block {index} of layer {layer} is not held"
                 )));
             };
             if whole {
                 held.hold(from);
-                ids.push(from);
+                ids.push(Some(from));
                 continue;
             }
             let to = match held.alloc(backend, layout.block_shape(positions.len())) {
                 Ok(to) => to,
                 Err(e) => {
-                    held.release(ids);
+                    fail(&mut held, ids, snapshot);
                     return Err(e);
                 }
             };
-            ids.push(to);
+            ids.push(Some(to));
             if let Err(e) = held.copy(backend, from, to, positions.len()) {
-                held.release(ids);
+                fail(&mut held, ids, snapshot);
                 return Err(e);
             }
         }
         drop(held);
+        let window = snap.then_some(snapshot);
         Ok(SharedBlock::new(
             ids,
+            window,
             positions.len(),
             &self.blocks,
             reservation,
         ))
     }
+}
+
+/// Bytes of the blocks a cache of `layout` may hold of its own after
+/// `shared` shared blocks: a global layer's beyond them, a windowed
+/// layer's whole ring (it never reads shared blocks).
+fn own_bytes(layout: &KvLayout, shared: usize) -> usize {
+    (0..layout.layers())
+        .map(|l| match layout.window(l) {
+            Some(_) => layout.max_blocks(l),
+            None => layout.max_blocks(l).saturating_sub(shared),
+        })
+        .sum::<usize>()
+        * layout.block_bytes()
 }
 
 impl<B: Backend> Drop for SequenceKv<B> {

@@ -114,7 +114,7 @@ fn caches_and_shared_blocks_hold_their_budget_until_the_last_handle_drops<B: Bac
     // Two layers, two blocks each: allocated as positions were written.
     assert_eq!(blocks.blocks(), 4);
     let block = first
-        .share(backend, 0..BLOCK)
+        .share(backend, 0..BLOCK, false)
         .expect("a whole written block can be shared");
     // 2 layers × keys and values × 32 positions × 32 dims × 4 bytes.
     assert_eq!(block.bytes(), 2 * 2 * BLOCK * 32 * 4);
@@ -122,7 +122,7 @@ fn caches_and_shared_blocks_hold_their_budget_until_the_last_handle_drops<B: Bac
     // Shared in place: no block more.
     assert_eq!(blocks.blocks(), 4);
     // Positions not yet written cannot be had, and reserve nothing.
-    assert!(first.share(backend, BLOCK..2 * BLOCK).is_err());
+    assert!(first.share(backend, BLOCK..2 * BLOCK, false).is_err());
     assert_eq!(pool.reserved_bytes(), own + block.bytes());
 
     let prefix = KvPrefix {
@@ -144,7 +144,7 @@ fn caches_and_shared_blocks_hold_their_budget_until_the_last_handle_drops<B: Bac
     });
     // A block it started from comes back as it is: no second reservation.
     let again = second
-        .share(backend, 0..BLOCK)
+        .share(backend, 0..BLOCK, false)
         .expect("a whole written block can be shared");
     assert_eq!(block.holders(), 3);
     drop(again);
@@ -175,7 +175,7 @@ fn a_shared_block_is_never_written_and_a_tail_is_copied<B: Backend>(backend: Arc
         .expect("the test's pool holds the test's caches");
     write(backend, &mut first, 0, BLOCK + 5);
     let head = first
-        .share(backend, 0..BLOCK)
+        .share(backend, 0..BLOCK, false)
         .expect("a whole written block can be shared");
     // The first sequence cannot rewrite the block it handed out...
     match first.prepare(backend, 3..4) {
@@ -184,7 +184,7 @@ fn a_shared_block_is_never_written_and_a_tail_is_copied<B: Backend>(backend: Arc
     }
     // ...until the prompt cache lets it go.
     let tail_source = first
-        .share(backend, 0..BLOCK)
+        .share(backend, 0..BLOCK, false)
         .expect("a whole written block can be shared");
     drop(tail_source);
     let tail = {
@@ -192,11 +192,11 @@ fn a_shared_block_is_never_written_and_a_tail_is_copied<B: Backend>(backend: Arc
             .expect("the test's pool holds the test's caches");
         write(backend, &mut other, 0, BLOCK);
         other
-            .share(backend, 0..BLOCK)
+            .share(backend, 0..BLOCK, false)
             .expect("a whole written block can be shared")
     };
     assert!(
-        first.share(backend, BLOCK..BLOCK + 16).is_err(),
+        first.share(backend, BLOCK..BLOCK + 16, false).is_err(),
         "half a unit"
     );
     let prefix = KvPrefix {

@@ -174,11 +174,12 @@ impl<B: Backend> LlamaModel<B> {
         hasher.finish()
     }
 
-    /// Whether a sequence's KV can be shared block by block: not when a
-    /// layer keeps a sliding-window ring (Gemma 3's local layers), whose
-    /// blocks are overwritten as the window moves.
+    /// Whether a sequence's KV can go to the prompt cache: every model's
+    /// can, a sliding-window layer's (Gemma 3's local layers) as a copy of
+    /// its ring where the prompt ended (`kv::window`), since its blocks are
+    /// overwritten as the window moves.
     pub fn caches_prompts(&self) -> bool {
-        self.config.layer_windows().iter().all(Option::is_none)
+        true
     }
 
     /// Whether a step can run this model's rows together with `other`'s

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use std::sync::Arc;
 
+use switchyard_kernels::kv::KV_UNIT;
 use switchyard_kernels::Backend;
 
 use super::checkpoint::CheckpointHandle;
@@ -221,6 +222,14 @@ impl<B: Backend> Group<B> {
                 &front.request.prompt,
             ),
             _ => Found::none(),
+        };
+        // A windowed cache starts only where the rings were kept.
+        let found = match model.kv_layout(
+            blocks.pool().format(),
+            kv_admission::positions(model, front.request.kv_wanted()),
+        ) {
+            Ok(layout) => crate::kv::window::usable(found, &layout),
+            Err(_) => found,
         };
         let cached = found.prefix().positions(blocks.pool().block_positions());
         let mut made = kv_admission::make_cache(
@@ -503,17 +512,21 @@ fn share_prompt<B: Backend>(
     let prompt = sequence.prompt().to_vec();
     let from = sequence.shared_blocks;
     let kv = &mut sequence.cache;
-    let mut share = |range: Range<usize>, cache: &mut PrefixCache<SharedBlock<B>>| match kv
-        .share(backend, range.clone())
-    {
-        Ok(shared) => Some(shared),
-        Err(KvError::Budget { needed, free, .. }) => {
-            if cache.evict(needed.saturating_sub(free)) == 0 {
-                return None;
+    // The block where the prompt ends (its tail, whole units, or its last
+    // full block): a windowed cache keeps its rings there (`kv::window`).
+    let end = prompt.len() / KV_UNIT * KV_UNIT;
+    let mut share = |range: Range<usize>, cache: &mut PrefixCache<SharedBlock<B>>| {
+        let last = range.end == end;
+        match kv.share(backend, range.clone(), last) {
+            Ok(shared) => Some(shared),
+            Err(KvError::Budget { needed, free, .. }) => {
+                if cache.evict(needed.saturating_sub(free)) == 0 {
+                    return None;
+                }
+                kv.share(backend, range, last).ok()
             }
-            kv.share(backend, range).ok()
+            Err(_) => None,
         }
-        Err(_) => None,
     };
     prefix.insert(key, &sequence.cache_scope, &prompt, from, &mut share);
 }

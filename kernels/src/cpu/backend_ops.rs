@@ -227,6 +227,7 @@ impl Backend for CpuBackend {
             q,
             k,
             v,
+            products: self.attention,
         };
         attention(&self.pool, self.isa, call, store, seqs, out)
     }

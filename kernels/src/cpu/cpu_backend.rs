@@ -2,10 +2,13 @@
 //! weight arena); the [`crate::Backend`] operations on it are in
 //! `backend_ops`.
 
+use super::attention::bf16::Bf16Isa;
+use super::attention::Products;
 use super::isa::CheckedIsa;
 use super::threads::ThreadPool;
 use super::weight_arena::WeightArena;
 use super::Isa;
+use crate::AttentionPrecision;
 
 /// The CPU backend: SIMD kernels for one ISA chosen at construction, run on
 /// a persistent thread pool.
@@ -14,6 +17,8 @@ pub struct CpuBackend {
     pub(super) pool: ThreadPool,
     /// Where repacked matrices live (on 2 MB pages where the OS allows).
     pub(super) arena: WeightArena,
+    /// Attention's products (`--attention-precision`).
+    pub(super) attention: Products,
 }
 
 impl CpuBackend {
@@ -31,6 +36,34 @@ impl CpuBackend {
             isa: CheckedIsa::at_most(isa),
             pool: ThreadPool::new(threads),
             arena: WeightArena::default(),
+            attention: Products::F32,
+        }
+    }
+
+    /// This backend with attention's products in `precision`.
+    pub fn with_attention_precision(mut self, precision: AttentionPrecision) -> CpuBackend {
+        self.attention = match precision {
+            AttentionPrecision::F32 => Products::F32,
+            AttentionPrecision::Bf16 => {
+                let isa = Bf16Isa::new(self.isa);
+                if !isa.simd() {
+                    tracing::warn!(
+                        "--attention-precision bf16 without AVX-512 BF16 (or with \
+                         SWITCHYARD_ISA below avx512): the scalar path gives the same \
+                         results much more slowly than f32"
+                    );
+                }
+                Products::Bf16(isa)
+            }
+        };
+        self
+    }
+
+    /// The precision of attention's products.
+    pub fn attention_precision(&self) -> AttentionPrecision {
+        match self.attention {
+            Products::F32 => AttentionPrecision::F32,
+            Products::Bf16(_) => AttentionPrecision::Bf16,
         }
     }
 
@@ -55,6 +88,7 @@ impl std::fmt::Debug for CpuBackend {
         f.debug_struct("CpuBackend")
             .field("isa", &self.isa.get())
             .field("threads", &self.threads())
+            .field("attention", &self.attention_precision())
             .finish()
     }
 }

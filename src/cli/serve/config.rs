@@ -41,6 +41,9 @@ pub struct ServeFile {
     /// `f16`, `f32` or `q8_0`.
     #[serde(default, deserialize_with = "kv_type")]
     pub kv_type: Option<switchyard_kernels::KvType>,
+    /// `f32` or `bf16` (see `--attention-precision`).
+    #[serde(default, deserialize_with = "attention_precision")]
+    pub attention_precision: Option<switchyard_kernels::AttentionPrecision>,
     /// Positions per KV block (a multiple of 32).
     pub kv_block: Option<usize>,
     /// MiB all KV caches may reserve together.
@@ -63,6 +66,12 @@ pub struct ServeFile {
 fn kv_type<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<Option<switchyard_kernels::KvType>, D::Error> {
+    parsed(d)
+}
+
+fn attention_precision<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<switchyard_kernels::AttentionPrecision>, D::Error> {
     parsed(d)
 }
 

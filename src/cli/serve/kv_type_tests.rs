@@ -132,3 +132,44 @@ fn serve_takes_the_device_from_the_flag_or_the_file_and_names_an_unknown_one() {
         "{err:#}"
     );
 }
+
+/// `--attention-precision` on serve (flag over file) and on the
+/// one-model subcommands (generate, logits, eval); an unknown name is
+/// refused naming the known ones.
+#[test]
+fn attention_precision_reaches_the_settings() {
+    let attention = |argv: &[&str]| -> anyhow::Result<AttentionPrecision> {
+        let serve = Serve::try_parse_from(std::iter::once("serve").chain(argv.iter().copied()))?;
+        Ok(settings(serve.args)?.attention)
+    };
+    let model = ["--model", "/m/a.gguf"];
+    assert_eq!(attention(&model).unwrap(), AttentionPrecision::default());
+    let bf16 = [&model[..], &["--attention-precision", "bf16"]].concat();
+    assert_eq!(attention(&bf16).unwrap(), AttentionPrecision::Bf16);
+    let err = attention(&[&model[..], &["--attention-precision", "fp8"]].concat()).unwrap_err();
+    assert!(err.to_string().contains("known: f32, bf16"), "{err}");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("serve.toml");
+    std::fs::write(
+        &path,
+        "attention_precision = \"bf16\"\n[[models]]\npath = \"/m/a.gguf\"\n",
+    )
+    .unwrap();
+    let config = path.to_str().unwrap();
+    assert_eq!(
+        attention(&["--config", config]).unwrap(),
+        AttentionPrecision::Bf16
+    );
+    let flag = ["--config", config, "--attention-precision", "f32"];
+    assert_eq!(attention(&flag).unwrap(), AttentionPrecision::F32);
+
+    #[derive(clap::Parser)]
+    struct Generate {
+        #[command(flatten)]
+        device: DeviceArgs,
+    }
+    let g = Generate::try_parse_from(["generate", "--attention-precision", "BF16"]).unwrap();
+    assert_eq!(g.device.attention(), AttentionPrecision::Bf16);
+    let g = Generate::try_parse_from(["generate"]).unwrap();
+    assert_eq!(g.device.attention(), AttentionPrecision::default());
+}

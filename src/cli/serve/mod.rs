@@ -34,7 +34,7 @@ use switchyard_engine::serving::{Executor, ExecutorConfig};
 use switchyard_engine::speculate::Speculation;
 use switchyard_engine::Engine;
 use switchyard_kernels::kv::{check_block_positions, DEFAULT_BLOCK_POSITIONS};
-use switchyard_kernels::{Backend, KvType};
+use switchyard_kernels::{AttentionPrecision, Backend, KvType};
 use switchyard_router::{serve_with, shutdown_signal, AppState, RouterConfig, ServeOptions};
 use switchyard_seam::InferenceBackend;
 
@@ -121,6 +121,11 @@ pub struct ServeArgs {
     /// needs a head_dim that is a multiple of 32) [default: f16].
     #[arg(long)]
     pub kv_type: Option<KvType>,
+    /// Attention's products (queries·keys, probabilities·values): f32, or
+    /// bf16 (inputs rounded to BF16, f32 accumulation; AVX-512 BF16's
+    /// `vdpbf16ps` where the CPU has it) [default: f32; docs/ATTENTION_PRECISION.md].
+    #[arg(long)]
+    pub attention_precision: Option<AttentionPrecision>,
     /// Positions per KV block, a multiple of 32: the unit KV memory is
     /// allocated in and the prompt cache shares. Larger blocks read faster
     /// at long contexts; smaller ones share prompt prefixes more finely and
@@ -186,6 +191,7 @@ struct Settings {
     listen: SocketAddr,
     device: Device,
     threads: usize,
+    attention: AttentionPrecision,
     executor: ExecutorConfig,
     /// HTTP requests allowed to wait for an in-flight slot.
     max_queue: usize,
@@ -235,7 +241,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         policy: policy.as_ref(),
         problems: &mut problems,
     };
-    let (backend, model_admin) = on_device(settings.device, settings.threads, started)?;
+    let (backend, model_admin) = on_device(
+        settings.device,
+        settings.threads,
+        settings.attention,
+        started,
+    )?;
     let missing = problems.finish(allow_partial)?;
     let Some(policy) = policy else {
         anyhow::bail!("the policy did not load");
@@ -380,6 +391,10 @@ fn settings(args: ServeArgs) -> anyhow::Result<Settings> {
             .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080))),
         device: args.device.or(file.device).unwrap_or_default(),
         threads,
+        attention: args
+            .attention_precision
+            .or(file.attention_precision)
+            .unwrap_or_default(),
         executor: ExecutorConfig {
             max_active,
             // Room for every request the router lets in, so that the

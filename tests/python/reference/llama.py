@@ -22,6 +22,17 @@ dimensions, quantized as the activations are (float32 d = max|x| / 127,
 q = round-half-even(x * (1/d))) and read back as q * float16(d) in float32
 (`quantize_kv_q8_0`). The same boundary effect applies, one int8 step
 (d, ~1/127 of the group's largest element) instead of a float16 step.
+
+`attention="bf16"` is the engine's `--attention-precision bf16`
+(kernels/src/cpu/attention/bf16.rs): queries, keys and values (as the cache
+stores them) and the softmax's probabilities are rounded to BF16 (`to_bf16`:
+nearest even, denormals to zero) before the two products, which are then
+exact sums here; the softmax's denominator adds the unrounded
+probabilities. One difference remains by construction: the engine's
+softmax is online, so it rounds each probability relative to the running
+maximum of the blocks so far, not the row's maximum as here; both are
+relative errors of at most 2^-9 on each weight, and the tolerances of the
+tests that use it say what that allows.
 """
 
 from __future__ import annotations
@@ -60,6 +71,15 @@ def quantize_kv_q8_0(x: np.ndarray) -> np.ndarray:
     return (q * scale).astype(np.float64).reshape(x.shape)
 
 
+def to_bf16(x: np.ndarray) -> np.ndarray:
+    """`x` (as float32) rounded to BF16, to nearest even, a denormal to its
+    signed zero (the engine's `bf16::round`), returned as float64."""
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    out = np.where(bits & 0x7F800000 == 0, bits & 0x80000000, rounded) & 0xFFFFFFFF
+    return out.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
 def inv_freq(cfg, theta=None, scaling=True) -> np.ndarray:
     dims = np.arange(0, cfg.head_dim, 2, dtype=np.float64)
     freq = 1.0 / ((theta or cfg.theta) ** (dims / cfg.head_dim))
@@ -83,11 +103,15 @@ def inv_freq(cfg, theta=None, scaling=True) -> np.ndarray:
 
 
 class Reference:
-    def __init__(self, ckpt: Checkpoint, act_quant: bool = True, kv: str = "f16"):
+    def __init__(self, ckpt: Checkpoint, act_quant: bool = True, kv: str = "f16",
+                 attention: str = "f32"):
         self.c = ckpt.config
         if kv not in ("f16", "f32", "q8_0"):
             raise ValueError(f"unknown KV type {kv}")
+        if attention not in ("f32", "bf16"):
+            raise ValueError(f"unknown attention precision {attention}")
         self.kv = kv
+        self.attention = attention
         self.ckpt = ckpt
         self.act_quant = act_quant
         self.w = {k: v.astype(np.float64) for k, v in ckpt.tensors.items()}
@@ -205,6 +229,9 @@ class Reference:
             self.v_cache[i] = np.concatenate([self.v_cache[i], self.stored(v)])
             keys = np.repeat(self.k_cache[i], group, axis=1)  # [t, heads, d]
             vals = np.repeat(self.v_cache[i], group, axis=1)
+            bf16 = self.attention == "bf16"
+            if bf16:
+                q, keys, vals = to_bf16(q), to_bf16(keys), to_bf16(vals)
             scale = c.attn_scale if c.attn_scale else 1.0 / math.sqrt(c.head_dim)
             # Batched matrix products (BLAS) rather than einsum: the same
             # float64 sums, fast enough for 4k-token contexts.
@@ -215,7 +242,8 @@ class Reference:
             scores = np.where(seen[None], scores, -np.inf)
             scores -= scores.max(axis=-1, keepdims=True)
             probs = np.exp(scores)
-            probs /= probs.sum(axis=-1, keepdims=True)
+            total = probs.sum(axis=-1, keepdims=True)
+            probs = (to_bf16(probs) if bf16 else probs) / total
             attn = np.matmul(probs, vals.transpose(1, 0, 2)).transpose(1, 0, 2).reshape(n, c.heads * c.head_dim)
             out = self.linear(attn, p + "attn_output.weight")
             if c.post_norms:

@@ -14,6 +14,7 @@
 //! values stored by its tasks, each its own KV head; any other stores them
 //! before the job.
 
+pub(crate) mod bf16;
 mod online;
 mod partial;
 #[cfg(test)]
@@ -51,6 +52,16 @@ pub(crate) struct AttentionCall<'a> {
     pub(crate) q: &'a CpuActivations,
     pub(crate) k: &'a CpuActivations,
     pub(crate) v: &'a CpuActivations,
+    pub(crate) products: Products,
+}
+
+/// How attention multiplies (`--attention-precision`): f32 throughout,
+/// or its two products in BF16 with f32 accumulation (`bf16`, which has
+/// the numeric contract).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Products {
+    F32,
+    Bf16(bf16::Bf16Isa),
 }
 
 /// One sequence of a call, as the backend's callers give it.
@@ -358,6 +369,7 @@ fn attention_job<E: Stored>(
             .map(|b| unsafe { cache.key_block(unit.kv_head, b) })
             .collect();
         let tile = Tile {
+            products: call.products,
             rows: unit.rows.len(),
             first_pos: unit.first_pos,
             group,

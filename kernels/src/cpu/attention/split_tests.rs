@@ -84,6 +84,7 @@ fn run(
             q: &q,
             k: &k,
             v: &v,
+            products: Products::F32,
         };
         let (store, seq) = cache.rows(0..n, start).expect("the cache's blocks");
         attention(&pool, isa, call, store, &[seq], &mut out).expect("attention over the cache");

@@ -19,9 +19,11 @@ use std::cell::RefCell;
 
 use std::ops::Range;
 
+use super::bf16::{self, Bf16Isa};
 use super::online::online_step;
 use super::partial::{merge, normalize, SEGMENT};
 use super::scores::{scores16_group, scores32_group, GROUP_MAX};
+use super::Products;
 use crate::cpu::isa::CheckedIsa;
 use crate::cpu::kv_elem::KvElem;
 use crate::cpu::kv_layout::{KEY_BLOCK, KEY_TILE};
@@ -39,6 +41,8 @@ pub(super) const ROW_TILE: usize = 8;
 /// `runs[b - first_run]`) for the positions of `segments` up to
 /// `first_pos + rows`.
 pub(super) struct Tile<'a, E> {
+    /// f32 products, or BF16 ones (see `bf16`).
+    pub(super) products: Products,
     pub(super) rows: usize,
     pub(super) first_pos: usize,
     pub(super) group: usize,
@@ -121,6 +125,20 @@ struct State {
     scores: Vec<f32>,
     /// The block being read, widened to f32 (narrower caches only).
     widened: Vec<f32>,
+    /// BF16 products only: the tile's queries, the block's keys (both
+    /// tiles) and values, and a group's probabilities, in pairs (`bf16`).
+    q_pairs: Vec<u32>,
+    k_pairs: Vec<u32>,
+    v_pairs: Vec<u32>,
+    p_pairs: Vec<u32>,
+}
+
+/// The values [`State::fold`] weighs: a block's f32 rows (from the first
+/// position folded), or, for BF16 products, the pairs `State::pack_block`
+/// left in the state.
+enum Values<'a> {
+    F32(&'a [f32]),
+    Bf16(Bf16Isa),
 }
 
 impl State {
@@ -137,6 +155,58 @@ impl State {
         self.total_sum.clone_from(&self.sum);
         self.total_acc.clone_from(&self.acc);
         self.scores.resize(GROUP_MAX * KEY_BLOCK, 0.0);
+    }
+
+    /// Every query of `tile` in pairs, `head_dim.div_ceil(2)` from
+    /// `qi · pairs` (query `qi = row · group + head`).
+    fn pack_queries<'q, E>(
+        &mut self,
+        isa: Bf16Isa,
+        tile: &Tile<'_, E>,
+        query: &impl Fn(usize, usize) -> &'q [f32],
+    ) {
+        let pairs = tile.head_dim.div_ceil(2);
+        self.q_pairs.resize(tile.rows * tile.group * pairs, 0);
+        for i in 0..tile.rows {
+            for h in 0..tile.group {
+                let qi = i * tile.group + h;
+                bf16::pack_in_order(
+                    isa,
+                    query(i, h),
+                    &mut self.q_pairs[qi * pairs..(qi + 1) * pairs],
+                );
+            }
+        }
+    }
+
+    /// A block's keys and its first `valid` values in pairs (the rest of
+    /// the pairs are left as they were and never read: a row's weights
+    /// past its last position are 0, and so is a value of a missing
+    /// position in a pair that is read).
+    fn pack_block(&mut self, isa: Bf16Isa, hd: usize, keys: &[f32], values: &[f32], valid: usize) {
+        let pairs = hd.div_ceil(2);
+        self.k_pairs.resize(2 * pairs * KEY_TILE, 0);
+        for t in 0..valid.div_ceil(KEY_TILE).min(2) {
+            let tile = &keys[t * KEY_TILE * hd..(t + 1) * KEY_TILE * hd];
+            let to = &mut self.k_pairs[t * pairs * KEY_TILE..(t + 1) * pairs * KEY_TILE];
+            bf16::pack_key_tile(isa, tile, hd, to);
+        }
+        self.v_pairs.resize(KEY_BLOCK / 2 * hd, 0);
+        let row = |j: usize| -> &[f32] {
+            if j < valid {
+                &values[j * hd..(j + 1) * hd]
+            } else {
+                &[]
+            }
+        };
+        for m in 0..valid.div_ceil(2).min(KEY_BLOCK / 2) {
+            bf16::pack(
+                isa,
+                row(2 * m),
+                row(2 * m + 1),
+                &mut self.v_pairs[m * hd..(m + 1) * hd],
+            );
+        }
     }
 
     /// Ends a segment: merges each query's state into its total and
@@ -171,7 +241,7 @@ impl State {
         (qi, g): (usize, usize),
         hd: usize,
         block: std::ops::Range<usize>,
-        values: &[f32],
+        values: Values<'_>,
     ) {
         for h in 0..g {
             let (q, at) = (qi + h, h * KEY_BLOCK);
@@ -180,12 +250,43 @@ impl State {
                 scale_in_place(isa, c, &mut self.acc[q * hd..(q + 1) * hd]);
             }
         }
+        let values = match values {
+            Values::F32(values) => values,
+            Values::Bf16(b) => return self.fold_bf16(b, (qi, g), hd, block),
+        };
         let ps: [&[f32]; GROUP_MAX] = std::array::from_fn(|h| {
             let at = h.min(g - 1) * KEY_BLOCK;
             &self.scores[at + block.start..at + block.end]
         });
         let acc = &mut self.acc[qi * hd..(qi + g) * hd];
         weighted_sum_group(isa, &ps[..g], values, acc);
+    }
+
+    /// The weighted sum of [`State::fold`] in BF16: each query's
+    /// probabilities of `block` (0 outside it) in pairs against the
+    /// block's value pairs that meet it.
+    fn fold_bf16(
+        &mut self,
+        b: Bf16Isa,
+        (qi, g): (usize, usize),
+        hd: usize,
+        block: std::ops::Range<usize>,
+    ) {
+        const PAIRS: usize = KEY_BLOCK / 2;
+        self.p_pairs.resize(GROUP_MAX * PAIRS, 0);
+        for h in 0..g {
+            let at = h * KEY_BLOCK;
+            let mut p = [0.0f32; KEY_BLOCK];
+            p[block.clone()].copy_from_slice(&self.scores[at + block.start..at + block.end]);
+            bf16::pack_in_order(b, &p, &mut self.p_pairs[h * PAIRS..(h + 1) * PAIRS]);
+        }
+        let (m0, m1) = (block.start / 2, block.end.div_ceil(2));
+        let ps: [&[u32]; GROUP_MAX] = std::array::from_fn(|h| {
+            let at = h.min(g - 1) * PAIRS;
+            &self.p_pairs[at + m0..at + m1]
+        });
+        let acc = &mut self.acc[qi * hd..(qi + g) * hd];
+        bf16::weighted_sum(b, &ps[..g], &self.v_pairs[m0 * hd..m1 * hd], acc);
     }
 
     /// Closes the last segment and hands every query's merged state to
@@ -264,6 +365,9 @@ fn run_general<'q, E: KvElem>(
     let mut scratch = std::mem::take(&mut state.widened);
     let first_seen = |p: usize| tile.window.map_or(0, |w| (p + 1).saturating_sub(w));
     let (start, end) = tile.span(first_seen(tile.first_pos) / KEY_BLOCK * KEY_BLOCK);
+    if let Products::Bf16(b) = tile.products {
+        state.pack_queries(b, tile, query);
+    }
     let mut block = start;
     while block < end {
         if block > start && block % SEGMENT == 0 {
@@ -273,6 +377,9 @@ fn run_general<'q, E: KvElem>(
             tile.prefetch(block + KEY_BLOCK);
         }
         let (keys, values) = tile.block(isa, block, &mut scratch);
+        if let Products::Bf16(b) = tile.products {
+            state.pack_block(b, hd, keys, values, (end - block).min(KEY_BLOCK));
+        }
         for i in 0..tile.rows {
             let p = tile.first_pos + i;
             // The row's part of this block: positions `lo..end`.
@@ -284,7 +391,13 @@ fn run_general<'q, E: KvElem>(
             for h0 in (0..tile.group).step_by(GROUP_MAX) {
                 let g = (tile.group - h0).min(GROUP_MAX);
                 let n = end - block;
-                block_scores(isa, &|h| query(i, h0 + h), g, keys, tile.scale, n, state);
+                let qi = i * tile.group + h0;
+                match tile.products {
+                    Products::F32 => {
+                        block_scores(isa, &|h| query(i, h0 + h), g, keys, tile.scale, n, state)
+                    }
+                    Products::Bf16(b) => block_scores_bf16(b, qi, g, hd, tile.scale, state),
+                }
                 if let Some(cap) = tile.softcap {
                     for h in 0..g {
                         let at = h * KEY_BLOCK;
@@ -293,7 +406,10 @@ fn run_general<'q, E: KvElem>(
                         }
                     }
                 }
-                let qi = i * tile.group + h0;
+                let values = match tile.products {
+                    Products::F32 => Values::F32(values),
+                    Products::Bf16(b) => Values::Bf16(b),
+                };
                 state.fold(isa, (qi, g), hd, lo - block..n, values);
             }
         }
@@ -314,6 +430,9 @@ fn run<'q, E: KvElem>(
     state.reset(tile);
     let mut scratch = std::mem::take(&mut state.widened);
     let (start, end) = tile.span(0);
+    if let Products::Bf16(b) = tile.products {
+        state.pack_queries(b, tile, query);
+    }
     let mut block = start;
     while block < end {
         if block > start && block % SEGMENT == 0 {
@@ -323,6 +442,9 @@ fn run<'q, E: KvElem>(
             tile.prefetch(block + KEY_BLOCK);
         }
         let (keys, values) = tile.block(isa, block, &mut scratch);
+        if let Products::Bf16(b) = tile.products {
+            state.pack_block(b, hd, keys, values, (end - block).min(KEY_BLOCK));
+        }
         for i in 0..tile.rows {
             // Positions this row sees in this block (causal mask).
             let seen = tile.first_pos + i + 1;
@@ -334,8 +456,18 @@ fn run<'q, E: KvElem>(
             for h0 in (0..tile.group).step_by(GROUP_MAX) {
                 let g = (tile.group - h0).min(GROUP_MAX);
                 let n = end - block;
-                block_scores(isa, &|h| query(i, h0 + h), g, keys, tile.scale, n, state);
-                state.fold(isa, (i * tile.group + h0, g), hd, 0..n, values);
+                let qi = i * tile.group + h0;
+                let values = match tile.products {
+                    Products::F32 => {
+                        block_scores(isa, &|h| query(i, h0 + h), g, keys, tile.scale, n, state);
+                        Values::F32(values)
+                    }
+                    Products::Bf16(b) => {
+                        block_scores_bf16(b, qi, g, hd, tile.scale, state);
+                        Values::Bf16(b)
+                    }
+                };
+                state.fold(isa, (qi, g), hd, 0..n, values);
             }
         }
         block += KEY_BLOCK;
@@ -383,4 +515,18 @@ fn block_scores<'q>(
             state.scores[to..to + KEY_TILE].copy_from_slice(all);
         }
     }
+}
+
+/// [`block_scores`] for BF16 products: the `g` queries from `qi` (packed
+/// by `State::pack_queries`) against the block's key pairs, every lane of
+/// both tiles.
+#[inline]
+fn block_scores_bf16(b: Bf16Isa, qi: usize, g: usize, hd: usize, scale: f32, state: &mut State) {
+    let pairs = hd.div_ceil(2);
+    let qs: [&[u32]; GROUP_MAX] = std::array::from_fn(|h| {
+        let at = (qi + h.min(g - 1)) * pairs;
+        &state.q_pairs[at..at + pairs]
+    });
+    let (rows, _) = state.scores.as_chunks_mut::<KEY_BLOCK>();
+    bf16::scores(b, &qs[..g], &state.k_pairs, scale, rows);
 }

@@ -20,6 +20,11 @@ use crate::kv::{BlockTable, KvFormat, KvLayout};
 /// multiply-adds: a few 1e-7 in all; 2e-6 absolute leaves margin and is
 /// still ten times tighter than the engine-level tolerance (2e-5).
 const STREAM_ABS_TOL: f32 = 2e-6;
+/// BF16 products against the same reference fed the BF16 queries, keys
+/// and values: plus the probabilities' rounding (relative 2⁻⁹ on each
+/// weight of the numerator; values in ±1), and two score chains instead of
+/// one sum (f32 order, within the f32 tolerance).
+const STREAM_BF16_ABS_TOL: f32 = STREAM_ABS_TOL + 1.0 / 512.0;
 
 struct Case {
     n_heads: usize,
@@ -43,6 +48,7 @@ fn layer0<'a>(
     q: &'a CpuActivations,
     k: &'a CpuActivations,
     v: &'a CpuActivations,
+    products: Products,
 ) -> AttentionCall<'a> {
     AttentionCall {
         layer: 0,
@@ -50,12 +56,32 @@ fn layer0<'a>(
         q,
         k,
         v,
+        products,
     }
+}
+
+fn to_bf16(x: f32) -> f32 {
+    f32::from_bits(u32::from(bf16::round(x)) << 16)
 }
 
 /// The reference reads the keys and values back out of the cache, so an
 /// F16 cache is checked on what it rounded them to, at the same tolerance.
-fn check(isa: CheckedIsa, threads: usize, dtype: KvType, case: &Case, rng: &mut impl Rng) {
+/// Returns the outputs of the last call (every row of every sequence).
+fn check(
+    isa: CheckedIsa,
+    threads: usize,
+    dtype: KvType,
+    bf16: Option<bf16::Bf16Isa>,
+    case: &Case,
+    rng: &mut impl Rng,
+) -> Vec<f32> {
+    let products = bf16.map_or(Products::F32, Products::Bf16);
+    let bf16 = bf16.is_some();
+    let (round, tol): (fn(f32) -> f32, f32) = if bf16 {
+        (to_bf16, STREAM_BF16_ABS_TOL)
+    } else {
+        (|x| x, STREAM_ABS_TOL)
+    };
     let Case {
         n_heads,
         n_kv_heads,
@@ -87,7 +113,7 @@ fn check(isa: CheckedIsa, threads: usize, dtype: KvType, case: &Case, rng: &mut 
             let mut act = |cols, range| act_from(before, cols, random(rng, before * cols, range));
             let (q, k, v) = (act(q_cols, 1.0), act(kv_cols, 1.0), act(kv_cols, 1.0));
             let mut out = CpuActivations::zeros(before, q_cols);
-            let call = layer0(shape, &q, &k, &v);
+            let call = layer0(shape, &q, &k, &v, products);
             let seq = [SeqRows {
                 table: &cache,
                 rows: 0..before,
@@ -119,7 +145,7 @@ fn check(isa: CheckedIsa, threads: usize, dtype: KvType, case: &Case, rng: &mut 
                 start_pos: *before,
             })
             .collect();
-        let call = layer0(shape, &q, &k, &v);
+        let call = layer0(shape, &q, &k, &v, products);
         attention(&pool, isa, call, &mut store, &seq_rows, &mut out).unwrap();
     }
     let group = n_heads / n_kv_heads;
@@ -129,26 +155,32 @@ fn check(isa: CheckedIsa, threads: usize, dtype: KvType, case: &Case, rng: &mut 
             let seen = before + i + 1;
             for h in 0..n_heads {
                 let at = row * q_cols + h * head_dim;
-                let query = &q.data[at..at + head_dim];
+                let query: Vec<f32> = q.data[at..at + head_dim]
+                    .iter()
+                    .map(|x| round(*x))
+                    .collect();
                 let kv = h / group;
                 let keys: Vec<f32> = (0..seen)
                     .flat_map(|p| kv_cache::key(&mut store, table, 0, kv, p))
+                    .map(round)
                     .collect();
                 let values: Vec<f32> = (0..seen)
                     .flat_map(|p| kv_cache::value(&mut store, table, 0, kv, p))
+                    .map(round)
                     .collect();
-                attend_one(query, &keys, &values, shape.scale, &mut want);
+                attend_one(&query, &keys, &values, shape.scale, &mut want);
                 let got = &out.data[at..at + head_dim];
                 for (g, w) in got.iter().zip(&want) {
                     assert!(
-                        (g - w).abs() <= STREAM_ABS_TOL,
-                        "{:?} {dtype} t{threads} {n_heads}/{n_kv_heads}×{head_dim} seen {seen} head {h}: {g} vs {w}",
+                        (g - w).abs() <= tol,
+                        "{:?} {dtype} bf16 {bf16} t{threads} {n_heads}/{n_kv_heads}×{head_dim} seen {seen} head {h}: {g} vs {w}",
                         isa.get()
                     );
                 }
             }
         }
     }
+    out.data
 }
 
 #[test]
@@ -193,11 +225,77 @@ fn streaming_matches_the_reference_on_awkward_shapes() {
         for threads in [1, 2, 3] {
             for dtype in [KvType::F32, KvType::F16] {
                 for case in &cases {
-                    check(CheckedIsa::at_most(isa), threads, dtype, case, &mut rng);
+                    check(
+                        CheckedIsa::at_most(isa),
+                        threads,
+                        dtype,
+                        None,
+                        case,
+                        &mut rng,
+                    );
                 }
             }
         }
         println!("streaming attention matches the reference on {isa}");
+    }
+}
+
+/// BF16 products: within their tolerance of the reference on the same
+/// BF16 inputs, and bit for bit the same from the AVX-512 BF16 kernels as
+/// from their scalar twins (the rest of attention on the same ISA: its
+/// `exp` differs between ISAs within an ulp) at every thread count (a
+/// split context merges the same segments).
+#[test]
+fn bf16_products_match_the_reference_and_their_scalar_twins() {
+    let cases = [
+        Case {
+            n_heads: 9,
+            n_kv_heads: 3,
+            head_dim: 64,
+            seqs: vec![(0, 1), (16, 1), (100, 1)],
+        },
+        // Gemma 3's heads.
+        Case {
+            n_heads: 4,
+            n_kv_heads: 1,
+            head_dim: 256,
+            seqs: vec![(40, 19), (300, 1)],
+        },
+        // Past a segment (1,024 positions): split across tasks.
+        Case {
+            n_heads: 2,
+            n_kv_heads: 1,
+            head_dim: 16,
+            seqs: vec![(1100, 1), (5, 40)],
+        },
+        Case {
+            n_heads: 6,
+            n_kv_heads: 2,
+            head_dim: 33,
+            seqs: vec![(5, 40), (31, 3)],
+        },
+    ];
+    for (c, case) in cases.iter().enumerate() {
+        for dtype in [KvType::F32, KvType::F16] {
+            for isa in Isa::supported() {
+                let isa = CheckedIsa::at_most(isa);
+                let mut first: Option<Vec<f32>> = None;
+                for threads in [1, 3] {
+                    for products in [bf16::Bf16Isa::new(isa), bf16::Bf16Isa::scalar()] {
+                        // The same inputs for every thread count and kernel.
+                        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(77 + c as u64);
+                        let out = check(isa, threads, dtype, Some(products), case, &mut rng);
+                        match &first {
+                            None => first = Some(out),
+                            Some(want) => assert!(
+                                out.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                                "case {c} {dtype} {isa:?} t{threads} {products:?}: BF16 outputs differ"
+                            ),
+                        }
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -231,7 +329,7 @@ fn overlapping_sequences_are_refused() {
             start_pos: 0,
         },
     ];
-    let call = layer0(shape, &x, &x, &x);
+    let call = layer0(shape, &x, &x, &x, Products::F32);
     let isa = CheckedIsa::at_most(Isa::Scalar);
     assert!(attention(&pool, isa, call, &mut store, &seqs, &mut out).is_err());
 }
@@ -260,7 +358,7 @@ fn a_block_written_by_one_sequence_and_read_by_another_is_refused() {
         rows: row..row + 1,
         start_pos,
     };
-    let call = layer0(shape, &x, &x, &x);
+    let call = layer0(shape, &x, &x, &x, Products::F32);
     let isa = CheckedIsa::at_most(Isa::Scalar);
     let both = [seq(&a, 0, 0), seq(&b, 1, 1)];
     let err = attention(&pool, isa, call, &mut store, &both, &mut out).unwrap_err();

@@ -13,6 +13,15 @@ use crate::kv::KvFormat;
 /// As `tests::STREAM_ABS_TOL`: the same scores and sums in another order,
 /// plus `tanh` on both sides (f32 against f64, a few 1e-7).
 const WINDOW_ABS_TOL: f32 = 3e-6;
+/// BF16 products against the reference on the same BF16 queries, keys
+/// and values: the probabilities' rounding (relative 2⁻⁹ on each weight of
+/// the output's numerator; values in ±1) on top of the f32 tolerance.
+const WINDOW_BF16_ABS_TOL: f32 = WINDOW_ABS_TOL + 1.0 / 512.0;
+
+/// `x` rounded to BF16, as the BF16 products read it.
+fn to_bf16(x: f32) -> f32 {
+    f32::from_bits(u32::from(bf16::round(x)) << 16)
+}
 
 fn random(rng: &mut impl Rng, n: usize, range: f32) -> Vec<f32> {
     (0..n).map(|_| rng.random_range(-range..range)).collect()
@@ -33,14 +42,20 @@ fn stored(dtype: KvType, x: Vec<f32>) -> Vec<f32> {
 }
 
 /// One query over `keys`/`values` of the positions it sees, in f64.
-fn attend(q: &[f32], keys: &[&[f32]], values: &[&[f32]], shape: AttentionShape) -> Vec<f32> {
+fn attend(
+    q: &[f32],
+    keys: &[&[f32]],
+    values: &[&[f32]],
+    shape: AttentionShape,
+    round: fn(f32) -> f32,
+) -> Vec<f32> {
     let scores: Vec<f64> = keys
         .iter()
         .map(|k| {
             let s = q
                 .iter()
                 .zip(*k)
-                .map(|(a, b)| *a as f64 * *b as f64)
+                .map(|(a, b)| round(*a) as f64 * round(*b) as f64)
                 .sum::<f64>()
                 * shape.scale as f64;
             shape
@@ -56,7 +71,7 @@ fn attend(q: &[f32], keys: &[&[f32]], values: &[&[f32]], shape: AttentionShape) 
             let v: f64 = weights
                 .iter()
                 .zip(values)
-                .map(|(w, v)| w * v[d] as f64)
+                .map(|(w, v)| w * round(v[d]) as f64)
                 .sum();
             (v / total) as f32
         })
@@ -67,12 +82,19 @@ fn attend(q: &[f32], keys: &[&[f32]], values: &[&[f32]], shape: AttentionShape) 
 fn a_ring_of_slots_attends_over_the_window_like_the_whole_cache() {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
     let (n_heads, n_kv_heads, head_dim, window) = (4, 2, 24, 40);
-    for (softcap, dtype) in [
-        (None, KvType::F32),
-        (Some(5.0f32), KvType::F32),
-        (None, KvType::F16),
-        (Some(5.0f32), KvType::F16),
+    for (softcap, dtype, bf16) in [
+        (None, KvType::F32, false),
+        (Some(5.0f32), KvType::F32, false),
+        (None, KvType::F16, false),
+        (Some(5.0f32), KvType::F16, false),
+        (None, KvType::F16, true),
+        (Some(5.0f32), KvType::F32, true),
     ] {
+        let (round, tol): (fn(f32) -> f32, f32) = if bf16 {
+            (to_bf16, WINDOW_BF16_ABS_TOL)
+        } else {
+            (|x| x, WINDOW_ABS_TOL)
+        };
         let shape = AttentionShape {
             n_heads,
             n_kv_heads,
@@ -87,6 +109,11 @@ fn a_ring_of_slots_attends_over_the_window_like_the_whole_cache() {
         let capacity = total + 7;
         for isa in Isa::supported() {
             let isa = CheckedIsa::at_most(isa);
+            let products = if bf16 {
+                Products::Bf16(bf16::Bf16Isa::new(isa))
+            } else {
+                Products::F32
+            };
             let pool = ThreadPool::new(2);
             // Blocks of 64 positions: the ring is three (192 positions)
             // and turns twice.
@@ -119,6 +146,7 @@ fn a_ring_of_slots_attends_over_the_window_like_the_whole_cache() {
                     q: &q,
                     k: &k,
                     v: &v,
+                    products,
                 };
                 let mut outs = Vec::new();
                 for cache in [&mut ring, &mut whole] {
@@ -144,12 +172,12 @@ fn a_ring_of_slots_attends_over_the_window_like_the_whole_cache() {
                         let values: Vec<&[f32]> =
                             seen.clone().map(|pos| &v_all[span(pos)]).collect();
                         let at = (start + i) * q_cols + h * head_dim;
-                        let want = attend(&q_all[at..at + head_dim], &keys, &values, shape);
+                        let want = attend(&q_all[at..at + head_dim], &keys, &values, shape, round);
                         let got = &outs[0][i * q_cols + h * head_dim..][..head_dim];
                         for (g, w) in got.iter().zip(&want) {
                             assert!(
-                                (g - w).abs() <= WINDOW_ABS_TOL,
-                                "{isa:?} {dtype} cap {softcap:?} position {p} head {h}: {g} vs {w}"
+                                (g - w).abs() <= tol,
+                                "{isa:?} {dtype} cap {softcap:?} bf16 {bf16} position {p} head {h}: {g} vs {w}"
                             );
                         }
                     }
@@ -185,6 +213,7 @@ fn a_ring_refuses_a_call_without_its_window() {
         q: &x,
         k: &x,
         v: &x,
+        products: Products::F32,
     };
     let (store, seq) = cache.rows(0..1, 0).expect("the ring's blocks");
     let isa = CheckedIsa::at_most(Isa::Scalar);
