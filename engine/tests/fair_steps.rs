@@ -190,12 +190,19 @@ fn a_light_tenants_prompt_runs_next_and_busy_steps_stay_short<B: Backend>(backen
             .unwrap();
         heavy_rx.push(rx);
     }
-    // Three steps: every heavy stream has run its prompt and decodes.
-    for _ in 0..3 {
-        first_token(&held_rx);
-    }
+    // A few short steps (48 sequences make them busy): every heavy stream
+    // runs its prompt and decodes; the held one goes on a step at a time.
+    first_token(&held_rx);
     for rx in &heavy_rx {
-        first_token(rx);
+        loop {
+            match rx.recv_timeout(Duration::from_millis(10)) {
+                Ok(event) => {
+                    assert!(matches!(event, SequenceEvent::Token(_)), "{event:?}");
+                    break;
+                }
+                Err(_) => first_token(&held_rx),
+            }
+        }
     }
     // Two long prompts of the heavy tenant come among its decode rows: the
     // steps from here on run all 48 streams' decode rows.
@@ -273,7 +280,8 @@ fn a_wave_of_prompts_runs_in_short_steps<B: Backend>(backend: Arc<B>) {
     let heavy_rx: Vec<_> = (1..HEAVY)
         .map(|_| {
             let (tx, rx) = mpsc::channel();
-            exec.submit(&checkpoint, request("heavy", 40, 8, Box::new(tx)))
+            // Long enough that 16 or more run until every prompt has run.
+            exec.submit(&checkpoint, request("heavy", 40, 24, Box::new(tx)))
                 .unwrap();
             rx
         })
