@@ -2,8 +2,9 @@
 //! sequences decoding, another tenant's new request runs its prompt in the
 //! very next step, and the steps among those decode rows stay short
 //! (`engine/src/serving/step_room.rs`), so the step a newcomer waits for is
-//! short. Ordering, not timing: the steps are counted and sized by the
-//! executor's observer.
+//! short; so do the steps while that tenant's streams all start at once.
+//! Ordering, not timing: the steps are counted and sized by the executor's
+//! observer.
 #![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 #[path = "support/served.rs"]
@@ -114,7 +115,15 @@ fn first_token(rx: &mpsc::Receiver<SequenceEvent>) {
     assert!(matches!(event, SequenceEvent::Token(_)), "{event:?}");
 }
 
-fn a_light_tenants_prompt_runs_next_and_busy_steps_stay_short<B: Backend>(backend: Arc<B>) {
+/// An executor over a small synthetic checkpoint, with its step observer.
+fn executor<B: Backend>(
+    backend: &Arc<B>,
+) -> (
+    Executor<B>,
+    switchyard_engine::serving::CheckpointHandle<B>,
+    Arc<Steps>,
+    tempfile::TempDir,
+) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("smollm2-q8.gguf");
     let spec = SyntheticSpec {
@@ -123,7 +132,7 @@ fn a_light_tenants_prompt_runs_next_and_busy_steps_stay_short<B: Backend>(backen
         seed: 11,
     };
     write_gguf(&spec, &path).unwrap();
-    let checkpoint = served::serve(&*backend, &path);
+    let checkpoint = served::serve(&**backend, &path);
     let steps = Arc::new(Steps::default());
     let observer: Arc<dyn ExecutorObserver> = steps.clone();
     let config = ExecutorConfig {
@@ -140,6 +149,31 @@ fn a_light_tenants_prompt_runs_next_and_busy_steps_stay_short<B: Backend>(backen
         speculation: Speculation::Off,
     };
     let exec = Executor::spawn(backend.clone(), config, observer).unwrap();
+    (exec, checkpoint, steps, dir)
+}
+
+/// The light tenant's request of a 40-token prompt, submitted now: waits for
+/// its end and returns the step of its first token and the step count at submit.
+fn light_request<B: Backend>(
+    exec: &Executor<B>,
+    checkpoint: &switchyard_engine::serving::CheckpointHandle<B>,
+    steps: &Arc<Steps>,
+) -> (mpsc::Receiver<SequenceEvent>, Arc<AtomicU64>, u64) {
+    let first = Arc::new(AtomicU64::new(u64::MAX));
+    let (light_tx, light_rx) = mpsc::channel();
+    let sink = FirstStep {
+        steps: Arc::clone(steps),
+        first: Arc::clone(&first),
+        sender: light_tx,
+    };
+    exec.submit(checkpoint, request("light", 40, 4, Box::new(sink)))
+        .unwrap();
+    let submitted = steps.count.load(Ordering::Acquire);
+    (light_rx, first, submitted)
+}
+
+fn a_light_tenants_prompt_runs_next_and_busy_steps_stay_short<B: Backend>(backend: Arc<B>) {
+    let (exec, checkpoint, steps, _dir) = executor(&backend);
 
     // The heavy tenant's 48 streams; the first hands over its tokens one at
     // a time, so the test decides when the executor goes on.
@@ -156,12 +190,19 @@ fn a_light_tenants_prompt_runs_next_and_busy_steps_stay_short<B: Backend>(backen
             .unwrap();
         heavy_rx.push(rx);
     }
-    // Three steps: every heavy stream has run its prompt and decodes.
-    for _ in 0..3 {
-        first_token(&held_rx);
-    }
+    // A few short steps (48 sequences make them busy): every heavy stream
+    // runs its prompt and decodes; the held one goes on a step at a time.
+    first_token(&held_rx);
     for rx in &heavy_rx {
-        first_token(rx);
+        loop {
+            match rx.recv_timeout(Duration::from_millis(10)) {
+                Ok(event) => {
+                    assert!(matches!(event, SequenceEvent::Token(_)), "{event:?}");
+                    break;
+                }
+                Err(_) => first_token(&held_rx),
+            }
+        }
     }
     // Two long prompts of the heavy tenant come among its decode rows: the
     // steps from here on run all 48 streams' decode rows.
@@ -179,16 +220,7 @@ fn a_light_tenants_prompt_runs_next_and_busy_steps_stay_short<B: Backend>(backen
     }
     // The executor is held in (or just before) handing over the held
     // stream's token: the light tenant's request comes now.
-    let first = Arc::new(AtomicU64::new(u64::MAX));
-    let (light_tx, light_rx) = mpsc::channel();
-    let sink = FirstStep {
-        steps: Arc::clone(&steps),
-        first: Arc::clone(&first),
-        sender: light_tx,
-    };
-    exec.submit(&checkpoint, request("light", 40, 4, Box::new(sink)))
-        .unwrap();
-    let submitted = steps.count.load(Ordering::Acquire);
+    let (light_rx, first, submitted) = light_request(&exec, &checkpoint, &steps);
     let held = std::thread::spawn(move || finish(&held_rx));
 
     assert_eq!(finish(&light_rx), FinishReason::Length);
@@ -229,3 +261,67 @@ fn a_light_tenants_prompt_runs_next_and_busy_steps_stay_short<B: Backend>(backen
     }
 }
 on_each_device!(a_light_tenants_prompt_runs_next_and_busy_steps_stay_short);
+
+/// The heavy tenant's 48 streams start together: their prompts all wait and
+/// almost nothing decodes. Before, such steps filled the whole budget with
+/// prompt chunks (256 rows among a handful of sequences), four times a busy
+/// step, and a newcomer that came during one waited for all of it; now the
+/// sequences make the step busy, so it runs at most a quarter of the budget.
+fn a_wave_of_prompts_runs_in_short_steps<B: Backend>(backend: Arc<B>) {
+    let (exec, checkpoint, steps, _dir) = executor(&backend);
+    // The first stream hands over its tokens one at a time (the test decides
+    // when the executor goes on); the others' prompts come while it is held.
+    let (held_tx, held_rx) = mpsc::sync_channel(0);
+    exec.submit(
+        &checkpoint,
+        request("heavy", 4, 80, Box::new(Held(held_tx))),
+    )
+    .unwrap();
+    let heavy_rx: Vec<_> = (1..HEAVY)
+        .map(|_| {
+            let (tx, rx) = mpsc::channel();
+            // Long enough that 16 or more run until every prompt has run.
+            exec.submit(&checkpoint, request("heavy", 40, 24, Box::new(tx)))
+                .unwrap();
+            rx
+        })
+        .collect();
+    first_token(&held_rx);
+    // From here on the 47 prompts (1,880 tokens) run beside one decode row.
+    let from = steps.sizes.lock().unwrap().len();
+    for _ in 0..2 {
+        first_token(&held_rx);
+    }
+    let (light_rx, first, submitted) = light_request(&exec, &checkpoint, &steps);
+    let held = std::thread::spawn(move || finish(&held_rx));
+    assert_eq!(finish(&light_rx), FinishReason::Length);
+    let first = first.load(Ordering::Acquire);
+    assert!(
+        first <= submitted + 2,
+        "the light tenant's first token came {} steps after it was submitted among \
+         {HEAVY} sequences starting",
+        first - submitted
+    );
+    assert_eq!(held.join().unwrap(), FinishReason::Length);
+    for rx in &heavy_rx {
+        assert_eq!(finish(rx), FinishReason::Length);
+    }
+    exec.shutdown();
+
+    let sizes = steps.sizes.lock().unwrap();
+    let wave: Vec<(usize, usize)> = sizes.get(from..).unwrap_or_default().to_vec();
+    assert!(
+        wave.iter().any(|&(rows, sequences)| rows > sequences),
+        "no prompt chunk ran in the steps observed: {wave:?}"
+    );
+    let cap = MAX_STEP_TOKENS / 4;
+    let least = MAX_STEP_TOKENS / 16;
+    for &(rows, sequences) in &wave {
+        assert!(
+            rows <= cap.max(sequences + least),
+            "a step of {rows} rows ran among {HEAVY} sequences starting (at most {cap} \
+             expected): {wave:?}"
+        );
+    }
+}
+on_each_device!(a_wave_of_prompts_runs_in_short_steps);

@@ -38,8 +38,8 @@ pub struct ExecutorConfig {
     /// Requests waiting for a batch slot; beyond that, [`SubmitError::Overloaded`].
     pub max_queued: usize,
     /// Tokens one forward step runs at most (decode rows first, then prompt
-    /// chunks), bounding step latency and activation memory; while many rows
-    /// decode, a step runs fewer (`step_room.rs`).
+    /// chunks), bounding step latency and activation memory; while many
+    /// sequences run, a step runs fewer (`step_room.rs`).
     pub max_step_tokens: usize,
     /// Keep full prompt blocks after their sequence ends and reuse them
     /// for later prompts that start the same (`prefix_cache`).

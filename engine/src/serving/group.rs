@@ -462,7 +462,7 @@ impl<B: Backend> Group<B> {
 
     /// The tokens each sequence runs next step: one for each decoding
     /// sequence, then prompt chunks in arrival order within the step budget,
-    /// smaller while many rows decode (`step_room.rs`). While a tenant below
+    /// smaller while many sequences run (`step_room.rs`). While a tenant below
     /// its share has a prompt to run, only that tenant's sequences run
     /// (`fair::step_for`).
     pub(super) fn plan(&self, max_step_tokens: usize) -> Vec<Option<Range<usize>>> {
@@ -476,7 +476,8 @@ impl<B: Backend> Group<B> {
         // group's smaller share decodes plainly.
         let verify = drafted <= max_step_tokens.max(1);
         let decode_rows = if verify { drafted } else { plain };
-        let mut budget = step_room::prompt_room(max_step_tokens, decode_rows);
+        let sequences = (0..self.active.len()).filter(|&i| runs(i)).count();
+        let mut budget = step_room::prompt_room(max_step_tokens, decode_rows, sequences);
         self.active
             .iter()
             .enumerate()
