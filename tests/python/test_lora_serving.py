@@ -122,8 +122,11 @@ def http(method: str, url: str, body: dict | None = None, token: str | None = AD
 
 
 def chat(base: str, model: str, messages=TRIP, max_tokens: int = 8, key: str = "unused") -> str:
-    reply = client(base, key).chat.completions.create(model=model, messages=messages,
-                                                      max_tokens=max_tokens, temperature=0)
+    """A greedy reply; a 503 with Retry-After (an evicted adapter loading again) is
+    retried, as the official client does by default."""
+    retrying = openai.OpenAI(base_url=base + "/v1", api_key=key, max_retries=8, timeout=300)
+    reply = retrying.chat.completions.create(model=model, messages=messages,
+                                             max_tokens=max_tokens, temperature=0)
     return reply.choices[0].message.content
 
 
@@ -451,17 +454,17 @@ def test_the_budget_evicts_least_recently_used_idle_adapters(repo_server):
     assert 0 < held <= budget == BUDGET_MB * 1024 * 1024
 
 
-def completion_status(base: str, model: str) -> tuple[int, dict, dict]:
-    """(status, headers, body) of one completion, no retry."""
+def completion_status(base: str, model: str) -> tuple[int, "email.message.Message", dict]:
+    """(status, headers (case-insensitive), body) of one completion, no retry."""
     request = urllib.request.Request(
         base + "/v1/completions", method="POST",
         data=json.dumps({"model": model, "prompt": "Once upon a time", "max_tokens": 4}).encode(),
         headers={"Content-Type": "application/json", "Authorization": f"Bearer {OPEN_KEY}"})
     try:
         with urllib.request.urlopen(request, timeout=300) as r:
-            return r.status, dict(r.headers), json.loads(r.read())
+            return r.status, r.headers, json.loads(r.read())
     except urllib.error.HTTPError as e:
-        return e.code, dict(e.headers), json.loads(e.read())
+        return e.code, e.headers, json.loads(e.read())
 
 
 def resident(served: Served) -> set[str]:
