@@ -116,7 +116,7 @@ impl<B: Backend> Slot<B> {
     fn publish(&self) {
         match &self.state {
             State::Resident(handle) => self.live.publish(
-                Tier::Ram,
+                Tier::resident::<B>(),
                 handle.load_stats.total_bytes,
                 Some(Arc::clone(handle)),
             ),
@@ -131,7 +131,7 @@ impl<B: Backend> Slot<B> {
     /// Its tier as status and metrics report it.
     fn tier(&self) -> Tier {
         match &self.state {
-            State::Resident(_) => Tier::Ram,
+            State::Resident(_) => Tier::resident::<B>(),
             State::Loading => Tier::Loading,
             State::Disk if self.reload_pending => Tier::Loading,
             State::Disk => Tier::Disk,
@@ -799,11 +799,11 @@ impl<B: Backend> Registry<B> {
         for model in self.status() {
             for version in model.versions {
                 match version.tier {
-                    Tier::Ram => {
+                    Tier::Ram | Tier::Device => {
                         memory.resident_versions += 1;
                         memory.ram_bytes_without_sharing += version.bytes;
                     }
-                    Tier::Disk | Tier::Loading => {
+                    Tier::Host | Tier::Disk | Tier::Loading => {
                         memory.disk_versions += 1;
                         memory.disk_bytes += version.bytes;
                     }
@@ -831,7 +831,7 @@ fn version_status<B: Backend>(model: &Model<B>, slot: &Slot<B>) -> VersionStatus
     };
     let (tier, bytes, shared_bytes, in_flight, queued, load_ms) = match &slot.state {
         State::Resident(h) => (
-            Tier::Ram,
+            Tier::resident::<B>(),
             h.load_stats.total_bytes,
             h.load_stats.shared_bytes,
             h.demand(),
