@@ -1,6 +1,7 @@
 """Serving many LoRA adapters on one base: 16 clients spread over 1, 4, 16
-and 64 distinct adapters against the base alone, and against llama.cpp with
-the same adapters, in one run.
+and 64 distinct adapters against the base alone, against llama.cpp with the
+same adapters, and against one merged replica per adapter, in one run (one
+command, every row interleaved with its peers so they see the same load).
 
 - switchyard base: `serve --model smol`, every client asks `smol`;
 - switchyard N adapters: `serve --model smol --lora a0=... --lora aN-1=...`,
@@ -10,23 +11,28 @@ the same adapters, in one run.
   weights (W + scale * B A, requantized to the base's type), one checkpoint
   per adapter, `--model m0 ... --model mN-1`: what serving fine-tunes costs
   without adapters (N copies of the weights, rows of different replicas in
-  different steps). Runs for N <= --merged-max (default 4; each replica is a
-  full file on disk and in RAM);
-- llama.cpp: llama-cpp-python, one context per adapter (`lora_path`), each
-  serving one request at a time (llama-server "does not batch requests with
-  different LoRA configurations"; a context per adapter is its best case
-  for throughput, and the memory of one replica per adapter). Runs for
-  N <= --llama-max (default 4; 64 contexts of SmolLM2 need ~6 GB).
+  different steps). Runs for N <= --merged-max (default 16; each replica is
+  a full file on disk and in RAM, 98 MB for SmolLM2: pass --merged-max 64 on
+  a machine with ~8 GB to spare);
+- llama.cpp: `llama-server` when the binary exists (scripts/build-llama-server.sh;
+  or --llama-server BIN): every adapter loaded with `--lora` and
+  `--lora-init-without-apply`, 16 slots, each request naming its adapter
+  (`"lora": [{"id": i, "scale": 1}]`); llama-server "does not batch requests
+  with different LoRA configurations". Without the binary, llama-cpp-python
+  with one context per adapter (each serving one request at a time), for
+  N <= --llama-max (default 16; a context per adapter holds its own copy of
+  the weights).
 
 Adapters are random rank-8 PEFT adapters on all seven projections
 (tests/python/reference/lora.py), the same files for both engines (GGUF
 form for llama.cpp). Each configuration runs REQUESTS completions of
-MAX_TOKENS greedy tokens (EOS ignored by a high `min_tokens`-free prompt;
-throughput counts the tokens returned).
+MAX_TOKENS greedy tokens after a warm-up round; throughput counts the
+tokens returned. The load average is read before and after: above 2 the
+table and plot say "under load".
 
 Usage: .venv/bin/python benches/lora_serving.py [--adapters 1,4,16,64]
-  [--requests 64] [--max-tokens 32] [--threads 2] [--merged-max 4] [--llama-max 4]
-  [--no-llama] [--svg docs/bench/lora_serving.svg]
+  [--requests 64] [--max-tokens 32] [--threads 2] [--merged-max 16] [--llama-max 16]
+  [--llama-server BIN] [--no-llama] [--svg docs/bench/lora_serving.svg]
 Prints a Markdown table; writes the SVG plot.
 """
 
@@ -144,6 +150,47 @@ def switchyard(bin_path: Path, model: Path, adapters: list[Path], args, replicas
     return tokens / seconds
 
 
+def llama_server(bin_path: Path, model: Path, adapters: list[Path], args) -> float:
+    """Tokens/s of llama-server with every adapter loaded, each request naming its own."""
+    import json
+    import urllib.request
+
+    port = free_port()
+    cmd = [str(bin_path), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
+           "-t", str(args.threads), "-tb", str(args.threads), "-np", str(CLIENTS),
+           "-c", str(CLIENTS * 256), "--lora-init-without-apply", "--log-disable"]
+    for path in adapters:
+        cmd += ["--lora", str(path)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 600
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"llama-server did not start: {' '.join(cmd[:8])} ...")
+            time.sleep(0.5)
+
+        def ask(i: int, prompt: str) -> int:
+            body = {"prompt": prompt, "n_predict": args.max_tokens, "temperature": 0,
+                    "lora": [{"id": i, "scale": 1.0}]}
+            request = urllib.request.Request(f"http://127.0.0.1:{port}/completion", data=json.dumps(body).encode(),
+                                             headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=600) as r:
+                return json.load(r)["tokens_predicted"]
+
+        drive(ask, len(adapters), CLIENTS)  # warm-up
+        seconds, tokens = drive(ask, len(adapters), args.requests)
+        return tokens / seconds
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
 def llama_cpp(model: Path, adapters: list[Path], args) -> float:
     import llama_cpp
 
@@ -160,13 +207,16 @@ def llama_cpp(model: Path, adapters: list[Path], args) -> float:
     return tokens / seconds
 
 
+LOAD_NOTE = ""
+
+
 def svg(rows: list[dict], path: Path) -> None:
     width, height, left, bottom = 560, 320, 60, 40
     top = max(max(r["switchyard"], r.get("llama_cpp") or 0, r.get("merged") or 0, r["base"]) for r in rows) * 1.15
     xs = {r["n"]: left + 40 + i * (width - left - 80) / max(len(rows) - 1, 1) for i, r in enumerate(rows)}
     y = lambda v: height - bottom - v / top * (height - bottom - 20)  # noqa: E731
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="12">',
-             f'<text x="{width / 2}" y="14" text-anchor="middle">16 clients over N adapters: completion tokens/s (under load)</text>',
+             f'<text x="{width / 2}" y="14" text-anchor="middle">16 clients over N adapters: completion tokens/s{LOAD_NOTE}</text>',
              f'<line x1="{left}" y1="{height - bottom}" x2="{width - 10}" y2="{height - bottom}" stroke="black"/>',
              f'<line x1="{left}" y1="20" x2="{left}" y2="{height - bottom}" stroke="black"/>']
     for r in rows:
@@ -186,48 +236,74 @@ def svg(rows: list[dict], path: Path) -> None:
     path.write_text("\n".join(parts))
 
 
+def default_llama_server() -> Path:
+    for root in (ROOT, Path("/work/main")):
+        candidate = root / "target/llama-server/build/bin/llama-server"
+        if candidate.exists():
+            return candidate
+    return ROOT / "target/llama-server/build/bin/llama-server"
+
+
 def main() -> int:
+    global LOAD_NOTE
     p = argparse.ArgumentParser()
     p.add_argument("--adapters", default="1,4,16,64")
     p.add_argument("--requests", type=int, default=64)
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--llama-max", type=int, default=4)
+    p.add_argument("--llama-max", type=int, default=16)
+    p.add_argument("--llama-server", type=Path, default=default_llama_server())
     p.add_argument("--no-llama", action="store_true")
-    p.add_argument("--merged-max", type=int, default=4)
+    p.add_argument("--merged-max", type=int, default=16)
     p.add_argument("--svg", type=Path, default=ROOT / "docs/bench/lora_serving.svg")
     p.add_argument("--bin", type=Path, default=ROOT / "target/release/switchyard")
     args = p.parse_args()
     model = Path(subprocess.run([str(ROOT / "scripts/fetch-model.sh")], capture_output=True, text=True,
                                 check=True).stdout.strip())
     counts = [int(n) for n in args.adapters.split(",")]
+    use_server = args.llama_server.exists()
+    peer = "llama-server" if use_server else "llama.cpp (llama-cpp-python, context per adapter)"
+    load_before = os.getloadavg()[0]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         files = make_adapters(model, max(counts), Path(tmp))
+        merged: dict[int, Path] = {}
         for n in counts:
-            # Interleaved: the base alone, then N adapters, then llama.cpp,
-            # so all three see the same load on a shared machine.
+            # Interleaved: the base alone, then N adapters, N merged replicas and
+            # llama.cpp, so all see the same load on a shared machine.
             row = {"n": n, "base": switchyard(args.bin, model, [], args)}
             row["switchyard"] = switchyard(args.bin, model, [f[0] for f in files[:n]], args)
             row["merged"] = None
             if n <= args.merged_max:
-                replicas = [merge(model, f[1], Path(tmp) / f"merged{i}.gguf") for i, f in enumerate(files[:n])]
-                row["merged"] = switchyard(args.bin, model, [], args, replicas)
-                for path in replicas:
-                    os.unlink(path)
-            use_llama = n <= args.llama_max and not args.no_llama
-            row["llama_cpp"] = llama_cpp(model, [f[1] for f in files[:n]], args) if use_llama else None
+                # Merged once per adapter, kept for the larger N (98 MB each on disk).
+                for i, f in enumerate(files[:n]):
+                    if i not in merged:
+                        merged[i] = merge(model, f[1], Path(tmp) / f"merged{i}.gguf")
+                row["merged"] = switchyard(args.bin, model, [], args, [merged[i] for i in range(n)])
+            row["llama_cpp"] = None
+            if not args.no_llama and use_server:
+                row["llama_cpp"] = llama_server(args.llama_server, model, [f[1] for f in files[:n]], args)
+            elif not args.no_llama and n <= args.llama_max:
+                row["llama_cpp"] = llama_cpp(model, [f[1] for f in files[:n]], args)
+            row["load"] = os.getloadavg()[0]
             rows.append(row)
             print(row, file=sys.stderr, flush=True)
-    print("| adapters | base alone tok/s | switchyard N adapters tok/s | ratio | N merged replicas tok/s "
-          "| adapters / merged | llama.cpp (context per adapter) tok/s |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+    load = max([load_before] + [r["load"] for r in rows])
+    if load > 2:
+        LOAD_NOTE = f" (under load: load average up to {load:.1f})"
+    print(f"16 clients, {args.requests} completions of {args.max_tokens} greedy tokens, --threads {args.threads}; "
+          f"load average {load_before:.1f} before, up to {load:.1f}{' (UNDER LOAD)' if load > 2 else ''}")
+    print()
+    print(f"| adapters | base alone tok/s | switchyard N adapters tok/s | ratio | N merged replicas tok/s "
+          f"| adapters / merged | {peer} tok/s | adapters / llama.cpp |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         lc = f"{r['llama_cpp']:.1f}" if r["llama_cpp"] else "not run"
+        vl = f"{r['switchyard'] / r['llama_cpp']:.2f}" if r["llama_cpp"] else "-"
         mg = f"{r['merged']:.1f}" if r["merged"] else "not run"
         vs = f"{r['switchyard'] / r['merged']:.2f}" if r["merged"] else "-"
         print(f"| {r['n']} | {r['base']:.1f} | {r['switchyard']:.1f} | {r['switchyard'] / r['base']:.2f} | {mg} "
-              f"| {vs} | {lc} |")
+              f"| {vs} | {lc} | {vl} |")
     svg(rows, args.svg)
     return 0
 

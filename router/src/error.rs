@@ -303,7 +303,9 @@ impl ApiError {
                 BackendError::ContextOverflow { .. } | BackendError::InvalidRequest { .. } => {
                     StatusCode::BAD_REQUEST
                 }
-                BackendError::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+                BackendError::Overloaded | BackendError::Unavailable { .. } => {
+                    StatusCode::SERVICE_UNAVAILABLE
+                }
                 BackendError::TenantBusy { .. } => StatusCode::TOO_MANY_REQUESTS,
                 BackendError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
             },
@@ -322,7 +324,9 @@ impl ApiError {
                 source,
                 prompt_field,
             } => match source {
-                BackendError::UnknownModel { .. } => Some("model".to_owned()),
+                BackendError::UnknownModel { .. } | BackendError::Unavailable { .. } => {
+                    Some("model".to_owned())
+                }
                 BackendError::ContextOverflow {
                     prompt_tokens,
                     context,
@@ -373,6 +377,7 @@ impl ApiError {
                 BackendError::ContextOverflow { .. } => "context_length_exceeded",
                 BackendError::InvalidRequest { .. } => "invalid_value",
                 BackendError::Overloaded => "overloaded",
+                BackendError::Unavailable { .. } => "model_not_ready",
                 BackendError::TenantBusy { .. } => "tenant_queue_full",
                 BackendError::Internal { .. } => "internal_error",
             },
@@ -388,6 +393,13 @@ impl ApiError {
                 source: BackendError::Overloaded | BackendError::TenantBusy { .. },
                 ..
             } => Some(Duration::from_secs(1)),
+            ApiError::Backend {
+                source:
+                    BackendError::Unavailable {
+                        retry_after_secs, ..
+                    },
+                ..
+            } => Some(Duration::from_secs((*retry_after_secs).max(1))),
             ApiError::Refused(reply) => reply.retry_after,
             _ => None,
         }
@@ -480,5 +492,26 @@ mod tests {
             serde_json::json!({"error": {"message": "Invalid value for 'n': too many",
                 "type": "invalid_request_error", "param": "n", "code": "invalid_value"}})
         );
+    }
+
+    /// A model not ready yet (an adapter loading) is a 503 naming `model`, with the
+    /// engine's Retry-After, not a 400: retrying the same request will work.
+    #[test]
+    fn a_model_not_ready_is_a_503_with_retry_after() {
+        let error = ApiError::backend(
+            BackendError::Unavailable {
+                message: "`a@1` is loading".to_owned(),
+                retry_after_secs: 3,
+            },
+            "prompt",
+        );
+        let reply = error.reply();
+        assert_eq!(reply.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(reply.body().error.kind, "server_error");
+        assert_eq!(reply.body().error.param.as_deref(), Some("model"));
+        assert_eq!(reply.body().error.code, Some("model_not_ready"));
+        assert!(reply.body().error.message.contains("`a@1` is loading"));
+        let response = reply.into_response();
+        assert_eq!(response.headers()[header::RETRY_AFTER], "3");
     }
 }

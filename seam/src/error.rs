@@ -32,6 +32,16 @@ pub enum BackendError {
         /// How many wait, and what to do.
         message: String,
     },
+    /// The model is served here but cannot run this request yet: a LoRA adapter
+    /// being loaded again, or waiting for room in the adapter budget while the
+    /// adapters there are in use. Retry after `retry_after_secs`.
+    #[error("The model is not available yet: {message}")]
+    Unavailable {
+        /// What it waits for.
+        message: String,
+        /// Seconds the client should wait before retrying (at least 1).
+        retry_after_secs: u64,
+    },
     /// A parameter only the engine can check (it needs the tokenizer or the model).
     #[error("Invalid '{param}': {message}")]
     InvalidRequest {

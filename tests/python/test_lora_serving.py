@@ -12,7 +12,11 @@ corrupt adapters refused while serving goes on, and
 (`REPO/smol/adapters/NAME/VERSION/`) under an adapter byte budget
 (`--lora-budget-mb`) and a policy: the versions' lifecycle, least recently
 used eviction (never an adapter in use), splits between adapter versions and
-a tenant restricted to an adapter.
+a tenant restricted to an adapter. There, a request for an adapter the budget
+evicted is answered 503 with `Retry-After` at once while the adapter loads again
+in the background (or waits for room while the budget is held by adapters in
+use), the metrics list it as waiting, and `auto` routing prefers a resident
+adapter over an equal one that is not.
 """
 
 from __future__ import annotations
@@ -118,8 +122,11 @@ def http(method: str, url: str, body: dict | None = None, token: str | None = AD
 
 
 def chat(base: str, model: str, messages=TRIP, max_tokens: int = 8, key: str = "unused") -> str:
-    reply = client(base, key).chat.completions.create(model=model, messages=messages,
-                                                      max_tokens=max_tokens, temperature=0)
+    """A greedy reply; a 503 with Retry-After (an evicted adapter loading again) is
+    retried, as the official client does by default."""
+    retrying = openai.OpenAI(base_url=base + "/v1", api_key=key, max_retries=8, timeout=300)
+    reply = retrying.chat.completions.create(model=model, messages=messages,
+                                             max_tokens=max_tokens, temperature=0)
     return reply.choices[0].message.content
 
 
@@ -299,18 +306,19 @@ def sha(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def model_entry(name: str, versions: list[str]) -> str:
+def model_entry(name: str, versions: list[str], quality: float = 0.5) -> str:
     return (f'[[models]]\nname = "{name}"\nversions = {json.dumps(versions)}\n'
-            "cost_per_1k_input = 0.0001\ncost_per_1k_output = 0.0002\nquality = 0.5\ncontext_limit = 8192\n\n")
+            f"cost_per_1k_input = 0.0001\ncost_per_1k_output = 0.0002\nquality = {quality}\ncontext_limit = 8192\n\n")
 
 
 REPO_POLICY = f"""\
 [routing]
 quality_weight = 1.0
 cost_weight = 1.0
-latency_weight = 0.0
+latency_weight = 0.001
 
 {model_entry("smol", ["1"])}{model_entry("ahoy", ["1"])}{model_entry("big", ["1"])}{model_entry("rnd", ["1", "2"])}
+{model_entry("twin-a", ["1"], 0.6)}{model_entry("twin-b", ["1"], 0.6)}
 [[tenants]]
 name = "open"
 api_keys = ["sha256:{sha(OPEN_KEY)}"]
@@ -341,8 +349,8 @@ def peft_version(folder: Path, cfg, rank: int, seed: int) -> None:
 def repo(smollm2_path, trained, tmp_path_factory) -> Path:
     """REPO/smol/1/ (the base, hard-linked) and REPO/smol/adapters/: `ahoy` (the trained
     adapter), `rnd` versions 1 (rank 4, ~5 MB in f32) and 2 (rank 8, ~10 MB), `big`
-    (a rank-8 GGUF adapter, ~10 MB). A 16 MiB budget holds at most one rank-8 adapter
-    beside a rank-4 one."""
+    (a rank-8 GGUF adapter, ~10 MB), `twin-a` and `twin-b` (rank 4, equal in the
+    policy). A 16 MiB budget holds at most one rank-8 adapter beside a rank-4 one."""
     cfg = checkpoint.load(smollm2_path).config
     root = tmp_path_factory.mktemp("lora-repo")
     (root / "smol" / "1").mkdir(parents=True)
@@ -353,6 +361,8 @@ def repo(smollm2_path, trained, tmp_path_factory) -> Path:
     peft_version(adapters / "rnd" / "2", cfg, 8, 12)
     (adapters / "big" / "1").mkdir(parents=True)
     lora.write_gguf(adapters / "big" / "1" / "big.gguf", lora.random_peft(cfg, 8, 16.0, 13, 0.04), cfg, 16.0)
+    peft_version(adapters / "twin-a" / "1", cfg, 4, 14)
+    peft_version(adapters / "twin-b" / "1", cfg, 4, 15)
     return root
 
 
@@ -368,10 +378,13 @@ def repo_server(switchyard_bin, repo, tmp_path_factory):
         yield Served(f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin_port}")
 
 
-def complete(base: str, model: str, key: str = OPEN_KEY, user: str | None = None):
-    """(text, served model@version) of a greedy completion."""
+def complete(base: str, model: str, key: str = OPEN_KEY, user: str | None = None, retries: int = 8):
+    """(text, served model@version) of a greedy completion. An adapter the budget
+    evicted answers 503 with Retry-After while it loads again: the client retries,
+    as the official client does by default."""
     extra = {"user": user} if user else {}
-    raw = client(base, key).completions.with_raw_response.create(
+    retrying = openai.OpenAI(base_url=base + "/v1", api_key=key, max_retries=retries, timeout=300)
+    raw = retrying.completions.with_raw_response.create(
         model=model, prompt="Once upon a time", max_tokens=MAX_TOKENS, temperature=0, **extra)
     reply = raw.parse()
     return reply.choices[0].text, f"{raw.headers['x-switchyard-model']}@{raw.headers['x-switchyard-version']}"
@@ -441,23 +454,96 @@ def test_the_budget_evicts_least_recently_used_idle_adapters(repo_server):
     assert 0 < held <= budget == BUDGET_MB * 1024 * 1024
 
 
+def completion_status(base: str, model: str) -> tuple[int, "email.message.Message", dict]:
+    """(status, headers (case-insensitive), body) of one completion, no retry."""
+    request = urllib.request.Request(
+        base + "/v1/completions", method="POST",
+        data=json.dumps({"model": model, "prompt": "Once upon a time", "max_tokens": 4}).encode(),
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {OPEN_KEY}"})
+    try:
+        with urllib.request.urlopen(request, timeout=300) as r:
+            return r.status, r.headers, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, json.loads(e.read())
+
+
+def resident(served: Served) -> set[str]:
+    return {f"{a['name']}@{a['version']}" for a in adapters(served)["adapters"] if a["resident"]}
+
+
+def wait_resident(served: Served, adapter: str) -> None:
+    """Waits (without asking for it) until `adapter` is resident."""
+    deadline = time.time() + 120
+    while adapter not in resident(served):
+        assert time.time() < deadline, adapters(served)
+        time.sleep(0.1)
+
+
 def test_an_adapter_in_use_is_never_evicted(repo_server):
     served = repo_server
     complete(served.base, "big")
     stream = client(served.base, OPEN_KEY).completions.create(
         model="big", prompt="Once upon a time", max_tokens=400, temperature=0, stream=True)
     next(iter(stream))
-    # rnd@2 fits only if big goes, and big is in use: refused, naming the budget.
-    with pytest.raises(openai.BadRequestError, match="adapter budget"):
-        complete(served.base, "rnd@2")
-    assert lora_info(served.base)["running_lora_adapters"] == "big@1"
+    # rnd@2 fits only if big goes, and big is in use: 503 naming the budget, with
+    # Retry-After (not a 400: the same request works once big finishes).
+    status, headers, reply = completion_status(served.base, "rnd@2")
+    assert status == 503, reply
+    assert int(headers["Retry-After"]) >= 1, headers
+    assert reply["error"]["code"] == "model_not_ready" and reply["error"]["param"] == "model", reply
+    assert reply["error"]["type"] == "server_error", reply
+    assert "adapter budget" in reply["error"]["message"] and "big@1" in reply["error"]["message"], reply
+    # The pod's metrics show big running and rnd@2 waiting for it, under both names.
+    labels = lora_info(served.base)
+    assert labels["running_lora_adapters"] == "big@1", labels
+    assert labels["waiting_lora_adapters"] == "rnd@2", labels
+    (vllm, _), = scrape(served.base)["vllm:lora_requests_info"]
+    assert "big@1" in vllm["running_lora_adapters"].split(","), vllm
+    assert vllm["waiting_lora_adapters"] == "rnd@2", vllm
+    assert "rnd@2" not in resident(served) and "big@1" in resident(served)
     stream.close()
-    deadline = time.time() + 30
-    while lora_info(served.base)["running_lora_adapters"] and time.time() < deadline:
-        time.sleep(0.2)
-    text, version = complete(served.base, "rnd@2")
+    # Once big is idle, rnd@2 comes in by itself (its load waited for room).
+    wait_resident(served, "rnd@2")
+    assert "big@1" not in resident(served)
+    assert lora_info(served.base)["waiting_lora_adapters"] == ""
+    text, version = complete(served.base, "rnd@2", retries=0)
     assert version == "rnd@2"
-    assert not any(a["resident"] for a in adapters(served)["adapters"] if a["name"] == "big")
+
+
+def fill_budget_with(served: Served, rank4: str) -> None:
+    """big, then rnd@2 (evicting big), then `rank4`: rnd@2 and it (~15 MB) fill the
+    16 MiB budget, so the other twin is not resident."""
+    for model in ("big", "rnd@2", rank4):
+        complete(served.base, model)
+    other = "twin-a@1" if rank4 == "twin-b" else "twin-b@1"
+    assert {"rnd@2", f"{rank4}@1"} <= resident(served) and other not in resident(served), adapters(served)
+
+
+def test_an_evicted_adapter_is_loaded_again_in_the_background(repo_server):
+    served = repo_server
+    fill_budget_with(served, "twin-b")
+    # Serving goes on while twin-a loads: a stream on rnd@2 runs throughout.
+    stream = client(served.base, OPEN_KEY).completions.create(
+        model="rnd@2", prompt="Once upon a time", max_tokens=64, temperature=0, stream=True)
+    chunks = iter(stream)
+    next(chunks)
+    status, headers, reply = completion_status(served.base, "twin-a")
+    assert status == 503 and reply["error"]["code"] == "model_not_ready", reply
+    assert int(headers["Retry-After"]) >= 1 and "being loaded again" in reply["error"]["message"], reply
+    wait_resident(served, "twin-a@1")
+    rest = "".join(c.choices[0].text for c in chunks)
+    assert rest, "the stream on rnd@2 went on"
+    assert complete(served.base, "twin-a", retries=0)[1] == "twin-a@1"
+
+
+def test_auto_routing_prefers_the_resident_adapter(repo_server):
+    """twin-a and twin-b are equal in the policy, ahead of every other model; by name
+    twin-a would win the tie, but only one of them is resident."""
+    served = repo_server
+    fill_budget_with(served, "twin-b")
+    assert complete(served.base, "auto", retries=0)[1] == "twin-b@1"
+    fill_budget_with(served, "twin-a")
+    assert complete(served.base, "auto", retries=0)[1] == "twin-a@1"
 
 
 def test_a_policy_splits_between_adapter_versions_and_restricts_a_tenant(repo_server):

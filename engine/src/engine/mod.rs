@@ -58,27 +58,29 @@ impl<B: Backend> Engine<B> {
     }
 
     /// The resident version `spec` (a name, an alias or one checkpoint) names now.
-    /// An adapter the adapter budget evicted is loaded again here, off the
-    /// async workers' hot path when the runtime allows it.
+    /// An adapter the adapter budget evicted is loaded again in the
+    /// background, and the request told to retry (503 with `Retry-After`):
+    /// it never waits for the load on an async worker.
     fn resolve(&self, spec: &ModelSpec) -> Result<CheckpointHandle<B>, BackendError> {
-        let reload = || self.registry.resolve_reloading(spec);
-        let multi_thread = || {
-            tokio::runtime::Handle::try_current()
-                .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
-        };
-        let resolved = match self.registry.resolve_spec(spec) {
-            Ok(handle) => Ok(handle),
-            Err(_) if multi_thread() => tokio::task::block_in_place(reload),
-            Err(_) => reload(),
-        };
-        resolved.map_err(|e| match e.kind {
-            RegistryErrorKind::NotFound => BackendError::UnknownModel {
-                model: spec.to_string(),
-            },
-            _ => BackendError::invalid("model", e.message),
-        })
+        self.registry
+            .resolve_or_reload(spec)
+            .map_err(|e| match e.kind {
+                RegistryErrorKind::NotFound => BackendError::UnknownModel {
+                    model: spec.to_string(),
+                },
+                RegistryErrorKind::Unavailable => BackendError::Unavailable {
+                    message: e.message,
+                    retry_after_secs: RELOAD_RETRY_AFTER_SECS,
+                },
+                _ => BackendError::invalid("model", e.message),
+            })
     }
 }
+
+/// The `Retry-After` of a request for an adapter being loaded again: a
+/// rank-8 adapter of a small model loads in well under a second; a client
+/// that comes back early is told again.
+const RELOAD_RETRY_AFTER_SECS: u64 = 1;
 
 impl<B: Backend> InferenceBackend for Engine<B> {
     fn models(&self) -> Vec<ModelCard> {

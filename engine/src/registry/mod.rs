@@ -12,7 +12,9 @@
 //! - `live.rs`: each version's routing state, readable without the lock;
 //! - `residency.rs`: the RAM budget and which version to evict;
 //! - `versions.rs`: the registry itself; `versions/adapters.rs`: LoRA
-//!   adapters registered at run time and their byte budget (LRU).
+//!   adapters registered at run time and their byte budget (LRU);
+//!   `versions/reload.rs`: an evicted adapter loaded again in the
+//!   background for the requests that ask for it.
 
 mod error;
 mod live;

@@ -106,6 +106,9 @@ pub struct AdapterStatus {
     pub running: usize,
     /// Requests waiting for a slot.
     pub waiting: usize,
+    /// Not resident, and being loaded (again) for requests, or queued to
+    /// load when the adapter budget has room.
+    pub loading: bool,
     /// Milliseconds since a request last used it.
     pub idle_ms: u64,
 }

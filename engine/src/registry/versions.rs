@@ -1,6 +1,7 @@
 //! The registry of model versions and their lifecycle.
 
 mod adapters;
+mod reload;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -84,6 +85,12 @@ struct Slot<B: Backend> {
     /// Evicted by the adapter budget: the next request for it loads it
     /// again (see `adapters.rs`).
     evicted: bool,
+    /// The adapter bytes it held when the budget evicted it: what loading
+    /// it again needs from the budget.
+    evicted_bytes: u64,
+    /// A background load of it again is queued or running for requests
+    /// (`reload.rs`): it reads as loading, and new requests wait for it.
+    reload_pending: bool,
 }
 
 struct Model<B: Backend> {
@@ -100,16 +107,35 @@ struct Model<B: Backend> {
 impl<B: Backend> Slot<B> {
     /// Moves the slot to `state` and publishes it to routing.
     fn set_state(&mut self, state: State<B>) {
-        match &state {
+        self.state = state;
+        self.publish();
+    }
+
+    /// Publishes the slot's state to routing; a version queued for a
+    /// reload reads as loading.
+    fn publish(&self) {
+        match &self.state {
             State::Resident(handle) => self.live.publish(
                 Tier::resident::<B>(),
                 handle.load_stats.total_bytes,
                 Some(Arc::clone(handle)),
             ),
             State::Loading => self.live.publish(Tier::Loading, self.disk_bytes, None),
+            State::Disk if self.reload_pending => {
+                self.live.publish(Tier::Loading, self.disk_bytes, None)
+            }
             State::Disk => self.live.publish(Tier::Disk, self.disk_bytes, None),
         }
-        self.state = state;
+    }
+
+    /// Its tier as status and metrics report it.
+    fn tier(&self) -> Tier {
+        match &self.state {
+            State::Resident(_) => Tier::resident::<B>(),
+            State::Loading => Tier::Loading,
+            State::Disk if self.reload_pending => Tier::Loading,
+            State::Disk => Tier::Disk,
+        }
     }
 }
 
@@ -243,9 +269,7 @@ impl<B: Backend> Registry<B> {
             Some(slot) => {
                 slot.path = path.to_path_buf();
                 slot.disk_bytes = disk_bytes;
-                if matches!(slot.state, State::Disk) {
-                    slot.live.publish(Tier::Disk, disk_bytes, None);
-                }
+                slot.publish();
             }
             None => {
                 entry.versions.push(Slot {
@@ -257,6 +281,8 @@ impl<B: Backend> Registry<B> {
                     last_error: None,
                     adapter: None,
                     evicted: false,
+                    evicted_bytes: 0,
+                    reload_pending: false,
                 });
                 entry
                     .versions
@@ -812,8 +838,7 @@ fn version_status<B: Backend>(model: &Model<B>, slot: &Slot<B>) -> VersionStatus
             h.queued(),
             Some(h.load_time.as_secs_f64() * 1e3),
         ),
-        State::Loading => (Tier::Loading, slot.disk_bytes, 0, 0, 0, None),
-        State::Disk => (Tier::Disk, slot.disk_bytes, 0, 0, 0, None),
+        State::Loading | State::Disk => (slot.tier(), slot.disk_bytes, 0, 0, 0, None),
     };
     let (family, quant_mix) = match &slot.state {
         State::Resident(h) => (

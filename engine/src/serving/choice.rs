@@ -7,6 +7,13 @@
 //! and sharply as a request's deadline nears. Switching away from the
 //! current weights costs a small fixed penalty, so that equal claims keep
 //! the resident table and batches stay together.
+//!
+//! Checkpoints that share their steps (a base and its LoRA adapters: one
+//! set of base weights, each adapter's update on its own rows) run
+//! together whichever of them leads, so they claim as one ([`family`]):
+//! their rows add up, the oldest wait counts, and an adapter joining the
+//! base already in the table is no swap. Sixteen adapters with one request
+//! each are one 16-row batch, not sixteen 1-row claims.
 
 use std::time::{Duration, Instant};
 
@@ -51,6 +58,22 @@ pub fn score(claim: &Claim, now: Instant) -> f64 {
         score -= SWAP_PENALTY_MS * batch_weight;
     }
     score
+}
+
+/// The claim of checkpoints that run in one step ([`Claim`]s of a base and
+/// its adapters): their rows summed, the longest wait, the nearest
+/// deadline, current if any of them is in the table. `None` when empty.
+pub fn family(members: &[Claim]) -> Option<Claim> {
+    let first = members.first()?;
+    Some(members.iter().skip(1).fold(*first, |family, m| Claim {
+        waiting_since: family.waiting_since.min(m.waiting_since),
+        rows: family.rows + m.rows,
+        deadline: match (family.deadline, m.deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        },
+        current: family.current || m.current,
+    }))
 }
 
 /// The index of the claim that runs next; ties go to the earliest index
@@ -116,6 +139,36 @@ mod tests {
         urgent.deadline = Some(now + Duration::from_millis(100));
         let claims = [claim(now, 500, 64, true), urgent];
         assert_eq!(choose(&claims, now), Some(1));
+    }
+
+    #[test]
+    fn adapters_over_one_base_claim_as_one_batch() {
+        // Sixteen adapters of one base, a request each, against another
+        // model's batch of four that waited as long: apart, each 1-row
+        // adapter loses to the 4-row batch; as one family they win.
+        let now = Instant::now() + Duration::from_secs(10);
+        let adapters: Vec<Claim> = (0..16).map(|_| claim(now, 30, 1, false)).collect();
+        let other = claim(now, 30, 4, false);
+        let apart: Vec<Claim> = std::iter::once(other).chain(adapters.clone()).collect();
+        assert_eq!(choose(&apart, now), Some(0));
+        let together = family(&adapters).expect("a family of sixteen claims");
+        assert_eq!(together.rows, 16);
+        assert_eq!(choose(&[other, together], now), Some(1));
+    }
+
+    #[test]
+    fn a_family_waits_as_its_oldest_member_and_is_current_with_any() {
+        let now = Instant::now() + Duration::from_secs(10);
+        let mut old = claim(now, 90, 1, false);
+        old.deadline = Some(now + Duration::from_secs(5));
+        let mut held = claim(now, 10, 2, true);
+        held.deadline = Some(now + Duration::from_secs(3));
+        let f = family(&[held, old]).expect("a family of two claims");
+        assert_eq!(f.waiting_since, old.waiting_since);
+        assert_eq!(f.deadline, held.deadline);
+        assert!(f.current);
+        assert_eq!(f.rows, 3);
+        assert_eq!(family(&[]), None);
     }
 
     #[test]

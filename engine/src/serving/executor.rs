@@ -24,7 +24,7 @@ use super::group::{Admission, Group};
 use super::queue::{SequenceRequest, SubmitError, Waiting};
 use super::table::WeightTable;
 use super::tenant_cap::{QueueTicket, TenantKv, TenantQueue};
-use super::{choice, ExecutorObserver};
+use super::{choice, step_family, ExecutorObserver};
 use crate::kv::prefix_cache::PrefixCache;
 use crate::kv::{admission as kv_admission, KvBlocks, KvConfig, KvPool, SharedBlock};
 use crate::model::{forward_step, ModelPart};
@@ -629,12 +629,7 @@ impl<B: Backend> Scheduler<B> {
             .filter(|(_, c)| c.rows > 0)
             .map(|(i, _)| i)
             .collect();
-        let competing: Vec<choice::Claim> = runnable
-            .iter()
-            .filter_map(|&i| claims.get(i).copied())
-            .collect();
-        let Some(chosen) = choice::choose(&competing, now).and_then(|i| runnable.get(i).copied())
-        else {
+        let Some(chosen) = step_family::choose_lead(&self.groups, &claims, &runnable, now) else {
             return;
         };
         let plan = self.plan_step(chosen, &runnable);

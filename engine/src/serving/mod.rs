@@ -22,6 +22,8 @@
 //! - `step_room.rs`: how many prompt tokens a step runs beside its decode rows;
 //! - `tenant_cap.rs`: each tenant's part of the KV budget and of the queue;
 //! - `choice.rs`: which checkpoint runs next;
+//! - `step_family.rs`: checkpoints sharing steps (a base and its adapters)
+//!   claim as one;
 //! - `table.rs`: the weight table a step reads;
 //! - `executor.rs`: the handle, the weight table and the scheduling loop.
 //!
@@ -36,6 +38,7 @@ mod fair;
 mod group;
 mod queue;
 mod sequence;
+mod step_family;
 mod step_room;
 mod table;
 mod tenant_cap;

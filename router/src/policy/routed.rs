@@ -133,7 +133,8 @@ fn blame(error: &BackendError) -> Blame {
         BackendError::UnknownModel { .. }
         | BackendError::ContextOverflow { .. }
         | BackendError::Internal { .. } => Blame::Failing,
-        BackendError::Overloaded => Blame::Overloaded,
+        // Busy here for now (an adapter loading): another checkpoint may serve it.
+        BackendError::Overloaded | BackendError::Unavailable { .. } => Blame::Overloaded,
         // The tenant's own load: another checkpoint of the same engine would not help.
         BackendError::InvalidRequest { .. } | BackendError::TenantBusy { .. } => Blame::Request,
     }

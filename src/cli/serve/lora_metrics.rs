@@ -2,7 +2,8 @@
 //! their bytes against the budget (`--lora-budget-mb`), evictions, and
 //! `switchyard_lora_requests_info`, vLLM's `vllm:lora_requests_info` with
 //! vLLM's meaning: the adapters with requests running and those with
-//! requests waiting, nothing else. (`vllm:lora_requests_info` itself lists
+//! requests waiting (queued for a slot, or for the adapter itself while it
+//! is loaded again after an eviction), nothing else. (`vllm:lora_requests_info` itself lists
 //! every resident checkpoint, adapters and bases, for the endpoint picker's
 //! residency affinity; see `pool_metrics.rs`.)
 
@@ -56,7 +57,7 @@ pub fn render(usage: &AdapterUsage, timestamp: f64, out: &mut String) {
             .join(",")
     };
     let running = ids(&|a| a.running > 0);
-    let waiting = ids(&|a| a.waiting > 0);
+    let waiting = ids(&|a| a.waiting > 0 || a.loading);
     let _ = writeln!(
         out,
         "# HELP switchyard_lora_requests_info LoRA adapters with requests running and waiting \
@@ -138,6 +139,7 @@ mod tests {
         bytes: u64,
         running: usize,
         waiting: usize,
+        loading: bool,
     ) -> AdapterStatus {
         AdapterStatus {
             name: name.into(),
@@ -149,6 +151,7 @@ mod tests {
             bytes,
             running,
             waiting,
+            loading,
             idle_ms: 0,
         }
     }
@@ -160,10 +163,11 @@ mod tests {
             resident_bytes: 300,
             evictions: 3,
             adapters: vec![
-                adapter("busy", true, 100, 2, 0),
-                adapter("idle", true, 100, 0, 0),
-                adapter("queued", true, 100, 0, 1),
-                adapter("evicted", false, 0, 0, 0),
+                adapter("busy", true, 100, 2, 0, false),
+                adapter("idle", true, 100, 0, 0, false),
+                adapter("queued", true, 100, 0, 1, false),
+                adapter("evicted", false, 0, 0, 0, false),
+                adapter("reloading", false, 0, 0, 0, true),
             ],
         };
         let mut out = String::new();
@@ -171,7 +175,7 @@ mod tests {
         assert!(
             out.contains(
                 "switchyard_lora_requests_info{max_lora=\"3\",running_lora_adapters=\"busy@1\",\
-                 waiting_lora_adapters=\"queued@1\"} 12.5"
+                 waiting_lora_adapters=\"queued@1,reloading@1\"} 12.5"
             ),
             "{out}"
         );

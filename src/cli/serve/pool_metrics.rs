@@ -21,9 +21,11 @@
 //!   is what 1.0 means for vLLM (no room for another sequence's blocks);
 //! - resident checkpoints (`running_lora_adapters`): every `name@version` in
 //!   RAM, ready to serve, as clients name it;
-//! - `waiting_lora_adapters`: checkpoints with requests waiting that are not
-//!   resident. Switchyard refuses a request for a version that is not in RAM
-//!   rather than queueing it, so this list is empty unless that changes;
+//! - `waiting_lora_adapters`: checkpoints being loaded, and those with
+//!   requests waiting that are not resident: an adapter evicted by the
+//!   adapter budget and asked for again reads as loading until it is back
+//!   (its requests were told to retry, `registry/versions/reload.rs`), so the
+//!   picker keeps sending them to the pod bringing it in;
 //! - residency slots (`max_lora`): the checkpoints this pod can hold in RAM
 //!   at once: every registered version without `--ram-budget-mb`; with one,
 //!   the resident versions plus the on-disk versions that fit the room left,
@@ -72,7 +74,7 @@ impl PoolSnapshot {
                 let id = (model.name.clone(), version.version.clone());
                 if version.tier.is_resident() {
                     resident.push(id);
-                } else if version.queued > 0 {
+                } else if version.queued > 0 || version.tier == Tier::Loading {
                     waiting_checkpoints.push(id);
                 }
             }
@@ -406,6 +408,18 @@ mod tests {
         counts.kv_slots = 0;
         let idle = PoolSnapshot::new(&models(), &MemoryStatus::default(), counts, 0.0);
         assert_eq!(idle.kv_usage(), 0.0);
+    }
+
+    #[test]
+    fn a_checkpoint_being_loaded_is_a_waiting_adapter() {
+        let mut models = models();
+        models[0].versions[2].tier = Tier::Loading;
+        let snapshot = PoolSnapshot::new(&models, &MemoryStatus::default(), counts(), 0.0);
+        assert_eq!(
+            snapshot.waiting_checkpoints,
+            vec![("smollm2".into(), "3".into())]
+        );
+        assert!(!snapshot.resident.contains(&("smollm2".into(), "3".into())));
     }
 
     #[test]

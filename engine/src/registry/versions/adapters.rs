@@ -13,20 +13,19 @@
 //! - the budget (`--lora-budget-mb`): a load that would take the resident
 //!   adapters' bytes past it first evicts the least recently used adapters
 //!   that no request is using (never one in use, never the one loading). An
-//!   evicted adapter stays registered, and the next request for it loads it
-//!   again ([`Registry::resolve_reloading`]), so the budget bounds memory,
-//!   not which adapters can be asked for.
+//!   evicted adapter stays registered, and a request for it loads it again
+//!   in the background (`reload.rs`), so the budget bounds memory, not which
+//!   adapters can be asked for.
 
 use std::sync::atomic::Ordering;
 
 use switchyard_kernels::Backend;
-use switchyard_seam::ModelSpec;
 
-use super::{lock, unknown_model, LoadReport, Model, Registry, State};
+use super::{file_bytes, lock, unknown_model, LoadReport, Model, Registry, State};
 use crate::registry::error::RegistryError;
 use crate::registry::registration::AdapterRegistration;
-use crate::registry::status::{AdapterStatus, AdapterUsage};
-use crate::serving::{AdapterSource, CheckpointHandle, CheckpointId};
+use crate::registry::status::{AdapterStatus, AdapterUsage, Tier};
+use crate::serving::{AdapterSource, CheckpointId};
 
 impl<B: Backend> Registry<B> {
     /// Registers `model@version` as the adapter `source` over the base
@@ -39,9 +38,14 @@ impl<B: Backend> Registry<B> {
         source: AdapterSource,
     ) {
         self.register(model, version, base_path, &[]);
+        // Routing weighs a reload by what it reads: the adapter's file, not
+        // the base's (which stays resident under its other versions).
+        let adapter_bytes = file_bytes(&source.path);
         let mut models = self.write();
         if let Some(slot) = models.get_mut(model).and_then(|m| m.slot_mut(version)) {
             slot.adapter = Some(source);
+            slot.disk_bytes = adapter_bytes;
+            slot.publish();
         }
     }
 
@@ -193,15 +197,9 @@ impl<B: Backend> Registry<B> {
                 .iter()
                 .filter(|r| r.demand == 0)
                 .max_by_key(|r| r.idle_ms)
-                .map(|r| r.id.clone());
-            let Some(victim) = victim else {
-                let busy: Vec<String> = resident.iter().map(|r| r.id.to_string()).collect();
-                return Err(RegistryError::unavailable(format!(
-                    "loading {loading} needs {needed} bytes of the {budget}-byte adapter budget, \
-                     but {held} are held by adapters in use ({}); retry when they finish or raise \
-                     --lora-budget-mb",
-                    busy.join(", ")
-                )));
+                .map(|r| (r.id.clone(), r.bytes));
+            let Some((victim, victim_bytes)) = victim else {
+                return Err(budget_full(loading, needed, budget, &resident));
             };
             if let Some(slot) = models
                 .get_mut(&victim.model)
@@ -209,6 +207,7 @@ impl<B: Backend> Registry<B> {
             {
                 slot.set_state(State::Disk);
                 slot.evicted = true;
+                slot.evicted_bytes = victim_bytes;
             }
             drop(models);
             self.adapter_evictions.fetch_add(1, Ordering::Relaxed);
@@ -218,34 +217,28 @@ impl<B: Backend> Registry<B> {
         }
     }
 
-    /// [`Registry::resolve_spec`], loading again an adapter version the
-    /// budget evicted. Blocks while it loads.
-    pub fn resolve_reloading(
+    /// Whether `needed` more adapter bytes fit the budget for `loading`
+    /// once the idle adapters are evicted, without evicting them: the
+    /// budget-full error [`Registry::make_adapter_room`] would give, if not.
+    pub(super) fn adapter_room(
         &self,
-        spec: &ModelSpec,
-    ) -> Result<CheckpointHandle<B>, RegistryError> {
-        let error = match self.resolve_spec(spec) {
-            Ok(handle) => return Ok(handle),
-            Err(error) => error,
+        loading: &CheckpointId,
+        needed: u64,
+    ) -> Result<(), RegistryError> {
+        let Some(budget) = self.adapter_budget else {
+            return Ok(());
         };
-        let evicted = {
-            let models = self.read();
-            models.get(spec.name()).and_then(|m| {
-                let version = spec.version().or(m.active.as_deref())?;
-                let slot = m.slot(version)?;
-                slot.evicted.then(|| version.to_owned())
-            })
-        };
-        let Some(version) = evicted else {
-            return Err(error);
-        };
-        tracing::info!(
-            adapter = spec.name(),
-            version,
-            "reloading an evicted adapter for a request"
-        );
-        self.load(spec.name(), &version)?;
-        self.resolve_spec(spec)
+        let models = self.read();
+        let resident = resident_adapters(&models, loading);
+        let busy: u64 = (resident.iter())
+            .filter(|r| r.demand > 0)
+            .map(|r| r.bytes)
+            .sum();
+        if busy.saturating_add(needed) <= budget {
+            Ok(())
+        } else {
+            Err(budget_full(loading, needed, budget, &resident))
+        }
     }
 
     /// Every adapter version and the budget they share.
@@ -273,6 +266,7 @@ impl<B: Backend> Registry<B> {
                         .map_or(0, |a| a.bytes()),
                     running: handle.map_or(0, |h| h.demand().saturating_sub(h.queued())),
                     waiting: handle.map_or(0, |h| h.queued()),
+                    loading: handle.is_none() && slot.tier() == Tier::Loading,
                     idle_ms: handle.map_or(0, |h| millis(h.idle_for())),
                 });
             }
@@ -292,6 +286,24 @@ struct ResidentAdapterSlot {
     bytes: u64,
     demand: usize,
     idle_ms: u64,
+}
+
+/// The refusal of `needed` bytes for `loading` while the adapters in use
+/// hold the budget.
+fn budget_full(
+    loading: &CheckpointId,
+    needed: u64,
+    budget: u64,
+    resident: &[ResidentAdapterSlot],
+) -> RegistryError {
+    let in_use = || resident.iter().filter(|r| r.demand > 0);
+    let busy: Vec<String> = in_use().map(|r| r.id.to_string()).collect();
+    let held: u64 = in_use().map(|r| r.bytes).sum();
+    RegistryError::unavailable(format!(
+        "loading {loading} needs {needed} bytes of the {budget}-byte adapter budget, but {held} \
+         are held by adapters in use ({}); retry when they finish or raise --lora-budget-mb",
+        busy.join(", ")
+    ))
 }
 
 /// The resident adapter versions other than `loading`.
