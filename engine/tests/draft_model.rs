@@ -10,25 +10,25 @@
 #[path = "support/real_models.rs"]
 mod real_models;
 
+#[path = "support/requests.rs"]
+mod requests;
+
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
-use std::time::Duration;
+use std::sync::Arc;
 
 use switchyard_engine::formats::load_checkpoint;
 use switchyard_engine::kv::KvConfig;
 use switchyard_engine::model::LlamaModel;
-use switchyard_engine::sampling::{SamplingParams, StopCondition};
 use switchyard_engine::serving::{
     CheckpointError, CheckpointHandle, CheckpointId, CheckpointOptions, Executor, ExecutorConfig,
-    ExecutorObserver, SequenceEvent, SequenceRequest, ServedCheckpoint,
+    ExecutorObserver, ServedCheckpoint,
 };
 use switchyard_engine::speculate::{DraftModel, Speculation};
 use switchyard_engine::store::WeightStore;
 use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
 use switchyard_engine::tokenizer::Tokenizer;
-use switchyard_kernels::cpu::CpuBackend;
-use switchyard_kernels::{DType, KvFormat, KvType};
+use switchyard_kernels::{on_each_device, Backend, DType, KvFormat, KvType};
 
 /// Counts the drafted and accepted tokens the executor reports.
 #[derive(Default)]
@@ -56,7 +56,7 @@ fn synthetic(dir: &Path, name: &str, dtype: DType, seed: u64) -> std::path::Path
 }
 
 /// The checkpoint at `path` as `test@1`, drafted for by the one at `draft`.
-fn served(backend: &CpuBackend, path: &Path, draft: Option<&Path>) -> CheckpointHandle<CpuBackend> {
+fn served<B: Backend>(backend: &B, path: &Path, draft: Option<&Path>) -> CheckpointHandle<B> {
     let checkpoint = load_checkpoint(path).unwrap();
     let tokenizer = Tokenizer::load(&checkpoint.tokenizer).unwrap();
     let model = LlamaModel::load(backend, &checkpoint).unwrap();
@@ -79,48 +79,10 @@ fn served(backend: &CpuBackend, path: &Path, draft: Option<&Path>) -> Checkpoint
     Arc::new(served)
 }
 
-fn request(
-    prompt: Vec<u32>,
-    max_tokens: usize,
-) -> (SequenceRequest, mpsc::Receiver<SequenceEvent>) {
-    let (sender, receiver) = mpsc::channel();
-    let request = SequenceRequest {
-        prompt,
-        sampling: SamplingParams {
-            temperature: 0.0,
-            ..SamplingParams::default()
-        },
-        stop: StopCondition {
-            max_tokens: Some(max_tokens),
-            ..StopCondition::default()
-        },
-        decoder: None,
-        sink: Box::new(sender),
-        deadline: None,
-        constraint: None,
-        cache_scope: switchyard_seam::CacheScope::default(),
-        share: switchyard_seam::TenantShare::default(),
-        task: Default::default(),
-    };
-    (request, receiver)
-}
-
-fn ids(receiver: &mpsc::Receiver<SequenceEvent>) -> Vec<u32> {
-    let mut ids = Vec::new();
-    loop {
-        match receiver.recv_timeout(Duration::from_secs(300)).unwrap() {
-            SequenceEvent::Token(token) => ids.push(token.id),
-            SequenceEvent::Done { .. } => return ids,
-            SequenceEvent::Error(message) => panic!("sequence failed: {message}"),
-            SequenceEvent::Embedding { .. } => panic!("a generation reported an embedding"),
-        }
-    }
-}
-
 /// Greedy ids of `prompts`, run `together` at a time, under `speculation`.
-fn outputs(
-    backend: &Arc<CpuBackend>,
-    checkpoint: &CheckpointHandle<CpuBackend>,
+fn outputs<B: Backend>(
+    backend: &Arc<B>,
+    checkpoint: &CheckpointHandle<B>,
     speculation: Speculation,
     prompts: &[Vec<u32>],
     together: usize,
@@ -140,24 +102,23 @@ fn outputs(
         let receivers: Vec<_> = group
             .iter()
             .map(|prompt| {
-                let (request, receiver) = request(prompt.clone(), 40);
+                let (request, receiver) = requests::on_channel(prompt.clone(), 40);
                 exec.submit(checkpoint, request).unwrap();
                 receiver
             })
             .collect();
-        out.extend(receivers.iter().map(ids));
+        out.extend(receivers.iter().map(requests::ids));
     }
     exec.shutdown();
     out
 }
 
-#[test]
-fn greedy_output_with_a_draft_model_is_plain_decoding() {
+on_each_device!(greedy_output_with_a_draft_model_is_plain_decoding);
+fn greedy_output_with_a_draft_model_is_plain_decoding<B: Backend>(backend: Arc<B>) {
     let dir = tempfile::tempdir().unwrap();
     let target = synthetic(dir.path(), "target.gguf", DType::Q8_0, 11);
     let close = synthetic(dir.path(), "close.gguf", DType::Q4K, 11);
     let other = synthetic(dir.path(), "other.gguf", DType::Q8_0, 12);
-    let backend = Arc::new(CpuBackend::new(2));
     let tokenizer = Tokenizer::load(&load_checkpoint(&target).unwrap().tokenizer).unwrap();
     let prompts: Vec<Vec<u32>> = [
         "The capital of France is",
@@ -168,7 +129,7 @@ fn greedy_output_with_a_draft_model_is_plain_decoding() {
     .iter()
     .map(|text| tokenizer.encode(text, true).unwrap())
     .collect();
-    let plain_checkpoint = served(&backend, &target, None);
+    let plain_checkpoint = served(&*backend, &target, None);
     let none = Arc::new(Counts::default());
     let plain = outputs(
         &backend,
@@ -180,7 +141,7 @@ fn greedy_output_with_a_draft_model_is_plain_decoding() {
     );
     assert!(plain.iter().all(|ids| ids.len() == 40));
     for (name, draft) in [("close", &close), ("other", &other)] {
-        let checkpoint = served(&backend, &target, Some(draft));
+        let checkpoint = served(&*backend, &target, Some(draft));
         for together in [1, 2] {
             let counts = Arc::new(Counts::default());
             let speculation = Speculation::Draft { max_draft: 6 };
@@ -207,16 +168,15 @@ fn greedy_output_with_a_draft_model_is_plain_decoding() {
     }
 }
 
-#[test]
-fn a_draft_of_another_tokenizer_is_refused_at_load_naming_it() {
-    let backend = CpuBackend::new(2);
+on_each_device!(a_draft_of_another_tokenizer_is_refused_at_load_naming_it);
+fn a_draft_of_another_tokenizer_is_refused_at_load_naming_it<B: Backend>(backend: Arc<B>) {
     let store = WeightStore::new();
     let options = CheckpointOptions {
         draft: Some(real_models::gemma3()),
         ..CheckpointOptions::default()
     };
     let loaded = ServedCheckpoint::load(
-        &backend,
+        &*backend,
         &store,
         CheckpointId::new("smollm2", "1"),
         &real_models::smollm2(),

@@ -4,21 +4,22 @@
 //! be missing from the mean).
 #![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
+#[path = "support/requests.rs"]
+mod requests;
+
 #[path = "support/served.rs"]
 mod served;
 
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
-use switchyard_engine::sampling::{SamplingParams, StopCondition};
 use switchyard_engine::serving::{
     CheckpointHandle, CheckpointId, Executor, ExecutorConfig, ExecutorObserver, SequenceEvent,
     SequenceRequest, SequenceTask,
 };
 use switchyard_engine::session::Session;
 use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
-use switchyard_kernels::cpu::CpuBackend;
-use switchyard_kernels::DType;
+use switchyard_kernels::{on_each_device, Backend, DType};
 
 /// Largest |batched - alone| per component. Every kernel computes a row on its
 /// own, so the only difference is the chunking of a prompt across steps, which
@@ -35,7 +36,7 @@ impl ExecutorObserver for Steps {
     }
 }
 
-fn checkpoint(dir: &tempfile::TempDir, backend: &CpuBackend) -> CheckpointHandle<CpuBackend> {
+fn checkpoint<B: Backend>(dir: &tempfile::TempDir, backend: &B) -> CheckpointHandle<B> {
     let path = dir.path().join("smollm2-q8.gguf");
     let spec = SyntheticSpec {
         preset: Preset::Smollm2,
@@ -51,27 +52,13 @@ fn request(
     task: SequenceTask,
     max_tokens: usize,
 ) -> (SequenceRequest, mpsc::Receiver<SequenceEvent>) {
-    let (sender, receiver) = mpsc::channel();
-    let request = SequenceRequest {
-        prompt,
-        sampling: SamplingParams::default(),
-        stop: StopCondition {
-            max_tokens: Some(max_tokens),
-            ..StopCondition::default()
-        },
-        decoder: None,
-        sink: Box::new(sender),
-        deadline: None,
-        constraint: None,
-        cache_scope: switchyard_seam::CacheScope::default(),
-        share: switchyard_seam::TenantShare::default(),
-        task,
-    };
+    let (mut request, receiver) = requests::on_channel(prompt, max_tokens);
+    request.task = task;
     (request, receiver)
 }
 
 fn embedding(receiver: &mpsc::Receiver<SequenceEvent>) -> (Vec<f32>, usize) {
-    match receiver.recv_timeout(Duration::from_secs(120)).unwrap() {
+    match receiver.recv_timeout(requests::EVENT_WAIT).unwrap() {
         SequenceEvent::Embedding {
             vector,
             prompt_tokens,
@@ -80,7 +67,7 @@ fn embedding(receiver: &mpsc::Receiver<SequenceEvent>) -> (Vec<f32>, usize) {
     }
 }
 
-fn alone(backend: &CpuBackend, checkpoint: &CheckpointHandle<CpuBackend>, ids: &[u32]) -> Vec<f32> {
+fn alone<B: Backend>(backend: &B, checkpoint: &CheckpointHandle<B>, ids: &[u32]) -> Vec<f32> {
     let mut session = Session::new(backend, &checkpoint.model, ids.len()).unwrap();
     session.embed(ids).unwrap()
 }
@@ -101,11 +88,10 @@ fn prompt(seed: u32, len: usize) -> Vec<u32> {
         .collect()
 }
 
-#[test]
-fn embeddings_share_steps_and_equal_lone_sessions() {
+on_each_device!(embeddings_share_steps_and_equal_lone_sessions);
+fn embeddings_share_steps_and_equal_lone_sessions<B: Backend>(backend: Arc<B>) {
     let dir = tempfile::tempdir().unwrap();
-    let backend = Arc::new(CpuBackend::new(2));
-    let checkpoint = checkpoint(&dir, &backend);
+    let checkpoint = checkpoint(&dir, &*backend);
     let steps = Arc::new(Steps::default());
     let config = ExecutorConfig {
         // Small steps: each prompt takes several, so the requests overlap.
@@ -131,17 +117,9 @@ fn embeddings_share_steps_and_equal_lone_sessions() {
         assert_eq!(vector.len(), hidden);
         let norm: f32 = vector.iter().map(|v| v * v).sum::<f32>().sqrt();
         assert!((norm - 1.0).abs() < 1e-5, "norm {norm}");
-        assert_close(&vector, &alone(&backend, &checkpoint, ids), "batched");
+        assert_close(&vector, &alone(&*backend, &checkpoint, ids), "batched");
     }
-    let mut tokens = 0;
-    loop {
-        match generated.recv_timeout(Duration::from_secs(120)).unwrap() {
-            SequenceEvent::Token(_) => tokens += 1,
-            SequenceEvent::Done { .. } => break,
-            other => panic!("the generation got {other:?}"),
-        }
-    }
-    assert_eq!(tokens, 4);
+    assert_eq!(requests::ids(&generated).len(), 4);
     let most = steps.0.lock().unwrap().iter().copied().max().unwrap_or(0);
     assert!(
         most >= 2,
@@ -149,11 +127,10 @@ fn embeddings_share_steps_and_equal_lone_sessions() {
     );
 }
 
-#[test]
-fn an_embedding_reads_no_cached_prompt_blocks() {
+on_each_device!(an_embedding_reads_no_cached_prompt_blocks);
+fn an_embedding_reads_no_cached_prompt_blocks<B: Backend>(backend: Arc<B>) {
     let dir = tempfile::tempdir().unwrap();
-    let backend = Arc::new(CpuBackend::new(2));
-    let checkpoint = checkpoint(&dir, &backend);
+    let checkpoint = checkpoint(&dir, &*backend);
     let exec = Executor::spawn(
         backend.clone(),
         ExecutorConfig::default(),
@@ -164,25 +141,21 @@ fn an_embedding_reads_no_cached_prompt_blocks() {
     // A generation leaves the prompt's blocks in the prompt cache.
     let (generation, generated) = request(ids.clone(), SequenceTask::Generate, 1);
     exec.submit(&checkpoint, generation).unwrap();
-    while !matches!(
-        generated.recv_timeout(Duration::from_secs(120)).unwrap(),
-        SequenceEvent::Done { .. }
-    ) {}
+    requests::finish(&generated);
     let (embed, receiver) = request(ids.clone(), SequenceTask::Embed, 0);
     exec.submit(&checkpoint, embed).unwrap();
     let (vector, _) = embedding(&receiver);
     assert_close(
         &vector,
-        &alone(&backend, &checkpoint, &ids),
+        &alone(&*backend, &checkpoint, &ids),
         "after a cached prompt",
     );
 }
 
-#[test]
-fn an_embedding_may_fill_the_whole_context() {
+on_each_device!(an_embedding_may_fill_the_whole_context);
+fn an_embedding_may_fill_the_whole_context<B: Backend>(backend: Arc<B>) {
     let dir = tempfile::tempdir().unwrap();
-    let backend = Arc::new(CpuBackend::new(2));
-    let checkpoint = checkpoint(&dir, &backend);
+    let checkpoint = checkpoint(&dir, &*backend);
     let exec = Executor::spawn(
         backend.clone(),
         ExecutorConfig::default(),

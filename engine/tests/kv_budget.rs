@@ -4,6 +4,9 @@
 //! running sequences go on, and every reservation comes back.
 #![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
+#[path = "support/requests.rs"]
+mod requests;
+
 #[path = "support/served.rs"]
 mod served;
 
@@ -13,9 +16,9 @@ use std::time::Duration;
 use switchyard_engine::formats::load_checkpoint;
 use switchyard_engine::kv::KvConfig;
 use switchyard_engine::model::LlamaModel;
-use switchyard_engine::sampling::{FinishReason, SamplingParams, StopCondition};
+use switchyard_engine::sampling::FinishReason;
 use switchyard_engine::serving::{
-    CheckpointHandle, EventSink, Executor, ExecutorConfig, KvAdvice, NoObserver, SequenceEvent,
+    CheckpointHandle, Executor, ExecutorConfig, KvAdvice, NoObserver, SequenceEvent,
     SequenceRequest, SubmitError,
 };
 use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
@@ -83,38 +86,13 @@ fn fixture_of<B: Backend>(backend: &Arc<B>, dtype: KvType) -> (Fixture<B>, usize
     (fixture, block_bytes)
 }
 
-struct Sink(mpsc::SyncSender<SequenceEvent>);
-
-impl EventSink for Sink {
-    fn send(&mut self, event: SequenceEvent) -> bool {
-        self.0.send(event).is_ok()
-    }
-}
-
-/// A request for `prompt_len` tokens and `max_tokens`; its events arrive
-/// one at a time (the executor blocks handing over each until received),
-/// so a test can hold a sequence in the batch.
+/// A request for `prompt_len` tokens and `max_tokens`, its events handed
+/// over one at a time so a test can hold a sequence in the batch.
 fn request(
     prompt_len: usize,
     max_tokens: Option<usize>,
 ) -> (SequenceRequest, mpsc::Receiver<SequenceEvent>) {
-    let (sender, receiver) = mpsc::sync_channel(0);
-    let request = SequenceRequest {
-        prompt: (1..=prompt_len as u32).collect(),
-        sampling: SamplingParams::default(),
-        stop: StopCondition {
-            max_tokens,
-            ..StopCondition::default()
-        },
-        decoder: None,
-        sink: Box::new(Sink(sender)),
-        deadline: None,
-        constraint: None,
-        cache_scope: switchyard_seam::CacheScope::default(),
-        share: switchyard_seam::TenantShare::default(),
-        task: Default::default(),
-    };
-    (request, receiver)
+    requests::on_one_slot((1..=prompt_len as u32).collect(), max_tokens)
 }
 
 fn executor<B: Backend>(f: &Fixture<B>) -> Executor<B> {
@@ -134,15 +112,8 @@ fn submit<B: Backend>(exec: &Executor<B>, f: &Fixture<B>, request: SequenceReque
 
 /// Tokens until `Done`, with its finish reason; panics on an error.
 fn finish(rx: &mpsc::Receiver<SequenceEvent>) -> (usize, FinishReason) {
-    let mut tokens = 0;
-    loop {
-        match rx.recv_timeout(Duration::from_secs(60)).unwrap() {
-            SequenceEvent::Token(_) => tokens += 1,
-            SequenceEvent::Done { finish_reason, .. } => return (tokens, finish_reason),
-            SequenceEvent::Error(message) => panic!("sequence failed: {message}"),
-            SequenceEvent::Embedding { .. } => panic!("a generation reported an embedding"),
-        }
-    }
+    let finished = requests::finish(rx);
+    (finished.ids.len(), finished.finish_reason)
 }
 
 fn a_cache_that_can_never_fit_is_refused_with_what_to_change<B: Backend>(backend: Arc<B>) {

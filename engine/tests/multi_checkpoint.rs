@@ -3,17 +3,20 @@
 //! shared tensors are resident once; a bad version changes nothing.
 #![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
+#[path = "support/requests.rs"]
+mod requests;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::Duration;
 
 use switchyard_engine::model::LogitRows;
 use switchyard_engine::registry::{Registry, RegistryErrorKind, Tier};
-use switchyard_engine::sampling::{argmax, SamplingParams, StopCondition};
+use switchyard_engine::sampling::argmax;
 use switchyard_engine::serving::{
-    CheckpointId, Executor, ExecutorConfig, NoObserver, SequenceEvent, SequenceRequest,
+    CheckpointId, Executor, ExecutorConfig, NoObserver, SequenceEvent,
 };
 use switchyard_engine::session::Session;
 use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
@@ -72,38 +75,6 @@ fn reference<B: Backend>(registry: &Registry<B>, backend: &B, id: &CheckpointId)
             ids
         })
         .collect()
-}
-
-fn request(prompt: &[u32]) -> (SequenceRequest, mpsc::Receiver<SequenceEvent>) {
-    let (sender, receiver) = mpsc::channel();
-    let request = SequenceRequest {
-        prompt: prompt.to_vec(),
-        sampling: SamplingParams::default(),
-        stop: StopCondition {
-            max_tokens: Some(TOKENS),
-            ..StopCondition::default()
-        },
-        decoder: None,
-        sink: Box::new(sender),
-        deadline: None,
-        constraint: None,
-        cache_scope: switchyard_seam::CacheScope::default(),
-        share: switchyard_seam::TenantShare::default(),
-        task: Default::default(),
-    };
-    (request, receiver)
-}
-
-fn collect(receiver: &mpsc::Receiver<SequenceEvent>) -> Vec<u32> {
-    let mut ids = Vec::new();
-    loop {
-        match receiver.recv_timeout(Duration::from_secs(60)).unwrap() {
-            SequenceEvent::Token(token) => ids.push(token.id),
-            SequenceEvent::Done { .. } => return ids,
-            SequenceEvent::Error(message) => panic!("the request failed: {message}"),
-            SequenceEvent::Embedding { .. } => panic!("a generation reported an embedding"),
-        }
-    }
 }
 
 fn no_request_mixes_weights_while_versions_flip_under_load<B: Backend>(backend: Arc<B>) {
@@ -167,9 +138,9 @@ fn no_request_mixes_weights_while_versions_flip_under_load<B: Backend>(backend: 
                     };
                     let prompt_index = (client * 7 + i) % PROMPTS.len();
                     let checkpoint = registry.resolve(&spec).unwrap();
-                    let (req, rx) = request(PROMPTS[prompt_index]);
+                    let (req, rx) = requests::on_channel(PROMPTS[prompt_index].to_vec(), TOKENS);
                     executor.submit(&checkpoint, req).unwrap();
-                    let ids = collect(&rx);
+                    let ids = requests::ids(&rx);
                     assert_eq!(
                         ids, expected[&checkpoint.id][prompt_index],
                         "client {client} request {i} on {} mixed weights",
@@ -207,9 +178,7 @@ fn a_stream_survives_activation_rollback_and_unload_of_its_version<B: Backend>(b
     assert_eq!(checkpoint.id, id);
     // A one-slot sink makes the executor wait for us between tokens, so
     // the lifecycle calls below happen while the stream is mid-way.
-    let (sender, receiver) = mpsc::sync_channel(0);
-    let (mut req, _) = request(PROMPTS[2]);
-    req.sink = Box::new(SyncSink(sender));
+    let (req, receiver) = requests::on_one_slot(PROMPTS[2].to_vec(), Some(TOKENS));
     executor.submit(&checkpoint, req).unwrap();
     drop(checkpoint);
     let mut ids = Vec::new();
@@ -248,14 +217,6 @@ fn a_stream_survives_activation_rollback_and_unload_of_its_version<B: Backend>(b
 }
 
 on_each_device!(a_stream_survives_activation_rollback_and_unload_of_its_version);
-
-struct SyncSink(mpsc::SyncSender<SequenceEvent>);
-
-impl switchyard_engine::serving::EventSink for SyncSink {
-    fn send(&mut self, event: SequenceEvent) -> bool {
-        self.0.send(event).is_ok()
-    }
-}
 
 fn checkpoints_that_share_tensors_are_resident_once<B: Backend>(backend: Arc<B>) {
     let dir = tempfile::tempdir().unwrap();

@@ -5,21 +5,19 @@
 //! with sliding-window layers are not cached.
 #![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
+#[path = "support/requests.rs"]
+mod requests;
+
 #[path = "support/served.rs"]
 mod served;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
-use std::time::Duration;
+use std::sync::Arc;
 
 use switchyard_engine::formats::load_checkpoint;
 use switchyard_engine::kv::KvConfig;
 use switchyard_engine::model::LlamaModel;
-use switchyard_engine::sampling::{SamplingParams, StopCondition};
-use switchyard_engine::serving::{
-    CheckpointHandle, EventSink, Executor, ExecutorConfig, ExecutorObserver, SequenceEvent,
-    SequenceRequest,
-};
+use switchyard_engine::serving::{CheckpointHandle, Executor, ExecutorConfig, ExecutorObserver};
 use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
 use switchyard_kernels::DType;
 use switchyard_kernels::KvType;
@@ -79,14 +77,6 @@ fn fixture_of<B: Backend>(
     }
 }
 
-struct Sink(mpsc::Sender<SequenceEvent>);
-
-impl EventSink for Sink {
-    fn send(&mut self, event: SequenceEvent) -> bool {
-        self.0.send(event).is_ok()
-    }
-}
-
 /// Runs `prompt` greedily for `max_tokens`: the sampled ids and the
 /// prompt tokens the cache supplied.
 fn run<B: Backend>(
@@ -95,32 +85,10 @@ fn run<B: Backend>(
     prompt: Vec<u32>,
     max_tokens: usize,
 ) -> (Vec<u32>, usize) {
-    let (sender, receiver) = mpsc::channel();
-    let request = SequenceRequest {
-        prompt,
-        sampling: SamplingParams::default(),
-        stop: StopCondition {
-            max_tokens: Some(max_tokens),
-            ..StopCondition::default()
-        },
-        decoder: None,
-        sink: Box::new(Sink(sender)),
-        deadline: None,
-        constraint: None,
-        cache_scope: switchyard_seam::CacheScope::default(),
-        share: switchyard_seam::TenantShare::default(),
-        task: Default::default(),
-    };
+    let (request, receiver) = requests::on_channel(prompt, max_tokens);
     exec.submit(&f.checkpoint, request).unwrap();
-    let mut ids = Vec::new();
-    loop {
-        match receiver.recv_timeout(Duration::from_secs(60)).unwrap() {
-            SequenceEvent::Token(token) => ids.push(token.id),
-            SequenceEvent::Done { cached_tokens, .. } => return (ids, cached_tokens),
-            SequenceEvent::Error(message) => panic!("sequence failed: {message}"),
-            SequenceEvent::Embedding { .. } => panic!("a generation reported an embedding"),
-        }
-    }
+    let finished = requests::finish(&receiver);
+    (finished.ids, finished.cached_tokens)
 }
 
 /// Counts the cached blocks evicted.

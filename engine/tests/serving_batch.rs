@@ -6,6 +6,9 @@
 #[path = "support/real_models.rs"]
 mod real_models;
 
+#[path = "support/requests.rs"]
+mod requests;
+
 #[path = "support/served.rs"]
 mod served;
 
@@ -13,7 +16,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use switchyard_engine::model::LogitRows;
-use switchyard_engine::sampling::{argmax, FinishReason, SamplingParams, StopCondition};
+use switchyard_engine::sampling::{argmax, FinishReason};
 use switchyard_engine::serving::{
     CheckpointHandle, EventSink, Executor, ExecutorConfig, NoObserver, SequenceEvent,
     SequenceRequest, SubmitError,
@@ -87,66 +90,6 @@ fn greedy_with_logprobs<B: Backend>(
     (ids, logprobs)
 }
 
-fn request(
-    prompt: Vec<u32>,
-    max_tokens: usize,
-) -> (SequenceRequest, mpsc::Receiver<SequenceEvent>) {
-    let (sender, receiver) = mpsc::channel();
-    let request = SequenceRequest {
-        prompt,
-        sampling: SamplingParams::default(),
-        stop: StopCondition {
-            max_tokens: Some(max_tokens),
-            ..StopCondition::default()
-        },
-        decoder: None,
-        sink: Box::new(sender),
-        deadline: None,
-        constraint: None,
-        cache_scope: switchyard_seam::CacheScope::default(),
-        share: switchyard_seam::TenantShare::default(),
-        task: Default::default(),
-    };
-    (request, receiver)
-}
-
-/// Every token id until `Done`; panics on an error event.
-fn collect(receiver: &mpsc::Receiver<SequenceEvent>) -> (Vec<u32>, FinishReason, usize, usize) {
-    let (ids, _, reason, prompt_tokens, completion_tokens) = collect_with_logprobs(receiver);
-    (ids, reason, prompt_tokens, completion_tokens)
-}
-
-/// Token ids and their log-probabilities until `Done`.
-fn collect_with_logprobs(
-    receiver: &mpsc::Receiver<SequenceEvent>,
-) -> (Vec<u32>, Vec<f32>, FinishReason, usize, usize) {
-    let (mut ids, mut logprobs) = (Vec::new(), Vec::new());
-    loop {
-        match receiver.recv_timeout(Duration::from_secs(120)).unwrap() {
-            SequenceEvent::Token(token) => {
-                ids.push(token.id);
-                logprobs.push(token.logprob);
-            }
-            SequenceEvent::Done {
-                finish_reason,
-                prompt_tokens,
-                completion_tokens,
-                ..
-            } => {
-                return (
-                    ids,
-                    logprobs,
-                    finish_reason,
-                    prompt_tokens,
-                    completion_tokens,
-                )
-            }
-            SequenceEvent::Error(message) => panic!("sequence failed: {message}"),
-            SequenceEvent::Embedding { .. } => panic!("a generation reported an embedding"),
-        }
-    }
-}
-
 /// An executor with the fixture's checkpoint as the target of `submit`.
 struct Running<B: Backend> {
     exec: Executor<B>,
@@ -199,13 +142,20 @@ fn check_batched_against_sessions<B: Backend>(f: &Fixture<B>, texts: &[&str], co
         .iter()
         .zip(counts)
         .map(|(prompt, &count)| {
-            let (req, rx) = request(prompt.clone(), count);
+            let (req, rx) = requests::on_channel(prompt.clone(), count);
             exec.submit(req).unwrap();
             rx
         })
         .collect();
     for ((prompt, &count), rx) in prompts.iter().zip(counts).zip(&receivers) {
-        let (ids, logprobs, reason, prompt_tokens, completion_tokens) = collect_with_logprobs(rx);
+        let requests::Finished {
+            ids,
+            logprobs,
+            finish_reason: reason,
+            prompt_tokens,
+            completion_tokens,
+            ..
+        } = requests::finish(rx);
         let (expected_ids, expected_logprobs) = greedy_with_logprobs(f, prompt, count);
         assert_eq!(ids, expected_ids, "prompt {prompt:?}");
         for (got, want) in logprobs.iter().zip(&expected_logprobs) {
@@ -279,7 +229,7 @@ fn a_dropped_receiver_cancels_its_sequence<B: Backend>(backend: Arc<B>) {
     let exec = executor(&f, ExecutorConfig::default());
     let prompt = f.tokenizer.encode("Tell me a long story", true).unwrap();
     let (events, rx) = mpsc::sync_channel(0);
-    let (mut req, _unused) = request(prompt.clone(), 10_000);
+    let (mut req, _unused) = requests::on_channel(prompt.clone(), 10_000);
     req.sink = Box::new(Rendezvous(events));
     exec.submit(req).unwrap();
     assert!(matches!(
@@ -292,9 +242,9 @@ fn a_dropped_receiver_cancels_its_sequence<B: Backend>(backend: Arc<B>) {
     drop(rx);
     wait_for_active(&exec, 0);
     // The executor still serves after a cancellation.
-    let (req, rx) = request(prompt.clone(), 4);
+    let (req, rx) = requests::on_channel(prompt.clone(), 4);
     exec.submit(req).unwrap();
-    assert_eq!(collect(&rx).0, greedy_with_session(&f, &prompt, 4));
+    assert_eq!(requests::ids(&rx), greedy_with_session(&f, &prompt, 4));
     exec.shutdown();
 }
 
@@ -313,7 +263,7 @@ fn a_full_queue_refuses_with_overloaded_and_bad_prompts_are_refused<B: Backend>(
     );
     let prompt = f.tokenizer.encode("Hello", true).unwrap();
     let (events, long_rx) = mpsc::sync_channel(0);
-    let (mut long, _unused) = request(prompt.clone(), 10_000);
+    let (mut long, _unused) = requests::on_channel(prompt.clone(), 10_000);
     long.sink = Box::new(Rendezvous(events));
     exec.submit(long).unwrap();
     // Once it streams, it holds the only batch slot and the queue is empty;
@@ -322,21 +272,21 @@ fn a_full_queue_refuses_with_overloaded_and_bad_prompts_are_refused<B: Backend>(
         long_rx.recv_timeout(Duration::from_secs(60)).unwrap(),
         SequenceEvent::Token(_)
     ));
-    let (waiting, waiting_rx) = request(prompt.clone(), 2);
+    let (waiting, waiting_rx) = requests::on_channel(prompt.clone(), 2);
     exec.submit(waiting).unwrap();
     assert_eq!(exec.queue_depth(), 1);
-    let (refused, _refused_rx) = request(prompt.clone(), 2);
+    let (refused, _refused_rx) = requests::on_channel(prompt.clone(), 2);
     assert_eq!(
         exec.submit(refused),
         Err(SubmitError::Overloaded { queued: 1 })
     );
     drop(long_rx);
-    assert_eq!(collect(&waiting_rx).0.len(), 2);
+    assert_eq!(requests::ids(&waiting_rx).len(), 2);
 
-    let (empty, _rx) = request(Vec::new(), 2);
+    let (empty, _rx) = requests::on_channel(Vec::new(), 2);
     assert_eq!(exec.submit(empty), Err(SubmitError::EmptyPrompt));
     let context = f.checkpoint.model.config().context_length;
-    let (huge, _rx) = request(vec![1; context], 2);
+    let (huge, _rx) = requests::on_channel(vec![1; context], 2);
     assert!(matches!(
         exec.submit(huge),
         Err(SubmitError::PromptTooLong { .. })
@@ -356,13 +306,13 @@ fn stop_tokens_and_stop_strings_end_with_stop_and_are_not_output<B: Backend>(bac
     // occurrence, which is not reported but counted.
     let stop_id = reference[2];
     let first = reference.iter().position(|&id| id == stop_id).unwrap();
-    let (mut req, rx) = request(prompt.clone(), 8);
+    let (mut req, rx) = requests::on_channel(prompt.clone(), 8);
     req.stop.stop_token_ids = vec![stop_id];
     exec.submit(req).unwrap();
-    let (ids, reason, _, completion_tokens) = collect(&rx);
-    assert_eq!(ids, reference[..first]);
-    assert_eq!(reason, FinishReason::Stop);
-    assert_eq!(completion_tokens, first + 1);
+    let finished = requests::finish(&rx);
+    assert_eq!(finished.ids, reference[..first]);
+    assert_eq!(finished.finish_reason, FinishReason::Stop);
+    assert_eq!(finished.completion_tokens, first + 1);
 
     // Three characters of the greedy text as a stop string: the text before
     // its first occurrence comes out, and nothing of the stop string.
@@ -375,21 +325,13 @@ fn stop_tokens_and_stop_strings_end_with_stop_and_are_not_output<B: Backend>(bac
         "the greedy text {full:?} is too short"
     );
     let expected = &full[..full.find(&stop).unwrap()];
-    let (mut req, rx) = request(prompt.clone(), 8);
+    let (mut req, rx) = requests::on_channel(prompt.clone(), 8);
     req.decoder = Some(f.tokenizer.decode_stream(true));
     req.stop.stop_strings = vec![stop.clone()];
     exec.submit(req).unwrap();
-    let mut text = String::new();
-    let reason = loop {
-        match rx.recv_timeout(Duration::from_secs(60)).unwrap() {
-            SequenceEvent::Token(token) => text.push_str(&token.text),
-            SequenceEvent::Done { finish_reason, .. } => break finish_reason,
-            SequenceEvent::Error(message) => panic!("{message}"),
-            SequenceEvent::Embedding { .. } => panic!("a generation reported an embedding"),
-        }
-    };
-    assert_eq!(reason, FinishReason::Stop);
-    assert_eq!(text, expected, "stop string {stop:?} in {full:?}");
+    let finished = requests::finish(&rx);
+    assert_eq!(finished.finish_reason, FinishReason::Stop);
+    assert_eq!(finished.text, expected, "stop string {stop:?} in {full:?}");
     exec.shutdown();
 }
 

@@ -4,10 +4,13 @@
 //! checkpoint run alone.
 #![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
+#[path = "support/requests.rs"]
+mod requests;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::Duration;
 
 use switchyard_engine::formats::load_checkpoint;
@@ -17,10 +20,7 @@ use switchyard_engine::model::{
 };
 use switchyard_engine::registry::Registry;
 use switchyard_engine::repository::demo::{make_demo_repository, DemoOptions, DEFAULT_DERIVED};
-use switchyard_engine::sampling::{SamplingParams, StopCondition};
-use switchyard_engine::serving::{
-    CheckpointId, Executor, ExecutorConfig, ExecutorObserver, SequenceEvent, SequenceRequest,
-};
+use switchyard_engine::serving::{CheckpointId, Executor, ExecutorConfig, ExecutorObserver};
 use switchyard_engine::store::WeightStore;
 use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
 use switchyard_kernels::KvPrefix;
@@ -355,34 +355,9 @@ fn the_executor_runs_derived_checkpoints_together_without_mixing_them<B: Backend
                     let name = &names[(client + i) % names.len()];
                     let p = (client * 3 + i) % PROMPTS.len();
                     let checkpoint = registry.resolve(name).unwrap();
-                    let (sender, receiver) = mpsc::channel();
-                    let request = SequenceRequest {
-                        prompt: PROMPTS[p].to_vec(),
-                        sampling: SamplingParams::default(),
-                        stop: StopCondition {
-                            max_tokens: Some(TOKENS),
-                            ..StopCondition::default()
-                        },
-                        decoder: None,
-                        sink: Box::new(sender),
-                        deadline: None,
-                        constraint: None,
-                        cache_scope: switchyard_seam::CacheScope::default(),
-                        share: switchyard_seam::TenantShare::default(),
-                        task: Default::default(),
-                    };
+                    let (request, receiver) = requests::on_channel(PROMPTS[p].to_vec(), TOKENS);
                     executor.submit(&checkpoint, request).unwrap();
-                    let mut ids = Vec::new();
-                    loop {
-                        match receiver.recv_timeout(Duration::from_secs(60)).unwrap() {
-                            SequenceEvent::Token(token) => ids.push(token.id),
-                            SequenceEvent::Done { .. } => break,
-                            SequenceEvent::Error(message) => panic!("request failed: {message}"),
-                            SequenceEvent::Embedding { .. } => {
-                                panic!("a generation reported an embedding")
-                            }
-                        }
-                    }
+                    let ids = requests::ids(&receiver);
                     assert_eq!(ids, expected[&(name.clone(), p)], "{name} prompt {p}");
                 }
             })

@@ -4,7 +4,7 @@
 //! diverged from its recording is run again without a key, giving the
 //! same logits to the bit.
 //!
-//! The backend here is the CPU's behind a wrapper that records the keys
+//! The backend here is each compiled one behind a wrapper that records the keys
 //! and answers `StepDiverged` at the end of every other keyed step, as
 //! the CUDA backend does when a replay's calls differ from its capture.
 #![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
@@ -16,11 +16,10 @@ use switchyard_engine::formats::load_checkpoint;
 use switchyard_engine::kv::{KvBlocks, KvPool, SequenceKv};
 use switchyard_engine::model::{LlamaModel, LogitRows, SequenceChunk};
 use switchyard_engine::synthetic::{write_gguf, Preset, SyntheticSpec};
-use switchyard_kernels::cpu::CpuBackend;
 use switchyard_kernels::kv::{BlockId, KvBlockShape};
 use switchyard_kernels::{
-    AttentionRows, AttentionShape, Backend, DType, KernelError, KvFormat, KvPrefix, KvType,
-    LoraRows, MatmulInput, MatmulProduct, RopeStyle, StepKey, WeightView,
+    on_each_device, AttentionRows, AttentionShape, Backend, DType, KernelError, KvFormat, KvPrefix,
+    KvType, LoraRows, MatmulInput, MatmulProduct, RopeStyle, StepKey, WeightView,
 };
 use tempfile::TempDir;
 
@@ -32,17 +31,15 @@ enum Event {
     Abort,
 }
 
-struct Diverging {
-    cpu: CpuBackend,
+struct Diverging<B: Backend> {
+    inner: Arc<B>,
     events: Mutex<Vec<Event>>,
     /// Keyed steps ended so far; every odd one is refused.
     keyed_ends: Mutex<usize>,
     key: Mutex<Option<StepKey>>,
 }
 
-type Cpu = CpuBackend;
-
-fn input<'a>(m: MatmulInput<'a, Diverging>) -> MatmulInput<'a, Cpu> {
+fn input<B: Backend>(m: MatmulInput<'_, Diverging<B>>) -> MatmulInput<'_, B> {
     match m {
         MatmulInput::Rows(x) => MatmulInput::Rows(x),
         MatmulInput::RmsNorm {
@@ -61,38 +58,38 @@ fn input<'a>(m: MatmulInput<'a, Diverging>) -> MatmulInput<'a, Cpu> {
     }
 }
 
-impl Backend for Diverging {
-    type Matrix = <Cpu as Backend>::Matrix;
-    type Vector = <Cpu as Backend>::Vector;
-    type Activations = <Cpu as Backend>::Activations;
-    type KvStore = <Cpu as Backend>::KvStore;
+impl<B: Backend> Backend for Diverging<B> {
+    type Matrix = B::Matrix;
+    type Vector = B::Vector;
+    type Activations = B::Activations;
+    type KvStore = B::KvStore;
 
     fn name(&self) -> String {
-        format!("diverging-{}", self.cpu.name())
+        format!("diverging-{}", self.inner.name())
     }
     fn matrix(&self, weight: WeightView) -> Result<Self::Matrix, KernelError> {
-        self.cpu.matrix(weight)
+        self.inner.matrix(weight)
     }
     fn vector(&self, values: &[f32]) -> Result<Self::Vector, KernelError> {
-        self.cpu.vector(values)
+        self.inner.vector(values)
     }
     fn activations(&self, rows: usize, cols: usize) -> Self::Activations {
-        self.cpu.activations(rows, cols)
+        self.inner.activations(rows, cols)
     }
     fn host_rows<'a>(&self, x: &'a Self::Activations, staging: &'a mut Vec<f32>) -> &'a [f32] {
-        self.cpu.host_rows(x, staging)
+        self.inner.host_rows(x, staging)
     }
     fn resize(&self, x: &mut Self::Activations, rows: usize, cols: usize) {
-        self.cpu.resize(x, rows, cols)
+        self.inner.resize(x, rows, cols)
     }
     fn kv_store(&self, format: KvFormat, budget: usize) -> Result<Self::KvStore, KernelError> {
-        self.cpu.kv_store(format, budget)
+        self.inner.kv_store(format, budget)
     }
     fn kv_alloc(&self, s: &mut Self::KvStore, shape: KvBlockShape) -> Result<BlockId, KernelError> {
-        self.cpu.kv_alloc(s, shape)
+        self.inner.kv_alloc(s, shape)
     }
     fn kv_free(store: &mut Self::KvStore, id: BlockId) {
-        Cpu::kv_free(store, id)
+        B::kv_free(store, id)
     }
     fn kv_copy(
         &self,
@@ -101,7 +98,7 @@ impl Backend for Diverging {
         to: BlockId,
         positions: usize,
     ) -> Result<(), KernelError> {
-        self.cpu.kv_copy(s, from, to, positions)
+        self.inner.kv_copy(s, from, to, positions)
     }
     fn begin_step(&self, key: Option<StepKey>) {
         self.events.lock().unwrap().push(Event::Begin(key));
@@ -127,7 +124,7 @@ impl Backend for Diverging {
         tokens: &[u32],
         out: &mut Self::Activations,
     ) -> Result<(), KernelError> {
-        self.cpu.embed(t, tokens, out)
+        self.inner.embed(t, tokens, out)
     }
     fn rms_norm(
         &self,
@@ -136,7 +133,7 @@ impl Backend for Diverging {
         eps: f32,
         out: &mut Self::Activations,
     ) -> Result<(), KernelError> {
-        self.cpu.rms_norm(x, w, eps, out)
+        self.inner.rms_norm(x, w, eps, out)
     }
     fn matmul(
         &self,
@@ -145,14 +142,14 @@ impl Backend for Diverging {
         bias: Option<&Self::Vector>,
         out: &mut Self::Activations,
     ) -> Result<(), KernelError> {
-        self.cpu.matmul(x, w, bias, out)
+        self.inner.matmul(x, w, bias, out)
     }
     fn matmul_many(
         &self,
         x: MatmulInput<'_, Self>,
         products: &mut [MatmulProduct<'_, Self>],
     ) -> Result<(), KernelError> {
-        let mut own: Vec<MatmulProduct<'_, Cpu>> = products
+        let mut own: Vec<MatmulProduct<'_, B>> = products
             .iter_mut()
             .map(|p| MatmulProduct {
                 w: p.w,
@@ -161,7 +158,7 @@ impl Backend for Diverging {
                 accumulate: p.accumulate,
             })
             .collect();
-        self.cpu.matmul_many(input(x), &mut own)
+        self.inner.matmul_many(input(x), &mut own)
     }
     fn rope(
         &self,
@@ -171,7 +168,7 @@ impl Backend for Diverging {
         inv_freq: &[f32],
         style: RopeStyle,
     ) -> Result<(), KernelError> {
-        self.cpu.rope(x, head_dim, positions, inv_freq, style)
+        self.inner.rope(x, head_dim, positions, inv_freq, style)
     }
     fn attention(
         &self,
@@ -184,27 +181,28 @@ impl Backend for Diverging {
         seqs: &[AttentionRows<'_>],
         out: &mut Self::Activations,
     ) -> Result<(), KernelError> {
-        self.cpu.attention(layer, shape, q, k, v, store, seqs, out)
+        self.inner
+            .attention(layer, shape, q, k, v, store, seqs, out)
     }
     fn silu_mul(
         &self,
         g: &mut Self::Activations,
         u: &Self::Activations,
     ) -> Result<(), KernelError> {
-        self.cpu.silu_mul(g, u)
+        self.inner.silu_mul(g, u)
     }
     fn gelu_mul(
         &self,
         g: &mut Self::Activations,
         u: &Self::Activations,
     ) -> Result<(), KernelError> {
-        self.cpu.gelu_mul(g, u)
+        self.inner.gelu_mul(g, u)
     }
     fn scale(&self, x: &mut Self::Activations, factor: f32) -> Result<(), KernelError> {
-        self.cpu.scale(x, factor)
+        self.inner.scale(x, factor)
     }
     fn softcap(&self, x: &mut Self::Activations, cap: f32) -> Result<(), KernelError> {
-        self.cpu.softcap(x, cap)
+        self.inner.softcap(x, cap)
     }
     fn rms_norm_heads(
         &self,
@@ -212,10 +210,10 @@ impl Backend for Diverging {
         w: &Self::Vector,
         eps: f32,
     ) -> Result<(), KernelError> {
-        self.cpu.rms_norm_heads(x, w, eps)
+        self.inner.rms_norm_heads(x, w, eps)
     }
     fn add(&self, x: &mut Self::Activations, y: &Self::Activations) -> Result<(), KernelError> {
-        self.cpu.add(x, y)
+        self.inner.add(x, y)
     }
     fn lora(
         &self,
@@ -223,7 +221,7 @@ impl Backend for Diverging {
         runs: &[LoraRows<'_, Self>],
         out: &mut Self::Activations,
     ) -> Result<(), KernelError> {
-        let own: Vec<LoraRows<'_, Cpu>> = runs
+        let own: Vec<LoraRows<'_, B>> = runs
             .iter()
             .map(|r| LoraRows {
                 rows: r.rows.clone(),
@@ -233,7 +231,7 @@ impl Backend for Diverging {
                 scale: r.scale,
             })
             .collect();
-        self.cpu.lora(x, &own, out)
+        self.inner.lora(x, &own, out)
     }
     fn copy_rows(
         &self,
@@ -242,7 +240,7 @@ impl Backend for Diverging {
         dst: &mut Self::Activations,
         dst_row: usize,
     ) -> Result<(), KernelError> {
-        self.cpu.copy_rows(src, rows, dst, dst_row)
+        self.inner.copy_rows(src, rows, dst, dst_row)
     }
 }
 
@@ -280,8 +278,11 @@ fn run<B: Backend>(
     rows
 }
 
-#[test]
-fn decode_steps_share_a_key_and_a_diverged_step_runs_again_unkeyed() {
+on_each_device!(
+    decode_steps_share_a_key_and_a_diverged_step_runs_again_unkeyed,
+    threads = 1
+);
+fn decode_steps_share_a_key_and_a_diverged_step_runs_again_unkeyed<B: Backend>(backend: Arc<B>) {
     let dir = TempDir::new().unwrap();
     let path = dir.path().join("m.gguf");
     let spec = SyntheticSpec {
@@ -291,14 +292,13 @@ fn decode_steps_share_a_key_and_a_diverged_step_runs_again_unkeyed() {
     };
     write_gguf(&spec, &path).unwrap();
     let checkpoint = load_checkpoint(&path).unwrap();
-    let cpu = CpuBackend::new(1);
-    let plain = LlamaModel::load(&cpu, &checkpoint).unwrap();
+    let plain = LlamaModel::load(&*backend, &checkpoint).unwrap();
     // A prompt longer than a keyed chunk, then six decode steps.
     let prompt: Vec<u32> = (1..=20).collect();
-    let expected = run(&cpu, &plain, &prompt, 6);
+    let expected = run(&*backend, &plain, &prompt, 6);
 
     let wrapped = Arc::new(Diverging {
-        cpu: CpuBackend::new(1),
+        inner: backend.clone(),
         events: Mutex::default(),
         keyed_ends: Mutex::default(),
         key: Mutex::default(),
