@@ -35,7 +35,15 @@ def pytest_configure(config):
 # The files that take longest, longest first. scripts/test.sh hands whole files to
 # its workers in collection order (`--dist loadfile --no-loadscope-reorder`):
 # starting these first keeps one worker from running a long file alone at the end.
-LONGEST_FIRST = []
+LONGEST_FIRST = [
+    "test_cache_scopes.py",
+    "test_embeddings.py",
+    "test_console_browser.py",
+    "test_cascade.py",
+    "test_first_hour.py",
+    "test_lora_serving.py",
+    "test_hostile.py",
+]
 
 
 def pytest_collection_modifyitems(config, items):
