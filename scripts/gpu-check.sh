@@ -11,8 +11,8 @@
 #   scripts/gpu-check.sh --dry-run   # here: prepare, then run until the first
 #                                    # GPU step, which must stop cleanly
 #
-# To run it on a lent machine, carry target/gpu-check (about 30 MB) and run
-# `scripts/gpu-check.sh run "$OUT"`: one command, at most 8 minutes (each
+# To run it on a lent machine, carry target/gpu-check (under 64 MiB) and run
+# `scripts/gpu-check.sh run "$OUT"`: one command, at most 9 minutes (each
 # step has its own time limit, GPU_CHECK_*_S below; a step that runs out
 # is reported as such and fails the check). The steps, each timed in the
 # report:
@@ -32,6 +32,12 @@
 #      eager ones bit for bit, both within a written tolerance of the
 #      CPU's), and the backend's Llama-7B F16 decode tokens/s at batch
 #      1/16/64, eager and with step graphs (the Backend trait);
+#      1b. the CUDA arms of the carried tests (`on_each_device!`: the
+#      kernels' lib tests, and the engine tests named in
+#      GPU_CHECK_ENGINE_TESTS at prepare), with SWITCHYARD_REQUIRE_GPU=1 so
+#      that none skips; cuda_check also moves a checkpoint down to pinned
+#      memory and up again on the copy stream beside running matmuls
+#      (`copy_up`: swap refused until the copy lands, outputs right);
 #   2. compute-sanitizer memcheck on cuda_check --quick (kernels, layers,
 #      the backend against the CPU at small shapes);
 #   3. PyTorch: F16 GEMV GB/s at the same shapes and `transformers` decode
@@ -46,12 +52,35 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 carry="$repo/target/gpu-check"
 bin="$carry/cuda_check"
 
+# The test binaries of `crate` (cargo test ARGS --no-run) into $carry/tests.
+carry_tests() {
+  local name=$1; shift
+  local exe
+  exe=$(cargo test --release --locked "$@" --no-run --message-format=json 2>/dev/null |
+    python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m.get("profile", {}).get("test"):
+        print(m["executable"])' | tail -1)
+  [[ -n $exe ]] || { echo "gpu-check: no test binary for $*" >&2; return 1; }
+  cp "$exe" "$carry/tests/$name"
+  strip --strip-debug "$carry/tests/$name" 2>/dev/null || true
+}
+
 prepare() {
   cargo build --release --locked -p switchyard-kernels --features cuda --example cuda_check || return 1
-  mkdir -p "$carry"
+  mkdir -p "$carry/tests"
   cp "${CARGO_TARGET_DIR:-$repo/target}/release/examples/cuda_check" "$bin"
   # Line tables only matter for panics here; halve what travels.
   strip --strip-debug "$bin" 2>/dev/null || true
+  # The kernels' tests with the feature (scripts/test.sh builds them
+  # anyway): their `on_each_device!` CUDA arms run on the GPU.
+  carry_tests kernels -p switchyard-kernels --features cuda --lib || return 1
+  # Engine tests' CUDA arms, by name (GPU_CHECK_ENGINE_TESTS="engine_front_door
+  # multi_checkpoint"): each is a build of the engine with the feature.
+  for t in ${GPU_CHECK_ENGINE_TESTS:-}; do
+    carry_tests "engine-$t" -p switchyard-engine --features switchyard-kernels/cuda --test "$t" || return 1
+  done
   echo "gpu-check: carry $carry ($(du -sh "$carry" | cut -f1))"
 }
 
@@ -89,6 +118,18 @@ run() {
   [[ $rc -eq 0 ]] || failed=1
   [[ $rc -eq 124 ]] && note '{"check":"cuda_check","pass":false,"error":"ran past GPU_CHECK_KERNELS_S"}'
   note "{\"check\":\"cuda_check\",\"exit\":$rc,\"seconds\":$((SECONDS - t0))}"
+
+  # Step 1b: the CUDA arms of the carried tests (`on_each_device!`), with a
+  # GPU required: a test that cannot open it fails instead of skipping.
+  for t in "$carry"/tests/*; do
+    [[ -x $t ]] || continue
+    t0=$SECONDS
+    SWITCHYARD_REQUIRE_GPU=1 timeout "${GPU_CHECK_TESTS_S:-60}" "$t" ::cuda --test-threads 1 \
+      >"$out/tests-$(basename "$t").log" 2>&1
+    rc=$?
+    note "{\"check\":\"device_tests\",\"name\":\"$(basename "$t")\",\"exit\":$rc,\"result\":\"$(grep -E '^test result' "$out/tests-$(basename "$t").log" | tail -1)\",\"pass\":$([[ $rc -eq 0 ]] && echo true || echo false),\"seconds\":$((SECONDS - t0))}"
+    [[ $rc -eq 0 ]] || failed=1
+  done
 
   # Step 2: memcheck on the quick variant.
   t0=$SECONDS
@@ -131,5 +172,5 @@ case "${1:-}" in
   prepare) prepare ;;
   run) run "${2:-${OUT:-$carry/out}}" 0 ;;
   --dry-run) prepare && run "${2:-$carry/dry-run}" 1 ;;
-  *) sed -n '2,45p' "$0"; exit 2 ;;
+  *) sed -n '2,49p' "$0"; exit 2 ;;
 esac

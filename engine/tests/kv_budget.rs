@@ -228,7 +228,10 @@ fn a_q8_0_budget_admits_exactly_its_blocks<B: Backend>(backend: Arc<B>) {
     exec.shutdown();
     assert_eq!(pool.reserved_bytes(), 0);
 }
-on_each_device!(a_q8_0_budget_admits_exactly_its_blocks);
+on_each_device!(
+    a_q8_0_budget_admits_exactly_its_blocks,
+    cpu_only = "Q8_0 KV"
+);
 
 /// Issue 32, case 4: a request waiting for room at the head of the line no
 /// longer holds everyone behind it: a younger one that fits what is free

@@ -73,13 +73,24 @@ fn rollback_leaves_plain_logits<B: Backend>(backend: &B, preset: Preset, dtype: 
 
 fn rolled_back_drafts_leave_plain_logits_in_windowed_layers<B: Backend>(backend: Arc<B>) {
     rollback_leaves_plain_logits(&*backend, Preset::Gemma3, KvType::F16);
-    rollback_leaves_plain_logits(&*backend, Preset::Gemma3, KvType::Q8_0);
 }
 
 on_each_device!(rolled_back_drafts_leave_plain_logits_in_windowed_layers);
+
+fn rolled_back_drafts_leave_plain_logits_in_windowed_q8_0_layers<B: Backend>(backend: Arc<B>) {
+    rollback_leaves_plain_logits(&*backend, Preset::Gemma3, KvType::Q8_0);
+}
+
+on_each_device!(
+    rolled_back_drafts_leave_plain_logits_in_windowed_q8_0_layers,
+    cpu_only = "Q8_0 KV"
+);
 
 fn rolled_back_drafts_leave_plain_logits_in_full_layers<B: Backend>(backend: Arc<B>) {
     rollback_leaves_plain_logits(&*backend, Preset::Smollm2, KvType::F32);
 }
 
-on_each_device!(rolled_back_drafts_leave_plain_logits_in_full_layers);
+on_each_device!(
+    rolled_back_drafts_leave_plain_logits_in_full_layers,
+    cpu_only = "F32 KV"
+);

@@ -343,3 +343,53 @@ fn decode_steps_share_a_key_and_a_diverged_step_runs_again_unkeyed<B: Backend>(b
         .count();
     assert_eq!(refused, 3);
 }
+
+/// The keys of `model`'s decode steps on a recording backend.
+fn decode_keys<B: Backend>(
+    backend: &Arc<B>,
+    checkpoint: &switchyard_engine::formats::Checkpoint,
+) -> Vec<StepKey> {
+    let wrapped = Diverging {
+        inner: Arc::clone(backend),
+        events: Mutex::default(),
+        keyed_ends: Mutex::default(),
+        key: Mutex::default(),
+    };
+    let model = LlamaModel::load(&wrapped, checkpoint).unwrap();
+    run(&wrapped, &model, &[1, 2, 3], 2);
+    let events = wrapped.events.lock().unwrap().clone();
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Begin(Some(k)) => Some(*k),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Two checkpoints of the same shapes (other weights) share their decode
+/// key, so a GPU backend replays one captured graph for both, swapping
+/// the weights it reads; another type or architecture gets another key.
+fn checkpoints_of_one_shape_share_a_decode_key<B: Backend>(backend: Arc<B>) {
+    let dir = TempDir::new().unwrap();
+    let load = |preset, dtype, seed: u64| {
+        let path = dir.path().join(format!("{preset:?}-{dtype:?}-{seed}.gguf"));
+        let spec = SyntheticSpec {
+            preset,
+            dtype,
+            seed,
+        };
+        write_gguf(&spec, &path).unwrap();
+        load_checkpoint(&path).unwrap()
+    };
+    let a = decode_keys(&backend, &load(Preset::Smollm2, DType::Q8_0, 1));
+    let b = decode_keys(&backend, &load(Preset::Smollm2, DType::Q8_0, 2));
+    let other_type = decode_keys(&backend, &load(Preset::Smollm2, DType::Q4_0, 1));
+    let other_arch = decode_keys(&backend, &load(Preset::Tinyllama, DType::Q8_0, 1));
+    assert!(!a.is_empty());
+    assert_eq!(a, b, "two versions of one shape");
+    assert_ne!(a[0], other_type[0]);
+    assert_ne!(a[0], other_arch[0]);
+}
+
+on_each_device!(checkpoints_of_one_shape_share_a_decode_key, threads = 1);

@@ -3,6 +3,7 @@
 // (SwiGLU: silu(gate)·up; GeGLU: gelu_tanh(gate)·up, as Gemma), the
 // residual add, scaling and Gemma 2's soft cap.
 #include "sy_common.cuh"
+#include "sy_weights.cuh"
 
 extern "C" __global__ void sy_silu_mul(float *__restrict__ gate, const float *__restrict__ up, size_t n) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -34,9 +35,11 @@ extern "C" __global__ void sy_softcap(float *__restrict__ x, float cap, size_t n
   if (i < n) x[i] = cap * tanhf(x[i] / cap);
 }
 
-// A bias row added to every row of x (n = rows · cols elements).
-extern "C" __global__ void sy_add_bias(float *__restrict__ x, const float *__restrict__ bias, int cols,
-                                       size_t n) {
+// A bias row added to every row of x (n = rows · cols elements); the bias
+// is read through the pointer table (sy_weights.cuh).
+extern "C" __global__ void sy_add_bias(float *__restrict__ x, const uint64_t *__restrict__ table,
+                                       uint32_t slot, int cols, size_t n) {
+  const float *bias = (const float *)sy_weight(table, slot);
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) x[i] += bias[i % cols];
 }

@@ -187,6 +187,11 @@ pub trait Backend: Send + Sync + 'static {
     /// per KV budget, shared by every sequence of its steps.
     type KvStore: Send + 'static;
 
+    /// Whether the weights it holds are in a device's own memory (a GPU's)
+    /// rather than the host's RAM: the registry reports loaded checkpoints
+    /// in the `device` tier then, and routing weighs them so.
+    const DEVICE_MEMORY: bool = false;
+
     /// A short name for logs (`cpu-avx512vnni`, ...).
     fn name(&self) -> String;
 

@@ -111,20 +111,105 @@ fn on_cuda<W: OnDevice>(ordinal: usize, _work: W) -> Result<W::Output, CudaError
 /// every device. Like candle's `test_device!`; the kernels' own tests have
 /// their twin `test_device!` (`kernels/tests/devices/`), which also walks
 /// the CPU's instruction sets.
+///
+/// Built with the kernels' `cuda` feature, the module also holds a `cuda`
+/// test on GPU 0 ([`on_test_gpu`]). The CUDA backend stores keys and
+/// values as F16 only and attends heads of 64, 128 or 256: a body that
+/// needs another KV type or head size says so,
+/// `on_each_device!(body, cpu_only = "Q8_0 KV")`, and gets no CUDA test
+/// (the reason stays in the source; nothing is counted as skipped).
 #[macro_export]
 macro_rules! on_each_device {
     ($body:ident) => {
         $crate::on_each_device!($body, threads = 2);
     };
+    ($body:ident, cpu_only = $why:literal) => {
+        $crate::on_each_device!(@cpu $body, 2, {});
+    };
+    ($body:ident, threads = $threads:expr, cpu_only = $why:literal) => {
+        $crate::on_each_device!(@cpu $body, $threads, {});
+    };
     ($body:ident, threads = $threads:expr) => {
+        $crate::on_each_device!(@cpu $body, $threads, { $crate::__cuda_arm!($body); });
+    };
+    (@cpu $body:ident, $threads:expr, { $($cuda:tt)* }) => {
         mod $body {
             #[test]
             fn cpu() {
                 let backend = $crate::cpu::CpuBackend::new($threads);
                 super::$body(::std::sync::Arc::new(backend));
             }
+            $($cuda)*
         }
     };
+}
+
+/// The `cuda` test of [`on_each_device!`]: defined by the kernels' own
+/// `cuda` feature (a `cfg` inside the exported macro would test the
+/// calling crate's features instead).
+#[cfg(feature = "cuda")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __cuda_arm {
+    ($body:ident) => {
+        #[test]
+        fn cuda() {
+            struct Body;
+            impl $crate::device::OnDevice for Body {
+                type Output = ();
+                fn run<B: $crate::Backend>(self, backend: ::std::sync::Arc<B>) {
+                    super::$body(backend)
+                }
+            }
+            $crate::device::on_test_gpu(Body);
+        }
+    };
+}
+
+#[cfg(not(feature = "cuda"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __cuda_arm {
+    ($body:ident) => {};
+}
+
+/// Set to 1 where a GPU must be found (`scripts/gpu-check.sh`): then a
+/// `cuda` test without one fails instead of skipping.
+pub const REQUIRE_GPU_ENV: &str = "SWITCHYARD_REQUIRE_GPU";
+
+/// Runs `work` on GPU 0 for an [`on_each_device!`] test. Without a GPU
+/// (or a driver) the test is skipped, saying so on the terminal past the
+/// harness's capture, unless [`REQUIRE_GPU_ENV`] is set, where it fails:
+/// a skipped GPU test is never counted as a GPU test that passed.
+pub fn on_test_gpu<W: OnDevice>(work: W) -> W::Output
+where
+    W::Output: Default,
+{
+    run_or_skip(work, std::env::var_os(REQUIRE_GPU_ENV).is_some())
+}
+
+fn run_or_skip<W: OnDevice>(work: W, required: bool) -> W::Output
+where
+    W::Output: Default,
+{
+    match on_device(Device::Cuda(0), 1, work) {
+        Ok(out) => out,
+        Err(e) => {
+            assert!(
+                !required,
+                "{REQUIRE_GPU_ENV} is set but the GPU test cannot run: {e}"
+            );
+            // Past the test harness's capture (it takes print! and
+            // eprint! only), so the skip shows in every run.
+            use std::io::Write;
+            let test = std::thread::current()
+                .name()
+                .unwrap_or("a GPU test")
+                .to_owned();
+            let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {e}");
+            W::Output::default()
+        }
+    }
 }
 
 #[cfg(test)]
@@ -176,6 +261,17 @@ mod tests {
             cpu.as_deref().is_ok_and(|n| n.starts_with("cpu")),
             "{cpu:?}"
         );
+    }
+
+    /// A GPU test without a GPU is skipped, or fails where a GPU is
+    /// required; with one it runs.
+    #[test]
+    fn a_gpu_test_runs_skips_or_fails_as_the_machine_and_the_setting_say() {
+        let gpu = on_device(Device::Cuda(0), 1, Name).is_ok();
+        let required = std::panic::catch_unwind(|| run_or_skip(Name, true));
+        assert_eq!(required.is_ok(), gpu);
+        let optional = run_or_skip(Name, false);
+        assert_eq!(optional.starts_with("cuda-sm_"), gpu, "{optional}");
     }
 
     fn the_body_gets_a_backend<B: Backend>(backend: Arc<B>) {

@@ -4,7 +4,7 @@
 use switchyard_kernels::Backend;
 use switchyard_seam::{CheckpointRef, ModelCard, ModelSpec};
 
-use crate::registry::{ModelStatus, Registry, Tier};
+use crate::registry::{ModelStatus, Registry};
 use crate::serving::ServedCheckpoint;
 
 pub(super) fn model_cards<B: Backend>(registry: &Registry<B>, created: u64) -> Vec<ModelCard> {
@@ -26,7 +26,7 @@ pub(super) fn model_cards<B: Backend>(registry: &Registry<B>, created: u64) -> V
             continue;
         };
         cards.push(card(model.name.clone(), &active));
-        for version in model.versions.iter().filter(|v| v.tier == Tier::Ram) {
+        for version in model.versions.iter().filter(|v| v.tier.is_resident()) {
             let spec = ModelSpec::from(CheckpointRef::new(&model.name, &version.version));
             if let Ok(checkpoint) = registry.resolve_spec(&spec) {
                 cards.push(card(spec.to_string(), &checkpoint));

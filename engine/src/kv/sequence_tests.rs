@@ -164,7 +164,8 @@ fn caches_and_shared_blocks_hold_their_budget_until_the_last_handle_drops<B: Bac
 
 on_each_device!(
     caches_and_shared_blocks_hold_their_budget_until_the_last_handle_drops,
-    threads = 1
+    threads = 1,
+    cpu_only = "F32 KV and heads of 32"
 );
 
 fn a_shared_block_is_never_written_and_a_tail_is_copied<B: Backend>(backend: Arc<B>) {
@@ -218,7 +219,8 @@ fn a_shared_block_is_never_written_and_a_tail_is_copied<B: Backend>(backend: Arc
 
 on_each_device!(
     a_shared_block_is_never_written_and_a_tail_is_copied,
-    threads = 1
+    threads = 1,
+    cpu_only = "F32 KV and heads of 32"
 );
 
 fn truncate_rolls_back_positions_and_frees_whole_blocks<B: Backend>(backend: Arc<B>) {
@@ -267,7 +269,8 @@ fn truncate_rolls_back_positions_and_frees_whole_blocks<B: Backend>(backend: Arc
 
 on_each_device!(
     truncate_rolls_back_positions_and_frees_whole_blocks,
-    threads = 1
+    threads = 1,
+    cpu_only = "F32 KV and heads of 32"
 );
 
 fn a_cache_past_the_budget_is_refused_before_the_backend_allocates<B: Backend>(backend: Arc<B>) {
@@ -291,5 +294,6 @@ fn a_cache_past_the_budget_is_refused_before_the_backend_allocates<B: Backend>(b
 
 on_each_device!(
     a_cache_past_the_budget_is_refused_before_the_backend_allocates,
-    threads = 1
+    threads = 1,
+    cpu_only = "heads of 32"
 );

@@ -49,6 +49,9 @@ pub struct LlamaModel<B: Backend> {
     /// Local layers' frequencies when their RoPE base differs (Gemma 3).
     inv_freq_local: Option<Vec<f32>>,
     attention: AttentionShape,
+    /// Equal for checkpoints whose steps make the same calls with the same
+    /// shapes (see [`LlamaModel::shapes`]).
+    shapes: u64,
 }
 
 /// Activation buffers reused across steps (one set per executor).
@@ -100,6 +103,7 @@ impl<B: Backend> LlamaModel<B> {
             softcap: config.traits.attn_softcap,
         };
         let model = Self {
+            shapes: shapes_of(checkpoint),
             inv_freq: config.rope_inv_freq(),
             inv_freq_local: config.rope_local_inv_freq(),
             config,
@@ -111,6 +115,15 @@ impl<B: Backend> LlamaModel<B> {
 
     pub fn config(&self) -> &ModelConfig {
         &self.config
+    }
+
+    /// A fingerprint of the configuration and of every tensor's name, type
+    /// and shape: two checkpoints with the same one (a model and its
+    /// fine-tune, two versions) make the same calls with the same shapes,
+    /// so their decode steps share a step key and, on a GPU, one captured
+    /// graph whose weight table is swapped between them.
+    pub fn shapes(&self) -> u64 {
+        self.shapes
     }
 
     /// The blocks of a KV cache of `capacity` tokens in `format` (local
@@ -205,4 +218,17 @@ impl<B: Backend> LlamaModel<B> {
             ..self.attention
         }
     }
+}
+
+/// See [`LlamaModel::shapes`].
+fn shapes_of(checkpoint: &Checkpoint) -> u64 {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut h = DefaultHasher::new();
+    // The configuration has no `Hash` (it holds floats); its debug form
+    // names every field and value.
+    format!("{:?}", checkpoint.config).hash(&mut h);
+    for (name, t) in &checkpoint.tensors {
+        (name, t.dtype.ggml_id(), &t.shape).hash(&mut h);
+    }
+    h.finish()
 }

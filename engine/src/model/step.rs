@@ -138,10 +138,13 @@ pub fn forward_step<'s, B: Backend>(
 /// check): longer chunks are prompts, whose shapes rarely repeat.
 const KEYED_ROWS: usize = 16;
 
-/// The step's [`StepKey`]: equal for steps of one checkpoint, without an
-/// adapter, with the same rows per sequence and the same logits wanted,
-/// which make the same calls with the same shapes; none for other steps.
-/// The backend checks the promise call by call.
+/// The step's [`StepKey`]: equal for steps of checkpoints of the same
+/// shapes ([`LlamaModel::shapes`]), without an adapter, with the same rows
+/// per sequence and the same logits wanted, which make the same calls with
+/// the same shapes; none for other steps. Checkpoints of one shape share
+/// the key on purpose: a GPU backend replays one captured graph for each,
+/// reading the step's weights through a table it swaps. The backend checks
+/// the promise call by call.
 fn step_key<B: Backend>(parts: &[ModelPart<'_, '_, B>]) -> Option<StepKey> {
     let [part] = parts else {
         return None;
@@ -150,7 +153,7 @@ fn step_key<B: Backend>(parts: &[ModelPart<'_, '_, B>]) -> Option<StepKey> {
         return None;
     }
     let mut h = DefaultHasher::new();
-    std::ptr::addr_of!(*part.model).hash(&mut h);
+    part.model.shapes().hash(&mut h);
     for c in part.chunks.iter() {
         let logits = match c.logits {
             LogitRows::None => 0u8,

@@ -6,12 +6,36 @@ use serde::Serialize;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Tier {
-    /// In RAM, ready to run.
+    /// In RAM, ready to run (a CPU backend, whose device memory is RAM).
     Ram,
-    /// Being read into RAM.
+    /// In a GPU's memory, ready to run.
+    Device,
+    /// In pinned host memory: copied up to the GPU on its own stream
+    /// before it runs (the kernels' `cuda::Residency` makes the moves; the
+    /// registry does not yet keep evicted GPU checkpoints there, so it
+    /// reports none).
+    Host,
+    /// Being read from its file.
     Loading,
     /// Only in its file.
     Disk,
+}
+
+impl Tier {
+    /// Where a loaded checkpoint of backend `B` is: a device backend's
+    /// weights are in device memory, the CPU's in RAM.
+    pub fn resident<B: switchyard_kernels::Backend>() -> Tier {
+        if B::DEVICE_MEMORY {
+            Tier::Device
+        } else {
+            Tier::Ram
+        }
+    }
+
+    /// Ready to run without a copy.
+    pub fn is_resident(self) -> bool {
+        matches!(self, Tier::Ram | Tier::Device)
+    }
 }
 
 /// What routing reads about one checkpoint ([`super::Registry::routing_state`]).

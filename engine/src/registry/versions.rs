@@ -102,7 +102,7 @@ impl<B: Backend> Slot<B> {
     fn set_state(&mut self, state: State<B>) {
         match &state {
             State::Resident(handle) => self.live.publish(
-                Tier::Ram,
+                Tier::resident::<B>(),
                 handle.load_stats.total_bytes,
                 Some(Arc::clone(handle)),
             ),
@@ -773,11 +773,11 @@ impl<B: Backend> Registry<B> {
         for model in self.status() {
             for version in model.versions {
                 match version.tier {
-                    Tier::Ram => {
+                    Tier::Ram | Tier::Device => {
                         memory.resident_versions += 1;
                         memory.ram_bytes_without_sharing += version.bytes;
                     }
-                    Tier::Disk | Tier::Loading => {
+                    Tier::Host | Tier::Disk | Tier::Loading => {
                         memory.disk_versions += 1;
                         memory.disk_bytes += version.bytes;
                     }
@@ -805,7 +805,7 @@ fn version_status<B: Backend>(model: &Model<B>, slot: &Slot<B>) -> VersionStatus
     };
     let (tier, bytes, shared_bytes, in_flight, queued, load_ms) = match &slot.state {
         State::Resident(h) => (
-            Tier::Ram,
+            Tier::resident::<B>(),
             h.load_stats.total_bytes,
             h.load_stats.shared_bytes,
             h.demand(),

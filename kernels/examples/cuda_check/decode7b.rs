@@ -73,8 +73,11 @@ struct Step {
     u: CudaSlice<f32>,
     q: CudaSlice<i8>,
     ds: CudaSlice<f32>,
-    ones_d: CudaSlice<f32>,
-    ones_ff: CudaSlice<f32>,
+    /// Norm weights of ones, named through one-slot tables (kept here).
+    ones_d: ops_layers::WeightRef,
+    ones_ff: ops_layers::WeightRef,
+    _tables: Vec<CudaSlice<u64>>,
+    _ones: Vec<CudaSlice<f32>>,
 }
 
 /// The step: per layer, normalize → Q, K, V → normalize → O into the
@@ -85,30 +88,30 @@ fn step(device: &CudaDevice, table: u64, s: &mut Step) -> Result<(), Box<dyn std
     let q4 = DType::Q4K;
     for layer in 0..LAYERS {
         let slot = |i: usize| (layer * MATRICES.len() + i) as u32;
-        ops_layers::rms_norm(device, &s.h, &s.ones_d, 1e-5, &mut s.n, 1, D)?;
+        ops_layers::rms_norm(device, &s.h, s.ones_d, 1e-5, &mut s.n, 1, D)?;
         ops::quantize_q8_1(device, &s.n, 1, D, &mut s.q, &mut s.ds)?;
         for (i, out) in [0usize, 1, 2].into_iter().zip([0, 1, 1]) {
             let out = if out == 0 { &mut s.a } else { &mut s.b };
             let input = MatvecInput::Quantized { q: &s.q, ds: &s.ds };
             ops::matvec(device, table, slot(i), q4, input, out, D, D, 1, i == 2)?;
         }
-        ops_layers::rms_norm(device, &s.a, &s.ones_d, 1e-5, &mut s.n, 1, D)?;
+        ops_layers::rms_norm(device, &s.a, s.ones_d, 1e-5, &mut s.n, 1, D)?;
         ops::quantize_q8_1(device, &s.n, 1, D, &mut s.q, &mut s.ds)?;
         let input = MatvecInput::Quantized { q: &s.q, ds: &s.ds };
         ops::matvec(device, table, slot(3), q4, input, &mut s.h, D, D, 1, true)?;
-        ops_layers::rms_norm(device, &s.h, &s.ones_d, 1e-5, &mut s.n, 1, D)?;
+        ops_layers::rms_norm(device, &s.h, s.ones_d, 1e-5, &mut s.n, 1, D)?;
         ops::quantize_q8_1(device, &s.n, 1, D, &mut s.q, &mut s.ds)?;
         let input = MatvecInput::Quantized { q: &s.q, ds: &s.ds };
         ops::matvec(device, table, slot(4), q4, input, &mut s.g, FF, D, 1, false)?;
         let input = MatvecInput::Quantized { q: &s.q, ds: &s.ds };
         ops::matvec(device, table, slot(5), q4, input, &mut s.u, FF, D, 1, false)?;
         ops_layers::elementwise(device, &mut s.g, Elementwise::SiluMul(&s.u))?;
-        ops_layers::rms_norm(device, &s.g, &s.ones_ff, 1e-5, &mut s.u, 1, FF)?;
+        ops_layers::rms_norm(device, &s.g, s.ones_ff, 1e-5, &mut s.u, 1, FF)?;
         ops::quantize_q8_1(device, &s.u, 1, FF, &mut s.q, &mut s.ds)?;
         let input = MatvecInput::Quantized { q: &s.q, ds: &s.ds };
         ops::matvec(device, table, slot(6), q4, input, &mut s.h, D, FF, 1, true)?;
     }
-    ops_layers::rms_norm(device, &s.h, &s.ones_d, 1e-5, &mut s.n, 1, D)?;
+    ops_layers::rms_norm(device, &s.h, s.ones_d, 1e-5, &mut s.n, 1, D)?;
     Ok(())
 }
 
@@ -143,6 +146,12 @@ pub fn graph_swaps(device: &CudaDevice, swaps: usize) -> Check {
     let address = table.address(&mem);
     let x: Vec<f32> = (0..D).map(|_| rng.random_range(-1.0f32..1.0)).collect();
     let x_d = stream.clone_htod(&x)?;
+    let (ones_d, ones_ff) = (
+        stream.clone_htod(&vec![1.0f32; D])?,
+        stream.clone_htod(&vec![1.0f32; FF])?,
+    );
+    let (d_table, d_ref) = ops_layers::table_of(stream, &ones_d)?;
+    let (ff_table, ff_ref) = ops_layers::table_of(stream, &ones_ff)?;
     let mut s = Step {
         h: stream.alloc_zeros(D)?,
         n: stream.alloc_zeros(D)?,
@@ -152,8 +161,10 @@ pub fn graph_swaps(device: &CudaDevice, swaps: usize) -> Check {
         u: stream.alloc_zeros(FF)?,
         q: stream.alloc_zeros(FF)?,
         ds: stream.alloc_zeros(FF / 16)?,
-        ones_d: stream.clone_htod(&vec![1.0f32; D])?,
-        ones_ff: stream.clone_htod(&vec![1.0f32; FF])?,
+        ones_d: d_ref,
+        ones_ff: ff_ref,
+        _tables: vec![d_table, ff_table],
+        _ones: vec![ones_d, ones_ff],
     };
     // Eager steps: each checkpoint's expected output (and every module loaded).
     let mut expected = Vec::new();

@@ -79,7 +79,8 @@ pub fn layers(device: &CudaDevice) -> Check {
     )?;
     let (x_d, w_d) = (stream.clone_htod(&x)?, stream.clone_htod(&w)?);
     let mut out = stream.alloc_zeros::<f32>(rows * cols)?;
-    ops_layers::rms_norm(device, &x_d, &w_d, 1e-6, &mut out, rows, cols)?;
+    let (_table, w_ref) = ops_layers::table_of(stream, &w_d)?;
+    ops_layers::rms_norm(device, &x_d, w_ref, 1e-6, &mut out, rows, cols)?;
     ok &= verdict(
         "rms_norm",
         "4x2048",
@@ -92,15 +93,9 @@ pub fn layers(device: &CudaDevice) -> Check {
     let mut a = CpuActivations::from_values(rows, heads * hd, &x)?;
     cpu.rms_norm_heads(&mut a, &cpu.vector(&w)?, 1e-6)?;
     let mut x_d = stream.clone_htod(&x)?;
-    ops_layers::rms_norm_heads(
-        device,
-        &mut x_d,
-        &stream.clone_htod(&w)?,
-        1e-6,
-        rows,
-        heads,
-        hd,
-    )?;
+    let w_d = stream.clone_htod(&w)?;
+    let (_table, w_ref) = ops_layers::table_of(stream, &w_d)?;
+    ops_layers::rms_norm_heads(device, &mut x_d, w_ref, 1e-6, rows, heads, hd)?;
     ok &= verdict(
         "rms_norm_heads",
         "4x8x128",

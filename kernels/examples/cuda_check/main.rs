@@ -25,8 +25,8 @@ use rand_chacha::ChaCha8Rng;
 use switchyard_kernels::cpu::{CpuActivations, CpuBackend, Isa};
 use switchyard_kernels::cuda::ops::{self, MatvecInput};
 use switchyard_kernels::cuda::{
-    self, Budgets, CudaDevice, CudaError, CudaMemory, DeviceMemory, PointerTable, Residency,
-    SlotLayout, WeightImage,
+    self, Budgets, CudaDevice, CudaError, CudaMemory, DeviceMemory, PointerTable, Readiness,
+    Residency, ResidentTable, SlotLayout, Tier, WeightImage,
 };
 use switchyard_kernels::formats::dequantize_row;
 use switchyard_kernels::formats::quantize::quantize;
@@ -332,6 +332,70 @@ fn swaps(device: &CudaDevice, swaps: usize) -> Check {
         "{{\"check\":\"swaps\",\"swaps\":{swaps},\"wrong_outputs\":{wrong},\"swap_us_p50\":{:.1},\"swap_us_p99\":{:.1},\"pass\":{pass}}}",
         p(0.5),
         p(0.99)
+    );
+    let copy_up = copy_up_beside_a_batch(device, &mut residency, &expected, (&q, &ds), rows, k)?;
+    Ok(pass && copy_up)
+}
+
+/// Checkpoint 1 moved down to pinned host memory, then up again on the
+/// copy stream while decode matmuls of checkpoint 0 run on the main one:
+/// its table swap is refused until the copy has landed, and after it the
+/// output is checkpoint 1's. Reports the copy's time and rate.
+fn copy_up_beside_a_batch(
+    device: &CudaDevice,
+    residency: &mut Residency<u32, CudaMemory>,
+    expected: &[Vec<f32>],
+    (q, ds): (&CudaSlice<i8>, &CudaSlice<f32>),
+    rows: usize,
+    k: usize,
+) -> Check {
+    let stream = device.stream();
+    let mem = residency.memory().clone();
+    let mut table: ResidentTable<u32, CudaMemory> = PointerTable::new(&mem, 4)?;
+    let address = table.address(&mem);
+    let not_on_disk = || Err(CudaError::Layout("not on disk".into()));
+    residency.demote_to_host(&1, &[0])?;
+    let host_tier = residency.tier(&1) == Tier::Host;
+    residency.swap_to(&mut table, &0)?;
+    let mut out = stream.alloc_zeros::<f32>(rows)?;
+    let matvec = |out: &mut CudaSlice<f32>| {
+        ops::matvec(
+            device,
+            address,
+            3,
+            DType::Q4K,
+            MatvecInput::Quantized { q, ds },
+            out,
+            rows,
+            k,
+            1,
+            false,
+        )
+    };
+    let t = Instant::now();
+    let started = residency.prefetch(&1, &[0], not_on_disk)?;
+    let mut refused_while_copying = false;
+    let mut batches = 0usize;
+    while residency.ready(&1)?.is_none() {
+        refused_while_copying |= residency.swap_to(&mut table, &1).is_err();
+        matvec(&mut out)?;
+        batches += 1;
+    }
+    let copy_ms = t.elapsed().as_secs_f64() * 1e3;
+    stream.synchronize()?;
+    let batch_right = stream.clone_dtoh(&out)? == expected[0] || batches == 0;
+    residency.swap_to(&mut table, &1)?;
+    matvec(&mut out)?;
+    let swapped_right = stream.clone_dtoh(&out)? == expected[1];
+    let pass = host_tier
+        && started == Readiness::Copying
+        && (refused_while_copying || batches == 0)
+        && batch_right
+        && swapped_right;
+    let bytes = residency.device_used() / 2;
+    println!(
+        "{{\"check\":\"copy_up\",\"bytes\":{bytes},\"copy_ms\":{copy_ms:.2},\"gb_s\":{:.1},\"batches_beside\":{batches},\"refused_while_copying\":{refused_while_copying},\"pass\":{pass}}}",
+        bytes as f64 / (copy_ms / 1e3) / 1e9
     );
     Ok(pass)
 }

@@ -9,8 +9,8 @@
 //! memory, not a mock: bytes written are read back, and an address can be
 //! resolved to the bytes behind it as a kernel would ([`HostMemory::read_at`]).
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::CudaError;
@@ -61,6 +61,8 @@ struct HostInner {
     next_address: AtomicU64,
     /// Live buffers by base address, for [`HostMemory::read_at`].
     live: Mutex<BTreeMap<u64, Arc<Mutex<Vec<u8>>>>>,
+    /// The copy stream's queue (`copy_stream.rs`).
+    copies: CopyQueue,
 }
 
 /// A buffer of [`HostMemory`]; dropping it frees its bytes.
@@ -68,6 +70,21 @@ pub struct HostBuffer {
     address: u64,
     data: Arc<Mutex<Vec<u8>>>,
     owner: Arc<HostInner>,
+}
+
+impl HostBuffer {
+    /// Its bytes, shared with a queued copy that writes them later.
+    pub(super) fn shared_data(&self) -> Arc<Mutex<Vec<u8>>> {
+        Arc::clone(&self.data)
+    }
+
+    pub fn len(&self) -> usize {
+        self.data.lock().map(|d| d.len()).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl Drop for HostBuffer {
@@ -89,8 +106,13 @@ impl HostMemory {
                 // Far from zero, so a table slot left at 0 never resolves.
                 next_address: AtomicU64::new(0x7f00_0000_0000),
                 live: Mutex::new(BTreeMap::new()),
+                copies: CopyQueue::default(),
             }),
         }
+    }
+
+    pub(super) fn copies(&self) -> &CopyQueue {
+        &self.inner.copies
     }
 
     /// Bytes allocated now.
@@ -192,6 +214,46 @@ impl DeviceMemory for HostMemory {
 
     fn free_bytes(&self) -> usize {
         self.inner.capacity.saturating_sub(self.used())
+    }
+}
+
+/// One copy in the stand-in's queue.
+pub(super) struct QueuedCopy {
+    pub(super) dst: Arc<Mutex<Vec<u8>>>,
+    pub(super) src: Arc<Vec<u8>>,
+    pub(super) landed: Arc<AtomicBool>,
+}
+
+/// The stand-in's copy stream (`copy_stream.rs`): copies in the order
+/// they were queued, run only when asked.
+#[derive(Default)]
+pub(super) struct CopyQueue {
+    queue: Mutex<VecDeque<QueuedCopy>>,
+}
+
+impl CopyQueue {
+    pub(super) fn push(&self, copy: QueuedCopy) -> Result<(), CudaError> {
+        self.queue.lock().map_err(|_| poisoned())?.push_back(copy);
+        Ok(())
+    }
+
+    /// Runs up to `n` queued copies; how many ran.
+    pub(super) fn run(&self, n: usize) -> usize {
+        let mut ran = 0;
+        while ran < n {
+            let next = self.queue.lock().ok().and_then(|mut q| q.pop_front());
+            let Some(c) = next else { break };
+            if let Ok(mut dst) = c.dst.lock() {
+                dst[..c.src.len()].copy_from_slice(&c.src);
+            }
+            c.landed.store(true, Ordering::SeqCst);
+            ran += 1;
+        }
+        ran
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.queue.lock().map(|q| q.len()).unwrap_or(0)
     }
 }
 

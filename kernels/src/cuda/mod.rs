@@ -26,6 +26,7 @@
 
 pub mod attention_plan;
 pub mod capture_gate;
+pub mod copy_stream;
 mod error;
 pub mod graph_cache;
 pub mod kernel_names;
@@ -43,6 +44,8 @@ pub mod weight_table;
 
 #[cfg(test)]
 mod gate_tests;
+#[cfg(test)]
+mod graph_swap_tests;
 #[cfg(test)]
 mod host_harness;
 
@@ -68,9 +71,10 @@ use device_stub as device;
 pub use backend::{CudaActivations, CudaBackend, CudaConfig, CudaKvStore, CudaMatrix, CudaVector};
 #[cfg(feature = "cuda")]
 pub use buffer::CudaMemory;
+pub use copy_stream::CopyStream;
 pub use device::{open, CudaDevice};
 pub use error::CudaError;
 pub use memory::{DeviceMemory, HostMemory};
 pub use pointer_table::PointerTable;
-pub use residency::{Budgets, Residency, Tier};
+pub use residency::{Budgets, Readiness, Residency, ResidentTable, Tier};
 pub use upload::{SlotLayout, WeightImage};

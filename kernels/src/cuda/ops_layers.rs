@@ -26,11 +26,38 @@ fn i32_of(n: usize) -> Result<i32, CudaError> {
     i32::try_from(n).map_err(|_| CudaError::Layout(format!("{n} exceeds i32")))
 }
 
-/// `out = x / rms(x) · weight` per row (`x`, `out`: `rows × cols`).
+/// A weight vector as the kernels name it: slot `slot` of the pointer
+/// table at device address `table` (`sy_weights.cuh`), never its own
+/// address, so that a captured launch runs whichever checkpoint the table
+/// names when it replays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WeightRef {
+    pub table: u64,
+    pub slot: u32,
+}
+
+/// A one-slot pointer table naming `v`, for launches outside a backend
+/// (the GPU check's): the table must live while launches read it.
+pub fn table_of(
+    stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+    v: &CudaSlice<f32>,
+) -> Result<(CudaSlice<u64>, WeightRef), CudaError> {
+    let table = stream
+        .clone_htod(&[v.device_ptr(stream).0])
+        .map_err(driver("cuMemcpyHtoD (a weight table)"))?;
+    let r = WeightRef {
+        table: table.device_ptr(stream).0,
+        slot: 0,
+    };
+    Ok((table, r))
+}
+
+/// `out = x / rms(x) · weight` per row (`x`, `out`: `rows × cols`;
+/// `weight`: `cols` floats).
 pub fn rms_norm(
     dev: &CudaDevice,
     x: &CudaSlice<f32>,
-    weight: &CudaSlice<f32>,
+    weight: WeightRef,
     eps: f32,
     out: &mut CudaSlice<f32>,
     rows: usize,
@@ -39,17 +66,24 @@ pub fn rms_norm(
     let f = dev.function(KernelModule::Norm, "sy_rms_norm")?;
     let cols = i32_of(cols)?;
     let mut l = dev.stream().launch_builder(&f);
-    l.arg(x).arg(weight).arg(&eps).arg(out).arg(&cols);
-    // SAFETY: x and out hold rows·cols floats, weight cols.
+    l.arg(x)
+        .arg(&weight.table)
+        .arg(&weight.slot)
+        .arg(&eps)
+        .arg(out)
+        .arg(&cols);
+    // SAFETY: x and out hold rows·cols floats, the weight cols (the
+    // caller's check).
     unsafe { l.launch(launch_cfg((rows, 1), 256)?) }.map_err(driver("sy_rms_norm"))?;
     Ok(())
 }
 
-/// Each `head_dim`-wide head of `x` (`rows × heads·head_dim`) normalised in place.
+/// Each `head_dim`-wide head of `x` (`rows × heads·head_dim`) normalised
+/// in place (`weight`: `head_dim` floats).
 pub fn rms_norm_heads(
     dev: &CudaDevice,
     x: &mut CudaSlice<f32>,
-    weight: &CudaSlice<f32>,
+    weight: WeightRef,
     eps: f32,
     rows: usize,
     heads: usize,
@@ -58,8 +92,14 @@ pub fn rms_norm_heads(
     let f = dev.function(KernelModule::Norm, "sy_rms_norm_heads")?;
     let (h, d) = (i32_of(heads)?, i32_of(head_dim)?);
     let mut l = dev.stream().launch_builder(&f);
-    l.arg(x).arg(weight).arg(&eps).arg(&h).arg(&d);
-    // SAFETY: x holds rows·heads·head_dim floats, weight head_dim.
+    l.arg(x)
+        .arg(&weight.table)
+        .arg(&weight.slot)
+        .arg(&eps)
+        .arg(&h)
+        .arg(&d);
+    // SAFETY: x holds rows·heads·head_dim floats, the weight head_dim
+    // (the caller's check).
     unsafe { l.launch(launch_cfg((heads.div_ceil(4), rows), 128)?) }
         .map_err(driver("sy_rms_norm_heads"))?;
     Ok(())
@@ -170,25 +210,22 @@ pub fn softmax(
     Ok(())
 }
 
-/// `x[r] += bias` for every row of `x` (`bias`: `cols` floats).
+/// `bias` (`cols` floats, the caller's check) added to every row of `x`.
 pub fn add_bias(
     dev: &CudaDevice,
     x: &mut CudaSlice<f32>,
-    bias: &CudaSlice<f32>,
+    bias: WeightRef,
     cols: usize,
 ) -> Result<(), CudaError> {
     let n = x.len();
-    if bias.len() < cols || cols == 0 {
-        return Err(CudaError::Layout(format!(
-            "sy_add_bias: a bias of {} for rows of {cols}",
-            bias.len()
-        )));
+    if cols == 0 {
+        return Err(CudaError::Layout("sy_add_bias: rows of 0".into()));
     }
     let f = dev.function(KernelModule::Elementwise, "sy_add_bias")?;
     let c = i32_of(cols)?;
     let mut l = dev.stream().launch_builder(&f);
-    l.arg(x).arg(bias).arg(&c).arg(&n);
-    // SAFETY: x holds n floats, bias cols (checked).
+    l.arg(x).arg(&bias.table).arg(&bias.slot).arg(&c).arg(&n);
+    // SAFETY: x holds n floats, the bias cols.
     unsafe { l.launch(launch_cfg((n.div_ceil(256), 1), 256)?) }.map_err(driver("sy_add_bias"))?;
     Ok(())
 }

@@ -1,36 +1,87 @@
 //! Where each checkpoint's weights are: device memory within a byte
-//! budget, else host memory (pinned on a GPU, so the copy up overlaps the
-//! running batch) within its own budget, else only on disk. Making a
-//! checkpoint device-resident evicts the least recently used ones that the
-//! running batch does not need, device to host and host to disk.
+//! budget, else host memory (pinned on a GPU) within its own budget, else
+//! only on disk. Making a checkpoint device-resident evicts the least
+//! recently used ones that the running batch does not need, device to host
+//! and host to disk.
 //!
-//! This is bookkeeping over [`DeviceMemory`], the same on a GPU and on the
+//! A move up is asynchronous: [`Residency::prefetch`] starts the copy on
+//! the copy stream (`copy_stream.rs`) and returns, so the next batch's
+//! checkpoint moves up while the current batch runs. Until the copy has
+//! landed the checkpoint is [`Tier::Uploading`]: [`Residency::ready`]
+//! gives no table entries for it, [`Residency::swap_to`] refuses to point a
+//! table at it, and eviction never picks it (its buffer is being written).
+//!
+//! This is bookkeeping over [`CopyStream`], the same on a GPU and on the
 //! host stand-in; the registry and routing read [`Residency::tier`].
 
 use std::collections::HashMap;
 use std::hash::Hash;
 
-use super::memory::DeviceMemory;
+use super::copy_stream::CopyStream;
+use super::pointer_table::PointerTable;
 use super::upload::{Placed, WeightImage};
 use super::CudaError;
 
 /// A checkpoint's fastest copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tier {
+    /// In device memory, ready to run.
     Device,
+    /// Being copied up from host memory; not to be run yet.
+    Uploading,
+    /// In (pinned) host memory.
     Host,
+    /// Only in its file.
     Disk,
 }
 
-struct Entry<B> {
+/// Whether a checkpoint can run now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Readiness {
+    /// Device-resident: its pointer-table entries.
+    Ready(Vec<u64>),
+    /// Its copy up is in flight.
+    Copying,
+}
+
+struct Entry<M: CopyStream> {
     /// Where the tensors lie in the image (the same in every tier).
     placed: Vec<Placed>,
     bytes: usize,
-    device: Option<B>,
-    host: Option<Vec<u8>>,
+    device: Option<M::Buffer>,
+    /// The copy up in flight, and the host bytes it reads.
+    upload: Option<(M::Copy, M::Pinned)>,
+    host: Option<M::Pinned>,
     /// The pointer-table entries of the device copy.
     entries: Vec<u64>,
+    /// Which upload the device copy is (a table pointing at an earlier
+    /// one must copy again).
+    upload_id: u64,
     last_used: u64,
+}
+
+impl<M: CopyStream> Entry<M> {
+    fn empty(bytes: usize) -> Self {
+        Entry {
+            placed: Vec::new(),
+            bytes,
+            device: None,
+            upload: None,
+            host: None,
+            entries: Vec::new(),
+            upload_id: 0,
+            last_used: 0,
+        }
+    }
+
+    fn holds_host_bytes(&self) -> bool {
+        self.host.is_some() || self.upload.is_some()
+    }
+
+    /// Device-resident and not being written: may be evicted or run.
+    fn settled_on_device(&self) -> bool {
+        self.device.is_some() && self.upload.is_none()
+    }
 }
 
 /// Byte budgets of the two memory tiers.
@@ -40,10 +91,10 @@ pub struct Budgets {
     pub host: usize,
 }
 
-pub struct Residency<K, M: DeviceMemory> {
+pub struct Residency<K, M: CopyStream> {
     memory: M,
     budgets: Budgets,
-    entries: HashMap<K, Entry<M::Buffer>>,
+    entries: HashMap<K, Entry<M>>,
     clock: u64,
     moves: Moves,
 }
@@ -56,7 +107,12 @@ pub struct Moves {
     pub host_to_disk: u64,
 }
 
-impl<K: Eq + Hash + Clone + std::fmt::Debug, M: DeviceMemory> Residency<K, M> {
+/// A pointer table over checkpoints of a [`Residency`]: keyed by the
+/// checkpoint and its upload, so that a checkpoint evicted and uploaded
+/// again (at another address) is copied into the table again.
+pub type ResidentTable<K, M> = PointerTable<(K, u64), M>;
+
+impl<K: Eq + Hash + Clone + std::fmt::Debug, M: CopyStream> Residency<K, M> {
     pub fn new(memory: M, budgets: Budgets) -> Self {
         Residency {
             memory,
@@ -71,9 +127,17 @@ impl<K: Eq + Hash + Clone + std::fmt::Debug, M: DeviceMemory> Residency<K, M> {
         &self.memory
     }
 
+    pub fn budgets(&self) -> Budgets {
+        self.budgets
+    }
+
+    /// Where `key` is now (an upload that has landed is on the device).
     pub fn tier(&self, key: &K) -> Tier {
         match self.entries.get(key) {
-            Some(e) if e.device.is_some() => Tier::Device,
+            Some(e) if e.device.is_some() => match &e.upload {
+                Some((copy, _)) if !self.memory.landed(copy).unwrap_or(false) => Tier::Uploading,
+                _ => Tier::Device,
+            },
             Some(e) if e.host.is_some() => Tier::Host,
             _ => Tier::Disk,
         }
@@ -87,10 +151,11 @@ impl<K: Eq + Hash + Clone + std::fmt::Debug, M: DeviceMemory> Residency<K, M> {
             .sum()
     }
 
+    /// Host bytes held: host copies, and the sources of copies in flight.
     pub fn host_used(&self) -> usize {
         self.entries
             .values()
-            .filter(|e| e.host.is_some())
+            .filter(|e| e.holds_host_bytes())
             .map(|e| e.bytes)
             .sum()
     }
@@ -104,103 +169,179 @@ impl<K: Eq + Hash + Clone + std::fmt::Debug, M: DeviceMemory> Residency<K, M> {
     pub fn insert_host(&mut self, key: K, image: WeightImage) -> Result<(), CudaError> {
         let bytes = image.bytes.len();
         self.make_host_room(bytes, std::slice::from_ref(&key))?;
+        let pinned = self.memory.pin(&image.bytes)?;
         self.clock += 1;
-        let entry = self.entries.entry(key).or_insert(Entry {
-            placed: Vec::new(),
-            bytes,
-            device: None,
-            host: None,
-            entries: Vec::new(),
-            last_used: 0,
-        });
+        let entry = self.entries.entry(key).or_insert(Entry::empty(bytes));
         entry.bytes = bytes;
         entry.placed = image.placed;
-        entry.host = Some(image.bytes);
+        entry.host = Some(pinned);
         entry.last_used = self.clock;
         Ok(())
     }
 
-    /// Makes `key` device-resident and returns its pointer-table entries.
-    /// `busy` are the checkpoints of the running batch (never evicted);
-    /// `load` reads the checkpoint from disk when it has no host copy.
+    /// A landed upload of `key` becomes a plain device copy: the host
+    /// bytes it read are released (eviction copies them back down).
+    fn settle(&mut self, key: &K) -> Result<(), CudaError> {
+        let Some(e) = self.entries.get_mut(key) else {
+            return Ok(());
+        };
+        if let Some((copy, _)) = &e.upload {
+            if self.memory.landed(copy)? {
+                e.upload = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts making `key` device-resident and returns at once: ready
+    /// (its pointer-table entries), or its copy up in flight. `busy` are
+    /// the checkpoints of the running batch (never evicted); `load` reads
+    /// the checkpoint from disk when it has no host copy.
+    pub fn prefetch(
+        &mut self,
+        key: &K,
+        busy: &[K],
+        load: impl FnOnce() -> Result<WeightImage, CudaError>,
+    ) -> Result<Readiness, CudaError> {
+        self.settle(key)?;
+        self.clock += 1;
+        if let Some(e) = self.entries.get_mut(key) {
+            if e.device.is_some() {
+                e.last_used = self.clock;
+                return Ok(match e.upload {
+                    None => Readiness::Ready(e.entries.clone()),
+                    Some(_) => Readiness::Copying,
+                });
+            }
+        }
+        let held = self.entries.get_mut(key).and_then(|e| e.host.take());
+        let (pinned, placed) = match held {
+            Some(pinned) => {
+                let placed = self
+                    .entries
+                    .get(key)
+                    .map(|e| e.placed.clone())
+                    .unwrap_or_default();
+                (pinned, placed)
+            }
+            None => {
+                let image = load()?;
+                let bytes = image.bytes.len();
+                // Best effort: the loaded bytes are held only until their
+                // copy lands, so a full host tier does not stop the load.
+                let _ = self.make_host_room(bytes, &[busy, std::slice::from_ref(key)].concat());
+                (self.memory.pin(&image.bytes)?, image.placed)
+            }
+        };
+        let bytes = M::pinned_len(&pinned);
+        let mut keep = busy.to_vec();
+        keep.push(key.clone());
+        if let Err(e) = self.make_device_room(bytes, &keep) {
+            self.put_back_host(key, pinned, placed, bytes);
+            return Err(e);
+        }
+        let started = self.memory.alloc(bytes).and_then(|mut buf| {
+            let copy = self.memory.copy_up(&mut buf, &pinned)?;
+            Ok((buf, copy))
+        });
+        let (buf, copy) = match started {
+            Ok(started) => started,
+            Err(e) => {
+                self.put_back_host(key, pinned, placed, bytes);
+                return Err(e);
+            }
+        };
+        let base = self.memory.address(&buf);
+        self.moves.uploads += 1;
+        let entry = self
+            .entries
+            .entry(key.clone())
+            .or_insert(Entry::empty(bytes));
+        entry.bytes = bytes;
+        entry.entries = placed.iter().map(|p| base + p.offset as u64).collect();
+        entry.placed = placed;
+        entry.device = Some(buf);
+        entry.upload = Some((copy, pinned));
+        entry.upload_id = self.moves.uploads;
+        entry.last_used = self.clock;
+        Ok(Readiness::Copying)
+    }
+
+    /// `key`'s pointer-table entries once it is device-resident and its
+    /// copy has landed; `None` before.
+    pub fn ready(&mut self, key: &K) -> Result<Option<Vec<u64>>, CudaError> {
+        self.settle(key)?;
+        Ok(self
+            .entries
+            .get(key)
+            .filter(|e| e.settled_on_device())
+            .map(|e| e.entries.clone()))
+    }
+
+    /// Makes `key` device-resident, waiting for its copy, and returns its
+    /// pointer-table entries.
     pub fn ensure_device(
         &mut self,
         key: &K,
         busy: &[K],
         load: impl FnOnce() -> Result<WeightImage, CudaError>,
     ) -> Result<Vec<u64>, CudaError> {
+        if let Readiness::Ready(entries) = self.prefetch(key, busy, load)? {
+            return Ok(entries);
+        }
+        self.wait_for(key)?;
+        self.ready(key)?
+            .ok_or_else(|| CudaError::Layout(format!("checkpoint {key:?} left the device")))
+    }
+
+    /// Waits for `key`'s copy up, if one is in flight.
+    fn wait_for(&mut self, key: &K) -> Result<(), CudaError> {
+        if let Some((copy, _)) = self.entries.get(key).and_then(|e| e.upload.as_ref()) {
+            self.memory.wait(copy)?;
+        }
+        self.settle(key)
+    }
+
+    /// Points `table` at `key` for the next batch: one small copy, none
+    /// when it already points at this upload of it. Refused while `key` is
+    /// not on the device or its copy is still in flight: a batch never
+    /// reads a checkpoint that is still being written.
+    pub fn swap_to(&mut self, table: &mut ResidentTable<K, M>, key: &K) -> Result<(), CudaError> {
+        let Some(entries) = self.ready(key)? else {
+            return Err(CudaError::Layout(format!(
+                "checkpoint {key:?} is {:?}, not ready on the device: prefetch it and \
+                 swap once its copy has landed",
+                self.tier(key)
+            )));
+        };
+        let id = self.entries.get(key).map_or(0, |e| e.upload_id);
         self.clock += 1;
         if let Some(e) = self.entries.get_mut(key) {
-            if e.device.is_some() {
-                e.last_used = self.clock;
-                return Ok(e.entries.clone());
-            }
+            e.last_used = self.clock;
         }
-        let held = self.entries.get_mut(key).and_then(|e| {
-            let bytes = e.host.take()?;
-            Some(WeightImage {
-                bytes,
-                placed: e.placed.clone(),
-            })
-        });
-        let image = match held {
-            Some(image) => image,
-            None => load()?,
-        };
-        let bytes = image.bytes.len();
-        let mut keep = busy.to_vec();
-        keep.push(key.clone());
-        if let Err(e) = self.make_device_room(bytes, &keep) {
-            self.put_back_host(key, image);
-            return Err(e);
-        }
-        let upload = self.memory.alloc(bytes).and_then(|mut buf| {
-            self.memory.write(&mut buf, 0, &image.bytes)?;
-            Ok(buf)
-        });
-        let buf = match upload {
-            Ok(buf) => buf,
-            Err(e) => {
-                self.put_back_host(key, image);
-                return Err(e);
-            }
-        };
-        let entries = image.table_entries(self.memory.address(&buf));
-        self.moves.uploads += 1;
-        // The device copy stands in for the host one (whose bytes drop
-        // here); eviction copies it back to the host tier.
-        let entry = self.entries.entry(key.clone()).or_insert(Entry {
-            placed: Vec::new(),
-            bytes,
-            device: None,
-            host: None,
-            entries: Vec::new(),
-            last_used: 0,
-        });
+        table.swap_to(&self.memory, &(key.clone(), id), &entries)
+    }
+
+    /// A failed upload leaves the host copy where it was.
+    fn put_back_host(&mut self, key: &K, pinned: M::Pinned, placed: Vec<Placed>, bytes: usize) {
+        let entry = self
+            .entries
+            .entry(key.clone())
+            .or_insert(Entry::empty(bytes));
+        entry.host = Some(pinned);
+        entry.placed = placed;
         entry.bytes = bytes;
-        entry.placed = image.placed;
-        entry.device = Some(buf);
-        entry.entries = entries.clone();
-        entry.last_used = self.clock;
-        Ok(entries)
     }
 
-    /// A failed upload leaves a held host copy where it was.
-    fn put_back_host(&mut self, key: &K, image: WeightImage) {
-        if let Some(e) = self.entries.get_mut(key) {
-            e.host = Some(image.bytes);
-        }
-    }
-
-    /// Evicts least recently used device copies not in `keep` until
-    /// `bytes` more fit the device budget.
+    /// Evicts least recently used device copies not in `keep` (and not
+    /// being written) until `bytes` more fit the device budget.
     fn make_device_room(&mut self, bytes: usize, keep: &[K]) -> Result<(), CudaError> {
         let budget = self.budgets.device;
         while self.device_used() + bytes > budget {
             let victim = self
                 .entries
                 .iter()
-                .filter(|(k, e)| e.device.is_some() && !keep.contains(k))
+                .filter(|(k, e)| e.settled_on_device() && !keep.contains(k))
                 .min_by_key(|(_, e)| e.last_used)
                 .map(|(k, _)| k.clone());
             let Some(victim) = victim else {
@@ -218,8 +359,9 @@ impl<K: Eq + Hash + Clone + std::fmt::Debug, M: DeviceMemory> Residency<K, M> {
 
     /// Copies a device-resident checkpoint back to the host tier (or drops
     /// it to disk when the host budget cannot take it) and frees its
-    /// device memory.
+    /// device memory. A copy up in flight is waited for first.
     pub fn demote_to_host(&mut self, key: &K, keep: &[K]) -> Result<(), CudaError> {
+        self.wait_for(key)?;
         let Some(e) = self.entries.get_mut(key) else {
             return Ok(());
         };
@@ -231,9 +373,7 @@ impl<K: Eq + Hash + Clone + std::fmt::Debug, M: DeviceMemory> Residency<K, M> {
         self.moves.device_to_host += 1;
         let mut host = None;
         if bytes <= self.budgets.host && self.make_host_room(bytes, keep).is_ok() {
-            let mut data = vec![0u8; bytes];
-            self.memory.read(&buf, 0, &mut data)?;
-            host = Some(data);
+            host = Some(self.memory.copy_down(&buf)?);
         }
         // The device buffer is freed here, whatever the host tier took.
         drop(buf);
@@ -249,7 +389,8 @@ impl<K: Eq + Hash + Clone + std::fmt::Debug, M: DeviceMemory> Residency<K, M> {
     }
 
     /// Moves least recently used host copies not in `keep` to disk until
-    /// `bytes` more fit the host budget.
+    /// `bytes` more fit the host budget (the sources of copies in flight
+    /// stay until their copies land).
     fn make_host_room(&mut self, bytes: usize, keep: &[K]) -> Result<(), CudaError> {
         let budget = self.budgets.host;
         while self.host_used() + bytes > budget {
@@ -277,99 +418,5 @@ impl<K: Eq + Hash + Clone + std::fmt::Debug, M: DeviceMemory> Residency<K, M> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::memory::HostMemory;
-    use super::super::upload::SlotLayout;
-    use super::*;
-    use crate::{DType, WeightView};
-
-    /// A one-tensor checkpoint of `kib` KiB filled with `fill`.
-    fn image(kib: usize, fill: u8) -> WeightImage {
-        let layout = SlotLayout::new(vec!["w".into()]).unwrap();
-        let view = WeightView::new(
-            DType::Q8_0,
-            kib * 1024 / 34,
-            32,
-            vec![fill; kib * 1024 / 34 * 34].into(),
-        )
-        .unwrap();
-        WeightImage::pack(&layout, vec![("w", view)]).unwrap()
-    }
-
-    fn residency(device_kib: usize, host_kib: usize) -> Residency<&'static str, HostMemory> {
-        let budgets = Budgets {
-            device: device_kib * 1024,
-            host: host_kib * 1024,
-        };
-        // The stand-in device is bigger than the budget: the budget, not
-        // the memory, is what is tested.
-        Residency::new(HostMemory::new(1 << 24), budgets)
-    }
-
-    fn never() -> Result<WeightImage, CudaError> {
-        Err(CudaError::Layout("loaded from disk unexpectedly".into()))
-    }
-
-    #[test]
-    fn least_recently_used_checkpoints_move_down_a_tier() {
-        let mut r = residency(20, 20);
-        for (k, fill) in [("a", 1), ("b", 2), ("c", 3)] {
-            r.insert_host(k, image(8, fill)).unwrap();
-        }
-        // Three of 8 KiB exceed the 20 KiB host budget: `a` went to disk.
-        assert_eq!(r.tier(&"a"), Tier::Disk);
-        assert_eq!(r.tier(&"b"), Tier::Host);
-        let b = r.ensure_device(&"b", &[], never).unwrap();
-        let c = r.ensure_device(&"c", &[], never).unwrap();
-        assert_eq!((r.tier(&"b"), r.tier(&"c")), (Tier::Device, Tier::Device));
-        assert_eq!(r.device_used(), 2 * image(8, 0).bytes.len());
-        // The device copies hold the checkpoints' bytes where the table says.
-        let mem = r.memory().clone();
-        assert_eq!(mem.read_at(b[0], 4), Some(vec![2; 4]));
-        assert_eq!(mem.read_at(c[0], 4), Some(vec![3; 4]));
-        // `a` comes from disk; `b` is the least recently used, `c` busy.
-        let a = r.ensure_device(&"a", &["c"], || Ok(image(8, 1))).unwrap();
-        assert_eq!(r.tier(&"b"), Tier::Host, "evicted to pinned host memory");
-        assert_eq!(r.tier(&"c"), Tier::Device);
-        assert_eq!(mem.read_at(a[0], 4), Some(vec![1; 4]));
-        // `b` comes back from its host copy, with its bytes intact.
-        let b = r.ensure_device(&"b", &["a"], never).unwrap();
-        assert_eq!(mem.read_at(b[0], 4), Some(vec![2; 4]));
-        assert_eq!(r.tier(&"c"), Tier::Host);
-        assert_eq!(r.moves().uploads, 4);
-        assert_eq!(r.moves().device_to_host, 2);
-        // A resident checkpoint costs no copy.
-        assert_eq!(r.ensure_device(&"b", &[], never).unwrap(), b);
-        assert_eq!(r.moves().uploads, 4);
-    }
-
-    #[test]
-    fn a_checkpoint_that_cannot_fit_is_an_error_and_keeps_its_host_copy() {
-        let mut r = residency(10, 100);
-        r.insert_host("a", image(8, 1)).unwrap();
-        r.insert_host("b", image(8, 2)).unwrap();
-        r.ensure_device(&"a", &[], never).unwrap();
-        // `a` is busy, so `b` has no room.
-        let err = r.ensure_device(&"b", &["a"], never).unwrap_err();
-        assert!(
-            matches!(err, CudaError::Budget { budget: 10240, .. }),
-            "{err}"
-        );
-        assert_eq!(r.tier(&"b"), Tier::Host);
-        // Bigger than the whole budget: never fits.
-        r.insert_host("big", image(12, 3)).unwrap();
-        assert!(r.ensure_device(&"big", &[], never).is_err());
-        assert_eq!(r.tier(&"big"), Tier::Host);
-    }
-
-    #[test]
-    fn eviction_without_host_room_goes_to_disk() {
-        let mut r = residency(10, 0);
-        r.ensure_device(&"a", &[], || Ok(image(8, 1))).unwrap();
-        r.ensure_device(&"b", &[], || Ok(image(8, 2))).unwrap();
-        assert_eq!(r.tier(&"a"), Tier::Disk);
-        assert_eq!(r.moves().host_to_disk, 1);
-        // The freed device memory went back to the device.
-        assert_eq!(r.memory().used(), image(8, 0).bytes.len());
-    }
-}
+#[path = "residency_tests.rs"]
+mod tests;

@@ -70,7 +70,7 @@ impl PoolSnapshot {
         for model in models {
             for version in &model.versions {
                 let id = (model.name.clone(), version.version.clone());
-                if version.tier == Tier::Ram {
+                if version.tier.is_resident() {
                     resident.push(id);
                 } else if version.queued > 0 {
                     waiting_checkpoints.push(id);

@@ -27,6 +27,7 @@ mod scratch;
 mod step;
 mod step_state;
 mod tensors;
+mod weight_refs;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
@@ -66,6 +67,9 @@ pub struct CudaBackend {
     memory: CudaMemory,
     weights: WeightTable<CudaMemory>,
     blas: CudaBlas,
+    /// cuBLAS's workspace (see [`BLAS_WORKSPACE`]); declared after `blas`,
+    /// so dropped after it.
+    _blas_workspace: cudarc::driver::CudaSlice<u8>,
     /// Buffers the products reuse across calls (q8_1 activations, F16
     /// weights and activations for cuBLAS), held for a whole
     /// `matmul_many`: the backend's only lock.
@@ -93,11 +97,13 @@ impl CudaBackend {
             op: "cublasCreate",
             detail: format!("{e:?}"),
         })?;
+        let workspace = set_blas_workspace(&dev, &blas)?;
         Ok(CudaBackend {
             dev,
             memory,
             weights,
             blas,
+            _blas_workspace: workspace,
             scratch: Mutex::new(scratch::Scratch::default()),
             step: Mutex::new(step_state::StepState::default()),
             gate,
@@ -114,6 +120,40 @@ impl CudaBackend {
     pub fn weight_table(&self) -> &WeightTable<CudaMemory> {
         &self.weights
     }
+}
+
+/// Bytes of cuBLAS's workspace: NVIDIA's advice for Hopper (32 MiB; 4 MiB
+/// would do before it). Set once at open, so that a product of more than
+/// [`products::DECODE_MAX_ROWS`] rows inside a captured step allocates
+/// nothing: cuBLAS would otherwise take its workspace from the driver,
+/// which a capture refuses.
+pub const BLAS_WORKSPACE: usize = 32 << 20;
+
+fn set_blas_workspace(
+    dev: &CudaDevice,
+    blas: &CudaBlas,
+) -> Result<cudarc::driver::CudaSlice<u8>, CudaError> {
+    use cudarc::driver::DevicePtr;
+    let buf = dev
+        .stream()
+        .alloc_zeros::<u8>(BLAS_WORKSPACE)
+        .map_err(super::error::driver("cuMemAlloc (cuBLAS workspace)"))?;
+    let ptr = buf.device_ptr(dev.stream()).0;
+    // SAFETY: the handle is live; the buffer holds BLAS_WORKSPACE bytes and
+    // outlives the handle (the backend drops `blas` first).
+    unsafe {
+        cudarc::cublas::sys::cublasSetWorkspace_v2(
+            *blas.handle(),
+            ptr as *mut std::ffi::c_void,
+            BLAS_WORKSPACE,
+        )
+    }
+    .result()
+    .map_err(|e| CudaError::Driver {
+        op: "cublasSetWorkspace",
+        detail: format!("{e:?}"),
+    })?;
+    Ok(buf)
 }
 
 /// A CUDA failure as the backend trait reports it.

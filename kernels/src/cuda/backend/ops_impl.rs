@@ -87,6 +87,8 @@ impl Backend for CudaBackend {
     type Activations = CudaActivations;
     type KvStore = CudaKvStore;
 
+    const DEVICE_MEMORY: bool = true;
+
     fn name(&self) -> String {
         let (major, minor) = self.dev.capability();
         format!("cuda-sm_{major}{minor}")
@@ -112,8 +114,12 @@ impl Backend for CudaBackend {
     }
 
     fn vector(&self, values: &[f32]) -> Result<CudaVector, KernelError> {
+        let buf = self.upload(values)?;
+        let slot = self.weights.insert(self.addr(&buf)).map_err(device_err)?;
         Ok(CudaVector {
-            buf: self.upload(values)?,
+            slot: std::mem::ManuallyDrop::new(slot),
+            buf: std::mem::ManuallyDrop::new(buf),
+            gate: std::sync::Arc::clone(&self.gate),
         })
     }
 
@@ -236,11 +242,12 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         let ids = self.stage(&bytes_of(tokens), kind::TOKENS)?;
-        let (table_addr, cols, n) = (self.weights.address(), table.cols, tokens.len());
+        let weight = self.weight_ref(self.held_matrix(table))?;
+        let (cols, n) = (table.cols, tokens.len());
         let sig = [
             op::EMBED,
-            table_addr,
-            u64::from(table.slot()),
+            weight.table,
+            u64::from(weight.slot),
             u64::from(table.dtype.ggml_id()),
             ids.addr,
             n as u64,
@@ -253,8 +260,8 @@ impl Backend for CudaBackend {
         }
         ops::embed(
             &self.dev,
-            table_addr,
-            table.slot(),
+            weight.table,
+            weight.slot,
             table.dtype,
             ids.addr,
             n,
@@ -282,10 +289,12 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         let (rows, cols) = (x.rows, x.cols);
+        let w = self.weight_ref(self.held_vector(weight))?;
         let sig = [
             op::RMS_NORM,
             self.addr(x.buf()?),
-            self.addr(&weight.buf),
+            w.table,
+            u64::from(w.slot),
             u64::from(eps.to_bits()),
             self.addr(out.buf()?),
             rows as u64,
@@ -295,16 +304,8 @@ impl Backend for CudaBackend {
         if entered.launch == Launch::Skip {
             return Ok(());
         }
-        ops_layers::rms_norm(
-            &self.dev,
-            x.buf()?,
-            &weight.buf,
-            eps,
-            out.buf_mut()?,
-            rows,
-            cols,
-        )
-        .map_err(device_err)
+        ops_layers::rms_norm(&self.dev, x.buf()?, w, eps, out.buf_mut()?, rows, cols)
+            .map_err(device_err)
     }
 
     fn matmul(
@@ -476,10 +477,12 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         let (rows, heads) = (x.rows, x.cols / head_dim);
+        let w = self.weight_ref(self.held_vector(weight))?;
         let sig = [
             op::RMS_NORM_HEADS,
             self.addr(x.buf()?),
-            self.addr(&weight.buf),
+            w.table,
+            u64::from(w.slot),
             u64::from(eps.to_bits()),
             rows as u64,
             heads as u64,
@@ -489,16 +492,8 @@ impl Backend for CudaBackend {
         if entered.launch == Launch::Skip {
             return Ok(());
         }
-        ops_layers::rms_norm_heads(
-            &self.dev,
-            x.buf_mut()?,
-            &weight.buf,
-            eps,
-            rows,
-            heads,
-            head_dim,
-        )
-        .map_err(device_err)
+        ops_layers::rms_norm_heads(&self.dev, x.buf_mut()?, w, eps, rows, heads, head_dim)
+            .map_err(device_err)
     }
 
     fn add(&self, x: &mut CudaActivations, y: &CudaActivations) -> Result<(), KernelError> {

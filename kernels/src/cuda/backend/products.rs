@@ -13,7 +13,7 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr,
 
 use super::super::memory::DeviceMemory;
 use super::super::ops::{self, MatvecInput};
-use super::super::ops_layers;
+use super::super::ops_layers::{self, WeightRef};
 use super::super::step_graph::Launch;
 use super::scratch::Scratch;
 use super::step::op;
@@ -81,8 +81,20 @@ fn check(x: &CudaActivations, p: &Product<'_>) -> Result<(), KernelError> {
     })
 }
 
+/// How one product's launches name its weight and bias
+/// (`weight_refs.rs`).
+#[derive(Clone, Copy)]
+struct Refs {
+    weight: WeightRef,
+    bias: Option<WeightRef>,
+}
+
 impl CudaBackend {
-    /// Every product of `products` on the rows of `x`.
+    /// Every product of `products` on the rows of `x`: up to
+    /// [`DECODE_MAX_ROWS`] through the decode kernels, more through cuBLAS;
+    /// either way recorded into a captured step (cuBLAS has its workspace
+    /// set, so it allocates nothing inside a capture), so that a decode
+    /// step of any batch replays as one graph.
     pub(super) fn products(
         &self,
         x: &CudaActivations,
@@ -101,29 +113,59 @@ impl CudaBackend {
             .scratch
             .lock()
             .map_err(|_| poisoned("matmul scratch"))?;
+        let refs = self.product_refs(products)?;
         let launch = if x.rows <= DECODE_MAX_ROWS {
-            self.decode(x, products, &mut scratch)?
+            self.decode(x, products, &refs, &mut scratch)?
         } else {
-            if !self.eager() {
-                // cuBLAS would allocate its workspace inside the capture.
-                return Err(KernelError::StepDiverged(format!(
-                    "{} rows go through cuBLAS, which is not captured",
-                    x.rows
-                )));
-            }
-            self.prefill(x, products, &mut scratch)?;
-            Launch::Run
+            self.prefill(x, products, &refs, &mut scratch)?
         };
         if launch == Launch::Skip {
             return Ok(());
         }
-        for p in products.iter_mut() {
-            if let Some(bias) = p.bias {
-                ops_layers::add_bias(&self.dev, p.out.buf_mut()?, &bias.buf, p.w.rows)
+        for (p, r) in products.iter_mut().zip(&refs) {
+            if let Some(bias) = r.bias {
+                ops_layers::add_bias(&self.dev, p.out.buf_mut()?, bias, p.w.rows)
                     .map_err(device_err)?;
             }
         }
         Ok(())
+    }
+
+    /// The weights and biases of `products` as this step names them.
+    fn product_refs(&self, products: &[Product<'_>]) -> Result<Vec<Refs>, KernelError> {
+        let mut held: Vec<_> = products.iter().map(|p| self.held_matrix(p.w)).collect();
+        held.extend(
+            products
+                .iter()
+                .filter_map(|p| p.bias)
+                .map(|b| self.held_vector(b)),
+        );
+        let refs = self.weight_refs(&held)?;
+        let (weights, biases) = refs.split_at(products.len());
+        let mut biases = biases.iter();
+        Ok(products
+            .iter()
+            .zip(weights)
+            .map(|(p, weight)| Refs {
+                weight: *weight,
+                bias: p.bias.and_then(|_| biases.next().copied()),
+            })
+            .collect())
+    }
+
+    /// The signature words of one product: what it reads and writes.
+    fn product_words(&self, p: &Product<'_>, r: &Refs) -> Result<[u64; 8], KernelError> {
+        let bias = r.bias.map_or([0, 0], |b| [b.table, u64::from(b.slot)]);
+        Ok([
+            r.weight.table,
+            u64::from(r.weight.slot),
+            u64::from(p.w.dtype.ggml_id()),
+            self.addr(p.out.buf()?),
+            p.w.rows as u64,
+            u64::from(p.accumulate),
+            bias[0],
+            bias[1],
+        ])
     }
 
     /// The decode products, or their launches skipped (a replay: the
@@ -132,6 +174,7 @@ impl CudaBackend {
         &self,
         x: &CudaActivations,
         products: &mut [Product<'_>],
+        refs: &[Refs],
         scratch: &mut Scratch,
     ) -> Result<Launch, KernelError> {
         let (n, k) = (x.rows, x.cols);
@@ -154,15 +197,8 @@ impl CudaBackend {
             sig.push(q.map_or(0, |b| self.addr(b)));
             sig.push(ds.map_or(0, |b| self.addr(b)));
         }
-        for p in products.iter() {
-            sig.extend([
-                u64::from(p.w.slot()),
-                u64::from(p.w.dtype.ggml_id()),
-                self.addr(p.out.buf()?),
-                p.w.rows as u64,
-                u64::from(p.accumulate),
-                p.bias.map_or(0, |b| self.addr(&b.buf)),
-            ]);
+        for (p, r) in products.iter().zip(refs) {
+            sig.extend(self.product_words(p, r)?);
         }
         if self.enter(&sig)?.launch == Launch::Skip {
             return Ok(Launch::Skip);
@@ -170,18 +206,17 @@ impl CudaBackend {
         if let (true, Some(q), Some(ds)) = (quantized, scratch.q.as_mut(), scratch.ds.as_mut()) {
             ops::quantize_q8_1(&self.dev, xs, n, k, q, ds).map_err(device_err)?;
         }
-        for p in products.iter_mut() {
+        for (p, r) in products.iter_mut().zip(refs) {
             let input = match (&scratch.q, &scratch.ds) {
                 (Some(q), Some(ds)) if p.w.dtype.is_quantized() => MatvecInput::Quantized { q, ds },
                 _ => MatvecInput::Float(xs),
             };
-            let table = self.weights.address();
             let (dtype, rows) = (p.w.dtype, p.w.rows);
             let out = p.out.buf_mut()?;
             ops::matvec(
                 &self.dev,
-                table,
-                p.w.slot(),
+                r.weight.table,
+                r.weight.slot,
                 dtype,
                 input,
                 out,
@@ -195,21 +230,55 @@ impl CudaBackend {
         Ok(Launch::Run)
     }
 
+    /// The products of many rows through cuBLAS, or their launches
+    /// skipped (a replay). Quantized weights are decoded to F16 through
+    /// their references, so a replay reads the step's checkpoint; F32 and
+    /// F16 weights go to cuBLAS by address, which the graph holds, so their
+    /// address is part of the signature (another checkpoint's diverges).
     fn prefill(
         &self,
         x: &CudaActivations,
         products: &mut [Product<'_>],
+        refs: &[Refs],
         scratch: &mut Scratch,
-    ) -> Result<(), KernelError> {
+    ) -> Result<Launch, KernelError> {
         let (n, k) = (x.rows, x.cols);
         let xs = x.buf()?;
         let stream = self.dev.stream();
         let halves = products.iter().any(|p| p.w.dtype != DType::F32);
+        // Grown before the signature, which names them.
         if halves {
-            let x16 = grow(self, stream, &mut scratch.x16, n * k)?;
+            grow(self, stream, &mut scratch.x16, n * k)?;
+        }
+        let decoded = products
+            .iter()
+            .filter(|p| !matches!(p.w.dtype, DType::F32 | DType::F16))
+            .map(|p| p.w.rows * k)
+            .max();
+        if let Some(len) = decoded {
+            grow(self, stream, &mut scratch.w16, len)?;
+        }
+        let mut sig = vec![
+            op::MATMUL_PREFILL,
+            self.addr(xs),
+            n as u64,
+            k as u64,
+            scratch.x16.as_ref().map_or(0, |b| self.addr(b)),
+            scratch.w16.as_ref().map_or(0, |b| self.addr(b)),
+        ];
+        for (p, r) in products.iter().zip(refs) {
+            sig.extend(self.product_words(p, r)?);
+            if matches!(p.w.dtype, DType::F32 | DType::F16) {
+                sig.push(self.memory.address(&p.w.buf));
+            }
+        }
+        if self.enter(&sig)?.launch == Launch::Skip {
+            return Ok(Launch::Skip);
+        }
+        if let (true, Some(x16)) = (halves, scratch.x16.as_mut()) {
             ops_layers::to_f16(&self.dev, xs, x16, n * k).map_err(device_err)?;
         }
-        for p in products.iter_mut() {
+        for (p, r) in products.iter_mut().zip(refs) {
             let (dtype, rows) = (p.w.dtype, p.w.rows);
             let (a, b, ty) = match dtype {
                 DType::F32 => (
@@ -223,10 +292,20 @@ impl CudaBackend {
                     cudaDataType_t::CUDA_R_16F,
                 ),
                 _ => {
-                    let w16 = grow(self, stream, &mut scratch.w16, rows * k)?;
-                    let table = self.weights.address();
-                    ops::dequant_f16(&self.dev, table, p.w.slot(), dtype, w16, rows, k)
-                        .map_err(device_err)?;
+                    let w16 = scratch
+                        .w16
+                        .as_mut()
+                        .ok_or_else(|| KernelError::Device("matmul scratch missing".into()))?;
+                    ops::dequant_f16(
+                        &self.dev,
+                        r.weight.table,
+                        r.weight.slot,
+                        dtype,
+                        w16,
+                        rows,
+                        k,
+                    )
+                    .map_err(device_err)?;
                     (
                         w16.device_ptr(stream).0,
                         address(stream, &scratch.x16)?,
@@ -246,7 +325,8 @@ impl CudaBackend {
             // Column-major: out (rows × n) = Wᵀ-as-stored (k × rows)ᵀ · x (k × n).
             // SAFETY: a, b, c address rows·k, n·k and n·rows elements of
             // the stated types (checked shapes, scratch grown to fit); alpha
-            // and beta are host f32 as the default pointer mode reads them.
+            // and beta are host f32 as the default pointer mode reads them
+            // (at the call, also when captured).
             unsafe {
                 gemm_ex(
                     *self.blas.handle(),
@@ -272,7 +352,7 @@ impl CudaBackend {
             }
             .map_err(|e| KernelError::Device(format!("cublasGemmEx: {e:?}")))?;
         }
-        Ok(())
+        Ok(Launch::Run)
     }
 }
 

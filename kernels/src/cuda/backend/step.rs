@@ -34,6 +34,8 @@ pub(super) mod kind {
     pub const BLOCK_TABLES: u8 = 3;
     pub const ROW_SEQ: u8 = 4;
     pub const ROW_POS: u8 = 5;
+    /// A launch's weight addresses (`weight_refs.rs`).
+    pub const WEIGHTS: u8 = 6;
 }
 
 /// Operation ids, the first word of a signature.
@@ -46,6 +48,7 @@ pub(super) mod op {
     pub const ELEMENTWISE: u64 = 6;
     pub const RMS_NORM_HEADS: u64 = 7;
     pub const COPY_ROWS: u64 = 8;
+    pub const MATMUL_PREFILL: u64 = 9;
 }
 
 /// A staged input's device address, and the buffer of its own that holds
@@ -196,12 +199,13 @@ impl CudaBackend {
         None
     }
 
-    /// Whether the current step launches as it goes.
-    pub(super) fn eager(&self) -> bool {
+    /// Whether this thread's keyed step is open (its inputs go to the
+    /// arena).
+    pub(super) fn keyed(&self) -> bool {
         self.step
             .lock()
-            .map(|st| st.owner != Some(me()) || st.graphs.mode() == Mode::Eager)
-            .unwrap_or(true)
+            .map(|st| st.owner == Some(me()))
+            .unwrap_or(false)
     }
 
     fn grow_arena(&self, st: &mut StepState, bytes: usize) -> Result<(), KernelError> {

@@ -54,12 +54,33 @@ impl CudaMatrix {
     }
 }
 
-/// A small f32 vector on the device.
+/// A small f32 vector on the device (a norm's weight, a bias), with its
+/// slot in the weight table like a matrix: the kernels read it through
+/// the table, so a captured step can run another checkpoint's. Dropped as
+/// a matrix is.
 pub struct CudaVector {
-    pub(super) buf: CudaSlice<f32>,
+    pub(super) slot: ManuallyDrop<WeightSlot<CudaMemory>>,
+    pub(super) buf: ManuallyDrop<CudaSlice<f32>>,
+    pub(super) gate: Arc<CaptureGate>,
+}
+
+impl Drop for CudaVector {
+    fn drop(&mut self) {
+        let _pass = self.gate.pass();
+        // SAFETY: each field is dropped once, here, and not used after.
+        unsafe {
+            ManuallyDrop::drop(&mut self.slot);
+            ManuallyDrop::drop(&mut self.buf);
+        }
+    }
 }
 
 impl CudaVector {
+    /// Its slot in the backend's weight table.
+    pub fn slot(&self) -> u32 {
+        self.slot.index()
+    }
+
     pub fn len(&self) -> usize {
         self.buf.len()
     }

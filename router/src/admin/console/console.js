@@ -352,11 +352,14 @@
       }, label);
     };
     const buttons = [];
-    if (v.tier === "disk") {
+    // Resident: "ram" on the CPU, "device" in a GPU's memory; "host" is
+    // pinned host memory, copied up to the GPU before it runs.
+    const resident = v.tier === "ram" || v.tier === "device";
+    if (v.tier === "disk" || v.tier === "host") {
       buttons.push(button("load", "Load", "secondary", `Load ${name}?`,
         `Reads ${name} (${bytes(v.bytes)} on disk) into RAM; a RAM budget may evict idle versions that are not active.`));
     }
-    if (v.tier === "ram" && !v.active) {
+    if (resident && !v.active) {
       buttons.push(button("activate", "Activate", null, `Activate ${name}?`,
         `New requests for ${model.name} go to version ${v.version}. Requests already running finish on the version they started on.`));
       buttons.push(button("unload", "Unload", "danger", `Unload ${name}?`,
