@@ -11,6 +11,8 @@
 #   `slow` (soaks, benchmarks, long variants: tests/python/conftest.py) are
 #   left out. --all (or SWITCHYARD_TEST_ALL=1; .ci/run passes it) runs them
 #   too, afterwards and one at a time, so their timings see a quiet machine.
+#   Tests marked `serial` (latency bounds: the hostile battery) run after the
+#   parallel phase, one at a time.
 #   SWITCHYARD_TEST_JOBS sets the worker count (0: no workers, one process).
 #   Each phase's wall time is printed at the end.
 set -euo pipefail
@@ -64,11 +66,13 @@ phase "gpu-check --dry-run" scripts/gpu-check.sh --dry-run
 
 export SWITCHYARD_BIN="$target/release/switchyard"
 pytest=(.venv/bin/python -m pytest -q tests/python)
-phase "pytest (parallel, not slow)" \
+# pytest exits 5 when the arguments select no test of a phase.
+selected() { "$@" || [[ $? == 5 ]]; }
+phase "pytest (parallel, not slow)" selected \
   "${pytest[@]}" -n "${SWITCHYARD_TEST_JOBS:-auto}" --dist loadfile --no-loadscope-reorder \
-  -m "not slow" "$@"
+  -m "not slow and not serial" "$@"
+# Tests that bound wall-clock latency (marker `serial`) run alone.
+phase "pytest (serial: latency bounds)" selected "${pytest[@]}" -p no:xdist -m "serial and not slow" "$@"
 if [[ $all == 1 ]]; then
-  # pytest exits 5 when the arguments select no slow test.
-  slow() { "${pytest[@]}" -p no:xdist -m slow "$@" || [[ $? == 5 ]]; }
-  phase "pytest (slow, one at a time)" slow "$@"
+  phase "pytest (slow, one at a time)" selected "${pytest[@]}" -p no:xdist -m slow "$@"
 fi

@@ -9,6 +9,8 @@ Markers:
   slow  a soak, a benchmark or a long variant. scripts/test.sh leaves these out and
         runs the rest in parallel (pytest-xdist, a file per worker); `scripts/test.sh
         --all` (CI) runs them afterwards, one at a time; `pytest -m slow` runs only them.
+  serial  asserts wall-clock latency bounds: scripts/test.sh runs these after the
+        parallel phase, one at a time, so that no other worker shares the cores.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "slow: a soak, a benchmark or a long variant: not in scripts/test.sh's "
         "default run; `scripts/test.sh --all` (CI) runs it")
+    config.addinivalue_line(
+        "markers", "serial: asserts wall-clock latency bounds; scripts/test.sh runs it after "
+        "the parallel phase, with no other worker beside it")
 
 
 # The files that take longest, longest first. scripts/test.sh hands whole files to
