@@ -4,20 +4,75 @@
 # Python checks against the real binary (numerics against the NumPy
 # reference, tokenization against an independent tokenizer).
 # Run scripts/setup.sh once first.
+#
+# usage: scripts/test.sh [--all] [PYTEST_ARGS...]
+#   The Python tests run in parallel (pytest-xdist, one worker per core, a
+#   file's tests on one worker so they share its server); the tests marked
+#   `slow` (soaks, benchmarks, long variants: tests/python/conftest.py) are
+#   left out. --all (or SWITCHYARD_TEST_ALL=1; .ci/run passes it) runs them
+#   too, afterwards and one at a time, so their timings see a quiet machine.
+#   Tests marked `serial` (latency bounds: the hostile battery) run after the
+#   parallel phase, one at a time.
+#   SWITCHYARD_TEST_JOBS sets the worker count (0: no workers, one process).
+#   Each phase's wall time is printed at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cargo build --release --locked
-cargo test --release --locked --workspace
+all=${SWITCHYARD_TEST_ALL:-0}
+if [[ ${1:-} == --all ]]; then
+  all=1
+  shift
+fi
+target=${CARGO_TARGET_DIR:-$PWD/target}
+
+phases=()
+phase() {
+  local name=$1 t0=$SECONDS
+  shift
+  "$@"
+  phases+=("$(printf '%5d s  %s' $((SECONDS - t0)) "$name")")
+}
+report() {
+  local rc=$?
+  printf 'test.sh: phase times (load average at the end: %s)\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
+  printf '  %s\n' "${phases[@]}"
+  return $rc
+}
+trap report EXIT
+
+# One cargo invocation builds the binary and every test: `cargo build` of the
+# root package alone resolves its dependencies' features apart from the
+# workspace's tests (tokio's `process` from benches/loadgen, `test-util` from
+# the router's tests), so tokio, hyper, axum, the router, the engine and the
+# binary were compiled twice. Building the tests uplifts the binary to
+# target/release/switchyard, which the Python tests run.
+phase "cargo test --no-run (binary and test binaries)" \
+  cargo test --release --locked --workspace --no-run
+phase "cargo test (workspace)" cargo test --release --locked --workspace
 # The CUDA backend without a GPU (issue 34): every kernel compiled for
 # sm_80/89/90 under the ptxas gate, the cuda-feature tests (NVRTC fallback
 # included), the binary type-checked with the feature, and the GPU check's
 # dry run. The toolkit comes from PyPI (scripts/install-cuda-toolchain.sh).
+# The kernel images are compiled again only where their sources changed
+# (keyed by source hash in target/cuda-kernels).
 cuda_root=$(scripts/install-cuda-toolchain.sh)
-scripts/build-cuda-kernels.sh "${CARGO_TARGET_DIR:-$PWD/target}/cuda-kernels"
-export SWITCHYARD_CUDA_KERNELS_DIR="${CARGO_TARGET_DIR:-$PWD/target}/cuda-kernels"
-LD_LIBRARY_PATH="$cuda_root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" SWITCHYARD_REQUIRE_NVRTC=1 \
+phase "CUDA kernels (nvcc, ptxas gate)" scripts/build-cuda-kernels.sh "$target/cuda-kernels"
+export SWITCHYARD_CUDA_KERNELS_DIR="$target/cuda-kernels"
+phase "cargo test -p switchyard-kernels --features cuda" \
+  env LD_LIBRARY_PATH="$cuda_root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" SWITCHYARD_REQUIRE_NVRTC=1 \
   cargo test --release --locked -p switchyard-kernels --features cuda --lib cuda
-cargo check --release --locked --features cuda
-scripts/gpu-check.sh --dry-run
-SWITCHYARD_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/switchyard" .venv/bin/python -m pytest -q tests/python "$@"
+phase "cargo check --features cuda" cargo check --release --locked --features cuda
+phase "gpu-check --dry-run" scripts/gpu-check.sh --dry-run
+
+export SWITCHYARD_BIN="$target/release/switchyard"
+pytest=(.venv/bin/python -m pytest -q tests/python)
+# pytest exits 5 when the arguments select no test of a phase.
+selected() { "$@" || [[ $? == 5 ]]; }
+phase "pytest (parallel, not slow)" selected \
+  "${pytest[@]}" -n "${SWITCHYARD_TEST_JOBS:-auto}" --dist loadfile --no-loadscope-reorder \
+  -m "not slow and not serial" "$@"
+# Tests that bound wall-clock latency (marker `serial`) run alone.
+phase "pytest (serial: latency bounds)" selected "${pytest[@]}" -p no:xdist -m "serial and not slow" "$@"
+if [[ $all == 1 ]]; then
+  phase "pytest (slow, one at a time)" selected "${pytest[@]}" -p no:xdist -m slow "$@"
+fi

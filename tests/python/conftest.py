@@ -4,6 +4,13 @@ Environment:
   SWITCHYARD_BIN    the binary (default: target/release/switchyard)
   SWITCHYARD_MODEL  the SmolLM2 GGUF (default: fetched by scripts/fetch-model.sh)
   SWITCHYARD_GEMMA3 the Gemma 3 270M GGUF (default: fetched by scripts/fetch-gemma3.sh)
+
+Markers:
+  slow  a soak, a benchmark or a long variant. scripts/test.sh leaves these out and
+        runs the rest in parallel (pytest-xdist, a file per worker); `scripts/test.sh
+        --all` (CI) runs them afterwards, one at a time; `pytest -m slow` runs only them.
+  serial  asserts wall-clock latency bounds: scripts/test.sh runs these after the
+        parallel phase, one at a time, so that no other worker shares the cores.
 """
 
 from __future__ import annotations
@@ -19,6 +26,35 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).parent))
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "slow: a soak, a benchmark or a long variant: not in scripts/test.sh's "
+        "default run; `scripts/test.sh --all` (CI) runs it")
+    config.addinivalue_line(
+        "markers", "serial: asserts wall-clock latency bounds; scripts/test.sh runs it after "
+        "the parallel phase, with no other worker beside it")
+
+
+# The files that take longest, longest first. scripts/test.sh hands whole files to
+# its workers in collection order (`--dist loadfile --no-loadscope-reorder`):
+# starting these first keeps one worker from running a long file alone at the end.
+LONGEST_FIRST = [
+    "test_cache_scopes.py",
+    "test_embeddings.py",
+    "test_console_browser.py",
+    "test_cascade.py",
+    "test_first_hour.py",
+    "test_lora_serving.py",
+    "test_hostile.py",
+]
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    # A stable sort: each file's tests stay together and in their order.
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
 @pytest.fixture(scope="session")

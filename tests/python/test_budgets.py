@@ -234,6 +234,8 @@ def crash_kills() -> int:
     return int(os.environ.get("SWITCHYARD_CRASH_KILLS", "5"))
 
 
+# A crash soak (five kill -9 and restarts under load): in the slow set.
+@pytest.mark.slow
 def test_kill_9_loses_no_settled_spend_and_leaves_no_reservation(setup):
     """Clients keep asking while the server is killed at random moments and restarted
     on the same state directory. The ledger may hold more than the clients saw (a

@@ -24,6 +24,9 @@ from pathlib import Path
 import pytest
 from serve_process import free_port, running_server
 
+# Latency bounds (/health within 300 ms beside floods): run with no other test beside it.
+pytestmark = pytest.mark.serial
+
 MODEL = "smollm2"
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"

@@ -54,6 +54,8 @@ def prompt(switchyard_bin, smollm2_path):
     return (ids * repeats)[:CONTEXT]
 
 
+# A long variant of test_smollm2_numerics.py (4k tokens through the float64 reference).
+@pytest.mark.slow
 @pytest.mark.parametrize("kv", ["f16", "f32", "q8_0"])
 def test_4k_context_matches_the_reference(kv, prompt, switchyard_bin, smollm2_path, tmp_path):
     ids_file = tmp_path / "ids.json"

@@ -59,6 +59,8 @@ def one(port: int) -> tuple[int, float, dict, int]:
         conn.close()
 
 
+# A benchmark (tokens/s beside a solo peer): run alone, by scripts/test.sh --all.
+@pytest.mark.slow
 def test_more_clients_than_slots_get_429_at_once(server):
     port, pid = server["port"], server["proc"].pid
     one(port)  # warm-up
