@@ -7,7 +7,7 @@ use switchyard_kernels::{Backend, BlockId};
 
 use super::blocks::KvBlocks;
 use super::budget::Reservation;
-use super::window::WindowSnapshot;
+use super::window_snapshot::WindowSnapshot;
 
 /// What the prompt cache needs of a block it keeps.
 pub trait CachedBlock: Clone {

@@ -33,6 +33,7 @@ pub(crate) mod prefix_cache;
 mod scope_quota;
 mod sequence;
 pub(crate) mod window;
+pub(crate) mod window_snapshot;
 
 use switchyard_kernels::KernelError;
 

@@ -17,7 +17,7 @@ use switchyard_kernels::{Backend, BlockId, BlockTable, KernelError, KvLayout, Kv
 use super::block::SharedBlock;
 use super::blocks::KvBlocks;
 use super::budget::Reservation;
-use super::window::WindowSnapshot;
+use super::window_snapshot::WindowSnapshot;
 use super::KvError;
 use crate::model::LlamaModel;
 

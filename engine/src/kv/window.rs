@@ -13,51 +13,13 @@
 //! [`WindowSnapshot::serves`]); the global layers share their blocks as
 //! for any model.
 
-use switchyard_kernels::{BlockId, KvLayout};
+use switchyard_kernels::KvLayout;
 
 use super::block::SharedBlock;
 use super::prefix_cache::Found;
+#[cfg(doc)]
+use super::window_snapshot::WindowSnapshot;
 use switchyard_kernels::Backend;
-
-/// Every windowed layer's ring as a prompt left it.
-#[derive(Debug)]
-pub(crate) struct WindowSnapshot {
-    /// Per layer, copies of its ring's blocks in table order (empty for a
-    /// global layer).
-    pub(super) rings: Vec<Vec<BlockId>>,
-    /// Per layer, the blocks its ring had room for (the layout's
-    /// `max_blocks`): where each position's slot is.
-    pub(super) ring_blocks: Vec<usize>,
-    /// Positions written when it was taken.
-    pub(super) len: usize,
-}
-
-impl WindowSnapshot {
-    /// Whether a cache of `layout` can start at position `start` from it:
-    /// the same ring per windowed layer, `start` within what was written,
-    /// and every ring still holding the window before `start` (nothing of
-    /// it overwritten by positions up to `len`).
-    pub(crate) fn serves(&self, layout: &KvLayout, start: usize) -> bool {
-        if start == 0 || start > self.len || self.rings.len() != layout.layers() {
-            return false;
-        }
-        let block = layout.block_positions();
-        (0..layout.layers()).all(|layer| match layout.window(layer) {
-            None => true,
-            Some(window) => {
-                let ring = layout.max_blocks(layer);
-                let slots = ring * block;
-                self.ring_blocks.get(layer) == Some(&ring)
-                    && (self.len <= slots || self.len - start <= slots.saturating_sub(window))
-            }
-        })
-    }
-
-    /// Every block it holds.
-    pub(super) fn ids(&self) -> impl Iterator<Item = BlockId> + '_ {
-        self.rings.iter().flatten().copied()
-    }
-}
 
 /// `found` cut back to what a cache of `layout` can start from: all of it
 /// for a layout without windows; for a windowed one, the found blocks up

@@ -31,6 +31,15 @@ use crate::cpu::Isa;
 /// sixteen accumulators for four queries, fit the 32 registers.
 pub(super) const GROUP_MAX: usize = 4;
 
+/// How attention multiplies (`--attention-precision`): f32 throughout,
+/// or its two products in BF16 with f32 accumulation (`bf16`, which has
+/// the numeric contract).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Products {
+    F32,
+    Bf16(Bf16Isa),
+}
+
 /// Whether the AVX-512 BF16 kernels run here, for a backend of `isa`: an
 /// AVX-512 level (not capped below by `SWITCHYARD_ISA`) and the CPU's
 /// AVX-512 BF16. Otherwise the scalar twins run (same results, slower).
@@ -251,7 +260,6 @@ mod x86 {
     //! Callers have AVX-512 F, BW and BF16 and pass the lengths named.
     use std::arch::x86_64::*;
 
-    use super::GROUP_MAX;
     use crate::cpu::kv_layout::KEY_TILE;
 
     /// [`super::pack`] on the whole vectors of sixteen; returns how many
@@ -369,7 +377,6 @@ mod x86 {
         acc: &mut [f32],
         width: usize,
     ) {
-        let _ = GROUP_MAX;
         let rows = ps[0].len();
         let p: [*const u32; G] = std::array::from_fn(|h| ps[h].as_ptr());
         let mask_at = |at: usize| -> __mmask16 {

@@ -44,6 +44,8 @@ use partial::{state_len, SEGMENT};
 use split::{plan, Plan, Unit};
 use stream::{attend_tile, Tile, ROW_TILE};
 
+pub(crate) use bf16::Products;
+
 /// The inputs every sequence of one attention call shares.
 #[derive(Clone, Copy)]
 pub(crate) struct AttentionCall<'a> {
@@ -53,15 +55,6 @@ pub(crate) struct AttentionCall<'a> {
     pub(crate) k: &'a CpuActivations,
     pub(crate) v: &'a CpuActivations,
     pub(crate) products: Products,
-}
-
-/// How attention multiplies (`--attention-precision`): f32 throughout,
-/// or its two products in BF16 with f32 accumulation (`bf16`, which has
-/// the numeric contract).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Products {
-    F32,
-    Bf16(bf16::Bf16Isa),
 }
 
 /// One sequence of a call, as the backend's callers give it.

@@ -19,11 +19,10 @@ use std::cell::RefCell;
 
 use std::ops::Range;
 
-use super::bf16::{self, Bf16Isa};
+use super::bf16::{self, Bf16Isa, Products};
 use super::online::online_step;
 use super::partial::{merge, normalize, SEGMENT};
 use super::scores::{scores16_group, scores32_group, GROUP_MAX};
-use super::Products;
 use crate::cpu::isa::CheckedIsa;
 use crate::cpu::kv_elem::KvElem;
 use crate::cpu::kv_layout::{KEY_BLOCK, KEY_TILE};
