@@ -73,7 +73,9 @@ fn head_run(
         h: usize,
         p: usize,
     ) -> Vec<f32> {
-        let views = store.layer_heads::<E>(l, &[(table, 0..0)]).unwrap();
+        let views = store
+            .layer_heads::<E>(l, &[(table, 0..0)])
+            .expect("the table's blocks were allocated in this store by `grow`");
         let heads = &views[0];
         let b = (p / KEY_BLOCK) % heads.ring();
         // SAFETY: nothing writes meanwhile.

@@ -18,17 +18,17 @@ ptxas info    : Used 70 registers, used 1 barriers, 9000 bytes smem
 /// Runs the gate in a folder of its own (`case`: tests run in parallel).
 fn gate(case: &str, budgets: &str, report: &str) -> (bool, String) {
     let dir = Path::new(env!("OUT_DIR")).join("gate-test").join(case);
-    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::create_dir_all(&dir).expect("OUT_DIR is writable");
     let (b, r) = (dir.join("budgets.txt"), dir.join("k.sm_90.ptxas.log"));
-    std::fs::write(&b, budgets).unwrap();
-    std::fs::write(&r, report).unwrap();
+    std::fs::write(&b, budgets).expect("the case's folder was just made");
+    std::fs::write(&r, report).expect("the case's folder was just made");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/cuda-ptxas-gate.py");
     let out = Command::new("python3")
         .arg(script)
         .arg(&b)
         .arg(&r)
         .output()
-        .unwrap();
+        .expect("python3 runs the gate (scripts/setup.sh installs it)");
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
