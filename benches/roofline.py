@@ -5,18 +5,22 @@ A decode step of one sequence reads every weight once (a tied embedding
 is the output matrix too; an untied one is only gathered, one row) and the
 KV of every position its layers attend to (a sliding-window layer only its
 window). Bytes per step times steps per second, over what a plain streaming
-read of 512 MB gets on as many threads in the same run
-(`benches/machine_roofline.c`, best of its rounds), is the share of the
-memory bound a decode reaches.
+read gets on as many threads in the same run (`benches/machine_roofline.c`,
+best of its rounds), is the share of the memory bound a decode reaches.
+The read is of 512 MB and of as many bytes as the step reads (a large L3
+may hold part of a small model); the higher is the ceiling.
 
-For each model and depth the run measures, in turn: the read, Switchyard's
-decode (`cargo bench --bench long_context`: the same ids as
-`benches/long_context.py`, best of `--repeats`), the read again; the
-higher read is the ceiling (a loaded host lowers it, and the decode ran
-between the two).
+For each model and depth the run measures, in turn: the reads, Switchyard's
+decode (the `long_context` bench: the same ids as
+`benches/long_context.py`, best of `--repeats`), the reads again; the
+highest read is the ceiling (the host's other tenants move it from minute
+to minute, and the decode ran between the two).
 
 Usage: .venv/bin/python benches/roofline.py [--models smollm2,gemma3]
-  [--depths 0,4096] [--threads 1,2] [--repeats 2] [--kv f16]
+  [--depths 0,4096] [--threads 1,2] [--repeats 2] [--kv f16] [--bench BIN]
+`--bench` runs a prebuilt bench executable (`cargo bench --no-run --bench
+long_context` prints its path) instead of `cargo bench`, so nothing is
+compiled inside a quiet-run.
 Prints a Markdown table and JSON lines (stderr).
 """
 
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -41,14 +46,17 @@ KV_BYTES = {"f16": 2, "f32": 4, "q8_0": 34 / 32}
 GEMMA3_GLOBAL_EVERY = 6
 
 
-def read_bandwidth(threads: int) -> float:
-    """GB/s of the streaming read on `threads` threads (best of its rounds)."""
-    if not ROOFLINE_BIN.exists():
-        subprocess.run(["gcc", "-O3", "-funroll-all-loops", "-mavx512f", "-mfma",
-                        str(ROOT / "benches/machine_roofline.c"), "-o", str(ROOFLINE_BIN),
-                        "-lpthread"], check=True)
-    out = subprocess.run([str(ROOFLINE_BIN), "read"], check=True, capture_output=True,
-                         text=True).stdout
+def build_roofline() -> None:
+    """Compiles benches/machine_roofline.c (again: its source may have moved on)."""
+    subprocess.run(["gcc", "-O3", "-funroll-all-loops", "-mavx512f", "-mfma",
+                    str(ROOT / "benches/machine_roofline.c"), "-o", str(ROOFLINE_BIN),
+                    "-lpthread"], check=True)
+
+
+def read_bandwidth(threads: int, megabytes: float = 512) -> float:
+    """GB/s of the streaming read of `megabytes` on `threads` threads (best of its rounds)."""
+    out = subprocess.run([str(ROOFLINE_BIN), "read", f"{megabytes:.1f}"], check=True,
+                         capture_output=True, text=True).stdout
     found = re.search(rf"read, {threads} thread\(s\): ([\d.]+) GB/s", out)
     if not found:
         raise SystemExit(f"no {threads}-thread read in:\n{out}")
@@ -83,6 +91,19 @@ def step_bytes(path: str, depth: int, kv: str) -> tuple[int, int]:
     return weights, int(positions * per_position)
 
 
+def decode_run(bench: Path | None, model: str, depth: int, threads: int, kv: str,
+               repeats: int) -> dict:
+    """The long_context bench at one depth: by `cargo bench`, or `bench` run directly."""
+    if bench is None:
+        return long_context.switchyard(model, depth, threads, kv, repeats)
+    env = dict(os.environ, SWITCHYARD_MODEL=model, LC_DEPTHS=str(depth),
+               LC_THREADS=str(threads), LC_KV=kv, LC_PROMPT=str(long_context.PROMPT),
+               LC_DECODE=str(long_context.DECODE), LC_REPEATS=str(repeats))
+    out = subprocess.run([str(bench), "--bench"], cwd=ROOT, env=env, check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="smollm2,gemma3")
@@ -90,27 +111,33 @@ def main() -> None:
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--kv", default="f16", choices=sorted(KV_BYTES))
+    parser.add_argument("--bench", type=Path, default=None,
+                        help="a prebuilt long_context bench executable")
     args = parser.parse_args()
+    build_roofline()
     rows = []
     for name in args.models.split(","):
         model = long_context.resolve(name)
         for threads in [int(t) for t in args.threads.split(",")]:
             for depth in [int(d) for d in args.depths.split(",")]:
-                before = read_bandwidth(threads)
-                run = long_context.switchyard(str(model.path), depth, threads, args.kv,
-                                              args.repeats)
-                after = read_bandwidth(threads)
-                decode = run["decode_tok_s"]
                 # The timed decode steps attend to the depth, the bench's
                 # prompt and half its decode on average.
                 attended = depth + long_context.PROMPT + long_context.DECODE // 2
                 weights, kv_bytes = step_bytes(str(model.path), attended, args.kv)
-                ceiling = max(before, after)
+                sizes = (512, (weights + kv_bytes) / 1e6)
+                before = [read_bandwidth(threads, mb) for mb in sizes]
+                run = decode_run(args.bench, str(model.path), depth, threads, args.kv,
+                                 args.repeats)
+                after = [read_bandwidth(threads, mb) for mb in sizes]
+                decode = run["decode_tok_s"]
+                ceiling = max(before + after)
                 achieved = (weights + kv_bytes) * decode / 1e9
                 row = dict(model=name, threads=threads, depth=depth, decode_tok_s=decode,
                            weight_mb=weights / 1e6, kv_mb=kv_bytes / 1e6,
                            achieved_gb_s=achieved, read_gb_s=ceiling,
-                           share=achieved / ceiling, reads=[before, after])
+                           share=achieved / ceiling,
+                           reads_512mb=[before[0], after[0]],
+                           reads_step_sized=[before[1], after[1]])
                 print(json.dumps(row), file=sys.stderr, flush=True)
                 rows.append(row)
     print("| model | threads | depth | decode tok/s | MB a step (weights + KV) | "

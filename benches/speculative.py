@@ -16,10 +16,16 @@ and each engine's ratio to its own plain decoding.
 Then 16 clients at once (the four workloads, four clients each), speculation
 on and off in alternating rounds: total completion tokens/s.
 
+With --draft-model PATH (a checkpoint of the same tokenizer, e.g. one made by
+`switchyard layer-draft`), two more Switchyard engines take their turns:
+`--speculate draft` (the draft model's tokens only) and `ngram` with the
+draft model behind the lookup; the summary adds their acceptance.
+
 Usage:
   python benches/speculative.py [--model smollm2|gemma3|GGUF ...]
       [--switchyard BIN] [--threads 2] [--rounds 3] [--max-tokens 128]
-      [--clients 16] [--no-llama] [--svg docs/bench/speculative.svg] [--json OUT]
+      [--clients 16] [--no-llama] [--no-load] [--draft-model GGUF]
+      [--svg docs/bench/speculative.svg] [--json OUT]
 Prints one JSON line per measurement and a summary table per model.
 """
 
@@ -103,12 +109,14 @@ def free_port() -> int:
 class Server:
     """A `switchyard serve` with speculation `mode`."""
 
-    def __init__(self, binary: Path, model: Path, threads: int, mode: str):
+    def __init__(self, binary: Path, model: Path, threads: int, mode: str,
+                 draft: Path | None = None):
         self.port = free_port()
         self.proc = subprocess.Popen(
             [str(binary), "serve", "--model", str(model), "--model-name", "m",
              "--listen", f"127.0.0.1:{self.port}", "--threads", str(threads),
-             "--speculate", mode, "--no-prompt-cache"],
+             "--speculate", mode, "--no-prompt-cache"]
+            + (["--draft-model", str(draft)] if draft else []),
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 180
         while True:
@@ -215,6 +223,11 @@ def bench_model(args, name: str) -> dict:
     path = model_path(name)
     engines = {"switchyard ngram": Server(args.switchyard, path, args.threads, "ngram"),
                "switchyard off": Server(args.switchyard, path, args.threads, "off")}
+    if args.draft_model:
+        engines["switchyard draft"] = Server(args.switchyard, path, args.threads, "draft",
+                                             args.draft_model)
+        engines["switchyard ngram+draft"] = Server(args.switchyard, path, args.threads,
+                                                   "ngram", args.draft_model)
     if not args.no_llama:
         engines["llama.cpp lookup"] = LlamaPeer(path, args.threads, lookup=True)
         engines["llama.cpp plain"] = LlamaPeer(path, args.threads, lookup=False)
@@ -230,10 +243,11 @@ def bench_model(args, name: str) -> dict:
                                   "workload": workload, "tokens": got["tokens"],
                                   "decode_tok_s": got["decode_tok_s"], "under_load": True}),
                       flush=True)
-    same = all(texts[("switchyard ngram", w)] == texts[("switchyard off", w)] for w in WORKLOADS)
-    spec = engines["switchyard ngram"].metrics()
+    spoken = [e for e in engines if e.startswith("switchyard") and e != "switchyard off"]
+    same = all(texts[(e, w)] == texts[("switchyard off", w)] for e in spoken for w in WORKLOADS)
+    spec = {e: engines[e].metrics() for e in spoken}
     load = {"switchyard ngram": [], "switchyard off": []}
-    for round_ in range(args.rounds):
+    for round_ in range(0 if args.no_load else args.rounds):
         order = ["switchyard ngram", "switchyard off"]
         for engine in order if round_ % 2 == 0 else order[::-1]:
             tok_s = throughput(engines[engine], args.clients, args.max_tokens // 2)
@@ -247,7 +261,7 @@ def bench_model(args, name: str) -> dict:
     median = {k: statistics.median([r for r in v if r]) if any(v) else None
               for k, v in rates.items()}
     return {"model": name, "median": median, "load": {k: statistics.median(v)
-                                                       for k, v in load.items()},
+                                                       for k, v in load.items() if v},
             "greedy_same": same, "speculation": spec, "engines": list(engines),
             "clients": args.clients}
 
@@ -255,25 +269,29 @@ def bench_model(args, name: str) -> dict:
 def summary(result: dict) -> None:
     median = result["median"]
     print(f"\n{result['model']}: single-stream decode tok/s (median), under load")
-    print(f"{'workload':<10}" + "".join(f"{e:>18}" for e in result["engines"])
-          + f"{'sw ratio':>10}{'llama ratio':>12}")
+    spoken = [e for e in result["engines"] if e.startswith("switchyard") and e != "switchyard off"]
+    print(f"{'workload':<10}" + "".join(f"{e:>24}" for e in result["engines"])
+          + "".join(f"{e.split()[1] + ' ratio':>18}" for e in spoken) + f"{'llama ratio':>12}")
     for w in WORKLOADS:
-        row = f"{w:<10}" + "".join(f"{median[(e, w)] or 0:>18.1f}" for e in result["engines"])
-        on, off = median[("switchyard ngram", w)], median[("switchyard off", w)]
-        row += f"{(on / off if on and off else 0):>10.2f}"
+        row = f"{w:<10}" + "".join(f"{median[(e, w)] or 0:>24.1f}" for e in result["engines"])
+        off = median[("switchyard off", w)]
+        for e in spoken:
+            on = median[(e, w)]
+            row += f"{(on / off if on and off else 0):>18.2f}"
         if ("llama.cpp lookup", w) in median:
             lo, lp = median[("llama.cpp lookup", w)], median[("llama.cpp plain", w)]
             row += f"{(lo / lp if lo and lp else 0):>12.2f}"
         print(row)
     load = result["load"]
-    print(f"{result['clients']}-client total tok/s: ngram "
-          f"{load['switchyard ngram']:.1f}, off {load['switchyard off']:.1f} "
-          f"(ratio {load['switchyard ngram'] / load['switchyard off']:.2f})")
-    spec = result["speculation"]
-    if spec.get("draft_tokens_total"):
-        print(f"drafted {spec['draft_tokens_total']:.0f}, accepted "
-              f"{spec.get('accepted_tokens_total', 0):.0f} "
-              f"({spec.get('accepted_tokens_total', 0) / spec['draft_tokens_total']:.0%})")
+    if load:
+        print(f"{result['clients']}-client total tok/s: ngram "
+              f"{load['switchyard ngram']:.1f}, off {load['switchyard off']:.1f} "
+              f"(ratio {load['switchyard ngram'] / load['switchyard off']:.2f})")
+    for engine, spec in result["speculation"].items():
+        if spec.get("draft_tokens_total"):
+            print(f"{engine}: drafted {spec['draft_tokens_total']:.0f}, accepted "
+                  f"{spec.get('accepted_tokens_total', 0):.0f} "
+                  f"({spec.get('accepted_tokens_total', 0) / spec['draft_tokens_total']:.0%})")
     print(f"greedy output identical with and without speculation: {result['greedy_same']}")
 
 
@@ -330,6 +348,11 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--no-llama", action="store_true")
+    parser.add_argument("--no-load", action="store_true",
+                        help="single stream only (skip the many-client rounds)")
+    parser.add_argument("--draft-model", type=Path, default=None,
+                        help="a draft checkpoint of the same tokenizer: adds the "
+                             "`draft` and `ngram`+draft engines")
     parser.add_argument("--svg", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
