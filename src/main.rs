@@ -39,6 +39,8 @@ enum Command {
     Calibrate(cli::calibrate::CalibrateArgs),
     /// Make a demo model repository from the SmolLM2 model (base, Q8_0, derived).
     DemoRepo(cli::demo_repo::DemoRepoArgs),
+    /// Write a draft model for speculative decoding: some of a model's own layers.
+    LayerDraft(cli::layer_draft::LayerDraftArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -64,6 +66,7 @@ fn run() -> anyhow::Result<()> {
         Command::Serve(args) => cli::serve::run(*args),
         Command::Models(args) => cli::models::run(args),
         Command::DemoRepo(args) => cli::demo_repo::run(args),
+        Command::LayerDraft(args) => cli::layer_draft::run(args),
         Command::Eval(args) => cli::eval::run(args),
         Command::Calibrate(args) => cli::calibrate::run(args),
     }

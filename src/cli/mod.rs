@@ -6,6 +6,7 @@ pub mod demo_repo;
 pub mod device;
 pub mod eval;
 pub mod generate;
+pub mod layer_draft;
 pub mod logging;
 pub mod logits;
 pub mod models;

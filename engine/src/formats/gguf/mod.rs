@@ -10,6 +10,7 @@
 mod config;
 mod file;
 mod ggml_types;
+mod layer_subset;
 mod metadata;
 mod reader;
 mod rope_freqs;
@@ -20,6 +21,7 @@ use switchyard_kernels::DType;
 pub use config::model_config;
 pub use file::GgufFile;
 pub use ggml_types::ggml_type_name;
+pub use layer_subset::{parse_layers, spell as spell_layers, write_layer_subset};
 pub use metadata::{MetaValue, Metadata};
 pub use rope_freqs::llama3_rope_divisors;
 pub use writer::GgufWriter;
