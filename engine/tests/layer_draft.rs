@@ -30,15 +30,27 @@ fn a_layer_subset_keeps_those_layers_bytes_and_the_rest_of_the_model() {
     let out = dir.path().join("draft.gguf");
     write_layer_subset(&base, &KEEP, &out).unwrap();
     let draft = GgufFile::open(&out).unwrap();
-    assert_eq!(draft.metadata().get_u64("llama.block_count"), Some(KEEP.len() as u64));
+    assert_eq!(
+        draft.metadata().get_u64("llama.block_count"),
+        Some(KEEP.len() as u64)
+    );
     for (new, &old) in KEEP.iter().enumerate() {
-        let a = draft.tensor_data(&format!("blk.{new}.attn_q.weight")).unwrap();
-        let b = base.tensor_data(&format!("blk.{old}.attn_q.weight")).unwrap();
+        let a = draft
+            .tensor_data(&format!("blk.{new}.attn_q.weight"))
+            .unwrap();
+        let b = base
+            .tensor_data(&format!("blk.{old}.attn_q.weight"))
+            .unwrap();
         assert_eq!(a.data, b.data, "layer {old} kept as {new}");
     }
-    assert!(!draft.tensors().contains_key(&format!("blk.{}.attn_q.weight", KEEP.len())));
+    assert!(!draft
+        .tensors()
+        .contains_key(&format!("blk.{}.attn_q.weight", KEEP.len())));
     for name in ["token_embd.weight", "output_norm.weight"] {
-        assert_eq!(draft.tensor_data(name).unwrap().data, base.tensor_data(name).unwrap().data);
+        assert_eq!(
+            draft.tensor_data(name).unwrap().data,
+            base.tensor_data(name).unwrap().data
+        );
     }
     assert_eq!(
         draft.metadata().get("tokenizer.ggml.tokens"),
@@ -56,7 +68,10 @@ fn all_layers_decode_as_the_model_and_one_left_out_still_agrees_often() {
     let (target, target_tok) = load(&backend, &base_path);
     let vocab = target.config().vocab_size;
     let prompt = target_tok
-        .encode("The capital of France is Paris. The capital of Spain is", false)
+        .encode(
+            "The capital of France is Paris. The capital of Spain is",
+            false,
+        )
         .unwrap();
     let target_ids = greedy(&backend, &target, &prompt, 24);
 
@@ -81,7 +96,11 @@ fn all_layers_decode_as_the_model_and_one_left_out_still_agrees_often() {
             greedy(&backend, &paired.model, &context, 1)[0] == target_ids[i]
         })
         .count();
-    assert!(agree * 4 >= target_ids.len(), "the draft agrees on {agree} of {}", target_ids.len());
+    assert!(
+        agree * 4 >= target_ids.len(),
+        "the draft agrees on {agree} of {}",
+        target_ids.len()
+    );
 }
 
 #[test]
@@ -89,10 +108,14 @@ fn gemma3_and_a_missing_layer_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("draft.gguf");
     let gemma = GgufFile::open(real_models::gemma3()).unwrap();
-    let error = write_layer_subset(&gemma, &[0, 1], &out).unwrap_err().to_string();
+    let error = write_layer_subset(&gemma, &[0, 1], &out)
+        .unwrap_err()
+        .to_string();
     assert!(error.contains("attend globally"), "{error}");
     let smollm = GgufFile::open(real_models::smollm2()).unwrap();
-    let error = write_layer_subset(&smollm, &[0, 30], &out).unwrap_err().to_string();
+    let error = write_layer_subset(&smollm, &[0, 30], &out)
+        .unwrap_err()
+        .to_string();
     assert!(error.contains("layer 30 does not exist"), "{error}");
     assert!(!out.exists());
 }
@@ -103,7 +126,12 @@ fn load(backend: &CpuBackend, path: &std::path::Path) -> (LlamaModel<CpuBackend>
     (LlamaModel::load(backend, &checkpoint).unwrap(), tokenizer)
 }
 
-fn greedy(backend: &CpuBackend, model: &LlamaModel<CpuBackend>, prompt: &[u32], n: usize) -> Vec<u32> {
+fn greedy(
+    backend: &CpuBackend,
+    model: &LlamaModel<CpuBackend>,
+    prompt: &[u32],
+    n: usize,
+) -> Vec<u32> {
     let mut session = Session::new(backend, model, prompt.len() + n).unwrap();
     let mut logits = session.feed(prompt, LogitRows::Last).unwrap();
     let mut out = Vec::new();

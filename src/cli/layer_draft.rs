@@ -10,10 +10,12 @@ use switchyard_engine::formats::gguf::{parse_layers, spell_layers, write_layer_s
 use super::models::human_bytes;
 
 #[derive(clap::Args, Debug)]
-#[command(after_help = "Serve it as the model's draft: `switchyard serve --model BASE \
+#[command(
+    after_help = "Serve it as the model's draft: `switchyard serve --model BASE \
                         --draft-model OUT` (or `generate ... --draft-model OUT`). The draft is \
                         untrained: its tokens are only guesses, which the model verifies, so \
-                        the output is the model's own whatever the draft proposes.")]
+                        the output is the model's own whatever the draft proposes."
+)]
 pub struct LayerDraftArgs {
     /// The GGUF checkpoint to take the layers from.
     pub base: PathBuf,

@@ -31,15 +31,21 @@ pub fn write_layer_subset(base: &GgufFile, keep: &[usize], out: &Path) -> Result
         reason,
     };
     let meta = base.metadata();
-    let arch = meta
-        .get_str("general.architecture")
-        .ok_or_else(|| unwritable(format!("{} has no general.architecture", base.path().display())))?;
+    let arch = meta.get_str("general.architecture").ok_or_else(|| {
+        unwritable(format!(
+            "{} has no general.architecture",
+            base.path().display()
+        ))
+    })?;
     let count_key = format!("{arch}.block_count");
     let layers = meta
         .get_u64(&count_key)
         .and_then(|n| usize::try_from(n).ok())
         .ok_or_else(|| unwritable(format!("{} has no {count_key}", base.path().display())))?;
-    if meta.get(&format!("{arch}.attention.sliding_window")).is_some() || arch.starts_with("gemma")
+    if meta
+        .get(&format!("{arch}.attention.sliding_window"))
+        .is_some()
+        || arch.starts_with("gemma")
     {
         return Err(unwritable(format!(
             "{arch} layers differ by position (sliding-window and global attention): a subset \
@@ -59,7 +65,9 @@ pub fn write_layer_subset(base: &GgufFile, keep: &[usize], out: &Path) -> Result
         let value = match value {
             _ if *key == count_key => with_count(value, keep.len()),
             // Per-layer arrays (some architectures size heads by layer).
-            MetaValue::Array(items) if key.starts_with(&format!("{arch}.")) && items.len() == layers => {
+            MetaValue::Array(items)
+                if key.starts_with(&format!("{arch}.")) && items.len() == layers =>
+            {
                 MetaValue::Array(keep.iter().map(|&l| items[l].clone()).collect())
             }
             _ => value.clone(),
@@ -106,7 +114,10 @@ fn check_keep(keep: &[usize], layers: usize) -> Result<(), String> {
         return Err("no layers to keep".into());
     }
     if let Some(&bad) = keep.iter().find(|&&l| l >= layers) {
-        return Err(format!("layer {bad} does not exist: the model has layers 0 to {}", layers - 1));
+        return Err(format!(
+            "layer {bad} does not exist: the model has layers 0 to {}",
+            layers - 1
+        ));
     }
     if keep.windows(2).any(|w| w[0] >= w[1]) {
         return Err(format!("layers {keep:?} are not ascending and distinct"));
@@ -195,7 +206,10 @@ mod tests {
 
     #[test]
     fn layer_lists_parse_and_spell_back() {
-        assert_eq!(parse_layers("0-2, 5,7-8").as_deref(), Ok(&[0, 1, 2, 5, 7, 8][..]));
+        assert_eq!(
+            parse_layers("0-2, 5,7-8").as_deref(),
+            Ok(&[0, 1, 2, 5, 7, 8][..])
+        );
         assert_eq!(parse_layers("3,1,1").as_deref(), Ok(&[1, 3][..]));
         assert_eq!(spell(&[0, 1, 2, 5, 7, 8]), "0-2,5,7-8");
         assert!(parse_layers("4-2").unwrap_err().contains("backwards"));
