@@ -19,7 +19,9 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{GgufFile, GgufWriter, MetaValue};
+use super::file::GgufFile;
+use super::metadata::MetaValue;
+use super::writer::GgufWriter;
 use crate::formats::FormatError;
 
 /// Writes `out`: `base` with only its layers `keep` (ascending, distinct,
