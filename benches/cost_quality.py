@@ -508,6 +508,9 @@ def main() -> int:
     if args.from_json:
         for suite in suites:
             result = json.loads((args.out / f"cost_quality_{suite}.json").read_text())
+            if result["rows"] and "stats" not in result["rows"][0]:
+                sys.exit(f"cost_quality_{suite}.json predates the engine's margins "
+                         "(x-switchyard-confidence): run the benchmark again")
             lines += report(suite, result, args.out, args.price_ratio)
         print("\n".join(lines))
         return 0
