@@ -7,7 +7,9 @@ item of the shipped generation suites asks
 
 - `model: "auto"` under a threshold that accepts everything: SmolLM2's answer,
   its token log-probabilities, and the engine's confidence in it
-  (`x-switchyard-cascade`: the 10% quantile of those log-probabilities);
+  (`x-switchyard-confidence`: every statistic a cascade may compare, the
+  quantiles of the token log-probabilities and the first token's top-2 margin
+  and entropy);
 - `model: "gemma"`: Gemma's answer.
 
 Both are scored by exact match after the normalization of docs/EVALS.md
@@ -18,14 +20,18 @@ always-strong, random mix (a share p of requests to Gemma, its expected
 accuracy), declared quality (the policy's typed figures, bigger model better,
 pick one model for everything), measured quality (each suite's measured
 accuracy picks one model for that suite) and the cascade: SmolLM2 answers,
-and the least sure share q of its answers (lowest p10) go to Gemma.
+and the least sure share q of its answers go to Gemma, by the statistic that
+separates SmolLM2's right answers from its wrong ones best on that suite
+(AUROC, reported for every statistic).
 
 Held-out calibration: the even items of a suite calibrate, the odd items
 measure. `switchyard calibrate --answers` picks, for each confidence
 statistic, the threshold deferring least while the cascade stays at >= 95%
 of Gemma's accuracy on the calibration half, and writes the best statistic's
 into the server's policy; the real cascade then answers the held-out half
-(`model: "auto"`), and its accuracy, deferrals and cost are what it did.
+(`model: "auto"`), and its accuracy, deferrals and cost are what it did
+(a deferred attempt's tokens as `x-switchyard-cascade` reports them: under a
+first-token statistic the engine stops SmolLM2 after one token).
 
 Metrics (RouteLLM's evaluate.py): the router's accuracy at strong-call shares
 0, 0.1, ..., 1; PGR = (acc - acc_cheap) / (acc_strong - acc_cheap); APGR =
@@ -34,7 +40,12 @@ under acc_cheap) over the share, trapezoids; CPT(95%): the share of strong calls
 where PGR first reaches 0.95 (linear between points). Both are defined only
 where the strong model is the better one. Cost: prompt and generated tokens
 priced per model, Gemma `--price-ratio` (default 2, the parameter ratio) times
-SmolLM2; the cascade pays SmolLM2 for every request and Gemma for the deferred.
+SmolLM2; the cascade pays SmolLM2 for every request (for a deferred one under
+a first-token statistic: its prompt and one token) and Gemma for the deferred.
+The bound: a cascade with a perfect deferral signal (it defers exactly the
+answers SmolLM2 gets wrong and Gemma right, as few as reach the goal, each
+stopped after one token), its cost at the declared ratio, and the ratio from
+which it costs <= 60% of always-Gemma.
 
 Output: Markdown (stdout), an SVG plot (accuracy against cost) and the
 per-item answers per suite under --out. Usage:
@@ -65,10 +76,11 @@ ROOT = Path(__file__).resolve().parents[1]
 DECLARED = {"smol": 0.4, "gemma": 0.6}  # what a policy author would type (bigger is better)
 MAX_TOKENS = 8
 STOP = ["\n"]
-STATISTICS = ["mean", "min", "p05", "p10", "p25", "p50"]
+STATISTICS = ["mean", "min", "p05", "p10", "p25", "p50", "margin", "neg_entropy", "min_margin"]
+FIRST_TOKEN = {"margin", "neg_entropy"}  # known after one token: a deferred attempt costs its prompt + 1
 GOAL = 0.95  # of always-strong accuracy
 SUITES = ["country-gen", "letter-gen", "geo-gen", "arith-gen"]
-CONFIDENCE = re.compile(r"p10 (-?\d+\.\d+|-?inf|NaN) ")
+SPENT = re.compile(r"\((\d+) prompt \+ (\d+) generated tokens\)")
 
 
 def fetch(script: str) -> Path:
@@ -140,7 +152,7 @@ class Server:
         deadline = time.time() + 30
         while True:
             verdict = self.complete("auto", prompt)[2].get("x-switchyard-cascade", "")
-            if f"{statistic} " in verdict and f" {threshold:.2f} over" in verdict:
+            if verdict.startswith("accepted") and f"{statistic} " in verdict and f" {threshold:.2f} " in verdict:
                 return
             if time.time() > deadline:
                 sys.exit(f"the server did not take the new policy ({statistic} {threshold}): {verdict}")
@@ -155,9 +167,25 @@ def tokens(usage: dict) -> int:
     return usage["prompt_tokens"] + usage["completion_tokens"]
 
 
-def confidence_of(headers: dict) -> float:
-    m = CONFIDENCE.search(headers.get("x-switchyard-cascade", ""))
-    return float(m.group(1)) if m else float("-inf")
+def statistics_of(confidence: str) -> dict[str, float]:
+    """Every statistic of the engine's `x-switchyard-confidence` (higher is surer for
+    each; an answer without one is -inf everywhere: always deferred)."""
+    fields = dict(pair.split("=", 1) for pair in confidence.split())
+    values = {k: float(v) for k, v in fields.items()}
+    out = {s: values.get(s, float("-inf")) for s in STATISTICS if s != "neg_entropy"}
+    out["neg_entropy"] = -values["entropy"] if "entropy" in values else float("-inf")
+    return out
+
+
+def auroc(rows: list[dict], statistic: str) -> float | None:
+    """P(a right answer's statistic > a wrong one's), ties counting half: how well the
+    statistic separates SmolLM2's right answers from its wrong ones (0.5 = not at all)."""
+    right = [r["stats"][statistic] for r in rows if r["smol"]]
+    wrong = [r["stats"][statistic] for r in rows if not r["smol"]]
+    if not right or not wrong:
+        return None
+    wins = sum((a > b) + 0.5 * (a == b) for a in right for b in wrong)
+    return wins / (len(right) * len(wrong))
 
 
 def collect(server: Server, items: list[dict]) -> list[dict]:
@@ -167,11 +195,13 @@ def collect(server: Server, items: list[dict]) -> list[dict]:
         assert headers["x-switchyard-model"] == "smol", headers
         gemma_text, gemma_usage, _, _ = server.complete("gemma", item["prompt"])
         answer = normalize(item["answer"])
+        confidence = headers.get("x-switchyard-confidence", "")
         rows.append({
             "smol": normalize(smol_text) == answer, "gemma": normalize(gemma_text) == answer,
             "smol_text": smol_text, "gemma_text": gemma_text,
-            "confidence": confidence_of(headers), "logprobs": logprobs,
-            "tokens_smol": tokens(smol_usage), "tokens_gemma": tokens(gemma_usage),
+            "confidence": confidence, "stats": statistics_of(confidence), "logprobs": logprobs,
+            "tokens_smol": tokens(smol_usage), "prompt_smol": smol_usage["prompt_tokens"],
+            "tokens_gemma": tokens(gemma_usage),
         })
         if (i + 1) % 25 == 0:
             print(f"  {i + 1}/{len(items)}", file=sys.stderr)
@@ -183,6 +213,14 @@ def costs(rows: list[dict], ratio: float) -> tuple[list[float], list[float]]:
     return [r["tokens_smol"] / 1000 for r in rows], [ratio * r["tokens_gemma"] / 1000 for r in rows]
 
 
+def cheap_cost(row: dict, deferred: bool, statistic: str) -> float:
+    """SmolLM2's price for an item: its whole answer, or for an item deferred under a
+    first-token statistic its prompt and one token (the engine stops it there)."""
+    if deferred and statistic in FIRST_TOKEN:
+        return (row["prompt_smol"] + 1) / 1000
+    return row["tokens_smol"] / 1000
+
+
 def p10(logprobs: list[float]) -> float:
     """A cross-check only: the nearest-rank 10% quantile, as the header's figure is made."""
     if not logprobs:
@@ -191,29 +229,36 @@ def p10(logprobs: list[float]) -> float:
     return ordered[max(1, -(-len(ordered) // 10)) - 1]
 
 
-def cascade_at(rows: list[dict], share: float, ratio: float) -> dict:
-    """The cascade deferring its least sure `share` of answers (lowest p10 first)."""
+def cascade_at(rows: list[dict], share: float, ratio: float, statistic: str) -> dict:
+    """The cascade deferring its least sure `share` of answers (lowest `statistic` first)."""
     n = len(rows)
-    order = sorted(range(n), key=lambda i: rows[i]["confidence"])
+    order = sorted(range(n), key=lambda i: rows[i]["stats"][statistic])
     deferred = set(order[: round(share * n)])
-    cheap, strong = costs(rows, ratio)
+    _, strong = costs(rows, ratio)
     correct = sum(rows[i]["gemma"] if i in deferred else rows[i]["smol"] for i in range(n))
-    spend = sum(cheap) + sum(strong[i] for i in deferred)
+    spend = sum(cheap_cost(rows[i], i in deferred, statistic) + (strong[i] if i in deferred else 0)
+                for i in range(n))
     return {"strong_share": len(deferred) / n, "acc": correct / n, "cost": spend / n}
 
 
 def perfect_signal(rows: list[dict], strong: float, ratio: float) -> dict | None:
     """The cheapest cascade at >= 95% of Gemma's accuracy that knew which answers were
-    wrong: it defers only answers SmolLM2 got wrong and Gemma right, as few as needed."""
+    wrong: it defers only answers SmolLM2 got wrong and Gemma right, as few as needed,
+    each stopped after one token. `ratio_60`: the Gemma/SmolLM2 price ratio from which
+    it costs <= 60% of always-Gemma (None: at no ratio)."""
     n = len(rows)
     fixable = [i for i, r in enumerate(rows) if r["gemma"] and not r["smol"]]
     correct = sum(r["smol"] for r in rows)
-    cheap, dear = costs(rows, ratio)
     for k in range(len(fixable) + 1):
         if correct + k >= GOAL * strong * n - 1e-9:
-            deferred = fixable[:k]
+            deferred = set(fixable[:k])
+            cheap = sum(cheap_cost(r, i in deferred, "margin") for i, r in enumerate(rows))
+            strong_deferred = sum(rows[i]["tokens_gemma"] for i in deferred) / 1000
+            strong_all = sum(r["tokens_gemma"] for r in rows) / 1000
+            room = 0.6 * strong_all - strong_deferred
             return {"acc": (correct + k) / n, "strong_share": k / n,
-                    "cost": (sum(cheap) + sum(dear[i] for i in deferred)) / n}
+                    "cost": (cheap + ratio * strong_deferred) / n,
+                    "ratio_60": cheap / room if room > 0 else None}
     return None
 
 
@@ -242,7 +287,8 @@ def calibrate(binary: Path, rows: list[dict], work: Path, policy_file: Path | No
     """`switchyard calibrate --answers` on `rows` for every statistic; the one deferring
     least wins (and is written into `policy_file`)."""
     answers = work / "calibration-answers.jsonl"
-    answers.write_text("".join(json.dumps({"correct": r["smol"], "logprobs": r["logprobs"],
+    answers.write_text("".join(json.dumps({"correct": r["smol"], "confidence": r["confidence"] or None,
+                                           "logprobs": r["logprobs"],
                                            "strong_correct": r["gemma"]}) + "\n" for r in rows))
     results = {}
     for statistic in STATISTICS:
@@ -263,18 +309,26 @@ def calibrate(binary: Path, rows: list[dict], work: Path, policy_file: Path | No
 
 
 def live_cascade(server: Server, items: list[dict], rows: list[dict], ratio: float) -> dict:
-    """The real cascade on `items` (SmolLM2's price for every item, from `rows`)."""
-    correct, deferred, cheap_tokens, strong_tokens = 0, 0, 0, 0
+    """The real cascade on `items`: SmolLM2's tokens for an accepted answer from `rows`
+    (the same greedy answer), for a deferred one as `x-switchyard-cascade` reports its
+    attempt (stopped after one token under a first-token statistic)."""
+    correct, deferred, early, cheap_tokens, strong_tokens = 0, 0, 0, 0, 0
     for item, row in zip(items, rows):
         text, usage, headers, _ = server.complete("auto", item["prompt"])
         correct += normalize(text) == normalize(item["answer"])
-        cheap_tokens += row["tokens_smol"]
-        if headers["x-switchyard-cascade"].startswith("deferred"):
+        verdict = headers["x-switchyard-cascade"]
+        if verdict.startswith("deferred"):
             deferred += 1
             strong_tokens += tokens(usage)
+            spent = SPENT.search(verdict)
+            assert spent, verdict
+            cheap_tokens += int(spent.group(1)) + int(spent.group(2))
+            early += "stopped after its first token" in verdict
+        else:
+            cheap_tokens += row["tokens_smol"]
     n = len(items)
-    return {"acc": correct / n, "strong_share": deferred / n, "cheap_tokens": cheap_tokens,
-            "strong_tokens": strong_tokens}
+    return {"acc": correct / n, "strong_share": deferred / n, "stopped_early": early,
+            "cheap_tokens": cheap_tokens, "strong_tokens": strong_tokens}
 
 
 def single(rows: list[dict], ratio: float) -> dict:
@@ -324,13 +378,18 @@ def report(suite: str, result: dict, out: Path, ratio: float) -> list[str]:
     s = single(rows, ratio)
     weak, strong = s["weak"], s["strong"]
     shares = [i / 10 for i in range(11)]
-    curve = [cascade_at(rows, q, ratio) for q in shares]
+    separation = {st: auroc(rows, st) for st in STATISTICS}
+    ranked = [st for st in STATISTICS if separation[st] is not None]
+    best = max(ranked, key=lambda st: separation[st]) if ranked else "p10"
+    curves = {st: [cascade_at(rows, q, ratio, st) for q in shares] for st in dict.fromkeys(["p10", best])}
     random_pts = [{"strong_share": p, "acc": weak + p * (strong - weak),
                    "cost": s["cost_weak"] + p * (s["cost_strong"] - s["cost_weak"])} for p in shares]
     declared = "gemma" if DECLARED["gemma"] > DECLARED["smol"] else "smol"
     measured = "gemma" if strong > weak else "smol"
     pick = {"smol": (weak, s["cost_weak"], 0.0), "gemma": (strong, s["cost_strong"], 1.0)}
-    lines = [f"### `{suite}` ({n} items; SmolLM2 {weak:.3f}, Gemma {strong:.3f})", "",
+    lines = [f"### `{suite}` ({n} items; SmolLM2 {weak:.3f}, Gemma {strong:.3f}; Gemma priced x{ratio:g})", "",
+             "How well each statistic separates SmolLM2's right answers from its wrong ones (AUROC, "
+             "0.5 = not at all): " + ", ".join(f"{st} {separation[st]:.3f}" for st in ranked) + ".", "",
              "| router | accuracy | cost / request | strong share | APGR | CPT(95%) |",
              "| --- | --- | --- | --- | --- | --- |"]
 
@@ -345,16 +404,23 @@ def report(suite: str, result: dict, out: Path, ratio: float) -> list[str]:
     row("random mix, p = 0.5 (expected)", random_pts[5]["acc"], random_pts[5]["cost"], 0.5, random_pts)
     row(f"declared quality (picks {declared})", *pick[declared])
     row(f"measured quality (picks {measured})", *pick[measured])
-    row("cascade, least sure half deferred", curve[5]["acc"], curve[5]["cost"], curve[5]["strong_share"], curve)
-    good = [p for p in curve if p["acc"] >= GOAL * strong]
-    if good:
-        p = min(good, key=lambda p: p["cost"])
-        row(f"cascade, cheapest at >= 95% of Gemma (in-sample, q = {p['strong_share']:.1f})",
-            p["acc"], p["cost"], p["strong_share"])
-    oracle = perfect_signal(rows, strong, ratio)
+    for st, curve in curves.items():
+        row(f"cascade by {st}, least sure half deferred", curve[5]["acc"], curve[5]["cost"],
+            curve[5]["strong_share"], curve)
+        good = [p for p in curve if p["acc"] >= GOAL * strong]
+        if good:
+            p = min(good, key=lambda p: p["cost"])
+            row(f"cascade by {st}, cheapest at >= 95% of Gemma (in-sample, q = {p['strong_share']:.1f})",
+                p["acc"], p["cost"], p["strong_share"])
+    oracle = perfect_signal(rows, strong, ratio) if strong > weak else None
     if oracle:
-        row("cascade with a perfect signal (the floor for any signal)", oracle["acc"], oracle["cost"],
+        row("cascade with a perfect signal (the bound for any signal)", oracle["acc"], oracle["cost"],
             oracle["strong_share"])
+        lines += ["", f"Bound: a perfect deferral signal reaches 95% of always-Gemma accuracy for "
+                      f"{oracle['cost'] / s['cost_strong']:.0%} of its cost at the declared price ratio {ratio:g} "
+                      f"(SmolLM2's own answer costs {s['cost_weak'] / s['cost_strong']:.0%} of Gemma's); "
+                      + (f"<= 60% from a Gemma/SmolLM2 price ratio of {oracle['ratio_60']:.2f}."
+                         if oracle["ratio_60"] else "above 60% at any price ratio.")]
     held = result.get("held_out")
     if held:
         h = single(rows[1::2], ratio)
@@ -364,6 +430,7 @@ def report(suite: str, result: dict, out: Path, ratio: float) -> list[str]:
         all_strong_tokens = sum(r["tokens_gemma"] for r in rows[1::2])
         room = 0.6 * all_strong_tokens - live["strong_tokens"]
         break_even = live["cheap_tokens"] / room if room > 0 else None
+        held_oracle = perfect_signal(rows[1::2], h["strong"], ratio) if h["strong"] > h["weak"] else None
         lines += ["", f"Held out ({held['n']} odd items; calibrated on the {cal['n']} even items: "
                       f"`{cal['statistic']} >= {cal['min_confidence']}`, deferring "
                       f"{cal['deferred_share']:.0%} there; per statistic "
@@ -371,27 +438,34 @@ def report(suite: str, result: dict, out: Path, ratio: float) -> list[str]:
                   "| held-out half | accuracy | cost / request | strong share |", "| --- | --- | --- | --- |",
                   f"| always SmolLM2 | {h['weak']:.3f} | {h['cost_weak']:.4f} | 0.00 |",
                   f"| always Gemma | {h['strong']:.3f} | {h['cost_strong']:.4f} | 1.00 |",
-                  f"| **live cascade** | **{live['acc']:.3f}** | **{live['cost']:.4f}** | {live['strong_share']:.2f} |", ""]
+                  f"| **live cascade** | **{live['acc']:.3f}** | **{live['cost']:.4f}** | {live['strong_share']:.2f} |"]
+        if held_oracle:
+            lines.append(f"| perfect signal (bound) | {held_oracle['acc']:.3f} | {held_oracle['cost']:.4f} | "
+                         f"{held_oracle['strong_share']:.2f} |")
+        lines.append("")
         if h["strong"] > 0:
+            deferred = round(live["strong_share"] * held["n"])
             lines.append(f"Live cascade on held-out items: {live['acc'] / h['strong']:.0%} of always-Gemma "
                          f"accuracy for {live['cost'] / h['cost_strong']:.0%} of its cost "
-                         f"({live['strong_share']:.0%} deferred; goal >= 95% for <= 60%). Its cost is "
+                         f"({live['strong_share']:.0%} deferred, {live.get('stopped_early', 0)} of {deferred} "
+                         f"stopped after SmolLM2's first token; goal >= 95% for <= 60%). Its cost is "
                          + (f"<= 60% of always-Gemma's from a Gemma/SmolLM2 price ratio of {break_even:.1f}."
                             if break_even else "above 60% of always-Gemma's at any price ratio (too many deferred)."))
-    same = sum(abs(p10(r["logprobs"]) - r["confidence"]) < 0.006 or p10(r["logprobs"]) == r["confidence"]
-               for r in rows)
+    same = sum(abs(p10(r["logprobs"]) - r["stats"]["p10"]) < 1e-5 for r in rows)
     lines.append("")
-    lines.append(f"The p10 of the log-probabilities returned to the client matches the server's "
-                 f"verdict on {same} of {n} answers.")
+    lines.append(f"The p10 of the log-probabilities returned to the client matches the engine's "
+                 f"`x-switchyard-confidence` on {same} of {n} answers.")
     if strong <= weak:
         lines.append("")
         lines.append("Here the larger, dearer Gemma is *not* more accurate than SmolLM2: APGR and CPT "
                      "(defined for a better strong model) do not apply; read accuracy and cost.")
     lines.append("")
     svg(out / f"cost_quality_{suite}.svg", f"{suite}: accuracy against cost (Gemma price x{ratio:g})",
-        {"cascade (least sure q deferred)": [(p["cost"], p["acc"]) for p in curve],
+        {**{f"cascade by {st} (least sure q deferred)": [(p["cost"], p["acc"]) for p in curve]
+            for st, curve in curves.items()},
          "random mix": [(p["cost"], p["acc"]) for p in random_pts],
          "always SmolLM2": [(s["cost_weak"], weak)], "always Gemma": [(s["cost_strong"], strong)],
+         **({"perfect signal (bound)": [(oracle["cost"], oracle["acc"])]} if oracle else {}),
          **({"live cascade, held out": [(live["cost"], live["acc"])]} if held else {})})
     return lines
 
@@ -434,6 +508,9 @@ def main() -> int:
     if args.from_json:
         for suite in suites:
             result = json.loads((args.out / f"cost_quality_{suite}.json").read_text())
+            if result["rows"] and "stats" not in result["rows"][0]:
+                sys.exit(f"cost_quality_{suite}.json predates the engine's margins "
+                         "(x-switchyard-confidence): run the benchmark again")
             lines += report(suite, result, args.out, args.price_ratio)
         print("\n".join(lines))
         return 0

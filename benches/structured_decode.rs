@@ -170,6 +170,7 @@ fn decode_rate<B: Backend>(
             share: switchyard_seam::TenantShare::default(),
             fanout: 1,
             deadline: None,
+            stop_unsure: None,
         })
         .collect();
     let mut streams: Vec<_> = requests

@@ -16,7 +16,7 @@ use switchyard_engine::Engine;
 use switchyard_kernels::{on_each_device, Backend, DType};
 use switchyard_seam::{
     BackendError, ChatMessage, FinishReason, GenerationEvent, GenerationRequest, InferenceBackend,
-    Prompt, Role, SamplingOptions,
+    MarginStatistic, Prompt, Role, SamplingOptions, UnsureStop,
 };
 
 /// The synthetic presets' context window.
@@ -63,6 +63,7 @@ fn request(prompt: Prompt, max_tokens: Option<u32>) -> GenerationRequest {
         share: switchyard_seam::TenantShare::default(),
         fanout: 1,
         deadline: None,
+        stop_unsure: None,
     }
 }
 
@@ -131,6 +132,93 @@ fn greedy_tokens_equal_the_model_run_directly<B: Backend>(backend: Arc<B>) {
 }
 
 on_each_device!(greedy_tokens_equal_the_model_run_directly, threads = 1);
+
+/// The first token's margin and entropy, computed by hand (f64) from the logits the
+/// model gives the prompt, equal what the engine reports; an unsure stop above that
+/// margin ends the generation after the token, one below it changes nothing.
+fn the_first_tokens_margin_is_computed_from_its_logits<B: Backend>(backend: Arc<B>) {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, backend) = engine(backend, dir.path());
+    let prompt = vec![1u32, 5, 9, 2, 40];
+    let events = run(&engine, request(Prompt::Tokens(prompt.clone()), Some(4)));
+
+    let checkpoint = engine.registry().resolve("tiny").unwrap();
+    let mut session = Session::new(&*backend, &checkpoint.model, prompt.len() + 1).unwrap();
+    let logits = session.feed(&prompt, LogitRows::Last).unwrap();
+    let mut sorted: Vec<f64> = logits.iter().map(|&l| f64::from(l)).collect();
+    sorted.sort_by(|a, b| b.total_cmp(a));
+    let best = sorted[0];
+    let gap = best - sorted[1];
+    let z: f64 = sorted.iter().map(|l| (l - best).exp()).sum();
+    let entropy: f64 = -sorted
+        .iter()
+        .map(|l| {
+            let p = (l - best).exp() / z;
+            if p > 0.0 {
+                p * p.ln()
+            } else {
+                0.0
+            }
+        })
+        .sum::<f64>();
+
+    let first = match &events[0] {
+        GenerationEvent::Token(token) => token.margin.unwrap(),
+        other => panic!("the first event is not a token: {other:?}"),
+    };
+    let close = |engine: f32, by_hand: f64| {
+        (f64::from(engine) - by_hand).abs() <= 1e-3 * by_hand.abs().max(1.0)
+    };
+    assert!(
+        close(first.margin, gap),
+        "margin {} against {gap}",
+        first.margin
+    );
+    assert!(
+        close(first.entropy, entropy),
+        "entropy {} against {entropy}",
+        first.entropy
+    );
+    let tokens = events.len() - 1;
+    match events.last() {
+        Some(GenerationEvent::Done {
+            confidence: Some(confidence),
+            ..
+        }) => {
+            assert_eq!(confidence.first, Some(first));
+            assert!(confidence.min_margin.unwrap() <= first.margin);
+        }
+        other => panic!("no Done with a confidence: {other:?}"),
+    }
+
+    let stopped = |min: f64| {
+        let mut r = request(Prompt::Tokens(prompt.clone()), Some(4));
+        r.stop_unsure = Some(UnsureStop {
+            statistic: MarginStatistic::Margin,
+            min,
+        });
+        run(&engine, r)
+    };
+    let events = stopped(f64::from(first.margin) + 0.01);
+    assert_eq!(events.len(), 2, "{events:?}");
+    match events.last() {
+        Some(GenerationEvent::Done {
+            finish_reason,
+            usage,
+            ..
+        }) => {
+            assert_eq!(*finish_reason, FinishReason::Unsure);
+            assert_eq!((usage.prompt_tokens, usage.completion_tokens), (5, 1));
+        }
+        other => panic!("no Done: {other:?}"),
+    }
+    assert_eq!(stopped(f64::from(first.margin) - 0.01).len() - 1, tokens);
+}
+
+on_each_device!(
+    the_first_tokens_margin_is_computed_from_its_logits,
+    threads = 1
+);
 
 fn chat_and_text_prompts_go_through_the_template_and_tokenizer<B: Backend>(backend: Arc<B>) {
     let dir = tempfile::tempdir().unwrap();

@@ -68,6 +68,7 @@ fn request(constraint: Constraint, tools: Vec<Tool>, seed: u64) -> GenerationReq
         share: switchyard_seam::TenantShare::default(),
         fanout: 1,
         deadline: None,
+        stop_unsure: None,
     }
 }
 

@@ -195,6 +195,8 @@ mod tests {
                 mean: v,
                 min: v,
                 quantiles: [v; 4],
+                first: None,
+                min_margin: None,
             }),
             strong_correct: strong,
         }
@@ -277,5 +279,34 @@ mod tests {
         ];
         let c = calibrate(&hopeless, p10(), Goal::OfStrong { fraction: 1.0 }, 1).unwrap();
         assert_eq!((c.kept, c.min_confidence), (0, -0.08));
+    }
+
+    #[test]
+    fn a_margin_threshold_is_placed_on_the_margins_scale() {
+        let with_margin = |correct, margin: f32, strong| Answer {
+            correct,
+            confidence: TokenConfidence::of(
+                &mut [-0.01],
+                &[switchyard_seam::TokenMargin {
+                    margin,
+                    entropy: 0.5,
+                }],
+            ),
+            strong_correct: Some(strong),
+        };
+        // The quantiles are all the same; only the margins tell right from wrong.
+        let answers = [
+            with_margin(true, 4.0, true),
+            with_margin(true, 2.5, true),
+            with_margin(false, 0.5, true),
+            with_margin(false, 0.25, true),
+        ];
+        let margin = Statistic::parse("margin").unwrap();
+        let c = calibrate(&answers, margin, Goal::OfStrong { fraction: 1.0 }, 1).unwrap();
+        assert_eq!((c.kept, c.min_confidence), (2, 1.5));
+        assert!(
+            calibrate(&answers, p10(), Goal::OfStrong { fraction: 1.0 }, 1)
+                .is_some_and(|c| c.kept == 0)
+        );
     }
 }

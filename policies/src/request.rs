@@ -24,6 +24,10 @@ pub const HEADER_COST: &str = "x-switchyard-cost";
 /// Response header: what the policy's cascade made of the answer (accepted, or deferred
 /// from which checkpoint, and why).
 pub const HEADER_CASCADE: &str = "x-switchyard-cascade";
+/// Response header (whole-JSON answers): the engine's confidence in the answer, every
+/// statistic a cascade may compare (`tokens=3 mean=-0.2 ... margin=2.5 entropy=0.9`,
+/// the least sure choice's), so a client calibrates on the numbers the server compares.
+pub const HEADER_CONFIDENCE: &str = "x-switchyard-confidence";
 
 /// The `model` field of a request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

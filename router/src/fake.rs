@@ -1,9 +1,9 @@
 //! A deterministic in-process backend for tests (feature `fake`).
 //!
 //! It "generates" a fixed reply word by word, honours `max_tokens`, stop
-//! strings, context length and logprobs, and records what it saw: every
-//! submitted request, and every generation cancelled because its stream was
-//! dropped. It can be held (generations wait until released), made slow,
+//! strings, an unsure stop (every token's margin is 1 nat), context length and
+//! logprobs, and records what it saw: every submitted request, and every
+//! generation cancelled because its stream was dropped. It can be held (generations wait until released), made slow,
 //! made to fail mid-stream, made overloaded, or made not ready.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, watch, Notify};
 use switchyard_seam::{
     BackendError, CheckpointProbe, CheckpointRef, FinishReason, GeneratedToken, GenerationEvent,
     GenerationRequest, GenerationStream, InferenceBackend, ModelCard, ModelSpec, Prompt,
-    TokenConfidence, TopLogprob, Usage,
+    TokenConfidence, TokenMargin, TopLogprob, UnsureStop, Usage,
 };
 
 /// The model a default fake serves.
@@ -296,6 +296,7 @@ impl InferenceBackend for FakeBackend {
             shared: Arc::clone(&shared),
             sender: sender.clone(),
             stop: request.stop,
+            stop_unsure: request.stop_unsure,
             logprobs: request.logprobs,
             max_tokens,
             prompt_tokens,
@@ -317,6 +318,7 @@ struct Job {
     shared: Arc<Shared>,
     sender: mpsc::Sender<GenerationEvent>,
     stop: Vec<String>,
+    stop_unsure: Option<UnsureStop>,
     logprobs: Option<u8>,
     max_tokens: u32,
     prompt_tokens: u32,
@@ -362,7 +364,16 @@ impl Job {
                 return std::future::pending().await;
             }
             produced += 1;
+            if i == 0
+                && self
+                    .stop_unsure
+                    .is_some_and(|stop| stop.stops(&Self::MARGIN))
+            {
+                finish_reason = FinishReason::Unsure;
+                break;
+            }
         }
+        let margins = vec![Self::MARGIN; logprobs.len()];
         let done = GenerationEvent::Done {
             finish_reason,
             usage: Usage {
@@ -370,10 +381,16 @@ impl Job {
                 cached_tokens: 0,
                 completion_tokens: produced,
             },
-            confidence: TokenConfidence::of(&mut logprobs),
+            confidence: TokenConfidence::of(&mut logprobs, &margins),
         };
         let _ = self.sender.send(done).await;
     }
+
+    /// Every token's margin: its alternatives are 1 nat apart (`top_logprobs`).
+    const MARGIN: TokenMargin = TokenMargin {
+        margin: 1.0,
+        entropy: 0.5,
+    };
 
     /// The fake's log-probability of its `i`th token: less sure as it goes.
     fn logprob(i: usize) -> f32 {
@@ -398,6 +415,7 @@ impl Job {
                     logprob: logprob - f32::from(k),
                 })
                 .collect(),
+            margin: Some(Self::MARGIN),
         }
     }
 }

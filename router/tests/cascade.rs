@@ -16,8 +16,13 @@ use serde_json::json;
 
 use policy_support::{chat_body, fake_serving, header, policy_app};
 use support::get;
+use switchyard_seam::{MarginStatistic, UnsureStop};
 
 fn policy(min_confidence: f64) -> String {
+    policy_on("p10", min_confidence)
+}
+
+fn policy_on(statistic: &str, min_confidence: f64) -> String {
     format!(
         r#"
 [routing]
@@ -44,12 +49,18 @@ name = "big-only"
 api_keys = ["sha256:{key}"]
 allowed_models = ["large"]
 
+[[tenants]]
+name = "small-only"
+api_keys = ["sha256:{small}"]
+allowed_models = ["small"]
+
 [cascade]
 models = ["small", "large"]
-confidence = "p10"
+confidence = "{statistic}"
 min_confidence = {min_confidence:?}
 "#,
-        key = switchyard_policies::sha256_hex("sk-big")
+        key = switchyard_policies::sha256_hex("sk-big"),
+        small = switchyard_policies::sha256_hex("sk-small"),
     )
 }
 
@@ -81,7 +92,7 @@ async fn a_sure_answer_is_kept_an_unsure_one_goes_to_the_next_model() {
     assert_eq!(header(&reply, "x-switchyard-model"), "large");
     assert_eq!(
         header(&reply, "x-switchyard-cascade"),
-        "deferred from small@v1: p10 -0.50 < -0.45 over 5 tokens"
+        "deferred from small@v1: p10 -0.50 < -0.45 over 5 tokens; the attempt ran to its end (2 prompt + 5 generated tokens)"
     );
     assert_eq!(reply.json()["model"], "large@v1");
     let models: Vec<String> = fake
@@ -110,7 +121,7 @@ async fn a_sure_answer_is_kept_an_unsure_one_goes_to_the_next_model() {
     assert_eq!(header(&reply, "x-switchyard-model"), "large");
     assert_eq!(
         header(&reply, "x-switchyard-cascade"),
-        "deferred from small@v1: p10 -0.50 < -0.45 over 5 tokens"
+        "deferred from small@v1: p10 -0.50 < -0.45 over 5 tokens; the attempt ran to its end (2 prompt + 5 generated tokens)"
     );
     assert!(
         reply.text.contains("\"model\":\"large@v1\""),
@@ -149,6 +160,115 @@ async fn a_sure_answer_is_kept_an_unsure_one_goes_to_the_next_model() {
     }
 }
 
+/// Under `margin`, on version v7 (the metrics are the process's: apart from the other
+/// test's).
+fn margin_policy(min_confidence: f64) -> String {
+    policy_on("margin", min_confidence).replace("\"v1\"", "\"v7\"")
+}
+
+/// The fake's every token has a top-2 margin of 1 nat: under `margin` 1.5 the first model
+/// is stopped after its first token and the request escalates; under 0.5 it goes on.
+#[tokio::test]
+async fn a_first_token_margin_escalates_after_one_token() {
+    let fake = fake_serving(&[("small@v7", 64), ("large@v7", 64)]);
+    let (app, store) = policy_app(Arc::new(fake.clone()), &margin_policy(1.5));
+    let stop = Some(UnsureStop {
+        statistic: MarginStatistic::Margin,
+        min: 1.5,
+    });
+    let early = "deferred from small@v7: margin 1.00 < 1.50 on the first token; the attempt stopped after its first token (2 prompt + 1 generated tokens)";
+
+    let reply = chat_body(&app, body(false), &[]).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(header(&reply, "x-switchyard-model"), "large");
+    assert_eq!(header(&reply, "x-switchyard-cascade"), early);
+    let submitted = fake.submitted();
+    assert_eq!(
+        submitted[0].stop_unsure, stop,
+        "the first step carries the stop"
+    );
+    assert_eq!(
+        submitted[1].stop_unsure, None,
+        "the last step is never stopped"
+    );
+    // The answer is the large model's, whole.
+    assert_eq!(reply.json()["usage"]["completion_tokens"], 5);
+
+    // Streamed: the same early escalation, the large model's answer streamed.
+    let reply = chat_body(&app, body(true), &[]).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(header(&reply, "x-switchyard-cascade"), early);
+    assert!(
+        reply.text.contains("\"model\":\"large@v7\""),
+        "{}",
+        reply.text
+    );
+    assert!(
+        reply.text.trim_end().ends_with("data: [DONE]"),
+        "{}",
+        reply.text
+    );
+
+    // When the next model cannot take it, the first model answers again in full,
+    // without the stop.
+    let before = fake.submitted().len();
+    let reply = chat_body(&app, body(false), &[("authorization", "Bearer sk-small")]).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(header(&reply, "x-switchyard-model"), "small");
+    assert_eq!(
+        header(&reply, "x-switchyard-cascade"),
+        "accepted: margin 1.00 < 1.50 on the first token; `large` cannot take the request"
+    );
+    assert_eq!(reply.json()["usage"]["completion_tokens"], 5);
+    let again: Vec<_> = fake.submitted()[before..]
+        .iter()
+        .map(|r| (r.model.to_string(), r.stop_unsure))
+        .collect();
+    assert_eq!(
+        again,
+        [
+            ("small@v7".to_string(), stop),
+            ("small@v7".to_string(), None)
+        ]
+    );
+
+    // Sure enough: the stream starts after the first token and goes on live.
+    store
+        .reload_from_str(&margin_policy(0.5), "lenient.toml")
+        .unwrap();
+    let reply = chat_body(&app, body(true), &[]).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(header(&reply, "x-switchyard-model"), "small");
+    assert_eq!(
+        header(&reply, "x-switchyard-cascade"),
+        "accepted: margin 1.00 >= 0.50 on the first token"
+    );
+    assert!(
+        reply.text.matches("\"delta\"").count() >= 5,
+        "{}",
+        reply.text
+    );
+    assert!(
+        reply.text.trim_end().ends_with("data: [DONE]"),
+        "{}",
+        reply.text
+    );
+    let whole = chat_body(&app, body(false), &[]).await;
+    assert_eq!(header(&whole, "x-switchyard-model"), "small");
+    let confidence: switchyard_seam::TokenConfidence =
+        header(&whole, "x-switchyard-confidence").parse().unwrap();
+    assert_eq!(confidence.first.map(|m| m.margin), Some(1.0));
+    assert_eq!(confidence.tokens, 5);
+
+    let metrics = get(&app, "/metrics").await.text;
+    for line in [
+        "switchyard_cascade_stopped_early_total{model=\"small@v7\"} 2",
+        "switchyard_cascade_total{model=\"small@v7\",outcome=\"deferred\"} 2",
+    ] {
+        assert!(metrics.contains(line), "{line} missing from:\n{metrics}");
+    }
+}
+
 #[test]
 fn a_cascade_needs_known_distinct_models_and_a_log_probability() {
     let bad = policy(0.5)
@@ -160,8 +280,8 @@ fn a_cascade_needs_known_distinct_models_and_a_log_probability() {
     for expected in [
         "model `small` is listed twice",
         "unknown model `huge`",
-        "confidence `p99` is not one of mean, min, p05, p10, p25, p50",
-        "min_confidence is a log-probability",
+        "confidence `p99` is not one of mean, min, p05, p10, p25, p50, margin, neg_entropy, min_margin",
+        "min_confidence of `p10` is a log-probability",
     ] {
         assert!(error.contains(expected), "{expected}: {error}");
     }

@@ -3,7 +3,7 @@
 use serde::Serialize;
 use tokio::sync::mpsc;
 
-use crate::{BackendError, TokenConfidence};
+use crate::{BackendError, TokenConfidence, TokenMargin};
 
 /// What a generation reports, in order: zero or more `Token`s, then exactly
 /// one `Done` or `Error`, after which the sender is dropped.
@@ -38,6 +38,9 @@ pub struct GeneratedToken {
     pub logprob: Option<f32>,
     /// The most likely alternatives, best first, when logprobs were asked for.
     pub top_logprobs: Vec<TopLogprob>,
+    /// How decided the pick was (whether or not logprobs were asked for: a cascade
+    /// judges a streamed answer's first token by it); `None` when not measured.
+    pub margin: Option<TokenMargin>,
 }
 
 /// One alternative token and its log-probability.
@@ -58,6 +61,9 @@ pub enum FinishReason {
     Stop,
     /// `max_tokens` or the end of the context window.
     Length,
+    /// Stopped after its first token, too unsure to go on
+    /// ([`crate::GenerationRequest::stop_unsure`]): a cascade defers such an answer.
+    Unsure,
 }
 
 impl FinishReason {
@@ -65,7 +71,9 @@ impl FinishReason {
     pub fn as_str(self) -> &'static str {
         match self {
             FinishReason::Stop => "stop",
-            FinishReason::Length => "length",
+            // Cut short; a cascade never shows such an answer (it defers it or asks again
+            // without the stop), so a client reading this is told what it resembles.
+            FinishReason::Length | FinishReason::Unsure => "length",
         }
     }
 }

@@ -20,6 +20,7 @@ mod constraint;
 mod embedding;
 mod error;
 mod event;
+mod margin;
 mod model_card;
 mod request;
 mod tenant_share;
@@ -28,7 +29,7 @@ pub use backend::InferenceBackend;
 pub use cache_scope::{CacheScope, ScopeOwner};
 pub use checkpoint_ref::{CheckpointRef, ModelSpec};
 pub use checkpoint_state::{CandidateState, CheckpointProbe};
-pub use confidence::{TokenConfidence, CONFIDENCE_QUANTILES};
+pub use confidence::{ConfidenceParseError, TokenConfidence, CONFIDENCE_QUANTILES};
 pub use constraint::{Constraint, Tool, ToolCall, TOOL_CALL_CLOSE, TOOL_CALL_OPEN};
 pub use embedding::{Embedding, EmbeddingInput, EmbeddingReply, EmbeddingRequest};
 pub use error::BackendError;
@@ -36,6 +37,7 @@ pub use event::{
     FinishReason, GeneratedToken, GenerationEvent, GenerationStream, TopLogprob, Usage,
     EVENT_BUFFER,
 };
+pub use margin::{MarginStatistic, TokenMargin, UnsureStop};
 pub use model_card::ModelCard;
 pub use request::{
     ChatMessage, GenerationRequest, Prompt, Role, SamplingOptions, SamplingRangeError,

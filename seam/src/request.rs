@@ -7,6 +7,7 @@ use crate::cache_scope::CacheScope;
 use crate::checkpoint_ref::ModelSpec;
 use crate::constraint::{Constraint, Tool, ToolCall};
 use crate::tenant_share::TenantShare;
+use crate::UnsureStop;
 
 /// One generation: a single prompt producing a single completion.
 ///
@@ -49,6 +50,10 @@ pub struct GenerationRequest {
     /// when the request arrives. The engine's scheduler runs a checkpoint sooner as
     /// its requests' deadlines near; `None`: no deadline.
     pub deadline: Option<Instant>,
+    /// Stop after the first token when it is too unsure ([`UnsureStop`]): set by the
+    /// router on a cascade's first attempt, so that an answer it will defer costs its
+    /// prompt and one token. `None`: generate as usual.
+    pub stop_unsure: Option<UnsureStop>,
 }
 
 impl GenerationRequest {

@@ -3,8 +3,9 @@
 //! The answers come from a running server, asked as the cascade's clients will ask
 //! (`--base`: the first model named, greedy, with log-probabilities; `--strong` asks the
 //! next model too), or from a file of answers measured before (`--answers`). Each
-//! answer's confidence is [`TokenConfidence::of`] its tokens' log-probabilities, the
-//! engine's own summary; the threshold is chosen by `switchyard_policies::calibrate`.
+//! answer's confidence is the engine's own [`TokenConfidence`], as the server sends it
+//! (`x-switchyard-confidence`), or its summary of the returned log-probabilities; the
+//! threshold is chosen by `switchyard_policies::calibrate`.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -14,7 +15,7 @@ use serde_json::{json, Value};
 use switchyard_engine::eval::normalize::matches;
 use switchyard_engine::eval::{wilson95, Suite, Task};
 use switchyard_policies::calibrate::{calibrate, values, Answer, Calibration, Goal};
-use switchyard_policies::{Policy, Statistic};
+use switchyard_policies::{Policy, Statistic, HEADER_CONFIDENCE};
 use switchyard_seam::TokenConfidence;
 
 #[derive(clap::Args)]
@@ -36,8 +37,9 @@ pub struct CalibrateArgs {
     /// The cascade's next model: asked the same items, for --of-strong.
     #[arg(long, requires = "base")]
     pub strong: Option<String>,
-    /// Answers measured before instead of a server: JSONL of
-    /// `{"correct": bool, "logprobs": [...], "strong_correct": bool}` (the last optional).
+    /// Answers measured before instead of a server: JSONL of `{"correct": bool,
+    /// "confidence": "<x-switchyard-confidence>", "strong_correct": bool}` (`logprobs`:
+    /// [...] instead of `confidence` for the log-probability statistics; the last optional).
     #[arg(long)]
     pub answers: Option<PathBuf>,
     /// The answers kept must be right at least this share of the time (0..1).
@@ -51,7 +53,9 @@ pub struct CalibrateArgs {
     /// (0..1; needs --strong or `strong_correct` in --answers).
     #[arg(long)]
     pub of_strong: Option<f64>,
-    /// The statistic the cascade compares: mean, min, p05, p10, p25 or p50.
+    /// The statistic the cascade compares: mean, min, p05, p10, p25, p50, margin,
+    /// neg_entropy or min_margin (margin and neg_entropy: the first token's, the cascade
+    /// then stops the first model after it).
     #[arg(long, default_value = "p10")]
     pub statistic: String,
     /// The first N items of the suite only.
@@ -98,6 +102,17 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
         Some(path) => read_answers(path)?,
         None => ask_server(&args)?,
     };
+    let unmeasured = |a: &Answer| {
+        a.confidence
+            .is_some_and(|c| c.first.is_none() || c.min_margin.is_none())
+    };
+    if matches!(statistic, Statistic::First(_) | Statistic::MinMargin)
+        && answers.iter().any(unmeasured)
+    {
+        bail!(
+            "--statistic {statistic} needs the engine's margins: ask a server that sends {HEADER_CONFIDENCE} (one serving a --policy), or give `confidence` (its text) on every line of --answers"
+        );
+    }
     if matches!(goal, Goal::OfStrong { .. }) && answers.iter().any(|a| a.strong_correct.is_none()) {
         bail!("--of-strong needs the next model's answers: --strong NAME, or `strong_correct` on every line of --answers");
     }
@@ -223,7 +238,7 @@ fn ask_server(args: &CalibrateArgs) -> anyhow::Result<Vec<Answer>> {
     runtime.block_on(async {
         let mut answers = Vec::with_capacity(items.len());
         for (prompt, expected) in items {
-            let (text, mut logprobs) = ask(&client, args, base, model, prompt).await?;
+            let (text, confidence) = ask(&client, args, base, model, prompt).await?;
             let strong_correct = match &args.strong {
                 Some(strong) => {
                     let (text, _) = ask(&client, args, base, strong, prompt).await?;
@@ -233,7 +248,7 @@ fn ask_server(args: &CalibrateArgs) -> anyhow::Result<Vec<Answer>> {
             };
             answers.push(Answer {
                 correct: matches(&text, expected),
-                confidence: TokenConfidence::of(&mut logprobs),
+                confidence,
                 strong_correct,
             });
         }
@@ -241,14 +256,16 @@ fn ask_server(args: &CalibrateArgs) -> anyhow::Result<Vec<Answer>> {
     })
 }
 
-/// One greedy answer: its text and its tokens' log-probabilities.
+/// One greedy answer: its text and the engine's confidence in it: the server's
+/// `x-switchyard-confidence` (every statistic, margins included), else the summary of the
+/// log-probabilities it returned (a server without a policy sends no such header).
 async fn ask(
     client: &reqwest::Client,
     args: &CalibrateArgs,
     base: &str,
     model: &str,
     prompt: &str,
-) -> anyhow::Result<(String, Vec<f32>)> {
+) -> anyhow::Result<(String, Option<TokenConfidence>)> {
     let mut body = json!({"model": model, "max_tokens": args.max_tokens, "temperature": 0});
     if !args.stop.is_empty() {
         body["stop"] = json!(args.stop);
@@ -272,6 +289,10 @@ async fn ask(
         .await
         .with_context(|| format!("cannot reach {url}"))?;
     let status = response.status();
+    let header = response
+        .headers()
+        .get(HEADER_CONFIDENCE)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     let reply: Value = response
         .json()
         .await
@@ -290,7 +311,7 @@ async fn ask(
             })
             .unwrap_or_default()
     };
-    Ok(if args.chat {
+    let (text, mut logprobs) = if args.chat {
         let content = choice["message"]["content"].as_str().unwrap_or_default();
         let logprobs: Vec<f32> = choice["logprobs"]["content"]
             .as_array()
@@ -309,7 +330,16 @@ async fn ask(
             text.to_string(),
             numbers(&choice["logprobs"]["token_logprobs"]),
         )
-    })
+    };
+    let confidence = match header {
+        Some(header) => Some(
+            header
+                .parse::<TokenConfidence>()
+                .with_context(|| format!("{url} sent a bad {HEADER_CONFIDENCE}"))?,
+        ),
+        None => TokenConfidence::of(&mut logprobs, &[]),
+    };
+    Ok((text, confidence))
 }
 
 fn read_answers(path: &Path) -> anyhow::Result<Vec<Answer>> {
@@ -326,14 +356,31 @@ fn read_answers(path: &Path) -> anyhow::Result<Vec<Answer>> {
         let Some(correct) = value["correct"].as_bool() else {
             bail!("{}: `correct` must be true or false", at());
         };
-        let Some(logprobs) = value["logprobs"].as_array() else {
-            bail!("{}: `logprobs` must be a list of numbers", at());
+        let confidence = match &value["confidence"] {
+            // The server's `x-switchyard-confidence`, as it sent it: every statistic.
+            Value::String(text) => Some(
+                text.parse::<TokenConfidence>()
+                    .with_context(|| format!("{}: `confidence`", at()))?,
+            ),
+            Value::Null => {
+                let Some(logprobs) = value["logprobs"].as_array() else {
+                    bail!(
+                        "{}: give `confidence` (the server's {HEADER_CONFIDENCE}) or `logprobs` (a list of numbers)",
+                        at()
+                    );
+                };
+                let mut logprobs = logprobs
+                    .iter()
+                    .map(|x| x.as_f64().map(|x| x as f32))
+                    .collect::<Option<Vec<f32>>>()
+                    .with_context(|| format!("{}: `logprobs` must be a list of numbers", at()))?;
+                TokenConfidence::of(&mut logprobs, &[])
+            }
+            _ => bail!(
+                "{}: `confidence` must be the text of {HEADER_CONFIDENCE}",
+                at()
+            ),
         };
-        let mut logprobs = logprobs
-            .iter()
-            .map(|x| x.as_f64().map(|x| x as f32))
-            .collect::<Option<Vec<f32>>>()
-            .with_context(|| format!("{}: `logprobs` must be a list of numbers", at()))?;
         let strong_correct = match &value["strong_correct"] {
             Value::Null => None,
             Value::Bool(b) => Some(*b),
@@ -341,7 +388,7 @@ fn read_answers(path: &Path) -> anyhow::Result<Vec<Answer>> {
         };
         answers.push(Answer {
             correct,
-            confidence: TokenConfidence::of(&mut logprobs),
+            confidence,
             strong_correct,
         });
     }

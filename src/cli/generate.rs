@@ -137,6 +137,7 @@ fn generate<B: Backend>(backend: &B, args: GenerateArgs) -> anyhow::Result<()> {
         stop_token_ids: tokenizer.eos_ids().to_vec(),
         stop_strings: args.stop.clone(),
         max_tokens: Some(max_tokens),
+        unsure: None,
     });
     let mut decoder = tokenizer.decode_stream(true);
     let kv = KvPool::new(args.device.kv());

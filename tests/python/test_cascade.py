@@ -17,7 +17,13 @@ takes what it is unsure of.
   the cascade at F of Gemma's accuracy; from a file of answers it needs no
   server, and a bad line is refused naming the file and line;
 - `POST /v1/feedback` scores an answer by its response id, once; the score
-  and the answers' confidence show per checkpoint in `/admin/policy`.
+  and the answers' confidence show per checkpoint in `/admin/policy`;
+- under `margin` (the first token's top-2 log-probability gap) the engine
+  stops SmolLM2 after its first token when it is to be deferred (the header
+  and `switchyard_cascade_stopped_early_total` say so, the attempt used one
+  generated token), whole and streamed; the margin the engine reports equals
+  the gap between the first token's two best log-probabilities the client
+  gets.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ PROMPT = "Name a country in Africa."
 ADMIN_TOKEN = "cascade-admin-token-0123"
 
 
-def policy(min_confidence: float) -> str:
+def policy(min_confidence: float, statistic: str = "p10") -> str:
     return f"""
 [routing]
 allow_anonymous = true
@@ -64,7 +70,7 @@ context_limit = 2048
 
 [cascade]
 models = ["smol", "gemma"]
-confidence = "p10"
+confidence = "{statistic}"
 min_confidence = {min_confidence!r}
 """
 
@@ -125,8 +131,10 @@ def test_an_unsure_answer_goes_to_the_stronger_model(server):
         if "deferred" in headers.get("x-switchyard-cascade", "") or time.time() > deadline:
             break
         time.sleep(0.5)
-    assert headers["x-switchyard-cascade"] == (
-        f"deferred from smol@1: p10 {confidence:.2f} < {threshold:.2f} over {len(tokens)} tokens")
+    assert headers["x-switchyard-cascade"].startswith(
+        f"deferred from smol@1: p10 {confidence:.2f} < {threshold:.2f} over {len(tokens)} tokens; "
+        f"the attempt ran to its end ("), headers
+    assert headers["x-switchyard-cascade"].endswith(f" + {len(tokens)} generated tokens)"), headers
     assert headers["x-switchyard-model"] == "gemma"
     assert body["model"] == "gemma@1"
     assert body["choices"][0]["message"]["content"]
@@ -305,3 +313,60 @@ def test_feedback_scores_an_answer_once_and_shows_per_checkpoint(server):
     gemma = next(s for s in signals if s["checkpoint"] == "gemma@1")
     assert gemma["feedback"]["n"] == 1 and gemma["feedback"]["mean"] == 0.25
     assert gemma["confidence"]["n"] >= 1 and gemma["confidence"]["mean"] < 0
+
+
+def metric(base: str, line_start: str) -> float:
+    with urllib.request.urlopen(base + "/metrics", timeout=30) as r:
+        text = r.read().decode()
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(line_start)]
+    return sum(values)
+
+
+def until_policy(base: str, policy_file: Path, text: str, expect: str) -> tuple[dict, dict]:
+    """Writes the policy and asks until a whole answer's verdict starts with `expect`."""
+    policy_file.write_text(text)
+    deadline = time.time() + 30
+    while True:
+        headers, body = chat(base, logprobs=True, top_logprobs=2)
+        if headers.get("x-switchyard-cascade", "").startswith(expect) or time.time() > deadline:
+            return headers, body
+        time.sleep(0.5)
+
+
+def test_a_first_token_margin_escalates_after_one_token(server):
+    base, policy_file, _ = server
+    early = 'switchyard_cascade_stopped_early_total{model="smol@1"}'
+    try:
+        # Every margin is >= 0: the cheap model answers, judged on its first token.
+        headers, body = until_policy(base, policy_file, policy(0.0, "margin"), "accepted: margin")
+        assert headers["x-switchyard-model"] == "smol", headers
+        verdict = re.fullmatch(r"accepted: margin (\d+\.\d\d) >= 0\.00 on the first token",
+                               headers["x-switchyard-cascade"])
+        assert verdict, headers["x-switchyard-cascade"]
+        confidence = dict(pair.split("=") for pair in headers["x-switchyard-confidence"].split())
+        margin = float(confidence["margin"])
+        assert f"{margin:.2f}" == verdict.group(1)
+        top = body["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+        assert abs(margin - (top[0]["logprob"] - top[1]["logprob"])) < 1e-4, (margin, top)
+        assert float(confidence["entropy"]) > 0
+
+        # A threshold above it: deferred after SmolLM2's first token.
+        before = metric(base, early)
+        threshold = round(margin + 0.05, 2)
+        headers, body = until_policy(base, policy_file, policy(threshold, "margin"), "deferred")
+        assert headers["x-switchyard-model"] == "gemma", headers
+        cascade = headers["x-switchyard-cascade"]
+        assert cascade.startswith(
+            f"deferred from smol@1: margin {margin:.2f} < {threshold:.2f} on the first token; "
+            "the attempt stopped after its first token ("), cascade
+        assert cascade.endswith(" + 1 generated tokens)"), cascade
+        assert body["model"] == "gemma@1" and body["choices"][0]["message"]["content"]
+        whole = body["choices"][0]["message"]["content"]
+
+        headers, body = chat(base, stream=True)
+        assert headers["x-switchyard-model"] == "gemma", headers
+        assert headers["x-switchyard-cascade"] == cascade, headers
+        assert streamed_text(body["sse"]) == whole
+        assert metric(base, early) == before + 2
+    finally:
+        policy_file.write_text(policy(-1000.0))

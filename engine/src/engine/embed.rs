@@ -51,6 +51,7 @@ pub(super) fn prepare_embedding<B: Backend>(
             stop_token_ids: Vec::new(),
             stop_strings: Vec::new(),
             max_tokens: Some(0),
+            ..StopCondition::default()
         },
         decoder: None,
         sink: Box::new(EmbeddingSink(Some(reply))),

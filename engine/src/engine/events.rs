@@ -2,7 +2,7 @@
 //! the router's stream. Runs on the executor thread, so it never blocks.
 
 use switchyard_seam::{
-    BackendError, GeneratedToken, GenerationEvent, TokenConfidence, TopLogprob, Usage,
+    BackendError, GeneratedToken, GenerationEvent, TokenConfidence, TokenMargin, TopLogprob, Usage,
 };
 use tokio::sync::mpsc;
 
@@ -17,6 +17,8 @@ pub(super) struct StreamSink {
     /// Every generated token's log-probability, for the answer's [`TokenConfidence`]
     /// (kept whether or not the client asked for logprobs: cascades read it).
     seen: Vec<f32>,
+    /// Every generated token's margin, in order, for the same summary.
+    margins: Vec<TokenMargin>,
 }
 
 impl StreamSink {
@@ -30,6 +32,7 @@ impl StreamSink {
             tokenizer,
             logprobs,
             seen: Vec::new(),
+            margins: Vec::new(),
         }
     }
 
@@ -40,6 +43,7 @@ impl StreamSink {
                 id: token.id,
                 logprob: None,
                 top_logprobs: Vec::new(),
+                margin: Some(token.margin),
             };
         }
         let top_logprobs = token
@@ -56,6 +60,7 @@ impl StreamSink {
             id: token.id,
             logprob: Some(token.logprob),
             top_logprobs,
+            margin: Some(token.margin),
         }
     }
 }
@@ -65,6 +70,7 @@ impl EventSink for StreamSink {
         let event = match event {
             SequenceEvent::Token(token) => {
                 self.seen.push(token.logprob);
+                self.margins.push(token.margin);
                 GenerationEvent::Token(self.token(token))
             }
             SequenceEvent::Done {
@@ -79,7 +85,7 @@ impl EventSink for StreamSink {
                     cached_tokens: u32::try_from(cached_tokens).unwrap_or(u32::MAX),
                     completion_tokens: u32::try_from(completion_tokens).unwrap_or(u32::MAX),
                 },
-                confidence: TokenConfidence::of(&mut self.seen),
+                confidence: TokenConfidence::of(&mut self.seen, &self.margins),
             },
             SequenceEvent::Error(message) => {
                 GenerationEvent::Error(BackendError::Internal { message })

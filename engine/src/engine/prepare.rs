@@ -39,6 +39,7 @@ pub fn prepare<B: Backend>(
         stop_token_ids: tokenizer.eos_ids().to_vec(),
         stop_strings: request.stop.clone(),
         max_tokens: request.max_tokens.map(|m| m as usize),
+        unsure: request.stop_unsure,
     };
     // Compiled here, before the request is queued: a schema the grammar
     // engine cannot enforce is refused up front, naming its field.

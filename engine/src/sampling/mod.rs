@@ -8,6 +8,7 @@
 
 mod params;
 mod sampler;
+mod spread;
 mod stop;
 
 pub use params::{SamplingError, SamplingParams, MAX_TOP_LOGPROBS};

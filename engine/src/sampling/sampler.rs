@@ -10,6 +10,9 @@ use std::collections::HashMap;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 
+use switchyard_seam::TokenMargin;
+
+use super::spread::normalize;
 use super::{SamplingError, SamplingParams};
 
 /// The chosen token and its log-probability.
@@ -19,6 +22,9 @@ pub struct SampledToken {
     pub logprob: f32,
     /// The `top_logprobs` most likely tokens, most likely first (empty unless requested).
     pub top_logprobs: Vec<(u32, f32)>,
+    /// How decided the distribution it was picked from was (the same distribution as
+    /// `logprob`'s).
+    pub margin: TokenMargin,
 }
 
 /// Samples tokens for one sequence; owns its random stream.
@@ -73,7 +79,7 @@ impl Sampler {
         if !max.is_finite() {
             return Err(SamplingError::NoFiniteLogits);
         }
-        let log_norm = max + adjusted.iter().map(|&l| (l - max).exp()).sum::<f32>().ln();
+        let (log_norm, margin) = normalize(&adjusted, max);
 
         let id = if self.params.temperature == 0.0 {
             argmax(&adjusted)
@@ -91,6 +97,7 @@ impl Sampler {
             id,
             logprob,
             top_logprobs,
+            margin,
         })
     }
 

@@ -6,9 +6,10 @@
 //! everything after it) or not (then it is released).
 
 pub use switchyard_seam::FinishReason;
+use switchyard_seam::{TokenMargin, UnsureStop};
 
 /// When to stop generating.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct StopCondition {
     /// Tokens that end generation (EOS, end of turn); their text is not output.
     pub stop_token_ids: Vec<u32>,
@@ -16,6 +17,9 @@ pub struct StopCondition {
     pub stop_strings: Vec<String>,
     /// The most tokens to generate; `None` for no limit.
     pub max_tokens: Option<usize>,
+    /// Stop after the first token when it was too unsure ([`UnsureStop`]): a cascade's
+    /// early escalation.
+    pub unsure: Option<UnsureStop>,
 }
 
 /// What one generated token produced.
@@ -93,6 +97,18 @@ impl StopChecker {
         }
     }
 
+    /// After [`StopChecker::push`] of the first token that did not finish the
+    /// generation: whether its `margin` ends it as [`FinishReason::Unsure`]. The held
+    /// text goes with the step then (a stop string can no longer complete).
+    pub fn stop_unsure(&mut self, step: &mut StopStep, margin: &TokenMargin) {
+        let unsure = self.condition.unsure.is_some_and(|u| u.stops(margin));
+        if step.finished.is_none() && self.generated == 1 && unsure {
+            step.text.push_str(&std::mem::take(&mut self.held));
+            self.finished = Some(FinishReason::Unsure);
+            step.finished = Some(FinishReason::Unsure);
+        }
+    }
+
     /// Releases held-back text when generation ends for another reason
     /// (for example the client went away or the engine stopped it).
     pub fn flush(&mut self) -> String {
@@ -141,6 +157,7 @@ mod tests {
             stop_token_ids: vec![99],
             stop_strings: stops.iter().map(|s| s.to_string()).collect(),
             max_tokens,
+            unsure: None,
         })
     }
 

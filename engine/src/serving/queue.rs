@@ -62,6 +62,8 @@ pub struct SequenceToken {
     pub logprob: f32,
     /// The most likely alternatives, most likely first, when asked for.
     pub top_logprobs: Vec<(u32, f32)>,
+    /// How decided the pick was.
+    pub margin: switchyard_seam::TokenMargin,
 }
 
 /// What a sequence reports, in order: `Token`s, then one `Done` or `Error`.

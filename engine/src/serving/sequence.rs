@@ -392,6 +392,7 @@ impl<B: Backend> Sequence<B> {
             }
         };
         let mut step = self.stop.push(sampled.id, &text);
+        self.stop.stop_unsure(&mut step, &sampled.margin);
         if step.finished.is_none() && self.tokens.len() >= self.capacity {
             // The end of the cache (the context window) before max_tokens.
             step.finished = Some(FinishReason::Length);
@@ -411,6 +412,7 @@ impl<B: Backend> Sequence<B> {
                 text: step.text,
                 logprob: sampled.logprob,
                 top_logprobs: sampled.top_logprobs,
+                margin: sampled.margin,
             };
             if !self.sink.send(SequenceEvent::Token(token)) {
                 return false;

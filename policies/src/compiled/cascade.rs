@@ -4,9 +4,12 @@
 use std::fmt;
 
 use serde::Serialize;
-use switchyard_seam::{TokenConfidence, CONFIDENCE_QUANTILES};
+use switchyard_seam::{
+    MarginStatistic, TokenConfidence, TokenMargin, UnsureStop, CONFIDENCE_QUANTILES,
+};
 
-/// Which number of a [`TokenConfidence`] a cascade compares.
+/// Which number of a [`TokenConfidence`] a cascade compares; for every one, higher is
+/// surer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Statistic {
     /// The mean token log-probability.
@@ -15,25 +18,46 @@ pub enum Statistic {
     Min,
     /// The quantile `CONFIDENCE_QUANTILES[i]`.
     Quantile(usize),
+    /// The first token's top-2 margin, or minus its entropy: known after one token, so
+    /// the first model stops there when it will be deferred ([`Cascade::unsure_stop`]).
+    First(MarginStatistic),
+    /// The smallest top-2 margin over the answer's tokens.
+    MinMargin,
 }
 
 impl Statistic {
-    /// The names a policy may write: `mean`, `min`, `p05`, `p10`, `p25`, `p50`.
-    pub const NAMES: [&'static str; 6] = ["mean", "min", "p05", "p10", "p25", "p50"];
+    /// The names a policy may write.
+    pub const NAMES: [&'static str; 9] = [
+        "mean",
+        "min",
+        "p05",
+        "p10",
+        "p25",
+        "p50",
+        "margin",
+        "neg_entropy",
+        "min_margin",
+    ];
 
     /// Parses one of [`Statistic::NAMES`].
     pub fn parse(name: &str) -> Option<Statistic> {
         match name {
             "mean" => Some(Statistic::Mean),
             "min" => Some(Statistic::Min),
+            "margin" => Some(Statistic::First(MarginStatistic::Margin)),
+            "neg_entropy" => Some(Statistic::First(MarginStatistic::NegEntropy)),
+            "min_margin" => Some(Statistic::MinMargin),
             _ => {
-                let i = Self::NAMES.iter().skip(2).position(|n| *n == name)?;
+                let i = ["p05", "p10", "p25", "p50"]
+                    .iter()
+                    .position(|n| *n == name)?;
                 (i < CONFIDENCE_QUANTILES.len()).then_some(Statistic::Quantile(i))
             }
         }
     }
 
-    /// The statistic's value on `confidence`.
+    /// The statistic's value on `confidence` (minus infinity when it was not measured:
+    /// such an answer is deferred).
     pub fn of(self, confidence: &TokenConfidence) -> f32 {
         match self {
             Statistic::Mean => confidence.mean,
@@ -43,7 +67,26 @@ impl Statistic {
                 .get(i)
                 .copied()
                 .unwrap_or(f32::NEG_INFINITY),
+            Statistic::First(first) => confidence.first.map_or(f32::NEG_INFINITY, |m| first.of(&m)),
+            Statistic::MinMargin => confidence.min_margin.unwrap_or(f32::NEG_INFINITY),
         }
+    }
+
+    /// Why `min` cannot be a threshold of this statistic, if it cannot: log-probabilities
+    /// and minus entropies are 0 or below, margins 0 or above.
+    pub fn threshold_error(self, min: f64) -> Option<String> {
+        let (fits, what) = match self {
+            Statistic::First(MarginStatistic::Margin) | Statistic::MinMargin => (
+                min >= 0.0,
+                "a log-probability margin (0 or above, e.g. 0.5)",
+            ),
+            Statistic::First(MarginStatistic::NegEntropy) => {
+                (min <= 0.0, "minus an entropy (0 or below, e.g. -1.0)")
+            }
+            _ => (min <= 0.0, "a log-probability (0 or below, e.g. -1.5)"),
+        };
+        (!(fits && min.is_finite()))
+            .then(|| format!("min_confidence of `{self}` is {what}, got {min}"))
     }
 }
 
@@ -53,6 +96,9 @@ impl fmt::Display for Statistic {
             Statistic::Mean => "mean",
             Statistic::Min => "min",
             Statistic::Quantile(i) => Self::NAMES.get(i + 2).copied().unwrap_or("?"),
+            Statistic::First(MarginStatistic::Margin) => "margin",
+            Statistic::First(MarginStatistic::NegEntropy) => "neg_entropy",
+            Statistic::MinMargin => "min_margin",
         };
         f.write_str(name)
     }
@@ -91,6 +137,18 @@ impl Cascade {
         self.models.get(at + 1).copied()
     }
 
+    /// With a first-token statistic: the stop that ends a step's generation after a
+    /// first token it would defer (early escalation); `None` for whole-answer statistics.
+    pub fn unsure_stop(&self) -> Option<UnsureStop> {
+        match self.statistic {
+            Statistic::First(statistic) => Some(UnsureStop {
+                statistic,
+                min: self.min_confidence,
+            }),
+            _ => None,
+        }
+    }
+
     /// Judges an answer by its confidence (the least confident choice's, for several).
     /// An answer without tokens has nothing to judge it by and is deferred.
     pub fn judge(&self, confidence: Option<&TokenConfidence>) -> Verdict {
@@ -100,14 +158,36 @@ impl Cascade {
                 reason: "no tokens to judge".to_string(),
             };
         };
+        if self.unsure_stop().is_some() {
+            return self.judge_first(confidence.first.as_ref());
+        }
         let value = self.statistic.of(confidence);
         let defer = f64::from(value) < self.min_confidence || value.is_nan();
+        self.verdict(defer, value, &format!("over {} tokens", confidence.tokens))
+    }
+
+    /// Judges an answer by its first token's margin (the least decided choice's, for
+    /// several), with a first-token statistic: what [`UnsureStop::stops`] says, so an
+    /// answer the engine stopped is always deferred. Without a first-token statistic, or
+    /// without a measured first token, the answer is deferred.
+    pub fn judge_first(&self, first: Option<&TokenMargin>) -> Verdict {
+        let (Some(stop), Some(first)) = (self.unsure_stop(), first) else {
+            return Verdict {
+                defer: true,
+                reason: "no first token to judge".to_string(),
+            };
+        };
+        let value = stop.statistic.of(first);
+        self.verdict(stop.stops(first), value, "on the first token")
+    }
+
+    fn verdict(&self, defer: bool, value: f32, over: &str) -> Verdict {
         let op = if defer { "<" } else { ">=" };
         Verdict {
             defer,
             reason: format!(
-                "{} {value:.2} {op} {:.2} over {} tokens",
-                self.statistic, self.min_confidence, confidence.tokens
+                "{} {value:.2} {op} {:.2} {over}",
+                self.statistic, self.min_confidence
             ),
         }
     }
@@ -128,6 +208,8 @@ mod tests {
             mean: -0.5,
             min: -3.0,
             quantiles: [-3.0, -2.0, -1.0, -0.1],
+            first: None,
+            min_margin: None,
         };
         assert_eq!(Statistic::parse("p10").unwrap().of(&c), -2.0);
         assert_eq!(Statistic::parse("p50").unwrap().of(&c), -0.1);
@@ -149,5 +231,65 @@ mod tests {
         };
         assert!(!cascade.judge(Some(&sure)).defer);
         assert!(cascade.judge(None).defer);
+    }
+
+    #[test]
+    fn a_first_token_statistic_stops_early_and_judges_as_the_stop_does() {
+        let cascade = Cascade {
+            models: vec![0, 1],
+            statistic: Statistic::parse("margin").unwrap(),
+            min_confidence: 0.5,
+        };
+        let stop = cascade.unsure_stop().unwrap();
+        assert_eq!(stop.statistic, MarginStatistic::Margin);
+        let unsure = TokenMargin {
+            margin: 0.25,
+            entropy: 1.5,
+        };
+        let sure = TokenMargin {
+            margin: 2.0,
+            entropy: 0.1,
+        };
+        // What the engine stops is what the cascade defers, from the first token alone
+        // or from the whole answer's summary.
+        assert!(stop.stops(&unsure) && !stop.stops(&sure));
+        let v = cascade.judge_first(Some(&unsure));
+        assert!(v.defer);
+        assert_eq!(v.reason, "margin 0.25 < 0.50 on the first token");
+        let answer = TokenConfidence::of(&mut [-0.01, -3.0], &[sure, unsure]).unwrap();
+        let v = cascade.judge(Some(&answer));
+        assert!(!v.defer, "the later unsure token does not count: {v:?}");
+        assert_eq!(v.reason, "margin 2.00 >= 0.50 on the first token");
+        assert!(cascade.judge_first(None).defer);
+        let unmeasured = TokenConfidence::of(&mut [-0.01], &[]).unwrap();
+        assert!(cascade.judge(Some(&unmeasured)).defer);
+        // Whole-answer statistics stop nothing early.
+        let p10 = Cascade {
+            statistic: Statistic::Quantile(1),
+            min_confidence: -1.0,
+            ..cascade.clone()
+        };
+        assert_eq!(p10.unsure_stop(), None);
+        let entropy = Cascade {
+            statistic: Statistic::parse("neg_entropy").unwrap(),
+            min_confidence: -1.0,
+            ..cascade
+        };
+        assert!(entropy.judge_first(Some(&unsure)).defer);
+        assert!(!entropy.judge_first(Some(&sure)).defer);
+        assert_eq!(Statistic::MinMargin.of(&answer), 0.25);
+        // Thresholds on the statistic's own scale.
+        assert_eq!(Statistic::MinMargin.threshold_error(0.5), None);
+        assert!(Statistic::MinMargin
+            .threshold_error(-0.5)
+            .unwrap()
+            .contains("margin (0 or above"));
+        assert!(Statistic::Mean.threshold_error(0.5).is_some());
+        assert_eq!(
+            Statistic::parse("neg_entropy")
+                .unwrap()
+                .threshold_error(-2.0),
+            None
+        );
     }
 }

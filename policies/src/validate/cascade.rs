@@ -1,5 +1,5 @@
-//! `[cascade]`: at least two distinct models, a known statistic, a log-probability
-//! threshold.
+//! `[cascade]`: at least two distinct models, a known statistic, a threshold on that
+//! statistic's scale.
 
 use toml::Spanned;
 
@@ -51,13 +51,8 @@ pub(super) fn cascade(
         }),
     };
     let min = *e.min_confidence.get_ref();
-    if !(min.is_finite() && min <= 0.0) {
-        diags.at(
-            e.min_confidence.span(),
-            format!(
-                "cascade: min_confidence is a log-probability (0 or below, e.g. -1.5), got {min}"
-            ),
-        );
+    if let Some(error) = statistic.threshold_error(min) {
+        diags.at(e.min_confidence.span(), format!("cascade: {error}"));
     }
     Some(Cascade {
         models,

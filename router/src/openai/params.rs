@@ -209,6 +209,7 @@ impl GenerationParams {
                     share: TenantShare::default(),
                     fanout: u32::try_from(total).unwrap_or(u32::MAX),
                     deadline: None,
+                    stop_unsure: None,
                 });
             }
         }

@@ -1,17 +1,20 @@
 //! Cascades (`[cascade]` in the policy): an `auto` request is answered by the cascade's
 //! first model; when the engine's confidence in that answer (a quantile of its token
-//! log-probabilities, measured in the engine) is below the threshold, the answer is
-//! dropped and the next model answers instead.
+//! log-probabilities, or its first token's margin, measured in the engine) is below the
+//! threshold, the answer is dropped and the next model answers instead.
 //!
-//! A streamed request waits for the verdict: a step before the last runs to its end
-//! unseen, and the stream (headers included, so `x-switchyard-cascade` is known) starts
-//! once it is judged: the accepted answer's tokens are sent as they were generated, or
-//! the next model's as they come (`judged_stream` in `openai/tail/stream.rs`).
-//! The deferred attempt is billed like any answer (its tokens were computed); the
-//! response's `usage` is the answer the client gets.
+//! With a first-token statistic (`margin`, `neg_entropy`) the verdict is known after one
+//! token: the step is submitted with the cascade's unsure stop ([`UnsureStop`]), so the
+//! engine ends a generation it would defer after that token (early escalation: the
+//! deferred attempt costs its prompt and one token), and a stream waits for the first
+//! token only. Otherwise a streamed request waits for the whole first answer: a step
+//! before the last runs to its end unseen, and the stream (headers included, so
+//! `x-switchyard-cascade` is known) starts once it is judged (`judged_stream` in
+//! `openai/tail/stream.rs`). The deferred attempt is billed like any answer (its tokens
+//! were computed); the response's `usage` is the answer the client gets.
 
-use switchyard_policies::{ModelHint, RouteRequest};
-use switchyard_seam::{TokenConfidence, Usage};
+use switchyard_policies::{ModelHint, RouteRequest, Verdict};
+use switchyard_seam::{TokenConfidence, TokenMargin, UnsureStop, Usage};
 
 use crate::policy::routed::{label, RouteSummary, RoutedRequest};
 use crate::policy::routing::PolicyRouting;
@@ -19,6 +22,10 @@ use crate::policy::routing::PolicyRouting;
 /// Counter: cascade verdicts by `model` (the checkpoint judged) and `outcome`
 /// (`accepted`, `deferred`).
 pub const CASCADE_TOTAL: &str = "switchyard_cascade_total";
+
+/// Counter: deferred attempts the engine stopped after their first token (early
+/// escalation), by `model`.
+pub const CASCADE_STOPPED_EARLY_TOTAL: &str = "switchyard_cascade_stopped_early_total";
 
 /// When the current policy has a cascade and `request` is `auto`: the request as its
 /// first step routes it (the cascade's first model, named).
@@ -36,6 +43,16 @@ pub(crate) fn first_step(routing: &PolicyRouting, request: &RouteRequest) -> Opt
     Some(step)
 }
 
+/// What a cascade step's answer is judged by.
+#[derive(Debug, Clone, Copy)]
+pub enum Evidence {
+    /// The whole answer's confidence (the least confident choice's).
+    Answer(Option<TokenConfidence>),
+    /// The first token's margin (the least decided choice's), with a first-token
+    /// statistic.
+    FirstToken(Option<TokenMargin>),
+}
+
 impl RoutedRequest {
     /// Marks a request routed by [`first_step`]: its explanation.
     pub(crate) fn start_cascade(&self) {
@@ -49,40 +66,75 @@ impl RoutedRequest {
     }
 
     /// Whether the answer this request is routed to now will be judged: an `auto`
-    /// request on a cascade step before the last.
+    /// request on a cascade step before the last, not judged already.
     pub fn judged_in_cascade(&self) -> bool {
-        let Some(ticket) = self.ticket() else {
-            return false;
-        };
-        if ticket.request.model != ModelHint::Auto {
-            return false;
-        }
-        let policy = ticket.routing.store().current();
-        let Some(cascade) = policy.cascade() else {
-            return false;
-        };
-        let model = ticket.lock().summary.model.clone();
-        policy
-            .model_index(&model)
-            .and_then(|current| cascade.next_after(current))
-            .is_some()
+        self.step_judged().is_some()
     }
 
-    /// Judges a finished whole-JSON answer (`confidence`: the least confident choice's)
-    /// when the request is a cascade step before the last. Deferred: settles this
-    /// attempt with `usage`, routes to the next model and returns true (the caller
-    /// submits again). Accepted, or not a cascade: returns false and settles nothing.
-    pub fn defer_in_cascade(&self, confidence: Option<TokenConfidence>, usage: Usage) -> bool {
+    /// The unsure stop the answer this request is routed to now is submitted with: a
+    /// judged step under a first-token statistic.
+    pub fn unsure_stop(&self) -> Option<UnsureStop> {
+        self.step_judged()?.unsure_stop()
+    }
+
+    /// The cascade judging the current step, if it is judged.
+    fn step_judged(&self) -> Option<switchyard_policies::Cascade> {
+        let ticket = self.ticket()?;
+        if ticket.request.model != ModelHint::Auto {
+            return None;
+        }
+        let policy = ticket.routing.store().current();
+        let cascade = policy.cascade()?;
+        let state = ticket.lock();
+        if state.cascade_settled {
+            return None;
+        }
+        policy
+            .model_index(&state.summary.model)
+            .and_then(|current| cascade.next_after(current))
+            .map(|_| cascade.clone())
+    }
+
+    /// Judges the current step's answer by `evidence` when the step is judged. Accepted:
+    /// records the verdict and returns `None`. Deferred: the verdict, for
+    /// [`RoutedRequest::defer_in_cascade`] once the attempt's usage is known. `None` as
+    /// well when the step is not judged.
+    pub fn judge_in_cascade(&self, evidence: Evidence) -> Option<Verdict> {
+        let cascade = self.step_judged()?;
+        let verdict = match evidence {
+            Evidence::Answer(confidence) => cascade.judge(confidence.as_ref()),
+            Evidence::FirstToken(margin) => cascade.judge_first(margin.as_ref()),
+        };
+        if verdict.defer {
+            return Some(verdict);
+        }
+        if let Some(ticket) = self.ticket() {
+            let mut state = ticket.lock();
+            state.summary.cascade = Some(format!("accepted: {}", verdict.reason));
+            count(&state.summary, "accepted");
+        }
+        None
+    }
+
+    /// Ends the cascade's judging of the current step: its answer stands as it will
+    /// come, asked without the unsure stop.
+    pub fn settle_cascade(&self) {
+        if let Some(ticket) = self.ticket() {
+            ticket.lock().cascade_settled = true;
+        }
+    }
+
+    /// Defers the attempt judged by `verdict`, which used `usage` (billed to it) and
+    /// which the engine may have `stopped_early` (after its first token): routes to the
+    /// next model and returns true (the caller submits again). When the next model
+    /// cannot take the request (budget, permission), the attempt's answer stands and
+    /// false is returned; an attempt the engine stopped early must then be asked again,
+    /// without the stop ([`RoutedRequest::unsure_stop`] is `None` from then on).
+    pub fn defer_in_cascade(&self, verdict: Verdict, usage: Usage, stopped_early: bool) -> bool {
         let Some(ticket) = self.ticket() else {
             return false;
         };
-        if ticket.request.model != ModelHint::Auto {
-            return false;
-        }
         let policy = ticket.routing.store().current();
-        let Some(cascade) = policy.cascade() else {
-            return false;
-        };
         let (model, from) = {
             let state = ticket.lock();
             (
@@ -90,20 +142,11 @@ impl RoutedRequest {
                 state.summary.checkpoint().to_string(),
             )
         };
-        let Some(current) = policy.model_index(&model) else {
-            return false;
-        };
-        let Some(next) = cascade.next_after(current) else {
-            return false;
-        };
-        let verdict = cascade.judge(confidence.as_ref());
-        if !verdict.defer {
-            let mut state = ticket.lock();
-            state.summary.cascade = Some(format!("accepted: {}", verdict.reason));
-            count(&state.summary, "accepted");
-            return false;
-        }
-        let Some(next_model) = policy.models().get(next) else {
+        let next = policy.cascade().and_then(|cascade| {
+            let current = policy.model_index(&model)?;
+            cascade.next_after(current)
+        });
+        let Some(next_model) = next.and_then(|next| policy.models().get(next)) else {
             return false;
         };
         let mut request = ticket.request.clone();
@@ -113,6 +156,7 @@ impl RoutedRequest {
         let Ok(mut route) = ticket.routing.route(&request) else {
             // The stronger model cannot take it (budget, permission): the answer stands.
             let mut state = ticket.lock();
+            state.cascade_settled = true;
             state.summary.cascade = Some(format!(
                 "accepted: {}; `{}` cannot take the request",
                 verdict.reason, next_model.name
@@ -124,6 +168,10 @@ impl RoutedRequest {
         {
             let state = ticket.lock();
             count(&state.summary, "deferred");
+            if stopped_early {
+                ::metrics::counter!(CASCADE_STOPPED_EARLY_TOTAL, "model" => state.summary.checkpoint().to_string())
+                    .increment(1);
+            }
         }
         self.succeeded(usage);
         let mut state = ticket.lock();
@@ -132,9 +180,22 @@ impl RoutedRequest {
             verdict.reason, route.explanation
         );
         state.summary = RouteSummary::of(&mut route);
-        state.summary.cascade = Some(format!("deferred from {from}: {}", verdict.reason));
+        // What the attempt cost, so a client can price the cascade it used.
+        let spent = format!(
+            "{} prompt + {} generated tokens",
+            usage.prompt_tokens, usage.completion_tokens
+        );
+        let how = if stopped_early {
+            format!("stopped after its first token ({spent})")
+        } else {
+            format!("ran to its end ({spent})")
+        };
+        state.summary.cascade = Some(format!(
+            "deferred from {from}: {}; the attempt {how}",
+            verdict.reason
+        ));
         state.route = Some(route);
-        tracing::info!(%from, to = %state.summary.checkpoint().to_string(), reason = %verdict.reason, "cascade deferred");
+        tracing::info!(%from, to = %state.summary.checkpoint().to_string(), reason = %verdict.reason, stopped_early, "cascade deferred");
         true
     }
 }

@@ -24,7 +24,8 @@ use futures_util::future::BoxFuture;
 use http::request::Parts;
 use http::{HeaderName, HeaderValue};
 use switchyard_policies::{
-    RateDecision, HEADER_CASCADE, HEADER_COST, HEADER_MODEL, HEADER_ROUTE, HEADER_VERSION,
+    RateDecision, HEADER_CASCADE, HEADER_CONFIDENCE, HEADER_COST, HEADER_MODEL, HEADER_ROUTE,
+    HEADER_VERSION,
 };
 use switchyard_seam::BackendError;
 use tower::{Layer, Service};
@@ -272,6 +273,9 @@ fn decorate(response: &mut Response, summary: &RouteSummary) {
     if let Some(cascade) = &summary.cascade {
         headers.insert(CASCADE, header_text(cascade));
     }
+    if let Some(confidence) = &summary.confidence {
+        headers.insert(CONFIDENCE, header_text(&confidence.to_string()));
+    }
 }
 
 // Names checked once, at compile time: `HeaderName::from_static` at run time validates
@@ -281,6 +285,7 @@ const VERSION: HeaderName = HeaderName::from_static(HEADER_VERSION);
 const ROUTE: HeaderName = HeaderName::from_static(HEADER_ROUTE);
 const COST: HeaderName = HeaderName::from_static(HEADER_COST);
 const CASCADE: HeaderName = HeaderName::from_static(HEADER_CASCADE);
+const CONFIDENCE: HeaderName = HeaderName::from_static(HEADER_CONFIDENCE);
 
 /// `value` as a header value; characters a header cannot carry become `?`.
 fn header_text(value: &str) -> HeaderValue {

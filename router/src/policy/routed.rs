@@ -113,6 +113,10 @@ pub(super) struct TicketState {
     tried: Vec<(Arc<str>, Arc<str>)>,
     /// The largest prompt as the engine counted it, once [`RoutedRequest::cover`] ran.
     prompt_tokens: Option<u32>,
+    /// The cascade's verdict on this step stands although it asked to defer (the next
+    /// model could not take the request): the step answers again without the unsure
+    /// stop, and is not judged again.
+    pub(super) cascade_settled: bool,
 }
 
 /// How a failure reflects on the checkpoint that had it.
@@ -172,6 +176,7 @@ impl RoutedRequest {
                 summary,
                 tried: Vec::new(),
                 prompt_tokens: None,
+                cascade_settled: false,
             }),
         })))
     }

@@ -7,7 +7,7 @@
 use std::pin::Pin;
 use std::time::Instant;
 
-use futures_util::stream::{self, SelectAll, Stream};
+use futures_util::stream::{self, SelectAll, Stream, StreamExt};
 
 use crate::error::ApiError;
 use crate::metrics::GenerationMetrics;
@@ -95,14 +95,29 @@ pub type MergedEvents = SelectAll<Pin<Box<dyn Stream<Item = (u32, GenerationEven
 
 /// Merges the choices' events into one stream that owns the choices.
 pub fn merge(choices: Vec<Choice>) -> MergedEvents {
-    stream::select_all(choices.into_iter().map(|choice| {
-        let events = stream::unfold(choice, |mut choice| async move {
-            if choice.finished {
-                return None;
-            }
-            let event = choice.next_event().await;
-            Some(((choice.index, event), choice))
-        });
-        Box::pin(events) as Pin<Box<dyn Stream<Item = _> + Send>>
+    stream::select_all(
+        choices
+            .into_iter()
+            .map(|choice| Box::pin(events_of(choice)) as Pin<Box<dyn Stream<Item = _> + Send>>),
+    )
+}
+
+/// Merges choices whose first event (`head`, each) was already read: each choice's
+/// head, then its events as they come.
+pub fn merge_after(heads: Vec<(Choice, GenerationEvent)>) -> MergedEvents {
+    stream::select_all(heads.into_iter().map(|(choice, head)| {
+        let first = stream::iter([(choice.index, head)]);
+        Box::pin(first.chain(events_of(choice))) as Pin<Box<dyn Stream<Item = _> + Send>>
     }))
+}
+
+/// A choice's remaining events, tagged with its index; nothing once it finished.
+fn events_of(choice: Choice) -> impl Stream<Item = (u32, GenerationEvent)> + Send {
+    stream::unfold(choice, |mut choice| async move {
+        if choice.finished {
+            return None;
+        }
+        let event = choice.next_event().await;
+        Some(((choice.index, event), choice))
+    })
 }

@@ -2,11 +2,12 @@
 //! server-sent chunk stream, ending in `data: [DONE]`, and settles the route as the
 //! stream ends ([`Settlement`]).
 //!
-//! Under a `[cascade]` the stream waits for the verdict ([`judged_stream`]): a step
-//! before the last runs to its end unseen and is judged, and the stream (headers
-//! included, so `x-switchyard-cascade` is known) starts once it is: the accepted
-//! answer's tokens are replayed as they were generated, or the next model's streamed
-//! as they come.
+//! Under a `[cascade]` the stream waits for the verdict ([`judged_stream`]), and the
+//! stream (headers included, so `x-switchyard-cascade` is known) starts once it is: a
+//! step judged by its first token waits for that token, then streams on live; a step
+//! judged by its whole answer runs to its end unseen, and the accepted answer's tokens
+//! are replayed as they were generated. A deferred step gives way to the next model's
+//! answer, streamed as it comes.
 //!
 //! The SSE body owns the [`MergedEvents`], which own every generation
 //! stream: when the client goes away, hyper drops the body, and with it the
@@ -22,14 +23,15 @@ use futures_util::stream::{self, StreamExt};
 use serde::Serialize;
 
 use crate::error::{sse_json_event, ApiError};
-use crate::openai::tail::choice::{merge, MergedEvents};
+use crate::openai::tail::choice::{merge, merge_after, Choice, MergedEvents};
 use crate::openai::tail::settle::Settlement;
 use crate::openai::tail::submit::{submit, MakeRequests};
-use crate::openai::tail::whole::{finish_all, least_confidence, usage_of, Finished};
+use crate::openai::tail::whole::{finish_after, finish_all, judge_finished, usage_of, Finished};
+use crate::policy::cascade::Evidence;
 use crate::policy::RoutedRequest;
 use crate::state::AppState;
 use switchyard_seam::{
-    BackendError, FinishReason, GeneratedToken, GenerationEvent, ModelSpec, Usage,
+    BackendError, FinishReason, GeneratedToken, GenerationEvent, ModelSpec, TokenMargin, Usage,
 };
 
 /// How one endpoint shapes its chunks.
@@ -155,8 +157,10 @@ impl<F: ChunkFormat> Driver<F> {
 
 /// The events of a streamed request and how many generations they hold: submitted
 /// (with the policy's fallbacks), and under a `[cascade]` judged before anything is
-/// sent: each step before the last runs to its end unseen; an accepted answer is
-/// replayed token by token, a deferred one dropped and the next model's streamed live.
+/// sent. A step judged by its first token is judged on it: accepted, its tokens stream
+/// on live; deferred (the engine stopped it there), the next model's stream. A step
+/// judged by its whole answer runs to its end unseen: accepted, it is replayed token by
+/// token; deferred, dropped and the next model's answer streamed live.
 pub async fn judged_stream(
     state: &AppState,
     routed: &RoutedRequest,
@@ -171,14 +175,16 @@ pub async fn judged_stream(
         if !routed.judged_in_cascade() {
             return Ok((merge(choices), total));
         }
-        match finish_all(choices).await {
-            Ok(finished) => {
-                let usage = usage_of(&finished, n);
-                if routed.defer_in_cascade(least_confidence(&finished), usage) {
-                    continue;
-                }
-                return Ok((replay(finished), total));
-            }
+        let judged = if routed.unsure_stop().is_some() {
+            judge_first_tokens(routed, choices, n).await
+        } else {
+            finish_all(choices)
+                .await
+                .map(|finished| judged_answers(routed, finished, n))
+        };
+        match judged {
+            Ok(Judged::Stands(events)) => return Ok((events, total)),
+            Ok(Judged::Again) => continue,
             Err(error) if routed.fall_back(&error) => continue,
             Err(error) => {
                 routed.failed(&error, Usage::default());
@@ -186,6 +192,67 @@ pub async fn judged_stream(
             }
         }
     }
+}
+
+/// What judging a cascade step's stream decided.
+enum Judged {
+    /// These events are the answer.
+    Stands(MergedEvents),
+    /// Submit again (to the next model, or in full).
+    Again,
+}
+
+/// Judges finished answers ([`judge_finished`]); the answer that stands is replayed.
+fn judged_answers(routed: &RoutedRequest, finished: Vec<Finished>, n: u32) -> Judged {
+    if judge_finished(routed, &finished, usage_of(&finished, n)) {
+        Judged::Again
+    } else {
+        Judged::Stands(replay(finished))
+    }
+}
+
+/// Judges a step by its choices' first tokens (the least decided one's margin): the
+/// stream waits for one token, not the whole answer. Deferred, the choices run to
+/// their end (the engine stopped the unsure ones after that token) for the attempt's
+/// usage, and are judged as finished answers by the same numbers.
+async fn judge_first_tokens(
+    routed: &RoutedRequest,
+    choices: Vec<Choice>,
+    n: u32,
+) -> Result<Judged, BackendError> {
+    let mut heads = Vec::with_capacity(choices.len());
+    for mut choice in choices {
+        match choice.next_event().await {
+            GenerationEvent::Error(error) => return Err(error),
+            head => heads.push((choice, head)),
+        }
+    }
+    let mut least: Option<TokenMargin> = None;
+    let mut measured = true;
+    for (_, head) in &heads {
+        match head {
+            GenerationEvent::Token(GeneratedToken {
+                margin: Some(margin),
+                ..
+            }) => least = Some(least.map_or(*margin, |l| TokenMargin::least(l, *margin))),
+            // No token (the answer ended at once), or none measured: deferred.
+            _ => measured = false,
+        }
+    }
+    let margin = least.filter(|_| measured);
+    if routed
+        .judge_in_cascade(Evidence::FirstToken(margin))
+        .is_none()
+    {
+        return Ok(Judged::Stands(merge_after(heads)));
+    }
+    let finished = futures_util::future::try_join_all(
+        heads
+            .into_iter()
+            .map(|(choice, head)| finish_after(choice, Some(head))),
+    )
+    .await?;
+    Ok(judged_answers(routed, finished, n))
 }
 
 /// The events of generations that already ran to their end, as they came: each

@@ -39,7 +39,13 @@ pub async fn submit(
     }
     loop {
         let model = routed.backend_model(requested_model);
-        match prepare_and_submit(state, routed, make(&model), prompt_field).await {
+        let mut requests = make(&model);
+        // A cascade step judged by its first token stops there when it would be deferred.
+        let stop_unsure = routed.unsure_stop();
+        for request in &mut requests {
+            request.stop_unsure = stop_unsure;
+        }
+        match prepare_and_submit(state, routed, requests, prompt_field).await {
             Ok(choices) => return Ok(choices),
             Err(ApiError::Backend { source, .. }) if routed.fall_back(&source) => continue,
             Err(error) => {

@@ -5,6 +5,7 @@ use crate::error::ApiError;
 use crate::openai::tail::choice::Choice;
 use crate::openai::tail::settle::UsageTally;
 use crate::openai::tail::submit::{submit, MakeRequests};
+use crate::policy::cascade::Evidence;
 use crate::policy::RoutedRequest;
 use crate::state::AppState;
 use switchyard_seam::{
@@ -29,11 +30,23 @@ pub struct Finished {
 }
 
 /// Waits for one choice to finish.
-pub async fn finish(mut choice: Choice) -> Result<Finished, BackendError> {
+pub async fn finish(choice: Choice) -> Result<Finished, BackendError> {
+    finish_after(choice, None).await
+}
+
+/// Waits for one choice to finish whose first event, `head`, was already read.
+pub async fn finish_after(
+    mut choice: Choice,
+    mut head: Option<GenerationEvent>,
+) -> Result<Finished, BackendError> {
     let mut text = String::new();
     let mut tokens = Vec::new();
     loop {
-        match choice.next_event().await {
+        let event = match head.take() {
+            Some(event) => event,
+            None => choice.next_event().await,
+        };
+        match event {
             GenerationEvent::Token(token) => {
                 text.push_str(&token.text);
                 tokens.push(token);
@@ -80,11 +93,10 @@ pub async fn finish_whole(
             Ok(finished) => {
                 let usage = usage_of(&finished, n);
                 // Under a `[cascade]`, a too unsure answer goes to the next model.
-                let confidence = least_confidence(&finished);
-                if routed.defer_in_cascade(confidence, usage) {
+                if judge_finished(routed, &finished, usage) {
                     continue;
                 }
-                routed.note_confidence(confidence);
+                routed.note_confidence(least_confidence(&finished));
                 routed.succeeded(usage);
                 return Ok((finished, usage));
             }
@@ -95,6 +107,28 @@ pub async fn finish_whole(
             }
         }
     }
+}
+
+/// Judges a cascade step's finished answers (when the step is judged): true when the
+/// request is to be submitted again, because it was deferred to the next model, or
+/// because the engine stopped it after its first token and it was not deferred after all
+/// (the next model could not take it, or the policy changed in between): then it is
+/// asked again in full (its prompt mostly from the prompt cache), unjudged.
+pub fn judge_finished(routed: &RoutedRequest, finished: &[Finished], usage: Usage) -> bool {
+    let stopped_early = finished
+        .iter()
+        .any(|f| f.finish_reason == FinishReason::Unsure);
+    let evidence = Evidence::Answer(least_confidence(finished));
+    if let Some(verdict) = routed.judge_in_cascade(evidence) {
+        if routed.defer_in_cascade(verdict, usage, stopped_early) {
+            return true;
+        }
+    }
+    if stopped_early {
+        routed.settle_cascade();
+        return true;
+    }
+    false
 }
 
 /// The request's usage from its finished choices, `n` per prompt.
