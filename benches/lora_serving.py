@@ -234,8 +234,15 @@ def llama_server(bin_path: Path, model: Path, adapters: list[Path], args) -> flo
             time.sleep(0.5)
 
         def ask(i: int, prompt: str) -> int:
-            body = {"prompt": prompt, "n_predict": args.max_tokens, "temperature": 0,
-                    "lora": [{"id": i, "scale": 1.0}]}
+            # Every adapter named, its own at 1 and the others at 0: an
+            # adapter a request leaves out keeps the server's own scale
+            # (1 in GET /lora-adapters even with --lora-init-without-apply).
+            # No prompt cache: llama-server reuses a cached prefix whatever
+            # adapters computed it (seen here: an all-zero request answered
+            # as the adapter of the slot's previous request).
+            lora = [{"id": j, "scale": 1.0 if j == i else 0.0} for j in range(len(adapters))]
+            body = {"prompt": prompt, "n_predict": args.max_tokens, "temperature": 0, "lora": lora,
+                    "cache_prompt": False}
             request = urllib.request.Request(f"http://127.0.0.1:{port}/completion", data=json.dumps(body).encode(),
                                              headers={"Content-Type": "application/json"})
             with urllib.request.urlopen(request, timeout=600) as r:
