@@ -32,14 +32,24 @@ table and plot say "under load".
 
 Usage: .venv/bin/python benches/lora_serving.py [--adapters 1,4,16,64]
   [--requests 64] [--max-tokens 32] [--threads 2] [--merged-max 16] [--llama-max 16]
-  [--llama-server BIN] [--no-llama] [--svg docs/bench/lora_serving.svg]
+  [--llama-server BIN] [--no-llama] [--svg docs/bench/lora_serving.svg] [--perf FOLDER]
+  [--work FOLDER] [--rows FILE.json] [--prepare] [--f32]
+
+A long run splits into calls of a few minutes (e.g. under quiet-run): first
+`--work W --prepare` (adapters and merged replicas, untimed), then
+`--work W --rows R.json --adapters N` per N; the last call's table and plot
+hold every row of R.json.
 Prints a Markdown table; writes the SVG plot.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -62,14 +72,19 @@ PROMPTS = ["The capital of France is", "Once upon a time", "def add(a, b):", "My
 
 
 def make_adapters(model: Path, n: int, folder: Path) -> list[tuple[Path, Path]]:
-    cfg = checkpoint.load(model).config
+    """Adapter i in PEFT and GGUF form (random, seed 100 + i: the same files on
+    every call, so those already in `folder` are kept)."""
+    cfg = checkpoint.load(model, values=False).config
     out = []
     for i in range(n):
-        tensors = lora.random_peft(cfg, 8, 16.0, 100 + i, 0.04)
         peft = folder / f"a{i}"
-        lora.write_peft(peft, tensors, 8, 16.0)
         gguf_file = folder / f"a{i}.gguf"
-        lora.write_gguf(gguf_file, tensors, cfg, 16.0)
+        if not gguf_file.exists():
+            tensors = lora.random_peft(cfg, 8, 16.0, 100 + i, 0.04)
+            lora.write_peft(peft, tensors, 8, 16.0)
+            part = gguf_file.with_suffix(".part")
+            lora.write_gguf(part, tensors, cfg, 16.0)
+            part.rename(gguf_file)
         out.append((peft, gguf_file))
     return out
 
@@ -106,6 +121,25 @@ def merge(model: Path, adapter_gguf: Path, out: Path) -> Path:
     return out
 
 
+# Free disk a merged replica run leaves to everyone else on the machine.
+DISK_MARGIN = 15 << 30
+
+
+def merged_replicas(model: Path, files: list[tuple[Path, Path]], work: Path) -> list[Path] | None:
+    """One merged checkpoint per adapter in `work` (kept there for later N and
+    later calls: each is deterministic), or None when writing the missing ones
+    would leave less than DISK_MARGIN free."""
+    out = [work / f"merged{i}.gguf" for i in range(len(files))]
+    missing = [i for i, path in enumerate(out) if not path.exists()]
+    if shutil.disk_usage(work).free - len(missing) * model.stat().st_size < DISK_MARGIN:
+        return None
+    for i in missing:
+        part = out[i].with_suffix(".part")
+        merge(model, files[i][1], part)
+        part.rename(out[i])
+    return out
+
+
 def drive(ask, n_models: int, requests: int) -> tuple[float, int]:
     """Runs `requests` calls of ask(model_index, prompt) from CLIENTS threads;
     returns (seconds, tokens)."""
@@ -124,8 +158,10 @@ def drive(ask, n_models: int, requests: int) -> tuple[float, int]:
     return time.perf_counter() - start, tokens
 
 
-def switchyard(bin_path: Path, model: Path, adapters: list[Path], args, replicas: list[Path] = ()) -> float:
-    """Tokens/s of the base with `adapters`, or of the merged `replicas` alone."""
+def switchyard(bin_path: Path, model: Path, adapters: list[Path], args, replicas: list[Path] = (),
+               f32: bool = False) -> float:
+    """Tokens/s of the base with `adapters` (resident in BF16, or F32 with
+    `f32`), or of the merged `replicas` alone."""
     port = free_port()
     cmd = [str(bin_path), "serve", "--listen", f"127.0.0.1:{port}", "--threads", str(args.threads),
            "--max-batch", str(CLIENTS)]
@@ -138,7 +174,8 @@ def switchyard(bin_path: Path, model: Path, adapters: list[Path], args, replicas
         for i, path in enumerate(adapters):
             cmd += ["--lora", f"a{i}={path}"]
         names = [f"a{i}" for i in range(len(adapters))] or ["smol"]
-    with running_server(cmd, port, ready_within=600):
+    env = {"SWITCHYARD_LORA_F32": "1"} if f32 else {}
+    with running_server(cmd, port, env=env, ready_within=600) as proc:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0, timeout=600)
 
         def ask(i: int, prompt: str) -> int:
@@ -146,13 +183,34 @@ def switchyard(bin_path: Path, model: Path, adapters: list[Path], args, replicas
             return r.usage.completion_tokens
 
         drive(ask, len(names), CLIENTS)  # warm-up
-        seconds, tokens = drive(ask, len(names), args.requests)
+        label = "base"
+        if replicas or adapters:
+            label = f"{'merged' if replicas else 'adapters'}{len(names)}{'-f32' if f32 else ''}"
+        with profiled(proc.pid, args.perf, label):
+            seconds, tokens = drive(ask, len(names), args.requests)
     return tokens / seconds
+
+
+@contextlib.contextmanager
+def profiled(pid: int, folder: Path | None, label: str):
+    """With --perf FOLDER: `perf record` of the server while the measured
+    round runs (not the start or the warm-up), into FOLDER/LABEL.data; read
+    with `perf report -i FOLDER/LABEL.data --no-children`."""
+    if folder is None:
+        yield
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    perf = subprocess.Popen(["perf", "record", "-F", "499", "-g", "-p", str(pid), "-o", str(folder / f"{label}.data")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        perf.send_signal(signal.SIGINT)
+        perf.wait(timeout=120)
 
 
 def llama_server(bin_path: Path, model: Path, adapters: list[Path], args) -> float:
     """Tokens/s of llama-server with every adapter loaded, each request naming its own."""
-    import json
     import urllib.request
 
     port = free_port()
@@ -176,8 +234,15 @@ def llama_server(bin_path: Path, model: Path, adapters: list[Path], args) -> flo
             time.sleep(0.5)
 
         def ask(i: int, prompt: str) -> int:
-            body = {"prompt": prompt, "n_predict": args.max_tokens, "temperature": 0,
-                    "lora": [{"id": i, "scale": 1.0}]}
+            # Every adapter named, its own at 1 and the others at 0: an
+            # adapter a request leaves out keeps the server's own scale
+            # (1 in GET /lora-adapters even with --lora-init-without-apply).
+            # No prompt cache: llama-server reuses a cached prefix whatever
+            # adapters computed it (seen here: an all-zero request answered
+            # as the adapter of the slot's previous request).
+            lora = [{"id": j, "scale": 1.0 if j == i else 0.0} for j in range(len(adapters))]
+            body = {"prompt": prompt, "n_predict": args.max_tokens, "temperature": 0, "lora": lora,
+                    "cache_prompt": False}
             request = urllib.request.Request(f"http://127.0.0.1:{port}/completion", data=json.dumps(body).encode(),
                                              headers={"Content-Type": "application/json"})
             with urllib.request.urlopen(request, timeout=600) as r:
@@ -211,9 +276,10 @@ LOAD_NOTE = ""
 
 
 def svg(rows: list[dict], path: Path) -> None:
-    width, height, left, bottom = 560, 320, 60, 40
-    top = max(max(r["switchyard"], r.get("llama_cpp") or 0, r.get("merged") or 0, r["base"]) for r in rows) * 1.15
-    xs = {r["n"]: left + 40 + i * (width - left - 80) / max(len(rows) - 1, 1) for i, r in enumerate(rows)}
+    width, height, left, bottom = 660, 320, 60, 40
+    top = max(max(r["switchyard"], r.get("llama_cpp") or 0, r.get("merged") or 0, r.get("f32") or 0, r["base"])
+              for r in rows) * 1.15
+    xs = {r["n"]: left + 40 + i * (width - left - 180) / max(len(rows) - 1, 1) for i, r in enumerate(rows)}
     y = lambda v: height - bottom - v / top * (height - bottom - 20)  # noqa: E731
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="12">',
              f'<text x="{width / 2}" y="14" text-anchor="middle">16 clients over N adapters: completion tokens/s{LOAD_NOTE}</text>',
@@ -222,13 +288,15 @@ def svg(rows: list[dict], path: Path) -> None:
     for r in rows:
         parts.append(f'<text x="{xs[r["n"]]}" y="{height - bottom + 16}" text-anchor="middle">{r["n"]}</text>')
     parts.append(f'<text x="{width / 2}" y="{height - 6}" text-anchor="middle">distinct adapters</text>')
-    for key, color in (("base", "gray"), ("switchyard", "steelblue"), ("merged", "seagreen"),
-                       ("llama_cpp", "darkorange")):
+    peer = "llama-server" if any("server" in r.get("peer", "") for r in rows if r.get("llama_cpp")) else "llama.cpp"
+    for key, color, label in (("base", "gray", "base alone"), ("switchyard", "steelblue", "adapters (BF16)"),
+                              ("f32", "lightsteelblue", "adapters (F32)"), ("merged", "seagreen", "merged replicas"),
+                              ("llama_cpp", "darkorange", peer)):
         pts = [(xs[r["n"]], y(r[key])) for r in rows if r.get(key)]
         if pts:
             parts.append('<polyline fill="none" stroke="{}" stroke-width="2" points="{}"/>'.format(
                 color, " ".join(f"{a:.1f},{b:.1f}" for a, b in pts)))
-            parts.append(f'<text x="{pts[-1][0] + 4:.1f}" y="{pts[-1][1]:.1f}" fill="{color}">{key}</text>')
+            parts.append(f'<text x="{pts[-1][0] + 4:.1f}" y="{pts[-1][1]:.1f}" fill="{color}">{label}</text>')
     for v in range(0, int(top) + 1, max(int(top / 5), 1)):
         parts.append(f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v}</text>')
     parts.append("</svg>")
@@ -257,6 +325,17 @@ def main() -> int:
     p.add_argument("--merged-max", type=int, default=16)
     p.add_argument("--svg", type=Path, default=ROOT / "docs/bench/lora_serving.svg")
     p.add_argument("--bin", type=Path, default=ROOT / "target/release/switchyard")
+    p.add_argument("--perf", type=Path, default=None,
+                   help="folder: record each switchyard server's measured round with `perf record`")
+    p.add_argument("--work", type=Path, default=None,
+                   help="folder for the adapters and merged replicas, kept between calls (default: a temporary one)")
+    p.add_argument("--f32", action="store_true",
+                   help="also run the N adapters resident in F32 (SWITCHYARD_LORA_F32=1), the A/B of BF16")
+    p.add_argument("--prepare", action="store_true",
+                   help="only write the adapters and merged replicas into --work, then exit")
+    p.add_argument("--rows", type=Path, default=None,
+                   help="JSON file of rows: this call's rows replace those of the same N; the table and plot "
+                        "show every row in it (a long run split into several calls)")
     args = p.parse_args()
     model = Path(subprocess.run([str(ROOT / "scripts/fetch-model.sh")], capture_output=True, text=True,
                                 check=True).stdout.strip())
@@ -265,42 +344,68 @@ def main() -> int:
     peer = "llama-server" if use_server else "llama.cpp (llama-cpp-python, context per adapter)"
     load_before = os.getloadavg()[0]
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        files = make_adapters(model, max(counts), Path(tmp))
-        merged: dict[int, Path] = {}
+    with contextlib.ExitStack() as stack:
+        work = args.work or Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        work.mkdir(parents=True, exist_ok=True)
+        files = make_adapters(model, max(counts), work)
+        if args.prepare:
+            # Files only (slow NumPy work, at the machine's normal priority),
+            # so the timed calls spend their minutes measuring.
+            n = min(max(counts), args.merged_max)
+            made = merged_replicas(model, files[:n], work) if n > 0 else []
+            print(f"{len(files)} adapters and {len(made or [])} merged replicas in {work}"
+                  f"{'' if made is not None else ' (merged replicas skipped: disk)'}")
+            return 0
         for n in counts:
             # Interleaved: the base alone, then N adapters, N merged replicas and
             # llama.cpp, so all see the same load on a shared machine.
             row = {"n": n, "base": switchyard(args.bin, model, [], args)}
             row["switchyard"] = switchyard(args.bin, model, [f[0] for f in files[:n]], args)
+            if args.f32:
+                row["f32"] = switchyard(args.bin, model, [f[0] for f in files[:n]], args, f32=True)
             row["merged"] = None
             if n <= args.merged_max:
-                # Merged once per adapter, kept for the larger N (98 MB each on disk).
-                for i, f in enumerate(files[:n]):
-                    if i not in merged:
-                        merged[i] = merge(model, f[1], Path(tmp) / f"merged{i}.gguf")
-                row["merged"] = switchyard(args.bin, model, [], args, [merged[i] for i in range(n)])
+                replicas = merged_replicas(model, files[:n], work)
+                if replicas:
+                    row["merged"] = switchyard(args.bin, model, [], args, replicas)
+                else:
+                    row["merged_skipped"] = "disk"
             row["llama_cpp"] = None
             if not args.no_llama and use_server:
                 row["llama_cpp"] = llama_server(args.llama_server, model, [f[1] for f in files[:n]], args)
             elif not args.no_llama and n <= args.llama_max:
                 row["llama_cpp"] = llama_cpp(model, [f[1] for f in files[:n]], args)
             row["load"] = os.getloadavg()[0]
+            row["load_before"] = load_before
+            row["peer"] = peer
             rows.append(row)
             print(row, file=sys.stderr, flush=True)
+    if args.rows:
+        # Rows kept from earlier calls (a long run split in parts), this
+        # call's replacing those of the same N.
+        kept = json.loads(args.rows.read_text()) if args.rows.exists() else []
+        mine = {r["n"] for r in rows}
+        rows = sorted([r for r in kept if r["n"] not in mine] + rows, key=lambda r: r["n"])
+        args.rows.write_text(json.dumps(rows, indent=1))
+    load_before = min(r.get("load_before", load_before) for r in rows)
     load = max([load_before] + [r["load"] for r in rows])
     if load > 2:
         LOAD_NOTE = f" (under load: load average up to {load:.1f})"
+    peers = sorted({r.get("peer", peer) for r in rows if r["llama_cpp"]}) or [peer]
     print(f"16 clients, {args.requests} completions of {args.max_tokens} greedy tokens, --threads {args.threads}; "
           f"load average {load_before:.1f} before, up to {load:.1f}{' (UNDER LOAD)' if load > 2 else ''}")
     print()
     print(f"| adapters | base alone tok/s | switchyard N adapters tok/s | ratio | N merged replicas tok/s "
-          f"| adapters / merged | {peer} tok/s | adapters / llama.cpp |")
+          f"| adapters / merged | {' / '.join(peers)} tok/s | adapters / llama.cpp |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
+        if r.get("f32"):
+            print(f"| {r['n']} (adapters in F32) | {r['base']:.1f} | {r['f32']:.1f} | {r['f32'] / r['base']:.2f} "
+                  f"| | | | |")
         lc = f"{r['llama_cpp']:.1f}" if r["llama_cpp"] else "not run"
         vl = f"{r['switchyard'] / r['llama_cpp']:.2f}" if r["llama_cpp"] else "-"
-        mg = f"{r['merged']:.1f}" if r["merged"] else "not run"
+        mg = f"{r['merged']:.1f}" if r["merged"] else (
+            "skipped (disk)" if r.get("merged_skipped") else "not run")
         vs = f"{r['switchyard'] / r['merged']:.2f}" if r["merged"] else "-"
         print(f"| {r['n']} | {r['base']:.1f} | {r['switchyard']:.1f} | {r['switchyard'] / r['base']:.2f} | {mg} "
               f"| {vs} | {lc} | {vl} |")

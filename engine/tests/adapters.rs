@@ -295,6 +295,8 @@ fn a_zero_update_leaves_the_base_bit_for_bit<B: Backend>(backend: Arc<B>) {
         logits(backend, &model, Some(&adapter)),
         logits(backend, &model, None)
     );
+    // Resident in BF16: half the f32 bytes the loader holds.
+    assert_eq!(adapter.bytes() * 2, w.bytes());
 }
 
 on_each_device!(

@@ -227,7 +227,6 @@ impl<B: Backend> Backend for Diverging<B> {
                 rows: r.rows.clone(),
                 a: r.a,
                 b_t: r.b_t,
-                rank: r.rank,
                 scale: r.scale,
             })
             .collect();

@@ -139,16 +139,16 @@ pub enum MatmulInput<'a, B: Backend> {
 /// One run of rows of [`Backend::lora`]: rows `rows` of `x` and `out` take
 /// one adapter's low-rank update of one weight, `out += scale · (x · Aᵀ) · B`
 /// (shrink to `rank` columns, then expand), as LoRA adds it beside the
-/// base's product.
+/// base's product. Both are matrices of a float type the backend reads
+/// widened to f32 (the CPU: F32 or BF16).
 pub struct LoraRows<'a, B: Backend> {
     pub rows: Range<usize>,
-    /// The shrink `A`: `rank × in`, row-major (`in` is `x`'s width).
-    pub a: &'a B::Vector,
-    /// The expand, transposed: `rank × out`, row-major (`Bᵀ`, `out`'s
-    /// width per row), so each row's update is `rank` scaled adds of
-    /// contiguous rows.
-    pub b_t: &'a B::Vector,
-    pub rank: usize,
+    /// The shrink `A`: `rank × in` (`in` is `x`'s width).
+    pub a: &'a B::Matrix,
+    /// The expand, transposed: `rank × out` (`Bᵀ`, `out`'s width per
+    /// row), so each row's update is `rank` scaled adds of contiguous
+    /// rows.
+    pub b_t: &'a B::Matrix,
     /// `alpha / rank` (times any user scale).
     pub scale: f32,
 }

@@ -22,7 +22,11 @@ RANK, ALPHA, MAGNITUDE, SEED = 8, 16.0, 0.08, 3
 # Tolerances as test_smollm2_numerics.py's for the base (int8 activation
 # quantization flips dominate; the update itself is computed in float32
 # against float64): max and mean |engine - reference| over every row and
-# vocabulary entry.
+# vocabulary entry. The engine holds A and B in BF16 (relative rounding
+# 2^-9 of each value; engine/src/adapter/resident.rs) where the reference
+# takes the files' float32 values: that moves the update by a few tenths of
+# a percent of its size (a few hundredths of a logit against its ~2.4 mean
+# effect), far inside these tolerances, so they stay as they were.
 LOGIT_ATOL = 3.0
 LOGIT_MEAN_ATOL = 0.3
 # The update must move the logits by much more than that tolerance, or the

@@ -299,7 +299,8 @@ def test_lora_requests_info_lists_only_the_adapters_running(served):
 
 OPEN_KEY = "sk-lora-open"
 CREW_KEY = "sk-lora-crew"
-BUDGET_MB = 16
+# Resident adapters are BF16 (two bytes a value; engine/src/adapter/resident.rs).
+BUDGET_MB = 8
 
 
 def sha(key: str) -> str:
@@ -348,9 +349,9 @@ def peft_version(folder: Path, cfg, rank: int, seed: int) -> None:
 @pytest.fixture(scope="module")
 def repo(smollm2_path, trained, tmp_path_factory) -> Path:
     """REPO/smol/1/ (the base, hard-linked) and REPO/smol/adapters/: `ahoy` (the trained
-    adapter), `rnd` versions 1 (rank 4, ~5 MB in f32) and 2 (rank 8, ~10 MB), `big`
-    (a rank-8 GGUF adapter, ~10 MB), `twin-a` and `twin-b` (rank 4, equal in the
-    policy). A 16 MiB budget holds at most one rank-8 adapter beside a rank-4 one."""
+    adapter), `rnd` versions 1 (rank 4, ~2.4 MB resident in BF16) and 2 (rank 8, ~4.9 MB),
+    `big` (a rank-8 GGUF adapter, ~4.9 MB), `twin-a` and `twin-b` (rank 4, equal in the
+    policy). An 8 MiB budget holds at most one rank-8 adapter beside a rank-4 one."""
     cfg = checkpoint.load(smollm2_path).config
     root = tmp_path_factory.mktemp("lora-repo")
     (root / "smol" / "1").mkdir(parents=True)
@@ -444,7 +445,7 @@ def test_the_budget_evicts_least_recently_used_idle_adapters(repo_server):
         resident = {f"{a['name']}@{a['version']}" for a in listing["adapters"] if a["resident"]}
         assert resident.issuperset({model if "@" in model else f"{model}@1"}), (model, listing)
     listing = adapters(served)
-    # big and rnd@2 (~10 MB each) cannot both stay under 16 MiB: each request for one evicted the other.
+    # big and rnd@2 (~4.9 MB each) cannot both stay under 8 MiB: each request for one evicted the other.
     assert listing["evictions"] >= before + 3, listing
     families = scrape(served.base)
     (_, evictions), = families["switchyard_lora_evictions"]  # the parser drops `_total`
@@ -511,8 +512,8 @@ def test_an_adapter_in_use_is_never_evicted(repo_server):
 
 
 def fill_budget_with(served: Served, rank4: str) -> None:
-    """big, then rnd@2 (evicting big), then `rank4`: rnd@2 and it (~15 MB) fill the
-    16 MiB budget, so the other twin is not resident."""
+    """big, then rnd@2 (evicting big), then `rank4`: rnd@2 and it (~7.3 MB) fill the
+    8 MiB budget, so the other twin is not resident."""
     for model in ("big", "rnd@2", rank4):
         complete(served.base, model)
     other = "twin-a@1" if rank4 == "twin-b" else "twin-b@1"

@@ -1,15 +1,42 @@
 //! An adapter in a backend's memory, ready for a step: each update's `A`
-//! and `Bᵀ` as backend vectors (see `switchyard_kernels::LoraRows`).
+//! and `Bᵀ` as backend matrices in BF16 (see `switchyard_kernels::LoraRows`).
+//!
+//! BF16, not the f32 the loader gives: a step reads every adapter of its
+//! rows whole (sixteen decode rows on sixteen adapters read sixteen
+//! adapters), so the bytes per value set the cost of a mixed batch, and
+//! BF16 halves them. The kernel widens each value to f32 and keeps the
+//! arithmetic f32, so the only change is the rounding of `A` and `B` to
+//! eight significant bits (relative 2⁻⁹), as adapters are trained and
+//! shipped in BF16 anyway; an update is a small correction to the base's
+//! product, so its logits move by far less than the base's own rounding
+//! (tests/python/test_lora.py compares them with the NumPy reference).
 
-use switchyard_kernels::{Backend, KernelError};
+use bytes::Bytes;
+use switchyard_kernels::{Backend, DType, KernelError, WeightView};
 
 use super::target::Target;
 use super::weights::AdapterWeights;
 
+/// The environment variable that keeps `A` and `Bᵀ` in F32 instead (`1`):
+/// a precision check, or the F32 side of an A/B measurement
+/// (`benches/lora_serving.py --f32`).
+pub const F32_ENV_VAR: &str = "SWITCHYARD_LORA_F32";
+
+/// The type `A` and `Bᵀ` are kept in: BF16 unless [`F32_ENV_VAR`] is `1`.
+pub fn resident_dtype() -> DType {
+    if std::env::var(F32_ENV_VAR).is_ok_and(|v| v == "1") {
+        DType::F32
+    } else {
+        DType::BF16
+    }
+}
+
 /// One weight's update in the backend.
 pub struct ResidentWeight<B: Backend> {
-    pub a: B::Vector,
-    pub b_t: B::Vector,
+    /// `rank × in`, [`resident_dtype`].
+    pub a: B::Matrix,
+    /// `rank × out`, [`resident_dtype`].
+    pub b_t: B::Matrix,
     pub rank: usize,
     pub scale: f32,
 }
@@ -22,16 +49,21 @@ pub struct ResidentAdapter<B: Backend> {
 }
 
 impl<B: Backend> ResidentAdapter<B> {
-    /// Copies `weights` into `backend`.
+    /// Copies `weights` into `backend`, in [`resident_dtype`].
     pub fn upload(backend: &B, weights: &AdapterWeights) -> Result<Self, KernelError> {
         let mut layers = Vec::with_capacity(weights.layers.len());
+        let mut bytes = 0u64;
+        let dtype = resident_dtype();
         for targets in &weights.layers {
             let mut resident: [Option<ResidentWeight<B>>; 7] = Default::default();
             for (slot, w) in resident.iter_mut().zip(targets) {
                 if let Some(w) = w {
+                    let a = view(dtype, &w.a, w.rank)?;
+                    let b_t = view(dtype, &w.b_t, w.rank)?;
+                    bytes += (a.data.len() + b_t.data.len()) as u64;
                     *slot = Some(ResidentWeight {
-                        a: backend.vector(&w.a)?,
-                        b_t: backend.vector(&w.b_t)?,
+                        a: backend.matrix(a)?,
+                        b_t: backend.matrix(b_t)?,
                         rank: w.rank,
                         scale: w.scale,
                     });
@@ -41,7 +73,7 @@ impl<B: Backend> ResidentAdapter<B> {
         }
         Ok(ResidentAdapter {
             identity: weights.identity,
-            bytes: weights.bytes(),
+            bytes,
             layers,
         })
     }
@@ -52,7 +84,7 @@ impl<B: Backend> ResidentAdapter<B> {
         self.identity
     }
 
-    /// Bytes it holds in the backend.
+    /// Bytes it holds in the backend (what the adapter budget counts).
     pub fn bytes(&self) -> u64 {
         self.bytes
     }
@@ -61,4 +93,19 @@ impl<B: Backend> ResidentAdapter<B> {
     pub fn weight(&self, layer: usize, target: Target) -> Option<&ResidentWeight<B>> {
         self.layers.get(layer)?.get(target.index())?.as_ref()
     }
+}
+
+/// `values` (`rank` rows) as a matrix of `dtype` (F32 as they are; BF16
+/// each rounded to the nearest, ties to even).
+fn view(dtype: DType, values: &[f32], rank: usize) -> Result<WeightView, KernelError> {
+    let cols = values.len().checked_div(rank).unwrap_or(0);
+    let bytes: Vec<u8> = if dtype == DType::F32 {
+        values.iter().flat_map(|v| v.to_le_bytes()).collect()
+    } else {
+        values
+            .iter()
+            .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
+            .collect()
+    };
+    WeightView::new(dtype, rank, cols, Bytes::from(bytes))
 }

@@ -12,7 +12,7 @@ use super::AdapterError;
 use crate::formats::TensorData;
 use crate::model::config::ModelConfig;
 
-/// The largest rank a step takes (the CPU kernel's stack buffer).
+/// The largest rank a step takes (the CPU kernel refuses more).
 pub const MAX_RANK: usize = 256;
 
 /// Which file form an adapter came in.
@@ -46,7 +46,8 @@ pub struct AdapterWeights {
 }
 
 impl AdapterWeights {
-    /// Bytes its tensors take in f32 (what residency counts).
+    /// Bytes its tensors take here, in f32 (resident, they take half:
+    /// `ResidentAdapter::bytes`).
     pub fn bytes(&self) -> u64 {
         self.weights()
             .map(|(_, _, w)| ((w.a.len() + w.b_t.len()) * 4) as u64)

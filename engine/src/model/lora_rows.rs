@@ -56,7 +56,6 @@ impl<'a, B: Backend> AdapterRuns<'a, B> {
                     rows: rows.clone(),
                     a: &w.a,
                     b_t: &w.b_t,
-                    rank: w.rank,
                     scale: w.scale,
                 })
             })

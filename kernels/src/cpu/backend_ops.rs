@@ -146,9 +146,8 @@ impl Backend for CpuBackend {
             .iter()
             .map(|r| lora::Run {
                 rows: r.rows.clone(),
-                a: r.a,
-                b_t: r.b_t,
-                rank: r.rank,
+                a: &r.a.view,
+                b_t: &r.b_t.view,
                 scale: r.scale,
             })
             .collect();

@@ -6,35 +6,40 @@
 //! The base's matrix multiplies run once for every row of a step; only
 //! this low-rank part is per adapter. Its cost per row is
 //! `2 · rank · (in + out)` flops, a few percent of the base's for ranks
-//! up to 64. Rows are spread over the pool in pieces of one run; a row's
-//! arithmetic never depends on the piece it falls in, so a row's result is
-//! the same whichever rows share its step.
+//! up to 64, but its bytes are the adapter's own: sixteen decode rows on
+//! sixteen adapters read sixteen adapters. So `A` and `Bᵀ` may be BF16
+//! (half the bytes of F32), widened to f32 in registers: the products and
+//! sums stay f32. Rows of one run are taken up to four at a time, so each
+//! load of `A` serves them all. Rows are spread over the pool in pieces of
+//! one run; a row's arithmetic never depends on the piece or the group it
+//! falls in, so a row's result is the same whichever rows share its step.
 
 use std::ops::Range;
 
 use super::disjoint::DisjointSlice;
 use super::dot::dot_float;
 use super::isa::CheckedIsa;
-use super::tensors::{CpuActivations, CpuVector};
+use super::lora_expand::{expand, expands};
+use super::tensors::CpuActivations;
 use super::threads::ThreadPool;
-use super::vecmath::weighted_sum;
-#[cfg(test)]
-use super::vecmath::weighted_sum_scalar;
-use crate::{DType, KernelError};
+use crate::{KernelError, WeightView};
 
 /// Rows one task takes (a decode step's run is often one row; a prompt's
 /// many).
 const ROWS_PER_TASK: usize = 8;
 
-/// The largest rank the stack buffer of one row's shrink holds.
+/// Rows of one run that share each load of `A` in the shrink.
+const GROUP: usize = 4;
+
+/// The largest rank a run may have (as the engine's loader allows).
 pub(crate) const MAX_RANK: usize = 256;
 
-/// One run of rows and its adapter's tensors (see `LoraRows`).
+/// One run of rows and its adapter's tensors (see `LoraRows`): `a` is
+/// `rank × in`, `b_t` is `rank × out`, both F32 or BF16.
 pub(crate) struct Run<'a> {
     pub(crate) rows: Range<usize>,
-    pub(crate) a: &'a CpuVector,
-    pub(crate) b_t: &'a CpuVector,
-    pub(crate) rank: usize,
+    pub(crate) a: &'a WeightView,
+    pub(crate) b_t: &'a WeightView,
     pub(crate) scale: f32,
 }
 
@@ -64,27 +69,73 @@ pub(crate) fn lora(
     pool.run(tasks.len(), &|task| {
         let (i, rows) = &tasks[task];
         let run = &runs[*i];
-        for r in rows.clone() {
-            let input = &x.data[r * k..(r + 1) * k];
-            // SAFETY: runs' rows are disjoint (validated by the caller's
-            // contract and checked in `validate` to lie inside `out`), and
-            // each row belongs to one task.
-            let row = unsafe { target.range(r * width, width) };
-            lora_row(isa, input, run, row);
+        let rank = run.a.rows;
+        // The group's dot products (`rank` rows of up to GROUP), then one
+        // row's scaled `rank`: sized to the rank, not to MAX_RANK.
+        let mut buf = vec![0.0f32; rank * (GROUP + 1)];
+        let (sums, mid) = buf.split_at_mut(rank * GROUP);
+        for start in rows.clone().step_by(GROUP) {
+            let group = start..(start + GROUP).min(rows.end);
+            shrink(isa, x, k, run, group.clone(), sums);
+            for (g, r) in group.clone().enumerate() {
+                for (j, m) in mid.iter_mut().enumerate() {
+                    *m = sums[j * group.len() + g] * run.scale;
+                }
+                // SAFETY: runs' rows are disjoint (validated by the
+                // caller's contract and checked in `validate` to lie
+                // inside `out`), and each row belongs to one task.
+                let row = unsafe { target.range(r * width, width) };
+                expand(isa, run.b_t.dtype, mid, &run.b_t.data, row);
+            }
         }
     });
     Ok(())
 }
 
-/// One row's update: shrink with the dot kernel of F32 weights, scale,
-/// then expand as `rank` multiply-adds of `Bᵀ`'s rows.
-fn lora_row(isa: CheckedIsa, x: &[f32], run: &Run<'_>, out: &mut [f32]) {
-    let mut mid = [0.0f32; MAX_RANK];
-    let mid = &mut mid[..run.rank];
-    let a: &[u8] = bytemuck::cast_slice(&run.a.values);
-    dot_float::<1>(isa, DType::F32, a, x.len() * 4, &[x], mid);
-    mid.iter_mut().for_each(|m| *m *= run.scale);
-    weighted_sum(isa, mid, &run.b_t.values, out);
+/// The shrink of rows `rows` (at most [`GROUP`]) of one run into `sums`:
+/// `A`'s row `j` against the group's row `g` at `sums[j · n + g]` (`n`
+/// rows). The dot kernel's sum for one row does not depend on how many
+/// rows it takes at once.
+fn shrink(
+    isa: CheckedIsa,
+    x: &CpuActivations,
+    k: usize,
+    run: &Run<'_>,
+    rows: Range<usize>,
+    sums: &mut [f32],
+) {
+    let rank = run.a.rows;
+    let input = |r: usize| &x.data[r * k..(r + 1) * k];
+    let (dtype, a) = (run.a.dtype, &run.a.data[..]);
+    let row_bytes = a.len() / rank;
+    let s = rows.start;
+    match rows.len() {
+        4 => dot_float::<4>(
+            isa,
+            dtype,
+            a,
+            row_bytes,
+            &[input(s), input(s + 1), input(s + 2), input(s + 3)],
+            &mut sums[..rank * 4],
+        ),
+        3 => dot_float::<3>(
+            isa,
+            dtype,
+            a,
+            row_bytes,
+            &[input(s), input(s + 1), input(s + 2)],
+            &mut sums[..rank * 3],
+        ),
+        2 => dot_float::<2>(
+            isa,
+            dtype,
+            a,
+            row_bytes,
+            &[input(s), input(s + 1)],
+            &mut sums[..rank * 2],
+        ),
+        _ => dot_float::<1>(isa, dtype, a, row_bytes, &[input(s)], &mut sums[..rank]),
+    }
 }
 
 /// The scalar twin of [`lora`] for one row, that tests compare against.
@@ -97,7 +148,7 @@ pub(crate) fn lora_row_scalar(x: &[f32], a: &[f32], b_t: &[f32], scale: f32, out
             row.iter().zip(x).map(|(w, x)| w * x).sum::<f32>() * scale
         })
         .collect();
-    weighted_sum_scalar(&mid, b_t, out);
+    super::vecmath::weighted_sum_scalar(&mid, b_t, out);
 }
 
 fn validate(x: &CpuActivations, run: &Run<'_>, out: &CpuActivations) -> Result<(), KernelError> {
@@ -108,23 +159,38 @@ fn validate(x: &CpuActivations, run: &Run<'_>, out: &CpuActivations) -> Result<(
     if run.rows.start > run.rows.end || run.rows.end > x.rows {
         return bad(format!("rows {:?} of {} rows", run.rows, x.rows));
     }
-    if run.rank == 0 || run.rank > MAX_RANK {
-        return bad(format!("rank {} is outside 1..={MAX_RANK}", run.rank));
+    let (a, b_t) = (run.a, run.b_t);
+    let rank = a.rows;
+    if rank == 0 || rank > MAX_RANK {
+        return bad(format!("rank {rank} is outside 1..={MAX_RANK}"));
     }
-    if run.a.values.len() != run.rank * x.cols {
+    for (name, w) in [("A", a), ("Bᵀ", b_t)] {
+        // The dot kernel and the expand read F32 and BF16 alike.
+        if !expands(w.dtype) {
+            return bad(format!("{name} is {}, not F32 or BF16", w.dtype));
+        }
+        // WeightView's fields are public: recheck the byte length the
+        // kernels rely on.
+        if w.dtype.bytes_for(w.cols).map(|b| b * w.rows) != Some(w.data.len()) {
+            return bad(format!(
+                "{name} holds {} bytes, not {} × {} {}",
+                w.data.len(),
+                w.rows,
+                w.cols,
+                w.dtype
+            ));
+        }
+    }
+    if a.cols != x.cols {
         return bad(format!(
-            "A holds {} values, not rank {} × input {}",
-            run.a.values.len(),
-            run.rank,
-            x.cols
+            "A is {rank} × {}, not rank × input {}",
+            a.cols, x.cols
         ));
     }
-    if run.b_t.values.len() != run.rank * out.cols {
+    if b_t.rows != rank || b_t.cols != out.cols {
         return bad(format!(
-            "Bᵀ holds {} values, not rank {} × output {}",
-            run.b_t.values.len(),
-            run.rank,
-            out.cols
+            "Bᵀ is {} × {}, not rank {rank} × output {}",
+            b_t.rows, b_t.cols, out.cols
         ));
     }
     Ok(())
@@ -134,81 +200,110 @@ fn validate(x: &CpuActivations, run: &Run<'_>, out: &CpuActivations) -> Result<(
 mod tests {
     use super::*;
     use crate::cpu::Isa;
+    use crate::DType;
     use rand::{Rng, SeedableRng};
 
     fn random(rng: &mut impl Rng, n: usize) -> Vec<f32> {
         (0..n).map(|_| rng.random_range(-1.0..1.0)).collect()
     }
 
-    /// Every ISA against the scalar twin: the expand is bit for bit (one
-    /// fused multiply-add per term, in order, on every ISA); the shrink's
-    /// dot products sum in SIMD lanes, so they agree to float rounding of
-    /// a sum of `in` products of magnitude ≤ 1 (relative 1e-5 of the
-    /// update's size is far above that rounding and far below any real
-    /// difference).
+    /// `values` as a `rows × cols` view of `dtype` (F32 or BF16, rounded
+    /// to nearest), and the values it holds, widened back.
+    fn view(dtype: DType, rows: usize, cols: usize, values: &[f32]) -> (WeightView, Vec<f32>) {
+        let (bytes, held): (Vec<u8>, Vec<f32>) = if dtype == DType::BF16 {
+            let b: Vec<half::bf16> = values.iter().map(|v| half::bf16::from_f32(*v)).collect();
+            (
+                b.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                b.iter().map(|v| v.to_f32()).collect(),
+            )
+        } else {
+            (
+                values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                values.to_vec(),
+            )
+        };
+        let view = WeightView::new(dtype, rows, cols, bytes::Bytes::from(bytes)).unwrap();
+        (view, held)
+    }
+
+    /// Every ISA and both types against the scalar twin on the values the
+    /// view holds: the expand is bit for bit (one fused multiply-add per
+    /// term, in order, on every ISA); the shrink's dot products sum in
+    /// SIMD lanes, so they agree to float rounding of a sum of `in`
+    /// products of magnitude ≤ 1 (relative 1e-5 of the update's size is
+    /// far above that rounding and far below any real difference). Runs
+    /// of 1 to 7 rows take every group size of the shrink.
     #[test]
     fn simd_matches_scalar_and_rows_are_independent() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
         let (k, width, n) = (96, 80, 13);
         let x = CpuActivations::from_values(n, k, &random(&mut rng, n * k)).unwrap();
         let base = random(&mut rng, n * width);
-        let adapters: Vec<(CpuVector, CpuVector, usize)> = [4usize, 16, 1]
+        let raw: Vec<(Vec<f32>, Vec<f32>, usize)> = [4usize, 16, 1]
             .iter()
             .map(|&rank| {
-                let a = CpuVector {
-                    values: random(&mut rng, rank * k),
-                };
-                let b_t = CpuVector {
-                    values: random(&mut rng, rank * width),
-                };
-                (a, b_t, rank)
+                (
+                    random(&mut rng, rank * k),
+                    random(&mut rng, rank * width),
+                    rank,
+                )
             })
             .collect();
-        let spans = [(0..3, 0), (3..4, 1), (5..12, 2), (12..13, 0)];
-        let runs: Vec<Run<'_>> = spans
-            .iter()
-            .map(|(rows, i)| Run {
-                rows: rows.clone(),
-                a: &adapters[*i].0,
-                b_t: &adapters[*i].1,
-                rank: adapters[*i].2,
-                scale: 0.5,
-            })
-            .collect();
-        for isa in Isa::supported() {
-            let isa = CheckedIsa::at_most(isa);
-            let pool = ThreadPool::new(3);
-            let mut out = CpuActivations::from_values(n, width, &base).unwrap();
-            lora(&pool, isa, &x, &runs, &mut out).unwrap();
-            for r in 0..n {
-                let mut want = base[r * width..(r + 1) * width].to_vec();
-                if let Some((_, i)) = spans.iter().find(|(rows, _)| rows.contains(&r)) {
-                    let (a, b_t, _) = &adapters[*i];
-                    let xr = x.row(r).unwrap();
-                    lora_row_scalar(xr, &a.values, &b_t.values, 0.5, &mut want);
+        for dtype in [DType::F32, DType::BF16] {
+            let adapters: Vec<_> = raw
+                .iter()
+                .map(|(a, b_t, rank)| (view(dtype, *rank, k, a), view(dtype, *rank, width, b_t)))
+                .collect();
+            let spans = [(0..3, 0), (3..4, 1), (5..12, 2), (12..13, 0)];
+            let runs: Vec<Run<'_>> = spans
+                .iter()
+                .map(|(rows, i)| Run {
+                    rows: rows.clone(),
+                    a: &adapters[*i].0 .0,
+                    b_t: &adapters[*i].1 .0,
+                    scale: 0.5,
+                })
+                .collect();
+            for isa in Isa::supported() {
+                let isa = CheckedIsa::at_most(isa);
+                let pool = ThreadPool::new(3);
+                let mut out = CpuActivations::from_values(n, width, &base).unwrap();
+                lora(&pool, isa, &x, &runs, &mut out).unwrap();
+                for r in 0..n {
+                    let mut want = base[r * width..(r + 1) * width].to_vec();
+                    if let Some((_, i)) = spans.iter().find(|(rows, _)| rows.contains(&r)) {
+                        let ((_, a), (_, b_t)) = &adapters[*i];
+                        lora_row_scalar(x.row(r).unwrap(), a, b_t, 0.5, &mut want);
+                    }
+                    let got = out.row(r).unwrap();
+                    for (g, w) in got.iter().zip(&want) {
+                        assert!(
+                            (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                            "{isa:?} {dtype} row {r}"
+                        );
+                    }
+                    // Row 4 belongs to no run: untouched, bit for bit.
+                    if r == 4 {
+                        assert_eq!(got, &base[4 * width..5 * width]);
+                    }
                 }
-                let got = out.row(r).unwrap();
-                for (g, w) in got.iter().zip(&want) {
-                    assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "{isa:?} row {r}");
-                }
-                // Row 4 belongs to no run: untouched, bit for bit.
-                if r == 4 {
-                    assert_eq!(got, &base[4 * width..5 * width]);
+                // Each row of the seven-row run alone gets the bits it got
+                // in the mixed call, whatever group it fell in there.
+                for r in 5..12 {
+                    let mut alone =
+                        CpuActivations::from_values(1, width, &base[r * width..(r + 1) * width])
+                            .unwrap();
+                    let xr = CpuActivations::from_values(1, k, x.row(r).unwrap()).unwrap();
+                    let one = [Run {
+                        rows: 0..1,
+                        a: &adapters[2].0 .0,
+                        b_t: &adapters[2].1 .0,
+                        scale: 0.5,
+                    }];
+                    lora(&pool, isa, &xr, &one, &mut alone).unwrap();
+                    assert_eq!(alone.row(0), out.row(r), "{isa:?} {dtype} row {r}");
                 }
             }
-            // One row alone gets the bits it got in the mixed call.
-            let mut alone =
-                CpuActivations::from_values(1, width, &base[5 * width..6 * width]).unwrap();
-            let x5 = CpuActivations::from_values(1, k, x.row(5).unwrap()).unwrap();
-            let one = [Run {
-                rows: 0..1,
-                a: &adapters[2].0,
-                b_t: &adapters[2].1,
-                rank: adapters[2].2,
-                scale: 0.5,
-            }];
-            lora(&pool, isa, &x5, &one, &mut alone).unwrap();
-            assert_eq!(alone.row(0), out.row(5), "{isa:?}");
         }
     }
 
@@ -218,21 +313,28 @@ mod tests {
         let isa = CheckedIsa::at_most(Isa::Scalar);
         let x = CpuActivations::zeros(2, 8);
         let mut out = CpuActivations::zeros(2, 4);
-        let a = CpuVector {
-            values: vec![0.0; 16],
+        let (a, _) = view(DType::F32, 2, 8, &[0.0; 16]);
+        let (b_t, _) = view(DType::F32, 2, 4, &[0.0; 8]);
+        let (b_short, _) = view(DType::F32, 1, 4, &[0.0; 4]);
+        let (a_wide, _) = view(DType::F32, 2, 9, &[0.0; 18]);
+        let (a_q8, _) = {
+            let bytes = bytes::Bytes::from(vec![0u8; 2 * 34]);
+            (WeightView::new(DType::Q8_0, 2, 32, bytes).unwrap(), ())
         };
-        let b_t = CpuVector {
-            values: vec![0.0; 7],
-        };
-        let run = |rows, rank| Run {
+        let run = |rows, a, b_t| Run {
             rows,
-            a: &a,
-            b_t: &b_t,
-            rank,
+            a,
+            b_t,
             scale: 1.0,
         };
-        assert!(lora(&pool, isa, &x, &[run(0..2, 2)], &mut out).is_err());
-        assert!(lora(&pool, isa, &x, &[run(0..3, 2)], &mut out).is_err());
-        assert!(lora(&pool, isa, &x, &[run(0..2, 0)], &mut out).is_err());
+        assert!(lora(&pool, isa, &x, &[run(0..2, &a, &b_t)], &mut out).is_ok());
+        assert!(lora(&pool, isa, &x, &[run(0..2, &a, &b_short)], &mut out).is_err());
+        assert!(lora(&pool, isa, &x, &[run(0..3, &a, &b_t)], &mut out).is_err());
+        assert!(lora(&pool, isa, &x, &[run(0..2, &a_wide, &b_t)], &mut out).is_err());
+        let x32 = CpuActivations::zeros(2, 32);
+        assert!(lora(&pool, isa, &x32, &[run(0..2, &a_q8, &b_t)], &mut out).is_err());
+        let (a0, _) = view(DType::F32, 0, 8, &[]);
+        let (b0, _) = view(DType::F32, 0, 4, &[]);
+        assert!(lora(&pool, isa, &x, &[run(0..2, &a0, &b0)], &mut out).is_err());
     }
 }
