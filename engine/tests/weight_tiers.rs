@@ -66,8 +66,12 @@ fn the_queued_checkpoint_is_prefetched_while_another_batch_runs<B: Backend>(back
     let a = serve(&*tiered, &write(dir.path(), "a", 1), "1");
     let b = serve(&*tiered, &write(dir.path(), "b", 2), "2");
     let (a_id, b_id) = (first_matrix(&a), first_matrix(&b));
-    let exec = Executor::spawn(tiered.clone(), ExecutorConfig::default(), Arc::new(NoObserver))
-        .unwrap();
+    let exec = Executor::spawn(
+        tiered.clone(),
+        ExecutorConfig::default(),
+        Arc::new(NoObserver),
+    )
+    .unwrap();
     let prompt = vec![1, 2, 3, 4, 5];
     let (request, events) = requests::on_channel(prompt.clone(), 6);
     exec.submit(&a, request).unwrap();
@@ -96,10 +100,7 @@ fn the_queued_checkpoint_is_prefetched_while_another_batch_runs<B: Backend>(back
         .filter(|&i| events[i] == Event::Prefetch(a_id))
         .collect();
     assert_eq!(prefetches.len(), 1, "one copy up: {events:?}");
-    let first_a_step = events
-        .iter()
-        .position(|e| *e == Event::Step(a_id))
-        .unwrap();
+    let first_a_step = events.iter().position(|e| *e == Event::Step(a_id)).unwrap();
     assert!(prefetches[0] < first_a_step, "{events:?}");
     let b_steps_meanwhile = events[prefetches[0]..first_a_step]
         .iter()
@@ -129,7 +130,9 @@ fn version_tier<B: Backend>(registry: &Registry<B>, version: &str) -> Tier {
 /// A registry over three versions of `m` with device memory for two and
 /// `host_budget` bytes of host tier; 1 active, 2 loaded, then 3 loaded.
 fn evicting<B: Backend>(backend: Arc<B>, dir: &Path, host_budget: u64) -> Registry<Tiered<B>> {
-    let paths: Vec<_> = (0..3).map(|i| write(dir, &format!("v{i}"), 60 + i)).collect();
+    let paths: Vec<_> = (0..3)
+        .map(|i| write(dir, &format!("v{i}"), 60 + i))
+        .collect();
     let tiered = Arc::new(Tiered::new(backend, host_budget));
     let probe = Registry::new(tiered.clone(), None);
     probe.register("p", "1", &paths[0], &[]);
@@ -166,7 +169,9 @@ fn an_evicted_version_goes_to_the_host_tier_then_disk<B: Backend>(backend: Arc<B
     let handle = registry.resolve("m@2").unwrap();
     assert_eq!(handle.placement(), WeightTier::Host);
     assert_eq!(
-        registry.backend().weight_tier(&handle.model.weight_matrices()),
+        registry
+            .backend()
+            .weight_tier(&handle.model.weight_matrices()),
         WeightTier::Host
     );
 

@@ -50,7 +50,12 @@ pub struct TieredMatrix<B: Backend> {
 
 impl<B: Backend> Drop for TieredMatrix<B> {
     fn drop(&mut self) {
-        if self.place.get_mut().map(|p| *p != Place::Device).unwrap_or(false) {
+        if self
+            .place
+            .get_mut()
+            .map(|p| *p != Place::Device)
+            .unwrap_or(false)
+        {
             self.host_bytes.fetch_sub(self.bytes, Ordering::AcqRel);
         }
     }

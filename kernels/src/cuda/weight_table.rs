@@ -63,9 +63,11 @@ impl<M: DeviceMemory> WeightSlot<M> {
     /// the device), in stream order with the launches that read it.
     pub fn set(&self, address: u64) -> Result<(), CudaError> {
         let mut state = self.shared.state.lock().map_err(|_| poisoned())?;
-        self.shared
-            .memory
-            .write(&mut state.buf, 8 * self.slot as usize, &address.to_le_bytes())
+        self.shared.memory.write(
+            &mut state.buf,
+            8 * self.slot as usize,
+            &address.to_le_bytes(),
+        )
     }
 }
 

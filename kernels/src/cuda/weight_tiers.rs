@@ -28,11 +28,12 @@ use crate::WeightTier;
 /// Where one matrix's bytes are.
 enum Place<M: CopyStream> {
     Device(M::Buffer),
-    /// The copy up in flight, and the host bytes it reads.
+    /// The copy up in flight, and the host bytes it reads (kept until it
+    /// lands).
     Uploading {
         buf: M::Buffer,
         copy: M::Copy,
-        src: M::Pinned,
+        _src: M::Pinned,
     },
     Host(M::Pinned),
     /// Between moves (a failed move leaves the matrix where it was).
@@ -246,7 +247,13 @@ impl<M: CopyStream> WeightTiers<M> {
                 Ok((buf, copy))
             });
             match started {
-                Ok((buf, copy)) => *place = Place::Uploading { buf, copy, src },
+                Ok((buf, copy)) => {
+                    *place = Place::Uploading {
+                        buf,
+                        copy,
+                        _src: src,
+                    }
+                }
                 Err(e) => {
                     *place = Place::Host(src);
                     return Err(e);

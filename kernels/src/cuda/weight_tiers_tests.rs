@@ -91,9 +91,7 @@ fn follow_address(
     w: &TieredWeight<HostMemory>,
 ) -> Option<u64> {
     let at = tiers.table().address() + 8 * u64::from(w.slot());
-    Some(u64::from_le_bytes(
-        mem.read_at(at, 8)?.try_into().ok()?,
-    ))
+    Some(u64::from_le_bytes(mem.read_at(at, 8)?.try_into().ok()?))
 }
 
 #[test]

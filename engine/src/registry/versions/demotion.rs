@@ -55,11 +55,7 @@ impl<B: Backend> Registry<B> {
             }
         }
         handle.set_placement(WeightTier::Host);
-        if let Some(slot) = self
-            .read()
-            .get(&id.model)
-            .and_then(|m| m.slot(&id.version))
-        {
+        if let Some(slot) = self.read().get(&id.model).and_then(|m| m.slot(&id.version)) {
             slot.publish();
         }
         tracing::info!(checkpoint = %id, "evicted from device memory to the host tier");

@@ -7,7 +7,6 @@ use cudarc::driver::CudaSlice;
 
 use super::super::buffer::CudaMemory;
 use super::super::kernel_names;
-use super::super::memory::DeviceMemory;
 use super::super::ops;
 use super::super::ops_layers::{self, Elementwise};
 use super::super::step_arena::{bytes_of, bytes_of_f32};
@@ -129,7 +128,11 @@ impl Backend for CudaBackend {
 
     fn vector(&self, values: &[f32]) -> Result<CudaVector, KernelError> {
         let buf = self.upload(values)?;
-        let slot = self.tiers.table().insert(self.addr(&buf)).map_err(device_err)?;
+        let slot = self
+            .tiers
+            .table()
+            .insert(self.addr(&buf))
+            .map_err(device_err)?;
         Ok(CudaVector {
             slot: std::mem::ManuallyDrop::new(slot),
             buf: std::mem::ManuallyDrop::new(buf),
@@ -562,6 +565,6 @@ impl Backend for CudaBackend {
 }
 
 /// The tier bookkeeping's handles of `weights`.
-fn tiered(weights: &[&CudaMatrix]) -> Vec<&TieredWeight<CudaMemory>> {
+fn tiered<'a>(weights: &[&'a CudaMatrix]) -> Vec<&'a TieredWeight<CudaMemory>> {
     weights.iter().map(|m| &*m.weight).collect()
 }
