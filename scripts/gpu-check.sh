@@ -30,8 +30,12 @@
 #      serving path uses them (a small model stepped through the trait on
 #      the CPU, the GPU eagerly and the GPU keyed: keyed logits equal to
 #      eager ones bit for bit, both within a written tolerance of the
-#      CPU's), and the backend's Llama-7B F16 decode tokens/s at batch
-#      1/16/64, eager and with step graphs (the Backend trait);
+#      CPU's), F16 weights in steps of 48 rows (cuBLAS's batched GEMM)
+#      alternating two checkpoints under one key (`f16_swaps_over_32_rows`:
+#      one capture, no divergence, keyed outputs equal to eager ones after
+#      every swap, within a tolerance of the CPU's; also in --quick, so
+#      under memcheck), and the backend's Llama-7B F16 decode tokens/s at
+#      batch 1/16/64, eager and with step graphs (the Backend trait);
 #      1b. the CUDA arms of the carried tests (`on_each_device!`: the
 #      kernels' lib tests, and the engine tests named in
 #      GPU_CHECK_ENGINE_TESTS at prepare), with SWITCHYARD_REQUIRE_GPU=1 so

@@ -171,6 +171,21 @@ pub struct AttentionRows<'a> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct StepKey(pub u64);
 
+/// Where a backend holds a checkpoint's weight matrices (see
+/// [`Backend::weight_tier`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WeightTier {
+    /// Where the backend's kernels read them: a GPU's memory, or the
+    /// host's RAM for a backend that computes there (the CPU's weights are
+    /// always here: everything it holds is host-resident and runnable).
+    Resident,
+    /// Being copied up to the device beside the running steps: a step must
+    /// not read them until the copy lands.
+    Uploading,
+    /// In (pinned) host memory only: [`Backend::prefetch`] copies them up.
+    Host,
+}
+
 /// A compute backend. See the module documentation.
 ///
 /// Every method that can meet inconsistent shapes returns an error rather
@@ -236,6 +251,42 @@ pub trait Backend: Send + Sync + 'static {
         to: BlockId,
         positions: usize,
     ) -> Result<(), KernelError>;
+
+    // --- residency tiers ----------------------------------------------------
+    //
+    // A backend with memory of its own (a GPU) can move a checkpoint's
+    // matrices out of it into host memory and back, the copy up running
+    // beside the current step. The engine's registry demotes what it
+    // evicts, and its executor prefetches the checkpoint the next batch
+    // needs and runs a checkpoint only once it is `Resident`. The defaults
+    // are the CPU backend's answers: its weights are always where its
+    // kernels read them, and it has no other tier.
+
+    /// Where `weights` are now (the slowest of them): `Host` if any is in
+    /// host memory only, else `Uploading` if a copy of any is in flight.
+    fn weight_tier(&self, weights: &[&Self::Matrix]) -> WeightTier {
+        let _ = weights;
+        WeightTier::Resident
+    }
+    /// Moves `weights` out of device memory into host memory, waiting for
+    /// the copies. `false` (nothing moved) when the backend has no host
+    /// tier or its host budget cannot take them: the caller drops them
+    /// instead (to disk). The caller must not run them meanwhile.
+    fn demote(&self, weights: &[&Self::Matrix]) -> Result<bool, KernelError> {
+        let _ = weights;
+        Ok(false)
+    }
+    /// Starts copying `weights` that are in host memory up to the device
+    /// and returns at once (their tier then); the copies land while steps
+    /// run. A device that refuses the memory fails it.
+    fn prefetch(&self, weights: &[&Self::Matrix]) -> Result<WeightTier, KernelError> {
+        Ok(self.weight_tier(weights))
+    }
+    /// Bytes of weights held in host memory only (demoted), against the
+    /// host tier's budget.
+    fn host_tier_bytes(&self) -> u64 {
+        0
+    }
 
     // --- steps ------------------------------------------------------------
 

@@ -35,7 +35,7 @@ pub mod kv;
 pub use attention_precision::AttentionPrecision;
 pub use backend::{
     AttentionRows, AttentionShape, Backend, LoraRows, MatmulInput, MatmulProduct, RopeStyle,
-    StepKey, WeightView,
+    StepKey, WeightTier, WeightView,
 };
 pub use dtype::DType;
 pub use error::KernelError;

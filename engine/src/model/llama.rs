@@ -200,6 +200,23 @@ impl<B: Backend> LlamaModel<B> {
         total > 0 && shared * 2 >= total
     }
 
+    /// Every weight matrix, for the backend's residency tiers (the
+    /// executor prefetches them and asks whether they are on the device).
+    pub fn weight_matrices(&self) -> Vec<&B::Matrix> {
+        self.weights.matrices().map(|m| &***m).collect()
+    }
+
+    /// The matrices no other loaded checkpoint shares: what the registry
+    /// moves out of device memory when it demotes this one (a shared
+    /// tensor stays for the checkpoints still running on it).
+    pub fn unshared_matrices(&self) -> Vec<&B::Matrix> {
+        self.weights
+            .matrices()
+            .filter(|m| std::sync::Arc::strong_count(m) == 1)
+            .map(|m| &***m)
+            .collect()
+    }
+
     pub(super) fn weights(&self) -> &ModelWeights<B> {
         &self.weights
     }

@@ -47,8 +47,14 @@ impl<B: Backend> LiveSlot<B> {
     /// The state now: tier, bytes, and the requests waiting.
     pub fn routing_state(&self) -> RoutingState {
         let now = self.current.load();
+        // A loaded version's matrices move between device and host memory
+        // without the registry (the executor prefetches them).
+        let tier = match &now.handle {
+            Some(h) => Tier::loaded::<B>(h.placement()),
+            None => now.tier,
+        };
         RoutingState {
-            tier: now.tier,
+            tier,
             bytes: now.bytes,
             queued: now.handle.as_ref().map_or(0, |h| h.queued()),
         }

@@ -1,6 +1,7 @@
 //! What the registry reports: per model, per version, and memory by tier.
 
 use serde::Serialize;
+use switchyard_kernels::WeightTier;
 
 /// Where a version's weights are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -10,10 +11,10 @@ pub enum Tier {
     Ram,
     /// In a GPU's memory, ready to run.
     Device,
-    /// In pinned host memory: copied up to the GPU on its own stream
-    /// before it runs (the kernels' `cuda::Residency` makes the moves; the
-    /// registry does not yet keep evicted GPU checkpoints there, so it
-    /// reports none).
+    /// Loaded, its matrices in (pinned) host memory: evicted from the
+    /// device into the backend's host tier, or copying up again (the
+    /// executor prefetches it when requests for it wait, and runs it once
+    /// the copy has landed).
     Host,
     /// Being read from its file.
     Loading,
@@ -29,6 +30,15 @@ impl Tier {
             Tier::Device
         } else {
             Tier::Ram
+        }
+    }
+
+    /// Where a loaded checkpoint of backend `B` whose matrices the
+    /// backend holds at `placement` is.
+    pub fn loaded<B: switchyard_kernels::Backend>(placement: WeightTier) -> Tier {
+        match placement {
+            WeightTier::Resident => Tier::resident::<B>(),
+            WeightTier::Uploading | WeightTier::Host => Tier::Host,
         }
     }
 
@@ -135,6 +145,11 @@ pub struct MemoryStatus {
     pub ram_budget_bytes: Option<u64>,
     /// Bytes of known versions that are only on disk.
     pub disk_bytes: u64,
+    /// Bytes of matrices a device backend moved to host memory (its host
+    /// tier); 0 on the CPU.
+    pub host_bytes: u64,
     pub resident_versions: usize,
+    /// Loaded versions whose matrices are in the host tier.
+    pub host_versions: usize,
     pub disk_versions: usize,
 }

@@ -1,6 +1,7 @@
 //! The registry of model versions and their lifecycle.
 
 mod adapters;
+mod demotion;
 mod reload;
 
 use std::collections::BTreeMap;
@@ -8,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
-use switchyard_kernels::{Backend, KvFormat, KvType};
+use switchyard_kernels::{Backend, KvFormat, KvType, WeightTier};
 use switchyard_seam::ModelSpec;
 
 use super::error::RegistryError;
@@ -116,7 +117,7 @@ impl<B: Backend> Slot<B> {
     fn publish(&self) {
         match &self.state {
             State::Resident(handle) => self.live.publish(
-                Tier::resident::<B>(),
+                Tier::loaded::<B>(handle.placement()),
                 handle.load_stats.total_bytes,
                 Some(Arc::clone(handle)),
             ),
@@ -131,7 +132,7 @@ impl<B: Backend> Slot<B> {
     /// Its tier as status and metrics report it.
     fn tier(&self) -> Tier {
         match &self.state {
-            State::Resident(_) => Tier::resident::<B>(),
+            State::Resident(handle) => Tier::loaded::<B>(handle.placement()),
             State::Loading => Tier::Loading,
             State::Disk if self.reload_pending => Tier::Loading,
             State::Disk => Tier::Disk,
@@ -543,7 +544,7 @@ impl<B: Backend> Registry<B> {
         let mut evicted = Vec::new();
         let mut waited = false;
         loop {
-            let resident = self.store.stats().resident_bytes;
+            let resident = self.device_bytes();
             if resident.saturating_add(needed) <= budget {
                 return Ok(evicted);
             }
@@ -558,7 +559,7 @@ impl<B: Backend> Registry<B> {
                 // finish; give them a moment.
                 waited = true;
                 let deadline = std::time::Instant::now() + Duration::from_secs(2);
-                while self.store.stats().resident_bytes.saturating_add(needed) > budget
+                while self.device_bytes().saturating_add(needed) > budget
                     && std::time::Instant::now() < deadline
                 {
                     std::thread::sleep(Duration::from_millis(10));
@@ -587,7 +588,9 @@ impl<B: Backend> Registry<B> {
                 // The version a rollback would return to stays: evicting it would turn
                 // the operator's way back into a 409.
                 let is_rollback_target = rollback_target == Some(slot.version.as_str());
-                if is_active || is_rollback_target || handle.id == *loading {
+                // A version in the host tier holds no device memory.
+                let on_device = handle.placement() == WeightTier::Resident;
+                if is_active || is_rollback_target || handle.id == *loading || !on_device {
                     continue;
                 }
                 candidates.push(EvictionCandidate {
@@ -607,6 +610,10 @@ impl<B: Backend> Registry<B> {
     }
 
     fn evict(&self, id: &CheckpointId) {
+        // A backend with a host tier keeps an idle version there.
+        if self.demote(id) {
+            return;
+        }
         let mut models = self.write();
         if let Some(slot) = models
             .get_mut(&id.model)
@@ -772,6 +779,7 @@ impl<B: Backend> Registry<B> {
 
     /// Every model, version and its tier.
     pub fn status(&self) -> Vec<ModelStatus> {
+        self.refresh_placements();
         let models = self.read();
         models
             .iter()
@@ -792,8 +800,9 @@ impl<B: Backend> Registry<B> {
     /// Bytes by tier.
     pub fn memory(&self) -> MemoryStatus {
         let mut memory = MemoryStatus {
-            ram_bytes: self.store.stats().resident_bytes,
+            ram_bytes: self.device_bytes(),
             ram_budget_bytes: self.ram_budget,
+            host_bytes: self.backend.host_tier_bytes(),
             ..MemoryStatus::default()
         };
         for model in self.status() {
@@ -803,7 +812,8 @@ impl<B: Backend> Registry<B> {
                         memory.resident_versions += 1;
                         memory.ram_bytes_without_sharing += version.bytes;
                     }
-                    Tier::Host | Tier::Disk | Tier::Loading => {
+                    Tier::Host => memory.host_versions += 1,
+                    Tier::Disk | Tier::Loading => {
                         memory.disk_versions += 1;
                         memory.disk_bytes += version.bytes;
                     }
@@ -831,7 +841,7 @@ fn version_status<B: Backend>(model: &Model<B>, slot: &Slot<B>) -> VersionStatus
     };
     let (tier, bytes, shared_bytes, in_flight, queued, load_ms) = match &slot.state {
         State::Resident(h) => (
-            Tier::resident::<B>(),
+            Tier::loaded::<B>(h.placement()),
             h.load_stats.total_bytes,
             h.load_stats.shared_bytes,
             h.demand(),

@@ -2,11 +2,11 @@
 //! chat template, and the live counters the scheduler and eviction read.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use switchyard_kernels::{Backend, KvFormat, KvPrefix};
+use switchyard_kernels::{Backend, KvFormat, KvPrefix, WeightTier};
 
 use crate::adapter::{load_adapter, ResidentAdapter};
 use crate::chat::ChatTemplate;
@@ -133,6 +133,9 @@ pub struct ServedCheckpoint<B: Backend> {
     queued: AtomicUsize,
     /// Milliseconds since [`epoch`] when a request last used it.
     last_used_ms: AtomicU64,
+    /// Where the backend holds its matrices, as last seen (see
+    /// [`ServedCheckpoint::placement`]).
+    placement: AtomicU8,
 }
 
 impl<B: Backend> ServedCheckpoint<B> {
@@ -266,6 +269,7 @@ impl<B: Backend> ServedCheckpoint<B> {
             demand: AtomicUsize::new(0),
             queued: AtomicUsize::new(0),
             last_used_ms: AtomicU64::new(now_ms()),
+            placement: AtomicU8::new(0),
         }
     }
 
@@ -273,6 +277,27 @@ impl<B: Backend> ServedCheckpoint<B> {
         self.load_stats = stats;
         self.load_time = time;
         self
+    }
+
+    /// Where the backend holds its matrices, as the registry (demoting
+    /// it) and the executor (prefetching it, seeing its copy land) last
+    /// saw it: routing and status read it without asking the backend.
+    pub fn placement(&self) -> WeightTier {
+        match self.placement.load(Ordering::Acquire) {
+            1 => WeightTier::Uploading,
+            2 => WeightTier::Host,
+            _ => WeightTier::Resident,
+        }
+    }
+
+    /// Records where the backend holds its matrices now.
+    pub fn set_placement(&self, tier: WeightTier) {
+        let code = match tier {
+            WeightTier::Resident => 0,
+            WeightTier::Uploading => 1,
+            WeightTier::Host => 2,
+        };
+        self.placement.store(code, Ordering::Release);
     }
 
     /// Requests submitted to it that have not finished.

@@ -24,7 +24,7 @@ use super::group::{Admission, Group};
 use super::queue::{SequenceRequest, SubmitError, Waiting};
 use super::table::WeightTable;
 use super::tenant_cap::{QueueTicket, TenantKv, TenantQueue};
-use super::{choice, step_family, ExecutorObserver};
+use super::{choice, prefetch, step_family, ExecutorObserver};
 use crate::kv::prefix_cache::PrefixCache;
 use crate::kv::{admission as kv_admission, KvBlocks, KvConfig, KvPool, SharedBlock};
 use crate::model::{forward_step, ModelPart};
@@ -393,6 +393,10 @@ const MAX_BYPASS: usize = 32;
 /// blocked oldest one (the queue is in arrival order).
 const BYPASS_LOOKAHEAD: usize = 16;
 
+/// How long the executor waits when every checkpoint with work is still
+/// copying up to the device.
+const COPY_POLL: std::time::Duration = std::time::Duration::from_micros(200);
+
 /// How often an idle executor looks for unloaded versions whose cached
 /// prompt blocks it can drop.
 const IDLE_PURGE: std::time::Duration = std::time::Duration::from_millis(200);
@@ -622,14 +626,28 @@ impl<B: Backend> Scheduler<B> {
                 g.claim(budget, held)
             })
             .collect();
-        // Only checkpoints with something to run compete.
+        // Only checkpoints with something to run compete, and only those
+        // whose weights are on the device (`prefetch.rs`).
+        let resident = prefetch::resident(&*self.backend, &self.groups);
         let runnable: Vec<usize> = claims
             .iter()
             .enumerate()
-            .filter(|(_, c)| c.rows > 0)
+            .filter(|(i, c)| c.rows > 0 && resident.get(*i).copied().unwrap_or(false))
             .map(|(i, _)| i)
             .collect();
+        // The next batch's weights start copying up before this step runs.
+        if let Err((index, message)) =
+            prefetch::next(&*self.backend, &self.groups, &claims, &resident, now)
+        {
+            if let Some(group) = self.groups.get_mut(index) {
+                group.fail_all(&message);
+            }
+        }
         let Some(chosen) = step_family::choose_lead(&self.groups, &claims, &runnable, now) else {
+            if claims.iter().any(|c| c.rows > 0) {
+                // Only copies in flight: wait a little for them, not a spin.
+                std::thread::sleep(COPY_POLL);
+            }
             return;
         };
         let plan = self.plan_step(chosen, &runnable);

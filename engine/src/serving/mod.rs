@@ -25,6 +25,8 @@
 //! - `step_family.rs`: checkpoints sharing steps (a base and its adapters)
 //!   claim as one;
 //! - `table.rs`: the weight table a step reads;
+//! - `prefetch.rs`: checkpoints run once on the device, the next one copied
+//!   up beside the current step;
 //! - `executor.rs`: the handle, the weight table and the scheduling loop.
 //!
 //! KV memory (the budget, admission by blocks, the prompt cache) is the
@@ -36,6 +38,7 @@ mod choice;
 mod executor;
 mod fair;
 mod group;
+mod prefetch;
 mod queue;
 mod sequence;
 mod step_family;

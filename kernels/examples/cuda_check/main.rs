@@ -12,8 +12,10 @@
 
 mod backend;
 mod decode7b;
+mod float_swaps;
 mod graphs;
 mod layers;
+mod tiers;
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -70,6 +72,11 @@ fn main() -> ExitCode {
         "serving graphs",
         graphs::graphs_against_eager(3, if quick { 12 } else { 40 }),
     );
+    ok &= report(
+        "f16 swaps over 32 rows",
+        float_swaps::f16_swaps_over_32_rows(if quick { 12 } else { 200 }),
+    );
+    ok &= report("backend tiers", tiers::tiers_round_trip());
     ok &= report(
         "pointer-table swaps",
         swaps(&device, if quick { 200 } else { 10_000 }),

@@ -28,6 +28,7 @@ pub mod attention_plan;
 pub mod capture_gate;
 pub mod copy_stream;
 mod error;
+pub mod gemm_pointers;
 pub mod graph_cache;
 pub mod kernel_names;
 pub mod kv_pool;
@@ -41,6 +42,7 @@ pub mod step_graph;
 pub mod target;
 pub mod upload;
 pub mod weight_table;
+pub mod weight_tiers;
 
 #[cfg(test)]
 mod gate_tests;
@@ -78,3 +80,4 @@ pub use memory::{DeviceMemory, HostMemory};
 pub use pointer_table::PointerTable;
 pub use residency::{Budgets, Readiness, Residency, ResidentTable, Tier};
 pub use upload::{SlotLayout, WeightImage};
+pub use weight_tiers::{TieredWeight, WeightTiers};

@@ -58,6 +58,17 @@ impl<M: DeviceMemory> WeightSlot<M> {
     pub fn index(&self) -> u32 {
         self.slot
     }
+
+    /// Points the slot at `address` (0: at nothing, a weight that left
+    /// the device), in stream order with the launches that read it.
+    pub fn set(&self, address: u64) -> Result<(), CudaError> {
+        let mut state = self.shared.state.lock().map_err(|_| poisoned())?;
+        self.shared.memory.write(
+            &mut state.buf,
+            8 * self.slot as usize,
+            &address.to_le_bytes(),
+        )
+    }
 }
 
 impl<M: DeviceMemory> Drop for WeightSlot<M> {

@@ -26,8 +26,9 @@ const LOAD_DURATION_SECONDS: &str = "switchyard_load_duration_seconds";
 const UNLOADS_TOTAL: &str = "switchyard_unloads_total";
 /// Gauge: 1 for each model's active version, by `model` and `version`.
 const ACTIVE_VERSION: &str = "switchyard_active_version";
-/// Gauge: bytes by `tier` (ram: distinct resident tensor bytes; disk:
-/// known versions only on disk).
+/// Gauge: bytes by `tier` (ram: distinct resident tensor bytes, in device
+/// memory on a GPU; host: matrices a GPU backend demoted to pinned host
+/// memory; disk: known versions only on disk).
 const RESIDENT_BYTES: &str = "switchyard_memory_bytes";
 
 /// Counter: prompt tokens of admitted requests by `model`, `version` and
@@ -188,6 +189,7 @@ impl<B: Backend> RegistryMetrics<B> {
         };
         let memory = registry.memory();
         metrics::gauge!(RESIDENT_BYTES, "tier" => "ram").set(memory.ram_bytes as f64);
+        metrics::gauge!(RESIDENT_BYTES, "tier" => "host").set(memory.host_bytes as f64);
         metrics::gauge!(RESIDENT_BYTES, "tier" => "disk").set(memory.disk_bytes as f64);
     }
 }

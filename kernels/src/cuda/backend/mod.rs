@@ -38,6 +38,7 @@ use super::buffer::CudaMemory;
 use super::capture_gate::CaptureGate;
 use super::device::{open, CudaDevice};
 use super::weight_table::{WeightTable, DEFAULT_SLOTS};
+use super::weight_tiers::WeightTiers;
 use super::CudaError;
 use crate::KernelError;
 
@@ -50,13 +51,22 @@ pub struct CudaConfig {
     pub ordinal: usize,
     /// Matrices the weight table can name.
     pub weight_slots: usize,
+    /// Bytes of weight matrices kept in pinned host memory when the engine
+    /// demotes them from the device ([`crate::Backend::demote`]); past it
+    /// a demoted checkpoint goes to disk.
+    pub host_tier_bytes: usize,
 }
+
+/// [`CudaConfig::host_tier_bytes`] unless configured: room for a few 7B
+/// checkpoints at 4 to 8 bits in pinned memory.
+pub const DEFAULT_HOST_TIER_BYTES: usize = 32 << 30;
 
 impl Default for CudaConfig {
     fn default() -> Self {
         CudaConfig {
             ordinal: 0,
             weight_slots: DEFAULT_SLOTS,
+            host_tier_bytes: DEFAULT_HOST_TIER_BYTES,
         }
     }
 }
@@ -65,7 +75,9 @@ impl Default for CudaConfig {
 pub struct CudaBackend {
     dev: CudaDevice,
     memory: CudaMemory,
-    weights: WeightTable<CudaMemory>,
+    /// The weight table, and where each matrix lies (device or pinned
+    /// host memory).
+    tiers: WeightTiers<CudaMemory>,
     blas: CudaBlas,
     /// cuBLAS's workspace (see [`BLAS_WORKSPACE`]); declared after `blas`,
     /// so dropped after it.
@@ -93,6 +105,7 @@ impl CudaBackend {
         let gate = Arc::new(CaptureGate::default());
         let memory = CudaMemory::gated(dev.stream().clone(), Arc::clone(&gate));
         let weights = WeightTable::new(memory.clone(), config.weight_slots)?;
+        let tiers = WeightTiers::new(memory.clone(), weights, config.host_tier_bytes);
         let blas = CudaBlas::new(dev.stream().clone()).map_err(|e| CudaError::Driver {
             op: "cublasCreate",
             detail: format!("{e:?}"),
@@ -101,7 +114,7 @@ impl CudaBackend {
         Ok(CudaBackend {
             dev,
             memory,
-            weights,
+            tiers,
             blas,
             _blas_workspace: workspace,
             scratch: Mutex::new(scratch::Scratch::default()),
@@ -118,7 +131,7 @@ impl CudaBackend {
 
     /// The weight table's address (what a captured graph holds).
     pub fn weight_table(&self) -> &WeightTable<CudaMemory> {
-        &self.weights
+        self.tiers.table()
     }
 }
 

@@ -5,12 +5,13 @@ use std::ops::Range;
 
 use cudarc::driver::CudaSlice;
 
+use super::super::buffer::CudaMemory;
 use super::super::kernel_names;
-use super::super::memory::DeviceMemory;
 use super::super::ops;
 use super::super::ops_layers::{self, Elementwise};
 use super::super::step_arena::{bytes_of, bytes_of_f32};
 use super::super::step_graph::Launch;
+use super::super::weight_tiers::TieredWeight;
 use super::products::Product;
 use super::step::{kind, op};
 use super::tensors::{CudaActivations, CudaKvStore, CudaMatrix, CudaVector};
@@ -18,7 +19,7 @@ use super::{device_err, driver_err, CudaBackend};
 use crate::kv::{BlockId, KvBlockShape};
 use crate::{
     AttentionRows, AttentionShape, Backend, KernelError, KvFormat, MatmulInput, MatmulProduct,
-    RopeStyle, StepKey, WeightView,
+    RopeStyle, StepKey, WeightTier, WeightView,
 };
 
 fn mismatch(op: &'static str, detail: String) -> KernelError {
@@ -94,18 +95,30 @@ impl Backend for CudaBackend {
         format!("cuda-sm_{major}{minor}")
     }
 
+    fn weight_tier(&self, weights: &[&CudaMatrix]) -> WeightTier {
+        // A failure to look reads as host memory: the engine prefetches
+        // then, and the prefetch says what failed.
+        self.tiers
+            .tier(&tiered(weights))
+            .unwrap_or(WeightTier::Host)
+    }
+
+    fn demote(&self, weights: &[&CudaMatrix]) -> Result<bool, KernelError> {
+        self.tiers.demote(&tiered(weights)).map_err(device_err)
+    }
+
+    fn prefetch(&self, weights: &[&CudaMatrix]) -> Result<WeightTier, KernelError> {
+        self.tiers.prefetch(&tiered(weights)).map_err(device_err)
+    }
+
+    fn host_tier_bytes(&self) -> u64 {
+        self.tiers.host_used() as u64
+    }
+
     fn matrix(&self, weight: WeightView) -> Result<CudaMatrix, KernelError> {
-        let mut buf = self.memory.alloc(weight.data.len()).map_err(device_err)?;
-        self.memory
-            .write(&mut buf, 0, &weight.data)
-            .map_err(device_err)?;
-        let slot = self
-            .weights
-            .insert(self.memory.address(&buf))
-            .map_err(device_err)?;
+        let tiered = self.tiers.upload(&weight.data).map_err(device_err)?;
         Ok(CudaMatrix {
-            slot: std::mem::ManuallyDrop::new(slot),
-            buf: std::mem::ManuallyDrop::new(buf),
+            weight: std::mem::ManuallyDrop::new(tiered),
             gate: std::sync::Arc::clone(&self.gate),
             dtype: weight.dtype,
             rows: weight.rows,
@@ -115,7 +128,11 @@ impl Backend for CudaBackend {
 
     fn vector(&self, values: &[f32]) -> Result<CudaVector, KernelError> {
         let buf = self.upload(values)?;
-        let slot = self.weights.insert(self.addr(&buf)).map_err(device_err)?;
+        let slot = self
+            .tiers
+            .table()
+            .insert(self.addr(&buf))
+            .map_err(device_err)?;
         Ok(CudaVector {
             slot: std::mem::ManuallyDrop::new(slot),
             buf: std::mem::ManuallyDrop::new(buf),
@@ -242,7 +259,7 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         let ids = self.stage(&bytes_of(tokens), kind::TOKENS)?;
-        let weight = self.weight_ref(self.held_matrix(table))?;
+        let weight = self.weight_ref(self.held_matrix(table)?)?;
         let (cols, n) = (table.cols, tokens.len());
         let sig = [
             op::EMBED,
@@ -545,4 +562,9 @@ impl Backend for CudaBackend {
             .memcpy_dtod(&from, &mut to)
             .map_err(driver_err("cuMemcpyDtoD (copy_rows)"))
     }
+}
+
+/// The tier bookkeeping's handles of `weights`.
+fn tiered<'a>(weights: &[&'a CudaMatrix]) -> Vec<&'a TieredWeight<CudaMemory>> {
+    weights.iter().map(|m| &*m.weight).collect()
 }

@@ -11,12 +11,12 @@ use cudarc::cublas::sys::{
 };
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, ValidAsZeroBits};
 
-use super::super::memory::DeviceMemory;
+use super::super::gemm_pointers::{self, GemmArrays};
 use super::super::ops::{self, MatvecInput};
 use super::super::ops_layers::{self, WeightRef};
 use super::super::step_graph::Launch;
 use super::scratch::Scratch;
-use super::step::op;
+use super::step::{kind, op};
 use super::tensors::{CudaActivations, CudaMatrix, CudaVector};
 use super::{device_err, driver_err, poisoned, CudaBackend};
 use crate::{DType, KernelError};
@@ -133,7 +133,10 @@ impl CudaBackend {
 
     /// The weights and biases of `products` as this step names them.
     fn product_refs(&self, products: &[Product<'_>]) -> Result<Vec<Refs>, KernelError> {
-        let mut held: Vec<_> = products.iter().map(|p| self.held_matrix(p.w)).collect();
+        let mut held = products
+            .iter()
+            .map(|p| self.held_matrix(p.w))
+            .collect::<Result<Vec<_>, _>>()?;
         held.extend(
             products
                 .iter()
@@ -232,9 +235,10 @@ impl CudaBackend {
 
     /// The products of many rows through cuBLAS, or their launches
     /// skipped (a replay). Quantized weights are decoded to F16 through
-    /// their references, so a replay reads the step's checkpoint; F32 and
-    /// F16 weights go to cuBLAS by address, which the graph holds, so their
-    /// address is part of the signature (another checkpoint's diverges).
+    /// their references; F32 and F16 weights go to cuBLAS's batched GEMM
+    /// (a batch of one) whose A array is their reference's table entry
+    /// (`gemm_pointers.rs`). Either way a replay reads the step's
+    /// checkpoint: a swap keeps the graph.
     fn prefill(
         &self,
         x: &CudaActivations,
@@ -268,9 +272,22 @@ impl CudaBackend {
         ];
         for (p, r) in products.iter().zip(refs) {
             sig.extend(self.product_words(p, r)?);
-            if matches!(p.w.dtype, DType::F32 | DType::F16) {
-                sig.push(self.memory.address(&p.w.buf));
-            }
+        }
+        // The B and C pointer arrays of the float weights' GEMMs, staged
+        // before `enter` (a replay stages what the capture did); their
+        // contents are words of the signature already.
+        let mut operands = Vec::with_capacity(products.len());
+        for p in products.iter() {
+            let rows_at = match p.w.dtype {
+                DType::F32 => self.addr(xs),
+                DType::F16 => address(stream, &scratch.x16)?,
+                _ => {
+                    operands.push(None);
+                    continue;
+                }
+            };
+            let bytes = gemm_pointers::operand_bytes(rows_at, self.addr(p.out.buf()?));
+            operands.push(Some(self.stage(&bytes, kind::GEMM_OPERANDS)?));
         }
         if self.enter(&sig)?.launch == Launch::Skip {
             return Ok(Launch::Skip);
@@ -278,19 +295,28 @@ impl CudaBackend {
         if let (true, Some(x16)) = (halves, scratch.x16.as_mut()) {
             ops_layers::to_f16(&self.dev, xs, x16, n * k).map_err(device_err)?;
         }
-        for (p, r) in products.iter_mut().zip(refs) {
+        for ((p, r), staged) in products.iter_mut().zip(refs).zip(&operands) {
             let (dtype, rows) = (p.w.dtype, p.w.rows);
-            let (a, b, ty) = match dtype {
-                DType::F32 => (
-                    self.memory.address(&p.w.buf),
-                    xs.device_ptr(stream).0,
-                    cudaDataType_t::CUDA_R_32F,
-                ),
-                DType::F16 => (
-                    self.memory.address(&p.w.buf),
-                    address(stream, &scratch.x16)?,
-                    cudaDataType_t::CUDA_R_16F,
-                ),
+            let ty = match dtype {
+                DType::F32 => cudaDataType_t::CUDA_R_32F,
+                _ => cudaDataType_t::CUDA_R_16F,
+            };
+            let gemm = Gemm {
+                rows,
+                n,
+                k,
+                ty,
+                accumulate: p.accumulate,
+            };
+            if let Some(staged) = staged {
+                let arrays = gemm_pointers::arrays(r.weight.table, r.weight.slot, staged.addr);
+                self.gemm_batched(&gemm, arrays)?;
+                continue;
+            }
+            let (a, b) = match dtype {
+                DType::F32 | DType::F16 => {
+                    return Err(KernelError::Device("a float weight's GEMM arrays".into()))
+                }
                 _ => {
                     let w16 = scratch
                         .w16
@@ -306,53 +332,103 @@ impl CudaBackend {
                         k,
                     )
                     .map_err(device_err)?;
-                    (
-                        w16.device_ptr(stream).0,
-                        address(stream, &scratch.x16)?,
-                        cudaDataType_t::CUDA_R_16F,
-                    )
+                    (w16.device_ptr(stream).0, address(stream, &scratch.x16)?)
                 }
             };
-            let out = p.out.buf_mut()?;
-            let c = out.device_ptr_mut(stream).0;
-            let (alpha, beta) = (1.0f32, if p.accumulate { 1.0f32 } else { 0.0 });
-            let dim = |v: usize| {
-                i32::try_from(v).map_err(|_| KernelError::Shape {
-                    op: "matmul",
-                    detail: format!("{v} exceeds cuBLAS's i32"),
-                })
-            };
-            // Column-major: out (rows × n) = Wᵀ-as-stored (k × rows)ᵀ · x (k × n).
-            // SAFETY: a, b, c address rows·k, n·k and n·rows elements of
-            // the stated types (checked shapes, scratch grown to fit); alpha
-            // and beta are host f32 as the default pointer mode reads them
-            // (at the call, also when captured).
-            unsafe {
-                gemm_ex(
-                    *self.blas.handle(),
-                    cublasOperation_t::CUBLAS_OP_T,
-                    cublasOperation_t::CUBLAS_OP_N,
-                    dim(rows)?,
-                    dim(n)?,
-                    dim(k)?,
-                    (&alpha as *const f32).cast::<c_void>(),
-                    a as *const c_void,
-                    ty,
-                    dim(k)?,
-                    b as *const c_void,
-                    ty,
-                    dim(k)?,
-                    (&beta as *const f32).cast::<c_void>(),
-                    c as *mut c_void,
-                    cudaDataType_t::CUDA_R_32F,
-                    dim(rows)?,
-                    cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                    cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-                )
-            }
-            .map_err(|e| KernelError::Device(format!("cublasGemmEx: {e:?}")))?;
+            let c = p.out.buf_mut()?.device_ptr_mut(stream).0;
+            self.gemm(&gemm, a, b, c)?;
         }
+        drop(operands);
         Ok(Launch::Run)
+    }
+}
+
+/// One product's shape for cuBLAS: `out` (`rows × n`, column-major) =
+/// Wᵀ-as-stored (`k × rows`)ᵀ · x (`k × n`), F32 accumulation and output.
+struct Gemm {
+    rows: usize,
+    n: usize,
+    k: usize,
+    /// The type of W and x.
+    ty: cudaDataType_t,
+    accumulate: bool,
+}
+
+fn dim(v: usize) -> Result<i32, KernelError> {
+    i32::try_from(v).map_err(|_| KernelError::Shape {
+        op: "matmul",
+        detail: format!("{v} exceeds cuBLAS's i32"),
+    })
+}
+
+impl CudaBackend {
+    /// `gemm` with W, x and out at `a`, `b`, `c` (`cublasGemmEx`).
+    fn gemm(&self, gemm: &Gemm, a: u64, b: u64, c: u64) -> Result<(), KernelError> {
+        let (alpha, beta) = (1.0f32, if gemm.accumulate { 1.0f32 } else { 0.0 });
+        // SAFETY: a, b, c address rows·k, n·k and n·rows elements of the
+        // stated types (checked shapes, scratch grown to fit); alpha and
+        // beta are host f32 as the default pointer mode reads them (at the
+        // call, also when captured).
+        unsafe {
+            gemm_ex(
+                *self.blas.handle(),
+                cublasOperation_t::CUBLAS_OP_T,
+                cublasOperation_t::CUBLAS_OP_N,
+                dim(gemm.rows)?,
+                dim(gemm.n)?,
+                dim(gemm.k)?,
+                (&alpha as *const f32).cast::<c_void>(),
+                a as *const c_void,
+                gemm.ty,
+                dim(gemm.k)?,
+                b as *const c_void,
+                gemm.ty,
+                dim(gemm.k)?,
+                (&beta as *const f32).cast::<c_void>(),
+                c as *mut c_void,
+                cudaDataType_t::CUDA_R_32F,
+                dim(gemm.rows)?,
+                cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(|e| KernelError::Device(format!("cublasGemmEx: {e:?}")))
+    }
+
+    /// `gemm` as a batch of one whose W, x and out addresses cuBLAS reads
+    /// from the device arrays `arrays` when it runs (`gemm_pointers.rs`).
+    fn gemm_batched(&self, gemm: &Gemm, arrays: GemmArrays) -> Result<(), KernelError> {
+        let (alpha, beta) = (1.0f32, if gemm.accumulate { 1.0f32 } else { 0.0 });
+        // SAFETY: each array is one device address, in device memory that
+        // lives until the call's work is queued and, in a graph, while it
+        // is replayed (the weight table, the step arena); each names a
+        // buffer of the size `gemm_ex` above needs. alpha and beta as there.
+        unsafe {
+            cudarc::cublas::sys::cublasGemmBatchedEx(
+                *self.blas.handle(),
+                cublasOperation_t::CUBLAS_OP_T,
+                cublasOperation_t::CUBLAS_OP_N,
+                dim(gemm.rows)?,
+                dim(gemm.n)?,
+                dim(gemm.k)?,
+                (&alpha as *const f32).cast::<c_void>(),
+                arrays.a as *const *const c_void,
+                gemm.ty,
+                dim(gemm.k)?,
+                arrays.b as *const *const c_void,
+                gemm.ty,
+                dim(gemm.k)?,
+                (&beta as *const f32).cast::<c_void>(),
+                arrays.c as *const *mut c_void,
+                cudaDataType_t::CUDA_R_32F,
+                dim(gemm.rows)?,
+                1,
+                cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .result()
+        .map_err(|e| KernelError::Device(format!("cublasGemmBatchedEx: {e:?}")))
     }
 }
 

@@ -36,6 +36,8 @@ pub(super) mod kind {
     pub const ROW_POS: u8 = 5;
     /// A launch's weight addresses (`weight_refs.rs`).
     pub const WEIGHTS: u8 = 6;
+    /// A batched GEMM's B and C pointer arrays (`gemm_pointers.rs`).
+    pub const GEMM_OPERANDS: u8 = 7;
 }
 
 /// Operation ids, the first word of a signature.

@@ -9,15 +9,16 @@ use super::super::buffer::CudaMemory;
 use super::super::capture_gate::CaptureGate;
 use super::super::kv_units::KvUnits;
 use super::super::weight_table::WeightSlot;
+use super::super::weight_tiers::TieredWeight;
 use crate::{DType, KernelError};
 
-/// A weight matrix on the device, in its checkpoint's block layout, with
-/// its slot in the weight table. Dropped (on whichever thread unloads it)
-/// through the capture gate: the slot (its entry zeroed) first, then the
-/// memory it named, neither inside another thread's capture.
+/// A weight matrix in its checkpoint's block layout, on the device or
+/// demoted to pinned host memory (`weight_tiers.rs`), with its slot in the
+/// weight table. Dropped (on whichever thread unloads it) through the
+/// capture gate: the slot (its entry zeroed) first, then the memory it
+/// named, neither inside another thread's capture.
 pub struct CudaMatrix {
-    pub(super) slot: ManuallyDrop<WeightSlot<CudaMemory>>,
-    pub(super) buf: ManuallyDrop<CudaSlice<u8>>,
+    pub(super) weight: ManuallyDrop<TieredWeight<CudaMemory>>,
     pub(super) gate: Arc<CaptureGate>,
     pub(super) dtype: DType,
     pub(super) rows: usize,
@@ -27,11 +28,8 @@ pub struct CudaMatrix {
 impl Drop for CudaMatrix {
     fn drop(&mut self) {
         let _pass = self.gate.pass();
-        // SAFETY: each field is dropped once, here, and not used after.
-        unsafe {
-            ManuallyDrop::drop(&mut self.slot);
-            ManuallyDrop::drop(&mut self.buf);
-        }
+        // SAFETY: dropped once, here, and not used after.
+        unsafe { ManuallyDrop::drop(&mut self.weight) }
     }
 }
 
@@ -50,7 +48,7 @@ impl CudaMatrix {
 
     /// Its slot in the backend's weight table.
     pub fn slot(&self) -> u32 {
-        self.slot.index()
+        self.weight.slot()
     }
 }
 

@@ -8,11 +8,10 @@
 //! before the launch (8 per tensor on a swap, none otherwise). This is the
 //! pointer-table swap of `pointer_table.rs`, carried by the arena.
 
-use super::super::memory::DeviceMemory;
 use super::super::ops_layers::WeightRef;
 use super::step::kind;
 use super::tensors::{CudaMatrix, CudaVector};
-use super::CudaBackend;
+use super::{device_err, CudaBackend};
 use crate::KernelError;
 
 /// A weight as the backend holds it: its slot and device address.
@@ -23,11 +22,13 @@ pub(super) struct Held {
 }
 
 impl CudaBackend {
-    pub(super) fn held_matrix(&self, m: &CudaMatrix) -> Held {
-        Held {
+    /// Refused while `m` is not on the device (demoted, or its copy up
+    /// still in flight): a step never reads a matrix being written.
+    pub(super) fn held_matrix(&self, m: &CudaMatrix) -> Result<Held, KernelError> {
+        Ok(Held {
             slot: m.slot(),
-            address: self.memory.address(&m.buf),
-        }
+            address: self.tiers.address(&m.weight).map_err(device_err)?,
+        })
     }
 
     pub(super) fn held_vector(&self, v: &CudaVector) -> Held {
@@ -41,7 +42,7 @@ impl CudaBackend {
     /// documentation).
     pub(super) fn weight_refs(&self, weights: &[Held]) -> Result<Vec<WeightRef>, KernelError> {
         if !self.keyed() {
-            let table = self.weights.address();
+            let table = self.tiers.table().address();
             return Ok(weights
                 .iter()
                 .map(|w| WeightRef {
