@@ -345,16 +345,15 @@ impl<B: Backend> Backend for Tiered<B> {
         runs: &[LoraRows<'_, Self>],
         out: &mut Self::Activations,
     ) -> Result<(), KernelError> {
-        let own: Vec<LoraRows<'_, B>> = runs
-            .iter()
-            .map(|r| LoraRows {
+        let mut own: Vec<LoraRows<'_, B>> = Vec::with_capacity(runs.len());
+        for r in runs {
+            own.push(LoraRows {
                 rows: r.rows.clone(),
-                a: r.a,
-                b_t: r.b_t,
-                rank: r.rank,
+                a: self.read(r.a)?,
+                b_t: self.read(r.b_t)?,
                 scale: r.scale,
-            })
-            .collect();
+            });
+        }
         self.inner.lora(x, &own, out)
     }
     fn copy_rows(
