@@ -454,7 +454,9 @@ impl<B: Backend> Scheduler<B> {
             self.shared.active.store(active, Ordering::Release);
             let kv_tokens = self.groups.iter().map(Group::kv_tokens).sum();
             self.shared.kv_tokens.store(kv_tokens, Ordering::Release);
-            self.shared.kv_bytes.store(self.kv_bytes(), Ordering::Release);
+            self.shared
+                .kv_bytes
+                .store(self.kv_bytes(), Ordering::Release);
         }
     }
 

@@ -74,11 +74,7 @@ impl TryFrom<CompletionRequest> for ValidatedCompletionRequest {
             .logprobs
             .map(|count| parse_top_logprobs("logprobs", count))
             .transpose()?;
-        shared.max_tokens = Some(
-            shared
-                .max_tokens
-                .unwrap_or(DEFAULT_COMPLETION_MAX_TOKENS),
-        );
+        shared.max_tokens = Some(shared.max_tokens.unwrap_or(DEFAULT_COMPLETION_MAX_TOKENS));
         let format = shared.response_format.take();
         let (params, mode) = shared.parse("max_tokens", logprobs)?;
         let params = GenerationParams {

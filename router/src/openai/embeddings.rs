@@ -24,9 +24,9 @@ use crate::error::ApiError;
 use crate::layers::request_metrics::labelled_response;
 use crate::layers::timeout::Deadline;
 use crate::openai::completions::parse_token_ids;
-use crate::openai::parse::wire;
 use crate::openai::json_response::json_response;
 use crate::openai::params::{describe, invalid, parse_model};
+use crate::openai::parse::wire;
 use crate::policy::{ParseLimits, RoutableRequest, RoutedRequest, RoutingFields, Validated};
 use crate::state::AppState;
 

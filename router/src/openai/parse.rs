@@ -256,7 +256,10 @@ mod tests {
             );
             for (endpoint, param) in [
                 ("chat", chat.err().and_then(|error| error.param())),
-                ("completions", completion.err().and_then(|error| error.param())),
+                (
+                    "completions",
+                    completion.err().and_then(|error| error.param()),
+                ),
             ] {
                 let param = param.unwrap_or_default();
                 // `stop` and `stream_options` name the element at fault, `stop[0]`.

@@ -428,9 +428,8 @@ mod tests {
 
     #[test]
     fn kv_usage_is_bytes_in_use_over_the_budget() {
-        let usage = |counts| {
-            PoolSnapshot::new(&models(), &MemoryStatus::default(), counts, 0.0).kv_usage()
-        };
+        let usage =
+            |counts| PoolSnapshot::new(&models(), &MemoryStatus::default(), counts, 0.0).kv_usage();
         let mut counts = counts();
         // Two of eight slots run, but they reserve 9/10 of the budget: a newcomer
         // needing more than the rest waits, and the gauge says so.
