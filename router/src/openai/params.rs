@@ -174,7 +174,7 @@ impl GenerationParams {
                     max_tokens: self.max_tokens,
                     sampling,
                     stop: self.stop.clone(),
-                    logprobs,
+                    logprobs: self.logprobs,
                     user: self.user.clone(),
                     tools: self.tools.clone(),
                     constraint: self.constraint.clone(),
