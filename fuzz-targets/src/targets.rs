@@ -10,8 +10,8 @@ use switchyard_engine::model::config::Architecture;
 use switchyard_policies::{route, Caller, IdleEngine, ModelHint, Policy, RouteRequest};
 use switchyard_router::openai::chat::ValidatedChatRequest;
 use switchyard_router::openai::completions::ValidatedCompletionRequest;
-use switchyard_router::openai::extract::parse_json_object;
 use switchyard_router::openai::params::check_fanout;
+use switchyard_router::openai::parse::parse_json_object;
 use switchyard_router::openai::types::{ChatCompletionRequest, CompletionRequest};
 use switchyard_seam::{ChatMessage, Role};
 

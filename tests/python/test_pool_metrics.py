@@ -118,8 +118,8 @@ def check_pool_view(families: dict, executor: dict, models: dict) -> None:
     usage = gauge(families, "vllm:kv_cache_usage_perc")
     assert waiting == executor["queued"]
     assert running == executor["active_sequences"]
-    assert executor["kv_slots"] == MAX_BATCH
-    assert usage == pytest.approx(executor["active_sequences"] / executor["kv_slots"], abs=1e-12)
+    # KV bytes in use over the KV budget: the figure admission weighs a newcomer against.
+    assert usage == pytest.approx(executor["kv_bytes"] / executor["kv_budget_bytes"], abs=1e-12)
     assert 0.0 <= usage <= 1.0
     # Switchyard's own names carry the same values.
     assert gauge(families, "switchyard_requests_waiting") == waiting
@@ -127,6 +127,8 @@ def check_pool_view(families: dict, executor: dict, models: dict) -> None:
     assert gauge(families, "switchyard_kv_cache_usage_ratio") == usage
     assert gauge(families, "vllm:gpu_cache_usage_perc") == usage
     assert gauge(families, "switchyard_kv_cache_slots") == executor["kv_slots"]
+    assert gauge(families, "switchyard_kv_cache_bytes") == executor["kv_bytes"]
+    assert gauge(families, "switchyard_kv_cache_budget_bytes") == executor["kv_budget_bytes"]
 
     labels, stamp = lora_info(families)
     running_adapters = set(filter(None, labels["running_lora_adapters"].split(",")))
@@ -152,7 +154,7 @@ def stable_view(server, attempts: int = 50):
         families = scrape(server)
         after = admin(server, "GET", "/admin/status")["executor"]
         models_after = admin(server, "GET", "/admin/models")
-        keys = ("queued", "active_sequences", "kv_slots")
+        keys = ("queued", "active_sequences", "kv_slots", "kv_bytes")
         if all(before[k] == after[k] for k in keys) and resident(models) == resident(models_after):
             kv_tokens = gauge(families, "switchyard_kv_cache_tokens")
             # Caches only grow while no sequence starts or ends.
@@ -165,6 +167,7 @@ def test_idle_server_reports_an_empty_pool_and_every_resident_checkpoint(server)
     view = stable_view(server)
     assert view is not None
     families, executor, models = view
+    assert executor["kv_slots"] == MAX_BATCH
     check_pool_view(families, executor, models)
     assert gauge(families, "vllm:num_requests_waiting") == 0
     assert gauge(families, "vllm:num_requests_running") == 0
@@ -229,7 +232,9 @@ def test_pool_metrics_follow_the_executor_under_load_as_checkpoints_unload_and_l
         checked.append((executor["queued"], executor["active_sequences"]))
         if executor["queued"] > 0 and executor["active_sequences"] == MAX_BATCH:
             saturated += 1
-            assert gauge(families, "vllm:kv_cache_usage_perc") == 1.0
+            # Every slot is held (the budget is large: the slots are the limit here).
+            assert gauge(families, "switchyard_kv_cache_slots") == MAX_BATCH
+            assert gauge(families, "vllm:kv_cache_usage_perc") > 0
         # Under that load, take a non-active version out of RAM, then read it back in.
         if saturated and not unloaded:
             admin(server, "POST", "/admin/models/smollm2/versions/2/unload")
@@ -271,3 +276,75 @@ def test_pool_metrics_follow_the_executor_under_load_as_checkpoints_unload_and_l
         time.sleep(0.1)
     assert gauge(families, "vllm:kv_cache_usage_perc") == 0
     assert "smollm2@2" in resident(models)
+
+
+def test_kv_usage_is_the_bytes_admission_weighs_not_the_slots(switchyard_bin: Path,
+                                                               smollm2_path: Path):
+    """On a small KV budget one long request reserves most of it: a second one waits
+    with seven of eight slots free, and `vllm:kv_cache_usage_perc` says why (KV bytes
+    in use over the budget, well above the 1/8 of slots held)."""
+    port, admin_port = free_port(), free_port()
+    # SmolLM2 in f16 keeps 23,040 bytes per position; a request of about 405
+    # positions reserves 13 blocks of 32 (9.6 MB) of the 16 MiB budget, so a second
+    # one does not fit beside it.
+    args = [str(switchyard_bin), "serve", "--model", str(smollm2_path), "--model-name", "smollm2",
+            "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin_port}",
+            "--admin-token", TOKEN, "--max-batch", "8", "--kv-budget-mb", "16", "--kv-block", "32",
+            "--kv-type", "f16", "--threads", "2", "--speculate", "off", "--drain-seconds", "1"]
+    with running_server(args, port):
+        server = {"base": f"http://127.0.0.1:{port}", "admin": f"http://127.0.0.1:{admin_port}"}
+        done = threading.Event()
+        errors: list[str] = []
+
+        def long_stream() -> None:
+            client = openai.OpenAI(base_url=server["base"] + "/v1", api_key="unused",
+                                   max_retries=0, timeout=300)
+            try:
+                chunks = client.completions.create(model="smollm2", prompt="Once upon a time",
+                                                   max_tokens=400, temperature=0, stream=True,
+                                                   logit_bias=NO_STOP)
+                for _ in chunks:
+                    if done.is_set():
+                        break
+                chunks.close()
+            except Exception as e:  # reported by the test thread
+                errors.append(repr(e))
+
+        def status() -> dict:
+            return admin(server, "GET", "/admin/status")["executor"]
+
+        def until(condition, what: str) -> dict:
+            deadline = time.time() + 120
+            while not condition(executor := status()):
+                assert time.time() < deadline and not errors, (what, executor, errors)
+                time.sleep(0.02)
+            return executor
+
+        first = threading.Thread(target=long_stream)
+        first.start()
+        try:
+            executor = until(lambda e: e["active_sequences"] == 1, "the first request running")
+            assert executor["kv_bytes"] > executor["kv_budget_bytes"] / 2, executor
+            second = threading.Thread(target=long_stream)
+            second.start()
+            until(lambda e: e["queued"] == 1, "the second request waiting")
+            view = stable_view(server)
+            assert view is not None
+            families, executor, models = view
+            check_pool_view(families, executor, models)
+            # It waits for KV bytes, not for a slot.
+            assert executor["queued"] == 1 and executor["active_sequences"] == 1, executor
+            assert executor["kv_slots"] == 8
+            usage = gauge(families, "vllm:kv_cache_usage_perc")
+            assert usage == executor["kv_bytes"] / executor["kv_budget_bytes"]
+            assert usage > 0.5, (usage, executor)
+        finally:
+            done.set()
+            first.join(timeout=120)
+        second.join(timeout=120)
+        assert not errors, errors
+        # Both gone: nothing in use, whatever the prompt cache keeps.
+        until(lambda e: e["active_sequences"] == 0 and e["queued"] == 0, "both ended")
+        view = stable_view(server)
+        assert view is not None
+        assert gauge(view[0], "vllm:kv_cache_usage_perc") == 0

@@ -222,6 +222,23 @@ def test_malformed_requests_get_openai_errors(server):
     assert status == 400 and "context" in error["message"], error
 
 
+def test_a_shared_field_of_a_wrong_type_is_named_on_both_endpoints(server):
+    """Chat and completions declare their shared fields once (`router/src/openai/types.rs`);
+    a wrong JSON type in one is refused by both, naming exactly that field."""
+    model = server["model"]
+    bodies = {"/v1/chat/completions": {"model": model, "messages": CHAT},
+              "/v1/completions": {"model": model, "prompt": "Hello"}}
+    wrong = {"temperature": "hot", "top_p": [0.5], "n": "2", "max_tokens": "ten", "seed": 1.5,
+             "presence_penalty": "x", "frequency_penalty": [], "logit_bias": [], "user": 5,
+             "stream": "yes", "cache_salt": 7, "model": 1}
+    for path, body in bodies.items():
+        for field, value in wrong.items():
+            status, error = error_of(raw(server, "POST", path, json.dumps({**body, field: value}).encode()))
+            assert status == 400 and error["code"] == "invalid_type", (path, field, error)
+            assert error["param"] == field, (path, field, error)
+            assert field in error["message"], (path, field, error)
+
+
 def test_errors_do_not_disturb_requests_in_flight(client, server):
     expected = greedy_chat(client, server["model"]).choices[0].message.content
     result = {}

@@ -126,6 +126,13 @@ struct Entry<T> {
     last_used: u64,
 }
 
+impl<T: CachedBlock> Entry<T> {
+    /// Whether only the cache holds its block (no sequence reads it).
+    fn unread(&self) -> bool {
+        self.block.holders() == 1
+    }
+}
+
 /// Prompt blocks and tails by key and chained hash.
 pub(crate) struct PrefixCache<T> {
     positions: usize,
@@ -170,6 +177,17 @@ impl<T: CachedBlock> PrefixCache<T> {
     /// Bytes of the KV budget the held blocks take.
     pub(crate) fn bytes(&self) -> usize {
         self.entries.values().map(|e| e.block.bytes()).sum()
+    }
+
+    /// Bytes of the KV budget held by blocks no sequence reads: what
+    /// [`PrefixCache::evict`] can free, so admission counts them as free
+    /// (and the KV-cache use gauge as unused).
+    pub(crate) fn unread_bytes(&self) -> usize {
+        self.entries
+            .values()
+            .filter(|e| e.unread())
+            .map(|e| e.block.bytes())
+            .sum()
     }
 
     /// Blocks and bytes held per scope owner ([`CacheScope::label`]), in
@@ -445,7 +463,7 @@ impl<T: CachedBlock> PrefixCache<T> {
         let candidates: Vec<_> = self
             .entries
             .iter()
-            .filter(|(_, e)| e.block.holders() == 1 && Some(e.last_used) != self.inserting)
+            .filter(|(_, e)| e.unread() && Some(e.last_used) != self.inserting)
             .map(|(key, e)| Candidate {
                 key: *key,
                 owner: e.scope.owner().clone(),

@@ -79,6 +79,9 @@ struct Shared {
     active: AtomicUsize,
     /// Token positions written in the running sequences' KV caches.
     kv_tokens: AtomicUsize,
+    /// KV bytes in use: what the budget has reserved, less cached prompt
+    /// blocks no sequence reads (admission evicts those for room).
+    kv_bytes: AtomicUsize,
     swaps: AtomicU64,
     steps: AtomicU64,
     /// Moving average of a forward step's duration, in microseconds.
@@ -305,9 +308,8 @@ impl<B: Backend> Executor<B> {
         self.shared.active.load(Ordering::Acquire)
     }
 
-    /// Sequence slots over all checkpoints, each holding one KV cache: the
-    /// executor's KV capacity. Admission stops when every slot is held, so
-    /// `active_sequences() / kv_slots()` is the share of KV capacity in use.
+    /// Sequence slots over all checkpoints, each holding one KV cache
+    /// (`--max-batch`): at most this many sequences run at once.
     pub fn kv_slots(&self) -> usize {
         self.kv_slots
     }
@@ -316,6 +318,15 @@ impl<B: Backend> Executor<B> {
     /// the last step (what their caches hold in RAM, rounded to pages).
     pub fn kv_tokens(&self) -> usize {
         self.shared.kv_tokens.load(Ordering::Acquire)
+    }
+
+    /// KV bytes in use after the last step: the bytes the KV budget
+    /// (`kv_pool().budget_bytes()`) has reserved, which admission reserves a
+    /// newcomer's cache against, less the cached prompt blocks no sequence
+    /// reads, which admission evicts to make room. A newcomer whose cache
+    /// needs more than the budget less this waits.
+    pub fn kv_bytes(&self) -> usize {
+        self.shared.kv_bytes.load(Ordering::Acquire)
     }
 
     /// Each cache scope owner's blocks and bytes in the prompt cache and the
@@ -447,7 +458,17 @@ impl<B: Backend> Scheduler<B> {
             self.shared.active.store(active, Ordering::Release);
             let kv_tokens = self.groups.iter().map(Group::kv_tokens).sum();
             self.shared.kv_tokens.store(kv_tokens, Ordering::Release);
+            self.shared
+                .kv_bytes
+                .store(self.kv_bytes(), Ordering::Release);
         }
+    }
+
+    /// KV bytes in use (see [`Executor::kv_bytes`]): the pool's reserved
+    /// figure, which admission reserves against, less what eviction frees.
+    fn kv_bytes(&self) -> usize {
+        let unread = self.prefix.as_ref().map_or(0, PrefixCache::unread_bytes);
+        self.blocks.pool().reserved_bytes().saturating_sub(unread)
     }
 
     /// Drops the cached prompt blocks of versions no longer loaded.

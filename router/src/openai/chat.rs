@@ -12,8 +12,7 @@ use crate::layers::timeout::Deadline;
 use crate::openai::chat_stream::ChatChunks;
 use crate::openai::json_response::json_response;
 use crate::openai::params::{
-    describe, invalid, parse_model, parse_top_logprobs, CommonFields, GenerationParams,
-    ResponseMode,
+    describe, invalid, parse_model, parse_top_logprobs, GenerationParams, ResponseMode,
 };
 use crate::openai::respond::{respond, Answer, Generations, Head};
 use crate::openai::response_format::parse_response_format;
@@ -46,15 +45,16 @@ pub struct ValidatedChatRequest {
 impl TryFrom<ChatCompletionRequest> for ValidatedChatRequest {
     type Error = ApiError;
 
-    fn try_from(wire: ChatCompletionRequest) -> Result<Self, ApiError> {
-        let model = parse_model(wire.model)?;
+    fn try_from(mut wire: ChatCompletionRequest) -> Result<Self, ApiError> {
+        let mut shared = wire.take_shared();
+        let model = parse_model(shared.model.take())?;
         let messages = parse_messages(wire.messages)?;
         let tools = parse_tools(
             wire.tools.as_ref(),
             wire.tool_choice.as_ref(),
             wire.parallel_tool_calls,
         )?;
-        let format = parse_response_format(wire.response_format.as_ref())?;
+        let format = parse_response_format(shared.response_format.take().as_ref())?;
         let constraint = match (format, tools.constraint()) {
             (Some(_), Some(_)) => {
                 return Err(invalid(
@@ -75,28 +75,14 @@ impl TryFrom<ChatCompletionRequest> for ValidatedChatRequest {
             (true, top) => Some(parse_top_logprobs("top_logprobs", top.unwrap_or(0))?),
         };
         // max_completion_tokens replaces max_tokens; when both come, the newer wins.
-        let (max_tokens, max_tokens_field) = match wire.max_completion_tokens {
-            Some(value) => (Some(value), "max_completion_tokens"),
-            None => (wire.max_tokens, "max_tokens"),
+        let max_tokens_field = match wire.max_completion_tokens {
+            Some(value) => {
+                shared.max_tokens = Some(value);
+                "max_completion_tokens"
+            }
+            None => "max_tokens",
         };
-        let (params, mode) = CommonFields {
-            max_tokens,
-            max_tokens_field,
-            temperature: wire.temperature,
-            top_p: wire.top_p,
-            n: wire.n,
-            stop: wire.stop,
-            seed: wire.seed,
-            presence_penalty: wire.presence_penalty,
-            frequency_penalty: wire.frequency_penalty,
-            logit_bias: wire.logit_bias,
-            logprobs,
-            user: wire.user,
-            cache_salt: wire.cache_salt,
-            stream: wire.stream,
-            stream_options: wire.stream_options,
-        }
-        .parse()?;
+        let (params, mode) = shared.parse(max_tokens_field, logprobs)?;
         let params = GenerationParams {
             tools: tools.tools.clone(),
             constraint,

@@ -12,8 +12,7 @@ use crate::layers::timeout::Deadline;
 use crate::openai::completions_stream::TextChunks;
 use crate::openai::json_response::json_response;
 use crate::openai::params::{
-    describe, invalid, parse_model, parse_top_logprobs, CommonFields, GenerationParams,
-    ResponseMode,
+    describe, invalid, parse_model, parse_top_logprobs, GenerationParams, ResponseMode,
 };
 use crate::openai::respond::{respond, Answer, Generations, Head};
 use crate::openai::response_format::parse_response_format;
@@ -43,8 +42,9 @@ pub struct ValidatedCompletionRequest {
 impl TryFrom<CompletionRequest> for ValidatedCompletionRequest {
     type Error = ApiError;
 
-    fn try_from(wire: CompletionRequest) -> Result<Self, ApiError> {
-        let model = parse_model(wire.model)?;
+    fn try_from(mut wire: CompletionRequest) -> Result<Self, ApiError> {
+        let mut shared = wire.take_shared();
+        let model = parse_model(shared.model.take())?;
         let prompts = parse_prompts(wire.prompt)?;
         if wire.echo == Some(true) {
             return Err(ApiError::Unsupported {
@@ -74,26 +74,11 @@ impl TryFrom<CompletionRequest> for ValidatedCompletionRequest {
             .logprobs
             .map(|count| parse_top_logprobs("logprobs", count))
             .transpose()?;
-        let (params, mode) = CommonFields {
-            max_tokens: Some(wire.max_tokens.unwrap_or(DEFAULT_COMPLETION_MAX_TOKENS)),
-            max_tokens_field: "max_tokens",
-            temperature: wire.temperature,
-            top_p: wire.top_p,
-            n: wire.n,
-            stop: wire.stop,
-            seed: wire.seed,
-            presence_penalty: wire.presence_penalty,
-            frequency_penalty: wire.frequency_penalty,
-            logit_bias: wire.logit_bias,
-            logprobs,
-            user: wire.user,
-            cache_salt: wire.cache_salt,
-            stream: wire.stream,
-            stream_options: wire.stream_options,
-        }
-        .parse()?;
+        shared.max_tokens = Some(shared.max_tokens.unwrap_or(DEFAULT_COMPLETION_MAX_TOKENS));
+        let format = shared.response_format.take();
+        let (params, mode) = shared.parse("max_tokens", logprobs)?;
         let params = GenerationParams {
-            constraint: parse_response_format(wire.response_format.as_ref())?,
+            constraint: parse_response_format(format.as_ref())?,
             ..params
         };
         Ok(ValidatedCompletionRequest {

@@ -24,9 +24,9 @@ use crate::error::ApiError;
 use crate::layers::request_metrics::labelled_response;
 use crate::layers::timeout::Deadline;
 use crate::openai::completions::parse_token_ids;
-use crate::openai::extract::{parse_json_object, try_parse_json_object};
 use crate::openai::json_response::json_response;
 use crate::openai::params::{describe, invalid, parse_model};
+use crate::openai::parse::wire;
 use crate::policy::{ParseLimits, RoutableRequest, RoutedRequest, RoutingFields, Validated};
 use crate::state::AppState;
 
@@ -180,11 +180,7 @@ fn text_input(param: &str, text: String) -> Result<EmbeddingInput, ApiError> {
 
 impl RoutableRequest for ValidatedEmbeddingRequest {
     fn parse(body: &[u8], _limits: ParseLimits) -> Result<Self, ApiError> {
-        let wire: EmbeddingsWire = match try_parse_json_object(body) {
-            Some(parsed) => parsed,
-            None => parse_json_object(body)?,
-        };
-        ValidatedEmbeddingRequest::try_from(wire)
+        ValidatedEmbeddingRequest::try_from(wire::<EmbeddingsWire>(body)?)
     }
 
     fn routing_fields(&self) -> RoutingFields {

@@ -6,7 +6,6 @@ pub mod chat_stream;
 pub mod completions;
 pub mod completions_stream;
 pub mod embeddings;
-pub mod extract;
 pub mod json_response;
 pub mod models;
 pub mod params;
@@ -18,11 +17,3 @@ pub mod tail;
 pub mod tool_calls;
 pub mod tools;
 pub mod types;
-
-/// Seconds since the Unix epoch, for OpenAI's `created` fields.
-pub(crate) fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|elapsed| elapsed.as_secs())
-        .unwrap_or_default()
-}

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::error::ApiError;
-use crate::openai::types::StreamOptions;
+use crate::openai::types::SharedFields;
 use switchyard_seam::{
     CacheScope, Constraint, GenerationRequest, ModelSpec, Prompt, SamplingOptions, TenantShare,
     Tool, MAX_TOP_LOGPROBS,
@@ -62,55 +62,28 @@ pub enum ResponseMode {
     },
 }
 
-/// The shared fields of a request, as they arrived.
-#[derive(Debug, Default)]
-pub struct CommonFields {
-    /// Most tokens to generate.
-    pub max_tokens: Option<i64>,
-    /// The field name `max_tokens` came from, for error messages.
-    pub max_tokens_field: &'static str,
-    /// Temperature.
-    pub temperature: Option<f64>,
-    /// Top-p.
-    pub top_p: Option<f64>,
-    /// Choices per prompt.
-    pub n: Option<i64>,
-    /// Stop string(s).
-    pub stop: Option<Value>,
-    /// Seed.
-    pub seed: Option<i64>,
-    /// Presence penalty.
-    pub presence_penalty: Option<f64>,
-    /// Frequency penalty.
-    pub frequency_penalty: Option<f64>,
-    /// Logit bias.
-    pub logit_bias: Option<BTreeMap<String, f64>>,
-    /// Already parsed by the endpoint (its shape differs between chat and completions).
-    pub logprobs: Option<u8>,
-    /// End-user id.
-    pub user: Option<String>,
-    /// Prompt-cache salt.
-    pub cache_salt: Option<String>,
-    /// Stream?
-    pub stream: Option<bool>,
-    /// Streaming options.
-    pub stream_options: Option<StreamOptions>,
-}
-
-impl CommonFields {
-    /// Checks every field and returns the parameters and the response mode.
-    pub fn parse(self) -> Result<(GenerationParams, ResponseMode), ApiError> {
+impl SharedFields {
+    /// Checks every field but `model` and `response_format` (the endpoint reads
+    /// those, in its own order of checks) and returns the parameters and the
+    /// response mode. `max_tokens_field` names the field `max_tokens` came from
+    /// (chat's `max_completion_tokens` replaces it); `logprobs` is the endpoint's,
+    /// already parsed (its shape differs between chat and completions).
+    pub fn parse(
+        self,
+        max_tokens_field: &str,
+        logprobs: Option<u8>,
+    ) -> Result<(GenerationParams, ResponseMode), ApiError> {
         let max_tokens = match self.max_tokens {
             None => None,
             Some(value) if value < 1 => {
                 return Err(invalid(
-                    self.max_tokens_field,
+                    max_tokens_field,
                     format!("{value} is below the minimum 1; ask for at least one token."),
                 ))
             }
             Some(value) => Some(u32::try_from(value).map_err(|_| {
                 invalid(
-                    self.max_tokens_field,
+                    max_tokens_field,
                     format!("{value} is above the maximum {}.", u32::MAX),
                 )
             })?),
@@ -157,7 +130,7 @@ impl CommonFields {
             max_tokens,
             sampling,
             stop: parse_stop(self.stop)?,
-            logprobs: self.logprobs,
+            logprobs,
             user: parse_user(self.user)?,
             cache_salt: parse_cache_salt(self.cache_salt)?,
             n,
@@ -390,8 +363,8 @@ fn parse_logit_bias(bias: Option<BTreeMap<String, f64>>) -> Result<BTreeMap<u32,
 mod tests {
     use super::*;
 
-    fn refusal(fields: CommonFields) -> (Option<String>, String) {
-        let error = fields.parse().unwrap_err();
+    fn refusal(fields: SharedFields) -> (Option<String>, String) {
+        let error = fields.parse("max_tokens", None).unwrap_err();
         (error.param(), error.to_string())
     }
 
@@ -399,27 +372,27 @@ mod tests {
     /// have always read.
     #[test]
     fn sampling_ranges_are_the_seams_with_the_same_messages() {
-        let (param, message) = refusal(CommonFields {
+        let (param, message) = refusal(SharedFields {
             temperature: Some(2.5),
-            ..CommonFields::default()
+            ..SharedFields::default()
         });
         assert_eq!(param.as_deref(), Some("temperature"));
         assert!(
             message.contains("2.5 is outside [0, 2]; use a value from 0 to 2."),
             "{message}"
         );
-        let (param, message) = refusal(CommonFields {
+        let (param, message) = refusal(SharedFields {
             top_p: Some(0.0),
-            ..CommonFields::default()
+            ..SharedFields::default()
         });
         assert_eq!(param.as_deref(), Some("top_p"));
         assert!(
             message.contains("use a value above 0 and at most 1"),
             "{message}"
         );
-        let (param, _) = refusal(CommonFields {
+        let (param, _) = refusal(SharedFields {
             logit_bias: Some(BTreeMap::from([("7".to_owned(), 101.0)])),
-            ..CommonFields::default()
+            ..SharedFields::default()
         });
         assert_eq!(param.as_deref(), Some("logit_bias.7"));
     }

@@ -1,6 +1,8 @@
-//! The first stage of an inference request: its body, parsed and validated into the
-//! endpoint's typed request ([`ValidatedChatRequest`], [`ValidatedCompletionRequest`]),
-//! and what routing reads from that one value.
+//! The first stage of an inference request: its body, parsed as one JSON object into
+//! the endpoint's wire type ([`wire`]) and validated into its typed request
+//! ([`ValidatedChatRequest`], [`ValidatedCompletionRequest`]), and what routing reads
+//! from that one value. Every failure is an OpenAI-shaped [`ApiError`] naming the
+//! field at fault.
 //!
 //! The policy layer calls [`RoutableRequest::parse`] before it routes, so a malformed
 //! request is refused naming the field before it can reserve a budget; routing reads
@@ -12,6 +14,7 @@
 //! is that of one generation, the largest: context limits apply per generation, and
 //! settling charges every one.
 
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 use switchyard_policies::{estimate_tokens, ModelHint};
 use switchyard_seam::{ChatMessage, Prompt};
@@ -19,18 +22,72 @@ use switchyard_seam::{ChatMessage, Prompt};
 use crate::error::ApiError;
 use crate::openai::chat::ValidatedChatRequest;
 use crate::openai::completions::ValidatedCompletionRequest;
-use crate::openai::extract::{parse_json_object, try_parse_json_object};
 use crate::openai::params::check_fanout;
 use crate::openai::types::{ChatCompletionRequest, CompletionRequest};
 use crate::policy::{ParseLimits, RoutableRequest, RoutingFields};
 
-/// Parses `body` as the wire type `T`, naming the field with a wrong JSON type.
-fn wire<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+/// Parses `body`, which must hold one JSON object, as the wire type `T` (every
+/// endpoint's first step: chat, completions, embeddings), naming the field with a
+/// wrong JSON type.
+pub fn wire<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     // Well-formed bodies (nearly all) skip the field-path tracking only errors need.
     match try_parse_json_object(body) {
         Some(parsed) => Ok(parsed),
         None => parse_json_object(body),
     }
+}
+
+/// Parses `bytes` as `T` when they hold one JSON object that `T` accepts; `None`
+/// otherwise, without saying why: the fast path for a caller that falls back to
+/// [`parse_json_object`] for the error (tracking the path of every field, which only an
+/// error needs, costs about a third of a parse).
+fn try_parse_json_object<T: DeserializeOwned>(bytes: &[u8]) -> Option<T> {
+    // As in `parse_json_object`: serde would read a struct from an array of its fields.
+    if bytes.iter().find(|byte| !byte.is_ascii_whitespace()) != Some(&b'{') {
+        return None;
+    }
+    serde_json::from_slice(bytes).ok()
+}
+
+/// Parses `bytes`, which must hold one JSON object, as `T`, naming the path
+/// of a field with the wrong type.
+pub fn parse_json_object<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    // serde would happily read a struct from an array of its fields in order;
+    // OpenAI bodies are objects, so anything else is refused up front.
+    match bytes.iter().find(|byte| !byte.is_ascii_whitespace()) {
+        Some(b'{') => {}
+        Some(_) => {
+            return Err(ApiError::InvalidJson {
+                detail: "the body is JSON but not an object".to_owned(),
+            })
+        }
+        None => {
+            return Err(ApiError::InvalidJson {
+                detail: "the body is empty".to_owned(),
+            })
+        }
+    }
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
+        let path = err.path().to_string();
+        let inner = err.into_inner();
+        // A wrong type on a named field is the client's most common mistake;
+        // say which field. Syntax errors and a non-object body have no field.
+        if inner.is_data() && path != "." {
+            ApiError::InvalidType {
+                param: path,
+                detail: inner.to_string(),
+            }
+        } else {
+            ApiError::InvalidJson {
+                detail: inner.to_string(),
+            }
+        }
+    })?;
+    deserializer.end().map_err(|err| ApiError::InvalidJson {
+        detail: err.to_string(),
+    })?;
+    Ok(value)
 }
 
 impl RoutableRequest for ValidatedChatRequest {
@@ -173,5 +230,43 @@ mod tests {
             ParseLimits { max_fanout: 32 },
         );
         assert_eq!(fanout.err().and_then(|e| e.param()), Some("n".to_owned()));
+    }
+
+    /// The fields chat and completions share are declared once (`types.rs`), not
+    /// flattened: a wrong JSON type in any of them is refused naming that field, by
+    /// both endpoints.
+    #[test]
+    fn a_shared_field_of_a_wrong_type_is_named_by_both_endpoints() {
+        use crate::openai::types::SharedFields;
+        for &field in SharedFields::NAMES {
+            let mut chat: serde_json::Map<String, Value> = serde_json::from_str(
+                r#"{"model": "m", "messages": [{"role": "user", "content": "hi"}]}"#,
+            )
+            .unwrap();
+            let mut completion: serde_json::Map<String, Value> =
+                serde_json::from_str(r#"{"model": "m", "prompt": "hi"}"#).unwrap();
+            // An array of an array: no shared field takes that shape.
+            let wrong = serde_json::json!([[[]]]);
+            chat.insert(field.to_owned(), wrong.clone());
+            completion.insert(field.to_owned(), wrong);
+            let chat = ValidatedChatRequest::parse(&serde_json::to_vec(&chat).unwrap(), LIMITS);
+            let completion = ValidatedCompletionRequest::parse(
+                &serde_json::to_vec(&completion).unwrap(),
+                LIMITS,
+            );
+            for (endpoint, param) in [
+                ("chat", chat.err().and_then(|error| error.param())),
+                (
+                    "completions",
+                    completion.err().and_then(|error| error.param()),
+                ),
+            ] {
+                let param = param.unwrap_or_default();
+                // `stop` and `stream_options` name the element at fault, `stop[0]`.
+                let named = param == field || param.starts_with(&format!("{field}["));
+                assert!(named, "{endpoint}: {field} refused as {param:?}");
+            }
+        }
+        assert!(SharedFields::NAMES.contains(&"temperature"));
     }
 }

@@ -13,7 +13,6 @@ use crate::layers::timeout::Deadline;
 use crate::openai::params::{GenerationParams, ResponseMode};
 use crate::openai::tail::stream::{judged_stream, stream_response, ChunkFormat, StreamSettings};
 use crate::openai::tail::whole::{finish_whole, Finished};
-use crate::openai::unix_now;
 use crate::policy::RoutedRequest;
 use crate::state::AppState;
 
@@ -144,4 +143,12 @@ async fn run<A: Answer>(
             answer.whole(head, finished, usage)
         }
     }
+}
+
+/// Seconds since the Unix epoch, for OpenAI's `created` fields.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_secs())
+        .unwrap_or_default()
 }

@@ -85,6 +85,8 @@ impl<B: Backend> ModelAdmin for EngineAdmin<B> {
                 "active_sequences": executor.active_sequences(),
                 "kv_slots": executor.kv_slots(),
                 "kv_tokens": executor.kv_tokens(),
+                "kv_bytes": executor.kv_bytes(),
+                "kv_budget_bytes": executor.kv_pool().budget_bytes(),
                 "steps": executor.steps(),
                 "swaps": executor.swaps(),
                 "current_checkpoint": executor.current().map(|id| id.to_string()),

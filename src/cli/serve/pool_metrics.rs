@@ -15,10 +15,13 @@
 //! - waiting: requests submitted to the executor and not yet admitted to a
 //!   sequence slot, over every checkpoint;
 //! - running: sequences holding a slot (a KV cache), over every checkpoint;
-//! - KV-cache use: slots held / slots (`--max-batch`). Switchyard's KV
-//!   capacity is its pool of sequence slots, each one sequence's cache of up
-//!   to its context length; admission stops when every slot is held, which
-//!   is what 1.0 means for vLLM (no room for another sequence's blocks);
+//! - KV-cache use: KV bytes in use over the KV budget (`--kv-budget-mb`),
+//!   the figure admission weighs a newcomer's cache against
+//!   (`Executor::kv_bytes`: every block a running sequence may hold,
+//!   reserved when it was admitted, and the cached prompt blocks sequences
+//!   read; cached blocks nobody reads are evicted for room, so they count as
+//!   free, as in vLLM). Near 1.0 a newcomer waits. The sequence slots
+//!   (`--max-batch`) are a second limit, read from running / slots;
 //! - resident checkpoints (`running_lora_adapters`): every `name@version` in
 //!   RAM, ready to serve, as clients name it;
 //! - `waiting_lora_adapters`: checkpoints being loaded, and those with
@@ -49,6 +52,9 @@ pub struct PoolSnapshot {
     pub running: usize,
     pub kv_slots: usize,
     pub kv_tokens: usize,
+    /// KV bytes in use, and the budget they are reserved from.
+    pub kv_bytes: usize,
+    pub kv_budget_bytes: usize,
     /// Resident checkpoints as `name@version`, in the registry's order.
     pub resident: Vec<(String, String)>,
     /// Checkpoints with requests waiting that are not resident.
@@ -84,6 +90,8 @@ impl PoolSnapshot {
             running: executor.running,
             kv_slots: executor.kv_slots.max(1),
             kv_tokens: executor.kv_tokens,
+            kv_bytes: executor.kv_bytes,
+            kv_budget_bytes: executor.kv_budget_bytes,
             resident,
             waiting_checkpoints,
             residency_slots: residency_slots(models, memory),
@@ -91,9 +99,9 @@ impl PoolSnapshot {
         }
     }
 
-    /// Slots held over slots, in [0, 1].
+    /// KV bytes in use over the KV budget, in [0, 1].
     pub fn kv_usage(&self) -> f64 {
-        (self.running as f64 / self.kv_slots.max(1) as f64).min(1.0)
+        (self.kv_bytes as f64 / self.kv_budget_bytes.max(1) as f64).min(1.0)
     }
 
     /// The Prometheus text of every pool family.
@@ -116,8 +124,20 @@ impl PoolSnapshot {
         gauge(
             out,
             "switchyard_kv_cache_usage_ratio",
-            "Sequence slots held over slots (--max-batch); at 1 new requests wait",
+            "KV bytes in use over the KV budget (--kv-budget-mb); near 1 new requests wait",
             usage,
+        );
+        gauge(
+            out,
+            "switchyard_kv_cache_bytes",
+            "KV bytes in use: what running sequences reserve and the cached prompt blocks they read",
+            self.kv_bytes as f64,
+        );
+        gauge(
+            out,
+            "switchyard_kv_cache_budget_bytes",
+            "The KV budget sequences and cached prompt blocks reserve from (--kv-budget-mb)",
+            self.kv_budget_bytes as f64,
         );
         gauge(
             out,
@@ -198,6 +218,8 @@ pub struct ExecutorCounts {
     pub running: usize,
     pub kv_slots: usize,
     pub kv_tokens: usize,
+    pub kv_bytes: usize,
+    pub kv_budget_bytes: usize,
 }
 
 /// How many checkpoints fit in RAM at once (see the module's comment).
@@ -268,6 +290,8 @@ impl<B: Backend> PoolMetrics<B> {
             running: executor.active_sequences(),
             kv_slots: executor.kv_slots(),
             kv_tokens: executor.kv_tokens(),
+            kv_bytes: executor.kv_bytes(),
+            kv_budget_bytes: executor.kv_pool().budget_bytes(),
         };
         let registry = self.engine.registry();
         let timestamp = SystemTime::now()
@@ -339,6 +363,8 @@ mod tests {
             running: 2,
             kv_slots: 8,
             kv_tokens: 77,
+            kv_bytes: 2_500,
+            kv_budget_bytes: 10_000,
         }
     }
 
@@ -379,6 +405,8 @@ mod tests {
             "switchyard_kv_cache_usage_ratio 0.25",
             "switchyard_kv_cache_slots 8",
             "switchyard_kv_cache_tokens 77",
+            "switchyard_kv_cache_bytes 2500",
+            "switchyard_kv_cache_budget_bytes 10000",
             "switchyard_residency_slots 4",
             "switchyard_checkpoint_resident{model=\"smollm2\",version=\"1\"} 1",
             "switchyard_checkpoint_resident{model=\"say \\\"hi\\\"\",version=\"1\"} 1",
@@ -395,19 +423,23 @@ mod tests {
         unique.sort_unstable();
         unique.dedup();
         assert_eq!(types.len(), unique.len());
-        assert_eq!(types.len(), 12);
+        assert_eq!(types.len(), 14);
     }
 
     #[test]
-    fn kv_usage_is_slots_held_over_slots() {
+    fn kv_usage_is_bytes_in_use_over_the_budget() {
+        let usage =
+            |counts| PoolSnapshot::new(&models(), &MemoryStatus::default(), counts, 0.0).kv_usage();
         let mut counts = counts();
-        counts.running = 8;
-        let full = PoolSnapshot::new(&models(), &MemoryStatus::default(), counts, 0.0);
-        assert_eq!(full.kv_usage(), 1.0);
-        counts.running = 0;
-        counts.kv_slots = 0;
-        let idle = PoolSnapshot::new(&models(), &MemoryStatus::default(), counts, 0.0);
-        assert_eq!(idle.kv_usage(), 0.0);
+        // Two of eight slots run, but they reserve 9/10 of the budget: a newcomer
+        // needing more than the rest waits, and the gauge says so.
+        counts.kv_bytes = 9_000;
+        assert_eq!(usage(counts), 0.9);
+        counts.kv_bytes = 10_000;
+        assert_eq!(usage(counts), 1.0);
+        counts.kv_bytes = 0;
+        counts.kv_budget_bytes = 0;
+        assert_eq!(usage(counts), 0.0);
     }
 
     #[test]
