@@ -14,6 +14,11 @@
 //! segments in order (see `partial`), so a row's arithmetic depends only on
 //! its own query, its position and the cache: the same in any tile, batch,
 //! chunking or split of the segments across tasks.
+//!
+//! A block that every row of a tile of several rows sees whole (all but the
+//! last one or two of a prompt's tile) is folded into all the tile's queries
+//! at once by the `blocked` kernels, which share each key and value load
+//! among many queries; their results are the per-row kernels' bits.
 
 use std::cell::RefCell;
 
