@@ -204,7 +204,7 @@ pub(super) fn scores(
     }
 }
 
-fn scores_scalar(q: &[u32], keys: &[u32], scale: f32, out: &mut [f32; 2 * KEY_TILE]) {
+pub(super) fn scores_scalar(q: &[u32], keys: &[u32], scale: f32, out: &mut [f32; 2 * KEY_TILE]) {
     let pairs = q.len();
     for (j, out) in out.iter_mut().enumerate() {
         let tile = &keys[(j / KEY_TILE) * pairs * KEY_TILE..];

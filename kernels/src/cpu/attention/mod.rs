@@ -15,6 +15,7 @@
 //! before the job.
 
 pub(crate) mod bf16;
+mod blocked;
 mod online;
 mod partial;
 #[cfg(test)]

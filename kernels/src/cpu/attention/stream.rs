@@ -14,12 +14,18 @@
 //! segments in order (see `partial`), so a row's arithmetic depends only on
 //! its own query, its position and the cache: the same in any tile, batch,
 //! chunking or split of the segments across tasks.
+//!
+//! A block that every row of a tile of several rows sees whole (all but the
+//! last one or two of a prompt's tile) is folded into all the tile's queries
+//! at once by the `blocked` kernels, which share each key and value load
+//! among many queries; their results are the per-row kernels' bits.
 
 use std::cell::RefCell;
 
 use std::ops::Range;
 
 use super::bf16::{self, Bf16Isa, Products};
+use super::blocked;
 use super::online::online_step;
 use super::partial::{merge, normalize, SEGMENT};
 use super::scores::{scores16_group, scores32_group, GROUP_MAX};
@@ -130,6 +136,13 @@ struct State {
     k_pairs: Vec<u32>,
     v_pairs: Vec<u32>,
     p_pairs: Vec<u32>,
+    /// Blocked products only (`blocked`): the tile's queries chain-major
+    /// (f32 or BF16 pairs), every query's scores of a block, the score
+    /// chains before they are summed.
+    q_chains: Vec<f32>,
+    q_chain_pairs: Vec<u32>,
+    all: Vec<f32>,
+    part: Vec<f32>,
 }
 
 /// The values [`State::fold`] weighs: a block's f32 rows (from the first
@@ -176,6 +189,72 @@ impl State {
                 );
             }
         }
+    }
+
+    /// Packs the tile's queries for [`State::fold_all`] (after
+    /// [`State::pack_queries`] for BF16 products).
+    fn pack_chains<'q, E>(
+        &mut self,
+        tile: &Tile<'_, E>,
+        query: &impl Fn(usize, usize) -> &'q [f32],
+    ) {
+        let (n, g) = (tile.rows * tile.group, tile.group);
+        match tile.products {
+            Products::F32 => {
+                let q = |qi: usize| query(qi / g, qi % g);
+                blocked::pack_f32(q, n, tile.head_dim, &mut self.q_chains);
+            }
+            Products::Bf16(_) => {
+                let pairs = tile.head_dim.div_ceil(2);
+                blocked::pack_bf16(&self.q_pairs, n, pairs, &mut self.q_chain_pairs);
+            }
+        }
+    }
+
+    /// Folds a block that every query of the tile sees whole (`keys` and
+    /// `values` as `Tile::block` gives them; for BF16 products, packed by
+    /// [`State::pack_block`]) into all of them at once: per query the
+    /// operations of [`State::fold`], the products from `blocked`.
+    fn fold_all<E>(&mut self, isa: CheckedIsa, tile: &Tile<'_, E>, keys: &[f32], values: &[f32]) {
+        const PAIRS: usize = KEY_BLOCK / 2;
+        let (n, hd) = (tile.rows * tile.group, tile.head_dim);
+        let mut all = std::mem::take(&mut self.all);
+        all.resize(n * KEY_BLOCK, 0.0);
+        match tile.products {
+            Products::F32 => {
+                let qc = &self.q_chains;
+                blocked::scores_f32(isa, qc, (n, hd), keys, tile.scale, &mut self.part, &mut all);
+            }
+            Products::Bf16(b) => {
+                let (qb, kp) = (&self.q_chain_pairs, &self.k_pairs);
+                let shape = (n, hd.div_ceil(2));
+                blocked::scores_bf16(b, qb, shape, kp, tile.scale, &mut self.part, &mut all);
+            }
+        }
+        for (qi, scores) in all.chunks_exact_mut(KEY_BLOCK).enumerate() {
+            if let Some(cap) = tile.softcap {
+                for s in scores.iter_mut() {
+                    *s = cap * (*s / cap).tanh();
+                }
+            }
+            if let Some(c) = online_step(isa, scores, &mut self.max[qi], &mut self.sum[qi]) {
+                scale_in_place(isa, c, &mut self.acc[qi * hd..(qi + 1) * hd]);
+            }
+        }
+        match tile.products {
+            Products::F32 => blocked::weighted_f32(isa, &all, (n, hd), values, &mut self.acc),
+            Products::Bf16(b) => {
+                self.p_pairs.resize(n * PAIRS, 0);
+                for (p, to) in all
+                    .chunks_exact(KEY_BLOCK)
+                    .zip(self.p_pairs.chunks_exact_mut(PAIRS))
+                {
+                    bf16::pack_in_order(b, p, to);
+                }
+                blocked::weighted_bf16(b, &self.p_pairs, (n, hd), &self.v_pairs, &mut self.acc);
+            }
+        }
+        self.all = all;
     }
 
     /// A block's keys and its first `valid` values in pairs (the rest of
@@ -367,6 +446,16 @@ fn run_general<'q, E: KvElem>(
     if let Products::Bf16(b) = tile.products {
         state.pack_queries(b, tile, query);
     }
+    let blocked = blocked_tile(isa, tile);
+    if blocked {
+        state.pack_chains(tile, query);
+    }
+    // Blocks from here on every row sees whole: after the first row's
+    // position and inside the last row's window.
+    let whole = |block: usize| {
+        block + KEY_BLOCK <= tile.first_pos + 1
+            && first_seen(tile.first_pos + tile.rows - 1) <= block
+    };
     let mut block = start;
     while block < end {
         if block > start && block % SEGMENT == 0 {
@@ -378,6 +467,11 @@ fn run_general<'q, E: KvElem>(
         let (keys, values) = tile.block(isa, block, &mut scratch);
         if let Products::Bf16(b) = tile.products {
             state.pack_block(b, hd, keys, values, (end - block).min(KEY_BLOCK));
+        }
+        if blocked && whole(block) {
+            state.fold_all(isa, tile, keys, values);
+            block += KEY_BLOCK;
+            continue;
         }
         for i in 0..tile.rows {
             let p = tile.first_pos + i;
@@ -432,6 +526,10 @@ fn run<'q, E: KvElem>(
     if let Products::Bf16(b) = tile.products {
         state.pack_queries(b, tile, query);
     }
+    let blocked = blocked_tile(isa, tile);
+    if blocked {
+        state.pack_chains(tile, query);
+    }
     let mut block = start;
     while block < end {
         if block > start && block % SEGMENT == 0 {
@@ -443,6 +541,12 @@ fn run<'q, E: KvElem>(
         let (keys, values) = tile.block(isa, block, &mut scratch);
         if let Products::Bf16(b) = tile.products {
             state.pack_block(b, hd, keys, values, (end - block).min(KEY_BLOCK));
+        }
+        // Every row sees the whole block: past the first row's position.
+        if blocked && block + KEY_BLOCK <= tile.first_pos + 1 {
+            state.fold_all(isa, tile, keys, values);
+            block += KEY_BLOCK;
+            continue;
         }
         for i in 0..tile.rows {
             // Positions this row sees in this block (causal mask).
@@ -473,6 +577,18 @@ fn run<'q, E: KvElem>(
     }
     state.widened = scratch;
     state.finish(isa, tile, out);
+}
+
+/// Whether `tile` folds whole blocks into all its queries at once
+/// (`blocked`): a prompt's tile of several rows, where those kernels run
+/// fast. A decode step's tile (one row) keeps the per-row kernels, whose
+/// results are the same.
+fn blocked_tile<E>(isa: CheckedIsa, tile: &Tile<'_, E>) -> bool {
+    let bf16 = match tile.products {
+        Products::F32 => None,
+        Products::Bf16(b) => Some(b),
+    };
+    tile.rows > 1 && blocked::fast(isa, bf16)
 }
 
 /// `state.scores[h · KEY_BLOCK + j] = scale · (q_h · key_j)` for the `g`

@@ -372,3 +372,80 @@ fn a_block_written_by_one_sequence_and_read_by_another_is_refused() {
     let err = attention(&pool, isa, call, &mut store, &[seq(&stale, 0, 0)], &mut out).unwrap_err();
     assert!(err.to_string().contains("no block"), "{err}");
 }
+
+/// A prompt's tiles fold the blocks all their rows see whole through the
+/// blocked kernels (`blocked`), a decode step row by row through the
+/// per-row ones: each row's output is the same bits either way, with f32
+/// and BF16 products, with and without a window and a softcap.
+#[test]
+fn a_prompt_gives_each_row_the_bits_of_its_decode_step() {
+    let isa = CheckedIsa::at_most(Isa::supported().into_iter().max().unwrap_or(Isa::Scalar));
+    let pool = ThreadPool::new(2);
+    let cases = [
+        // Gemma 3's heads; a group of three and an odd head; a window.
+        (4, 1, 256, None, None),
+        (6, 2, 33, None, None),
+        (4, 1, 40, Some(100), Some(30.0f32)),
+    ];
+    let (before, rows) = (150usize, 37usize);
+    let total = before + rows;
+    for (c, &(n_heads, n_kv_heads, head_dim, window, softcap)) in cases.iter().enumerate() {
+        for products in [Products::F32, Products::Bf16(bf16::Bf16Isa::new(isa))] {
+            let shape = AttentionShape {
+                n_heads,
+                n_kv_heads,
+                head_dim,
+                scale: 1.0 / (head_dim as f32).sqrt(),
+                window,
+                softcap,
+            };
+            let (q_cols, kv_cols) = (n_heads * head_dim, n_kv_heads * head_dim);
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(90 + c as u64);
+            let q_all = random(&mut rng, total * q_cols, 3.0);
+            let k_all = random(&mut rng, total * kv_cols, 3.0);
+            let v_all = random(&mut rng, total * kv_cols, 1.0);
+            // The same positions as one prompt chunk, then as decode steps.
+            let steps: Vec<usize> = std::iter::once(before)
+                .chain(std::iter::repeat_n(1, rows))
+                .collect();
+            let mut outs = Vec::new();
+            for chunks in [vec![before, rows], steps] {
+                let kv = KvFormat::new(KvType::F16, 64);
+                let mut cache = crate::cpu::kv_cache::CpuKvCache::windowed(
+                    &kv,
+                    1,
+                    n_kv_heads,
+                    head_dim,
+                    total,
+                    &[window],
+                )
+                .expect("an unlimited pool holds the cache");
+                let mut all = Vec::new();
+                let mut start = 0;
+                for n in chunks {
+                    let act = |data: &[f32], cols: usize| {
+                        act_from(n, cols, data[start * cols..(start + n) * cols].to_vec())
+                    };
+                    let (q, k, v) = (
+                        act(&q_all, q_cols),
+                        act(&k_all, kv_cols),
+                        act(&v_all, kv_cols),
+                    );
+                    let mut out = CpuActivations::zeros(n, q_cols);
+                    let (store, seq) = cache.rows(0..n, start).expect("the cache's blocks");
+                    let call = layer0(shape, &q, &k, &v, products);
+                    attention(&pool, isa, call, store, &[seq], &mut out)
+                        .expect("attention over an allocated cache");
+                    all.extend(out.data);
+                    start += n;
+                }
+                outs.push(all[before * q_cols..].to_vec());
+            }
+            let bits = |x: &[f32]| x.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert!(
+                bits(&outs[0]) == bits(&outs[1]),
+                "case {c} {products:?}: a prompt's rows differ from their decode steps"
+            );
+        }
+    }
+}
