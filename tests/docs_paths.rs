@@ -1,10 +1,12 @@
-//! The docs name files that exist: every repository path that
-//! `docs/ARCHITECTURE.md`, `docs/DESIGN.md` and `README.md` quote in
-//! backticks (`engine/src/serving/choice.rs`, `router/src/openai/`) must be
-//! in the tree, so a move or a rename that forgets the docs fails here.
+//! The docs name files that exist: every repository path that `README.md`,
+//! `BENCHMARKS.md`, `RELIABILITY.md` or a Markdown file under `docs/` quotes in
+//! backticks (`engine/src/serving/choice.rs`, `router/src/openai/`) must be in
+//! the tree, and every relative link of theirs (`[x](docs/bench/serving.md)`,
+//! a plot `![x](../long_context.svg)`) must reach a file, so a move or a rename
+//! that forgets the docs fails here.
 #![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Top-level folders whose paths the docs quote. A backticked token that
 /// starts elsewhere (a crate-relative `cpu/kv_pool.rs`, a placeholder
@@ -27,7 +29,45 @@ const ROOTS: &[&str] = &[
     "tools/",
 ];
 
-const DOCS: &[&str] = &["docs/ARCHITECTURE.md", "docs/DESIGN.md", "README.md"];
+/// The documents at the top of the repository; every `.md` under `docs/` is
+/// read too.
+const TOP_DOCS: &[&str] = &["README.md", "BENCHMARKS.md", "RELIABILITY.md"];
+
+/// Every document checked, as paths relative to the repository root.
+fn docs(root: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = TOP_DOCS.iter().map(PathBuf::from).collect();
+    let mut folders = vec![PathBuf::from("docs")];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(root.join(&folder)).unwrap() {
+            let path = folder.join(entry.unwrap().file_name());
+            if root.join(&path).is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|ext| ext == "md") {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// The relative link targets of Markdown `text` (`[a](b.md#part)` gives
+/// `b.md`); web addresses, mail addresses and links within the page are left
+/// out.
+fn link_targets(text: &str) -> Vec<String> {
+    text.split("](")
+        .skip(1)
+        .filter_map(|rest| {
+            let target = rest.split(')').next()?.split('#').next()?;
+            let local = !target.is_empty()
+                && !target.contains(char::is_whitespace)
+                && !["http://", "https://", "mailto:"]
+                    .iter()
+                    .any(|scheme| target.starts_with(scheme));
+            local.then(|| target.to_string())
+        })
+        .collect()
+}
 
 /// The repository paths quoted in `text`: backticked tokens under one of
 /// [`ROOTS`], with a trailing `:item` (`layer.rs:read_body`) cut off.
@@ -50,12 +90,12 @@ fn every_path_the_docs_quote_exists() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut missing = Vec::new();
     let mut checked = 0;
-    for doc in DOCS {
-        let text = std::fs::read_to_string(root.join(doc)).unwrap();
+    for doc in docs(root) {
+        let text = std::fs::read_to_string(root.join(&doc)).unwrap();
         for path in quoted_paths(&text) {
             checked += 1;
             if !root.join(&path).exists() {
-                missing.push(format!("{doc}: `{path}`"));
+                missing.push(format!("{}: `{path}`", doc.display()));
             }
         }
     }
@@ -77,5 +117,46 @@ fn quoted_paths_takes_repository_paths_only() {
     assert_eq!(
         quoted_paths(text),
         ["engine/src/serving/choice.rs", "router/src/policy/layer.rs"]
+    );
+}
+
+#[test]
+fn every_relative_link_of_the_docs_reaches_a_file() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for doc in docs(root) {
+        let text = std::fs::read_to_string(root.join(&doc)).unwrap();
+        let folder = root.join(&doc).parent().unwrap().to_path_buf();
+        for target in link_targets(&text) {
+            checked += 1;
+            if !folder.join(&target).exists() {
+                broken.push(format!("{}: ({target})", doc.display()));
+            }
+        }
+    }
+    assert!(
+        checked > 50,
+        "only {checked} links found: is the parser broken?"
+    );
+    assert!(
+        broken.is_empty(),
+        "the docs link files that do not exist:\n{}",
+        broken.join("\n")
+    );
+}
+
+#[test]
+fn link_targets_takes_relative_links_only() {
+    let text = "[a](docs/bench/serving.md), ![plot](../long_context.svg), \
+                [part](#headlines), [b](BENCHMARKS.md#speculative-decoding), \
+                [web](https://example.com/x.md) and [x] (not a link)";
+    assert_eq!(
+        link_targets(text),
+        [
+            "docs/bench/serving.md",
+            "../long_context.svg",
+            "BENCHMARKS.md"
+        ]
     );
 }
