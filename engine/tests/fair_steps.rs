@@ -35,6 +35,10 @@ const MAX_STEP_TOKENS: usize = 256;
 struct Steps {
     count: AtomicU64,
     sizes: Mutex<Vec<(usize, usize)>>,
+    /// Armed by a test: the next report of the queue's depth (made after an
+    /// admission, just before the step) says so on the first channel and
+    /// waits for a word on the second, holding the executor there.
+    gate: Mutex<Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>>,
 }
 
 impl ExecutorObserver for Steps {
@@ -42,6 +46,14 @@ impl ExecutorObserver for Steps {
         // One checkpoint: one call per step, made before the step's tokens go out.
         self.count.fetch_add(1, Ordering::AcqRel);
         self.sizes.lock().unwrap().push((rows, sequences));
+    }
+
+    fn queue_depth(&self, _: &CheckpointId, _: usize) {
+        let gate = self.gate.lock().unwrap().take();
+        if let Some((entered, release)) = gate {
+            entered.send(()).unwrap();
+            release.recv().unwrap();
+        }
     }
 }
 
@@ -325,3 +337,110 @@ fn a_wave_of_prompts_runs_in_short_steps<B: Backend>(backend: Arc<B>) {
     }
 }
 on_each_device!(a_wave_of_prompts_runs_in_short_steps);
+
+/// The token ids of `rx`'s sequence, to its end.
+fn token_ids(rx: &mpsc::Receiver<SequenceEvent>) -> Vec<u32> {
+    let mut ids = Vec::new();
+    loop {
+        match rx.recv_timeout(Duration::from_secs(120)).unwrap() {
+            SequenceEvent::Token(token) => ids.push(token.id),
+            SequenceEvent::Done { .. } => return ids,
+            SequenceEvent::Error(e) => panic!("the sequence failed: {e}"),
+            SequenceEvent::Embedding { .. } => panic!("a generation reported an embedding"),
+        }
+    }
+}
+
+/// A request that comes while the heavy tenant's step runs no longer waits
+/// for that step: the step pauses between two layers, the newcomer's prompt
+/// runs in a step of its own and its first token goes out, then the paused
+/// step ends (`engine/src/serving/interleave.rs`). Before, its first token
+/// came in the step after the one in flight. Every output is the one it
+/// gives alone (greedy). The executor is held just before a step (while it
+/// reports the queue's depth after admitting the heavy tenant's last
+/// stream) and the light request is submitted then, so it comes during that
+/// step, whose first layer has not begun.
+fn a_newcomer_runs_between_two_layers_of_the_step_in_flight<B: Backend>(backend: Arc<B>) {
+    let (exec, checkpoint, steps, _dir) = executor(&backend);
+    let heavy_tokens = 24;
+    let heavy_rx: Vec<_> = (1..HEAVY)
+        .map(|_| {
+            let (tx, rx) = mpsc::channel();
+            exec.submit(&checkpoint, request("heavy", 4, heavy_tokens, Box::new(tx)))
+                .unwrap();
+            rx
+        })
+        .collect();
+    let mut heavy_ids: Vec<Vec<u32>> = Vec::new();
+    for rx in &heavy_rx {
+        let event = rx.recv_timeout(Duration::from_secs(120)).unwrap();
+        let SequenceEvent::Token(token) = event else {
+            panic!("{event:?}");
+        };
+        heavy_ids.push(vec![token.id]);
+    }
+    // Every heavy stream decodes. Hold the executor after it admits the last
+    // one, before the step that runs it beside the others.
+    let (entered_tx, entered_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel();
+    *steps.gate.lock().unwrap() = Some((entered_tx, release_rx));
+    let (last_tx, last_rx) = mpsc::channel();
+    exec.submit(
+        &checkpoint,
+        request("heavy", 4, heavy_tokens, Box::new(last_tx)),
+    )
+    .unwrap();
+    entered_rx.recv_timeout(Duration::from_secs(120)).unwrap();
+    let before = steps.count.load(Ordering::Acquire);
+    let first = Arc::new(AtomicU64::new(u64::MAX));
+    let (light_tx, light_rx) = mpsc::channel();
+    let sink = FirstStep {
+        steps: Arc::clone(&steps),
+        first: Arc::clone(&first),
+        sender: light_tx,
+    };
+    exec.submit(&checkpoint, request("light", 40, 4, Box::new(sink)))
+        .unwrap();
+    release_tx.send(()).unwrap();
+
+    let light_ids = token_ids(&light_rx);
+    let first = first.load(Ordering::Acquire);
+    for (ids, rx) in heavy_ids.iter_mut().zip(&heavy_rx) {
+        ids.extend(token_ids(rx));
+    }
+    heavy_ids.push(token_ids(&last_rx));
+    {
+        let sizes = steps.sizes.lock().unwrap();
+        let at = usize::try_from(before).unwrap();
+        let after: Vec<(usize, usize)> = sizes.get(at..at + 2).unwrap_or_default().to_vec();
+        // The light prompt's own step, then the paused one of 48 sequences.
+        assert_eq!(
+            first,
+            before + 1,
+            "the light tenant's first token came {} steps after the step in flight began \
+             (steps from then: {after:?})",
+            first - before
+        );
+        assert_eq!(after.first(), Some(&(40, 1)), "{after:?}");
+        assert_eq!(after.get(1).map(|s| s.1), Some(HEAVY), "{after:?}");
+    }
+
+    // Alone, each request gives the same tokens.
+    let (tx, rx) = mpsc::channel();
+    exec.submit(&checkpoint, request("light", 40, 4, Box::new(tx)))
+        .unwrap();
+    assert_eq!(token_ids(&rx), light_ids);
+    let (tx, rx) = mpsc::channel();
+    exec.submit(&checkpoint, request("heavy", 4, heavy_tokens, Box::new(tx)))
+        .unwrap();
+    let alone = token_ids(&rx);
+    assert_eq!(alone.len(), heavy_tokens);
+    for ids in &heavy_ids {
+        assert_eq!(ids, &alone);
+    }
+    exec.shutdown();
+}
+on_each_device!(
+    a_newcomer_runs_between_two_layers_of_the_step_in_flight,
+    cpu_only = "a device backend records and replays whole steps: it does not pause one"
+);

@@ -2,6 +2,7 @@
 
 pub mod config;
 mod error;
+mod layered;
 pub mod llama;
 mod lora_rows;
 mod part;
@@ -11,6 +12,7 @@ mod step;
 pub mod weights;
 
 pub use error::ModelError;
+pub use layered::LayeredStep;
 pub use llama::{LlamaModel, LogitRows, Scratch, SequenceChunk};
 pub use part::ModelPart;
 pub use pooling::unit_mean;

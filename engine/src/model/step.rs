@@ -91,17 +91,7 @@ pub fn forward_step<'s, B: Backend>(
     parts: &mut [ModelPart<'_, '_, B>],
     scratch: &'s mut Scratch<B>,
 ) -> Result<StepOutput<'s>, ModelError> {
-    let Some(lead) = parts.first().map(|p| p.model) else {
-        return Err(ModelError::EmptyBatch);
-    };
-    let c = lead.config();
-    if let Some(other) = parts.iter().find(|p| p.model.config() != c) {
-        return Err(ModelError::MixedArchitectures {
-            first: describe(c),
-            other: describe(other.model.config()),
-        });
-    }
-    let flat = flatten(lead, parts)?;
+    let flat = checked(parts)?;
     let key = step_key(parts);
     let wanted = match run(backend, kv, parts, scratch, &flat, key) {
         Ok(wanted) => wanted,
@@ -120,6 +110,31 @@ pub fn forward_step<'s, B: Backend>(
             again?
         }
     };
+    Ok(output(backend, scratch, wanted))
+}
+
+/// The step's rows, once every part is known to have the first part's
+/// configuration.
+pub(super) fn checked<B: Backend>(parts: &[ModelPart<'_, '_, B>]) -> Result<Flat, ModelError> {
+    let Some(lead) = parts.first().map(|p| p.model) else {
+        return Err(ModelError::EmptyBatch);
+    };
+    let c = lead.config();
+    if let Some(other) = parts.iter().find(|p| p.model.config() != c) {
+        return Err(ModelError::MixedArchitectures {
+            first: describe(c),
+            other: describe(other.model.config()),
+        });
+    }
+    flatten(lead, parts)
+}
+
+/// What a step that made `wanted` logit rows returns from `scratch`.
+pub(super) fn output<'s, B: Backend>(
+    backend: &B,
+    scratch: &'s mut Scratch<B>,
+    wanted: usize,
+) -> StepOutput<'s> {
     let Scratch {
         logits,
         host_logits,
@@ -131,7 +146,7 @@ pub fn forward_step<'s, B: Backend>(
     } else {
         backend.host_rows(logits, host_logits)
     };
-    Ok(StepOutput { logits, pooled })
+    StepOutput { logits, pooled }
 }
 
 /// Rows per sequence up to which a step is keyed (decode, a speculative
@@ -177,7 +192,24 @@ fn run<B: Backend>(
     flat: &Flat,
     key: Option<StepKey>,
 ) -> Result<usize, ModelError> {
-    let (tokens, positions, part_rows) = flat;
+    open(backend, parts, s, flat, key)?;
+    let layers = parts.first().map_or(0, |p| p.model.config().n_layers);
+    for index in 0..layers {
+        layer(backend, kv, parts, s, flat, index)?;
+    }
+    close(backend, parts, s, flat)
+}
+
+/// The start of a step: its buffers sized, the step opened with `key`, the
+/// tokens' embeddings in `s.x`.
+pub(super) fn open<B: Backend>(
+    backend: &B,
+    parts: &[ModelPart<'_, '_, B>],
+    s: &mut Scratch<B>,
+    flat: &Flat,
+    key: Option<StepKey>,
+) -> Result<(), ModelError> {
+    let (tokens, _, part_rows) = flat;
     let Some(lead) = parts.first().map(|p| p.model) else {
         return Err(ModelError::EmptyBatch);
     };
@@ -204,7 +236,22 @@ fn run<B: Backend>(
     if let Some(scale) = c.traits.embed_scale {
         backend.scale(&mut s.x, scale)?;
     }
+    Ok(())
+}
 
+/// Layer `index` of a step over the rows in `s.x`.
+pub(super) fn layer<B: Backend>(
+    backend: &B,
+    kv: &mut B::KvStore,
+    parts: &mut [ModelPart<'_, '_, B>],
+    s: &mut Scratch<B>,
+    flat: &Flat,
+    index: usize,
+) -> Result<(), ModelError> {
+    let (_, positions, part_rows) = flat;
+    let Some(lead) = parts.first().map(|p| p.model) else {
+        return Err(ModelError::EmptyBatch);
+    };
     let adapters = AdapterRuns::of(parts, part_rows);
     let step = Step {
         backend,
@@ -213,17 +260,37 @@ fn run<B: Backend>(
         positions,
         adapters: &adapters,
     };
-    for index in 0..c.n_layers {
-        let layers: Vec<&LayerWeights<B>> = parts
-            .iter()
-            .filter_map(|p| p.model.weights().layers.get(index))
-            .collect();
-        if layers.len() != parts.len() {
-            return Err(ModelError::MissingLayer { index });
-        }
-        step.attention_block(index, &layers, parts, kv, s)?;
-        step.mlp_block(index, &layers, s)?;
+    let layers: Vec<&LayerWeights<B>> = parts
+        .iter()
+        .filter_map(|p| p.model.weights().layers.get(index))
+        .collect();
+    if layers.len() != parts.len() {
+        return Err(ModelError::MissingLayer { index });
     }
+    step.attention_block(index, &layers, parts, kv, s)?;
+    step.mlp_block(index, &layers, s)
+}
+
+/// The end of a step after its last layer: the pooled rows, the logits,
+/// the step closed; returns how many logit rows it made.
+pub(super) fn close<B: Backend>(
+    backend: &B,
+    parts: &[ModelPart<'_, '_, B>],
+    s: &mut Scratch<B>,
+    flat: &Flat,
+) -> Result<usize, ModelError> {
+    let (_, positions, part_rows) = flat;
+    let Some(lead) = parts.first().map(|p| p.model) else {
+        return Err(ModelError::EmptyBatch);
+    };
+    let adapters = AdapterRuns::of(parts, part_rows);
+    let step = Step {
+        backend,
+        lead,
+        part_rows,
+        positions,
+        adapters: &adapters,
+    };
     step.pool(parts, s)?;
     let wanted = step.logits(parts, s)?;
     backend.end_step()?;
@@ -238,7 +305,7 @@ fn describe(c: &ModelConfig) -> String {
 }
 
 /// Every part's tokens and positions, one after another, and each part's rows.
-type Flat = (Vec<u32>, Vec<u32>, Vec<Range<usize>>);
+pub(super) type Flat = (Vec<u32>, Vec<u32>, Vec<Range<usize>>);
 
 fn flatten<B: Backend>(
     lead: &LlamaModel<B>,

@@ -10,6 +10,7 @@
 //! is global and in arrival order, bounded by one pool of sequence slots
 //! (each slot holds a KV cache) shared by all checkpoints.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
@@ -21,7 +22,8 @@ use switchyard_kernels::Backend;
 use super::cache_use::{CacheUse, ScopeCacheUse};
 use super::checkpoint::{CheckpointHandle, CheckpointId};
 use super::group::{Admission, Group};
-use super::queue::{SequenceRequest, SubmitError, Waiting};
+use super::interleave::Newcomers;
+use super::queue::{SequenceRequest, Submission, SubmitError, Waiting};
 use super::table::WeightTable;
 use super::tenant_cap::{QueueTicket, TenantKv, TenantQueue};
 use super::{choice, prefetch, step_family, ExecutorObserver};
@@ -62,14 +64,6 @@ impl Default for ExecutorConfig {
             speculation: Speculation::default(),
         }
     }
-}
-
-/// What one checkpoint's request travels with to the executor thread.
-struct Submission<B: Backend> {
-    checkpoint: CheckpointHandle<B>,
-    request: SequenceRequest,
-    arrived: Instant,
-    ticket: Option<QueueTicket>,
 }
 
 /// Counters the handle reads while the thread runs.
@@ -166,6 +160,7 @@ impl<B: Backend> Executor<B> {
             cached_blocks: 0,
             blocked_head: None,
             scratch: None,
+            newcomer_scratch: None,
             backend,
             config,
             requests: receiver,
@@ -379,6 +374,8 @@ struct Scheduler<B: Backend> {
     blocks: Arc<KvBlocks<B>>,
     /// Activation buffers, reused by every checkpoint (resized per step).
     scratch: Option<crate::model::Scratch<B>>,
+    /// A newcomer's, while the step in flight pauses (`interleave.rs`).
+    newcomer_scratch: Option<crate::model::Scratch<B>>,
     config: ExecutorConfig,
     requests: mpsc::Receiver<Submission<B>>,
     /// Checkpoints with work, in the order their first request came.
@@ -771,6 +768,18 @@ impl<B: Backend> Scheduler<B> {
     /// weights (the table lists the groups' checkpoints in plan order),
     /// then sampling.
     fn run_step(&mut self, table: &WeightTable<B>, plan: Vec<(usize, Spans)>) {
+        // Who may come as a newcomer during the step (`interleave.rs`): a
+        // tenant with nothing running or waiting, while a slot is free and
+        // no older request waits for KV room.
+        let busy: HashSet<Option<Arc<str>>> = (self.groups.iter())
+            .flat_map(Group::tenants)
+            .cloned()
+            .collect();
+        let active: usize = self.groups.iter().map(Group::active_len).sum();
+        let slots = match self.blocked_head {
+            Some(_) => 0,
+            None => self.config.max_active.max(1).saturating_sub(active),
+        };
         let order: Vec<usize> = plan.iter().map(|(i, _)| *i).collect();
         let mut picked: Vec<(usize, &mut Group<B>)> = self
             .groups
@@ -811,12 +820,45 @@ impl<B: Backend> Scheduler<B> {
             })
             .collect();
         let started = Instant::now();
-        let mut store = self.blocks.lock();
-        let result = forward_step(&*self.backend, &mut store, &mut parts, scratch);
-        drop(store);
+        // A backend that launches each call as it comes can pause the step
+        // between layers for a newcomer's prompt (`interleave.rs`); a
+        // device's records and replays whole steps.
+        let mut newcomers = (!B::DEVICE_MEMORY).then(|| Newcomers {
+            backend,
+            blocks: &self.blocks,
+            requests: &self.requests,
+            prefix: self.prefix.as_mut(),
+            scratch: &mut self.newcomer_scratch,
+            observer: &*self.observer,
+            cache_use: &self.shared.cache_use,
+            queued: &self.shared.queued,
+            speculation: self.config.speculation,
+            max_step_tokens: self.config.max_step_tokens,
+            checkpoints: &table.checkpoints,
+            busy,
+            slots,
+            later: Vec::new(),
+            joined: Vec::new(),
+            steps: 0,
+            paused: std::time::Duration::ZERO,
+        });
+        let result = match newcomers.as_mut() {
+            Some(newcomers) => newcomers.forward(&mut parts, scratch),
+            None => {
+                let mut store = self.blocks.lock();
+                forward_step(backend, &mut store, &mut parts, scratch)
+            }
+        };
         drop(parts);
         drop(chunk_lists);
-        let elapsed = started.elapsed();
+        let (later, joined, paused) = match newcomers {
+            Some(n) => {
+                self.shared.steps.fetch_add(n.steps, Ordering::AcqRel);
+                (n.later, n.joined, n.paused)
+            }
+            None => (Vec::new(), Vec::new(), std::time::Duration::ZERO),
+        };
+        let elapsed = started.elapsed().saturating_sub(paused);
 
         match result {
             Ok(out) => {
@@ -846,6 +888,24 @@ impl<B: Backend> Scheduler<B> {
                 let message = format!("the forward pass failed: {e}");
                 for (_, group) in picked.iter_mut() {
                     group.fail_all(&message);
+                }
+            }
+        }
+        drop(picked);
+        for submission in later {
+            self.accept(submission);
+        }
+        for (checkpoint, sequence) in joined {
+            let group = self
+                .groups
+                .iter_mut()
+                .find(|g| Arc::ptr_eq(&g.checkpoint, &checkpoint));
+            match group {
+                Some(group) => group.join(sequence),
+                None => {
+                    let mut group = Group::new(checkpoint, Instant::now(), self.config.speculation);
+                    group.join(sequence);
+                    self.groups.push(group);
                 }
             }
         }

@@ -12,7 +12,7 @@ use switchyard_kernels::Backend;
 use super::checkpoint::CheckpointHandle;
 use super::choice::Claim;
 use super::fair;
-use super::queue::{SequenceEvent, SequenceTask, Waiting};
+use super::queue::{SequenceEvent, SequenceRequest, SequenceTask, Waiting};
 use super::sequence::{Drafter, ModelDrafter, Sequence};
 use super::step_room;
 use super::tenant_cap::TenantKv;
@@ -142,6 +142,18 @@ impl<B: Backend> Group<B> {
         self.waiting.is_empty() && self.active.is_empty()
     }
 
+    /// The tenants of its running sequences and waiting requests.
+    pub(super) fn tenants(&self) -> impl Iterator<Item = &Option<Arc<str>>> {
+        (self.active.iter().map(|s| &s.share.tenant))
+            .chain(self.waiting.iter().map(|w| &w.request.share.tenant))
+    }
+
+    /// Takes `sequence`, admitted and run outside its batch
+    /// (`interleave.rs`), into the batch.
+    pub(super) fn join(&mut self, sequence: Sequence<B>) {
+        self.active.push(sequence);
+    }
+
     /// Adds what its running sequences reserve to their tenants' counts.
     pub(super) fn hold(&self, tenants: &mut TenantKv) {
         for sequence in &self.active {
@@ -210,49 +222,12 @@ impl<B: Backend> Group<B> {
             self.fail_at(at, message);
             return Admission::Dropped;
         }
-        let checkpoint = &self.checkpoint;
-        let model = &checkpoint.model;
-        let mut prefix = prefix.filter(|_| checkpoint.caches_prompts);
-        // An embedding pools every prompt row, so it must compute them all
-        // (it may still evict cached blocks for room below).
-        let found = match prefix.as_deref_mut() {
-            Some(cache) if front.request.task == SequenceTask::Generate => cache.lookup(
-                checkpoint.cache_key(),
-                &front.request.cache_scope,
-                &front.request.prompt,
-            ),
-            _ => Found::none(),
-        };
-        // A windowed cache starts only where the rings were kept.
-        let found = match model.kv_layout(
-            blocks.pool().format(),
-            kv_admission::positions(model, front.request.kv_wanted()),
-        ) {
-            Ok(layout) => crate::kv::window::usable(found, &layout),
-            Err(_) => found,
-        };
-        let cached = found.prefix().positions(blocks.pool().block_positions());
-        let mut made = kv_admission::make_cache(
-            backend,
-            blocks,
-            model,
-            front.request.kv_wanted(),
-            found.prefix(),
-        );
-        // Cached blocks no sequence reads count as free: evict what the
-        // cache is short of, then try again.
-        while let (Err(NoCache::Later { short }), Some(cache)) = (&made, prefix.as_deref_mut()) {
-            if cache.evict(*short) == 0 {
-                break;
-            }
-            made = kv_admission::make_cache(
-                backend,
-                blocks,
-                model,
-                front.request.kv_wanted(),
-                found.prefix(),
-            );
-        }
+        let Made {
+            cache: made,
+            shared_blocks,
+            cached,
+        } = cache_for(backend, blocks, &self.checkpoint, &front.request, prefix);
+        let model = &self.checkpoint.model;
         let cache = match made {
             Ok(cache) => cache,
             Err(NoCache::Later { .. }) if others_running => return Admission::Wait,
@@ -282,7 +257,7 @@ impl<B: Backend> Group<B> {
             request,
             cache,
             capacity,
-            found.shared.len(),
+            shared_blocks,
             cached,
             speculation,
         ));
@@ -500,11 +475,67 @@ impl<B: Backend> Group<B> {
     }
 }
 
+/// A KV cache made for a request ([`cache_for`]), or why none could be.
+pub(super) struct Made<B: Backend> {
+    pub(super) cache: Result<crate::kv::SequenceKv<B>, NoCache>,
+    /// Prompt-cache blocks it reads, and the prompt positions they hold.
+    pub(super) shared_blocks: usize,
+    pub(super) cached: usize,
+}
+
+/// A KV cache for `request` on `checkpoint` (see `kv_admission`), starting
+/// from the longest prefix of its prompt that `prefix` holds in the
+/// request's scope; cached blocks no sequence reads count as free, so those
+/// the budget is short of are evicted first.
+pub(super) fn cache_for<B: Backend>(
+    backend: &B,
+    blocks: &Arc<KvBlocks<B>>,
+    checkpoint: &CheckpointHandle<B>,
+    request: &SequenceRequest,
+    prefix: Option<&mut PrefixCache<SharedBlock<B>>>,
+) -> Made<B> {
+    let model = &checkpoint.model;
+    let mut prefix = prefix.filter(|_| checkpoint.caches_prompts);
+    // An embedding pools every prompt row, so it must compute them all
+    // (it may still evict cached blocks for room below).
+    let found = match prefix.as_deref_mut() {
+        Some(cache) if request.task == SequenceTask::Generate => cache.lookup(
+            checkpoint.cache_key(),
+            &request.cache_scope,
+            &request.prompt,
+        ),
+        _ => Found::none(),
+    };
+    // A windowed cache starts only where the rings were kept.
+    let found = match model.kv_layout(
+        blocks.pool().format(),
+        kv_admission::positions(model, request.kv_wanted()),
+    ) {
+        Ok(layout) => crate::kv::window::usable(found, &layout),
+        Err(_) => found,
+    };
+    let cached = found.prefix().positions(blocks.pool().block_positions());
+    let mut made =
+        kv_admission::make_cache(backend, blocks, model, request.kv_wanted(), found.prefix());
+    while let (Err(NoCache::Later { short }), Some(cache)) = (&made, prefix.as_deref_mut()) {
+        if cache.evict(*short) == 0 {
+            break;
+        }
+        made =
+            kv_admission::make_cache(backend, blocks, model, request.kv_wanted(), found.prefix());
+    }
+    Made {
+        cache: made,
+        shared_blocks: found.shared.len(),
+        cached,
+    }
+}
+
 /// Hands `sequence`'s full prompt blocks (past those it took from the
 /// cache) and a copy of its tail to the prompt cache, evicting unread
 /// cached blocks when the budget has no room for them; a block that cannot
 /// be had ends the handing (the sequence runs on either way).
-fn share_prompt<B: Backend>(
+pub(super) fn share_prompt<B: Backend>(
     backend: &B,
     key: crate::kv::CacheKey,
     sequence: &mut Sequence<B>,

@@ -20,6 +20,7 @@
 //! - `cache_use.rs`: each cache scope's use of the prompt cache, for the admin API;
 //! - `fair.rs`: which tenant's waiting request takes the next batch slot;
 //! - `step_room.rs`: how many prompt tokens a step runs beside its decode rows;
+//! - `interleave.rs`: a newcomer's prompt between two layers of the step in flight;
 //! - `tenant_cap.rs`: each tenant's part of the KV budget and of the queue;
 //! - `choice.rs`: which checkpoint runs next;
 //! - `step_family.rs`: checkpoints sharing steps (a base and its adapters)
@@ -39,6 +40,7 @@ mod executor;
 mod fair;
 mod group;
 mod prefetch;
+mod interleave;
 mod queue;
 mod sequence;
 mod step_family;

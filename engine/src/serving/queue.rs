@@ -3,8 +3,10 @@
 use std::sync::mpsc;
 use std::time::Instant;
 
+use switchyard_kernels::Backend;
 use switchyard_seam::{CacheScope, TenantShare};
 
+use super::checkpoint::CheckpointHandle;
 use crate::kv::KvAdvice;
 use crate::sampling::{FinishReason, SamplingParams, StopCondition};
 use crate::structured::TokenMask;
@@ -217,4 +219,12 @@ pub(super) struct Waiting {
     /// Its place in its tenant's part of the queue, given back when it
     /// leaves the queue however it leaves.
     pub(super) _ticket: Option<super::tenant_cap::QueueTicket>,
+}
+
+/// What one checkpoint's request travels with to the executor thread.
+pub(super) struct Submission<B: Backend> {
+    pub(super) checkpoint: CheckpointHandle<B>,
+    pub(super) request: SequenceRequest,
+    pub(super) arrived: Instant,
+    pub(super) ticket: Option<super::tenant_cap::QueueTicket>,
 }
