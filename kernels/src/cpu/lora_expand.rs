@@ -5,8 +5,8 @@
 //! order), so every ISA gives the scalar loop's bits.
 
 use super::isa::{CheckedIsa, Isa};
-use crate::formats::blocks::{bf16_at, f32_at};
 use crate::DType;
+use scalar::expand_scalar;
 
 /// Whether [`expand`] reads values of `dtype`.
 pub(crate) fn expands(dtype: DType) -> bool {
@@ -33,19 +33,31 @@ pub(crate) fn expand(isa: CheckedIsa, dtype: DType, p: &[f32], values: &[u8], ac
     }
 }
 
-/// The scalar loop for elements `from..` of each row (the SIMD kernels'
-/// tail takes it too, so a row's bits do not depend on where it ends).
-fn expand_scalar(bf16: bool, p: &[f32], values: &[u8], acc: &mut [f32], from: usize) {
-    let width = acc.len();
-    for (c, a) in acc.iter_mut().enumerate().skip(from) {
-        for (j, p) in p.iter().enumerate() {
-            let at = j * width + c;
-            let v = if bf16 {
-                bf16_at(values, 2 * at)
-            } else {
-                f32_at(values, 4 * at)
-            };
-            *a = p.mul_add(v, *a);
+/// The scalar loop, in its own module so that the x86 kernels (which end
+/// each row with it) and their parent both reach it without a cycle.
+mod scalar {
+    use crate::formats::blocks::{bf16_at, f32_at};
+
+    /// The scalar loop for elements `from..` of each row (the SIMD kernels'
+    /// tail takes it too, so a row's bits do not depend on where it ends).
+    pub(super) fn expand_scalar(
+        bf16: bool,
+        p: &[f32],
+        values: &[u8],
+        acc: &mut [f32],
+        from: usize,
+    ) {
+        let width = acc.len();
+        for (c, a) in acc.iter_mut().enumerate().skip(from) {
+            for (j, p) in p.iter().enumerate() {
+                let at = j * width + c;
+                let v = if bf16 {
+                    bf16_at(values, 2 * at)
+                } else {
+                    f32_at(values, 4 * at)
+                };
+                *a = p.mul_add(v, *a);
+            }
         }
     }
 }
@@ -152,7 +164,7 @@ mod x86 {
             }
             c += 8 * lanes;
         }
-        super::expand_scalar(bf16, p, values, acc, whole);
+        super::scalar::expand_scalar(bf16, p, values, acc, whole);
     }
 }
 
