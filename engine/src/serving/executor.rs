@@ -25,7 +25,7 @@ use super::group::{Admission, Group};
 use super::interleave::Newcomers;
 use super::queue::{SequenceRequest, Submission, SubmitError, Waiting};
 use super::table::WeightTable;
-use super::tenant_cap::{QueueTicket, TenantKv, TenantQueue};
+use super::tenant_cap::{TenantKv, TenantQueue};
 use super::{choice, prefetch, step_family, ExecutorObserver};
 use crate::kv::prefix_cache::PrefixCache;
 use crate::kv::{admission as kv_admission, KvBlocks, KvConfig, KvPool, SharedBlock};
