@@ -34,12 +34,18 @@ pub(super) const SCORE_QUERIES: usize = 12;
 /// Queries a value pass keeps in registers: four vectors of sixteen
 /// dimensions each, 24 accumulators.
 pub(super) const VALUE_QUERIES: usize = 6;
-/// Dimensions of a value pass: the column of the block it rereads.
-const COLUMN: usize = 64;
-/// f32 score chains (`scores`): dimensions `d ≡ c (mod 4)`.
-const CHAINS_F32: usize = 4;
-/// BF16 score chains (`bf16`): pair indices of each parity.
-const CHAINS_BF16: usize = 2;
+use shape::{CHAINS_BF16, CHAINS_F32, COLUMN};
+
+/// How the passes split their work, in a module of its own so the x86
+/// kernels read the same numbers without reaching back into their parent.
+mod shape {
+    /// Dimensions of a value pass: the column of the block it rereads.
+    pub(super) const COLUMN: usize = 64;
+    /// f32 score chains (`scores`): dimensions `d ≡ c (mod 4)`.
+    pub(super) const CHAINS_F32: usize = 4;
+    /// BF16 score chains (`bf16`): pair indices of each parity.
+    pub(super) const CHAINS_BF16: usize = 2;
+}
 
 /// Whether the blocked kernels run fast here for `products`: AVX-512 for
 /// f32, AVX-512 BF16 for BF16. Elsewhere the per-row kernels do as well

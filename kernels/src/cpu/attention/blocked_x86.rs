@@ -7,7 +7,8 @@
 
 use std::arch::x86_64::*;
 
-use super::{CHAINS_BF16, CHAINS_F32, COLUMN, KEY_BLOCK, KEY_TILE};
+use super::shape::{CHAINS_BF16, CHAINS_F32, COLUMN};
+use crate::cpu::kv_layout::{KEY_BLOCK, KEY_TILE};
 
 /// A chain kernel's arguments: the first query's elements (the next
 /// query's `stride` on), `steps` elements each; the chain's first key row
