@@ -86,7 +86,7 @@ pub fn write_layer_subset(base: &GgufFile, keep: &[usize], out: &Path) -> Result
         "general.name",
         MetaValue::String(format!("{name} (layers {} of {layers})", spell(keep))),
     );
-    for (tensor, _) in base.tensors() {
+    for tensor in base.tensors().keys() {
         let renamed = match layer_of(tensor) {
             None => tensor.clone(),
             Some((layer, rest)) => match keep.iter().position(|&k| k == layer) {
