@@ -18,6 +18,8 @@ CAUSES = ("--features cuda", "libcuda.so was not found", "no CUDA device")
     "args",
     [
         ["generate", "--device", "cuda", "--model", "/nonexistent.gguf", "--prompt", "hi"],
+        # serve opens the device before it loads a model or serves a request.
+        ["serve", "--device", "cuda", "--model", "/nonexistent.gguf", "--listen", "127.0.0.1:0"],
         [
             "logits", "--device", "cuda:1", "--model", "/nonexistent.gguf",
             "--tokens", "1,2", "--out", "/tmp/switchyard-cuda-test.npy",
