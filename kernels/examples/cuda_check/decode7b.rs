@@ -21,7 +21,9 @@ use rand_chacha::ChaCha8Rng;
 use switchyard_kernels::cuda::graph_cache::{GraphCache, Lookup, StepShape};
 use switchyard_kernels::cuda::ops::{self, MatvecInput};
 use switchyard_kernels::cuda::ops_layers::{self, Elementwise};
-use switchyard_kernels::cuda::{CudaBackend, CudaConfig, CudaDevice, CudaMemory, DeviceMemory, PointerTable};
+use switchyard_kernels::cuda::{
+    CudaBackend, CudaConfig, CudaDevice, CudaMemory, DeviceMemory, PointerTable,
+};
 use switchyard_kernels::{DType, StepKey};
 
 use super::llama::{write_logits, Model, Weights, LLAMA_7B, PROMPT, SEED};

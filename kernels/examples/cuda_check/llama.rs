@@ -436,14 +436,7 @@ impl<B: Backend> Model<B> {
         let positions: Vec<u32> = (0..PROMPT as u32).collect();
         let prompt = self.step(b, &mut batch, &tokens[..PROMPT], &positions, PROMPT, None)?;
         let last = prompt[(PROMPT - 1) * vocab..].to_vec();
-        let decode = self.step(
-            b,
-            &mut batch,
-            &tokens[PROMPT..],
-            &[PROMPT as u32],
-            1,
-            None,
-        )?;
+        let decode = self.step(b, &mut batch, &tokens[PROMPT..], &[PROMPT as u32], 1, None)?;
         Ok((tokens, vec![last, decode]))
     }
 }

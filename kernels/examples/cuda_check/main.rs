@@ -147,7 +147,10 @@ fn main() -> ExitCode {
     if !quick {
         ok &= report("decode bandwidth", bandwidth(&device));
         ok &= report("graph swaps", decode7b::graph_swaps(&device, 10_000));
-        ok &= report("backend decode", decode7b::backend_decode(&[1, 16, 64], 32, weights_dir.as_deref()));
+        ok &= report(
+            "backend decode",
+            decode7b::backend_decode(&[1, 16, 64], 32, weights_dir.as_deref()),
+        );
     }
     for m in cuda::sources::KernelModule::ALL {
         if let Some(origin) = device.module_origin(m) {
