@@ -162,9 +162,9 @@ def switchyard(bin_path: Path, model: Path, adapters: list[Path], args, replicas
                f32: bool = False) -> float:
     """Tokens/s of the base with `adapters` (resident in BF16, or F32 with
     `f32`), or of the merged `replicas` alone."""
-    port = free_port()
+    port, admin_port = free_port(), free_port()
     cmd = [str(bin_path), "serve", "--listen", f"127.0.0.1:{port}", "--threads", str(args.threads),
-           "--max-batch", str(CLIENTS)]
+           "--max-batch", str(CLIENTS), "--admin-listen", f"127.0.0.1:{admin_port}"]
     if replicas:
         for i, path in enumerate(replicas):
             cmd += ["--model", str(path), "--model-name", f"m{i}"]
@@ -187,10 +187,10 @@ def switchyard(bin_path: Path, model: Path, adapters: list[Path], args, replicas
         label = "base"
         if replicas or adapters:
             label = f"{'merged' if replicas else 'adapters'}{len(names)}{'-f32' if f32 else ''}"
-        before = probe(proc.pid, port)
+        before = probe(proc.pid, admin_port)
         with profiled(proc.pid, args.perf, label):
             seconds, tokens = drive(ask, len(names), args.requests)
-        after = probe(proc.pid, port)
+        after = probe(proc.pid, admin_port)
     steps = after["steps"] - before["steps"]
     busy = {k: (after["cpu"].get(k, 0) - before["cpu"].get(k, 0)) / seconds for k in after["cpu"]}
     PROBES.append({"label": label, "seconds": seconds, "tokens": tokens, "steps": steps,

@@ -102,8 +102,12 @@ pub(crate) fn lora(
     Ok(())
 }
 
-/// TEMPORARY A/B switch (`SWITCHYARD_LORA_EXP` bits: 1 the blocked
-/// shrink, 2 prefetch of the run's tensors), removed once measured.
+/// The A/B switch of the kernel variants under measurement
+/// (`SWITCHYARD_LORA_EXP` bits: 1 the blocked shrink of `lora_shrink.rs`,
+/// 2 a prefetch of each task's `A` and `Bᵀ`; default 0, the dot kernel).
+/// Q8_0 adapters always take the blocked shrink (`dot_float` reads no
+/// quantized rows). Results in docs/bench/lora.md; to be folded into one
+/// path once a quiet run decides.
 fn experiment() -> u32 {
     static EXP: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     *EXP.get_or_init(|| {
