@@ -265,7 +265,10 @@ pub(crate) mod tests {
         };
         let row_bytes = dtype.bytes_for(width).unwrap();
         let mut held = vec![0.0f32; values.len()];
-        for (row, out) in bytes.chunks_exact(row_bytes).zip(held.chunks_exact_mut(width)) {
+        for (row, out) in bytes
+            .chunks_exact(row_bytes)
+            .zip(held.chunks_exact_mut(width))
+        {
             crate::formats::dequantize_row(dtype, row, out).unwrap();
         }
         (bytes, held)

@@ -226,7 +226,9 @@ mod tests {
                             let (d, w) = (plain_dtype, &plain[..]);
                             match x.as_slice() {
                                 [x0] => dot_float::<1>(isa, d, w, row_bytes, &[x0], &mut want),
-                                [x0, x1] => dot_float::<2>(isa, d, w, row_bytes, &[x0, x1], &mut want),
+                                [x0, x1] => {
+                                    dot_float::<2>(isa, d, w, row_bytes, &[x0, x1], &mut want)
+                                }
                                 [x0, x1, x2] => {
                                     dot_float::<3>(isa, d, w, row_bytes, &[x0, x1, x2], &mut want)
                                 }
@@ -240,7 +242,8 @@ mod tests {
                                 ),
                                 _ => unreachable!(),
                             }
-                            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                            let bits =
+                                |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                             assert_eq!(
                                 bits(&got),
                                 bits(&want),
