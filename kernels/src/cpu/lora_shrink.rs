@@ -137,6 +137,9 @@ mod x86 {
     }
 
     /// Rows `j0..j0 + J` of `A` against every row of `x`.
+    // Index loops over the register arrays: iterators would hide which
+    // accumulator each fused multiply-add feeds.
+    #[allow(clippy::needless_range_loop)]
     #[target_feature(enable = "avx512f,avx512bw,f16c")]
     #[inline]
     unsafe fn block<const R: usize, const J: usize>(
