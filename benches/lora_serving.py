@@ -162,9 +162,9 @@ def switchyard(bin_path: Path, model: Path, adapters: list[Path], args, replicas
                f32: bool = False) -> float:
     """Tokens/s of the base with `adapters` (resident in BF16, or F32 with
     `f32`), or of the merged `replicas` alone."""
-    port = free_port()
+    port, admin_port = free_port(), free_port()
     cmd = [str(bin_path), "serve", "--listen", f"127.0.0.1:{port}", "--threads", str(args.threads),
-           "--max-batch", str(CLIENTS)]
+           "--max-batch", str(CLIENTS), "--admin-listen", f"127.0.0.1:{admin_port}"]
     if replicas:
         for i, path in enumerate(replicas):
             cmd += ["--model", str(path), "--model-name", f"m{i}"]
@@ -175,6 +175,7 @@ def switchyard(bin_path: Path, model: Path, adapters: list[Path], args, replicas
             cmd += ["--lora", f"a{i}={path}"]
         names = [f"a{i}" for i in range(len(adapters))] or ["smol"]
     env = {"SWITCHYARD_LORA_F32": "1"} if f32 else {}
+    env["SWITCHYARD_ADMIN_TOKEN"] = ADMIN_TOKEN
     with running_server(cmd, port, env=env, ready_within=600) as proc:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0, timeout=600)
 
@@ -186,9 +187,46 @@ def switchyard(bin_path: Path, model: Path, adapters: list[Path], args, replicas
         label = "base"
         if replicas or adapters:
             label = f"{'merged' if replicas else 'adapters'}{len(names)}{'-f32' if f32 else ''}"
+        before = probe(proc.pid, admin_port)
         with profiled(proc.pid, args.perf, label):
             seconds, tokens = drive(ask, len(names), args.requests)
+        after = probe(proc.pid, admin_port)
+    steps = after["steps"] - before["steps"]
+    busy = {k: (after["cpu"].get(k, 0) - before["cpu"].get(k, 0)) / seconds for k in after["cpu"]}
+    PROBES.append({"label": label, "seconds": seconds, "tokens": tokens, "steps": steps,
+                   "tokens_per_step": tokens / max(steps, 1), "ms_per_step": 1e3 * seconds / max(steps, 1),
+                   "cpu_share": {k: round(v, 2) for k, v in busy.items()}})
+    print(PROBES[-1], file=sys.stderr, flush=True)
     return tokens / seconds
+
+
+# The admin token the bench's servers take, to read their step counts.
+ADMIN_TOKEN = "lora-bench-admin-token-0123456789"
+# What each measured round saw inside the server (see `probe`).
+PROBES: list[dict] = []
+
+
+def probe(pid: int, port: int) -> dict:
+    """The executor's step count (`/admin/status`) and the CPU seconds each
+    of the server's named threads has used (executor, kernel workers, the
+    rest summed), read before and after a measured round: tokens per step
+    says whether steps ran full, a thread's CPU share whether it waited."""
+    import urllib.request
+
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/admin/status",
+                                     headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    with urllib.request.urlopen(request, timeout=30) as r:
+        steps = json.load(r)["executor"]["steps"]
+    tick = os.sysconf("SC_CLK_TCK")
+    cpu: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            name = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            seconds = (int(fields[11]) + int(fields[12])) / tick
+            key = name if name.startswith("switchyard-") else "other"
+            cpu[key] = cpu.get(key, 0.0) + seconds
+    return {"steps": steps, "cpu": cpu}
 
 
 @contextlib.contextmanager
@@ -359,6 +397,7 @@ def main() -> int:
         for n in counts:
             # Interleaved: the base alone, then N adapters, N merged replicas and
             # llama.cpp, so all see the same load on a shared machine.
+            first_probe = len(PROBES)
             row = {"n": n, "base": switchyard(args.bin, model, [], args)}
             row["switchyard"] = switchyard(args.bin, model, [f[0] for f in files[:n]], args)
             if args.f32:
@@ -375,6 +414,7 @@ def main() -> int:
                 row["llama_cpp"] = llama_server(args.llama_server, model, [f[1] for f in files[:n]], args)
             elif not args.no_llama and n <= args.llama_max:
                 row["llama_cpp"] = llama_cpp(model, [f[1] for f in files[:n]], args)
+            row["probes"] = PROBES[first_probe:]
             row["load"] = os.getloadavg()[0]
             row["load_before"] = load_before
             row["peer"] = peer

@@ -33,7 +33,7 @@ use std::path::Path;
 
 pub use error::AdapterError;
 pub use order::{reorder_columns, RowOrder};
-pub use resident::{resident_dtype, ResidentAdapter, ResidentWeight, F32_ENV_VAR};
+pub use resident::{resident_dtype, ResidentAdapter, ResidentWeight, DTYPE_ENV_VAR, F32_ENV_VAR};
 pub use target::{Target, TARGETS};
 pub use weights::{AdapterFormat, AdapterWeights, LoraWeight, MAX_RANK};
 pub use write::{LoraPair, LoraSet};

@@ -22,12 +22,20 @@ use super::weights::AdapterWeights;
 /// (`benches/lora_serving.py --f32`).
 pub const F32_ENV_VAR: &str = "SWITCHYARD_LORA_F32";
 
-/// The type `A` and `Bᵀ` are kept in: BF16 unless [`F32_ENV_VAR`] is `1`.
+/// The environment variable that names the type `A` and `Bᵀ` are kept in:
+/// `f32`, `bf16` or `q8_0`.
+pub const DTYPE_ENV_VAR: &str = "SWITCHYARD_LORA_DTYPE";
+
+/// The type `A` and `Bᵀ` are kept in: BF16 unless [`F32_ENV_VAR`] is `1`
+/// or [`DTYPE_ENV_VAR`] names another.
 pub fn resident_dtype() -> DType {
     if std::env::var(F32_ENV_VAR).is_ok_and(|v| v == "1") {
-        DType::F32
-    } else {
-        DType::BF16
+        return DType::F32;
+    }
+    match std::env::var(DTYPE_ENV_VAR).as_deref() {
+        Ok("f32") => DType::F32,
+        Ok("q8_0") => DType::Q8_0,
+        _ => DType::BF16,
     }
 }
 
@@ -96,16 +104,25 @@ impl<B: Backend> ResidentAdapter<B> {
 }
 
 /// `values` (`rank` rows) as a matrix of `dtype` (F32 as they are; BF16
-/// each rounded to the nearest, ties to even).
+/// each rounded to the nearest, ties to even; Q8_0 by blocks of 32 along
+/// each row, or BF16 where a row is not whole blocks).
 fn view(dtype: DType, values: &[f32], rank: usize) -> Result<WeightView, KernelError> {
     let cols = values.len().checked_div(rank).unwrap_or(0);
-    let bytes: Vec<u8> = if dtype == DType::F32 {
-        values.iter().flat_map(|v| v.to_le_bytes()).collect()
-    } else {
-        values
+    let bytes: Vec<u8> = match dtype {
+        DType::F32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        DType::Q8_0 if cols.is_multiple_of(32) => {
+            let bytes = switchyard_kernels::formats::quantize::quantize(dtype, values)?;
+            return WeightView::new(dtype, rank, cols, Bytes::from(bytes));
+        }
+        _ => values
             .iter()
             .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
-            .collect()
+            .collect(),
+    };
+    let dtype = if dtype == DType::F32 {
+        DType::F32
+    } else {
+        DType::BF16
     };
     WeightView::new(dtype, rank, cols, Bytes::from(bytes))
 }

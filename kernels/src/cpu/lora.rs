@@ -66,17 +66,27 @@ pub(crate) fn lora(
         })
         .collect();
     let target = DisjointSlice::new(&mut out.data);
+    let exp = experiment();
     pool.run(tasks.len(), &|task| {
         let (i, rows) = &tasks[task];
         let run = &runs[*i];
         let rank = run.a.rows;
+        if exp & 2 != 0 {
+            super::prefetch::prefetch_all(&run.a.data[..]);
+            super::prefetch::prefetch_all(&run.b_t.data[..]);
+        }
         // The group's dot products (`rank` rows of up to GROUP), then one
         // row's scaled `rank`: sized to the rank, not to MAX_RANK.
         let mut buf = vec![0.0f32; rank * (GROUP + 1)];
         let (sums, mid) = buf.split_at_mut(rank * GROUP);
         for start in rows.clone().step_by(GROUP) {
             let group = start..(start + GROUP).min(rows.end);
-            shrink(isa, x, k, run, group.clone(), sums);
+            if exp & 1 != 0 || run.a.dtype == crate::DType::Q8_0 {
+                let xs: Vec<&[f32]> = group.clone().map(|r| &x.data[r * k..(r + 1) * k]).collect();
+                super::lora_shrink::shrink(isa, run.a.dtype, &run.a.data, rank, &xs, sums);
+            } else {
+                shrink(isa, x, k, run, group.clone(), sums);
+            }
             for (g, r) in group.clone().enumerate() {
                 for (j, m) in mid.iter_mut().enumerate() {
                     *m = sums[j * group.len() + g] * run.scale;
@@ -90,6 +100,22 @@ pub(crate) fn lora(
         }
     });
     Ok(())
+}
+
+/// The A/B switch of the kernel variants under measurement
+/// (`SWITCHYARD_LORA_EXP` bits: 1 the blocked shrink of `lora_shrink.rs`,
+/// 2 a prefetch of each task's `A` and `Bᵀ`; default 0, the dot kernel).
+/// Q8_0 adapters always take the blocked shrink (`dot_float` reads no
+/// quantized rows). Results in docs/bench/lora.md; to be folded into one
+/// path once a quiet run decides.
+fn experiment() -> u32 {
+    static EXP: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *EXP.get_or_init(|| {
+        std::env::var("SWITCHYARD_LORA_EXP")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    })
 }
 
 /// The shrink of rows `rows` (at most [`GROUP`]) of one run into `sums`:
@@ -165,9 +191,9 @@ fn validate(x: &CpuActivations, run: &Run<'_>, out: &CpuActivations) -> Result<(
         return bad(format!("rank {rank} is outside 1..={MAX_RANK}"));
     }
     for (name, w) in [("A", a), ("Bᵀ", b_t)] {
-        // The dot kernel and the expand read F32 and BF16 alike.
+        // The shrink and the expand read F32, BF16 and Q8_0 alike.
         if !expands(w.dtype) {
-            return bad(format!("{name} is {}, not F32 or BF16", w.dtype));
+            return bad(format!("{name} is {}, not F32, BF16 or Q8_0", w.dtype));
         }
         // WeightView's fields are public: recheck the byte length the
         // kernels rely on.
@@ -207,21 +233,10 @@ mod tests {
         (0..n).map(|_| rng.random_range(-1.0..1.0)).collect()
     }
 
-    /// `values` as a `rows × cols` view of `dtype` (F32 or BF16, rounded
-    /// to nearest), and the values it holds, widened back.
+    /// `values` as a `rows × cols` view of `dtype` (F32, BF16 rounded to
+    /// nearest, or Q8_0), and the values it holds, widened back.
     fn view(dtype: DType, rows: usize, cols: usize, values: &[f32]) -> (WeightView, Vec<f32>) {
-        let (bytes, held): (Vec<u8>, Vec<f32>) = if dtype == DType::BF16 {
-            let b: Vec<half::bf16> = values.iter().map(|v| half::bf16::from_f32(*v)).collect();
-            (
-                b.iter().flat_map(|v| v.to_le_bytes()).collect(),
-                b.iter().map(|v| v.to_f32()).collect(),
-            )
-        } else {
-            (
-                values.iter().flat_map(|v| v.to_le_bytes()).collect(),
-                values.to_vec(),
-            )
-        };
+        let (bytes, held) = crate::cpu::lora_expand::tests::stored(dtype, cols, values);
         let view = WeightView::new(dtype, rows, cols, bytes::Bytes::from(bytes)).unwrap();
         (view, held)
     }
@@ -236,7 +251,7 @@ mod tests {
     #[test]
     fn simd_matches_scalar_and_rows_are_independent() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
-        let (k, width, n) = (96, 80, 13);
+        let (k, width, n) = (96, 96, 13);
         let x = CpuActivations::from_values(n, k, &random(&mut rng, n * k)).unwrap();
         let base = random(&mut rng, n * width);
         let raw: Vec<(Vec<f32>, Vec<f32>, usize)> = [4usize, 16, 1]
@@ -249,7 +264,7 @@ mod tests {
                 )
             })
             .collect();
-        for dtype in [DType::F32, DType::BF16] {
+        for dtype in [DType::F32, DType::BF16, DType::Q8_0] {
             let adapters: Vec<_> = raw
                 .iter()
                 .map(|(a, b_t, rank)| (view(dtype, *rank, k, a), view(dtype, *rank, width, b_t)))
@@ -317,9 +332,9 @@ mod tests {
         let (b_t, _) = view(DType::F32, 2, 4, &[0.0; 8]);
         let (b_short, _) = view(DType::F32, 1, 4, &[0.0; 4]);
         let (a_wide, _) = view(DType::F32, 2, 9, &[0.0; 18]);
-        let (a_q8, _) = {
-            let bytes = bytes::Bytes::from(vec![0u8; 2 * 34]);
-            (WeightView::new(DType::Q8_0, 2, 32, bytes).unwrap(), ())
+        let (a_q4, _) = {
+            let bytes = bytes::Bytes::from(vec![0u8; 2 * 18]);
+            (WeightView::new(DType::Q4_0, 2, 32, bytes).unwrap(), ())
         };
         let run = |rows, a, b_t| Run {
             rows,
@@ -332,7 +347,7 @@ mod tests {
         assert!(lora(&pool, isa, &x, &[run(0..3, &a, &b_t)], &mut out).is_err());
         assert!(lora(&pool, isa, &x, &[run(0..2, &a_wide, &b_t)], &mut out).is_err());
         let x32 = CpuActivations::zeros(2, 32);
-        assert!(lora(&pool, isa, &x32, &[run(0..2, &a_q8, &b_t)], &mut out).is_err());
+        assert!(lora(&pool, isa, &x32, &[run(0..2, &a_q4, &b_t)], &mut out).is_err());
         let (a0, _) = view(DType::F32, 0, 8, &[]);
         let (b0, _) = view(DType::F32, 0, 4, &[]);
         assert!(lora(&pool, isa, &x, &[run(0..2, &a0, &b0)], &mut out).is_err());

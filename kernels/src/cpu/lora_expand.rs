@@ -1,47 +1,88 @@
 //! The expand half of a LoRA update, `acc += Σⱼ p[j] · values[j]`, over
-//! rows of `values` stored as F32 or BF16 bytes (an adapter's `Bᵀ`) and
-//! widened to f32 in registers: a BF16 adapter is read at half the bytes,
-//! and the arithmetic stays f32 (one fused multiply-add per term, in
-//! order), so every ISA gives the scalar loop's bits.
+//! rows of `values` stored as F32, BF16 or Q8_0 bytes (an adapter's `Bᵀ`)
+//! and widened to f32 in registers: a BF16 adapter is read at half the
+//! bytes, a Q8_0 one at about a quarter, and the arithmetic stays f32 (one
+//! fused multiply-add per term, in order), so every ISA gives the scalar
+//! loop's bits. A Q8_0 value is `q · d`, an exact product in f32 (8 bits by
+//! 11), so a Q8_0 row expands exactly as its dequantized F32 row would.
 
 use super::isa::{CheckedIsa, Isa};
 use crate::DType;
 use scalar::expand_scalar;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use x86::d_at as x86_d_at;
 
 /// Whether [`expand`] reads values of `dtype`.
 pub(crate) fn expands(dtype: DType) -> bool {
-    matches!(dtype, DType::F32 | DType::BF16)
+    matches!(dtype, DType::F32 | DType::BF16 | DType::Q8_0)
+}
+
+/// How the elements of a row are stored.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Elems {
+    F32,
+    Bf16,
+    /// Blocks of 32: an f16 `d`, then 32 × i8 `q`; the value is `q · d`.
+    Q8,
+}
+
+impl Elems {
+    pub(crate) fn of(dtype: DType) -> Option<Elems> {
+        match dtype {
+            DType::F32 => Some(Elems::F32),
+            DType::BF16 => Some(Elems::Bf16),
+            DType::Q8_0 => Some(Elems::Q8),
+            _ => None,
+        }
+    }
 }
 
 /// `acc += Σⱼ p[j] · row j of values`, each row `acc.len()` elements of
-/// `dtype` (F32 or BF16; see [`expands`]). Rows past the end of `values`
+/// `dtype` (see [`expands`]; Q8_0 rows a whole number of blocks). Rows
+/// past the end of `values`, and every row of a type it does not read,
 /// are not read.
 pub(crate) fn expand(isa: CheckedIsa, dtype: DType, p: &[f32], values: &[u8], acc: &mut [f32]) {
-    let bf16 = dtype == DType::BF16;
-    let size = if bf16 { 2 } else { 4 };
     let width = acc.len();
-    let rows = p.len().min(values.len() / (width * size).max(1));
-    let (p, values) = (&p[..rows], &values[..rows * width * size]);
+    let (Some(elems), Some(row_bytes)) = (Elems::of(dtype), dtype.bytes_for(width)) else {
+        return;
+    };
+    let rows = p.len().min(values.len() / row_bytes.max(1));
+    let (p, values) = (&p[..rows], &values[..rows * row_bytes]);
     match isa.get() {
         // SAFETY: CheckedIsa guarantees the features; `values` holds
-        // `p.len()` rows of `acc.len()` elements (cut above).
+        // `p.len()` rows of `acc.len()` elements (cut above; a Q8_0 row a
+        // whole number of blocks, as `bytes_for` checked).
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 | Isa::Avx512Vnni => unsafe { x86::expand_avx512(bf16, p, values, acc) },
+        Isa::Avx512 | Isa::Avx512Vnni => unsafe { x86::expand_avx512(elems, p, values, acc) },
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { x86::expand_avx2(bf16, p, values, acc) },
-        _ => expand_scalar(bf16, p, values, acc, 0),
+        Isa::Avx2 => unsafe { x86::expand_avx2(elems, p, values, acc) },
+        _ => expand_scalar(elems, p, values, acc, 0),
     }
 }
 
 /// The scalar loop, in its own module so that the x86 kernels (which end
 /// each row with it) and their parent both reach it without a cycle.
 mod scalar {
-    use crate::formats::blocks::{bf16_at, f32_at};
+    use super::Elems;
+    use crate::formats::blocks::{bf16_at, f16_at, f32_at};
+
+    /// Element `c` of row `j` of rows `width` elements wide.
+    #[inline]
+    pub(super) fn value(elems: Elems, values: &[u8], width: usize, j: usize, c: usize) -> f32 {
+        match elems {
+            Elems::F32 => f32_at(values, 4 * (j * width + c)),
+            Elems::Bf16 => bf16_at(values, 2 * (j * width + c)),
+            Elems::Q8 => {
+                let block = j * (width / 32 * 34) + c / 32 * 34;
+                f32::from(values[block + 2 + c % 32] as i8) * f16_at(values, block)
+            }
+        }
+    }
 
     /// The scalar loop for elements `from..` of each row (the SIMD kernels'
     /// tail takes it too, so a row's bits do not depend on where it ends).
     pub(super) fn expand_scalar(
-        bf16: bool,
+        elems: Elems,
         p: &[f32],
         values: &[u8],
         acc: &mut [f32],
@@ -50,13 +91,7 @@ mod scalar {
         let width = acc.len();
         for (c, a) in acc.iter_mut().enumerate().skip(from) {
             for (j, p) in p.iter().enumerate() {
-                let at = j * width + c;
-                let v = if bf16 {
-                    bf16_at(values, 2 * at)
-                } else {
-                    f32_at(values, 4 * at)
-                };
-                *a = p.mul_add(v, *a);
+                *a = p.mul_add(value(elems, values, width, j, c), *a);
             }
         }
     }
@@ -69,28 +104,61 @@ mod x86 {
     //! (two bytes each for BF16, four for F32) and have the named features.
     use std::arch::x86_64::*;
 
-    /// Sixteen elements of a row at `v` (element `at`), widened to f32:
-    /// the masked-off lanes read nothing and are zero.
-    #[target_feature(enable = "avx512f,avx512bw")]
+    use super::Elems;
+
+    /// The f16 scale `d` at `block`, widened (exactly, as every f16 is an f32).
+    #[target_feature(enable = "f16c")]
     #[inline]
-    unsafe fn load16(bf16: bool, v: *const u8, at: usize, mask: __mmask16) -> __m512 {
-        if bf16 {
-            // Sixteen u16 lanes of a 512-bit masked load (BW's word mask),
-            // widened to u32 and shifted up: the bits of the f32.
-            let half = _mm512_maskz_loadu_epi16(mask as __mmask32, v.wrapping_add(2 * at).cast());
-            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(
-                _mm512_castsi512_si256(half),
-            )))
-        } else {
-            _mm512_maskz_loadu_ps(mask, v.wrapping_add(4 * at).cast())
+    pub(crate) unsafe fn d_at(block: *const u8) -> f32 {
+        let bits = u16::from_le_bytes([*block, *block.add(1)]);
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
+    }
+
+    /// Sixteen elements of row `j` at `v` from element `c` (a multiple of
+    /// 16), widened to f32: the masked-off lanes read nothing and are zero.
+    /// Q8_0 rows are whole blocks, so their sixteen lie in one block and
+    /// are either all in the row or all past it (mask 0: nothing read).
+    #[target_feature(enable = "avx512f,avx512bw,f16c")]
+    #[inline]
+    unsafe fn load16(
+        elems: Elems,
+        v: *const u8,
+        width: usize,
+        j: usize,
+        c: usize,
+        mask: __mmask16,
+    ) -> __m512 {
+        match elems {
+            Elems::Bf16 => {
+                // Sixteen u16 lanes of a 512-bit masked load (BW's word
+                // mask), widened to u32 and shifted up: the bits of the f32.
+                let at = v.wrapping_add(2 * (j * width + c));
+                let half = _mm512_maskz_loadu_epi16(mask as __mmask32, at.cast());
+                _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(
+                    _mm512_castsi512_si256(half),
+                )))
+            }
+            Elems::F32 => _mm512_maskz_loadu_ps(mask, v.wrapping_add(4 * (j * width + c)).cast()),
+            Elems::Q8 => {
+                if mask == 0 {
+                    return _mm512_setzero_ps();
+                }
+                let block = v.add(j * (width / 32 * 34) + c / 32 * 34);
+                let d = d_at(block);
+                let q = _mm_loadu_si128(block.add(2 + c % 32).cast());
+                _mm512_mul_ps(
+                    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)),
+                    _mm512_set1_ps(d),
+                )
+            }
         }
     }
 
     /// Sixty-four elements of `acc` at a time in four registers: four
     /// independent chains of fused multiply-adds (one chain would wait on
     /// the previous row's result at every row).
-    #[target_feature(enable = "avx512f,avx512bw")]
-    pub(super) unsafe fn expand_avx512(bf16: bool, p: &[f32], values: &[u8], acc: &mut [f32]) {
+    #[target_feature(enable = "avx512f,avx512bw,f16c")]
+    pub(super) unsafe fn expand_avx512(elems: Elems, p: &[f32], values: &[u8], acc: &mut [f32]) {
         let width = acc.len();
         let mask_at = |at: usize| -> __mmask16 {
             ((1u32 << width.saturating_sub(at).min(16)) - 1) as __mmask16
@@ -115,7 +183,7 @@ mod x86 {
                 for k in 0..4 {
                     // Past the row's end the offset is only formed, never
                     // read through (masked off).
-                    let w = load16(bf16, v, j * width + c + 16 * k, m[k]);
+                    let w = load16(elems, v, width, j, c + 16 * k, m[k]);
                     sum[k] = _mm512_fmadd_ps(p, w, sum[k]);
                 }
             }
@@ -126,22 +194,33 @@ mod x86 {
         }
     }
 
-    /// Eight elements of a row at `v` (element `at`), widened to f32.
-    #[target_feature(enable = "avx2,fma")]
+    /// Eight elements of row `j` at `v` from element `c` (a multiple of 8,
+    /// inside the row), widened to f32.
+    #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
-    unsafe fn load8(bf16: bool, v: *const u8, at: usize) -> __m256 {
-        if bf16 {
-            let half = _mm_loadu_si128(v.add(2 * at).cast());
-            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(half)))
-        } else {
-            _mm256_loadu_ps(v.add(4 * at).cast())
+    unsafe fn load8(elems: Elems, v: *const u8, width: usize, j: usize, c: usize) -> __m256 {
+        match elems {
+            Elems::Bf16 => {
+                let half = _mm_loadu_si128(v.add(2 * (j * width + c)).cast());
+                _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(half), 16))
+            }
+            Elems::F32 => _mm256_loadu_ps(v.add(4 * (j * width + c)).cast()),
+            Elems::Q8 => {
+                let block = v.add(j * (width / 32 * 34) + c / 32 * 34);
+                let d = d_at(block);
+                let q = _mm_loadl_epi64(block.add(2 + c % 32).cast());
+                _mm256_mul_ps(
+                    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)),
+                    _mm256_set1_ps(d),
+                )
+            }
         }
     }
 
     /// [`expand_avx512`] in eight-lane registers over the whole vectors of
     /// eight; the scalar loop takes the rest (same operations).
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn expand_avx2(bf16: bool, p: &[f32], values: &[u8], acc: &mut [f32]) {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn expand_avx2(elems: Elems, p: &[f32], values: &[u8], acc: &mut [f32]) {
         let width = acc.len();
         let whole = width / 8 * 8;
         let v = values.as_ptr();
@@ -156,7 +235,7 @@ mod x86 {
             for (j, p) in p.iter().enumerate() {
                 let pv = _mm256_set1_ps(*p);
                 for (k, s) in sum.iter_mut().enumerate().take(lanes) {
-                    *s = _mm256_fmadd_ps(pv, load8(bf16, v, j * width + c + 8 * k), *s);
+                    *s = _mm256_fmadd_ps(pv, load8(elems, v, width, j, c + 8 * k), *s);
                 }
             }
             for (k, s) in sum.iter().enumerate().take(lanes) {
@@ -164,51 +243,65 @@ mod x86 {
             }
             c += 8 * lanes;
         }
-        super::scalar::expand_scalar(bf16, p, values, acc, whole);
+        super::scalar::expand_scalar(elems, p, values, acc, whole);
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
 
-    /// Every ISA gives the scalar loop's bits, for both types and widths
-    /// that end inside a vector (of 8 and of 16) and inside a 64 chunk.
+    /// `values` stored as `dtype` (F32; BF16 rounded to nearest; Q8_0 by
+    /// the crate's quantizer), and the values that holds, widened back.
+    pub(crate) fn stored(dtype: DType, width: usize, values: &[f32]) -> (Vec<u8>, Vec<f32>) {
+        let bytes: Vec<u8> = match dtype {
+            DType::BF16 => values
+                .iter()
+                .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
+                .collect(),
+            DType::Q8_0 => crate::formats::quantize::quantize(dtype, values).unwrap(),
+            _ => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        };
+        let row_bytes = dtype.bytes_for(width).unwrap();
+        let mut held = vec![0.0f32; values.len()];
+        for (row, out) in bytes
+            .chunks_exact(row_bytes)
+            .zip(held.chunks_exact_mut(width))
+        {
+            crate::formats::dequantize_row(dtype, row, out).unwrap();
+        }
+        (bytes, held)
+    }
+
+    /// Every ISA gives the scalar loop's bits, for every type and widths
+    /// that end inside a vector (of 8 and of 16) and inside a 64 chunk
+    /// (Q8_0: whole blocks of 32), and the scalar loop is the plain sum of
+    /// the values the bytes hold.
     #[test]
     fn every_isa_gives_the_scalar_bits() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
-        for width in [1usize, 7, 8, 13, 64, 80, 577] {
+        for width in [1usize, 7, 8, 13, 32, 64, 80, 96, 577, 576] {
             let rank = 5;
             let p: Vec<f32> = (0..rank).map(|_| rng.random_range(-1.0..1.0)).collect();
             let base: Vec<f32> = (0..width).map(|_| rng.random_range(-1.0..1.0)).collect();
             let values: Vec<f32> = (0..rank * width)
                 .map(|_| rng.random_range(-1.0..1.0))
                 .collect();
-            for dtype in [DType::F32, DType::BF16] {
-                let bytes: Vec<u8> = if dtype == DType::BF16 {
-                    values
-                        .iter()
-                        .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
-                        .collect()
-                } else {
-                    values.iter().flat_map(|v| v.to_le_bytes()).collect()
-                };
+            for dtype in [DType::F32, DType::BF16, DType::Q8_0] {
+                if dtype.bytes_for(width).is_none() {
+                    continue;
+                }
+                let (bytes, held) = stored(dtype, width, &values);
+                let elems = Elems::of(dtype).unwrap();
                 let mut want = base.clone();
-                expand_scalar(dtype == DType::BF16, &p, &bytes, &mut want, 0);
-                // The scalar loop is the plain sum of widened values.
+                expand_scalar(elems, &p, &bytes, &mut want, 0);
                 for (c, w) in want.iter().enumerate() {
                     let mut a = base[c];
                     for (j, p) in p.iter().enumerate() {
-                        let v = values[j * width + c];
-                        let v = if dtype == DType::BF16 {
-                            half::bf16::from_f32(v).to_f32()
-                        } else {
-                            v
-                        };
-                        a = p.mul_add(v, a);
+                        a = p.mul_add(held[j * width + c], a);
                     }
-                    assert_eq!(a.to_bits(), w.to_bits());
+                    assert_eq!(a.to_bits(), w.to_bits(), "{dtype} width {width}");
                 }
                 for isa in Isa::supported() {
                     let mut got = base.clone();

@@ -30,6 +30,7 @@ mod kv_ring_tests;
 mod kv_store;
 mod lora;
 mod lora_expand;
+mod lora_shrink;
 mod matmul;
 mod matmul_input;
 mod norm;
