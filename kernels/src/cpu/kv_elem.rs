@@ -33,6 +33,22 @@ pub(crate) trait KvElem: Copy + Default + Send + Sync + 'static {
     /// `src` (one run) as f32 in the layout of `kv_layout`: itself for
     /// f32, else widened into `scratch`.
     fn widen<'a>(isa: CheckedIsa, src: &'a [Self], scratch: &'a mut Vec<f32>) -> &'a [f32];
+
+    /// `run` in a type the decode kernels read in place (f32 as it is,
+    /// f16 widened as each vector is loaded), in the f32 layout; `None`
+    /// for a layout of its own (Q8_0), which [`KvElem::widen`] serves.
+    fn direct(run: &[Self]) -> Option<Direct<'_>> {
+        let _ = run;
+        None
+    }
+}
+
+/// A run that attention reads without a widened copy (see
+/// [`KvElem::direct`]).
+#[derive(Clone, Copy)]
+pub(crate) enum Direct<'a> {
+    F32(&'a [f32]),
+    F16(&'a [f16]),
 }
 
 /// [`KvElem::store`] for types stored element by element in the f32
@@ -58,6 +74,10 @@ impl KvElem for f32 {
     fn widen<'a>(_: CheckedIsa, src: &'a [f32], _: &'a mut Vec<f32>) -> &'a [f32] {
         src
     }
+
+    fn direct(run: &[f32]) -> Option<Direct<'_>> {
+        Some(Direct::F32(run))
+    }
 }
 
 impl KvElem for f16 {
@@ -70,6 +90,10 @@ impl KvElem for f16 {
         scratch.resize(src.len(), 0.0);
         widen_f16(isa, src, scratch);
         scratch
+    }
+
+    fn direct(run: &[f16]) -> Option<Direct<'_>> {
+        Some(Direct::F16(run))
     }
 }
 

@@ -16,6 +16,9 @@
 
 pub(crate) mod bf16;
 mod blocked;
+mod decode;
+#[cfg(test)]
+mod decode_tests;
 mod online;
 mod partial;
 #[cfg(test)]

@@ -26,6 +26,7 @@ use std::ops::Range;
 
 use super::bf16::{self, Bf16Isa, Products};
 use super::blocked;
+use super::decode::{self, RowState};
 use super::online::online_step;
 use super::partial::{merge, normalize, SEGMENT};
 use super::scores::{scores16_group, scores32_group, GROUP_MAX};
@@ -109,9 +110,23 @@ impl<E: KvElem> Tile<'_, E> {
         block: usize,
         scratch: &'s mut Vec<f32>,
     ) -> (&'s [f32], &'s [f32]) {
-        let run = self.runs[(block / KEY_BLOCK) % self.ring.max(1) - self.first_run];
-        let kv = E::widen(isa, run, scratch);
+        let kv = E::widen(isa, self.run(block), scratch);
         kv.split_at(KEY_BLOCK * self.head_dim)
+    }
+
+    /// The run of the key block starting at position `block`, as stored.
+    fn run(&self, block: usize) -> &[E] {
+        self.runs[(block / KEY_BLOCK) % self.ring.max(1) - self.first_run]
+    }
+
+    /// Whether a block is folded by the `decode` kernel (which reads the
+    /// run in place) rather than widened and folded here: a decode step's
+    /// tile (one row) with f32 products and no softcap.
+    fn direct(&self, isa: CheckedIsa) -> bool {
+        self.rows == 1
+            && matches!(self.products, Products::F32)
+            && self.softcap.is_none()
+            && decode::fast(isa, self.head_dim)
     }
 }
 
@@ -287,6 +302,38 @@ impl State {
         }
     }
 
+    /// Folds positions `lanes` of the key block at `block` into the
+    /// tile's one row by the `decode` kernel; `false`, with nothing
+    /// changed, where it does not take them (see `decode::fold_row`).
+    fn fold_direct<'q, E: KvElem>(
+        &mut self,
+        isa: CheckedIsa,
+        tile: &Tile<'_, E>,
+        query: &impl Fn(usize, usize) -> &'q [f32],
+        block: usize,
+        lanes: Range<usize>,
+    ) -> bool {
+        let Some(run) = E::direct(tile.run(block)) else {
+            return false;
+        };
+        let hd = tile.head_dim;
+        // The heads `GROUP_MAX` at a time, as `fold`: the same states.
+        for h0 in (0..tile.group).step_by(GROUP_MAX) {
+            let g = (tile.group - h0).min(GROUP_MAX);
+            let qs: [&[f32]; GROUP_MAX] = std::array::from_fn(|h| query(0, h0 + h.min(g - 1)));
+            let state = RowState {
+                max: &mut self.max[h0..h0 + g],
+                sum: &mut self.sum[h0..h0 + g],
+                acc: &mut self.acc[h0 * hd..(h0 + g) * hd],
+            };
+            // The first pass fails or none does (the same lengths).
+            if !decode::fold_row(isa, run, &qs[..g], tile.scale, lanes.clone(), state) {
+                return false;
+            }
+        }
+        true
+    }
+
     /// Ends a segment: merges each query's state into its total and
     /// starts the next segment from an empty state.
     fn close_segment(&mut self, isa: CheckedIsa, hd: usize) {
@@ -450,6 +497,7 @@ fn run_general<'q, E: KvElem>(
     if blocked {
         state.pack_chains(tile, query);
     }
+    let direct = tile.direct(isa);
     // Blocks from here on every row sees whole: after the first row's
     // position and inside the last row's window.
     let whole = |block: usize| {
@@ -463,6 +511,16 @@ fn run_general<'q, E: KvElem>(
         }
         if block + KEY_BLOCK < end {
             tile.prefetch(block + KEY_BLOCK);
+        }
+        if direct {
+            // The row's part of this block, as below (one row).
+            let p = tile.first_pos;
+            let (lo, hi) = (first_seen(p).max(block), (block + KEY_BLOCK).min(p + 1));
+            let lanes = lo.saturating_sub(block)..hi.saturating_sub(block);
+            if lanes.is_empty() || state.fold_direct(isa, tile, query, block, lanes) {
+                block += KEY_BLOCK;
+                continue;
+            }
         }
         let (keys, values) = tile.block(isa, block, &mut scratch);
         if let Products::Bf16(b) = tile.products {
@@ -530,6 +588,7 @@ fn run<'q, E: KvElem>(
     if blocked {
         state.pack_chains(tile, query);
     }
+    let direct = tile.direct(isa);
     let mut block = start;
     while block < end {
         if block > start && block % SEGMENT == 0 {
@@ -537,6 +596,12 @@ fn run<'q, E: KvElem>(
         }
         if block + KEY_BLOCK < end {
             tile.prefetch(block + KEY_BLOCK);
+        }
+        // One row (a decode step) sees the block up to its position.
+        let lanes = 0..(block + KEY_BLOCK).min(tile.first_pos + 1) - block;
+        if direct && state.fold_direct(isa, tile, query, block, lanes) {
+            block += KEY_BLOCK;
+            continue;
         }
         let (keys, values) = tile.block(isa, block, &mut scratch);
         if let Products::Bf16(b) = tile.products {

@@ -375,8 +375,10 @@ fn a_block_written_by_one_sequence_and_read_by_another_is_refused() {
 
 /// A prompt's tiles fold the blocks all their rows see whole through the
 /// blocked kernels (`blocked`), a decode step row by row through the
-/// per-row ones: each row's output is the same bits either way, with f32
-/// and BF16 products, with and without a window and a softcap.
+/// per-row ones, and a decode step with f32 products through the `decode`
+/// kernel: each row's output is the same bits either way, with f32 and
+/// BF16 products, F16 and F32 caches, with and without a window and a
+/// softcap.
 #[test]
 fn a_prompt_gives_each_row_the_bits_of_its_decode_step() {
     let isa = CheckedIsa::at_most(Isa::supported().into_iter().max().unwrap_or(Isa::Scalar));
@@ -386,11 +388,18 @@ fn a_prompt_gives_each_row_the_bits_of_its_decode_step() {
         (4, 1, 256, None, None),
         (6, 2, 33, None, None),
         (4, 1, 40, Some(100), Some(30.0f32)),
+        // SmolLM2's heads; a group past `GROUP_MAX` with a window.
+        (9, 3, 64, None, None),
+        (6, 1, 64, Some(70), None),
     ];
     let (before, rows) = (150usize, 37usize);
     let total = before + rows;
     for (c, &(n_heads, n_kv_heads, head_dim, window, softcap)) in cases.iter().enumerate() {
-        for products in [Products::F32, Products::Bf16(bf16::Bf16Isa::new(isa))] {
+        let kinds = [Products::F32, Products::Bf16(bf16::Bf16Isa::new(isa))];
+        for (products, kv_type) in kinds
+            .into_iter()
+            .flat_map(|p| [(p, KvType::F16), (p, KvType::F32)])
+        {
             let shape = AttentionShape {
                 n_heads,
                 n_kv_heads,
@@ -410,7 +419,7 @@ fn a_prompt_gives_each_row_the_bits_of_its_decode_step() {
                 .collect();
             let mut outs = Vec::new();
             for chunks in [vec![before, rows], steps] {
-                let kv = KvFormat::new(KvType::F16, 64);
+                let kv = KvFormat::new(kv_type, 64);
                 let mut cache = crate::cpu::kv_cache::CpuKvCache::windowed(
                     &kv,
                     1,
@@ -444,7 +453,7 @@ fn a_prompt_gives_each_row_the_bits_of_its_decode_step() {
             let bits = |x: &[f32]| x.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert!(
                 bits(&outs[0]) == bits(&outs[1]),
-                "case {c} {products:?}: a prompt's rows differ from their decode steps"
+                "case {c} {products:?} {kv_type:?}: a prompt's rows differ from their decode steps"
             );
         }
     }
