@@ -19,8 +19,10 @@ cd "$(dirname "$0")/.."
 runs="${1:-10}"
 other="${2:-}"
 cpu="${CPU:-1}"
-bin="$(cargo bench -p switchyard-router --bench policy_layer --no-run --message-format=json 2>/dev/null \
-  | sed -n 's/.*"executable":"\([^"]*policy_layer-[^"]*\)".*/\1/p' | tail -1)"
+# THIS_BENCH names this build's bench executable instead (one built elsewhere, say
+# while this tree's target is busy).
+bin="${THIS_BENCH:-$(cargo bench -p switchyard-router --bench policy_layer --no-run --message-format=json 2>/dev/null \
+  | sed -n 's/.*"executable":"\([^"]*policy_layer-[^"]*\)".*/\1/p' | tail -1)}"
 if [[ -z "$bin" ]]; then
   echo "could not build the policy_layer bench; run cargo bench -p switchyard-router --bench policy_layer --no-run to see why" >&2
   exit 1

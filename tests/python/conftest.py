@@ -115,7 +115,8 @@ def engine_logits(bin_path, model, tokens, tmp_path, greedy=0, positions="all", 
 
 def greedy_gaps(reference, prompt, generated):
     """Teacher-forced check of a greedy continuation: runs the reference once
-    over prompt + generated and returns, per generated token, how far its
+    over prompt + generated (going on from the prompt where the reference
+    already holds it) and returns, per generated token, how far its
     logit lies below the reference's best logit at that step (0 where the
     reference picks the same token).
 
@@ -124,7 +125,17 @@ def greedy_gaps(reference, prompt, generated):
     after that the sequences legitimately part. Bounding every gap by the
     logit tolerance allows exactly that and nothing more: any step where the
     reference's winner leads by more than the bound must agree."""
-    reference.reset()
-    logits = reference.forward(list(prompt) + list(generated[:-1]))[len(prompt) - 1 :]
+    prompt, generated = [int(t) for t in prompt], [int(t) for t in generated]
+    if reference.tokens == prompt and reference.last_logits is not None:
+        # The reference holds the prompt and its last row's logits (the caller
+        # just checked the prompt's logits): append the continuation only. The
+        # same rows as running prompt + continuation from the start (the
+        # reference's caches hold what a longer run would have written).
+        first = reference.last_logits[None]
+        rest = [reference.forward(generated[:-1])] if len(generated) > 1 else []
+        logits = np.vstack([first, *rest])
+    else:
+        reference.reset()
+        logits = reference.forward(prompt + generated[:-1], from_row=len(prompt) - 1)
     chosen = logits[np.arange(len(generated)), generated]
     return logits.max(axis=1) - chosen

@@ -130,6 +130,12 @@ class Reference:
     def reset(self):
         self.k_cache = [np.zeros((0, self.c.kv_heads, self.c.head_dim)) for _ in range(self.c.layers)]
         self.v_cache = [np.zeros((0, self.c.kv_heads, self.c.head_dim)) for _ in range(self.c.layers)]
+        # The sequence the caches hold, and the logits of its last row when
+        # `forward` computed them: a caller that goes on from here (the
+        # teacher-forced check of a greedy continuation, conftest.greedy_gaps)
+        # appends the continuation instead of running the prompt again.
+        self.tokens: list[int] = []
+        self.last_logits: np.ndarray | None = None
 
     def linear(self, x, name, bias=None):
         xin = quantize_activations(x) if (self.act_quant and self.ckpt.quantized(name)) else x
@@ -180,6 +186,7 @@ class Reference:
         logits = self.linear(h, head)
         if self.c.final_softcap:
             logits = self.c.final_softcap * np.tanh(logits / self.c.final_softcap)
+        self.last_logits = logits[-1].copy() if len(logits) else None
         return logits
 
     def embedding(self, tokens: list[int]) -> np.ndarray:
@@ -197,6 +204,8 @@ class Reference:
         c = self.c
         start = self.k_cache[0].shape[0]
         n = len(tokens)
+        self.tokens += [int(t) for t in tokens]
+        self.last_logits = None
         positions = np.arange(start, start + n)
         x = self.w["token_embd.weight"][np.asarray(tokens)]
         group = c.heads // c.kv_heads
