@@ -23,7 +23,9 @@ takes what it is unsure of.
   and `switchyard_cascade_stopped_early_total` say so, the attempt used one
   generated token), whole and streamed; the margin the engine reports equals
   the gap between the first token's two best log-probabilities the client
-  gets.
+  gets;
+- the engine times every forward step per checkpoint
+  (`switchyard_step_seconds`, the cost the cost-quality bench measures).
 """
 
 from __future__ import annotations
@@ -370,3 +372,21 @@ def test_a_first_token_margin_escalates_after_one_token(server):
         assert metric(base, early) == before + 2
     finally:
         policy_file.write_text(policy(-1000.0))
+
+
+def test_the_engine_times_each_checkpoints_forward_steps(server):
+    """`switchyard_step_seconds` (what benches/cost_quality.py prices a cascade by): one
+    observation per forward step of a checkpoint, their sum the engine time its tokens
+    took, within the request's own wall time."""
+    base, _, _ = server
+    series = [f'switchyard_{name}{{model="smol",version="1"}}'
+              for name in ("steps_total", "step_seconds_count", "step_seconds_sum")]
+    before = [metric(base, s) for s in series]
+    started = time.monotonic()
+    headers, body = chat(base, model="smol")
+    elapsed = time.monotonic() - started
+    steps, timed, seconds = (metric(base, s) - b for s, b in zip(series, before))
+    assert headers["x-switchyard-model"] == "smol", headers
+    assert steps >= body["usage"]["completion_tokens"] >= 1, (steps, body["usage"])
+    assert timed == steps
+    assert 0 < seconds <= elapsed, (seconds, elapsed)
