@@ -154,6 +154,10 @@ class Server:
                 if time.time() > deadline:
                     sys.exit("switchyard serve was not ready within 300 s")
                 time.sleep(0.5)
+        # One answer from each model first, so no measured request pays a first step's
+        # one-off setup (scratch buffers, page faults on the weights).
+        for model in ("smol", "gemma"):
+            self.complete(model, "Question: What is one plus one?\nAnswer:", "warm-up")
 
     def complete(self, model: str, prompt: str, salt: str = "collect",
                  max_tokens: int = MAX_TOKENS) -> tuple[str, dict, dict, list[float]]:
