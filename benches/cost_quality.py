@@ -510,7 +510,7 @@ def report(suite: str, result: dict, out: Path, pricing: Pricing, views: dict[st
     shares = [i / 20 for i in range(21)]
     separation = {st: auroc(rows, st) for st in STATISTICS}
     ranked = [st for st in STATISTICS if separation[st] is not None]
-    best = max(ranked, key=lambda st: separation[st]) if ranked else "p10"
+    best = max(ranked, key=lambda st: (separation[st], st == "p10")) if ranked else "p10"
     held = result.get("held_out")
     shown = ["p10", best] + ([held["calibration"]["statistic"]] if held else [])
     curves = {st: [cascade_at(rows, q, pricing, st) for q in shares] for st in dict.fromkeys(shown)}
