@@ -14,44 +14,62 @@ item of the shipped generation suites asks
 
 Both are scored by exact match after the normalization of docs/EVALS.md
 (greedy, at most 8 tokens, stop at a line break, as a cascade client would ask).
+SmolLM2 is asked once more for its first token only: what an attempt the
+cascade stops early costs.
+
+Cost (`--cost`). What a request costs is what the engine spent making its
+tokens, measured where they are made: the executor times every forward step
+per checkpoint (`switchyard_step_seconds`), and the bench reads that counter
+before and after each request (requests go one at a time). That is the
+default, `engine` (engine milliseconds a request). Two other views are
+reported beside it: `bytes`, forward steps times the weight bytes a step
+streams (each step reads every weight once: the memory-bound model of a
+decode, independent of load), and `tokens`, tokens at a declared price
+(`--price-ratio`, default 2, the parameter ratio), RouteLLM's view of two
+API models. Each pass over a suite has its own prompt-cache scope
+(`cache_salt`), so the few-shot prefix every item of a suite shares is
+computed once per pass and model, as a deployment's prompt cache would, and
+no pass finds another pass's copy of the same prompt. Engine times are
+clean only at top priority: run it through `/work/briefs/quiet-run` on a
+shared host, one suite a call (`--suite`), and `--from-json` to re-report.
 
 Routers compared, as RouteLLM (Ong et al. 2024) does: always-cheap,
 always-strong, random mix (a share p of requests to Gemma, its expected
 accuracy), declared quality (the policy's typed figures, bigger model better,
 pick one model for everything), measured quality (each suite's measured
 accuracy picks one model for that suite) and the cascade: SmolLM2 answers,
-and the least sure share q of its answers go to Gemma, by the statistic that
-separates SmolLM2's right answers from its wrong ones best on that suite
-(AUROC, reported for every statistic).
+and the least sure share q of its answers go to Gemma, by each statistic
+(its separation of SmolLM2's right answers from its wrong ones, AUROC,
+reported for every statistic).
 
 Held-out calibration: the even items of a suite calibrate, the odd items
 measure. `switchyard calibrate --answers` picks, for each confidence
 statistic, the threshold deferring least while the cascade stays at >= 95%
-of Gemma's accuracy on the calibration half, and writes the best statistic's
-into the server's policy; the real cascade then answers the held-out half
-(`model: "auto"`), and its accuracy, deferrals and cost are what it did
-(a deferred attempt's tokens as `x-switchyard-cascade` reports them: under a
-first-token statistic the engine stops SmolLM2 after one token).
+of Gemma's accuracy on the calibration half; the statistic whose threshold
+makes the cascade cheapest there is written into the server's policy (under
+a first-token statistic a deferral costs SmolLM2 one step, so the fewest
+deferrals is not always the cheapest); the real cascade then answers the
+held-out half (`model: "auto"`), and its accuracy, deferrals and cost are
+what it did and what the engine measured.
 
 Metrics (RouteLLM's evaluate.py): the router's accuracy at strong-call shares
-0, 0.1, ..., 1; PGR = (acc - acc_cheap) / (acc_strong - acc_cheap); APGR =
+0, 0.05, ..., 1; PGR = (acc - acc_cheap) / (acc_strong - acc_cheap); APGR =
 (area under accuracy - area under acc_cheap) / (area under acc_strong - area
 under acc_cheap) over the share, trapezoids; CPT(95%): the share of strong calls
 where PGR first reaches 0.95 (linear between points). Both are defined only
-where the strong model is the better one. Cost: prompt and generated tokens
-priced per model, Gemma `--price-ratio` (default 2, the parameter ratio) times
-SmolLM2; the cascade pays SmolLM2 for every request (for a deferred one under
-a first-token statistic: its prompt and one token) and Gemma for the deferred.
-The bound: a cascade with a perfect deferral signal (it defers exactly the
-answers SmolLM2 gets wrong and Gemma right, as few as reach the goal, each
-stopped after one token), its cost at the declared ratio, and the ratio from
-which it costs <= 60% of always-Gemma.
+where the strong model is the better one. The bound: a cascade with a
+perfect deferral signal (it defers exactly the answers SmolLM2 gets wrong and
+Gemma right, as few as reach the goal, each stopped after one token), its
+cost, and how many times dearer Gemma would have to be for it to cost <= 60%
+of always-Gemma.
 
-Output: Markdown (stdout), an SVG plot (accuracy against cost) and the
-per-item answers per suite under --out. Usage:
+Output: Markdown (stdout), an SVG plot per suite (accuracy against cost as a
+share of always-Gemma's: the cascade swept over thresholds, the perfect-signal
+curve, the random mix, both models, the live held-out cascade, the goal's
+corner) and the per-item answers and costs under --out. Usage:
 
     python3 benches/cost_quality.py [--suite country-gen ...] [--count N] [--out DIR]
-    python3 benches/cost_quality.py --from-json     # re-report a previous run, no server
+    python3 benches/cost_quality.py --from-json [--cost bytes|tokens]  # re-report, no server
 
 Accuracy does not depend on the machine's load; only the run time does.
 """
@@ -81,6 +99,7 @@ FIRST_TOKEN = {"margin", "neg_entropy"}  # known after one token: a deferred att
 GOAL = 0.95  # of always-strong accuracy
 SUITES = ["country-gen", "letter-gen", "geo-gen", "arith-gen"]
 SPENT = re.compile(r"\((\d+) prompt \+ (\d+) generated tokens\)")
+STEP_METRIC = re.compile(r'^switchyard_step_seconds_(sum|count)\{model="([^"]+)",version="[^"]*"\} (\S+)$')
 
 
 def fetch(script: str) -> Path:
@@ -111,10 +130,11 @@ class Server:
         self.policy = tmp / "policy.toml"
         self.policy.write_text(policy("p10", -1000.0))
         settings = tmp / "serve.toml"
+        self.paths = {"smol": fetch("fetch-model.sh"), "gemma": fetch("fetch-gemma3.sh")}
         settings.write_text(
             "max_batch = 4\n"
-            f'[[models]]\npath = "{fetch("fetch-model.sh")}"\nname = "smol"\nversion = "1"\n'
-            f'[[models]]\npath = "{fetch("fetch-gemma3.sh")}"\nname = "gemma"\nversion = "1"\n')
+            f'[[models]]\npath = "{self.paths["smol"]}"\nname = "smol"\nversion = "1"\n'
+            f'[[models]]\npath = "{self.paths["gemma"]}"\nname = "gemma"\nversion = "1"\n')
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
@@ -134,10 +154,18 @@ class Server:
                 if time.time() > deadline:
                     sys.exit("switchyard serve was not ready within 300 s")
                 time.sleep(0.5)
+        # One answer from each model first, so no measured request pays a first step's
+        # one-off setup (scratch buffers, page faults on the weights).
+        for model in ("smol", "gemma"):
+            self.complete(model, "Question: What is one plus one?\nAnswer:", "warm-up")
 
-    def complete(self, model: str, prompt: str) -> tuple[str, dict, dict, list[float]]:
-        body = {"model": model, "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0,
-                "stop": STOP, "logprobs": 1}
+    def complete(self, model: str, prompt: str, salt: str = "collect",
+                 max_tokens: int = MAX_TOKENS) -> tuple[str, dict, dict, list[float]]:
+        # `cache_salt`: each pass over a suite has its own prompt-cache scope, so a pass
+        # finds cached only what its own earlier requests computed (the few-shot prefix
+        # the suite's prompts share), never the same prompt asked in another pass.
+        body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+                "stop": STOP, "logprobs": 1, "cache_salt": salt}
         request = urllib.request.Request(self.base + "/v1/completions", data=json.dumps(body).encode(),
                                          headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=600) as r:
@@ -146,6 +174,32 @@ class Server:
         choice = reply["choices"][0]
         logprobs = [x for x in (choice.get("logprobs") or {}).get("token_logprobs") or [] if x is not None]
         return choice["text"], reply["usage"], headers, logprobs
+
+    def engine(self) -> dict[str, tuple[float, int]]:
+        """Per model: the engine's forward-step seconds and steps so far
+        (`switchyard_step_seconds`, measured on the executor thread around each step)."""
+        with urllib.request.urlopen(self.base + "/metrics", timeout=30) as r:
+            text = r.read().decode()
+        out: dict[str, list] = {}
+        for line in text.splitlines():
+            found = STEP_METRIC.match(line)
+            if found:
+                entry = out.setdefault(found.group(2), [0.0, 0])
+                if found.group(1) == "sum":
+                    entry[0] += float(found.group(3))
+                else:
+                    entry[1] += int(float(found.group(3)))
+        return {k: (v[0], v[1]) for k, v in out.items()}
+
+    def measured(self, model: str, prompt: str, salt: str = "collect", max_tokens: int = MAX_TOKENS):
+        """`complete`, with what the engine spent on it per model: {model: (seconds, steps)}
+        (requests go one at a time, so every step between the two readings is this one's)."""
+        before = self.engine()
+        reply = self.complete(model, prompt, salt, max_tokens)
+        after = self.engine()
+        spent = {m: (after[m][0] - before.get(m, (0.0, 0))[0], after[m][1] - before.get(m, (0.0, 0))[1])
+                 for m in after}
+        return reply, {m: v for m, v in spent.items() if v[1] > 0}
 
     def wait_for_policy(self, statistic: str, threshold: float, prompt: str) -> None:
         """Until an `auto` answer's verdict shows the policy just written."""
@@ -188,37 +242,74 @@ def auroc(rows: list[dict], statistic: str) -> float | None:
     return wins / (len(right) * len(wrong))
 
 
+def spent(engine: dict[str, tuple[float, int]], model: str, token_count: int) -> list:
+    """[engine seconds, forward steps, tokens] one model spent on one request."""
+    seconds, steps = engine.get(model, (0.0, 0))
+    return [seconds, steps, token_count]
+
+
 def collect(server: Server, items: list[dict]) -> list[dict]:
+    """Both models' answers to every item, and what each cost the engine. SmolLM2 is
+    asked twice: its whole answer (what an accepted cascade answer costs), and its first
+    token only (what an attempt stopped early costs: the prompt and one step), each pass
+    in its own prompt-cache scope."""
     rows = []
     for i, item in enumerate(items):
-        smol_text, smol_usage, headers, logprobs = server.complete("auto", item["prompt"])
+        (smol_text, smol_usage, headers, logprobs), smol_engine = server.measured("auto", item["prompt"])
         assert headers["x-switchyard-model"] == "smol", headers
-        gemma_text, gemma_usage, _, _ = server.complete("gemma", item["prompt"])
+        (_, first_usage, _, _), first_engine = server.measured("smol", item["prompt"], "first", 1)
+        (gemma_text, gemma_usage, _, _), gemma_engine = server.measured("gemma", item["prompt"])
         answer = normalize(item["answer"])
         confidence = headers.get("x-switchyard-confidence", "")
         rows.append({
             "smol": normalize(smol_text) == answer, "gemma": normalize(gemma_text) == answer,
             "smol_text": smol_text, "gemma_text": gemma_text,
             "confidence": confidence, "stats": statistics_of(confidence), "logprobs": logprobs,
-            "tokens_smol": tokens(smol_usage), "prompt_smol": smol_usage["prompt_tokens"],
-            "tokens_gemma": tokens(gemma_usage),
+            "spent": {"smol": spent(smol_engine, "smol", tokens(smol_usage)),
+                      "smol_first": spent(first_engine, "smol", tokens(first_usage)),
+                      "gemma": spent(gemma_engine, "gemma", tokens(gemma_usage))},
+            "cached": {"smol": smol_usage.get("prompt_tokens_details", {}).get("cached_tokens", 0),
+                       "gemma": gemma_usage.get("prompt_tokens_details", {}).get("cached_tokens", 0)},
         })
         if (i + 1) % 25 == 0:
             print(f"  {i + 1}/{len(items)}", file=sys.stderr)
     return rows
 
 
-def costs(rows: list[dict], ratio: float) -> tuple[list[float], list[float]]:
-    """Per item: SmolLM2's price and Gemma's (price units: 1 per 1k SmolLM2 tokens)."""
-    return [r["tokens_smol"] / 1000 for r in rows], [ratio * r["tokens_gemma"] / 1000 for r in rows]
+class Pricing:
+    """What a request costs, from what it spent ([seconds, steps, tokens] per model):
 
+    - `engine` (default): the engine's forward-step milliseconds, measured where the
+      tokens were made (`switchyard_step_seconds`): what the machine spent;
+    - `bytes`: forward steps times the weight bytes a step streams (each step reads every
+      weight once; the memory-bound view of a decode, load-independent);
+    - `tokens`: tokens at a declared price, Gemma `ratio` times SmolLM2 (RouteLLM's view
+      of two API models)."""
 
-def cheap_cost(row: dict, deferred: bool, statistic: str) -> float:
-    """SmolLM2's price for an item: its whole answer, or for an item deferred under a
-    first-token statistic its prompt and one token (the engine stops it there)."""
-    if deferred and statistic in FIRST_TOKEN:
-        return (row["prompt_smol"] + 1) / 1000
-    return row["tokens_smol"] / 1000
+    UNITS = {"engine": "engine ms", "bytes": "MB read", "tokens": "price units"}
+
+    def __init__(self, mode: str, ratio: float, step_bytes: dict[str, float] | None):
+        if mode == "bytes" and not step_bytes:
+            sys.exit("--cost bytes needs the models' step bytes (the gguf package; run with .venv/bin/python)")
+        self.mode, self.ratio, self.step_bytes = mode, ratio, step_bytes or {}
+        self.unit = self.UNITS[mode]
+
+    def of(self, model: str, used: list) -> float:
+        seconds, steps, token_count = used
+        if self.mode == "engine":
+            return 1000 * seconds
+        if self.mode == "bytes":
+            return steps * self.step_bytes[model] / 1e6
+        return token_count * (self.ratio if model == "gemma" else 1.0) / 1000
+
+    def cheap(self, row: dict, deferred: bool, statistic: str) -> float:
+        """SmolLM2's cost on an item: its whole answer, or for an item deferred under a
+        first-token statistic its prompt and first token (the engine stops it there)."""
+        early = deferred and statistic in FIRST_TOKEN
+        return self.of("smol", row["spent"]["smol_first" if early else "smol"])
+
+    def strong(self, row: dict) -> float:
+        return self.of("gemma", row["spent"]["gemma"])
 
 
 def p10(logprobs: list[float]) -> float:
@@ -229,37 +320,48 @@ def p10(logprobs: list[float]) -> float:
     return ordered[max(1, -(-len(ordered) // 10)) - 1]
 
 
-def cascade_at(rows: list[dict], share: float, ratio: float, statistic: str) -> dict:
-    """The cascade deferring its least sure `share` of answers (lowest `statistic` first)."""
+def cascade_with(rows: list[dict], deferred: set[int], pricing: Pricing, statistic: str) -> dict:
+    """The cascade deferring the items `deferred`: accuracy and cost per request (and
+    each model's part of the cost)."""
     n = len(rows)
-    order = sorted(range(n), key=lambda i: rows[i]["stats"][statistic])
-    deferred = set(order[: round(share * n)])
-    _, strong = costs(rows, ratio)
     correct = sum(rows[i]["gemma"] if i in deferred else rows[i]["smol"] for i in range(n))
-    spend = sum(cheap_cost(rows[i], i in deferred, statistic) + (strong[i] if i in deferred else 0)
-                for i in range(n))
-    return {"strong_share": len(deferred) / n, "acc": correct / n, "cost": spend / n}
+    cheap = sum(pricing.cheap(rows[i], i in deferred, statistic) for i in range(n)) / n
+    strong = sum(pricing.strong(rows[i]) for i in deferred) / n
+    return {"strong_share": len(deferred) / n, "acc": correct / n, "cost": cheap + strong,
+            "cheap_cost": cheap, "strong_cost": strong}
 
 
-def perfect_signal(rows: list[dict], strong: float, ratio: float) -> dict | None:
-    """The cheapest cascade at >= 95% of Gemma's accuracy that knew which answers were
-    wrong: it defers only answers SmolLM2 got wrong and Gemma right, as few as needed,
-    each stopped after one token. `ratio_60`: the Gemma/SmolLM2 price ratio from which
-    it costs <= 60% of always-Gemma (None: at no ratio)."""
-    n = len(rows)
-    fixable = [i for i, r in enumerate(rows) if r["gemma"] and not r["smol"]]
-    correct = sum(r["smol"] for r in rows)
-    for k in range(len(fixable) + 1):
-        if correct + k >= GOAL * strong * n - 1e-9:
-            deferred = set(fixable[:k])
-            cheap = sum(cheap_cost(r, i in deferred, "margin") for i, r in enumerate(rows))
-            strong_deferred = sum(rows[i]["tokens_gemma"] for i in deferred) / 1000
-            strong_all = sum(r["tokens_gemma"] for r in rows) / 1000
-            room = 0.6 * strong_all - strong_deferred
-            return {"acc": (correct + k) / n, "strong_share": k / n,
-                    "cost": (cheap + ratio * strong_deferred) / n,
-                    "ratio_60": cheap / room if room > 0 else None}
+def cascade_at(rows: list[dict], share: float, pricing: Pricing, statistic: str) -> dict:
+    """The cascade deferring its least sure `share` of answers (lowest `statistic` first)."""
+    order = sorted(range(len(rows)), key=lambda i: rows[i]["stats"][statistic])
+    return cascade_with(rows, set(order[: round(share * len(rows))]), pricing, statistic)
+
+
+def oracle_curve(rows: list[dict], pricing: Pricing) -> list[dict]:
+    """A cascade with a perfect deferral signal: it defers only answers SmolLM2 got wrong
+    and Gemma right (the dearest to SmolLM2 last), each stopped after one token, 0, 1,
+    ... of them: the best accuracy any signal reaches at each cost."""
+    fixable = sorted((i for i, r in enumerate(rows) if r["gemma"] and not r["smol"]),
+                     key=lambda i: pricing.strong(rows[i]) - pricing.cheap(rows[i], False, "margin"))
+    return [cascade_with(rows, set(fixable[:k]), pricing, "margin") for k in range(len(fixable) + 1)]
+
+
+def perfect_signal(rows: list[dict], strong_acc: float, pricing: Pricing) -> dict | None:
+    """The cheapest perfect-signal cascade at >= 95% of Gemma's accuracy, and
+    `gemma_factor`: how many times dearer Gemma would have to be (all else as measured)
+    for it to cost <= 60% of always-Gemma (None: at no factor)."""
+    strong_all = sum(pricing.strong(r) for r in rows) / len(rows)
+    for point in oracle_curve(rows, pricing):
+        if point["acc"] >= GOAL * strong_acc - 1e-9:
+            return {**point, "gemma_factor": breakeven(point, strong_all)}
     return None
+
+
+def breakeven(point: dict, strong_all: float) -> float | None:
+    """The factor k by which Gemma's costs would have to grow for a cascade `point` to
+    cost <= 60% of always-Gemma: cheap + k * strong <= 0.6 * k * strong_all."""
+    room = 0.6 * strong_all - point["strong_cost"]
+    return point["cheap_cost"] / room if room > 0 else None
 
 
 def apgr_cpt(points: list[tuple[float, float]], weak: float, strong: float, target: float = GOAL):
@@ -283,9 +385,12 @@ def apgr_cpt(points: list[tuple[float, float]], weak: float, strong: float, targ
     return apgr, cpt
 
 
-def calibrate(binary: Path, rows: list[dict], work: Path, policy_file: Path | None) -> dict | None:
-    """`switchyard calibrate --answers` on `rows` for every statistic; the one deferring
-    least wins (and is written into `policy_file`)."""
+def calibrate(binary: Path, rows: list[dict], work: Path, policy_file: Path | None,
+              pricing: Pricing) -> dict | None:
+    """`switchyard calibrate --answers` on `rows` for every statistic; the one whose
+    threshold makes the cascade cheapest on these rows wins (a first-token statistic's
+    deferrals cost SmolLM2 one step, so the fewest deferrals is not always the cheapest),
+    and is written into `policy_file`."""
     answers = work / "calibration-answers.jsonl"
     answers.write_text("".join(json.dumps({"correct": r["smol"], "confidence": r["confidence"] or None,
                                            "logprobs": r["logprobs"],
@@ -295,162 +400,199 @@ def calibrate(binary: Path, rows: list[dict], work: Path, policy_file: Path | No
         out = subprocess.run([str(binary), "calibrate", "--answers", str(answers), "--statistic", statistic,
                               "--of-strong", str(GOAL), "--json"], capture_output=True, text=True)
         if out.returncode == 0:
-            results[statistic] = json.loads(out.stdout)
+            found = json.loads(out.stdout)
+            deferred = {i for i, r in enumerate(rows) if not r["stats"][statistic] >= found["min_confidence"]}
+            found["cost"] = cascade_with(rows, deferred, pricing, statistic)["cost"]
+            results[statistic] = found
     if not results:
         return None
-    # Least deferred; among equals the documented default, p10, then file order.
-    best = min(results, key=lambda s: (results[s]["deferred_share"], s != "p10", STATISTICS.index(s)))
+    # Cheapest; among equals the fewest deferred, then file order.
+    best = min(results, key=lambda s: (round(results[s]["cost"], 9), results[s]["deferred_share"],
+                                       STATISTICS.index(s)))
     if policy_file is not None:
         subprocess.run([str(binary), "calibrate", "--answers", str(answers), "--statistic", best,
                         "--of-strong", str(GOAL), "--policy", str(policy_file)],
                        capture_output=True, text=True, check=True)
     return {"statistic": best, **results[best],
-            "by_statistic": {s: results[s]["deferred_share"] for s in results}}
+            "by_statistic": {s: {"deferred": results[s]["deferred_share"], "cost": results[s]["cost"]}
+                             for s in results}}
 
 
-def live_cascade(server: Server, items: list[dict], rows: list[dict], ratio: float) -> dict:
-    """The real cascade on `items`: SmolLM2's tokens for an accepted answer from `rows`
-    (the same greedy answer), for a deferred one as `x-switchyard-cascade` reports its
-    attempt (stopped after one token under a first-token statistic)."""
-    correct, deferred, early, cheap_tokens, strong_tokens = 0, 0, 0, 0, 0
-    for item, row in zip(items, rows):
-        text, usage, headers, _ = server.complete("auto", item["prompt"])
-        correct += normalize(text) == normalize(item["answer"])
+def live_cascade(server: Server, items: list[dict]) -> list[dict]:
+    """The real cascade on `items`, in a prompt-cache scope of its own: per item, right or
+    not, deferred or not, stopped early or not, and what each model spent on it (measured
+    by the engine; tokens as `usage` and `x-switchyard-cascade` report them)."""
+    out = []
+    for item in items:
+        (text, usage, headers, _), engine = server.measured("auto", item["prompt"], "live")
         verdict = headers["x-switchyard-cascade"]
-        if verdict.startswith("deferred"):
-            deferred += 1
-            strong_tokens += tokens(usage)
-            spent = SPENT.search(verdict)
-            assert spent, verdict
-            cheap_tokens += int(spent.group(1)) + int(spent.group(2))
-            early += "stopped after its first token" in verdict
+        record = {"correct": normalize(text) == normalize(item["answer"]),
+                  "deferred": verdict.startswith("deferred"),
+                  "early": "stopped after its first token" in verdict, "verdict": verdict}
+        if record["deferred"]:
+            attempt = SPENT.search(verdict)
+            assert attempt, verdict
+            record["spent"] = {"smol": spent(engine, "smol", int(attempt.group(1)) + int(attempt.group(2))),
+                               "gemma": spent(engine, "gemma", tokens(usage))}
         else:
-            cheap_tokens += row["tokens_smol"]
-    n = len(items)
-    return {"acc": correct / n, "strong_share": deferred / n, "stopped_early": early,
-            "cheap_tokens": cheap_tokens, "strong_tokens": strong_tokens}
+            record["spent"] = {"smol": spent(engine, "smol", tokens(usage))}
+        out.append(record)
+    return out
 
 
-def single(rows: list[dict], ratio: float) -> dict:
+def live_summary(live: list[dict], pricing: Pricing) -> dict:
+    n = len(live)
+    cost = sum(pricing.of(m, used) for r in live for m, used in r["spent"].items())
+    deferred = sum(r["deferred"] for r in live)
+    return {"acc": sum(r["correct"] for r in live) / n, "strong_share": deferred / n, "deferred": deferred,
+            "stopped_early": sum(r["early"] for r in live), "cost": cost / n,
+            "cheap_cost": sum(pricing.of("smol", r["spent"]["smol"]) for r in live) / n,
+            "strong_cost": sum(pricing.of("gemma", r["spent"]["gemma"]) for r in live if "gemma" in r["spent"]) / n}
+
+
+def single(rows: list[dict], pricing: Pricing) -> dict:
     n = len(rows)
-    cheap, strong = costs(rows, ratio)
     return {"weak": sum(r["smol"] for r in rows) / n, "strong": sum(r["gemma"] for r in rows) / n,
-            "cost_weak": sum(cheap) / n, "cost_strong": sum(strong) / n}
+            "cost_weak": sum(pricing.cheap(r, False, "p10") for r in rows) / n,
+            "cost_strong": sum(pricing.strong(r) for r in rows) / n}
 
 
-def svg(path: Path, title: str, series: dict[str, list[tuple[float, float]]]) -> None:
+def svg(path: Path, title: str, strong_acc: float, strong_cost: float,
+        series: dict[str, list[tuple[float, float]]]) -> None:
+    """Accuracy against cost as a share of always-Gemma's, with the goal's corner (>= 95%
+    of Gemma's accuracy for <= 60% of its cost) shaded."""
+    series = {k: [(100 * x / strong_cost, y) for x, y in pts] for k, pts in series.items()}
     xs = [x for pts in series.values() for x, _ in pts]
     ys = [y for pts in series.values() for _, y in pts]
-    x0, x1 = 0.0, max(xs) * 1.05
+    x0, x1 = 0.0, max(110.0, max(xs) * 1.05)
     y0, y1 = max(0.0, min(ys) - 0.05), min(1.0, max(ys) + 0.05)
-    w, h, m = 640, 420, 60
+    w, h, m = 680, 440, 60
     sx = lambda x: m + (x - x0) / (x1 - x0) * (w - 2 * m)
     sy = lambda y: h - m - (y - y0) / (y1 - y0) * (h - 2 * m)
-    colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
+    colours = ["#1f77b4", "#17becf", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2"]
+    goal_y = GOAL * strong_acc
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
            f'<rect width="{w}" height="{h}" fill="white"/>',
+           f'<rect x="{sx(0):.1f}" y="{sy(y1):.1f}" width="{sx(60) - sx(0):.1f}" height="{sy(goal_y) - sy(y1):.1f}" '
+           'fill="#2ca02c" fill-opacity="0.08"/>',
+           f'<text x="{sx(2):.1f}" y="{sy(y1) + 14:.1f}" fill="#2ca02c">goal: &gt;= 95% of Gemma, &lt;= 60% of its cost</text>',
+           f'<line x1="{sx(60):.1f}" y1="{sy(y0):.1f}" x2="{sx(60):.1f}" y2="{sy(y1):.1f}" stroke="#2ca02c" stroke-dasharray="4 3"/>',
+           f'<line x1="{sx(x0):.1f}" y1="{sy(goal_y):.1f}" x2="{sx(x1):.1f}" y2="{sy(goal_y):.1f}" stroke="#2ca02c" stroke-dasharray="4 3"/>',
            f'<text x="{w / 2}" y="20" text-anchor="middle" font-size="14">{title}</text>',
            f'<line x1="{m}" y1="{h - m}" x2="{w - m}" y2="{h - m}" stroke="black"/>',
            f'<line x1="{m}" y1="{m}" x2="{m}" y2="{h - m}" stroke="black"/>',
-           f'<text x="{w / 2}" y="{h - 15}" text-anchor="middle">cost per request (price units)</text>',
+           f'<text x="{w / 2}" y="{h - 15}" text-anchor="middle">cost per request, % of always-Gemma</text>',
            f'<text x="15" y="{h / 2}" transform="rotate(-90 15 {h / 2})" text-anchor="middle">accuracy</text>']
     for i in range(5):
         yv = y0 + (y1 - y0) * i / 4
         xv = x0 + (x1 - x0) * i / 4
         out.append(f'<text x="{m - 5}" y="{sy(yv) + 4}" text-anchor="end">{yv:.2f}</text>')
-        out.append(f'<text x="{sx(xv)}" y="{h - m + 15}" text-anchor="middle">{xv:.3f}</text>')
+        out.append(f'<text x="{sx(xv)}" y="{h - m + 15}" text-anchor="middle">{xv:.0f}%</text>')
     for k, (name, pts) in enumerate(series.items()):
         c = colours[k % len(colours)]
         pts = sorted(pts)
         if len(pts) > 1:
             out.append(f'<polyline fill="none" stroke="{c}" stroke-width="2" points="'
                        + " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts) + '"/>')
+        radius = 2.5 if len(pts) > 1 else 5
         for x, y in pts:
-            out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3.5" fill="{c}"/>')
-        out.append(f'<text x="{w - m - 190}" y="{m + 15 * k}" fill="{c}">{name}</text>')
+            out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="{radius}" fill="{c}"/>')
+        out.append(f'<text x="{w - m - 230}" y="{m + 30 + 15 * k}" fill="{c}">{name}</text>')
     out.append("</svg>")
     path.write_text("\n".join(out) + "\n")
 
 
-def report(suite: str, result: dict, out: Path, ratio: float) -> list[str]:
+def report(suite: str, result: dict, out: Path, pricing: Pricing, views: dict[str, Pricing]) -> list[str]:
     rows = result["rows"]
     n = len(rows)
-    s = single(rows, ratio)
+    s = single(rows, pricing)
     weak, strong = s["weak"], s["strong"]
-    shares = [i / 10 for i in range(11)]
+    shares = [i / 20 for i in range(21)]
     separation = {st: auroc(rows, st) for st in STATISTICS}
     ranked = [st for st in STATISTICS if separation[st] is not None]
-    best = max(ranked, key=lambda st: separation[st]) if ranked else "p10"
-    curves = {st: [cascade_at(rows, q, ratio, st) for q in shares] for st in dict.fromkeys(["p10", best])}
+    best = max(ranked, key=lambda st: (separation[st], st == "p10")) if ranked else "p10"
+    held = result.get("held_out")
+    shown = ["p10", best] + ([held["calibration"]["statistic"]] if held else [])
+    curves = {st: [cascade_at(rows, q, pricing, st) for q in shares] for st in dict.fromkeys(shown)}
     random_pts = [{"strong_share": p, "acc": weak + p * (strong - weak),
                    "cost": s["cost_weak"] + p * (s["cost_strong"] - s["cost_weak"])} for p in shares]
     declared = "gemma" if DECLARED["gemma"] > DECLARED["smol"] else "smol"
     measured = "gemma" if strong > weak else "smol"
     pick = {"smol": (weak, s["cost_weak"], 0.0), "gemma": (strong, s["cost_strong"], 1.0)}
-    lines = [f"### `{suite}` ({n} items; SmolLM2 {weak:.3f}, Gemma {strong:.3f}; Gemma priced x{ratio:g})", "",
+    cached = sum(r["cached"]["smol"] for r in rows) / n
+    prompt = sum(r["spent"]["smol"][2] for r in rows) / n
+    lines = [f"### `{suite}` ({n} items; SmolLM2 {weak:.3f}, Gemma {strong:.3f}; cost: {pricing.unit})", "",
              "How well each statistic separates SmolLM2's right answers from its wrong ones (AUROC, "
              "0.5 = not at all): " + ", ".join(f"{st} {separation[st]:.3f}" for st in ranked) + ".", "",
-             "| router | accuracy | cost / request | strong share | APGR | CPT(95%) |",
-             "| --- | --- | --- | --- | --- | --- |"]
+             f"What one answer costs, always-SmolLM2 over always-Gemma, by cost model: "
+             + ", ".join(f"{mode} {single(rows, view)['cost_weak'] / single(rows, view)['cost_strong']:.0%}"
+                         for mode, view in views.items())
+             + f"; SmolLM2 stopped after its first token: "
+             + ", ".join(f"{mode} {sum(view.cheap(r, True, 'margin') for r in rows) / n / single(rows, view)['cost_strong']:.0%}"
+                         for mode, view in views.items())
+             + f" (SmolLM2 {prompt:.0f} tokens a request, {cached:.0f} of them from the prompt cache).", "",
+             "| router | accuracy | cost / request | of always-Gemma's cost | strong share | APGR | CPT(95%) |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
 
-    def row(name, acc, spend, share, points=None):
+    def row(name, acc, cost, share, points=None):
         apgr, cpt = apgr_cpt([(p["strong_share"], p["acc"]) for p in points], weak, strong) if points else (None, None)
         a = "" if points is None else ("n/a" if apgr is None else f"{apgr:.3f}")
         c = "" if points is None else ("n/a" if apgr is None else ("not reached" if cpt is None else f"{cpt:.2f}"))
-        lines.append(f"| {name} | {acc:.3f} | {spend:.4f} | {share:.2f} | {a} | {c} |")
+        lines.append(f"| {name} | {acc:.3f} | {cost:.3f} | {cost / s['cost_strong']:.0%} | {share:.2f} | {a} | {c} |")
 
     row("always SmolLM2 (cheap)", weak, s["cost_weak"], 0.0)
     row("always Gemma (strong)", strong, s["cost_strong"], 1.0)
-    row("random mix, p = 0.5 (expected)", random_pts[5]["acc"], random_pts[5]["cost"], 0.5, random_pts)
+    row("random mix, p = 0.5 (expected)", random_pts[10]["acc"], random_pts[10]["cost"], 0.5, random_pts)
     row(f"declared quality (picks {declared})", *pick[declared])
     row(f"measured quality (picks {measured})", *pick[measured])
     for st, curve in curves.items():
-        row(f"cascade by {st}, least sure half deferred", curve[5]["acc"], curve[5]["cost"],
-            curve[5]["strong_share"], curve)
+        row(f"cascade by {st}, least sure half deferred", curve[10]["acc"], curve[10]["cost"],
+            curve[10]["strong_share"], curve)
         good = [p for p in curve if p["acc"] >= GOAL * strong]
         if good:
             p = min(good, key=lambda p: p["cost"])
-            row(f"cascade by {st}, cheapest at >= 95% of Gemma (in-sample, q = {p['strong_share']:.1f})",
+            row(f"cascade by {st}, cheapest at >= 95% of Gemma (in-sample, q = {p['strong_share']:.2f})",
                 p["acc"], p["cost"], p["strong_share"])
-    oracle = perfect_signal(rows, strong, ratio) if strong > weak else None
+    oracle = perfect_signal(rows, strong, pricing) if strong > weak else None
     if oracle:
         row("cascade with a perfect signal (the bound for any signal)", oracle["acc"], oracle["cost"],
             oracle["strong_share"])
+        factor = oracle["gemma_factor"]
         lines += ["", f"Bound: a perfect deferral signal reaches 95% of always-Gemma accuracy for "
-                      f"{oracle['cost'] / s['cost_strong']:.0%} of its cost at the declared price ratio {ratio:g} "
-                      f"(SmolLM2's own answer costs {s['cost_weak'] / s['cost_strong']:.0%} of Gemma's); "
-                      + (f"<= 60% from a Gemma/SmolLM2 price ratio of {oracle['ratio_60']:.2f}."
-                         if oracle["ratio_60"] else "above 60% at any price ratio.")]
-    held = result.get("held_out")
+                      f"{oracle['cost'] / s['cost_strong']:.0%} of its cost ({pricing.unit}); "
+                      + (f"<= 60% if Gemma cost {factor:.2f}x what it was measured to cost against SmolLM2."
+                         if factor and factor > 1 else ("<= 60% as measured." if factor else "above 60% at any price."))]
+    live = None
     if held:
-        h = single(rows[1::2], ratio)
+        h = single(rows[1::2], pricing)
         cal = held["calibration"]
-        live = dict(held["live"])
-        live["cost"] = (live["cheap_tokens"] + ratio * live["strong_tokens"]) / 1000 / held["n"]
-        all_strong_tokens = sum(r["tokens_gemma"] for r in rows[1::2])
-        room = 0.6 * all_strong_tokens - live["strong_tokens"]
-        break_even = live["cheap_tokens"] / room if room > 0 else None
-        held_oracle = perfect_signal(rows[1::2], h["strong"], ratio) if h["strong"] > h["weak"] else None
+        live = live_summary(held["live"], pricing)
+        held_oracle = perfect_signal(rows[1::2], h["strong"], pricing) if h["strong"] > h["weak"] else None
         lines += ["", f"Held out ({held['n']} odd items; calibrated on the {cal['n']} even items: "
                       f"`{cal['statistic']} >= {cal['min_confidence']}`, deferring "
-                      f"{cal['deferred_share']:.0%} there; per statistic "
-                      + ", ".join(f"{k} {v:.0%}" for k, v in cal["by_statistic"].items()) + "):", "",
-                  "| held-out half | accuracy | cost / request | strong share |", "| --- | --- | --- | --- |",
-                  f"| always SmolLM2 | {h['weak']:.3f} | {h['cost_weak']:.4f} | 0.00 |",
-                  f"| always Gemma | {h['strong']:.3f} | {h['cost_strong']:.4f} | 1.00 |",
-                  f"| **live cascade** | **{live['acc']:.3f}** | **{live['cost']:.4f}** | {live['strong_share']:.2f} |"]
+                      f"{cal['deferred_share']:.0%} there; per statistic, deferred and cost there: "
+                      + ", ".join(f"{k} {v['deferred']:.0%} / {v['cost'] / single(rows[0::2], pricing)['cost_strong']:.0%}"
+                                  for k, v in cal["by_statistic"].items()) + "):", "",
+                  "| held-out half | accuracy | cost / request | of always-Gemma's cost | strong share |",
+                  "| --- | --- | --- | --- | --- |",
+                  f"| always SmolLM2 | {h['weak']:.3f} | {h['cost_weak']:.3f} | {h['cost_weak'] / h['cost_strong']:.0%} | 0.00 |",
+                  f"| always Gemma | {h['strong']:.3f} | {h['cost_strong']:.3f} | 100% | 1.00 |",
+                  f"| **live cascade** | **{live['acc']:.3f}** | **{live['cost']:.3f}** | "
+                  f"**{live['cost'] / h['cost_strong']:.0%}** | {live['strong_share']:.2f} |"]
         if held_oracle:
-            lines.append(f"| perfect signal (bound) | {held_oracle['acc']:.3f} | {held_oracle['cost']:.4f} | "
-                         f"{held_oracle['strong_share']:.2f} |")
+            lines.append(f"| perfect signal (bound) | {held_oracle['acc']:.3f} | {held_oracle['cost']:.3f} | "
+                         f"{held_oracle['cost'] / h['cost_strong']:.0%} | {held_oracle['strong_share']:.2f} |")
         lines.append("")
         if h["strong"] > 0:
-            deferred = round(live["strong_share"] * held["n"])
+            factor = breakeven(live, h["cost_strong"])
+            by_view = ", ".join(f"{mode} {live_summary(held['live'], view)['cost'] / single(rows[1::2], view)['cost_strong']:.0%}"
+                                for mode, view in views.items())
             lines.append(f"Live cascade on held-out items: {live['acc'] / h['strong']:.0%} of always-Gemma "
-                         f"accuracy for {live['cost'] / h['cost_strong']:.0%} of its cost "
-                         f"({live['strong_share']:.0%} deferred, {live.get('stopped_early', 0)} of {deferred} "
-                         f"stopped after SmolLM2's first token; goal >= 95% for <= 60%). Its cost is "
-                         + (f"<= 60% of always-Gemma's from a Gemma/SmolLM2 price ratio of {break_even:.1f}."
-                            if break_even else "above 60% of always-Gemma's at any price ratio (too many deferred)."))
+                         f"accuracy for {live['cost'] / h['cost_strong']:.0%} of its cost ({by_view} by cost model; "
+                         f"{live['strong_share']:.0%} deferred, {live['stopped_early']} of {live['deferred']} "
+                         f"stopped after SmolLM2's first token; goal >= 95% for <= 60%). It would cost <= 60% "
+                         + (f"if Gemma cost {factor:.1f}x what it was measured to cost against SmolLM2."
+                            if factor else "at no price of Gemma (it defers too many)."))
     same = sum(abs(p10(r["logprobs"]) - r["stats"]["p10"]) < 1e-5 for r in rows)
     lines.append("")
     lines.append(f"The p10 of the log-probabilities returned to the client matches the engine's "
@@ -460,42 +602,64 @@ def report(suite: str, result: dict, out: Path, ratio: float) -> list[str]:
         lines.append("Here the larger, dearer Gemma is *not* more accurate than SmolLM2: APGR and CPT "
                      "(defined for a better strong model) do not apply; read accuracy and cost.")
     lines.append("")
-    svg(out / f"cost_quality_{suite}.svg", f"{suite}: accuracy against cost (Gemma price x{ratio:g})",
-        {**{f"cascade by {st} (least sure q deferred)": [(p["cost"], p["acc"]) for p in curve]
-            for st, curve in curves.items()},
-         "random mix": [(p["cost"], p["acc"]) for p in random_pts],
-         "always SmolLM2": [(s["cost_weak"], weak)], "always Gemma": [(s["cost_strong"], strong)],
-         **({"perfect signal (bound)": [(oracle["cost"], oracle["acc"])]} if oracle else {}),
-         **({"live cascade, held out": [(live["cost"], live["acc"])]} if held else {})})
+    plot = {f"cascade by {st}, threshold swept": [(p["cost"], p["acc"]) for p in curve] for st, curve in curves.items()}
+    if strong > weak:
+        plot["perfect signal (bound)"] = [(p["cost"], p["acc"]) for p in oracle_curve(rows, pricing)]
+    plot["random mix"] = [(p["cost"], p["acc"]) for p in random_pts]
+    plot["always SmolLM2"] = [(s["cost_weak"], weak)]
+    plot["always Gemma"] = [(s["cost_strong"], strong)]
+    if live:
+        # Held-out items, placed on the whole suite's always-Gemma cost by their own ratio.
+        h = single(rows[1::2], pricing)
+        plot["live cascade, held out"] = [(live["cost"] / h["cost_strong"] * s["cost_strong"],
+                                           live["acc"] / h["strong"] * strong if h["strong"] else live["acc"])]
+    svg(out / f"cost_quality_{suite}.svg", f"{suite}: accuracy against cost ({pricing.unit})",
+        strong, s["cost_strong"], plot)
     return lines
 
 
-def run_suite(binary: Path, server: Server, suite: str, count: int | None, work: Path, ratio: float) -> dict:
+def run_suite(binary: Path, server: Server, suite: str, count: int | None, work: Path, pricing: Pricing) -> dict:
     items = [json.loads(l) for l in (ROOT / "evals" / f"{suite}.jsonl").read_text().splitlines() if l.strip()]
     items = items[:count] if count else items
     print(f"{suite}: {len(items)} items", file=sys.stderr)
     rows = collect(server, items)
-    result = {"rows": rows}
+    result = {"rows": rows, "step_bytes": pricing.step_bytes}
     calibration_rows, held_rows = rows[0::2], rows[1::2]
-    if single(calibration_rows, ratio)["strong"] > single(calibration_rows, ratio)["weak"]:
-        cal = calibrate(binary, calibration_rows, work, server.policy)
+    if single(calibration_rows, pricing)["strong"] > single(calibration_rows, pricing)["weak"]:
+        cal = calibrate(binary, calibration_rows, work, server.policy, pricing)
         if cal is not None:
             server.wait_for_policy(cal["statistic"], cal["min_confidence"], items[1]["prompt"])
-            live = live_cascade(server, items[1::2], held_rows, ratio)
-            result["held_out"] = {"n": len(held_rows), "single": single(held_rows, ratio),
+            result["held_out"] = {"n": len(held_rows),
                                   "calibration": {k: cal[k] for k in ("statistic", "min_confidence", "deferred_share",
                                                                       "n", "by_statistic")},
-                                  "live": live}
+                                  "live": live_cascade(server, items[1::2])}
         server.policy.write_text(policy("p10", -1000.0))
         server.wait_for_policy("p10", -1000.0, items[0]["prompt"])
     return result
+
+
+def step_bytes(path: Path) -> float | None:
+    """The weight bytes one forward step streams (every tensor, less an untied
+    embedding gathered a row at a time), from the GGUF file; None without `gguf`."""
+    try:
+        from gguf import GGUFReader
+    except ImportError:
+        return None
+    sizes = {t.name: int(t.n_bytes) for t in GGUFReader(str(path)).tensors}
+    total = sum(sizes.values())
+    if "output.weight" in sizes:
+        total -= sizes.get("token_embd.weight", 0)
+    return float(total)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--suite", action="append", help=f"generation suite name (default: {', '.join(SUITES)})")
     parser.add_argument("--count", type=int, help="first N items of each suite")
-    parser.add_argument("--price-ratio", type=float, default=2.0, help="Gemma's price per token over SmolLM2's")
+    parser.add_argument("--cost", choices=["engine", "bytes", "tokens"], default="engine",
+                        help="what a request costs (default engine: measured forward-step time; see Pricing)")
+    parser.add_argument("--price-ratio", type=float, default=2.0,
+                        help="with --cost tokens: Gemma's price per token over SmolLM2's")
     parser.add_argument("--out", type=Path, default=ROOT / "benches" / "results")
     parser.add_argument("--from-json", action="store_true",
                         help="report from the answers a previous run saved under --out, without a server")
@@ -505,31 +669,41 @@ def main() -> int:
     suites = args.suite or SUITES
     load = os.getloadavg()[0]
     lines = []
+
+    def pricings(sizes: dict | None) -> tuple[Pricing, dict[str, Pricing]]:
+        views = {mode: Pricing(mode, args.price_ratio, sizes) for mode in ("engine", "bytes", "tokens")
+                 if mode != "bytes" or sizes}
+        return Pricing(args.cost, args.price_ratio, sizes), views
+
     if args.from_json:
         for suite in suites:
             result = json.loads((args.out / f"cost_quality_{suite}.json").read_text())
-            if result["rows"] and "stats" not in result["rows"][0]:
-                sys.exit(f"cost_quality_{suite}.json predates the engine's margins "
-                         "(x-switchyard-confidence): run the benchmark again")
-            lines += report(suite, result, args.out, args.price_ratio)
+            if result["rows"] and "spent" not in result["rows"][0]:
+                sys.exit(f"cost_quality_{suite}.json predates the engine's measured costs "
+                         "(switchyard_step_seconds): run the benchmark again")
+            pricing, views = pricings(result.get("step_bytes"))
+            lines += report(suite, result, args.out, pricing, views)
         print("\n".join(lines))
         return 0
     tmp = Path(tempfile.mkdtemp(prefix="cost-quality-"))
     server = Server(args.bin, tmp)
+    sizes = {name: step_bytes(path) for name, path in server.paths.items()}
+    pricing, views = pricings(sizes if all(sizes.values()) else None)
     started = time.time()
     try:
         for suite in suites:
             t = time.time()
-            result = run_suite(args.bin, server, suite, args.count, tmp, args.price_ratio)
+            result = run_suite(args.bin, server, suite, args.count, tmp, pricing)
             (args.out / f"cost_quality_{suite}.json").write_text(json.dumps(result, indent=1))
-            lines += report(suite, result, args.out, args.price_ratio)
+            lines += report(suite, result, args.out, pricing, views)
             print(f"  {time.time() - t:.0f} s", file=sys.stderr)
     finally:
         server.close()
         shutil.rmtree(tmp, ignore_errors=True)
     load = max(load, os.getloadavg()[0])
     lines.append(f"Run time {time.time() - started:.0f} s, load average up to {load:.1f}"
-                 + (" (under load: the time is not a clean figure; accuracy does not depend on it)." if load > 2 else "."))
+                 + (" (under load: engine times are not clean figures unless run through quiet-run; "
+                    "accuracy does not depend on load)." if load > 2 else "."))
     print("\n".join(lines))
     return 0
 

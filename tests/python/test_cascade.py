@@ -23,7 +23,9 @@ takes what it is unsure of.
   and `switchyard_cascade_stopped_early_total` say so, the attempt used one
   generated token), whole and streamed; the margin the engine reports equals
   the gap between the first token's two best log-probabilities the client
-  gets.
+  gets;
+- the engine times every forward step per checkpoint
+  (`switchyard_step_seconds`, the cost the cost-quality bench measures).
 """
 
 from __future__ import annotations
@@ -323,12 +325,16 @@ def metric(base: str, line_start: str) -> float:
 
 
 def until_policy(base: str, policy_file: Path, text: str, expect: str) -> tuple[dict, dict]:
-    """Writes the policy and asks until a whole answer's verdict starts with `expect`."""
+    """Writes the policy and asks until a whole answer's verdict starts with `expect`,
+    then once more: the answer that first shows the new policy may have been submitted
+    under the old one (judged under the new), the next one is asked under it alone."""
     policy_file.write_text(text)
     deadline = time.time() + 30
     while True:
         headers, body = chat(base, logprobs=True, top_logprobs=2)
-        if headers.get("x-switchyard-cascade", "").startswith(expect) or time.time() > deadline:
+        if headers.get("x-switchyard-cascade", "").startswith(expect):
+            return chat(base, logprobs=True, top_logprobs=2)
+        if time.time() > deadline:
             return headers, body
         time.sleep(0.5)
 
@@ -351,9 +357,9 @@ def test_a_first_token_margin_escalates_after_one_token(server):
         assert float(confidence["entropy"]) > 0
 
         # A threshold above it: deferred after SmolLM2's first token.
-        before = metric(base, early)
         threshold = round(margin + 0.05, 2)
         headers, body = until_policy(base, policy_file, policy(threshold, "margin"), "deferred")
+        before = metric(base, early)
         assert headers["x-switchyard-model"] == "gemma", headers
         cascade = headers["x-switchyard-cascade"]
         assert cascade.startswith(
@@ -367,6 +373,24 @@ def test_a_first_token_margin_escalates_after_one_token(server):
         assert headers["x-switchyard-model"] == "gemma", headers
         assert headers["x-switchyard-cascade"] == cascade, headers
         assert streamed_text(body["sse"]) == whole
-        assert metric(base, early) == before + 2
+        assert metric(base, early) == before + 1
     finally:
         policy_file.write_text(policy(-1000.0))
+
+
+def test_the_engine_times_each_checkpoints_forward_steps(server):
+    """`switchyard_step_seconds` (what benches/cost_quality.py prices a cascade by): one
+    observation per forward step of a checkpoint, their sum the engine time its tokens
+    took, within the request's own wall time."""
+    base, _, _ = server
+    series = [f'switchyard_{name}{{model="smol",version="1"}}'
+              for name in ("steps_total", "step_seconds_count", "step_seconds_sum")]
+    before = [metric(base, s) for s in series]
+    started = time.monotonic()
+    headers, body = chat(base, model="smol")
+    elapsed = time.monotonic() - started
+    steps, timed, seconds = (metric(base, s) - b for s, b in zip(series, before))
+    assert headers["x-switchyard-model"] == "smol", headers
+    assert steps >= body["usage"]["completion_tokens"] >= 1, (steps, body["usage"])
+    assert timed == steps
+    assert 0 < seconds <= elapsed, (seconds, elapsed)

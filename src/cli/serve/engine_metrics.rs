@@ -16,6 +16,11 @@ const SWAPS_TOTAL: &str = "switchyard_swaps_total";
 /// Counter: forward steps that ran a checkpoint's rows, by `model` and
 /// `version` (a step shared by checkpoints that share tensors counts for each).
 const STEPS_TOTAL: &str = "switchyard_steps_total";
+/// Histogram: wall seconds of each forward step, by `model` and `version`: its
+/// `_sum` is the engine time a checkpoint's tokens took where they were made (the
+/// cost `benches/cost_quality.py` prices a cascade by). A step shared by checkpoints
+/// that share tensors counts whole for each, as in `switchyard_steps_total`.
+const STEP_SECONDS: &str = "switchyard_step_seconds";
 /// Gauge: requests waiting for a batch slot, by `model` and `version`.
 const CHECKPOINT_QUEUE_DEPTH: &str = "switchyard_checkpoint_queue_depth";
 /// Counter: checkpoint loads by `model`, `version` and `result`.
@@ -81,10 +86,12 @@ impl ExecutorObserver for ExecutorMetrics {
         metrics::histogram!(SWAP_DURATION_SECONDS).record(latency.as_secs_f64());
     }
 
-    fn step(&self, checkpoint: &CheckpointId, rows: usize, _sequences: usize, _elapsed: Duration) {
+    fn step(&self, checkpoint: &CheckpointId, rows: usize, _sequences: usize, elapsed: Duration) {
         let (model, version) = (checkpoint.model.clone(), checkpoint.version.clone());
         metrics::counter!(STEPS_TOTAL, "model" => model.clone(), "version" => version.clone())
             .increment(1);
+        metrics::histogram!(STEP_SECONDS, "model" => model.clone(), "version" => version.clone())
+            .record(elapsed.as_secs_f64());
         metrics::histogram!(STEP_ROWS, "model" => model, "version" => version).record(rows as f64);
     }
 
