@@ -211,7 +211,12 @@ impl<B: Backend> Sequence<B> {
         if let Some(ngram) = &drafter.ngram {
             ngram.draft(&self.tokens, wanted, &mut self.verify);
         }
-        if self.verify.len() == 1 {
+        // A paused controller skips this draft; the draft model is not run
+        // for a draft that would be skipped.
+        let found = self.verify.len() > 1;
+        if found && !control.allows() {
+            self.verify.truncate(1);
+        } else if !found && drafter.model.is_some() && control.allows() {
             if let Some(model) = drafter.model.as_mut() {
                 self.draft_from_model(model, wanted);
             }

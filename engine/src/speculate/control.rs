@@ -6,13 +6,17 @@
 //! drafts pay while most of their tokens are kept. The length doubles
 //! after a fully kept draft and falls to one past the kept prefix after a
 //! miss. An exponential moving average of the acceptance rate below
-//! [`OFF_BELOW`] turns drafting off for a number of steps that doubles
+//! [`OFF_BELOW`] turns drafting off for a number of drafts that doubles
 //! each time (up to [`MAX_PAUSE`]): free text keeps paying nearly nothing,
 //! and a sequence that turns to copying is found again within a pause.
+//!
+//! A pause counts drafts the sequence could have verified, not steps: in
+//! free text a lookup finds something only every dozen tokens or so, and
+//! a pause of steps would have run out before the next guess came.
 
 /// Acceptance (kept over drafted tokens, averaged) under which drafting pauses.
 pub const OFF_BELOW: f64 = 0.35;
-/// The longest pause, in steps.
+/// The longest pause, in drafts skipped.
 pub const MAX_PAUSE: u32 = 64;
 /// Weight of the newest verify step in the average.
 const SMOOTHING: f64 = 0.3;
@@ -25,7 +29,7 @@ pub struct DraftControl {
     length: usize,
     /// Average acceptance rate over recent verify steps.
     acceptance: f64,
-    /// Steps left without drafting.
+    /// Drafts left to skip.
     paused: u32,
     /// The next pause's length.
     next_pause: u32,
@@ -45,14 +49,20 @@ impl DraftControl {
         }
     }
 
-    /// How many tokens to draft this step (0: decode plainly). Counts a
-    /// paused step down.
-    pub fn wanted(&mut self) -> usize {
+    /// How many tokens the next draft may have.
+    pub fn wanted(&self) -> usize {
+        self.length
+    }
+
+    /// Whether a draft that is to be had now is verified (false while
+    /// paused: the skipped draft counts the pause down). Asked only when
+    /// a draft exists, so that steps without one leave the pause as is.
+    pub fn allows(&mut self) -> bool {
         if self.paused > 0 {
             self.paused -= 1;
-            return 0;
+            return false;
         }
-        self.length
+        true
     }
 
     /// A verify step kept `accepted` of `drafted` tokens.
@@ -90,6 +100,7 @@ mod tests {
     #[test]
     fn kept_drafts_grow_and_a_miss_shortens_them() {
         let mut control = DraftControl::new(16);
+        assert!(control.allows());
         assert_eq!(control.wanted(), 4);
         control.record(4, 4);
         assert_eq!(control.wanted(), 8);
@@ -105,12 +116,12 @@ mod tests {
         let mut control = DraftControl::new(8);
         let mut pauses = Vec::new();
         for _ in 0..4 {
-            // Miss until drafting pauses, then count the paused steps.
-            while control.wanted() > 0 {
+            // Miss until drafting pauses, then count the skipped drafts.
+            while control.allows() {
                 control.record(1, 0);
             }
             let mut paused = 1;
-            while control.wanted() == 0 {
+            while !control.allows() {
                 paused += 1;
             }
             pauses.push(paused);
@@ -120,21 +131,35 @@ mod tests {
         control.record(2, 2);
         control.record(4, 4);
         assert!(control.acceptance() > OFF_BELOW);
-        while control.wanted() > 0 {
+        while control.allows() {
             control.record(1, 0);
         }
         let mut paused = 1;
-        while control.wanted() == 0 {
+        while !control.allows() {
             paused += 1;
         }
         assert_eq!(paused, 2);
     }
 
     #[test]
+    fn a_pause_lasts_until_drafts_are_skipped_however_many_steps_pass() {
+        let mut control = DraftControl::new(8);
+        while control.allows() {
+            control.record(1, 0);
+        }
+        // Steps without a draft to be had never ask, so they leave the
+        // pause as it is: the next found draft is still skipped.
+        for _ in 0..1_000 {
+            assert_eq!(control.wanted(), 1);
+        }
+        assert!(!control.allows());
+    }
+
+    #[test]
     fn pauses_are_bounded() {
         let mut control = DraftControl::new(8);
         for _ in 0..10_000 {
-            if control.wanted() > 0 {
+            if control.allows() {
                 control.record(1, 0);
             }
         }

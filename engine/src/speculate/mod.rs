@@ -37,7 +37,8 @@
 //!
 //! **When.** Each sequence's [`DraftControl`] lengthens its drafts while
 //! they are accepted, shortens them when they are not, and stops drafting
-//! for a growing number of steps when its measured acceptance falls low.
+//! for a growing number of the drafts it finds when its measured acceptance
+//! falls low.
 //! The executor drafts only while it is not busy (few sequences decoding,
 //! no prompt waiting: `serving::group`): under load the extra rows would
 //! take compute from other sequences' tokens.

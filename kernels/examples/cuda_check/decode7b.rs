@@ -1,18 +1,19 @@
 //! Llama-7B shapes on the GPU: a decode step captured as a CUDA graph and
 //! replayed across pointer-table swaps between two checkpoints, and the
 //! backend's decode tokens/s at batch 1/16/64 (compared in the report with
-//! `transformers` at the same shapes, `scripts/gpu_check_torch.py`), eager
-//! and as the serving path runs it with step graphs (captured at a key's
-//! second step, replayed after; logits equal to the eager step's).
+//! `transformers` on the same weights, exported as safetensors F16:
+//! `llama.rs`, `scripts/gpu_check_torch.py`), eager and as the serving
+//! path runs it with step graphs (captured at a key's second step, replayed
+//! after; logits equal to the eager step's).
 //!
 //! Weights are random: speed does not depend on their values, and the
 //! graph check compares each replay with an eager run of the same
 //! checkpoint, bit for bit.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::Bytes;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::CudaSlice;
 use rand::{Rng, RngCore, SeedableRng};
@@ -21,23 +22,16 @@ use switchyard_kernels::cuda::graph_cache::{GraphCache, Lookup, StepShape};
 use switchyard_kernels::cuda::ops::{self, MatvecInput};
 use switchyard_kernels::cuda::ops_layers::{self, Elementwise};
 use switchyard_kernels::cuda::{
-    CudaActivations, CudaBackend, CudaConfig, CudaDevice, CudaMatrix, CudaMemory, DeviceMemory,
-    PointerTable,
+    CudaBackend, CudaConfig, CudaDevice, CudaMemory, DeviceMemory, PointerTable,
 };
-use switchyard_kernels::kv::{BlockTable, KvBlockShape, KvFormat};
-use switchyard_kernels::{
-    AttentionRows, AttentionShape, Backend, DType, KvLayout, KvType, MatmulInput, MatmulProduct,
-    RopeStyle, StepKey, WeightView,
-};
+use switchyard_kernels::{DType, StepKey};
 
+use super::llama::{write_logits, Model, Weights, LLAMA_7B, PROMPT, SEED};
 use super::Check;
 
-const LAYERS: usize = 32;
-const D: usize = 4096;
-const FF: usize = 11008;
-const VOCAB: usize = 32000;
-const HEADS: usize = 32;
-const HEAD_DIM: usize = 128;
+const LAYERS: usize = LLAMA_7B.layers;
+const D: usize = LLAMA_7B.d;
+const FF: usize = LLAMA_7B.ff;
 
 /// A layer's matrices: (name, rows, cols).
 const MATRICES: [(&str, usize, usize); 7] = [
@@ -233,257 +227,48 @@ pub fn graph_swaps(device: &CudaDevice, swaps: usize) -> Check {
     Ok(pass)
 }
 
-/// A decode step's activations, kept across steps.
-struct Bufs {
-    h: CudaActivations,
-    n: CudaActivations,
-    q: CudaActivations,
-    k: CudaActivations,
-    v: CudaActivations,
-    att: CudaActivations,
-    g: CudaActivations,
-    u: CudaActivations,
-    logits: CudaActivations,
-}
-
-impl Bufs {
-    fn new(b: &CudaBackend, rows: usize) -> Bufs {
-        Bufs {
-            h: b.activations(rows, D),
-            n: b.activations(rows, D),
-            q: b.activations(rows, D),
-            k: b.activations(rows, D),
-            v: b.activations(rows, D),
-            att: b.activations(rows, D),
-            g: b.activations(rows, FF),
-            u: b.activations(rows, FF),
-            logits: b.activations(rows, VOCAB),
-        }
-    }
-
-    /// To `rows` rows (a no-op, addresses kept, when they already are).
-    fn resize(&mut self, b: &CudaBackend, rows: usize) {
-        for (x, cols) in [
-            (&mut self.h, D),
-            (&mut self.n, D),
-            (&mut self.q, D),
-            (&mut self.k, D),
-            (&mut self.v, D),
-            (&mut self.att, D),
-            (&mut self.g, FF),
-            (&mut self.u, FF),
-            (&mut self.logits, VOCAB),
-        ] {
-            b.resize(x, rows, cols);
-        }
-    }
-}
-
-fn product<'a>(w: &'a CudaMatrix, out: &'a mut CudaActivations) -> MatmulProduct<'a, CudaBackend> {
-    MatmulProduct {
-        w,
-        bias: None,
-        out,
-        accumulate: false,
-    }
-}
-
 /// The backend's Llama-7B decode (F16 weights as `transformers` holds
-/// them): per batch, a 16-token prompt per sequence, then `steps` decode
-/// steps timed end to end (logits copied back each step).
-pub fn backend_decode(batches: &[usize], steps: usize) -> Check {
+/// them, the very weights `--export` writes for it: `llama.rs`): first the
+/// logits check's run (`switchyard_logits.json` into `weights_dir`, which
+/// `scripts/gpu_check_torch.py` recomputes), then per batch a 16-token
+/// prompt per sequence and `steps` decode steps timed end to end (logits
+/// copied back each step), eager and then keyed.
+pub fn backend_decode(batches: &[usize], steps: usize, weights_dir: Option<&Path>) -> Check {
     let backend = Arc::new(CudaBackend::open(CudaConfig::default())?);
-    let mut rng = ChaCha8Rng::seed_from_u64(71);
-    // One pool of random F16 values that every matrix is cut from (the
-    // values do not matter to speed; the bytes are uploaded per matrix).
-    let pool: Vec<u8> = (0..FF * D)
-        .flat_map(|_| half::f16::from_f32(rng.random_range(-0.02f32..0.02)).to_le_bytes())
-        .collect();
-    let pool = Bytes::from(pool);
-    let matrix = |rows: usize, cols: usize| {
-        let view = WeightView::new(DType::F16, rows, cols, pool.slice(0..rows * cols * 2))?;
-        Ok::<_, Box<dyn std::error::Error>>(backend.matrix(view)?)
-    };
-    let mut big = |rows: usize| -> Result<_, Box<dyn std::error::Error>> {
-        let bytes: Vec<u8> = (0..rows * D)
-            .flat_map(|_| half::f16::from_f32(rng.random_range(-0.02f32..0.02)).to_le_bytes())
-            .collect();
-        Ok(backend.matrix(WeightView::new(DType::F16, rows, D, bytes.into())?)?)
-    };
-    let embed = big(VOCAB)?;
-    let lm_head = big(VOCAB)?;
-    let mut layers = Vec::new();
-    for _ in 0..LAYERS {
-        let m: Result<Vec<_>, _> = MATRICES.iter().map(|(_, r, c)| matrix(*r, *c)).collect();
-        layers.push(m?);
+    let b = &*backend;
+    let weights = Weights::generate(LLAMA_7B, SEED);
+    let model = Model::upload(b, &weights)?;
+    drop(weights);
+    if let Some(dir) = weights_dir {
+        let (tokens, rows) = model.reference_rows(b)?;
+        write_logits(dir, &tokens, &rows)?;
     }
-    let ones = backend.vector(&vec![1.0; D])?;
-    let inv_freq: Vec<f32> = (0..HEAD_DIM / 2)
-        .map(|i| 10000f32.powf(-2.0 * i as f32 / HEAD_DIM as f32))
-        .collect();
-    let shape = AttentionShape {
-        n_heads: HEADS,
-        n_kv_heads: HEADS,
-        head_dim: HEAD_DIM,
-        scale: 1.0 / (HEAD_DIM as f32).sqrt(),
-        window: None,
-        softcap: None,
-    };
-    let prompt = 16usize;
+    let vocab = LLAMA_7B.vocab;
     let mut pass = true;
     for &batch in batches {
-        let layout = KvLayout::new(
-            KvFormat::new(KvType::F16, 1024),
-            LAYERS,
-            HEADS,
-            HEAD_DIM,
-            prompt + steps + 1,
-            &[],
-        )?;
-        // The engine's part, done here by hand: a store, and each
-        // sequence's blocks for its whole length.
-        let mut store = backend.kv_store(KvFormat::new(KvType::F16, 1024), usize::MAX)?;
-        let mut tables = Vec::new();
-        for _ in 0..batch {
-            let mut table = BlockTable::new(layout.clone());
-            for layer in 0..LAYERS {
-                for _ in 0..table.blocks_for(layer, layout.capacity()) {
-                    let block = KvBlockShape {
-                        dtype: KvType::F16,
-                        n_kv_heads: HEADS,
-                        head_dim: HEAD_DIM,
-                        positions: layout.block_positions(),
-                    };
-                    let id = backend.kv_alloc(&mut store, block)?;
-                    table.push(layer, id)?;
-                }
-            }
-            tables.push(table);
-        }
-        let mut staging = Vec::new();
-        // The step's buffers live across steps, as the engine's scratch
-        // does: a captured step is replayed over the same addresses.
-        let b = &*backend;
-        let mut bufs = Bufs::new(b, 1);
-        let mut forward = |tokens: &[u32],
-                           positions: &[u32],
-                           per_seq: usize,
-                           key: Option<StepKey>|
-         -> Result<Vec<f32>, Box<dyn std::error::Error>> {
-            let rows = tokens.len();
-            bufs.resize(b, rows);
-            let Bufs {
-                h,
-                n,
-                q,
-                k,
-                v,
-                att,
-                g,
-                u,
-                logits,
-            } = &mut bufs;
-            b.begin_step(key);
-            let step = (|| -> Result<(), switchyard_kernels::KernelError> {
-                b.embed(&embed, tokens, h)?;
-                for (layer, w) in layers.iter().enumerate() {
-                    b.matmul_many(
-                        MatmulInput::RmsNorm {
-                            x: h,
-                            weight: &ones,
-                            eps: 1e-5,
-                            out: n,
-                        },
-                        &mut [product(&w[0], q), product(&w[1], k), product(&w[2], v)],
-                    )?;
-                    b.rope(q, HEAD_DIM, positions, &inv_freq, RopeStyle::Neox)?;
-                    b.rope(k, HEAD_DIM, positions, &inv_freq, RopeStyle::Neox)?;
-                    let seqs: Vec<AttentionRows<'_>> = tables
-                        .iter()
-                        .enumerate()
-                        .map(|(i, table)| AttentionRows {
-                            table,
-                            rows: i * per_seq..(i + 1) * per_seq,
-                            start_pos: positions[i * per_seq] as usize,
-                        })
-                        .collect();
-                    b.attention(layer, shape, q, k, v, &mut store, &seqs, att)?;
-                    b.matmul_many(
-                        MatmulInput::Rows(att),
-                        &mut [MatmulProduct {
-                            w: &w[3],
-                            bias: None,
-                            out: h,
-                            accumulate: true,
-                        }],
-                    )?;
-                    b.matmul_many(
-                        MatmulInput::RmsNorm {
-                            x: h,
-                            weight: &ones,
-                            eps: 1e-5,
-                            out: n,
-                        },
-                        &mut [product(&w[4], g), product(&w[5], u)],
-                    )?;
-                    b.matmul_many(
-                        MatmulInput::SiluMul { gate: g, up: u },
-                        &mut [MatmulProduct {
-                            w: &w[6],
-                            bias: None,
-                            out: h,
-                            accumulate: true,
-                        }],
-                    )?;
-                }
-                b.rms_norm(h, &ones, 1e-5, n)?;
-                b.matmul(n, &lm_head, None, logits)?;
-                b.end_step()
-            })();
-            if let Err(e) = step {
-                b.abort_step();
-                // As the engine: a keyed step that failed runs again unkeyed.
-                return match (e, key) {
-                    (_, Some(_)) => Err("retry".into()),
-                    (e, None) => Err(e.into()),
-                };
-            }
-            let host = b.host_rows(logits, &mut staging);
-            if host.iter().any(|x| !x.is_finite()) {
-                return Err("non-finite logits".into());
-            }
-            Ok(host.to_vec())
-        };
-        let mut step = |tokens: &[u32], positions: &[u32], per_seq: usize, key: Option<StepKey>| {
-            match forward(tokens, positions, per_seq, key) {
-                Err(e) if key.is_some() && e.to_string() == "retry" => {
-                    forward(tokens, positions, per_seq, None)
-                }
-                other => other,
-            }
-        };
+        let mut kv = model.batch(b, batch, PROMPT + steps + 1)?;
         // The prompt: every sequence's 16 tokens in one step (cuBLAS from
         // batch 3 on), then the timed decode steps: eager, then the same
         // steps again keyed (captured at the second, replayed after; KV
         // writes are the same values again), each step's logits equal to
         // the eager step's bit for bit.
-        let tokens: Vec<u32> = (0..batch * prompt)
-            .map(|i| (i * 7 % VOCAB) as u32)
+        let tokens: Vec<u32> = (0..batch * PROMPT)
+            .map(|i| (i * 7 % vocab) as u32)
             .collect();
-        let positions: Vec<u32> = (0..batch * prompt).map(|i| (i % prompt) as u32).collect();
+        let positions: Vec<u32> = (0..batch * PROMPT).map(|i| (i % PROMPT) as u32).collect();
         let t = Instant::now();
-        step(&tokens, &positions, prompt, None)?;
+        model.step(b, &mut kv, &tokens, &positions, PROMPT, None)?;
         let prefill_s = t.elapsed().as_secs_f64();
         let inputs: Vec<(Vec<u32>, Vec<u32>)> = (0..steps)
             .map(|s| {
-                let tokens: Vec<u32> = (0..batch).map(|i| ((i + s) * 13 % VOCAB) as u32).collect();
-                (tokens, vec![(prompt + s) as u32; batch])
+                let tokens: Vec<u32> = (0..batch).map(|i| ((i + s) * 13 % vocab) as u32).collect();
+                (tokens, vec![(PROMPT + s) as u32; batch])
             })
             .collect();
         let mut eager_logits = Vec::with_capacity(steps);
         let t = Instant::now();
         for (tokens, positions) in &inputs {
-            eager_logits.push(step(tokens, positions, 1, None)?);
+            eager_logits.push(model.step(b, &mut kv, tokens, positions, 1, None)?);
         }
         let secs = t.elapsed().as_secs_f64();
         let before = (backend.graph_stats(), backend.staged_bytes());
@@ -491,22 +276,24 @@ pub fn backend_decode(batches: &[usize], steps: usize) -> Check {
         let mut wrong = 0;
         let t = Instant::now();
         for ((tokens, positions), expected) in inputs.iter().zip(&eager_logits) {
-            wrong += usize::from(step(tokens, positions, 1, key)? != *expected);
+            wrong += usize::from(model.step(b, &mut kv, tokens, positions, 1, key)? != *expected);
         }
         let graph_secs = t.elapsed().as_secs_f64();
         let (stats, staged) = (backend.graph_stats(), backend.staged_bytes());
         let tokens_per_s = (batch * steps) as f64 / secs;
         let graph_tokens_per_s = (batch * steps) as f64 / graph_secs;
-        // Above 32 rows the products go through cuBLAS, which is not
-        // captured: those steps run eagerly (divergences, then refusal).
+        // Up to 32 rows (the MMVQ kernels) a keyed step must replay; batch
+        // 64 goes through cuBLAS, captured too since its workspace is fixed
+        // at open, but only reported (its first run on a GPU will say).
         let captured = batch <= 32;
         let ok =
             wrong == 0 && tokens_per_s > 0.0 && (!captured || stats.replays > before.0.replays);
         pass &= ok;
         println!(
-            "{{\"check\":\"switchyard_llama7b_decode\",\"dtype\":\"F16\",\"batch\":{batch},\"steps\":{steps},\"tokens_per_s\":{tokens_per_s:.1},\"step_ms\":{:.2},\"prefill_tokens_per_s\":{:.1}}}",
+            "{{\"check\":\"switchyard_llama7b_decode\",\"dtype\":\"F16\",\"same_weights\":{},\"batch\":{batch},\"steps\":{steps},\"tokens_per_s\":{tokens_per_s:.1},\"step_ms\":{:.2},\"prefill_tokens_per_s\":{:.1}}}",
+            weights_dir.is_some(),
             secs * 1e3 / steps as f64,
-            (batch * prompt) as f64 / prefill_s
+            (batch * PROMPT) as f64 / prefill_s
         );
         println!(
             "{{\"check\":\"switchyard_llama7b_decode_graphs\",\"batch\":{batch},\"steps\":{steps},\"tokens_per_s\":{graph_tokens_per_s:.1},\"eager_tokens_per_s\":{tokens_per_s:.1},\"logits_differing_from_eager\":{wrong},\"captures\":{},\"replays\":{},\"divergences\":{},\"staged_bytes_per_step\":{:.0},\"pass\":{ok}}}",

@@ -9,12 +9,21 @@
 //! one-line reason on stderr: the dry run's stopping point).
 //!
 //! `cargo run --release -p switchyard-kernels --features cuda --example cuda_check [-- --quick]`
+//!
+//! Options: `--weights DIR` writes the Llama-7B run's logits to
+//! `DIR/switchyard_logits.json` for `scripts/gpu_check_torch.py`. Two modes
+//! need no GPU (`llama.rs`): `--export DIR [--tiny]` writes the Llama
+//! checkpoint the decode runs use as a Hugging Face folder (F16
+//! safetensors), and `--cpu-reference DIR` exports the tiny one and runs it
+//! on the CPU backend, its logits beside it for
+//! `scripts/gpu_check_reference.py`.
 
 mod backend;
 mod decode7b;
 mod float_swaps;
 mod graphs;
 mod layers;
+mod llama;
 mod tiers;
 
 use std::process::ExitCode;
@@ -38,9 +47,63 @@ pub(crate) type Check = Result<bool, Box<dyn std::error::Error>>;
 
 static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
 
+/// The value after `--name`, if given.
+fn option(name: &str) -> Option<std::path::PathBuf> {
+    let args: Vec<String> = std::env::args().collect();
+    let i = args.iter().position(|a| a == name)?;
+    args.get(i + 1).map(Into::into)
+}
+
+/// `--export DIR [--tiny]` and `--cpu-reference DIR`: no GPU needed.
+fn host_mode() -> Option<ExitCode> {
+    let run = |result: Result<String, llama::Error>| match result {
+        Ok(line) => {
+            println!("{line}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("cuda_check: {e}");
+            ExitCode::FAILURE
+        }
+    };
+    if let Some(dir) = option("--export") {
+        let tiny = std::env::args().any(|a| a == "--tiny");
+        let dims = if tiny { llama::TINY } else { llama::LLAMA_7B };
+        let t = Instant::now();
+        return Some(run(llama::Weights::generate(dims, llama::SEED)
+            .export(&dir)
+            .map(|bytes| {
+                format!(
+                    "{{\"check\":\"export\",\"dir\":{:?},\"bytes\":{bytes},\"seconds\":{:.1}}}",
+                    dir.display().to_string(),
+                    t.elapsed().as_secs_f64()
+                )
+            })));
+    }
+    if let Some(dir) = option("--cpu-reference") {
+        return Some(run((|| -> Result<String, llama::Error> {
+            let weights = llama::Weights::generate(llama::TINY, llama::SEED);
+            weights.export(&dir)?;
+            let cpu = CpuBackend::with_isa(1, Isa::Scalar);
+            let model = llama::Model::upload(&cpu, &weights)?;
+            let (tokens, rows) = model.reference_rows(&cpu)?;
+            llama::write_logits(&dir, &tokens, &rows)?;
+            Ok(format!(
+                "{{\"check\":\"cpu_reference\",\"dir\":{:?}}}",
+                dir.display().to_string()
+            ))
+        })()));
+    }
+    None
+}
+
 fn main() -> ExitCode {
     START.get_or_init(Instant::now);
+    if let Some(code) = host_mode() {
+        return code;
+    }
     let quick = std::env::args().any(|a| a == "--quick");
+    let weights_dir = option("--weights");
     let device = match cuda::open(0) {
         Ok(d) => d,
         Err(e) => {
@@ -84,7 +147,10 @@ fn main() -> ExitCode {
     if !quick {
         ok &= report("decode bandwidth", bandwidth(&device));
         ok &= report("graph swaps", decode7b::graph_swaps(&device, 10_000));
-        ok &= report("backend decode", decode7b::backend_decode(&[1, 16, 64], 32));
+        ok &= report(
+            "backend decode",
+            decode7b::backend_decode(&[1, 16, 64], 32, weights_dir.as_deref()),
+        );
     }
     for m in cuda::sources::KernelModule::ALL {
         if let Some(origin) = device.module_origin(m) {
