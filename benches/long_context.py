@@ -29,11 +29,13 @@ cache), as Switchyard does; its KV size is read from its log.
 
 `--attention f32,bf16` measures Switchyard once per attention precision
 (`--attention-precision`, docs/ATTENTION_PRECISION.md) at every depth, each
-beside the same llama.cpp run; the plot draws the first.
+beside the same llama.cpp run; the plot draws the first. `bf16-noamx` is
+bf16 with `SWITCHYARD_AMX=0`: on a CPU with AMX, the products on
+`vdpbf16ps` instead of AMX tiles (the same bits, to compare speed).
 
 Usage: .venv/bin/python benches/long_context.py [--model gemma3|smollm2|PATH]
   [--depths ...] [--threads 2] [--repeats 2] [--deep-repeats 1] [--kv f16|f32|q8_0]
-  [--attention f32[,bf16]] [--svg ...]
+  [--attention f32[,bf16][,bf16-noamx]] [--svg ...]
 Prints a Markdown table and JSON lines (stderr).
 """
 
@@ -94,9 +96,13 @@ def ids(start: int, n: int) -> list[int]:
 
 def switchyard(model: str, depth: int, threads: int, kv: str, repeats: int,
                attention: str = "f32") -> dict:
+    # `bf16-noamx`: BF16 products on `vdpbf16ps` even where AMX is present.
+    precision, _, variant = attention.partition("-")
     env = dict(os.environ, SWITCHYARD_MODEL=model, LC_DEPTHS=str(depth), LC_THREADS=str(threads),
                LC_KV=kv, LC_PROMPT=str(PROMPT), LC_DECODE=str(DECODE), LC_REPEATS=str(repeats),
-               SWITCHYARD_BENCH_ATTENTION=attention)
+               SWITCHYARD_BENCH_ATTENTION=precision)
+    if variant == "noamx":
+        env["SWITCHYARD_AMX"] = "0"
     out = subprocess.run(["cargo", "bench", "-q", "--bench", "long_context"], cwd=ROOT, env=env,
                          check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
@@ -213,7 +219,8 @@ def main() -> None:
     ap.add_argument("--deep-repeats", type=int, default=1, help=f"repeats at depths >= {DEEP}")
     ap.add_argument("--flash-attn", action="store_true", help="llama.cpp with flash attention")
     ap.add_argument("--attention", default="f32",
-                    help="Switchyard's attention precisions, comma-separated (f32, bf16)")
+                    help="Switchyard's attention precisions, comma-separated (f32, bf16, "
+                         "bf16-noamx: BF16 on vdpbf16ps where AMX is present)")
     args = ap.parse_args()
     attentions = args.attention.split(",")
     model = resolve(args.model or args.path or "smollm2")

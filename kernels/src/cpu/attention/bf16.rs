@@ -19,7 +19,12 @@
 //!   from 0), `(c₀ + c₁) · scale`; an output element is one chain over
 //!   the position pairs in order, starting from its running value;
 //! - everything else (softmax, its running sum, merges) stays f32: the
-//!   sum of a block's weights adds the f32 probabilities, not the rounded.
+//!   sum of a block's weights adds the f32 probabilities, not the rounded;
+//! - one exception: on a CPU with AMX-BF16, a prompt chunk's rows (never a
+//!   decode or speculative step's) take their products on AMX tiles
+//!   (`blocked_amx`), the same BF16 inputs summed in the instruction's own
+//!   order and rounding, within f32 rounding of the chains above
+//!   (`SWITCHYARD_AMX=0` keeps the chains everywhere).
 
 #[cfg(target_arch = "x86_64")]
 use crate::cpu::isa::CheckedIsa;
@@ -43,32 +48,53 @@ pub(crate) enum Products {
 /// Whether the AVX-512 BF16 kernels run here, for a backend of `isa`: an
 /// AVX-512 level (not capped below by `SWITCHYARD_ISA`) and the CPU's
 /// AVX-512 BF16. Otherwise the scalar twins run (same results, slower).
+/// Where the CPU also has AMX-BF16 (and Linux grants the tiles), `amx`
+/// lets a long prompt chunk's tiles take their products on AMX tiles
+/// (`blocked_amx`), which round the sums their own way (see there).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Bf16Isa {
     simd: bool,
+    amx: bool,
 }
 
 impl Bf16Isa {
     #[cfg(target_arch = "x86_64")]
     pub(crate) fn new(isa: CheckedIsa) -> Bf16Isa {
         let simd = isa.get() >= Isa::Avx512 && is_x86_feature_detected!("avx512bf16");
-        Bf16Isa { simd }
+        let amx = simd && super::blocked_amx::available();
+        Bf16Isa { simd, amx }
     }
 
     #[cfg(not(target_arch = "x86_64"))]
     pub(crate) fn new(_: crate::cpu::isa::CheckedIsa) -> Bf16Isa {
-        Bf16Isa { simd: false }
+        Bf16Isa {
+            simd: false,
+            amx: false,
+        }
     }
 
     /// The scalar twins only (tests compare them with the SIMD kernels).
     #[cfg(test)]
     pub(crate) fn scalar() -> Bf16Isa {
-        Bf16Isa { simd: false }
+        Bf16Isa {
+            simd: false,
+            amx: false,
+        }
     }
 
     /// Whether the AVX-512 BF16 kernels run.
     pub(crate) fn simd(self) -> bool {
         self.simd
+    }
+
+    /// Whether AMX tiles may take the blocked products (see `blocked`).
+    pub(crate) fn amx(self) -> bool {
+        self.amx
+    }
+
+    /// The same kernels without AMX: `vdpbf16ps`'s bits.
+    pub(crate) fn without_amx(self) -> Bf16Isa {
+        Bf16Isa { amx: false, ..self }
     }
 }
 
@@ -155,6 +181,19 @@ pub(super) fn pack_in_order(isa: Bf16Isa, src: &[f32], dst: &mut [u32]) {
 /// `d · KEY_TILE + j`) in pairs of dimensions: pair `p` of key `j` at
 /// `p · KEY_TILE + j`.
 pub(super) fn pack_key_tile(isa: Bf16Isa, tile: &[f32], head_dim: usize, dst: &mut [u32]) {
+    // One call for the whole tile: a call of `pack` per pair row (sixteen
+    // keys) cost more than its conversion.
+    #[cfg(target_arch = "x86_64")]
+    if isa.simd
+        && head_dim.is_multiple_of(2)
+        && tile.len() >= head_dim * KEY_TILE
+        && dst.len() == head_dim / 2 * KEY_TILE
+    {
+        // SAFETY: `simd` is set only where AVX-512 BF16 (and BW) was
+        // detected; the lengths were checked just above.
+        unsafe { x86::pack_key_tile(tile, head_dim, dst) };
+        return;
+    }
     let row = |d: usize| -> &[f32] {
         if d < head_dim {
             &tile[d * KEY_TILE..(d + 1) * KEY_TILE]
@@ -284,6 +323,30 @@ mod x86 {
             }
         }
         whole
+    }
+
+    /// [`super::pack_key_tile`] of an even `head_dim`: pair row `p` is
+    /// [`pack`] of rows `2p` and `2p + 1`.
+    ///
+    /// # Safety
+    /// See the module; `tile` holds `head_dim · KEY_TILE` floats, `dst`
+    /// `head_dim / 2 · KEY_TILE` pairs.
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    pub(super) unsafe fn pack_key_tile(tile: &[f32], head_dim: usize, dst: &mut [u32]) {
+        let order: [i16; 32] = std::array::from_fn(|w| ((w % 2) * 16 + w / 2) as i16);
+        // SAFETY: 64 bytes from a 64-byte array.
+        let order = unsafe { _mm512_loadu_si512(order.as_ptr().cast()) };
+        for p in 0..head_dim / 2 {
+            // SAFETY: rows 2p and 2p + 1 of `tile` and pair row p of `dst`
+            // are inside them (the caller's lengths).
+            unsafe {
+                let e = _mm512_loadu_ps(tile.as_ptr().add(2 * p * KEY_TILE));
+                let o = _mm512_loadu_ps(tile.as_ptr().add((2 * p + 1) * KEY_TILE));
+                let halves: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(o, e));
+                let pairs = _mm512_permutexvar_epi16(order, halves);
+                _mm512_storeu_si512(dst.as_mut_ptr().add(p * KEY_TILE).cast(), pairs);
+            }
+        }
     }
 
     /// [`super::pack_in_order`] on the whole vectors of 32 elements;

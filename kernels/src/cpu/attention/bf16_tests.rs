@@ -70,6 +70,15 @@ fn packing_matches_the_instruction_rounding() {
         pack_in_order(scalar, even, &mut want);
         assert_eq!(got, want, "pack in order of {n}");
     }
+    // A key tile (one call for every pair row) against the scalar twin.
+    for hd in [1, 2, 3, 64, 256] {
+        let tile = &src[..hd * KEY_TILE];
+        let pairs = hd.div_ceil(2) * KEY_TILE;
+        let (mut got, mut want) = (vec![0u32; pairs], vec![0u32; pairs]);
+        pack_key_tile(isa, tile, hd, &mut got);
+        pack_key_tile(scalar, tile, hd, &mut want);
+        assert_eq!(got, want, "key tile of {hd}");
+    }
 }
 
 #[test]

@@ -22,7 +22,9 @@
 //! [`pack_bf16`]); scores and probabilities `[query][KEY_BLOCK]`; outputs
 //! `[query][head_dim]` (the tile's state).
 
-use super::bf16::{dot2, Bf16Isa};
+use super::bf16::{dot2, Bf16Isa, Products};
+#[cfg(target_arch = "x86_64")]
+use super::blocked_amx as amx;
 use crate::cpu::isa::CheckedIsa;
 use crate::cpu::kv_layout::{KEY_BLOCK, KEY_TILE};
 #[cfg(target_arch = "x86_64")]
@@ -63,6 +65,50 @@ pub(super) fn fast(isa: CheckedIsa, bf16: Option<Bf16Isa>) -> bool {
     }
 }
 
+/// Rows a sequence needs in a call for AMX to take its BF16 products: a
+/// prompt chunk. AMX rounds the sums its own way (`blocked_amx`), so the
+/// rows of a speculative step (at most `MAX_DRAFT + 1` = 65, which the
+/// engine keeps below `RING_SLACK`) and of decode keep `vdpbf16ps`'s bits:
+/// greedy output with and without speculation stays the same.
+pub(super) const AMX_MIN_ROWS: usize = crate::kv::RING_SLACK;
+
+/// Query rows of a tile whose products AMX takes in a layer without a
+/// window: every key block a tile reads (converted to BF16 pairs once per
+/// tile) then serves 32 rows' queries, four times the per-row kernels'
+/// eight. A windowed layer keeps eight: its tiles' rows see the window's
+/// first and last blocks in part, which the per-row kernels take.
+const AMX_TILE_ROWS: usize = 32;
+
+/// The products a sequence of `rows` rows in a call takes (AMX only for a
+/// prompt chunk of [`AMX_MIN_ROWS`]), and its tile's rows where they are
+/// not the per-row kernels' (`None`).
+pub(super) fn for_rows(
+    products: Products,
+    window: Option<usize>,
+    rows: usize,
+) -> (Products, Option<usize>) {
+    match products {
+        Products::Bf16(b) if b.amx() && rows >= AMX_MIN_ROWS => {
+            (products, window.is_none().then(amx_rows))
+        }
+        Products::Bf16(b) => (Products::Bf16(b.without_amx()), None),
+        Products::F32 => (products, None),
+    }
+}
+
+/// Rows of an AMX tile in a layer without a window ([`AMX_TILE_ROWS`]);
+/// `SWITCHYARD_AMX_ROWS` overrides it (to measure).
+fn amx_rows() -> usize {
+    static ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *ROWS.get_or_init(|| {
+        std::env::var("SWITCHYARD_AMX_ROWS")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .filter(|&r| r > 0)
+            .unwrap_or(AMX_TILE_ROWS)
+    })
+}
+
 /// Elements of one query's chain in [`pack_f32`]'s layout.
 fn chain_len(len: usize, chains: usize) -> usize {
     len.div_ceil(chains)
@@ -87,16 +133,27 @@ pub(super) fn pack_f32<'q>(
     }
 }
 
+/// Queries of a BF16 chain: `n` rounded up to whole AMX tiles (rows past
+/// `n` are 0), so that a tile of sixteen query rows never reads past the
+/// chain.
+fn padded(n: usize) -> usize {
+    n.next_multiple_of(QUERY_ROWS)
+}
+
+/// Rows of an AMX tile ([`padded`]).
+const QUERY_ROWS: usize = 16;
+
 /// BF16 queries (`n` of `pairs` pairs, query-major as `bf16::pack_in_order`
 /// leaves them) chain-major: pair `2i + c` of query `qi` at
-/// `(c · n + qi) · pairs.div_ceil(2) + i`.
+/// `(c · padded(n) + qi) · pairs.div_ceil(2) + i`.
 pub(super) fn pack_bf16(q_pairs: &[u32], n: usize, pairs: usize, out: &mut Vec<u32>) {
     let len = chain_len(pairs, CHAINS_BF16);
+    let rows = padded(n);
     out.clear();
-    out.resize(CHAINS_BF16 * n * len, 0);
+    out.resize(CHAINS_BF16 * rows * len, 0);
     for qi in 0..n {
         for p in 0..pairs {
-            out[((p % CHAINS_BF16) * n + qi) * len + p / CHAINS_BF16] = q_pairs[qi * pairs + p];
+            out[((p % CHAINS_BF16) * rows + qi) * len + p / CHAINS_BF16] = q_pairs[qi * pairs + p];
         }
     }
 }
@@ -217,6 +274,34 @@ fn chain_f32(
 pub(super) fn scores_bf16(
     b: Bf16Isa,
     qb: &[u32],
+    shape: (usize, usize),
+    keys: &[u32],
+    scale: f32,
+    part: &mut Vec<f32>,
+    out: &mut [f32],
+) {
+    scores_bf16_on(b, amx(b), qb, shape, keys, scale, part, out);
+}
+
+/// Whether the AMX kernels (`blocked_amx`) take the BF16 products of `b`.
+fn amx(b: Bf16Isa) -> bool {
+    b.amx()
+}
+
+/// Whether the AMX score kernel takes `pairs` pairs a query: whole tile
+/// rows of sixteen pairs in each chain (head sizes that are multiples of
+/// 64; the others keep `vdpbf16ps`).
+fn amx_pairs(pairs: usize) -> bool {
+    pairs > 0 && pairs.is_multiple_of(CHAINS_BF16 * QUERY_ROWS)
+}
+
+/// [`scores_bf16`] with the choice of AMX made (`use_amx`, which needs
+/// [`amx`]'s answer true): the tests run both kernels on one host.
+#[allow(clippy::too_many_arguments)]
+fn scores_bf16_on(
+    b: Bf16Isa,
+    use_amx: bool,
+    qb: &[u32],
     (n, pairs): (usize, usize),
     keys: &[u32],
     scale: f32,
@@ -224,20 +309,32 @@ pub(super) fn scores_bf16(
     out: &mut [f32],
 ) {
     let len = chain_len(pairs, CHAINS_BF16);
+    let rows = padded(n);
     let keys = &keys[..2 * KEY_TILE * pairs];
-    let qb = &qb[..CHAINS_BF16 * n * len];
+    let qb = &qb[..CHAINS_BF16 * rows * len];
     part.clear();
-    part.resize(CHAINS_BF16 * n * KEY_BLOCK, 0.0);
-    for c in 0..CHAINS_BF16.min(pairs) {
-        let steps = (pairs - c).div_ceil(CHAINS_BF16);
-        for q0 in (0..n).step_by(SCORE_QUERIES) {
-            let m = (n - q0).min(SCORE_QUERIES);
-            let q = &qb[(c * n + q0) * len..];
-            let to = &mut part[(c * n + q0) * KEY_BLOCK..(c * n + q0 + m) * KEY_BLOCK];
-            chain_bf16(b, (q, len), m, steps, (&keys[c * KEY_TILE..], pairs), to);
+    part.resize(CHAINS_BF16 * rows * KEY_BLOCK, 0.0);
+    match use_amx && amx_pairs(pairs) {
+        // SAFETY: `use_amx` is true only where `amx` was (AMX granted);
+        // `qb` holds both chains of `rows` queries of `len` pairs, `keys`
+        // both tiles of `pairs = 2 · len` pair rows, `part` both chains'
+        // `rows` score rows (all cut or sized above).
+        #[cfg(target_arch = "x86_64")]
+        true => unsafe { amx::scores(qb.as_ptr(), (rows, len), keys.as_ptr(), part.as_mut_ptr()) },
+        _ => {
+            for c in 0..CHAINS_BF16.min(pairs) {
+                let steps = (pairs - c).div_ceil(CHAINS_BF16);
+                for q0 in (0..n).step_by(SCORE_QUERIES) {
+                    let m = (n - q0).min(SCORE_QUERIES);
+                    let q = &qb[(c * rows + q0) * len..];
+                    let to =
+                        &mut part[(c * rows + q0) * KEY_BLOCK..(c * rows + q0 + m) * KEY_BLOCK];
+                    chain_bf16(b, (q, len), m, steps, (&keys[c * KEY_TILE..], pairs), to);
+                }
+            }
         }
     }
-    let (c0, c1) = part.split_at(n * KEY_BLOCK);
+    let (c0, c1) = part.split_at(rows * KEY_BLOCK);
     for ((o, a), b) in out[..n * KEY_BLOCK].iter_mut().zip(c0).zip(c1) {
         *o = (a + b) * scale;
     }
@@ -358,6 +455,19 @@ pub(super) fn weighted_f32(
 pub(super) fn weighted_bf16(
     b: Bf16Isa,
     p: &[u32],
+    shape: (usize, usize),
+    values: &[u32],
+    acc: &mut [f32],
+) {
+    weighted_bf16_on(b, amx(b), p, shape, values, acc);
+}
+
+/// [`weighted_bf16`] with the choice of AMX made (as [`scores_bf16_on`]):
+/// AMX takes the whole tiles of sixteen queries, `vdpbf16ps` the rest.
+fn weighted_bf16_on(
+    b: Bf16Isa,
+    use_amx: bool,
+    p: &[u32],
     (n, head_dim): (usize, usize),
     values: &[u32],
     acc: &mut [f32],
@@ -365,8 +475,26 @@ pub(super) fn weighted_bf16(
     const ROWS: usize = KEY_BLOCK / 2;
     let (p, values) = (&p[..n * ROWS], &values[..ROWS * head_dim]);
     let acc = &mut acc[..n * head_dim];
+    let from = match use_amx && head_dim.is_multiple_of(QUERY_ROWS) {
+        // SAFETY: `use_amx` is true only where `amx` was (AMX granted);
+        // `p` holds the `16 · blocks` queries' 16 pairs, `values` 16 rows
+        // of `head_dim`, `acc` their outputs (cut above).
+        #[cfg(target_arch = "x86_64")]
+        true => unsafe {
+            let blocks = n / QUERY_ROWS;
+            amx::weighted(
+                p.as_ptr(),
+                blocks,
+                values.as_ptr(),
+                head_dim,
+                acc.as_mut_ptr(),
+            );
+            blocks * QUERY_ROWS
+        },
+        _ => 0,
+    };
     for c0 in (0..head_dim).step_by(COLUMN) {
-        for q0 in (0..n).step_by(VALUE_QUERIES) {
+        for q0 in (from..n).step_by(VALUE_QUERIES) {
             let m = (n - q0).min(VALUE_QUERIES);
             match b.simd() {
                 // SAFETY: `simd` is set only where AVX-512 BF16 was

@@ -10,7 +10,9 @@ use super::*;
 use crate::cpu::vecmath::weighted_sum_scalar;
 use crate::cpu::Isa;
 
-const QUERIES: [usize; 6] = [1, 5, 12, 13, 25, 32];
+/// Query counts around the register blocks (12, 6) and AMX's tiles of
+/// sixteen rows (one, two, three tiles and partial ones).
+const QUERIES: [usize; 7] = [1, 5, 12, 13, 25, 32, 48];
 
 fn random(rng: &mut impl Rng, n: usize) -> Vec<f32> {
     (0..n).map(|_| rng.random_range(-2.0..2.0)).collect()
@@ -21,14 +23,26 @@ fn bits(x: &[f32]) -> Vec<u32> {
 }
 
 /// What each kernel can run on: every ISA of the host, and for BF16 the
-/// SIMD kernels where the host has them and the scalar twins.
+/// scalar twins and the AVX-512 BF16 kernels where the host has them
+/// (without AMX, which rounds its own way: see [`amx_kernel`]).
 fn bf16_kinds() -> Vec<Bf16Isa> {
     let mut kinds = vec![Bf16Isa::scalar()];
     let best = CheckedIsa::at_most(Isa::supported().into_iter().max().unwrap_or(Isa::Scalar));
-    if Bf16Isa::new(best).simd() {
-        kinds.push(Bf16Isa::new(best));
+    let b = Bf16Isa::new(best);
+    if b.simd() {
+        kinds.push(b.without_amx());
     }
     kinds
+}
+
+/// The AMX kernels where the host has them (and Linux grants the tiles).
+fn amx_kernel() -> Option<Bf16Isa> {
+    let best = CheckedIsa::at_most(Isa::supported().into_iter().max().unwrap_or(Isa::Scalar));
+    let b = Bf16Isa::new(best);
+    if !b.amx() {
+        println!("no AMX here: only the AVX-512 BF16 kernels and the scalar twins ran");
+    }
+    b.amx().then_some(b)
 }
 
 #[test]
@@ -75,7 +89,7 @@ fn f32_scores_and_sums_are_the_per_row_kernels_bits() {
 fn bf16_scores_and_sums_are_the_scalar_twins_bits() {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(43);
     for b in bf16_kinds() {
-        for hd in [1usize, 2, 3, 6, 33, 64, 256] {
+        for hd in [1usize, 2, 3, 6, 33, 64, 128, 256] {
             let pairs = hd.div_ceil(2);
             // Packed operands straight from random bits rounded to BF16
             // (`pack_in_order` of random floats).
@@ -114,4 +128,95 @@ fn bf16_scores_and_sums_are_the_scalar_twins_bits() {
             }
         }
     }
+}
+
+/// Values over a wide range of magnitudes (`wide`) or in ±2.
+fn operands(rng: &mut impl Rng, n: usize, wide: bool) -> Vec<u32> {
+    let x: Vec<f32> = (0..2 * n)
+        .map(|_| {
+            let e = if wide { rng.random_range(-20..12) } else { 1 };
+            rng.random_range(-1.0f32..1.0) * 2f32.powi(e)
+        })
+        .collect();
+    let mut out = vec![0u32; n];
+    bf16::pack_in_order(Bf16Isa::scalar(), &x, &mut out);
+    out
+}
+
+/// Pairs with their signs cleared: the same chains over them bound the
+/// magnitude of every partial sum.
+fn abs(x: &[u32]) -> Vec<u32> {
+    x.iter().map(|x| x & 0x7fff_7fff).collect()
+}
+
+/// `got` within `2⁻¹⁶ · bound` of `want`: the sums' own roundings in
+/// another order (at most ~130 roundings of 2⁻²⁴ of a partial sum, each
+/// partial sum at most `bound`).
+fn close(got: &[f32], want: &[f32], bound: &[f32], what: &str) -> f32 {
+    let mut worst = 0.0f32;
+    for ((g, w), m) in got.iter().zip(want).zip(bound) {
+        let err = (g - w).abs();
+        assert!(
+            err <= m * 2f32.powi(-16),
+            "{what}: {g} against {w} (bound {m})"
+        );
+        if *m > 0.0 {
+            worst = worst.max(err / m);
+        }
+    }
+    worst
+}
+
+/// AMX's `tdpbf16ps` rounds the sums its own way: not as `vdpbf16ps`
+/// (`bf16::dot2`, odd product first, each sum rounded), nor as a pair's
+/// exact sum rounded once (measured on Emerald Rapids: about half the
+/// results of sixteen pairs differ in the last bits). Its scores and
+/// weighted sums are the chains' within the f32 rounding of sums of that
+/// length, on the same BF16 inputs, for query counts around its tiles of
+/// sixteen rows and head sizes it takes (and those it leaves to
+/// `vdpbf16ps`).
+#[test]
+fn amx_products_are_the_chains_within_f32_rounding() {
+    let Some(b) = amx_kernel() else { return };
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(47);
+    let mut worst = 0.0f32;
+    for wide in [false, true] {
+        for hd in [33usize, 64, 256] {
+            let pairs = hd.div_ceil(2);
+            let keys = operands(&mut rng, 2 * KEY_TILE * pairs, wide);
+            let values = operands(&mut rng, KEY_BLOCK / 2 * hd, wide);
+            for n in QUERIES {
+                let q_pairs = operands(&mut rng, n * pairs, wide);
+                let (mut qb, mut part) = (Vec::new(), Vec::new());
+                pack_bf16(&q_pairs, n, pairs, &mut qb);
+                let mut got = vec![0.0; n * KEY_BLOCK];
+                scores_bf16(b, &qb, (n, pairs), &keys, 0.3, &mut part, &mut got);
+                let (mut want, mut bound) = ([0.0; KEY_BLOCK], [0.0; KEY_BLOCK]);
+                for qi in 0..n {
+                    let q = &q_pairs[qi * pairs..(qi + 1) * pairs];
+                    bf16::scores_scalar(q, &keys, 0.3, &mut want);
+                    bf16::scores_scalar(&abs(q), &abs(&keys), 0.3, &mut bound);
+                    let got = &got[qi * KEY_BLOCK..(qi + 1) * KEY_BLOCK];
+                    let what = format!("wide {wide} hd {hd} n {n} scores of {qi}");
+                    worst = worst.max(close(got, &want, &bound, &what));
+                }
+                let p = operands(&mut rng, n * KEY_BLOCK / 2, wide);
+                let acc0: Vec<f32> = random(&mut rng, n * hd);
+                let mut acc = acc0.clone();
+                weighted_bf16(b, &p, (n, hd), &values, &mut acc);
+                for qi in 0..n {
+                    let row = qi * hd..(qi + 1) * hd;
+                    let ps = [&p[qi * KEY_BLOCK / 2..(qi + 1) * KEY_BLOCK / 2]];
+                    let mut want = acc0[row.clone()].to_vec();
+                    bf16::weighted_sum(Bf16Isa::scalar(), &ps, &values, &mut want);
+                    let mut bound: Vec<f32> = acc0[row.clone()].iter().map(|x| x.abs()).collect();
+                    let abs_p = abs(ps[0]);
+                    bf16::weighted_sum(Bf16Isa::scalar(), &[&abs_p], &abs(&values), &mut bound);
+                    let what = format!("wide {wide} hd {hd} n {n} sums of {qi}");
+                    worst = worst.max(close(&acc[row], &want, &bound, &what));
+                }
+            }
+        }
+    }
+    println!("AMX against the chains: worst error {worst:e} of the bound");
 }

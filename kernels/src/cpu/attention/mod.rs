@@ -16,6 +16,8 @@
 
 pub(crate) mod bf16;
 mod blocked;
+#[cfg(target_arch = "x86_64")]
+mod blocked_amx;
 mod decode;
 #[cfg(test)]
 mod decode_tests;
@@ -260,8 +262,11 @@ fn attention_job<E: Stored>(
     let first_seen = |p: usize| window.map_or(0, |w| (p + 1).saturating_sub(w));
     let mut units = Vec::new();
     for (s, seq) in seqs.iter().enumerate() {
-        for first in seq.rows.clone().step_by(ROW_TILE) {
-            let rows = first..(first + ROW_TILE).min(seq.rows.end);
+        // A long prompt chunk's tiles on AMX take more rows (`blocked::for_rows`).
+        let (_, tile) = blocked::for_rows(call.products, window, seq.rows.len());
+        let tile = tile.unwrap_or(ROW_TILE);
+        for first in seq.rows.clone().step_by(tile) {
+            let rows = first..(first + tile).min(seq.rows.end);
             let first_pos = seq.start_pos + (first - seq.rows.start);
             let last = first_pos + rows.len() - 1;
             for kv_head in 0..n_kv_heads {
@@ -365,8 +370,9 @@ fn attention_job<E: Stored>(
             .clone()
             .map(|b| unsafe { cache.key_block(unit.kv_head, b) })
             .collect();
+        let (products, _) = blocked::for_rows(call.products, window, seqs[unit.seq].rows.len());
         let tile = Tile {
-            products: call.products,
+            products,
             rows: unit.rows.len(),
             first_pos: unit.first_pos,
             group,

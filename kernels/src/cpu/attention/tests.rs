@@ -373,6 +373,62 @@ fn a_block_written_by_one_sequence_and_read_by_another_is_refused() {
     assert!(err.to_string().contains("no block"), "{err}");
 }
 
+/// A prompt chunk of 128 rows or more takes its BF16 products on AMX tiles
+/// where the host has them (`blocked_amx`: 32-row tiles, the sums rounded
+/// the instruction's way): within the BF16 tolerance of the reference,
+/// and within 1e-4 of the same call on `vdpbf16ps` (f32 rounding of the
+/// scores, through `exp`, on outputs in ±1); at one
+/// and three threads.
+#[test]
+fn bf16_prompt_chunks_on_amx_match_the_reference() {
+    let isa = CheckedIsa::at_most(Isa::supported().into_iter().max().unwrap_or(Isa::Scalar));
+    let b = bf16::Bf16Isa::new(isa);
+    if !b.amx() {
+        println!("no AMX here: the BF16 kernels run on vdpbf16ps or their scalar twins");
+    }
+    let cases = [
+        // Gemma 3's heads: a chunk of 130 rows from the start, one of 128
+        // after 200 positions (the reference reads every key per row and
+        // head: deeper contexts cost minutes here).
+        Case {
+            n_heads: 4,
+            n_kv_heads: 1,
+            head_dim: 256,
+            seqs: vec![(0, 130), (200, 128)],
+        },
+        // A group of three (24 queries a tile of eight rows: a partial
+        // AMX tile) and 64 dimensions.
+        Case {
+            n_heads: 6,
+            n_kv_heads: 2,
+            head_dim: 64,
+            seqs: vec![(70, 140)],
+        },
+    ];
+    for (c, case) in cases.iter().enumerate() {
+        for threads in [1, 3] {
+            let mut outs = Vec::new();
+            for products in [b, b.without_amx()] {
+                let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(120 + c as u64);
+                outs.push(check(
+                    isa,
+                    threads,
+                    KvType::F16,
+                    Some(products),
+                    case,
+                    &mut rng,
+                ));
+            }
+            for (a, w) in outs[0].iter().zip(&outs[1]) {
+                assert!(
+                    (a - w).abs() <= 1e-4,
+                    "case {c} t{threads}: AMX {a} against {w}"
+                );
+            }
+        }
+    }
+}
+
 /// A prompt's tiles fold the blocks all their rows see whole through the
 /// blocked kernels (`blocked`), a decode step row by row through the
 /// per-row ones, and a decode step with f32 products through the `decode`

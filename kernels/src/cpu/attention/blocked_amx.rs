@@ -1,0 +1,285 @@
+//! The blocked BF16 products on AMX tiles (`tdpbf16ps`: a 16×16 block of
+//! f32 sums gains sixteen pair products each in one instruction, 8,192
+//! multiply-adds, where `vdpbf16ps` does 32), for the BF16 precision's
+//! long prompt chunks on CPUs with AMX-BF16 (Intel Sapphire Rapids and
+//! later).
+//!
+//! The operands are the layouts `blocked` already packs for `vdpbf16ps`:
+//! a score chain's queries (rows of sixteen pairs), the key tiles' pair
+//! rows (every second one is the chain's), the probabilities' pairs and
+//! the value pairs; a score is still two chains (two tiles) summed, an
+//! output one sum over the block's pairs from its running value.
+//!
+//! The inputs round to BF16 exactly as `vdpbf16ps`'s do, but the sums do
+//! not: `tdpbf16ps` adds a tile row's sixteen pairs its own way (not
+//! `bf16::dot2`'s order of single roundings, nor one rounding per pair:
+//! measured on Emerald Rapids, about half of such sums differ in their
+//! last bits). The results are the chains' within the f32 rounding of
+//! sums of that length (`blocked_tests`), so `blocked` gives AMX only a
+//! prompt chunk's rows, never a decode or speculative step's.
+//!
+//! Linux hands out the tile registers' 8 KB state only on request
+//! (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`, once per
+//! process); where it refuses, or the CPU lacks AMX, or
+//! `SWITCHYARD_AMX=0`, [`available`] is false and `vdpbf16ps` runs.
+//!
+//! Rust's AMX intrinsics are unstable; the instructions go through
+//! `asm!`. Every tile is configured 16 rows of 64 bytes, once per thread.
+//!
+//! # Safety
+//! The kernels need [`available`] to have returned true, and pointers
+//! valid for the reads and writes each one names.
+
+use std::arch::asm;
+use std::cell::Cell;
+use std::sync::OnceLock;
+
+use crate::cpu::kv_layout::{KEY_BLOCK, KEY_TILE};
+
+/// Environment variable: `0` keeps the BF16 products on `vdpbf16ps` on an
+/// AMX host (to compare the two, or to keep one rounding everywhere).
+pub(crate) const AMX_ENV_VAR: &str = "SWITCHYARD_AMX";
+
+/// Pairs along a tile row (64 bytes), and rows of a tile.
+pub(super) const TILE: usize = 16;
+
+/// Whether the AMX kernels may run in this process: the CPU has AMX-TILE
+/// and AMX-BF16, Linux granted the tile data, and `SWITCHYARD_AMX` is not
+/// `0`. Decided once.
+pub(crate) fn available() -> bool {
+    static OK: OnceLock<bool> = OnceLock::new();
+    *OK.get_or_init(|| {
+        let off = std::env::var(AMX_ENV_VAR).is_ok_and(|v| v.trim() == "0");
+        !off && cpu_has_amx() && granted()
+    })
+}
+
+fn cpu_has_amx() -> bool {
+    if std::arch::x86_64::__cpuid(0).eax < 7 {
+        return false;
+    }
+    let edx = std::arch::x86_64::__cpuid_count(7, 0).edx;
+    let (bf16, tile) = (edx & (1 << 22) != 0, edx & (1 << 24) != 0);
+    bf16 && tile
+}
+
+/// Asks Linux for the tile data state (`ARCH_REQ_XCOMP_PERM` = 0x1023,
+/// `XFEATURE_XTILEDATA` = 18); true once granted.
+fn granted() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+        const XFEATURE_XTILEDATA: libc::c_long = 18;
+        // SAFETY: a request about this process's own state; it changes
+        // nothing else and reports failure through its return value.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_arch_prctl,
+                ARCH_REQ_XCOMP_PERM,
+                XFEATURE_XTILEDATA,
+            )
+        };
+        r == 0
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        false
+    }
+}
+
+/// `ldtilecfg`'s 64 bytes: palette 1, the eight tiles 16 rows of 64 bytes.
+#[repr(C, align(64))]
+struct TileConfig {
+    palette: u8,
+    start_row: u8,
+    reserved: [u8; 14],
+    colsb: [u16; 16],
+    rows: [u8; 16],
+}
+
+static CONFIG: TileConfig = TileConfig {
+    palette: 1,
+    start_row: 0,
+    reserved: [0; 14],
+    colsb: [64, 64, 64, 64, 64, 64, 64, 64, 0, 0, 0, 0, 0, 0, 0, 0],
+    rows: [16, 16, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0],
+};
+
+thread_local! {
+    /// Whether this thread loaded [`CONFIG`]: the configuration is per
+    /// thread and stays until `tilerelease`, which nothing here runs.
+    static CONFIGURED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Loads the tile configuration on this thread, the first time.
+///
+/// # Safety
+/// [`available`] returned true.
+unsafe fn configure() {
+    if !CONFIGURED.get() {
+        // SAFETY: a valid palette-1 configuration of 64 bytes; the caller
+        // has the tile state (see `available`).
+        unsafe {
+            asm!("ldtilecfg [{}]", in(reg) &CONFIG, options(nostack, readonly, preserves_flags))
+        };
+        CONFIGURED.set(true);
+    }
+}
+
+// One instruction each; tile numbers are immediates. Every block keeps
+// its side effects, so their order is kept.
+macro_rules! zero {
+    ($t:literal) => {
+        asm!(
+            concat!("tilezero tmm", $t),
+            options(nostack, nomem, preserves_flags)
+        )
+    };
+}
+macro_rules! load {
+    ($t:literal, $ptr:expr, $stride:expr) => {
+        asm!(
+            concat!("tileloadd tmm", $t, ", [{p} + {s}]"),
+            p = in(reg) $ptr,
+            s = in(reg) $stride,
+            options(nostack, readonly, preserves_flags)
+        )
+    };
+}
+macro_rules! store {
+    ($t:literal, $ptr:expr, $stride:expr) => {
+        asm!(
+            concat!("tilestored [{p} + {s}], tmm", $t),
+            p = in(reg) $ptr,
+            s = in(reg) $stride,
+            options(nostack, preserves_flags)
+        )
+    };
+}
+macro_rules! dot {
+    ($c:literal, $a:literal, $b:literal) => {
+        asm!(
+            concat!("tdpbf16ps tmm", $c, ", tmm", $a, ", tmm", $b),
+            options(nostack, nomem, preserves_flags)
+        )
+    };
+}
+
+/// Both score chains of `n_pad` queries (a multiple of [`TILE`]) against
+/// a block's two key tiles: `part[(c · n_pad + qi) · KEY_BLOCK + j]` =
+/// chain `c` of query `qi` and key `j`, from 0 (sixteen pairs a
+/// `tdpbf16ps`).
+///
+/// `qb`: the chains as `blocked::pack_bf16` packs them, chain `c` of
+/// query `qi` at `(c · n_pad + qi) · len` (`len`, a multiple of
+/// [`TILE`], pairs each); `keys`: two tiles of `pairs · KEY_TILE` pairs
+/// (`pairs = 2 · len`), pair `p` of key `j` at `p · KEY_TILE + j`.
+///
+/// # Safety
+/// See the module; `qb` holds `2 · n_pad · len` pairs, `keys`
+/// `2 · pairs · KEY_TILE`, `part` `2 · n_pad · KEY_BLOCK` floats.
+pub(super) unsafe fn scores(
+    qb: *const u32,
+    (n_pad, len): (usize, usize),
+    keys: *const u32,
+    part: *mut f32,
+) {
+    // SAFETY: the caller checked `available`.
+    unsafe { configure() };
+    let a_stride = len * 4;
+    // A chain's pair rows are every second one of a key tile.
+    let b_stride = 2 * KEY_TILE * 4;
+    let c_stride = KEY_BLOCK * 4;
+    let second = 2 * len * KEY_TILE;
+    for c in 0..2 {
+        let mut q0 = 0;
+        while q0 < n_pad {
+            let two = q0 + 2 * TILE <= n_pad;
+            let a = qb.wrapping_add((c * n_pad + q0) * len);
+            let out = part.wrapping_add((c * n_pad + q0) * KEY_BLOCK);
+            // SAFETY: every row read or written is inside the ranges the
+            // caller vouches for: query rows q0.. q0 + 16 (or 32) of chain
+            // c, pair rows c + 32s + 2r < pairs of each key tile.
+            unsafe {
+                zero!(0);
+                zero!(1);
+                if two {
+                    zero!(4);
+                    zero!(5);
+                }
+                for s in 0..len / TILE {
+                    let b = keys.wrapping_add((c + 2 * TILE * s) * KEY_TILE);
+                    load!(2, a.wrapping_add(TILE * s), a_stride);
+                    load!(6, b, b_stride);
+                    load!(7, b.wrapping_add(second), b_stride);
+                    dot!(0, 2, 6);
+                    dot!(1, 2, 7);
+                    if two {
+                        load!(3, a.wrapping_add(TILE * len + TILE * s), a_stride);
+                        dot!(4, 3, 6);
+                        dot!(5, 3, 7);
+                    }
+                }
+                store!(0, out, c_stride);
+                store!(1, out.wrapping_add(KEY_TILE), c_stride);
+                if two {
+                    let out = out.wrapping_add(TILE * KEY_BLOCK);
+                    store!(4, out, c_stride);
+                    store!(5, out.wrapping_add(KEY_TILE), c_stride);
+                }
+            }
+            q0 += if two { 2 * TILE } else { TILE };
+        }
+    }
+}
+
+/// `acc[qi · hd + d] += Σ_r p[qi · 16 + r] · values[r · hd + d]` in
+/// pairs, for the `16 · blocks` queries from 0 and `hd` (a multiple of
+/// [`TILE`]) dimensions: each element one `tdpbf16ps` sum over the
+/// sixteen position pairs from its running value.
+///
+/// # Safety
+/// See the module; `p` holds `16 · blocks · 16` pairs, `values`
+/// `16 · hd`, `acc` `16 · blocks · hd` floats.
+pub(super) unsafe fn weighted(
+    p: *const u32,
+    blocks: usize,
+    values: *const u32,
+    hd: usize,
+    acc: *mut f32,
+) {
+    const ROWS: usize = KEY_BLOCK / 2;
+    // SAFETY: the caller checked `available`.
+    unsafe { configure() };
+    let a_stride = ROWS * 4;
+    let row = hd * 4;
+    let mut qb = 0;
+    while qb < blocks {
+        let two = qb + 2 <= blocks;
+        let a = p.wrapping_add(qb * TILE * ROWS);
+        let c = acc.wrapping_add(qb * TILE * hd);
+        let c2 = c.wrapping_add(TILE * hd);
+        // SAFETY: rows of query blocks qb (and qb + 1 when `two`) and
+        // columns d0..d0 + 16 < hd, inside the caller's ranges.
+        unsafe {
+            load!(2, a, a_stride);
+            if two {
+                load!(3, a.wrapping_add(TILE * ROWS), a_stride);
+            }
+            for d0 in (0..hd).step_by(TILE) {
+                load!(6, values.wrapping_add(d0), row);
+                load!(0, c.wrapping_add(d0), row);
+                dot!(0, 2, 6);
+                if two {
+                    load!(1, c2.wrapping_add(d0), row);
+                    dot!(1, 3, 6);
+                }
+                store!(0, c.wrapping_add(d0), row);
+                if two {
+                    store!(1, c2.wrapping_add(d0), row);
+                }
+            }
+        }
+        qb += if two { 2 } else { 1 };
+    }
+}
