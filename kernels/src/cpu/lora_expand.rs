@@ -7,6 +7,7 @@
 //! 11), so a Q8_0 row expands exactly as its dequantized F32 row would.
 
 use super::isa::{CheckedIsa, Isa};
+use super::lora_elems::Elems;
 use crate::DType;
 use scalar::expand_scalar;
 #[cfg(target_arch = "x86_64")]
@@ -15,26 +16,6 @@ pub(crate) use x86::d_at as x86_d_at;
 /// Whether [`expand`] reads values of `dtype`.
 pub(crate) fn expands(dtype: DType) -> bool {
     matches!(dtype, DType::F32 | DType::BF16 | DType::Q8_0)
-}
-
-/// How the elements of a row are stored.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Elems {
-    F32,
-    Bf16,
-    /// Blocks of 32: an f16 `d`, then 32 × i8 `q`; the value is `q · d`.
-    Q8,
-}
-
-impl Elems {
-    pub(crate) fn of(dtype: DType) -> Option<Elems> {
-        match dtype {
-            DType::F32 => Some(Elems::F32),
-            DType::BF16 => Some(Elems::Bf16),
-            DType::Q8_0 => Some(Elems::Q8),
-            _ => None,
-        }
-    }
 }
 
 /// `acc += Σⱼ p[j] · row j of values`, each row `acc.len()` elements of
@@ -63,7 +44,7 @@ pub(crate) fn expand(isa: CheckedIsa, dtype: DType, p: &[f32], values: &[u8], ac
 /// The scalar loop, in its own module so that the x86 kernels (which end
 /// each row with it) and their parent both reach it without a cycle.
 mod scalar {
-    use super::Elems;
+    use crate::cpu::lora_elems::Elems;
     use crate::formats::blocks::{bf16_at, f16_at, f32_at};
 
     /// Element `c` of row `j` of rows `width` elements wide.
@@ -104,7 +85,7 @@ mod x86 {
     //! (two bytes each for BF16, four for F32) and have the named features.
     use std::arch::x86_64::*;
 
-    use super::Elems;
+    use crate::cpu::lora_elems::Elems;
 
     /// The f16 scale `d` at `block`, widened (exactly, as every f16 is an f32).
     #[target_feature(enable = "f16c")]

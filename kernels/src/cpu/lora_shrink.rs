@@ -15,11 +15,8 @@
 
 use super::dot::dot_float;
 use super::isa::{CheckedIsa, Isa};
-use super::lora_expand::Elems;
+use super::lora_elems::Elems;
 use crate::DType;
-
-/// `A`'s rows summed at once (the independent chains per row of `x`).
-const BLOCK: usize = 4;
 
 /// `sums[j · xs.len() + g] = A row j · xs[g]` for every row `j` of `a`
 /// (`rank` rows of `xs[0].len()` elements of `dtype`, F32 or BF16), for
@@ -89,9 +86,12 @@ mod x86 {
     //! `rows · R` values, and have AVX-512 F and BW.
     use std::arch::x86_64::*;
 
-    use super::{Elems, BLOCK};
+    use crate::cpu::lora_elems::Elems;
     use crate::cpu::lora_expand::x86_d_at as d_at;
     use crate::formats::blocks::{bf16_at, f32_at};
+
+    /// `A`'s rows summed at once (the independent chains per row of `x`).
+    const BLOCK: usize = 4;
 
     #[target_feature(enable = "avx512f,avx512bw,f16c")]
     pub(super) unsafe fn shrink_avx512<const R: usize>(

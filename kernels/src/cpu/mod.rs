@@ -29,6 +29,7 @@ mod kv_q8;
 mod kv_ring_tests;
 mod kv_store;
 mod lora;
+mod lora_elems;
 mod lora_expand;
 mod lora_shrink;
 mod matmul;
