@@ -35,7 +35,9 @@ TOKEN = "pool-metrics-admin-token"
 MAX_BATCH = 2
 STREAMS = ["smollm2@1", "smollm2@2", "smollm2-derived-a@1", "smollm2-derived-b@1",
            "smollm2", "smollm2-derived-c@1"]
-MAX_TOKENS = 40
+# Long enough that the load outlasts a few scrapes, an unload and a load
+# even when other tests share the cores.
+MAX_TOKENS = 120
 # SmolLM2's special tokens (<|endoftext|>, <|im_start|>, <|im_end|>): banned so
 # that every stream generates exactly MAX_TOKENS tokens.
 NO_STOP = {"0": -100, "1": -100, "2": -100}
