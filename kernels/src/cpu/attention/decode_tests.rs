@@ -63,6 +63,8 @@ fn per_row(
                 scores[h][t * KEY_TILE..(t + 1) * KEY_TILE].copy_from_slice(&tile[h]);
             }
         }
+        // `h` names a head both in the group's scores and in the state.
+        #[allow(clippy::needless_range_loop)]
         for h in 0..g {
             let q = h0 + h;
             let (max, sum) = (&mut s.max[q], &mut s.sum[q]);
@@ -159,7 +161,7 @@ fn shapes_it_does_not_take_are_left_unchanged() {
     assert_eq!((max, sum), ([1.0], [2.0]));
     assert!(acc.iter().all(|a| *a == 3.0));
     // Empty lanes and a run too short are refused the same way.
-    let short = vec![0.5f32; 8];
+    let short = [0.5f32; 8];
     let q = vec![1.0f32; 16];
     let mut acc = vec![0.0f32; 16];
     for (run, lanes) in [(&run[..], 3..3), (&short[..], 0..32)] {
