@@ -14,10 +14,11 @@ use switchyard_kernels::cuda::{CudaBackend, CudaConfig};
 use switchyard_kernels::formats::quantize::quantize;
 use switchyard_kernels::kv::{BlockTable, KvBlockShape, KvFormat};
 use switchyard_kernels::{
-    AttentionRows, AttentionShape, Backend, DType, KernelError, KvLayout, KvType, MatmulInput,
-    MatmulProduct, RopeStyle, StepKey, WeightView,
+    AttentionShape, Backend, DType, KernelError, KvLayout, KvType, MatmulInput, RopeStyle, StepKey,
+    WeightView,
 };
 
+use super::step_parts::{product, sequence_rows};
 use super::{random_values, Check};
 
 const D: usize = 256;
@@ -105,19 +106,6 @@ impl<B: Backend> Bufs<B> {
     }
 }
 
-fn product<'a, B: Backend>(
-    w: &'a B::Matrix,
-    out: &'a mut B::Activations,
-    acc: bool,
-) -> MatmulProduct<'a, B> {
-    MatmulProduct {
-        w,
-        bias: None,
-        out,
-        accumulate: acc,
-    }
-}
-
 /// One step over every sequence's `per_seq` rows, opened with `key`;
 /// returns the logits of every row.
 #[allow(clippy::too_many_arguments)]
@@ -168,15 +156,7 @@ fn step<B: Backend>(
             b.rms_norm_heads(q, &m.ones_hd, 1e-6)?;
             b.rope(q, HD, positions, &inv_freq, RopeStyle::Neox)?;
             b.rope(k, HD, positions, &inv_freq, RopeStyle::Neox)?;
-            let seqs: Vec<AttentionRows<'_>> = tables
-                .iter()
-                .enumerate()
-                .map(|(i, table)| AttentionRows {
-                    table,
-                    rows: i * per_seq..(i + 1) * per_seq,
-                    start_pos: positions[i * per_seq] as usize,
-                })
-                .collect();
+            let seqs = sequence_rows(tables, positions, per_seq);
             b.attention(layer, shape, q, k, v, store, &seqs, att)?;
             b.matmul_many(MatmulInput::Rows(att), &mut [product(&w[3], h, true)])?;
             b.matmul_many(

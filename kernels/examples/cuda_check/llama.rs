@@ -19,9 +19,11 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use switchyard_kernels::kv::{BlockTable, KvBlockShape, KvFormat};
 use switchyard_kernels::{
-    AttentionRows, AttentionShape, Backend, DType, KernelError, KvLayout, KvType, MatmulInput,
-    MatmulProduct, RopeStyle, StepKey, WeightView,
+    AttentionShape, Backend, DType, KernelError, KvLayout, KvType, MatmulInput, RopeStyle, StepKey,
+    WeightView,
 };
+
+use super::step_parts::{product, sequence_rows};
 
 pub type Error = Box<dyn std::error::Error>;
 
@@ -247,19 +249,6 @@ fn norm<'a, B: Backend>(
     }
 }
 
-fn product<'a, B: Backend>(
-    w: &'a B::Matrix,
-    out: &'a mut B::Activations,
-    accumulate: bool,
-) -> MatmulProduct<'a, B> {
-    MatmulProduct {
-        w,
-        bias: None,
-        out,
-        accumulate,
-    }
-}
-
 impl<B: Backend> Model<B> {
     pub fn upload(b: &B, w: &Weights) -> Result<Model<B>, Error> {
         let dims = w.dims;
@@ -395,15 +384,7 @@ impl<B: Backend> Model<B> {
                 )?;
                 b.rope(q, head_dim, positions, &self.inv_freq, RopeStyle::Neox)?;
                 b.rope(k, head_dim, positions, &self.inv_freq, RopeStyle::Neox)?;
-                let seqs: Vec<AttentionRows<'_>> = tables
-                    .iter()
-                    .enumerate()
-                    .map(|(i, table)| AttentionRows {
-                        table,
-                        rows: i * per_seq..(i + 1) * per_seq,
-                        start_pos: positions[i * per_seq] as usize,
-                    })
-                    .collect();
+                let seqs = sequence_rows(tables, positions, per_seq);
                 b.attention(layer, shape, q, k, v, store, &seqs, att)?;
                 b.matmul_many(MatmulInput::Rows(att), &mut [product::<B>(&w[3], h, true)])?;
                 b.matmul_many(

@@ -24,6 +24,7 @@ mod float_swaps;
 mod graphs;
 mod layers;
 mod llama;
+mod step_parts;
 mod tiers;
 
 use std::process::ExitCode;

@@ -32,16 +32,24 @@ struct Device {
 impl Device {
     fn run(&mut self, op: &Op) {
         let at = self.mem.address(&self.arena) + op.table as u64;
-        let entry = self.mem.read_at(at, 8).unwrap();
-        let weight = u64::from_le_bytes(entry.try_into().unwrap());
-        let bytes = self.mem.read_at(weight, op.len).unwrap();
+        let entry = self
+            .mem
+            .read_at(at, 8)
+            .expect("the table entry lies inside the arena");
+        let weight = u64::from_le_bytes(entry.try_into().expect("a table entry is 8 bytes"));
+        let bytes = self
+            .mem
+            .read_at(weight, op.len)
+            .expect("the staged address is a live weight buffer");
         self.out.push(bytes.iter().map(|b| u64::from(*b)).sum());
     }
 
     fn upload(&mut self, g: &mut StepGraphs<Vec<Op>>) {
         for r in g.arena.take_dirty() {
             let bytes = g.arena.image()[r.clone()].to_vec();
-            self.mem.write(&mut self.arena, r.start, &bytes).unwrap();
+            self.mem
+                .write(&mut self.arena, r.start, &bytes)
+                .expect("a dirty range lies inside the arena");
         }
     }
 }
@@ -53,10 +61,16 @@ fn step(g: &mut StepGraphs<Vec<Op>>, d: &mut Device, key: StepKey, weights: &[u6
     d.out.clear();
     d.recording.clear();
     for w in weights {
-        let table = g.stage(&w.to_le_bytes(), WEIGHTS).unwrap();
+        let table = g
+            .stage(&w.to_le_bytes(), WEIGHTS)
+            .expect("the arena has room for every layer's entry");
         let op = Op { table, len: 16 };
         // The signature names the arena place, never the weight.
-        match (g.enter(&[3, table as u64, 16]).unwrap(), g.mode()) {
+        match (
+            g.enter(&[3, table as u64, 16])
+                .expect("each launch enters the step begun above"),
+            g.mode(),
+        ) {
             (Launch::Run, Mode::Eager) => {
                 d.upload(g);
                 d.run(&op);
@@ -66,14 +80,18 @@ fn step(g: &mut StepGraphs<Vec<Op>>, d: &mut Device, key: StepKey, weights: &[u6
             other => panic!("{other:?}"),
         }
     }
-    match g.finish().unwrap() {
+    match g.finish().expect("the step begun above finishes") {
         Finish::Nothing => {}
         Finish::EndCapture | Finish::Replay => {
             if g.mode() == Mode::Capture {
                 g.keep(std::mem::take(&mut d.recording));
             }
             d.upload(g);
-            for op in g.graph().unwrap().clone() {
+            for op in g
+                .graph()
+                .expect("a captured or replayed step has its graph")
+                .clone()
+            {
                 d.run(&op);
             }
         }
@@ -92,8 +110,11 @@ fn two_checkpoints_replay_one_captured_step_and_a_swap_copies_their_addresses() 
     for c in 0..2u8 {
         let mut addresses = Vec::new();
         for l in 0..layers as u8 {
-            let mut buf = mem.alloc(16).unwrap();
-            mem.write(&mut buf, 0, &[10 * c + l + 1; 16]).unwrap();
+            let mut buf = mem
+                .alloc(16)
+                .expect("1 MiB of host memory holds every weight");
+            mem.write(&mut buf, 0, &[10 * c + l + 1; 16])
+                .expect("16 bytes fit the 16-byte buffer");
             addresses.push(mem.address(&buf));
             bufs.push(buf);
         }
@@ -102,7 +123,9 @@ fn two_checkpoints_replay_one_captured_step_and_a_swap_copies_their_addresses() 
     let expected =
         |c: u64| -> Vec<u64> { (0..layers as u64).map(|l| 16 * (10 * c + l + 1)).collect() };
     let mut d = Device {
-        arena: mem.alloc(4096).unwrap(),
+        arena: mem
+            .alloc(4096)
+            .expect("1 MiB of host memory holds the arena"),
         mem,
         out: Vec::new(),
         recording: Vec::new(),
