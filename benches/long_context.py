@@ -35,7 +35,7 @@ bf16 with `SWITCHYARD_AMX=0`: on a CPU with AMX, the products on
 
 Usage: .venv/bin/python benches/long_context.py [--model gemma3|smollm2|PATH]
   [--depths ...] [--threads 2] [--repeats 2] [--deep-repeats 1] [--kv f16|f32|q8_0]
-  [--attention f32[,bf16][,bf16-noamx]] [--svg ...]
+  [--attention f32[,bf16][,bf16-noamx]] [--bench BIN [--bench BIN2]] [--svg ...]
 Prints a Markdown table and JSON lines (stderr).
 """
 
@@ -95,7 +95,7 @@ def ids(start: int, n: int) -> list[int]:
 
 
 def switchyard(model: str, depth: int, threads: int, kv: str, repeats: int,
-               attention: str = "f32") -> dict:
+               attention: str = "f32", bench: str | None = None) -> dict:
     # `bf16-noamx`: BF16 products on `vdpbf16ps` even where AMX is present.
     precision, _, variant = attention.partition("-")
     env = dict(os.environ, SWITCHYARD_MODEL=model, LC_DEPTHS=str(depth), LC_THREADS=str(threads),
@@ -103,7 +103,10 @@ def switchyard(model: str, depth: int, threads: int, kv: str, repeats: int,
                SWITCHYARD_BENCH_ATTENTION=precision)
     if variant == "noamx":
         env["SWITCHYARD_AMX"] = "0"
-    out = subprocess.run(["cargo", "bench", "-q", "--bench", "long_context"], cwd=ROOT, env=env,
+    # A built executable (`--bench BIN`) runs as it is: no build inside a
+    # measurement, and two builds can be compared in one run.
+    command = [bench, "--bench"] if bench else ["cargo", "bench", "-q", "--bench", "long_context"]
+    out = subprocess.run(command, cwd=ROOT, env=env,
                          check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -218,11 +221,17 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=REPEATS)
     ap.add_argument("--deep-repeats", type=int, default=1, help=f"repeats at depths >= {DEEP}")
     ap.add_argument("--flash-attn", action="store_true", help="llama.cpp with flash attention")
+    ap.add_argument("--bench", action="append", default=None, metavar="BIN",
+                    help="run this built long_context executable (`cargo bench --no-run "
+                         "--bench long_context` prints its path) instead of `cargo bench`; "
+                         "given twice or more, each is measured with every --attention")
     ap.add_argument("--attention", default="f32",
                     help="Switchyard's attention precisions, comma-separated (f32, bf16, "
                          "bf16-noamx: BF16 on vdpbf16ps where AMX is present)")
     args = ap.parse_args()
-    attentions = args.attention.split(",")
+    # Every (executable, precision) pair is one Switchyard column.
+    benches = args.bench or [None]
+    attentions = [(b, a) for b in benches for a in args.attention.split(",")]
     model = resolve(args.model or args.path or "smollm2")
     depths = [int(d) for d in (args.depths or model.depths).split(",")]
     rows, began = [], time.perf_counter()
@@ -230,8 +239,9 @@ def main() -> None:
         repeats = args.deep_repeats if depth >= DEEP else args.repeats
         start = time.perf_counter()
         ours = []
-        for attention in attentions:
-            ours.append(switchyard(model.path, depth, args.threads, args.kv, repeats, attention))
+        for bench, attention in attentions:
+            ours.append(switchyard(model.path, depth, args.threads, args.kv, repeats, attention,
+                                   bench))
             print(json.dumps(ours[-1]), file=sys.stderr)
         l = llama_cpp(model.path, depth, args.threads, repeats, args.flash_attn, args.kv)
         seconds = time.perf_counter() - start
@@ -246,9 +256,10 @@ def main() -> None:
           f"best of {args.repeats} (of {args.deep_repeats} from depth {DEEP}); "
           f"{minutes:.1f} minutes in all; load average {load:.1f} at the end")
     print()
-    for a, attention in enumerate(attentions):
+    for a, (bench, attention) in enumerate(attentions):
         if len(attentions) > 1:
-            print(f"Switchyard attention {attention}:")
+            which = f" ({bench})" if bench and len(benches) > 1 else ""
+            print(f"Switchyard attention {attention}{which}:")
             print()
         print("| depth | Switchyard decode | llama.cpp decode | ratio | Switchyard prompt | "
               "llama.cpp prompt | ratio | Switchyard KV MB (windowed layers) | llama.cpp KV MB |")

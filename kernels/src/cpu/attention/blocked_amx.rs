@@ -283,3 +283,119 @@ pub(super) unsafe fn weighted(
         qb += if two { 2 } else { 1 };
     }
 }
+
+/// Scores of one or two groups of sixteen queries (`two`) against a span's
+/// `key_tiles` key tiles (an even count), each sum over all of a query's
+/// `pairs` pairs in one tile (`blocked_span`): `out[qi · keys + j]`
+/// (`keys = key_tiles · KEY_TILE`), unscaled.
+///
+/// `q`: the queries in order, query `qi`'s pair `p` at `qi · pairs + p`
+/// (`pairs` a multiple of [`TILE`]); `k`: the key tiles one after another,
+/// pair `p` of key `j` of tile `t` at `(t · pairs + p) · KEY_TILE + j`.
+///
+/// # Safety
+/// See the module; `q` holds `16 · (1 + two)` queries, `k` `key_tiles`
+/// tiles, `out` `16 · (1 + two)` rows of `keys` floats.
+pub(super) unsafe fn span_scores(
+    (q, two): (*const u32, bool),
+    pairs: usize,
+    (k, key_tiles): (*const u32, usize),
+    out: *mut f32,
+) {
+    // SAFETY: the caller checked `available`.
+    unsafe { configure() };
+    let a_stride = pairs * 4;
+    let b_stride = KEY_TILE * 4;
+    let keys = key_tiles * KEY_TILE;
+    let c_stride = keys * 4;
+    let tile_len = pairs * KEY_TILE;
+    let q1 = q.wrapping_add(TILE * pairs);
+    let out1 = out.wrapping_add(TILE * keys);
+    for t in (0..key_tiles).step_by(2) {
+        let k0 = k.wrapping_add(t * tile_len);
+        let k1 = k0.wrapping_add(tile_len);
+        // SAFETY: query rows 0..16 (32 when `two`), pair columns
+        // 16s..16s + 16 < pairs, key tiles t and t + 1 < key_tiles, score
+        // rows and columns inside `out`: the caller's ranges.
+        unsafe {
+            zero!(0);
+            zero!(1);
+            if two {
+                zero!(2);
+                zero!(3);
+            }
+            for s in 0..pairs / TILE {
+                load!(4, q.wrapping_add(TILE * s), a_stride);
+                load!(6, k0.wrapping_add(TILE * KEY_TILE * s), b_stride);
+                load!(7, k1.wrapping_add(TILE * KEY_TILE * s), b_stride);
+                dot!(0, 4, 6);
+                dot!(1, 4, 7);
+                if two {
+                    load!(5, q1.wrapping_add(TILE * s), a_stride);
+                    dot!(2, 5, 6);
+                    dot!(3, 5, 7);
+                }
+            }
+            store!(0, out.wrapping_add(t * KEY_TILE), c_stride);
+            store!(1, out.wrapping_add((t + 1) * KEY_TILE), c_stride);
+            if two {
+                store!(2, out1.wrapping_add(t * KEY_TILE), c_stride);
+                store!(3, out1.wrapping_add((t + 1) * KEY_TILE), c_stride);
+            }
+        }
+    }
+}
+
+/// `acc[qi · hd + d] += Σ_r p[qi · rows + r] · values[r · hd + d]` for
+/// one or two groups of sixteen queries (`two`) over a span's `rows` pair
+/// rows of positions (a multiple of [`TILE`]) and `hd` dimensions (a
+/// multiple of 32): each output tile read and written once per span.
+///
+/// # Safety
+/// See the module; `p` holds `16 · (1 + two)` rows of `rows` pairs,
+/// `values` `rows` rows of `hd` pairs, `acc` `16 · (1 + two)` rows of `hd`.
+pub(super) unsafe fn span_weighted(
+    (p, two): (*const u32, bool),
+    rows: usize,
+    (values, hd): (*const u32, usize),
+    acc: *mut f32,
+) {
+    // SAFETY: the caller checked `available`.
+    unsafe { configure() };
+    let a_stride = rows * 4;
+    let row = hd * 4;
+    let p1 = p.wrapping_add(TILE * rows);
+    let acc1 = acc.wrapping_add(TILE * hd);
+    for d0 in (0..hd).step_by(2 * TILE) {
+        // SAFETY: query rows 0..16 (32 when `two`), pair rows
+        // 16r..16r + 16 < rows, columns d0..d0 + 32 <= hd: the caller's
+        // ranges.
+        unsafe {
+            load!(0, acc.wrapping_add(d0), row);
+            load!(1, acc.wrapping_add(d0 + TILE), row);
+            if two {
+                load!(2, acc1.wrapping_add(d0), row);
+                load!(3, acc1.wrapping_add(d0 + TILE), row);
+            }
+            for r in 0..rows / TILE {
+                let v = values.wrapping_add(TILE * r * hd + d0);
+                load!(4, p.wrapping_add(TILE * r), a_stride);
+                load!(6, v, row);
+                load!(7, v.wrapping_add(TILE), row);
+                dot!(0, 4, 6);
+                dot!(1, 4, 7);
+                if two {
+                    load!(5, p1.wrapping_add(TILE * r), a_stride);
+                    dot!(2, 5, 6);
+                    dot!(3, 5, 7);
+                }
+            }
+            store!(0, acc.wrapping_add(d0), row);
+            store!(1, acc.wrapping_add(d0 + TILE), row);
+            if two {
+                store!(2, acc1.wrapping_add(d0), row);
+                store!(3, acc1.wrapping_add(d0 + TILE), row);
+            }
+        }
+    }
+}

@@ -18,6 +18,7 @@ pub(crate) mod bf16;
 mod blocked;
 #[cfg(target_arch = "x86_64")]
 mod blocked_amx;
+mod blocked_span;
 mod decode;
 #[cfg(test)]
 mod decode_tests;

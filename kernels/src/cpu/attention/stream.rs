@@ -26,12 +26,13 @@ use std::ops::Range;
 
 use super::bf16::{self, Bf16Isa, Products};
 use super::blocked;
+use super::blocked_span::{self, Span};
 use super::decode::{self, RowState};
 use super::online::online_step;
 use super::partial::{merge, normalize, SEGMENT};
 use super::scores::{scores16_group, scores32_group, GROUP_MAX};
 use crate::cpu::isa::CheckedIsa;
-use crate::cpu::kv_elem::KvElem;
+use crate::cpu::kv_elem::{Direct, KvElem};
 use crate::cpu::kv_layout::{KEY_BLOCK, KEY_TILE};
 use crate::cpu::prefetch::prefetch_all;
 use crate::cpu::vecmath::{scale_in_place, weighted_sum_group};
@@ -158,6 +159,8 @@ struct State {
     q_chain_pairs: Vec<u32>,
     all: Vec<f32>,
     part: Vec<f32>,
+    /// AMX only: whole blocks packed for a span (`blocked_span`).
+    span: Span,
 }
 
 /// The values [`State::fold`] weighs: a block's f32 rows (from the first
@@ -589,6 +592,13 @@ fn run<'q, E: KvElem>(
         state.pack_chains(tile, query);
     }
     let direct = tile.direct(isa);
+    // A prompt tile on AMX folds its whole blocks in spans.
+    let span = match tile.products {
+        Products::Bf16(b) if blocked && blocked_span::takes(b, tile.rows * tile.group, hd) => {
+            Some(b)
+        }
+        _ => None,
+    };
     let mut block = start;
     while block < end {
         if block > start && block % SEGMENT == 0 {
@@ -602,6 +612,37 @@ fn run<'q, E: KvElem>(
         if direct && state.fold_direct(isa, tile, query, block, lanes) {
             block += KEY_BLOCK;
             continue;
+        }
+        if let Some(b) = span {
+            let stop = blocked_span::stop(block, tile.first_pos, end, SEGMENT);
+            if stop > block {
+                state.span.clear();
+                for at in (block..stop).step_by(KEY_BLOCK) {
+                    if at > block && at + KEY_BLOCK < end {
+                        tile.prefetch(at + KEY_BLOCK);
+                    }
+                    let f16 = match E::direct(tile.run(at)) {
+                        Some(Direct::F16(run)) => state.span.push_f16(b, hd, run),
+                        _ => false,
+                    };
+                    if !f16 {
+                        let (keys, values) = tile.block(isa, at, &mut scratch);
+                        state.span.push(b, hd, keys, values);
+                    }
+                }
+                let n = tile.rows * tile.group;
+                let State {
+                    span,
+                    q_pairs,
+                    max,
+                    sum,
+                    acc,
+                    ..
+                } = &mut *state;
+                span.fold(isa, b, q_pairs, (n, hd), tile.scale, max, sum, acc);
+                block = stop;
+                continue;
+            }
         }
         let (keys, values) = tile.block(isa, block, &mut scratch);
         if let Products::Bf16(b) = tile.products {

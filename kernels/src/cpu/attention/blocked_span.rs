@@ -1,0 +1,267 @@
+//! A prompt tile's BF16 products on AMX over a span of whole key blocks
+//! (up to [`SPAN_BLOCKS`], 256 positions) at once, flash-attention style:
+//! the span's scores for a group of queries in AMX tiles summed over all
+//! of a query's dimensions, one online-softmax step per query and span,
+//! and the weighted sum with each output tile loaded and stored once per
+//! span.
+//!
+//! Why: folding one key block of 32 positions at a time, a tile of 128
+//! queries of 256 dimensions reads and writes its whole 128 KB of outputs
+//! (from L2) for every 32 keys, rescales them whenever a block raises a
+//! query's maximum, and runs a softmax step (two horizontal reductions)
+//! per query and block: at depth that cost several times the `tdpbf16ps`
+//! work itself. Over a span those costs fall by the span's length.
+//!
+//! The results are not `blocked`'s chain sums, nor the per-block
+//! softmax's: a score is one AMX sum over all pairs (not two chains), and
+//! the maximum and the rescale are per span. Both are within the f32
+//! rounding of the same BF16 products, as AMX already was (`blocked_amx`);
+//! the span path runs only where AMX does (a prompt chunk's tiles).
+
+use super::bf16::{self, Bf16Isa};
+use crate::cpu::exp::{exp_one, exp_shifted, max_of};
+use crate::cpu::isa::CheckedIsa;
+use crate::cpu::kv_layout::{KEY_BLOCK, KEY_TILE};
+use crate::cpu::vecmath::scale_in_place;
+
+/// Key blocks a span holds at most: 256 positions. Its packed keys and
+/// values (128 KB each at 256 dimensions) stay in L2 while every group
+/// of queries reads them.
+pub(super) const SPAN_BLOCKS: usize = 8;
+
+/// Queries a span pass takes at once: two AMX tiles of sixteen rows.
+const GROUP: usize = 32;
+
+/// Whether a tile of `n` queries of `head_dim` takes its whole blocks in
+/// spans: AMX is available, the head size is whole tile columns of
+/// sixteen pairs (a multiple of 32) and the queries are whole tiles of
+/// sixteen rows.
+pub(super) fn takes(b: Bf16Isa, n: usize, head_dim: usize) -> bool {
+    b.amx() && n > 0 && n.is_multiple_of(16) && head_dim > 0 && head_dim.is_multiple_of(32)
+}
+
+/// Where a span from `block` (a block start) ends: at most
+/// [`SPAN_BLOCKS`] blocks, only blocks every row of a tile whose first row
+/// is at `first_pos` sees whole, not past `end` and not across a segment
+/// boundary (`segment`, where the walk closes its state). `block` itself
+/// when no whole block starts there.
+pub(super) fn stop(block: usize, first_pos: usize, end: usize, segment: usize) -> usize {
+    let whole = (first_pos + 1) / KEY_BLOCK * KEY_BLOCK;
+    let next_segment = (block / segment + 1) * segment;
+    let limit = end.min(whole).min(next_segment);
+    let blocks = (limit.saturating_sub(block) / KEY_BLOCK).min(span_blocks());
+    block + blocks * KEY_BLOCK
+}
+
+/// [`SPAN_BLOCKS`]; `SWITCHYARD_AMX_SPAN` overrides it (1 to 32 blocks, to
+/// measure).
+fn span_blocks() -> usize {
+    static BLOCKS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *BLOCKS.get_or_init(|| {
+        std::env::var("SWITCHYARD_AMX_SPAN")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .filter(|&b| (1..=32).contains(&b))
+            .unwrap_or(SPAN_BLOCKS)
+    })
+}
+
+/// A span's keys and values in BF16 pairs, and the scratch of its fold,
+/// reused across spans on a thread.
+#[derive(Default)]
+pub(super) struct Span {
+    /// Key tiles one after another (`bf16::pack_key_tile`'s layout).
+    keys: Vec<u32>,
+    /// Pair rows of positions (`bf16::pack`'s layout), `head_dim` each.
+    values: Vec<u32>,
+    /// Blocks packed so far.
+    blocks: usize,
+    /// A group's scores, then its probabilities, `GROUP` rows of the span.
+    scores: Vec<f32>,
+    /// The probabilities in pairs of positions.
+    p: Vec<u32>,
+}
+
+impl Span {
+    /// Starts an empty span.
+    pub(super) fn clear(&mut self) {
+        self.blocks = 0;
+    }
+
+    /// Adds a whole key block: `keys` two key tiles dimension-major,
+    /// `values` 32 rows of `head_dim`, as `Tile::block` gives them.
+    pub(super) fn push(&mut self, b: Bf16Isa, head_dim: usize, keys: &[f32], values: &[f32]) {
+        let pairs = head_dim / 2;
+        let tile = pairs * KEY_TILE;
+        let w = self.blocks;
+        self.keys.resize((w + 1) * 2 * tile, 0);
+        for t in 0..2 {
+            let from = &keys[t * KEY_TILE * head_dim..(t + 1) * KEY_TILE * head_dim];
+            let to = &mut self.keys[(2 * w + t) * tile..(2 * w + t + 1) * tile];
+            bf16::pack_key_tile(b, from, head_dim, to);
+        }
+        let rows = KEY_BLOCK / 2;
+        self.values.resize((w + 1) * rows * head_dim, 0);
+        for m in 0..rows {
+            let even = &values[2 * m * head_dim..(2 * m + 1) * head_dim];
+            let odd = &values[(2 * m + 1) * head_dim..(2 * m + 2) * head_dim];
+            let at = (w * rows + m) * head_dim;
+            bf16::pack(b, even, odd, &mut self.values[at..at + head_dim]);
+        }
+        self.blocks += 1;
+    }
+
+    /// [`Span::push`] straight from an F16 cache's run (two key tiles,
+    /// then 32 value rows, as stored): each element widened and rounded
+    /// to BF16 in registers, the same bits as widening the run to f32 and
+    /// packing that, without the f32 copy. False, with nothing added,
+    /// where the AVX-512 kernel does not run.
+    pub(super) fn push_f16(&mut self, b: Bf16Isa, head_dim: usize, run: &[half::f16]) -> bool {
+        let len = KEY_BLOCK * head_dim;
+        if !b.simd() || !head_dim.is_multiple_of(16) || run.len() < 2 * len {
+            return false;
+        }
+        let pairs = head_dim / 2;
+        let w = self.blocks;
+        self.keys.resize((w + 1) * 2 * pairs * KEY_TILE, 0);
+        self.values.resize((w + 1) * len / 2, 0);
+        let keys = &mut self.keys[w * 2 * pairs * KEY_TILE..];
+        let values = &mut self.values[w * len / 2..];
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `simd` is set only where AVX-512 BF16 (with F and BW)
+        // was detected; each call reads `len` elements of the run and
+        // writes `len / 2` pairs, inside the slices sized above, in rows
+        // of 16 (key tiles) or `head_dim` (a multiple of 16).
+        unsafe {
+            x86::pack_f16_rows(&run[..len], KEY_TILE, &mut keys[..len / 2]);
+            x86::pack_f16_rows(&run[len..2 * len], head_dim, &mut values[..len / 2]);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (keys, values);
+        self.blocks += 1;
+        true
+    }
+
+    /// Folds the span into the `n` queries `q` (pairs in order, as
+    /// `bf16::pack_in_order`, `head_dim / 2` each): per query the span's
+    /// scores times `scale`, one online-softmax step over them (`max`,
+    /// `sum`, and `acc` rescaled when the span raises the maximum), and
+    /// the probabilities' weighted sum of the values added to `acc`
+    /// (`head_dim` per query). Needs [`takes`] true for `n` and
+    /// `head_dim`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn fold(
+        &mut self,
+        isa: CheckedIsa,
+        b: Bf16Isa,
+        q: &[u32],
+        (n, head_dim): (usize, usize),
+        scale: f32,
+        max: &mut [f32],
+        sum: &mut [f32],
+        acc: &mut [f32],
+    ) {
+        let pairs = head_dim / 2;
+        let keys = self.blocks * KEY_BLOCK;
+        if keys == 0 || !takes(b, n, head_dim) {
+            return;
+        }
+        let (q, acc) = (&q[..n * pairs], &mut acc[..n * head_dim]);
+        let (max, sum) = (&mut max[..n], &mut sum[..n]);
+        let k = &self.keys[..self.blocks * 2 * pairs * KEY_TILE];
+        let v = &self.values[..keys / 2 * head_dim];
+        self.scores.resize(GROUP * keys, 0.0);
+        self.p.resize(GROUP * keys / 2, 0);
+        for q0 in (0..n).step_by(GROUP) {
+            let m = (n - q0).min(GROUP);
+            let two = m > 16;
+            // SAFETY: `takes` (AMX granted, `pairs` and `n` whole tiles);
+            // `q` holds rows q0..q0 + m of `pairs` pairs, `k` the span's
+            // 2 · blocks key tiles, `scores` `GROUP` rows of `keys` (all
+            // cut or sized above).
+            #[cfg(target_arch = "x86_64")]
+            unsafe {
+                super::blocked_amx::span_scores(
+                    (q[q0 * pairs..].as_ptr(), two),
+                    pairs,
+                    (k.as_ptr(), 2 * self.blocks),
+                    self.scores.as_mut_ptr(),
+                )
+            };
+            for i in 0..m {
+                let qi = q0 + i;
+                let s = &mut self.scores[i * keys..(i + 1) * keys];
+                scale_in_place(isa, scale, s);
+                let span_max = max_of(isa, s);
+                if span_max > max[qi] {
+                    // The first span finds the sum zero: nothing to rescale.
+                    if sum[qi] != 0.0 {
+                        let c = exp_one(isa, max[qi] - span_max);
+                        sum[qi] *= c;
+                        scale_in_place(isa, c, &mut acc[qi * head_dim..(qi + 1) * head_dim]);
+                    }
+                    max[qi] = span_max;
+                }
+                sum[qi] += exp_shifted(isa, s, max[qi]);
+                bf16::pack_in_order(b, s, &mut self.p[i * keys / 2..(i + 1) * keys / 2]);
+            }
+            // SAFETY: as above; `p` holds `m` rows of `keys / 2` pairs (a
+            // multiple of sixteen), `v` that many pair rows of
+            // `head_dim` (a multiple of 32), `acc` rows q0..q0 + m.
+            #[cfg(target_arch = "x86_64")]
+            unsafe {
+                super::blocked_amx::span_weighted(
+                    (self.p.as_ptr(), two),
+                    keys / 2,
+                    (v.as_ptr(), head_dim),
+                    acc[q0 * head_dim..].as_mut_ptr(),
+                )
+            };
+            // Elsewhere `takes` is false and nothing gets here.
+            #[cfg(not(target_arch = "x86_64"))]
+            let _ = (k, v, two);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    /// Rows `2m` and `2m + 1` of `src` (rows of `row` F16 values, `row` a
+    /// multiple of 16) as BF16 pairs, row `m` of `dst`: pair `i` is
+    /// `src[2m][i] | src[2m + 1][i] << 16`. As `bf16::pack` of the rows
+    /// widened (`vcvtph2ps` is exact, `vcvtne2ps2bf16` rounds as
+    /// `bf16::round`).
+    ///
+    /// # Safety
+    /// AVX-512 F, BW and BF16; `dst.len() == src.len() / 2`, both whole
+    /// pairs of rows.
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    pub(super) unsafe fn pack_f16_rows(src: &[half::f16], row: usize, dst: &mut [u32]) {
+        // Word 2j of the result is word j (even[j]), word 2j + 1 is word
+        // 16 + j (odd[j]).
+        let order: [i16; 32] = std::array::from_fn(|w| ((w % 2) * 16 + w / 2) as i16);
+        // SAFETY: 64 bytes from a 64-byte array.
+        let order = unsafe { _mm512_loadu_si512(order.as_ptr().cast()) };
+        let s = src.as_ptr().cast::<u16>();
+        for m in 0..src.len() / (2 * row) {
+            for i in (0..row).step_by(16) {
+                // SAFETY: elements 2m·row + i and (2m + 1)·row + i, 16 each,
+                // are inside `src`, pairs m·row + i.. inside `dst`.
+                unsafe {
+                    let e = _mm512_cvtph_ps(_mm256_loadu_si256(s.add(2 * m * row + i).cast()));
+                    let o =
+                        _mm512_cvtph_ps(_mm256_loadu_si256(s.add((2 * m + 1) * row + i).cast()));
+                    let halves: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(o, e));
+                    let pairs = _mm512_permutexvar_epi16(order, halves);
+                    _mm512_storeu_si512(dst.as_mut_ptr().add(m * row + i).cast(), pairs);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "blocked_span_tests.rs"]
+mod tests;
