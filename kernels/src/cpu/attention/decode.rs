@@ -211,7 +211,7 @@ mod x86 {
             for i in 0..hd / 4 {
                 for k in 0..4 {
                     let d = 4 * i + k;
-                    if !F16 || k % 2 == 0 {
+                    if !F16 || k.is_multiple_of(2) {
                         ahead::<F16>(run, tile + d * KEY_TILE, next);
                     }
                     // SAFETY: d < hd: inside the tile and every query.
@@ -286,7 +286,7 @@ mod x86 {
             let at = values + j * hd + c;
             let mut row = [_mm512_setzero_ps(); K];
             for k in 0..K {
-                if !F16 || k % 2 == 0 {
+                if !F16 || k.is_multiple_of(2) {
                     ahead::<F16>(run, at + 16 * k, next);
                 }
                 // SAFETY: the caller's.
