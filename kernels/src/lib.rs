@@ -34,7 +34,7 @@ pub mod kv;
 
 pub use attention_precision::AttentionPrecision;
 pub use backend::{
-    AttentionRows, AttentionShape, Backend, LoraRows, MatmulInput, MatmulProduct, RopeStyle,
+    AttentionRows, AttentionShape, Backend, LoraRows, LoraUpdate, MatmulInput, MatmulProduct, RopeStyle,
     StepKey, WeightTier, WeightView,
 };
 pub use dtype::DType;

@@ -5,7 +5,7 @@
 
 use std::ops::Range;
 
-use switchyard_kernels::{Backend, LoraRows};
+use switchyard_kernels::{Backend, LoraRows, LoraUpdate};
 
 use super::part::ModelPart;
 use super::ModelError;
@@ -47,8 +47,53 @@ impl<'a, B: Backend> AdapterRuns<'a, B> {
         if self.runs.is_empty() {
             return Ok(());
         }
-        let rows: Vec<LoraRows<'_, B>> = self
-            .runs
+        let rows = self.rows(layer, target);
+        if rows.is_empty() {
+            return Ok(());
+        }
+        Ok(backend.lora(x, &rows, out)?)
+    }
+
+    /// [`AdapterRuns::apply`] for several targets that read the same
+    /// input `x` (Q, K and V; gate and up), in one backend call.
+    pub(super) fn apply_many(
+        &self,
+        backend: &B,
+        layer: usize,
+        x: &B::Activations,
+        outs: &mut [(Target, &mut B::Activations)],
+    ) -> Result<(), ModelError> {
+        if self.runs.is_empty() {
+            return Ok(());
+        }
+        if separate_calls() {
+            for (target, out) in outs.iter_mut() {
+                self.apply(backend, layer, *target, x, out)?;
+            }
+            return Ok(());
+        }
+        let rows: Vec<Vec<LoraRows<'_, B>>> = outs
+            .iter()
+            .map(|(target, _)| self.rows(layer, *target))
+            .collect();
+        let mut updates: Vec<LoraUpdate<'_, '_, B>> = outs
+            .iter_mut()
+            .zip(&rows)
+            .filter(|(_, runs)| !runs.is_empty())
+            .map(|((_, out), runs)| LoraUpdate {
+                runs,
+                out: &mut **out,
+            })
+            .collect();
+        if updates.is_empty() {
+            return Ok(());
+        }
+        Ok(backend.lora_many(x, &mut updates)?)
+    }
+
+    /// The runs whose adapter changes `target` of layer `layer`.
+    fn rows(&self, layer: usize, target: Target) -> Vec<LoraRows<'_, B>> {
+        self.runs
             .iter()
             .filter_map(|(rows, adapter)| {
                 let w = adapter.weight(layer, target)?;
@@ -59,10 +104,18 @@ impl<'a, B: Backend> AdapterRuns<'a, B> {
                     scale: w.scale,
                 })
             })
-            .collect();
-        if rows.is_empty() {
-            return Ok(());
-        }
-        Ok(backend.lora(x, &rows, out)?)
+            .collect()
     }
+}
+
+/// Measurement switch, to be removed once ranked: `SWITCHYARD_LORA_EXP`
+/// bit 8 runs each target as its own call.
+fn separate_calls() -> bool {
+    static EXP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *EXP.get_or_init(|| {
+        std::env::var("SWITCHYARD_LORA_EXP")
+            .ok()
+            .and_then(|v| v.parse::<u32>().ok())
+            .is_some_and(|v| v & 8 != 0)
+    })
 }
