@@ -66,12 +66,6 @@ impl<'a, B: Backend> AdapterRuns<'a, B> {
         if self.runs.is_empty() {
             return Ok(());
         }
-        if separate_calls() {
-            for (target, out) in outs.iter_mut() {
-                self.apply(backend, layer, *target, x, out)?;
-            }
-            return Ok(());
-        }
         let rows: Vec<Vec<LoraRows<'_, B>>> = outs
             .iter()
             .map(|(target, _)| self.rows(layer, *target))
@@ -106,16 +100,4 @@ impl<'a, B: Backend> AdapterRuns<'a, B> {
             })
             .collect()
     }
-}
-
-/// Measurement switch, to be removed once ranked: `SWITCHYARD_LORA_EXP`
-/// bit 8 runs each target as its own call.
-fn separate_calls() -> bool {
-    static EXP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *EXP.get_or_init(|| {
-        std::env::var("SWITCHYARD_LORA_EXP")
-            .ok()
-            .and_then(|v| v.parse::<u32>().ok())
-            .is_some_and(|v| v & 8 != 0)
-    })
 }

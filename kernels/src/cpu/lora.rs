@@ -117,23 +117,18 @@ pub(crate) fn lora_many(
         })
         .collect();
     let run_of = |item: &(usize, usize, Range<usize>)| &runs[item.0][item.1];
-    let exp = experiment();
     pool.run(items.len().div_ceil(per_task), &|task| {
         let mine = &items[task * per_task..((task + 1) * per_task).min(items.len())];
-        if exp & 4 == 0 {
-            if let Some(first) = mine.first() {
-                prefetch_run(run_of(first));
-            }
+        if let Some(first) = mine.first() {
+            prefetch_run(run_of(first));
         }
         // The group's dot products (`rank` rows of up to GROUP), then one
         // row's scaled `rank`.
         let mut sums = [0.0f32; MAX_RANK * GROUP];
         let mut mid = [0.0f32; MAX_RANK];
         for (n, item) in mine.iter().enumerate() {
-            if exp & 4 == 0 {
-                if let Some(next) = mine.get(n + 1) {
-                    prefetch_run(run_of(next));
-                }
+            if let Some(next) = mine.get(n + 1) {
+                prefetch_run(run_of(next));
             }
             let (u, _, rows) = item;
             let run = run_of(item);
@@ -182,18 +177,6 @@ fn prefetch_run(run: &Run<'_>) {
         #[cfg(not(target_arch = "x86_64"))]
         let _ = data;
     }
-}
-
-/// The A/B switch under measurement (`SWITCHYARD_LORA_EXP` bit 4: no
-/// prefetch). To be removed once ranked.
-fn experiment() -> u32 {
-    static EXP: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *EXP.get_or_init(|| {
-        std::env::var("SWITCHYARD_LORA_EXP")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    })
 }
 
 /// The scalar twin of [`lora`] for one row, that tests compare against.
