@@ -13,8 +13,8 @@ use super::{activation, elementwise, lora, matmul, norm, rope, row_copy};
 use crate::formats::dequantize_row;
 use crate::kv::{BlockId, KvBlockShape};
 use crate::{
-    AttentionRows, AttentionShape, Backend, KernelError, KvFormat, LoraRows, LoraUpdate, MatmulInput,
-    MatmulProduct, RopeStyle, WeightView,
+    AttentionRows, AttentionShape, Backend, KernelError, KvFormat, LoraRows, LoraUpdate,
+    MatmulInput, MatmulProduct, RopeStyle, WeightView,
 };
 
 use super::cpu_backend::CpuBackend;

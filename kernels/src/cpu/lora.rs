@@ -357,8 +357,7 @@ mod tests {
                         .iter()
                         .map(|&rank| {
                             let a = view(dtype, rank, k, &random(&mut rng, rank * k)).0;
-                            let b_t =
-                                view(dtype, rank, width, &random(&mut rng, rank * width)).0;
+                            let b_t = view(dtype, rank, width, &random(&mut rng, rank * width)).0;
                             (a, b_t)
                         })
                         .collect()
@@ -399,12 +398,17 @@ mod tests {
                     .map(|(out, runs)| Update { runs, out })
                     .collect();
                 lora_many(&pool, isa, &x, &mut updates).unwrap();
-                for ((out, runs), (&w, base)) in outs.iter().zip(&runs).zip(widths.iter().zip(&bases)) {
+                for ((out, runs), (&w, base)) in
+                    outs.iter().zip(&runs).zip(widths.iter().zip(&bases))
+                {
                     let mut alone = CpuActivations::from_values(n, w, base).unwrap();
                     lora(&pool, isa, &x, runs, &mut alone).unwrap();
                     assert_eq!(out.data, alone.data, "{isa:?} {dtype} width {w}");
                 }
-                assert_eq!(outs[1].data, bases[1], "{isa:?} {dtype}: no runs, untouched");
+                assert_eq!(
+                    outs[1].data, bases[1],
+                    "{isa:?} {dtype}: no runs, untouched"
+                );
             }
         }
     }
