@@ -85,6 +85,10 @@ impl OnDevice for Rounds {
     }
 }
 
+/// One configuration: each part's adapter (if any) and its number of
+/// sequences.
+type Config<'a, B> = Vec<(Option<&'a ResidentAdapter<B>>, usize)>;
+
 fn adapter_dir() -> PathBuf {
     std::env::var_os("SWITCHYARD_LORA_DIR").map_or_else(|| "/tmp/lora-work".into(), Into::into)
 }
@@ -106,7 +110,7 @@ fn rounds_on<B: Backend>(backend: &B, rounds: usize, counts: &[usize]) -> Vec<Ve
     let mut scratch = model.new_scratch(backend);
     // Each configuration: which adapter (if any) each part takes, and each
     // part's number of sequences.
-    let mut configs: Vec<Vec<(Option<&ResidentAdapter<B>>, usize)>> = vec![
+    let mut configs: Vec<Config<'_, B>> = vec![
         vec![(None, SEQUENCES)],
         (0..SEQUENCES).map(|_| (None, 1)).collect(),
     ];
