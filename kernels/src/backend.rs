@@ -153,6 +153,12 @@ pub struct LoraRows<'a, B: Backend> {
     pub scale: f32,
 }
 
+/// One output of [`Backend::lora_many`]: its runs and the rows they add to.
+pub struct LoraUpdate<'a, 'o, B: Backend> {
+    pub runs: &'a [LoraRows<'a, B>],
+    pub out: &'o mut B::Activations,
+}
+
 /// One sequence of [`Backend::attention`]: its rows of `q`, `k`, `v`
 /// and `out`, at positions `start_pos..start_pos + rows.len()` of the
 /// blocks `table` names (every block those positions land in is in the
@@ -213,6 +219,13 @@ pub trait Backend: Send + Sync + 'static {
     // --- memory -----------------------------------------------------------
 
     fn matrix(&self, weight: WeightView) -> Result<Self::Matrix, KernelError>;
+    /// A matrix that only [`Backend::lora`] reads (an adapter's `A` or
+    /// `Bᵀ`): a backend may skip the extra layouts its matmul kernels keep
+    /// (the CPU's packed copy of Q8_0 rows), so the adapter's bytes are
+    /// its view's bytes.
+    fn lora_matrix(&self, weight: WeightView) -> Result<Self::Matrix, KernelError> {
+        self.matrix(weight)
+    }
     fn vector(&self, values: &[f32]) -> Result<Self::Vector, KernelError>;
     /// Zero-filled activations.
     fn activations(&self, rows: usize, cols: usize) -> Self::Activations;
@@ -425,6 +438,22 @@ pub trait Backend: Send + Sync + 'static {
             op: "lora",
             backend: self.name(),
         })
+    }
+    /// [`Backend::lora`] for several outputs of the same input `x` (Q, K
+    /// and V; gate and up), in one call so that a backend can run them as
+    /// one job; each output gets the bits `lora` would give it.
+    fn lora_many(
+        &self,
+        x: &Self::Activations,
+        updates: &mut [LoraUpdate<'_, '_, Self>],
+    ) -> Result<(), KernelError>
+    where
+        Self: Sized,
+    {
+        for update in updates.iter_mut() {
+            self.lora(x, update.runs, update.out)?;
+        }
+        Ok(())
     }
     /// Copies rows `rows` of `src` into `dst` from row `dst_row` on (same
     /// width). A step that runs several checkpoints at once gathers the rows

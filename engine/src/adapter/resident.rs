@@ -70,8 +70,8 @@ impl<B: Backend> ResidentAdapter<B> {
                     let b_t = view(dtype, &w.b_t, w.rank)?;
                     bytes += (a.data.len() + b_t.data.len()) as u64;
                     *slot = Some(ResidentWeight {
-                        a: backend.matrix(a)?,
-                        b_t: backend.matrix(b_t)?,
+                        a: backend.lora_matrix(a)?,
+                        b_t: backend.lora_matrix(b_t)?,
                         rank: w.rank,
                         scale: w.scale,
                     });

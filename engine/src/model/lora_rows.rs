@@ -5,7 +5,7 @@
 
 use std::ops::Range;
 
-use switchyard_kernels::{Backend, LoraRows};
+use switchyard_kernels::{Backend, LoraRows, LoraUpdate};
 
 use super::part::ModelPart;
 use super::ModelError;
@@ -47,8 +47,47 @@ impl<'a, B: Backend> AdapterRuns<'a, B> {
         if self.runs.is_empty() {
             return Ok(());
         }
-        let rows: Vec<LoraRows<'_, B>> = self
-            .runs
+        let rows = self.rows(layer, target);
+        if rows.is_empty() {
+            return Ok(());
+        }
+        Ok(backend.lora(x, &rows, out)?)
+    }
+
+    /// [`AdapterRuns::apply`] for several targets that read the same
+    /// input `x` (Q, K and V; gate and up), in one backend call.
+    pub(super) fn apply_many(
+        &self,
+        backend: &B,
+        layer: usize,
+        x: &B::Activations,
+        outs: &mut [(Target, &mut B::Activations)],
+    ) -> Result<(), ModelError> {
+        if self.runs.is_empty() {
+            return Ok(());
+        }
+        let rows: Vec<Vec<LoraRows<'_, B>>> = outs
+            .iter()
+            .map(|(target, _)| self.rows(layer, *target))
+            .collect();
+        let mut updates: Vec<LoraUpdate<'_, '_, B>> = outs
+            .iter_mut()
+            .zip(&rows)
+            .filter(|(_, runs)| !runs.is_empty())
+            .map(|((_, out), runs)| LoraUpdate {
+                runs,
+                out: &mut **out,
+            })
+            .collect();
+        if updates.is_empty() {
+            return Ok(());
+        }
+        Ok(backend.lora_many(x, &mut updates)?)
+    }
+
+    /// The runs whose adapter changes `target` of layer `layer`.
+    fn rows(&self, layer: usize, target: Target) -> Vec<LoraRows<'_, B>> {
+        self.runs
             .iter()
             .filter_map(|(rows, adapter)| {
                 let w = adapter.weight(layer, target)?;
@@ -59,10 +98,6 @@ impl<'a, B: Backend> AdapterRuns<'a, B> {
                     scale: w.scale,
                 })
             })
-            .collect();
-        if rows.is_empty() {
-            return Ok(());
-        }
-        Ok(backend.lora(x, &rows, out)?)
+            .collect()
     }
 }

@@ -486,9 +486,16 @@ impl<B: Backend> Step<'_, B> {
             by_runs(b, &v, &s.normed, &mut s.v, to(kv_width), g, matmul)?;
         }
         // `normed` holds the norm's rows on both paths.
-        self.lora(index, Target::Q, &s.normed, &mut s.q)?;
-        self.lora(index, Target::K, &s.normed, &mut s.k)?;
-        self.lora(index, Target::V, &s.normed, &mut s.v)?;
+        self.adapters.apply_many(
+            b,
+            index,
+            &s.normed,
+            &mut [
+                (Target::Q, &mut s.q),
+                (Target::K, &mut s.k),
+                (Target::V, &mut s.v),
+            ],
+        )?;
         if c.traits.qk_norm {
             let q_norms = self.runs(
                 layers
@@ -643,8 +650,12 @@ impl<B: Backend> Step<'_, B> {
             by_runs(b, &gate, &s.normed, &mut s.gate, up_widths, g, matmul)?;
             by_runs(b, &up, &s.normed, &mut s.up, up_widths, g, matmul)?;
         }
-        self.lora(index, Target::Gate, &s.normed, &mut s.gate)?;
-        self.lora(index, Target::Up, &s.normed, &mut s.up)?;
+        self.adapters.apply_many(
+            b,
+            index,
+            &s.normed,
+            &mut [(Target::Gate, &mut s.gate), (Target::Up, &mut s.up)],
+        )?;
         let down = self.runs(layers.iter().map(|l| &**l.down));
         let post_norms = c.traits.post_norms;
         if let [down] = down.as_slice() {

@@ -13,8 +13,8 @@ use super::{activation, elementwise, lora, matmul, norm, rope, row_copy};
 use crate::formats::dequantize_row;
 use crate::kv::{BlockId, KvBlockShape};
 use crate::{
-    AttentionRows, AttentionShape, Backend, KernelError, KvFormat, LoraRows, MatmulInput,
-    MatmulProduct, RopeStyle, WeightView,
+    AttentionRows, AttentionShape, Backend, KernelError, KvFormat, LoraRows, LoraUpdate,
+    MatmulInput, MatmulProduct, RopeStyle, WeightView,
 };
 
 use super::cpu_backend::CpuBackend;
@@ -39,6 +39,13 @@ impl Backend for CpuBackend {
             None
         };
         Ok(CpuMatrix { view, packed })
+    }
+
+    /// The view alone: the LoRA kernels read the rows as stored, never a
+    /// packed copy.
+    fn lora_matrix(&self, weight: WeightView) -> Result<CpuMatrix, KernelError> {
+        let view = WeightView::new(weight.dtype, weight.rows, weight.cols, weight.data)?;
+        Ok(CpuMatrix { view, packed: None })
     }
 
     fn vector(&self, values: &[f32]) -> Result<CpuVector, KernelError> {
@@ -142,16 +149,25 @@ impl Backend for CpuBackend {
         runs: &[LoraRows<'_, Self>],
         out: &mut CpuActivations,
     ) -> Result<(), KernelError> {
-        let runs: Vec<lora::Run<'_>> = runs
-            .iter()
-            .map(|r| lora::Run {
-                rows: r.rows.clone(),
-                a: &r.a.view,
-                b_t: &r.b_t.view,
-                scale: r.scale,
+        let runs = lora_runs(runs);
+        lora::lora(&self.pool, self.isa, x, &runs, out)
+    }
+
+    fn lora_many(
+        &self,
+        x: &CpuActivations,
+        updates: &mut [LoraUpdate<'_, '_, Self>],
+    ) -> Result<(), KernelError> {
+        let runs: Vec<Vec<lora::Run<'_>>> = updates.iter().map(|u| lora_runs(u.runs)).collect();
+        let mut updates: Vec<lora::Update<'_, '_>> = updates
+            .iter_mut()
+            .zip(&runs)
+            .map(|(u, runs)| lora::Update {
+                runs,
+                out: &mut *u.out,
             })
             .collect();
-        lora::lora(&self.pool, self.isa, x, &runs, out)
+        lora::lora_many(&self.pool, self.isa, x, &mut updates)
     }
 
     fn matmul(
@@ -271,4 +287,16 @@ impl Backend for CpuBackend {
     ) -> Result<(), KernelError> {
         row_copy::copy_rows(src, rows, dst, dst_row)
     }
+}
+
+/// The backend's runs as the kernel's (the views inside the matrices).
+fn lora_runs<'a>(runs: &'a [LoraRows<'a, CpuBackend>]) -> Vec<lora::Run<'a>> {
+    runs.iter()
+        .map(|r| lora::Run {
+            rows: r.rows.clone(),
+            a: &r.a.view,
+            b_t: &r.b_t.view,
+            scale: r.scale,
+        })
+        .collect()
 }

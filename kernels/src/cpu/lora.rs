@@ -8,39 +8,51 @@
 //! `2 · rank · (in + out)` flops, a few percent of the base's for ranks
 //! up to 64, but its bytes are the adapter's own: sixteen decode rows on
 //! sixteen adapters read sixteen adapters. So `A` and `Bᵀ` may be BF16
-//! (half the bytes of F32), widened to f32 in registers: the products and
-//! sums stay f32. Rows of one run are taken up to four at a time, so each
-//! load of `A` serves them all. Rows are spread over the pool in pieces of
-//! one run; a row's arithmetic never depends on the piece or the group it
-//! falls in, so a row's result is the same whichever rows share its step.
+//! (half the bytes of F32) or Q8_0, widened to f32 in registers: the
+//! products and sums stay f32. Rows of one run are taken up to four at a
+//! time, so each load of `A` serves them all. A row's arithmetic never
+//! depends on the task or the group it falls in, so a row's result is the
+//! same whichever rows share its step.
 
 use std::ops::Range;
 
 use super::disjoint::DisjointSlice;
-use super::dot::dot_float;
 use super::isa::CheckedIsa;
 use super::lora_expand::{expand, expands};
+use super::lora_shrink::shrink;
 use super::tensors::CpuActivations;
 use super::threads::ThreadPool;
 use crate::{KernelError, WeightView};
 
-/// Rows one task takes (a decode step's run is often one row; a prompt's
+/// Rows one item takes (a decode step's run is often one row; a prompt's
 /// many).
-const ROWS_PER_TASK: usize = 8;
+const ROWS_PER_ITEM: usize = 8;
 
 /// Rows of one run that share each load of `A` in the shrink.
 const GROUP: usize = 4;
+
+/// Tasks per pool thread: items are spread over this many tasks a thread,
+/// enough to even out runs of unequal cost, few enough that each task has
+/// several items to pipeline (see [`lora_many`]).
+const TASKS_PER_THREAD: usize = 4;
 
 /// The largest rank a run may have (as the engine's loader allows).
 pub(crate) const MAX_RANK: usize = 256;
 
 /// One run of rows and its adapter's tensors (see `LoraRows`): `a` is
-/// `rank × in`, `b_t` is `rank × out`, both F32 or BF16.
+/// `rank × in`, `b_t` is `rank × out`, F32, BF16 or Q8_0.
 pub(crate) struct Run<'a> {
     pub(crate) rows: Range<usize>,
     pub(crate) a: &'a WeightView,
     pub(crate) b_t: &'a WeightView,
     pub(crate) scale: f32,
+}
+
+/// The runs of one output that reads the call's input (one of Q, K and V,
+/// or of gate and up, which read the same normed rows).
+pub(crate) struct Update<'a, 'o> {
+    pub(crate) runs: &'a [Run<'a>],
+    pub(crate) out: &'o mut CpuActivations,
 }
 
 /// `out[rows] += scale · (x[rows] · Aᵀ) · Bᵀ` for every run.
@@ -51,116 +63,119 @@ pub(crate) fn lora(
     runs: &[Run<'_>],
     out: &mut CpuActivations,
 ) -> Result<(), KernelError> {
-    for run in runs {
-        validate(x, run, out)?;
+    lora_many(pool, isa, x, &mut [Update { runs, out }])
+}
+
+/// [`lora`] for several outputs of the same input in one pool job.
+///
+/// A decode step's update is memory-bound: sixteen rows on sixteen
+/// adapters read sixteen adapters' `A` and `Bᵀ` (a few KB each, cold since
+/// the last step), and a short stream read in order waits on DRAM before
+/// the hardware prefetcher catches on. So the items (a run's rows against
+/// one output) are cut into a few tasks per thread, and each task asks for
+/// its next item's bytes while it computes the current one's: the misses
+/// overlap the arithmetic instead of following it. One job for Q, K and V
+/// (or gate and up) also saves the pool's start and join per output.
+pub(crate) fn lora_many(
+    pool: &ThreadPool,
+    isa: CheckedIsa,
+    x: &CpuActivations,
+    updates: &mut [Update<'_, '_>],
+) -> Result<(), KernelError> {
+    for update in updates.iter() {
+        for run in update.runs {
+            validate(x, run, update.out)?;
+        }
     }
-    let (k, width) = (x.cols, out.cols);
-    let tasks: Vec<(usize, Range<usize>)> = runs
-        .iter()
-        .enumerate()
-        .flat_map(|(i, run)| {
+    let k = x.cols;
+    // (output, run, rows): the rows of one run for one output, the
+    // outputs of the same rows side by side (their `x` rows stay in cache).
+    let mut items: Vec<(usize, usize, Range<usize>)> = Vec::new();
+    for (u, update) in updates.iter().enumerate() {
+        for (i, run) in update.runs.iter().enumerate() {
             let rows = run.rows.clone();
-            rows.clone()
-                .step_by(ROWS_PER_TASK)
-                .map(move |s| (i, s..(s + ROWS_PER_TASK).min(rows.end)))
+            for s in rows.clone().step_by(ROWS_PER_ITEM) {
+                items.push((u, i, s..(s + ROWS_PER_ITEM).min(rows.end)));
+            }
+        }
+    }
+    items.sort_by_key(|(u, _, rows)| (rows.start, *u));
+    if items.is_empty() {
+        return Ok(());
+    }
+    let per_task = items
+        .len()
+        .div_ceil(pool.threads().max(1) * TASKS_PER_THREAD)
+        .max(1);
+    // (The runs are borrowed for their own lifetime, not through `updates`.)
+    let runs: Vec<&[Run<'_>]> = updates.iter().map(|u| u.runs).collect();
+    let targets: Vec<(DisjointSlice<'_, f32>, usize)> = updates
+        .iter_mut()
+        .map(|u| {
+            let width = u.out.cols;
+            (DisjointSlice::new(&mut u.out.data), width)
         })
         .collect();
-    let target = DisjointSlice::new(&mut out.data);
-    let exp = experiment();
-    pool.run(tasks.len(), &|task| {
-        let (i, rows) = &tasks[task];
-        let run = &runs[*i];
-        let rank = run.a.rows;
-        if exp & 2 != 0 {
-            super::prefetch::prefetch_all(&run.a.data[..]);
-            super::prefetch::prefetch_all(&run.b_t.data[..]);
+    let run_of = |item: &(usize, usize, Range<usize>)| &runs[item.0][item.1];
+    pool.run(items.len().div_ceil(per_task), &|task| {
+        let mine = &items[task * per_task..((task + 1) * per_task).min(items.len())];
+        if let Some(first) = mine.first() {
+            prefetch_run(run_of(first));
         }
         // The group's dot products (`rank` rows of up to GROUP), then one
-        // row's scaled `rank`: sized to the rank, not to MAX_RANK.
-        let mut buf = vec![0.0f32; rank * (GROUP + 1)];
-        let (sums, mid) = buf.split_at_mut(rank * GROUP);
-        for start in rows.clone().step_by(GROUP) {
-            let group = start..(start + GROUP).min(rows.end);
-            if exp & 1 != 0 || run.a.dtype == crate::DType::Q8_0 {
-                let xs: Vec<&[f32]> = group.clone().map(|r| &x.data[r * k..(r + 1) * k]).collect();
-                super::lora_shrink::shrink(isa, run.a.dtype, &run.a.data, rank, &xs, sums);
-            } else {
-                shrink(isa, x, k, run, group.clone(), sums);
+        // row's scaled `rank`.
+        let mut sums = [0.0f32; MAX_RANK * GROUP];
+        let mut mid = [0.0f32; MAX_RANK];
+        for (n, item) in mine.iter().enumerate() {
+            if let Some(next) = mine.get(n + 1) {
+                prefetch_run(run_of(next));
             }
-            for (g, r) in group.clone().enumerate() {
-                for (j, m) in mid.iter_mut().enumerate() {
-                    *m = sums[j * group.len() + g] * run.scale;
+            let (u, _, rows) = item;
+            let run = run_of(item);
+            let (target, width) = &targets[*u];
+            let rank = run.a.rows;
+            for start in rows.clone().step_by(GROUP) {
+                let group = start..(start + GROUP).min(rows.end);
+                let mut xs: [&[f32]; GROUP] = [&[]; GROUP];
+                for (slot, r) in xs.iter_mut().zip(group.clone()) {
+                    *slot = &x.data[r * k..(r + 1) * k];
                 }
-                // SAFETY: runs' rows are disjoint (validated by the
-                // caller's contract and checked in `validate` to lie
-                // inside `out`), and each row belongs to one task.
-                let row = unsafe { target.range(r * width, width) };
-                expand(isa, run.b_t.dtype, mid, &run.b_t.data, row);
+                let xs = &xs[..group.len()];
+                shrink(isa, run.a.dtype, &run.a.data, rank, xs, &mut sums);
+                for (g, r) in group.clone().enumerate() {
+                    for (j, m) in mid[..rank].iter_mut().enumerate() {
+                        *m = sums[j * group.len() + g] * run.scale;
+                    }
+                    // SAFETY: an output's runs are disjoint (checked in
+                    // `validate` to lie inside it, and the caller's
+                    // contract), and each (output, row) is one item's.
+                    let row = unsafe { target.range(r * width, *width) };
+                    expand(isa, run.b_t.dtype, &mid[..rank], &run.b_t.data, row);
+                }
             }
         }
     });
     Ok(())
 }
 
-/// The A/B switch of the kernel variants under measurement
-/// (`SWITCHYARD_LORA_EXP` bits: 1 the blocked shrink of `lora_shrink.rs`,
-/// 2 a prefetch of each task's `A` and `Bᵀ`; default 0, the dot kernel).
-/// Q8_0 adapters always take the blocked shrink (`dot_float` reads no
-/// quantized rows). Results in docs/bench/lora.md; to be folded into one
-/// path once a quiet run decides.
-fn experiment() -> u32 {
-    static EXP: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *EXP.get_or_init(|| {
-        std::env::var("SWITCHYARD_LORA_EXP")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    })
-}
-
-/// The shrink of rows `rows` (at most [`GROUP`]) of one run into `sums`:
-/// `A`'s row `j` against the group's row `g` at `sums[j · n + g]` (`n`
-/// rows). The dot kernel's sum for one row does not depend on how many
-/// rows it takes at once.
-fn shrink(
-    isa: CheckedIsa,
-    x: &CpuActivations,
-    k: usize,
-    run: &Run<'_>,
-    rows: Range<usize>,
-    sums: &mut [f32],
-) {
-    let rank = run.a.rows;
-    let input = |r: usize| &x.data[r * k..(r + 1) * k];
-    let (dtype, a) = (run.a.dtype, &run.a.data[..]);
-    let row_bytes = a.len() / rank;
-    let s = rows.start;
-    match rows.len() {
-        4 => dot_float::<4>(
-            isa,
-            dtype,
-            a,
-            row_bytes,
-            &[input(s), input(s + 1), input(s + 2), input(s + 3)],
-            &mut sums[..rank * 4],
-        ),
-        3 => dot_float::<3>(
-            isa,
-            dtype,
-            a,
-            row_bytes,
-            &[input(s), input(s + 1), input(s + 2)],
-            &mut sums[..rank * 3],
-        ),
-        2 => dot_float::<2>(
-            isa,
-            dtype,
-            a,
-            row_bytes,
-            &[input(s), input(s + 1)],
-            &mut sums[..rank * 2],
-        ),
-        _ => dot_float::<1>(isa, dtype, a, row_bytes, &[input(s)], &mut sums[..rank]),
+/// Asks for every cache line of a run's `A` and `Bᵀ` into L2 (a hint: no
+/// effect on results, never faults). L2, not L1: the next item's bytes
+/// (up to ~35 KB at rank 8) beside the current one's would not fit L1.
+fn prefetch_run(run: &Run<'_>) {
+    for data in [&run.a.data[..], &run.b_t.data[..]] {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+            let start = data.as_ptr().cast::<i8>();
+            for offset in (0..data.len()).step_by(64) {
+                // SAFETY: SSE is part of x86_64; a prefetch reads nothing
+                // the program sees and cannot fault. The address is inside
+                // `data`.
+                unsafe { _mm_prefetch::<_MM_HINT_T1>(start.wrapping_add(offset)) };
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = data;
     }
 }
 
@@ -320,6 +335,100 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// One job for three outputs of the same input (as Q, K and V) gives
+    /// each output the bits its own call gives, on every ISA and type,
+    /// for decode runs of one row and a prompt run longer than an item;
+    /// an output whose runs are empty is left alone.
+    #[test]
+    fn many_outputs_in_one_job_match_one_call_each() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        let (k, n) = (64, 21);
+        let widths = [96usize, 32, 64];
+        let x = CpuActivations::from_values(n, k, &random(&mut rng, n * k)).unwrap();
+        let bases: Vec<Vec<f32>> = widths.iter().map(|w| random(&mut rng, n * w)).collect();
+        for dtype in [DType::F32, DType::BF16, DType::Q8_0] {
+            // Per output, two adapters of ranks 8 and 3.
+            let adapters: Vec<Vec<(WeightView, WeightView)>> = widths
+                .iter()
+                .map(|&width| {
+                    [8usize, 3]
+                        .iter()
+                        .map(|&rank| {
+                            let a = view(dtype, rank, k, &random(&mut rng, rank * k)).0;
+                            let b_t = view(dtype, rank, width, &random(&mut rng, rank * width)).0;
+                            (a, b_t)
+                        })
+                        .collect()
+                })
+                .collect();
+            // Rows 0..1 and 2..3 decode; 4..21 a prompt (three items).
+            let spans = [(0..1, 0), (2..3, 1), (4..21, 0)];
+            let runs: Vec<Vec<Run<'_>>> = adapters
+                .iter()
+                .enumerate()
+                .map(|(o, pair)| {
+                    // The second output takes no update at all.
+                    if o == 1 {
+                        return Vec::new();
+                    }
+                    spans
+                        .iter()
+                        .map(|(rows, i)| Run {
+                            rows: rows.clone(),
+                            a: &pair[*i].0,
+                            b_t: &pair[*i].1,
+                            scale: 0.25,
+                        })
+                        .collect()
+                })
+                .collect();
+            for isa in Isa::supported() {
+                let isa = CheckedIsa::at_most(isa);
+                let pool = ThreadPool::new(2);
+                let mut outs: Vec<CpuActivations> = widths
+                    .iter()
+                    .zip(&bases)
+                    .map(|(&w, b)| CpuActivations::from_values(n, w, b).unwrap())
+                    .collect();
+                let mut updates: Vec<Update<'_, '_>> = outs
+                    .iter_mut()
+                    .zip(&runs)
+                    .map(|(out, runs)| Update { runs, out })
+                    .collect();
+                lora_many(&pool, isa, &x, &mut updates).unwrap();
+                for ((out, runs), (&w, base)) in
+                    outs.iter().zip(&runs).zip(widths.iter().zip(&bases))
+                {
+                    let mut alone = CpuActivations::from_values(n, w, base).unwrap();
+                    lora(&pool, isa, &x, runs, &mut alone).unwrap();
+                    assert_eq!(out.data, alone.data, "{isa:?} {dtype} width {w}");
+                }
+                assert_eq!(
+                    outs[1].data, bases[1],
+                    "{isa:?} {dtype}: no runs, untouched"
+                );
+            }
+        }
+    }
+
+    /// An adapter's matrix is its view alone: a Q8_0 `A` of rank 16 (one
+    /// whole group of rows) gets no packed copy for the matmul kernels,
+    /// which would double its bytes unseen by the adapter budget, while
+    /// the same rows as a model weight get one where the ISA packs.
+    #[test]
+    fn adapter_matrices_keep_no_packed_copy() {
+        use crate::Backend;
+        let backend = crate::cpu::CpuBackend::new(1);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(2);
+        let (a, _) = view(DType::Q8_0, 16, 64, &random(&mut rng, 16 * 64));
+        let weight = backend.matrix(a.clone()).unwrap();
+        let packs = crate::cpu::packed::packs(backend.isa, DType::Q8_0);
+        assert_eq!(weight.packed.is_some(), packs);
+        let adapter = backend.lora_matrix(a.clone()).unwrap();
+        assert!(adapter.packed.is_none());
+        assert_eq!(adapter.view.data.len(), a.data.len());
     }
 
     #[test]
