@@ -1,10 +1,15 @@
-"""The reference's disk cache (reference/cache.py): a cached pass gives the
-numbers an uncached one gives, a rerun does not run the layers again, and
-anything the pass depends on changes the key."""
+"""What keeps the reference fast without changing its numbers: the disk
+cache (reference/cache.py), where a cached pass gives the numbers an
+uncached one gives, a rerun does not run the layers again, and anything the
+pass depends on changes the key; and the checkpoint's faster GGUF metadata
+reader (reference/checkpoint.py:FastReader), which reads what the `gguf`
+package's reader reads."""
 
 from __future__ import annotations
 
 import subprocess
+
+import gguf
 
 import numpy as np
 import pytest
@@ -91,3 +96,15 @@ def test_weights_and_settings_change_the_key(ckpt, switchyard_bin, tmp_path, mon
         ref = counting(ref)
         ref.forward(PROMPT)
         assert ref.runs == 1
+
+
+def test_the_fast_reader_reads_what_the_package_reads(smollm2_path):
+    theirs, ours = gguf.GGUFReader(str(smollm2_path)), checkpoint.FastReader(str(smollm2_path))
+    assert list(ours.fields) == list(theirs.fields)
+    for name, field in theirs.fields.items():
+        assert ours.fields[name].types == field.types, name
+        assert ours.fields[name].contents() == field.contents(), name
+    assert len(ours.tensors) == len(theirs.tensors)
+    for a, b in zip(ours.tensors, theirs.tensors):
+        assert (a.name, a.tensor_type, a.data_offset, a.n_bytes) == (b.name, b.tensor_type, b.data_offset, b.n_bytes)
+        assert np.array_equal(a.data, b.data), a.name
