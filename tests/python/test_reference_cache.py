@@ -98,6 +98,22 @@ def test_weights_and_settings_change_the_key(ckpt, switchyard_bin, tmp_path, mon
         assert ref.runs == 1
 
 
+def test_a_subclass_that_watches_the_pass_always_runs_it(ckpt, tmp_path, monkeypatch):
+    """scripts/train-lora.py reads a layer's activations from a subclass."""
+
+    class Watching(llama.Reference):
+        def rms_norm(self, x, name):
+            self.seen = True
+            return super().rms_norm(x, name)
+
+    monkeypatch.setenv("SWITCHYARD_REFERENCE_CACHE", str(tmp_path))
+    llama.Reference(ckpt).forward(PROMPT)  # stored
+    ref = Watching(ckpt)
+    ref.seen = False
+    ref.forward(PROMPT)
+    assert ref.seen
+
+
 def test_the_fast_reader_reads_what_the_package_reads(smollm2_path):
     theirs, ours = gguf.GGUFReader(str(smollm2_path)), checkpoint.FastReader(str(smollm2_path))
     assert list(ours.fields) == list(theirs.fields)
