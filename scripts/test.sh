@@ -27,13 +27,16 @@ target=${CARGO_TARGET_DIR:-$PWD/target}
 
 phases=()
 phase() {
-  local name=$1 t0=$SECONDS
+  local name=$1 t0=$SECONDS rc=0
   shift
-  "$@"
+  "$@" || rc=$?
   phases+=("$(printf '%5d s  %s' $((SECONDS - t0)) "$name")")
+  return $rc
 }
 report() {
   local rc=$?
+  # A run cut short leaves no CUDA check behind (their own process group).
+  if [[ -n ${side_pid:-} ]] && ((!side_done)); then kill -- -"$side_pid" 2>/dev/null || true; fi
   printf 'test.sh: phase times (load average at the end: %s)\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
   printf '  %s\n' "${phases[@]}"
   return $rc
@@ -49,28 +52,76 @@ trap report EXIT
 phase "cargo test --no-run (binary and test binaries)" \
   cargo test --release --locked --workspace --no-run
 phase "cargo test (workspace)" cargo test --release --locked --workspace
-# The CUDA backend without a GPU (issue 34): every kernel compiled for
-# sm_80/89/90 under the ptxas gate, the cuda-feature tests (NVRTC fallback
-# included), the binary type-checked with the feature, and the GPU check's
-# dry run. The toolkit comes from PyPI (scripts/install-cuda-toolchain.sh).
-# The kernel images are compiled again only where their sources changed
-# (keyed by source hash in target/cuda-kernels).
-cuda_root=$(scripts/install-cuda-toolchain.sh)
-phase "CUDA kernels (nvcc, ptxas gate)" scripts/build-cuda-kernels.sh "$target/cuda-kernels"
-export SWITCHYARD_CUDA_KERNELS_DIR="$target/cuda-kernels"
-phase "cargo test -p switchyard-kernels --features cuda" \
-  env LD_LIBRARY_PATH="$cuda_root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" SWITCHYARD_REQUIRE_NVRTC=1 \
-  cargo test --release --locked -p switchyard-kernels --features cuda --lib cuda
-phase "cargo check --features cuda" cargo check --release --locked --features cuda
-phase "gpu-check --dry-run" scripts/gpu-check.sh --dry-run
+# The CUDA backend without a GPU: every kernel compiled for sm_80/89/90
+# under the ptxas gate, the cuda-feature tests (NVRTC fallback included),
+# the binary type-checked with the feature, and the GPU check's dry run. The
+# toolkit comes from PyPI (scripts/install-cuda-toolchain.sh). The kernel
+# images are compiled again only where their sources changed (keyed by
+# source hash in target/cuda-kernels).
+#
+# These steps run beside the parallel Python phase, at the lowest CPU
+# priority: the Python tests wait on servers, HTTP and subprocesses and leave
+# part of the two cores idle, which these fill; where the Python tests keep
+# both cores busy, these yield and finish after them. Nothing here touches
+# target/release/switchyard (check and the kernels' own builds write
+# elsewhere), and none of them asserts a wall-clock bound. Their output goes
+# to $side_log, printed when they end. The serial phase waits for them.
+cuda_checks() {
+  local cuda_root
+  cuda_root=$(scripts/install-cuda-toolchain.sh) || return
+  phase "CUDA kernels (nvcc, ptxas gate)" scripts/build-cuda-kernels.sh "$target/cuda-kernels" || return
+  export SWITCHYARD_CUDA_KERNELS_DIR="$target/cuda-kernels"
+  phase "cargo test -p switchyard-kernels --features cuda" \
+    env LD_LIBRARY_PATH="$cuda_root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" SWITCHYARD_REQUIRE_NVRTC=1 \
+    cargo test --release --locked -p switchyard-kernels --features cuda --lib cuda || return
+  phase "cargo check --features cuda" cargo check --release --locked --features cuda || return
+  phase "gpu-check --dry-run" scripts/gpu-check.sh --dry-run
+}
+side_dir="$target/test-sh"
+mkdir -p "$side_dir"
+side_log="$side_dir/cuda-checks.log" side_phases="$side_dir/cuda-checks.phases"
+rm -f "$side_phases"
+side_t0=$SECONDS
+side_done=0
+set -m # their own process group, so that report() can stop them all
+(
+  renice -n 19 -p $BASHPID >/dev/null || true
+  phases=() rc=0
+  cuda_checks || rc=$?
+  # The phase lines go back to the main shell through a file.
+  printf '%s\n' "${phases[@]}" >"$side_phases"
+  exit $rc
+) >"$side_log" 2>&1 &
+side_pid=$!
+set +m
+# Waits for the CUDA checks (once), prints their output and adds their phase
+# times; fails the run if they failed.
+wait_cuda_checks() {
+  ((side_done)) && return 0
+  local rc=0
+  wait "$side_pid" || rc=$?
+  side_done=1
+  cat "$side_log"
+  if [[ -f $side_phases ]]; then
+    while IFS= read -r line; do phases+=("  (beside) $line"); done <"$side_phases"
+  fi
+  phases+=("$(printf '%5d s  %s' $((SECONDS - side_t0)) "CUDA checks, beside the parallel Python phase (end to end)")")
+  if ((rc != 0)); then
+    echo "test.sh: the CUDA checks failed (rc $rc): $side_log" >&2
+    return "$rc"
+  fi
+}
 
 export SWITCHYARD_BIN="$target/release/switchyard"
 pytest=(.venv/bin/python -m pytest -q tests/python)
 # pytest exits 5 when the arguments select no test of a phase.
 selected() { "$@" || [[ $? == 5 ]]; }
+python_rc=0
 phase "pytest (parallel, not slow)" selected \
   "${pytest[@]}" -n "${SWITCHYARD_TEST_JOBS:-auto}" --dist loadfile --no-loadscope-reorder \
-  -m "not slow and not serial" "$@"
+  -m "not slow and not serial" "$@" || python_rc=$?
+wait_cuda_checks
+((python_rc == 0)) || exit "$python_rc"
 # Tests that bound wall-clock latency (marker `serial`) run alone.
 phase "pytest (serial: latency bounds)" selected "${pytest[@]}" -p no:xdist -m "serial and not slow" "$@"
 if [[ $all == 1 ]]; then

@@ -3,7 +3,9 @@
 //! backticks (`engine/src/serving/choice.rs`, `router/src/openai/`) must be in
 //! the tree, and every relative link of theirs (`[x](docs/bench/serving.md)`,
 //! a plot `![x](../long_context.svg)`) must reach a file, so a move or a rename
-//! that forgets the docs fails here.
+//! that forgets the docs fails here. And they say what is true without
+//! sending the reader to an issue tracker: no "issue N" outside the diary
+//! (`docs/journal/`).
 #![allow(clippy::unwrap_used)] // a test: a failed unwrap is a failed test
 
 use std::path::{Path, PathBuf};
@@ -157,6 +159,83 @@ fn link_targets_takes_relative_links_only() {
             "docs/bench/serving.md",
             "../long_context.svg",
             "BENCHMARKS.md"
+        ]
+    );
+}
+
+/// The documents a reader meets: [`docs`] without the diary, plus each
+/// top-level folder's `README.md` and `BENCHMARKS.md` (`policies/BENCHMARKS.md`).
+fn reader_docs(root: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = docs(root)
+        .into_iter()
+        .filter(|doc| !doc.starts_with("docs/journal"))
+        .collect();
+    for entry in std::fs::read_dir(root).unwrap() {
+        let folder = PathBuf::from(entry.unwrap().file_name());
+        let hidden = folder.to_string_lossy().starts_with('.');
+        if hidden || folder == Path::new("target") || !root.join(&folder).is_dir() {
+            continue;
+        }
+        for name in ["README.md", "BENCHMARKS.md"] {
+            if root.join(&folder).join(name).is_file() {
+                found.push(folder.join(name));
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// Where `text` cites an issue by number ("issue 34", "Issues #12", "issue
+/// 41's"), as the lines that do.
+fn issue_citations(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|line| {
+            let lower = line.to_lowercase();
+            lower.match_indices("issue").any(|(at, word)| {
+                let rest = lower[at + word.len()..].trim_start_matches('s');
+                let rest = rest.strip_prefix(' ').unwrap_or(rest);
+                let rest = rest.strip_prefix('#').unwrap_or(rest);
+                rest.starts_with(|c: char| c.is_ascii_digit())
+            })
+        })
+        .map(|line| line.trim().to_string())
+        .collect()
+}
+
+#[test]
+fn no_doc_cites_an_issue_number() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let checked = reader_docs(root);
+    assert!(
+        checked.len() > 10,
+        "only {} documents found: is the walk broken?",
+        checked.len()
+    );
+    let mut cited = Vec::new();
+    for doc in checked {
+        let text = std::fs::read_to_string(root.join(&doc)).unwrap();
+        for line in issue_citations(&text) {
+            cited.push(format!("{}: {line}", doc.display()));
+        }
+    }
+    assert!(
+        cited.is_empty(),
+        "the docs cite issue numbers; say what is true instead:\n{}",
+        cited.join("\n")
+    );
+}
+
+#[test]
+fn issue_citations_finds_numbered_issues_only() {
+    let text = "The backend (issue 34): x\nas Issues #12 and 13 asked\nissue 41's goal\n\
+                an issue with the cache\nthe issuer 7\nissues: none";
+    assert_eq!(
+        issue_citations(text),
+        [
+            "The backend (issue 34): x",
+            "as Issues #12 and 13 asked",
+            "issue 41's goal"
         ]
     );
 }

@@ -4,6 +4,9 @@ Environment:
   SWITCHYARD_BIN    the binary (default: target/release/switchyard)
   SWITCHYARD_MODEL  the SmolLM2 GGUF (default: fetched by scripts/fetch-model.sh)
   SWITCHYARD_GEMMA3 the Gemma 3 270M GGUF (default: fetched by scripts/fetch-gemma3.sh)
+  SWITCHYARD_REFERENCE_CACHE  where the NumPy reference keeps its hidden states
+                    (default: $SWITCHYARD_CACHE/reference, else ~/.cache/switchyard/reference;
+                    0: off, every pass computed; reference/cache.py)
 
 Markers:
   slow  a soak, a benchmark or a long variant. scripts/test.sh leaves these out and

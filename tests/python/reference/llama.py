@@ -41,6 +41,7 @@ import math
 
 import numpy as np
 
+from . import cache
 from .checkpoint import Checkpoint
 
 
@@ -136,6 +137,9 @@ class Reference:
         # appends the continuation instead of running the prompt again.
         self.tokens: list[int] = []
         self.last_logits: np.ndarray | None = None
+        # The tail of `tokens` that cache hits answered without running the
+        # layers: the KV caches do not hold it yet (see `hidden`).
+        self.unrun: list[int] = []
 
     def linear(self, x, name, bias=None):
         xin = quantize_activations(x) if (self.act_quant and self.ckpt.quantized(name)) else x
@@ -200,7 +204,41 @@ class Reference:
     def hidden(self, tokens: list[int], from_row: int = 0) -> np.ndarray:
         """Appends `tokens` to the sequence; returns the final hidden states
         after the output norm (what the output projection reads) from row
-        `from_row` on."""
+        `from_row` on.
+
+        Answered from the disk cache (reference/cache.py) when the same pass
+        ran before. A hit leaves the KV caches behind the sequence; the next
+        miss runs the tokens they lack first, so every result is what an
+        uncached run gives."""
+        tokens = [int(t) for t in tokens]
+        # A subclass may watch the pass itself (scripts/train-lora.py keeps
+        # a layer's activations): it always runs.
+        here = cache.folder() if type(self) is Reference else None
+        if here is None:
+            return self._catch_up_and_run(tokens, from_row)
+        name = cache.key([
+            cache.weights_digest(self.ckpt), cache.lora_digest(self.lora), self.act_quant, self.kv,
+            self.attention, self.tokens, tokens, from_row,
+        ])
+        rows = cache.load(here, name)
+        if rows is not None:
+            self.tokens += tokens
+            self.unrun += tokens
+            self.last_logits = None
+            return rows
+        rows = self._catch_up_and_run(tokens, from_row)
+        cache.store(here, name, rows)
+        return rows
+
+    def _catch_up_and_run(self, tokens: list[int], from_row: int) -> np.ndarray:
+        if self.unrun:
+            unrun, self.unrun = self.unrun, []
+            del self.tokens[-len(unrun):]
+            self._run(unrun, from_row=len(unrun))
+        return self._run(tokens, from_row)
+
+    def _run(self, tokens: list[int], from_row: int) -> np.ndarray:
+        """The forward pass through every layer (see `hidden`)."""
         c = self.c
         start = self.k_cache[0].shape[0]
         n = len(tokens)
