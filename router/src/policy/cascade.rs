@@ -11,10 +11,11 @@
 //! before the last runs to its end unseen, and the stream (headers included, so
 //! `x-switchyard-cascade` is known) starts once it is judged (`judged_stream` in
 //! `openai/tail/stream.rs`). Under `min_margin` the step carries an every-token stop:
-//! the engine ends the answer at its first token whose margin is below the threshold (the
-//! answer's smallest margin then is), so a deferred long answer costs its prompt and the
-//! tokens up to that one, not its whole length. The deferred attempt is billed like any answer (its tokens
-//! were computed); the response's `usage` is the answer the client gets.
+//! the engine ends the answer at its first token whose margin is below the threshold
+//! (the answer's smallest margin then is), so a deferred long answer costs its prompt
+//! and the tokens up to that one, not its whole length. The deferred attempt is billed
+//! like any answer (its tokens were computed); the response's `usage` is the answer the
+//! client gets.
 
 use switchyard_policies::{ModelHint, RouteRequest, Verdict};
 use switchyard_seam::{TokenConfidence, TokenMargin, UnsureStop, Usage};
@@ -135,11 +136,11 @@ impl RoutedRequest {
     }
 
     /// Defers the attempt judged by `verdict`, which used `usage` (billed to it) and
-    /// which the engine may have `stopped_early` (at its first or first unsure token): routes to the
-    /// next model and returns true (the caller submits again). When the next model
-    /// cannot take the request (budget, permission), the attempt's answer stands and
-    /// false is returned; an attempt the engine stopped early must then be asked again,
-    /// without the stop ([`RoutedRequest::unsure_stop`] is `None` from then on).
+    /// which the engine may have `stopped_early` (at its first or first unsure token):
+    /// routes to the next model and returns true (the caller submits again). When the
+    /// next model cannot take the request (budget, permission), the attempt's answer
+    /// stands and false is returned; an attempt the engine stopped early must then be
+    /// asked again, without the stop ([`RoutedRequest::unsure_stop`] is `None` from then on).
     pub fn defer_in_cascade(&self, verdict: Verdict, usage: Usage, stopped_early: bool) -> bool {
         let Some(ticket) = self.ticket() else {
             return false;
