@@ -13,9 +13,20 @@ item of the shipped generation suites asks
 - `model: "gemma"`: Gemma's answer.
 
 Both are scored by exact match after the normalization of docs/EVALS.md
-(greedy, at most 8 tokens, stop at a line break, as a cascade client would ask).
-SmolLM2 is asked once more for its first token only: what an attempt the
-cascade stops early costs.
+(greedy, at most 8 tokens, 24 for the sentence suites, stop at a line break, as
+a cascade client would ask). SmolLM2 is asked once more for its first token
+only: what an attempt the cascade stops early costs. Under `min_margin` the
+engine stops SmolLM2 at its first token whose top-2 margin is below the
+threshold: a deferred attempt is priced as its first-token cost plus the share
+of its decode steps up to that token (each token's margin from the two top
+log-probabilities the client gets).
+
+Unit costs (printed first; `--unit-costs` alone): per model, the engine time of
+one decode step with one sequence and with four at once (a 33-token counting
+answer against a 1-token one, the difference over the steps between them) and
+of one prompt token (a ~300-token uncached prompt): the two models differ per
+generated token, not per prompt token, so the answer's length decides what a
+cascade can save.
 
 Cost (`--cost`). What a request costs is what the engine spent making its
 tokens, measured where they are made: the executor times every forward step
@@ -69,6 +80,7 @@ curve, the random mix, both models, the live held-out cascade, the goal's
 corner) and the per-item answers and costs under --out. Usage:
 
     python3 benches/cost_quality.py [--suite country-gen ...] [--count N] [--out DIR]
+    python3 benches/cost_quality.py --unit-costs                        # per-token costs only
     python3 benches/cost_quality.py --from-json [--cost bytes|tokens]  # re-report, no server
 
 Accuracy does not depend on the machine's load; only the run time does.
@@ -92,12 +104,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DECLARED = {"smol": 0.4, "gemma": 0.6}  # what a policy author would type (bigger is better)
-MAX_TOKENS = 8
+MAX_TOKENS = 8  # the shipped one-to-three-token suites
+# Suites whose answers are sentences: room for the whole answer.
+LONG_ANSWERS = {"country-sentence-gen": 24, "letter-sentence-gen": 24}
 STOP = ["\n"]
 STATISTICS = ["mean", "min", "p05", "p10", "p25", "p50", "margin", "neg_entropy", "min_margin"]
 FIRST_TOKEN = {"margin", "neg_entropy"}  # known after one token: a deferred attempt costs its prompt + 1
+# The engine stops the first model at its first token below the threshold: a deferred
+# attempt costs its prompt and the tokens up to that one.
+EVERY_TOKEN = {"min_margin"}
 GOAL = 0.95  # of always-strong accuracy
-SUITES = ["country-gen", "letter-gen", "geo-gen", "arith-gen"]
+SUITES = ["country-gen", "letter-gen", "geo-gen", "arith-gen", "country-sentence-gen", "letter-sentence-gen"]
 SPENT = re.compile(r"\((\d+) prompt \+ (\d+) generated tokens\)")
 STEP_METRIC = re.compile(r'^switchyard_step_seconds_(sum|count)\{model="([^"]+)",version="[^"]*"\} (\S+)$')
 
@@ -160,12 +177,13 @@ class Server:
             self.complete(model, "Question: What is one plus one?\nAnswer:", "warm-up")
 
     def complete(self, model: str, prompt: str, salt: str = "collect",
-                 max_tokens: int = MAX_TOKENS) -> tuple[str, dict, dict, list[float]]:
+                 max_tokens: int = MAX_TOKENS, stop: list[str] | None = None
+                 ) -> tuple[str, dict, dict, list[float], list[float | None]]:
         # `cache_salt`: each pass over a suite has its own prompt-cache scope, so a pass
         # finds cached only what its own earlier requests computed (the few-shot prefix
         # the suite's prompts share), never the same prompt asked in another pass.
         body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
-                "stop": STOP, "logprobs": 1, "cache_salt": salt}
+                "stop": STOP if stop is None else stop, "logprobs": 2, "cache_salt": salt}
         request = urllib.request.Request(self.base + "/v1/completions", data=json.dumps(body).encode(),
                                          headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=600) as r:
@@ -173,7 +191,12 @@ class Server:
             reply = json.load(r)
         choice = reply["choices"][0]
         logprobs = [x for x in (choice.get("logprobs") or {}).get("token_logprobs") or [] if x is not None]
-        return choice["text"], reply["usage"], headers, logprobs
+        # Each token's top-2 margin, as the engine compares it (None where the two best
+        # tokens decode to the same text, so the client sees one).
+        margins = [top[0] - top[1] if len(top) > 1 else None
+                   for top in (sorted((entry or {}).values(), reverse=True)
+                               for entry in (choice.get("logprobs") or {}).get("top_logprobs") or [])]
+        return choice["text"], reply["usage"], headers, logprobs, margins
 
     def engine(self) -> dict[str, tuple[float, int]]:
         """Per model: the engine's forward-step seconds and steps so far
@@ -191,22 +214,23 @@ class Server:
                     entry[1] += int(float(found.group(3)))
         return {k: (v[0], v[1]) for k, v in out.items()}
 
-    def measured(self, model: str, prompt: str, salt: str = "collect", max_tokens: int = MAX_TOKENS):
+    def measured(self, model: str, prompt: str, salt: str = "collect", max_tokens: int = MAX_TOKENS,
+                 stop: list[str] | None = None):
         """`complete`, with what the engine spent on it per model: {model: (seconds, steps)}
         (requests go one at a time, so every step between the two readings is this one's)."""
         before = self.engine()
-        reply = self.complete(model, prompt, salt, max_tokens)
+        reply = self.complete(model, prompt, salt, max_tokens, stop)
         after = self.engine()
         spent = {m: (after[m][0] - before.get(m, (0.0, 0))[0], after[m][1] - before.get(m, (0.0, 0))[1])
                  for m in after}
         return reply, {m: v for m, v in spent.items() if v[1] > 0}
 
-    def wait_for_policy(self, statistic: str, threshold: float, prompt: str) -> None:
+    def wait_for_policy(self, statistic: str, threshold: float, prompt: str, max_tokens: int) -> None:
         """Until an `auto` answer's verdict shows the policy just written."""
         deadline = time.time() + 30
         while True:
-            verdict = self.complete("auto", prompt)[2].get("x-switchyard-cascade", "")
-            if verdict.startswith("accepted") and f"{statistic} " in verdict and f" {threshold:.2f} " in verdict:
+            verdict = self.complete("auto", prompt, max_tokens=max_tokens)[2].get("x-switchyard-cascade", "")
+            if f": {statistic} " in verdict and f" {threshold:.2f} " in verdict:
                 return
             if time.time() > deadline:
                 sys.exit(f"the server did not take the new policy ({statistic} {threshold}): {verdict}")
@@ -215,6 +239,63 @@ class Server:
     def close(self):
         self.proc.send_signal(signal.SIGTERM)
         self.proc.wait(timeout=60)
+
+
+# The unit costs' probes: a prompt every model continues for long (counting), and a long
+# prompt (about 300 tokens) for the prompt's cost per token.
+COUNTING = "Count from one to one hundred in words: one, two, three, four, five, six,"
+LONG_PROMPT = "".join(f"Question: What is {a} plus {b}?\nAnswer: {a + b}\n\n" for a, b in zip(range(3, 40, 2), range(50, 11, -2)))
+
+
+def unit_costs(server: Server, reps: int = 3, decode: int = 33) -> dict:
+    """Per model, from the engine's step times: the milliseconds one decode step takes
+    with one sequence (a request alone, as the suites are asked) and with four at once
+    (`max_batch`), and what one prompt token costs (a ~300-token prompt, uncached).
+    A decode step's cost is the difference between a request for `decode` tokens and
+    one for a single token (same prompt, each in a fresh prompt-cache scope), over the
+    steps between them; medians of `reps` rounds."""
+    import concurrent.futures
+    import statistics
+
+    def spent_on(model: str, prompts: list[tuple[str, str, int]]) -> tuple[float, int, int]:
+        before = server.engine()
+        with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+            replies = list(pool.map(lambda p: server.complete(model, p[0], p[1], p[2], []), prompts))
+        after = server.engine()
+        seconds = after[model][0] - before.get(model, (0.0, 0))[0]
+        steps = after[model][1] - before.get(model, (0.0, 0))[1]
+        return seconds, steps, sum(r[1]["completion_tokens"] for r in replies)
+
+    out = {}
+    for model in ("smol", "gemma"):
+        figures: dict[str, list[float]] = {"decode_1": [], "decode_4": [], "prompt": [], "generated": []}
+        for r in range(reps):
+            for width in (1, 4):
+                one = spent_on(model, [(COUNTING, f"unit-{r}-{width}-{j}-a", 1) for j in range(width)])
+                many = spent_on(model, [(COUNTING, f"unit-{r}-{width}-{j}-b", decode) for j in range(width)])
+                if many[1] > one[1]:
+                    figures[f"decode_{width}"].append(1000 * (many[0] - one[0]) / (many[1] - one[1]))
+                if width == 1:
+                    figures["generated"].append(many[2])
+            before = server.engine()
+            usage = server.complete(model, LONG_PROMPT, f"unit-{r}-prompt", 1, [])[1]
+            after = server.engine()
+            figures["prompt"].append(1000 * (after[model][0] - before.get(model, (0.0, 0))[0]) / usage["prompt_tokens"])
+        out[model] = {k: statistics.median(v) for k, v in figures.items() if v}
+    return out
+
+
+def unit_cost_lines(units: dict) -> list[str]:
+    smol, gemma = units["smol"], units["gemma"]
+    row = lambda name, key, unit: (f"| {name} | {smol[key]:.2f} {unit} | {gemma[key]:.2f} {unit} | "
+                                   f"{smol[key] / gemma[key]:.0%} |")
+    return ["### What a token costs each model (engine step times)", "",
+            "| | SmolLM2 | Gemma 3 | SmolLM2 / Gemma |", "| --- | --- | --- | --- |",
+            row("decode step, one sequence", "decode_1", "ms"),
+            row("decode step, four sequences", "decode_4", "ms"),
+            row("prompt token (~300-token prompt)", "prompt", "ms"), "",
+            f"(median of rounds; {smol.get('generated', 0):.0f} / {gemma.get('generated', 0):.0f} tokens generated "
+            "of 33 asked by one counting request.)", ""]
 
 
 def tokens(usage: dict) -> int:
@@ -248,23 +329,26 @@ def spent(engine: dict[str, tuple[float, int]], model: str, token_count: int) ->
     return [seconds, steps, token_count]
 
 
-def collect(server: Server, items: list[dict]) -> list[dict]:
+def collect(server: Server, items: list[dict], max_tokens: int) -> list[dict]:
     """Both models' answers to every item, and what each cost the engine. SmolLM2 is
     asked twice: its whole answer (what an accepted cascade answer costs), and its first
     token only (what an attempt stopped early costs: the prompt and one step), each pass
     in its own prompt-cache scope."""
     rows = []
     for i, item in enumerate(items):
-        (smol_text, smol_usage, headers, logprobs), smol_engine = server.measured("auto", item["prompt"])
+        (smol_text, smol_usage, headers, logprobs, margins), smol_engine = server.measured(
+            "auto", item["prompt"], max_tokens=max_tokens)
         assert headers["x-switchyard-model"] == "smol", headers
-        (_, first_usage, _, _), first_engine = server.measured("smol", item["prompt"], "first", 1)
-        (gemma_text, gemma_usage, _, _), gemma_engine = server.measured("gemma", item["prompt"])
+        (_, first_usage, _, _, _), first_engine = server.measured("smol", item["prompt"], "first", 1)
+        (gemma_text, gemma_usage, _, _, _), gemma_engine = server.measured(
+            "gemma", item["prompt"], max_tokens=max_tokens)
         answer = normalize(item["answer"])
         confidence = headers.get("x-switchyard-confidence", "")
         rows.append({
             "smol": normalize(smol_text) == answer, "gemma": normalize(gemma_text) == answer,
             "smol_text": smol_text, "gemma_text": gemma_text,
             "confidence": confidence, "stats": statistics_of(confidence), "logprobs": logprobs,
+            "margins": margins,
             "spent": {"smol": spent(smol_engine, "smol", tokens(smol_usage)),
                       "smol_first": spent(first_engine, "smol", tokens(first_usage)),
                       "gemma": spent(gemma_engine, "gemma", tokens(gemma_usage))},
@@ -302,11 +386,21 @@ class Pricing:
             return steps * self.step_bytes[model] / 1e6
         return token_count * (self.ratio if model == "gemma" else 1.0) / 1000
 
-    def cheap(self, row: dict, deferred: bool, statistic: str) -> float:
+    def cheap(self, row: dict, deferred: bool, statistic: str, threshold: float | None = None) -> float:
         """SmolLM2's cost on an item: its whole answer, or for an item deferred under a
-        first-token statistic its prompt and first token (the engine stops it there)."""
-        early = deferred and statistic in FIRST_TOKEN
-        return self.of("smol", row["spent"]["smol_first" if early else "smol"])
+        first-token statistic its prompt and first token (the engine stops it there), or
+        under an every-token statistic with its `threshold`, its prompt and the tokens up
+        to the first one below it (the first-token cost plus that share of the rest, each
+        decode step costing the same)."""
+        if deferred and statistic in FIRST_TOKEN:
+            return self.of("smol", row["spent"]["smol_first"])
+        whole = self.of("smol", row["spent"]["smol"])
+        margins = row.get("margins") or []
+        if not (deferred and statistic in EVERY_TOKEN and threshold is not None and len(margins) > 1):
+            return whole
+        at = next((i for i, m in enumerate(margins) if m is not None and m < threshold), len(margins) - 1)
+        first = self.of("smol", row["spent"]["smol_first"])
+        return first + (whole - first) * at / (len(margins) - 1)
 
     def strong(self, row: dict) -> float:
         return self.of("gemma", row["spent"]["gemma"])
@@ -320,12 +414,13 @@ def p10(logprobs: list[float]) -> float:
     return ordered[max(1, -(-len(ordered) // 10)) - 1]
 
 
-def cascade_with(rows: list[dict], deferred: set[int], pricing: Pricing, statistic: str) -> dict:
-    """The cascade deferring the items `deferred`: accuracy and cost per request (and
-    each model's part of the cost)."""
+def cascade_with(rows: list[dict], deferred: set[int], pricing: Pricing, statistic: str,
+                 threshold: float | None = None) -> dict:
+    """The cascade deferring the items `deferred` (by `statistic` below `threshold`):
+    accuracy and cost per request (and each model's part of the cost)."""
     n = len(rows)
     correct = sum(rows[i]["gemma"] if i in deferred else rows[i]["smol"] for i in range(n))
-    cheap = sum(pricing.cheap(rows[i], i in deferred, statistic) for i in range(n)) / n
+    cheap = sum(pricing.cheap(rows[i], i in deferred, statistic, threshold) for i in range(n)) / n
     strong = sum(pricing.strong(rows[i]) for i in deferred) / n
     return {"strong_share": len(deferred) / n, "acc": correct / n, "cost": cheap + strong,
             "cheap_cost": cheap, "strong_cost": strong}
@@ -334,7 +429,10 @@ def cascade_with(rows: list[dict], deferred: set[int], pricing: Pricing, statist
 def cascade_at(rows: list[dict], share: float, pricing: Pricing, statistic: str) -> dict:
     """The cascade deferring its least sure `share` of answers (lowest `statistic` first)."""
     order = sorted(range(len(rows)), key=lambda i: rows[i]["stats"][statistic])
-    return cascade_with(rows, set(order[: round(share * len(rows))]), pricing, statistic)
+    k = round(share * len(rows))
+    # The threshold deferring exactly these: the least sure answer kept.
+    threshold = rows[order[k]]["stats"][statistic] if k < len(rows) else float("inf")
+    return cascade_with(rows, set(order[:k]), pricing, statistic, threshold)
 
 
 def oracle_curve(rows: list[dict], pricing: Pricing) -> list[dict]:
@@ -402,7 +500,7 @@ def calibrate(binary: Path, rows: list[dict], work: Path, policy_file: Path | No
         if out.returncode == 0:
             found = json.loads(out.stdout)
             deferred = {i for i, r in enumerate(rows) if not r["stats"][statistic] >= found["min_confidence"]}
-            found["cost"] = cascade_with(rows, deferred, pricing, statistic)["cost"]
+            found["cost"] = cascade_with(rows, deferred, pricing, statistic, found["min_confidence"])["cost"]
             results[statistic] = found
     if not results:
         return None
@@ -418,17 +516,17 @@ def calibrate(binary: Path, rows: list[dict], work: Path, policy_file: Path | No
                              for s in results}}
 
 
-def live_cascade(server: Server, items: list[dict]) -> list[dict]:
+def live_cascade(server: Server, items: list[dict], max_tokens: int) -> list[dict]:
     """The real cascade on `items`, in a prompt-cache scope of its own: per item, right or
     not, deferred or not, stopped early or not, and what each model spent on it (measured
     by the engine; tokens as `usage` and `x-switchyard-cascade` report them)."""
     out = []
     for item in items:
-        (text, usage, headers, _), engine = server.measured("auto", item["prompt"], "live")
+        (text, usage, headers, _, _), engine = server.measured("auto", item["prompt"], "live", max_tokens)
         verdict = headers["x-switchyard-cascade"]
         record = {"correct": normalize(text) == normalize(item["answer"]),
                   "deferred": verdict.startswith("deferred"),
-                  "early": "stopped after its first token" in verdict, "verdict": verdict}
+                  "early": "the attempt stopped" in verdict, "verdict": verdict}
         if record["deferred"]:
             attempt = SPENT.search(verdict)
             assert attempt, verdict
@@ -590,7 +688,7 @@ def report(suite: str, result: dict, out: Path, pricing: Pricing, views: dict[st
             lines.append(f"Live cascade on held-out items: {live['acc'] / h['strong']:.0%} of always-Gemma "
                          f"accuracy for {live['cost'] / h['cost_strong']:.0%} of its cost ({by_view} by cost model; "
                          f"{live['strong_share']:.0%} deferred, {live['stopped_early']} of {live['deferred']} "
-                         f"stopped after SmolLM2's first token; goal >= 95% for <= 60%). It would cost <= 60% "
+                         f"stopped early (at SmolLM2's first token, or its first unsure one); goal >= 95% for <= 60%). It would cost <= 60% "
                          + (f"if Gemma cost {factor:.1f}x what it was measured to cost against SmolLM2."
                             if factor else "at no price of Gemma (it defers too many)."))
     same = sum(abs(p10(r["logprobs"]) - r["stats"]["p10"]) < 1e-5 for r in rows)
@@ -622,19 +720,20 @@ def run_suite(binary: Path, server: Server, suite: str, count: int | None, work:
     items = [json.loads(l) for l in (ROOT / "evals" / f"{suite}.jsonl").read_text().splitlines() if l.strip()]
     items = items[:count] if count else items
     print(f"{suite}: {len(items)} items", file=sys.stderr)
-    rows = collect(server, items)
-    result = {"rows": rows, "step_bytes": pricing.step_bytes}
+    max_tokens = LONG_ANSWERS.get(suite, MAX_TOKENS)
+    rows = collect(server, items, max_tokens)
+    result = {"rows": rows, "step_bytes": pricing.step_bytes, "max_tokens": max_tokens}
     calibration_rows, held_rows = rows[0::2], rows[1::2]
     if single(calibration_rows, pricing)["strong"] > single(calibration_rows, pricing)["weak"]:
         cal = calibrate(binary, calibration_rows, work, server.policy, pricing)
         if cal is not None:
-            server.wait_for_policy(cal["statistic"], cal["min_confidence"], items[1]["prompt"])
+            server.wait_for_policy(cal["statistic"], cal["min_confidence"], items[1]["prompt"], max_tokens)
             result["held_out"] = {"n": len(held_rows),
                                   "calibration": {k: cal[k] for k in ("statistic", "min_confidence", "deferred_share",
                                                                       "n", "by_statistic")},
-                                  "live": live_cascade(server, items[1::2])}
+                                  "live": live_cascade(server, items[1::2], max_tokens)}
         server.policy.write_text(policy("p10", -1000.0))
-        server.wait_for_policy("p10", -1000.0, items[0]["prompt"])
+        server.wait_for_policy("p10", -1000.0, items[0]["prompt"], max_tokens)
     return result
 
 
@@ -661,6 +760,8 @@ def main() -> int:
     parser.add_argument("--price-ratio", type=float, default=2.0,
                         help="with --cost tokens: Gemma's price per token over SmolLM2's")
     parser.add_argument("--out", type=Path, default=ROOT / "benches" / "results")
+    parser.add_argument("--unit-costs", action="store_true",
+                        help="only measure what a decode step and a prompt token cost each model")
     parser.add_argument("--from-json", action="store_true",
                         help="report from the answers a previous run saved under --out, without a server")
     parser.add_argument("--bin", type=Path, default=Path(os.environ.get("SWITCHYARD_BIN", ROOT / "target/release/switchyard")))
@@ -676,6 +777,9 @@ def main() -> int:
         return Pricing(args.cost, args.price_ratio, sizes), views
 
     if args.from_json:
+        units = args.out / "cost_quality_unit_costs.json"
+        if units.exists():
+            lines += unit_cost_lines(json.loads(units.read_text()))
         for suite in suites:
             result = json.loads((args.out / f"cost_quality_{suite}.json").read_text())
             if result["rows"] and "spent" not in result["rows"][0]:
@@ -691,7 +795,10 @@ def main() -> int:
     pricing, views = pricings(sizes if all(sizes.values()) else None)
     started = time.time()
     try:
-        for suite in suites:
+        units = unit_costs(server)
+        (args.out / "cost_quality_unit_costs.json").write_text(json.dumps(units, indent=1))
+        lines += unit_cost_lines(units)
+        for suite in [] if args.unit_costs else suites:
             t = time.time()
             result = run_suite(args.bin, server, suite, args.count, tmp, pricing)
             (args.out / f"cost_quality_{suite}.json").write_text(json.dumps(result, indent=1))

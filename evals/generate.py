@@ -230,6 +230,31 @@ def letter_gen(rng: random.Random, count: int) -> list[dict]:
     return [{"prompt": shots + question.format(w), "answer": w[0]} for w in words[:count]]
 
 
+def country_sentence_gen(rng: random.Random, count: int) -> list[dict]:
+    """`country-gen`'s questions (the same cities, shots and order), answered in a
+    sentence: `Lusaka is a city in Zambia.`, about ten tokens where `country-gen`'s
+    answers are one to three, the country near the end."""
+    facts = sorted(city_countries().items())
+    random.Random("switchyard-country-gen").shuffle(facts)
+    question = "Question: In which country is the city {}?\nAnswer:"
+    answer = "{} is a city in {}."
+    shots = "".join(question.format(city) + " " + answer.format(city, country) + "\n\n"
+                    for city, country in facts[:3])
+    return [{"prompt": shots + question.format(city), "answer": answer.format(city, country)}
+            for city, country in facts[3:3 + count]]
+
+
+def letter_sentence_gen(rng: random.Random, count: int) -> list[dict]:
+    """`letter-gen`'s questions (the same words and order), answered in a sentence:
+    `The word "garden" starts with the letter g.`, about ten tokens, the letter last."""
+    question = 'Question: What is the first letter of the word "{}"?\nAnswer:'
+    answer = 'The word "{}" starts with the letter {}.'
+    shots = "".join(question.format(w) + " " + answer.format(w, w[0]) + "\n\n" for w in ("table", "music"))
+    words = [w for w in WORDS if w not in ("table", "music")]
+    random.Random("switchyard-letter-gen").shuffle(words)
+    return [{"prompt": shots + question.format(w), "answer": answer.format(w, w[0])} for w in words[:count]]
+
+
 SUITES = {
     "arith": (arith, 300),
     "units": (units, 200),
@@ -239,6 +264,8 @@ SUITES = {
     "geo-gen": (geo_gen, 200),
     "country-gen": (country_gen, 200),
     "letter-gen": (letter_gen, 120),
+    "country-sentence-gen": (country_sentence_gen, 200),
+    "letter-sentence-gen": (letter_sentence_gen, 120),
 }
 
 

@@ -191,14 +191,16 @@ fn the_first_tokens_margin_is_computed_from_its_logits<B: Backend>(backend: Arc<
         other => panic!("no Done with a confidence: {other:?}"),
     }
 
-    let stopped = |min: f64| {
+    let stopped_by = |min: f64, every_token: bool| {
         let mut r = request(Prompt::Tokens(prompt.clone()), Some(4));
         r.stop_unsure = Some(UnsureStop {
             statistic: MarginStatistic::Margin,
             min,
+            every_token,
         });
         run(&engine, r)
     };
+    let stopped = |min: f64| stopped_by(min, false);
     let events = stopped(f64::from(first.margin) + 0.01);
     assert_eq!(events.len(), 2, "{events:?}");
     match events.last() {
@@ -213,6 +215,36 @@ fn the_first_tokens_margin_is_computed_from_its_logits<B: Backend>(backend: Arc<
         other => panic!("no Done: {other:?}"),
     }
     assert_eq!(stopped(f64::from(first.margin) - 0.01).len() - 1, tokens);
+
+    // An every-token stop (a cascade under `min_margin`) ends the answer at its first
+    // token below the threshold, wherever it is; above every margin it runs to the end.
+    let margins: Vec<f32> = events
+        .iter()
+        .filter_map(|e| match e {
+            GenerationEvent::Token(t) => t.margin.map(|m| m.margin),
+            _ => None,
+        })
+        .collect();
+    let smallest = margins.iter().copied().fold(f32::INFINITY, f32::min);
+    let min = f64::from(smallest) + 0.01;
+    let at = margins.iter().position(|&m| f64::from(m) < min).unwrap();
+    let events = stopped_by(min, true);
+    match events.last() {
+        Some(GenerationEvent::Done {
+            finish_reason,
+            usage,
+            confidence: Some(confidence),
+        }) => {
+            assert_eq!(*finish_reason, FinishReason::Unsure);
+            assert_eq!(usage.completion_tokens as usize, at + 1, "{margins:?}");
+            assert_eq!(confidence.min_margin, Some(margins[at]));
+        }
+        other => panic!("no Done: {other:?}"),
+    }
+    assert_eq!(
+        stopped_by(f64::from(smallest) - 0.01, true).len() - 1,
+        tokens
+    );
 }
 
 on_each_device!(

@@ -364,10 +364,9 @@ impl Job {
                 return std::future::pending().await;
             }
             produced += 1;
-            if i == 0
-                && self
-                    .stop_unsure
-                    .is_some_and(|stop| stop.stops(&Self::MARGIN))
+            if self
+                .stop_unsure
+                .is_some_and(|stop| stop.stops_at(i, &Self::MARGIN))
             {
                 finish_reason = FinishReason::Unsure;
                 break;

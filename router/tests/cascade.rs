@@ -175,6 +175,7 @@ async fn a_first_token_margin_escalates_after_one_token() {
     let stop = Some(UnsureStop {
         statistic: MarginStatistic::Margin,
         min: 1.5,
+        every_token: false,
     });
     let early = "deferred from small@v7: margin 1.00 < 1.50 on the first token; the attempt stopped after its first token (2 prompt + 1 generated tokens)";
 
@@ -267,6 +268,36 @@ async fn a_first_token_margin_escalates_after_one_token() {
     ] {
         assert!(metrics.contains(line), "{line} missing from:\n{metrics}");
     }
+}
+
+/// Under `min_margin` the first model's step carries an every-token stop: the fake
+/// (every margin 1 nat) is stopped at its first token, which is its first unsure one, and
+/// the verdict is the whole (stopped) answer's, streamed or not.
+#[tokio::test]
+async fn min_margin_stops_the_first_model_at_an_unsure_token() {
+    let fake = fake_serving(&[("small@v9", 64), ("large@v9", 64)]);
+    let policy = policy_on("min_margin", 1.5).replace("\"v1\"", "\"v9\"");
+    let (app, _store) = policy_app(Arc::new(fake.clone()), &policy);
+    let early = "deferred from small@v9: min_margin 1.00 < 1.50 over 1 tokens; the attempt stopped at its first unsure token (2 prompt + 1 generated tokens)";
+    for stream in [false, true] {
+        let reply = chat_body(&app, body(stream), &[]).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+        assert_eq!(header(&reply, "x-switchyard-model"), "large");
+        assert_eq!(header(&reply, "x-switchyard-cascade"), early);
+    }
+    let submitted = fake.submitted();
+    assert_eq!(
+        submitted[0].stop_unsure,
+        Some(UnsureStop {
+            statistic: MarginStatistic::Margin,
+            min: 1.5,
+            every_token: true,
+        })
+    );
+    assert_eq!(submitted[1].stop_unsure, None);
+    let metrics = get(&app, "/metrics").await.text;
+    let line = "switchyard_cascade_stopped_early_total{model=\"small@v9\"} 2";
+    assert!(metrics.contains(line), "{line} missing from:\n{metrics}");
 }
 
 #[test]

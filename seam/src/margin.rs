@@ -6,6 +6,9 @@
 //! the same number; the first token's margin tells a guess between close candidates
 //! from a decided answer, and is known after one token: a cascade can stop the first
 //! model there ([`UnsureStop`]) and escalate at the cost of its prompt and one token.
+//! For longer answers the smallest margin over the answer can stop it mid-way: once
+//! one token is below the threshold the answer's minimum is too, so the rest of the
+//! answer would be computed only to be dropped.
 
 use serde::Serialize;
 
@@ -50,19 +53,29 @@ impl MarginStatistic {
     }
 }
 
-/// Stop a generation after its first token when that token's statistic is below `min`
-/// (a cascade's early escalation: the answer will be deferred anyway, so the rest of it
-/// is not computed). The engine then ends it with [`crate::FinishReason::Unsure`].
+/// Stop a generation at a token whose statistic is below `min` (a cascade's early
+/// escalation: the answer will be deferred anyway, so the rest of it is not computed):
+/// the first token only, or with `every_token` any token (the answer's smallest figure
+/// is below `min` as soon as one token's is). The engine then ends it with
+/// [`crate::FinishReason::Unsure`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct UnsureStop {
     /// The figure compared.
     pub statistic: MarginStatistic,
     /// Below this the generation stops (natural log).
     pub min: f64,
+    /// Whether every token is compared, not only the first.
+    pub every_token: bool,
 }
 
 impl UnsureStop {
-    /// Whether a first token of `margin` is too unsure to go on: the one comparison the
+    /// Whether the generation stops at its `index`th token (0-based), of `margin`: a
+    /// token this stop compares and finds too unsure.
+    pub fn stops_at(&self, index: usize, margin: &TokenMargin) -> bool {
+        (index == 0 || self.every_token) && self.stops(margin)
+    }
+
+    /// Whether a token of `margin` is too unsure to go on: the one comparison the
     /// engine (stopping) and the cascade (deferring) both make. NaN counts as unsure.
     pub fn stops(&self, margin: &TokenMargin) -> bool {
         let value = self.statistic.of(margin);
@@ -83,12 +96,14 @@ mod tests {
         let margin = UnsureStop {
             statistic: MarginStatistic::Margin,
             min: 0.75,
+            every_token: false,
         };
         assert!(margin.stops(&m));
         assert!(!UnsureStop { min: 0.5, ..margin }.stops(&m));
         let entropy = UnsureStop {
             statistic: MarginStatistic::NegEntropy,
             min: -1.0,
+            every_token: false,
         };
         assert!(entropy.stops(&m), "entropy 1.25 > 1.0 is unsure");
         assert!(!entropy.stops(&TokenMargin { entropy: 0.5, ..m }));
@@ -104,5 +119,30 @@ mod tests {
             },
         );
         assert_eq!((least.margin, least.entropy), (0.5, 2.0));
+    }
+
+    #[test]
+    fn a_first_token_stop_ignores_later_tokens_and_an_every_token_stop_does_not() {
+        let unsure = TokenMargin {
+            margin: 0.5,
+            entropy: 1.25,
+        };
+        let first = UnsureStop {
+            statistic: MarginStatistic::Margin,
+            min: 0.75,
+            every_token: false,
+        };
+        assert!(first.stops_at(0, &unsure));
+        assert!(!first.stops_at(3, &unsure));
+        let every = UnsureStop {
+            every_token: true,
+            ..first
+        };
+        assert!(every.stops_at(0, &unsure) && every.stops_at(3, &unsure));
+        let sure = TokenMargin {
+            margin: 1.0,
+            ..unsure
+        };
+        assert!(!every.stops_at(3, &sure));
     }
 }

@@ -24,6 +24,9 @@ takes what it is unsure of.
   generated token), whole and streamed; the margin the engine reports equals
   the gap between the first token's two best log-probabilities the client
   gets;
+- under `min_margin` (the smallest top-2 gap over the answer) the engine
+  stops SmolLM2 at its first token below the threshold, mid-answer: the
+  attempt used the tokens up to that one, whole and streamed;
 - the engine times every forward step per checkpoint
   (`switchyard_step_seconds`, the cost the cost-quality bench measures).
 """
@@ -374,6 +377,33 @@ def test_a_first_token_margin_escalates_after_one_token(server):
         assert headers["x-switchyard-cascade"] == cascade, headers
         assert streamed_text(body["sse"]) == whole
         assert metric(base, early) == before + 1
+    finally:
+        policy_file.write_text(policy(-1000.0))
+
+
+def test_min_margin_stops_the_cheap_model_at_its_first_unsure_token(server):
+    base, policy_file, _ = server
+    try:
+        headers, body = until_policy(base, policy_file, policy(0.0, "min_margin"), "accepted: min_margin")
+        assert headers["x-switchyard-model"] == "smol", headers
+        content = body["choices"][0]["logprobs"]["content"]
+        margins = [t["top_logprobs"][0]["logprob"] - t["top_logprobs"][1]["logprob"] for t in content]
+        confidence = dict(pair.split("=") for pair in headers["x-switchyard-confidence"].split())
+        assert abs(float(confidence["min_margin"]) - min(margins)) < 1e-4, (confidence, margins)
+        # A threshold between a later token's margin and every margin before it: the
+        # engine stops at that token, mid-answer.
+        at = next(i for i in range(1, len(margins)) if margins[i] < min(margins[:i]) - 0.02)
+        threshold = round((margins[at] + min(margins[:at])) / 2, 4)
+        headers, body = until_policy(base, policy_file, policy(threshold, "min_margin"), "deferred")
+        assert headers["x-switchyard-model"] == "gemma", headers
+        cascade = headers["x-switchyard-cascade"]
+        assert cascade.startswith(
+            f"deferred from smol@1: min_margin {margins[at]:.2f} < {threshold:.2f} over {at + 1} tokens; "
+            "the attempt stopped at its first unsure token ("), (cascade, margins)
+        assert cascade.endswith(f" + {at + 1} generated tokens)"), (cascade, margins)
+        assert at + 1 < len(margins), "it stopped before the answer's end"
+        headers, body = chat(base, stream=True)
+        assert headers["x-switchyard-cascade"] == cascade, headers
     finally:
         policy_file.write_text(policy(-1000.0))
 

@@ -17,8 +17,8 @@ pub struct StopCondition {
     pub stop_strings: Vec<String>,
     /// The most tokens to generate; `None` for no limit.
     pub max_tokens: Option<usize>,
-    /// Stop after the first token when it was too unsure ([`UnsureStop`]): a cascade's
-    /// early escalation.
+    /// Stop at the first token (or with `every_token`, any token) that was too unsure
+    /// ([`UnsureStop`]): a cascade's early escalation.
     pub unsure: Option<UnsureStop>,
 }
 
@@ -97,12 +97,17 @@ impl StopChecker {
         }
     }
 
-    /// After [`StopChecker::push`] of the first token that did not finish the
-    /// generation: whether its `margin` ends it as [`FinishReason::Unsure`]. The held
-    /// text goes with the step then (a stop string can no longer complete).
+    /// After [`StopChecker::push`] of a token that did not finish the generation: whether
+    /// its `margin` ends it as [`FinishReason::Unsure`] ([`UnsureStop::stops_at`]: the
+    /// first token, or any with `every_token`). The held text goes with the step then (a
+    /// stop string can no longer complete).
     pub fn stop_unsure(&mut self, step: &mut StopStep, margin: &TokenMargin) {
-        let unsure = self.condition.unsure.is_some_and(|u| u.stops(margin));
-        if step.finished.is_none() && self.generated == 1 && unsure {
+        let index = self.generated.saturating_sub(1);
+        let unsure = self
+            .condition
+            .unsure
+            .is_some_and(|u| u.stops_at(index, margin));
+        if step.finished.is_none() && self.generated > 0 && unsure {
             step.text.push_str(&std::mem::take(&mut self.held));
             self.finished = Some(FinishReason::Unsure);
             step.finished = Some(FinishReason::Unsure);
@@ -159,6 +164,42 @@ mod tests {
             max_tokens,
             unsure: None,
         })
+    }
+
+    #[test]
+    fn an_unsure_stop_ends_at_the_first_token_it_compares_below_its_threshold() {
+        let sure = TokenMargin {
+            margin: 2.0,
+            entropy: 0.1,
+        };
+        let unsure = TokenMargin {
+            margin: 0.2,
+            entropy: 2.0,
+        };
+        let run = |every_token: bool| {
+            let mut c = StopChecker::new(StopCondition {
+                unsure: Some(UnsureStop {
+                    statistic: switchyard_seam::MarginStatistic::Margin,
+                    min: 1.0,
+                    every_token,
+                }),
+                ..StopCondition::default()
+            });
+            let mut ended = None;
+            for (i, margin) in [sure, sure, unsure, sure].iter().enumerate() {
+                let mut step = c.push(i as u32, "x");
+                c.stop_unsure(&mut step, margin);
+                if step.finished.is_some() {
+                    ended = Some((c.generated(), step.finished));
+                    break;
+                }
+            }
+            ended
+        };
+        // A first-token stop lets a sure first token through for good.
+        assert_eq!(run(false), None);
+        // An every-token stop ends at the third token, the first unsure one.
+        assert_eq!(run(true), Some((3, Some(FinishReason::Unsure))));
     }
 
     #[test]

@@ -137,16 +137,27 @@ impl Cascade {
         self.models.get(at + 1).copied()
     }
 
-    /// With a first-token statistic: the stop that ends a step's generation after a
-    /// first token it would defer (early escalation); `None` for whole-answer statistics.
+    /// The stop that ends a step's generation at a token that settles its deferral
+    /// (early escalation): with a first-token statistic, an unsure first token; with
+    /// `min_margin`, any token whose margin is below the threshold (the answer's smallest
+    /// margin then is). `None` for the other whole-answer statistics.
     pub fn unsure_stop(&self) -> Option<UnsureStop> {
-        match self.statistic {
-            Statistic::First(statistic) => Some(UnsureStop {
-                statistic,
-                min: self.min_confidence,
-            }),
-            _ => None,
-        }
+        let (statistic, every_token) = match self.statistic {
+            Statistic::First(statistic) => (statistic, false),
+            Statistic::MinMargin => (MarginStatistic::Margin, true),
+            _ => return None,
+        };
+        Some(UnsureStop {
+            statistic,
+            min: self.min_confidence,
+            every_token,
+        })
+    }
+
+    /// Whether the verdict is known after the first token (a first-token statistic): a
+    /// stream then waits for one token, not the whole answer.
+    pub fn judged_on_first_token(&self) -> bool {
+        matches!(self.statistic, Statistic::First(_))
     }
 
     /// Judges an answer by its confidence (the least confident choice's, for several).
@@ -158,7 +169,7 @@ impl Cascade {
                 reason: "no tokens to judge".to_string(),
             };
         };
-        if self.unsure_stop().is_some() {
+        if self.judged_on_first_token() {
             return self.judge_first(confidence.first.as_ref());
         }
         let value = self.statistic.of(confidence);
@@ -171,7 +182,8 @@ impl Cascade {
     /// answer the engine stopped is always deferred. Without a first-token statistic, or
     /// without a measured first token, the answer is deferred.
     pub fn judge_first(&self, first: Option<&TokenMargin>) -> Verdict {
-        let (Some(stop), Some(first)) = (self.unsure_stop(), first) else {
+        let stop = self.unsure_stop().filter(|_| self.judged_on_first_token());
+        let (Some(stop), Some(first)) = (stop, first) else {
             return Verdict {
                 defer: true,
                 reason: "no first token to judge".to_string(),
@@ -242,6 +254,7 @@ mod tests {
         };
         let stop = cascade.unsure_stop().unwrap();
         assert_eq!(stop.statistic, MarginStatistic::Margin);
+        assert!(!stop.every_token && cascade.judged_on_first_token());
         let unsure = TokenMargin {
             margin: 0.25,
             entropy: 1.5,
@@ -263,7 +276,7 @@ mod tests {
         assert!(cascade.judge_first(None).defer);
         let unmeasured = TokenConfidence::of(&mut [-0.01], &[]).unwrap();
         assert!(cascade.judge(Some(&unmeasured)).defer);
-        // Whole-answer statistics stop nothing early.
+        // Whole-answer statistics stop nothing early, but the smallest margin.
         let p10 = Cascade {
             statistic: Statistic::Quantile(1),
             min_confidence: -1.0,
@@ -291,5 +304,45 @@ mod tests {
                 .threshold_error(-2.0),
             None
         );
+    }
+
+    #[test]
+    fn min_margin_stops_at_any_unsure_token_and_judges_the_whole_answer() {
+        let cascade = Cascade {
+            models: vec![0, 1],
+            statistic: Statistic::MinMargin,
+            min_confidence: 0.5,
+        };
+        let stop = cascade.unsure_stop().unwrap();
+        assert_eq!(
+            stop,
+            UnsureStop {
+                statistic: MarginStatistic::Margin,
+                min: 0.5,
+                every_token: true,
+            }
+        );
+        assert!(!cascade.judged_on_first_token());
+        let sure = TokenMargin {
+            margin: 2.0,
+            entropy: 0.1,
+        };
+        let unsure = TokenMargin {
+            margin: 0.25,
+            entropy: 1.5,
+        };
+        // The engine stops at the third token; the answer it leaves (three tokens, the
+        // last unsure) is deferred by the same comparison, whatever its first token.
+        assert!(!stop.stops_at(1, &sure) && stop.stops_at(2, &unsure));
+        let stopped =
+            TokenConfidence::of(&mut [-0.01, -0.02, -2.0], &[sure, sure, unsure]).unwrap();
+        let v = cascade.judge(Some(&stopped));
+        assert!(v.defer);
+        assert_eq!(v.reason, "min_margin 0.25 < 0.50 over 3 tokens");
+        let whole = TokenConfidence::of(&mut [-0.01, -0.02], &[sure, sure]).unwrap();
+        assert!(!cascade.judge(Some(&whole)).defer);
+        // Not a first-token verdict (a stream waits for the whole answer): a first-token
+        // judgement has nothing to go by and defers, as documented.
+        assert!(cascade.judge_first(Some(&sure)).defer);
     }
 }

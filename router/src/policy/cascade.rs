@@ -10,8 +10,12 @@
 //! token only. Otherwise a streamed request waits for the whole first answer: a step
 //! before the last runs to its end unseen, and the stream (headers included, so
 //! `x-switchyard-cascade` is known) starts once it is judged (`judged_stream` in
-//! `openai/tail/stream.rs`). The deferred attempt is billed like any answer (its tokens
-//! were computed); the response's `usage` is the answer the client gets.
+//! `openai/tail/stream.rs`). Under `min_margin` the step carries an every-token stop:
+//! the engine ends the answer at its first token whose margin is below the threshold
+//! (the answer's smallest margin then is), so a deferred long answer costs its prompt
+//! and the tokens up to that one, not its whole length. The deferred attempt is billed
+//! like any answer (its tokens were computed); the response's `usage` is the answer the
+//! client gets.
 
 use switchyard_policies::{ModelHint, RouteRequest, Verdict};
 use switchyard_seam::{TokenConfidence, TokenMargin, UnsureStop, Usage};
@@ -23,8 +27,8 @@ use crate::policy::routing::PolicyRouting;
 /// (`accepted`, `deferred`).
 pub const CASCADE_TOTAL: &str = "switchyard_cascade_total";
 
-/// Counter: deferred attempts the engine stopped after their first token (early
-/// escalation), by `model`.
+/// Counter: deferred attempts the engine stopped early, at their first token or (under
+/// `min_margin`) their first unsure one, by `model`.
 pub const CASCADE_STOPPED_EARLY_TOTAL: &str = "switchyard_cascade_stopped_early_total";
 
 /// When the current policy has a cascade and `request` is `auto`: the request as its
@@ -77,6 +81,13 @@ impl RoutedRequest {
         self.step_judged()?.unsure_stop()
     }
 
+    /// Whether the answer this request is routed to now is judged on its first token
+    /// alone (a judged step under a first-token statistic).
+    pub fn judged_on_first_token(&self) -> bool {
+        self.step_judged()
+            .is_some_and(|cascade| cascade.judged_on_first_token())
+    }
+
     /// The cascade judging the current step, if it is judged.
     fn step_judged(&self) -> Option<switchyard_policies::Cascade> {
         let ticket = self.ticket()?;
@@ -125,11 +136,11 @@ impl RoutedRequest {
     }
 
     /// Defers the attempt judged by `verdict`, which used `usage` (billed to it) and
-    /// which the engine may have `stopped_early` (after its first token): routes to the
-    /// next model and returns true (the caller submits again). When the next model
-    /// cannot take the request (budget, permission), the attempt's answer stands and
-    /// false is returned; an attempt the engine stopped early must then be asked again,
-    /// without the stop ([`RoutedRequest::unsure_stop`] is `None` from then on).
+    /// which the engine may have `stopped_early` (at its first or first unsure token):
+    /// routes to the next model and returns true (the caller submits again). When the
+    /// next model cannot take the request (budget, permission), the attempt's answer
+    /// stands and false is returned; an attempt the engine stopped early must then be
+    /// asked again, without the stop ([`RoutedRequest::unsure_stop`] is `None` from then on).
     pub fn defer_in_cascade(&self, verdict: Verdict, usage: Usage, stopped_early: bool) -> bool {
         let Some(ticket) = self.ticket() else {
             return false;
@@ -142,6 +153,9 @@ impl RoutedRequest {
                 state.summary.checkpoint().to_string(),
             )
         };
+        let first_token = policy
+            .cascade()
+            .is_some_and(switchyard_policies::Cascade::judged_on_first_token);
         let next = policy.cascade().and_then(|cascade| {
             let current = policy.model_index(&model)?;
             cascade.next_after(current)
@@ -185,10 +199,10 @@ impl RoutedRequest {
             "{} prompt + {} generated tokens",
             usage.prompt_tokens, usage.completion_tokens
         );
-        let how = if stopped_early {
-            format!("stopped after its first token ({spent})")
-        } else {
-            format!("ran to its end ({spent})")
+        let how = match (stopped_early, first_token) {
+            (true, true) => format!("stopped after its first token ({spent})"),
+            (true, false) => format!("stopped at its first unsure token ({spent})"),
+            (false, _) => format!("ran to its end ({spent})"),
         };
         state.summary.cascade = Some(format!(
             "deferred from {from}: {}; the attempt {how}",

@@ -175,7 +175,7 @@ pub async fn judged_stream(
         if !routed.judged_in_cascade() {
             return Ok((merge(choices), total));
         }
-        let judged = if routed.unsure_stop().is_some() {
+        let judged = if routed.judged_on_first_token() {
             judge_first_tokens(routed, choices, n).await
         } else {
             finish_all(choices)
