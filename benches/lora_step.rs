@@ -31,21 +31,19 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use batched::{load_model, model_path, threads};
+use batched::{load_model, model_path, prefilled, threads, PROMPT_TOKENS as PROMPT};
 use device::on_bench_device;
 use switchyard_engine::adapter::{load_adapter, ResidentAdapter};
 use switchyard_engine::formats::load_checkpoint;
-use switchyard_engine::kv::{KvBlocks, KvPool, SequenceKv};
+use switchyard_engine::kv::{KvBlocks, KvPool};
 use switchyard_engine::model::{
     forward_step, LlamaModel, LogitRows, ModelPart, Scratch, SequenceChunk,
 };
 use switchyard_kernels::device::OnDevice;
-use switchyard_kernels::{Backend, KvPrefix, KvType};
+use switchyard_kernels::{Backend, KvType};
 
 /// Sequences decoding together (the serving bench's 16 clients).
 const SEQUENCES: usize = 16;
-/// Prompt tokens each sequence prefills (untimed).
-const PROMPT: usize = 8;
 /// Decode steps per timed run.
 const STEPS: usize = 16;
 /// Each measurement repeats runs until it has this much step time.
@@ -172,26 +170,7 @@ fn steps<B: Backend>(
 ) -> Duration {
     let kv = KvPool::unlimited(KvType::F16);
     let blocks = KvBlocks::new(backend, &kv).expect("a KV store");
-    let mut caches: Vec<_> = (0..SEQUENCES)
-        .map(|_| {
-            SequenceKv::for_model(backend, &blocks, model, PROMPT + STEPS, KvPrefix::none())
-                .expect("cache")
-        })
-        .collect();
-    for (s, cache) in caches.iter_mut().enumerate() {
-        let prompt: Vec<u32> = (0..PROMPT as u32)
-            .map(|i| 100 + (i * 7919 + s as u32 * 131) % 48000)
-            .collect();
-        let mut chunk = [SequenceChunk {
-            tokens: &prompt,
-            start_pos: 0,
-            table: cache.prepare(backend, 0..PROMPT).expect("blocks"),
-            logits: LogitRows::Last,
-        }];
-        model
-            .forward(backend, &mut blocks.lock(), &mut chunk, scratch)
-            .expect("prefill");
-    }
+    let (mut caches, _) = prefilled(backend, model, scratch, &blocks, SEQUENCES, PROMPT + STEPS);
     // Fixed tokens: what is timed is the step, not what it predicts.
     let tokens: Vec<[u32; 1]> = (0..SEQUENCES as u32).map(|s| [200 + s]).collect();
     let start = Instant::now();

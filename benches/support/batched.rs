@@ -2,6 +2,7 @@
 //! count, and one timed run of decode steps over a batch of sequences.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use switchyard_engine::formats::load_checkpoint;
@@ -60,32 +61,17 @@ pub fn decode_steps<B: Backend>(
     scratch: &mut Scratch<B>,
     batch: usize,
 ) -> Duration {
-    let capacity = PROMPT_TOKENS + STEPS;
     let kv = KvPool::unlimited(KvType::F16);
     let blocks = KvBlocks::new(backend, &kv).expect("a KV store");
-    let mut caches: Vec<_> = (0..batch)
-        .map(|_| {
-            SequenceKv::for_model(backend, &blocks, model, capacity, KvPrefix::none())
-                .expect("cache")
-        })
-        .collect();
+    let (mut caches, mut next) = prefilled(
+        backend,
+        model,
+        scratch,
+        &blocks,
+        batch,
+        PROMPT_TOKENS + STEPS,
+    );
     let vocab = model.config().vocab_size;
-    let mut next = Vec::with_capacity(batch);
-    for (s, cache) in caches.iter_mut().enumerate() {
-        let prompt: Vec<u32> = (0..PROMPT_TOKENS as u32)
-            .map(|i| 100 + (i * 7919 + s as u32 * 131) % 48000)
-            .collect();
-        let mut chunk = [SequenceChunk {
-            tokens: &prompt,
-            start_pos: 0,
-            table: cache.prepare(backend, 0..PROMPT_TOKENS).expect("blocks"),
-            logits: LogitRows::Last,
-        }];
-        let logits = model
-            .forward(backend, &mut blocks.lock(), &mut chunk, scratch)
-            .expect("prefill");
-        next.push([argmax(logits)]);
-    }
     let start = Instant::now();
     for step in 0..STEPS {
         let mut chunks: Vec<SequenceChunk<'_>> = caches
@@ -110,4 +96,40 @@ pub fn decode_steps<B: Backend>(
         }
     }
     start.elapsed()
+}
+
+/// `count` sequences in `blocks`, each with room for `capacity` tokens and
+/// prefilled (untimed) with its own [`PROMPT_TOKENS`]-token prompt, and each
+/// one's greedy next token.
+pub fn prefilled<B: Backend>(
+    backend: &B,
+    model: &LlamaModel<B>,
+    scratch: &mut Scratch<B>,
+    blocks: &Arc<KvBlocks<B>>,
+    count: usize,
+    capacity: usize,
+) -> (Vec<SequenceKv<B>>, Vec<[u32; 1]>) {
+    let mut caches: Vec<_> = (0..count)
+        .map(|_| {
+            SequenceKv::for_model(backend, blocks, model, capacity, KvPrefix::none())
+                .expect("cache")
+        })
+        .collect();
+    let mut next = Vec::with_capacity(count);
+    for (s, cache) in caches.iter_mut().enumerate() {
+        let prompt: Vec<u32> = (0..PROMPT_TOKENS as u32)
+            .map(|i| 100 + (i * 7919 + s as u32 * 131) % 48000)
+            .collect();
+        let mut chunk = [SequenceChunk {
+            tokens: &prompt,
+            start_pos: 0,
+            table: cache.prepare(backend, 0..PROMPT_TOKENS).expect("blocks"),
+            logits: LogitRows::Last,
+        }];
+        let logits = model
+            .forward(backend, &mut blocks.lock(), &mut chunk, scratch)
+            .expect("prefill");
+        next.push([argmax(logits)]);
+    }
+    (caches, next)
 }

@@ -252,7 +252,8 @@ mod tests {
     /// nearest, or Q8_0), and the values it holds, widened back.
     fn view(dtype: DType, rows: usize, cols: usize, values: &[f32]) -> (WeightView, Vec<f32>) {
         let (bytes, held) = crate::cpu::lora_expand::tests::stored(dtype, cols, values);
-        let view = WeightView::new(dtype, rows, cols, bytes::Bytes::from(bytes)).unwrap();
+        let view = WeightView::new(dtype, rows, cols, bytes::Bytes::from(bytes))
+            .expect("bytes of the stated shape");
         (view, held)
     }
 
@@ -267,7 +268,8 @@ mod tests {
     fn simd_matches_scalar_and_rows_are_independent() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
         let (k, width, n) = (96, 96, 13);
-        let x = CpuActivations::from_values(n, k, &random(&mut rng, n * k)).unwrap();
+        let x = CpuActivations::from_values(n, k, &random(&mut rng, n * k))
+            .expect("values of the stated shape");
         let base = random(&mut rng, n * width);
         let raw: Vec<(Vec<f32>, Vec<f32>, usize)> = [4usize, 16, 1]
             .iter()
@@ -297,15 +299,22 @@ mod tests {
             for isa in Isa::supported() {
                 let isa = CheckedIsa::at_most(isa);
                 let pool = ThreadPool::new(3);
-                let mut out = CpuActivations::from_values(n, width, &base).unwrap();
-                lora(&pool, isa, &x, &runs, &mut out).unwrap();
+                let mut out = CpuActivations::from_values(n, width, &base)
+                    .expect("values of the stated shape");
+                lora(&pool, isa, &x, &runs, &mut out).expect("an update shaped like the input");
                 for r in 0..n {
                     let mut want = base[r * width..(r + 1) * width].to_vec();
                     if let Some((_, i)) = spans.iter().find(|(rows, _)| rows.contains(&r)) {
                         let ((_, a), (_, b_t)) = &adapters[*i];
-                        lora_row_scalar(x.row(r).unwrap(), a, b_t, 0.5, &mut want);
+                        lora_row_scalar(
+                            x.row(r).expect("a row of the batch"),
+                            a,
+                            b_t,
+                            0.5,
+                            &mut want,
+                        );
                     }
-                    let got = out.row(r).unwrap();
+                    let got = out.row(r).expect("a row of the batch");
                     for (g, w) in got.iter().zip(&want) {
                         assert!(
                             (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
@@ -322,15 +331,18 @@ mod tests {
                 for r in 5..12 {
                     let mut alone =
                         CpuActivations::from_values(1, width, &base[r * width..(r + 1) * width])
-                            .unwrap();
-                    let xr = CpuActivations::from_values(1, k, x.row(r).unwrap()).unwrap();
+                            .expect("values of the stated shape");
+                    let xr =
+                        CpuActivations::from_values(1, k, x.row(r).expect("a row of the batch"))
+                            .expect("values of the stated shape");
                     let one = [Run {
                         rows: 0..1,
                         a: &adapters[2].0 .0,
                         b_t: &adapters[2].1 .0,
                         scale: 0.5,
                     }];
-                    lora(&pool, isa, &xr, &one, &mut alone).unwrap();
+                    lora(&pool, isa, &xr, &one, &mut alone)
+                        .expect("an update shaped like the input");
                     assert_eq!(alone.row(0), out.row(r), "{isa:?} {dtype} row {r}");
                 }
             }
@@ -346,7 +358,8 @@ mod tests {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
         let (k, n) = (64, 21);
         let widths = [96usize, 32, 64];
-        let x = CpuActivations::from_values(n, k, &random(&mut rng, n * k)).unwrap();
+        let x = CpuActivations::from_values(n, k, &random(&mut rng, n * k))
+            .expect("values of the stated shape");
         let bases: Vec<Vec<f32>> = widths.iter().map(|w| random(&mut rng, n * w)).collect();
         for dtype in [DType::F32, DType::BF16, DType::Q8_0] {
             // Per output, two adapters of ranks 8 and 3.
@@ -390,19 +403,23 @@ mod tests {
                 let mut outs: Vec<CpuActivations> = widths
                     .iter()
                     .zip(&bases)
-                    .map(|(&w, b)| CpuActivations::from_values(n, w, b).unwrap())
+                    .map(|(&w, b)| {
+                        CpuActivations::from_values(n, w, b).expect("values of the stated shape")
+                    })
                     .collect();
                 let mut updates: Vec<Update<'_, '_>> = outs
                     .iter_mut()
                     .zip(&runs)
                     .map(|(out, runs)| Update { runs, out })
                     .collect();
-                lora_many(&pool, isa, &x, &mut updates).unwrap();
+                lora_many(&pool, isa, &x, &mut updates).expect("updates shaped like the input");
                 for ((out, runs), (&w, base)) in
                     outs.iter().zip(&runs).zip(widths.iter().zip(&bases))
                 {
-                    let mut alone = CpuActivations::from_values(n, w, base).unwrap();
-                    lora(&pool, isa, &x, runs, &mut alone).unwrap();
+                    let mut alone = CpuActivations::from_values(n, w, base)
+                        .expect("values of the stated shape");
+                    lora(&pool, isa, &x, runs, &mut alone)
+                        .expect("an update shaped like the input");
                     assert_eq!(out.data, alone.data, "{isa:?} {dtype} width {w}");
                 }
                 assert_eq!(
@@ -423,10 +440,12 @@ mod tests {
         let backend = crate::cpu::CpuBackend::new(1);
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(2);
         let (a, _) = view(DType::Q8_0, 16, 64, &random(&mut rng, 16 * 64));
-        let weight = backend.matrix(a.clone()).unwrap();
+        let weight = backend.matrix(a.clone()).expect("a supported weight");
         let packs = crate::cpu::packed::packs(backend.isa, DType::Q8_0);
         assert_eq!(weight.packed.is_some(), packs);
-        let adapter = backend.lora_matrix(a.clone()).unwrap();
+        let adapter = backend
+            .lora_matrix(a.clone())
+            .expect("a supported adapter matrix");
         assert!(adapter.packed.is_none());
         assert_eq!(adapter.view.data.len(), a.data.len());
     }
@@ -443,7 +462,10 @@ mod tests {
         let (a_wide, _) = view(DType::F32, 2, 9, &[0.0; 18]);
         let (a_q4, _) = {
             let bytes = bytes::Bytes::from(vec![0u8; 2 * 18]);
-            (WeightView::new(DType::Q4_0, 2, 32, bytes).unwrap(), ())
+            (
+                WeightView::new(DType::Q4_0, 2, 32, bytes).expect("bytes of the stated shape"),
+                (),
+            )
         };
         let run = |rows, a, b_t| Run {
             rows,

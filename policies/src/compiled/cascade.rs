@@ -212,7 +212,12 @@ mod tests {
     #[test]
     fn statistics_parse_print_and_read_their_number() {
         for name in Statistic::NAMES {
-            assert_eq!(Statistic::parse(name).unwrap().to_string(), name);
+            assert_eq!(
+                Statistic::parse(name)
+                    .expect("a known statistic")
+                    .to_string(),
+                name
+            );
         }
         assert_eq!(Statistic::parse("p99"), None);
         let c = TokenConfidence {
@@ -223,8 +228,14 @@ mod tests {
             first: None,
             min_margin: None,
         };
-        assert_eq!(Statistic::parse("p10").unwrap().of(&c), -2.0);
-        assert_eq!(Statistic::parse("p50").unwrap().of(&c), -0.1);
+        assert_eq!(
+            Statistic::parse("p10").expect("a known statistic").of(&c),
+            -2.0
+        );
+        assert_eq!(
+            Statistic::parse("p50").expect("a known statistic").of(&c),
+            -0.1
+        );
         assert_eq!(Statistic::Mean.of(&c), -0.5);
         let cascade = Cascade {
             models: vec![3, 1],
@@ -249,10 +260,12 @@ mod tests {
     fn a_first_token_statistic_stops_early_and_judges_as_the_stop_does() {
         let cascade = Cascade {
             models: vec![0, 1],
-            statistic: Statistic::parse("margin").unwrap(),
+            statistic: Statistic::parse("margin").expect("a known statistic"),
             min_confidence: 0.5,
         };
-        let stop = cascade.unsure_stop().unwrap();
+        let stop = cascade
+            .unsure_stop()
+            .expect("a margin statistic stops early");
         assert_eq!(stop.statistic, MarginStatistic::Margin);
         assert!(!stop.every_token && cascade.judged_on_first_token());
         let unsure = TokenMargin {
@@ -269,12 +282,13 @@ mod tests {
         let v = cascade.judge_first(Some(&unsure));
         assert!(v.defer);
         assert_eq!(v.reason, "margin 0.25 < 0.50 on the first token");
-        let answer = TokenConfidence::of(&mut [-0.01, -3.0], &[sure, unsure]).unwrap();
+        let answer = TokenConfidence::of(&mut [-0.01, -3.0], &[sure, unsure])
+            .expect("one confidence per token");
         let v = cascade.judge(Some(&answer));
         assert!(!v.defer, "the later unsure token does not count: {v:?}");
         assert_eq!(v.reason, "margin 2.00 >= 0.50 on the first token");
         assert!(cascade.judge_first(None).defer);
-        let unmeasured = TokenConfidence::of(&mut [-0.01], &[]).unwrap();
+        let unmeasured = TokenConfidence::of(&mut [-0.01], &[]).expect("one confidence per token");
         assert!(cascade.judge(Some(&unmeasured)).defer);
         // Whole-answer statistics stop nothing early, but the smallest margin.
         let p10 = Cascade {
@@ -284,7 +298,7 @@ mod tests {
         };
         assert_eq!(p10.unsure_stop(), None);
         let entropy = Cascade {
-            statistic: Statistic::parse("neg_entropy").unwrap(),
+            statistic: Statistic::parse("neg_entropy").expect("a known statistic"),
             min_confidence: -1.0,
             ..cascade
         };
@@ -295,12 +309,12 @@ mod tests {
         assert_eq!(Statistic::MinMargin.threshold_error(0.5), None);
         assert!(Statistic::MinMargin
             .threshold_error(-0.5)
-            .unwrap()
+            .expect("a negative margin is refused")
             .contains("margin (0 or above"));
         assert!(Statistic::Mean.threshold_error(0.5).is_some());
         assert_eq!(
             Statistic::parse("neg_entropy")
-                .unwrap()
+                .expect("a known statistic")
                 .threshold_error(-2.0),
             None
         );
@@ -313,7 +327,9 @@ mod tests {
             statistic: Statistic::MinMargin,
             min_confidence: 0.5,
         };
-        let stop = cascade.unsure_stop().unwrap();
+        let stop = cascade
+            .unsure_stop()
+            .expect("a margin statistic stops early");
         assert_eq!(
             stop,
             UnsureStop {
@@ -334,12 +350,13 @@ mod tests {
         // The engine stops at the third token; the answer it leaves (three tokens, the
         // last unsure) is deferred by the same comparison, whatever its first token.
         assert!(!stop.stops_at(1, &sure) && stop.stops_at(2, &unsure));
-        let stopped =
-            TokenConfidence::of(&mut [-0.01, -0.02, -2.0], &[sure, sure, unsure]).unwrap();
+        let stopped = TokenConfidence::of(&mut [-0.01, -0.02, -2.0], &[sure, sure, unsure])
+            .expect("one confidence per token");
         let v = cascade.judge(Some(&stopped));
         assert!(v.defer);
         assert_eq!(v.reason, "min_margin 0.25 < 0.50 over 3 tokens");
-        let whole = TokenConfidence::of(&mut [-0.01, -0.02], &[sure, sure]).unwrap();
+        let whole = TokenConfidence::of(&mut [-0.01, -0.02], &[sure, sure])
+            .expect("one confidence per token");
         assert!(!cascade.judge(Some(&whole)).defer);
         // Not a first-token verdict (a stream waits for the whole answer): a first-token
         // judgement has nothing to go by and defers, as documented.
