@@ -90,6 +90,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shutil
@@ -101,6 +102,8 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
+import cascade_signals as cs
 
 ROOT = Path(__file__).resolve().parents[1]
 DECLARED = {"smol": 0.4, "gemma": 0.6}  # what a policy author would type (bigger is better)
@@ -178,7 +181,7 @@ class Server:
 
     def complete(self, model: str, prompt: str, salt: str = "collect",
                  max_tokens: int = MAX_TOKENS, stop: list[str] | None = None
-                 ) -> tuple[str, dict, dict, list[float], list[float | None]]:
+                 ) -> tuple[str, dict, dict, list[float], list[float | None], str]:
         # `cache_salt`: each pass over a suite has its own prompt-cache scope, so a pass
         # finds cached only what its own earlier requests computed (the few-shot prefix
         # the suite's prompts share), never the same prompt asked in another pass.
@@ -196,7 +199,7 @@ class Server:
         margins = [top[0] - top[1] if len(top) > 1 else None
                    for top in (sorted((entry or {}).values(), reverse=True)
                                for entry in (choice.get("logprobs") or {}).get("top_logprobs") or [])]
-        return choice["text"], reply["usage"], headers, logprobs, margins
+        return choice["text"], reply["usage"], headers, logprobs, margins, choice.get("finish_reason") or ""
 
     def engine(self) -> dict[str, tuple[float, int]]:
         """Per model: the engine's forward-step seconds and steps so far
@@ -336,11 +339,11 @@ def collect(server: Server, items: list[dict], max_tokens: int) -> list[dict]:
     in its own prompt-cache scope."""
     rows = []
     for i, item in enumerate(items):
-        (smol_text, smol_usage, headers, logprobs, margins), smol_engine = server.measured(
+        (smol_text, smol_usage, headers, logprobs, margins, finish), smol_engine = server.measured(
             "auto", item["prompt"], max_tokens=max_tokens)
         assert headers["x-switchyard-model"] == "smol", headers
-        (_, first_usage, _, _, _), first_engine = server.measured("smol", item["prompt"], "first", 1)
-        (gemma_text, gemma_usage, _, _, _), gemma_engine = server.measured(
+        (_, first_usage, _, _, _, _), first_engine = server.measured("smol", item["prompt"], "first", 1)
+        (gemma_text, gemma_usage, _, _, _, _), gemma_engine = server.measured(
             "gemma", item["prompt"], max_tokens=max_tokens)
         answer = normalize(item["answer"])
         confidence = headers.get("x-switchyard-confidence", "")
@@ -348,7 +351,7 @@ def collect(server: Server, items: list[dict], max_tokens: int) -> list[dict]:
             "smol": normalize(smol_text) == answer, "gemma": normalize(gemma_text) == answer,
             "smol_text": smol_text, "gemma_text": gemma_text,
             "confidence": confidence, "stats": statistics_of(confidence), "logprobs": logprobs,
-            "margins": margins,
+            "margins": margins, "finish_reason": finish,
             "spent": {"smol": spent(smol_engine, "smol", tokens(smol_usage)),
                       "smol_first": spent(first_engine, "smol", tokens(first_usage)),
                       "gemma": spent(gemma_engine, "gemma", tokens(gemma_usage))},
@@ -522,7 +525,7 @@ def live_cascade(server: Server, items: list[dict], max_tokens: int) -> list[dic
     by the engine; tokens as `usage` and `x-switchyard-cascade` report them)."""
     out = []
     for item in items:
-        (text, usage, headers, _, _), engine = server.measured("auto", item["prompt"], "live", max_tokens)
+        (text, usage, headers, _, _, _), engine = server.measured("auto", item["prompt"], "live", max_tokens)
         verdict = headers["x-switchyard-cascade"]
         record = {"correct": normalize(text) == normalize(item["answer"]),
                   "deferred": verdict.startswith("deferred"),
@@ -661,15 +664,19 @@ def report(suite: str, result: dict, out: Path, pricing: Pricing, views: dict[st
                       + (f"<= 60% if Gemma cost {factor:.2f}x what it was measured to cost against SmolLM2."
                          if factor and factor > 1 else ("<= 60% as measured." if factor else "above 60% at any price."))]
     live = None
+    cal_idx, test_idx = halves(result)
+    cal_rows, test_rows = [rows[i] for i in cal_idx], [rows[i] for i in test_idx]
+    if strong > weak and single(cal_rows, pricing)["strong"] > single(cal_rows, pricing)["weak"]:
+        lines += signal_lines(cal_rows, test_rows, pricing, views)
     if held:
-        h = single(rows[1::2], pricing)
+        h = single(test_rows, pricing)
         cal = held["calibration"]
         live = live_summary(held["live"], pricing)
-        held_oracle = perfect_signal(rows[1::2], h["strong"], pricing) if h["strong"] > h["weak"] else None
-        lines += ["", f"Held out ({held['n']} odd items; calibrated on the {cal['n']} even items: "
+        held_oracle = perfect_signal(test_rows, h["strong"], pricing) if h["strong"] > h["weak"] else None
+        lines += ["", f"Live cascade, held out ({held['n']} test items; calibrated on the {cal['n']} calibration items: "
                       f"`{cal['statistic']} >= {cal['min_confidence']}`, deferring "
                       f"{cal['deferred_share']:.0%} there; per statistic, deferred and cost there: "
-                      + ", ".join(f"{k} {v['deferred']:.0%} / {v['cost'] / single(rows[0::2], pricing)['cost_strong']:.0%}"
+                      + ", ".join(f"{k} {v['deferred']:.0%} / {v['cost'] / single(cal_rows, pricing)['cost_strong']:.0%}"
                                   for k, v in cal["by_statistic"].items()) + "):", "",
                   "| held-out half | accuracy | cost / request | of always-Gemma's cost | strong share |",
                   "| --- | --- | --- | --- | --- |",
@@ -683,7 +690,7 @@ def report(suite: str, result: dict, out: Path, pricing: Pricing, views: dict[st
         lines.append("")
         if h["strong"] > 0:
             factor = breakeven(live, h["cost_strong"])
-            by_view = ", ".join(f"{mode} {live_summary(held['live'], view)['cost'] / single(rows[1::2], view)['cost_strong']:.0%}"
+            by_view = ", ".join(f"{mode} {live_summary(held['live'], view)['cost'] / single(test_rows, view)['cost_strong']:.0%}"
                                 for mode, view in views.items())
             lines.append(f"Live cascade on held-out items: {live['acc'] / h['strong']:.0%} of always-Gemma "
                          f"accuracy for {live['cost'] / h['cost_strong']:.0%} of its cost ({by_view} by cost model; "
@@ -708,11 +715,87 @@ def report(suite: str, result: dict, out: Path, pricing: Pricing, views: dict[st
     plot["always Gemma"] = [(s["cost_strong"], strong)]
     if live:
         # Held-out items, placed on the whole suite's always-Gemma cost by their own ratio.
-        h = single(rows[1::2], pricing)
+        h = single(test_rows, pricing)
         plot["live cascade, held out"] = [(live["cost"] / h["cost_strong"] * s["cost_strong"],
                                            live["acc"] / h["strong"] * strong if h["strong"] else live["acc"])]
     svg(out / f"cost_quality_{suite}.svg", f"{suite}: accuracy against cost ({pricing.unit})",
         strong, s["cost_strong"], plot)
+    return lines
+
+
+def halves(result: dict) -> tuple[list[int], list[int]]:
+    """The calibration and test items of a run: the seeded split (benches/cascade_signals.py),
+    or for a run saved before it, the even and the odd items."""
+    n = len(result["rows"])
+    if result.get("split") == cs.SPLIT_SEED:
+        return cs.split(n)
+    return list(range(0, n, 2)), list(range(1, n, 2))
+
+
+def by_signal(rows: list[dict], signal: str, threshold: float, pricing: Pricing) -> dict:
+    """The cascade deferring every answer whose `signal` is below `threshold`."""
+    deferred = {i for i, r in enumerate(rows) if not r["signals"][signal] >= threshold}
+    return cascade_with(rows, deferred, pricing, signal, threshold)
+
+
+def pick_threshold(rows: list[dict], signal: str, pricing: Pricing) -> tuple[float, dict] | None:
+    """The threshold on `signal` that makes the cascade cheapest on `rows` while it stays
+    at >= 95% of Gemma's accuracy there (halfway between neighbouring values; ties: the
+    fewest deferred), as `switchyard calibrate --of-strong` chooses; None if none does."""
+    strong = sum(r["gemma"] for r in rows) / len(rows)
+    values = sorted({r["signals"][signal] for r in rows if math.isfinite(r["signals"][signal])})
+    candidates = [float("-inf")] + [(a + b) / 2 for a, b in zip(values, values[1:])]
+    candidates += [values[-1] + 1.0] if values else []
+    best = None
+    for t in candidates:
+        point = by_signal(rows, signal, t, pricing)
+        if point["acc"] >= GOAL * strong - 1e-9:
+            key = (round(point["cost"], 9), point["strong_share"])
+            if best is None or key < best[0]:
+                best = (key, t, point)
+    return (best[1], best[2]) if best else None
+
+
+def signal_lines(cal_rows: list[dict], test_rows: list[dict], pricing: Pricing,
+                 views: dict[str, Pricing]) -> list[str]:
+    """Every deferral signal judged held out: fitted and thresholded on the calibration
+    half, measured on the test half (AUROC for "SmolLM2 right", and the cascade's
+    accuracy and cost there), beside the perfect signal's bound on the test half."""
+    model = cs.Logistic(cal_rows)
+    cal, test = cs.with_signals(cal_rows, model), cs.with_signals(test_rows, model)
+    h = single(test, pricing)
+    right = [r["smol"] for r in test]
+    both = sum(r["smol"] and r["gemma"] for r in test)
+    only_smol = sum(r["smol"] and not r["gemma"] for r in test)
+    only_gemma = sum(r["gemma"] and not r["smol"] for r in test)
+    lines = ["", f"Deferral signals, held out: fitted and thresholded on the {len(cal)} calibration items "
+                 f"(split from the seed `{cs.SPLIT_SEED}`), measured on the {len(test)} test items "
+                 f"(SmolLM2 {h['weak']:.3f}, Gemma {h['strong']:.3f}; both right {both}, only SmolLM2 "
+                 f"{only_smol}, only Gemma {only_gemma}, neither {len(test) - both - only_smol - only_gemma}). "
+                 f"Logistic on the calibration half: bias {model.bias:.3f}, "
+                 + ", ".join(f"{k} {v:+.3f}" for k, v in model.weights.items()) + ".", "",
+             "| signal | AUROC (test) | threshold (calibration) | deferred (test) | accuracy of Gemma's (test) "
+             "| cost of Gemma's (test) | best threshold in-sample on test: cost at >= 95% |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for signal in cs.SIGNALS:
+        area = cs.auroc([r["signals"][signal] for r in test], right)
+        picked = pick_threshold(cal, signal, pricing)
+        hindsight = pick_threshold(test, signal, pricing)
+        hind = f"{hindsight[1]['cost'] / h['cost_strong']:.0%}" if hindsight else "not reached"
+        if picked is None:
+            lines.append(f"| {signal} | {area:.3f} | none reaches 95% | | | | {hind} |")
+            continue
+        point = by_signal(test, signal, picked[0], pricing)
+        lines.append(f"| {signal} | {area:.3f} | {picked[0]:.4g} | {point['strong_share']:.0%} | "
+                     f"{point['acc'] / h['strong']:.0%} | {point['cost'] / h['cost_strong']:.0%} | {hind} |")
+    bound = perfect_signal(test, h["strong"], pricing)
+    if bound:
+        lines += ["", f"Perfect signal on the test half: {bound['acc'] / h['strong']:.0%} of Gemma's accuracy "
+                      f"for {bound['cost'] / h['cost_strong']:.0%} of its cost ({bound['strong_share']:.0%} deferred). "
+                      f"A SmolLM2 answer costs {h['cost_weak'] / h['cost_strong']:.0%} of Gemma's, so at <= 60% the "
+                      f"cascade may add about {max(0.0, 0.6 - h['cost_weak'] / h['cost_strong']):.0%} of always-Gemma's "
+                      f"cost in deferrals, and needs {max(0, math.ceil((GOAL * h['strong'] - h['weak']) * len(test)))} "
+                      f"of the {only_gemma} answers only Gemma gets right."]
     return lines
 
 
@@ -723,15 +806,17 @@ def run_suite(binary: Path, server: Server, suite: str, count: int | None, work:
     max_tokens = LONG_ANSWERS.get(suite, MAX_TOKENS)
     rows = collect(server, items, max_tokens)
     result = {"rows": rows, "step_bytes": pricing.step_bytes, "max_tokens": max_tokens}
-    calibration_rows, held_rows = rows[0::2], rows[1::2]
+    result["split"] = cs.SPLIT_SEED
+    cal_idx, test_idx = cs.split(len(rows))
+    calibration_rows, held_rows = [rows[i] for i in cal_idx], [rows[i] for i in test_idx]
     if single(calibration_rows, pricing)["strong"] > single(calibration_rows, pricing)["weak"]:
         cal = calibrate(binary, calibration_rows, work, server.policy, pricing)
         if cal is not None:
-            server.wait_for_policy(cal["statistic"], cal["min_confidence"], items[1]["prompt"], max_tokens)
+            server.wait_for_policy(cal["statistic"], cal["min_confidence"], items[test_idx[0]]["prompt"], max_tokens)
             result["held_out"] = {"n": len(held_rows),
                                   "calibration": {k: cal[k] for k in ("statistic", "min_confidence", "deferred_share",
                                                                       "n", "by_statistic")},
-                                  "live": live_cascade(server, items[1::2], max_tokens)}
+                                  "live": live_cascade(server, [items[i] for i in test_idx], max_tokens)}
         server.policy.write_text(policy("p10", -1000.0))
         server.wait_for_policy("p10", -1000.0, items[0]["prompt"], max_tokens)
     return result

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import sys
 from pathlib import Path
 
@@ -39,6 +40,32 @@ doctor farmer flower friend helmet jungle letter mirror monkey number pillow
 pocket potato school shadow singer spider sponge square street tunnel wizard""".split()
 
 CONTINENTS = ["Africa", "America", "Asia", "Europe", "Australia"]
+ISO_CODES = Path("/usr/share/iso-codes/json")
+
+
+def iso_words() -> list[str]:
+    """More words for the letter suites, beyond `WORDS`: every single word of 4-10 ASCII
+    letters in iso-codes' names of languages (ISO 639-2), countries (3166-1), currencies
+    (4217) and scripts (15924), lowercased (`wolof`, `tobago`, `dirham`), less `WORDS`;
+    sorted, then shuffled from a fixed seed."""
+    found = set()
+    for name, key in (("iso_639-2", "639-2"), ("iso_3166-1", "3166-1"), ("iso_4217", "4217"), ("iso_15924", "15924")):
+        for entry in json.loads((ISO_CODES / f"{name}.json").read_text())[key]:
+            for word in re.split(r"[^A-Za-z]+", entry["name"]):
+                if 4 <= len(word) <= 10 and word.isascii():
+                    found.add(word.lower())
+    words = sorted(found - set(WORDS))
+    random.Random("switchyard-iso-words").shuffle(words)
+    return words
+
+
+def letter_words() -> list[str]:
+    """The words `letter-gen` and its sentence twin ask about, in order: `WORDS` (less the
+    two shots) shuffled from the suite's seed, then `iso_words()`, so a larger count keeps
+    the first items as they were."""
+    words = [w for w in WORDS if w not in ("table", "music")]
+    random.Random("switchyard-letter-gen").shuffle(words)
+    return words + iso_words()
 
 
 def choice_item(rng: random.Random, context: str, right: str, wrong: list[str]) -> dict:
@@ -225,9 +252,7 @@ def letter_gen(rng: random.Random, count: int) -> list[dict]:
     """The first letter of a word, as generation: two answered questions, then one."""
     question = 'Question: What is the first letter of the word "{}"?\nAnswer:'
     shots = question.format("table") + " t\n\n" + question.format("music") + " m\n\n"
-    words = [w for w in WORDS if w not in ("table", "music")]
-    rng.shuffle(words)
-    return [{"prompt": shots + question.format(w), "answer": w[0]} for w in words[:count]]
+    return [{"prompt": shots + question.format(w), "answer": w[0]} for w in letter_words()[:count]]
 
 
 def country_sentence_gen(rng: random.Random, count: int) -> list[dict]:
@@ -250,9 +275,8 @@ def letter_sentence_gen(rng: random.Random, count: int) -> list[dict]:
     question = 'Question: What is the first letter of the word "{}"?\nAnswer:'
     answer = 'The word "{}" starts with the letter {}.'
     shots = "".join(question.format(w) + " " + answer.format(w, w[0]) + "\n\n" for w in ("table", "music"))
-    words = [w for w in WORDS if w not in ("table", "music")]
-    random.Random("switchyard-letter-gen").shuffle(words)
-    return [{"prompt": shots + question.format(w), "answer": answer.format(w, w[0])} for w in words[:count]]
+    return [{"prompt": shots + question.format(w), "answer": answer.format(w, w[0])}
+            for w in letter_words()[:count]]
 
 
 SUITES = {
@@ -262,10 +286,11 @@ SUITES = {
     "geo": (geo, 200),
     "arith-gen": (arith_gen, 100),
     "geo-gen": (geo_gen, 200),
-    "country-gen": (country_gen, 200),
-    "letter-gen": (letter_gen, 120),
-    "country-sentence-gen": (country_sentence_gen, 200),
-    "letter-sentence-gen": (letter_sentence_gen, 120),
+    # Every city tzdata has (270 after the three shots); 118 common words, then iso-codes' words.
+    "country-gen": (country_gen, 270),
+    "letter-gen": (letter_gen, 600),
+    "country-sentence-gen": (country_sentence_gen, 270),
+    "letter-sentence-gen": (letter_sentence_gen, 600),
 }
 
 
