@@ -118,6 +118,9 @@ FIRST_TOKEN = {"margin", "neg_entropy"}  # known after one token: a deferred att
 EVERY_TOKEN = {"min_margin"}
 GOAL = 0.95  # of always-strong accuracy
 SUITES = ["country-gen", "letter-gen", "geo-gen", "arith-gen", "country-sentence-gen", "letter-sentence-gen"]
+# Parts of a suite reported apart (where the two models differ most): name, items [lo, hi).
+GROUPS = {s: [("Common words (the first 118 items)", 0, 118), ("iso-codes words (the rest)", 118, None)]
+          for s in ("letter-gen", "letter-sentence-gen")}
 SPENT = re.compile(r"\((\d+) prompt \+ (\d+) generated tokens\)")
 STEP_METRIC = re.compile(r'^switchyard_step_seconds_(sum|count)\{model="([^"]+)",version="[^"]*"\} (\S+)$')
 
@@ -667,7 +670,9 @@ def report(suite: str, result: dict, out: Path, pricing: Pricing, views: dict[st
     cal_idx, test_idx = halves(result)
     cal_rows, test_rows = [rows[i] for i in cal_idx], [rows[i] for i in test_idx]
     if strong > weak and single(cal_rows, pricing)["strong"] > single(cal_rows, pricing)["weak"]:
-        lines += signal_lines(cal_rows, test_rows, pricing, views)
+        lines += signal_lines(suite, rows, cal_rows, test_rows, pricing, result.get("unit_costs"))
+    if result.get("handoff"):
+        lines += handoff_lines(test_rows, result, pricing)
     if held:
         h = single(test_rows, pricing)
         cal = held["calibration"]
@@ -756,8 +761,37 @@ def pick_threshold(rows: list[dict], signal: str, pricing: Pricing) -> tuple[flo
     return (best[1], best[2]) if best else None
 
 
-def signal_lines(cal_rows: list[dict], test_rows: list[dict], pricing: Pricing,
-                 views: dict[str, Pricing]) -> list[str]:
+def units_of(units: dict | None) -> dict | None:
+    return units if units and "smol" in units and "gemma" in units else None
+
+
+def handoff_estimate(rows: list[dict], threshold: float, pricing: Pricing, units: dict, h: dict) -> str:
+    """An estimate, not a measurement (nothing of it is built): what the held-out
+    `min_margin` cascade would cost if a deferral handed Gemma SmolLM2's answer up to its
+    first unsure token as part of the prompt, so Gemma prefilled those tokens (a prompt
+    token's cost each) instead of decoding them (a decode step each), assuming Gemma then
+    writes the rest of its own answer."""
+    saved_per_token = units["gemma"]["decode_1"] - units["gemma"]["prompt"]
+    total, deferred = 0.0, 0
+    for r in rows:
+        if r["signals"]["min_margin"] >= threshold:
+            total += pricing.cheap(r, False, "min_margin")
+            continue
+        deferred += 1
+        margins = r.get("margins") or []
+        sure = next((i for i, m in enumerate(margins) if m is not None and m < threshold), len(margins))
+        gemma = max(pricing.strong(r) - sure * saved_per_token, 0.0)
+        total += pricing.cheap(r, True, "min_margin", threshold) + gemma
+    if pricing.mode != "engine":
+        return ""
+    return (f"Estimate (not built): if a deferral handed Gemma SmolLM2's answer up to its first unsure "
+            f"token, prefilled at {units['gemma']['prompt']:.2f} ms a token instead of decoded at "
+            f"{units['gemma']['decode_1']:.2f} ms, the held-out `min_margin` cascade ({deferred} deferred) "
+            f"would cost about {total / len(rows) / h['cost_strong']:.0%} of always-Gemma, accuracy as measured.")
+
+
+def signal_lines(suite: str, rows: list[dict], cal_rows: list[dict], test_rows: list[dict],
+                 pricing: Pricing, result_units: dict | None = None) -> list[str]:
     """Every deferral signal judged held out: fitted and thresholded on the calibration
     half, measured on the test half (AUROC for "SmolLM2 right", and the cascade's
     accuracy and cost there), beside the perfect signal's bound on the test half."""
@@ -775,19 +809,45 @@ def signal_lines(cal_rows: list[dict], test_rows: list[dict], pricing: Pricing,
                  f"Logistic on the calibration half: bias {model.bias:.3f}, "
                  + ", ".join(f"{k} {v:+.3f}" for k, v in model.weights.items()) + ".", "",
              "| signal | AUROC (test) | threshold (calibration) | deferred (test) | accuracy of Gemma's (test) "
-             "| cost of Gemma's (test) | best threshold in-sample on test: cost at >= 95% |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+             "| cost of Gemma's (test) | halves swapped: accuracy, cost | best threshold in-sample on test: "
+             "cost at >= 95% |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    # The same with the halves' roles swapped (fitted and thresholded on the test half,
+    # measured on the calibration half): how much a threshold moves between two halves.
+    swapped_model = cs.Logistic(test_rows)
+    cal_b, test_b = cs.with_signals(test_rows, swapped_model), cs.with_signals(cal_rows, swapped_model)
+    h_b = single(test_b, pricing)
+
+    def held(fit: list[dict], judge: list[dict], signal: str, base: dict) -> dict | None:
+        picked = pick_threshold(fit, signal, pricing)
+        if picked is None:
+            return None
+        point = by_signal(judge, signal, picked[0], pricing)
+        return {**point, "threshold": picked[0], "acc_of": point["acc"] / base["strong"],
+                "cost_of": point["cost"] / base["cost_strong"]}
+
     for signal in cs.SIGNALS:
         area = cs.auroc([r["signals"][signal] for r in test], right)
-        picked = pick_threshold(cal, signal, pricing)
         hindsight = pick_threshold(test, signal, pricing)
         hind = f"{hindsight[1]['cost'] / h['cost_strong']:.0%}" if hindsight else "not reached"
-        if picked is None:
-            lines.append(f"| {signal} | {area:.3f} | none reaches 95% | | | | {hind} |")
+        other = held(cal_b, test_b, signal, h_b)
+        swap = f"{other['acc_of']:.0%}, {other['cost_of']:.0%}" if other else "none reaches 95%"
+        point = held(cal, test, signal, h)
+        if point is None:
+            lines.append(f"| {signal} | {area:.3f} | none reaches 95% | | | | {swap} | {hind} |")
             continue
-        point = by_signal(test, signal, picked[0], pricing)
-        lines.append(f"| {signal} | {area:.3f} | {picked[0]:.4g} | {point['strong_share']:.0%} | "
-                     f"{point['acc'] / h['strong']:.0%} | {point['cost'] / h['cost_strong']:.0%} | {hind} |")
+        lines.append(f"| {signal} | {area:.3f} | {point['threshold']:.4g} | {point['strong_share']:.0%} | "
+                     f"{point['acc_of']:.0%} | {point['cost_of']:.0%} | {swap} | {hind} |")
+    units = units_of(result_units)
+    point = held(cal, test, "min_margin", h)
+    if units and point:
+        lines += ["", handoff_estimate(test, point["threshold"], pricing, units, h)]
+    for name, lo, hi in GROUPS.get(suite, []):
+        part = rows[lo:hi]
+        if part:
+            lines += ["", f"{name}: SmolLM2 {sum(r['smol'] for r in part) / len(part):.3f}, Gemma "
+                          f"{sum(r['gemma'] for r in part) / len(part):.3f}, only Gemma right "
+                          f"{sum(r['gemma'] and not r['smol'] for r in part) / len(part):.0%} ({len(part)} items, both halves)."]
     bound = perfect_signal(test, h["strong"], pricing)
     if bound:
         lines += ["", f"Perfect signal on the test half: {bound['acc'] / h['strong']:.0%} of Gemma's accuracy "
@@ -797,6 +857,60 @@ def signal_lines(cal_rows: list[dict], test_rows: list[dict], pricing: Pricing,
                       f"cost in deferrals, and needs {max(0, math.ceil((GOAL * h['strong'] - h['weak']) * len(test)))} "
                       f"of the {only_gemma} answers only Gemma gets right."]
     return lines
+
+
+def handoff(server: Server, items: list[dict], rows: list[dict], threshold: float, max_tokens: int) -> list[dict]:
+    """The held-out `min_margin` cascade with a handoff, emulated from the client (the
+    server does not do it): an answer whose smallest margin is below `threshold` is
+    deferred at its first unsure token, and Gemma is asked to continue SmolLM2's answer
+    up to that token (appended to the prompt) instead of answering from scratch. The
+    answer is the kept prefix and Gemma's continuation; Gemma's part is what the engine
+    measured for that request. SmolLM2's prefix is asked again (`max_tokens` = the sure
+    tokens) only to get its text: the server would have it already, so that request is
+    not counted; the attempt is priced as the report prices a `min_margin` deferral."""
+    out = []
+    for item, row in zip(items, rows):
+        margins = row.get("margins") or []
+        unsure = next((i for i, m in enumerate(margins) if m is not None and m < threshold), None)
+        if unsure is None:
+            out.append({"deferred": False, "correct": row["smol"]})
+            continue
+        prefix = server.complete("smol", item["prompt"], "handoff-prefix", unsure)[0] if unsure else ""
+        (text, usage, _, _, _, _), engine = server.measured("gemma", item["prompt"] + prefix, "handoff", max_tokens)
+        out.append({"deferred": True, "sure_tokens": unsure, "prefix": prefix, "gemma_text": text,
+                    "correct": normalize(prefix + text) == normalize(item["answer"]),
+                    "spent": {"gemma": spent(engine, "gemma", tokens(usage))}})
+    return out
+
+
+def handoff_lines(first: list[dict], result: dict, pricing: Pricing) -> list[str]:
+    """The handoff pass's accuracy and cost on the test half, beside SmolLM2 and Gemma alone
+    measured in the same pass (`first`: the test half's rows from the main run)."""
+    run = result["handoff"]
+    test_rows = run["rows"]
+    h = single(test_rows, pricing)
+    threshold = run["threshold"]
+    cost = 0.0
+    for row, r in zip(test_rows, run["items"]):
+        if r["deferred"]:
+            cost += pricing.cheap(row, True, "min_margin", threshold) + pricing.of("gemma", r["spent"]["gemma"])
+        else:
+            cost += pricing.cheap(row, False, "min_margin")
+    n = len(test_rows)
+    acc = sum(r["correct"] for r in run["items"]) / n
+    deferred = [r for r in run["items"] if r["deferred"]]
+    plain = sum(row["gemma"] for row, r in zip(test_rows, run["items"]) if r["deferred"])
+    return ["", f"Handoff, emulated from the client (`--handoff`; not built into the server): the held-out "
+                f"`min_margin >= {threshold:.4g}` cascade (threshold from the calibration half), each deferral "
+                f"asking Gemma to continue SmolLM2's answer from its first unsure token: "
+                f"**{acc / h['strong']:.0%}** of always-Gemma's accuracy for **{cost / n / h['cost_strong']:.0%}** "
+                f"of its cost ({len(deferred)} of {n} deferred, {sum(r['sure_tokens'] for r in deferred) / max(1, len(deferred)):.1f} "
+                f"sure tokens handed over on average; on the deferred items the handoff answers "
+                f"{sum(r['correct'] for r in deferred)} right, Gemma alone {plain}). Costs are this pass's: "
+                f"the test half asked again beside it, always-SmolLM2 {h['cost_weak'] / h['cost_strong']:.0%} of "
+                f"always-Gemma; the same answers as the first pass on "
+                f"{sum(a['smol'] == b['smol'] and a['gemma'] == b['gemma'] for a, b in zip(first, test_rows))} "
+                f"of {n} items."]
 
 
 def run_suite(binary: Path, server: Server, suite: str, count: int | None, work: Path, pricing: Pricing) -> dict:
@@ -847,6 +961,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "benches" / "results")
     parser.add_argument("--unit-costs", action="store_true",
                         help="only measure what a decode step and a prompt token cost each model")
+    parser.add_argument("--handoff", action="store_true",
+                        help="with answers a previous run saved under --out: measure the held-out min_margin "
+                             "cascade with a handoff (Gemma continues SmolLM2's answer), emulated from the client")
     parser.add_argument("--from-json", action="store_true",
                         help="report from the answers a previous run saved under --out, without a server")
     parser.add_argument("--bin", type=Path, default=Path(os.environ.get("SWITCHYARD_BIN", ROOT / "target/release/switchyard")))
@@ -883,9 +1000,28 @@ def main() -> int:
         units = unit_costs(server)
         (args.out / "cost_quality_unit_costs.json").write_text(json.dumps(units, indent=1))
         lines += unit_cost_lines(units)
-        for suite in [] if args.unit_costs else suites:
+        for suite in suites if args.handoff else []:
+            path = args.out / f"cost_quality_{suite}.json"
+            result = json.loads(path.read_text())
+            items = [json.loads(l) for l in (ROOT / "evals" / f"{suite}.jsonl").read_text().splitlines() if l.strip()]
+            rows = result["rows"]
+            cal_idx, test_idx = halves(result)
+            model = cs.Logistic([rows[i] for i in cal_idx])
+            picked = pick_threshold(cs.with_signals([rows[i] for i in cal_idx], model), "min_margin", pricing)
+            if picked is None:
+                continue
+            # The test half asked again in this run, so the handoff's costs compare with
+            # SmolLM2's and Gemma's measured beside them (greedy: the same answers).
+            test_items = [items[i] for i in test_idx]
+            fresh = collect(server, test_items, result["max_tokens"])
+            result["handoff"] = {"threshold": picked[0], "rows": fresh,
+                                 "items": handoff(server, test_items, fresh, picked[0], result["max_tokens"])}
+            path.write_text(json.dumps(result, indent=1))
+            lines += report(suite, result, args.out, pricing, views)
+        for suite in [] if args.unit_costs or args.handoff else suites:
             t = time.time()
             result = run_suite(args.bin, server, suite, args.count, tmp, pricing)
+            result["unit_costs"] = units  # this run's, for the estimates that need them
             (args.out / f"cost_quality_{suite}.json").write_text(json.dumps(result, indent=1))
             lines += report(suite, result, args.out, pricing, views)
             print(f"  {time.time() - t:.0f} s", file=sys.stderr)
