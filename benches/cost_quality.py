@@ -53,8 +53,10 @@ and the least sure share q of its answers go to Gemma, by each statistic
 (its separation of SmolLM2's right answers from its wrong ones, AUROC,
 reported for every statistic).
 
-Held-out calibration: the even items of a suite calibrate, the odd items
-measure. `switchyard calibrate --answers` picks, for each confidence
+Held-out calibration: a suite's items are split once, by a shuffle from a
+fixed seed (benches/cascade_signals.py), into a calibration half and a test
+half (runs saved before the split used the even and the odd items).
+`switchyard calibrate --answers` picks, for each confidence
 statistic, the threshold deferring least while the cascade stays at >= 95%
 of Gemma's accuracy on the calibration half; the statistic whose threshold
 makes the cascade cheapest there is written into the server's policy (under
@@ -62,6 +64,19 @@ a first-token statistic a deferral costs SmolLM2 one step, so the fewest
 deferrals is not always the cheapest); the real cascade then answers the
 held-out half (`model: "auto"`), and its accuracy, deferrals and cost are
 what it did and what the engine measured.
+
+Every deferral signal is judged the same way, held out (benches/cascade_signals.py:
+the engine's statistics, client-side ones from the per-token log-probabilities
+and margins, and a logistic combination fitted on the calibration half): AUROC
+on the test half, the cascade there with the threshold chosen on the
+calibration half, the same with the halves swapped, and the cheapest threshold
+in hindsight.
+
+The handoff (`--handoff`, on a run saved under --out): the held-out
+`min_margin` cascade where a deferral asks Gemma to continue SmolLM2's answer
+from its first unsure token instead of answering from scratch, emulated from
+the client (the server does not do it), with the test half asked again in the
+same pass so its costs compare.
 
 Metrics (RouteLLM's evaluate.py): the router's accuracy at strong-call shares
 0, 0.05, ..., 1; PGR = (acc - acc_cheap) / (acc_strong - acc_cheap); APGR =
@@ -82,6 +97,7 @@ corner) and the per-item answers and costs under --out. Usage:
     python3 benches/cost_quality.py [--suite country-gen ...] [--count N] [--out DIR]
     python3 benches/cost_quality.py --unit-costs                        # per-token costs only
     python3 benches/cost_quality.py --from-json [--cost bytes|tokens]  # re-report, no server
+    python3 benches/cost_quality.py --handoff --suite letter-sentence-gen  # after a run of that suite
 
 Accuracy does not depend on the machine's load; only the run time does.
 """
@@ -723,6 +739,16 @@ def report(suite: str, result: dict, out: Path, pricing: Pricing, views: dict[st
         h = single(test_rows, pricing)
         plot["live cascade, held out"] = [(live["cost"] / h["cost_strong"] * s["cost_strong"],
                                            live["acc"] / h["strong"] * strong if h["strong"] else live["acc"])]
+    if result.get("handoff"):
+        # Its own pass's costs, placed on the whole suite's always-Gemma cost by their ratio.
+        run = result["handoff"]
+        hh = single(run["rows"], pricing)
+        acc = sum(r["correct"] for r in run["items"]) / len(run["items"])
+        cost = sum(pricing.cheap(row, r["deferred"], "min_margin", run["threshold"])
+                   + (pricing.of("gemma", r["spent"]["gemma"]) if r["deferred"] else 0.0)
+                   for row, r in zip(run["rows"], run["items"])) / len(run["items"])
+        plot["handoff (emulated), held out"] = [(cost / hh["cost_strong"] * s["cost_strong"],
+                                                 acc / hh["strong"] * strong if hh["strong"] else acc)]
     svg(out / f"cost_quality_{suite}.svg", f"{suite}: accuracy against cost ({pricing.unit})",
         strong, s["cost_strong"], plot)
     return lines
