@@ -49,9 +49,18 @@ trap report EXIT
 # the router's tests), so tokio, hyper, axum, the router, the engine and the
 # binary were compiled twice. Building the tests uplifts the binary to
 # target/release/switchyard, which the Python tests run.
+side_dir="$target/test-sh"
+mkdir -p "$side_dir"
+# The build's messages (JSON on stdout; progress and errors still rendered on
+# stderr) name each test executable, so the kernels crate's tests below run
+# from this very build.
 phase "cargo test --no-run (binary and test binaries)" \
-  cargo test --release --locked --workspace --no-run
-phase "cargo test (workspace)" cargo test --release --locked --workspace
+  cargo test --release --locked --workspace --no-run --message-format=json-render-diagnostics \
+  >"$side_dir/build.jsonl"
+# The kernels crate's tests run beside the Python phase (below); the rest of
+# the workspace here, alone: some router tests bound wall time.
+phase "cargo test (workspace but the kernels)" \
+  cargo test --release --locked --workspace --exclude switchyard-kernels
 # The CUDA backend without a GPU: every kernel compiled for sm_80/89/90
 # under the ptxas gate, the cuda-feature tests (NVRTC fallback included),
 # the binary type-checked with the feature, and the GPU check's dry run. The
@@ -59,6 +68,20 @@ phase "cargo test (workspace)" cargo test --release --locked --workspace
 # images are compiled again only where their sources changed (keyed by
 # source hash in target/cuda-kernels).
 #
+# The kernels crate's tests: every SIMD kernel against its scalar twin and
+# the attention kernels against their reference at up to 4k positions, on
+# every ISA (about two CPU-minutes). They bound no wall time, so they join
+# the CUDA checks beside the Python phase. Run as the build left them
+# (`cargo test -p switchyard-kernels` would resolve features on its own and
+# compile the crate again); its doc tests through the workspace's.
+kernels_tests() {
+  local exe
+  while IFS= read -r exe; do
+    (cd kernels && "$exe") || return
+  done < <(.venv/bin/python scripts/test-executables.py "$PWD/kernels/Cargo.toml" <"$side_dir/build.jsonl")
+  cargo test --release --locked --workspace --doc -- kernels/src/
+}
+
 # These steps run beside the parallel Python phase, at the lowest CPU
 # priority: the Python tests wait on servers, HTTP and subprocesses and leave
 # part of the two cores idle, which these fill; where the Python tests keep
@@ -77,8 +100,6 @@ cuda_checks() {
   phase "cargo check --features cuda" cargo check --release --locked --features cuda || return
   phase "gpu-check --dry-run" scripts/gpu-check.sh --dry-run
 }
-side_dir="$target/test-sh"
-mkdir -p "$side_dir"
 side_log="$side_dir/cuda-checks.log" side_phases="$side_dir/cuda-checks.phases"
 rm -f "$side_phases"
 side_t0=$SECONDS
@@ -87,6 +108,7 @@ set -m # their own process group, so that report() can stop them all
 (
   renice -n 19 -p $BASHPID >/dev/null || true
   phases=() rc=0
+  phase "cargo test -p switchyard-kernels (the build's executables)" kernels_tests || rc=$?
   cuda_checks || rc=$?
   # The phase lines go back to the main shell through a file.
   printf '%s\n' "${phases[@]}" >"$side_phases"
@@ -105,9 +127,9 @@ wait_cuda_checks() {
   if [[ -f $side_phases ]]; then
     while IFS= read -r line; do phases+=("  (beside) $line"); done <"$side_phases"
   fi
-  phases+=("$(printf '%5d s  %s' $((SECONDS - side_t0)) "CUDA checks, beside the parallel Python phase (end to end)")")
+  phases+=("$(printf '%5d s  %s' $((SECONDS - side_t0)) "kernels tests and CUDA checks, beside the parallel Python phase (end to end)")")
   if ((rc != 0)); then
-    echo "test.sh: the CUDA checks failed (rc $rc): $side_log" >&2
+    echo "test.sh: the kernels tests or CUDA checks failed (rc $rc): $side_log" >&2
     return "$rc"
   fi
 }

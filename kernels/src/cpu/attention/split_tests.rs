@@ -173,14 +173,34 @@ fn check_reference(l: &Layout, q: &[f32], out: &[f32], cache: &mut CpuKvCache, r
     let (q_cols, group) = (l.n_heads * l.head_dim, l.n_heads / l.n_kv_heads);
     let scale = 1.0 / (l.head_dim as f32).sqrt();
     let mut want = vec![0.0f32; l.head_dim];
+    // Each KV head's keys and values read back once, from the first
+    // position any of the rows sees: a row attends over its window of them.
+    let seen = |p: usize| l.window.map_or(0, |w| (p + 1).saturating_sub(w))..p + 1;
+    let (first, hd) = (seen(rows.start).start, l.head_dim);
+    let (keys, values): (Vec<Vec<f32>>, Vec<Vec<f32>>) = (0..l.n_kv_heads)
+        .map(|kv| {
+            let keys = (first..rows.end)
+                .flat_map(|s| cache.key(0, kv, s))
+                .collect();
+            let values = (first..rows.end)
+                .flat_map(|s| cache.value(0, kv, s))
+                .collect();
+            (keys, values)
+        })
+        .unzip();
     for p in rows {
-        let seen = l.window.map_or(0, |w| (p + 1).saturating_sub(w))..p + 1;
+        let seen = seen(p);
+        let span = (seen.start - first) * hd..(seen.end - first) * hd;
         for h in 0..l.n_heads {
             let kv = h / group;
-            let keys: Vec<f32> = seen.clone().flat_map(|s| cache.key(0, kv, s)).collect();
-            let values: Vec<f32> = seen.clone().flat_map(|s| cache.value(0, kv, s)).collect();
             let at = p * q_cols + h * l.head_dim;
-            attend_one(&q[at..at + l.head_dim], &keys, &values, scale, &mut want);
+            attend_one(
+                &q[at..at + l.head_dim],
+                &keys[kv][span.clone()],
+                &values[kv][span.clone()],
+                scale,
+                &mut want,
+            );
             for (g, w) in out[at..at + l.head_dim].iter().zip(&want) {
                 assert!(
                     (g - w).abs() <= SPLIT_ABS_TOL,

@@ -151,6 +151,26 @@ fn check(
     let group = n_heads / n_kv_heads;
     let mut want = vec![0.0f32; head_dim];
     for (table, (rows, before)) in caches.iter().zip(&rows) {
+        // Each KV head's keys and values, read back once per sequence: a row
+        // attends over the first `seen` of them.
+        let end = before + rows.len();
+        let read =
+            |store: &mut CpuKvStore,
+             kv,
+             part: fn(&mut CpuKvStore, &BlockTable, usize, usize, usize) -> Vec<f32>| {
+                (0..end)
+                    .flat_map(|p| part(store, table, 0, kv, p))
+                    .map(round)
+                    .collect::<Vec<f32>>()
+            };
+        let (keys, values): (Vec<_>, Vec<_>) = (0..n_kv_heads)
+            .map(|kv| {
+                (
+                    read(&mut store, kv, kv_cache::key),
+                    read(&mut store, kv, kv_cache::value),
+                )
+            })
+            .unzip();
         for (i, row) in rows.clone().enumerate() {
             let seen = before + i + 1;
             for h in 0..n_heads {
@@ -160,15 +180,8 @@ fn check(
                     .map(|x| round(*x))
                     .collect();
                 let kv = h / group;
-                let keys: Vec<f32> = (0..seen)
-                    .flat_map(|p| kv_cache::key(&mut store, table, 0, kv, p))
-                    .map(round)
-                    .collect();
-                let values: Vec<f32> = (0..seen)
-                    .flat_map(|p| kv_cache::value(&mut store, table, 0, kv, p))
-                    .map(round)
-                    .collect();
-                attend_one(&query, &keys, &values, shape.scale, &mut want);
+                let (keys, values) = (&keys[kv][..seen * head_dim], &values[kv][..seen * head_dim]);
+                attend_one(&query, keys, values, shape.scale, &mut want);
                 let got = &out.data[at..at + head_dim];
                 for (g, w) in got.iter().zip(&want) {
                     assert!(
