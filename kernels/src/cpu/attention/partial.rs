@@ -97,7 +97,10 @@ mod tests {
         assert_eq!(segment_len(Some(1)), KEY_BLOCK);
         for w in 1..2 * SEGMENT {
             let s = segment_len(Some(w));
-            assert!(s.is_multiple_of(KEY_BLOCK) && s <= SEGMENT, "window {w}: {s}");
+            assert!(
+                s.is_multiple_of(KEY_BLOCK) && s <= SEGMENT,
+                "window {w}: {s}"
+            );
             assert!(w < 2 * KEY_BLOCK || w.div_ceil(s) >= 2, "window {w}: {s}");
         }
     }
