@@ -48,8 +48,7 @@ use super::threads::ThreadPool;
 use crate::kv::{KvLayout, KvType};
 use crate::{AttentionRows, AttentionShape, KernelError};
 use partial::{segment_len, state_len};
-use split::seen_segments;
-use split::{plan, Plan, Unit};
+use split::{plan, seen_segments, Plan, Unit};
 use stream::{attend_tile, Tile, ROW_TILE};
 
 pub(crate) use bf16::Products;
