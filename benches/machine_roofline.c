@@ -75,6 +75,50 @@ static void *read_share(void *arg) {
     return (void *)(long)(sum == 1.5f); /* keeps the loads */
 }
 
+/* The same read through other kernels (`/tmp/roofline variants [MB]`), to
+ * check that the figure is the memory's and not read_share's: non-temporal
+ * loads, AVX2 loads, and a plain C loop as a user would write it. */
+static void *read_nt(void *arg) {
+    size_t share = bytes / threads / 512 * 512;
+    const char *p = buffer + (long)arg * share;
+    __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
+    for (int pass = 0; pass < READ_PASSES; pass++)
+        for (size_t i = 0; i < share; i += 256) {
+            s0 = _mm512_add_epi64(s0, _mm512_stream_load_si512((void *)(p + i)));
+            s1 = _mm512_add_epi64(s1, _mm512_stream_load_si512((void *)(p + i + 64)));
+            s2 = _mm512_add_epi64(s2, _mm512_stream_load_si512((void *)(p + i + 128)));
+            s3 = _mm512_add_epi64(s3, _mm512_stream_load_si512((void *)(p + i + 192)));
+        }
+    s0 = _mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3));
+    return (void *)(long)(_mm512_reduce_add_epi64(s0) == 3);
+}
+
+__attribute__((target("avx2"))) static void *read_avx2(void *arg) {
+    size_t share = bytes / threads / 512 * 512;
+    const char *p = buffer + (long)arg * share;
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    for (int pass = 0; pass < READ_PASSES; pass++)
+        for (size_t i = 0; i < share; i += 128) {
+            s0 = _mm256_add_ps(s0, _mm256_load_ps((const float *)(p + i)));
+            s1 = _mm256_add_ps(s1, _mm256_load_ps((const float *)(p + i + 32)));
+            s2 = _mm256_add_ps(s2, _mm256_load_ps((const float *)(p + i + 64)));
+            s3 = _mm256_add_ps(s3, _mm256_load_ps((const float *)(p + i + 96)));
+        }
+    s0 = _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3));
+    float out[8];
+    _mm256_storeu_ps(out, s0);
+    return (void *)(long)(out[0] == 1.5f);
+}
+
+static void *read_plain(void *arg) {
+    size_t share = bytes / threads / 512 * 512;
+    const unsigned long *p = (const unsigned long *)(buffer + (long)arg * share);
+    unsigned long sum = 0;
+    for (int pass = 0; pass < READ_PASSES; pass++)
+        for (size_t i = 0; i < share / 8; i++) sum += p[i];
+    return (void *)(long)(sum == 3);
+}
+
 /* CHAINS independent FMA chains: enough to cover the FMA latency. */
 static void *fma_chains(void *arg) {
     (void)arg;
@@ -99,9 +143,28 @@ static double timed(void *(*body)(void *), int n) {
     return now() - start;
 }
 
+#define VARIANT_ROUNDS 15
+
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Best of ROUNDS timings of `body` on `n` threads, in GB/s. */
+static double best_read(void *(*body)(void *), int n) {
+    double best = 1e30;
+    for (int r = 0; r < ROUNDS; r++) {
+        double t = timed(body, n);
+        if (t < best) best = t;
+    }
+    double read = (double)(bytes / n / 512 * 512) * n;
+    return READ_PASSES * read / best / 1e9;
+}
+
 int main(int argc, char **argv) {
     int read_only = argc > 1 && strcmp(argv[1], "read") == 0;
-    if (read_only && argc > 2) {
+    int variants = argc > 1 && strcmp(argv[1], "variants") == 0;
+    if ((read_only || variants) && argc > 2) {
         /* Whole 512-byte rounds for each of up to MAX_THREADS threads. */
         size_t round = (size_t)512 * MAX_THREADS;
         bytes = ((size_t)(atof(argv[2]) * 1e6) + round - 1) / round * round;
@@ -113,15 +176,34 @@ int main(int argc, char **argv) {
     buffer = aligned_alloc(64, bytes);
     memset(buffer, 1, bytes);
     timed(read_share, 2); /* pages in, TLB warm */
-    for (int n = 1; n <= cpus; n++) {
-        double best = 1e30;
-        for (int r = 0; r < ROUNDS; r++) {
-            double t = timed(read_share, n);
-            if (t < best) best = t;
+    if (variants) {
+        /* The host's bandwidth moves from second to second (other tenants),
+         * so the kernels take turns, one timing each per round, and each
+         * reports its best and its median over VARIANT_ROUNDS rounds. */
+        static const struct {
+            const char *name;
+            void *(*body)(void *);
+        } kernels[] = {{"avx512 loads, 8 accumulators", read_share},
+                       {"non-temporal loads (vmovntdqa)", read_nt},
+                       {"avx2 loads, 4 accumulators", read_avx2},
+                       {"plain C loop of 64-bit adds", read_plain}};
+        enum { KERNELS = sizeof kernels / sizeof kernels[0] };
+        double read = (double)(bytes / cpus / 512 * 512) * cpus;
+        for (int n = 1; n <= cpus; n++) {
+            double gbs[KERNELS][VARIANT_ROUNDS];
+            for (int r = 0; r < VARIANT_ROUNDS; r++)
+                for (int k = 0; k < KERNELS; k++)
+                    gbs[k][r] = READ_PASSES * read / timed(kernels[k].body, n) / 1e9;
+            for (int k = 0; k < KERNELS; k++) {
+                qsort(gbs[k], VARIANT_ROUNDS, sizeof(double), by_value);
+                printf("%s, %d thread(s): best %.1f, median %.1f GB/s\n", kernels[k].name, n,
+                       gbs[k][VARIANT_ROUNDS - 1], gbs[k][VARIANT_ROUNDS / 2]);
+            }
         }
-        double read = (double)(bytes / n / 512 * 512) * n;
-        printf("read, %d thread(s): %.1f GB/s\n", n, READ_PASSES * read / best / 1e9);
+        return 0;
     }
+    for (int n = 1; n <= cpus; n++)
+        printf("read, %d thread(s): %.1f GB/s\n", n, best_read(read_share, n));
     if (read_only) return 0;
     for (int n = 1; n <= 2; n++)
         printf("f32 FMA, %d thread(s): %.0f GFLOP/s\n", n,

@@ -47,8 +47,8 @@ use super::tensors::CpuActivations;
 use super::threads::ThreadPool;
 use crate::kv::{KvLayout, KvType};
 use crate::{AttentionRows, AttentionShape, KernelError};
-use partial::{state_len, SEGMENT};
-use split::{plan, Plan, Unit};
+use partial::{segment_len, state_len};
+use split::{plan, seen_segments, Plan, Unit};
 use stream::{attend_tile, Tile, ROW_TILE};
 
 pub(crate) use bf16::Products;
@@ -261,6 +261,7 @@ fn attention_job<E: Stored>(
     let group = n_heads / n_kv_heads;
     let q_cols = n_heads * head_dim;
     let first_seen = |p: usize| window.map_or(0, |w| (p + 1).saturating_sub(w));
+    let segment = segment_len(window);
     let mut units = Vec::new();
     for (s, seq) in seqs.iter().enumerate() {
         // A long prompt chunk's tiles on AMX take more rows (`blocked::for_rows`).
@@ -270,13 +271,15 @@ fn attention_job<E: Stored>(
             let rows = first..(first + tile).min(seq.rows.end);
             let first_pos = seq.start_pos + (first - seq.rows.start);
             let last = first_pos + rows.len() - 1;
+            let (_, segments) = seen_segments(window, first_pos, last);
             for kv_head in 0..n_kv_heads {
                 units.push(Unit {
                     seq: s,
                     kv_head,
                     rows: rows.clone(),
                     first_pos,
-                    segments: first_seen(first_pos) / SEGMENT..last / SEGMENT + 1,
+                    segment,
+                    segments: segments.clone(),
                 });
             }
         }
@@ -337,7 +340,7 @@ fn attention_job<E: Stored>(
         // Ask for this task's first block now (see `prefetch`); the walk
         // asks for each next one while it computes the one before.
         let first_block =
-            (unit.segments.start * SEGMENT).max(first_seen(unit.first_pos)) / KEY_BLOCK;
+            (unit.segments.start * segment).max(first_seen(unit.first_pos)) / KEY_BLOCK;
         if first_block % ring < blocks {
             // SAFETY: no other task writes this KV head during the job (see
             // the writes below), and this view ends here.
@@ -361,7 +364,7 @@ fn attention_job<E: Stored>(
         let reads = match window {
             Some(_) => 0..blocks,
             None => {
-                let end = (task.segments.end * SEGMENT).min(seen_last);
+                let end = (task.segments.end * segment).min(seen_last);
                 first_block.min(blocks)..end.div_ceil(KEY_BLOCK).min(blocks)
             }
         };
@@ -385,6 +388,7 @@ fn attention_job<E: Stored>(
             key_blocks: cache.key_blocks(),
             runs: &runs,
             first_run: reads.start,
+            segment,
             segments: task.segments.clone(),
         };
         let query = |i: usize, h: usize| {

@@ -13,6 +13,7 @@
 
 use crate::cpu::exp::exp_one;
 use crate::cpu::isa::CheckedIsa;
+use crate::cpu::kv_layout::KEY_BLOCK;
 use crate::cpu::vecmath::{scale_add, scale_in_place};
 
 /// Positions per segment: one block of the default size
@@ -24,6 +25,22 @@ use crate::cpu::vecmath::{scale_add, scale_in_place};
 /// 1024 both). The merge costs two `exp` and one pass over `head_dim` per
 /// segment, next to 1024 × 2 × `head_dim` multiply-adds.
 pub(super) const SEGMENT: usize = 1024;
+
+/// Positions per segment in a layer whose rows see `window` positions
+/// (`None`: every position before them): [`SEGMENT`], or, for a window
+/// shorter than two of them, the largest power of two (of whole key
+/// blocks) at most half the window, so that a decode step's window spans
+/// two or three segments and splits across two threads. With
+/// [`SEGMENT`] Gemma 3's 512-position window was one segment at most
+/// positions: one task, one thread busy and the other waiting, in 15 of
+/// its 18 layers. Prompt rows and decode steps of a layer use the same
+/// length, so splitting still changes no result.
+pub(super) fn segment_len(window: Option<usize>) -> usize {
+    match window {
+        Some(w) if w < 2 * SEGMENT => 1 << (w / 2).max(KEY_BLOCK).ilog2(),
+        _ => SEGMENT,
+    }
+}
 
 /// Floats one query's state takes in a buffer: max, sum, then `head_dim`.
 pub(super) const fn state_len(head_dim: usize) -> usize {
@@ -66,6 +83,27 @@ pub(super) fn normalize(isa: CheckedIsa, sum: f32, acc: &mut [f32]) {
 mod tests {
     use super::*;
     use crate::cpu::Isa;
+
+    /// A short window spans two or three segments of whole key blocks; a
+    /// long one, or none, keeps the default.
+    #[test]
+    fn short_windows_take_shorter_segments() {
+        assert_eq!(segment_len(None), SEGMENT);
+        assert_eq!(segment_len(Some(4096)), SEGMENT);
+        assert_eq!(segment_len(Some(2048)), SEGMENT);
+        assert_eq!(segment_len(Some(512)), 256);
+        assert_eq!(segment_len(Some(600)), 256);
+        assert_eq!(segment_len(Some(1500)), 512);
+        assert_eq!(segment_len(Some(1)), KEY_BLOCK);
+        for w in 1..2 * SEGMENT {
+            let s = segment_len(Some(w));
+            assert!(
+                s.is_multiple_of(KEY_BLOCK) && s <= SEGMENT,
+                "window {w}: {s}"
+            );
+            assert!(w < 2 * KEY_BLOCK || w.div_ceil(s) >= 2, "window {w}: {s}");
+        }
+    }
 
     /// Two halves merged give the softmax-weighted sum of the whole: the
     /// reference here is the two-pass softmax in f64, and the merged state

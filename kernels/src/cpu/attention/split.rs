@@ -11,7 +11,7 @@
 use std::cmp::Reverse;
 use std::ops::Range;
 
-use super::partial::{merge, normalize, state_len, SEGMENT};
+use super::partial::{merge, normalize, segment_len, state_len};
 use crate::cpu::isa::CheckedIsa;
 
 /// Below this many tile tasks per thread the tiles are split: with three
@@ -30,8 +30,22 @@ pub(super) struct Unit {
     pub(super) kv_head: usize,
     pub(super) rows: Range<usize>,
     pub(super) first_pos: usize,
+    /// Positions per segment in this layer (`partial::segment_len`).
+    pub(super) segment: usize,
     /// Every segment some row of the tile sees.
     pub(super) segments: Range<usize>,
+}
+
+/// The segment length of a layer whose rows see `window` positions, and
+/// the segments that rows at positions `first_pos..=last` see.
+pub(super) fn seen_segments(
+    window: Option<usize>,
+    first_pos: usize,
+    last: usize,
+) -> (usize, Range<usize>) {
+    let segment = segment_len(window);
+    let first_seen = window.map_or(0, |w| (first_pos + 1).saturating_sub(w));
+    (segment, first_seen / segment..last / segment + 1)
 }
 
 /// One task of the first phase: some segments of a unit, with the buffer
@@ -103,8 +117,9 @@ pub(super) fn plan(units: Vec<Unit>, threads: usize, per_row: usize) -> Plan {
     // Most positions to read first: the pool hands tasks out in index
     // order, so a long one does not end up alone on one thread at the end.
     tasks.sort_by_key(|t| {
-        let end = (t.segments.end * SEGMENT).min(t.unit.first_pos + t.unit.rows.len());
-        Reverse(t.unit.rows.len() * end.saturating_sub(t.segments.start * SEGMENT))
+        let segment = t.unit.segment;
+        let end = (t.segments.end * segment).min(t.unit.first_pos + t.unit.rows.len());
+        Reverse(t.unit.rows.len() * end.saturating_sub(t.segments.start * segment))
     });
     Plan {
         tasks,

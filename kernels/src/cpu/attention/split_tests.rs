@@ -9,7 +9,9 @@ use std::ops::Range;
 
 use rand::{Rng, SeedableRng};
 
+use super::partial::SEGMENT;
 use super::reference::attend_one;
+use super::split::{plan, seen_segments, Unit};
 use super::*;
 use crate::cpu::kv_cache::CpuKvCache;
 use crate::cpu::Isa;
@@ -209,5 +211,37 @@ fn check_reference(l: &Layout, q: &[f32], out: &[f32], cache: &mut CpuKvCache, r
                 );
             }
         }
+    }
+}
+
+/// A decode step of a one-KV-head layer with Gemma 3's 512-position window
+/// splits across two threads at every position past the window: with the
+/// default segment (1,024) most positions' windows lay inside one segment,
+/// one task, and the second thread waited.
+#[test]
+fn a_short_window_decode_step_splits_across_two_threads() {
+    let window = Some(512);
+    for p in 512..4200 {
+        let (segment, segments) = seen_segments(window, p, p);
+        let unit = Unit {
+            seq: 0,
+            kv_head: 0,
+            rows: 0..1,
+            first_pos: p,
+            segment,
+            segments,
+        };
+        let tasks = plan(vec![unit], 2, 4 * (256 + 2)).tasks;
+        assert!(tasks.len() >= 2, "position {p}: {} task(s)", tasks.len());
+        // The longest task reads at most 256 of the window's 512 positions:
+        // the two threads share it evenly.
+        let longest = tasks
+            .iter()
+            .map(|t| {
+                let start = (t.segments.start * segment).max(p + 1 - 512);
+                (t.segments.end * segment).min(p + 1) - start
+            })
+            .max();
+        assert!(longest <= Some(256), "position {p}: {longest:?}");
     }
 }

@@ -29,7 +29,7 @@ use super::blocked;
 use super::blocked_span::{self, Span};
 use super::decode::{self, RowState};
 use super::online::online_step;
-use super::partial::{merge, normalize, SEGMENT};
+use super::partial::{merge, normalize};
 use super::scores::{scores16_group, scores32_group, GROUP_MAX};
 use crate::cpu::isa::CheckedIsa;
 use crate::cpu::kv_elem::{Direct, KvElem};
@@ -69,6 +69,8 @@ pub(super) struct Tile<'a, E> {
     /// The key block (of the ring) `runs[0]` is: a task is handed only the
     /// key blocks it reads.
     pub(super) first_run: usize,
+    /// Positions per segment in this layer (`partial::segment_len`).
+    pub(super) segment: usize,
     /// The segments this task reads (see `partial`): every one the rows
     /// see, or one of them when a deep context is split across tasks.
     pub(super) segments: Range<usize>,
@@ -79,8 +81,8 @@ impl<E> Tile<'_, E> {
     /// tile's segments, from `first` (the first block any row sees) to the
     /// last row's position.
     fn span(&self, first: usize) -> (usize, usize) {
-        let start = (self.segments.start * SEGMENT).max(first);
-        let end = (self.segments.end * SEGMENT).min(self.first_pos + self.rows);
+        let start = (self.segments.start * self.segment).max(first);
+        let end = (self.segments.end * self.segment).min(self.first_pos + self.rows);
         (start, end)
     }
 }
@@ -509,7 +511,7 @@ fn run_general<'q, E: KvElem>(
     };
     let mut block = start;
     while block < end {
-        if block > start && block % SEGMENT == 0 {
+        if block > start && block.is_multiple_of(tile.segment) {
             state.close_segment(isa, hd);
         }
         if block + KEY_BLOCK < end {
@@ -601,7 +603,7 @@ fn run<'q, E: KvElem>(
     };
     let mut block = start;
     while block < end {
-        if block > start && block % SEGMENT == 0 {
+        if block > start && block.is_multiple_of(tile.segment) {
             state.close_segment(isa, hd);
         }
         if block + KEY_BLOCK < end {
@@ -614,7 +616,7 @@ fn run<'q, E: KvElem>(
             continue;
         }
         if let Some(b) = span {
-            let stop = blocked_span::stop(block, tile.first_pos, end, SEGMENT);
+            let stop = blocked_span::stop(block, tile.first_pos, end, tile.segment);
             if stop > block {
                 state.span.clear();
                 for at in (block..stop).step_by(KEY_BLOCK) {
