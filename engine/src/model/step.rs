@@ -477,7 +477,8 @@ impl<B: Backend> Step<'_, B> {
                 product(v.tensor, &mut s.v),
             ];
             let input = self.normed_input(&norms, &s.x, &mut s.normed, &mut s.gather)?;
-            b.matmul_many(input, &mut products)?;
+            let ahead = self.adapters.ahead(index, &[Target::Q, Target::K, Target::V]);
+            b.matmul_many_ahead(input, &mut products, &ahead)?;
         } else {
             self.norm_hidden(&norms, s)?;
             let g = &mut s.gather;
@@ -543,7 +544,8 @@ impl<B: Backend> Step<'_, B> {
                 out: &mut s.x,
                 accumulate: true,
             }];
-            b.matmul_many(MatmulInput::Rows(&s.attn), &mut products)?;
+            let ahead = self.adapters.ahead(index, &[Target::O]);
+            b.matmul_many_ahead(MatmulInput::Rows(&s.attn), &mut products, &ahead)?;
             return self.lora(index, Target::O, &s.attn, &mut s.x);
         }
         let from_heads = Widths {
@@ -643,7 +645,8 @@ impl<B: Backend> Step<'_, B> {
                 product(up.tensor, &mut s.up),
             ];
             let input = self.normed_input(&norms, &s.x, &mut s.normed, &mut s.gather)?;
-            b.matmul_many(input, &mut products)?;
+            let ahead = self.adapters.ahead(index, &[Target::Gate, Target::Up]);
+            b.matmul_many_ahead(input, &mut products, &ahead)?;
         } else {
             self.norm_hidden(&norms, s)?;
             let g = &mut s.gather;
@@ -683,7 +686,8 @@ impl<B: Backend> Step<'_, B> {
                     up: &s.up,
                 },
             };
-            b.matmul_many(input, &mut products)?;
+            let ahead = self.adapters.ahead(index, &[Target::Down]);
+            b.matmul_many_ahead(input, &mut products, &ahead)?;
             // The gating ran in place: `gate` holds the down product's input.
             if !post_norms {
                 return self.lora(index, Target::Down, &s.gate, &mut s.x);

@@ -7,9 +7,10 @@ use std::sync::Arc;
 use super::attention::{attention, AttentionCall};
 use super::kv_store::CpuKvStore;
 use super::matmul_input::Input;
+use super::prefetch_ahead::Ahead;
 use super::packed::{self, PackedRows};
 use super::tensors::{CpuActivations, CpuMatrix, CpuVector};
-use super::{activation, elementwise, lora, matmul, norm, rope, row_copy};
+use super::{activation, elementwise, lora, lora_matrix, matmul, norm, rope, row_copy};
 use crate::formats::dequantize_row;
 use crate::kv::{BlockId, KvBlockShape};
 use crate::{
@@ -45,6 +46,11 @@ impl Backend for CpuBackend {
     /// packed copy.
     fn lora_matrix(&self, weight: WeightView) -> Result<CpuMatrix, KernelError> {
         let view = WeightView::new(weight.dtype, weight.rows, weight.cols, weight.data)?;
+        let view = if std::env::var_os("SWITCHYARD_LORA_SMALLPAGES").is_some() {
+            view
+        } else {
+            lora_matrix::on_huge_pages(view, &self.arena)?
+        };
         Ok(CpuMatrix { view, packed: None })
     }
 
@@ -186,6 +192,15 @@ impl Backend for CpuBackend {
         input: MatmulInput<'_, Self>,
         products: &mut [MatmulProduct<'_, Self>],
     ) -> Result<(), KernelError> {
+        self.matmul_many_ahead(input, products, &[])
+    }
+
+    fn matmul_many_ahead(
+        &self,
+        input: MatmulInput<'_, Self>,
+        products: &mut [MatmulProduct<'_, Self>],
+        ahead: &[&CpuMatrix],
+    ) -> Result<(), KernelError> {
         let input = match input {
             MatmulInput::Rows(x) => Input::Rows(x),
             MatmulInput::RmsNorm {
@@ -211,7 +226,8 @@ impl Backend for CpuBackend {
                 accumulate: p.accumulate,
             })
             .collect();
-        matmul::matmul_many(&self.pool, self.isa, input, &mut products)
+        let ahead = Ahead::new(ahead.iter().map(|m| &m.view.data[..]).collect());
+        matmul::matmul_many_ahead(&self.pool, self.isa, input, &mut products, &ahead)
     }
 
     fn rope(
