@@ -358,22 +358,6 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<(), KernelError>
     where
         Self: Sized;
-    /// [`Backend::matmul_many`], told that the caller's next call reads
-    /// `ahead` (an adapter's `A` and `Bᵀ`): a backend may fetch their
-    /// bytes into its caches while the products compute. A hint: results
-    /// are `matmul_many`'s.
-    fn matmul_many_ahead(
-        &self,
-        input: MatmulInput<'_, Self>,
-        products: &mut [MatmulProduct<'_, Self>],
-        ahead: &[&Self::Matrix],
-    ) -> Result<(), KernelError>
-    where
-        Self: Sized,
-    {
-        let _ = ahead;
-        self.matmul_many(input, products)
-    }
     /// Rotates each head of each row in place; row `i` is at `positions[i]`.
     /// `inv_freq` has `head_dim / 2` entries (scaling already applied).
     fn rope(

@@ -85,27 +85,6 @@ impl<'a, B: Backend> AdapterRuns<'a, B> {
         Ok(backend.lora_many(x, &mut updates)?)
     }
 
-    /// The matrices [`AdapterRuns::apply_many`] reads for `targets` of
-    /// layer `layer`, in the order it reads them (run by run, each run's
-    /// targets side by side): the base's matmul just before may fetch
-    /// them while it computes (`Backend::matmul_many_ahead`).
-    pub(super) fn ahead(&self, layer: usize, targets: &[Target]) -> Vec<&'a B::Matrix> {
-        let mut matrices = Vec::new();
-        static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        if *OFF.get_or_init(|| std::env::var_os("SWITCHYARD_LORA_NOAHEAD").is_some()) {
-            return matrices;
-        }
-        for (_, adapter) in &self.runs {
-            for &target in targets {
-                if let Some(w) = adapter.weight(layer, target) {
-                    matrices.push(&w.a);
-                    matrices.push(&w.b_t);
-                }
-            }
-        }
-        matrices
-    }
-
     /// The runs whose adapter changes `target` of layer `layer`.
     fn rows(&self, layer: usize, target: Target) -> Vec<LoraRows<'_, B>> {
         self.runs

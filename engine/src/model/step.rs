@@ -477,8 +477,7 @@ impl<B: Backend> Step<'_, B> {
                 product(v.tensor, &mut s.v),
             ];
             let input = self.normed_input(&norms, &s.x, &mut s.normed, &mut s.gather)?;
-            let ahead = self.adapters.ahead(index, &[Target::Q, Target::K, Target::V]);
-            b.matmul_many_ahead(input, &mut products, &ahead)?;
+            b.matmul_many(input, &mut products)?;
         } else {
             self.norm_hidden(&norms, s)?;
             let g = &mut s.gather;
@@ -544,8 +543,7 @@ impl<B: Backend> Step<'_, B> {
                 out: &mut s.x,
                 accumulate: true,
             }];
-            let ahead = self.adapters.ahead(index, &[Target::O]);
-            b.matmul_many_ahead(MatmulInput::Rows(&s.attn), &mut products, &ahead)?;
+            b.matmul_many(MatmulInput::Rows(&s.attn), &mut products)?;
             return self.lora(index, Target::O, &s.attn, &mut s.x);
         }
         let from_heads = Widths {
@@ -645,8 +643,7 @@ impl<B: Backend> Step<'_, B> {
                 product(up.tensor, &mut s.up),
             ];
             let input = self.normed_input(&norms, &s.x, &mut s.normed, &mut s.gather)?;
-            let ahead = self.adapters.ahead(index, &[Target::Gate, Target::Up]);
-            b.matmul_many_ahead(input, &mut products, &ahead)?;
+            b.matmul_many(input, &mut products)?;
         } else {
             self.norm_hidden(&norms, s)?;
             let g = &mut s.gather;
@@ -686,8 +683,7 @@ impl<B: Backend> Step<'_, B> {
                     up: &s.up,
                 },
             };
-            let ahead = self.adapters.ahead(index, &[Target::Down]);
-            b.matmul_many_ahead(input, &mut products, &ahead)?;
+            b.matmul_many(input, &mut products)?;
             // The gating ran in place: `gate` holds the down product's input.
             if !post_norms {
                 return self.lora(index, Target::Down, &s.gate, &mut s.x);

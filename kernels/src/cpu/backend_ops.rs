@@ -7,10 +7,9 @@ use std::sync::Arc;
 use super::attention::{attention, AttentionCall};
 use super::kv_store::CpuKvStore;
 use super::matmul_input::Input;
-use super::prefetch_ahead::Ahead;
 use super::packed::{self, PackedRows};
 use super::tensors::{CpuActivations, CpuMatrix, CpuVector};
-use super::{activation, elementwise, lora, lora_matrix, matmul, norm, rope, row_copy};
+use super::{activation, elementwise, lora, matmul, norm, rope, row_copy};
 use crate::formats::dequantize_row;
 use crate::kv::{BlockId, KvBlockShape};
 use crate::{
@@ -46,11 +45,6 @@ impl Backend for CpuBackend {
     /// packed copy.
     fn lora_matrix(&self, weight: WeightView) -> Result<CpuMatrix, KernelError> {
         let view = WeightView::new(weight.dtype, weight.rows, weight.cols, weight.data)?;
-        let view = if std::env::var_os("SWITCHYARD_LORA_SMALLPAGES").is_some() {
-            view
-        } else {
-            lora_matrix::on_huge_pages(view, &self.arena)?
-        };
         Ok(CpuMatrix { view, packed: None })
     }
 
@@ -192,15 +186,6 @@ impl Backend for CpuBackend {
         input: MatmulInput<'_, Self>,
         products: &mut [MatmulProduct<'_, Self>],
     ) -> Result<(), KernelError> {
-        self.matmul_many_ahead(input, products, &[])
-    }
-
-    fn matmul_many_ahead(
-        &self,
-        input: MatmulInput<'_, Self>,
-        products: &mut [MatmulProduct<'_, Self>],
-        ahead: &[&CpuMatrix],
-    ) -> Result<(), KernelError> {
         let input = match input {
             MatmulInput::Rows(x) => Input::Rows(x),
             MatmulInput::RmsNorm {
@@ -226,8 +211,7 @@ impl Backend for CpuBackend {
                 accumulate: p.accumulate,
             })
             .collect();
-        let ahead = Ahead::new(ahead.iter().map(|m| &m.view.data[..]).collect());
-        matmul::matmul_many_ahead(&self.pool, self.isa, input, &mut products, &ahead)
+        matmul::matmul_many(&self.pool, self.isa, input, &mut products)
     }
 
     fn rope(

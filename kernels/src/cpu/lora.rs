@@ -117,13 +117,6 @@ pub(crate) fn lora_many(
         })
         .collect();
     let run_of = |item: &(usize, usize, Range<usize>)| &runs[item.0][item.1];
-    static NOPF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let nopf = *NOPF.get_or_init(|| std::env::var_os("SWITCHYARD_LORA_NOPF").is_some());
-    let prefetch_run = |run: &Run<'_>| {
-        if !nopf {
-            prefetch_run(run);
-        }
-    };
     pool.run(items.len().div_ceil(per_task), &|task| {
         let mine = &items[task * per_task..((task + 1) * per_task).min(items.len())];
         if let Some(first) = mine.first() {

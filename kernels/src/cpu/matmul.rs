@@ -19,7 +19,6 @@ use super::dot::{dot_float, dot_quantized, tile_rows};
 use super::isa::CheckedIsa;
 use super::matmul_input::Input;
 use super::packed::{PackedRows, GROUP_ROWS};
-use super::prefetch_ahead::{Ahead, Spread};
 use super::quant_act::{QRow, QuantizedRows, SharedRows};
 use super::tensors::{CpuActivations, CpuMatrix};
 use super::threads::ThreadPool;
@@ -100,25 +99,13 @@ pub(crate) fn matmul_many(
     input: Input<'_>,
     products: &mut [Product<'_>],
 ) -> Result<(), KernelError> {
-    matmul_many_ahead(pool, isa, input, products, &Ahead::none())
-}
-
-/// [`matmul_many`] whose quantized products' tasks also ask for the lines
-/// of `ahead` (bytes the caller's next job reads), a share per group.
-pub(crate) fn matmul_many_ahead(
-    pool: &ThreadPool,
-    isa: CheckedIsa,
-    input: Input<'_>,
-    products: &mut [Product<'_>],
-    ahead: &Ahead<'_>,
-) -> Result<(), KernelError> {
     input.validate()?;
     let (n, k) = input.shape();
     for p in products.iter() {
         validate(n, k, p)?;
     }
     if products.iter().all(|p| p.w.dtype().is_quantized()) {
-        run_quantized(pool, isa, input, products, ahead);
+        run_quantized(pool, isa, input, products);
         return Ok(());
     }
     let x = input.finish(pool, isa)?;
@@ -136,7 +123,7 @@ pub(crate) fn matmul_many_ahead(
         })
         .collect();
     if !quantized.is_empty() {
-        run_quantized(pool, isa, Input::Rows(x), &mut quantized, ahead);
+        run_quantized(pool, isa, Input::Rows(x), &mut quantized);
     }
     Ok(())
 }
@@ -151,7 +138,6 @@ fn run_quantized(
     isa: CheckedIsa,
     input: Input<'_>,
     products: &mut [Product<'_>],
-    ahead: &Ahead<'_>,
 ) {
     let (n, k) = input.shape();
     let targets: Vec<Target<'_>> = products
@@ -165,13 +151,6 @@ fn run_quantized(
         .collect();
     let steps = input.by_rows(isa);
     let tasks = plan(pool, &targets, n);
-    // Each task's first unit of work (a group, or 16 rows) for `ahead`.
-    let mut first_units = Vec::with_capacity(tasks.len());
-    let mut units = 0;
-    for task in &tasks {
-        first_units.push(units);
-        units += task.units();
-    }
     let rows_per_task = pool.chunk_for(n, ROW_TASKS_PER_THREAD, 1);
     let run = |q: &mut QuantizedRows| {
         let q = q.shared(isa, n, k);
@@ -191,15 +170,10 @@ fn run_quantized(
                 match &task.unit {
                     Unit::Groups(groups) => {
                         if let Some(packed) = &target.w.packed {
-                            let spread = Spread::new(ahead, units, first_units[i], groups.start);
-                            run_groups(isa, packed, target, &q, n, groups.clone(), &spread);
+                            run_groups(isa, packed, target, &q, n, groups.clone());
                         }
                     }
-                    Unit::Rows(rows) => {
-                        let mine = first_units[i]..first_units[i] + task.units();
-                        ahead.fetch(ahead.share(mine, units));
-                        run_rows(isa, target, &q, n, rows.clone());
-                    }
+                    Unit::Rows(rows) => run_rows(isa, target, &q, n, rows.clone()),
                 }
             },
         );
@@ -262,16 +236,6 @@ struct Task {
     unit: Unit,
 }
 
-impl Task {
-    /// Its work in groups (or sixteens of rows), for sharing out `Ahead`.
-    fn units(&self) -> usize {
-        match &self.unit {
-            Unit::Groups(groups) => groups.len(),
-            Unit::Rows(rows) => rows.len().div_ceil(GROUP_ROWS),
-        }
-    }
-}
-
 /// Activation rows from which the group kernels take a repacked matrix: 1,
 /// i.e. always. Results must not depend on batch composition (the engine
 /// checks that a sequence decodes the same alone or batched, to 1e-3 in
@@ -312,7 +276,6 @@ fn run_groups(
     q: &SharedRows<'_>,
     n: usize,
     groups: Range<usize>,
-    ahead: &Spread<'_>,
 ) {
     // Groups a block at a time (a quarter of L2's worth of weights), each
     // block meeting every activation tile before the next is loaded: a
@@ -322,7 +285,7 @@ fn run_groups(
     let mut start = groups.start;
     while start < groups.end {
         let end = (start + block).min(groups.end);
-        run_group_block(isa, packed, t, q, n, start..end, ahead);
+        run_group_block(isa, packed, t, q, n, start..end);
         start = end;
     }
 }
@@ -335,7 +298,6 @@ fn run_group_block(
     q: &SharedRows<'_>,
     n: usize,
     groups: Range<usize>,
-    ahead: &Spread<'_>,
 ) {
     let mut first = 0;
     while first < n {
@@ -348,11 +310,11 @@ fn run_group_block(
         };
         let groups = groups.clone();
         match count {
-            GROUP_TILE => run_tile::<GROUP_TILE>(isa, packed, t, q_rows(q, first), first, groups, ahead),
-            8 => run_tile::<8>(isa, packed, t, q_rows(q, first), first, groups, ahead),
-            4 => run_tile::<4>(isa, packed, t, q_rows(q, first), first, groups, ahead),
-            2 => run_tile::<2>(isa, packed, t, q_rows(q, first), first, groups, ahead),
-            _ => run_tile::<1>(isa, packed, t, q_rows(q, first), first, groups, ahead),
+            GROUP_TILE => run_tile::<GROUP_TILE>(isa, packed, t, q_rows(q, first), first, groups),
+            8 => run_tile::<8>(isa, packed, t, q_rows(q, first), first, groups),
+            4 => run_tile::<4>(isa, packed, t, q_rows(q, first), first, groups),
+            2 => run_tile::<2>(isa, packed, t, q_rows(q, first), first, groups),
+            _ => run_tile::<1>(isa, packed, t, q_rows(q, first), first, groups),
         }
         first += count;
     }
@@ -366,7 +328,6 @@ fn run_tile<const C: usize>(
     activations: [QRow<'_>; C],
     first: usize,
     groups: Range<usize>,
-    ahead: &Spread<'_>,
 ) {
     // The rows' widths are checked here, once per tile, not per group.
     let tile = packed.tile(&activations);
@@ -389,9 +350,6 @@ fn run_tile<const C: usize>(
         // used one at a time.
         let outs = || unsafe { group_outs(bases, i) };
         let bias = t.bias.map(|b| &b[g * GROUP_ROWS..(g + 1) * GROUP_ROWS]);
-        if first == 0 {
-            ahead.at(g);
-        }
         if buffered {
             let mut sums = [[0.0f32; GROUP_ROWS]; C];
             packed.dot_group::<C>(isa, g, &tile, sums.each_mut(), false);
