@@ -12,6 +12,8 @@
 //! dot products).
 
 mod activation;
+#[cfg(target_arch = "x86_64")]
+mod amx;
 mod attention;
 mod backend_ops;
 mod cpu_backend;

@@ -79,6 +79,8 @@ macro_rules! for_each_row {
 }
 
 #[cfg(target_arch = "x86_64")]
+pub(crate) mod amx;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod avx512_k;
@@ -191,6 +193,64 @@ impl PackedRows {
         &self.bytes.as_slice()[g * self.group_bytes..(g + 1) * self.group_bytes]
     }
 
+    /// Whether whole tiles of [`amx::AMX_ROWS`] activation rows go
+    /// through AMX for this matrix ([`PackedRows::with_amx_group`]).
+    pub(crate) fn takes_amx(&self, isa: CheckedIsa) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let k = self.blocks * Layout::of(self.dtype).elems;
+            isa.get() == Isa::Avx512Vnni
+                && amx::takes(self.dtype, k)
+                && crate::cpu::amx::int8_available()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = isa;
+            false
+        }
+    }
+
+    /// Group `g` unpacked for AMX, lent to `f`; `None` when
+    /// [`PackedRows::takes_amx`] is false or this thread's scratch is
+    /// lent already.
+    ///
+    /// # Panics
+    /// When `g` is not a group.
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) fn with_amx_group<R>(
+        &self,
+        isa: CheckedIsa,
+        g: usize,
+        f: impl FnOnce(&amx::Unpacked) -> R,
+    ) -> Option<R> {
+        if !self.takes_amx(isa) {
+            return None;
+        }
+        // SAFETY: AMX-INT8 was granted and `isa` checked AVX-512 VNNI
+        // (`takes_amx`); the group holds `blocks` blocks of the type.
+        unsafe { amx::with_group(self.dtype, self.group(g), self.blocks, f) }
+    }
+
+    /// [`PackedRows::dot_group`] for a whole AMX tile against a group
+    /// `u` from [`PackedRows::with_amx_group`]; gives `out` back untouched
+    /// where AMX cannot take the tile (then `dot_group` can).
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) fn dot_group_amx<'o>(
+        &self,
+        u: &amx::Unpacked,
+        tile: &CheckedTile<'_, '_, { amx::AMX_ROWS }>,
+        out: [&'o mut [f32; GROUP_ROWS]; amx::AMX_ROWS],
+        accumulate: bool,
+    ) -> Result<(), [&'o mut [f32; GROUP_ROWS]; amx::AMX_ROWS]> {
+        if tile.blocks != self.blocks || u.blocks() * QK != self.blocks * Layout::of(self.dtype).elems {
+            return Err(out);
+        }
+        // SAFETY: `u` came from `with_amx_group` (AMX granted, AVX-512
+        // VNNI checked); `tile` checked every row's arrays against this
+        // matrix's width, which is `u`'s (above).
+        unsafe { u.dot(tile.rows, out, accumulate) }
+    }
+
     /// The `T` activation rows `a` checked once against this matrix's
     /// width, for the group calls of a tile walk.
     ///
@@ -264,5 +324,7 @@ pub(crate) struct CheckedTile<'t, 'a, const T: usize> {
     blocks: usize,
 }
 
+#[cfg(all(test, target_arch = "x86_64"))]
+mod amx_tests;
 #[cfg(test)]
 mod tests;
