@@ -19,7 +19,7 @@ use super::dot::{dot_float, dot_quantized, tile_rows};
 use super::isa::CheckedIsa;
 use super::matmul_input::Input;
 #[cfg(target_arch = "x86_64")]
-use super::packed::amx::AMX_ROWS;
+use super::packed::amx::{AmxRows, AMX_ROWS};
 use super::packed::{PackedRows, GROUP_ROWS};
 use super::quant_act::{QRow, QuantizedRows, SharedRows};
 use super::tensors::{CpuActivations, CpuMatrix};
@@ -342,16 +342,22 @@ fn run_amx(
     if rows == 0 || !packed.takes_amx(isa) {
         return 0;
     }
+    // The tiles' rows checked once, not per group.
+    let q_tiles: Vec<[QRow<'_>; AMX_ROWS]> =
+        (0..rows).step_by(AMX_ROWS).map(|first| q_rows(q, first)).collect();
+    let Some(tiles) = q_tiles.iter().map(AmxRows::new).collect::<Option<Vec<_>>>() else {
+        return 0;
+    };
     for g in groups {
         let ran = packed.with_amx_group(isa, g, |u| {
-            for first in (0..rows).step_by(AMX_ROWS) {
-                let activations = q_rows::<AMX_ROWS>(q, first);
-                let tile = packed.tile(&activations);
+            for (i, rows) in tiles.iter().enumerate() {
+                let first = i * AMX_ROWS;
                 let bases = out_bases(t, first, g..g + 1);
                 // SAFETY: this task owns group g's outputs in every row.
                 unsafe {
                     finish_group(t, bases, 0, g, |outs, accumulate| {
-                        if let Err(outs) = packed.dot_group_amx(u, &tile, outs, accumulate) {
+                        if let Err(outs) = packed.dot_group_amx(u, rows, outs, accumulate) {
+                            let tile = packed.tile(&q_tiles[i]);
                             packed.dot_group(isa, g, &tile, outs, accumulate);
                         }
                     })

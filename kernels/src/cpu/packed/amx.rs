@@ -31,6 +31,7 @@
 use std::arch::asm;
 use std::arch::x86_64::*;
 use std::cell::RefCell;
+use std::marker::PhantomData;
 
 use super::avx512::{nibble_block, q8_block, store};
 use super::avx512_k::{k_scales, q4k_sub, q6k_sub};
@@ -42,6 +43,40 @@ use crate::DType;
 
 /// Activation rows of one AMX call: a tile's sixteen rows.
 pub(crate) const AMX_ROWS: usize = 16;
+
+/// Sixteen quantized activation rows that lie one after another in one
+/// buffer (the A tile loads them at one stride), checked once per tile.
+pub(crate) struct AmxRows<'a> {
+    /// Row 0's quants; row `t`'s start `t · k` bytes on.
+    qs: *const i8,
+    /// Row 0's `[d, s]` per block; row `t`'s `2 · k / 32` floats on.
+    ds: *const f32,
+    k: usize,
+    rows: PhantomData<&'a [i8]>,
+}
+
+impl<'a> AmxRows<'a> {
+    /// `None` unless row `t`'s quants and scales sit right after row
+    /// `t - 1`'s and every row is `k` wide.
+    pub(crate) fn new(a: &[QRow<'a>; AMX_ROWS]) -> Option<AmxRows<'a>> {
+        let k = a[0].qs.len();
+        let blocks = k / QK;
+        let (qs, ds) = (a[0].qs.as_ptr(), a[0].ds.as_ptr());
+        let fits = k % (2 * QK) == 0
+            && a.iter().enumerate().all(|(t, row)| {
+                row.qs.len() == k
+                    && row.ds.len() == 2 * blocks
+                    && std::ptr::eq(row.qs.as_ptr(), qs.wrapping_add(t * k))
+                    && std::ptr::eq(row.ds.as_ptr(), ds.wrapping_add(t * 2 * blocks))
+            });
+        fits.then_some(AmxRows {
+            qs,
+            ds,
+            k,
+            rows: PhantomData,
+        })
+    }
+}
 
 /// One tile row of 64 bytes, aligned.
 #[repr(C, align(64))]
@@ -224,35 +259,130 @@ unsafe fn unpack(dtype: DType, shape: Shape, group: &[u8], blocks: usize, u: &mu
     }
 }
 
-/// One tile row pair's products: the A tile (`tmm0`) sixteen rows of 64
-/// bytes at `a`, `stride` apart; then per B tile at `b[i]` (16 lines)
-/// `tdpbssd` into a zeroed C tile stored at `c[i]` (16 lines).
+// The tile products. A C tile is zeroed, takes one `tdpbssd` and is
+// stored: a chain of `tdpbssd`'s latency and the store's. Reusing one C
+// tile for every block made each block wait for the last one's store
+// (AMX no faster than VNNI in a profile: the samples sat on the tile
+// instructions), so each call below keeps four C tiles in flight. Tile
+// numbers are immediates; the configuration (16 rows of 64 bytes) is
+// `configure`'s.
+
+/// Blocks `4q..4q + 4` (two tile row pairs) of sixteen activation rows:
+/// the A tiles at `a` and `a + 64` (rows `stride` apart), block `i`'s B
+/// tile at `b[i]`, its C tile stored at `c + 16 i` (lines).
 ///
 /// # Safety
 /// See the module; the pointers are valid for those reads and writes.
 #[inline(always)]
-unsafe fn products<const N: usize>(a: *const i8, stride: usize, b: [*const Line; N], c: [*mut Line; N]) {
-    // SAFETY: the caller's contract; tile numbers are immediates, the
-    // configuration (16 rows of 64 bytes) is `configure`'s.
+unsafe fn four_blocks(a: *const i8, stride: usize, b: [*const Line; 4], c: *mut Line) {
+    // SAFETY: the caller's contract.
     unsafe {
         asm!(
-            "tileloadd tmm0, [{a} + {stride}]",
-            a = in(reg) a,
-            stride = in(reg) stride,
-            options(nostack, readonly, preserves_flags)
+            "tileloadd tmm0, [{a0} + {s}]",
+            "tileloadd tmm5, [{a1} + {s}]",
+            "tileloadd tmm1, [{b0} + {l}]",
+            "tileloadd tmm2, [{b1} + {l}]",
+            "tilezero tmm3",
+            "tilezero tmm4",
+            "tilezero tmm6",
+            "tilezero tmm7",
+            "tdpbssd tmm3, tmm0, tmm1",
+            "tdpbssd tmm4, tmm0, tmm2",
+            "tileloadd tmm1, [{b2} + {l}]",
+            "tileloadd tmm2, [{b3} + {l}]",
+            "tdpbssd tmm6, tmm5, tmm1",
+            "tdpbssd tmm7, tmm5, tmm2",
+            "tilestored [{c0} + {l}], tmm3",
+            "tilestored [{c1} + {l}], tmm4",
+            "tilestored [{c2} + {l}], tmm6",
+            "tilestored [{c3} + {l}], tmm7",
+            a0 = in(reg) a,
+            a1 = in(reg) a.add(64),
+            s = in(reg) stride,
+            b0 = in(reg) b[0],
+            b1 = in(reg) b[1],
+            b2 = in(reg) b[2],
+            b3 = in(reg) b[3],
+            c0 = in(reg) c,
+            c1 = in(reg) c.add(16),
+            c2 = in(reg) c.add(32),
+            c3 = in(reg) c.add(48),
+            l = in(reg) 64usize,
+            options(nostack, preserves_flags)
         );
-        for i in 0..N {
-            asm!(
-                "tileloadd tmm1, [{b} + {line}]",
-                "tilezero tmm2",
-                "tdpbssd tmm2, tmm0, tmm1",
-                "tilestored [{c} + {line}], tmm2",
-                b = in(reg) b[i],
-                c = in(reg) c[i],
-                line = in(reg) 64usize,
-                options(nostack, preserves_flags)
-            );
-        }
+    }
+}
+
+/// Blocks `2p, 2p + 1` (one tile row pair) as [`four_blocks`] does four.
+///
+/// # Safety
+/// As [`four_blocks`].
+#[inline(always)]
+unsafe fn two_blocks(a: *const i8, stride: usize, b: [*const Line; 2], c: *mut Line) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        asm!(
+            "tileloadd tmm0, [{a0} + {s}]",
+            "tileloadd tmm1, [{b0} + {l}]",
+            "tileloadd tmm2, [{b1} + {l}]",
+            "tilezero tmm3",
+            "tilezero tmm4",
+            "tdpbssd tmm3, tmm0, tmm1",
+            "tdpbssd tmm4, tmm0, tmm2",
+            "tilestored [{c0} + {l}], tmm3",
+            "tilestored [{c1} + {l}], tmm4",
+            a0 = in(reg) a,
+            s = in(reg) stride,
+            b0 = in(reg) b[0],
+            b1 = in(reg) b[1],
+            c0 = in(reg) c,
+            c1 = in(reg) c.add(16),
+            l = in(reg) 64usize,
+            options(nostack, preserves_flags)
+        );
+    }
+}
+
+/// Q6_K's four 16-element halves of one tile row pair: one A tile, four
+/// B tiles at `b[i]`, C tiles stored at `c + 16 i`.
+///
+/// # Safety
+/// As [`four_blocks`].
+#[inline(always)]
+unsafe fn four_halves(a: *const i8, stride: usize, b: [*const Line; 4], c: *mut Line) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        asm!(
+            "tileloadd tmm0, [{a0} + {s}]",
+            "tileloadd tmm1, [{b0} + {l}]",
+            "tileloadd tmm2, [{b1} + {l}]",
+            "tileloadd tmm7, [{b2} + {l}]",
+            "tilezero tmm3",
+            "tilezero tmm4",
+            "tilezero tmm5",
+            "tilezero tmm6",
+            "tdpbssd tmm3, tmm0, tmm1",
+            "tdpbssd tmm4, tmm0, tmm2",
+            "tdpbssd tmm5, tmm0, tmm7",
+            "tileloadd tmm1, [{b3} + {l}]",
+            "tdpbssd tmm6, tmm0, tmm1",
+            "tilestored [{c0} + {l}], tmm3",
+            "tilestored [{c1} + {l}], tmm4",
+            "tilestored [{c2} + {l}], tmm5",
+            "tilestored [{c3} + {l}], tmm6",
+            a0 = in(reg) a,
+            s = in(reg) stride,
+            b0 = in(reg) b[0],
+            b1 = in(reg) b[1],
+            b2 = in(reg) b[2],
+            b3 = in(reg) b[3],
+            c0 = in(reg) c,
+            c1 = in(reg) c.add(16),
+            c2 = in(reg) c.add(32),
+            c3 = in(reg) c.add(48),
+            l = in(reg) 64usize,
+            options(nostack, preserves_flags)
+        );
     }
 }
 
@@ -286,34 +416,28 @@ impl Unpacked {
     /// `out[t][r] = W[r] · a[t]` for this group's sixteen rows and the
     /// tile's sixteen activation rows (or `+=` with `accumulate`, as
     /// `PackedRows::dot_group`). Gives `out` back untouched when the rows
-    /// do not lie one after another in one buffer (the A tile loads them
-    /// at one stride) or are not this group's width.
+    /// are not this group's width.
     ///
     /// # Safety
-    /// See the module; the rows' scale arrays hold `self.blocks` blocks
-    /// (`PackedRows::tile` checks them).
+    /// See the module.
     pub(crate) unsafe fn dot<'o>(
         &self,
-        a: &[QRow<'_>; AMX_ROWS],
+        rows: &AmxRows<'_>,
         out: [&'o mut [f32; GROUP_ROWS]; AMX_ROWS],
         accumulate: bool,
     ) -> Result<(), [&'o mut [f32; GROUP_ROWS]; AMX_ROWS]> {
-        let k = self.blocks * QK;
-        let base = a[0].qs.as_ptr();
-        let contiguous = a.iter().enumerate().all(|(t, row)| {
-            row.qs.len() == k && std::ptr::eq(row.qs.as_ptr(), base.wrapping_add(t * k))
-        });
-        if !contiguous || self.dtype.is_none() {
+        if rows.k != self.blocks * QK || self.dtype.is_none() {
             return Err(out);
         }
-        // SAFETY: the caller's contract; the rows are checked above.
+        // SAFETY: the caller's contract; `rows` holds sixteen rows of
+        // `self.blocks` blocks, `k` bytes apart (`AmxRows::new`).
         unsafe {
             configure();
             match self.dtype {
-                Some(DType::Q6K) => self.dot_quarters(a, out, accumulate),
-                Some(DType::Q4K) => self.dot_pairs::<-1>(a, out, accumulate),
-                Some(DType::Q4_1 | DType::Q5_1) => self.dot_pairs::<1>(a, out, accumulate),
-                _ => self.dot_pairs::<0>(a, out, accumulate),
+                Some(DType::Q6K) => self.dot_quarters(rows, out, accumulate),
+                Some(DType::Q4K) => self.dot_pairs::<-1>(rows, out, accumulate),
+                Some(DType::Q4_1 | DType::Q5_1) => self.dot_pairs::<1>(rows, out, accumulate),
+                _ => self.dot_pairs::<0>(rows, out, accumulate),
             }
         }
         Ok(())
@@ -324,31 +448,38 @@ impl Unpacked {
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
     unsafe fn dot_pairs<const MIN: i32>(
         &self,
-        a: &[QRow<'_>; AMX_ROWS],
+        rows: &AmxRows<'_>,
         out: [&mut [f32; GROUP_ROWS]; AMX_ROWS],
         accumulate: bool,
     ) {
-        let k = self.blocks * QK;
-        let mut c = [ZERO_LINE; 2 * 16];
-        let cp = c.as_mut_ptr();
+        let k = rows.k;
+        // The C tiles' lines: every one is stored before it is read.
+        let mut c = std::mem::MaybeUninit::<[Line; 4 * 16]>::uninit();
+        let cp = c.as_mut_ptr().cast::<Line>();
         let lines = self.lines.as_ptr();
-        let ds: [*const f32; AMX_ROWS] = std::array::from_fn(|t| a[t].ds.as_ptr());
+        let ds: [*const f32; AMX_ROWS] =
+            std::array::from_fn(|t| rows.ds.wrapping_add(t * 2 * self.blocks));
         let mut acc = [_mm512_setzero_ps(); AMX_ROWS];
-        for p in 0..self.blocks / 2 {
-            // SAFETY: the tile row pair `p` (bytes `64p..64p + 64` of each
-            // of sixteen rows `k` apart, checked by `dot`), block `2p`'s
-            // sixteen lines, and block `2p`'s last eight with block
-            // `2p + 1`'s first eight; `c` holds two tiles.
+        let mut b0 = 0;
+        while b0 < self.blocks {
+            // Four blocks (two tile row pairs) a step, or the last two.
+            let count = if b0 + 4 <= self.blocks { 4 } else { 2 };
+            // SAFETY: tile row pairs at bytes `32 · b0..` of sixteen rows
+            // `k` apart (`AmxRows::new`), `b0 + count <= blocks`; block
+            // `b`'s B tile is its own sixteen lines (words, then zeros) for
+            // an even `b` and, for an odd one, the eight zero lines before
+            // its words (see `Unpacked`); `c` holds four tiles.
             unsafe {
-                products(
-                    a[0].qs.as_ptr().add(64 * p),
-                    k,
-                    [lines.add(32 * p), lines.add(32 * p + 8)],
-                    [cp, cp.add(16)],
-                );
+                let a = rows.qs.add(QK * b0);
+                let b = |i: usize| lines.add(16 * (b0 + i) - 8 * (i % 2));
+                if count == 4 {
+                    four_blocks(a, k, [b(0), b(1), b(2), b(3)], cp);
+                } else {
+                    two_blocks(a, k, [b(0), b(1)], cp);
+                }
             }
-            for h in 0..2 {
-                let b = 2 * p + h;
+            for h in 0..count {
+                let b = b0 + h;
                 // SAFETY: b < self.blocks; `c`'s tile h is sixteen lines.
                 let (scale, min, sums) = unsafe {
                     (
@@ -376,6 +507,7 @@ impl Unpacked {
                     }
                 });
             }
+            b0 += count;
         }
         for (o, acc) in out.into_iter().zip(acc) {
             // SAFETY: `o` is sixteen f32.
@@ -387,15 +519,17 @@ impl Unpacked {
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
     unsafe fn dot_quarters(
         &self,
-        a: &[QRow<'_>; AMX_ROWS],
+        rows: &AmxRows<'_>,
         out: [&mut [f32; GROUP_ROWS]; AMX_ROWS],
         accumulate: bool,
     ) {
-        let k = self.blocks * QK;
-        let mut c = [ZERO_LINE; 4 * 16];
-        let cp = c.as_mut_ptr();
+        let k = rows.k;
+        // The C tiles' lines: every one is stored before it is read.
+        let mut c = std::mem::MaybeUninit::<[Line; 4 * 16]>::uninit();
+        let cp = c.as_mut_ptr().cast::<Line>();
         let lines = self.lines.as_ptr();
-        let ds: [*const f32; AMX_ROWS] = std::array::from_fn(|t| a[t].ds.as_ptr());
+        let ds: [*const f32; AMX_ROWS] =
+            std::array::from_fn(|t| rows.ds.wrapping_add(t * 2 * self.blocks));
         let mut acc = [_mm512_setzero_ps(); AMX_ROWS];
         for p in 0..self.blocks / 2 {
             // SAFETY: as in `dot_pairs`; half `i` (of four) of the pair
@@ -404,11 +538,11 @@ impl Unpacked {
             // half's own start for i = 0).
             unsafe {
                 let half = |i: usize| lines.add(16 * (4 * p + i) - 4 * i);
-                products(
-                    a[0].qs.as_ptr().add(64 * p),
+                four_halves(
+                    rows.qs.add(64 * p),
                     k,
                     [half(0), half(1), half(2), half(3)],
-                    [cp, cp.add(16), cp.add(32), cp.add(48)],
+                    cp,
                 );
             }
             for h in 0..2 {

@@ -4,7 +4,7 @@
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use super::amx::AMX_ROWS;
+use super::amx::{AmxRows, AMX_ROWS};
 use super::tests::{quantized, random_rows};
 use super::*;
 use crate::cpu::weight_arena::WeightArena;
@@ -42,7 +42,7 @@ fn amx_tiles_match_scalar_twin_bit_for_bit() {
                 }
                 let q = quantized(&mut rng, vnni, AMX_ROWS, k);
                 let a: [QRow<'_>; AMX_ROWS] = std::array::from_fn(|t| q.row(t));
-                let tile = packed.tile(&a);
+                let rows_ok = AmxRows::new(&a).unwrap();
                 for g in 0..packed.groups() {
                     let (group, blocks) = (packed.group(g), packed.blocks);
                     let mut want = [[0.0f32; GROUP_ROWS]; AMX_ROWS];
@@ -55,8 +55,8 @@ fn amx_tiles_match_scalar_twin_bit_for_bit() {
                     let mut got = [[f32::NAN; GROUP_ROWS]; AMX_ROWS];
                     let mut got_acc = start;
                     let ran = packed.with_amx_group(vnni, g, |u| {
-                        let plain = packed.dot_group_amx(u, &tile, got.each_mut(), false);
-                        let acc = packed.dot_group_amx(u, &tile, got_acc.each_mut(), true);
+                        let plain = packed.dot_group_amx(u, &rows_ok, got.each_mut(), false);
+                        let acc = packed.dot_group_amx(u, &rows_ok, got_acc.each_mut(), true);
                         plain.is_ok() && acc.is_ok()
                     });
                     assert_eq!(ran, Some(true), "{dtype} k={k}: AMX declined the tile");
@@ -74,28 +74,20 @@ fn amx_tiles_match_scalar_twin_bit_for_bit() {
     println!("{checked} groups compared");
 }
 
-/// A tile whose rows are not one buffer's consecutive rows is given back
-/// untouched (the caller then runs the VNNI kernel).
+/// Rows that are not one buffer's consecutive rows are not taken (the
+/// caller then runs the VNNI kernel).
 #[test]
-fn amx_gives_back_rows_it_cannot_load_at_one_stride() {
-    let vnni = CheckedIsa::at_most(Isa::Avx512Vnni);
+fn amx_refuses_rows_it_cannot_load_at_one_stride() {
     let mut rng = ChaCha8Rng::seed_from_u64(6);
-    let (rows, k) = (16, 64);
-    let data = random_rows(&mut rng, DType::Q8_0, rows, k);
-    let view = WeightView::new(DType::Q8_0, rows, k, data.into()).unwrap();
-    let packed = PackedRows::pack(&view, &WeightArena::default()).unwrap();
-    if !packed.takes_amx(vnni) {
-        println!("AMX-INT8 not granted on this CPU; nothing to check");
-        return;
-    }
-    let q = quantized(&mut rng, vnni, AMX_ROWS + 1, k);
+    let vnni = CheckedIsa::at_most(Isa::Avx512Vnni);
+    let q = quantized(&mut rng, vnni, AMX_ROWS + 1, 64);
+    let consecutive: [QRow<'_>; AMX_ROWS] = std::array::from_fn(|t| q.row(t));
+    assert!(AmxRows::new(&consecutive).is_some());
     // Row 1 twice: not sixteen consecutive rows.
-    let a: [QRow<'_>; AMX_ROWS] = std::array::from_fn(|t| q.row(t.max(1)));
-    let tile = packed.tile(&a);
-    let mut out = [[7.0f32; GROUP_ROWS]; AMX_ROWS];
-    let ran = packed.with_amx_group(vnni, 0, |u| {
-        packed.dot_group_amx(u, &tile, out.each_mut(), false).is_err()
-    });
-    assert_eq!(ran, Some(true));
-    assert!(out.iter().flatten().all(|&v| v == 7.0));
+    let repeated: [QRow<'_>; AMX_ROWS] = std::array::from_fn(|t| q.row(t.max(1)));
+    assert!(AmxRows::new(&repeated).is_none());
+    // One 32-element block: not a whole 64-byte tile row.
+    let q = quantized(&mut rng, vnni, AMX_ROWS, 32);
+    let narrow: [QRow<'_>; AMX_ROWS] = std::array::from_fn(|t| q.row(t));
+    assert!(AmxRows::new(&narrow).is_none());
 }

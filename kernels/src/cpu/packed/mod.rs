@@ -231,24 +231,24 @@ impl PackedRows {
         unsafe { amx::with_group(self.dtype, self.group(g), self.blocks, f) }
     }
 
-    /// [`PackedRows::dot_group`] for a whole AMX tile against a group
-    /// `u` from [`PackedRows::with_amx_group`]; gives `out` back untouched
-    /// where AMX cannot take the tile (then `dot_group` can).
+    /// [`PackedRows::dot_group`] for a whole AMX tile of activation rows
+    /// against a group `u` from [`PackedRows::with_amx_group`]; gives
+    /// `out` back untouched where AMX cannot take the rows (then
+    /// `dot_group` can).
     #[cfg(target_arch = "x86_64")]
     pub(crate) fn dot_group_amx<'o>(
         &self,
         u: &amx::Unpacked,
-        tile: &CheckedTile<'_, '_, { amx::AMX_ROWS }>,
+        rows: &amx::AmxRows<'_>,
         out: [&'o mut [f32; GROUP_ROWS]; amx::AMX_ROWS],
         accumulate: bool,
     ) -> Result<(), [&'o mut [f32; GROUP_ROWS]; amx::AMX_ROWS]> {
-        if tile.blocks != self.blocks || u.blocks() * QK != self.blocks * Layout::of(self.dtype).elems {
+        if u.blocks() * QK != self.blocks * Layout::of(self.dtype).elems {
             return Err(out);
         }
         // SAFETY: `u` came from `with_amx_group` (AMX granted, AVX-512
-        // VNNI checked); `tile` checked every row's arrays against this
-        // matrix's width, which is `u`'s (above).
-        unsafe { u.dot(tile.rows, out, accumulate) }
+        // VNNI checked); `dot` checks the rows' width against `u`'s.
+        unsafe { u.dot(rows, out, accumulate) }
     }
 
     /// The `T` activation rows `a` checked once against this matrix's
