@@ -343,8 +343,10 @@ fn run_amx(
         return 0;
     }
     // The tiles' rows checked once, not per group.
-    let q_tiles: Vec<[QRow<'_>; AMX_ROWS]> =
-        (0..rows).step_by(AMX_ROWS).map(|first| q_rows(q, first)).collect();
+    let q_tiles: Vec<[QRow<'_>; AMX_ROWS]> = (0..rows)
+        .step_by(AMX_ROWS)
+        .map(|first| q_rows(q, first))
+        .collect();
     let Some(tiles) = q_tiles.iter().map(AmxRows::new).collect::<Option<Vec<_>>>() else {
         return 0;
     };
@@ -356,7 +358,9 @@ fn run_amx(
                 // SAFETY: this task owns group g's outputs in every row.
                 unsafe {
                     finish_group(t, bases, 0, g, |outs, accumulate| {
-                        if let Err(outs) = packed.dot_group_amx(u, rows, outs, accumulate) {
+                        if packed.amx_fits(u, rows) {
+                            packed.dot_group_amx(u, rows, outs, accumulate);
+                        } else {
                             let tile = packed.tile(&q_tiles[i]);
                             packed.dot_group(isa, g, &tile, outs, accumulate);
                         }

@@ -62,7 +62,7 @@ impl<'a> AmxRows<'a> {
         let k = a[0].qs.len();
         let blocks = k / QK;
         let (qs, ds) = (a[0].qs.as_ptr(), a[0].ds.as_ptr());
-        let fits = k % (2 * QK) == 0
+        let fits = k.is_multiple_of(2 * QK)
             && a.iter().enumerate().all(|(t, row)| {
                 row.qs.len() == k
                     && row.ds.len() == 2 * blocks
@@ -413,22 +413,23 @@ impl Unpacked {
         self.blocks
     }
 
+    /// Whether `rows` are this group's width.
+    pub(crate) fn fits(&self, rows: &AmxRows<'_>) -> bool {
+        rows.k == self.blocks * QK && self.dtype.is_some()
+    }
+
     /// `out[t][r] = W[r] · a[t]` for this group's sixteen rows and the
     /// tile's sixteen activation rows (or `+=` with `accumulate`, as
-    /// `PackedRows::dot_group`). Gives `out` back untouched when the rows
-    /// are not this group's width.
+    /// `PackedRows::dot_group`).
     ///
     /// # Safety
-    /// See the module.
-    pub(crate) unsafe fn dot<'o>(
+    /// See the module; [`Unpacked::fits`] is true for `rows`.
+    pub(crate) unsafe fn dot(
         &self,
         rows: &AmxRows<'_>,
-        out: [&'o mut [f32; GROUP_ROWS]; AMX_ROWS],
+        out: [&mut [f32; GROUP_ROWS]; AMX_ROWS],
         accumulate: bool,
-    ) -> Result<(), [&'o mut [f32; GROUP_ROWS]; AMX_ROWS]> {
-        if rows.k != self.blocks * QK || self.dtype.is_none() {
-            return Err(out);
-        }
+    ) {
         // SAFETY: the caller's contract; `rows` holds sixteen rows of
         // `self.blocks` blocks, `k` bytes apart (`AmxRows::new`).
         unsafe {
@@ -440,7 +441,6 @@ impl Unpacked {
                 _ => self.dot_pairs::<0>(rows, out, accumulate),
             }
         }
-        Ok(())
     }
 
     /// The 32-element types and Q4_K; `MIN`: how the block's min enters

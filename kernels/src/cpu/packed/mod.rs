@@ -231,23 +231,32 @@ impl PackedRows {
         unsafe { amx::with_group(self.dtype, self.group(g), self.blocks, f) }
     }
 
-    /// [`PackedRows::dot_group`] for a whole AMX tile of activation rows
-    /// against a group `u` from [`PackedRows::with_amx_group`]; gives
-    /// `out` back untouched where AMX cannot take the rows (then
-    /// `dot_group` can).
+    /// Whether [`PackedRows::dot_group_amx`] takes `rows` against `u`.
     #[cfg(target_arch = "x86_64")]
-    pub(crate) fn dot_group_amx<'o>(
+    pub(crate) fn amx_fits(&self, u: &amx::Unpacked, rows: &amx::AmxRows<'_>) -> bool {
+        u.blocks() * QK == self.blocks * Layout::of(self.dtype).elems && u.fits(rows)
+    }
+
+    /// [`PackedRows::dot_group`] for a whole AMX tile of activation rows
+    /// against a group `u` from [`PackedRows::with_amx_group`].
+    ///
+    /// # Panics
+    /// When [`PackedRows::amx_fits`] is false (callers check it; where it
+    /// is false, `dot_group` takes the rows).
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) fn dot_group_amx(
         &self,
         u: &amx::Unpacked,
         rows: &amx::AmxRows<'_>,
-        out: [&'o mut [f32; GROUP_ROWS]; amx::AMX_ROWS],
+        out: [&mut [f32; GROUP_ROWS]; amx::AMX_ROWS],
         accumulate: bool,
-    ) -> Result<(), [&'o mut [f32; GROUP_ROWS]; amx::AMX_ROWS]> {
-        if u.blocks() * QK != self.blocks * Layout::of(self.dtype).elems {
-            return Err(out);
-        }
+    ) {
+        assert!(
+            self.amx_fits(u, rows),
+            "dot_group_amx: rows or group of another width"
+        );
         // SAFETY: `u` came from `with_amx_group` (AMX granted, AVX-512
-        // VNNI checked); `dot` checks the rows' width against `u`'s.
+        // VNNI checked); the widths are checked above.
         unsafe { u.dot(rows, out, accumulate) }
     }
 

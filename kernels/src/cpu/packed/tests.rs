@@ -49,7 +49,12 @@ fn random_k_rows(rng: &mut ChaCha8Rng, dtype: DType, rows: usize, k: usize) -> V
     out
 }
 
-pub(super) fn quantized(rng: &mut ChaCha8Rng, isa: CheckedIsa, n: usize, k: usize) -> QuantizedRows {
+pub(super) fn quantized(
+    rng: &mut ChaCha8Rng,
+    isa: CheckedIsa,
+    n: usize,
+    k: usize,
+) -> QuantizedRows {
     let x: Vec<f32> = (0..n * k)
         .map(|i| {
             if i % 37 == 5 {
