@@ -267,6 +267,68 @@ fn matmul_rows_equal_matvec_per_row() {
     }
 }
 
+/// A prompt-sized batch (on an AMX host: whole 16-row tiles on AMX-INT8,
+/// the last rows on the VNNI tiles) gives, row for row, what the
+/// matrix-vector product of that row alone gives, bit for bit, with a
+/// bias and as a residual add: every packed type, rows that leave a tail.
+#[test]
+fn prompt_batches_equal_matvec_per_row() {
+    let mut rng = rng(23);
+    for isa in isas_to_test("prompt batch vs matvec") {
+        let backend = CpuBackend::with_isa(2, isa);
+        for dtype in [
+            DType::Q4_0,
+            DType::Q4_1,
+            DType::Q5_0,
+            DType::Q5_1,
+            DType::Q8_0,
+            DType::IQ4NL,
+            DType::Q4K,
+            DType::Q6K,
+        ] {
+            let (rows, k, n) = (37, 512, 35);
+            let w = Bytes::from(random_weights(&mut rng, dtype, rows, k));
+            let matrix = backend
+                .matrix(WeightView::new(dtype, rows, k, w).unwrap())
+                .unwrap();
+            let bias_values: Vec<f32> = (0..rows).map(|i| i as f32 * 0.5 - 4.0).collect();
+            let bias = backend.vector(&bias_values).unwrap();
+            let x = random_activations(&mut rng, n, k);
+            let start: Vec<f32> = (0..n * rows).map(|i| (i % 13) as f32 - 6.0).collect();
+            let product = |x: &[f32], n: usize, bias, accumulate: bool, first: usize| {
+                let xa = CpuActivations::from_values(n, k, x).unwrap();
+                let mut out =
+                    CpuActivations::from_values(n, rows, &start[first * rows..][..n * rows])
+                        .unwrap();
+                backend
+                    .matmul_many(
+                        MatmulInput::Rows(&xa),
+                        &mut [MatmulProduct {
+                            w: &matrix,
+                            bias,
+                            out: &mut out,
+                            accumulate,
+                        }],
+                    )
+                    .unwrap();
+                out.as_slice().to_vec()
+            };
+            for (bias, accumulate) in [(None, false), (Some(&bias), false), (None, true)] {
+                let batch = product(&x, n, bias, accumulate, 0);
+                for t in 0..n {
+                    let single = product(&x[t * k..(t + 1) * k], 1, bias, accumulate, t);
+                    assert_eq!(
+                        &batch[t * rows..(t + 1) * rows],
+                        &single[..],
+                        "{isa} {dtype} bias {} accumulate {accumulate}: row {t} of {n}",
+                        bias.is_some()
+                    );
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn matmul_rejects_mismatched_shapes() {
     let backend = CpuBackend::new(1);

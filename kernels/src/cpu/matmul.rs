@@ -18,6 +18,8 @@ use super::disjoint::DisjointSlice;
 use super::dot::{dot_float, dot_quantized, tile_rows};
 use super::isa::CheckedIsa;
 use super::matmul_input::Input;
+#[cfg(target_arch = "x86_64")]
+use super::packed::amx::{AmxRows, AMX_ROWS};
 use super::packed::{PackedRows, GROUP_ROWS};
 use super::quant_act::{QRow, QuantizedRows, SharedRows};
 use super::tensors::{CpuActivations, CpuMatrix};
@@ -299,6 +301,9 @@ fn run_group_block(
     n: usize,
     groups: Range<usize>,
 ) {
+    #[cfg(target_arch = "x86_64")]
+    let mut first = run_amx(isa, packed, t, q, n, groups.clone());
+    #[cfg(not(target_arch = "x86_64"))]
     let mut first = 0;
     while first < n {
         let count = match n - first {
@@ -320,6 +325,60 @@ fn run_group_block(
     }
 }
 
+/// On AMX, the whole tiles of [`AMX_ROWS`] activation rows against
+/// `groups`, a group at a time: each group is unpacked once and meets
+/// every tile (see `packed::amx`). Returns the rows done (the rest take
+/// the VNNI tiles: same results bit for bit).
+#[cfg(target_arch = "x86_64")]
+fn run_amx(
+    isa: CheckedIsa,
+    packed: &PackedRows,
+    t: &Target<'_>,
+    q: &SharedRows<'_>,
+    n: usize,
+    groups: Range<usize>,
+) -> usize {
+    let rows = n / AMX_ROWS * AMX_ROWS;
+    if rows == 0 || !packed.takes_amx(isa) {
+        return 0;
+    }
+    // The tiles' rows checked once, not per group.
+    let q_tiles: Vec<[QRow<'_>; AMX_ROWS]> = (0..rows)
+        .step_by(AMX_ROWS)
+        .map(|first| q_rows(q, first))
+        .collect();
+    let Some(tiles) = q_tiles.iter().map(AmxRows::new).collect::<Option<Vec<_>>>() else {
+        return 0;
+    };
+    for g in groups {
+        let ran = packed.with_amx_group(isa, g, |u| {
+            for (i, rows) in tiles.iter().enumerate() {
+                let first = i * AMX_ROWS;
+                let bases = out_bases(t, first, g..g + 1);
+                // SAFETY: this task owns group g's outputs in every row.
+                unsafe {
+                    finish_group(t, bases, 0, g, |outs, accumulate| {
+                        if packed.amx_fits(u, rows) {
+                            packed.dot_group_amx(u, rows, outs, accumulate);
+                        } else {
+                            let tile = packed.tile(&q_tiles[i]);
+                            packed.dot_group(isa, g, &tile, outs, accumulate);
+                        }
+                    })
+                };
+            }
+        });
+        if ran.is_none() {
+            // This thread's scratch is lent (a nested matmul): the VNNI
+            // tiles, which give the same sums.
+            for first in (0..rows).step_by(AMX_ROWS) {
+                run_tile::<AMX_ROWS>(isa, packed, t, q_rows(q, first), first, g..g + 1);
+            }
+        }
+    }
+    rows
+}
+
 /// Activation rows `first..first + C` (`tile`) against `groups`.
 fn run_tile<const C: usize>(
     isa: CheckedIsa,
@@ -331,41 +390,64 @@ fn run_tile<const C: usize>(
 ) {
     // The rows' widths are checked here, once per tile, not per group.
     let tile = packed.tile(&activations);
+    let bases = out_bases(t, first, groups.clone());
+    for (i, g) in groups.enumerate() {
+        // SAFETY: group `i` of the span of `bases`.
+        unsafe {
+            finish_group(t, bases, i, g, |outs, accumulate| {
+                packed.dot_group::<C>(isa, g, &tile, outs, accumulate)
+            })
+        };
+    }
+}
+
+/// Each tile row's outputs for all of `groups`, bounds-checked once here
+/// rather than per group (a check per row and group showed in profiles);
+/// every access goes through these pointers.
+fn out_bases<const C: usize>(t: &Target<'_>, first: usize, groups: Range<usize>) -> [*mut f32; C] {
     let rows = t.w.rows();
     let span = groups.len() * GROUP_ROWS;
-    // Each tile row's outputs for all of `groups`, bounds-checked once
-    // here rather than per group (a check per row and group showed in
-    // profiles); every access below goes through these pointers.
-    let bases: [*mut f32; C] = std::array::from_fn(|r| {
+    std::array::from_fn(|r| {
         let start = (first + r) * rows + groups.start * GROUP_ROWS;
         // SAFETY: each task owns the output columns of its groups in
         // every activation row.
         unsafe { t.out.range(start, span).as_mut_ptr() }
-    });
+    })
+}
+
+/// Group `g` (the `i`-th of `bases`' span) of `kernel`'s sums into the
+/// outputs: `kernel(outs, accumulate)` writes (or adds) its sixteen sums
+/// per row, and this adds the bias.
+///
+/// # Safety
+/// As [`group_outs`] for `bases` and `i`.
+unsafe fn finish_group<const C: usize>(
+    t: &Target<'_>,
+    bases: [*mut f32; C],
+    i: usize,
+    g: usize,
+    kernel: impl FnOnce([&mut [f32; GROUP_ROWS]; C], bool),
+) {
+    // SAFETY: the caller's promise; the arrays are used one at a time.
+    let outs = || unsafe { group_outs(bases, i) };
+    let bias = t.bias.map(|b| &b[g * GROUP_ROWS..(g + 1) * GROUP_ROWS]);
     // A bias before a residual add rounds as `x + (dot + bias)`: through
     // a buffer. (No model here has both on one matrix.)
-    let buffered = t.accumulate && t.bias.is_some();
-    for (i, g) in groups.enumerate() {
-        // SAFETY: group `i` of the span checked above; the arrays are
-        // used one at a time.
-        let outs = || unsafe { group_outs(bases, i) };
-        let bias = t.bias.map(|b| &b[g * GROUP_ROWS..(g + 1) * GROUP_ROWS]);
-        if buffered {
-            let mut sums = [[0.0f32; GROUP_ROWS]; C];
-            packed.dot_group::<C>(isa, g, &tile, sums.each_mut(), false);
-            let bias = bias.unwrap_or(&[0.0; GROUP_ROWS]);
-            for (o, sums) in outs().into_iter().zip(&sums) {
-                for ((o, v), b) in o.iter_mut().zip(sums).zip(bias) {
-                    *o += v + b;
-                }
+    if t.accumulate && t.bias.is_some() {
+        let mut sums = [[0.0f32; GROUP_ROWS]; C];
+        kernel(sums.each_mut(), false);
+        let bias = bias.unwrap_or(&[0.0; GROUP_ROWS]);
+        for (o, sums) in outs().into_iter().zip(&sums) {
+            for ((o, v), b) in o.iter_mut().zip(sums).zip(bias) {
+                *o += v + b;
             }
-            continue;
         }
-        packed.dot_group::<C>(isa, g, &tile, outs(), t.accumulate);
-        if let Some(bias) = bias {
-            for o in outs() {
-                o.iter_mut().zip(bias).for_each(|(o, b)| *o += b);
-            }
+        return;
+    }
+    kernel(outs(), t.accumulate);
+    if let Some(bias) = bias {
+        for o in outs() {
+            o.iter_mut().zip(bias).for_each(|(o, b)| *o += b);
         }
     }
 }

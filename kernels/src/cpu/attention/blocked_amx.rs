@@ -18,10 +18,8 @@
 //! sums of that length (`blocked_tests`), so `blocked` gives AMX only a
 //! prompt chunk's rows, never a decode or speculative step's.
 //!
-//! Linux hands out the tile registers' 8 KB state only on request
-//! (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`, once per
-//! process); where it refuses, or the CPU lacks AMX, or
-//! `SWITCHYARD_AMX=0`, [`available`] is false and `vdpbf16ps` runs.
+//! Whether AMX may run, and the tile configuration, are `cpu::amx`'s;
+//! where it may not, [`available`] is false and `vdpbf16ps` runs.
 //!
 //! Rust's AMX intrinsics are unstable; the instructions go through
 //! `asm!`. Every tile is configured 16 rows of 64 bytes, once per thread.
@@ -31,99 +29,16 @@
 //! valid for the reads and writes each one names.
 
 use std::arch::asm;
-use std::cell::Cell;
-use std::sync::OnceLock;
 
+use crate::cpu::amx::configure;
 use crate::cpu::kv_layout::{KEY_BLOCK, KEY_TILE};
-
-/// Environment variable: `0` keeps the BF16 products on `vdpbf16ps` on an
-/// AMX host (to compare the two, or to keep one rounding everywhere).
-pub(crate) const AMX_ENV_VAR: &str = "SWITCHYARD_AMX";
 
 /// Pairs along a tile row (64 bytes), and rows of a tile.
 pub(super) const TILE: usize = 16;
 
-/// Whether the AMX kernels may run in this process: the CPU has AMX-TILE
-/// and AMX-BF16, Linux granted the tile data, and `SWITCHYARD_AMX` is not
-/// `0`. Decided once.
+/// Whether the AMX kernels may run in this process (see `cpu::amx`).
 pub(crate) fn available() -> bool {
-    static OK: OnceLock<bool> = OnceLock::new();
-    *OK.get_or_init(|| {
-        let off = std::env::var(AMX_ENV_VAR).is_ok_and(|v| v.trim() == "0");
-        !off && cpu_has_amx() && granted()
-    })
-}
-
-fn cpu_has_amx() -> bool {
-    if std::arch::x86_64::__cpuid(0).eax < 7 {
-        return false;
-    }
-    let edx = std::arch::x86_64::__cpuid_count(7, 0).edx;
-    let (bf16, tile) = (edx & (1 << 22) != 0, edx & (1 << 24) != 0);
-    bf16 && tile
-}
-
-/// Asks Linux for the tile data state (`ARCH_REQ_XCOMP_PERM` = 0x1023,
-/// `XFEATURE_XTILEDATA` = 18); true once granted.
-fn granted() -> bool {
-    #[cfg(target_os = "linux")]
-    {
-        const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
-        const XFEATURE_XTILEDATA: libc::c_long = 18;
-        // SAFETY: a request about this process's own state; it changes
-        // nothing else and reports failure through its return value.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_arch_prctl,
-                ARCH_REQ_XCOMP_PERM,
-                XFEATURE_XTILEDATA,
-            )
-        };
-        r == 0
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        false
-    }
-}
-
-/// `ldtilecfg`'s 64 bytes: palette 1, the eight tiles 16 rows of 64 bytes.
-#[repr(C, align(64))]
-struct TileConfig {
-    palette: u8,
-    start_row: u8,
-    reserved: [u8; 14],
-    colsb: [u16; 16],
-    rows: [u8; 16],
-}
-
-static CONFIG: TileConfig = TileConfig {
-    palette: 1,
-    start_row: 0,
-    reserved: [0; 14],
-    colsb: [64, 64, 64, 64, 64, 64, 64, 64, 0, 0, 0, 0, 0, 0, 0, 0],
-    rows: [16, 16, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0],
-};
-
-thread_local! {
-    /// Whether this thread loaded [`CONFIG`]: the configuration is per
-    /// thread and stays until `tilerelease`, which nothing here runs.
-    static CONFIGURED: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Loads the tile configuration on this thread, the first time.
-///
-/// # Safety
-/// [`available`] returned true.
-unsafe fn configure() {
-    if !CONFIGURED.get() {
-        // SAFETY: a valid palette-1 configuration of 64 bytes; the caller
-        // has the tile state (see `available`).
-        unsafe {
-            asm!("ldtilecfg [{}]", in(reg) &CONFIG, options(nostack, readonly, preserves_flags))
-        };
-        CONFIGURED.set(true);
-    }
+    crate::cpu::amx::bf16_available()
 }
 
 // One instruction each; tile numbers are immediates. Every block keeps

@@ -139,6 +139,86 @@ const IQ4_UNSIGNED: [u8; 16] = {
     out
 };
 
+/// Block `b` of a group of a 32-element nibble type (see [`dot_nibbles`]
+/// for the const parameters): its quants as eight words of sixteen rows,
+/// word `i` holding elements `4i..4i+4` (`vpdpbusd`'s unsigned operand,
+/// the format's offset still in), its `d`, and its `m` (zero without).
+///
+/// # Safety
+/// Block `b` lies inside the group at `g` in `layout`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn nibble_block<const HAS_MIN: bool, const FIVE: bool, const TABLE: bool>(
+    g: *const u8,
+    layout: &Layout,
+    b: usize,
+) -> ([__m512i; 8], __m512, __m512) {
+    // IQ4_NL's table, unsigned (`+ 128`), in every 128-bit lane.
+    let table = _mm512_broadcast_i32x4(_mm_loadu_si128(IQ4_UNSIGNED.as_ptr().cast()));
+    let low = _mm512_set1_epi8(0x0F);
+    let zero = _mm512_setzero_si512();
+    let (q_at, p_at) = layout.block(b);
+    // SAFETY: block b's quants, scales and mins lie inside the group.
+    unsafe {
+        let q = g.add(q_at);
+        let mut w = [zero; 8];
+        // Byte 4r + e, bit c: row r's element 4c + e's fifth bit.
+        let qh = if FIVE {
+            _mm512_loadu_si512(q.add(256).cast())
+        } else {
+            zero
+        };
+        let bit4 = _mm512_set1_epi8(0x10);
+        for c in 0..4 {
+            let raw = _mm512_loadu_si512(q.add(64 * c).cast());
+            // Low nibbles: elements 4c..4c+4; high: 16+4c..16+4c+4.
+            w[c] = _mm512_and_si512(raw, low);
+            w[c + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low);
+            if TABLE {
+                w[c] = _mm512_shuffle_epi8(table, w[c]);
+                w[c + 4] = _mm512_shuffle_epi8(table, w[c + 4]);
+            }
+            if FIVE {
+                // Bit c to bit 4, and bit c + 4 to bit 4: the 16-bit
+                // shifts move no wanted bit across a byte (4 - c and c
+                // are at most 4 and 3).
+                let low_bits = _mm512_sllv_epi16(qh, _mm512_set1_epi16(4 - c as i16));
+                let high_bits = _mm512_srlv_epi16(qh, _mm512_set1_epi16(c as i16));
+                w[c] = _mm512_or_si512(w[c], _mm512_and_si512(low_bits, bit4));
+                w[c + 4] = _mm512_or_si512(w[c + 4], _mm512_and_si512(high_bits, bit4));
+            }
+        }
+        let d = halves(g.add(p_at));
+        let m = if HAS_MIN {
+            halves(g.add(p_at + 32))
+        } else {
+            _mm512_setzero_ps()
+        };
+        (w, d, m)
+    }
+}
+
+/// Block `b` of a Q8_0 group: its eight words (`q + 128`) and its `d`.
+///
+/// # Safety
+/// Block `b` lies inside the group at `g` in `layout`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn q8_block(g: *const u8, layout: &Layout, b: usize) -> ([__m512i; 8], __m512) {
+    let (q_at, p_at) = layout.block(b);
+    // SAFETY: block b's quants and scales lie inside the group.
+    unsafe {
+        let q = g.add(q_at);
+        // A loop rather than `array::from_fn`: keep the loads in this
+        // function's target features.
+        let mut w = [_mm512_setzero_si512(); 8];
+        for (i, w) in w.iter_mut().enumerate() {
+            *w = _mm512_loadu_si512(q.add(64 * i).cast());
+        }
+        (w, halves(g.add(p_at)))
+    }
+}
+
 /// Q4_1 (`HAS_MIN`), Q4_0 (offset 8 taken off the integer sum), Q5_1
 /// and Q5_0 (offset 16) with `FIVE`, and IQ4_NL (`TABLE`: each nibble
 /// looked up as `T[q] + 128`, offset 128).
@@ -160,10 +240,7 @@ unsafe fn dot_nibbles<const T: usize, const HAS_MIN: bool, const FIVE: bool, con
     };
     let layout = Layout::of(dtype);
     let offset_per_sum = -quant_offset(dtype);
-    // IQ4_NL's table, unsigned (`+ 128`), in every 128-bit lane.
-    let table = _mm512_broadcast_i32x4(_mm_loadu_si128(IQ4_UNSIGNED.as_ptr().cast()));
     let g = group.as_ptr();
-    let low = _mm512_set1_epi8(0x0F);
     let zero = _mm512_setzero_si512();
     let mut acc = [_mm512_setzero_ps(); T];
     let qs: [*const i8; T] = std::array::from_fn(|t| a[t].qs.as_ptr());
@@ -171,45 +248,8 @@ unsafe fn dot_nibbles<const T: usize, const HAS_MIN: bool, const FIVE: bool, con
     let sums: [*const i32; T] = std::array::from_fn(|t| a[t].sums.as_ptr());
     for b in 0..blocks {
         prefetch_unit(g, &layout, b);
-        let (q_at, p_at) = layout.block(b);
-        // SAFETY: block b's quants, scales and mins lie inside the group.
-        let (w, d, m) = unsafe {
-            let q = g.add(q_at);
-            let mut w = [zero; 8];
-            // Byte 4r + e, bit c: row r's element 4c + e's fifth bit.
-            let qh = if FIVE {
-                _mm512_loadu_si512(q.add(256).cast())
-            } else {
-                zero
-            };
-            let bit4 = _mm512_set1_epi8(0x10);
-            for c in 0..4 {
-                let raw = _mm512_loadu_si512(q.add(64 * c).cast());
-                // Low nibbles: elements 4c..4c+4; high: 16+4c..16+4c+4.
-                w[c] = _mm512_and_si512(raw, low);
-                w[c + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low);
-                if TABLE {
-                    w[c] = _mm512_shuffle_epi8(table, w[c]);
-                    w[c + 4] = _mm512_shuffle_epi8(table, w[c + 4]);
-                }
-                if FIVE {
-                    // Bit c to bit 4, and bit c + 4 to bit 4: the 16-bit
-                    // shifts move no wanted bit across a byte (4 - c and c
-                    // are at most 4 and 3).
-                    let low_bits = _mm512_sllv_epi16(qh, _mm512_set1_epi16(4 - c as i16));
-                    let high_bits = _mm512_srlv_epi16(qh, _mm512_set1_epi16(c as i16));
-                    w[c] = _mm512_or_si512(w[c], _mm512_and_si512(low_bits, bit4));
-                    w[c + 4] = _mm512_or_si512(w[c + 4], _mm512_and_si512(high_bits, bit4));
-                }
-            }
-            let d = halves(g.add(p_at));
-            let m = if HAS_MIN {
-                halves(g.add(p_at + 32))
-            } else {
-                _mm512_setzero_ps()
-            };
-            (w, d, m)
-        };
+        // SAFETY: block b lies inside the group (the caller's contract).
+        let (w, d, m) = unsafe { nibble_block::<HAS_MIN, FIVE, TABLE>(g, &layout, b) };
         for_each_row!(T, t, {
             // SAFETY: every activation row holds `blocks` blocks (checked
             // by the caller), so block b's bytes, scales and sum exist.
@@ -251,25 +291,14 @@ unsafe fn dot_q8_0<const T: usize>(
 ) {
     let layout = Layout::of(DType::Q8_0);
     let g = group.as_ptr();
-    let zero = _mm512_setzero_si512();
     let mut acc = [_mm512_setzero_ps(); T];
     let qs: [*const i8; T] = std::array::from_fn(|t| a[t].qs.as_ptr());
     let ds: [*const f32; T] = std::array::from_fn(|t| a[t].ds.as_ptr());
     let sums: [*const i32; T] = std::array::from_fn(|t| a[t].sums.as_ptr());
     for b in 0..blocks {
         prefetch_unit(g, &layout, b);
-        let (q_at, p_at) = layout.block(b);
-        // SAFETY: block b's quants and scales lie inside the group.
-        let (w, d) = unsafe {
-            let q = g.add(q_at);
-            // A loop rather than `array::from_fn`: keep the loads in this
-            // function's target features.
-            let mut w = [zero; 8];
-            for (i, w) in w.iter_mut().enumerate() {
-                *w = _mm512_loadu_si512(q.add(64 * i).cast());
-            }
-            (w, halves(g.add(p_at)))
-        };
+        // SAFETY: block b lies inside the group (the caller's contract).
+        let (w, d) = unsafe { q8_block(g, &layout, b) };
         for_each_row!(T, t, {
             // SAFETY: as in `dot_q4`.
             let (qa, da, sum) = unsafe { (qs[t].add(QK * b), *ds[t].add(2 * b), *sums[t].add(b)) };

@@ -32,6 +32,85 @@ unsafe fn row_bytes_i8(p: *const u8) -> __m512i {
     unsafe { _mm512_cvtepi8_epi32(_mm_loadu_si128(p.cast())) }
 }
 
+/// Block `b`'s `d` and `dmin` (Q4_K) or `d` (Q6_K, in the first).
+///
+/// # Safety
+/// Block `b` lies inside the group at `g` in `layout`.
+#[target_feature(enable = "avx512f,f16c")]
+#[inline]
+pub(super) unsafe fn k_scales(g: *const u8, layout: &Layout, b: usize) -> (__m512, __m512) {
+    let (_, p_at) = layout.block(b);
+    // SAFETY: block b's parts lie inside the group.
+    unsafe { (halves(g.add(p_at)), halves(g.add(p_at + 32))) }
+}
+
+/// Sub-block `j` of Q4_K block `b` (its `d`, `dmin` given): eight words
+/// of sixteen rows (word `i` elements `4i..4i+4`, 0..16), the rows'
+/// `d · sc` and `dmin · m`.
+///
+/// # Safety
+/// Block `b` lies inside the group at `g` in `layout`; `j < 8`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn q4k_sub(
+    g: *const u8,
+    layout: &Layout,
+    b: usize,
+    j: usize,
+    d: __m512,
+    dmin: __m512,
+) -> ([__m512i; 8], __m512, __m512) {
+    let low = _mm512_set1_epi8(0x0F);
+    let (q_at, p_at) = layout.block(b);
+    // SAFETY: pair j/2's quants and sub-block j's scale and min bytes.
+    unsafe {
+        let pair = g.add(q_at + 512 * (j / 2));
+        let mut w = [_mm512_setzero_si512(); 8];
+        for (c, w) in w.iter_mut().enumerate() {
+            let raw = _mm512_loadu_si512(pair.add(64 * c).cast());
+            let raw = if j % 2 == 1 {
+                _mm512_srli_epi16(raw, 4)
+            } else {
+                raw
+            };
+            *w = _mm512_and_si512(raw, low);
+        }
+        let sc = _mm512_cvtepi32_ps(row_bytes_u8(g.add(p_at + 64 + 16 * j)));
+        let m = _mm512_cvtepi32_ps(row_bytes_u8(g.add(p_at + 192 + 16 * j)));
+        (w, _mm512_mul_ps(d, sc), _mm512_mul_ps(dmin, m))
+    }
+}
+
+/// Sub-block `j` of Q6_K block `b`: eight words of sixteen rows (word `i`
+/// elements `4i..4i+4`, unsigned `q`, 0..64) and the rows' i8 scales of
+/// its two 16-element halves.
+///
+/// # Safety
+/// Block `b` lies inside the group at `g` in `layout`; `j < 8`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn q6k_sub(
+    g: *const u8,
+    layout: &Layout,
+    b: usize,
+    j: usize,
+) -> ([__m512i; 8], __m512i, __m512i) {
+    let (q_at, p_at) = layout.block(b);
+    // SAFETY: block j's quants and its two scales.
+    unsafe {
+        let words = g.add(q_at + 512 * j);
+        let mut w = [_mm512_setzero_si512(); 8];
+        for (c, w) in w.iter_mut().enumerate() {
+            *w = _mm512_loadu_si512(words.add(64 * c).cast());
+        }
+        (
+            w,
+            row_bytes_i8(g.add(p_at + 32 + 32 * j)),
+            row_bytes_i8(g.add(p_at + 48 + 32 * j)),
+        )
+    }
+}
+
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
 pub(super) unsafe fn dot_q4k<const T: usize>(
     group: &[u8],
@@ -42,35 +121,17 @@ pub(super) unsafe fn dot_q4k<const T: usize>(
 ) {
     let layout = Layout::of(DType::Q4K);
     let g = group.as_ptr();
-    let low = _mm512_set1_epi8(0x0F);
     let zero = _mm512_setzero_si512();
     let mut acc = [_mm512_setzero_ps(); T];
     let qs: [*const i8; T] = std::array::from_fn(|t| a[t].qs.as_ptr());
     let ds: [*const f32; T] = std::array::from_fn(|t| a[t].ds.as_ptr());
     for b in 0..blocks {
         prefetch_unit(g, &layout, b);
-        let (q_at, p_at) = layout.block(b);
-        // SAFETY: block b's parts lie inside the group.
-        let (d, dmin) = unsafe { (halves(g.add(p_at)), halves(g.add(p_at + 32))) };
+        // SAFETY: block b lies inside the group (the caller's contract).
+        let (d, dmin) = unsafe { k_scales(g, &layout, b) };
         for j in 0..8 {
-            // SAFETY: as above: pair j/2's quants and sub-block j's scale
-            // and min bytes.
-            let (w, scale, min) = unsafe {
-                let pair = g.add(q_at + 512 * (j / 2));
-                let mut w = [zero; 8];
-                for (c, w) in w.iter_mut().enumerate() {
-                    let raw = _mm512_loadu_si512(pair.add(64 * c).cast());
-                    let raw = if j % 2 == 1 {
-                        _mm512_srli_epi16(raw, 4)
-                    } else {
-                        raw
-                    };
-                    *w = _mm512_and_si512(raw, low);
-                }
-                let sc = _mm512_cvtepi32_ps(row_bytes_u8(g.add(p_at + 64 + 16 * j)));
-                let m = _mm512_cvtepi32_ps(row_bytes_u8(g.add(p_at + 192 + 16 * j)));
-                (w, _mm512_mul_ps(d, sc), _mm512_mul_ps(dmin, m))
-            };
+            // SAFETY: block b lies inside the group (the caller's contract).
+            let (w, scale, min) = unsafe { q4k_sub(g, &layout, b, j, d, dmin) };
             let ab = 8 * b + j;
             for_each_row!(T, t, {
                 // SAFETY: every activation row holds `8 · blocks` blocks
@@ -104,30 +165,17 @@ pub(super) unsafe fn dot_q6k<const T: usize>(
 ) {
     let layout = Layout::of(DType::Q6K);
     let g = group.as_ptr();
-    let zero = _mm512_setzero_si512();
     let mut acc = [_mm512_setzero_ps(); T];
     let qs: [*const i8; T] = std::array::from_fn(|t| a[t].qs.as_ptr());
     let ds: [*const f32; T] = std::array::from_fn(|t| a[t].ds.as_ptr());
     let halves_of: [*const i32; T] = std::array::from_fn(|t| a[t].half_sums.as_ptr());
     for b in 0..blocks {
         prefetch_unit(g, &layout, b);
-        let (q_at, p_at) = layout.block(b);
-        // SAFETY: block b's parts lie inside the group.
-        let d = unsafe { halves(g.add(p_at)) };
+        // SAFETY: block b lies inside the group (the caller's contract).
+        let (d, _) = unsafe { k_scales(g, &layout, b) };
         for j in 0..8 {
-            // SAFETY: as above: block j's quants and its two scales.
-            let (w, sc0, sc1) = unsafe {
-                let words = g.add(q_at + 512 * j);
-                let mut w = [zero; 8];
-                for (c, w) in w.iter_mut().enumerate() {
-                    *w = _mm512_loadu_si512(words.add(64 * c).cast());
-                }
-                (
-                    w,
-                    row_bytes_i8(g.add(p_at + 32 + 32 * j)),
-                    row_bytes_i8(g.add(p_at + 48 + 32 * j)),
-                )
-            };
+            // SAFETY: block b lies inside the group (the caller's contract).
+            let (w, sc0, sc1) = unsafe { q6k_sub(g, &layout, b, j) };
             let ab = 8 * b + j;
             for_each_row!(T, t, {
                 // SAFETY: every activation row holds `8 · blocks` blocks

@@ -79,6 +79,8 @@ macro_rules! for_each_row {
 }
 
 #[cfg(target_arch = "x86_64")]
+pub(crate) mod amx;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod avx512_k;
@@ -191,6 +193,73 @@ impl PackedRows {
         &self.bytes.as_slice()[g * self.group_bytes..(g + 1) * self.group_bytes]
     }
 
+    /// Whether whole tiles of [`amx::AMX_ROWS`] activation rows go
+    /// through AMX for this matrix ([`PackedRows::with_amx_group`]).
+    pub(crate) fn takes_amx(&self, isa: CheckedIsa) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let k = self.blocks * Layout::of(self.dtype).elems;
+            isa.get() == Isa::Avx512Vnni
+                && amx::takes(self.dtype, k)
+                && crate::cpu::amx::int8_available()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = isa;
+            false
+        }
+    }
+
+    /// Group `g` unpacked for AMX, lent to `f`; `None` when
+    /// [`PackedRows::takes_amx`] is false or this thread's scratch is
+    /// lent already.
+    ///
+    /// # Panics
+    /// When `g` is not a group.
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) fn with_amx_group<R>(
+        &self,
+        isa: CheckedIsa,
+        g: usize,
+        f: impl FnOnce(&amx::Unpacked) -> R,
+    ) -> Option<R> {
+        if !self.takes_amx(isa) {
+            return None;
+        }
+        // SAFETY: AMX-INT8 was granted and `isa` checked AVX-512 VNNI
+        // (`takes_amx`); the group holds `blocks` blocks of the type.
+        unsafe { amx::with_group(self.dtype, self.group(g), self.blocks, f) }
+    }
+
+    /// Whether [`PackedRows::dot_group_amx`] takes `rows` against `u`.
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) fn amx_fits(&self, u: &amx::Unpacked, rows: &amx::AmxRows<'_>) -> bool {
+        u.blocks() * QK == self.blocks * Layout::of(self.dtype).elems && u.fits(rows)
+    }
+
+    /// [`PackedRows::dot_group`] for a whole AMX tile of activation rows
+    /// against a group `u` from [`PackedRows::with_amx_group`].
+    ///
+    /// # Panics
+    /// When [`PackedRows::amx_fits`] is false (callers check it; where it
+    /// is false, `dot_group` takes the rows).
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) fn dot_group_amx(
+        &self,
+        u: &amx::Unpacked,
+        rows: &amx::AmxRows<'_>,
+        out: [&mut [f32; GROUP_ROWS]; amx::AMX_ROWS],
+        accumulate: bool,
+    ) {
+        assert!(
+            self.amx_fits(u, rows),
+            "dot_group_amx: rows or group of another width"
+        );
+        // SAFETY: `u` came from `with_amx_group` (AMX granted, AVX-512
+        // VNNI checked); the widths are checked above.
+        unsafe { u.dot(rows, out, accumulate) }
+    }
+
     /// The `T` activation rows `a` checked once against this matrix's
     /// width, for the group calls of a tile walk.
     ///
@@ -264,5 +333,7 @@ pub(crate) struct CheckedTile<'t, 'a, const T: usize> {
     blocks: usize,
 }
 
+#[cfg(all(test, target_arch = "x86_64"))]
+mod amx_tests;
 #[cfg(test)]
 mod tests;

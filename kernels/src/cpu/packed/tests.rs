@@ -11,7 +11,7 @@ use crate::cpu::dot::dot_quantized;
 use crate::cpu::quant_act::QuantizedRows;
 use crate::cpu::weight_arena::WeightArena;
 
-fn random_rows(rng: &mut ChaCha8Rng, dtype: DType, rows: usize, k: usize) -> Vec<u8> {
+pub(super) fn random_rows(rng: &mut ChaCha8Rng, dtype: DType, rows: usize, k: usize) -> Vec<u8> {
     if matches!(dtype, DType::Q4K | DType::Q6K) {
         return random_k_rows(rng, dtype, rows, k);
     }
@@ -49,7 +49,12 @@ fn random_k_rows(rng: &mut ChaCha8Rng, dtype: DType, rows: usize, k: usize) -> V
     out
 }
 
-fn quantized(rng: &mut ChaCha8Rng, isa: CheckedIsa, n: usize, k: usize) -> QuantizedRows {
+pub(super) fn quantized(
+    rng: &mut ChaCha8Rng,
+    isa: CheckedIsa,
+    n: usize,
+    k: usize,
+) -> QuantizedRows {
     let x: Vec<f32> = (0..n * k)
         .map(|i| {
             if i % 37 == 5 {
