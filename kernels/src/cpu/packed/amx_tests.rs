@@ -38,15 +38,18 @@ fn amx_tiles_match_scalar_twin_bit_for_bit() {
             for &blocks in sizes {
                 let (rows, k) = (48, blocks * elems);
                 let data = random_rows(&mut rng, dtype, rows, k);
-                let view = WeightView::new(dtype, rows, k, data.into()).unwrap();
-                let packed = PackedRows::pack(&view, &WeightArena::default()).unwrap();
+                let view = WeightView::new(dtype, rows, k, data.into())
+                    .expect("random rows of whole blocks make a view");
+                let packed = PackedRows::pack(&view, &WeightArena::default())
+                    .expect("an unlimited arena packs the rows");
                 if !packed.takes_amx(vnni) {
                     println!("{dtype}: AMX-INT8 not granted on this CPU; nothing to compare");
                     continue;
                 }
                 let q = quantized(&mut rng, vnni, AMX_ROWS, k);
                 let a: [QRow<'_>; AMX_ROWS] = std::array::from_fn(|t| q.row(t));
-                let rows_ok = AmxRows::new(&a).unwrap();
+                let rows_ok =
+                    AmxRows::new(&a).expect("rows of one quantized matrix share a stride");
                 for g in 0..packed.groups() {
                     let (group, blocks) = (packed.group(g), packed.blocks);
                     let mut want = [[0.0f32; GROUP_ROWS]; AMX_ROWS];
