@@ -5,7 +5,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use super::amx::{AmxRows, AMX_ROWS};
-use super::tests::{quantized, random_rows};
+use super::tests::{quantized, random_rows, PACKED_TYPES};
 use super::*;
 use crate::cpu::weight_arena::WeightArena;
 
@@ -19,16 +19,7 @@ fn amx_tiles_match_scalar_twin_bit_for_bit() {
     let mut checked = 0;
     // Two rounds, so each type meets a scratch another type filled.
     for _ in 0..2 {
-        for dtype in [
-            DType::Q4_0,
-            DType::Q4_1,
-            DType::Q5_0,
-            DType::Q5_1,
-            DType::Q8_0,
-            DType::IQ4NL,
-            DType::Q4K,
-            DType::Q6K,
-        ] {
+        for dtype in PACKED_TYPES {
             let elems = Layout::of(dtype).elems;
             let sizes: &[usize] = if elems > QK {
                 &[1, 3, 8]

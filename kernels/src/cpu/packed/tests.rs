@@ -7,9 +7,22 @@ use rand_chacha::ChaCha8Rng;
 
 use super::layout::has_min;
 use super::*;
+
 use crate::cpu::dot::dot_quantized;
 use crate::cpu::quant_act::QuantizedRows;
 use crate::cpu::weight_arena::WeightArena;
+
+/// Every type the group kernels pack.
+pub(super) const PACKED_TYPES: [DType; 8] = [
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+    DType::IQ4NL,
+    DType::Q4K,
+    DType::Q6K,
+];
 
 pub(super) fn random_rows(rng: &mut ChaCha8Rng, dtype: DType, rows: usize, k: usize) -> Vec<u8> {
     if matches!(dtype, DType::Q4K | DType::Q6K) {
@@ -120,16 +133,7 @@ fn simd_group_kernels_match_scalar_twin_bit_for_bit() {
         println!("AVX-512 VNNI not on this CPU: only the scalar twin runs");
     }
     let mut rng = ChaCha8Rng::seed_from_u64(3);
-    for dtype in [
-        DType::Q4_0,
-        DType::Q4_1,
-        DType::Q5_0,
-        DType::Q5_1,
-        DType::Q8_0,
-        DType::IQ4NL,
-        DType::Q4K,
-        DType::Q6K,
-    ] {
+    for dtype in PACKED_TYPES {
         let elems = Layout::of(dtype).elems;
         for rows in [16usize, 33, 48] {
             for blocks in [1usize, 2, 3, 7, 18] {
@@ -164,16 +168,7 @@ fn simd_group_kernels_match_scalar_twin_bit_for_bit() {
 fn packed_twin_agrees_with_per_row_kernel() {
     let scalar = CheckedIsa::at_most(Isa::Scalar);
     let mut rng = ChaCha8Rng::seed_from_u64(4);
-    for dtype in [
-        DType::Q4_0,
-        DType::Q4_1,
-        DType::Q5_0,
-        DType::Q5_1,
-        DType::Q8_0,
-        DType::IQ4NL,
-        DType::Q4K,
-        DType::Q6K,
-    ] {
+    for dtype in PACKED_TYPES {
         let rows = 32;
         let k = if Layout::of(dtype).elems > QK {
             3 * 256
