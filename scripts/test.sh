@@ -75,10 +75,12 @@ phase "cargo test (workspace but the kernels)" \
 # (`cargo test -p switchyard-kernels` would resolve features on its own and
 # compile the crate again); its doc tests through the workspace's.
 kernels_tests() {
-  local exe
+  local exes exe
+  # Read first, so a build that named none fails the phase.
+  exes=$(.venv/bin/python scripts/test-executables.py "$PWD/kernels/Cargo.toml" <"$side_dir/build.jsonl") || return
   while IFS= read -r exe; do
     (cd kernels && "$exe") || return
-  done < <(.venv/bin/python scripts/test-executables.py "$PWD/kernels/Cargo.toml" <"$side_dir/build.jsonl")
+  done <<<"$exes"
   cargo test --release --locked --workspace --doc -- kernels/src/
 }
 
