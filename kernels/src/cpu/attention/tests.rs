@@ -106,9 +106,10 @@ fn check(
     let mut caches: Vec<BlockTable> = Vec::new();
     for &(before, rows) in seqs {
         let kv = KvFormat::of(dtype);
-        let layout = KvLayout::new(kv, 1, n_kv_heads, head_dim, before + rows, &[]).unwrap();
+        let layout = KvLayout::new(kv, 1, n_kv_heads, head_dim, before + rows, &[])
+            .expect("a layout of whole heads");
         let mut cache = BlockTable::new(layout);
-        grow(&mut store, &mut cache, before + rows).unwrap();
+        grow(&mut store, &mut cache, before + rows).expect("an unlimited store grows");
         if before > 0 {
             let mut act = |cols, range| act_from(before, cols, random(rng, before * cols, range));
             let (q, k, v) = (act(q_cols, 1.0), act(kv_cols, 1.0), act(kv_cols, 1.0));
@@ -119,7 +120,8 @@ fn check(
                 rows: 0..before,
                 start_pos: 0,
             }];
-            attention(&pool, isa, call, &mut store, &seq, &mut out).unwrap();
+            attention(&pool, isa, call, &mut store, &seq, &mut out)
+                .expect("the rows fit the caches and the call\'s shape");
         }
         caches.push(cache);
     }
@@ -146,7 +148,8 @@ fn check(
             })
             .collect();
         let call = layer0(shape, &q, &k, &v, products);
-        attention(&pool, isa, call, &mut store, &seq_rows, &mut out).unwrap();
+        attention(&pool, isa, call, &mut store, &seq_rows, &mut out)
+            .expect("the rows fit the caches and the call\'s shape");
     }
     let group = n_heads / n_kv_heads;
     let mut want = vec![0.0f32; head_dim];
@@ -326,10 +329,11 @@ fn overlapping_sequences_are_refused() {
     let x = CpuActivations::zeros(3, 4);
     let mut out = CpuActivations::zeros(3, 4);
     let mut store = CpuKvStore::default();
-    let layout = KvLayout::new(KvFormat::of(KvType::F32), 1, 1, 4, 4, &[]).unwrap();
+    let layout =
+        KvLayout::new(KvFormat::of(KvType::F32), 1, 1, 4, 4, &[]).expect("a layout of whole heads");
     let (mut a, mut b) = (BlockTable::new(layout.clone()), BlockTable::new(layout));
-    grow(&mut store, &mut a, 4).unwrap();
-    grow(&mut store, &mut b, 4).unwrap();
+    grow(&mut store, &mut a, 4).expect("an unlimited store grows");
+    grow(&mut store, &mut b, 4).expect("an unlimited store grows");
     let seqs = [
         SeqRows {
             table: &a,
@@ -361,9 +365,10 @@ fn a_block_written_by_one_sequence_and_read_by_another_is_refused() {
     let x = CpuActivations::zeros(2, 4);
     let mut out = CpuActivations::zeros(2, 4);
     let mut store = CpuKvStore::default();
-    let layout = KvLayout::new(KvFormat::of(KvType::F32), 1, 1, 4, 4, &[]).unwrap();
+    let layout =
+        KvLayout::new(KvFormat::of(KvType::F32), 1, 1, 4, 4, &[]).expect("a layout of whole heads");
     let mut a = BlockTable::new(layout);
-    grow(&mut store, &mut a, 4).unwrap();
+    grow(&mut store, &mut a, 4).expect("an unlimited store grows");
     // Two tables naming one block: what a shared prompt block is.
     let b = a.clone();
     let seq = |table, row: usize, start_pos| SeqRows {
@@ -379,9 +384,12 @@ fn a_block_written_by_one_sequence_and_read_by_another_is_refused() {
     // Alone, each may write it (the engine decides who holds it).
     assert!(attention(&pool, isa, call, &mut store, &both[..1], &mut out).is_ok());
     // A table naming a block the store does not hold is refused.
-    let mut stale =
-        BlockTable::new(KvLayout::new(KvFormat::of(KvType::F32), 1, 1, 4, 4, &[]).unwrap());
-    stale.push(0, crate::kv::BlockId(99)).unwrap();
+    let mut stale = BlockTable::new(
+        KvLayout::new(KvFormat::of(KvType::F32), 1, 1, 4, 4, &[]).expect("a layout of whole heads"),
+    );
+    stale
+        .push(0, crate::kv::BlockId(99))
+        .expect("a table takes any block id");
     let err = attention(&pool, isa, call, &mut store, &[seq(&stale, 0, 0)], &mut out).unwrap_err();
     assert!(err.to_string().contains("no block"), "{err}");
 }

@@ -142,8 +142,10 @@ fn simd_group_kernels_match_scalar_twin_bit_for_bit() {
                 }
                 let k = blocks * elems;
                 let data = random_rows(&mut rng, dtype, rows, k);
-                let view = WeightView::new(dtype, rows, k, data.into()).unwrap();
-                let packed = PackedRows::pack(&view, &WeightArena::default()).unwrap();
+                let view = WeightView::new(dtype, rows, k, data.into())
+                    .expect("random rows of whole blocks make a view");
+                let packed = PackedRows::pack(&view, &WeightArena::default())
+                    .expect("an unlimited arena packs the rows");
                 assert_eq!(packed.rows(), rows / 16 * 16);
                 let q = quantized(&mut rng, vnni, 16, k);
                 check::<1>(&packed, &q, simd);
@@ -177,8 +179,10 @@ fn packed_twin_agrees_with_per_row_kernel() {
         };
         let blocks = k / Layout::of(dtype).elems;
         let data = random_rows(&mut rng, dtype, rows, k);
-        let view = WeightView::new(dtype, rows, k, data.clone().into()).unwrap();
-        let packed = PackedRows::pack(&view, &WeightArena::default()).unwrap();
+        let view = WeightView::new(dtype, rows, k, data.clone().into())
+            .expect("random rows of whole blocks make a view");
+        let packed = PackedRows::pack(&view, &WeightArena::default())
+            .expect("an unlimited arena packs the rows");
         let q = quantized(&mut rng, scalar, 1, k);
         let a = [q.row(0)];
         let mut per_row = vec![0.0f32; rows];
