@@ -35,7 +35,7 @@ use std::marker::PhantomData;
 
 use super::avx512::{nibble_block, q8_block, store};
 use super::avx512_k::{k_scales, q4k_sub, q6k_sub};
-use super::layout::{quant_offset, Layout, GROUP_ROWS};
+use super::layout::{is_packed_type, quant_offset, Layout, GROUP_ROWS};
 use crate::cpu::amx::configure;
 use crate::cpu::quant_act::QRow;
 use crate::formats::blocks::QK;
@@ -130,18 +130,7 @@ thread_local! {
 /// blocks per row: every packed type, when a row is whole tile rows (an
 /// even number of 32-element blocks).
 pub(crate) fn takes(dtype: DType, elems_per_row: usize) -> bool {
-    (elems_per_row / QK).is_multiple_of(2)
-        && matches!(
-            dtype,
-            DType::Q4_0
-                | DType::Q4_1
-                | DType::Q5_0
-                | DType::Q5_1
-                | DType::Q8_0
-                | DType::IQ4NL
-                | DType::Q4K
-                | DType::Q6K
-        )
+    (elems_per_row / QK).is_multiple_of(2) && is_packed_type(dtype)
 }
 
 /// Unpacks `group` (`blocks` of `dtype`'s blocks) into this thread's

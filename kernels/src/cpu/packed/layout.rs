@@ -66,6 +66,21 @@ impl Layout {
     }
 }
 
+/// The types repacked into groups.
+pub(super) const fn is_packed_type(dtype: DType) -> bool {
+    matches!(
+        dtype,
+        DType::Q4_0
+            | DType::Q4_1
+            | DType::Q5_0
+            | DType::Q5_1
+            | DType::Q8_0
+            | DType::IQ4NL
+            | DType::Q4K
+            | DType::Q6K
+    )
+}
+
 /// Whether `dtype` stores a per-block min (Q4_1, Q5_1).
 pub(crate) const fn has_min(dtype: DType) -> bool {
     matches!(dtype, DType::Q4_1 | DType::Q5_1)

@@ -94,8 +94,8 @@ use super::weight_arena::{ArenaBytes, WeightArena};
 use super::Isa;
 use crate::formats::blocks::QK;
 use crate::{DType, WeightView};
-use layout::Layout;
 pub(crate) use layout::GROUP_ROWS;
+use layout::{is_packed_type, Layout};
 
 /// The groups of a repacked matrix; see the module documentation.
 pub(crate) struct PackedRows {
@@ -116,21 +116,6 @@ impl std::fmt::Debug for PackedRows {
             .field("blocks", &self.blocks)
             .finish()
     }
-}
-
-/// The types repacked into groups.
-const fn is_packed_type(dtype: DType) -> bool {
-    matches!(
-        dtype,
-        DType::Q4_0
-            | DType::Q4_1
-            | DType::Q5_0
-            | DType::Q5_1
-            | DType::Q8_0
-            | DType::IQ4NL
-            | DType::Q4K
-            | DType::Q6K
-    )
 }
 
 /// Whether matrices of `dtype` are repacked for `isa`: the group kernels
