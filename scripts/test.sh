@@ -137,7 +137,12 @@ wait_cuda_checks() {
 }
 
 export SWITCHYARD_BIN="$target/release/switchyard"
-pytest=(.venv/bin/python -m pytest -q tests/python)
+# Each pytest run starts by emptying its base folder, so a machine keeps one run's
+# files at most (pytest's default keeps three runs under /tmp, gigabytes of model
+# copies each, and a CI run once met a full disk); a passing test's own folder
+# goes as soon as it ends.
+pytest=(.venv/bin/python -m pytest -q tests/python --basetemp "$side_dir/pytest"
+  -o tmp_path_retention_policy=failed)
 # pytest exits 5 when the arguments select no test of a phase.
 selected() { "$@" || [[ $? == 5 ]]; }
 python_rc=0
