@@ -1,6 +1,7 @@
-//! The cascade's handoff (`handoff = true` under `min_margin`): a deferred answer the
-//! engine stopped at its first unsure token is not thrown away. The next model is given
-//! the prompt and the answer's sure part (every token before the unsure one) as the
+//! The cascade's handoff (`handoff = true` under `min_margin`): a deferred answer is not
+//! thrown away. The engine stopped it at its first unsure token (or it ended there); the
+//! next model is given the prompt and the answer's sure part (every token before the
+//! unsure one) as the
 //! start of its answer ([`GenerationRequest::answer_prefix`]) and continues it; the
 //! response is the kept part followed by the continuation. A whole answer gets the kept
 //! text and tokens in front of the continuation's; a stream sends the kept tokens first
@@ -13,9 +14,7 @@
 //! deferred attempt.
 
 use futures_util::stream::{self, StreamExt};
-use switchyard_seam::{
-    FinishReason, GeneratedToken, GenerationEvent, GenerationRequest, ModelSpec,
-};
+use switchyard_seam::{GeneratedToken, GenerationEvent, GenerationRequest, ModelSpec, UnsureStop};
 
 use crate::openai::tail::choice::{merge, Choice, MergedEvents};
 use crate::openai::tail::finished::Finished;
@@ -29,19 +28,27 @@ pub struct Handoff {
 }
 
 impl Handoff {
-    /// The handoff of `finished` (every choice of one answer, in order) when the engine
-    /// stopped each choice at its first unsure token (`FinishReason::Unsure`): each keeps
-    /// its tokens before that one. `None` when some choice ended otherwise (it has no
-    /// unsure token to continue from): the deferral starts the answer from scratch.
-    pub fn of(finished: &[Finished]) -> Option<Handoff> {
-        let stopped = |f: &Finished| f.finish_reason == FinishReason::Unsure;
-        if finished.is_empty() || !finished.iter().all(stopped) {
+    /// The handoff of `finished` (every choice of one answer, in order) judged by `stop`
+    /// (the cascade's unsure stop): each choice keeps its tokens before its first token
+    /// `stop` finds too unsure. That is the token the engine stopped it at, or, when it
+    /// ended at the same token for another reason (the unsure token was the line break a
+    /// stop string matched, or the end of the sequence), that last one: then the whole
+    /// answer is kept and the next model continues after it. A choice without an unsure
+    /// token keeps all of it. `None` when no choice has one (no tokens, or no margins
+    /// measured): the deferral starts the answer from scratch.
+    pub fn of(finished: &[Finished], stop: &UnsureStop) -> Option<Handoff> {
+        let unsure = |f: &Finished| {
+            f.tokens
+                .iter()
+                .position(|t| t.margin.is_some_and(|m| stop.stops(&m)))
+        };
+        if !finished.iter().any(|f| unsure(f).is_some()) {
             return None;
         }
         let kept = finished
             .iter()
             .map(|f| {
-                let sure = f.tokens.len().saturating_sub(1);
+                let sure = unsure(f).unwrap_or(f.tokens.len());
                 f.tokens.get(..sure).unwrap_or_default().to_vec()
             })
             .collect();
@@ -54,8 +61,8 @@ impl Handoff {
     }
 
     /// Sets each request's [`GenerationRequest::answer_prefix`] to its choice's kept
-    /// text, and takes the kept tokens off its `max_tokens` (the unsure token was one of
-    /// them too, so at least one is left).
+    /// text, and takes the kept tokens off its `max_tokens` (at least one is left to
+    /// continue with).
     pub fn apply(&self, requests: &mut [GenerationRequest]) {
         for (request, kept) in requests.iter_mut().zip(&self.kept) {
             let text = kept_text(kept);
@@ -122,24 +129,43 @@ fn kept_text(tokens: &[GeneratedToken]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use switchyard_seam::{Prompt, Usage};
+    use switchyard_seam::{FinishReason, MarginStatistic, Prompt, TokenMargin, Usage};
 
-    fn token(text: &str, id: u32) -> GeneratedToken {
+    const STOP: UnsureStop = UnsureStop {
+        statistic: MarginStatistic::Margin,
+        min: 0.5,
+        every_token: true,
+    };
+
+    /// A token; `unsure`: its margin is below [`STOP`]'s threshold.
+    fn token(text: &str, id: u32, unsure: bool) -> GeneratedToken {
         GeneratedToken {
             text: text.to_owned(),
             id,
             logprob: None,
             top_logprobs: Vec::new(),
-            margin: None,
+            margin: Some(TokenMargin {
+                margin: if unsure { 0.25 } else { 2.0 },
+                entropy: 0.5,
+            }),
         }
     }
 
-    fn finished(index: u32, texts: &[&str], finish_reason: FinishReason) -> Finished {
+    /// A choice of `texts`, the token at `unsure` (if any) too unsure.
+    fn finished(
+        index: u32,
+        texts: &[&str],
+        unsure: Option<usize>,
+        reason: FinishReason,
+    ) -> Finished {
         Finished {
             index,
             text: texts.concat(),
-            tokens: (0u32..).zip(texts).map(|(id, t)| token(t, id)).collect(),
-            finish_reason,
+            tokens: (0u32..)
+                .zip(texts)
+                .map(|(id, t)| token(t, id, unsure == Some(id as usize)))
+                .collect(),
+            finish_reason: reason,
             usage: Usage::default(),
             confidence: None,
         }
@@ -150,9 +176,10 @@ mod tests {
         let stopped = [finished(
             0,
             &[" The", " letter", " q"],
+            Some(2),
             FinishReason::Unsure,
         )];
-        let handoff = Handoff::of(&stopped).expect("every choice stopped unsure");
+        let handoff = Handoff::of(&stopped, &STOP).expect("a choice has an unsure token");
         assert_eq!(handoff.kept_counts(), vec![2]);
         let mut requests = vec![GenerationRequest {
             request_id: "r".to_owned(),
@@ -175,7 +202,7 @@ mod tests {
         handoff.apply(&mut requests);
         assert_eq!(requests[0].answer_prefix.as_deref(), Some(" The letter"));
         assert_eq!(requests[0].max_tokens, Some(6), "8 asked, 2 kept");
-        let mut answer = [finished(0, &[" b", "."], FinishReason::Stop)];
+        let mut answer = [finished(0, &[" b", "."], None, FinishReason::Stop)];
         handoff.prepend(&mut answer);
         assert_eq!(answer[0].text, " The letter b.");
         let texts: Vec<&str> = answer[0].tokens.iter().map(|t| t.text.as_str()).collect();
@@ -183,16 +210,33 @@ mod tests {
     }
 
     #[test]
-    fn an_answer_that_ended_otherwise_starts_again_from_scratch() {
-        let mixed = [
-            finished(0, &[" a", " b"], FinishReason::Unsure),
-            finished(1, &[" c"], FinishReason::Stop),
+    fn an_answer_unsure_only_at_its_end_is_kept_whole() {
+        // The line break a stop string matched was the unsure token: the engine ended
+        // the answer there as `Stop` (its text held back), and all of it is kept.
+        let ended = [finished(0, &[" a", " b.", ""], Some(2), FinishReason::Stop)];
+        let handoff = Handoff::of(&ended, &STOP).expect("the last token is unsure");
+        assert_eq!(handoff.kept_counts(), vec![2]);
+        // Several choices: each keeps its own sure part; one without an unsure token
+        // keeps all of it.
+        let two = [
+            finished(0, &[" a", " b"], Some(1), FinishReason::Unsure),
+            finished(1, &[" c", " d"], None, FinishReason::Stop),
         ];
-        assert_eq!(Handoff::of(&mixed), None);
-        assert_eq!(Handoff::of(&[]), None);
+        let handoff = Handoff::of(&two, &STOP).expect("a choice has an unsure token");
+        assert_eq!(handoff.kept_counts(), vec![1, 2]);
+    }
+
+    #[test]
+    fn without_an_unsure_token_the_next_model_starts_from_scratch() {
+        let sure = [finished(0, &[" a", " b"], None, FinishReason::Stop)];
+        assert_eq!(Handoff::of(&sure, &STOP), None);
+        assert_eq!(Handoff::of(&[], &STOP), None);
         // An answer unsure at its first token keeps nothing: no prefix is written.
-        let first =
-            Handoff::of(&[finished(0, &[" x"], FinishReason::Unsure)]).expect("stopped unsure");
+        let first = Handoff::of(
+            &[finished(0, &[" x"], Some(0), FinishReason::Unsure)],
+            &STOP,
+        )
+        .expect("stopped unsure");
         assert_eq!(first.kept_counts(), vec![0]);
     }
 }

@@ -71,7 +71,7 @@ pub enum Next {
 
 /// Judges a cascade step's finished answers (when the step is judged). Deferred, the
 /// request goes to the next model: handed off ([`Handoff`]) when the policy says so and
-/// the engine stopped every choice at its first unsure token, otherwise from scratch.
+/// some choice has a token below the threshold, otherwise from scratch.
 /// An answer the engine stopped early that is not deferred after all (the next model
 /// could not take it, or the policy changed in between) is asked again in full (its
 /// prompt mostly from the prompt cache), unjudged.
@@ -80,11 +80,13 @@ pub fn judge_finished(routed: &RoutedRequest, finished: &[Finished], usage: Usag
         .iter()
         .any(|f| f.finish_reason == FinishReason::Unsure);
     let evidence = Evidence::Answer(least_confidence(finished));
+    // Read before the verdict: a deferral moves the request to the next step.
+    let handoff_stop = routed
+        .hands_off_in_cascade()
+        .then(|| routed.unsure_stop())
+        .flatten();
     if let Some(verdict) = routed.judge_in_cascade(evidence) {
-        let handoff = routed
-            .hands_off_in_cascade()
-            .then(|| Handoff::of(finished))
-            .flatten();
+        let handoff = handoff_stop.and_then(|stop| Handoff::of(finished, &stop));
         let kept = handoff.as_ref().map(Handoff::kept_counts);
         if routed.defer_in_cascade(verdict, usage, stopped_early, kept.as_deref()) {
             return handoff.map_or(Next::Again, Next::HandOff);
