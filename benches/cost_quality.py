@@ -1092,7 +1092,11 @@ def main() -> int:
             cal_idx, test_idx = halves(result)
             cal_rows = [rows[i] for i in cal_idx]
             plain = pick_threshold(cs.with_signals(cal_rows, cs.Logistic(cal_rows)), "min_margin", pricing)
-            outcomes = handoff_outcomes(server, [items[i] for i in cal_idx], cal_rows, result["max_tokens"])
+            # Greedy answers: a previous pass's handoff outcomes on the calibration half are
+            # the same (its engine costs are that pass's); asked again only when missing.
+            outcomes = (result.get("handoff") or {}).get("calibration", {}).get("outcomes")
+            if not outcomes or len(outcomes) != len(cal_rows):
+                outcomes = handoff_outcomes(server, [items[i] for i in cal_idx], cal_rows, result["max_tokens"])
             picked = pick_handoff_threshold(cal_rows, outcomes, pricing)
             if picked is None or plain is None:
                 continue
