@@ -780,22 +780,29 @@ def by_signal(rows: list[dict], signal: str, threshold: float, pricing: Pricing)
     return cascade_with(rows, deferred, pricing, signal, threshold)
 
 
-def pick_threshold(rows: list[dict], signal: str, pricing: Pricing) -> tuple[float, dict] | None:
-    """The threshold on `signal` that makes the cascade cheapest on `rows` while it stays
-    at >= 95% of Gemma's accuracy there (halfway between neighbouring values; ties: the
-    fewest deferred), as `switchyard calibrate --of-strong` chooses; None if none does."""
+def cheapest_threshold(rows: list[dict], values: list[float], point_at) -> tuple[float, dict] | None:
+    """The threshold (halfway between neighbouring `values`, or below or above them all)
+    whose cascade `point_at(threshold)` is cheapest on `rows` while it stays at >= 95% of
+    Gemma's accuracy there (ties: the fewest deferred); None if none does."""
     strong = sum(r["gemma"] for r in rows) / len(rows)
-    values = sorted({r["signals"][signal] for r in rows if math.isfinite(r["signals"][signal])})
+    values = sorted({v for v in values if math.isfinite(v)})
     candidates = [float("-inf")] + [(a + b) / 2 for a, b in zip(values, values[1:])]
     candidates += [values[-1] + 1.0] if values else []
     best = None
     for t in candidates:
-        point = by_signal(rows, signal, t, pricing)
+        point = point_at(t)
         if point["acc"] >= GOAL * strong - 1e-9:
             key = (round(point["cost"], 9), point["strong_share"])
             if best is None or key < best[0]:
                 best = (key, t, point)
     return (best[1], best[2]) if best else None
+
+
+def pick_threshold(rows: list[dict], signal: str, pricing: Pricing) -> tuple[float, dict] | None:
+    """The threshold on `signal` that makes the cascade cheapest on `rows` while it stays
+    at >= 95% of Gemma's accuracy there, as `switchyard calibrate --of-strong` chooses."""
+    return cheapest_threshold(rows, [r["signals"][signal] for r in rows],
+                              lambda t: by_signal(rows, signal, t, pricing))
 
 
 def signal_lines(suite: str, rows: list[dict], cal_rows: list[dict], test_rows: list[dict],
@@ -935,20 +942,10 @@ def handoff_point(rows: list[dict], outcomes: list[dict], threshold: float, pric
 
 def pick_handoff_threshold(rows: list[dict], outcomes: list[dict], pricing: Pricing) -> tuple[float, dict] | None:
     """The `min_margin` threshold that makes the cascade with a handoff cheapest on the
-    calibration rows while it stays at >= 95% of Gemma's accuracy there (halfway between
-    neighbouring values; ties: the fewest deferred), as `pick_threshold` chooses for
-    plain deferrals; None if none does."""
-    strong = sum(r["gemma"] for r in rows) / len(rows)
-    values = sorted({r["stats"]["min_margin"] for r in rows if math.isfinite(r["stats"]["min_margin"])})
-    candidates = [(a + b) / 2 for a, b in zip(values, values[1:])] + ([values[-1] + 1.0] if values else [])
-    best = None
-    for t in candidates:
-        point = handoff_point(rows, outcomes, t, pricing)
-        if point["acc"] >= GOAL * strong - 1e-9:
-            key = (round(point["cost"], 9), point["strong_share"])
-            if best is None or key < best[0]:
-                best = (key, t, point)
-    return (best[1], best[2]) if best else None
+    calibration rows while it stays at >= 95% of Gemma's accuracy there, as
+    `pick_threshold` chooses for plain deferrals."""
+    return cheapest_threshold(rows, [r["stats"]["min_margin"] for r in rows],
+                              lambda t: handoff_point(rows, outcomes, t, pricing))
 
 
 def handoff_live(server: Server, items: list[dict], threshold: float, max_tokens: int) -> list[dict]:
