@@ -72,11 +72,18 @@ on the test half, the cascade there with the threshold chosen on the
 calibration half, the same with the halves swapped, and the cheapest threshold
 in hindsight.
 
-The handoff (`--handoff`, on a run saved under --out): the held-out
-`min_margin` cascade where a deferral asks Gemma to continue SmolLM2's answer
-from its first unsure token instead of answering from scratch, emulated from
-the client (the server does not do it), with the test half asked again in the
-same pass so its costs compare.
+The handoff (`--handoff`, on a run saved under --out): the server's
+`handoff = true` under `min_margin` (a deferral stops SmolLM2 at its first
+token below the threshold and Gemma continues SmolLM2's tokens before it),
+live on the held-out half. Its threshold is calibrated for the handoff on the
+calibration half: for every place a threshold can stop a calibration answer
+(the tokens whose margin is below every earlier one's), Gemma is asked to
+continue SmolLM2's answer from there (the text the server would hand it),
+scored and priced by the engine; the cheapest threshold at >= 95% of Gemma's
+accuracy there goes into the policy. The live run with the threshold
+calibrated for plain deferrals is measured beside it, and the test half's
+SmolLM2 and Gemma answers are asked again in the same pass so the costs
+compare.
 
 Metrics (RouteLLM's evaluate.py): the router's accuracy at strong-call shares
 0, 0.05, ..., 1; PGR = (acc - acc_cheap) / (acc_strong - acc_cheap); APGR =
@@ -138,6 +145,7 @@ SUITES = ["country-gen", "letter-gen", "geo-gen", "arith-gen", "country-sentence
 GROUPS = {s: [("Common words (the first 118 items)", 0, 118), ("iso-codes words (the rest)", 118, None)]
           for s in ("letter-gen", "letter-sentence-gen")}
 SPENT = re.compile(r"\((\d+) prompt \+ (\d+) generated tokens\)")
+HANDOFF = re.compile(r"\bkept=(\d+)\b")
 STEP_METRIC = re.compile(r'^switchyard_step_seconds_(sum|count)\{model="([^"]+)",version="[^"]*"\} (\S+)$')
 
 
@@ -154,14 +162,15 @@ def normalize(text: str) -> str:
     return text[:-1] if text.endswith(".") else text
 
 
-def policy(statistic: str, min_confidence: float) -> str:
+def policy(statistic: str, min_confidence: float, handoff: bool = False) -> str:
     models = ""
     for name in ("smol", "gemma"):
         models += (f'[[models]]\nname = "{name}"\nversion = "1"\n'
                    f"cost_per_1k_input = 0.001\ncost_per_1k_output = 0.001\n"
                    f"quality = {DECLARED[name]}\ncontext_limit = 2048\n\n")
     return (f"[routing]\nallow_anonymous = true\n\n{models}"
-            f'[cascade]\nmodels = ["smol", "gemma"]\nconfidence = "{statistic}"\nmin_confidence = {min_confidence!r}\n')
+            f'[cascade]\nmodels = ["smol", "gemma"]\nconfidence = "{statistic}"\nmin_confidence = {min_confidence!r}\n'
+            + ("handoff = true\n" if handoff else ""))
 
 
 class Server:
@@ -538,17 +547,20 @@ def calibrate(binary: Path, rows: list[dict], work: Path, policy_file: Path | No
                              for s in results}}
 
 
-def live_cascade(server: Server, items: list[dict], max_tokens: int) -> list[dict]:
+def live_cascade(server: Server, items: list[dict], max_tokens: int, salt: str = "live") -> list[dict]:
     """The real cascade on `items`, in a prompt-cache scope of its own: per item, right or
-    not, deferred or not, stopped early or not, and what each model spent on it (measured
-    by the engine; tokens as `usage` and `x-switchyard-cascade` report them)."""
+    not, deferred or not, stopped early or not, handed off or not (and how many of
+    SmolLM2's tokens were kept, `x-switchyard-handoff`), and what each model spent on it
+    (measured by the engine; tokens as `usage` and `x-switchyard-cascade` report them)."""
     out = []
     for item in items:
-        (text, usage, headers, _, _, _), engine = server.measured("auto", item["prompt"], "live", max_tokens)
+        (text, usage, headers, _, _, _), engine = server.measured("auto", item["prompt"], salt, max_tokens)
         verdict = headers["x-switchyard-cascade"]
+        handoff = HANDOFF.search(headers.get("x-switchyard-handoff", ""))
         record = {"correct": normalize(text) == normalize(item["answer"]),
                   "deferred": verdict.startswith("deferred"),
-                  "early": "the attempt stopped" in verdict, "verdict": verdict}
+                  "early": "the attempt stopped" in verdict, "verdict": verdict, "text": text,
+                  "kept": int(handoff.group(1)) if handoff else None}
         if record["deferred"]:
             attempt = SPENT.search(verdict)
             assert attempt, verdict
@@ -686,8 +698,8 @@ def report(suite: str, result: dict, out: Path, pricing: Pricing, views: dict[st
     cal_idx, test_idx = halves(result)
     cal_rows, test_rows = [rows[i] for i in cal_idx], [rows[i] for i in test_idx]
     if strong > weak and single(cal_rows, pricing)["strong"] > single(cal_rows, pricing)["weak"]:
-        lines += signal_lines(suite, rows, cal_rows, test_rows, pricing, result.get("unit_costs"))
-    if result.get("handoff"):
+        lines += signal_lines(suite, rows, cal_rows, test_rows, pricing)
+    if result.get("handoff") and "live" in result["handoff"]:
         lines += handoff_lines(test_rows, result, pricing)
     if held:
         h = single(test_rows, pricing)
@@ -739,16 +751,15 @@ def report(suite: str, result: dict, out: Path, pricing: Pricing, views: dict[st
         h = single(test_rows, pricing)
         plot["live cascade, held out"] = [(live["cost"] / h["cost_strong"] * s["cost_strong"],
                                            live["acc"] / h["strong"] * strong if h["strong"] else live["acc"])]
-    if result.get("handoff"):
+    if result.get("handoff") and "live" in result["handoff"]:
         # Its own pass's costs, placed on the whole suite's always-Gemma cost by their ratio.
         run = result["handoff"]
         hh = single(run["rows"], pricing)
-        acc = sum(r["correct"] for r in run["items"]) / len(run["items"])
-        cost = sum(pricing.cheap(row, r["deferred"], "min_margin", run["threshold"])
-                   + (pricing.of("gemma", r["spent"]["gemma"]) if r["deferred"] else 0.0)
-                   for row, r in zip(run["rows"], run["items"])) / len(run["items"])
-        plot["handoff (emulated), held out"] = [(cost / hh["cost_strong"] * s["cost_strong"],
-                                                 acc / hh["strong"] * strong if hh["strong"] else acc)]
+        for name, live_run in run["live"].items():
+            summary = live_summary(live_run, pricing)
+            plot[f"handoff, held out ({name})"] = [
+                (summary["cost"] / hh["cost_strong"] * s["cost_strong"],
+                 summary["acc"] / hh["strong"] * strong if hh["strong"] else summary["acc"])]
     svg(out / f"cost_quality_{suite}.svg", f"{suite}: accuracy against cost ({pricing.unit})",
         strong, s["cost_strong"], plot)
     return lines
@@ -769,17 +780,17 @@ def by_signal(rows: list[dict], signal: str, threshold: float, pricing: Pricing)
     return cascade_with(rows, deferred, pricing, signal, threshold)
 
 
-def pick_threshold(rows: list[dict], signal: str, pricing: Pricing) -> tuple[float, dict] | None:
-    """The threshold on `signal` that makes the cascade cheapest on `rows` while it stays
-    at >= 95% of Gemma's accuracy there (halfway between neighbouring values; ties: the
-    fewest deferred), as `switchyard calibrate --of-strong` chooses; None if none does."""
+def cheapest_threshold(rows: list[dict], values: list[float], point_at) -> tuple[float, dict] | None:
+    """The threshold (halfway between neighbouring `values`, or below or above them all)
+    whose cascade `point_at(threshold)` is cheapest on `rows` while it stays at >= 95% of
+    Gemma's accuracy there (ties: the fewest deferred); None if none does."""
     strong = sum(r["gemma"] for r in rows) / len(rows)
-    values = sorted({r["signals"][signal] for r in rows if math.isfinite(r["signals"][signal])})
+    values = sorted({v for v in values if math.isfinite(v)})
     candidates = [float("-inf")] + [(a + b) / 2 for a, b in zip(values, values[1:])]
     candidates += [values[-1] + 1.0] if values else []
     best = None
     for t in candidates:
-        point = by_signal(rows, signal, t, pricing)
+        point = point_at(t)
         if point["acc"] >= GOAL * strong - 1e-9:
             key = (round(point["cost"], 9), point["strong_share"])
             if best is None or key < best[0]:
@@ -787,37 +798,15 @@ def pick_threshold(rows: list[dict], signal: str, pricing: Pricing) -> tuple[flo
     return (best[1], best[2]) if best else None
 
 
-def units_of(units: dict | None) -> dict | None:
-    return units if units and "smol" in units and "gemma" in units else None
-
-
-def handoff_estimate(rows: list[dict], threshold: float, pricing: Pricing, units: dict, h: dict) -> str:
-    """An estimate, not a measurement (nothing of it is built): what the held-out
-    `min_margin` cascade would cost if a deferral handed Gemma SmolLM2's answer up to its
-    first unsure token as part of the prompt, so Gemma prefilled those tokens (a prompt
-    token's cost each) instead of decoding them (a decode step each), assuming Gemma then
-    writes the rest of its own answer."""
-    saved_per_token = units["gemma"]["decode_1"] - units["gemma"]["prompt"]
-    total, deferred = 0.0, 0
-    for r in rows:
-        if r["signals"]["min_margin"] >= threshold:
-            total += pricing.cheap(r, False, "min_margin")
-            continue
-        deferred += 1
-        margins = r.get("margins") or []
-        sure = next((i for i, m in enumerate(margins) if m is not None and m < threshold), len(margins))
-        gemma = max(pricing.strong(r) - sure * saved_per_token, 0.0)
-        total += pricing.cheap(r, True, "min_margin", threshold) + gemma
-    if pricing.mode != "engine":
-        return ""
-    return (f"Estimate (not built): if a deferral handed Gemma SmolLM2's answer up to its first unsure "
-            f"token, prefilled at {units['gemma']['prompt']:.2f} ms a token instead of decoded at "
-            f"{units['gemma']['decode_1']:.2f} ms, the held-out `min_margin` cascade ({deferred} deferred) "
-            f"would cost about {total / len(rows) / h['cost_strong']:.0%} of always-Gemma, accuracy as measured.")
+def pick_threshold(rows: list[dict], signal: str, pricing: Pricing) -> tuple[float, dict] | None:
+    """The threshold on `signal` that makes the cascade cheapest on `rows` while it stays
+    at >= 95% of Gemma's accuracy there, as `switchyard calibrate --of-strong` chooses."""
+    return cheapest_threshold(rows, [r["signals"][signal] for r in rows],
+                              lambda t: by_signal(rows, signal, t, pricing))
 
 
 def signal_lines(suite: str, rows: list[dict], cal_rows: list[dict], test_rows: list[dict],
-                 pricing: Pricing, result_units: dict | None = None) -> list[str]:
+                 pricing: Pricing) -> list[str]:
     """Every deferral signal judged held out: fitted and thresholded on the calibration
     half, measured on the test half (AUROC for "SmolLM2 right", and the cascade's
     accuracy and cost there), beside the perfect signal's bound on the test half."""
@@ -864,10 +853,6 @@ def signal_lines(suite: str, rows: list[dict], cal_rows: list[dict], test_rows: 
             continue
         lines.append(f"| {signal} | {area:.3f} | {point['threshold']:.4g} | {point['strong_share']:.0%} | "
                      f"{point['acc_of']:.0%} | {point['cost_of']:.0%} | {swap} | {hind} |")
-    units = units_of(result_units)
-    point = held(cal, test, "min_margin", h)
-    if units and point:
-        lines += ["", handoff_estimate(test, point["threshold"], pricing, units, h)]
     for name, lo, hi in GROUPS.get(suite, []):
         part = rows[lo:hi]
         if part:
@@ -885,58 +870,127 @@ def signal_lines(suite: str, rows: list[dict], cal_rows: list[dict], test_rows: 
     return lines
 
 
-def handoff(server: Server, items: list[dict], rows: list[dict], threshold: float, max_tokens: int) -> list[dict]:
-    """The held-out `min_margin` cascade with a handoff, emulated from the client (the
-    server does not do it): an answer whose smallest margin is below `threshold` is
-    deferred at its first unsure token, and Gemma is asked to continue SmolLM2's answer
-    up to that token (appended to the prompt) instead of answering from scratch. The
-    answer is the kept prefix and Gemma's continuation; Gemma's part is what the engine
-    measured for that request. SmolLM2's prefix is asked again (`max_tokens` = the sure
-    tokens) only to get its text: the server would have it already, so that request is
-    not counted; the attempt is priced as the report prices a `min_margin` deferral."""
-    out = []
-    for item, row in zip(items, rows):
-        margins = row.get("margins") or []
-        unsure = next((i for i, m in enumerate(margins) if m is not None and m < threshold), None)
-        if unsure is None:
-            out.append({"deferred": False, "correct": row["smol"]})
-            continue
-        prefix = server.complete("smol", item["prompt"], "handoff-prefix", unsure)[0] if unsure else ""
-        (text, usage, _, _, _, _), engine = server.measured("gemma", item["prompt"] + prefix, "handoff", max_tokens)
-        out.append({"deferred": True, "sure_tokens": unsure, "prefix": prefix, "gemma_text": text,
-                    "correct": normalize(prefix + text) == normalize(item["answer"]),
-                    "spent": {"gemma": spent(engine, "gemma", tokens(usage))}})
+def smol_pieces(server: Server, prompt: str, max_tokens: int) -> list[str]:
+    """SmolLM2's greedy answer to `prompt`, token by token (each token's text)."""
+    body = {"model": "smol", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stop": STOP,
+            "logprobs": 1, "cache_salt": "handoff-pieces"}
+    request = urllib.request.Request(server.base + "/v1/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=600) as r:
+        return json.load(r)["choices"][0]["logprobs"]["tokens"]
+
+
+def stop_points(margins: list[float | None]) -> list[int]:
+    """Where a `min_margin` threshold can stop an answer: the tokens whose margin is
+    below every earlier one's (a threshold stops at the first token below it, always one
+    of these; a margin the client cannot see, None, is passed over)."""
+    out, low = [], float("inf")
+    for i, m in enumerate(margins):
+        if m is not None and m < low:
+            out.append(i)
+            low = m
     return out
 
 
+def handoff_outcomes(server: Server, items: list[dict], rows: list[dict], max_tokens: int) -> list[dict]:
+    """Per calibration item, for every place a threshold can stop SmolLM2's answer
+    (`stop_points`, past the first token), what a handoff there gives: Gemma asked for
+    the prompt and SmolLM2's tokens before that point (the text the server would hand
+    it, with what is left of `max_tokens`), right or not, and what Gemma's part cost
+    the engine. A stop at the first token keeps nothing: Gemma's own answer."""
+    out = []
+    for i, (item, row) in enumerate(zip(items, rows)):
+        points = [j for j in stop_points(row.get("margins") or []) if j > 0]
+        pieces = smol_pieces(server, item["prompt"], max_tokens) if points else []
+        by_point = {}
+        for j in points:
+            prefix = "".join(pieces[:j])
+            (text, usage, _, _, _, _), engine = server.measured(
+                "gemma", item["prompt"] + prefix, "handoff-calibration", max_tokens - j)
+            by_point[str(j)] = {"correct": normalize(prefix + text) == normalize(item["answer"]),
+                                "spent": spent(engine, "gemma", tokens(usage))}
+        out.append(by_point)
+        if (i + 1) % 50 == 0:
+            print(f"  handoff calibration {i + 1}/{len(items)}", file=sys.stderr)
+    return out
+
+
+def handoff_point(rows: list[dict], outcomes: list[dict], threshold: float, pricing: Pricing) -> dict:
+    """The cascade with a handoff at `threshold` on calibration rows whose handoffs were
+    measured (`handoff_outcomes`): each answer whose engine `min_margin` is below it is
+    stopped at its first token below it and continued by Gemma from there."""
+    correct, cost, deferred = 0, 0.0, 0
+    for row, outcome in zip(rows, outcomes):
+        if row["stats"]["min_margin"] >= threshold:
+            correct += row["smol"]
+            cost += pricing.cheap(row, False, "min_margin")
+            continue
+        deferred += 1
+        margins = row.get("margins") or []
+        at = next((i for i, m in enumerate(margins) if m is not None and m < threshold), 0)
+        measured = outcome.get(str(at))
+        if measured is None:  # stopped at the first token (or unseen): Gemma from scratch
+            correct += row["gemma"]
+            strong = pricing.strong(row)
+        else:
+            correct += measured["correct"]
+            strong = pricing.of("gemma", measured["spent"])
+        cost += pricing.cheap(row, True, "min_margin", threshold) + strong
+    n = len(rows)
+    return {"acc": correct / n, "cost": cost / n, "strong_share": deferred / n}
+
+
+def pick_handoff_threshold(rows: list[dict], outcomes: list[dict], pricing: Pricing) -> tuple[float, dict] | None:
+    """The `min_margin` threshold that makes the cascade with a handoff cheapest on the
+    calibration rows while it stays at >= 95% of Gemma's accuracy there, as
+    `pick_threshold` chooses for plain deferrals."""
+    return cheapest_threshold(rows, [r["stats"]["min_margin"] for r in rows],
+                              lambda t: handoff_point(rows, outcomes, t, pricing))
+
+
+def handoff_live(server: Server, items: list[dict], threshold: float, max_tokens: int) -> list[dict]:
+    """The live cascade with the server's handoff (`handoff = true` under `min_margin`)
+    at `threshold` on `items`, in its own prompt-cache scope."""
+    server.policy.write_text(policy("min_margin", threshold, handoff=True))
+    server.wait_for_policy("min_margin", threshold, items[0]["prompt"], max_tokens)
+    try:
+        return live_cascade(server, items, max_tokens, f"handoff-{threshold:.4f}")
+    finally:
+        server.policy.write_text(policy("p10", -1000.0))
+        server.wait_for_policy("p10", -1000.0, items[0]["prompt"], max_tokens)
+
+
 def handoff_lines(first: list[dict], result: dict, pricing: Pricing) -> list[str]:
-    """The handoff pass's accuracy and cost on the test half, beside SmolLM2 and Gemma alone
-    measured in the same pass (`first`: the test half's rows from the main run)."""
+    """The live handoff runs on the test half, beside SmolLM2 and Gemma alone measured in
+    the same pass (`first`: the test half's rows from the main run)."""
     run = result["handoff"]
     test_rows = run["rows"]
     h = single(test_rows, pricing)
-    threshold = run["threshold"]
-    cost = 0.0
-    for row, r in zip(test_rows, run["items"]):
-        if r["deferred"]:
-            cost += pricing.cheap(row, True, "min_margin", threshold) + pricing.of("gemma", r["spent"]["gemma"])
-        else:
-            cost += pricing.cheap(row, False, "min_margin")
     n = len(test_rows)
-    acc = sum(r["correct"] for r in run["items"]) / n
-    deferred = [r for r in run["items"] if r["deferred"]]
-    plain = sum(row["gemma"] for row, r in zip(test_rows, run["items"]) if r["deferred"])
-    return ["", f"Handoff, emulated from the client (`--handoff`; not built into the server): the held-out "
-                f"`min_margin >= {threshold:.4g}` cascade (threshold from the calibration half), each deferral "
-                f"asking Gemma to continue SmolLM2's answer from its first unsure token: "
-                f"**{acc / h['strong']:.0%}** of always-Gemma's accuracy for **{cost / n / h['cost_strong']:.0%}** "
-                f"of its cost ({len(deferred)} of {n} deferred, {sum(r['sure_tokens'] for r in deferred) / max(1, len(deferred)):.1f} "
-                f"sure tokens handed over on average; on the deferred items the handoff answers "
-                f"{sum(r['correct'] for r in deferred)} right, Gemma alone {plain}). Costs are this pass's: "
-                f"the test half asked again beside it, always-SmolLM2 {h['cost_weak'] / h['cost_strong']:.0%} of "
-                f"always-Gemma; the same answers as the first pass on "
-                f"{sum(a['smol'] == b['smol'] and a['gemma'] == b['gemma'] for a, b in zip(first, test_rows))} "
-                f"of {n} items."]
+    cal = run["calibration"]
+    lines = ["", f"Handoff, live (the server's `handoff = true` under `min_margin`), held out on the {n} test "
+                 f"items: a deferral stops SmolLM2 at its first token below the threshold and Gemma continues "
+                 f"its tokens before that one. Thresholds from the calibration half: calibrated for the handoff "
+                 f"(each place a threshold can stop a calibration answer handed to Gemma and scored: "
+                 f"{cal['asked']} Gemma continuations; cheapest at >= 95% of Gemma there: "
+                 f"`min_margin >= {cal['threshold']:.4g}`, {cal['acc_of']:.0%} for {cal['cost_of']:.0%}, "
+                 f"{cal['strong_share']:.0%} deferred), and calibrated for plain deferrals "
+                 f"(`min_margin >= {run['plain_threshold']:.4g}`, as the live cascade above). SmolLM2 and "
+                 f"Gemma alone asked again in this pass (always-SmolLM2 {h['cost_weak'] / h['cost_strong']:.0%} "
+                 f"of always-Gemma; the same answers as the first pass on "
+                 f"{sum(a['smol'] == b['smol'] and a['gemma'] == b['gemma'] for a, b in zip(first, test_rows))} "
+                 f"of {n} items).", "",
+             "| threshold | accuracy, of Gemma's | cost, of Gemma's (engine) | deferred | tokens kept, mean | "
+             "deferred items right: handoff / Gemma alone |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for name, live in run["live"].items():
+        summary = live_summary(live, pricing)
+        deferred = [(row, r) for row, r in zip(test_rows, live) if r["deferred"]]
+        kept = [r["kept"] for _, r in deferred if r["kept"] is not None]
+        lines.append(f"| {name} | **{summary['acc'] / h['strong']:.0%}** | **{summary['cost'] / h['cost_strong']:.0%}** | "
+                     f"{len(deferred)} of {n} | {sum(kept) / max(1, len(kept)):.1f} | "
+                     f"{sum(r['correct'] for _, r in deferred)} / {sum(row['gemma'] for row, _ in deferred)} |")
+    return lines
 
 
 def run_suite(binary: Path, server: Server, suite: str, count: int | None, work: Path, pricing: Pricing) -> dict:
@@ -989,7 +1043,8 @@ def main() -> int:
                         help="only measure what a decode step and a prompt token cost each model")
     parser.add_argument("--handoff", action="store_true",
                         help="with answers a previous run saved under --out: measure the held-out min_margin "
-                             "cascade with a handoff (Gemma continues SmolLM2's answer), emulated from the client")
+                             "cascade with the server's handoff (Gemma continues SmolLM2's answer), its threshold "
+                             "calibrated for the handoff on the calibration half")
     parser.add_argument("--from-json", action="store_true",
                         help="report from the answers a previous run saved under --out, without a server")
     parser.add_argument("--bin", type=Path, default=Path(os.environ.get("SWITCHYARD_BIN", ROOT / "target/release/switchyard")))
@@ -1032,16 +1087,31 @@ def main() -> int:
             items = [json.loads(l) for l in (ROOT / "evals" / f"{suite}.jsonl").read_text().splitlines() if l.strip()]
             rows = result["rows"]
             cal_idx, test_idx = halves(result)
-            model = cs.Logistic([rows[i] for i in cal_idx])
-            picked = pick_threshold(cs.with_signals([rows[i] for i in cal_idx], model), "min_margin", pricing)
-            if picked is None:
+            cal_rows = [rows[i] for i in cal_idx]
+            plain = pick_threshold(cs.with_signals(cal_rows, cs.Logistic(cal_rows)), "min_margin", pricing)
+            # Greedy answers: a previous pass's handoff outcomes on the calibration half are
+            # the same (its engine costs are that pass's); asked again only when missing.
+            outcomes = (result.get("handoff") or {}).get("calibration", {}).get("outcomes")
+            if not outcomes or len(outcomes) != len(cal_rows):
+                outcomes = handoff_outcomes(server, [items[i] for i in cal_idx], cal_rows, result["max_tokens"])
+            picked = pick_handoff_threshold(cal_rows, outcomes, pricing)
+            if picked is None or plain is None:
                 continue
+            cal_h = single(cal_rows, pricing)
             # The test half asked again in this run, so the handoff's costs compare with
             # SmolLM2's and Gemma's measured beside them (greedy: the same answers).
             test_items = [items[i] for i in test_idx]
             fresh = collect(server, test_items, result["max_tokens"])
-            result["handoff"] = {"threshold": picked[0], "rows": fresh,
-                                 "items": handoff(server, test_items, fresh, picked[0], result["max_tokens"])}
+            live = {"calibrated for the handoff": handoff_live(server, test_items, picked[0], result["max_tokens"])}
+            if abs(plain[0] - picked[0]) > 1e-9:
+                live["calibrated for plain deferrals"] = handoff_live(server, test_items, plain[0], result["max_tokens"])
+            result["handoff"] = {
+                "threshold": picked[0], "plain_threshold": plain[0], "rows": fresh, "live": live,
+                "calibration": {"threshold": picked[0], "outcomes": outcomes,
+                                "asked": sum(len(o) for o in outcomes),
+                                "acc_of": picked[1]["acc"] / cal_h["strong"],
+                                "cost_of": picked[1]["cost"] / cal_h["cost_strong"],
+                                "strong_share": picked[1]["strong_share"]}}
             path.write_text(json.dumps(result, indent=1))
             lines += report(suite, result, args.out, pricing, views)
         for suite in [] if args.unit_costs or args.handoff else suites:

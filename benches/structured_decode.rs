@@ -171,6 +171,7 @@ fn decode_rate<B: Backend>(
             fanout: 1,
             deadline: None,
             stop_unsure: None,
+            answer_prefix: None,
         })
         .collect();
     let mut streams: Vec<_> = requests

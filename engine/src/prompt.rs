@@ -28,26 +28,39 @@ pub fn encode(
     tokenizer: &Tokenizer,
     template: &ChatTemplate,
 ) -> Result<Vec<u32>, PromptError> {
-    encode_with_tools(prompt, &[], tokenizer, template)
+    encode_with_tools(prompt, &[], None, tokenizer, template)
 }
 
 /// [`encode`], with `tools` shown to the model in a conversation (raw text
-/// and token prompts carry no tools).
+/// and token prompts carry no tools), and the `answer_prefix` the answer already
+/// starts with (a cascade's handoff) written after the prompt: after the chat
+/// template's opened assistant turn, or after a raw prompt's text (tokenized
+/// together, as a client sending `prompt + prefix` would have it), or tokenized
+/// on its own after token ids.
 pub fn encode_with_tools(
     prompt: &Prompt,
     tools: &[Tool],
+    answer_prefix: Option<&str>,
     tokenizer: &Tokenizer,
     template: &ChatTemplate,
 ) -> Result<Vec<u32>, PromptError> {
+    let prefix = answer_prefix.unwrap_or("");
     let ids = match prompt {
-        Prompt::Chat(messages) => chat_prompt(messages, tools, tokenizer, template)?.1,
-        Prompt::Text(text) => tokenizer.encode(text, true)?,
+        Prompt::Chat(messages) => {
+            chat_prompt_continued(messages, tools, prefix, tokenizer, template)?.1
+        }
+        Prompt::Text(text) if prefix.is_empty() => tokenizer.encode(text, true)?,
+        Prompt::Text(text) => tokenizer.encode(&format!("{text}{prefix}"), true)?,
         Prompt::Tokens(ids) | Prompt::Encoded { ids, .. } => {
             let vocab_size = tokenizer.vocab_size();
             if let Some(&id) = ids.iter().find(|&&id| id as usize >= vocab_size) {
                 return Err(PromptError::TokenOutOfVocabulary { id, vocab_size });
             }
-            ids.clone()
+            let mut ids = ids.clone();
+            if !prefix.is_empty() {
+                ids.extend(tokenizer.encode(prefix, false)?);
+            }
+            ids
         }
     };
     if ids.is_empty() {
@@ -68,6 +81,18 @@ pub fn chat_prompt(
     tokenizer: &Tokenizer,
     template: &ChatTemplate,
 ) -> Result<(String, Vec<u32>), PromptError> {
+    chat_prompt_continued(messages, tools, "", tokenizer, template)
+}
+
+/// [`chat_prompt`], with `prefix` written after the opened assistant turn (the
+/// answer's start, which the model continues) and encoded with the rest.
+fn chat_prompt_continued(
+    messages: &[ChatMessage],
+    tools: &[Tool],
+    prefix: &str,
+    tokenizer: &Tokenizer,
+    template: &ChatTemplate,
+) -> Result<(String, Vec<u32>), PromptError> {
     let rendered = template.render_with_tools(
         messages,
         tools,
@@ -82,6 +107,10 @@ pub fn chat_prompt(
     if tokenizer.adds_eos() && !tokenizer.eos_token().is_empty() {
         text = text.strip_suffix(tokenizer.eos_token()).unwrap_or(text);
     }
-    let ids = tokenizer.encode(text, true)?;
+    let ids = if prefix.is_empty() {
+        tokenizer.encode(text, true)?
+    } else {
+        tokenizer.encode(&format!("{text}{prefix}"), true)?
+    };
     Ok((rendered, ids))
 }

@@ -64,6 +64,7 @@ fn request(prompt: Prompt, max_tokens: Option<u32>) -> GenerationRequest {
         fanout: 1,
         deadline: None,
         stop_unsure: None,
+        answer_prefix: None,
     }
 }
 

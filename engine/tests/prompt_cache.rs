@@ -239,3 +239,27 @@ fn sliding_window_checkpoints_are_cached_where_their_windows_were_kept<B: Backen
     }
 }
 on_each_device!(sliding_window_checkpoints_are_cached_where_their_windows_were_kept);
+
+fn a_window_snapshot_serves_a_cache_of_another_size<B: Backend>(backend: Arc<B>) {
+    // A cache shorter than a block is one block of its own size (rounded
+    // up to a KV unit): the same prompt asked for 6 and for 60 tokens has
+    // rings of 64 and of 128 slots. Where the first prompt left its rings
+    // unturned (41 positions), a cache of either size starts from the
+    // other's snapshot: each written position is at the same slot in both.
+    let f = fixture_of(&backend, Preset::Gemma3, None, 1024);
+    let asks = [6, 60, 6];
+    let uncached = executor(&f, false);
+    let expected: Vec<_> = asks
+        .iter()
+        .map(|&m| run(&uncached, &f, prompt_of(40, &[3]), m).0)
+        .collect();
+    uncached.shutdown();
+    let cached = executor(&f, true);
+    for (i, (&m, ids)) in asks.iter().zip(&expected).enumerate() {
+        let (got, hit) = run(&cached, &f, prompt_of(40, &[3]), m);
+        assert_eq!(&got, ids, "ask {i}: {m} tokens");
+        assert!(i == 0 || hit > 0, "ask {i} started from the cache: {hit}");
+    }
+    cached.shutdown();
+}
+on_each_device!(a_window_snapshot_serves_a_cache_of_another_size);

@@ -69,6 +69,7 @@ fn request(constraint: Constraint, tools: Vec<Tool>, seed: u64) -> GenerationReq
         fanout: 1,
         deadline: None,
         stop_unsure: None,
+        answer_prefix: None,
     }
 }
 

@@ -119,8 +119,8 @@ pub use rate_limit::{
 pub use reload::{PolicyStore, PolicyWatcher};
 pub use request::{
     estimate_tokens, Caller, HintError, Hints, ModelHint, RouteRequest, HEADER_CASCADE,
-    HEADER_CONFIDENCE, HEADER_COST, HEADER_MAX_COST, HEADER_MAX_LATENCY_MS, HEADER_MIN_QUALITY,
-    HEADER_MODEL, HEADER_ROUTE, HEADER_TAGS, HEADER_VERSION,
+    HEADER_CONFIDENCE, HEADER_COST, HEADER_HANDOFF, HEADER_MAX_COST, HEADER_MAX_LATENCY_MS,
+    HEADER_MIN_QUALITY, HEADER_MODEL, HEADER_ROUTE, HEADER_TAGS, HEADER_VERSION,
 };
 pub use route::{route, Completion, Route};
 pub use route_error::{Rejection, RouteError, RouteErrorKind};

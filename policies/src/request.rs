@@ -24,6 +24,10 @@ pub const HEADER_COST: &str = "x-switchyard-cost";
 /// Response header: what the policy's cascade made of the answer (accepted, or deferred
 /// from which checkpoint, and why).
 pub const HEADER_CASCADE: &str = "x-switchyard-cascade";
+/// Response header: a cascade's handoff, which checkpoints wrote the answer and how many
+/// tokens of the first one's were kept (`from=small@1 kept=9 to=big@1`; `kept=9,4` for
+/// several choices).
+pub const HEADER_HANDOFF: &str = "x-switchyard-handoff";
 /// Response header (whole-JSON answers): the engine's confidence in the answer, every
 /// statistic a cascade may compare (`tokens=3 mean=-0.2 ... margin=2.5 entropy=0.9`,
 /// the least sure choice's), so a client calibrates on the numbers the server compares.

@@ -36,6 +36,9 @@ pub(crate) struct CascadeEntry {
     /// `mean`, `min`, `p05`, `p10` (default), `p25` or `p50`.
     pub confidence: Option<Spanned<String>>,
     pub min_confidence: Spanned<f64>,
+    /// Under `min_margin`: the next model continues the answer from its first unsure
+    /// token instead of answering from scratch (default false).
+    pub handoff: Option<Spanned<bool>>,
 }
 
 /// `[routing]`: weights of the utility function and request defaults.

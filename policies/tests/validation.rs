@@ -255,3 +255,31 @@ limit_tokens = 20
         "{d:?}"
     );
 }
+
+#[test]
+fn a_cascade_handoff_needs_the_min_margin_stop() {
+    let two = format!("{MODEL}{}", MODEL.replace("name = \"m\"", "name = \"n\""));
+    let cascade = |confidence: &str| {
+        format!(
+            "{two}\n[cascade]\nmodels = [\"m\", \"n\"]\nconfidence = \"{confidence}\"\nmin_confidence = {}\nhandoff = true\n",
+            if confidence == "min_margin" { "0.5" } else { "-1.0" }
+        )
+    };
+    let src = cascade("p10");
+    let d = diagnostics(&src);
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert!(
+        d[0].message
+            .contains("handoff needs confidence = \"min_margin\""),
+        "{d:?}"
+    );
+    assert_eq!(d[0].line, pos_of(&src, "handoff = true").0, "{d:?}");
+    let policy = common::policy(&cascade("min_margin"));
+    let compiled = policy.cascade().expect("the policy has a cascade");
+    assert!(compiled.handoff && compiled.hands_off());
+    let plain = common::policy(&cascade("min_margin").replace("handoff = true\n", ""));
+    assert!(!plain
+        .cascade()
+        .expect("the policy has a cascade")
+        .hands_off());
+}

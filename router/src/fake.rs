@@ -26,6 +26,17 @@ pub const FAKE_CONTEXT: u32 = 64;
 /// The reply a default fake generates, one word per token.
 pub const FAKE_REPLY: &str = "The quick brown fox jumps over the lazy dog";
 
+/// Every token's margin: its alternatives are 1 nat apart (`top_logprobs`).
+pub const FAKE_MARGIN: TokenMargin = TokenMargin {
+    margin: 1.0,
+    entropy: 0.5,
+};
+/// The margin of the token [`FakeBackendBuilder::unsure_at`] makes unsure.
+pub const FAKE_UNSURE_MARGIN: TokenMargin = TokenMargin {
+    margin: 0.25,
+    entropy: 1.5,
+};
+
 /// The fake engine. Cheap to clone; clones share state.
 #[derive(Clone)]
 pub struct FakeBackend {
@@ -37,6 +48,7 @@ struct Shared {
     reply: Vec<String>,
     token_delay: Duration,
     fail_after: Option<usize>,
+    unsure_at: Option<usize>,
     ready: AtomicBool,
     healthy: AtomicBool,
     overloaded: AtomicBool,
@@ -60,6 +72,7 @@ pub struct FakeBackendBuilder {
     reply: String,
     token_delay: Duration,
     fail_after: Option<usize>,
+    unsure_at: Option<usize>,
     ready: bool,
     held: bool,
     encodes: bool,
@@ -87,6 +100,13 @@ impl FakeBackendBuilder {
     /// Send an `Internal` error after `tokens` tokens.
     pub fn fail_after(mut self, tokens: usize) -> Self {
         self.fail_after = Some(tokens);
+        self
+    }
+
+    /// Make the token at `index` (0-based) unsure: its top-2 margin is
+    /// [`FAKE_UNSURE_MARGIN`] instead of every other token's [`FAKE_MARGIN`].
+    pub fn unsure_at(mut self, index: usize) -> Self {
+        self.unsure_at = Some(index);
         self
     }
 
@@ -126,6 +146,7 @@ impl FakeBackendBuilder {
                 reply,
                 token_delay: self.token_delay,
                 fail_after: self.fail_after,
+                unsure_at: self.unsure_at,
                 ready: AtomicBool::new(self.ready),
                 healthy: AtomicBool::new(true),
                 overloaded: AtomicBool::new(false),
@@ -153,6 +174,7 @@ impl FakeBackend {
             reply: FAKE_REPLY.to_owned(),
             token_delay: Duration::ZERO,
             fail_after: None,
+            unsure_at: None,
             ready: true,
             held: false,
             encodes: false,
@@ -366,13 +388,13 @@ impl Job {
             produced += 1;
             if self
                 .stop_unsure
-                .is_some_and(|stop| stop.stops_at(i, &Self::MARGIN))
+                .is_some_and(|stop| stop.stops_at(i, &self.margin(i)))
             {
                 finish_reason = FinishReason::Unsure;
                 break;
             }
         }
-        let margins = vec![Self::MARGIN; logprobs.len()];
+        let margins: Vec<TokenMargin> = (0..logprobs.len()).map(|i| self.margin(i)).collect();
         let done = GenerationEvent::Done {
             finish_reason,
             usage: Usage {
@@ -385,11 +407,15 @@ impl Job {
         let _ = self.sender.send(done).await;
     }
 
-    /// Every token's margin: its alternatives are 1 nat apart (`top_logprobs`).
-    const MARGIN: TokenMargin = TokenMargin {
-        margin: 1.0,
-        entropy: 0.5,
-    };
+    /// The `i`th token's margin: [`FAKE_MARGIN`], or [`FAKE_UNSURE_MARGIN`] at the
+    /// token made unsure.
+    fn margin(&self, i: usize) -> TokenMargin {
+        if self.shared.unsure_at == Some(i) {
+            FAKE_UNSURE_MARGIN
+        } else {
+            FAKE_MARGIN
+        }
+    }
 
     /// The fake's log-probability of its `i`th token: less sure as it goes.
     fn logprob(i: usize) -> f32 {
@@ -414,7 +440,7 @@ impl Job {
                     logprob: logprob - f32::from(k),
                 })
                 .collect(),
-            margin: Some(Self::MARGIN),
+            margin: Some(self.margin(i)),
         }
     }
 }

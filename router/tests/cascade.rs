@@ -16,7 +16,8 @@ use serde_json::json;
 
 use policy_support::{chat_body, fake_serving, header, policy_app};
 use support::get;
-use switchyard_seam::{MarginStatistic, UnsureStop};
+use switchyard_router::fake::FakeBackend;
+use switchyard_seam::{MarginStatistic, ModelCard, UnsureStop};
 
 fn policy(min_confidence: f64) -> String {
     policy_on("p10", min_confidence)
@@ -298,6 +299,103 @@ async fn min_margin_stops_the_first_model_at_an_unsure_token() {
     let metrics = get(&app, "/metrics").await.text;
     let line = "switchyard_cascade_stopped_early_total{model=\"small@v9\"} 2";
     assert!(metrics.contains(line), "{line} missing from:\n{metrics}");
+}
+
+/// Under `min_margin` with `handoff = true`: the fake's third token (" brown") is
+/// unsure, so the first model is stopped there and the next model is given the two sure
+/// tokens ("The quick") as the start of its answer, with what is left of `max_tokens`.
+/// The answer is the kept text followed by the continuation (the fake's reply again: it
+/// does not read its prompt), whole or streamed; headers and metrics say what was kept.
+#[tokio::test]
+async fn a_handoff_continues_the_first_models_sure_tokens() {
+    let fake = FakeBackend::builder()
+        .models(
+            ["small@v11", "large@v11"]
+                .iter()
+                .map(|id| ModelCard {
+                    parent: None,
+                    id: (*id).to_owned(),
+                    created: 1_700_000_000,
+                    owned_by: "test".to_owned(),
+                    context_length: 64,
+                })
+                .collect(),
+        )
+        .unsure_at(2)
+        .build();
+    let handoff = format!(
+        "{}handoff = true\n",
+        policy_on("min_margin", 0.5).replace("\"v1\"", "\"v11\"")
+    );
+    let (app, store) = policy_app(Arc::new(fake.clone()), &handoff);
+    let verdict = "deferred from small@v11: min_margin 0.25 < 0.50 over 3 tokens; the attempt stopped at its first unsure token (2 prompt + 3 generated tokens); handed off: large@v11 continues its first 2 tokens";
+    let answer = "The quickThe quick brown";
+
+    let reply = chat_body(&app, body(false), &[]).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(header(&reply, "x-switchyard-model"), "large");
+    assert_eq!(header(&reply, "x-switchyard-cascade"), verdict);
+    assert_eq!(
+        header(&reply, "x-switchyard-handoff"),
+        "from=small@v11 kept=2 to=large@v11"
+    );
+    let json = reply.json();
+    assert_eq!(json["choices"][0]["message"]["content"], answer);
+    // `usage` is the continuing model's: 5 asked, 2 kept, 3 continued.
+    assert_eq!(json["usage"]["completion_tokens"], 3);
+    let submitted = fake.submitted();
+    let continued = &submitted[1];
+    assert_eq!(continued.model.to_string(), "large@v11");
+    assert_eq!(continued.answer_prefix.as_deref(), Some("The quick"));
+    assert_eq!(continued.max_tokens, Some(3));
+    assert_eq!(continued.stop_unsure, None);
+
+    // Streamed: the kept tokens first, then the continuation.
+    let reply = chat_body(&app, body(true), &[]).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(header(&reply, "x-switchyard-cascade"), verdict);
+    let streamed: String = reply
+        .sse_data()
+        .iter()
+        .filter(|data| data.as_str() != "[DONE]")
+        .filter_map(|data| {
+            let chunk: serde_json::Value = serde_json::from_str(data).unwrap();
+            chunk["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect();
+    assert_eq!(streamed, answer);
+    assert!(
+        reply.text.trim_end().ends_with("data: [DONE]"),
+        "{}",
+        reply.text
+    );
+
+    // Without the handoff the next model starts from scratch.
+    store
+        .reload_from_str(
+            &policy_on("min_margin", 0.5).replace("\"v1\"", "\"v11\""),
+            "plain.toml",
+        )
+        .unwrap();
+    let reply = chat_body(&app, body(false), &[]).await;
+    assert_eq!(header(&reply, "x-switchyard-model"), "large");
+    assert!(reply.headers.get("x-switchyard-handoff").is_none());
+    assert_eq!(
+        reply.json()["choices"][0]["message"]["content"],
+        "The quick brown fox jumps"
+    );
+    let last = fake.submitted().pop().unwrap();
+    assert_eq!((last.answer_prefix, last.max_tokens), (None, Some(5)));
+
+    let metrics = get(&app, "/metrics").await.text;
+    for line in [
+        "switchyard_cascade_handoff_total{from=\"small@v11\",to=\"large@v11\"} 2",
+        "switchyard_cascade_kept_tokens_total{model=\"small@v11\"} 4",
+    ] {
+        assert!(metrics.contains(line), "{line} missing from:\n{metrics}");
+    }
 }
 
 #[test]

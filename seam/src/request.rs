@@ -54,6 +54,12 @@ pub struct GenerationRequest {
     /// router on a cascade's first attempt, so that an answer it will defer costs its
     /// prompt and one token. `None`: generate as usual.
     pub stop_unsure: Option<UnsureStop>,
+    /// Text the answer already starts with, written by another model (a cascade's
+    /// handoff: the weaker model's answer up to its first unsure token): appended to the
+    /// prompt as this model reads it (after the chat template's assistant turn opens, or
+    /// after a raw prompt's text, tokenized with it), so the generation continues it. It
+    /// is not part of the generated output. `None`: the answer starts from scratch.
+    pub answer_prefix: Option<String>,
 }
 
 impl GenerationRequest {

@@ -128,6 +128,7 @@ impl<B: Backend> InferenceBackend for Engine<B> {
             crate::prompt::encode_with_tools(
                 &request.prompt,
                 &request.tools,
+                request.answer_prefix.as_deref(),
                 &checkpoint.tokenizer,
                 &checkpoint.template,
             )

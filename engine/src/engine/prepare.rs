@@ -25,6 +25,7 @@ pub fn prepare<B: Backend>(
     let prompt = prompt::encode_with_tools(
         &request.prompt,
         &request.tools,
+        request.answer_prefix.as_deref(),
         tokenizer,
         &checkpoint.template,
     )

@@ -137,10 +137,11 @@ impl<B: Backend> SequenceKv<B> {
                     .table
                     .layout()
                     .block_shape(kv.table.layout().block_positions());
+                let copied = window.map_or(shape.positions, |w| w.copied(shape.positions));
                 for &from in ring {
                     let to = held.alloc(backend, shape)?;
                     kv.table.push(layer, to)?;
-                    held.copy(backend, from, to, shape.positions)?;
+                    held.copy(backend, from, to, copied)?;
                 }
                 continue;
             }
@@ -351,6 +352,7 @@ impl<B: Backend> SequenceKv<B> {
         let mut snapshot = WindowSnapshot {
             rings: vec![Vec::new(); layout.layers()],
             ring_blocks: (0..layout.layers()).map(|l| layout.max_blocks(l)).collect(),
+            block,
             len: self.len,
         };
         let fail =

@@ -14,15 +14,23 @@ pub(crate) struct WindowSnapshot {
     /// Per layer, the blocks its ring had room for (the layout's
     /// `max_blocks`): where each position's slot is.
     pub(super) ring_blocks: Vec<usize>,
+    /// Positions of each ring block (the layout's `block_positions`: a
+    /// cache shorter than a block has one block of its own size, so two
+    /// requests for different `max_tokens` may have rings of different
+    /// sizes).
+    pub(super) block: usize,
     /// Positions written when it was taken.
     pub(super) len: usize,
 }
 
 impl WindowSnapshot {
     /// Whether a cache of `layout` can start at position `start` from it:
-    /// the same ring per windowed layer, `start` within what was written,
-    /// and every ring still holding the window before `start` (nothing of
-    /// it overwritten by positions up to `len`).
+    /// `start` within what was written, and per windowed layer either the
+    /// same ring still holding the window before `start` (nothing of it
+    /// overwritten by positions up to `len`), or, for rings of one block of
+    /// another size, rings that never turned: every written position `p`
+    /// is then at slot `p` in both, and [`WindowSnapshot::copied`] of each
+    /// block carry them over.
     pub(crate) fn serves(&self, layout: &KvLayout, start: usize) -> bool {
         if start == 0 || start > self.len || self.rings.len() != layout.layers() {
             return false;
@@ -33,10 +41,23 @@ impl WindowSnapshot {
             Some(window) => {
                 let ring = layout.max_blocks(layer);
                 let slots = ring * block;
-                self.ring_blocks.get(layer) == Some(&ring)
-                    && (self.len <= slots || self.len - start <= slots.saturating_sub(window))
+                let same_ring = self.ring_blocks.get(layer) == Some(&ring);
+                if block == self.block {
+                    same_ring
+                        && (self.len <= slots || self.len - start <= slots.saturating_sub(window))
+                } else {
+                    same_ring && ring == 1 && self.len <= block.min(self.block)
+                }
             }
         })
+    }
+
+    /// Positions to copy from each of its ring blocks into a ring block of
+    /// `block` positions (of a layout it serves): the whole block, or
+    /// where the sizes differ the smaller one's (it holds every written
+    /// position).
+    pub(crate) fn copied(&self, block: usize) -> usize {
+        self.block.min(block)
     }
 
     /// Every block it holds.

@@ -119,6 +119,10 @@ pub struct Cascade {
     pub statistic: Statistic,
     /// An answer whose statistic is below this (natural log) is deferred.
     pub min_confidence: f64,
+    /// A deferred answer is handed off: the next model is given the answer up to its
+    /// first unsure token and continues it (only under `min_margin`, whose stop ends the
+    /// answer at that token).
+    pub handoff: bool,
 }
 
 /// What a cascade makes of one answer.
@@ -152,6 +156,12 @@ impl Cascade {
             min: self.min_confidence,
             every_token,
         })
+    }
+
+    /// Whether a deferred answer the engine stopped at its first unsure token is handed
+    /// off (the next model continues its sure part) rather than answered again.
+    pub fn hands_off(&self) -> bool {
+        self.handoff && self.statistic == Statistic::MinMargin
     }
 
     /// Whether the verdict is known after the first token (a first-token statistic): a
@@ -241,6 +251,7 @@ mod tests {
             models: vec![3, 1],
             statistic: Statistic::Quantile(1),
             min_confidence: -1.5,
+            handoff: false,
         };
         assert_eq!(cascade.next_after(3), Some(1));
         assert_eq!(cascade.next_after(1), None);
@@ -262,6 +273,7 @@ mod tests {
             models: vec![0, 1],
             statistic: Statistic::parse("margin").expect("a known statistic"),
             min_confidence: 0.5,
+            handoff: false,
         };
         let stop = cascade
             .unsure_stop()
@@ -326,6 +338,7 @@ mod tests {
             models: vec![0, 1],
             statistic: Statistic::MinMargin,
             min_confidence: 0.5,
+            handoff: false,
         };
         let stop = cascade
             .unsure_stop()

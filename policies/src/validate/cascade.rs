@@ -54,9 +54,21 @@ pub(super) fn cascade(
     if let Some(error) = statistic.threshold_error(min) {
         diags.at(e.min_confidence.span(), format!("cascade: {error}"));
     }
+    let handoff = e.handoff.as_ref().is_some_and(|h| *h.get_ref());
+    if let Some(h) = e.handoff.as_ref().filter(|h| *h.get_ref()) {
+        if statistic != Statistic::MinMargin {
+            diags.at(
+                h.span(),
+                format!(
+                    "cascade: handoff needs confidence = \"min_margin\" (the stop that ends an answer at its first unsure token), not `{statistic}`"
+                ),
+            );
+        }
+    }
     Some(Cascade {
         models,
         statistic,
         min_confidence: min,
+        handoff,
     })
 }

@@ -19,7 +19,7 @@ use crate::openai::response_format::parse_response_format;
 use crate::openai::responses::{
     AssistantMessage, ChatChoice, ChatCompletion, ChatLogprobs, FunctionCall, ToolCallBody,
 };
-use crate::openai::tail::whole::Finished;
+use crate::openai::tail::finished::Finished;
 use crate::openai::tool_calls::{new_call_id, split, Piece};
 use crate::openai::tools::{parse_tools, ToolSettings};
 use crate::openai::types::{ChatCompletionRequest, WireMessage};

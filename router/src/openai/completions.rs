@@ -17,7 +17,7 @@ use crate::openai::params::{
 use crate::openai::respond::{respond, Answer, Generations, Head};
 use crate::openai::response_format::parse_response_format;
 use crate::openai::responses::{TextChoice, TextCompletion, TextLogprobs};
-use crate::openai::tail::whole::Finished;
+use crate::openai::tail::finished::Finished;
 use crate::openai::types::CompletionRequest;
 use crate::policy::{RoutedRequest, Validated};
 use crate::state::AppState;

@@ -183,6 +183,7 @@ impl GenerationParams {
                     fanout: u32::try_from(total).unwrap_or(u32::MAX),
                     deadline: None,
                     stop_unsure: None,
+                    answer_prefix: None,
                 });
             }
         }

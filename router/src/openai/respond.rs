@@ -11,8 +11,9 @@ use crate::layers::request_id::request_id;
 use crate::layers::request_metrics::labelled_response;
 use crate::layers::timeout::Deadline;
 use crate::openai::params::{GenerationParams, ResponseMode};
+use crate::openai::tail::finished::Finished;
 use crate::openai::tail::stream::{judged_stream, stream_response, ChunkFormat, StreamSettings};
-use crate::openai::tail::whole::{finish_whole, Finished};
+use crate::openai::tail::whole::finish_whole;
 use crate::policy::RoutedRequest;
 use crate::state::AppState;
 

@@ -13,7 +13,9 @@
 //! `openai/tail/stream.rs`). Under `min_margin` the step carries an every-token stop:
 //! the engine ends the answer at its first token whose margin is below the threshold
 //! (the answer's smallest margin then is), so a deferred long answer costs its prompt
-//! and the tokens up to that one, not its whole length. The deferred attempt is billed
+//! and the tokens up to that one, not its whole length. With `handoff = true` the next
+//! model does not start over: it continues the attempt's tokens before the unsure one
+//! (`openai/tail/handoff.rs`; `x-switchyard-handoff` says how many were kept). The deferred attempt is billed
 //! like any answer (its tokens were computed); the response's `usage` is the answer the
 //! client gets.
 
@@ -30,6 +32,14 @@ pub const CASCADE_TOTAL: &str = "switchyard_cascade_total";
 /// Counter: deferred attempts the engine stopped early, at their first token or (under
 /// `min_margin`) their first unsure one, by `model`.
 pub const CASCADE_STOPPED_EARLY_TOTAL: &str = "switchyard_cascade_stopped_early_total";
+
+/// Counter: deferred answers handed off (the next model continued their sure part), by
+/// `from` and `to` (checkpoints).
+pub const CASCADE_HANDOFF_TOTAL: &str = "switchyard_cascade_handoff_total";
+
+/// Counter: tokens of handed-off answers kept in the response (the first model's sure
+/// tokens, every choice's), by `model` (the checkpoint that wrote them).
+pub const CASCADE_KEPT_TOKENS_TOTAL: &str = "switchyard_cascade_kept_tokens_total";
 
 /// When the current policy has a cascade and `request` is `auto`: the request as its
 /// first step routes it (the cascade's first model, named).
@@ -88,6 +98,14 @@ impl RoutedRequest {
             .is_some_and(|cascade| cascade.judged_on_first_token())
     }
 
+    /// Whether a deferral of the current step is handed off ([`Cascade::hands_off`]).
+    ///
+    /// [`Cascade::hands_off`]: switchyard_policies::Cascade::hands_off
+    pub fn hands_off_in_cascade(&self) -> bool {
+        self.step_judged()
+            .is_some_and(|cascade| cascade.hands_off())
+    }
+
     /// The cascade judging the current step, if it is judged.
     fn step_judged(&self) -> Option<switchyard_policies::Cascade> {
         let ticket = self.ticket()?;
@@ -137,11 +155,19 @@ impl RoutedRequest {
 
     /// Defers the attempt judged by `verdict`, which used `usage` (billed to it) and
     /// which the engine may have `stopped_early` (at its first or first unsure token):
-    /// routes to the next model and returns true (the caller submits again). When the
-    /// next model cannot take the request (budget, permission), the attempt's answer
-    /// stands and false is returned; an attempt the engine stopped early must then be
-    /// asked again, without the stop ([`RoutedRequest::unsure_stop`] is `None` from then on).
-    pub fn defer_in_cascade(&self, verdict: Verdict, usage: Usage, stopped_early: bool) -> bool {
+    /// routes to the next model and returns true (the caller submits again). `kept`: the
+    /// tokens each choice hands off to the next model (`openai/tail/handoff.rs`), for the headers
+    /// and metrics; `None` when the next model answers from scratch. When the next model
+    /// cannot take the request (budget, permission), the attempt's answer stands and
+    /// false is returned; an attempt the engine stopped early must then be asked again,
+    /// without the stop ([`RoutedRequest::unsure_stop`] is `None` from then on).
+    pub fn defer_in_cascade(
+        &self,
+        verdict: Verdict,
+        usage: Usage,
+        stopped_early: bool,
+        kept: Option<&[usize]>,
+    ) -> bool {
         let Some(ticket) = self.ticket() else {
             return false;
         };
@@ -204,10 +230,25 @@ impl RoutedRequest {
             (true, false) => format!("stopped at its first unsure token ({spent})"),
             (false, _) => format!("ran to its end ({spent})"),
         };
+        let handed = kept.map(|kept| {
+            let to = state.summary.checkpoint().to_string();
+            let counts: Vec<String> = kept.iter().map(usize::to_string).collect();
+            ::metrics::counter!(CASCADE_HANDOFF_TOTAL, "from" => from.clone(), "to" => to.clone())
+                .increment(1);
+            let total = kept.iter().sum::<usize>();
+            ::metrics::counter!(CASCADE_KEPT_TOKENS_TOTAL, "model" => from.clone())
+                .increment(u64::try_from(total).unwrap_or(u64::MAX));
+            (counts.join(","), to)
+        });
+        let handoff = handed.as_ref().map_or(String::new(), |(counts, to)| {
+            format!("; handed off: {to} continues its first {counts} tokens")
+        });
         state.summary.cascade = Some(format!(
-            "deferred from {from}: {}; the attempt {how}",
+            "deferred from {from}: {}; the attempt {how}{handoff}",
             verdict.reason
         ));
+        state.summary.handoff =
+            handed.map(|(counts, to)| format!("from={from} kept={counts} to={to}"));
         state.route = Some(route);
         tracing::info!(%from, to = %state.summary.checkpoint().to_string(), reason = %verdict.reason, stopped_early, "cascade deferred");
         true

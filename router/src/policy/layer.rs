@@ -24,8 +24,8 @@ use futures_util::future::BoxFuture;
 use http::request::Parts;
 use http::{HeaderName, HeaderValue};
 use switchyard_policies::{
-    RateDecision, HEADER_CASCADE, HEADER_CONFIDENCE, HEADER_COST, HEADER_MODEL, HEADER_ROUTE,
-    HEADER_VERSION,
+    RateDecision, HEADER_CASCADE, HEADER_CONFIDENCE, HEADER_COST, HEADER_HANDOFF, HEADER_MODEL,
+    HEADER_ROUTE, HEADER_VERSION,
 };
 use switchyard_seam::BackendError;
 use tower::{Layer, Service};
@@ -252,7 +252,8 @@ fn rate_refusal(rejection: PolicyRejection) -> Response {
     response
 }
 
-/// Adds `x-switchyard-model`, `-version`, `-route` and `-cost`.
+/// Adds `x-switchyard-model`, `-version`, `-route` and `-cost` (and `-cascade`,
+/// `-handoff` and `-confidence` when known).
 fn decorate(response: &mut Response, summary: &RouteSummary) {
     let headers = response.headers_mut();
     // One growth of the map for all four, not one per insert that crosses a boundary.
@@ -273,6 +274,9 @@ fn decorate(response: &mut Response, summary: &RouteSummary) {
     if let Some(cascade) = &summary.cascade {
         headers.insert(CASCADE, header_text(cascade));
     }
+    if let Some(handoff) = &summary.handoff {
+        headers.insert(HANDOFF, header_text(handoff));
+    }
     if let Some(confidence) = &summary.confidence {
         headers.insert(CONFIDENCE, header_text(&confidence.to_string()));
     }
@@ -286,6 +290,7 @@ const ROUTE: HeaderName = HeaderName::from_static(HEADER_ROUTE);
 const COST: HeaderName = HeaderName::from_static(HEADER_COST);
 const CASCADE: HeaderName = HeaderName::from_static(HEADER_CASCADE);
 const CONFIDENCE: HeaderName = HeaderName::from_static(HEADER_CONFIDENCE);
+const HANDOFF: HeaderName = HeaderName::from_static(HEADER_HANDOFF);
 
 /// `value` as a header value; characters a header cannot carry become `?`.
 fn header_text(value: &str) -> HeaderValue {

@@ -42,7 +42,9 @@ pub mod routable;
 pub mod routed;
 pub mod routing;
 
-pub use cascade::{CASCADE_STOPPED_EARLY_TOTAL, CASCADE_TOTAL};
+pub use cascade::{
+    CASCADE_HANDOFF_TOTAL, CASCADE_KEPT_TOKENS_TOTAL, CASCADE_STOPPED_EARLY_TOTAL, CASCADE_TOTAL,
+};
 pub use engine_view::BackendEngineView;
 pub use error::PolicyRejection;
 pub use layer::{PolicyLayer, PolicyService};

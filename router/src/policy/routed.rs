@@ -44,6 +44,9 @@ pub struct RouteSummary {
     /// What the policy's cascade made of the answer (`x-switchyard-cascade`), if the
     /// request went through one.
     pub cascade: Option<String>,
+    /// A cascade's handoff (`x-switchyard-handoff`): which checkpoint's tokens were kept,
+    /// how many, and which continued them.
+    pub handoff: Option<String>,
     /// The engine's confidence in the answer (whole-JSON answers), for the quality
     /// signals recorded with it.
     pub confidence: Option<switchyard_seam::TokenConfidence>,
@@ -63,6 +66,7 @@ impl RouteSummary {
             cache_scope: route.cache_scope.clone(),
             split_arm: route.split.clone().zip(route.arm.clone()),
             cascade: None,
+            handoff: None,
             confidence: None,
         }
     }

@@ -7,11 +7,16 @@
 //!   generation whose stream closed without saying how it ended;
 //! - [`settle`]: the request's usage is tallied (each prompt once, every completion
 //!   token) and the route settled, once, whichever way the answer ends;
+//! - [`finished`]: a choice read to its end;
 //! - [`whole`] waits for every choice (with the cascade's and fallbacks' retries);
 //!   [`stream`] frames the choices' events as OpenAI's server-sent events (under a
-//!   cascade, once the verdict is known: a judged answer is replayed).
+//!   cascade, once the verdict is known: a judged answer is replayed);
+//! - [`handoff`]: a cascade's deferred answer handed to the next model, which continues
+//!   its sure part.
 
 pub mod choice;
+pub mod finished;
+pub mod handoff;
 pub mod settle;
 pub mod stream;
 pub mod submit;

@@ -7,7 +7,8 @@
 //! step judged by its first token waits for that token, then streams on live; a step
 //! judged by its whole answer runs to its end unseen, and the accepted answer's tokens
 //! are replayed as they were generated. A deferred step gives way to the next model's
-//! answer, streamed as it comes.
+//! answer, streamed as it comes; handed off ([`Handoff`]), the stream sends the kept
+//! tokens first, then the next model's continuation as it comes.
 //!
 //! The SSE body owns the [`MergedEvents`], which own every generation
 //! stream: when the client goes away, hyper drops the body, and with it the
@@ -24,9 +25,11 @@ use serde::Serialize;
 
 use crate::error::{sse_json_event, ApiError};
 use crate::openai::tail::choice::{merge, merge_after, Choice, MergedEvents};
+use crate::openai::tail::finished::{finish_after, finish_all, Finished};
+use crate::openai::tail::handoff::{self, Handoff};
 use crate::openai::tail::settle::Settlement;
 use crate::openai::tail::submit::{submit, MakeRequests};
-use crate::openai::tail::whole::{finish_after, finish_all, judge_finished, usage_of, Finished};
+use crate::openai::tail::whole::{judge_finished, usage_of, Next};
 use crate::policy::cascade::Evidence;
 use crate::policy::RoutedRequest;
 use crate::state::AppState;
@@ -169,22 +172,34 @@ pub async fn judged_stream(
     prompt_field: &'static str,
     n: u32,
 ) -> Result<(MergedEvents, u32), ApiError> {
+    // A deferred answer's sure part, which the next model continues ([`Handoff`]).
+    let mut handoff: Option<Handoff> = None;
     loop {
-        let choices = submit(state, routed, requested_model, make, prompt_field).await?;
+        let continuing = |model: &ModelSpec| handoff::requests(make, model, handoff.as_ref());
+        let choices = submit(state, routed, requested_model, &continuing, prompt_field).await?;
         let total = u32::try_from(choices.len()).unwrap_or(u32::MAX);
         if !routed.judged_in_cascade() {
-            return Ok((merge(choices), total));
+            // Handed off: the kept tokens first, then the continuation live.
+            let events = match &handoff {
+                Some(kept) => kept.stream(choices),
+                None => merge(choices),
+            };
+            return Ok((events, total));
         }
         let judged = if routed.judged_on_first_token() {
             judge_first_tokens(routed, choices, n).await
         } else {
-            finish_all(choices)
-                .await
-                .map(|finished| judged_answers(routed, finished, n))
+            finish_all(choices).await.map(|mut finished| {
+                if let Some(kept) = &handoff {
+                    kept.prepend(&mut finished);
+                }
+                judged_answers(routed, finished, n)
+            })
         };
         match judged {
             Ok(Judged::Stands(events)) => return Ok((events, total)),
             Ok(Judged::Again) => continue,
+            Ok(Judged::HandOff(next)) => handoff = Some(next),
             Err(error) if routed.fall_back(&error) => continue,
             Err(error) => {
                 routed.failed(&error, Usage::default());
@@ -200,14 +215,16 @@ enum Judged {
     Stands(MergedEvents),
     /// Submit again (to the next model, or in full).
     Again,
+    /// Submit to the next model, which continues this sure part.
+    HandOff(Handoff),
 }
 
 /// Judges finished answers ([`judge_finished`]); the answer that stands is replayed.
 fn judged_answers(routed: &RoutedRequest, finished: Vec<Finished>, n: u32) -> Judged {
-    if judge_finished(routed, &finished, usage_of(&finished, n)) {
-        Judged::Again
-    } else {
-        Judged::Stands(replay(finished))
+    match judge_finished(routed, &finished, usage_of(&finished, n)) {
+        Next::Stands => Judged::Stands(replay(finished)),
+        Next::Again => Judged::Again,
+        Next::HandOff(handoff) => Judged::HandOff(handoff),
     }
 }
 

@@ -115,9 +115,10 @@ fn cover_and_submit(
     submit_all(state.backend(), requests, prompt_field)
 }
 
-/// Replaces each prompt with the backend's encoding of it and returns their token
-/// counts (one per generation); `None` when the backend cannot encode before
-/// submitting. The `n` generations of one prompt follow each other and are encoded once.
+/// Replaces each prompt with the backend's encoding of it (a handoff's answer prefix
+/// included, so the prefix is taken off the request) and returns their token counts (one
+/// per generation); `None` when the backend cannot encode before submitting. The `n`
+/// generations of one prompt follow each other and are encoded once.
 fn encode_prompts(
     state: &AppState,
     requests: &mut [GenerationRequest],
@@ -125,11 +126,12 @@ fn encode_prompts(
 ) -> Result<Option<Vec<u32>>, ApiError> {
     let backend = state.backend();
     let mut counts = Vec::with_capacity(requests.len());
-    let mut last: Option<(Prompt, Prompt)> = None;
+    let mut last: Option<(Prompt, Option<String>, Prompt)> = None;
     for request in requests.iter_mut() {
-        if let Some((original, encoded)) = &last {
-            if *original == request.prompt {
+        if let Some((original, prefix, encoded)) = &last {
+            if *original == request.prompt && *prefix == request.answer_prefix {
                 request.prompt = encoded.clone();
+                request.answer_prefix = None;
                 counts.push(counts.last().copied().unwrap_or(0));
                 continue;
             }
@@ -142,7 +144,7 @@ fn encode_prompts(
         let chat = matches!(request.prompt, Prompt::Chat(_));
         let encoded = Prompt::Encoded { ids, chat };
         let original = std::mem::replace(&mut request.prompt, encoded.clone());
-        last = Some((original, encoded));
+        last = Some((original, request.answer_prefix.take(), encoded));
     }
     Ok(Some(counts))
 }

@@ -2,78 +2,14 @@
 //! cascade's next model, then settle the route with the request's usage.
 
 use crate::error::ApiError;
-use crate::openai::tail::choice::Choice;
+use crate::openai::tail::finished::{finish_all, Finished};
+use crate::openai::tail::handoff::{self, Handoff};
 use crate::openai::tail::settle::UsageTally;
 use crate::openai::tail::submit::{submit, MakeRequests};
 use crate::policy::cascade::Evidence;
 use crate::policy::RoutedRequest;
 use crate::state::AppState;
-use switchyard_seam::{
-    BackendError, FinishReason, GeneratedToken, GenerationEvent, ModelSpec, TokenConfidence, Usage,
-};
-
-/// A generation that ran to its end.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Finished {
-    /// The choice's index.
-    pub index: u32,
-    /// The whole generated text.
-    pub text: String,
-    /// Every token, for log-probabilities.
-    pub tokens: Vec<GeneratedToken>,
-    /// Why it ended.
-    pub finish_reason: FinishReason,
-    /// Its token counts.
-    pub usage: Usage,
-    /// How sure the engine was of its tokens, when it measured that.
-    pub confidence: Option<TokenConfidence>,
-}
-
-/// Waits for one choice to finish.
-pub async fn finish(choice: Choice) -> Result<Finished, BackendError> {
-    finish_after(choice, None).await
-}
-
-/// Waits for one choice to finish whose first event, `head`, was already read.
-pub async fn finish_after(
-    mut choice: Choice,
-    mut head: Option<GenerationEvent>,
-) -> Result<Finished, BackendError> {
-    let mut text = String::new();
-    let mut tokens = Vec::new();
-    loop {
-        let event = match head.take() {
-            Some(event) => event,
-            None => choice.next_event().await,
-        };
-        match event {
-            GenerationEvent::Token(token) => {
-                text.push_str(&token.text);
-                tokens.push(token);
-            }
-            GenerationEvent::Done {
-                finish_reason,
-                usage,
-                confidence,
-            } => {
-                return Ok(Finished {
-                    index: choice.index,
-                    text,
-                    tokens,
-                    finish_reason,
-                    usage,
-                    confidence,
-                })
-            }
-            GenerationEvent::Error(err) => return Err(err),
-        }
-    }
-}
-
-/// Waits for every choice, concurrently. The first failure drops (cancels) the rest.
-pub async fn finish_all(choices: Vec<Choice>) -> Result<Vec<Finished>, BackendError> {
-    futures_util::future::try_join_all(choices.into_iter().map(finish)).await
-}
+use switchyard_seam::{FinishReason, ModelSpec, TokenConfidence, Usage};
 
 /// Runs a whole-JSON request to its end: submits (with fallbacks), waits for every
 /// generation, and on a failure before any output falls back again if the policy says
@@ -87,14 +23,26 @@ pub async fn finish_whole(
     prompt_field: &'static str,
     n: u32,
 ) -> Result<(Vec<Finished>, Usage), ApiError> {
+    // Under a `[cascade]` with a handoff: the deferred answer's sure part, which the
+    // next model continues.
+    let mut handoff: Option<Handoff> = None;
     loop {
-        let choices = submit(state, routed, requested_model, make, prompt_field).await?;
+        let continuing = |model: &ModelSpec| handoff::requests(make, model, handoff.as_ref());
+        let choices = submit(state, routed, requested_model, &continuing, prompt_field).await?;
         match finish_all(choices).await {
-            Ok(finished) => {
+            Ok(mut finished) => {
+                if let Some(kept) = &handoff {
+                    kept.prepend(&mut finished);
+                }
                 let usage = usage_of(&finished, n);
                 // Under a `[cascade]`, a too unsure answer goes to the next model.
-                if judge_finished(routed, &finished, usage) {
-                    continue;
+                match judge_finished(routed, &finished, usage) {
+                    Next::Stands => {}
+                    Next::Again => continue,
+                    Next::HandOff(next) => {
+                        handoff = Some(next);
+                        continue;
+                    }
                 }
                 routed.note_confidence(least_confidence(&finished));
                 routed.succeeded(usage);
@@ -109,26 +57,46 @@ pub async fn finish_whole(
     }
 }
 
-/// Judges a cascade step's finished answers (when the step is judged): true when the
-/// request is to be submitted again, because it was deferred to the next model, or
-/// because the engine stopped it after its first token and it was not deferred after all
-/// (the next model could not take it, or the policy changed in between): then it is
-/// asked again in full (its prompt mostly from the prompt cache), unjudged.
-pub fn judge_finished(routed: &RoutedRequest, finished: &[Finished], usage: Usage) -> bool {
+/// What follows a cascade step's finished answers.
+#[derive(Debug)]
+pub enum Next {
+    /// The answers stand.
+    Stands,
+    /// Submit again: deferred to the next model, which answers from scratch, or stopped
+    /// early by the engine and not deferred after all (asked again in full, unjudged).
+    Again,
+    /// Deferred to the next model, which continues the answers' sure part.
+    HandOff(Handoff),
+}
+
+/// Judges a cascade step's finished answers (when the step is judged). Deferred, the
+/// request goes to the next model: handed off ([`Handoff`]) when the policy says so and
+/// some choice has a token below the threshold, otherwise from scratch.
+/// An answer the engine stopped early that is not deferred after all (the next model
+/// could not take it, or the policy changed in between) is asked again in full (its
+/// prompt mostly from the prompt cache), unjudged.
+pub fn judge_finished(routed: &RoutedRequest, finished: &[Finished], usage: Usage) -> Next {
     let stopped_early = finished
         .iter()
         .any(|f| f.finish_reason == FinishReason::Unsure);
     let evidence = Evidence::Answer(least_confidence(finished));
+    // Read before the verdict: a deferral moves the request to the next step.
+    let handoff_stop = routed
+        .hands_off_in_cascade()
+        .then(|| routed.unsure_stop())
+        .flatten();
     if let Some(verdict) = routed.judge_in_cascade(evidence) {
-        if routed.defer_in_cascade(verdict, usage, stopped_early) {
-            return true;
+        let handoff = handoff_stop.and_then(|stop| Handoff::of(finished, &stop));
+        let kept = handoff.as_ref().map(Handoff::kept_counts);
+        if routed.defer_in_cascade(verdict, usage, stopped_early, kept.as_deref()) {
+            return handoff.map_or(Next::Again, Next::HandOff);
         }
     }
     if stopped_early {
         routed.settle_cascade();
-        return true;
+        return Next::Again;
     }
-    false
+    Next::Stands
 }
 
 /// The request's usage from its finished choices, `n` per prompt.
