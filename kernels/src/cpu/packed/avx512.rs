@@ -113,9 +113,10 @@ const PREFETCH_AHEAD: usize = 2048;
 /// takes a few dozen cycles and 2 KB ahead left the kernel waiting on
 /// DRAM. Steps of 8 alternated in one decode (two threads, depth 0 to
 /// ~1k, medians of 8-step rates): Gemma 3 135 -> 152 and 145 -> 169
-/// tok/s against 2 KB, SmolLM2 266 -> 293; 4 KB and 16 KB between, 32 KB
-/// no gain, prefetching to L2 (`T1`) the same as to L1, none at all 30%
-/// slower (docs/bench/roofline.md).
+/// tok/s against 2 KB, SmolLM2 266 -> 293 (+0-4%, never slower, on a
+/// slower host later); 4 KB and 16 KB between, 32 KB no gain, prefetching
+/// to L2 (`T1`) the same as to L1, none at all 30% slower
+/// (docs/bench/roofline.md).
 const PREFETCH_AHEAD_ONE_ROW: usize = 8192;
 
 /// At the first block of each unit, asks for the cache lines of the unit
