@@ -26,7 +26,10 @@ Usage: .venv/bin/python benches/roofline.py [--models smollm2,gemma3]
   [--depths 0,4096] [--threads 1,2] [--repeats 2] [--kv f16] [--bench BIN]
 `--bench` runs a prebuilt bench executable (`cargo bench --no-run --bench
 long_context` prints its path) instead of `cargo bench`, so nothing is
-compiled inside a quiet-run.
+compiled inside a quiet-run. On a shared host run it inside
+`benches/own_autogroup.sh` (as `own_autogroup.sh .venv/bin/python
+benches/roofline.py ...`): with autogroup scheduling, nice alone does not
+keep other sessions off the CPUs (docs/bench/roofline.md).
 Prints a Markdown table and JSON lines (stderr).
 """
 

@@ -103,25 +103,41 @@ pub(super) unsafe fn add_block(
     _mm512_fmadd_ps(isum, scale, acc)
 }
 
-/// Bytes ahead of the block being read that [`prefetch_unit`] asks for:
-/// a few blocks, so that a DRAM miss is covered even at one activation
-/// row (at a tile of 16 a block takes a few hundred cycles; 4 blocks
-/// ahead measured better than 1 or 2 there).
+/// Bytes ahead of the block being read that [`prefetch_unit`] asks for
+/// at a tile of several activation rows: a few blocks (at a tile of 16 a
+/// block takes a few hundred cycles; 4 blocks ahead measured better than
+/// 1 or 2 there).
 const PREFETCH_AHEAD: usize = 2048;
 
+/// The same at one activation row (single-stream decode), where a block
+/// takes a few dozen cycles and 2 KB ahead left the kernel waiting on
+/// DRAM. Steps of 8 alternated in one decode (two threads, depth 0 to
+/// ~1k, medians of 8-step rates): Gemma 3 135 -> 152 and 145 -> 169
+/// tok/s against 2 KB, SmolLM2 266 -> 293 (+0-4%, never slower, on a
+/// slower host later); 4 KB and 16 KB between, 32 KB no gain, prefetching
+/// to L2 (`T1`) the same as to L1, none at all 30% slower
+/// (docs/bench/roofline.md).
+const PREFETCH_AHEAD_ONE_ROW: usize = 8192;
+
 /// At the first block of each unit, asks for the cache lines of the unit
-/// [`PREFETCH_AHEAD`] bytes on in the group stream (or the next group in
+/// [`PREFETCH_AHEAD`] ([`PREFETCH_AHEAD_ONE_ROW`] at one activation row)
+/// bytes on in the group stream (or the next group in
 /// memory: groups are contiguous and a prefetch past the matrix's end
 /// never faults). The hardware prefetchers alone stalled the first loads
 /// of a block: in profiles of batched decode those loads held a fifth of
 /// the kernel's samples.
 #[target_feature(enable = "avx512f")]
 #[inline]
-pub(super) fn prefetch_unit(g: *const u8, layout: &Layout, b: usize) {
+pub(super) fn prefetch_unit<const T: usize>(g: *const u8, layout: &Layout, b: usize) {
     if !b.is_multiple_of(layout.per_unit) {
         return;
     }
-    let ahead = PREFETCH_AHEAD.div_ceil(layout.unit_bytes) * layout.unit_bytes;
+    let bytes = if T == 1 {
+        PREFETCH_AHEAD_ONE_ROW
+    } else {
+        PREFETCH_AHEAD
+    };
+    let ahead = bytes.div_ceil(layout.unit_bytes) * layout.unit_bytes;
     let unit = g.wrapping_add((b / layout.per_unit) * layout.unit_bytes + ahead);
     for line in (0..layout.unit_bytes).step_by(64) {
         _mm_prefetch::<_MM_HINT_T0>(unit.wrapping_add(line).cast());
@@ -247,7 +263,7 @@ unsafe fn dot_nibbles<const T: usize, const HAS_MIN: bool, const FIVE: bool, con
     let ds: [*const f32; T] = std::array::from_fn(|t| a[t].ds.as_ptr());
     let sums: [*const i32; T] = std::array::from_fn(|t| a[t].sums.as_ptr());
     for b in 0..blocks {
-        prefetch_unit(g, &layout, b);
+        prefetch_unit::<T>(g, &layout, b);
         // SAFETY: block b lies inside the group (the caller's contract).
         let (w, d, m) = unsafe { nibble_block::<HAS_MIN, FIVE, TABLE>(g, &layout, b) };
         for_each_row!(T, t, {
@@ -296,7 +312,7 @@ unsafe fn dot_q8_0<const T: usize>(
     let ds: [*const f32; T] = std::array::from_fn(|t| a[t].ds.as_ptr());
     let sums: [*const i32; T] = std::array::from_fn(|t| a[t].sums.as_ptr());
     for b in 0..blocks {
-        prefetch_unit(g, &layout, b);
+        prefetch_unit::<T>(g, &layout, b);
         // SAFETY: block b lies inside the group (the caller's contract).
         let (w, d) = unsafe { q8_block(g, &layout, b) };
         for_each_row!(T, t, {

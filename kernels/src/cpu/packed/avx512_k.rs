@@ -126,7 +126,7 @@ pub(super) unsafe fn dot_q4k<const T: usize>(
     let qs: [*const i8; T] = std::array::from_fn(|t| a[t].qs.as_ptr());
     let ds: [*const f32; T] = std::array::from_fn(|t| a[t].ds.as_ptr());
     for b in 0..blocks {
-        prefetch_unit(g, &layout, b);
+        prefetch_unit::<T>(g, &layout, b);
         // SAFETY: block b lies inside the group (the caller's contract).
         let (d, dmin) = unsafe { k_scales(g, &layout, b) };
         for j in 0..8 {
@@ -170,7 +170,7 @@ pub(super) unsafe fn dot_q6k<const T: usize>(
     let ds: [*const f32; T] = std::array::from_fn(|t| a[t].ds.as_ptr());
     let halves_of: [*const i32; T] = std::array::from_fn(|t| a[t].half_sums.as_ptr());
     for b in 0..blocks {
-        prefetch_unit(g, &layout, b);
+        prefetch_unit::<T>(g, &layout, b);
         // SAFETY: block b lies inside the group (the caller's contract).
         let (d, _) = unsafe { k_scales(g, &layout, b) };
         for j in 0..8 {
