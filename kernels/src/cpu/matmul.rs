@@ -342,7 +342,8 @@ fn run_amx(
     if rows == 0 || !packed.takes_amx(isa) {
         return 0;
     }
-    // The tiles' rows checked once, not per group.
+    // The tiles' rows checked and copied into tile order once, not per
+    // group (`AmxRows`).
     let q_tiles: Vec<[QRow<'_>; AMX_ROWS]> = (0..rows)
         .step_by(AMX_ROWS)
         .map(|first| q_rows(q, first))

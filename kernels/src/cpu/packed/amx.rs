@@ -6,10 +6,10 @@
 //! A group is unpacked once (per task) into signed bytes laid out as
 //! `tdpbssd`'s second operand (`Unpacked`), and every sixteen-row tile of
 //! the prompt chunk then runs against it: the activation rows are the
-//! first operand straight from the quantized rows (16 rows of 64 bytes at
-//! the row stride), the C tile row `t` holds activation row `t`'s sums for
-//! the group's sixteen weight rows, i.e. the lanes of the VNNI kernels'
-//! accumulator.
+//! first operand, copied once per call into tile order (`AmxRows`: each
+//! tile row pair's sixteen rows of 64 bytes in one contiguous kilobyte),
+//! the C tile row `t` holds activation row `t`'s sums for the group's
+//! sixteen weight rows, i.e. the lanes of the VNNI kernels' accumulator.
 //!
 //! # Exactness
 //! The contract (the module documentation of `packed`) needs each
@@ -31,7 +31,6 @@
 use std::arch::asm;
 use std::arch::x86_64::*;
 use std::cell::RefCell;
-use std::marker::PhantomData;
 
 use super::avx512::{nibble_block, q8_block, store};
 use super::avx512_k::{k_scales, q4k_sub, q6k_sub};
@@ -44,36 +43,52 @@ use crate::DType;
 /// Activation rows of one AMX call: a tile's sixteen rows.
 pub(crate) const AMX_ROWS: usize = 16;
 
-/// Sixteen quantized activation rows that lie one after another in one
-/// buffer (the A tile loads them at one stride), checked once per tile.
-pub(crate) struct AmxRows<'a> {
-    /// Row 0's quants; row `t`'s start `t · k` bytes on.
-    qs: *const i8,
-    /// Row 0's `[d, s]` per block; row `t`'s `2 · k / 32` floats on.
-    ds: *const f32,
+/// Sixteen quantized activation rows copied into the order the A tiles
+/// read them: tile row pair `p` (bytes `64p..64p + 64` of every row) is
+/// sixteen consecutive lines, and each block's scales are sixteen
+/// consecutive floats. Loaded in place, the A tile's sixteen lines lay a
+/// row's width (640-2,048 bytes) apart and came from L2 for every group,
+/// the load the tile products waited on most (profile of a Gemma 3
+/// prompt); one contiguous kilobyte per pair streams instead, and the
+/// scales need one base pointer, not sixteen.
+pub(crate) struct AmxRows {
+    /// Line `16p + t`: row `t`'s bytes `64p..64p + 64`.
+    lines: Vec<Line>,
+    /// `d[16b + t]`, `s[16b + t]`: row `t`'s block `b` scale and
+    /// (scaled) sum, as the row's `[d, s]` pairs.
+    d: Vec<f32>,
+    s: Vec<f32>,
     k: usize,
-    rows: PhantomData<&'a [i8]>,
 }
 
-impl<'a> AmxRows<'a> {
-    /// `None` unless row `t`'s quants and scales sit right after row
-    /// `t - 1`'s and every row is `k` wide.
-    pub(crate) fn new(a: &[QRow<'a>; AMX_ROWS]) -> Option<AmxRows<'a>> {
+impl AmxRows {
+    /// `None` unless every row is `k` wide, `k` whole tile rows.
+    pub(crate) fn new(a: &[QRow<'_>; AMX_ROWS]) -> Option<AmxRows> {
         let k = a[0].qs.len();
         let blocks = k / QK;
-        let (qs, ds) = (a[0].qs.as_ptr(), a[0].ds.as_ptr());
         let fits = k.is_multiple_of(2 * QK)
-            && a.iter().enumerate().all(|(t, row)| {
-                row.qs.len() == k
-                    && row.ds.len() == 2 * blocks
-                    && std::ptr::eq(row.qs.as_ptr(), qs.wrapping_add(t * k))
-                    && std::ptr::eq(row.ds.as_ptr(), ds.wrapping_add(t * 2 * blocks))
-            });
-        fits.then_some(AmxRows {
-            qs,
-            ds,
+            && a.iter()
+                .all(|row| row.qs.len() == k && row.ds.len() == 2 * blocks);
+        if !fits {
+            return None;
+        }
+        let pairs = k / 64;
+        let mut lines = vec![ZERO_LINE; pairs * AMX_ROWS];
+        for (p, tile) in lines.chunks_exact_mut(AMX_ROWS).enumerate() {
+            for (line, row) in tile.iter_mut().zip(a) {
+                line.0.copy_from_slice(&row.qs[64 * p..64 * (p + 1)]);
+            }
+        }
+        let scales = |i: usize| -> Vec<f32> {
+            (0..blocks * AMX_ROWS)
+                .map(|j| a[j % AMX_ROWS].ds[2 * (j / AMX_ROWS) + i])
+                .collect()
+        };
+        Some(AmxRows {
+            lines,
+            d: scales(0),
+            s: scales(1),
             k,
-            rows: PhantomData,
         })
     }
 }
@@ -257,18 +272,19 @@ unsafe fn unpack(dtype: DType, shape: Shape, group: &[u8], blocks: usize, u: &mu
 // `configure`'s.
 
 /// Blocks `4q..4q + 4` (two tile row pairs) of sixteen activation rows:
-/// the A tiles at `a` and `a + 64` (rows `stride` apart), block `i`'s B
-/// tile at `b[i]`, its C tile stored at `c + 16 i` (lines).
+/// the A tiles at `a[0]` and `a[1]` (sixteen lines each, see
+/// [`AmxRows`]), block `i`'s B tile at `b[i]`, its C tile stored at
+/// `c + 16 i` (lines).
 ///
 /// # Safety
 /// See the module; the pointers are valid for those reads and writes.
 #[inline(always)]
-unsafe fn four_blocks(a: *const i8, stride: usize, b: [*const Line; 4], c: *mut Line) {
+unsafe fn four_blocks(a: [*const Line; 2], b: [*const Line; 4], c: *mut Line) {
     // SAFETY: the caller's contract.
     unsafe {
         asm!(
-            "tileloadd tmm0, [{a0} + {s}]",
-            "tileloadd tmm5, [{a1} + {s}]",
+            "tileloadd tmm0, [{a0} + {l}]",
+            "tileloadd tmm5, [{a1} + {l}]",
             "tileloadd tmm1, [{b0} + {l}]",
             "tileloadd tmm2, [{b1} + {l}]",
             "tilezero tmm3",
@@ -285,9 +301,8 @@ unsafe fn four_blocks(a: *const i8, stride: usize, b: [*const Line; 4], c: *mut 
             "tilestored [{c1} + {l}], tmm4",
             "tilestored [{c2} + {l}], tmm6",
             "tilestored [{c3} + {l}], tmm7",
-            a0 = in(reg) a,
-            a1 = in(reg) a.add(64),
-            s = in(reg) stride,
+            a0 = in(reg) a[0],
+            a1 = in(reg) a[1],
             b0 = in(reg) b[0],
             b1 = in(reg) b[1],
             b2 = in(reg) b[2],
@@ -307,11 +322,11 @@ unsafe fn four_blocks(a: *const i8, stride: usize, b: [*const Line; 4], c: *mut 
 /// # Safety
 /// As [`four_blocks`].
 #[inline(always)]
-unsafe fn two_blocks(a: *const i8, stride: usize, b: [*const Line; 2], c: *mut Line) {
+unsafe fn two_blocks(a: *const Line, b: [*const Line; 2], c: *mut Line) {
     // SAFETY: the caller's contract.
     unsafe {
         asm!(
-            "tileloadd tmm0, [{a0} + {s}]",
+            "tileloadd tmm0, [{a0} + {l}]",
             "tileloadd tmm1, [{b0} + {l}]",
             "tileloadd tmm2, [{b1} + {l}]",
             "tilezero tmm3",
@@ -321,7 +336,6 @@ unsafe fn two_blocks(a: *const i8, stride: usize, b: [*const Line; 2], c: *mut L
             "tilestored [{c0} + {l}], tmm3",
             "tilestored [{c1} + {l}], tmm4",
             a0 = in(reg) a,
-            s = in(reg) stride,
             b0 = in(reg) b[0],
             b1 = in(reg) b[1],
             c0 = in(reg) c,
@@ -338,11 +352,11 @@ unsafe fn two_blocks(a: *const i8, stride: usize, b: [*const Line; 2], c: *mut L
 /// # Safety
 /// As [`four_blocks`].
 #[inline(always)]
-unsafe fn four_halves(a: *const i8, stride: usize, b: [*const Line; 4], c: *mut Line) {
+unsafe fn four_halves(a: *const Line, b: [*const Line; 4], c: *mut Line) {
     // SAFETY: the caller's contract.
     unsafe {
         asm!(
-            "tileloadd tmm0, [{a0} + {s}]",
+            "tileloadd tmm0, [{a0} + {l}]",
             "tileloadd tmm1, [{b0} + {l}]",
             "tileloadd tmm2, [{b1} + {l}]",
             "tileloadd tmm7, [{b2} + {l}]",
@@ -360,7 +374,6 @@ unsafe fn four_halves(a: *const i8, stride: usize, b: [*const Line; 4], c: *mut 
             "tilestored [{c2} + {l}], tmm5",
             "tilestored [{c3} + {l}], tmm6",
             a0 = in(reg) a,
-            s = in(reg) stride,
             b0 = in(reg) b[0],
             b1 = in(reg) b[1],
             b2 = in(reg) b[2],
@@ -403,7 +416,7 @@ impl Unpacked {
     }
 
     /// Whether `rows` are this group's width.
-    pub(crate) fn fits(&self, rows: &AmxRows<'_>) -> bool {
+    pub(crate) fn fits(&self, rows: &AmxRows) -> bool {
         rows.k == self.blocks * QK && self.dtype.is_some()
     }
 
@@ -415,12 +428,12 @@ impl Unpacked {
     /// See the module; [`Unpacked::fits`] is true for `rows`.
     pub(crate) unsafe fn dot(
         &self,
-        rows: &AmxRows<'_>,
+        rows: &AmxRows,
         out: [&mut [f32; GROUP_ROWS]; AMX_ROWS],
         accumulate: bool,
     ) {
         // SAFETY: the caller's contract; `rows` holds sixteen rows of
-        // `self.blocks` blocks, `k` bytes apart (`AmxRows::new`).
+        // `self.blocks` blocks (`AmxRows::new`).
         unsafe {
             configure();
             match self.dtype {
@@ -437,34 +450,33 @@ impl Unpacked {
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
     unsafe fn dot_pairs<const MIN: i32>(
         &self,
-        rows: &AmxRows<'_>,
+        rows: &AmxRows,
         out: [&mut [f32; GROUP_ROWS]; AMX_ROWS],
         accumulate: bool,
     ) {
-        let k = rows.k;
         // The C tiles' lines: every one is stored before it is read.
         let mut c = std::mem::MaybeUninit::<[Line; 4 * 16]>::uninit();
         let cp = c.as_mut_ptr().cast::<Line>();
-        let lines = self.lines.as_ptr();
-        let ds: [*const f32; AMX_ROWS] =
-            std::array::from_fn(|t| rows.ds.wrapping_add(t * 2 * self.blocks));
+        let (lines, a) = (self.lines.as_ptr(), rows.lines.as_ptr());
+        let (ds, ss) = (rows.d.as_ptr(), rows.s.as_ptr());
         let mut acc = [_mm512_setzero_ps(); AMX_ROWS];
         let mut b0 = 0;
         while b0 < self.blocks {
             // Four blocks (two tile row pairs) a step, or the last two.
             let count = if b0 + 4 <= self.blocks { 4 } else { 2 };
-            // SAFETY: tile row pairs at bytes `32 · b0..` of sixteen rows
-            // `k` apart (`AmxRows::new`), `b0 + count <= blocks`; block
-            // `b`'s B tile is its own sixteen lines (words, then zeros) for
-            // an even `b` and, for an odd one, the eight zero lines before
-            // its words (see `Unpacked`); `c` holds four tiles.
+            // SAFETY: tile row pair `b0 / 2`'s A tile is sixteen lines
+            // from line `8 · b0` of `rows` (`AmxRows::new`), `b0 + count
+            // <= blocks`; block `b`'s B tile is its own sixteen lines
+            // (words, then zeros) for an even `b` and, for an odd one, the
+            // eight zero lines before its words (see `Unpacked`); `c`
+            // holds four tiles.
             unsafe {
-                let a = rows.qs.add(QK * b0);
+                let a = a.add(8 * b0);
                 let b = |i: usize| lines.add(16 * (b0 + i) - 8 * (i % 2));
                 if count == 4 {
-                    four_blocks(a, k, [b(0), b(1), b(2), b(3)], cp);
+                    four_blocks([a, a.add(16)], [b(0), b(1), b(2), b(3)], cp);
                 } else {
-                    two_blocks(a, k, [b(0), b(1)], cp);
+                    two_blocks(a, [b(0), b(1)], cp);
                 }
             }
             for h in 0..count {
@@ -481,8 +493,8 @@ impl Unpacked {
                     // SAFETY: row t's block b scales; line t of tile h.
                     let (da, sa, isum) = unsafe {
                         (
-                            *ds[t].add(2 * b),
-                            *ds[t].add(2 * b + 1),
+                            *ds.add(AMX_ROWS * b + t),
+                            *ss.add(AMX_ROWS * b + t),
                             _mm512_load_si512(sums.add(t)),
                         )
                     };
@@ -508,17 +520,14 @@ impl Unpacked {
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
     unsafe fn dot_quarters(
         &self,
-        rows: &AmxRows<'_>,
+        rows: &AmxRows,
         out: [&mut [f32; GROUP_ROWS]; AMX_ROWS],
         accumulate: bool,
     ) {
-        let k = rows.k;
         // The C tiles' lines: every one is stored before it is read.
         let mut c = std::mem::MaybeUninit::<[Line; 4 * 16]>::uninit();
         let cp = c.as_mut_ptr().cast::<Line>();
-        let lines = self.lines.as_ptr();
-        let ds: [*const f32; AMX_ROWS] =
-            std::array::from_fn(|t| rows.ds.wrapping_add(t * 2 * self.blocks));
+        let (lines, a, ds) = (self.lines.as_ptr(), rows.lines.as_ptr(), rows.d.as_ptr());
         let mut acc = [_mm512_setzero_ps(); AMX_ROWS];
         for p in 0..self.blocks / 2 {
             // SAFETY: as in `dot_pairs`; half `i` (of four) of the pair
@@ -527,12 +536,7 @@ impl Unpacked {
             // half's own start for i = 0).
             unsafe {
                 let half = |i: usize| lines.add(16 * (4 * p + i) - 4 * i);
-                four_halves(
-                    rows.qs.add(64 * p),
-                    k,
-                    [half(0), half(1), half(2), half(3)],
-                    cp,
-                );
+                four_halves(a.add(16 * p), [half(0), half(1), half(2), half(3)], cp);
             }
             for h in 0..2 {
                 let b = 2 * p + h;
@@ -551,7 +555,7 @@ impl Unpacked {
                     // SAFETY: row t's block b scale; line t of both tiles.
                     let (da, x0, x1) = unsafe {
                         (
-                            *ds[t].add(2 * b),
+                            *ds.add(AMX_ROWS * b + t),
                             _mm512_load_si512(s0.add(t)),
                             _mm512_load_si512(s1.add(t)),
                         )
