@@ -447,6 +447,11 @@ impl Unpacked {
 
     /// The 32-element types and Q4_K; `MIN`: how the block's min enters
     /// (`1`: `+ m · s_a`, `-1`: `- m · s_a`, `0`: not).
+    ///
+    /// Two C buffers in turn: step `i`'s tile products are issued before
+    /// step `i - 1`'s f32 steps, so the tile unit works while the vector
+    /// units finish the previous sums (each step alone waited on its
+    /// loads and products, then on its f32 steps).
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
     unsafe fn dot_pairs<const MIN: i32>(
         &self,
@@ -454,21 +459,24 @@ impl Unpacked {
         out: [&mut [f32; GROUP_ROWS]; AMX_ROWS],
         accumulate: bool,
     ) {
-        // The C tiles' lines: every one is stored before it is read.
-        let mut c = std::mem::MaybeUninit::<[Line; 4 * 16]>::uninit();
-        let cp = c.as_mut_ptr().cast::<Line>();
+        // Two steps' C tiles (lines): every one is stored before it is read.
+        let mut c = std::mem::MaybeUninit::<[Line; 2 * 4 * 16]>::uninit();
+        let c = c.as_mut_ptr().cast::<Line>();
         let (lines, a) = (self.lines.as_ptr(), rows.lines.as_ptr());
-        let (ds, ss) = (rows.d.as_ptr(), rows.s.as_ptr());
         let mut acc = [_mm512_setzero_ps(); AMX_ROWS];
+        // The previous step's first block, block count and C buffer.
+        let mut pending: Option<(usize, usize, *const Line)> = None;
         let mut b0 = 0;
         while b0 < self.blocks {
             // Four blocks (two tile row pairs) a step, or the last two.
             let count = if b0 + 4 <= self.blocks { 4 } else { 2 };
+            // Alternate buffers: `pending` reads the other one.
+            let cp = c.wrapping_add(64 * ((b0 / 4) % 2));
             // SAFETY: tile row pair `b0 / 2`'s A tile is sixteen lines
             // from line `8 · b0` of `rows` (`AmxRows::new`), `b0 + count
             // <= blocks`; block `b`'s B tile is its own sixteen lines
             // (words, then zeros) for an even `b` and, for an odd one, the
-            // eight zero lines before its words (see `Unpacked`); `c`
+            // eight zero lines before its words (see `Unpacked`); `cp`
             // holds four tiles.
             unsafe {
                 let a = a.add(8 * b0);
@@ -479,36 +487,16 @@ impl Unpacked {
                     two_blocks(a, [b(0), b(1)], cp);
                 }
             }
-            for h in 0..count {
-                let b = b0 + h;
-                // SAFETY: b < self.blocks; `c`'s tile h is sixteen lines.
-                let (scale, min, sums) = unsafe {
-                    (
-                        _mm512_loadu_ps(self.scale.as_ptr().add(b).cast()),
-                        _mm512_loadu_ps(self.min.as_ptr().add(b).cast()),
-                        cp.add(16 * h).cast::<__m512i>(),
-                    )
-                };
-                for_each_row!(AMX_ROWS, t, {
-                    // SAFETY: row t's block b scales; line t of tile h.
-                    let (da, sa, isum) = unsafe {
-                        (
-                            *ds.add(AMX_ROWS * b + t),
-                            *ss.add(AMX_ROWS * b + t),
-                            _mm512_load_si512(sums.add(t)),
-                        )
-                    };
-                    let isum = _mm512_cvtepi32_ps(isum);
-                    let scale = _mm512_mul_ps(scale, _mm512_set1_ps(da));
-                    acc[t] = _mm512_fmadd_ps(isum, scale, acc[t]);
-                    if MIN > 0 {
-                        acc[t] = _mm512_fmadd_ps(min, _mm512_set1_ps(sa), acc[t]);
-                    } else if MIN < 0 {
-                        acc[t] = _mm512_fnmadd_ps(min, _mm512_set1_ps(sa), acc[t]);
-                    }
-                });
+            if let Some((first, n, sums)) = pending {
+                // SAFETY: stored by the previous step (see below).
+                unsafe { self.pair_sums::<MIN>(rows, first, n, sums, &mut acc) };
             }
+            pending = Some((b0, count, cp));
             b0 += count;
+        }
+        if let Some((first, n, sums)) = pending {
+            // SAFETY: `sums` holds the last step's `n` C tiles.
+            unsafe { self.pair_sums::<MIN>(rows, first, n, sums, &mut acc) };
         }
         for (o, acc) in out.into_iter().zip(acc) {
             // SAFETY: `o` is sixteen f32.
@@ -516,7 +504,56 @@ impl Unpacked {
         }
     }
 
-    /// Q6_K: four `tdpbssd` per tile row pair, one per 16-element half.
+    /// The f32 steps of blocks `first..first + count`, whose integer sums
+    /// are the C tiles at `sums` (sixteen lines each), into `acc`: the VNNI
+    /// kernels' steps one for one.
+    ///
+    /// # Safety
+    /// `first + count <= self.blocks`; `sums` holds `count` stored tiles.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+    #[inline]
+    unsafe fn pair_sums<const MIN: i32>(
+        &self,
+        rows: &AmxRows,
+        first: usize,
+        count: usize,
+        sums: *const Line,
+        acc: &mut [__m512; AMX_ROWS],
+    ) {
+        let (ds, ss) = (rows.d.as_ptr(), rows.s.as_ptr());
+        for h in 0..count {
+            let b = first + h;
+            // SAFETY: b < self.blocks; tile h is sixteen lines at `sums`.
+            let (scale, min, tile) = unsafe {
+                (
+                    _mm512_loadu_ps(self.scale.as_ptr().add(b).cast()),
+                    _mm512_loadu_ps(self.min.as_ptr().add(b).cast()),
+                    sums.add(16 * h).cast::<__m512i>(),
+                )
+            };
+            for_each_row!(AMX_ROWS, t, {
+                // SAFETY: row t's block b scales; line t of tile h.
+                let (da, sa, isum) = unsafe {
+                    (
+                        *ds.add(AMX_ROWS * b + t),
+                        *ss.add(AMX_ROWS * b + t),
+                        _mm512_load_si512(tile.add(t)),
+                    )
+                };
+                let isum = _mm512_cvtepi32_ps(isum);
+                let scale = _mm512_mul_ps(scale, _mm512_set1_ps(da));
+                acc[t] = _mm512_fmadd_ps(isum, scale, acc[t]);
+                if MIN > 0 {
+                    acc[t] = _mm512_fmadd_ps(min, _mm512_set1_ps(sa), acc[t]);
+                } else if MIN < 0 {
+                    acc[t] = _mm512_fnmadd_ps(min, _mm512_set1_ps(sa), acc[t]);
+                }
+            });
+        }
+    }
+
+    /// Q6_K: four `tdpbssd` per tile row pair, one per 16-element half,
+    /// in two C buffers as [`Unpacked::dot_pairs`].
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
     unsafe fn dot_quarters(
         &self,
@@ -524,12 +561,14 @@ impl Unpacked {
         out: [&mut [f32; GROUP_ROWS]; AMX_ROWS],
         accumulate: bool,
     ) {
-        // The C tiles' lines: every one is stored before it is read.
-        let mut c = std::mem::MaybeUninit::<[Line; 4 * 16]>::uninit();
-        let cp = c.as_mut_ptr().cast::<Line>();
-        let (lines, a, ds) = (self.lines.as_ptr(), rows.lines.as_ptr(), rows.d.as_ptr());
+        // Two pairs' C tiles (lines): every one is stored before it is read.
+        let mut c = std::mem::MaybeUninit::<[Line; 2 * 4 * 16]>::uninit();
+        let c = c.as_mut_ptr().cast::<Line>();
+        let (lines, a) = (self.lines.as_ptr(), rows.lines.as_ptr());
         let mut acc = [_mm512_setzero_ps(); AMX_ROWS];
+        let mut pending: Option<(usize, *const Line)> = None;
         for p in 0..self.blocks / 2 {
+            let cp = c.wrapping_add(64 * (p % 2));
             // SAFETY: as in `dot_pairs`; half `i` (of four) of the pair
             // starts at line `16 · (4p + i)`, its B tile `4i` lines before,
             // inside the previous half's zero lines (or at the first
@@ -538,38 +577,64 @@ impl Unpacked {
                 let half = |i: usize| lines.add(16 * (4 * p + i) - 4 * i);
                 four_halves(a.add(16 * p), [half(0), half(1), half(2), half(3)], cp);
             }
-            for h in 0..2 {
-                let b = 2 * p + h;
-                // SAFETY: b < self.blocks; `c`'s tiles 2h, 2h + 1.
-                let (d, sc0, sc1, s0, s1) = unsafe {
-                    let sc = self.sc.as_ptr().add(b).cast::<i32>();
-                    (
-                        _mm512_loadu_ps(self.scale.as_ptr().add(b).cast()),
-                        _mm512_loadu_si512(sc.cast()),
-                        _mm512_loadu_si512(sc.add(GROUP_ROWS).cast()),
-                        cp.add(32 * h).cast::<__m512i>(),
-                        cp.add(32 * h + 16).cast::<__m512i>(),
-                    )
-                };
-                for_each_row!(AMX_ROWS, t, {
-                    // SAFETY: row t's block b scale; line t of both tiles.
-                    let (da, x0, x1) = unsafe {
-                        (
-                            *ds.add(AMX_ROWS * b + t),
-                            _mm512_load_si512(s0.add(t)),
-                            _mm512_load_si512(s1.add(t)),
-                        )
-                    };
-                    let isum =
-                        _mm512_add_epi32(_mm512_mullo_epi32(x0, sc0), _mm512_mullo_epi32(x1, sc1));
-                    let scale = _mm512_mul_ps(d, _mm512_set1_ps(da));
-                    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[t]);
-                });
+            if let Some((q, sums)) = pending {
+                // SAFETY: stored by the previous pair's step.
+                unsafe { self.quarter_sums(rows, q, sums, &mut acc) };
             }
+            pending = Some((p, cp));
+        }
+        if let Some((q, sums)) = pending {
+            // SAFETY: the last pair's four tiles.
+            unsafe { self.quarter_sums(rows, q, sums, &mut acc) };
         }
         for (o, acc) in out.into_iter().zip(acc) {
             // SAFETY: `o` is sixteen f32.
             unsafe { store(o, acc, accumulate) };
+        }
+    }
+
+    /// Q6_K's f32 steps of tile row pair `p` (blocks `2p`, `2p + 1`),
+    /// whose halves' integer sums are the four C tiles at `sums`.
+    ///
+    /// # Safety
+    /// `2p + 1 < self.blocks`; `sums` holds four stored tiles.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+    #[inline]
+    unsafe fn quarter_sums(
+        &self,
+        rows: &AmxRows,
+        p: usize,
+        sums: *const Line,
+        acc: &mut [__m512; AMX_ROWS],
+    ) {
+        let ds = rows.d.as_ptr();
+        for h in 0..2 {
+            let b = 2 * p + h;
+            // SAFETY: b < self.blocks; tiles 2h, 2h + 1 at `sums`.
+            let (d, sc0, sc1, s0, s1) = unsafe {
+                let sc = self.sc.as_ptr().add(b).cast::<i32>();
+                (
+                    _mm512_loadu_ps(self.scale.as_ptr().add(b).cast()),
+                    _mm512_loadu_si512(sc.cast()),
+                    _mm512_loadu_si512(sc.add(GROUP_ROWS).cast()),
+                    sums.add(32 * h).cast::<__m512i>(),
+                    sums.add(32 * h + 16).cast::<__m512i>(),
+                )
+            };
+            for_each_row!(AMX_ROWS, t, {
+                // SAFETY: row t's block b scale; line t of both tiles.
+                let (da, x0, x1) = unsafe {
+                    (
+                        *ds.add(AMX_ROWS * b + t),
+                        _mm512_load_si512(s0.add(t)),
+                        _mm512_load_si512(s1.add(t)),
+                    )
+                };
+                let isum =
+                    _mm512_add_epi32(_mm512_mullo_epi32(x0, sc0), _mm512_mullo_epi32(x1, sc1));
+                let scale = _mm512_mul_ps(d, _mm512_set1_ps(da));
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[t]);
+            });
         }
     }
 }

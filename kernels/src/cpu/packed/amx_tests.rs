@@ -24,7 +24,7 @@ fn amx_tiles_match_scalar_twin_bit_for_bit() {
             let sizes: &[usize] = if elems > QK {
                 &[1, 3, 8]
             } else {
-                &[2, 4, 20, 64]
+                &[2, 4, 6, 20, 64]
             };
             for &blocks in sizes {
                 let (rows, k) = (48, blocks * elems);
