@@ -250,7 +250,7 @@ struct Task {
 const GROUP_MIN_ROWS: usize = 1;
 
 /// The call's activation tiles in AMX order (`AmxRows`), built by the
-/// first task that takes a matrix on AMX and shared by the others: copied
+/// first tasks that take a matrix on AMX and shared by the rest: copied
 /// per task (guided scheduling makes many small ones), the copies cost
 /// more than the tile order saved.
 #[cfg(target_arch = "x86_64")]
@@ -362,8 +362,14 @@ fn run_amx(
         .step_by(AMX_ROWS)
         .map(|first| q_rows(q, first))
         .collect();
-    let tiles = amx.get_or_init(|| q_tiles.iter().map(AmxRows::new).collect());
-    let Some(tiles) = tiles else {
+    if amx.get().is_none() {
+        // Built here without waiting for another task that builds them
+        // too (a task blocked in `get_or_init` measured tens of
+        // milliseconds per call on this loaded 2-vCPU host): at most one
+        // copy per thread, the first one set kept.
+        let _ = amx.set(q_tiles.iter().map(AmxRows::new).collect());
+    }
+    let Some(Some(tiles)) = amx.get() else {
         return 0;
     };
     for g in groups {
