@@ -67,7 +67,10 @@ pub struct DeviceArgs {
     pub kv_type: Option<KvType>,
     /// Attention's products (queries·keys, probabilities·values): f32, or
     /// bf16 (inputs rounded to BF16, f32 accumulation; AVX-512 BF16's
-    /// `vdpbf16ps` where the CPU has it) [default: f32; docs/ATTENTION_PRECISION.md].
+    /// `vdpbf16ps`, and AMX tiles for prompt chunks, where the CPU has
+    /// them) [default: f32: bf16 moves the logits and can change greedy
+    /// output; on an AMX host it speeds prompts at 4k-32k tokens of
+    /// context (up to ~1.8×) but slows decode; docs/ATTENTION_PRECISION.md].
     #[arg(long)]
     pub attention_precision: Option<AttentionPrecision>,
 }

@@ -156,6 +156,7 @@ fn run_quantized(
     let rows_per_task = pool.chunk_for(n, ROW_TASKS_PER_THREAD, 1);
     let run = |q: &mut QuantizedRows| {
         let q = q.shared(isa, n, k);
+        let amx = AmxTiles::default();
         pool.run_phased(
             n.div_ceil(rows_per_task),
             &|i| {
@@ -172,7 +173,7 @@ fn run_quantized(
                 match &task.unit {
                     Unit::Groups(groups) => {
                         if let Some(packed) = &target.w.packed {
-                            run_groups(isa, packed, target, &q, n, groups.clone());
+                            run_groups(isa, packed, target, &q, &amx, n, groups.clone());
                         }
                     }
                     Unit::Rows(rows) => run_rows(isa, target, &q, n, rows.clone()),
@@ -248,6 +249,15 @@ struct Task {
 /// ones (the 30 MB output matrix 4.6 ms against 3.0 ms, see BENCHMARKS.md).
 const GROUP_MIN_ROWS: usize = 1;
 
+/// The call's activation tiles in AMX order (`AmxRows`), built by the
+/// first tasks that take a matrix on AMX and shared by the rest: copied
+/// per task (guided scheduling makes many small ones), the copies cost
+/// more than the tile order saved.
+#[cfg(target_arch = "x86_64")]
+type AmxTiles = std::sync::OnceLock<Option<Vec<AmxRows>>>;
+#[cfg(not(target_arch = "x86_64"))]
+type AmxTiles = ();
+
 /// Splits every target's output rows into tasks: its groups (if repacked
 /// and `n` rows make them pay), then the rows no group covers.
 fn plan(pool: &ThreadPool, targets: &[Target<'_>], n: usize) -> Vec<Task> {
@@ -276,6 +286,7 @@ fn run_groups(
     packed: &PackedRows,
     t: &Target<'_>,
     q: &SharedRows<'_>,
+    amx: &AmxTiles,
     n: usize,
     groups: Range<usize>,
 ) {
@@ -287,7 +298,7 @@ fn run_groups(
     let mut start = groups.start;
     while start < groups.end {
         let end = (start + block).min(groups.end);
-        run_group_block(isa, packed, t, q, n, start..end);
+        run_group_block(isa, packed, t, q, amx, n, start..end);
         start = end;
     }
 }
@@ -298,13 +309,17 @@ fn run_group_block(
     packed: &PackedRows,
     t: &Target<'_>,
     q: &SharedRows<'_>,
+    amx: &AmxTiles,
     n: usize,
     groups: Range<usize>,
 ) {
     #[cfg(target_arch = "x86_64")]
-    let mut first = run_amx(isa, packed, t, q, n, groups.clone());
+    let mut first = run_amx(isa, packed, t, q, amx, n, groups.clone());
     #[cfg(not(target_arch = "x86_64"))]
-    let mut first = 0;
+    let mut first = {
+        let () = *amx;
+        0
+    };
     while first < n {
         let count = match n - first {
             GROUP_TILE.. => GROUP_TILE,
@@ -335,6 +350,7 @@ fn run_amx(
     packed: &PackedRows,
     t: &Target<'_>,
     q: &SharedRows<'_>,
+    amx: &AmxTiles,
     n: usize,
     groups: Range<usize>,
 ) -> usize {
@@ -342,12 +358,18 @@ fn run_amx(
     if rows == 0 || !packed.takes_amx(isa) {
         return 0;
     }
-    // The tiles' rows checked once, not per group.
     let q_tiles: Vec<[QRow<'_>; AMX_ROWS]> = (0..rows)
         .step_by(AMX_ROWS)
         .map(|first| q_rows(q, first))
         .collect();
-    let Some(tiles) = q_tiles.iter().map(AmxRows::new).collect::<Option<Vec<_>>>() else {
+    if amx.get().is_none() {
+        // Built here without waiting for another task that builds them
+        // too (a task blocked in `get_or_init` measured tens of
+        // milliseconds per call on this loaded 2-vCPU host): at most one
+        // copy per thread, the first one set kept.
+        let _ = amx.set(q_tiles.iter().map(AmxRows::new).collect());
+    }
+    let Some(Some(tiles)) = amx.get() else {
         return 0;
     };
     for g in groups {

@@ -6,10 +6,10 @@
 //! A group is unpacked once (per task) into signed bytes laid out as
 //! `tdpbssd`'s second operand (`Unpacked`), and every sixteen-row tile of
 //! the prompt chunk then runs against it: the activation rows are the
-//! first operand straight from the quantized rows (16 rows of 64 bytes at
-//! the row stride), the C tile row `t` holds activation row `t`'s sums for
-//! the group's sixteen weight rows, i.e. the lanes of the VNNI kernels'
-//! accumulator.
+//! first operand, copied once per call into tile order (`AmxRows`: each
+//! tile row pair's sixteen rows of 64 bytes in one contiguous kilobyte),
+//! the C tile row `t` holds activation row `t`'s sums for the group's
+//! sixteen weight rows, i.e. the lanes of the VNNI kernels' accumulator.
 //!
 //! # Exactness
 //! The contract (the module documentation of `packed`) needs each
@@ -31,7 +31,6 @@
 use std::arch::asm;
 use std::arch::x86_64::*;
 use std::cell::RefCell;
-use std::marker::PhantomData;
 
 use super::avx512::{nibble_block, q8_block, store};
 use super::avx512_k::{k_scales, q4k_sub, q6k_sub};
@@ -44,36 +43,52 @@ use crate::DType;
 /// Activation rows of one AMX call: a tile's sixteen rows.
 pub(crate) const AMX_ROWS: usize = 16;
 
-/// Sixteen quantized activation rows that lie one after another in one
-/// buffer (the A tile loads them at one stride), checked once per tile.
-pub(crate) struct AmxRows<'a> {
-    /// Row 0's quants; row `t`'s start `t · k` bytes on.
-    qs: *const i8,
-    /// Row 0's `[d, s]` per block; row `t`'s `2 · k / 32` floats on.
-    ds: *const f32,
+/// Sixteen quantized activation rows copied into the order the A tiles
+/// read them: tile row pair `p` (bytes `64p..64p + 64` of every row) is
+/// sixteen consecutive lines, and each block's scales are sixteen
+/// consecutive floats. Loaded in place, the A tile's sixteen lines lay a
+/// row's width (640-2,048 bytes) apart and came from L2 for every group,
+/// the load the tile products waited on most (profile of a Gemma 3
+/// prompt); one contiguous kilobyte per pair streams instead, and the
+/// scales need one base pointer, not sixteen.
+pub(crate) struct AmxRows {
+    /// Line `16p + t`: row `t`'s bytes `64p..64p + 64`.
+    lines: Vec<Line>,
+    /// `d[16b + t]`, `s[16b + t]`: row `t`'s block `b` scale and
+    /// (scaled) sum, as the row's `[d, s]` pairs.
+    d: Vec<f32>,
+    s: Vec<f32>,
     k: usize,
-    rows: PhantomData<&'a [i8]>,
 }
 
-impl<'a> AmxRows<'a> {
-    /// `None` unless row `t`'s quants and scales sit right after row
-    /// `t - 1`'s and every row is `k` wide.
-    pub(crate) fn new(a: &[QRow<'a>; AMX_ROWS]) -> Option<AmxRows<'a>> {
+impl AmxRows {
+    /// `None` unless every row is `k` wide, `k` whole tile rows.
+    pub(crate) fn new(a: &[QRow<'_>; AMX_ROWS]) -> Option<AmxRows> {
         let k = a[0].qs.len();
         let blocks = k / QK;
-        let (qs, ds) = (a[0].qs.as_ptr(), a[0].ds.as_ptr());
         let fits = k.is_multiple_of(2 * QK)
-            && a.iter().enumerate().all(|(t, row)| {
-                row.qs.len() == k
-                    && row.ds.len() == 2 * blocks
-                    && std::ptr::eq(row.qs.as_ptr(), qs.wrapping_add(t * k))
-                    && std::ptr::eq(row.ds.as_ptr(), ds.wrapping_add(t * 2 * blocks))
-            });
-        fits.then_some(AmxRows {
-            qs,
-            ds,
+            && a.iter()
+                .all(|row| row.qs.len() == k && row.ds.len() == 2 * blocks);
+        if !fits {
+            return None;
+        }
+        let pairs = k / 64;
+        let mut lines = vec![ZERO_LINE; pairs * AMX_ROWS];
+        for (p, tile) in lines.chunks_exact_mut(AMX_ROWS).enumerate() {
+            for (line, row) in tile.iter_mut().zip(a) {
+                line.0.copy_from_slice(&row.qs[64 * p..64 * (p + 1)]);
+            }
+        }
+        let scales = |i: usize| -> Vec<f32> {
+            (0..blocks * AMX_ROWS)
+                .map(|j| a[j % AMX_ROWS].ds[2 * (j / AMX_ROWS) + i])
+                .collect()
+        };
+        Some(AmxRows {
+            lines,
+            d: scales(0),
+            s: scales(1),
             k,
-            rows: PhantomData,
         })
     }
 }
@@ -257,18 +272,19 @@ unsafe fn unpack(dtype: DType, shape: Shape, group: &[u8], blocks: usize, u: &mu
 // `configure`'s.
 
 /// Blocks `4q..4q + 4` (two tile row pairs) of sixteen activation rows:
-/// the A tiles at `a` and `a + 64` (rows `stride` apart), block `i`'s B
-/// tile at `b[i]`, its C tile stored at `c + 16 i` (lines).
+/// the A tiles at `a[0]` and `a[1]` (sixteen lines each, see
+/// [`AmxRows`]), block `i`'s B tile at `b[i]`, its C tile stored at
+/// `c + 16 i` (lines).
 ///
 /// # Safety
 /// See the module; the pointers are valid for those reads and writes.
 #[inline(always)]
-unsafe fn four_blocks(a: *const i8, stride: usize, b: [*const Line; 4], c: *mut Line) {
+unsafe fn four_blocks(a: [*const Line; 2], b: [*const Line; 4], c: *mut Line) {
     // SAFETY: the caller's contract.
     unsafe {
         asm!(
-            "tileloadd tmm0, [{a0} + {s}]",
-            "tileloadd tmm5, [{a1} + {s}]",
+            "tileloadd tmm0, [{a0} + {l}]",
+            "tileloadd tmm5, [{a1} + {l}]",
             "tileloadd tmm1, [{b0} + {l}]",
             "tileloadd tmm2, [{b1} + {l}]",
             "tilezero tmm3",
@@ -285,9 +301,8 @@ unsafe fn four_blocks(a: *const i8, stride: usize, b: [*const Line; 4], c: *mut 
             "tilestored [{c1} + {l}], tmm4",
             "tilestored [{c2} + {l}], tmm6",
             "tilestored [{c3} + {l}], tmm7",
-            a0 = in(reg) a,
-            a1 = in(reg) a.add(64),
-            s = in(reg) stride,
+            a0 = in(reg) a[0],
+            a1 = in(reg) a[1],
             b0 = in(reg) b[0],
             b1 = in(reg) b[1],
             b2 = in(reg) b[2],
@@ -307,11 +322,11 @@ unsafe fn four_blocks(a: *const i8, stride: usize, b: [*const Line; 4], c: *mut 
 /// # Safety
 /// As [`four_blocks`].
 #[inline(always)]
-unsafe fn two_blocks(a: *const i8, stride: usize, b: [*const Line; 2], c: *mut Line) {
+unsafe fn two_blocks(a: *const Line, b: [*const Line; 2], c: *mut Line) {
     // SAFETY: the caller's contract.
     unsafe {
         asm!(
-            "tileloadd tmm0, [{a0} + {s}]",
+            "tileloadd tmm0, [{a0} + {l}]",
             "tileloadd tmm1, [{b0} + {l}]",
             "tileloadd tmm2, [{b1} + {l}]",
             "tilezero tmm3",
@@ -321,7 +336,6 @@ unsafe fn two_blocks(a: *const i8, stride: usize, b: [*const Line; 2], c: *mut L
             "tilestored [{c0} + {l}], tmm3",
             "tilestored [{c1} + {l}], tmm4",
             a0 = in(reg) a,
-            s = in(reg) stride,
             b0 = in(reg) b[0],
             b1 = in(reg) b[1],
             c0 = in(reg) c,
@@ -338,11 +352,11 @@ unsafe fn two_blocks(a: *const i8, stride: usize, b: [*const Line; 2], c: *mut L
 /// # Safety
 /// As [`four_blocks`].
 #[inline(always)]
-unsafe fn four_halves(a: *const i8, stride: usize, b: [*const Line; 4], c: *mut Line) {
+unsafe fn four_halves(a: *const Line, b: [*const Line; 4], c: *mut Line) {
     // SAFETY: the caller's contract.
     unsafe {
         asm!(
-            "tileloadd tmm0, [{a0} + {s}]",
+            "tileloadd tmm0, [{a0} + {l}]",
             "tileloadd tmm1, [{b0} + {l}]",
             "tileloadd tmm2, [{b1} + {l}]",
             "tileloadd tmm7, [{b2} + {l}]",
@@ -360,7 +374,6 @@ unsafe fn four_halves(a: *const i8, stride: usize, b: [*const Line; 4], c: *mut 
             "tilestored [{c2} + {l}], tmm5",
             "tilestored [{c3} + {l}], tmm6",
             a0 = in(reg) a,
-            s = in(reg) stride,
             b0 = in(reg) b[0],
             b1 = in(reg) b[1],
             b2 = in(reg) b[2],
@@ -403,7 +416,7 @@ impl Unpacked {
     }
 
     /// Whether `rows` are this group's width.
-    pub(crate) fn fits(&self, rows: &AmxRows<'_>) -> bool {
+    pub(crate) fn fits(&self, rows: &AmxRows) -> bool {
         rows.k == self.blocks * QK && self.dtype.is_some()
     }
 
@@ -415,12 +428,12 @@ impl Unpacked {
     /// See the module; [`Unpacked::fits`] is true for `rows`.
     pub(crate) unsafe fn dot(
         &self,
-        rows: &AmxRows<'_>,
+        rows: &AmxRows,
         out: [&mut [f32; GROUP_ROWS]; AMX_ROWS],
         accumulate: bool,
     ) {
         // SAFETY: the caller's contract; `rows` holds sixteen rows of
-        // `self.blocks` blocks, `k` bytes apart (`AmxRows::new`).
+        // `self.blocks` blocks (`AmxRows::new`).
         unsafe {
             configure();
             match self.dtype {
@@ -434,69 +447,56 @@ impl Unpacked {
 
     /// The 32-element types and Q4_K; `MIN`: how the block's min enters
     /// (`1`: `+ m · s_a`, `-1`: `- m · s_a`, `0`: not).
+    ///
+    /// Two C buffers in turn: step `i`'s tile products are issued before
+    /// step `i - 1`'s f32 steps, so the tile unit works while the vector
+    /// units finish the previous sums (each step alone waited on its
+    /// loads and products, then on its f32 steps).
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
     unsafe fn dot_pairs<const MIN: i32>(
         &self,
-        rows: &AmxRows<'_>,
+        rows: &AmxRows,
         out: [&mut [f32; GROUP_ROWS]; AMX_ROWS],
         accumulate: bool,
     ) {
-        let k = rows.k;
-        // The C tiles' lines: every one is stored before it is read.
-        let mut c = std::mem::MaybeUninit::<[Line; 4 * 16]>::uninit();
-        let cp = c.as_mut_ptr().cast::<Line>();
-        let lines = self.lines.as_ptr();
-        let ds: [*const f32; AMX_ROWS] =
-            std::array::from_fn(|t| rows.ds.wrapping_add(t * 2 * self.blocks));
+        // Two steps' C tiles (lines): every one is stored before it is read.
+        let mut c = std::mem::MaybeUninit::<[Line; 2 * 4 * 16]>::uninit();
+        let c = c.as_mut_ptr().cast::<Line>();
+        let (lines, a) = (self.lines.as_ptr(), rows.lines.as_ptr());
         let mut acc = [_mm512_setzero_ps(); AMX_ROWS];
+        // The previous step's first block, block count and C buffer.
+        let mut pending: Option<(usize, usize, *const Line)> = None;
         let mut b0 = 0;
         while b0 < self.blocks {
             // Four blocks (two tile row pairs) a step, or the last two.
             let count = if b0 + 4 <= self.blocks { 4 } else { 2 };
-            // SAFETY: tile row pairs at bytes `32 · b0..` of sixteen rows
-            // `k` apart (`AmxRows::new`), `b0 + count <= blocks`; block
-            // `b`'s B tile is its own sixteen lines (words, then zeros) for
-            // an even `b` and, for an odd one, the eight zero lines before
-            // its words (see `Unpacked`); `c` holds four tiles.
+            // Alternate buffers: `pending` reads the other one.
+            let cp = c.wrapping_add(64 * ((b0 / 4) % 2));
+            // SAFETY: tile row pair `b0 / 2`'s A tile is sixteen lines
+            // from line `8 · b0` of `rows` (`AmxRows::new`), `b0 + count
+            // <= blocks`; block `b`'s B tile is its own sixteen lines
+            // (words, then zeros) for an even `b` and, for an odd one, the
+            // eight zero lines before its words (see `Unpacked`); `cp`
+            // holds four tiles.
             unsafe {
-                let a = rows.qs.add(QK * b0);
+                let a = a.add(8 * b0);
                 let b = |i: usize| lines.add(16 * (b0 + i) - 8 * (i % 2));
                 if count == 4 {
-                    four_blocks(a, k, [b(0), b(1), b(2), b(3)], cp);
+                    four_blocks([a, a.add(16)], [b(0), b(1), b(2), b(3)], cp);
                 } else {
-                    two_blocks(a, k, [b(0), b(1)], cp);
+                    two_blocks(a, [b(0), b(1)], cp);
                 }
             }
-            for h in 0..count {
-                let b = b0 + h;
-                // SAFETY: b < self.blocks; `c`'s tile h is sixteen lines.
-                let (scale, min, sums) = unsafe {
-                    (
-                        _mm512_loadu_ps(self.scale.as_ptr().add(b).cast()),
-                        _mm512_loadu_ps(self.min.as_ptr().add(b).cast()),
-                        cp.add(16 * h).cast::<__m512i>(),
-                    )
-                };
-                for_each_row!(AMX_ROWS, t, {
-                    // SAFETY: row t's block b scales; line t of tile h.
-                    let (da, sa, isum) = unsafe {
-                        (
-                            *ds[t].add(2 * b),
-                            *ds[t].add(2 * b + 1),
-                            _mm512_load_si512(sums.add(t)),
-                        )
-                    };
-                    let isum = _mm512_cvtepi32_ps(isum);
-                    let scale = _mm512_mul_ps(scale, _mm512_set1_ps(da));
-                    acc[t] = _mm512_fmadd_ps(isum, scale, acc[t]);
-                    if MIN > 0 {
-                        acc[t] = _mm512_fmadd_ps(min, _mm512_set1_ps(sa), acc[t]);
-                    } else if MIN < 0 {
-                        acc[t] = _mm512_fnmadd_ps(min, _mm512_set1_ps(sa), acc[t]);
-                    }
-                });
+            if let Some((first, n, sums)) = pending {
+                // SAFETY: stored by the previous step (see below).
+                unsafe { self.pair_sums::<MIN>(rows, first, n, sums, &mut acc) };
             }
+            pending = Some((b0, count, cp));
             b0 += count;
+        }
+        if let Some((first, n, sums)) = pending {
+            // SAFETY: `sums` holds the last step's `n` C tiles.
+            unsafe { self.pair_sums::<MIN>(rows, first, n, sums, &mut acc) };
         }
         for (o, acc) in out.into_iter().zip(acc) {
             // SAFETY: `o` is sixteen f32.
@@ -504,68 +504,137 @@ impl Unpacked {
         }
     }
 
-    /// Q6_K: four `tdpbssd` per tile row pair, one per 16-element half.
+    /// The f32 steps of blocks `first..first + count`, whose integer sums
+    /// are the C tiles at `sums` (sixteen lines each), into `acc`: the VNNI
+    /// kernels' steps one for one.
+    ///
+    /// # Safety
+    /// `first + count <= self.blocks`; `sums` holds `count` stored tiles.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+    #[inline]
+    unsafe fn pair_sums<const MIN: i32>(
+        &self,
+        rows: &AmxRows,
+        first: usize,
+        count: usize,
+        sums: *const Line,
+        acc: &mut [__m512; AMX_ROWS],
+    ) {
+        let (ds, ss) = (rows.d.as_ptr(), rows.s.as_ptr());
+        for h in 0..count {
+            let b = first + h;
+            // SAFETY: b < self.blocks; tile h is sixteen lines at `sums`.
+            let (scale, min, tile) = unsafe {
+                (
+                    _mm512_loadu_ps(self.scale.as_ptr().add(b).cast()),
+                    _mm512_loadu_ps(self.min.as_ptr().add(b).cast()),
+                    sums.add(16 * h).cast::<__m512i>(),
+                )
+            };
+            for_each_row!(AMX_ROWS, t, {
+                // SAFETY: row t's block b scales; line t of tile h.
+                let (da, sa, isum) = unsafe {
+                    (
+                        *ds.add(AMX_ROWS * b + t),
+                        *ss.add(AMX_ROWS * b + t),
+                        _mm512_load_si512(tile.add(t)),
+                    )
+                };
+                let isum = _mm512_cvtepi32_ps(isum);
+                let scale = _mm512_mul_ps(scale, _mm512_set1_ps(da));
+                acc[t] = _mm512_fmadd_ps(isum, scale, acc[t]);
+                if MIN > 0 {
+                    acc[t] = _mm512_fmadd_ps(min, _mm512_set1_ps(sa), acc[t]);
+                } else if MIN < 0 {
+                    acc[t] = _mm512_fnmadd_ps(min, _mm512_set1_ps(sa), acc[t]);
+                }
+            });
+        }
+    }
+
+    /// Q6_K: four `tdpbssd` per tile row pair, one per 16-element half,
+    /// in two C buffers as [`Unpacked::dot_pairs`].
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
     unsafe fn dot_quarters(
         &self,
-        rows: &AmxRows<'_>,
+        rows: &AmxRows,
         out: [&mut [f32; GROUP_ROWS]; AMX_ROWS],
         accumulate: bool,
     ) {
-        let k = rows.k;
-        // The C tiles' lines: every one is stored before it is read.
-        let mut c = std::mem::MaybeUninit::<[Line; 4 * 16]>::uninit();
-        let cp = c.as_mut_ptr().cast::<Line>();
-        let lines = self.lines.as_ptr();
-        let ds: [*const f32; AMX_ROWS] =
-            std::array::from_fn(|t| rows.ds.wrapping_add(t * 2 * self.blocks));
+        // Two pairs' C tiles (lines): every one is stored before it is read.
+        let mut c = std::mem::MaybeUninit::<[Line; 2 * 4 * 16]>::uninit();
+        let c = c.as_mut_ptr().cast::<Line>();
+        let (lines, a) = (self.lines.as_ptr(), rows.lines.as_ptr());
         let mut acc = [_mm512_setzero_ps(); AMX_ROWS];
+        let mut pending: Option<(usize, *const Line)> = None;
         for p in 0..self.blocks / 2 {
+            let cp = c.wrapping_add(64 * (p % 2));
             // SAFETY: as in `dot_pairs`; half `i` (of four) of the pair
             // starts at line `16 · (4p + i)`, its B tile `4i` lines before,
             // inside the previous half's zero lines (or at the first
             // half's own start for i = 0).
             unsafe {
                 let half = |i: usize| lines.add(16 * (4 * p + i) - 4 * i);
-                four_halves(
-                    rows.qs.add(64 * p),
-                    k,
-                    [half(0), half(1), half(2), half(3)],
-                    cp,
-                );
+                four_halves(a.add(16 * p), [half(0), half(1), half(2), half(3)], cp);
             }
-            for h in 0..2 {
-                let b = 2 * p + h;
-                // SAFETY: b < self.blocks; `c`'s tiles 2h, 2h + 1.
-                let (d, sc0, sc1, s0, s1) = unsafe {
-                    let sc = self.sc.as_ptr().add(b).cast::<i32>();
-                    (
-                        _mm512_loadu_ps(self.scale.as_ptr().add(b).cast()),
-                        _mm512_loadu_si512(sc.cast()),
-                        _mm512_loadu_si512(sc.add(GROUP_ROWS).cast()),
-                        cp.add(32 * h).cast::<__m512i>(),
-                        cp.add(32 * h + 16).cast::<__m512i>(),
-                    )
-                };
-                for_each_row!(AMX_ROWS, t, {
-                    // SAFETY: row t's block b scale; line t of both tiles.
-                    let (da, x0, x1) = unsafe {
-                        (
-                            *ds[t].add(2 * b),
-                            _mm512_load_si512(s0.add(t)),
-                            _mm512_load_si512(s1.add(t)),
-                        )
-                    };
-                    let isum =
-                        _mm512_add_epi32(_mm512_mullo_epi32(x0, sc0), _mm512_mullo_epi32(x1, sc1));
-                    let scale = _mm512_mul_ps(d, _mm512_set1_ps(da));
-                    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[t]);
-                });
+            if let Some((q, sums)) = pending {
+                // SAFETY: stored by the previous pair's step.
+                unsafe { self.quarter_sums(rows, q, sums, &mut acc) };
             }
+            pending = Some((p, cp));
+        }
+        if let Some((q, sums)) = pending {
+            // SAFETY: the last pair's four tiles.
+            unsafe { self.quarter_sums(rows, q, sums, &mut acc) };
         }
         for (o, acc) in out.into_iter().zip(acc) {
             // SAFETY: `o` is sixteen f32.
             unsafe { store(o, acc, accumulate) };
+        }
+    }
+
+    /// Q6_K's f32 steps of tile row pair `p` (blocks `2p`, `2p + 1`),
+    /// whose halves' integer sums are the four C tiles at `sums`.
+    ///
+    /// # Safety
+    /// `2p + 1 < self.blocks`; `sums` holds four stored tiles.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+    #[inline]
+    unsafe fn quarter_sums(
+        &self,
+        rows: &AmxRows,
+        p: usize,
+        sums: *const Line,
+        acc: &mut [__m512; AMX_ROWS],
+    ) {
+        let ds = rows.d.as_ptr();
+        for h in 0..2 {
+            let b = 2 * p + h;
+            // SAFETY: b < self.blocks; tiles 2h, 2h + 1 at `sums`.
+            let (d, sc0, sc1, s0, s1) = unsafe {
+                let sc = self.sc.as_ptr().add(b).cast::<i32>();
+                (
+                    _mm512_loadu_ps(self.scale.as_ptr().add(b).cast()),
+                    _mm512_loadu_si512(sc.cast()),
+                    _mm512_loadu_si512(sc.add(GROUP_ROWS).cast()),
+                    sums.add(32 * h).cast::<__m512i>(),
+                    sums.add(32 * h + 16).cast::<__m512i>(),
+                )
+            };
+            for_each_row!(AMX_ROWS, t, {
+                // SAFETY: row t's block b scale; line t of both tiles.
+                let (da, x0, x1) = unsafe {
+                    (
+                        *ds.add(AMX_ROWS * b + t),
+                        _mm512_load_si512(s0.add(t)),
+                        _mm512_load_si512(s1.add(t)),
+                    )
+                };
+                let isum =
+                    _mm512_add_epi32(_mm512_mullo_epi32(x0, sc0), _mm512_mullo_epi32(x1, sc1));
+                let scale = _mm512_mul_ps(d, _mm512_set1_ps(da));
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[t]);
+            });
         }
     }
 }

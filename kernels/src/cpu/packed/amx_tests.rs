@@ -24,7 +24,7 @@ fn amx_tiles_match_scalar_twin_bit_for_bit() {
             let sizes: &[usize] = if elems > QK {
                 &[1, 3, 8]
             } else {
-                &[2, 4, 20, 64]
+                &[2, 4, 6, 20, 64]
             };
             for &blocks in sizes {
                 let (rows, k) = (48, blocks * elems);
@@ -75,18 +75,24 @@ fn amx_tiles_match_scalar_twin_bit_for_bit() {
     println!("{checked} groups compared");
 }
 
-/// Rows that are not one buffer's consecutive rows are not taken (the
-/// caller then runs the VNNI kernel).
+/// Any sixteen rows of one width of whole tile rows are taken (they are
+/// copied into tile order); rows of another width or of a single block
+/// are not (the caller then runs the VNNI kernel).
 #[test]
-fn amx_refuses_rows_it_cannot_load_at_one_stride() {
+fn amx_takes_rows_of_one_width_of_whole_tile_rows() {
     let mut rng = ChaCha8Rng::seed_from_u64(6);
     let vnni = CheckedIsa::at_most(Isa::Avx512Vnni);
     let q = quantized(&mut rng, vnni, AMX_ROWS + 1, 64);
     let consecutive: [QRow<'_>; AMX_ROWS] = std::array::from_fn(|t| q.row(t));
     assert!(AmxRows::new(&consecutive).is_some());
-    // Row 1 twice: not sixteen consecutive rows.
+    // Row 1 twice: not one buffer's consecutive rows, but copied alike.
     let repeated: [QRow<'_>; AMX_ROWS] = std::array::from_fn(|t| q.row(t.max(1)));
-    assert!(AmxRows::new(&repeated).is_none());
+    assert!(AmxRows::new(&repeated).is_some());
+    // One row of another width.
+    let wide = quantized(&mut rng, vnni, 1, 128);
+    let mixed: [QRow<'_>; AMX_ROWS] =
+        std::array::from_fn(|t| if t == 3 { wide.row(0) } else { q.row(t) });
+    assert!(AmxRows::new(&mixed).is_none());
     // One 32-element block: not a whole 64-byte tile row.
     let q = quantized(&mut rng, vnni, AMX_ROWS, 32);
     let narrow: [QRow<'_>; AMX_ROWS] = std::array::from_fn(|t| q.row(t));

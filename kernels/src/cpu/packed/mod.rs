@@ -218,7 +218,7 @@ impl PackedRows {
 
     /// Whether [`PackedRows::dot_group_amx`] takes `rows` against `u`.
     #[cfg(target_arch = "x86_64")]
-    pub(crate) fn amx_fits(&self, u: &amx::Unpacked, rows: &amx::AmxRows<'_>) -> bool {
+    pub(crate) fn amx_fits(&self, u: &amx::Unpacked, rows: &amx::AmxRows) -> bool {
         u.blocks() * QK == self.blocks * Layout::of(self.dtype).elems && u.fits(rows)
     }
 
@@ -232,7 +232,7 @@ impl PackedRows {
     pub(crate) fn dot_group_amx(
         &self,
         u: &amx::Unpacked,
-        rows: &amx::AmxRows<'_>,
+        rows: &amx::AmxRows,
         out: [&mut [f32; GROUP_ROWS]; amx::AMX_ROWS],
         accumulate: bool,
     ) {
