@@ -36,6 +36,9 @@ const GROUP: usize = 4;
 /// several items to pipeline (see [`lora_many`]).
 const TASKS_PER_THREAD: usize = 4;
 
+/// Rows of a call up to which its update runs on the calling thread alone.
+const SERIAL_ROWS: usize = 64;
+
 /// The largest rank a run may have (as the engine's loader allows).
 pub(crate) const MAX_RANK: usize = 256;
 
@@ -103,10 +106,16 @@ pub(crate) fn lora_many(
     if items.is_empty() {
         return Ok(());
     }
-    let per_task = items
-        .len()
-        .div_ceil(pool.threads().max(1) * TASKS_PER_THREAD)
-        .max(1);
+    let split = std::env::var("LORA_EXP_SPLIT").is_ok();
+    let prefetch = std::env::var("LORA_EXP_PF").is_ok();
+    let per_task = if !split && x.rows <= SERIAL_ROWS {
+        items.len()
+    } else {
+        items
+            .len()
+            .div_ceil(pool.threads().max(1) * TASKS_PER_THREAD)
+            .max(1)
+    };
     // (The runs are borrowed for their own lifetime, not through `updates`.)
     let runs: Vec<&[Run<'_>]> = updates.iter().map(|u| u.runs).collect();
     let targets: Vec<(DisjointSlice<'_, f32>, usize)> = updates
@@ -119,7 +128,7 @@ pub(crate) fn lora_many(
     let run_of = |item: &(usize, usize, Range<usize>)| &runs[item.0][item.1];
     pool.run(items.len().div_ceil(per_task), &|task| {
         let mine = &items[task * per_task..((task + 1) * per_task).min(items.len())];
-        if let Some(first) = mine.first() {
+        if let Some(first) = mine.first().filter(|_| prefetch) {
             prefetch_run(run_of(first));
         }
         // The group's dot products (`rank` rows of up to GROUP), then one
@@ -127,7 +136,7 @@ pub(crate) fn lora_many(
         let mut sums = [0.0f32; MAX_RANK * GROUP];
         let mut mid = [0.0f32; MAX_RANK];
         for (n, item) in mine.iter().enumerate() {
-            if let Some(next) = mine.get(n + 1) {
+            if let Some(next) = mine.get(n + 1).filter(|_| prefetch) {
                 prefetch_run(run_of(next));
             }
             let (u, _, rows) = item;
