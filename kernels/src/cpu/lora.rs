@@ -8,8 +8,8 @@
 //! `2 · rank · (in + out)` flops, a few percent of the base's for ranks
 //! up to 64, but its bytes are the adapter's own: sixteen decode rows on
 //! sixteen adapters read sixteen adapters. So `A` and `Bᵀ` may be BF16
-//! (half the bytes of F32) or Q8_0, widened to f32 in registers: the
-//! products and sums stay f32. Rows of one run are taken up to four at a
+//! (half the bytes of F32; tiled at upload, see `lora_elems`) or Q8_0,
+//! widened to f32 in registers: the products and sums stay f32. Rows of one run are taken up to four at a
 //! time, so each load of `A` serves them all. A row's arithmetic never
 //! depends on the task or the group it falls in, so a row's result is the
 //! same whichever rows share its step.
@@ -35,9 +35,6 @@ const GROUP: usize = 4;
 /// enough to even out runs of unequal cost, few enough that each task has
 /// several items to pipeline (see [`lora_many`]).
 const TASKS_PER_THREAD: usize = 4;
-
-/// Rows of a call up to which its update runs on the calling thread alone.
-const SERIAL_ROWS: usize = 64;
 
 /// The largest rank a run may have (as the engine's loader allows).
 pub(crate) const MAX_RANK: usize = 256;
@@ -106,16 +103,10 @@ pub(crate) fn lora_many(
     if items.is_empty() {
         return Ok(());
     }
-    let split = std::env::var("LORA_EXP_SPLIT").is_ok();
-    let prefetch = std::env::var("LORA_EXP_PF").is_ok();
-    let per_task = if !split && x.rows <= SERIAL_ROWS {
-        items.len()
-    } else {
-        items
-            .len()
-            .div_ceil(pool.threads().max(1) * TASKS_PER_THREAD)
-            .max(1)
-    };
+    let per_task = items
+        .len()
+        .div_ceil(pool.threads().max(1) * TASKS_PER_THREAD)
+        .max(1);
     // (The runs are borrowed for their own lifetime, not through `updates`.)
     let runs: Vec<&[Run<'_>]> = updates.iter().map(|u| u.runs).collect();
     let targets: Vec<(DisjointSlice<'_, f32>, usize)> = updates
@@ -128,7 +119,7 @@ pub(crate) fn lora_many(
     let run_of = |item: &(usize, usize, Range<usize>)| &runs[item.0][item.1];
     pool.run(items.len().div_ceil(per_task), &|task| {
         let mine = &items[task * per_task..((task + 1) * per_task).min(items.len())];
-        if let Some(first) = mine.first().filter(|_| prefetch) {
+        if let Some(first) = mine.first() {
             prefetch_run(run_of(first));
         }
         // The group's dot products (`rank` rows of up to GROUP), then one
@@ -136,7 +127,7 @@ pub(crate) fn lora_many(
         let mut sums = [0.0f32; MAX_RANK * GROUP];
         let mut mid = [0.0f32; MAX_RANK];
         for (n, item) in mine.iter().enumerate() {
-            if let Some(next) = mine.get(n + 1).filter(|_| prefetch) {
+            if let Some(next) = mine.get(n + 1) {
                 prefetch_run(run_of(next));
             }
             let (u, _, rows) = item;
