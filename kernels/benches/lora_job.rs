@@ -14,10 +14,8 @@
 //! step reads, each once).
 //!
 //! `cargo bench -p switchyard-kernels --bench lora_job -- [rounds]` (default 7).
-#![allow(clippy::unwrap_used)] // a benchmark over inputs it builds itself
 
 #[path = "../tests/common/mod.rs"]
-#[allow(dead_code)]
 mod common;
 
 use std::time::{Duration, Instant};
@@ -55,8 +53,9 @@ fn bf16_matrix(backend: &CpuBackend, rng: &mut impl Rng, rows: usize, cols: usiz
     let bytes: Vec<u8> = (0..rows * cols)
         .flat_map(|_| half::bf16::from_f32(rng.random_range(-0.1f32..0.1)).to_le_bytes())
         .collect();
-    let view = WeightView::new(DType::BF16, rows, cols, Bytes::from(bytes)).unwrap();
-    backend.lora_matrix(view).unwrap()
+    let view = WeightView::new(DType::BF16, rows, cols, Bytes::from(bytes))
+        .expect("bytes of the stated shape");
+    backend.lora_matrix(view).expect("a BF16 adapter matrix")
 }
 
 fn layer(backend: &CpuBackend, rng: &mut impl Rng) -> Layer {
@@ -125,8 +124,12 @@ fn step(backend: &CpuBackend, adapters: &[Vec<Layer>], hot: bool, buf: &mut Buff
                 out: v,
             },
         ];
-        backend.lora_many(&buf.normed, &mut qkv).unwrap();
-        backend.lora(&buf.attn, &runs[3], o).unwrap();
+        backend
+            .lora_many(&buf.normed, &mut qkv)
+            .expect("updates shaped like their inputs");
+        backend
+            .lora(&buf.attn, &runs[3], o)
+            .expect("updates shaped like their inputs");
         let mut gate_up = [
             LoraUpdate {
                 runs: &runs[4],
@@ -137,8 +140,12 @@ fn step(backend: &CpuBackend, adapters: &[Vec<Layer>], hot: bool, buf: &mut Buff
                 out: up,
             },
         ];
-        backend.lora_many(&buf.normed, &mut gate_up).unwrap();
-        backend.lora(&buf.gated, &runs[6], down).unwrap();
+        backend
+            .lora_many(&buf.normed, &mut gate_up)
+            .expect("updates shaped like their inputs");
+        backend
+            .lora(&buf.gated, &runs[6], down)
+            .expect("updates shaped like their inputs");
     }
 }
 
@@ -156,7 +163,7 @@ fn main() {
         .collect();
     let act = |rng: &mut rand_chacha::ChaCha8Rng, cols| {
         CpuActivations::from_values(ROWS, cols, &common::random_activations(rng, ROWS, cols))
-            .unwrap()
+            .expect("values of the stated shape")
     };
     let mut buf = Buffers {
         normed: act(&mut rng, HIDDEN),
