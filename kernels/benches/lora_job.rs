@@ -110,36 +110,18 @@ fn step(backend: &CpuBackend, adapters: &[Vec<Layer>], hot: bool, buf: &mut Buff
         let [q, k, v, o, gate, up, down] = &mut buf.outs[..] else {
             unreachable!("seven outputs")
         };
-        let mut qkv = [
-            LoraUpdate {
-                runs: &runs[0],
-                out: q,
-            },
-            LoraUpdate {
-                runs: &runs[1],
-                out: k,
-            },
-            LoraUpdate {
-                runs: &runs[2],
-                out: v,
-            },
-        ];
+        let update = |p: usize, out| LoraUpdate {
+            runs: &runs[p],
+            out,
+        };
+        let mut qkv = [update(0, q), update(1, k), update(2, v)];
         backend
             .lora_many(&buf.normed, &mut qkv)
             .expect("updates shaped like their inputs");
         backend
             .lora(&buf.attn, &runs[3], o)
             .expect("updates shaped like their inputs");
-        let mut gate_up = [
-            LoraUpdate {
-                runs: &runs[4],
-                out: gate,
-            },
-            LoraUpdate {
-                runs: &runs[5],
-                out: up,
-            },
-        ];
+        let mut gate_up = [update(4, gate), update(5, up)];
         backend
             .lora_many(&buf.normed, &mut gate_up)
             .expect("updates shaped like their inputs");
