@@ -8,8 +8,8 @@
 //! general dot kernel (`dot_float`) sums each row of `A` in one chain of
 //! fused multiply-adds, so each 16 elements wait for the previous ones'
 //! result (four cycles) while the data would allow one a cycle. Here four
-//! rows of `A` are summed at once, four independent chains per row of `x`,
-//! each load of `x` serving all four. Each dot product sums exactly as
+//! rows of `A` are summed at once (eight against a single row of `x`),
+//! independent chains per row of `x`, each load of `x` serving them all. Each dot product sums exactly as
 //! `dot_float`'s does (16 lanes in element order, the same reduction, the
 //! same scalar tail), so the bits are `dot_float`'s whatever the grouping:
 //! a row's update still does not depend on the rows beside it.
