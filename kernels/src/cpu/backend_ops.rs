@@ -9,11 +9,11 @@ use super::kv_store::CpuKvStore;
 use super::matmul_input::Input;
 use super::packed::{self, PackedRows};
 use super::tensors::{CpuActivations, CpuMatrix, CpuVector};
-use super::{activation, elementwise, lora, matmul, norm, rope, row_copy};
+use super::{activation, elementwise, lora, lora_elems, matmul, norm, rope, row_copy};
 use crate::formats::dequantize_row;
 use crate::kv::{BlockId, KvBlockShape};
 use crate::{
-    AttentionRows, AttentionShape, Backend, KernelError, KvFormat, LoraRows, LoraUpdate,
+    AttentionRows, AttentionShape, Backend, DType, KernelError, KvFormat, LoraRows, LoraUpdate,
     MatmulInput, MatmulProduct, RopeStyle, WeightView,
 };
 
@@ -41,10 +41,16 @@ impl Backend for CpuBackend {
         Ok(CpuMatrix { view, packed })
     }
 
-    /// The view alone: the LoRA kernels read the rows as stored, never a
-    /// packed copy.
+    /// The view alone, never a packed copy: the LoRA kernels read the rows
+    /// as stored, BF16 tiled (`lora_elems`: the same bytes, in the order
+    /// the kernels fetch and widen fastest).
     fn lora_matrix(&self, weight: WeightView) -> Result<CpuMatrix, KernelError> {
-        let view = WeightView::new(weight.dtype, weight.rows, weight.cols, weight.data)?;
+        let data = if weight.dtype == DType::BF16 {
+            bytes::Bytes::from(lora_elems::tile_bf16(&weight.data, weight.cols))
+        } else {
+            weight.data
+        };
+        let view = WeightView::new(weight.dtype, weight.rows, weight.cols, data)?;
         Ok(CpuMatrix { view, packed: None })
     }
 

@@ -1,13 +1,14 @@
 //! The expand half of a LoRA update, `acc += Σⱼ p[j] · values[j]`, over
-//! rows of `values` stored as F32, BF16 or Q8_0 bytes (an adapter's `Bᵀ`)
-//! and widened to f32 in registers: a BF16 adapter is read at half the
-//! bytes, a Q8_0 one at about a quarter, and the arithmetic stays f32 (one
-//! fused multiply-add per term, in order), so every ISA gives the scalar
-//! loop's bits. A Q8_0 value is `q · d`, an exact product in f32 (8 bits by
-//! 11), so a Q8_0 row expands exactly as its dequantized F32 row would.
+//! the `rank` rows of an adapter's `Bᵀ` stored as F32, tiled BF16 (see
+//! `lora_elems`) or Q8_0 bytes, widened to f32 in registers: a BF16
+//! adapter is read at half the bytes, a Q8_0 one at about a quarter, and
+//! the arithmetic stays f32 (one fused multiply-add per term, in order), so
+//! every ISA gives the scalar loop's bits. A Q8_0 value is `q · d`, an
+//! exact product in f32 (8 bits by 11), so a Q8_0 row expands exactly as
+//! its dequantized F32 row would.
 
 use super::isa::{CheckedIsa, Isa};
-use super::lora_elems::Elems;
+use super::lora_elems::{tail_start, Elems, TILE};
 use crate::DType;
 use scalar::expand_scalar;
 #[cfg(target_arch = "x86_64")]
@@ -19,9 +20,10 @@ pub(crate) fn expands(dtype: DType) -> bool {
 }
 
 /// `acc += Σⱼ p[j] · row j of values`, each row `acc.len()` elements of
-/// `dtype` (see [`expands`]; Q8_0 rows a whole number of blocks). Rows
-/// past the end of `values`, and every row of a type it does not read,
-/// are not read.
+/// `dtype` (see [`expands`]; Q8_0 rows a whole number of blocks; BF16
+/// tiled, which needs exactly `p.len()` rows). Rows past the end of
+/// `values`, every row of a type it does not read, and tiled rows of
+/// another count are not read.
 pub(crate) fn expand(isa: CheckedIsa, dtype: DType, p: &[f32], values: &[u8], acc: &mut [f32]) {
     let width = acc.len();
     let (Some(elems), Some(row_bytes)) = (Elems::of(dtype), dtype.bytes_for(width)) else {
@@ -29,10 +31,27 @@ pub(crate) fn expand(isa: CheckedIsa, dtype: DType, p: &[f32], values: &[u8], ac
     };
     let rows = p.len().min(values.len() / row_bytes.max(1));
     let (p, values) = (&p[..rows], &values[..rows * row_bytes]);
+    if elems == Elems::Bf16Tiles {
+        if values.len() != p.len() * row_bytes {
+            return;
+        }
+        // The tiles, then the tail: a plain BF16 matrix of the last
+        // `width % 32` columns.
+        let whole = width / TILE * TILE;
+        let (tiles, tail) = values.split_at(tail_start(rows, width));
+        let (acc_tiles, acc_tail) = acc.split_at_mut(whole);
+        expand_tiles(isa, p, tiles, acc_tiles);
+        return expand_rows(isa, Elems::Bf16, p, tail, acc_tail);
+    }
+    expand_rows(isa, elems, p, values, acc);
+}
+
+/// [`expand`] on rows stored one after another (not tiled).
+fn expand_rows(isa: CheckedIsa, elems: Elems, p: &[f32], values: &[u8], acc: &mut [f32]) {
     match isa.get() {
         // SAFETY: CheckedIsa guarantees the features; `values` holds
-        // `p.len()` rows of `acc.len()` elements (cut above; a Q8_0 row a
-        // whole number of blocks, as `bytes_for` checked).
+        // `p.len()` rows of `acc.len()` elements (cut in `expand`; a Q8_0
+        // row a whole number of blocks, as `bytes_for` checked).
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 | Isa::Avx512Vnni => unsafe { x86::expand_avx512(elems, p, values, acc) },
         #[cfg(target_arch = "x86_64")]
@@ -41,18 +60,39 @@ pub(crate) fn expand(isa: CheckedIsa, dtype: DType, p: &[f32], values: &[u8], ac
     }
 }
 
+/// [`expand`] on the whole tiles of a tiled BF16 matrix: `acc` is a
+/// whole number of tiles wide, `values` holds `p.len()` rows of them.
+fn expand_tiles(isa: CheckedIsa, p: &[f32], values: &[u8], acc: &mut [f32]) {
+    match isa.get() {
+        // SAFETY: as in `expand_rows`; `expand` cut `values` to the
+        // tiles of `p.len()` rows of `acc.len()` columns.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 | Isa::Avx512Vnni => unsafe { x86::expand_tiles_avx512(p, values, acc) },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::expand_tiles_avx2(p, values, acc) },
+        _ => expand_scalar(Elems::Bf16Tiles, p, values, acc, 0),
+    }
+}
+
 /// The scalar loop, in its own module so that the x86 kernels (which end
 /// each row with it) and their parent both reach it without a cycle.
 mod scalar {
-    use crate::cpu::lora_elems::Elems;
+    use crate::cpu::lora_elems::{tiled_offset, Elems};
     use crate::formats::blocks::{bf16_at, f16_at, f32_at};
 
-    /// Element `c` of row `j` of rows `width` elements wide.
+    /// Column `c` of row `j` of `rows` rows `width` columns wide.
     #[inline]
-    pub(super) fn value(elems: Elems, values: &[u8], width: usize, j: usize, c: usize) -> f32 {
+    pub(super) fn value(
+        elems: Elems,
+        values: &[u8],
+        (rows, width): (usize, usize),
+        j: usize,
+        c: usize,
+    ) -> f32 {
         match elems {
             Elems::F32 => f32_at(values, 4 * (j * width + c)),
             Elems::Bf16 => bf16_at(values, 2 * (j * width + c)),
+            Elems::Bf16Tiles => bf16_at(values, tiled_offset(rows, width, j, c)),
             Elems::Q8 => {
                 let block = j * (width / 32 * 34) + c / 32 * 34;
                 f32::from(values[block + 2 + c % 32] as i8) * f16_at(values, block)
@@ -60,7 +100,7 @@ mod scalar {
         }
     }
 
-    /// The scalar loop for elements `from..` of each row (the SIMD kernels'
+    /// The scalar loop for columns `from..` of each row (the SIMD kernels'
     /// tail takes it too, so a row's bits do not depend on where it ends).
     pub(super) fn expand_scalar(
         elems: Elems,
@@ -69,10 +109,10 @@ mod scalar {
         acc: &mut [f32],
         from: usize,
     ) {
-        let width = acc.len();
+        let shape = (p.len(), acc.len());
         for (c, a) in acc.iter_mut().enumerate().skip(from) {
             for (j, p) in p.iter().enumerate() {
-                *a = p.mul_add(value(elems, values, width, j, c), *a);
+                *a = p.mul_add(value(elems, values, shape, j, c), *a);
             }
         }
     }
@@ -82,10 +122,11 @@ mod scalar {
 mod x86 {
     //! # Safety
     //! Callers pass `values` of `p.len()` rows of `acc.len()` elements
-    //! (two bytes each for BF16, four for F32) and have the named features.
+    //! (two bytes each for BF16, four for F32; tiled as `lora_elems` says
+    //! for the `_tiles` kernels) and have the named features.
     use std::arch::x86_64::*;
 
-    use crate::cpu::lora_elems::Elems;
+    use crate::cpu::lora_elems::{Elems, TILE};
 
     /// The f16 scale `d` at `block`, widened (exactly, as every f16 is an f32).
     #[target_feature(enable = "f16c")]
@@ -93,6 +134,75 @@ mod x86 {
     pub(crate) unsafe fn d_at(block: *const u8) -> f32 {
         let bits = u16::from_le_bytes([*block, *block.add(1)]);
         _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
+    }
+
+    /// Two tiles at a time (four registers of sixteen columns, four chains
+    /// of fused multiply-adds), or the last one alone: each 64-byte tile
+    /// widens to its 32 columns with one shift and one AND.
+    #[target_feature(enable = "avx512f,avx512bw,f16c")]
+    pub(super) unsafe fn expand_tiles_avx512(p: &[f32], values: &[u8], acc: &mut [f32]) {
+        let (rank, width) = (p.len(), acc.len());
+        let high = _mm512_set1_epi32(0xFFFF_0000_u32 as i32);
+        let v = values.as_ptr();
+        let mut c = 0;
+        while c < width {
+            let tiles = if c + 2 * TILE <= width { 2 } else { 1 };
+            let out = acc.as_mut_ptr().add(c);
+            // Tile (b, j) is at 64 · (b · rank + j).
+            let first = v.add(64 * (c / TILE) * rank);
+            let mut sum = [_mm512_setzero_ps(); 4];
+            for (k, s) in sum.iter_mut().enumerate().take(2 * tiles) {
+                *s = _mm512_loadu_ps(out.add(16 * k));
+            }
+            for (j, p) in p.iter().enumerate() {
+                let p = _mm512_set1_ps(*p);
+                for t in 0..tiles {
+                    let w = _mm512_loadu_si512(first.add(64 * (t * rank + j)).cast());
+                    let lo = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(w));
+                    let hi = _mm512_castsi512_ps(_mm512_and_si512(w, high));
+                    sum[2 * t] = _mm512_fmadd_ps(p, lo, sum[2 * t]);
+                    sum[2 * t + 1] = _mm512_fmadd_ps(p, hi, sum[2 * t + 1]);
+                }
+            }
+            for (k, s) in sum.iter().enumerate().take(2 * tiles) {
+                _mm512_storeu_ps(out.add(16 * k), *s);
+            }
+            c += tiles * TILE;
+        }
+    }
+
+    /// [`expand_tiles_avx512`] in eight-lane registers, one tile (four
+    /// registers) at a time: columns 0-7 and 8-15 are the low halves of
+    /// words 0-7 and 8-15, columns 16-23 and 24-31 their high halves.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn expand_tiles_avx2(p: &[f32], values: &[u8], acc: &mut [f32]) {
+        let (rank, width) = (p.len(), acc.len());
+        let high = _mm256_set1_epi32(0xFFFF_0000_u32 as i32);
+        let v = values.as_ptr();
+        let mut c = 0;
+        while c < width {
+            let out = acc.as_mut_ptr().add(c);
+            let first = v.add(64 * (c / TILE) * rank);
+            let mut sum = [_mm256_setzero_ps(); 4];
+            for (k, s) in sum.iter_mut().enumerate() {
+                *s = _mm256_loadu_ps(out.add(8 * k));
+            }
+            for (j, p) in p.iter().enumerate() {
+                let p = _mm256_set1_ps(*p);
+                let tile = first.add(64 * j);
+                for half in 0..2 {
+                    let w = _mm256_loadu_si256(tile.add(32 * half).cast());
+                    let lo = _mm256_castsi256_ps(_mm256_slli_epi32::<16>(w));
+                    let hi = _mm256_castsi256_ps(_mm256_and_si256(w, high));
+                    sum[half] = _mm256_fmadd_ps(p, lo, sum[half]);
+                    sum[2 + half] = _mm256_fmadd_ps(p, hi, sum[2 + half]);
+                }
+            }
+            for (k, s) in sum.iter().enumerate() {
+                _mm256_storeu_ps(out.add(8 * k), *s);
+            }
+            c += TILE;
+        }
     }
 
     /// Sixteen elements of row `j` at `v` from element `c` (a multiple of
@@ -110,7 +220,9 @@ mod x86 {
         mask: __mmask16,
     ) -> __m512 {
         match elems {
-            Elems::Bf16 => {
+            // (A tiled matrix reaches the row kernels only as its tail,
+            // rows in column order: `expand` splits it.)
+            Elems::Bf16 | Elems::Bf16Tiles => {
                 // Sixteen u16 lanes of a 512-bit masked load (BW's word
                 // mask), widened to u32 and shifted up: the bits of the f32.
                 let at = v.wrapping_add(2 * (j * width + c));
@@ -181,7 +293,8 @@ mod x86 {
     #[inline]
     unsafe fn load8(elems: Elems, v: *const u8, width: usize, j: usize, c: usize) -> __m256 {
         match elems {
-            Elems::Bf16 => {
+            // (As in `load16`: only a tiled matrix's tail comes here.)
+            Elems::Bf16 | Elems::Bf16Tiles => {
                 let half = _mm_loadu_si128(v.add(2 * (j * width + c)).cast());
                 _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(half), 16))
             }
@@ -233,25 +346,33 @@ pub(crate) mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
 
-    /// `values` stored as `dtype` (F32; BF16 rounded to nearest; Q8_0 by
-    /// the crate's quantizer), and the values that holds, widened back.
+    /// `values` stored as the LoRA kernels read `dtype` (F32; BF16 rounded
+    /// to nearest and tiled, as `lora_matrix` stores it; Q8_0 by the
+    /// crate's quantizer), and the values that holds, widened back in
+    /// element order.
     pub(crate) fn stored(dtype: DType, width: usize, values: &[f32]) -> (Vec<u8>, Vec<f32>) {
         let bytes: Vec<u8> = match dtype {
             DType::BF16 => values
                 .iter()
                 .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
                 .collect(),
-            DType::Q8_0 => crate::formats::quantize::quantize(dtype, values).unwrap(),
+            DType::Q8_0 => crate::formats::quantize::quantize(dtype, values)
+                .expect("Q8_0 quantizes rows of whole blocks"),
             _ => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
         };
-        let row_bytes = dtype.bytes_for(width).unwrap();
+        let row_bytes = dtype.bytes_for(width).expect("a width the type stores");
         let mut held = vec![0.0f32; values.len()];
         for (row, out) in bytes
             .chunks_exact(row_bytes)
             .zip(held.chunks_exact_mut(width))
         {
-            crate::formats::dequantize_row(dtype, row, out).unwrap();
+            crate::formats::dequantize_row(dtype, row, out).expect("a whole row");
         }
+        let bytes = if dtype == DType::BF16 {
+            crate::cpu::lora_elems::tile_bf16(&bytes, width)
+        } else {
+            bytes
+        };
         (bytes, held)
     }
 
@@ -274,7 +395,7 @@ pub(crate) mod tests {
                     continue;
                 }
                 let (bytes, held) = stored(dtype, width, &values);
-                let elems = Elems::of(dtype).unwrap();
+                let elems = Elems::of(dtype).expect("a type the expand reads");
                 let mut want = base.clone();
                 expand_scalar(elems, &p, &bytes, &mut want, 0);
                 for (c, w) in want.iter().enumerate() {

@@ -1,14 +1,15 @@
 //! The shrink half of a LoRA update, `sums[j · n + g] = A row j · x row g`,
 //! for up to four rows `x` of one run against every row of its adapter's
-//! `A` (F32, BF16 or Q8_0, widened to f32 in registers; a Q8_0 value `q · d`
-//! is an exact f32 product, so a Q8_0 row sums as its dequantized F32 row).
+//! `A` (F32, tiled BF16 (see `lora_elems`) or Q8_0, widened to f32 in
+//! registers; a Q8_0 value `q · d` is an exact f32 product, so a Q8_0 row
+//! sums as its dequantized F32 row, and a tiled BF16 row as its plain one).
 //!
 //! A decode step's run is usually one row: against one row of `x`, the
 //! general dot kernel (`dot_float`) sums each row of `A` in one chain of
 //! fused multiply-adds, so each 16 elements wait for the previous ones'
 //! result (four cycles) while the data would allow one a cycle. Here four
-//! rows of `A` are summed at once, four independent chains per row of `x`,
-//! each load of `x` serving all four. Each dot product sums exactly as
+//! rows of `A` are summed at once (eight against a single row of `x`),
+//! independent chains per row of `x`, each load of `x` serving them all. Each dot product sums exactly as
 //! `dot_float`'s does (16 lanes in element order, the same reduction, the
 //! same scalar tail), so the bits are `dot_float`'s whatever the grouping:
 //! a row's update still does not depend on the rows beside it.
@@ -19,8 +20,8 @@ use super::lora_elems::Elems;
 use crate::DType;
 
 /// `sums[j · xs.len() + g] = A row j · xs[g]` for every row `j` of `a`
-/// (`rank` rows of `xs[0].len()` elements of `dtype`, F32 or BF16), for
-/// up to four rows `xs` of equal length.
+/// (`rank` rows of `xs[0].len()` elements of `dtype`: F32, BF16 tiled,
+/// or Q8_0), for up to four rows `xs` of equal length.
 pub(crate) fn shrink(
     isa: CheckedIsa,
     dtype: DType,
@@ -73,6 +74,12 @@ fn shrink_n<const R: usize>(
             let f32_bytes: &[u8] = bytemuck::cast_slice(&rows_f32);
             dot_float::<R>(isa, DType::F32, f32_bytes, 4 * k, x, &mut sums[..rows * R]);
         }
+        // Elsewhere `dot_float` on the rows in element order (a copy: only
+        // hosts without AVX-512 take it).
+        (_, Some(Elems::Bf16Tiles)) if fits => {
+            let plain = super::lora_elems::untile_bf16(a, k);
+            dot_float::<R>(isa, dtype, &plain, row_bytes, x, &mut sums[..rows * R]);
+        }
         // (On shapes `dot_float` refuses, its message.)
         _ => dot_float::<R>(isa, dtype, a, row_bytes, x, &mut sums[..rows * R]),
     }
@@ -82,11 +89,11 @@ fn shrink_n<const R: usize>(
 mod x86 {
     //! # Safety
     //! Callers pass `a` of `rows` rows of `row_bytes` bytes, each holding
-    //! `x[r].len()` elements (F32, or BF16 with `bf16`), `sums` of at least
-    //! `rows · R` values, and have AVX-512 F and BW.
+    //! `x[r].len()` elements of `elems`, `sums` of at least `rows · R`
+    //! values, and have AVX-512 F and BW.
     use std::arch::x86_64::*;
 
-    use crate::cpu::lora_elems::Elems;
+    use crate::cpu::lora_elems::{tail_start, tiled_offset, Elems, TILE};
     use crate::cpu::lora_expand::x86_d_at as d_at;
     use crate::formats::blocks::{bf16_at, f32_at};
 
@@ -103,6 +110,12 @@ mod x86 {
         sums: &mut [f32],
     ) {
         let mut j = 0;
+        // One row of `x` (a decode step's run): all eight rows of a rank-8
+        // `A` at once, eight chains, each tile fetched in order.
+        while R == 1 && j + 2 * BLOCK <= rows {
+            block::<R, { 2 * BLOCK }>(elems, a, row_bytes, j, x, sums);
+            j += 2 * BLOCK;
+        }
         while j + BLOCK <= rows {
             block::<R, BLOCK>(elems, a, row_bytes, j, x, sums);
             j += BLOCK;
@@ -114,13 +127,14 @@ mod x86 {
     }
 
     /// Sixteen elements of a row of `A` from element `i` (a multiple of
-    /// 16; Q8_0 rows are whole blocks, so the sixteen lie in one block),
+    /// 16; Q8_0 rows are whole blocks, so the sixteen lie in one block;
+    /// BF16 only from a tiled matrix's tail, rows in column order),
     /// widened to f32.
     #[target_feature(enable = "avx512f,avx512bw,f16c")]
     #[inline]
     unsafe fn load16(elems: Elems, row: *const u8, i: usize) -> __m512 {
         match elems {
-            Elems::Bf16 => _mm512_castsi512_ps(_mm512_slli_epi32(
+            Elems::Bf16 | Elems::Bf16Tiles => _mm512_castsi512_ps(_mm512_slli_epi32(
                 _mm512_cvtepu16_epi32(_mm256_loadu_si256(row.add(2 * i).cast())),
                 16,
             )),
@@ -151,9 +165,46 @@ mod x86 {
         sums: &mut [f32],
     ) {
         let k = x[0].len();
-        let rows: [*const u8; J] = std::array::from_fn(|jj| a.as_ptr().add((j0 + jj) * row_bytes));
+        let rank = a.len() / row_bytes;
+        let tiled = elems == Elems::Bf16Tiles;
+        let whole = if tiled { k / TILE * TILE } else { 0 };
+        // Each row from its first element past the tiles: a tiled
+        // matrix's tail (rows of `k - whole` in column order), or the row.
+        let rows: [*const u8; J] = std::array::from_fn(|jj| {
+            let j = j0 + jj;
+            if tiled {
+                a.as_ptr().add(tail_start(rank, k) + 2 * j * (k - whole))
+            } else {
+                a.as_ptr().add(j * row_bytes)
+            }
+        });
         let mut acc = [[_mm512_setzero_ps(); R]; J];
         let mut i = 0;
+        if tiled {
+            // Whole tiles: 64 bytes widen to columns i..i + 16 (the low
+            // halves) and i + 16..i + 32 (the high), summed in that order
+            // as the loop below sums them. Tile (b, j) is at 64 · (b ·
+            // rank + j): the J rows' tiles of a block are side by side.
+            let high = _mm512_set1_epi32(0xFFFF_0000_u32 as i32);
+            while i < whole {
+                let mut xs = [[_mm512_setzero_ps(); 2]; R];
+                for r in 0..R {
+                    xs[r][0] = _mm512_loadu_ps(x[r].as_ptr().add(i));
+                    xs[r][1] = _mm512_loadu_ps(x[r].as_ptr().add(i + 16));
+                }
+                let tiles = a.as_ptr().add(64 * ((i / TILE) * rank + j0));
+                for jj in 0..J {
+                    let w = _mm512_loadu_si512(tiles.add(64 * jj).cast());
+                    let lo = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(w));
+                    let hi = _mm512_castsi512_ps(_mm512_and_si512(w, high));
+                    for r in 0..R {
+                        acc[jj][r] = _mm512_fmadd_ps(lo, xs[r][0], acc[jj][r]);
+                        acc[jj][r] = _mm512_fmadd_ps(hi, xs[r][1], acc[jj][r]);
+                    }
+                }
+                i += TILE;
+            }
+        }
         while i + 16 <= k {
             // (A loop, not a closure: a closure would not inherit the
             // target features, and each intrinsic would become a call.)
@@ -162,7 +213,7 @@ mod x86 {
                 xs[r] = _mm512_loadu_ps(x[r].as_ptr().add(i));
             }
             for jj in 0..J {
-                let w = load16(elems, rows[jj], i);
+                let w = load16(elems, rows[jj], i - whole);
                 for r in 0..R {
                     acc[jj][r] = _mm512_fmadd_ps(w, xs[r], acc[jj][r]);
                 }
@@ -170,15 +221,16 @@ mod x86 {
             i += 16;
         }
         for jj in 0..J {
-            let row = &a[(j0 + jj) * row_bytes..(j0 + jj + 1) * row_bytes];
             for r in 0..R {
                 // As `dot_float`: the lanes reduced, then the tail in order.
                 let mut sum = _mm512_reduce_add_ps(acc[jj][r]);
                 // (Q8_0 rows are whole blocks of 32: no tail.)
                 for (t, x) in x[r].iter().enumerate().skip(i) {
+                    let j = j0 + jj;
                     let weight = match elems {
-                        Elems::Bf16 => bf16_at(row, 2 * t),
-                        Elems::F32 => f32_at(row, 4 * t),
+                        Elems::Bf16Tiles => bf16_at(a, tiled_offset(rank, k, j, t)),
+                        Elems::Bf16 => bf16_at(a, j * row_bytes + 2 * t),
+                        Elems::F32 => f32_at(a, j * row_bytes + 4 * t),
                         Elems::Q8 => 0.0,
                     };
                     sum += weight * x;
@@ -200,7 +252,7 @@ mod tests {
     #[test]
     fn the_shrink_gives_the_dot_kernels_bits() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
-        for k in [5usize, 16, 32, 37, 576] {
+        for k in [5usize, 16, 32, 37, 48, 64, 80, 576] {
             for rank in [1usize, 3, 4, 8, 13] {
                 let values: Vec<f32> = (0..rank * k).map(|_| rng.random_range(-1.0..1.0)).collect();
                 let xs: Vec<Vec<f32>> = (0..4)
@@ -211,12 +263,15 @@ mod tests {
                         continue;
                     }
                     let (a, held) = crate::cpu::lora_expand::tests::stored(dtype, k, &values);
-                    // What `dot_float` reads: the same bytes, or Q8_0's values in F32.
-                    let (plain, plain_dtype) = if dtype == DType::Q8_0 {
-                        let f32s: Vec<u8> = held.iter().flat_map(|v| v.to_le_bytes()).collect();
-                        (f32s, DType::F32)
-                    } else {
-                        (a.clone(), dtype)
+                    // What `dot_float` reads: the same values in element
+                    // order (BF16 unpaired), or Q8_0's values in F32.
+                    let (plain, plain_dtype) = match dtype {
+                        DType::Q8_0 => {
+                            let f32s: Vec<u8> = held.iter().flat_map(|v| v.to_le_bytes()).collect();
+                            (f32s, DType::F32)
+                        }
+                        DType::BF16 => (crate::cpu::lora_elems::untile_bf16(&a, k), dtype),
+                        _ => (a.clone(), dtype),
                     };
                     let row_bytes = plain.len() / rank;
                     for isa in Isa::supported() {
