@@ -47,9 +47,16 @@ pub(crate) fn expand(isa: CheckedIsa, dtype: DType, p: &[f32], values: &[u8], ac
     expand_rows(isa, elems, p, values, acc);
 }
 
-/// [`expand`] on rows stored one after another (not tiled).
+/// [`expand`] on rows stored one after another (not tiled), or on an
+/// interleaved Q8_0 matrix.
 fn expand_rows(isa: CheckedIsa, elems: Elems, p: &[f32], values: &[u8], acc: &mut [f32]) {
     match isa.get() {
+        // SAFETY: as below; `expand` checked that `values` holds exactly
+        // `p.len()` interleaved rows of whole blocks.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 | Isa::Avx512Vnni if elems == Elems::Q8Tiles => unsafe {
+            x86::expand_q8_avx512(p, values, acc)
+        },
         // SAFETY: CheckedIsa guarantees the features; `values` holds
         // `p.len()` rows of `acc.len()` elements (cut in `expand`; a Q8_0
         // row a whole number of blocks, as `bytes_for` checked).
@@ -127,7 +134,7 @@ mod x86 {
     //! for the `_tiles` kernels) and have the named features.
     use std::arch::x86_64::*;
 
-    use crate::cpu::lora_elems::{q8_block_offset, Elems, TILE};
+    use crate::cpu::lora_elems::{q8_block_offset, Elems, Q8_BLOCK, TILE};
 
     /// The f16 scale `d` at `block`, widened (exactly, as every f16 is an f32).
     #[target_feature(enable = "f16c")]
@@ -169,6 +176,46 @@ mod x86 {
                 _mm512_storeu_ps(out.add(16 * k), *s);
             }
             c += tiles * TILE;
+        }
+    }
+
+    /// An interleaved Q8_0 matrix, two blocks of columns at a time (four
+    /// registers, four chains), or the last one alone: each row's scale
+    /// fetched and widened once a block (not once per sixteen, as the row
+    /// kernel's `load16` does), the rows' blocks read in order. The same
+    /// operations as the scalar loop (`q · d`, exact, then one fused
+    /// multiply-add per row), so the same bits.
+    #[target_feature(enable = "avx512f,avx512bw,f16c")]
+    pub(super) unsafe fn expand_q8_avx512(p: &[f32], values: &[u8], acc: &mut [f32]) {
+        let (rank, width) = (p.len(), acc.len());
+        let v = values.as_ptr();
+        let mut c = 0;
+        while c < width {
+            let blocks = if c + 2 * TILE <= width { 2 } else { 1 };
+            let out = acc.as_mut_ptr().add(c);
+            let first = v.add(q8_block_offset(rank, 0, c));
+            let mut sum = [_mm512_setzero_ps(); 4];
+            for (k, s) in sum.iter_mut().enumerate().take(2 * blocks) {
+                *s = _mm512_loadu_ps(out.add(16 * k));
+            }
+            for (j, p) in p.iter().enumerate() {
+                let p = _mm512_set1_ps(*p);
+                for b in 0..blocks {
+                    // Block (c / 32 + b, j): `rank` blocks per column block.
+                    let block = first.add(Q8_BLOCK * (b * rank + j));
+                    let d = _mm512_set1_ps(d_at(block));
+                    let q_lo = _mm_loadu_si128(block.add(2).cast());
+                    let q_hi = _mm_loadu_si128(block.add(18).cast());
+                    let lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q_lo)), d);
+                    let hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q_hi)), d);
+                    sum[2 * b] = _mm512_fmadd_ps(p, lo, sum[2 * b]);
+                    sum[2 * b + 1] = _mm512_fmadd_ps(p, hi, sum[2 * b + 1]);
+                }
+            }
+            for (k, s) in sum.iter().enumerate().take(2 * blocks) {
+                _mm512_storeu_ps(out.add(16 * k), *s);
+            }
+            c += blocks * TILE;
         }
     }
 

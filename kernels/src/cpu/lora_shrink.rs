@@ -211,6 +211,33 @@ mod x86 {
                 i += TILE;
             }
         }
+        if elems == Elems::Q8Tiles {
+            // Whole blocks (a Q8_0 row has no tail): each row's scale
+            // fetched and widened once a block, not once per sixteen, and
+            // the block's 32 values widened from one stream (block (b, j)
+            // at b · rank + j: the J rows' blocks side by side).
+            while i < k {
+                let mut xs = [[_mm512_setzero_ps(); 2]; R];
+                for r in 0..R {
+                    xs[r][0] = _mm512_loadu_ps(x[r].as_ptr().add(i));
+                    xs[r][1] = _mm512_loadu_ps(x[r].as_ptr().add(i + 16));
+                }
+                let blocks = a.as_ptr().add(Q8_BLOCK * ((i / TILE) * rank + j0));
+                for jj in 0..J {
+                    let block = blocks.add(Q8_BLOCK * jj);
+                    let d = _mm512_set1_ps(d_at(block));
+                    let q_lo = _mm_loadu_si128(block.add(2).cast());
+                    let q_hi = _mm_loadu_si128(block.add(18).cast());
+                    let lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q_lo)), d);
+                    let hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q_hi)), d);
+                    for r in 0..R {
+                        acc[jj][r] = _mm512_fmadd_ps(lo, xs[r][0], acc[jj][r]);
+                        acc[jj][r] = _mm512_fmadd_ps(hi, xs[r][1], acc[jj][r]);
+                    }
+                }
+                i += TILE;
+            }
+        }
         while i + 16 <= k {
             // (A loop, not a closure: a closure would not inherit the
             // target features, and each intrinsic would become a call.)
