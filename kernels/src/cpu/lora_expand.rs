@@ -12,7 +12,7 @@ use super::lora_elems::{tail_start, Elems, TILE};
 use crate::DType;
 use scalar::expand_scalar;
 #[cfg(target_arch = "x86_64")]
-pub(crate) use x86::d_at as x86_d_at;
+pub(crate) use x86::{d_at as x86_d_at, widen_q8 as x86_widen_q8};
 
 /// Whether [`expand`] reads values of `dtype`.
 pub(crate) fn expands(dtype: DType) -> bool {
@@ -144,6 +144,20 @@ mod x86 {
         _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
     }
 
+    /// The 32 values of the Q8_0 block at `block`, `q · d` (exact) in
+    /// column order in two registers: the scale fetched and widened once.
+    #[target_feature(enable = "avx512f,avx512bw,f16c")]
+    #[inline]
+    pub(crate) unsafe fn widen_q8(block: *const u8) -> [__m512; 2] {
+        let d = _mm512_set1_ps(d_at(block));
+        let q_lo = _mm_loadu_si128(block.add(2).cast());
+        let q_hi = _mm_loadu_si128(block.add(18).cast());
+        [
+            _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q_lo)), d),
+            _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q_hi)), d),
+        ]
+    }
+
     /// Two tiles at a time (four registers of sixteen columns, four chains
     /// of fused multiply-adds), or the last one alone: each 64-byte tile
     /// widens to its 32 columns with one shift and one AND.
@@ -202,12 +216,7 @@ mod x86 {
                 let p = _mm512_set1_ps(*p);
                 for b in 0..blocks {
                     // Block (c / 32 + b, j): `rank` blocks per column block.
-                    let block = first.add(Q8_BLOCK * (b * rank + j));
-                    let d = _mm512_set1_ps(d_at(block));
-                    let q_lo = _mm_loadu_si128(block.add(2).cast());
-                    let q_hi = _mm_loadu_si128(block.add(18).cast());
-                    let lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q_lo)), d);
-                    let hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q_hi)), d);
+                    let [lo, hi] = widen_q8(first.add(Q8_BLOCK * (b * rank + j)));
                     sum[2 * b] = _mm512_fmadd_ps(p, lo, sum[2 * b]);
                     sum[2 * b + 1] = _mm512_fmadd_ps(p, hi, sum[2 * b + 1]);
                 }

@@ -98,7 +98,7 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use crate::cpu::lora_elems::{tail_start, tiled_offset, Elems, Q8_BLOCK, TILE};
-    use crate::cpu::lora_expand::x86_d_at as d_at;
+    use crate::cpu::lora_expand::{x86_d_at as d_at, x86_widen_q8 as widen_q8};
     use crate::formats::blocks::{bf16_at, f32_at};
 
     /// `A`'s rows summed at once (the independent chains per row of `x`).
@@ -224,12 +224,7 @@ mod x86 {
                 }
                 let blocks = a.as_ptr().add(Q8_BLOCK * ((i / TILE) * rank + j0));
                 for jj in 0..J {
-                    let block = blocks.add(Q8_BLOCK * jj);
-                    let d = _mm512_set1_ps(d_at(block));
-                    let q_lo = _mm_loadu_si128(block.add(2).cast());
-                    let q_hi = _mm_loadu_si128(block.add(18).cast());
-                    let lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q_lo)), d);
-                    let hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q_hi)), d);
+                    let [lo, hi] = widen_q8(blocks.add(Q8_BLOCK * jj));
                     for r in 0..R {
                         acc[jj][r] = _mm512_fmadd_ps(lo, xs[r][0], acc[jj][r]);
                         acc[jj][r] = _mm512_fmadd_ps(hi, xs[r][1], acc[jj][r]);
