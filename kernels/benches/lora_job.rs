@@ -1,7 +1,7 @@
 //! The LoRA job alone (`Backend::lora_many` / `lora`), as one decode step
 //! of SmolLM2-135M calls it: 30 layers, each with its four LoRA calls (Q, K
 //! and V in one job; O; gate and up in one job; down), 16 rows, rank-8 BF16
-//! adapters on all seven projections. No base matmul runs beside it, so its
+//! (or Q8_0) adapters on all seven projections. No base matmul runs beside it, so its
 //! rate can be read against the machine's: arithmetic (`2 · rank · (in +
 //! out)` flops a row a projection, 78 MFLOP a step) and adapter bytes.
 //!
@@ -13,7 +13,8 @@
 //! ms per step, GFLOP/s and adapter GB/s (the bytes of the adapters the
 //! step reads, each once).
 //!
-//! `cargo bench -p switchyard-kernels --bench lora_job -- [rounds]` (default 7).
+//! `cargo bench -p switchyard-kernels --bench lora_job -- [rounds]` (default 7);
+//! `SWITCHYARD_LORA_DTYPE=q8_0` (the engine's variable) for Q8_0 adapters.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -49,22 +50,44 @@ const PROJECTIONS: [(usize, usize); 7] = [
 /// One adapter's `A` and `Bᵀ` for each projection of one layer.
 type Layer = Vec<(CpuMatrix, CpuMatrix)>;
 
-fn bf16_matrix(backend: &CpuBackend, rng: &mut impl Rng, rows: usize, cols: usize) -> CpuMatrix {
-    let bytes: Vec<u8> = (0..rows * cols)
-        .flat_map(|_| half::bf16::from_f32(rng.random_range(-0.1f32..0.1)).to_le_bytes())
-        .collect();
-    let view = WeightView::new(DType::BF16, rows, cols, Bytes::from(bytes))
-        .expect("bytes of the stated shape");
-    backend.lora_matrix(view).expect("a BF16 adapter matrix")
+/// The adapters' type: BF16, or Q8_0 where `SWITCHYARD_LORA_DTYPE=q8_0`.
+fn adapter_dtype() -> DType {
+    match std::env::var("SWITCHYARD_LORA_DTYPE").as_deref() {
+        Ok("q8_0") => DType::Q8_0,
+        _ => DType::BF16,
+    }
 }
 
-fn layer(backend: &CpuBackend, rng: &mut impl Rng) -> Layer {
+fn matrix(
+    backend: &CpuBackend,
+    rng: &mut impl Rng,
+    dtype: DType,
+    rows: usize,
+    cols: usize,
+) -> CpuMatrix {
+    let values: Vec<f32> = (0..rows * cols)
+        .map(|_| rng.random_range(-0.1f32..0.1))
+        .collect();
+    let bytes: Vec<u8> = match dtype {
+        DType::Q8_0 => switchyard_kernels::formats::quantize::quantize(dtype, &values)
+            .expect("Q8_0 quantizes whole blocks"),
+        _ => values
+            .iter()
+            .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
+            .collect(),
+    };
+    let view =
+        WeightView::new(dtype, rows, cols, Bytes::from(bytes)).expect("bytes of the stated shape");
+    backend.lora_matrix(view).expect("an adapter matrix")
+}
+
+fn layer(backend: &CpuBackend, rng: &mut impl Rng, dtype: DType) -> Layer {
     PROJECTIONS
         .iter()
         .map(|&(input, output)| {
             (
-                bf16_matrix(backend, rng, RANK, input),
-                bf16_matrix(backend, rng, RANK, output),
+                matrix(backend, rng, dtype, RANK, input),
+                matrix(backend, rng, dtype, RANK, output),
             )
         })
         .collect()
@@ -139,9 +162,14 @@ fn main() {
         .max(1);
     let mut rng = common::rng(35);
     let builder = CpuBackend::new(1);
+    let dtype = adapter_dtype();
     // adapters[a][layer][projection]
     let adapters: Vec<Vec<Layer>> = (0..ROWS)
-        .map(|_| (0..LAYERS).map(|_| layer(&builder, &mut rng)).collect())
+        .map(|_| {
+            (0..LAYERS)
+                .map(|_| layer(&builder, &mut rng, dtype))
+                .collect()
+        })
         .collect();
     let act = |rng: &mut rand_chacha::ChaCha8Rng, cols| {
         CpuActivations::from_values(ROWS, cols, &common::random_activations(rng, ROWS, cols))
@@ -161,9 +189,10 @@ fn main() {
         .map(|&(i, o)| 2.0 * (RANK * (i + o)) as f64)
         .sum::<f64>()
         * (ROWS * LAYERS) as f64;
+    let bytes_row = |cols| dtype.bytes_for(cols).expect("a width the type stores") as f64;
     let adapter_bytes_layer: f64 = PROJECTIONS
         .iter()
-        .map(|&(i, o)| 2.0 * (RANK * (i + o)) as f64)
+        .map(|&(i, o)| RANK as f64 * (bytes_row(i) + bytes_row(o)))
         .sum();
     let backends = [CpuBackend::new(1), CpuBackend::new(2)];
     // (label, threads index, adapters, hot)
@@ -203,7 +232,7 @@ fn main() {
         }
     }
     println!(
-        "LoRA job alone: {ROWS} rows, rank {RANK} BF16, {LAYERS} layers x 7 projections, \
+        "LoRA job alone: {ROWS} rows, rank {RANK} {dtype}, {LAYERS} layers x 7 projections, \
          {:.1} MFLOP/step, median of {rounds} rounds",
         flops_per_step / 1e6
     );

@@ -10,6 +10,10 @@
 //! shipped in BF16 anyway; an update is a small correction to the base's
 //! product, so its logits move by far less than the base's own rounding
 //! (tests/python/test_lora.py compares them with the NumPy reference).
+//! Q8_0 (opt-in, [`DTYPE_ENV_VAR`]) halves the bytes again but is not the
+//! default: its widening costs more than the bytes it saves and its logits
+//! sit further from the F32 adapter's (docs/bench/lora.md, Q8_0 adapters
+//! interleaved).
 
 use bytes::Bytes;
 use switchyard_kernels::{Backend, DType, KernelError, WeightView};

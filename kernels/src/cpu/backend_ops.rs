@@ -42,13 +42,15 @@ impl Backend for CpuBackend {
     }
 
     /// The view alone, never a packed copy: the LoRA kernels read the rows
-    /// as stored, BF16 tiled (`lora_elems`: the same bytes, in the order
-    /// the kernels fetch and widen fastest).
+    /// as stored, BF16 tiled and Q8_0 interleaved (`lora_elems`: the same
+    /// bytes, in the order the kernels fetch and widen fastest).
     fn lora_matrix(&self, weight: WeightView) -> Result<CpuMatrix, KernelError> {
-        let data = if weight.dtype == DType::BF16 {
-            bytes::Bytes::from(lora_elems::tile_bf16(&weight.data, weight.cols))
-        } else {
-            weight.data
+        let data = match weight.dtype {
+            DType::BF16 => bytes::Bytes::from(lora_elems::tile_bf16(&weight.data, weight.cols)),
+            DType::Q8_0 => {
+                bytes::Bytes::from(lora_elems::interleave_q8(&weight.data, weight.cols, false))
+            }
+            _ => weight.data,
         };
         let view = WeightView::new(weight.dtype, weight.rows, weight.cols, data)?;
         Ok(CpuMatrix { view, packed: None })
