@@ -43,7 +43,7 @@ pub(crate) fn check(ledger: &dyn Ledger) {
     let first = new_hold_id();
     ledger
         .reserve(first, &[hold(&a, 100.0, 60.0), hold(&b, 1000.0, 60.0)])
-        .unwrap();
+        .expect("a reservation within both limits holds");
     // All or nothing: `b` has room, `a` does not, so neither is held.
     let second = new_hold_id();
     let refused = ledger.reserve(second, &[hold(&b, 1000.0, 50.0), hold(&a, 100.0, 50.0)]);
@@ -54,17 +54,35 @@ pub(crate) fn check(ledger: &dyn Ledger) {
             remaining: 40.0
         })
     );
-    assert_eq!(ledger.totals(&b).unwrap().reserved, 60.0);
+    assert_eq!(
+        ledger
+            .totals(&b)
+            .expect("the ledger reads its totals")
+            .reserved,
+        60.0
+    );
 
     // Growing past the limit is refused and leaves the hold; growing within it holds.
     assert!(ledger
         .resize(first, &[hold(&a, 100.0, 101.0), hold(&b, 1000.0, 1.0)])
         .is_err());
-    assert_eq!(ledger.totals(&a).unwrap().reserved, 60.0);
+    assert_eq!(
+        ledger
+            .totals(&a)
+            .expect("the ledger reads its totals")
+            .reserved,
+        60.0
+    );
     ledger
         .resize(first, &[hold(&a, 100.0, 90.0), hold(&b, 1000.0, 90.0)])
-        .unwrap();
-    assert_eq!(ledger.totals(&a).unwrap().reserved, 90.0);
+        .expect("growing within the limit holds");
+    assert_eq!(
+        ledger
+            .totals(&a)
+            .expect("the ledger reads its totals")
+            .reserved,
+        90.0
+    );
 
     ledger
         .settle(
@@ -72,9 +90,9 @@ pub(crate) fn check(ledger: &dyn Ledger) {
             &[(a.clone(), 30.0), (b.clone(), 30.0)],
             Some(&record(10)),
         )
-        .unwrap();
+        .expect("settling a held reservation succeeds");
     assert_eq!(
-        ledger.totals(&a).unwrap(),
+        ledger.totals(&a).expect("the ledger reads its totals"),
         Totals {
             settled: 30.0,
             reserved: 0.0
@@ -82,24 +100,42 @@ pub(crate) fn check(ledger: &dyn Ledger) {
     );
 
     let third = new_hold_id();
-    ledger.reserve(third, &[hold(&a, 100.0, 70.0)]).unwrap();
-    ledger.release(third).unwrap();
-    assert_eq!(ledger.totals(&a).unwrap().reserved, 0.0);
+    ledger
+        .reserve(third, &[hold(&a, 100.0, 70.0)])
+        .expect("a reservation within the limit holds");
+    ledger
+        .release(third)
+        .expect("releasing a held reservation succeeds");
+    assert_eq!(
+        ledger
+            .totals(&a)
+            .expect("the ledger reads its totals")
+            .reserved,
+        0.0
+    );
     // Another window index is another counter.
     assert_eq!(
-        ledger.totals(&window(&a.key, 2)).unwrap(),
+        ledger
+            .totals(&window(&a.key, 2))
+            .expect("the ledger reads its totals"),
         Totals::default()
     );
 
     // Spend whose hold is gone still counts.
     ledger
         .settle(new_hold_id(), &[(a.clone(), 5.0)], Some(&record(20)))
-        .unwrap();
-    assert_eq!(ledger.totals(&a).unwrap().settled, 35.0);
+        .expect("settling without a reservation succeeds");
+    assert_eq!(
+        ledger
+            .totals(&a)
+            .expect("the ledger reads its totals")
+            .settled,
+        35.0
+    );
 
     let since: Vec<String> = ledger
         .usage_since(10, 100)
-        .unwrap()
+        .expect("the ledger reads its usage records")
         .into_iter()
         .filter(|r| r.request_id == "r10" || r.request_id == "r20")
         .map(|r| r.request_id)
@@ -107,7 +143,7 @@ pub(crate) fn check(ledger: &dyn Ledger) {
     assert_eq!(since, ["r10", "r20"]);
     assert!(ledger
         .usage_since(15, 100)
-        .unwrap()
+        .expect("the ledger reads its usage records")
         .iter()
         .all(|r| r.time_ms >= 15));
 }
