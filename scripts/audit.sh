@@ -19,6 +19,10 @@ if ! cargo deny --version >/dev/null 2>&1; then
     exit 2
 fi
 
+# cargo-deny reads `cargo metadata` for every platform, which needs every locked
+# crate on disk, the Windows-only ones a Linux build never fetches included (a fresh
+# machine's CI failed on `anstyle-wincon`): fetch them from crates.io first.
+cargo fetch --locked --quiet
 cargo deny --offline check licenses bans sources
 set +e
 cargo deny check advisories
