@@ -8,9 +8,10 @@
  *   gcc -O3 -funroll-all-loops -mavx512f -mfma benches/machine_roofline.c \
  *       -o /tmp/roofline -lpthread && /tmp/roofline
  *
- * `/tmp/roofline read [MB]` measures the read only, of MB megabytes
- * (default 512; benches/roofline.py also reads as many bytes as a decode
- * step, which a large L3 may partly hold).
+ * `/tmp/roofline read [MB [THREADS]]` measures the read only, of MB
+ * megabytes (default 512; benches/roofline.py also reads as many bytes as
+ * a decode step, which a large L3 may partly hold), on THREADS threads
+ * (default: 1 up to the CPUs online).
  * Each figure is the best of ROUNDS timings after an untimed pass that
  * faults the pages in and warms the TLB: a single cold timing read
  * 24-26 GB/s on a Zen 4 host where a plain two-thread read got 30-31.
@@ -202,8 +203,12 @@ int main(int argc, char **argv) {
         }
         return 0;
     }
+    /* `read MB THREADS`: that thread count only (benches/roofline.py reads
+     * between decode runs and wants each read point short). */
+    int only = read_only && argc > 3 ? atoi(argv[3]) : 0;
     for (int n = 1; n <= cpus; n++)
-        printf("read, %d thread(s): %.1f GB/s\n", n, best_read(read_share, n));
+        if (!only || n == only)
+            printf("read, %d thread(s): %.1f GB/s\n", n, best_read(read_share, n));
     if (read_only) return 0;
     for (int n = 1; n <= 2; n++)
         printf("f32 FMA, %d thread(s): %.0f GFLOP/s\n", n,

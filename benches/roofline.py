@@ -5,32 +5,33 @@ A decode step of one sequence reads every weight once (a tied embedding
 is the output matrix too; an untied one is only gathered, one row) and the
 KV of every position its layers attend to (a sliding-window layer only its
 window). Bytes per step times steps per second, over what a plain streaming
-read gets on as many threads in the same run (`benches/machine_roofline.c`,
-best of its rounds), is the share of the memory bound a decode reaches.
+read gets on as many threads in the same run (`benches/machine_roofline.c`),
+is the share of the memory bound a decode reaches.
 
-Two reads, two shares: of 512 MB (past the host's L3: the DRAM read) and of
-as many bytes as the step reads (its footprint, read again and again as the
-decode reads it step after step). The footprint read is the fair ceiling: a
-footprint that a large L3 partly holds is judged against a read that the L3
-serves the same way (docs/bench/roofline.md, "Which ceiling"). It is never
-below the DRAM read but for noise, so the headline share is of the higher
-of the two. Each read is
-the best of READ_CALLS runs of the program on each side of the decode (the
-host's other tenants move it from second to second).
+A read point is two reads: of 512 MB (past the host's L3: the DRAM read)
+and of as many bytes as the step reads (its footprint, read again and again
+as the decode reads it step after step), each the best of READ_CALLS runs
+of the program; its ceiling is the higher of the two (a footprint that a
+large L3 partly holds is judged against a read the L3 serves the same way;
+docs/bench/roofline.md, "Which ceiling").
 
-For each model and depth the run measures, in turn: the reads, Switchyard's
-decode (the `long_context` bench: the same ids as
-`benches/long_context.py`, best of `--repeats`), the reads again.
+The host's read moves by 2-3x between minutes (other tenants), so reads and
+decodes alternate in short slices: read point, decode, read point, decode,
+... (`--rounds` rounds, each running every `--bench` executable once), and
+each decode's share is of the mean of the read points just before and just
+after it. The summary gives each executable's median and range over the
+rounds, and its decode over the first executable's in the same round.
 
 Usage: .venv/bin/python benches/roofline.py [--models smollm2,gemma3]
-  [--depths 0,4096] [--threads 1,2] [--repeats 2] [--kv f16] [--bench BIN]
+  [--depths 0,4096] [--threads 2] [--rounds 3] [--decode 32] [--repeats 2]
+  [--kv f16] [--bench BIN [--bench BIN2 ...] [--labels main,branch]]
 `--bench` runs a prebuilt bench executable (`cargo bench --no-run --bench
 long_context` prints its path) instead of `cargo bench`, so nothing is
 compiled inside a quiet-run. On a shared host run it inside
 `benches/own_autogroup.sh` (as `own_autogroup.sh .venv/bin/python
 benches/roofline.py ...`): with autogroup scheduling, nice alone does not
 keep other sessions off the CPUs (docs/bench/roofline.md).
-Prints a Markdown table and JSON lines (stderr).
+Prints a Markdown table (stdout) and one JSON line per decode (stderr).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -53,9 +55,9 @@ ROOFLINE_BIN = Path("/tmp/switchyard-roofline")
 KV_BYTES = {"f16": 2, "f32": 4, "q8_0": 34 / 32}
 # The DRAM read: well past the host's 300 MB L3.
 DRAM_MB = 512
-# Runs of the read program on each side of a decode: this VM's two-thread
-# read moves between ~15 and ~45 GB/s from second to second (other
-# tenants), so one run often catches a slow moment (docs/bench/roofline.md).
+# Runs of the read program per read point: this VM's two-thread read moves
+# between ~15 and ~45 GB/s from second to second (other tenants), so one
+# run often catches a slow moment (docs/bench/roofline.md).
 READ_CALLS = 3
 # Gemma 3: every sixth layer attends globally, the others over the window.
 GEMMA3_GLOBAL_EVERY = 6
@@ -73,8 +75,8 @@ def read_bandwidth(threads: int, megabytes: float = DRAM_MB, calls: int = READ_C
     of `calls` runs of the program, each the best of its own rounds."""
     best = 0.0
     for _ in range(calls):
-        out = subprocess.run([str(ROOFLINE_BIN), "read", f"{megabytes:.1f}"], check=True,
-                             capture_output=True, text=True).stdout
+        out = subprocess.run([str(ROOFLINE_BIN), "read", f"{megabytes:.1f}", str(threads)],
+                             check=True, capture_output=True, text=True).stdout
         found = re.search(rf"read, {threads} thread\(s\): ([\d.]+) GB/s", out)
         if not found:
             raise SystemExit(f"no {threads}-thread read in:\n{out}")
@@ -111,67 +113,120 @@ def step_bytes(path: str, depth: int, kv: str) -> tuple[int, int]:
 
 
 def decode_run(bench: Path | None, model: str, depth: int, threads: int, kv: str,
-               repeats: int) -> dict:
-    """The long_context bench at one depth: by `cargo bench`, or `bench` run directly."""
-    if bench is None:
-        return long_context.switchyard(model, depth, threads, kv, repeats)
+               repeats: int, decode: int) -> dict:
+    """The long_context bench at one depth: `bench` run directly, or by `cargo bench`."""
     env = dict(os.environ, SWITCHYARD_MODEL=model, LC_DEPTHS=str(depth),
                LC_THREADS=str(threads), LC_KV=kv, LC_PROMPT=str(long_context.PROMPT),
-               LC_DECODE=str(long_context.DECODE), LC_REPEATS=str(repeats))
-    out = subprocess.run([str(bench), "--bench"], cwd=ROOT, env=env, check=True,
+               LC_DECODE=str(decode), LC_REPEATS=str(repeats))
+    command = ([str(bench), "--bench"] if bench
+               else ["cargo", "bench", "-q", "--bench", "long_context"])
+    out = subprocess.run(command, cwd=ROOT, env=env, check=True,
                          capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
+
+
+def ceiling(threads: int, footprint_mb: float) -> dict:
+    """One read point: the DRAM read and the footprint read, and the higher."""
+    dram = read_bandwidth(threads, DRAM_MB)
+    sized = read_bandwidth(threads, footprint_mb)
+    return dict(dram=dram, footprint=sized, higher=max(dram, sized))
+
+
+def spread(values: list[float]) -> tuple[float, float, float]:
+    """(median, lowest, highest)."""
+    return statistics.median(values), min(values), max(values)
+
+
+def measure(args, benches: list[Path | None], name: str, threads: int, depth: int) -> list[dict]:
+    """`--rounds` rounds of: for each bench, its decode between two read
+    points (the read after one decode is the read before the next). A
+    decode's share is of the mean of its two neighbouring reads, so a host
+    that drifts over the run moves ceiling and decode together."""
+    model = long_context.resolve(name)
+    # The timed decode steps attend to the depth, the bench's prompt and
+    # half its decode on average.
+    attended = depth + long_context.PROMPT + args.decode // 2
+    weights, kv_bytes = step_bytes(str(model.path), attended, args.kv)
+    footprint = (weights + kv_bytes) / 1e6
+    rows = []
+    before = ceiling(threads, footprint)
+    for round_ in range(args.rounds):
+        for label, bench in zip(args.labels, benches):
+            run = decode_run(bench, str(model.path), depth, threads, args.kv, args.repeats,
+                             args.decode)
+            after = ceiling(threads, footprint)
+            decode = run["decode_tok_s"]
+            achieved = (weights + kv_bytes) * decode / 1e9
+            read = (before["higher"] + after["higher"]) / 2
+            row = dict(model=name, threads=threads, depth=depth, round=round_, bench=label,
+                       decode_tok_s=decode, weight_mb=weights / 1e6, kv_mb=kv_bytes / 1e6,
+                       achieved_gb_s=achieved, read_gb_s=read, share=achieved / read,
+                       reads_before=before, reads_after=after)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+            rows.append(row)
+            before = after
+    return rows
+
+
+def summary(rows: list[dict], labels: list[str]) -> None:
+    """Per model, depth, threads and bench: the median (range) of decode
+    tok/s, of the read ceiling and of the share; with two or more benches,
+    each one's decode over the first's in the same round (adjacent runs)."""
+    print("| model | threads | depth | bench | decode tok/s | MB a step (weights + KV) | "
+          "read GB/s | share of the read | over the first bench |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    keys = sorted({(r["model"], r["threads"], r["depth"]) for r in rows},
+                  key=lambda k: (k[0], k[1], k[2]))
+
+    def fmt(values: list[float], scale: float = 1, digits: int = 1, unit: str = "") -> str:
+        mid, low, high = spread([scale * v for v in values])
+        return f"{mid:.{digits}f}{unit} ({low:.{digits}f}-{high:.{digits}f})"
+
+    for model, threads, depth in keys:
+        group = [r for r in rows if (r["model"], r["threads"], r["depth"]) == (model, threads, depth)]
+        firsts = {r["round"]: r["decode_tok_s"] for r in group if r["bench"] == labels[0]}
+        for label in labels:
+            mine = [r for r in group if r["bench"] == label]
+            ratio = "" if label == labels[0] else fmt(
+                [r["decode_tok_s"] / firsts[r["round"]] for r in mine if r["round"] in firsts],
+                digits=2, unit="×")
+            print(f"| {model} | {threads} | {depth} | {label} | "
+                  f"{fmt([r['decode_tok_s'] for r in mine])} | "
+                  f"{mine[0]['weight_mb']:.0f} + {mine[0]['kv_mb']:.1f} | "
+                  f"{fmt([r['read_gb_s'] for r in mine])} | "
+                  f"**{fmt([r['share'] for r in mine], scale=100, digits=0, unit='%')}** | "
+                  f"{ratio} |")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="smollm2,gemma3")
     parser.add_argument("--depths", default="0,4096")
-    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--threads", default="2")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--decode", type=int, default=long_context.DECODE,
+                        help="decode steps a run times")
     parser.add_argument("--kv", default="f16", choices=sorted(KV_BYTES))
-    parser.add_argument("--bench", type=Path, default=None,
-                        help="a prebuilt long_context bench executable")
+    parser.add_argument("--bench", type=Path, action="append", default=None,
+                        help="a prebuilt long_context bench executable; give it twice or "
+                             "more to alternate executables within each round")
+    parser.add_argument("--labels", default=None,
+                        help="comma-separated names of the --bench executables")
     args = parser.parse_args()
+    benches: list[Path | None] = args.bench or [None]
+    args.labels = (args.labels.split(",") if args.labels
+                   else [b.name if b else "cargo bench" for b in benches])
+    if len(args.labels) != len(benches) or len(set(args.labels)) != len(benches):
+        raise SystemExit("--labels: one distinct name per --bench")
     build_roofline()
     rows = []
     for name in args.models.split(","):
-        model = long_context.resolve(name)
         for threads in [int(t) for t in args.threads.split(",")]:
             for depth in [int(d) for d in args.depths.split(",")]:
-                # The timed decode steps attend to the depth, the bench's
-                # prompt and half its decode on average.
-                attended = depth + long_context.PROMPT + long_context.DECODE // 2
-                weights, kv_bytes = step_bytes(str(model.path), attended, args.kv)
-                footprint = (weights + kv_bytes) / 1e6
-                before = {mb: read_bandwidth(threads, mb) for mb in (DRAM_MB, footprint)}
-                run = decode_run(args.bench, str(model.path), depth, threads, args.kv,
-                                 args.repeats)
-                after = {mb: read_bandwidth(threads, mb) for mb in (DRAM_MB, footprint)}
-                decode = run["decode_tok_s"]
-                achieved = (weights + kv_bytes) * decode / 1e9
-                dram = max(before[DRAM_MB], after[DRAM_MB])
-                sized = max(before[footprint], after[footprint])
-                row = dict(model=name, threads=threads, depth=depth, decode_tok_s=decode,
-                           weight_mb=weights / 1e6, kv_mb=kv_bytes / 1e6,
-                           achieved_gb_s=achieved, read_gb_s=max(dram, sized),
-                           share=achieved / max(dram, sized),
-                           dram_read_gb_s=dram, share_dram=achieved / dram,
-                           footprint_read_gb_s=sized, share_footprint=achieved / sized,
-                           reads_512mb=[before[DRAM_MB], after[DRAM_MB]],
-                           reads_step_sized=[before[footprint], after[footprint]])
-                print(json.dumps(row), file=sys.stderr, flush=True)
-                rows.append(row)
-    print("| model | threads | depth | decode tok/s | MB a step (weights + KV) | "
-          "GB/s read by decode | 512 MB read GB/s | share | step-sized read GB/s | share | "
-          "share of the higher read |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for r in rows:
-        print(f"| {r['model']} | {r['threads']} | {r['depth']} | {r['decode_tok_s']:.1f} | "
-              f"{r['weight_mb']:.0f} + {r['kv_mb']:.1f} | {r['achieved_gb_s']:.1f} | "
-              f"{r['dram_read_gb_s']:.1f} | {100 * r['share_dram']:.0f}% | "
-              f"{r['footprint_read_gb_s']:.1f} | {100 * r['share_footprint']:.0f}% | "
-              f"**{100 * r['share']:.0f}%** |")
+                rows += measure(args, benches, name, threads, depth)
+    summary(rows, args.labels)
+
 
 if __name__ == "__main__":
     main()
