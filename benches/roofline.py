@@ -57,7 +57,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benches"))
 import long_context  # noqa: E402  (its Switchyard runner and model paths)
 
-ROOFLINE_BIN = Path("/tmp/switchyard-roofline")
+# In this checkout's target/, not /tmp: two checkouts measuring at once
+# would otherwise run each other's build of the program.
+ROOFLINE_BIN = ROOT / "target" / "machine_roofline"
 KV_BYTES = {"f16": 2, "f32": 4, "q8_0": 34 / 32}
 # The DRAM read: well past the host's 300 MB L3.
 DRAM_MB = 512
@@ -71,6 +73,7 @@ GEMMA3_GLOBAL_EVERY = 6
 
 def build_roofline() -> None:
     """Compiles benches/machine_roofline.c (again: its source may have moved on)."""
+    ROOFLINE_BIN.parent.mkdir(exist_ok=True)
     subprocess.run(["gcc", "-O3", "-funroll-all-loops", "-mavx512f", "-mfma",
                     str(ROOT / "benches/machine_roofline.c"), "-o", str(ROOFLINE_BIN),
                     "-lpthread"], check=True)
