@@ -3,7 +3,7 @@
 //!
 //! For quantized weights the activation rows are quantized once per call
 //! (see `quant_act`), however many matrices take them. The work of every
-//! matrix goes into one pool job as a list of tasks (see `matmul_plan`):
+//! matrix goes into one pool job as a list of tasks (see `plan`):
 //! repacked matrices (`packed`) split into runs of 16-row groups, the rest
 //! (and a repacked matrix's tail rows) into runs of rows for the per-row
 //! kernels. Each task walks the activation rows a tile at a time, so a
@@ -18,7 +18,6 @@ use super::disjoint::DisjointSlice;
 use super::dot::{dot_float, dot_quantized, tile_rows};
 use super::isa::CheckedIsa;
 use super::matmul_input::Input;
-use super::matmul_plan::{plan, Shape, Unit, MAX_ROWS_PER_TASK, MIN_ROWS_PER_TASK};
 #[cfg(target_arch = "x86_64")]
 use super::packed::amx::{AmxRows, AMX_ROWS};
 use super::packed::{PackedRows, GROUP_ROWS};
@@ -32,6 +31,22 @@ thread_local! {
     static SCRATCH: RefCell<QuantizedRows> = RefCell::new(QuantizedRows::default());
 }
 
+/// Tasks of a matrix come from [`ThreadPool::guided_ranges`]: a few large
+/// ones first, then smaller ones that even out the threads' finishing
+/// times. Sixteen equal small tasks per thread (the first design, so that
+/// a preempted worker held back little) measured 7% slower at batch 1 and
+/// 16 on two threads (14% at batch 4, 17% on the AVX2 per-row path) in
+/// paired runs, and no faster on one thread: with small tasks the threads
+/// take turns along a matrix, so neither reads its weights as one
+/// sequential stream. A preempted worker now holds back up to half a
+/// matrix, against the scheduler's time slice it lost.
+const MIN_ROWS_PER_TASK: usize = 8;
+/// A group is 16 rows; two make a task worth its atomic.
+const MIN_GROUPS_PER_TASK: usize = 2;
+/// At most this many groups (1,024 rows) per task, so that the first tasks
+/// of the 49,152-row output matrix do not hold half of it each.
+const MAX_GROUPS_PER_TASK: usize = 64;
+const MAX_ROWS_PER_TASK: usize = MAX_GROUPS_PER_TASK * GROUP_ROWS;
 /// Weight rows per per-row kernel call within a task (outputs buffered on
 /// the stack).
 const SUB_CHUNK_ROWS: usize = 64;
@@ -137,8 +152,7 @@ fn run_quantized(
         })
         .collect();
     let steps = input.by_rows(isa);
-    let shapes: Vec<Shape> = targets.iter().map(|t| shape(t.w, n)).collect();
-    let tasks = plan(pool, &shapes);
+    let tasks = plan(pool, &targets, n);
     let rows_per_task = pool.chunk_for(n, ROW_TASKS_PER_THREAD, 1);
     let run = |q: &mut QuantizedRows| {
         let q = q.shared(isa, n, k);
@@ -152,20 +166,17 @@ fn run_quantized(
                     unsafe { q.quantize_row(r, steps.row(r)) };
                 }
             },
-            tasks.tasks.len(),
+            tasks.len(),
             &|i| {
-                for part in tasks.task(i) {
-                    let Some(target) = targets.get(part.target) else {
-                        continue;
-                    };
-                    match &part.unit {
-                        Unit::Groups(groups) => {
-                            if let Some(packed) = &target.w.packed {
-                                run_groups(isa, packed, target, &q, &amx, n, groups.clone());
-                            }
+                let task = &tasks[i];
+                let target = &targets[task.target];
+                match &task.unit {
+                    Unit::Groups(groups) => {
+                        if let Some(packed) = &target.w.packed {
+                            run_groups(isa, packed, target, &q, &amx, n, groups.clone());
                         }
-                        Unit::Rows(rows) => run_rows(isa, target, &q, n, rows.clone()),
                     }
+                    Unit::Rows(rows) => run_rows(isa, target, &q, n, rows.clone()),
                 }
             },
         );
@@ -216,6 +227,18 @@ struct Target<'a> {
     out: DisjointSlice<'a, f32>,
 }
 
+enum Unit {
+    /// 16-row groups of a repacked matrix.
+    Groups(Range<usize>),
+    /// Weight rows in the checkpoint's layout.
+    Rows(Range<usize>),
+}
+
+struct Task {
+    target: usize,
+    unit: Unit,
+}
+
 /// Activation rows from which the group kernels take a repacked matrix: 1,
 /// i.e. always. Results must not depend on batch composition (the engine
 /// checks that a sequence decodes the same alone or batched, to 1e-3 in
@@ -235,14 +258,26 @@ type AmxTiles = std::sync::OnceLock<Option<Vec<AmxRows>>>;
 #[cfg(not(target_arch = "x86_64"))]
 type AmxTiles = ();
 
-/// What [`plan`] needs of product `w` at `n` activation rows: its groups
-/// (if repacked and `n` rows make them pay) and its rows.
-fn shape(w: &CpuMatrix, n: usize) -> Shape {
-    let packed = w.packed.as_ref().filter(|_| n >= GROUP_MIN_ROWS);
-    Shape {
-        groups: packed.map_or(0, |p| p.groups()),
-        rows: w.rows(),
+/// Splits every target's output rows into tasks: its groups (if repacked
+/// and `n` rows make them pay), then the rows no group covers.
+fn plan(pool: &ThreadPool, targets: &[Target<'_>], n: usize) -> Vec<Task> {
+    let mut tasks = Vec::new();
+    for (i, t) in targets.iter().enumerate() {
+        let packed = t.w.packed.as_ref().filter(|_| n >= GROUP_MIN_ROWS);
+        let groups = packed.map_or(0, |p| p.groups());
+        let groups = pool.guided_ranges(0..groups, MIN_GROUPS_PER_TASK, MAX_GROUPS_PER_TASK);
+        let (first, rows) = (packed.map_or(0, |p| p.rows()), t.w.rows());
+        let rows = pool.guided_ranges(first..rows, MIN_ROWS_PER_TASK, MAX_ROWS_PER_TASK);
+        tasks.extend(groups.map(|g| Task {
+            target: i,
+            unit: Unit::Groups(g),
+        }));
+        tasks.extend(rows.map(|r| Task {
+            target: i,
+            unit: Unit::Rows(r),
+        }));
     }
+    tasks
 }
 
 /// The group kernels over `groups`, activation rows a tile at a time.

@@ -39,7 +39,6 @@ mod lora_expand;
 mod lora_shrink;
 mod matmul;
 mod matmul_input;
-mod matmul_plan;
 mod norm;
 mod packed;
 mod prefetch;

@@ -164,6 +164,11 @@ impl PackedRows {
         self.groups
     }
 
+    /// Rows covered by the groups.
+    pub(crate) fn rows(&self) -> usize {
+        self.groups * GROUP_ROWS
+    }
+
     /// Bytes of one group.
     pub(crate) fn group_bytes(&self) -> usize {
         self.group_bytes
