@@ -146,7 +146,7 @@ fn simd_group_kernels_match_scalar_twin_bit_for_bit() {
                     .expect("random rows of whole blocks make a view");
                 let packed = PackedRows::pack(&view, &WeightArena::default())
                     .expect("an unlimited arena packs the rows");
-                assert_eq!(packed.groups() * GROUP_ROWS, rows / 16 * 16);
+                assert_eq!(packed.rows(), rows / 16 * 16);
                 let q = quantized(&mut rng, vnni, 16, k);
                 check::<1>(&packed, &q, simd);
                 check::<2>(&packed, &q, simd);
