@@ -45,7 +45,15 @@
 #include <unistd.h>
 
 static size_t bytes = (size_t)1 << 29;
+/* Passes over the buffer per timing: at least READ_PASSES, and enough that
+ * a timing reads MIN_TIMED_BYTES (about 0.1-0.2 s here). A timing of a few
+ * milliseconds (100 MB, 4 passes) was either undisturbed or lost a whole
+ * 4 ms scheduler tick to another process waking (two threads' 100 MB read
+ * came out at exactly 25.0 or 33.3 GB/s: 16 or 12 ms), so its best was a
+ * moment no decode of a hundred steps sees throughout. */
 #define READ_PASSES 4
+#define MIN_TIMED_BYTES 6e9
+static int passes = READ_PASSES;
 #define ROUNDS 5
 #define FMA_ROUNDS 200000000L
 #define CHAINS 12
@@ -64,7 +72,7 @@ static void *read_share(void *arg) {
     size_t share = bytes / threads / 512 * 512;
     const char *p = buffer + (long)arg * share;
     __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0, s7 = s0;
-    for (int pass = 0; pass < READ_PASSES; pass++)
+    for (int pass = 0; pass < passes; pass++)
         for (size_t i = 0; i < share; i += 512) {
             s0 = _mm512_add_ps(s0, _mm512_load_ps((const float *)(p + i)));
             s1 = _mm512_add_ps(s1, _mm512_load_ps((const float *)(p + i + 64)));
@@ -95,7 +103,7 @@ static void *read_claimed(void *arg) {
     __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0, s7 = s0;
     for (;;) {
         size_t claim = __atomic_fetch_add(&next_claim, 1, __ATOMIC_RELAXED);
-        if (claim >= READ_PASSES * chunks) break;
+        if (claim >= (size_t)passes * chunks) break;
         size_t start = claim % chunks * CLAIM_BYTES;
         size_t end = start + CLAIM_BYTES < bytes ? start + CLAIM_BYTES : bytes;
         const char *p = buffer;
@@ -123,7 +131,7 @@ static void *read_nt(void *arg) {
     size_t share = bytes / threads / 512 * 512;
     const char *p = buffer + (long)arg * share;
     __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
-    for (int pass = 0; pass < READ_PASSES; pass++)
+    for (int pass = 0; pass < passes; pass++)
         for (size_t i = 0; i < share; i += 256) {
             s0 = _mm512_add_epi64(s0, _mm512_stream_load_si512((void *)(p + i)));
             s1 = _mm512_add_epi64(s1, _mm512_stream_load_si512((void *)(p + i + 64)));
@@ -138,7 +146,7 @@ __attribute__((target("avx2"))) static void *read_avx2(void *arg) {
     size_t share = bytes / threads / 512 * 512;
     const char *p = buffer + (long)arg * share;
     __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-    for (int pass = 0; pass < READ_PASSES; pass++)
+    for (int pass = 0; pass < passes; pass++)
         for (size_t i = 0; i < share; i += 128) {
             s0 = _mm256_add_ps(s0, _mm256_load_ps((const float *)(p + i)));
             s1 = _mm256_add_ps(s1, _mm256_load_ps((const float *)(p + i + 32)));
@@ -155,7 +163,7 @@ static void *read_plain(void *arg) {
     size_t share = bytes / threads / 512 * 512;
     const unsigned long *p = (const unsigned long *)(buffer + (long)arg * share);
     unsigned long sum = 0;
-    for (int pass = 0; pass < READ_PASSES; pass++)
+    for (int pass = 0; pass < passes; pass++)
         for (size_t i = 0; i < share / 8; i++) sum += p[i];
     return (void *)(long)(sum == 3);
 }
@@ -263,7 +271,7 @@ static double best_read(void *(*body)(void *), int n, double *median) {
     timed_held(body, n); /* the crew started and on its CPUs */
     for (int r = 0; r < ROUNDS; r++) t[r] = timed_held(body, n);
     qsort(t, ROUNDS, sizeof(double), by_value);
-    double read = READ_PASSES * read_bytes(body, n) / 1e9;
+    double read = passes * read_bytes(body, n) / 1e9;
     *median = read / t[ROUNDS / 2];
     return read / t[0];
 }
@@ -280,6 +288,7 @@ int main(int argc, char **argv) {
     int cpus = (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (cpus < 2) cpus = 2;
     if (cpus > MAX_THREADS) cpus = MAX_THREADS;
+    if (passes * (double)bytes < MIN_TIMED_BYTES) passes = (int)(MIN_TIMED_BYTES / bytes) + 1;
     buffer = aligned_alloc(64, bytes);
     memset(buffer, 1, bytes);
     timed(read_share, 2); /* pages in, TLB warm */
@@ -304,7 +313,7 @@ int main(int argc, char **argv) {
                 for (int k = 0; k < KERNELS; k++) {
                     void *(*body)(void *) = kernels[k].body;
                     double t = kernels[k].held ? timed_held(body, n) : timed(body, n);
-                    gbs[k][r] = READ_PASSES * read_bytes(kernels[k].body, n) / t / 1e9;
+                    gbs[k][r] = passes * read_bytes(kernels[k].body, n) / t / 1e9;
                 }
             for (int k = 0; k < KERNELS; k++) {
                 qsort(gbs[k], VARIANT_ROUNDS, sizeof(double), by_value);
