@@ -89,41 +89,6 @@ static void *read_share(void *arg) {
     return (void *)(long)(sum == 1.5f); /* keeps the loads */
 }
 
-/* The read as the decode's thread pool shares work: threads claim chunks of
- * CLAIM_BYTES in order from a shared counter until every pass is read, so
- * a thread the host slows for a moment reads less and the other more. With
- * fixed halves (read_share) the slower thread sets the time: on this VM
- * two threads' median read was often barely one thread's. */
-#define CLAIM_BYTES ((size_t)256 * 1024)
-static size_t next_claim;
-
-static void *read_claimed(void *arg) {
-    (void)arg;
-    size_t chunks = (bytes + CLAIM_BYTES - 1) / CLAIM_BYTES;
-    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0, s7 = s0;
-    for (;;) {
-        size_t claim = __atomic_fetch_add(&next_claim, 1, __ATOMIC_RELAXED);
-        if (claim >= (size_t)passes * chunks) break;
-        size_t start = claim % chunks * CLAIM_BYTES;
-        size_t end = start + CLAIM_BYTES < bytes ? start + CLAIM_BYTES : bytes;
-        const char *p = buffer;
-        for (size_t i = start; i < end; i += 512) {
-            s0 = _mm512_add_ps(s0, _mm512_load_ps((const float *)(p + i)));
-            s1 = _mm512_add_ps(s1, _mm512_load_ps((const float *)(p + i + 64)));
-            s2 = _mm512_add_ps(s2, _mm512_load_ps((const float *)(p + i + 128)));
-            s3 = _mm512_add_ps(s3, _mm512_load_ps((const float *)(p + i + 192)));
-            s4 = _mm512_add_ps(s4, _mm512_load_ps((const float *)(p + i + 256)));
-            s5 = _mm512_add_ps(s5, _mm512_load_ps((const float *)(p + i + 320)));
-            s6 = _mm512_add_ps(s6, _mm512_load_ps((const float *)(p + i + 384)));
-            s7 = _mm512_add_ps(s7, _mm512_load_ps((const float *)(p + i + 448)));
-        }
-    }
-    s0 = _mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3));
-    s4 = _mm512_add_ps(_mm512_add_ps(s4, s5), _mm512_add_ps(s6, s7));
-    float sum = _mm512_reduce_add_ps(_mm512_add_ps(s0, s4));
-    return (void *)(long)(sum == 1.5f);
-}
-
 /* The same read through other kernels (`/tmp/roofline variants [MB]`), to
  * check that the figure is the memory's and not read_share's: non-temporal
  * loads, AVX2 loads, and a plain C loop as a user would write it. */
@@ -186,7 +151,6 @@ static void *fma_chains(void *arg) {
 static double timed(void *(*body)(void *), int n) {
     pthread_t t[MAX_THREADS];
     threads = n;
-    next_claim = 0;
     double start = now();
     for (long i = 0; i < n; i++) pthread_create(&t[i], 0, body, (void *)i);
     for (int i = 0; i < n; i++) pthread_join(t[i], 0);
@@ -239,7 +203,6 @@ static double timed_held(void *(*body)(void *), int n) {
         for (long i = 1; i < n; i++) pthread_create(&crew.t[i], 0, crew_worker, (void *)i);
     }
     threads = n;
-    next_claim = 0;
     crew.body = body;
     __atomic_store_n(&crew.done, 0, __ATOMIC_RELAXED);
     double start = now();
@@ -256,10 +219,10 @@ static int by_value(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Bytes one pass of `body` reads on `n` threads: the fixed kernels read
- * whole 512-byte rounds of equal shares, read_claimed the whole buffer. */
-static double read_bytes(void *(*body)(void *), int n) {
-    return body == read_claimed ? (double)bytes : (double)(bytes / n / 512 * 512) * n;
+/* Bytes one pass reads on `n` threads: whole 512-byte rounds of equal
+ * shares. */
+static double read_bytes(int n) {
+    return (double)(bytes / n / 512 * 512) * n;
 }
 
 /* Best of ROUNDS timings of `body` on `n` threads, in GB/s; their median
@@ -271,7 +234,7 @@ static double best_read(void *(*body)(void *), int n, double *median) {
     timed_held(body, n); /* the crew started and on its CPUs */
     for (int r = 0; r < ROUNDS; r++) t[r] = timed_held(body, n);
     qsort(t, ROUNDS, sizeof(double), by_value);
-    double read = passes * read_bytes(body, n) / 1e9;
+    double read = passes * read_bytes(n) / 1e9;
     *median = read / t[ROUNDS / 2];
     return read / t[0];
 }
@@ -302,7 +265,6 @@ int main(int argc, char **argv) {
             int held; /* timed_held, else a thread created per timing */
         } kernels[] = {{"avx512 loads, 8 accumulators", read_share, 1},
                        {"the same, threads created per timing", read_share, 0},
-                       {"the same, chunks claimed from a counter", read_claimed, 1},
                        {"non-temporal loads (vmovntdqa)", read_nt, 1},
                        {"avx2 loads, 4 accumulators", read_avx2, 1},
                        {"plain C loop of 64-bit adds", read_plain, 1}};
@@ -313,7 +275,7 @@ int main(int argc, char **argv) {
                 for (int k = 0; k < KERNELS; k++) {
                     void *(*body)(void *) = kernels[k].body;
                     double t = kernels[k].held ? timed_held(body, n) : timed(body, n);
-                    gbs[k][r] = passes * read_bytes(kernels[k].body, n) / t / 1e9;
+                    gbs[k][r] = passes * read_bytes(n) / t / 1e9;
                 }
             for (int k = 0; k < KERNELS; k++) {
                 qsort(gbs[k], VARIANT_ROUNDS, sizeof(double), by_value);
