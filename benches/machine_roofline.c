@@ -38,6 +38,7 @@
  */
 #include <immintrin.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,11 +173,21 @@ static struct {
     int done, quit;
 } crew;
 
+/* One step of a spin-wait: a pause, and after a long wait a yield, so that
+ * a waiting thread does not hold a CPU the thread it waits for needs (as
+ * the pool's `wait_for` does). */
+static void spin(unsigned long *spins) {
+    if (++*spins > (1ul << 14))
+        sched_yield();
+    else
+        _mm_pause();
+}
+
 static void *crew_worker(void *arg) {
     unsigned long seen = crew.base;
     for (;;) {
-        unsigned long go;
-        while ((go = __atomic_load_n(&crew.go, __ATOMIC_ACQUIRE)) == seen) _mm_pause();
+        unsigned long go, spins = 0;
+        while ((go = __atomic_load_n(&crew.go, __ATOMIC_ACQUIRE)) == seen) spin(&spins);
         seen = go;
         if (__atomic_load_n(&crew.quit, __ATOMIC_ACQUIRE)) return 0;
         crew.body(arg);
@@ -208,7 +219,8 @@ static double timed_held(void *(*body)(void *), int n) {
     double start = now();
     __atomic_fetch_add(&crew.go, 1, __ATOMIC_RELEASE);
     body((void *)0);
-    while (__atomic_load_n(&crew.done, __ATOMIC_ACQUIRE) < n - 1) _mm_pause();
+    unsigned long spins = 0;
+    while (__atomic_load_n(&crew.done, __ATOMIC_ACQUIRE) < n - 1) spin(&spins);
     return now() - start;
 }
 
