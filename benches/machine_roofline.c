@@ -20,7 +20,8 @@
  * (timed_held), as the decode's pool holds its workers: with a thread
  * created per timing, two threads beside other processes read 16.9 GB/s
  * in the median of 15 (best 21.1) where held ones read 32.6 (best 35.0),
- * 512 MB, 2-vCPU Xeon, 2026-12-07 (docs/bench/roofline.md).
+ * 512 MB read 4 times a timing, 2-vCPU Xeon, 2026-12-07; with timings of
+ * 6 GB (MIN_TIMED_BYTES) both read alike (docs/bench/roofline.md).
  *
  * Checked against other read kernels in one quiet-run (2026-12-06 19:05
  * UTC, a 2-vCPU Intel Xeon VM, 512 MB, best of 5 after a warm pass, GB/s
@@ -162,9 +163,9 @@ static double timed(void *(*body)(void *), int n) {
  * holds its workers: n - 1 workers started once, spinning on `go`, and the
  * calling thread as reader 0. A thread created per timing (timed) often
  * started on its creator's CPU and shared it until the scheduler moved it:
- * beside other processes two threads' median read was one thread's (their
- * best twice it), which the decode, whose workers stay on their CPUs, does
- * not pay. */
+ * beside other processes, with timings of 2 GB, two threads' median read
+ * was one thread's (their best twice it), which the decode, whose workers
+ * stay on their CPUs, does not pay. */
 static struct {
     int n;
     pthread_t t[MAX_THREADS];
