@@ -15,13 +15,7 @@
  * Each figure is the best of ROUNDS timings after an untimed pass that
  * faults the pages in and warms the TLB: a single cold timing read
  * 24-26 GB/s on a Zen 4 host where a plain two-thread read got 30-31.
- * Eight accumulators rather than four keep more loads in flight. The
- * reads' threads are started once and held spinning between timings
- * (timed_held), as the decode's pool holds its workers: with a thread
- * created per timing, two threads beside other processes read 16.9 GB/s
- * in the median of 15 (best 21.1) where held ones read 32.6 (best 35.0),
- * 512 MB read 4 times a timing, 2-vCPU Xeon, 2026-12-07; with timings of
- * 6 GB (MIN_TIMED_BYTES) both read alike (docs/bench/roofline.md).
+ * Eight accumulators rather than four keep more loads in flight.
  *
  * Checked against other read kernels in one quiet-run (2026-12-06 19:05
  * UTC, a 2-vCPU Intel Xeon VM, 512 MB, best of 5 after a warm pass, GB/s
@@ -39,7 +33,6 @@
  */
 #include <immintrin.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,13 +41,15 @@
 
 static size_t bytes = (size_t)1 << 29;
 /* Passes over the buffer per timing: at least READ_PASSES, and enough that
- * a timing reads MIN_TIMED_BYTES (about 0.1-0.2 s here). A timing of a few
- * milliseconds (100 MB, 4 passes) was either undisturbed or lost a whole
- * 4 ms scheduler tick to another process waking (two threads' 100 MB read
- * came out at exactly 25.0 or 33.3 GB/s: 16 or 12 ms), so its best was a
- * moment no decode of a hundred steps sees throughout. */
+ * a timing reads MIN_TIMED_BYTES (0.1-0.2 s here, about a decode run's
+ * length). A timing of a few milliseconds (100 MB, 4 passes) either loses
+ * a whole 4 ms scheduler tick to another process waking or none (in one
+ * run its times were exact multiples of 4 ms), so its best is a moment no
+ * decode of a hundred steps sees throughout. */
 #define READ_PASSES 4
+#ifndef MIN_TIMED_BYTES /* -DMIN_TIMED_BYTES=0: READ_PASSES only, as before */
 #define MIN_TIMED_BYTES 6e9
+#endif
 static int passes = READ_PASSES;
 #define ROUNDS 5
 #define FMA_ROUNDS 200000000L
@@ -159,72 +154,6 @@ static double timed(void *(*body)(void *), int n) {
     return now() - start;
 }
 
-/* The reads' threads, held between timings as the decode's thread pool
- * holds its workers: n - 1 workers started once, spinning on `go`, and the
- * calling thread as reader 0. A thread created per timing (timed) often
- * started on its creator's CPU and shared it until the scheduler moved it:
- * beside other processes, with timings of 2 GB, two threads' median read
- * was one thread's (their best twice it), which the decode, whose workers
- * stay on their CPUs, does not pay. */
-static struct {
-    int n;
-    pthread_t t[MAX_THREADS];
-    void *(*body)(void *);
-    unsigned long go, base;
-    int done, quit;
-} crew;
-
-/* One step of a spin-wait: a pause, and after a long wait a yield, so that
- * a waiting thread does not hold a CPU the thread it waits for needs (as
- * the pool's `wait_for` does). */
-static void spin(unsigned long *spins) {
-    if (++*spins > (1ul << 14))
-        sched_yield();
-    else
-        _mm_pause();
-}
-
-static void *crew_worker(void *arg) {
-    unsigned long seen = crew.base;
-    for (;;) {
-        unsigned long go, spins = 0;
-        while ((go = __atomic_load_n(&crew.go, __ATOMIC_ACQUIRE)) == seen) spin(&spins);
-        seen = go;
-        if (__atomic_load_n(&crew.quit, __ATOMIC_ACQUIRE)) return 0;
-        crew.body(arg);
-        __atomic_fetch_add(&crew.done, 1, __ATOMIC_RELEASE);
-    }
-}
-
-static void crew_stop(void) {
-    if (crew.n > 1) {
-        __atomic_store_n(&crew.quit, 1, __ATOMIC_RELEASE);
-        __atomic_fetch_add(&crew.go, 1, __ATOMIC_RELEASE);
-        for (int i = 1; i < crew.n; i++) pthread_join(crew.t[i], 0);
-    }
-    crew.n = 0;
-    crew.quit = 0;
-}
-
-/* Seconds for `n` held threads to run `body` once each. */
-static double timed_held(void *(*body)(void *), int n) {
-    if (crew.n != n) {
-        crew_stop();
-        crew.n = n;
-        crew.base = crew.go;
-        for (long i = 1; i < n; i++) pthread_create(&crew.t[i], 0, crew_worker, (void *)i);
-    }
-    threads = n;
-    crew.body = body;
-    __atomic_store_n(&crew.done, 0, __ATOMIC_RELAXED);
-    double start = now();
-    __atomic_fetch_add(&crew.go, 1, __ATOMIC_RELEASE);
-    body((void *)0);
-    unsigned long spins = 0;
-    while (__atomic_load_n(&crew.done, __ATOMIC_ACQUIRE) < n - 1) spin(&spins);
-    return now() - start;
-}
-
 #define VARIANT_ROUNDS 15
 
 static int by_value(const void *a, const void *b) {
@@ -239,13 +168,12 @@ static double read_bytes(int n) {
 }
 
 /* Best of ROUNDS timings of `body` on `n` threads, in GB/s; their median
- * in `*median`. Two threads' median on this VM is often half their best
- * (the host gives the second vCPU its bandwidth only part of the time), so
- * benches/roofline.py reports a decode against both. */
+ * in `*median`. Two threads' median on this VM was at times half their
+ * best (2026-12-07, mornings), so benches/roofline.py reports a decode
+ * against both. */
 static double best_read(void *(*body)(void *), int n, double *median) {
     double t[ROUNDS];
-    timed_held(body, n); /* the crew started and on its CPUs */
-    for (int r = 0; r < ROUNDS; r++) t[r] = timed_held(body, n);
+    for (int r = 0; r < ROUNDS; r++) t[r] = timed(body, n);
     qsort(t, ROUNDS, sizeof(double), by_value);
     double read = passes * read_bytes(n) / 1e9;
     *median = read / t[ROUNDS / 2];
@@ -275,19 +203,16 @@ int main(int argc, char **argv) {
         static const struct {
             const char *name;
             void *(*body)(void *);
-            int held; /* timed_held, else a thread created per timing */
-        } kernels[] = {{"avx512 loads, 8 accumulators", read_share, 1},
-                       {"the same, threads created per timing", read_share, 0},
-                       {"non-temporal loads (vmovntdqa)", read_nt, 1},
-                       {"avx2 loads, 4 accumulators", read_avx2, 1},
-                       {"plain C loop of 64-bit adds", read_plain, 1}};
+        } kernels[] = {{"avx512 loads, 8 accumulators", read_share},
+                       {"non-temporal loads (vmovntdqa)", read_nt},
+                       {"avx2 loads, 4 accumulators", read_avx2},
+                       {"plain C loop of 64-bit adds", read_plain}};
         enum { KERNELS = sizeof kernels / sizeof kernels[0] };
         for (int n = 1; n <= cpus; n++) {
             double gbs[KERNELS][VARIANT_ROUNDS];
             for (int r = 0; r < VARIANT_ROUNDS; r++)
                 for (int k = 0; k < KERNELS; k++) {
-                    void *(*body)(void *) = kernels[k].body;
-                    double t = kernels[k].held ? timed_held(body, n) : timed(body, n);
+                    double t = timed(kernels[k].body, n);
                     gbs[k][r] = passes * read_bytes(n) / t / 1e9;
                 }
             for (int k = 0; k < KERNELS; k++) {
@@ -307,7 +232,6 @@ int main(int argc, char **argv) {
             printf("read, %d thread(s): %.1f GB/s (median %.1f)\n", n, best, median);
         }
     if (read_only) return 0;
-    crew_stop(); /* its spinning workers would share the FMA threads' CPUs */
     for (int n = 1; n <= 2; n++)
         printf("f32 FMA, %d thread(s): %.0f GFLOP/s\n", n,
                n * (double)FMA_ROUNDS * CHAINS * 16 * 2 / timed(fma_chains, n) / 1e9);
