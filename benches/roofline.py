@@ -23,10 +23,10 @@ after it. The summary gives each executable's median and range over the
 rounds, and its decode over the first executable's in the same round.
 
 The headline share is of the best read (the ceiling the memory reaches).
-Each read run's median is kept too: on this VM two threads' median read is
-often half their best (the second vCPU gets its bandwidth only part of the
-time), and a decode of a hundred steps lives through those moments as a
-median read does, so its share of the median read is printed beside it.
+Each read run's median is kept too: on this VM two threads' median read
+was at times half their best, and a decode of a hundred steps lives
+through such moments as a median read does, so its share of the median
+read is printed beside it.
 
 Usage: .venv/bin/python benches/roofline.py [--models smollm2,gemma3]
   [--depths 0,4096] [--threads 2] [--rounds 3] [--decode 32] [--repeats 2]
@@ -63,9 +63,9 @@ ROOFLINE_BIN = ROOT / "target" / "machine_roofline"
 KV_BYTES = {"f16": 2, "f32": 4, "q8_0": 34 / 32}
 # The DRAM read: well past the host's 300 MB L3.
 DRAM_MB = 512
-# Runs of the read program per read point. Since its threads are held and
-# each timing reads at least 6 GB, one run's best and median agree within
-# ~5% (they had differed by 2x); two runs a point keep it short.
+# Runs of the read program per read point. Since each of its timings reads
+# at least 6 GB, one run's best and median mostly agree within 5-10%; two
+# runs a point keep the point short.
 READ_CALLS = 2
 # Gemma 3: every sixth layer attends globally, the others over the window.
 GEMMA3_GLOBAL_EVERY = 6
