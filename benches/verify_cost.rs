@@ -1,8 +1,8 @@
 //! What a speculative verify step costs against a plain decode step: one
 //! sequence at depth `DEPTH` runs its last token plus `k` drafted tokens
 //! as `k + 1` rows (every row's logits, as `speculate::verify` needs them)
-//! for k = 0 (a plain step: one row, the last row's logits), 1, 2, 3, 4, 6
-//! and 8. Each round times every `k` back to back, in alternating order, so
+//! for k = 0 (a plain step: one row, the last row's logits), 1, 2, 3, 4, 6,
+//! 8, 12 and 16. Each round times every `k` back to back, in alternating order, so
 //! each ratio to k = 0 compares measurements seconds apart under the same
 //! load; the report gives per-round ratios' medians and ranges.
 //!
@@ -32,7 +32,7 @@ use switchyard_kernels::device::OnDevice;
 use switchyard_kernels::{Backend, KvPrefix, KvType};
 
 /// Drafted tokens per verify step measured (0: a plain decode step).
-const DRAFTS: [usize; 7] = [0, 1, 2, 3, 4, 6, 8];
+const DRAFTS: [usize; 9] = [0, 1, 2, 3, 4, 6, 8, 12, 16];
 /// Tokens in the cache before the timed steps: a retrieval prompt and
 /// part of its answer.
 const DEPTH: usize = 256;
@@ -73,10 +73,28 @@ fn rounds_on<B: Backend>(backend: &B, rounds: usize) -> Vec<[f64; DRAFTS.len()]>
     let tokens: Vec<u32> = (0..capacity as u32)
         .map(|i| 100 + (i * 7919) % (vocab - 200))
         .collect();
-    step(backend, &model, &mut scratch, &blocks, &mut cache, &tokens, 0, DEPTH);
+    step(
+        backend,
+        &model,
+        &mut scratch,
+        &blocks,
+        &mut cache,
+        &tokens,
+        0,
+        DEPTH,
+    );
     // Warm-up: page the weights in and grow the scratch to the widest step.
     for &k in &DRAFTS {
-        step(backend, &model, &mut scratch, &blocks, &mut cache, &tokens, DEPTH, k + 1);
+        step(
+            backend,
+            &model,
+            &mut scratch,
+            &blocks,
+            &mut cache,
+            &tokens,
+            DEPTH,
+            k + 1,
+        );
     }
     let mut seconds = Vec::with_capacity(rounds);
     for round in 0..rounds {
@@ -92,7 +110,14 @@ fn rounds_on<B: Backend>(backend: &B, rounds: usize) -> Vec<[f64; DRAFTS.len()]>
                 // The same positions again, as a verify step after a
                 // rejected draft writes over the rolled-back ones.
                 elapsed += step(
-                    backend, &model, &mut scratch, &blocks, &mut cache, &tokens, DEPTH, rows,
+                    backend,
+                    &model,
+                    &mut scratch,
+                    &blocks,
+                    &mut cache,
+                    &tokens,
+                    DEPTH,
+                    rows,
                 );
                 runs += 1;
             }
