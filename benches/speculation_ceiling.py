@@ -19,6 +19,8 @@ Drafters:
   oracle-keyN  the best continuation among the places where the last N
                tokens occurred before (a lookup keyed by N tokens that
                always picks the right candidate);
+  latest, kept part only
+               the engine's lookup drafting exactly what will be kept;
   latest       the engine's lookup (`Ngram`: the longest suffix of 4 down
                to 2 tokens, its latest earlier occurrence) with the
                engine's draft-length control (`DraftControl`), as
@@ -223,6 +225,20 @@ def oracle(prompt: list, answer: list, cost: Cost, key: int | None, cap: int) ->
             "runs": runs}
 
 
+def exact_length(prompt: list, answer: list, cost: Cost, cap: int = 8) -> dict:
+    """The engine's lookup, drafting exactly the part of its guess that will
+    be kept (none when its first token misses): what knowing when to stop
+    would add to the engine's choice of what to copy."""
+    t, total, runs = 1, 0.0, []
+    while t < len(answer):
+        run = common_prefix(lookup_latest(prompt + answer[:t], cap), answer[t:])
+        total += cost(run)
+        if run:
+            runs.append(run)
+        t += run + 1
+    return {"speedup": (len(answer) - 1) / total, "kept": sum(runs), "verify_steps": len(runs)}
+
+
 def seen_share(prompt: list, answer: list, n: int) -> float:
     """Share of answer tokens whose preceding `n` tokens and itself occurred before."""
     hits = 0
@@ -242,6 +258,7 @@ def analyse(prompt: list, answer: list, cost: Cost) -> dict:
         out[f"oracle cap {cap}"] = oracle(prompt, answer, cost, None, cap)
     for key in (1, 2, 3):
         out[f"oracle-key{key} cap 8"] = oracle(prompt, answer, cost, key, 8)
+    out["latest 4..2, kept part only"] = exact_length(prompt, answer, cost)
     out["latest 4..2 (engine)"] = simulate(prompt, answer, cost, lookup_latest)
     out["latest 4..1"] = simulate(prompt, answer, cost,
                                   lambda c, k: lookup_latest(c, k, lo=1))

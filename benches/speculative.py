@@ -248,8 +248,11 @@ def bench_model(args, name: str) -> dict:
     rates = {(e, w): [] for e in engines for w in WORKLOADS}
     texts = {}
     for round_ in range(args.rounds):
+        # Odd rounds take the engines in reverse order, so that no engine
+        # always runs right after the same one.
+        turns = list(engines.items())
         for workload, prompt in WORKLOADS.items():
-            for engine, runner in engines.items():
+            for engine, runner in turns if round_ % 2 == 0 else turns[::-1]:
                 got = runner.stream(prompt, args.max_tokens)
                 rates[(engine, workload)].append(got["decode_tok_s"])
                 texts[(engine, workload)] = got["text"]
