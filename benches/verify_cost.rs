@@ -20,12 +20,15 @@
 mod batched;
 #[path = "support/device.rs"]
 mod device;
+#[path = "support/rounds.rs"]
+mod rounds;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use batched::{load_model, threads};
 use device::on_bench_device;
+use rounds::{rounds_arg, summary};
 use switchyard_engine::kv::{KvBlocks, KvPool, SequenceKv};
 use switchyard_engine::model::{LlamaModel, LogitRows, Scratch, SequenceChunk};
 use switchyard_kernels::device::OnDevice;
@@ -40,12 +43,7 @@ const DEPTH: usize = 256;
 const MIN_MEASURED: Duration = Duration::from_millis(200);
 
 fn main() {
-    // `cargo bench` passes `--bench`; the first number is the round count.
-    let rounds = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse::<usize>().ok())
-        .unwrap_or(9)
-        .max(1);
+    let rounds = rounds_arg(9);
     let seconds = on_bench_device(threads(), Rounds(rounds));
     report(&seconds, threads());
 }
@@ -196,17 +194,4 @@ fn report(seconds: &[[f64; DRAFTS.len()]], threads: usize) {
         "{}",
         serde_json::json!({ "k": DRAFTS, "cost": costs, "depth": DEPTH, "threads": threads })
     );
-}
-
-/// Median, minimum and maximum.
-fn summary(values: &[f64]) -> (f64, f64, f64) {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let n = sorted.len();
-    let median = if n % 2 == 1 {
-        sorted[n / 2]
-    } else {
-        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
-    };
-    (median, sorted[0], sorted[n - 1])
 }
