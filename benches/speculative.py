@@ -30,7 +30,7 @@ draft model behind the lookup; the summary adds their acceptance.
 Usage:
   python benches/speculative.py [--model smollm2|gemma3|GGUF ...]
       [--switchyard BIN] [--baseline BIN] [--threads 2] [--rounds 3] [--max-tokens 128]
-      [--clients 16] [--no-llama] [--no-load] [--draft-model GGUF]
+      [--clients 16] [--no-llama] [--no-load | --load-only] [--draft-model GGUF]
       [--svg docs/bench/speculative.svg] [--json OUT]
 Prints one JSON line per measurement and a summary table per model.
 """
@@ -247,7 +247,7 @@ def bench_model(args, name: str) -> dict:
         engines["llama.cpp plain"] = LlamaPeer(path, args.threads, lookup=False)
     rates = {(e, w): [] for e in engines for w in WORKLOADS}
     texts = {}
-    for round_ in range(args.rounds):
+    for round_ in range(0 if args.load_only else args.rounds):
         # Odd rounds take the engines in reverse order, so that no engine
         # always runs right after the same one.
         turns = list(engines.items())
@@ -261,7 +261,8 @@ def bench_model(args, name: str) -> dict:
                                   "decode_tok_s": got["decode_tok_s"]}),
                       flush=True)
     spoken = [e for e in engines if isinstance(engines[e], Server) and e != "switchyard off"]
-    same = all(texts[(e, w)] == texts[("switchyard off", w)] for e in spoken for w in WORKLOADS)
+    same = (None if args.load_only else
+            all(texts[(e, w)] == texts[("switchyard off", w)] for e in spoken for w in WORKLOADS))
     spec = {e: engines[e].metrics() for e in spoken}
     order = ["switchyard ngram", "switchyard off"] + (["baseline ngram"] if args.baseline else [])
     load = {engine: [] for engine in order}
@@ -392,6 +393,8 @@ def main() -> None:
     parser.add_argument("--no-llama", action="store_true")
     parser.add_argument("--no-load", action="store_true",
                         help="single stream only (skip the many-client rounds)")
+    parser.add_argument("--load-only", action="store_true",
+                        help="the many-client rounds only (skip the single streams)")
     parser.add_argument("--draft-model", type=Path, default=None,
                         help="a draft checkpoint of the same tokenizer: adds the "
                              "`draft` and `ngram`+draft engines")
