@@ -8,14 +8,15 @@ drafter proposes tokens taken from the context (the prompt and the first
 `t` answer tokens); a verify step keeps the drafted tokens that match the
 answer and emits one more, for `cost(k)` of a plain step, where `k` is the
 number of tokens drafted (measured by `cargo bench --bench verify_cost`,
-given here with --cost). Tokens over total cost is the speedup that
-drafter implies (decode only; the engine's per-step overheads are the
-same on both sides).
+given here with --cost, plus the server's own time per step: see
+`Cost`). Tokens over total cost is the speedup that drafter implies
+(decode only).
 
 Drafters:
   oracle       the longest run of the answer's next tokens that occurs
-               anywhere in the context, drafted exactly (no wasted row):
-               the ceiling of any drafter that copies from the context;
+               anywhere in the context, drafted exactly (no wasted row),
+               at most 8 (the default longest draft) or 16 a step: the
+               ceiling of any drafter that copies from the context;
   oracle-keyN  the best continuation among the places where the last N
                tokens occurred before (a lookup keyed by N tokens that
                always picks the right candidate);
@@ -35,7 +36,8 @@ cache, as llama.cpp's lookup cache keeps) could add.
 
 Usage:
   python benches/speculation_ceiling.py --model smollm2 --workload retrieval
-      [--switchyard BIN] [--cost verify_cost.json | --cost 1,1.05,...]
+      --cost COST.md (`cargo bench --bench verify_cost > COST.md`) | --cost MS,MS,...
+      [--switchyard BIN] [--overhead-ms MS]
       [--max-tokens 128] [--history] [--json OUT]
 """
 
