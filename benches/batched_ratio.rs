@@ -14,12 +14,15 @@
 mod batched;
 #[path = "support/device.rs"]
 mod device;
+#[path = "support/rounds.rs"]
+mod rounds;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use batched::{decode_steps, load_model, threads, BATCHES, STEPS};
 use device::on_bench_device;
+use rounds::{rounds_arg, summary};
 use switchyard_kernels::device::OnDevice;
 use switchyard_kernels::Backend;
 
@@ -30,12 +33,7 @@ const MIN_MEASURED: Duration = Duration::from_millis(250);
 const TARGET_B16: f64 = 6.0;
 
 fn main() {
-    // `cargo bench` passes `--bench`; the first number is the round count.
-    let rounds = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse::<usize>().ok())
-        .unwrap_or(15)
-        .max(1);
+    let rounds = rounds_arg(15);
     let rates = on_bench_device(threads(), Rounds(rounds));
     report(&rates, threads());
 }
@@ -108,17 +106,4 @@ fn report(rates: &[[f64; BATCHES.len()]], threads: usize) {
         rates.len(),
         rates.len()
     );
-}
-
-/// Median, minimum and maximum.
-fn summary(values: &[f64]) -> (f64, f64, f64) {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let n = sorted.len();
-    let median = if n % 2 == 1 {
-        sorted[n / 2]
-    } else {
-        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
-    };
-    (median, sorted[0], sorted[n - 1])
 }

@@ -7,14 +7,20 @@ plain llama.cpp, all in one run on the same GGUF and thread count.
 Workloads (greedy chat completions of MAX_TOKENS tokens):
   quote      a document quoted back;
   code       a code edit that returns the function;
-  retrieval  an answer that repeats its sources;
+  retrieval  an answer that repeats its sources (asked to quote them; a
+             model may paraphrase instead);
+  extract    an extractive answer: the sources' sentences copied out;
   chat       free-form chat (speculation must cost nothing here).
 Single stream: decode tokens/s from the first streamed token to the last.
 The four engines take turns request by request, round after round, so
 that load on a shared machine hits them alike; the summary gives medians
 and each engine's ratio to its own plain decoding.
-Then 16 clients at once (the four workloads, four clients each), speculation
-on and off in alternating rounds: total completion tokens/s.
+Then 16 clients at once (quote, code, retrieval and chat, four clients each),
+speculation on and off in alternating rounds: total completion tokens/s.
+
+With --baseline BIN (e.g. main's binary), a third Switchyard engine, that
+binary with n-gram speculation, takes its turn beside the others (and in
+the many-client rounds), so a change is compared in the same run.
 
 With --draft-model PATH (a checkpoint of the same tokenizer, e.g. one made by
 `switchyard layer-draft`), two more Switchyard engines take their turns:
@@ -23,8 +29,8 @@ draft model behind the lookup; the summary adds their acceptance.
 
 Usage:
   python benches/speculative.py [--model smollm2|gemma3|GGUF ...]
-      [--switchyard BIN] [--threads 2] [--rounds 3] [--max-tokens 128]
-      [--clients 16] [--no-llama] [--no-load] [--draft-model GGUF]
+      [--switchyard BIN] [--baseline BIN] [--threads 2] [--rounds 3] [--max-tokens 128]
+      [--clients 16] [--no-llama] [--no-load | --load-only] [--draft-model GGUF]
       [--svg docs/bench/speculative.svg] [--json OUT]
 Prints one JSON line per measurement and a summary table per model.
 """
@@ -86,9 +92,15 @@ WORKLOADS = {
             f"code.\n\n{CODE}",
     "retrieval": f"Sources:\n{SOURCES}\n\nQuestion: What do the sources say about the Nile and "
                  "the Amazon? Answer by quoting the sources exactly, with their numbers.",
+    "extract": f"Sources:\n{SOURCES}\n\nQuestion: What do the sources say about the Nile and "
+               "the Amazon? Answer with the sentences of the sources about them, copied word "
+               "for word, each with its number.",
     "chat": "Tell me a short story about a lighthouse keeper who finds a message in a bottle.",
 }
-COPY_HEAVY = ("quote", "code", "retrieval")
+COPY_HEAVY = ("quote", "code", "retrieval", "extract")
+# The many-client rounds' mix, as it was before `extract` came, so that
+# their figures stay comparable.
+LOAD_WORKLOADS = ("quote", "code", "retrieval", "chat")
 
 
 def model_path(name: str) -> Path:
@@ -206,7 +218,7 @@ def timing(started, first, last, tokens, text) -> dict:
 
 
 def throughput(server: Server, clients: int, max_tokens: int) -> float:
-    prompts = [WORKLOADS[name] for name in WORKLOADS] * (clients // len(WORKLOADS) + 1)
+    prompts = [WORKLOADS[name] for name in LOAD_WORKLOADS] * (clients // len(LOAD_WORKLOADS) + 1)
     barrier = threading.Barrier(clients)
 
     def one(prompt: str) -> int:
@@ -223,6 +235,8 @@ def bench_model(args, name: str) -> dict:
     path = model_path(name)
     engines = {"switchyard ngram": Server(args.switchyard, path, args.threads, "ngram"),
                "switchyard off": Server(args.switchyard, path, args.threads, "off")}
+    if args.baseline:
+        engines["baseline ngram"] = Server(args.baseline, path, args.threads, "ngram")
     if args.draft_model:
         engines["switchyard draft"] = Server(args.switchyard, path, args.threads, "draft",
                                              args.draft_model)
@@ -233,9 +247,12 @@ def bench_model(args, name: str) -> dict:
         engines["llama.cpp plain"] = LlamaPeer(path, args.threads, lookup=False)
     rates = {(e, w): [] for e in engines for w in WORKLOADS}
     texts = {}
-    for round_ in range(args.rounds):
+    for round_ in range(0 if args.load_only else args.rounds):
+        # Odd rounds take the engines in reverse order, so that no engine
+        # always runs right after the same one.
+        turns = list(engines.items())
         for workload, prompt in WORKLOADS.items():
-            for engine, runner in engines.items():
+            for engine, runner in turns if round_ % 2 == 0 else turns[::-1]:
                 got = runner.stream(prompt, args.max_tokens)
                 rates[(engine, workload)].append(got["decode_tok_s"])
                 texts[(engine, workload)] = got["text"]
@@ -243,12 +260,13 @@ def bench_model(args, name: str) -> dict:
                                   "workload": workload, "tokens": got["tokens"],
                                   "decode_tok_s": got["decode_tok_s"]}),
                       flush=True)
-    spoken = [e for e in engines if e.startswith("switchyard") and e != "switchyard off"]
-    same = all(texts[(e, w)] == texts[("switchyard off", w)] for e in spoken for w in WORKLOADS)
+    spoken = [e for e in engines if isinstance(engines[e], Server) and e != "switchyard off"]
+    same = (None if args.load_only else
+            all(texts[(e, w)] == texts[("switchyard off", w)] for e in spoken for w in WORKLOADS))
     spec = {e: engines[e].metrics() for e in spoken}
-    load = {"switchyard ngram": [], "switchyard off": []}
+    order = ["switchyard ngram", "switchyard off"] + (["baseline ngram"] if args.baseline else [])
+    load = {engine: [] for engine in order}
     for round_ in range(0 if args.no_load else args.rounds):
-        order = ["switchyard ngram", "switchyard off"]
         for engine in order if round_ % 2 == 0 else order[::-1]:
             tok_s = throughput(engines[engine], args.clients, args.max_tokens // 2)
             load[engine].append(tok_s)
@@ -259,7 +277,7 @@ def bench_model(args, name: str) -> dict:
             engine.stop()
     median = {k: statistics.median([r for r in v if r]) if any(v) else None
               for k, v in rates.items()}
-    return {"model": name, "median": median, "load": {k: statistics.median(v)
+    return {"model": name, "median": median, "rates": rates, "load": {k: statistics.median(v)
                                                        for k, v in load.items() if v},
             "greedy_same": same, "speculation": spec, "engines": list(engines),
             "clients": args.clients}
@@ -269,9 +287,11 @@ def summary(result: dict) -> None:
     median = result["median"]
     print(f"\n{result['model']}: single-stream decode tok/s (median); load average at the "
           f"end {open('/proc/loadavg').read().split()[0]}")
-    spoken = [e for e in result["engines"] if e.startswith("switchyard") and e != "switchyard off"]
+    spoken = [e for e in result["engines"]
+              if not e.startswith("llama.cpp") and e != "switchyard off"]
     print(f"{'workload':<10}" + "".join(f"{e:>24}" for e in result["engines"])
-          + "".join(f"{e.split()[1] + ' ratio':>18}" for e in spoken) + f"{'llama ratio':>12}")
+          + "".join(f"{e.replace('switchyard ', '') + ' ratio':>18}" for e in spoken)
+          + f"{'llama ratio':>12}")
     for w in WORKLOADS:
         row = f"{w:<10}" + "".join(f"{median[(e, w)] or 0:>24.1f}" for e in result["engines"])
         off = median[("switchyard off", w)]
@@ -282,17 +302,37 @@ def summary(result: dict) -> None:
             lo, lp = median[("llama.cpp lookup", w)], median[("llama.cpp plain", w)]
             row += f"{(lo / lp if lo and lp else 0):>12.2f}"
         print(row)
+    paired(result)
     load = result["load"]
     if load:
         print(f"{result['clients']}-client total tok/s: ngram "
               f"{load['switchyard ngram']:.1f}, off {load['switchyard off']:.1f} "
-              f"(ratio {load['switchyard ngram'] / load['switchyard off']:.2f})")
+              f"(ratio {load['switchyard ngram'] / load['switchyard off']:.2f})"
+              + (f", baseline ngram {load['baseline ngram']:.1f}"
+                 if "baseline ngram" in load else ""))
     for engine, spec in result["speculation"].items():
         if spec.get("draft_tokens_total"):
             print(f"{engine}: drafted {spec['draft_tokens_total']:.0f}, accepted "
                   f"{spec.get('accepted_tokens_total', 0):.0f} "
                   f"({spec.get('accepted_tokens_total', 0) / spec['draft_tokens_total']:.0%})")
     print(f"greedy output identical with and without speculation: {result['greedy_same']}")
+
+
+def paired(result: dict) -> None:
+    """Per-round ratios (each round's engines ran minutes apart at most):
+    n-gram over off, and over the baseline binary's n-gram where there is one."""
+    rates = result["rates"]
+    pairs = [("switchyard ngram", "switchyard off")]
+    if "baseline ngram" in result["engines"]:
+        pairs += [("switchyard ngram", "baseline ngram"), ("baseline ngram", "switchyard off")]
+    for on, off in pairs:
+        cells = []
+        for w in WORKLOADS:
+            ratios = sorted(a / b for a, b in zip(rates[(on, w)], rates[(off, w)]) if a and b)
+            if ratios:
+                cells.append(f"{w} {statistics.median(ratios):.2f} "
+                             f"({ratios[0]:.2f}-{ratios[-1]:.2f})")
+        print(f"{on} / {off}, median of rounds (range): " + ", ".join(cells))
 
 
 def svg(results: list[dict], path: Path) -> None:
@@ -343,6 +383,9 @@ def main() -> None:
     parser.add_argument("--model", action="append", default=None)
     parser.add_argument("--switchyard", type=Path,
                         default=ROOT / "target" / "release" / "switchyard")
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="another switchyard binary (e.g. main's) run with n-gram "
+                             "speculation beside the others")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=128)
@@ -350,6 +393,8 @@ def main() -> None:
     parser.add_argument("--no-llama", action="store_true")
     parser.add_argument("--no-load", action="store_true",
                         help="single stream only (skip the many-client rounds)")
+    parser.add_argument("--load-only", action="store_true",
+                        help="the many-client rounds only (skip the single streams)")
     parser.add_argument("--draft-model", type=Path, default=None,
                         help="a draft checkpoint of the same tokenizer: adds the "
                              "`draft` and `ngram`+draft engines")
@@ -363,7 +408,8 @@ def main() -> None:
         svg(results, args.svg)
     if args.json:
         args.json.write_text(json.dumps([
-            {**r, "median": {f"{e}|{w}": v for (e, w), v in r["median"].items()}}
+            {**r, "median": {f"{e}|{w}": v for (e, w), v in r["median"].items()},
+             "rates": {f"{e}|{w}": v for (e, w), v in r["rates"].items()}}
             for r in results], indent=1))
 
 

@@ -19,6 +19,8 @@
 mod batched;
 #[path = "support/device.rs"]
 mod device;
+#[path = "support/rounds.rs"]
+mod rounds;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -26,6 +28,7 @@ use std::time::Instant;
 
 use batched::{model_path, threads};
 use device::on_bench_device;
+use rounds::{rounds_arg, summary};
 use switchyard_engine::registry::Registry;
 use switchyard_engine::serving::{Executor, ExecutorConfig, NoObserver};
 use switchyard_engine::Engine;
@@ -51,11 +54,7 @@ const SCHEMA: &str = r#"{"type": "object", "properties": {"people": {"type": "ar
   "required": ["people"], "additionalProperties": false}"#;
 
 fn main() {
-    let rounds = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse::<usize>().ok())
-        .unwrap_or(5)
-        .max(1);
+    let rounds = rounds_arg(5);
     on_bench_device(threads(), Rounds(rounds));
 }
 
@@ -197,17 +196,4 @@ fn decode_rate<B: Backend>(
         }
     }
     decoded as f64 / started.elapsed().as_secs_f64()
-}
-
-/// Median, minimum and maximum.
-fn summary(values: &[f64]) -> (f64, f64, f64) {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let n = sorted.len();
-    let median = if n % 2 == 1 {
-        sorted[n / 2]
-    } else {
-        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
-    };
-    (median, sorted[0], sorted[n - 1])
 }

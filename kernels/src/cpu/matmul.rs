@@ -320,19 +320,24 @@ fn run_group_block(
         let () = *amx;
         0
     };
+    // Fewer than eight rows left (a speculative verify step's 2-9 rows, a
+    // prompt's tail) take one tile of their own size: each tile is a pass
+    // over the weights' unpacking, and 7 rows as 4 + 2 + 1 paid three.
     while first < n {
         let count = match n - first {
             GROUP_TILE.. => GROUP_TILE,
             8.. => 8,
-            4.. => 4,
-            2.. => 2,
-            _ => 1,
+            left => left,
         };
         let groups = groups.clone();
         match count {
             GROUP_TILE => run_tile::<GROUP_TILE>(isa, packed, t, q_rows(q, first), first, groups),
             8 => run_tile::<8>(isa, packed, t, q_rows(q, first), first, groups),
+            7 => run_tile::<7>(isa, packed, t, q_rows(q, first), first, groups),
+            6 => run_tile::<6>(isa, packed, t, q_rows(q, first), first, groups),
+            5 => run_tile::<5>(isa, packed, t, q_rows(q, first), first, groups),
             4 => run_tile::<4>(isa, packed, t, q_rows(q, first), first, groups),
+            3 => run_tile::<3>(isa, packed, t, q_rows(q, first), first, groups),
             2 => run_tile::<2>(isa, packed, t, q_rows(q, first), first, groups),
             _ => run_tile::<1>(isa, packed, t, q_rows(q, first), first, groups),
         }
@@ -511,6 +516,7 @@ fn run_rows(isa: CheckedIsa, t: &Target<'_>, q: &SharedRows<'_>, n: usize, range
         match count {
             8 => dot_quantized::<8>(isa, dtype, w, row_bytes, &q_rows(q, first), o),
             4 => dot_quantized::<4>(isa, dtype, w, row_bytes, &q_rows(q, first), o),
+            2 => dot_quantized::<2>(isa, dtype, w, row_bytes, &q_rows(q, first), o),
             _ => dot_quantized::<1>(isa, dtype, w, row_bytes, &q_rows(q, first), o),
         }
     };
@@ -546,6 +552,7 @@ fn matmul_float(pool: &ThreadPool, isa: CheckedIsa, x: &CpuActivations, p: &mut 
             match count {
                 8 => dot_float::<8>(isa, dtype, w, row_bytes, &float_rows(xs(first), k), o),
                 4 => dot_float::<4>(isa, dtype, w, row_bytes, &float_rows(xs(first), k), o),
+                2 => dot_float::<2>(isa, dtype, w, row_bytes, &float_rows(xs(first), k), o),
                 _ => dot_float::<1>(isa, dtype, w, row_bytes, &float_rows(xs(first), k), o),
             }
         };
@@ -562,7 +569,8 @@ fn matmul_float(pool: &ThreadPool, isa: CheckedIsa, x: &CpuActivations, p: &mut 
 }
 
 /// Walks `n` activation rows a tile at a time (whole tiles of `tile` rows,
-/// then single rows) against weight rows `range` in sub-chunks whose
+/// then tiles of 4, 2 and 1 while they fit: each tile is a pass over the
+/// weight rows, so a verify step's 7 rows take three passes, not seven) against weight rows `range` in sub-chunks whose
 /// outputs fit a stack buffer, so the tile (a few KB) and the sub-chunk's
 /// weights stay in L1 while they meet. `dot(first, count, weight_rows, out)`
 /// fills `count` outputs per weight row; `store(row, first, values)` takes
@@ -577,7 +585,11 @@ fn walk_tiles(
     let mut buffer = [0.0f32; SUB_CHUNK_ROWS * 8];
     let mut first = 0;
     while first < n {
-        let count = if first + tile <= n { tile } else { 1 };
+        let left = n - first;
+        let count = [tile, 4, 2, 1]
+            .into_iter()
+            .find(|&c| c <= tile && c <= left)
+            .unwrap_or(1);
         let mut start = range.start;
         while start < range.end {
             let end = (start + SUB_CHUNK_ROWS).min(range.end);
