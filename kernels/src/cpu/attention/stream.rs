@@ -530,7 +530,7 @@ fn run_general<'q, E: KvElem>(
             && first_seen(tile.first_pos + tile.rows - 1) <= block
     };
     // The positions of the block at `block` that row `i` sees.
-    let lanes = |block: usize, i: usize| {
+    let seen_by = |block: usize, i: usize| {
         let p = tile.first_pos + i;
         let lo = first_seen(p).max(block);
         let hi = (block + KEY_BLOCK).min(p + 1).min(end).max(lo);
@@ -567,7 +567,7 @@ fn run_general<'q, E: KvElem>(
             state.pack_block(b, hd, keys, values, (end - block).min(KEY_BLOCK));
         }
         if (blocked && whole(block)) || amx {
-            state.fold_all(isa, tile, (keys, values), |i| lanes(block, i));
+            state.fold_all(isa, tile, (keys, values), |i| seen_by(block, i));
             block += KEY_BLOCK;
             continue;
         }
@@ -631,7 +631,8 @@ fn run<'q, E: KvElem>(
     let direct = tile.direct(isa);
     let (span, amx) = (span_tile(tile, blocked), amx_tile(tile, blocked));
     // The positions of the block at `block` that row `i` sees (causal mask).
-    let lanes = |block: usize, i: usize| 0..(tile.first_pos + i + 1).min(end).saturating_sub(block);
+    let seen_by =
+        |block: usize, i: usize| 0..(tile.first_pos + i + 1).min(end).saturating_sub(block);
     let mut block = start;
     while block < end {
         if block > start && block.is_multiple_of(tile.segment) {
@@ -661,7 +662,7 @@ fn run<'q, E: KvElem>(
         // Every row sees the whole block (past the first row's position),
         // or the tile is on AMX, which takes the block's parts too.
         if (blocked && block + KEY_BLOCK <= tile.first_pos + 1) || amx {
-            state.fold_all(isa, tile, (keys, values), |i| lanes(block, i));
+            state.fold_all(isa, tile, (keys, values), |i| seen_by(block, i));
             block += KEY_BLOCK;
             continue;
         }
