@@ -81,11 +81,13 @@ pub(super) const AMX_MIN_ROWS: usize = crate::kv::RING_SLACK;
 const AMX_TILE_ROWS: usize = 32;
 
 /// The products a sequence of `rows` rows in a call takes (AMX only for a
-/// prompt chunk of [`AMX_MIN_ROWS`]), and its tile's rows where they are
-/// not the per-row kernels' (`None`).
+/// prompt chunk of [`AMX_MIN_ROWS`]; f32 for the other rows where BF16 is
+/// for AMX's rows only), and its tile's rows where they are not the
+/// per-row kernels' (`None`).
 pub(super) fn for_rows(products: Products, rows: usize) -> (Products, Option<usize>) {
     match products {
         Products::Bf16(b) if b.amx() && rows >= AMX_MIN_ROWS => (products, Some(amx_rows())),
+        Products::Bf16(b) if b.prompt_only() => (Products::F32, None),
         Products::Bf16(b) => (Products::Bf16(b.without_amx()), None),
         Products::F32 => (products, None),
     }
