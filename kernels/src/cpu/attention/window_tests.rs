@@ -78,6 +78,50 @@ fn attend(
         .collect()
 }
 
+/// A whole sequence's queries, keys and values (rows of `q_cols` and
+/// `kv_cols`), from which a test feeds chunks.
+struct Sequence {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    q_cols: usize,
+    kv_cols: usize,
+}
+
+/// Rows `start..start + n` of `seq` through one attention call on layer 0
+/// of `cache`: the chunk's outputs.
+fn attend_chunk(
+    (pool, isa): (&ThreadPool, CheckedIsa),
+    cache: &mut CpuKvCache,
+    (shape, products): (AttentionShape, Products),
+    seq: &Sequence,
+    (start, n): (usize, usize),
+) -> Vec<f32> {
+    let act = |data: &[f32], cols: usize| CpuActivations {
+        rows: n,
+        cols,
+        data: data[start * cols..(start + n) * cols].to_vec(),
+    };
+    let (q, k, v) = (
+        act(&seq.q, seq.q_cols),
+        act(&seq.k, seq.kv_cols),
+        act(&seq.v, seq.kv_cols),
+    );
+    let call = AttentionCall {
+        layer: 0,
+        shape,
+        q: &q,
+        k: &k,
+        v: &v,
+        products,
+    };
+    let mut out = CpuActivations::zeros(n, seq.q_cols);
+    let (store, rows) = cache.rows(0..n, start).expect("the cache's blocks");
+    attention(pool, isa, call, store, &[rows], &mut out)
+        .expect("attention over an allocated cache");
+    out.data
+}
+
 #[test]
 fn a_ring_of_slots_attends_over_the_window_like_the_whole_cache() {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
@@ -125,37 +169,22 @@ fn a_ring_of_slots_attends_over_the_window_like_the_whole_cache() {
                 .expect("an unlimited pool holds the whole cache");
             assert!(ring.layout().bytes_beyond(0) < whole.layout().bytes_beyond(0));
             let (q_cols, kv_cols) = (n_heads * head_dim, n_kv_heads * head_dim);
-            let q_all = random(&mut rng, total * q_cols, 3.0);
-            let k_all = stored(dtype, random(&mut rng, total * kv_cols, 3.0));
-            let v_all = stored(dtype, random(&mut rng, total * kv_cols, 1.0));
+            let seq = Sequence {
+                q: random(&mut rng, total * q_cols, 3.0),
+                k: stored(dtype, random(&mut rng, total * kv_cols, 3.0)),
+                v: stored(dtype, random(&mut rng, total * kv_cols, 1.0)),
+                q_cols,
+                kv_cols,
+            };
+            let (q_all, k_all, v_all) = (&seq.q, &seq.k, &seq.v);
             let mut start = 0;
             for n in chunks {
-                let act = |data: &[f32], cols: usize| CpuActivations {
-                    rows: n,
-                    cols,
-                    data: data[start * cols..(start + n) * cols].to_vec(),
-                };
-                let (q, k, v) = (
-                    act(&q_all, q_cols),
-                    act(&k_all, kv_cols),
-                    act(&v_all, kv_cols),
-                );
-                let call = AttentionCall {
-                    layer: 0,
-                    shape,
-                    q: &q,
-                    k: &k,
-                    v: &v,
-                    products,
-                };
-                let mut outs = Vec::new();
-                for cache in [&mut ring, &mut whole] {
-                    let mut out = CpuActivations::zeros(n, q_cols);
-                    let (store, seq) = cache.rows(0..n, start).expect("the cache's blocks");
-                    attention(&pool, isa, call, store, &[seq], &mut out)
-                        .expect("attention over an allocated cache");
-                    outs.push(out.data);
-                }
+                let outs: Vec<Vec<f32>> = [&mut ring, &mut whole]
+                    .into_iter()
+                    .map(|cache| {
+                        attend_chunk((&pool, isa), cache, (shape, products), &seq, (start, n))
+                    })
+                    .collect();
                 assert_eq!(
                     outs[0], outs[1],
                     "{isa:?} {dtype} chunk at {start}: ring against whole cache"
@@ -252,9 +281,14 @@ fn windowed_prompt_chunks_on_amx_match_the_reference() {
         let chunks = [130usize, 200, 128, 1, 160];
         let total: usize = chunks.iter().sum();
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(700 + w as u64);
-        let q_all = random(&mut rng, total * q_cols, 3.0);
-        let k_all = stored(KvType::F16, random(&mut rng, total * kv_cols, 3.0));
-        let v_all = stored(KvType::F16, random(&mut rng, total * kv_cols, 1.0));
+        let seq = Sequence {
+            q: random(&mut rng, total * q_cols, 3.0),
+            k: stored(KvType::F16, random(&mut rng, total * kv_cols, 3.0)),
+            v: stored(KvType::F16, random(&mut rng, total * kv_cols, 1.0)),
+            q_cols,
+            kv_cols,
+        };
+        let (q_all, k_all, v_all) = (&seq.q, &seq.k, &seq.v);
         for threads in [1, 3] {
             let pool = ThreadPool::new(threads);
             let mut outs = Vec::new();
@@ -266,29 +300,15 @@ fn windowed_prompt_chunks_on_amx_match_the_reference() {
                 let mut all = Vec::new();
                 let mut start = 0;
                 for n in chunks {
-                    let act = |data: &[f32], cols: usize| CpuActivations {
-                        rows: n,
-                        cols,
-                        data: data[start * cols..(start + n) * cols].to_vec(),
-                    };
-                    let (q, k, v) = (
-                        act(&q_all, q_cols),
-                        act(&k_all, kv_cols),
-                        act(&v_all, kv_cols),
-                    );
-                    let call = AttentionCall {
-                        layer: 0,
+                    let products = Products::Bf16(products);
+                    let shape = (shape, products);
+                    all.extend(attend_chunk(
+                        (&pool, isa),
+                        &mut ring,
                         shape,
-                        q: &q,
-                        k: &k,
-                        v: &v,
-                        products: Products::Bf16(products),
-                    };
-                    let mut out = CpuActivations::zeros(n, q_cols);
-                    let (store, seq) = ring.rows(0..n, start).expect("the ring's blocks");
-                    attention(&pool, isa, call, store, &[seq], &mut out)
-                        .expect("attention over an allocated ring");
-                    all.extend(out.data);
+                        &seq,
+                        (start, n),
+                    ));
                     start += n;
                 }
                 outs.push(all);
