@@ -18,7 +18,11 @@
 //! A block that every row of a tile of several rows sees whole (all but the
 //! last one or two of a prompt's tile) is folded into all the tile's queries
 //! at once by the `blocked` kernels, which share each key and value load
-//! among many queries; their results are the per-row kernels' bits.
+//! among many queries; their results are the per-row kernels' bits. A
+//! prompt chunk's tile on AMX (BF16 products) folds its whole blocks in
+//! spans (`blocked_span`) and the blocks its rows see in part through the
+//! same tiles, the positions a row does not see weighed 0: within the BF16
+//! tolerance of the per-row kernels, not their bits.
 
 use std::cell::RefCell;
 
