@@ -16,8 +16,12 @@ run, in turns: a quick look that needs only the release binary (the
 per-depth figures are `benches/long_context.py --attention f32,bf16`).
 Prompts past ~28k tokens do not fit one command-line argument.
 
+`--against bf16-prompt` compares that precision (BF16 only for the rows of
+prompt chunks that AMX takes) with f32 instead of bf16.
+
 Usage: .venv/bin/python benches/attention_precision.py [--models gemma3,smollm2]
   [--long 4096] [--greedy 32] [--threads 2] [--speed N,N...] [--repeats 1]
+  [--against bf16|bf16-prompt]
 Prints a Markdown table; JSON lines on stderr.
 """
 
@@ -127,6 +131,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--speed", default=None, help="prompt lengths to time instead")
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--against", default="bf16",
+                    help="the precision compared with f32: bf16, or bf16-prompt (BF16 for the "
+                         "rows of prompt chunks on AMX, f32 for the rest)")
     args = ap.parse_args()
     if args.speed:
         model = model_path(args.models.split(",")[0] if "," not in args.models else "gemma3")
@@ -146,7 +153,7 @@ def main() -> None:
                 if label.startswith("long"):
                     ids = (ids * (args.long // max(len(ids), 1) + 1))[: args.long]
                 f32, g32 = run(model, ids, "f32", args.greedy, args.threads, work)
-                b16, g16 = run(model, ids, "bf16", args.greedy, args.threads, work)
+                b16, g16 = run(model, ids, args.against, args.greedy, args.threads, work)
                 diff = np.abs(b16 - f32)
                 agree = next((i for i, (a, b) in enumerate(zip(g32, g16)) if a != b), len(g32))
                 row = {"model": name, "prompt": label, "tokens": len(ids),
@@ -158,7 +165,7 @@ def main() -> None:
                 print(json.dumps(row), file=sys.stderr)
                 rows.append(row)
     load = os.getloadavg()[0]
-    print(f"bf16 against f32 attention products, {args.threads} threads, the last {ROWS} rows "
+    print(f"{args.against} against f32 attention products, {args.threads} threads, the last {ROWS} rows "
           f"of each prompt (the last row past {ALL_ROWS_UP_TO} tokens), greedy {args.greedy} "
           f"steps (load average {load:.1f})")
     print()

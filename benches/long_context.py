@@ -97,7 +97,9 @@ def ids(start: int, n: int) -> list[int]:
 def switchyard(model: str, depth: int, threads: int, kv: str, repeats: int,
                attention: str = "f32", bench: str | None = None) -> dict:
     # `bf16-noamx`: BF16 products on `vdpbf16ps` even where AMX is present.
-    precision, _, variant = attention.partition("-")
+    # `bf16-prompt` is a precision of its own (BF16 for AMX's rows only).
+    variant = "noamx" if attention.endswith("-noamx") else ""
+    precision = attention.removesuffix("-noamx")
     env = dict(os.environ, SWITCHYARD_MODEL=model, LC_DEPTHS=str(depth), LC_THREADS=str(threads),
                LC_KV=kv, LC_PROMPT=str(PROMPT), LC_DECODE=str(DECODE), LC_REPEATS=str(repeats),
                SWITCHYARD_BENCH_ATTENTION=precision)
@@ -226,7 +228,7 @@ def main() -> None:
                          "--bench long_context` prints its path) instead of `cargo bench`; "
                          "given twice or more, each is measured with every --attention")
     ap.add_argument("--attention", default="f32",
-                    help="Switchyard's attention precisions, comma-separated (f32, bf16, "
+                    help="Switchyard's attention precisions, comma-separated (f32, bf16, bf16-prompt, "
                          "bf16-noamx: BF16 on vdpbf16ps where AMX is present)")
     args = ap.parse_args()
     # Every (executable, precision) pair is one Switchyard column.

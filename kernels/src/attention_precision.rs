@@ -14,6 +14,12 @@ pub enum AttentionPrecision {
     /// a scalar path elsewhere (slower than f32 there). The rounding is
     /// written out in `kernels/src/cpu/attention/bf16.rs`.
     Bf16,
+    /// [`AttentionPrecision::Bf16`] for the rows of a prompt chunk that
+    /// AMX tiles take (chunks of 128 rows or more, on CPUs with AMX-BF16),
+    /// f32 for every other row (decode and speculative steps, shorter
+    /// chunks) and on every other CPU: long prompts at AMX's speed,
+    /// decode at f32's.
+    Bf16Prompt,
 }
 
 impl AttentionPrecision {
@@ -21,6 +27,7 @@ impl AttentionPrecision {
         match self {
             AttentionPrecision::F32 => "f32",
             AttentionPrecision::Bf16 => "bf16",
+            AttentionPrecision::Bf16Prompt => "bf16-prompt",
         }
     }
 }
@@ -38,8 +45,9 @@ impl std::str::FromStr for AttentionPrecision {
         match s.to_ascii_lowercase().as_str() {
             "f32" => Ok(AttentionPrecision::F32),
             "bf16" => Ok(AttentionPrecision::Bf16),
+            "bf16-prompt" => Ok(AttentionPrecision::Bf16Prompt),
             _ => Err(format!(
-                "unknown attention precision {s:?}; known: f32, bf16"
+                "unknown attention precision {s:?}; known: f32, bf16, bf16-prompt"
             )),
         }
     }

@@ -44,6 +44,10 @@ impl CpuBackend {
     pub fn with_attention_precision(mut self, precision: AttentionPrecision) -> CpuBackend {
         self.attention = match precision {
             AttentionPrecision::F32 => Products::F32,
+            // Without AMX every row is f32: nothing to warn about.
+            AttentionPrecision::Bf16Prompt => {
+                Products::Bf16(Bf16Isa::new(self.isa).for_prompts_only())
+            }
             AttentionPrecision::Bf16 => {
                 let isa = Bf16Isa::new(self.isa);
                 if !isa.simd() {
@@ -63,6 +67,7 @@ impl CpuBackend {
     pub fn attention_precision(&self) -> AttentionPrecision {
         match self.attention {
             Products::F32 => AttentionPrecision::F32,
+            Products::Bf16(b) if b.prompt_only() => AttentionPrecision::Bf16Prompt,
             Products::Bf16(_) => AttentionPrecision::Bf16,
         }
     }

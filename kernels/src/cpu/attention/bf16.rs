@@ -55,6 +55,9 @@ pub(crate) enum Products {
 pub(crate) struct Bf16Isa {
     simd: bool,
     amx: bool,
+    /// BF16 only where AMX takes a prompt chunk's rows, f32 for the rest
+    /// (`AttentionPrecision::Bf16Prompt`; `blocked::for_rows` decides).
+    prompt_only: bool,
 }
 
 impl Bf16Isa {
@@ -62,7 +65,11 @@ impl Bf16Isa {
     pub(crate) fn new(isa: CheckedIsa) -> Bf16Isa {
         let simd = isa.get() >= Isa::Avx512 && is_x86_feature_detected!("avx512bf16");
         let amx = simd && super::blocked_amx::available();
-        Bf16Isa { simd, amx }
+        Bf16Isa {
+            simd,
+            amx,
+            prompt_only: false,
+        }
     }
 
     #[cfg(not(target_arch = "x86_64"))]
@@ -70,6 +77,7 @@ impl Bf16Isa {
         Bf16Isa {
             simd: false,
             amx: false,
+            prompt_only: false,
         }
     }
 
@@ -79,6 +87,7 @@ impl Bf16Isa {
         Bf16Isa {
             simd: false,
             amx: false,
+            prompt_only: false,
         }
     }
 
@@ -90,6 +99,19 @@ impl Bf16Isa {
     /// Whether AMX tiles may take the blocked products (see `blocked`).
     pub(crate) fn amx(self) -> bool {
         self.amx
+    }
+
+    /// BF16 products only for the rows AMX takes (see `prompt_only`).
+    pub(crate) fn for_prompts_only(self) -> Bf16Isa {
+        Bf16Isa {
+            prompt_only: true,
+            ..self
+        }
+    }
+
+    /// Whether only the rows AMX takes have BF16 products.
+    pub(crate) fn prompt_only(self) -> bool {
+        self.prompt_only
     }
 
     /// The same kernels without AMX: `vdpbf16ps`'s bits.

@@ -72,25 +72,22 @@ pub(super) fn fast(isa: CheckedIsa, bf16: Option<Bf16Isa>) -> bool {
 /// greedy output with and without speculation stays the same.
 pub(super) const AMX_MIN_ROWS: usize = crate::kv::RING_SLACK;
 
-/// Query rows of a tile whose products AMX takes in a layer without a
-/// window: every key block a tile reads (converted to BF16 pairs once per
-/// tile) then serves 32 rows' queries, four times the per-row kernels'
-/// eight. A windowed layer keeps eight: its tiles' rows see the window's
-/// first and last blocks in part, which the per-row kernels take.
+/// Query rows of a tile whose products AMX takes: every key block a tile
+/// reads (converted to BF16 pairs once per tile) then serves 32 rows'
+/// queries, four times the per-row kernels' eight. The blocks its rows see
+/// in part (the causal mask's last, a window's first) go through AMX too,
+/// the lanes a row does not see weighed 0 (`stream`), so a windowed layer
+/// takes the same tiles.
 const AMX_TILE_ROWS: usize = 32;
 
 /// The products a sequence of `rows` rows in a call takes (AMX only for a
-/// prompt chunk of [`AMX_MIN_ROWS`]), and its tile's rows where they are
-/// not the per-row kernels' (`None`).
-pub(super) fn for_rows(
-    products: Products,
-    window: Option<usize>,
-    rows: usize,
-) -> (Products, Option<usize>) {
+/// prompt chunk of [`AMX_MIN_ROWS`]; f32 for the other rows where BF16 is
+/// for AMX's rows only), and its tile's rows where they are not the
+/// per-row kernels' (`None`).
+pub(super) fn for_rows(products: Products, rows: usize) -> (Products, Option<usize>) {
     match products {
-        Products::Bf16(b) if b.amx() && rows >= AMX_MIN_ROWS => {
-            (products, window.is_none().then(amx_rows))
-        }
+        Products::Bf16(b) if b.amx() && rows >= AMX_MIN_ROWS => (products, Some(amx_rows())),
+        Products::Bf16(b) if b.prompt_only() => (Products::F32, None),
         Products::Bf16(b) => (Products::Bf16(b.without_amx()), None),
         Products::F32 => (products, None),
     }

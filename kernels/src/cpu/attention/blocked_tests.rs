@@ -220,3 +220,34 @@ fn amx_products_are_the_chains_within_f32_rounding() {
     }
     println!("AMX against the chains: worst error {worst:e} of the bound");
 }
+
+/// `--attention-precision bf16-prompt`: BF16 products (on AMX tiles) for
+/// a prompt chunk's rows where AMX takes them, f32 for a decode step, a
+/// speculative step and a short chunk, and for every row where AMX is
+/// missing; `bf16` keeps BF16 for every row.
+#[test]
+fn bf16_for_prompts_only_is_f32_outside_amx_rows() {
+    for isa in Isa::supported() {
+        let b = Bf16Isa::new(CheckedIsa::at_most(isa));
+        let prompt_only = Products::Bf16(b.for_prompts_only());
+        for rows in [1, 65, AMX_MIN_ROWS - 1] {
+            assert_eq!(
+                for_rows(prompt_only, rows),
+                (Products::F32, None),
+                "{isa:?} {rows}"
+            );
+            let every = for_rows(Products::Bf16(b), rows);
+            assert_eq!(
+                every,
+                (Products::Bf16(b.without_amx()), None),
+                "{isa:?} {rows}"
+            );
+        }
+        let (products, tile) = for_rows(prompt_only, AMX_MIN_ROWS);
+        if b.amx() {
+            assert_eq!((products, tile), (prompt_only, Some(amx_rows())), "{isa:?}");
+        } else {
+            assert_eq!((products, tile), (Products::F32, None), "{isa:?}");
+        }
+    }
+}

@@ -265,7 +265,7 @@ fn attention_job<E: Stored>(
     let mut units = Vec::new();
     for (s, seq) in seqs.iter().enumerate() {
         // A long prompt chunk's tiles on AMX take more rows (`blocked::for_rows`).
-        let (_, tile) = blocked::for_rows(call.products, window, seq.rows.len());
+        let (_, tile) = blocked::for_rows(call.products, seq.rows.len());
         let tile = tile.unwrap_or(ROW_TILE);
         for first in seq.rows.clone().step_by(tile) {
             let rows = first..(first + tile).min(seq.rows.end);
@@ -374,7 +374,7 @@ fn attention_job<E: Stored>(
             .clone()
             .map(|b| unsafe { cache.key_block(unit.kv_head, b) })
             .collect();
-        let (products, _) = blocked::for_rows(call.products, window, seqs[unit.seq].rows.len());
+        let (products, _) = blocked::for_rows(call.products, seqs[unit.seq].rows.len());
         let tile = Tile {
             products,
             rows: unit.rows.len(),

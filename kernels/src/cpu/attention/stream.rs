@@ -18,7 +18,11 @@
 //! A block that every row of a tile of several rows sees whole (all but the
 //! last one or two of a prompt's tile) is folded into all the tile's queries
 //! at once by the `blocked` kernels, which share each key and value load
-//! among many queries; their results are the per-row kernels' bits.
+//! among many queries; their results are the per-row kernels' bits. A
+//! prompt chunk's tile on AMX (BF16 products) folds its whole blocks in
+//! spans (`blocked_span`) and the blocks its rows see in part through the
+//! same tiles, the positions a row does not see weighed 0: within the BF16
+//! tolerance of the per-row kernels, not their bits.
 
 use std::cell::RefCell;
 
@@ -231,11 +235,22 @@ impl State {
         }
     }
 
-    /// Folds a block that every query of the tile sees whole (`keys` and
+    /// Folds a block into every query of the tile at once (`keys` and
     /// `values` as `Tile::block` gives them; for BF16 products, packed by
-    /// [`State::pack_block`]) into all of them at once: per query the
-    /// operations of [`State::fold`], the products from `blocked`.
-    fn fold_all<E>(&mut self, isa: CheckedIsa, tile: &Tile<'_, E>, keys: &[f32], values: &[f32]) {
+    /// [`State::pack_block`]): per query the operations of
+    /// [`State::fold`] over the positions `lanes(row)` of the block that
+    /// its row sees, the products from `blocked`. The block's scores are
+    /// computed for every lane; those a row does not see become weights
+    /// of 0, and a row that sees none of the block keeps its state. Every
+    /// lane for a block the whole tile sees; a part of it only on AMX
+    /// (`amx_tile`), whose sums are not the per-row kernels' bits anyway.
+    fn fold_all<E>(
+        &mut self,
+        isa: CheckedIsa,
+        tile: &Tile<'_, E>,
+        (keys, values): (&[f32], &[f32]),
+        lanes: impl Fn(usize) -> Range<usize>,
+    ) {
         const PAIRS: usize = KEY_BLOCK / 2;
         let (n, hd) = (tile.rows * tile.group, tile.head_dim);
         let mut all = std::mem::take(&mut self.all);
@@ -252,6 +267,14 @@ impl State {
             }
         }
         for (qi, scores) in all.chunks_exact_mut(KEY_BLOCK).enumerate() {
+            let seen = lanes(qi / tile.group);
+            let (before, rest) = scores.split_at_mut(seen.start.min(KEY_BLOCK));
+            let (scores, after) = rest.split_at_mut(seen.len().min(rest.len()));
+            before.fill(0.0);
+            after.fill(0.0);
+            if scores.is_empty() {
+                continue;
+            }
             if let Some(cap) = tile.softcap {
                 for s in scores.iter_mut() {
                     *s = cap * (*s / cap).tanh();
@@ -503,11 +526,19 @@ fn run_general<'q, E: KvElem>(
         state.pack_chains(tile, query);
     }
     let direct = tile.direct(isa);
+    let (span, amx) = (span_tile(tile, blocked), amx_tile(tile, blocked));
     // Blocks from here on every row sees whole: after the first row's
     // position and inside the last row's window.
     let whole = |block: usize| {
         block + KEY_BLOCK <= tile.first_pos + 1
             && first_seen(tile.first_pos + tile.rows - 1) <= block
+    };
+    // The positions of the block at `block` that row `i` sees.
+    let seen_by = |block: usize, i: usize| {
+        let p = tile.first_pos + i;
+        let lo = first_seen(p).max(block);
+        let hi = (block + KEY_BLOCK).min(p + 1).min(end).max(lo);
+        lo - block..hi - block
     };
     let mut block = start;
     while block < end {
@@ -527,12 +558,20 @@ fn run_general<'q, E: KvElem>(
                 continue;
             }
         }
+        if let Some(b) = span.filter(|_| whole(block)) {
+            let stop = blocked_span::stop(block, tile.first_pos, end, tile.segment);
+            if stop > block {
+                fold_span(isa, tile, state, b, block..stop, end, &mut scratch);
+                block = stop;
+                continue;
+            }
+        }
         let (keys, values) = tile.block(isa, block, &mut scratch);
         if let Products::Bf16(b) = tile.products {
             state.pack_block(b, hd, keys, values, (end - block).min(KEY_BLOCK));
         }
-        if blocked && whole(block) {
-            state.fold_all(isa, tile, keys, values);
+        if (blocked && whole(block)) || amx {
+            state.fold_all(isa, tile, (keys, values), |i| seen_by(block, i));
             block += KEY_BLOCK;
             continue;
         }
@@ -594,13 +633,10 @@ fn run<'q, E: KvElem>(
         state.pack_chains(tile, query);
     }
     let direct = tile.direct(isa);
-    // A prompt tile on AMX folds its whole blocks in spans.
-    let span = match tile.products {
-        Products::Bf16(b) if blocked && blocked_span::takes(b, tile.rows * tile.group, hd) => {
-            Some(b)
-        }
-        _ => None,
-    };
+    let (span, amx) = (span_tile(tile, blocked), amx_tile(tile, blocked));
+    // The positions of the block at `block` that row `i` sees (causal mask).
+    let seen_by =
+        |block: usize, i: usize| 0..(tile.first_pos + i + 1).min(end).saturating_sub(block);
     let mut block = start;
     while block < end {
         if block > start && block.is_multiple_of(tile.segment) {
@@ -618,30 +654,7 @@ fn run<'q, E: KvElem>(
         if let Some(b) = span {
             let stop = blocked_span::stop(block, tile.first_pos, end, tile.segment);
             if stop > block {
-                state.span.clear();
-                for at in (block..stop).step_by(KEY_BLOCK) {
-                    if at > block && at + KEY_BLOCK < end {
-                        tile.prefetch(at + KEY_BLOCK);
-                    }
-                    let f16 = match E::direct(tile.run(at)) {
-                        Some(Direct::F16(run)) => state.span.push_f16(b, hd, run),
-                        _ => false,
-                    };
-                    if !f16 {
-                        let (keys, values) = tile.block(isa, at, &mut scratch);
-                        state.span.push(b, hd, keys, values);
-                    }
-                }
-                let n = tile.rows * tile.group;
-                let State {
-                    span,
-                    q_pairs,
-                    max,
-                    sum,
-                    acc,
-                    ..
-                } = &mut *state;
-                span.fold(isa, b, q_pairs, (n, hd), tile.scale, max, sum, acc);
+                fold_span(isa, tile, state, b, block..stop, end, &mut scratch);
                 block = stop;
                 continue;
             }
@@ -650,9 +663,10 @@ fn run<'q, E: KvElem>(
         if let Products::Bf16(b) = tile.products {
             state.pack_block(b, hd, keys, values, (end - block).min(KEY_BLOCK));
         }
-        // Every row sees the whole block: past the first row's position.
-        if blocked && block + KEY_BLOCK <= tile.first_pos + 1 {
-            state.fold_all(isa, tile, keys, values);
+        // Every row sees the whole block (past the first row's position),
+        // or the tile is on AMX, which takes the block's parts too.
+        if (blocked && block + KEY_BLOCK <= tile.first_pos + 1) || amx {
+            state.fold_all(isa, tile, (keys, values), |i| seen_by(block, i));
             block += KEY_BLOCK;
             continue;
         }
@@ -685,6 +699,68 @@ fn run<'q, E: KvElem>(
     }
     state.widened = scratch;
     state.finish(isa, tile, out);
+}
+
+/// A prompt tile on AMX folds its whole blocks in spans (`blocked_span`):
+/// the BF16 products' instruction set where it does.
+fn span_tile<E>(tile: &Tile<'_, E>, blocked: bool) -> Option<Bf16Isa> {
+    match tile.products {
+        Products::Bf16(b)
+            if blocked && blocked_span::takes(b, tile.rows * tile.group, tile.head_dim) =>
+        {
+            Some(b)
+        }
+        _ => None,
+    }
+}
+
+/// Whether a prompt tile's blocks that its rows see in part (the causal
+/// mask's last blocks, a window's first) are folded into all its queries
+/// at once as well (`State::fold_all`): on AMX, whose sums are not the
+/// per-row kernels' bits, one `blocked` pass over the whole block with
+/// the unseen lanes weighed 0 costs less than the rows one by one on
+/// `vdpbf16ps`.
+fn amx_tile<E>(tile: &Tile<'_, E>, blocked: bool) -> bool {
+    blocked && matches!(tile.products, Products::Bf16(b) if b.amx())
+}
+
+/// Folds the whole blocks `blocks` (positions, from block starts) into
+/// every query of `tile` as one span on AMX (`blocked_span`), each block
+/// packed straight from an F16 cache where it can be.
+fn fold_span<E: KvElem>(
+    isa: CheckedIsa,
+    tile: &Tile<'_, E>,
+    state: &mut State,
+    b: Bf16Isa,
+    blocks: Range<usize>,
+    end: usize,
+    scratch: &mut Vec<f32>,
+) {
+    let hd = tile.head_dim;
+    state.span.clear();
+    for at in blocks.clone().step_by(KEY_BLOCK) {
+        if at > blocks.start && at + KEY_BLOCK < end {
+            tile.prefetch(at + KEY_BLOCK);
+        }
+        let f16 = match E::direct(tile.run(at)) {
+            Some(Direct::F16(run)) => state.span.push_f16(b, hd, run),
+            _ => false,
+        };
+        if !f16 {
+            let (keys, values) = tile.block(isa, at, scratch);
+            state.span.push(b, hd, keys, values);
+        }
+    }
+    let n = tile.rows * tile.group;
+    let State {
+        span,
+        q_pairs,
+        max,
+        sum,
+        acc,
+        ..
+    } = state;
+    span.fold(isa, b, q_pairs, (n, hd), tile.scale, max, sum, acc);
 }
 
 /// Whether `tile` folds whole blocks into all its queries at once

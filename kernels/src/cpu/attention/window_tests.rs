@@ -78,6 +78,50 @@ fn attend(
         .collect()
 }
 
+/// A whole sequence's queries, keys and values (rows of `q_cols` and
+/// `kv_cols`), from which a test feeds chunks.
+struct Sequence {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    q_cols: usize,
+    kv_cols: usize,
+}
+
+/// Rows `start..start + n` of `seq` through one attention call on layer 0
+/// of `cache`: the chunk's outputs.
+fn attend_chunk(
+    (pool, isa): (&ThreadPool, CheckedIsa),
+    cache: &mut CpuKvCache,
+    (shape, products): (AttentionShape, Products),
+    seq: &Sequence,
+    (start, n): (usize, usize),
+) -> Vec<f32> {
+    let act = |data: &[f32], cols: usize| CpuActivations {
+        rows: n,
+        cols,
+        data: data[start * cols..(start + n) * cols].to_vec(),
+    };
+    let (q, k, v) = (
+        act(&seq.q, seq.q_cols),
+        act(&seq.k, seq.kv_cols),
+        act(&seq.v, seq.kv_cols),
+    );
+    let call = AttentionCall {
+        layer: 0,
+        shape,
+        q: &q,
+        k: &k,
+        v: &v,
+        products,
+    };
+    let mut out = CpuActivations::zeros(n, seq.q_cols);
+    let (store, rows) = cache.rows(0..n, start).expect("the cache's blocks");
+    attention(pool, isa, call, store, &[rows], &mut out)
+        .expect("attention over an allocated cache");
+    out.data
+}
+
 #[test]
 fn a_ring_of_slots_attends_over_the_window_like_the_whole_cache() {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
@@ -125,37 +169,22 @@ fn a_ring_of_slots_attends_over_the_window_like_the_whole_cache() {
                 .expect("an unlimited pool holds the whole cache");
             assert!(ring.layout().bytes_beyond(0) < whole.layout().bytes_beyond(0));
             let (q_cols, kv_cols) = (n_heads * head_dim, n_kv_heads * head_dim);
-            let q_all = random(&mut rng, total * q_cols, 3.0);
-            let k_all = stored(dtype, random(&mut rng, total * kv_cols, 3.0));
-            let v_all = stored(dtype, random(&mut rng, total * kv_cols, 1.0));
+            let seq = Sequence {
+                q: random(&mut rng, total * q_cols, 3.0),
+                k: stored(dtype, random(&mut rng, total * kv_cols, 3.0)),
+                v: stored(dtype, random(&mut rng, total * kv_cols, 1.0)),
+                q_cols,
+                kv_cols,
+            };
+            let (q_all, k_all, v_all) = (&seq.q, &seq.k, &seq.v);
             let mut start = 0;
             for n in chunks {
-                let act = |data: &[f32], cols: usize| CpuActivations {
-                    rows: n,
-                    cols,
-                    data: data[start * cols..(start + n) * cols].to_vec(),
-                };
-                let (q, k, v) = (
-                    act(&q_all, q_cols),
-                    act(&k_all, kv_cols),
-                    act(&v_all, kv_cols),
-                );
-                let call = AttentionCall {
-                    layer: 0,
-                    shape,
-                    q: &q,
-                    k: &k,
-                    v: &v,
-                    products,
-                };
-                let mut outs = Vec::new();
-                for cache in [&mut ring, &mut whole] {
-                    let mut out = CpuActivations::zeros(n, q_cols);
-                    let (store, seq) = cache.rows(0..n, start).expect("the cache's blocks");
-                    attention(&pool, isa, call, store, &[seq], &mut out)
-                        .expect("attention over an allocated cache");
-                    outs.push(out.data);
-                }
+                let outs: Vec<Vec<f32>> = [&mut ring, &mut whole]
+                    .into_iter()
+                    .map(|cache| {
+                        attend_chunk((&pool, isa), cache, (shape, products), &seq, (start, n))
+                    })
+                    .collect();
                 assert_eq!(
                     outs[0], outs[1],
                     "{isa:?} {dtype} chunk at {start}: ring against whole cache"
@@ -218,4 +247,97 @@ fn a_ring_refuses_a_call_without_its_window() {
     let (store, seq) = cache.rows(0..1, 0).expect("the ring's blocks");
     let isa = CheckedIsa::at_most(Isa::Scalar);
     assert!(attention(&pool, isa, call, store, &[seq], &mut out).is_err());
+}
+
+/// A prompt chunk of a windowed layer on AMX (`blocked::for_rows`: tiles
+/// of 32 rows; whole blocks in spans, the window's first and the causal
+/// mask's last blocks through the same tiles with the lanes a row does
+/// not see weighed 0): within the BF16 tolerance of the f64 reference on
+/// the BF16 inputs, and within twice the probabilities' rounding
+/// (2 · 2⁻⁹, as `tests::bf16_prompt_chunks_on_amx_match_the_reference`)
+/// of the same calls on `vdpbf16ps`. Gemma 3's heads; windows that end
+/// inside a block and on a block's edge; chunks from the start, across
+/// the window and after the ring turned, at one and three threads.
+#[test]
+fn windowed_prompt_chunks_on_amx_match_the_reference() {
+    let isa = CheckedIsa::at_most(Isa::supported().into_iter().max().unwrap_or(Isa::Scalar));
+    let b = bf16::Bf16Isa::new(isa);
+    if !b.amx() {
+        println!("no AMX here: the BF16 kernels run on vdpbf16ps or their scalar twins");
+    }
+    let (n_heads, n_kv_heads, head_dim) = (4, 1, 256);
+    let (q_cols, kv_cols) = (n_heads * head_dim, n_kv_heads * head_dim);
+    for (w, window) in [300usize, 512].into_iter().enumerate() {
+        let shape = AttentionShape {
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            window: Some(window),
+            softcap: None,
+        };
+        // Chunks of 128 or more rows take AMX; the third starts after the
+        // ring (the window and `RING_SLACK`) has turned.
+        let chunks = [130usize, 200, 128, 1, 160];
+        let total: usize = chunks.iter().sum();
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(700 + w as u64);
+        let seq = Sequence {
+            q: random(&mut rng, total * q_cols, 3.0),
+            k: stored(KvType::F16, random(&mut rng, total * kv_cols, 3.0)),
+            v: stored(KvType::F16, random(&mut rng, total * kv_cols, 1.0)),
+            q_cols,
+            kv_cols,
+        };
+        let (q_all, k_all, v_all) = (&seq.q, &seq.k, &seq.v);
+        for threads in [1, 3] {
+            let pool = ThreadPool::new(threads);
+            let mut outs = Vec::new();
+            for products in [b, b.without_amx()] {
+                let kv = KvFormat::new(KvType::F16, 64);
+                let mut ring =
+                    CpuKvCache::windowed(&kv, 1, n_kv_heads, head_dim, total, &[Some(window)])
+                        .expect("an unlimited pool holds the ring");
+                let mut all = Vec::new();
+                let mut start = 0;
+                for n in chunks {
+                    let products = Products::Bf16(products);
+                    let shape = (shape, products);
+                    all.extend(attend_chunk(
+                        (&pool, isa),
+                        &mut ring,
+                        shape,
+                        &seq,
+                        (start, n),
+                    ));
+                    start += n;
+                }
+                outs.push(all);
+            }
+            let mut worst = 0.0f32;
+            for p in 0..total {
+                let seen = (p + 1).saturating_sub(window)..p + 1;
+                let span = |pos: usize| pos * kv_cols..(pos + 1) * kv_cols;
+                let keys: Vec<&[f32]> = seen.clone().map(|pos| &k_all[span(pos)]).collect();
+                let values: Vec<&[f32]> = seen.clone().map(|pos| &v_all[span(pos)]).collect();
+                for h in 0..n_heads {
+                    let at = p * q_cols + h * head_dim;
+                    let want = attend(&q_all[at..at + head_dim], &keys, &values, shape, to_bf16);
+                    let amx = &outs[0][at..at + head_dim];
+                    let simd = &outs[1][at..at + head_dim];
+                    for ((a, s), w) in amx.iter().zip(simd).zip(&want) {
+                        worst = worst.max((a - w).abs());
+                        assert!(
+                            (a - w).abs() <= WINDOW_BF16_ABS_TOL,
+                            "window {window} t{threads} position {p} head {h}: AMX {a} vs {w}"
+                        );
+                        assert!(
+                            (a - s).abs() <= 2.0 * 2f32.powi(-9),
+                            "window {window} t{threads} position {p} head {h}: AMX {a} vs {s}"
+                        );
+                    }
+                }
+            }
+            println!("window {window} t{threads}: AMX against float64, worst error {worst:e}");
+        }
+    }
 }
