@@ -128,6 +128,9 @@ pub(crate) fn lora_many(
         let mut sums = [0.0f32; MAX_RANK * GROUP];
         let mut mid = [0.0f32; MAX_RANK];
         let (mut qx, mut qp) = (QuantRow::default(), QuantMid::default());
+        // The row `qx` holds: the outputs of one row (Q, K and V) are
+        // items side by side, and quantize it once.
+        let mut quantized: Option<usize> = None;
         for (n, item) in mine.iter().enumerate() {
             if let Some(next) = mine.get(n + 1) {
                 prefetch_run(run_of(next));
@@ -140,7 +143,10 @@ pub(crate) fn lora_many(
                 // Integer dot products on both sides (see `lora_q8`), a
                 // row at a time.
                 for r in rows.clone() {
-                    qx.fill(isa, &x.data[r * k..(r + 1) * k]);
+                    if quantized != Some(r) {
+                        qx.fill(isa, &x.data[r * k..(r + 1) * k]);
+                        quantized = Some(r);
+                    }
                     lora_q8::shrink(isa, &run.a.data, rank, &qx, &mut mid[..rank]);
                     for m in &mut mid[..rank] {
                         *m *= run.scale;

@@ -142,6 +142,12 @@ impl QuantRow {
         self.q.resize(blocks * QK, 0);
         self.d.resize(blocks, 0.0);
         self.sums.resize(blocks, 0);
+        #[cfg(target_arch = "x86_64")]
+        if isa.get() == Isa::Avx512Vnni {
+            // SAFETY: CheckedIsa guarantees AVX-512; the buffers were
+            // sized above for `blocks` blocks.
+            return unsafe { super::lora_q8_vnni::quantize(&x[..blocks * QK], self) };
+        }
         self.ds.resize(2 * blocks, 0.0);
         self.halves.resize(2 * blocks, 0);
         quantize_blocks(
@@ -199,28 +205,50 @@ pub(crate) fn expand(isa: CheckedIsa, p: &[f32], b_t: &[u8], qp: &mut QuantMid, 
 /// amax / 127`, as `quant_act` does a block). Kept by a task and refilled.
 #[derive(Default)]
 pub(crate) struct QuantMid {
-    pub(crate) q: Vec<i8>,
     pub(crate) d: f32,
+    /// Per group of four, its quants as one little-endian word (the
+    /// operand a `vpdpbusd` lane takes).
+    pub(crate) words: Vec<i32>,
+    /// Per group, `-128 · Σq`: what the stored `q + 128` of `Bᵀ` adds to
+    /// each lane's integer sum.
+    pub(crate) offsets: Vec<i32>,
 }
 
 impl QuantMid {
+    /// Quantizes `p` (a multiple of four values).
     pub(crate) fn fill(&mut self, p: &[f32]) {
         let amax = p.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         self.d = amax / 127.0;
         let id = if self.d != 0.0 { 1.0 / self.d } else { 0.0 };
-        self.q.clear();
-        self.q
-            .extend(p.iter().map(|v| (v * id).round_ties_even() as i8));
+        self.words.clear();
+        self.offsets.clear();
+        for four in p.chunks_exact(QUAD) {
+            let q: [i8; QUAD] = std::array::from_fn(|t| round(four[t] * id));
+            self.words.push(i32::from_le_bytes(q.map(|q| q as u8)));
+            self.offsets
+                .push(-128 * q.iter().map(|&q| i32::from(q)).sum::<i32>());
+        }
     }
 
-    /// `-128 · Σq` over group `g`'s four values: what the stored `q + 128`
-    /// of `Bᵀ` adds to each lane's integer sum.
-    #[inline]
-    pub(crate) fn offset(&self, g: usize) -> i32 {
-        -128 * self.q[QUAD * g..QUAD * (g + 1)]
-            .iter()
-            .map(|&q| i32::from(q))
-            .sum::<i32>()
+    /// The quant of row `j`.
+    pub(crate) fn q(&self, j: usize) -> i8 {
+        self.words[j / QUAD].to_le_bytes()[j % QUAD] as i8
+    }
+}
+
+/// `v` rounded to the nearest integer, ties to even, as i8 (`|v| ≤ 127`
+/// here): `cvtss2si` under the default rounding mode, the instruction
+/// `round_ties_even` would call a library function for without SSE4.1.
+#[inline]
+fn round(v: f32) -> i8 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: SSE is part of x86_64.
+        unsafe { std::arch::x86_64::_mm_cvtss_si32(std::arch::x86_64::_mm_set_ss(v)) as i8 }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        v.round_ties_even() as i8
     }
 }
 
@@ -266,16 +294,16 @@ pub(crate) fn shrink_scalar(a: &[u8], rows: usize, x: &QuantRow, sums: &mut [f32
 /// for the stored offset), then one f32 multiply-add by `d_p · d_B`, the
 /// groups in order.
 pub(crate) fn expand_scalar(p: &QuantMid, b_t: &[u8], acc: &mut [f32]) {
-    let groups = p.q.len() / QUAD;
+    let groups = p.words.len();
     for (b, block) in acc.chunks_exact_mut(QK).enumerate() {
         for g in 0..groups {
             let unit = &b_t[UNIT * (b * groups + g)..][..UNIT];
             let s = p.d * scale(unit, 0);
             for (c, out) in block.iter_mut().enumerate() {
-                let mut sum = p.offset(g);
+                let mut sum = p.offsets[g];
                 for t in 0..QUAD {
                     let w = i32::from(unit[offset(Side::Expand, t, c)]);
-                    sum += w * i32::from(p.q[QUAD * g + t]);
+                    sum += w * i32::from(p.q(QUAD * g + t));
                 }
                 *out = (sum as f32).mul_add(s, *out);
             }

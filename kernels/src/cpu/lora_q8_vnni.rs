@@ -21,6 +21,28 @@ unsafe fn scales(unit: *const u8) -> __m128 {
     _mm_cvtph_ps(_mm_loadl_epi64(unit.add(QUAD * QK).cast()))
 }
 
+/// `x` (whole blocks) into `row`'s quants, scales and sums (sized for
+/// it): `quant_act`'s AVX-512 block quantizer, the same operations (so the
+/// same bits on every ISA), a row at a time without the sums of halves
+/// the matmul kernels need.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(super) unsafe fn quantize(x: &[f32], row: &mut QuantRow) {
+    for (b, x) in x.chunks_exact(QK).enumerate() {
+        let v0 = _mm512_loadu_ps(x.as_ptr());
+        let v1 = _mm512_loadu_ps(x.as_ptr().add(16));
+        let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+        let d = amax / 127.0;
+        let id = _mm512_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
+        let i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id));
+        let i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
+        let q = row.q.as_mut_ptr().add(QK * b);
+        _mm_storeu_si128(q.cast(), _mm512_cvtsepi32_epi8(i0));
+        _mm_storeu_si128(q.add(16).cast(), _mm512_cvtsepi32_epi8(i1));
+        *row.d.get_unchecked_mut(b) = d;
+        *row.sums.get_unchecked_mut(b) = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+    }
+}
+
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
 pub(super) unsafe fn shrink(a: &[u8], rows: usize, x: &QuantRow, sums: &mut [f32]) {
     let (groups, blocks) = (rows / QUAD, x.d.len());
@@ -60,17 +82,14 @@ pub(super) unsafe fn shrink(a: &[u8], rows: usize, x: &QuantRow, sums: &mut [f32
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
 pub(super) unsafe fn expand(p: &QuantMid, b_t: &[u8], acc: &mut [f32]) {
-    let groups = p.q.len() / QUAD;
+    let groups = p.words.len();
     for (b, block) in acc.chunks_exact_mut(QK).enumerate() {
         let out = block.as_mut_ptr();
         let mut o = [_mm512_loadu_ps(out), _mm512_loadu_ps(out.add(16))];
         for g in 0..groups {
             let unit = b_t.as_ptr().add(UNIT * (b * groups + g));
-            let q = &p.q[QUAD * g..QUAD * (g + 1)];
-            let qp = _mm512_set1_epi32(i32::from_le_bytes([
-                q[0] as u8, q[1] as u8, q[2] as u8, q[3] as u8,
-            ]));
-            let start = _mm512_set1_epi32(p.offset(g));
+            let qp = _mm512_set1_epi32(*p.words.get_unchecked(g));
+            let start = _mm512_set1_epi32(*p.offsets.get_unchecked(g));
             let s = _mm512_set1_ps(p.d * _mm_cvtss_f32(scales(unit)));
             for (h, o) in o.iter_mut().enumerate() {
                 let sum =
