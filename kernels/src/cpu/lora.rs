@@ -248,7 +248,7 @@ fn validate(x: &CpuActivations, run: &Run<'_>, out: &CpuActivations) -> Result<(
     // Q8_0 matrices are `lora_q8`'s packed layout on both sides (see
     // `Backend::lora_matrix`): rows padded to its groups of four.
     if (a.dtype == DType::Q8_0) != (b_t.dtype == DType::Q8_0)
-        || (a.dtype == DType::Q8_0 && rank % lora_q8::QUAD != 0)
+        || (a.dtype == DType::Q8_0 && !rank.is_multiple_of(lora_q8::QUAD))
     {
         return bad(format!(
             "A is {} and Bᵀ {} of rank {rank}: Q8_0 goes on both, packed by lora_matrix",

@@ -9,8 +9,6 @@ use super::isa::{CheckedIsa, Isa};
 use super::lora_elems::{tail_start, Elems, TILE};
 use crate::DType;
 use scalar::expand_scalar;
-#[cfg(target_arch = "x86_64")]
-
 /// Whether the LoRA kernels read values of `dtype` (Q8_0: `lora_q8`).
 pub(crate) fn expands(dtype: DType) -> bool {
     matches!(dtype, DType::F32 | DType::BF16 | DType::Q8_0)

@@ -168,7 +168,7 @@ impl QuantRow {
 /// on the quantized row `x` (as long as `a`'s rows).
 pub(crate) fn shrink(isa: CheckedIsa, a: &[u8], rows: usize, x: &QuantRow, sums: &mut [f32]) {
     let fits = a.len() == x.d.len() * (rows / QUAD) * UNIT
-        && rows % QUAD == 0
+        && rows.is_multiple_of(QUAD)
         && sums.len() >= rows
         && x.q.len() == QK * x.d.len();
     if !fits {
@@ -188,7 +188,9 @@ pub(crate) fn shrink(isa: CheckedIsa, a: &[u8], rows: usize, x: &QuantRow, sums:
 /// quantized.
 pub(crate) fn expand(isa: CheckedIsa, p: &[f32], b_t: &[u8], qp: &mut QuantMid, acc: &mut [f32]) {
     let (rows, blocks) = (p.len(), acc.len() / QK);
-    let fits = rows % QUAD == 0 && acc.len() % QK == 0 && b_t.len() == blocks * rows / QUAD * UNIT;
+    let fits = rows.is_multiple_of(QUAD)
+        && acc.len().is_multiple_of(QK)
+        && b_t.len() == blocks * rows / QUAD * UNIT;
     if !fits {
         return;
     }
