@@ -8,9 +8,11 @@
 //! `2 · rank · (in + out)` flops, a few percent of the base's for ranks
 //! up to 64, but its bytes are the adapter's own: sixteen decode rows on
 //! sixteen adapters read sixteen adapters. So `A` and `Bᵀ` may be BF16
-//! (half the bytes of F32; tiled at upload, see `lora_elems`) or Q8_0,
-//! widened to f32 in registers: the products and sums stay f32. Rows of one run are taken up to four at a
-//! time, so each load of `A` serves them all. A row's arithmetic never
+//! (half the bytes of F32; tiled at upload, see `lora_elems`), widened to
+//! f32 in registers (the products and sums stay f32; rows of one run are
+//! taken up to four at a time, so each load of `A` serves them all), or
+//! Q8_0 (about a quarter, packed at upload for integer dot products, a
+//! row at a time: see `lora_q8`). A row's arithmetic never
 //! depends on the task or the group it falls in, so a row's result is the
 //! same whichever rows share its step.
 
