@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use rand::Rng;
 use switchyard_kernels::cpu::{CpuActivations, CpuBackend, CpuMatrix};
-use switchyard_kernels::{Backend, DType, LoraRows, LoraUpdate, WeightView};
+use switchyard_kernels::{Backend, DType, LoraRows, LoraSide, LoraUpdate, WeightView};
 
 const ROWS: usize = 16;
 const RANK: usize = 8;
@@ -61,7 +61,7 @@ fn adapter_dtype() -> DType {
 fn matrix(
     backend: &CpuBackend,
     rng: &mut impl Rng,
-    dtype: DType,
+    (dtype, side): (DType, LoraSide),
     rows: usize,
     cols: usize,
 ) -> CpuMatrix {
@@ -78,7 +78,7 @@ fn matrix(
     };
     let view =
         WeightView::new(dtype, rows, cols, Bytes::from(bytes)).expect("bytes of the stated shape");
-    backend.lora_matrix(view).expect("an adapter matrix")
+    backend.lora_matrix(view, side).expect("an adapter matrix")
 }
 
 fn layer(backend: &CpuBackend, rng: &mut impl Rng, dtype: DType) -> Layer {
@@ -86,8 +86,8 @@ fn layer(backend: &CpuBackend, rng: &mut impl Rng, dtype: DType) -> Layer {
         .iter()
         .map(|&(input, output)| {
             (
-                matrix(backend, rng, dtype, RANK, input),
-                matrix(backend, rng, dtype, RANK, output),
+                matrix(backend, rng, (dtype, LoraSide::Shrink), RANK, input),
+                matrix(backend, rng, (dtype, LoraSide::Expand), RANK, output),
             )
         })
         .collect()

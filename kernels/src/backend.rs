@@ -153,6 +153,16 @@ pub struct LoraRows<'a, B: Backend> {
     pub scale: f32,
 }
 
+/// Which half of a LoRA update an adapter matrix feeds (see
+/// [`Backend::lora_matrix`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum LoraSide {
+    /// `A`: `x · Aᵀ`, the input's width down to the rank.
+    Shrink,
+    /// `Bᵀ`: the rank back up to the output's width.
+    Expand,
+}
+
 /// One output of [`Backend::lora_many`]: its runs and the rows they add to.
 pub struct LoraUpdate<'a, 'o, B: Backend> {
     pub runs: &'a [LoraRows<'a, B>],
@@ -219,11 +229,13 @@ pub trait Backend: Send + Sync + 'static {
     // --- memory -----------------------------------------------------------
 
     fn matrix(&self, weight: WeightView) -> Result<Self::Matrix, KernelError>;
-    /// A matrix that only [`Backend::lora`] reads (an adapter's `A` or
-    /// `Bᵀ`): a backend may skip the extra layouts its matmul kernels keep
-    /// (the CPU's packed copy of Q8_0 rows), so the adapter's bytes are
-    /// its view's bytes.
-    fn lora_matrix(&self, weight: WeightView) -> Result<Self::Matrix, KernelError> {
+    /// A matrix that only [`Backend::lora`] reads (an adapter's `A`, the
+    /// shrink, or `Bᵀ`, the expand): a backend may skip the extra layouts
+    /// its matmul kernels keep (the CPU's packed copy of Q8_0 rows) and
+    /// store it in the order its LoRA kernel for `side` reads fastest, at
+    /// the view's size.
+    fn lora_matrix(&self, weight: WeightView, side: LoraSide) -> Result<Self::Matrix, KernelError> {
+        let _ = side;
         self.matrix(weight)
     }
     fn vector(&self, values: &[f32]) -> Result<Self::Vector, KernelError>;

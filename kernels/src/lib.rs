@@ -34,8 +34,8 @@ pub mod kv;
 
 pub use attention_precision::AttentionPrecision;
 pub use backend::{
-    AttentionRows, AttentionShape, Backend, LoraRows, LoraUpdate, MatmulInput, MatmulProduct,
-    RopeStyle, StepKey, WeightTier, WeightView,
+    AttentionRows, AttentionShape, Backend, LoraRows, LoraSide, LoraUpdate, MatmulInput,
+    MatmulProduct, RopeStyle, StepKey, WeightTier, WeightView,
 };
 pub use dtype::DType;
 pub use error::KernelError;

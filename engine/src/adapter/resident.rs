@@ -16,7 +16,7 @@
 //! interleaved).
 
 use bytes::Bytes;
-use switchyard_kernels::{Backend, DType, KernelError, WeightView};
+use switchyard_kernels::{Backend, DType, KernelError, LoraSide, WeightView};
 
 use super::target::Target;
 use super::weights::AdapterWeights;
@@ -74,8 +74,8 @@ impl<B: Backend> ResidentAdapter<B> {
                     let b_t = view(dtype, &w.b_t, w.rank)?;
                     bytes += (a.data.len() + b_t.data.len()) as u64;
                     *slot = Some(ResidentWeight {
-                        a: backend.lora_matrix(a)?,
-                        b_t: backend.lora_matrix(b_t)?,
+                        a: backend.lora_matrix(a, LoraSide::Shrink)?,
+                        b_t: backend.lora_matrix(b_t, LoraSide::Expand)?,
                         rank: w.rank,
                         scale: w.scale,
                     });

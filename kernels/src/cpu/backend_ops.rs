@@ -9,12 +9,12 @@ use super::kv_store::CpuKvStore;
 use super::matmul_input::Input;
 use super::packed::{self, PackedRows};
 use super::tensors::{CpuActivations, CpuMatrix, CpuVector};
-use super::{activation, elementwise, lora, lora_elems, matmul, norm, rope, row_copy};
+use super::{activation, elementwise, lora, lora_elems, lora_q8, matmul, norm, rope, row_copy};
 use crate::formats::dequantize_row;
 use crate::kv::{BlockId, KvBlockShape};
 use crate::{
-    AttentionRows, AttentionShape, Backend, DType, KernelError, KvFormat, LoraRows, LoraUpdate,
-    MatmulInput, MatmulProduct, RopeStyle, WeightView,
+    AttentionRows, AttentionShape, Backend, DType, KernelError, KvFormat, LoraRows, LoraSide,
+    LoraUpdate, MatmulInput, MatmulProduct, RopeStyle, WeightView,
 };
 
 use super::cpu_backend::CpuBackend;
@@ -42,17 +42,19 @@ impl Backend for CpuBackend {
     }
 
     /// The view alone, never a packed copy: the LoRA kernels read the rows
-    /// as stored, BF16 tiled and Q8_0 interleaved (`lora_elems`: the same
-    /// bytes, in the order the kernels fetch and widen fastest).
-    fn lora_matrix(&self, weight: WeightView) -> Result<CpuMatrix, KernelError> {
-        let data = match weight.dtype {
-            DType::BF16 => bytes::Bytes::from(lora_elems::tile_bf16(&weight.data, weight.cols)),
-            DType::Q8_0 => {
-                bytes::Bytes::from(lora_elems::interleave_q8(&weight.data, weight.cols, false))
+    /// as stored, BF16 tiled (`lora_elems`: the same bytes, in the order
+    /// the kernels fetch and widen fastest) and Q8_0 packed for `side`'s
+    /// integer kernel (`lora_q8`: the size of Q8_0, rows padded to four).
+    fn lora_matrix(&self, weight: WeightView, side: LoraSide) -> Result<CpuMatrix, KernelError> {
+        let view = WeightView::new(weight.dtype, weight.rows, weight.cols, weight.data)?;
+        let view = match view.dtype {
+            DType::BF16 => {
+                let data = bytes::Bytes::from(lora_elems::tile_bf16(&view.data, view.cols));
+                WeightView::new(view.dtype, view.rows, view.cols, data)?
             }
-            _ => weight.data,
+            DType::Q8_0 => lora_q8::pack(side, &view)?,
+            _ => view,
         };
-        let view = WeightView::new(weight.dtype, weight.rows, weight.cols, data)?;
         Ok(CpuMatrix { view, packed: None })
     }
 

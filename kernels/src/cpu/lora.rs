@@ -8,9 +8,11 @@
 //! `2 · rank · (in + out)` flops, a few percent of the base's for ranks
 //! up to 64, but its bytes are the adapter's own: sixteen decode rows on
 //! sixteen adapters read sixteen adapters. So `A` and `Bᵀ` may be BF16
-//! (half the bytes of F32; tiled at upload, see `lora_elems`) or Q8_0,
-//! widened to f32 in registers: the products and sums stay f32. Rows of one run are taken up to four at a
-//! time, so each load of `A` serves them all. A row's arithmetic never
+//! (half the bytes of F32; tiled at upload, see `lora_elems`), widened to
+//! f32 in registers (the products and sums stay f32; rows of one run are
+//! taken up to four at a time, so each load of `A` serves them all), or
+//! Q8_0 (about a quarter, packed at upload for integer dot products, a
+//! row at a time: see `lora_q8`). A row's arithmetic never
 //! depends on the task or the group it falls in, so a row's result is the
 //! same whichever rows share its step.
 
@@ -19,10 +21,11 @@ use std::ops::Range;
 use super::disjoint::DisjointSlice;
 use super::isa::CheckedIsa;
 use super::lora_expand::{expand, expands};
+use super::lora_q8::{self, QuantMid, QuantRow};
 use super::lora_shrink::shrink;
 use super::tensors::CpuActivations;
 use super::threads::ThreadPool;
-use crate::{KernelError, WeightView};
+use crate::{DType, KernelError, WeightView};
 
 /// Rows one item takes (a decode step's run is often one row; a prompt's
 /// many).
@@ -126,6 +129,10 @@ pub(crate) fn lora_many(
         // row's scaled `rank`.
         let mut sums = [0.0f32; MAX_RANK * GROUP];
         let mut mid = [0.0f32; MAX_RANK];
+        let (mut qx, mut qp) = (QuantRow::default(), QuantMid::default());
+        // The row `qx` holds: the outputs of one row (Q, K and V) are
+        // items side by side, and quantize it once.
+        let mut quantized: Option<usize> = None;
         for (n, item) in mine.iter().enumerate() {
             if let Some(next) = mine.get(n + 1) {
                 prefetch_run(run_of(next));
@@ -134,6 +141,24 @@ pub(crate) fn lora_many(
             let run = run_of(item);
             let (target, width) = &targets[*u];
             let rank = run.a.rows;
+            if run.a.dtype == DType::Q8_0 {
+                // Integer dot products on both sides (see `lora_q8`), a
+                // row at a time.
+                for r in rows.clone() {
+                    if quantized != Some(r) {
+                        qx.fill(isa, &x.data[r * k..(r + 1) * k]);
+                        quantized = Some(r);
+                    }
+                    lora_q8::shrink(isa, &run.a.data, rank, &qx, &mut mid[..rank]);
+                    for m in &mut mid[..rank] {
+                        *m *= run.scale;
+                    }
+                    // SAFETY: as below.
+                    let row = unsafe { target.range(r * width, *width) };
+                    lora_q8::expand(isa, &mid[..rank], &run.b_t.data, &mut qp, row);
+                }
+                continue;
+            }
             for start in rows.clone().step_by(GROUP) {
                 let group = start..(start + GROUP).min(rows.end);
                 let mut xs: [&[f32]; GROUP] = [&[]; GROUP];
@@ -222,6 +247,16 @@ fn validate(x: &CpuActivations, run: &Run<'_>, out: &CpuActivations) -> Result<(
             ));
         }
     }
+    // Q8_0 matrices are `lora_q8`'s packed layout on both sides (see
+    // `Backend::lora_matrix`): rows padded to its groups of four.
+    if (a.dtype == DType::Q8_0) != (b_t.dtype == DType::Q8_0)
+        || (a.dtype == DType::Q8_0 && !rank.is_multiple_of(lora_q8::QUAD))
+    {
+        return bad(format!(
+            "A is {} and Bᵀ {} of rank {rank}: Q8_0 goes on both, packed by lora_matrix",
+            a.dtype, b_t.dtype
+        ));
+    }
     if a.cols != x.cols {
         return bad(format!(
             "A is {rank} × {}, not rank × input {}",
@@ -241,20 +276,63 @@ fn validate(x: &CpuActivations, run: &Run<'_>, out: &CpuActivations) -> Result<(
 mod tests {
     use super::*;
     use crate::cpu::Isa;
-    use crate::DType;
+    use crate::LoraSide;
     use rand::{Rng, SeedableRng};
 
     fn random(rng: &mut impl Rng, n: usize) -> Vec<f32> {
         (0..n).map(|_| rng.random_range(-1.0..1.0)).collect()
     }
 
-    /// `values` as a `rows × cols` view of `dtype` (F32, BF16 rounded to
-    /// nearest, or Q8_0), and the values it holds, widened back.
-    fn view(dtype: DType, rows: usize, cols: usize, values: &[f32]) -> (WeightView, Vec<f32>) {
+    /// `values` as a `rows × cols` view of `dtype` as `lora_matrix`
+    /// stores it for `side` (F32, BF16 rounded to nearest and tiled, or
+    /// Q8_0 packed), and the values it holds, widened back (F32 and BF16
+    /// only: Q8_0 results are checked against `lora_q8`'s twins).
+    fn view(
+        dtype: DType,
+        side: LoraSide,
+        rows: usize,
+        cols: usize,
+        values: &[f32],
+    ) -> (WeightView, Vec<f32>) {
+        if dtype == DType::Q8_0 {
+            let bytes = crate::formats::quantize::quantize(dtype, values)
+                .expect("Q8_0 quantizes whole blocks");
+            let view = WeightView::new(dtype, rows, cols, bytes::Bytes::from(bytes))
+                .expect("bytes of the stated shape");
+            return (
+                lora_q8::pack(side, &view).expect("a Q8_0 matrix"),
+                Vec::new(),
+            );
+        }
         let (bytes, held) = crate::cpu::lora_expand::tests::stored(dtype, cols, values);
         let view = WeightView::new(dtype, rows, cols, bytes::Bytes::from(bytes))
             .expect("bytes of the stated shape");
         (view, held)
+    }
+
+    /// One row's update as the scalar twins compute it: `lora_row_scalar`
+    /// on the held values, or `lora_q8`'s twins on packed Q8_0 matrices.
+    fn row_twin(
+        dtype: DType,
+        x: &[f32],
+        (a, a_held): &(WeightView, Vec<f32>),
+        (b_t, b_held): &(WeightView, Vec<f32>),
+        scale: f32,
+        out: &mut [f32],
+    ) {
+        if dtype != DType::Q8_0 {
+            return lora_row_scalar(x, a_held, b_held, scale, out);
+        }
+        let mut qx = QuantRow::default();
+        qx.fill(CheckedIsa::at_most(Isa::Scalar), x);
+        let mut mid = vec![0.0f32; a.rows];
+        lora_q8::shrink_scalar(&a.data, a.rows, &qx, &mut mid);
+        for m in &mut mid {
+            *m *= scale;
+        }
+        let mut qp = QuantMid::default();
+        qp.fill(&mid);
+        lora_q8::expand_scalar(&qp, &b_t.data, out);
     }
 
     /// Every ISA and both types against the scalar twin on the values the
@@ -284,7 +362,12 @@ mod tests {
         for dtype in [DType::F32, DType::BF16, DType::Q8_0] {
             let adapters: Vec<_> = raw
                 .iter()
-                .map(|(a, b_t, rank)| (view(dtype, *rank, k, a), view(dtype, *rank, width, b_t)))
+                .map(|(a, b_t, rank)| {
+                    (
+                        view(dtype, LoraSide::Shrink, *rank, k, a),
+                        view(dtype, LoraSide::Expand, *rank, width, b_t),
+                    )
+                })
                 .collect();
             let spans = [(0..3, 0), (3..4, 1), (5..12, 2), (12..13, 0)];
             let runs: Vec<Run<'_>> = spans
@@ -305,16 +388,16 @@ mod tests {
                 for r in 0..n {
                     let mut want = base[r * width..(r + 1) * width].to_vec();
                     if let Some((_, i)) = spans.iter().find(|(rows, _)| rows.contains(&r)) {
-                        let ((_, a), (_, b_t)) = &adapters[*i];
-                        lora_row_scalar(
-                            x.row(r).expect("a row of the batch"),
-                            a,
-                            b_t,
-                            0.5,
-                            &mut want,
-                        );
+                        let (a, b_t) = &adapters[*i];
+                        let x = x.row(r).expect("a row of the batch");
+                        row_twin(dtype, x, a, b_t, 0.5, &mut want);
                     }
                     let got = out.row(r).expect("a row of the batch");
+                    if dtype == DType::Q8_0 {
+                        // The twins' bits (`lora_q8`: the same integer sums
+                        // and f32 operations on every ISA).
+                        assert_eq!(got, &want[..], "{isa:?} {dtype} row {r}");
+                    }
                     for (g, w) in got.iter().zip(&want) {
                         assert!(
                             (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
@@ -369,8 +452,22 @@ mod tests {
                     [8usize, 3]
                         .iter()
                         .map(|&rank| {
-                            let a = view(dtype, rank, k, &random(&mut rng, rank * k)).0;
-                            let b_t = view(dtype, rank, width, &random(&mut rng, rank * width)).0;
+                            let a = view(
+                                dtype,
+                                LoraSide::Shrink,
+                                rank,
+                                k,
+                                &random(&mut rng, rank * k),
+                            )
+                            .0;
+                            let b_t = view(
+                                dtype,
+                                LoraSide::Expand,
+                                rank,
+                                width,
+                                &random(&mut rng, rank * width),
+                            )
+                            .0;
                             (a, b_t)
                         })
                         .collect()
@@ -439,12 +536,16 @@ mod tests {
         use crate::Backend;
         let backend = crate::cpu::CpuBackend::new(1);
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(2);
-        let (a, _) = view(DType::Q8_0, 16, 64, &random(&mut rng, 16 * 64));
+        let values = random(&mut rng, 16 * 64);
+        let bytes = crate::formats::quantize::quantize(DType::Q8_0, &values)
+            .expect("Q8_0 quantizes whole blocks");
+        let a = WeightView::new(DType::Q8_0, 16, 64, bytes::Bytes::from(bytes))
+            .expect("bytes of the stated shape");
         let weight = backend.matrix(a.clone()).expect("a supported weight");
         let packs = crate::cpu::packed::packs(backend.isa, DType::Q8_0);
         assert_eq!(weight.packed.is_some(), packs);
         let adapter = backend
-            .lora_matrix(a.clone())
+            .lora_matrix(a.clone(), LoraSide::Shrink)
             .expect("a supported adapter matrix");
         assert!(adapter.packed.is_none());
         assert_eq!(adapter.view.data.len(), a.data.len());
@@ -456,10 +557,10 @@ mod tests {
         let isa = CheckedIsa::at_most(Isa::Scalar);
         let x = CpuActivations::zeros(2, 8);
         let mut out = CpuActivations::zeros(2, 4);
-        let (a, _) = view(DType::F32, 2, 8, &[0.0; 16]);
-        let (b_t, _) = view(DType::F32, 2, 4, &[0.0; 8]);
-        let (b_short, _) = view(DType::F32, 1, 4, &[0.0; 4]);
-        let (a_wide, _) = view(DType::F32, 2, 9, &[0.0; 18]);
+        let (a, _) = view(DType::F32, LoraSide::Shrink, 2, 8, &[0.0; 16]);
+        let (b_t, _) = view(DType::F32, LoraSide::Shrink, 2, 4, &[0.0; 8]);
+        let (b_short, _) = view(DType::F32, LoraSide::Shrink, 1, 4, &[0.0; 4]);
+        let (a_wide, _) = view(DType::F32, LoraSide::Shrink, 2, 9, &[0.0; 18]);
         let (a_q4, _) = {
             let bytes = bytes::Bytes::from(vec![0u8; 2 * 18]);
             (
@@ -479,8 +580,8 @@ mod tests {
         assert!(lora(&pool, isa, &x, &[run(0..2, &a_wide, &b_t)], &mut out).is_err());
         let x32 = CpuActivations::zeros(2, 32);
         assert!(lora(&pool, isa, &x32, &[run(0..2, &a_q4, &b_t)], &mut out).is_err());
-        let (a0, _) = view(DType::F32, 0, 8, &[]);
-        let (b0, _) = view(DType::F32, 0, 4, &[]);
+        let (a0, _) = view(DType::F32, LoraSide::Shrink, 0, 8, &[]);
+        let (b0, _) = view(DType::F32, LoraSide::Shrink, 0, 4, &[]);
         assert!(lora(&pool, isa, &x, &[run(0..2, &a0, &b0)], &mut out).is_err());
     }
 }

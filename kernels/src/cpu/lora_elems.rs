@@ -20,12 +20,6 @@
 //! The last `cols % 32` columns of every row follow the tiles, row by row
 //! in column order. The products and sums are the same in any layout, so
 //! the bits are too.
-//!
-//! A Q8_0 adapter matrix is stored **block-interleaved** for the second
-//! reason alone: its 34-byte blocks (an f16 scale, 32 × i8) unchanged, but
-//! block `b` of row `j` at block index `b · rank + j`, so the `rank` rows'
-//! blocks of one column block lie side by side and the matrix streams
-//! front to back. Its rows are whole blocks, so there is no tail.
 
 use crate::DType;
 
@@ -38,10 +32,6 @@ pub(crate) enum Elems {
     /// BF16 rows in column order: a tiled matrix's tail (never a whole
     /// adapter matrix, see [`Elems::of`]).
     Bf16,
-    /// Blocks of 32: an f16 `d`, then 32 × i8 `q`; the value is `q · d`;
-    /// the blocks interleaved by row (see the module's docs): how adapters
-    /// hold Q8_0.
-    Q8Tiles,
 }
 
 impl Elems {
@@ -49,7 +39,6 @@ impl Elems {
         match dtype {
             DType::F32 => Some(Elems::F32),
             DType::BF16 => Some(Elems::Bf16Tiles),
-            DType::Q8_0 => Some(Elems::Q8Tiles),
             _ => None,
         }
     }
@@ -103,37 +92,6 @@ pub(crate) fn untile_bf16(bytes: &[u8], cols: usize) -> Vec<u8> {
     out
 }
 
-/// Bytes in a Q8_0 block (f16 scale, 32 × i8).
-pub(crate) const Q8_BLOCK: usize = 34;
-
-/// The byte offset, in a block-interleaved Q8_0 matrix of `rows` rows,
-/// of the block holding row `j`'s column `c`.
-#[inline]
-pub(crate) fn q8_block_offset(rows: usize, j: usize, c: usize) -> usize {
-    Q8_BLOCK * (c / TILE * rows + j)
-}
-
-/// A Q8_0 matrix of `cols` columns (a multiple of 32; `bytes` rows one
-/// after another) with its blocks interleaved by row; `untile` undoes it.
-pub(crate) fn interleave_q8(bytes: &[u8], cols: usize, untile: bool) -> Vec<u8> {
-    let blocks = cols / TILE;
-    let rows = bytes.len().checked_div(Q8_BLOCK * blocks).unwrap_or(0);
-    let mut out = bytes.to_vec();
-    for j in 0..rows {
-        for b in 0..blocks {
-            let plain = Q8_BLOCK * (j * blocks + b);
-            let tiled = q8_block_offset(rows, j, b * TILE);
-            let (from, to) = if untile {
-                (tiled, plain)
-            } else {
-                (plain, tiled)
-            };
-            out[to..to + Q8_BLOCK].copy_from_slice(&bytes[from..from + Q8_BLOCK]);
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,35 +131,6 @@ mod tests {
                     }
                 }
                 assert_eq!(untile_bf16(&tiled, cols), plain, "cols {cols} rows {rows}");
-            }
-        }
-    }
-
-    /// Interleaving puts row `j`'s block `b` at block `b · rows + j`, the
-    /// blocks' bytes unchanged; untiling undoes it.
-    #[test]
-    fn q8_interleaving_is_the_documented_order_and_undoes() {
-        for cols in [32usize, 64, 96, 576] {
-            for rows in [1usize, 3, 8] {
-                let blocks = cols / TILE;
-                // Each block's 34 bytes name it: its number, then its offset.
-                let plain: Vec<u8> = (0..rows * blocks)
-                    .flat_map(|n| (0..Q8_BLOCK).map(move |i| (n * 7 + i) as u8))
-                    .collect();
-                let tiled = interleave_q8(&plain, cols, false);
-                for j in 0..rows {
-                    for b in 0..blocks {
-                        let from = Q8_BLOCK * (j * blocks + b);
-                        let to = Q8_BLOCK * (b * rows + j);
-                        assert_eq!(q8_block_offset(rows, j, b * TILE + 5), to);
-                        assert_eq!(
-                            tiled[to..to + Q8_BLOCK],
-                            plain[from..from + Q8_BLOCK],
-                            "cols {cols} rows {rows} row {j} block {b}"
-                        );
-                    }
-                }
-                assert_eq!(interleave_q8(&tiled, cols, true), plain);
             }
         }
     }

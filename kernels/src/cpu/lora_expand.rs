@@ -1,27 +1,22 @@
 //! The expand half of a LoRA update, `acc += Σⱼ p[j] · values[j]`, over
-//! the `rank` rows of an adapter's `Bᵀ` stored as F32, tiled BF16 or
-//! interleaved Q8_0 bytes (see `lora_elems`), widened to f32 in registers: a BF16
-//! adapter is read at half the bytes, a Q8_0 one at about a quarter, and
-//! the arithmetic stays f32 (one fused multiply-add per term, in order), so
-//! every ISA gives the scalar loop's bits. A Q8_0 value is `q · d`, an
-//! exact product in f32 (8 bits by 11), so a Q8_0 row expands exactly as
-//! its dequantized F32 row would.
+//! the `rank` rows of an adapter's `Bᵀ` stored as F32 or tiled BF16
+//! bytes (see `lora_elems`), widened to f32 in registers: a BF16 adapter
+//! is read at half the bytes, and the arithmetic stays f32 (one fused
+//! multiply-add per term, in order), so every ISA gives the scalar loop's
+//! bits. (Q8_0 adapters take `lora_q8`'s integer kernels.)
 
 use super::isa::{CheckedIsa, Isa};
 use super::lora_elems::{tail_start, Elems, TILE};
 use crate::DType;
 use scalar::expand_scalar;
-#[cfg(target_arch = "x86_64")]
-pub(crate) use x86::{d_at as x86_d_at, widen_q8 as x86_widen_q8};
-
-/// Whether [`expand`] reads values of `dtype`.
+/// Whether the LoRA kernels read values of `dtype` (Q8_0: `lora_q8`).
 pub(crate) fn expands(dtype: DType) -> bool {
     matches!(dtype, DType::F32 | DType::BF16 | DType::Q8_0)
 }
 
 /// `acc += Σⱼ p[j] · row j of values`, each row `acc.len()` elements of
-/// `dtype` (see [`expands`]; Q8_0 rows a whole number of blocks; BF16
-/// tiled and Q8_0 interleaved, which need exactly `p.len()` rows). Rows past the end of
+/// `dtype` (F32, or BF16 tiled, which needs exactly `p.len()` rows).
+/// Rows past the end of
 /// `values`, every row of a type it does not read, and tiled rows of
 /// another count are not read.
 pub(crate) fn expand(isa: CheckedIsa, dtype: DType, p: &[f32], values: &[u8], acc: &mut [f32]) {
@@ -32,7 +27,7 @@ pub(crate) fn expand(isa: CheckedIsa, dtype: DType, p: &[f32], values: &[u8], ac
     let rows = p.len().min(values.len() / row_bytes.max(1));
     let (p, values) = (&p[..rows], &values[..rows * row_bytes]);
     // A tiled or interleaved matrix's layout depends on its row count.
-    if matches!(elems, Elems::Bf16Tiles | Elems::Q8Tiles) && values.len() != p.len() * row_bytes {
+    if elems == Elems::Bf16Tiles && values.len() != p.len() * row_bytes {
         return;
     }
     if elems == Elems::Bf16Tiles {
@@ -47,19 +42,11 @@ pub(crate) fn expand(isa: CheckedIsa, dtype: DType, p: &[f32], values: &[u8], ac
     expand_rows(isa, elems, p, values, acc);
 }
 
-/// [`expand`] on rows stored one after another (not tiled), or on an
-/// interleaved Q8_0 matrix.
+/// [`expand`] on rows stored one after another (not tiled).
 fn expand_rows(isa: CheckedIsa, elems: Elems, p: &[f32], values: &[u8], acc: &mut [f32]) {
     match isa.get() {
-        // SAFETY: as below; `expand` checked that `values` holds exactly
-        // `p.len()` interleaved rows of whole blocks.
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 | Isa::Avx512Vnni if elems == Elems::Q8Tiles => unsafe {
-            x86::expand_q8_avx512(p, values, acc)
-        },
         // SAFETY: CheckedIsa guarantees the features; `values` holds
-        // `p.len()` rows of `acc.len()` elements (cut in `expand`; a Q8_0
-        // row a whole number of blocks, as `bytes_for` checked).
+        // `p.len()` rows of `acc.len()` elements (cut in `expand`).
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 | Isa::Avx512Vnni => unsafe { x86::expand_avx512(elems, p, values, acc) },
         #[cfg(target_arch = "x86_64")]
@@ -85,8 +72,8 @@ fn expand_tiles(isa: CheckedIsa, p: &[f32], values: &[u8], acc: &mut [f32]) {
 /// The scalar loop, in its own module so that the x86 kernels (which end
 /// each row with it) and their parent both reach it without a cycle.
 mod scalar {
-    use crate::cpu::lora_elems::{q8_block_offset, tiled_offset, Elems};
-    use crate::formats::blocks::{bf16_at, f16_at, f32_at};
+    use crate::cpu::lora_elems::{tiled_offset, Elems};
+    use crate::formats::blocks::{bf16_at, f32_at};
 
     /// Column `c` of row `j` of `rows` rows `width` columns wide.
     #[inline]
@@ -101,10 +88,6 @@ mod scalar {
             Elems::F32 => f32_at(values, 4 * (j * width + c)),
             Elems::Bf16 => bf16_at(values, 2 * (j * width + c)),
             Elems::Bf16Tiles => bf16_at(values, tiled_offset(rows, width, j, c)),
-            Elems::Q8Tiles => {
-                let block = q8_block_offset(rows, j, c);
-                f32::from(values[block + 2 + c % 32] as i8) * f16_at(values, block)
-            }
         }
     }
 
@@ -134,29 +117,7 @@ mod x86 {
     //! for the `_tiles` kernels) and have the named features.
     use std::arch::x86_64::*;
 
-    use crate::cpu::lora_elems::{q8_block_offset, Elems, Q8_BLOCK, TILE};
-
-    /// The f16 scale `d` at `block`, widened (exactly, as every f16 is an f32).
-    #[target_feature(enable = "f16c")]
-    #[inline]
-    pub(crate) unsafe fn d_at(block: *const u8) -> f32 {
-        let bits = u16::from_le_bytes([*block, *block.add(1)]);
-        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
-    }
-
-    /// The 32 values of the Q8_0 block at `block`, `q · d` (exact) in
-    /// column order in two registers: the scale fetched and widened once.
-    #[target_feature(enable = "avx512f,avx512bw,f16c")]
-    #[inline]
-    pub(crate) unsafe fn widen_q8(block: *const u8) -> [__m512; 2] {
-        let d = _mm512_set1_ps(d_at(block));
-        let q_lo = _mm_loadu_si128(block.add(2).cast());
-        let q_hi = _mm_loadu_si128(block.add(18).cast());
-        [
-            _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q_lo)), d),
-            _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q_hi)), d),
-        ]
-    }
+    use crate::cpu::lora_elems::{Elems, TILE};
 
     /// Two tiles at a time (four registers of sixteen columns, four chains
     /// of fused multiply-adds), or the last one alone: each 64-byte tile
@@ -190,41 +151,6 @@ mod x86 {
                 _mm512_storeu_ps(out.add(16 * k), *s);
             }
             c += tiles * TILE;
-        }
-    }
-
-    /// An interleaved Q8_0 matrix, two blocks of columns at a time (four
-    /// registers, four chains), or the last one alone: each row's scale
-    /// fetched and widened once a block (not once per sixteen, as the row
-    /// kernel's `load16` does), the rows' blocks read in order. The same
-    /// operations as the scalar loop (`q · d`, exact, then one fused
-    /// multiply-add per row), so the same bits.
-    #[target_feature(enable = "avx512f,avx512bw,f16c")]
-    pub(super) unsafe fn expand_q8_avx512(p: &[f32], values: &[u8], acc: &mut [f32]) {
-        let (rank, width) = (p.len(), acc.len());
-        let v = values.as_ptr();
-        let mut c = 0;
-        while c < width {
-            let blocks = if c + 2 * TILE <= width { 2 } else { 1 };
-            let out = acc.as_mut_ptr().add(c);
-            let first = v.add(q8_block_offset(rank, 0, c));
-            let mut sum = [_mm512_setzero_ps(); 4];
-            for (k, s) in sum.iter_mut().enumerate().take(2 * blocks) {
-                *s = _mm512_loadu_ps(out.add(16 * k));
-            }
-            for (j, p) in p.iter().enumerate() {
-                let p = _mm512_set1_ps(*p);
-                for b in 0..blocks {
-                    // Block (c / 32 + b, j): `rank` blocks per column block.
-                    let [lo, hi] = widen_q8(first.add(Q8_BLOCK * (b * rank + j)));
-                    sum[2 * b] = _mm512_fmadd_ps(p, lo, sum[2 * b]);
-                    sum[2 * b + 1] = _mm512_fmadd_ps(p, hi, sum[2 * b + 1]);
-                }
-            }
-            for (k, s) in sum.iter().enumerate().take(2 * blocks) {
-                _mm512_storeu_ps(out.add(16 * k), *s);
-            }
-            c += blocks * TILE;
         }
     }
 
@@ -264,14 +190,12 @@ mod x86 {
 
     /// Sixteen elements of row `j` at `v` from element `c` (a multiple of
     /// 16), widened to f32: the masked-off lanes read nothing and are zero.
-    /// Q8_0 rows are whole blocks, so their sixteen lie in one block and
-    /// are either all in the row or all past it (mask 0: nothing read).
     #[target_feature(enable = "avx512f,avx512bw,f16c")]
     #[inline]
     unsafe fn load16(
         elems: Elems,
         v: *const u8,
-        (rows, width): (usize, usize),
+        (_, width): (usize, usize),
         j: usize,
         c: usize,
         mask: __mmask16,
@@ -289,18 +213,6 @@ mod x86 {
                 )))
             }
             Elems::F32 => _mm512_maskz_loadu_ps(mask, v.wrapping_add(4 * (j * width + c)).cast()),
-            Elems::Q8Tiles => {
-                if mask == 0 {
-                    return _mm512_setzero_ps();
-                }
-                let block = v.add(q8_block_offset(rows, j, c));
-                let d = d_at(block);
-                let q = _mm_loadu_si128(block.add(2 + c % 32).cast());
-                _mm512_mul_ps(
-                    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)),
-                    _mm512_set1_ps(d),
-                )
-            }
         }
     }
 
@@ -352,7 +264,7 @@ mod x86 {
     unsafe fn load8(
         elems: Elems,
         v: *const u8,
-        (rows, width): (usize, usize),
+        (_, width): (usize, usize),
         j: usize,
         c: usize,
     ) -> __m256 {
@@ -363,15 +275,6 @@ mod x86 {
                 _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(half), 16))
             }
             Elems::F32 => _mm256_loadu_ps(v.add(4 * (j * width + c)).cast()),
-            Elems::Q8Tiles => {
-                let block = v.add(q8_block_offset(rows, j, c));
-                let d = d_at(block);
-                let q = _mm_loadl_epi64(block.add(2 + c % 32).cast());
-                _mm256_mul_ps(
-                    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)),
-                    _mm256_set1_ps(d),
-                )
-            }
         }
     }
 
@@ -412,17 +315,14 @@ pub(crate) mod tests {
     use rand::{Rng, SeedableRng};
 
     /// `values` stored as the LoRA kernels read `dtype` (F32; BF16 rounded
-    /// to nearest and tiled, Q8_0 by the crate's quantizer and interleaved,
-    /// as `lora_matrix` stores them), and the values that holds, widened back in
-    /// element order.
+    /// to nearest and tiled, as `lora_matrix` stores it), and the values
+    /// that holds, widened back in element order.
     pub(crate) fn stored(dtype: DType, width: usize, values: &[f32]) -> (Vec<u8>, Vec<f32>) {
         let bytes: Vec<u8> = match dtype {
             DType::BF16 => values
                 .iter()
                 .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
                 .collect(),
-            DType::Q8_0 => crate::formats::quantize::quantize(dtype, values)
-                .expect("Q8_0 quantizes rows of whole blocks"),
             _ => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
         };
         let row_bytes = dtype.bytes_for(width).expect("a width the type stores");
@@ -435,7 +335,6 @@ pub(crate) mod tests {
         }
         let bytes = match dtype {
             DType::BF16 => crate::cpu::lora_elems::tile_bf16(&bytes, width),
-            DType::Q8_0 => crate::cpu::lora_elems::interleave_q8(&bytes, width, false),
             _ => bytes,
         };
         (bytes, held)
@@ -455,10 +354,7 @@ pub(crate) mod tests {
             let values: Vec<f32> = (0..rank * width)
                 .map(|_| rng.random_range(-1.0..1.0))
                 .collect();
-            for dtype in [DType::F32, DType::BF16, DType::Q8_0] {
-                if dtype.bytes_for(width).is_none() {
-                    continue;
-                }
+            for dtype in [DType::F32, DType::BF16] {
                 let (bytes, held) = stored(dtype, width, &values);
                 let elems = Elems::of(dtype).expect("a type the expand reads");
                 let mut want = base.clone();

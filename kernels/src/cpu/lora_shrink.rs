@@ -1,8 +1,7 @@
 //! The shrink half of a LoRA update, `sums[j · n + g] = A row j · x row g`,
 //! for up to four rows `x` of one run against every row of its adapter's
-//! `A` (F32, tiled BF16 or interleaved Q8_0 (see `lora_elems`), widened to f32 in
-//! registers; a Q8_0 value `q · d` is an exact f32 product, so a Q8_0 row
-//! sums as its dequantized F32 row, and a tiled BF16 row as its plain one).
+//! `A` (F32 or tiled BF16 (see `lora_elems`), widened to f32 in registers:
+//! a tiled BF16 row sums as its plain one; Q8_0 adapters take `lora_q8`).
 //!
 //! A decode step's run is usually one row: against one row of `x`, the
 //! general dot kernel (`dot_float`) sums each row of `A` in one chain of
@@ -20,8 +19,8 @@ use super::lora_elems::Elems;
 use crate::DType;
 
 /// `sums[j · xs.len() + g] = A row j · xs[g]` for every row `j` of `a`
-/// (`rank` rows of `xs[0].len()` elements of `dtype`: F32, BF16 tiled,
-/// or Q8_0), for up to four rows `xs` of equal length.
+/// (`rank` rows of `xs[0].len()` elements of `dtype`: F32 or BF16
+/// tiled), for up to four rows `xs` of equal length.
 pub(crate) fn shrink(
     isa: CheckedIsa,
     dtype: DType,
@@ -63,21 +62,6 @@ fn shrink_n<const R: usize>(
         (Isa::Avx512 | Isa::Avx512Vnni, Some(elems)) if fits => unsafe {
             x86::shrink_avx512::<R>(elems, a, row_bytes, rows, x, sums)
         },
-        // Elsewhere the general kernel, on Q8_0's dequantized rows (the
-        // same values, so the same sums as the F32 rows would give).
-        (_, Some(Elems::Q8Tiles)) if fits => {
-            let plain = super::lora_elems::interleave_q8(a, k, true);
-            let mut rows_f32 = vec![0.0f32; rows * k];
-            for (row, out) in plain
-                .chunks_exact(row_bytes)
-                .zip(rows_f32.chunks_exact_mut(k))
-            {
-                // `fits` checked the row's length.
-                let _ = crate::formats::dequantize_row(dtype, row, out);
-            }
-            let f32_bytes: &[u8] = bytemuck::cast_slice(&rows_f32);
-            dot_float::<R>(isa, DType::F32, f32_bytes, 4 * k, x, &mut sums[..rows * R]);
-        }
         // Elsewhere `dot_float` on the rows in element order (a copy: only
         // hosts without AVX-512 take it).
         (_, Some(Elems::Bf16Tiles)) if fits => {
@@ -97,8 +81,7 @@ mod x86 {
     //! values, and have AVX-512 F and BW.
     use std::arch::x86_64::*;
 
-    use crate::cpu::lora_elems::{tail_start, tiled_offset, Elems, Q8_BLOCK, TILE};
-    use crate::cpu::lora_expand::{x86_d_at as d_at, x86_widen_q8 as widen_q8};
+    use crate::cpu::lora_elems::{tail_start, tiled_offset, Elems, TILE};
     use crate::formats::blocks::{bf16_at, f32_at};
 
     /// `A`'s rows summed at once (the independent chains per row of `x`).
@@ -131,27 +114,17 @@ mod x86 {
     }
 
     /// Sixteen elements of a row of `A` from element `i` (a multiple of
-    /// 16; Q8_0 rows are whole blocks, so the sixteen lie in one block, and
-    /// `row` is the row's first block, its next one `rank` blocks on;
-    /// BF16 only from a tiled matrix's tail, rows in column order),
+    /// 16; BF16 only from a tiled matrix's tail, rows in column order),
     /// widened to f32.
     #[target_feature(enable = "avx512f,avx512bw,f16c")]
     #[inline]
-    unsafe fn load16(elems: Elems, row: *const u8, rank: usize, i: usize) -> __m512 {
+    unsafe fn load16(elems: Elems, row: *const u8, i: usize) -> __m512 {
         match elems {
             Elems::Bf16 | Elems::Bf16Tiles => _mm512_castsi512_ps(_mm512_slli_epi32(
                 _mm512_cvtepu16_epi32(_mm256_loadu_si256(row.add(2 * i).cast())),
                 16,
             )),
             Elems::F32 => _mm512_loadu_ps(row.add(4 * i).cast()),
-            Elems::Q8Tiles => {
-                let block = row.add(i / TILE * Q8_BLOCK * rank);
-                let q = _mm_loadu_si128(block.add(2 + i % 32).cast());
-                _mm512_mul_ps(
-                    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)),
-                    _mm512_set1_ps(d_at(block)),
-                )
-            }
         }
     }
 
@@ -174,13 +147,11 @@ mod x86 {
         let tiled = elems == Elems::Bf16Tiles;
         let whole = if tiled { k / TILE * TILE } else { 0 };
         // Each row from its first element past the tiles: a tiled
-        // matrix's tail (rows of `k - whole` in column order), a Q8_0
-        // row's first block, or the row.
+        // matrix's tail (rows of `k - whole` in column order), or the row.
         let rows: [*const u8; J] = std::array::from_fn(|jj| {
             let j = j0 + jj;
             match elems {
                 Elems::Bf16Tiles => a.as_ptr().add(tail_start(rank, k) + 2 * j * (k - whole)),
-                Elems::Q8Tiles => a.as_ptr().add(Q8_BLOCK * j),
                 _ => a.as_ptr().add(j * row_bytes),
             }
         });
@@ -211,28 +182,6 @@ mod x86 {
                 i += TILE;
             }
         }
-        if elems == Elems::Q8Tiles {
-            // Whole blocks (a Q8_0 row has no tail): each row's scale
-            // fetched and widened once a block, not once per sixteen, and
-            // the block's 32 values widened from one stream (block (b, j)
-            // at b · rank + j: the J rows' blocks side by side).
-            while i < k {
-                let mut xs = [[_mm512_setzero_ps(); 2]; R];
-                for r in 0..R {
-                    xs[r][0] = _mm512_loadu_ps(x[r].as_ptr().add(i));
-                    xs[r][1] = _mm512_loadu_ps(x[r].as_ptr().add(i + 16));
-                }
-                let blocks = a.as_ptr().add(Q8_BLOCK * ((i / TILE) * rank + j0));
-                for jj in 0..J {
-                    let [lo, hi] = widen_q8(blocks.add(Q8_BLOCK * jj));
-                    for r in 0..R {
-                        acc[jj][r] = _mm512_fmadd_ps(lo, xs[r][0], acc[jj][r]);
-                        acc[jj][r] = _mm512_fmadd_ps(hi, xs[r][1], acc[jj][r]);
-                    }
-                }
-                i += TILE;
-            }
-        }
         while i + 16 <= k {
             // (A loop, not a closure: a closure would not inherit the
             // target features, and each intrinsic would become a call.)
@@ -241,7 +190,7 @@ mod x86 {
                 xs[r] = _mm512_loadu_ps(x[r].as_ptr().add(i));
             }
             for jj in 0..J {
-                let w = load16(elems, rows[jj], rank, i - whole);
+                let w = load16(elems, rows[jj], i - whole);
                 for r in 0..R {
                     acc[jj][r] = _mm512_fmadd_ps(w, xs[r], acc[jj][r]);
                 }
@@ -252,14 +201,12 @@ mod x86 {
             for r in 0..R {
                 // As `dot_float`: the lanes reduced, then the tail in order.
                 let mut sum = _mm512_reduce_add_ps(acc[jj][r]);
-                // (Q8_0 rows are whole blocks of 32: no tail.)
                 for (t, x) in x[r].iter().enumerate().skip(i) {
                     let j = j0 + jj;
                     let weight = match elems {
                         Elems::Bf16Tiles => bf16_at(a, tiled_offset(rank, k, j, t)),
                         Elems::Bf16 => bf16_at(a, j * row_bytes + 2 * t),
                         Elems::F32 => f32_at(a, j * row_bytes + 4 * t),
-                        Elems::Q8Tiles => 0.0,
                     };
                     sum += weight * x;
                 }
@@ -274,9 +221,9 @@ mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
 
-    /// On every ISA the shrink gives `dot_float`'s bits (for Q8_0, those of
-    /// its dequantized rows in F32), for every number of rows, ranks that
-    /// end inside a block of four, and widths that end inside a vector.
+    /// On every ISA the shrink gives `dot_float`'s bits, for every number
+    /// of rows, ranks that end inside a block of four, and widths that end
+    /// inside a vector.
     #[test]
     fn the_shrink_gives_the_dot_kernels_bits() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
@@ -286,19 +233,11 @@ mod tests {
                 let xs: Vec<Vec<f32>> = (0..4)
                     .map(|_| (0..k).map(|_| rng.random_range(-1.0..1.0)).collect())
                     .collect();
-                for dtype in [DType::F32, DType::BF16, DType::Q8_0] {
-                    if dtype.bytes_for(k).is_none() {
-                        continue;
-                    }
-                    let (a, held) = crate::cpu::lora_expand::tests::stored(dtype, k, &values);
+                for dtype in [DType::F32, DType::BF16] {
+                    let (a, _) = crate::cpu::lora_expand::tests::stored(dtype, k, &values);
                     // What `dot_float` reads: the same values in element
-                    // order (BF16 unpaired), or Q8_0's values in F32.
+                    // order (BF16 unpaired).
                     let (plain, plain_dtype) = match dtype {
-                        DType::Q8_0 => {
-                            // (`held` is in element order.)
-                            let f32s: Vec<u8> = held.iter().flat_map(|v| v.to_le_bytes()).collect();
-                            (f32s, DType::F32)
-                        }
                         DType::BF16 => (crate::cpu::lora_elems::untile_bf16(&a, k), dtype),
                         _ => (a.clone(), dtype),
                     };

@@ -36,6 +36,9 @@ mod kv_store;
 mod lora;
 mod lora_elems;
 mod lora_expand;
+mod lora_q8;
+#[cfg(target_arch = "x86_64")]
+mod lora_q8_vnni;
 mod lora_shrink;
 mod matmul;
 mod matmul_input;
