@@ -21,7 +21,8 @@ use std::ops::Range;
 use super::disjoint::DisjointSlice;
 use super::isa::CheckedIsa;
 use super::lora_expand::{expand, expands};
-use super::lora_q8::{self, QuantMid, QuantRow};
+use super::lora_q8;
+use super::lora_q8_operands::{QuantMid, QuantRow, QUAD};
 use super::lora_shrink::shrink;
 use super::tensors::CpuActivations;
 use super::threads::ThreadPool;
@@ -250,7 +251,7 @@ fn validate(x: &CpuActivations, run: &Run<'_>, out: &CpuActivations) -> Result<(
     // Q8_0 matrices are `lora_q8`'s packed layout on both sides (see
     // `Backend::lora_matrix`): rows padded to its groups of four.
     if (a.dtype == DType::Q8_0) != (b_t.dtype == DType::Q8_0)
-        || (a.dtype == DType::Q8_0 && !rank.is_multiple_of(lora_q8::QUAD))
+        || (a.dtype == DType::Q8_0 && !rank.is_multiple_of(QUAD))
     {
         return bad(format!(
             "A is {} and Bᵀ {} of rank {rank}: Q8_0 goes on both, packed by lora_matrix",

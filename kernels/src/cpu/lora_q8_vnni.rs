@@ -7,7 +7,7 @@
 
 use std::arch::x86_64::*;
 
-use super::lora_q8::{QuantMid, QuantRow, QUAD, UNIT};
+use super::lora_q8_operands::{QuantMid, QuantRow, QUAD, UNIT};
 use crate::formats::blocks::QK;
 
 /// Groups of four rank rows a shrink pass sums at once (16 rows: each

@@ -37,6 +37,7 @@ mod lora;
 mod lora_elems;
 mod lora_expand;
 mod lora_q8;
+mod lora_q8_operands;
 #[cfg(target_arch = "x86_64")]
 mod lora_q8_vnni;
 mod lora_shrink;
