@@ -147,7 +147,10 @@ fn attention_precision_reaches_the_settings() {
     let bf16 = [&model[..], &["--attention-precision", "bf16"]].concat();
     assert_eq!(attention(&bf16).unwrap(), AttentionPrecision::Bf16);
     let prompt = [&model[..], &["--attention-precision", "bf16-prompt"]].concat();
-    assert_eq!(attention(&prompt).unwrap(), AttentionPrecision::Bf16Prompt);
+    assert_eq!(
+        attention(&prompt).expect("bf16-prompt is a precision"),
+        AttentionPrecision::Bf16Prompt
+    );
     let err = attention(&[&model[..], &["--attention-precision", "fp8"]].concat()).unwrap_err();
     assert!(err.to_string().contains("known: f32, bf16"), "{err}");
     let dir = tempfile::tempdir().unwrap();
