@@ -117,7 +117,7 @@ impl OnDevice for OnThreads<'_> {
                     let start = Instant::now();
                     for _ in 0..GENERATED_TOKENS {
                         let next = argmax(&logits);
-                        logits = session.feed(&[next], LogitRows::Last).expect("decode");
+                        logits = session.decode(&[next], LogitRows::Last).expect("decode");
                     }
                     total += start.elapsed();
                 }

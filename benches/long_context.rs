@@ -130,7 +130,7 @@ fn depths_on<B: Backend>(backend: &B, run: &Depths) {
             // the sampling a real step does.
             for next in ids(depth + prompt, decode) {
                 black_box(argmax(&logits));
-                logits = session.feed(&[next], LogitRows::Last).expect("decode");
+                logits = session.decode(&[next], LogitRows::Last).expect("decode");
             }
             best_decode = best_decode.max(decode as f64 / start.elapsed().as_secs_f64());
             let cache = session.cache();

@@ -184,6 +184,7 @@ fn steps<B: Backend>(
                 start_pos: at,
                 table: cache.prepare(backend, at..at + 1).expect("blocks"),
                 logits: LogitRows::Last,
+                prompt: false,
             })
             .collect();
         let mut rest: &mut [SequenceChunk<'_>] = &mut chunks;

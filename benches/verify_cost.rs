@@ -160,6 +160,7 @@ fn step<B: Backend>(
         start_pos: at,
         table: cache.prepare(backend, at..at + rows).expect("blocks"),
         logits,
+        prompt: false,
     }];
     model
         .forward(backend, &mut blocks.lock(), &mut chunk, scratch)

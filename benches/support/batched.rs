@@ -84,6 +84,7 @@ pub fn decode_steps<B: Backend>(
                     start_pos: at,
                     table: cache.prepare(backend, at..at + 1).expect("blocks"),
                     logits: LogitRows::Last,
+                    prompt: false,
                 }
             })
             .collect();
@@ -125,6 +126,7 @@ pub fn prefilled<B: Backend>(
             start_pos: 0,
             table: cache.prepare(backend, 0..PROMPT_TOKENS).expect("blocks"),
             logits: LogitRows::Last,
+            prompt: true,
         }];
         let logits = model
             .forward(backend, &mut blocks.lock(), &mut chunk, scratch)

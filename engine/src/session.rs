@@ -111,6 +111,7 @@ impl<'m, B: Backend> Session<'m, B> {
                 start_pos: self.len,
                 table: self.cache.prepare(self.backend, positions)?,
                 logits: LogitRows::Pooled,
+                prompt: true,
             }];
             let mut parts = [crate::model::ModelPart {
                 model: self.model,
@@ -134,10 +135,26 @@ impl<'m, B: Backend> Session<'m, B> {
             .map_err(SessionError::from)
     }
 
-    /// Appends `tokens` and returns logits: for the last token only
-    /// (`LogitRows::Last`) or for each of them (`LogitRows::All`), `vocab_size`
-    /// floats per row.
+    /// Appends the prompt tokens `tokens` and returns logits: for the last
+    /// token only (`LogitRows::Last`) or for each of them
+    /// (`LogitRows::All`), `vocab_size` floats per row.
     pub fn feed(&mut self, tokens: &[u32], rows: LogitRows) -> Result<Vec<f32>, SessionError> {
+        self.run(tokens, rows, true)
+    }
+
+    /// [`Session::feed`] for a decode step's token or a speculative
+    /// verify step's tokens, which the BF16 attention precisions keep in
+    /// f32 (`SequenceChunk::prompt`), as the server does.
+    pub fn decode(&mut self, tokens: &[u32], rows: LogitRows) -> Result<Vec<f32>, SessionError> {
+        self.run(tokens, rows, false)
+    }
+
+    fn run(
+        &mut self,
+        tokens: &[u32],
+        rows: LogitRows,
+        prompt: bool,
+    ) -> Result<Vec<f32>, SessionError> {
         let mut logits = Vec::new();
         let chunks = tokens.chunks(PREFILL_CHUNK);
         let count = chunks.len();
@@ -154,6 +171,7 @@ impl<'m, B: Backend> Session<'m, B> {
                 start_pos: self.len,
                 table: self.cache.prepare(self.backend, positions)?,
                 logits: wanted,
+                prompt,
             }];
             logits.extend(self.model.forward_adapted(
                 self.backend,

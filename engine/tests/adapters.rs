@@ -65,6 +65,7 @@ fn logits<B: Backend>(
         start_pos: 0,
         table: cache.prepare(backend, 0..PROMPT.len()).unwrap(),
         logits: LogitRows::All,
+        prompt: true,
     }];
     let out = model
         .forward_adapted(
@@ -83,6 +84,7 @@ fn logits<B: Backend>(
             start_pos: at,
             table: cache.prepare(backend, at..at + 1).unwrap(),
             logits: LogitRows::Last,
+            prompt: false,
         }];
         let out = model
             .forward_adapted(
@@ -255,6 +257,7 @@ fn a_mixed_batch_gives_every_row_its_logits_alone<B: Backend>(backend: Arc<B>) {
                 start_pos: at,
                 table: cache.prepare(backend, at..at + tokens.len()).unwrap(),
                 logits: rows,
+                prompt: step == 0,
             })
             .collect();
         let mut parts: Vec<ModelPart<'_, '_, B>> = chunks

@@ -98,7 +98,7 @@ fn greedy_tokens_equal_the_model_run_directly<B: Backend>(backend: Arc<B>) {
     for _ in 0..8 {
         let id = argmax(&logits);
         expected.push(id);
-        logits = session.feed(&[id], LogitRows::Last).unwrap();
+        logits = session.decode(&[id], LogitRows::Last).unwrap();
     }
     let eos = checkpoint.tokenizer.eos_ids().to_vec();
     let expected: Vec<u32> = expected

@@ -63,7 +63,7 @@ fn gemma3_local_layers_hold_a_ring_only_the_global_ones_grow<B: Backend>(backend
         session.feed(&ids(fed, prompt), LogitRows::None).unwrap();
         fed += prompt;
         for id in ids(fed, decode) {
-            session.feed(&[id], LogitRows::Last).unwrap();
+            session.decode(&[id], LogitRows::Last).unwrap();
         }
         fed += decode;
         let blocks = fed.div_ceil(KV_BLOCK);

@@ -70,7 +70,7 @@ fn reference<B: Backend>(registry: &Registry<B>, backend: &B, id: &CheckpointId)
             for _ in 0..TOKENS {
                 let id = argmax(&logits);
                 ids.push(id);
-                logits = session.feed(&[id], LogitRows::Last).unwrap();
+                logits = session.decode(&[id], LogitRows::Last).unwrap();
             }
             ids
         })

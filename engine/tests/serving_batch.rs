@@ -85,7 +85,7 @@ fn greedy_with_logprobs<B: Backend>(
         let log_norm = max + logits.iter().map(|l| (l - max).exp()).sum::<f32>().ln();
         ids.push(id);
         logprobs.push(logits[id as usize] - log_norm);
-        logits = session.feed(&[id], LogitRows::Last).unwrap();
+        logits = session.decode(&[id], LogitRows::Last).unwrap();
     }
     (ids, logprobs)
 }

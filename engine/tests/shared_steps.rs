@@ -98,6 +98,7 @@ fn alone<B: Backend>(
         start_pos: 0,
         table: cache.prepare(backend, 0..prompt.len()).unwrap(),
         logits: LogitRows::All,
+        prompt: true,
     }];
     let logits = model
         .forward(backend, &mut blocks.lock(), &mut chunks, &mut scratch)
@@ -111,6 +112,7 @@ fn alone<B: Backend>(
             start_pos: position,
             table: cache.prepare(backend, position..position + 1).unwrap(),
             logits: LogitRows::Last,
+            prompt: false,
         }];
         rows.push(
             model
@@ -195,6 +197,7 @@ fn a_shared_step_gives_each_row_its_own_checkpoints_logits<B: Backend>(backend: 
                 } else {
                     LogitRows::Last
                 },
+                prompt: step == 0,
             })
             .collect();
         let (first, rest) = chunks.split_at_mut(1);
@@ -267,12 +270,14 @@ fn a_step_refuses_checkpoints_of_different_shapes<B: Backend>(backend: Arc<B>) {
         start_pos: 0,
         table: ca.prepare(backend, 0..2).unwrap(),
         logits: LogitRows::Last,
+        prompt: true,
     }];
     let mut second = [SequenceChunk {
         tokens: &[3],
         start_pos: 0,
         table: cb.prepare(backend, 0..1).unwrap(),
         logits: LogitRows::Last,
+        prompt: true,
     }];
     let mut parts = [
         ModelPart {

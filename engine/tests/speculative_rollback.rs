@@ -50,12 +50,12 @@ fn rollback_leaves_plain_logits<B: Backend>(backend: &B, preset: Preset, dtype: 
     plain.feed(&tokens[..prompt], LogitRows::None).unwrap();
     drafted.feed(&tokens[..prompt], LogitRows::None).unwrap();
     for (step, &token) in tokens.iter().enumerate().skip(prompt) {
-        let want = plain.feed(&[token], LogitRows::Last).unwrap();
+        let want = plain.decode(&[token], LogitRows::Last).unwrap();
         // Junk drafts of 1 to MAX_DRAFT tokens, none of them kept.
         let length = 1 + (step * 13) % MAX_DRAFT;
         let junk = (0..length as u32).map(|j| 3 + (token + 101 * (j + 1)) % (vocab - 3));
         let rows: Vec<u32> = std::iter::once(token).chain(junk).collect();
-        let got = drafted.feed(&rows, LogitRows::All).unwrap();
+        let got = drafted.decode(&rows, LogitRows::All).unwrap();
         let first = &got[..want.len()];
         let worst = want
             .iter()

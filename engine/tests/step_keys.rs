@@ -262,6 +262,7 @@ fn run<B: Backend>(
             start_pos: start,
             table: cache.prepare(backend, start..start + tokens.len()).unwrap(),
             logits: LogitRows::Last,
+            prompt: start == 0,
         }];
         let logits = model
             .forward(backend, &mut blocks.lock(), &mut chunks, &mut scratch)

@@ -177,6 +177,11 @@ pub struct AttentionRows<'a> {
     pub table: &'a BlockTable,
     pub rows: Range<usize>,
     pub start_pos: usize,
+    /// Rows of a prompt (any chunk of it, however short), not of a decode
+    /// or speculative-verify step: under `AttentionPrecision::Bf16Prompt`
+    /// (and `Bf16`) the CPU gives exactly these rows BF16 products on AMX
+    /// tiles, so a prompt row's result does not depend on its chunk.
+    pub prompt: bool,
 }
 
 /// What makes a step's launches the same as another step's: the engine

@@ -119,6 +119,7 @@ fn attend<B: Backend>(
         table,
         rows,
         start_pos: pos,
+        prompt: true,
     }];
     for layer in 0..2 {
         backend
@@ -209,11 +210,13 @@ fn shared_and_copied_blocks_attend_as_the_table_that_wrote_them<B: Backend>(back
                 table: &first,
                 rows: 0..1,
                 start_pos: 3,
+                prompt: false,
             },
             AttentionRows {
                 table: &second,
                 rows: 1..2,
                 start_pos: prompt + 1,
+                prompt: false,
             },
         ];
         let mut out = backend.activations(2, qw);

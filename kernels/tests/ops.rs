@@ -370,6 +370,7 @@ fn attention_reports_a_full_cache_and_bad_shapes() {
         table: &fresh.table,
         rows: 0..1,
         start_pos: 2,
+        prompt: false,
     }];
     assert!(backend
         .attention(
@@ -532,6 +533,7 @@ fn attend_one(
         table: &cache.table,
         rows,
         start_pos,
+        prompt: true,
     }];
     backend.attention(layer, shape, q, k, v, &mut cache.store, &seqs, out)
 }

@@ -247,10 +247,10 @@ fn generate<B: Backend>(backend: &B, args: GenerateArgs) -> anyhow::Result<()> {
             )?;
         }
         rows = if draft.is_empty() {
-            session.feed(&[last], LogitRows::Last)?
+            session.decode(&[last], LogitRows::Last)?
         } else {
             let verify: Vec<u32> = std::iter::once(last).chain(draft.iter().copied()).collect();
-            session.feed(&verify, LogitRows::All)?
+            session.decode(&verify, LogitRows::All)?
         };
     }
     let tail = decoder.flush()?.unwrap_or_default();

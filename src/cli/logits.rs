@@ -104,7 +104,7 @@ fn logits<B: Backend>(backend: &B, args: LogitsArgs) -> anyhow::Result<()> {
         let next = switchyard_engine::sampling::argmax(&last);
         generated.push(next);
         if generated.len() < args.greedy {
-            last = session.feed(&[next], LogitRows::Last)?;
+            last = session.decode(&[next], LogitRows::Last)?;
         }
     }
     println!(

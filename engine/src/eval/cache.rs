@@ -65,6 +65,7 @@ pub(crate) fn prefill_step<'a, B: Backend>(
             } else {
                 LogitRows::None
             },
+            prompt: true,
         });
         if last {
             ending.push(i);

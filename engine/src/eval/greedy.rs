@@ -82,6 +82,7 @@ pub fn generate<B: Backend>(
                 start_pos,
                 table: cache.prepare(backend, start_pos..start_pos + 1)?,
                 logits: LogitRows::Last,
+                prompt: false,
             });
             owners.push(i);
         }

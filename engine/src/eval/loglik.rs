@@ -145,6 +145,7 @@ impl<'m, B: Backend> Scorer<'m, B> {
                     start_pos,
                     table: cache.prepare(self.backend, start_pos..start_pos + choice.len() - 1)?,
                     logits: LogitRows::All,
+                    prompt: true,
                 });
                 owners.push(i);
             }

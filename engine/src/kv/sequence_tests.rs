@@ -54,6 +54,7 @@ fn write<B: Backend>(backend: &B, kv: &mut SequenceKv<B>, from: usize, to: usize
             table,
             rows: 0..n,
             start_pos: from,
+            prompt: true,
         }];
         backend
             .attention(layer, shape(), &x, &x, &x, &mut store, &seqs, &mut out)
@@ -78,6 +79,7 @@ fn read<B: Backend>(backend: &B, kv: &mut SequenceKv<B>, pos: usize) -> Vec<f32>
         table,
         rows: 0..1,
         start_pos: pos,
+        prompt: false,
     }];
     backend
         .attention(1, shape(), &x, &x, &x, &mut store, &seqs, &mut out)

@@ -39,6 +39,9 @@ pub struct SequenceChunk<'a> {
     /// `SequenceKv::prepare`).
     pub table: &'a BlockTable,
     pub logits: LogitRows,
+    /// Tokens of a prompt (any chunk of it), not a decode or verify step's:
+    /// `AttentionRows::prompt`, which the BF16 attention precisions read.
+    pub prompt: bool,
 }
 
 /// A Llama-family model resident in a backend.

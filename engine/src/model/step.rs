@@ -527,6 +527,7 @@ impl<B: Backend> Step<'_, B> {
                     table: chunk.table,
                     rows,
                     start_pos: chunk.start_pos,
+                    prompt: chunk.prompt,
                 }
             })
             .collect();

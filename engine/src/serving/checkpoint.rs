@@ -395,6 +395,7 @@ fn smoke_forward<B: Backend>(
             .prepare(backend, 0..tokens.len())
             .map_err(|e| e.to_string())?,
         logits: LogitRows::All,
+        prompt: true,
     }];
     let logits = model
         .forward(backend, &mut blocks.lock(), &mut chunks, &mut scratch)

@@ -297,11 +297,14 @@ impl<B: Backend> Sequence<B> {
             };
             (tokens, rows)
         };
+        // Decode and verify steps come after the prompt.
+        let prompt = !self.is_decoding();
         Ok(SequenceChunk {
             tokens,
             start_pos: span.start,
             table: self.cache.prepare(backend, span)?,
             logits,
+            prompt,
         })
     }
 

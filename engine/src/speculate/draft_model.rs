@@ -152,23 +152,25 @@ impl<B: Backend> DraftRun<B> {
             .min(tokens.len() - 1);
         self.kv.truncate(common)?;
         self.fed.truncate(common);
-        let mut next = self.feed(backend, model, scratch, &tokens[common..])?;
+        let mut next = self.feed(backend, model, scratch, &tokens[common..], true)?;
         for i in 0..k {
             out.push(next);
             if i + 1 < k {
-                next = self.feed(backend, model, scratch, &[next])?;
+                next = self.feed(backend, model, scratch, &[next], false)?;
             }
         }
         Ok(())
     }
 
-    /// Runs `tokens` after those it holds; the argmax after the last.
+    /// Runs `tokens` after those it holds (catching up on the text, a
+    /// `prompt`, or one drafted token); the argmax after the last.
     fn feed(
         &mut self,
         backend: &B,
         model: &LlamaModel<B>,
         scratch: &mut Scratch<B>,
         tokens: &[u32],
+        prompt: bool,
     ) -> Result<u32, DraftError> {
         let mut next = 0;
         let count = tokens.len().div_ceil(PREFILL_CHUNK);
@@ -185,6 +187,7 @@ impl<B: Backend> DraftRun<B> {
                 } else {
                     LogitRows::None
                 },
+                prompt,
             }];
             let logits = model.forward(backend, &mut blocks.lock(), &mut chunk, scratch)?;
             self.fed.extend_from_slice(piece);

@@ -178,11 +178,13 @@ fn attention(
                 table: tg,
                 rows: 0..n,
                 start_pos: start,
+                prompt: n > 1,
             }];
             let sc = [AttentionRows {
                 table: tc,
                 rows: 0..n,
                 start_pos: start,
+                prompt: n > 1,
             }];
             gpu.attention(layer, shape(layer), &qg, &kg, &vg, gs, &sg, &mut og)?;
             cpu.attention(layer, shape(layer), &qc, &kc, &vc, cs, &sc, &mut oc)?;

@@ -32,6 +32,7 @@ pub fn sequence_rows<'a>(
             table,
             rows: i * per_seq..(i + 1) * per_seq,
             start_pos: positions[i * per_seq] as usize,
+            prompt: false,
         })
         .collect()
 }

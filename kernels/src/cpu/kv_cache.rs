@@ -129,11 +129,13 @@ impl CpuKvCache {
         grow(&mut self.store, &mut self.table, end)
     }
 
-    /// Rows `rows` at `start_pos`, its blocks allocated first.
+    /// Rows `rows` at `start_pos` (of a prompt where `prompt`, see
+    /// [`AttentionRows::prompt`]), its blocks allocated first.
     pub(crate) fn rows(
         &mut self,
         rows: std::ops::Range<usize>,
         start_pos: usize,
+        prompt: bool,
     ) -> Result<(&mut CpuKvStore, AttentionRows<'_>), KernelError> {
         self.grow(start_pos + rows.len())?;
         Ok((
@@ -142,6 +144,7 @@ impl CpuKvCache {
                 table: &self.table,
                 rows,
                 start_pos,
+                prompt,
             },
         ))
     }

@@ -25,6 +25,7 @@
 use super::bf16::{dot2, Bf16Isa, Products};
 #[cfg(target_arch = "x86_64")]
 use super::blocked_amx as amx;
+use super::blocked_span;
 use crate::cpu::isa::CheckedIsa;
 use crate::cpu::kv_layout::{KEY_BLOCK, KEY_TILE};
 #[cfg(target_arch = "x86_64")]
@@ -65,28 +66,30 @@ pub(super) fn fast(isa: CheckedIsa, bf16: Option<Bf16Isa>) -> bool {
     }
 }
 
-/// Rows a sequence needs in a call for AMX to take its BF16 products: a
-/// prompt chunk. AMX rounds the sums its own way (`blocked_amx`), so the
-/// rows of a speculative step (at most `MAX_DRAFT + 1` = 65, which the
-/// engine keeps below `RING_SLACK`) and of decode keep `vdpbf16ps`'s bits:
-/// greedy output with and without speculation stays the same.
-pub(super) const AMX_MIN_ROWS: usize = crate::kv::RING_SLACK;
-
-/// Query rows of a tile whose products AMX takes: every key block a tile
-/// reads (converted to BF16 pairs once per tile) then serves 32 rows'
-/// queries, four times the per-row kernels' eight. The blocks its rows see
-/// in part (the causal mask's last, a window's first) go through AMX too,
-/// the lanes a row does not see weighed 0 (`stream`), so a windowed layer
-/// takes the same tiles.
+/// Query rows of a prompt tile on AMX: every key block a tile reads
+/// (converted to BF16 pairs once per tile) then serves 32 rows' queries,
+/// four times the per-row kernels' eight.
 const AMX_TILE_ROWS: usize = 32;
 
-/// The products a sequence of `rows` rows in a call takes (AMX only for a
-/// prompt chunk of [`AMX_MIN_ROWS`]; f32 for the other rows where BF16 is
-/// for AMX's rows only), and its tile's rows where they are not the
-/// per-row kernels' (`None`).
-pub(super) fn for_rows(products: Products, rows: usize) -> (Products, Option<usize>) {
+/// The products a sequence's rows take in a call, and its tile's rows
+/// where they are not the per-row kernels' (`None`). A prompt's rows
+/// (`AttentionRows::prompt`, a chunk of any length) take BF16 on AMX
+/// tiles wherever AMX takes `head_dim` (`blocked_span::takes`), walked in
+/// spans at fixed positions (`stream::run_amx`), so a prompt row's result
+/// does not depend on its chunk. Decode and speculative-verify rows never
+/// take AMX, whose sums are not `vdpbf16ps`'s bits: f32 under
+/// `bf16-prompt`, `vdpbf16ps` under `bf16`, so greedy output with and
+/// without speculation stays the same. Where AMX does not take a prompt's
+/// rows, `bf16-prompt` is f32 for every row.
+pub(super) fn for_rows(
+    products: Products,
+    prompt: bool,
+    head_dim: usize,
+) -> (Products, Option<usize>) {
     match products {
-        Products::Bf16(b) if b.amx() && rows >= AMX_MIN_ROWS => (products, Some(amx_rows())),
+        Products::Bf16(b) if prompt && blocked_span::takes(b, head_dim) => {
+            (products, Some(amx_rows()))
+        }
         Products::Bf16(b) if b.prompt_only() => (Products::F32, None),
         Products::Bf16(b) => (Products::Bf16(b.without_amx()), None),
         Products::F32 => (products, None),

@@ -1,9 +1,8 @@
-//! A prompt tile's BF16 products on AMX over a span of whole key blocks
-//! (up to [`SPAN_BLOCKS`], 256 positions) at once, flash-attention style:
-//! the span's scores for a group of queries in AMX tiles summed over all
-//! of a query's dimensions, one online-softmax step per query and span,
-//! and the weighted sum with each output tile loaded and stored once per
-//! span.
+//! A prompt's BF16 products on AMX over a span of key blocks (up to
+//! [`SPAN_BLOCKS`], 256 positions) at once, flash-attention style: the
+//! span's scores for a group of queries in AMX tiles summed over all of a
+//! query's dimensions, one online-softmax step per query and span, and
+//! the weighted sum with each output tile loaded and stored once per span.
 //!
 //! Why: folding one key block of 32 positions at a time, a tile of 128
 //! queries of 256 dimensions reads and writes its whole 128 KB of outputs
@@ -15,8 +14,17 @@
 //! The results are not `blocked`'s chain sums, nor the per-block
 //! softmax's: a score is one AMX sum over all pairs (not two chains), and
 //! the maximum and the rescale are per span. Both are within the f32
-//! rounding of the same BF16 products, as AMX already was (`blocked_amx`);
-//! the span path runs only where AMX does (a prompt chunk's tiles).
+//! rounding of the same BF16 products, as AMX already was (`blocked_amx`).
+//!
+//! Every row of a prompt takes this path, in any chunk (`stream::run_amx`),
+//! and its result depends only on its query, its position and the cache:
+//! spans start at fixed multiples of positions ([`stop`]); a `tdpbf16ps`
+//! sum of one query and one key (or one output and one block) reads no
+//! other query's row; the positions a row does not see in a span weigh
+//! exactly 0 outside its softmax; and the blocks a chunk adds around them
+//! only add zero products to its outputs, which leave them as they were.
+
+use std::ops::Range;
 
 use super::bf16::{self, Bf16Isa};
 use crate::cpu::exp::{exp_one, exp_shifted, max_of};
@@ -32,25 +40,29 @@ pub(super) const SPAN_BLOCKS: usize = 8;
 /// Queries a span pass takes at once: two AMX tiles of sixteen rows.
 const GROUP: usize = 32;
 
-/// Whether a tile of `n` queries of `head_dim` takes its whole blocks in
-/// spans: AMX is available, the head size is whole tile columns of
-/// sixteen pairs (a multiple of 32) and the queries are whole tiles of
-/// sixteen rows.
-pub(super) fn takes(b: Bf16Isa, n: usize, head_dim: usize) -> bool {
-    b.amx() && n > 0 && n.is_multiple_of(16) && head_dim > 0 && head_dim.is_multiple_of(32)
+/// Rows of an AMX tile: a tile's queries are padded with zeros to a
+/// multiple of it (a chunk of one row takes one tile of sixteen).
+pub(super) const QUERY_ROWS: usize = 16;
+
+/// Whether a prompt's queries of `head_dim` take the span fold: AMX is
+/// available and the head size is whole tile columns of sixteen pairs (a
+/// multiple of 32).
+pub(super) fn takes(b: Bf16Isa, head_dim: usize) -> bool {
+    b.amx() && head_dim > 0 && head_dim.is_multiple_of(32)
 }
 
-/// Where a span from `block` (a block start) ends: at most
-/// [`SPAN_BLOCKS`] blocks, only blocks every row of a tile whose first row
-/// is at `first_pos` sees whole, not past `end` and not across a segment
-/// boundary (`segment`, where the walk closes its state). `block` itself
-/// when no whole block starts there.
-pub(super) fn stop(block: usize, first_pos: usize, end: usize, segment: usize) -> usize {
-    let whole = (first_pos + 1) / KEY_BLOCK * KEY_BLOCK;
-    let next_segment = (block / segment + 1) * segment;
-    let limit = end.min(whole).min(next_segment);
-    let blocks = (limit.saturating_sub(block) / KEY_BLOCK).min(span_blocks());
-    block + blocks * KEY_BLOCK
+/// Where the span from `at` (a block start) ends: at the next multiple
+/// of the span's length ([`SPAN_BLOCKS`] blocks) or of `segment` (where
+/// the walk closes its state), or the block that holds `end - 1`. The
+/// spans are cut at fixed positions, not at anything about the tile, so
+/// a row's softmax steps are the same in any chunk.
+pub(super) fn stop(at: usize, end: usize, segment: usize) -> usize {
+    let len = span_blocks() * KEY_BLOCK;
+    let next_span = (at / len + 1) * len;
+    let next_segment = (at / segment.max(1) + 1) * segment.max(1);
+    next_span
+        .min(next_segment)
+        .min(end.next_multiple_of(KEY_BLOCK))
 }
 
 /// [`SPAN_BLOCKS`]; `SWITCHYARD_AMX_SPAN` overrides it (1 to 32 blocks, to
@@ -142,47 +154,49 @@ impl Span {
         true
     }
 
-    /// Folds the span into the `n` queries `q` (pairs in order, as
-    /// `bf16::pack_in_order`, `head_dim / 2` each): per query the span's
-    /// scores times `scale`, one online-softmax step over them (`max`,
-    /// `sum`, and `acc` rescaled when the span raises the maximum), and
-    /// the probabilities' weighted sum of the values added to `acc`
-    /// (`head_dim` per query). Needs [`takes`] true for `n` and
-    /// `head_dim`.
-    #[allow(clippy::too_many_arguments)]
+    /// Folds the span into the queries `q.q` (pairs in order, as
+    /// `bf16::pack_in_order`, `head_dim / 2` each; `q.n` of them, then
+    /// zeros up to a multiple of [`QUERY_ROWS`]): per query the scores of
+    /// the span's positions it sees (`seen(qi)`, lanes of the span) times
+    /// `scale` (then capped), one online-softmax step over them (`max`,
+    /// `sum`, and `acc` rescaled when they raise the maximum), and the
+    /// probabilities' weighted sum of the values added to `acc`
+    /// (`head_dim` per query, the padded queries' too). A position a
+    /// query does not see weighs exactly 0 and is left out of its maximum
+    /// and sum; a query that sees none keeps its state, its outputs
+    /// gaining only zero products. Needs [`takes`] true for `head_dim`.
     pub(super) fn fold(
         &mut self,
         isa: CheckedIsa,
         b: Bf16Isa,
-        q: &[u32],
-        (n, head_dim): (usize, usize),
-        scale: f32,
-        max: &mut [f32],
-        sum: &mut [f32],
-        acc: &mut [f32],
+        q: &SpanQueries<'_>,
+        seen: impl Fn(usize) -> Range<usize>,
+        (max, sum, acc): (&mut [f32], &mut [f32], &mut [f32]),
     ) {
+        let (n, head_dim) = (q.n, q.head_dim);
         let pairs = head_dim / 2;
         let keys = self.blocks * KEY_BLOCK;
-        if keys == 0 || !takes(b, n, head_dim) {
+        let padded = n.next_multiple_of(QUERY_ROWS);
+        if keys == 0 || !takes(b, head_dim) {
             return;
         }
-        let (q, acc) = (&q[..n * pairs], &mut acc[..n * head_dim]);
+        let (qs, acc) = (&q.q[..padded * pairs], &mut acc[..padded * head_dim]);
         let (max, sum) = (&mut max[..n], &mut sum[..n]);
         let k = &self.keys[..self.blocks * 2 * pairs * KEY_TILE];
         let v = &self.values[..keys / 2 * head_dim];
         self.scores.resize(GROUP * keys, 0.0);
         self.p.resize(GROUP * keys / 2, 0);
-        for q0 in (0..n).step_by(GROUP) {
-            let m = (n - q0).min(GROUP);
-            let two = m > 16;
-            // SAFETY: `takes` (AMX granted, `pairs` and `n` whole tiles);
-            // `q` holds rows q0..q0 + m of `pairs` pairs, `k` the span's
-            // 2 · blocks key tiles, `scores` `GROUP` rows of `keys` (all
-            // cut or sized above).
+        for q0 in (0..padded).step_by(GROUP) {
+            let m = (padded - q0).min(GROUP);
+            let two = m > QUERY_ROWS;
+            // SAFETY: `takes` (AMX granted, `pairs` whole tiles); `qs`
+            // holds rows q0..q0 + m of `pairs` pairs (`padded` is whole
+            // tiles), `k` the span's 2 · blocks key tiles, `scores`
+            // `GROUP` rows of `keys` (all cut or sized above).
             #[cfg(target_arch = "x86_64")]
             unsafe {
                 super::blocked_amx::span_scores(
-                    (q[q0 * pairs..].as_ptr(), two),
+                    (qs[q0 * pairs..].as_ptr(), two),
                     pairs,
                     (k.as_ptr(), 2 * self.blocks),
                     self.scores.as_mut_ptr(),
@@ -190,20 +204,35 @@ impl Span {
             };
             for i in 0..m {
                 let qi = q0 + i;
-                let s = &mut self.scores[i * keys..(i + 1) * keys];
-                scale_in_place(isa, scale, s);
-                let span_max = max_of(isa, s);
-                if span_max > max[qi] {
-                    // The first span finds the sum zero: nothing to rescale.
-                    if sum[qi] != 0.0 {
-                        let c = exp_one(isa, max[qi] - span_max);
-                        sum[qi] *= c;
-                        scale_in_place(isa, c, &mut acc[qi * head_dim..(qi + 1) * head_dim]);
+                let row = &mut self.scores[i * keys..(i + 1) * keys];
+                let lanes = if qi < n { seen(qi) } else { 0..0 };
+                let lanes = lanes.start.min(keys)..lanes.end.min(keys);
+                if lanes.is_empty() {
+                    row.fill(0.0);
+                } else {
+                    let (before, rest) = row.split_at_mut(lanes.start);
+                    let (s, after) = rest.split_at_mut(lanes.len());
+                    before.fill(0.0);
+                    after.fill(0.0);
+                    scale_in_place(isa, q.scale, s);
+                    if let Some(cap) = q.softcap {
+                        for x in s.iter_mut() {
+                            *x = cap * (*x / cap).tanh();
+                        }
                     }
-                    max[qi] = span_max;
+                    let span_max = max_of(isa, s);
+                    if span_max > max[qi] {
+                        // The first step finds the sum zero: nothing to rescale.
+                        if sum[qi] != 0.0 {
+                            let c = exp_one(isa, max[qi] - span_max);
+                            sum[qi] *= c;
+                            scale_in_place(isa, c, &mut acc[qi * head_dim..(qi + 1) * head_dim]);
+                        }
+                        max[qi] = span_max;
+                    }
+                    sum[qi] += exp_shifted(isa, s, max[qi]);
                 }
-                sum[qi] += exp_shifted(isa, s, max[qi]);
-                bf16::pack_in_order(b, s, &mut self.p[i * keys / 2..(i + 1) * keys / 2]);
+                bf16::pack_in_order(b, row, &mut self.p[i * keys / 2..(i + 1) * keys / 2]);
             }
             // SAFETY: as above; `p` holds `m` rows of `keys / 2` pairs (a
             // multiple of sixteen), `v` that many pair rows of
@@ -222,6 +251,19 @@ impl Span {
             let _ = (k, v, two);
         }
     }
+}
+
+/// The queries of [`Span::fold`] and what their scores take.
+pub(super) struct SpanQueries<'a> {
+    /// BF16 pairs in order, `head_dim / 2` a query, padded with zero
+    /// queries to a multiple of [`QUERY_ROWS`].
+    pub(super) q: &'a [u32],
+    /// Queries before the padding.
+    pub(super) n: usize,
+    pub(super) head_dim: usize,
+    pub(super) scale: f32,
+    /// Scores become `cap · tanh(score / cap)` (Gemma 2).
+    pub(super) softcap: Option<f32>,
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -19,18 +19,19 @@ fn random(rng: &mut impl Rng, n: usize, spread: f32) -> Vec<f32> {
 }
 
 #[test]
-fn a_span_stops_at_its_length_the_whole_blocks_the_end_and_a_segment() {
+fn spans_stop_at_fixed_positions_the_end_and_a_segment() {
     let span = span_blocks() * KEY_BLOCK;
     // Deep in a segment: a whole span.
-    assert_eq!(stop(0, 5000, 5100, 1024), span);
-    // The first row at 100 sees blocks 0..96 whole (three blocks).
-    assert_eq!(stop(0, 100, 228, 1024), 96);
-    // At 95 the third block (64..96) is not whole for it.
-    assert_eq!(stop(0, 94, 228, 1024), 64);
-    // Never across a segment boundary.
-    assert_eq!(stop(1024 - 64, 5000, 5100, 1024), 1024);
-    // No whole block here: the span is empty.
-    assert_eq!(stop(96, 100, 228, 1024), 96);
+    assert_eq!(stop(0, 5000, 1024), span);
+    // A walk that starts inside a span stops where the span does, not a
+    // span's length later: the cuts do not depend on the tile.
+    assert_eq!(stop(KEY_BLOCK, 5000, 1024), span);
+    assert_eq!(stop(span + 3 * KEY_BLOCK, 5000, 1024), 2 * span);
+    // The last span ends with the block that holds the last row.
+    assert_eq!(stop(span, span + 44, 1024), span + 2 * KEY_BLOCK);
+    assert_eq!(stop(span, span + 64, 1024), span + 2 * KEY_BLOCK);
+    // Never across a segment boundary (a windowed layer's are shorter).
+    assert_eq!(stop(0, 5000, 4 * KEY_BLOCK), 4 * KEY_BLOCK.min(span));
 }
 
 #[test]
@@ -39,7 +40,7 @@ fn spans_fold_to_the_softmax_of_the_bf16_products() {
     let b = Bf16Isa::new(isa);
     if !b.amx() {
         println!("no AMX here: the span fold does not run (takes() is false)");
-        assert!(!takes(b, 128, 256));
+        assert!(!takes(b, 256));
         return;
     }
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(4141);
@@ -48,6 +49,8 @@ fn spans_fold_to_the_softmax_of_the_bf16_products() {
         (64usize, 16usize, [3usize, 1]),
         (256, 128, [8, 5]),
         (128, 48, [2, 8]),
+        // A short chunk's queries, padded to whole tiles.
+        (256, 20, [1, 2]),
     ] {
         let blocks: usize = spans.iter().sum();
         let positions = blocks * KEY_BLOCK;
@@ -61,13 +64,14 @@ fn spans_fold_to_the_softmax_of_the_bf16_products() {
             .map(|(i, x)| bf16_exact(x * (1.0 + (i / hd) as f32 / positions as f32)))
             .collect();
         let scale = 0.25;
-        let mut q_pairs = vec![0u32; n * hd / 2];
+        let padded = n.next_multiple_of(QUERY_ROWS);
+        let mut q_pairs = vec![0u32; padded * hd / 2];
         for qi in 0..n {
             let to = &mut q_pairs[qi * hd / 2..(qi + 1) * hd / 2];
             bf16::pack_in_order(b, &q[qi * hd..(qi + 1) * hd], to);
         }
         let (mut max, mut sum) = (vec![f32::NEG_INFINITY; n], vec![0.0f32; n]);
-        let mut acc = vec![0.0f32; n * hd];
+        let mut acc = vec![0.0f32; padded * hd];
         let mut span = Span::default();
         let mut first = 0;
         for len in spans {
@@ -86,16 +90,15 @@ fn spans_fold_to_the_softmax_of_the_bf16_products() {
                 let values = &v[w * KEY_BLOCK * hd..(w + 1) * KEY_BLOCK * hd];
                 span.push(b, hd, &keys, values);
             }
-            span.fold(
-                isa,
-                b,
-                &q_pairs,
-                (n, hd),
+            let queries = SpanQueries {
+                q: &q_pairs,
+                n,
+                head_dim: hd,
                 scale,
-                &mut max,
-                &mut sum,
-                &mut acc,
-            );
+                softcap: None,
+            };
+            let every = |_| 0..len * KEY_BLOCK;
+            span.fold(isa, b, &queries, every, (&mut max, &mut sum, &mut acc));
             first += len;
         }
         for qi in 0..n {

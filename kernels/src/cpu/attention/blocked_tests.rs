@@ -221,33 +221,31 @@ fn amx_products_are_the_chains_within_f32_rounding() {
     println!("AMX against the chains: worst error {worst:e} of the bound");
 }
 
-/// `--attention-precision bf16-prompt`: BF16 products (on AMX tiles) for
-/// a prompt chunk's rows where AMX takes them, f32 for a decode step, a
-/// speculative step and a short chunk, and for every row where AMX is
-/// missing; `bf16` keeps BF16 for every row.
+/// `--attention-precision bf16-prompt`: BF16 products on AMX tiles for
+/// a prompt's rows in a chunk of any length where AMX takes the head
+/// size, f32 for a decode or verify step's rows and for every row where
+/// AMX (or a head size it takes) is missing; `bf16` keeps BF16 for every
+/// row, off AMX outside prompts.
 #[test]
-fn bf16_for_prompts_only_is_f32_outside_amx_rows() {
+fn bf16_for_prompts_only_is_f32_outside_amx_prompt_rows() {
     for isa in Isa::supported() {
         let b = Bf16Isa::new(CheckedIsa::at_most(isa));
         let prompt_only = Products::Bf16(b.for_prompts_only());
-        for rows in [1, 65, AMX_MIN_ROWS - 1] {
-            assert_eq!(
-                for_rows(prompt_only, rows),
-                (Products::F32, None),
-                "{isa:?} {rows}"
-            );
-            let every = for_rows(Products::Bf16(b), rows);
-            assert_eq!(
-                every,
-                (Products::Bf16(b.without_amx()), None),
-                "{isa:?} {rows}"
-            );
+        for hd in [64, 256] {
+            let step = for_rows(prompt_only, false, hd);
+            assert_eq!(step, (Products::F32, None), "{isa:?} {hd}");
+            let every = for_rows(Products::Bf16(b), false, hd);
+            let off_amx = (Products::Bf16(b.without_amx()), None);
+            assert_eq!(every, off_amx, "{isa:?} {hd}");
+            let prompt = for_rows(prompt_only, true, hd);
+            if b.amx() {
+                assert_eq!(prompt, (prompt_only, Some(amx_rows())), "{isa:?} {hd}");
+            } else {
+                assert_eq!(prompt, (Products::F32, None), "{isa:?} {hd}");
+            }
         }
-        let (products, tile) = for_rows(prompt_only, AMX_MIN_ROWS);
-        if b.amx() {
-            assert_eq!((products, tile), (prompt_only, Some(amx_rows())), "{isa:?}");
-        } else {
-            assert_eq!((products, tile), (Products::F32, None), "{isa:?}");
-        }
+        // A head size that is not whole tile columns of sixteen pairs.
+        let odd = for_rows(prompt_only, true, 48);
+        assert_eq!(odd, (Products::F32, None), "{isa:?}");
     }
 }

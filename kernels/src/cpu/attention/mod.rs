@@ -19,6 +19,8 @@ mod blocked;
 #[cfg(target_arch = "x86_64")]
 mod blocked_amx;
 mod blocked_span;
+#[cfg(test)]
+mod chunk_tests;
 mod decode;
 #[cfg(test)]
 mod decode_tests;
@@ -207,6 +209,7 @@ fn attention_typed<E: Stored>(
                 table: seq.table,
                 rows: seq.rows.clone(),
                 start_pos: seq.start_pos,
+                prompt: seq.prompt,
             });
             continue;
         }
@@ -218,6 +221,7 @@ fn attention_typed<E: Stored>(
                 table: seq.table,
                 rows: first..end,
                 start_pos: seq.start_pos + (first - seq.rows.start),
+                prompt: seq.prompt,
             }];
             attention_job::<E>(pool, isa, call, store, &one, out)?;
             first = end;
@@ -264,8 +268,8 @@ fn attention_job<E: Stored>(
     let segment = segment_len(window);
     let mut units = Vec::new();
     for (s, seq) in seqs.iter().enumerate() {
-        // A long prompt chunk's tiles on AMX take more rows (`blocked::for_rows`).
-        let (_, tile) = blocked::for_rows(call.products, seq.rows.len());
+        // A prompt's tiles on AMX take more rows (`blocked::for_rows`).
+        let (_, tile) = blocked::for_rows(call.products, seq.prompt, head_dim);
         let tile = tile.unwrap_or(ROW_TILE);
         for first in seq.rows.clone().step_by(tile) {
             let rows = first..(first + tile).min(seq.rows.end);
@@ -374,7 +378,7 @@ fn attention_job<E: Stored>(
             .clone()
             .map(|b| unsafe { cache.key_block(unit.kv_head, b) })
             .collect();
-        let (products, _) = blocked::for_rows(call.products, seqs[unit.seq].rows.len());
+        let (products, _) = blocked::for_rows(call.products, seqs[unit.seq].prompt, head_dim);
         let tile = Tile {
             products,
             rows: unit.rows.len(),

@@ -79,7 +79,7 @@ fn a_q8_0_cache_attends_as_an_f32_cache_of_its_rounded_values() {
                         products: Products::F32,
                     };
                     let mut out = CpuActivations::zeros(n, q_cols);
-                    let (store, seq) = cache.rows(0..n, start).expect("the cache's blocks");
+                    let (store, seq) = cache.rows(0..n, start, true).expect("the cache's blocks");
                     attention(&pool, isa, call, store, &[seq], &mut out)
                         .expect("attention over an allocated cache");
                     outs.push(out.data);

@@ -88,7 +88,7 @@ fn run(
             v: &v,
             products: Products::F32,
         };
-        let (store, seq) = cache.rows(0..n, start).expect("the cache's blocks");
+        let (store, seq) = cache.rows(0..n, start, true).expect("the cache's blocks");
         attention(&pool, isa, call, store, &[seq], &mut out).expect("attention over the cache");
         all.extend_from_slice(&out.data);
         start += n;

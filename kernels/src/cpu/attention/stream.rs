@@ -19,10 +19,11 @@
 //! last one or two of a prompt's tile) is folded into all the tile's queries
 //! at once by the `blocked` kernels, which share each key and value load
 //! among many queries; their results are the per-row kernels' bits. A
-//! prompt chunk's tile on AMX (BF16 products) folds its whole blocks in
-//! spans (`blocked_span`) and the blocks its rows see in part through the
-//! same tiles, the positions a row does not see weighed 0: within the BF16
-//! tolerance of the per-row kernels, not their bits.
+//! prompt's tile on AMX (BF16 products, `blocked::for_rows`) takes its own
+//! walk ([`run_amx`]): every block it reads in spans at fixed positions
+//! (`blocked_span`), the positions a row does not see weighed 0 outside
+//! its softmax; within the BF16 tolerance of the per-row kernels, not
+//! their bits, and again the same in any tile or chunk.
 
 use std::cell::RefCell;
 
@@ -165,8 +166,11 @@ struct State {
     q_chain_pairs: Vec<u32>,
     all: Vec<f32>,
     part: Vec<f32>,
-    /// AMX only: whole blocks packed for a span (`blocked_span`).
+    /// AMX only: the blocks of a span, packed (`blocked_span`), and the
+    /// values of a block that ends past the tile's last row, with the
+    /// positions not written yet as 0.
     span: Span,
+    tail: Vec<f32>,
 }
 
 /// The values [`State::fold`] weighs: a block's f32 rows (from the first
@@ -242,8 +246,7 @@ impl State {
     /// its row sees, the products from `blocked`. The block's scores are
     /// computed for every lane; those a row does not see become weights
     /// of 0, and a row that sees none of the block keeps its state. Every
-    /// lane for a block the whole tile sees; a part of it only on AMX
-    /// (`amx_tile`), whose sums are not the per-row kernels' bits anyway.
+    /// lane for a block the whole tile sees (`lanes` names them all).
     fn fold_all<E>(
         &mut self,
         isa: CheckedIsa,
@@ -492,12 +495,23 @@ pub(super) fn attend_tile<'q, E: KvElem>(
     mut out: impl FnMut(Merged<'_>),
 ) {
     let general = tile.window.is_some() || tile.softcap.is_some();
-    STATE.with(|state| match state.try_borrow_mut() {
-        Ok(mut state) if general => run_general(isa, tile, &query, &mut out, &mut state),
-        Ok(mut state) => run(isa, tile, &query, &mut out, &mut state),
-        // Only a nested call on this thread gets here.
-        Err(_) if general => run_general(isa, tile, &query, &mut out, &mut State::default()),
-        Err(_) => run(isa, tile, &query, &mut out, &mut State::default()),
+    let amx = match tile.products {
+        Products::Bf16(b) if blocked_span::takes(b, tile.head_dim) => Some(b),
+        _ => None,
+    };
+    STATE.with(|state| {
+        let mut borrowed = state.try_borrow_mut();
+        // Only a nested call on this thread finds the state borrowed.
+        let mut fresh = State::default();
+        let state: &mut State = match &mut borrowed {
+            Ok(state) => state,
+            Err(_) => &mut fresh,
+        };
+        match amx {
+            Some(b) => run_amx(isa, tile, &query, &mut out, state, b),
+            None if general => run_general(isa, tile, &query, &mut out, state),
+            None => run(isa, tile, &query, &mut out, state),
+        }
     });
 }
 
@@ -526,7 +540,6 @@ fn run_general<'q, E: KvElem>(
         state.pack_chains(tile, query);
     }
     let direct = tile.direct(isa);
-    let (span, amx) = (span_tile(tile, blocked), amx_tile(tile, blocked));
     // Blocks from here on every row sees whole: after the first row's
     // position and inside the last row's window.
     let whole = |block: usize| {
@@ -558,19 +571,11 @@ fn run_general<'q, E: KvElem>(
                 continue;
             }
         }
-        if let Some(b) = span.filter(|_| whole(block)) {
-            let stop = blocked_span::stop(block, tile.first_pos, end, tile.segment);
-            if stop > block {
-                fold_span(isa, tile, state, b, block..stop, end, &mut scratch);
-                block = stop;
-                continue;
-            }
-        }
         let (keys, values) = tile.block(isa, block, &mut scratch);
         if let Products::Bf16(b) = tile.products {
             state.pack_block(b, hd, keys, values, (end - block).min(KEY_BLOCK));
         }
-        if (blocked && whole(block)) || amx {
+        if blocked && whole(block) {
             state.fold_all(isa, tile, (keys, values), |i| seen_by(block, i));
             block += KEY_BLOCK;
             continue;
@@ -633,7 +638,6 @@ fn run<'q, E: KvElem>(
         state.pack_chains(tile, query);
     }
     let direct = tile.direct(isa);
-    let (span, amx) = (span_tile(tile, blocked), amx_tile(tile, blocked));
     // The positions of the block at `block` that row `i` sees (causal mask).
     let seen_by =
         |block: usize, i: usize| 0..(tile.first_pos + i + 1).min(end).saturating_sub(block);
@@ -651,21 +655,12 @@ fn run<'q, E: KvElem>(
             block += KEY_BLOCK;
             continue;
         }
-        if let Some(b) = span {
-            let stop = blocked_span::stop(block, tile.first_pos, end, tile.segment);
-            if stop > block {
-                fold_span(isa, tile, state, b, block..stop, end, &mut scratch);
-                block = stop;
-                continue;
-            }
-        }
         let (keys, values) = tile.block(isa, block, &mut scratch);
         if let Products::Bf16(b) = tile.products {
             state.pack_block(b, hd, keys, values, (end - block).min(KEY_BLOCK));
         }
-        // Every row sees the whole block (past the first row's position),
-        // or the tile is on AMX, which takes the block's parts too.
-        if (blocked && block + KEY_BLOCK <= tile.first_pos + 1) || amx {
+        // Every row sees the whole block (past the first row's position).
+        if blocked && block + KEY_BLOCK <= tile.first_pos + 1 {
             state.fold_all(isa, tile, (keys, values), |i| seen_by(block, i));
             block += KEY_BLOCK;
             continue;
@@ -701,66 +696,101 @@ fn run<'q, E: KvElem>(
     state.finish(isa, tile, out);
 }
 
-/// A prompt tile on AMX folds its whole blocks in spans (`blocked_span`):
-/// the BF16 products' instruction set where it does.
-fn span_tile<E>(tile: &Tile<'_, E>, blocked: bool) -> Option<Bf16Isa> {
-    match tile.products {
-        Products::Bf16(b)
-            if blocked && blocked_span::takes(b, tile.rows * tile.group, tile.head_dim) =>
-        {
-            Some(b)
+/// A prompt's tile on AMX (`blocked::for_rows`), in a layer with or
+/// without a window: every block its rows read, seen whole or in part,
+/// folded into all its queries (padded to whole AMX tiles) in spans cut
+/// at fixed positions (`blocked_span::stop`), a row's lanes outside
+/// `first_seen(p)..=p` weighed 0 outside its softmax. So a row's
+/// arithmetic depends only on its query, position and the cache, as in
+/// [`run`]: a prompt gives the same bits fed whole, in chunks of any
+/// length, or as a cached prefix and its tail.
+fn run_amx<'q, E: KvElem>(
+    isa: CheckedIsa,
+    tile: &Tile<'_, E>,
+    query: &impl Fn(usize, usize) -> &'q [f32],
+    out: &mut impl FnMut(Merged<'_>),
+    state: &mut State,
+    b: Bf16Isa,
+) {
+    let hd = tile.head_dim;
+    let n = tile.rows * tile.group;
+    let padded = n.next_multiple_of(blocked_span::QUERY_ROWS);
+    state.reset(tile);
+    state.acc.resize(padded * hd, 0.0);
+    state.pack_queries(b, tile, query);
+    state.q_pairs.resize(padded * hd.div_ceil(2), 0);
+    let mut scratch = std::mem::take(&mut state.widened);
+    let first_seen = |p: usize| tile.window.map_or(0, |w| (p + 1).saturating_sub(w));
+    let (start, end) = tile.span(first_seen(tile.first_pos) / KEY_BLOCK * KEY_BLOCK);
+    let mut at = start;
+    while at < end {
+        if at > start && at.is_multiple_of(tile.segment) {
+            state.close_segment(isa, hd);
         }
-        _ => None,
+        let stop = blocked_span::stop(at, end, tile.segment);
+        state.span.clear();
+        for block in (at..stop).step_by(KEY_BLOCK) {
+            if block + KEY_BLOCK < end {
+                tile.prefetch(block + KEY_BLOCK);
+            }
+            pack_span_block(isa, tile, state, b, block, end, &mut scratch);
+        }
+        // The lanes of the span that query `qi`'s row sees.
+        let seen = |qi: usize| {
+            let p = tile.first_pos + qi / tile.group;
+            let (lo, hi) = (first_seen(p).max(at), (p + 1).min(stop));
+            if hi > lo {
+                lo - at..hi - at
+            } else {
+                0..0
+            }
+        };
+        let queries = blocked_span::SpanQueries {
+            q: &state.q_pairs,
+            n,
+            head_dim: hd,
+            scale: tile.scale,
+            softcap: tile.softcap,
+        };
+        let (max, sum, acc) = (&mut state.max, &mut state.sum, &mut state.acc);
+        state.span.fold(isa, b, &queries, seen, (max, sum, acc));
+        at = stop;
     }
+    state.widened = scratch;
+    state.finish(isa, tile, out);
 }
 
-/// Whether a prompt tile's blocks that its rows see in part (the causal
-/// mask's last blocks, a window's first) are folded into all its queries
-/// at once as well (`State::fold_all`): on AMX, whose sums are not the
-/// per-row kernels' bits, one `blocked` pass over the whole block with
-/// the unseen lanes weighed 0 costs less than the rows one by one on
-/// `vdpbf16ps`.
-fn amx_tile<E>(tile: &Tile<'_, E>, blocked: bool) -> bool {
-    blocked && matches!(tile.products, Products::Bf16(b) if b.amx())
-}
-
-/// Folds the whole blocks `blocks` (positions, from block starts) into
-/// every query of `tile` as one span on AMX (`blocked_span`), each block
-/// packed straight from an F16 cache where it can be.
-fn fold_span<E: KvElem>(
+/// Adds the key block at `block` to the span, straight from an F16
+/// cache's run where it can; a block that holds positions from `end` on
+/// (not written yet, or an older turn of a ring) gets those values as 0,
+/// so that their zero weights meet finite values.
+fn pack_span_block<E: KvElem>(
     isa: CheckedIsa,
     tile: &Tile<'_, E>,
     state: &mut State,
     b: Bf16Isa,
-    blocks: Range<usize>,
+    block: usize,
     end: usize,
     scratch: &mut Vec<f32>,
 ) {
     let hd = tile.head_dim;
-    state.span.clear();
-    for at in blocks.clone().step_by(KEY_BLOCK) {
-        if at > blocks.start && at + KEY_BLOCK < end {
-            tile.prefetch(at + KEY_BLOCK);
-        }
-        let f16 = match E::direct(tile.run(at)) {
-            Some(Direct::F16(run)) => state.span.push_f16(b, hd, run),
-            _ => false,
-        };
-        if !f16 {
-            let (keys, values) = tile.block(isa, at, scratch);
-            state.span.push(b, hd, keys, values);
+    let written = end - block;
+    if written >= KEY_BLOCK {
+        if let Some(Direct::F16(run)) = E::direct(tile.run(block)) {
+            if state.span.push_f16(b, hd, run) {
+                return;
+            }
         }
     }
-    let n = tile.rows * tile.group;
-    let State {
-        span,
-        q_pairs,
-        max,
-        sum,
-        acc,
-        ..
-    } = state;
-    span.fold(isa, b, q_pairs, (n, hd), tile.scale, max, sum, acc);
+    let (keys, values) = tile.block(isa, block, scratch);
+    if written >= KEY_BLOCK {
+        state.span.push(b, hd, keys, values);
+        return;
+    }
+    state.tail.clear();
+    state.tail.extend_from_slice(values);
+    state.tail[written * hd..].fill(0.0);
+    state.span.push(b, hd, keys, &state.tail);
 }
 
 /// Whether `tile` folds whole blocks into all its queries at once

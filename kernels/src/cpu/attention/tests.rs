@@ -119,6 +119,7 @@ fn check(
                 table: &cache,
                 rows: 0..before,
                 start_pos: 0,
+                prompt: true,
             }];
             attention(&pool, isa, call, &mut store, &seq, &mut out)
                 .expect("the rows fit the caches and the call\'s shape");
@@ -145,6 +146,7 @@ fn check(
                 table,
                 rows: rows.clone(),
                 start_pos: *before,
+                prompt: true,
             })
             .collect();
         let call = layer0(shape, &q, &k, &v, products);
@@ -297,7 +299,9 @@ fn bf16_products_match_the_reference_and_their_scalar_twins() {
                 let isa = CheckedIsa::at_most(isa);
                 let mut first: Option<Vec<f32>> = None;
                 for threads in [1, 3] {
-                    for products in [bf16::Bf16Isa::new(isa), bf16::Bf16Isa::scalar()] {
+                    // AMX's sums are its own: `bf16_prompt_chunks_on_amx_match_the_reference`.
+                    let simd = bf16::Bf16Isa::new(isa).without_amx();
+                    for products in [simd, bf16::Bf16Isa::scalar()] {
                         // The same inputs for every thread count and kernel.
                         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(77 + c as u64);
                         let out = check(isa, threads, dtype, Some(products), case, &mut rng);
@@ -339,11 +343,13 @@ fn overlapping_sequences_are_refused() {
             table: &a,
             rows: 0..2,
             start_pos: 0,
+            prompt: false,
         },
         SeqRows {
             table: &b,
             rows: 1..3,
             start_pos: 0,
+            prompt: false,
         },
     ];
     let call = layer0(shape, &x, &x, &x, Products::F32);
@@ -375,6 +381,7 @@ fn a_block_written_by_one_sequence_and_read_by_another_is_refused() {
         table,
         rows: row..row + 1,
         start_pos,
+        prompt: false,
     };
     let call = layer0(shape, &x, &x, &x, Products::F32);
     let isa = CheckedIsa::at_most(Isa::Scalar);
@@ -394,10 +401,10 @@ fn a_block_written_by_one_sequence_and_read_by_another_is_refused() {
     assert!(err.to_string().contains("no block"), "{err}");
 }
 
-/// A prompt chunk of 128 rows or more takes its BF16 products on AMX tiles
-/// where the host has them (`blocked_amx`: 32-row tiles, the sums rounded
-/// the instruction's way, whole blocks folded in spans of up to 256
-/// positions, `blocked_span`): within the BF16 tolerance of the
+/// A prompt's rows take their BF16 products on AMX tiles where the host
+/// has them (`blocked_amx`: 32-row tiles, the sums rounded the
+/// instruction's way, blocks folded in spans of up to 256 positions,
+/// `blocked_span`): within the BF16 tolerance of the
 /// reference, and within twice the probabilities' rounding (2 · 2⁻⁹) of
 /// the same call on `vdpbf16ps`, on outputs in ±1: a span rounds each
 /// probability relative to the span's running maximum, `vdpbf16ps`'s path
@@ -457,8 +464,8 @@ fn bf16_prompt_chunks_on_amx_match_the_reference() {
 /// blocked kernels (`blocked`), a decode step row by row through the
 /// per-row ones, and a decode step with f32 products through the `decode`
 /// kernel: each row's output is the same bits either way, with f32 and
-/// BF16 products, F16 and F32 caches, with and without a window and a
-/// softcap.
+/// BF16 products (`vdpbf16ps`, and AMX's tiles for prompt rows of one row
+/// each), F16 and F32 caches, with and without a window and a softcap.
 #[test]
 fn a_prompt_gives_each_row_the_bits_of_its_decode_step() {
     let isa = CheckedIsa::at_most(Isa::supported().into_iter().max().unwrap_or(Isa::Scalar));
@@ -475,7 +482,12 @@ fn a_prompt_gives_each_row_the_bits_of_its_decode_step() {
     let (before, rows) = (150usize, 37usize);
     let total = before + rows;
     for (c, &(n_heads, n_kv_heads, head_dim, window, softcap)) in cases.iter().enumerate() {
-        let kinds = [Products::F32, Products::Bf16(bf16::Bf16Isa::new(isa))];
+        let b = bf16::Bf16Isa::new(isa);
+        let kinds = [
+            Products::F32,
+            Products::Bf16(b),
+            Products::Bf16(b.without_amx()),
+        ];
         for (products, kv_type) in kinds
             .into_iter()
             .flat_map(|p| [(p, KvType::F16), (p, KvType::F32)])
@@ -521,7 +533,7 @@ fn a_prompt_gives_each_row_the_bits_of_its_decode_step() {
                         act(&v_all, kv_cols),
                     );
                     let mut out = CpuActivations::zeros(n, q_cols);
-                    let (store, seq) = cache.rows(0..n, start).expect("the cache's blocks");
+                    let (store, seq) = cache.rows(0..n, start, true).expect("the cache's blocks");
                     let call = layer0(shape, &q, &k, &v, products);
                     attention(&pool, isa, call, store, &[seq], &mut out)
                         .expect("attention over an allocated cache");

@@ -116,7 +116,7 @@ fn attend_chunk(
         products,
     };
     let mut out = CpuActivations::zeros(n, seq.q_cols);
-    let (store, rows) = cache.rows(0..n, start).expect("the cache's blocks");
+    let (store, rows) = cache.rows(0..n, start, true).expect("the cache's blocks");
     attention(pool, isa, call, store, &[rows], &mut out)
         .expect("attention over an allocated cache");
     out.data
@@ -244,15 +244,14 @@ fn a_ring_refuses_a_call_without_its_window() {
         v: &x,
         products: Products::F32,
     };
-    let (store, seq) = cache.rows(0..1, 0).expect("the ring's blocks");
+    let (store, seq) = cache.rows(0..1, 0, false).expect("the ring's blocks");
     let isa = CheckedIsa::at_most(Isa::Scalar);
     assert!(attention(&pool, isa, call, store, &[seq], &mut out).is_err());
 }
 
 /// A prompt chunk of a windowed layer on AMX (`blocked::for_rows`: tiles
-/// of 32 rows; whole blocks in spans, the window's first and the causal
-/// mask's last blocks through the same tiles with the lanes a row does
-/// not see weighed 0): within the BF16 tolerance of the f64 reference on
+/// of 32 rows; blocks in spans at fixed positions, the lanes a row does
+/// not see, before its window or past its position, weighed 0): within the BF16 tolerance of the f64 reference on
 /// the BF16 inputs, and within twice the probabilities' rounding
 /// (2 · 2⁻⁹, as `tests::bf16_prompt_chunks_on_amx_match_the_reference`)
 /// of the same calls on `vdpbf16ps`. Gemma 3's heads; windows that end
@@ -276,8 +275,8 @@ fn windowed_prompt_chunks_on_amx_match_the_reference() {
             window: Some(window),
             softcap: None,
         };
-        // Chunks of 128 or more rows take AMX; the third starts after the
-        // ring (the window and `RING_SLACK`) has turned.
+        // Every chunk's rows take AMX (the one of one row too); the third
+        // starts after the ring (the window and `RING_SLACK`) has turned.
         let chunks = [130usize, 200, 128, 1, 160];
         let total: usize = chunks.iter().sum();
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(700 + w as u64);

@@ -1,0 +1,212 @@
+//! A prompt row's attention does not depend on the chunk it came in: the
+//! same prompt fed whole, in chunks of 7, 128 and 300, and as a prefix
+//! already in the cache with a tail of 12 or 1 rows after it gives the
+//! same bits, under every precision (BF16 on AMX tiles included:
+//! `stream::run_amx`), in a layer with a window and one without, at one
+//! and three threads. And a decode step's row under `bf16-prompt` is the
+//! f32 walk's, bit for bit.
+
+use rand::{Rng, SeedableRng};
+
+use super::*;
+use crate::cpu::kv_cache::CpuKvCache;
+use crate::cpu::Isa;
+use crate::kv::KvFormat;
+
+/// Gemma 3 270M's heads: four query heads on one KV head of 256.
+const HEADS: (usize, usize, usize) = (4, 1, 256);
+
+/// Past a segment (1,024), several spans (256), and a ring that turns
+/// (a window of 512 with `RING_SLACK`).
+const PROMPT: usize = 1100;
+
+fn random(rng: &mut impl Rng, n: usize, range: f32) -> Vec<f32> {
+    (0..n).map(|_| rng.random_range(-range..range)).collect()
+}
+
+/// The prompt's queries, keys and values, rows of `n_heads · head_dim`
+/// and `n_kv_heads · head_dim`.
+struct Prompt {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+}
+
+/// Chunk lengths from `lens` in turn (the last one repeated) until the
+/// prompt is fed.
+fn chunks(lens: &[usize]) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut fed = 0;
+    while fed < PROMPT {
+        let n = lens[out.len().min(lens.len() - 1)].min(PROMPT - fed);
+        out.push(n);
+        fed += n;
+    }
+    out
+}
+
+/// Rows `start..start + n` of `prompt` through one attention call on a
+/// cache's layer 0 (`prompt_rows`: `AttentionRows::prompt`): the chunk's
+/// outputs.
+fn attend_chunk(
+    (pool, isa): (&ThreadPool, CheckedIsa),
+    cache: &mut CpuKvCache,
+    (shape, products): (AttentionShape, Products),
+    (prompt, prompt_rows): (&Prompt, bool),
+    (start, n): (usize, usize),
+) -> Vec<f32> {
+    let (q_cols, kv_cols) = (
+        shape.n_heads * shape.head_dim,
+        shape.n_kv_heads * shape.head_dim,
+    );
+    let act = |data: &[f32], cols: usize| CpuActivations {
+        rows: n,
+        cols,
+        data: data[start * cols..(start + n) * cols].to_vec(),
+    };
+    let (q, k, v) = (
+        act(&prompt.q, q_cols),
+        act(&prompt.k, kv_cols),
+        act(&prompt.v, kv_cols),
+    );
+    let call = AttentionCall {
+        layer: 0,
+        shape,
+        q: &q,
+        k: &k,
+        v: &v,
+        products,
+    };
+    let mut out = CpuActivations::zeros(n, q_cols);
+    let (store, rows) = cache
+        .rows(0..n, start, prompt_rows)
+        .expect("the cache's blocks");
+    attention(pool, isa, call, store, &[rows], &mut out).expect("attention over the cache");
+    out.data
+}
+
+/// A fresh cache for `shape`, the prompt and one more row.
+fn cache(shape: AttentionShape) -> CpuKvCache {
+    let kv = KvFormat::new(KvType::F16, 64);
+    let (_, n_kv_heads, head_dim) = HEADS;
+    CpuKvCache::windowed(&kv, 1, n_kv_heads, head_dim, PROMPT + 1, &[shape.window])
+        .expect("an unlimited pool holds the cache")
+}
+
+fn bits(x: &[f32]) -> Vec<u32> {
+    x.iter().map(|v| v.to_bits()).collect()
+}
+
+#[test]
+fn a_prompt_row_gives_the_same_bits_in_any_chunk() {
+    let isa = CheckedIsa::at_most(Isa::supported().into_iter().max().unwrap_or(Isa::Scalar));
+    let b = bf16::Bf16Isa::new(isa);
+    if !b.amx() {
+        println!("no AMX here: every precision runs off AMX (still checked)");
+    }
+    let (n_heads, n_kv_heads, head_dim) = HEADS;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(41);
+    // Scores up to a few units: later blocks raise the running maxima.
+    let prompt = Prompt {
+        q: random(&mut rng, (PROMPT + 1) * n_heads * head_dim, 3.0),
+        k: random(&mut rng, (PROMPT + 1) * n_kv_heads * head_dim, 3.0),
+        v: random(&mut rng, (PROMPT + 1) * n_kv_heads * head_dim, 1.0),
+    };
+    let feeds = [
+        chunks(&[PROMPT]),
+        chunks(&[7]),
+        chunks(&[128]),
+        chunks(&[300]),
+        // A cached prefix (fed cold in chunks of 512) and a warm tail.
+        chunks(&[512, 512, 64, 12]),
+        chunks(&[PROMPT - 1, 1]),
+    ];
+    let precisions = [
+        ("f32", Products::F32),
+        ("bf16-prompt", Products::Bf16(b.for_prompts_only())),
+        ("bf16", Products::Bf16(b)),
+        (
+            "bf16-prompt without AMX",
+            Products::Bf16(b.without_amx().for_prompts_only()),
+        ),
+        ("bf16 without AMX", Products::Bf16(b.without_amx())),
+    ];
+    for window in [None, Some(512)] {
+        let shape = AttentionShape {
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            window,
+            softcap: None,
+        };
+        for threads in [1, 3] {
+            let pool = ThreadPool::new(threads);
+            let mut whole_of = Vec::new();
+            for (name, products) in precisions {
+                let mut whole: Option<Vec<f32>> = None;
+                for lens in &feeds {
+                    let mut ring = cache(shape);
+                    let mut all = Vec::new();
+                    let mut start = 0;
+                    for &n in lens {
+                        let call = (shape, products);
+                        let rows = (&prompt, true);
+                        all.extend(attend_chunk(
+                            (&pool, isa),
+                            &mut ring,
+                            call,
+                            rows,
+                            (start, n),
+                        ));
+                        start += n;
+                    }
+                    let first = lens.first().copied().unwrap_or(0);
+                    match &whole {
+                        None => whole = Some(all),
+                        Some(want) => {
+                            let same = bits(&all) == bits(want);
+                            assert!(
+                                same,
+                                "{name} window {window:?} t{threads}: chunks from {first} \
+                                 (of {} chunks) differ from the whole prompt",
+                                lens.len()
+                            );
+                        }
+                    }
+                }
+                whole_of.push(whole.expect("the whole prompt was fed"));
+            }
+            if b.amx() {
+                // Else the test could pass with AMX never running.
+                assert!(
+                    bits(&whole_of[1]) != bits(&whole_of[0]),
+                    "bf16-prompt took AMX's products (window {window:?} t{threads})"
+                );
+            }
+            // A decode step's row after the prompt: under bf16-prompt the
+            // f32 walk's bits.
+            let step = [("f32", Products::F32), precisions[1]].map(|(_, products)| {
+                let mut ring = cache(shape);
+                attend_chunk(
+                    (&pool, isa),
+                    &mut ring,
+                    (shape, products),
+                    (&prompt, true),
+                    (0, PROMPT),
+                );
+                attend_chunk(
+                    (&pool, isa),
+                    &mut ring,
+                    (shape, products),
+                    (&prompt, false),
+                    (PROMPT, 1),
+                )
+            });
+            assert!(
+                bits(&step[0]) == bits(&step[1]),
+                "window {window:?} t{threads}: a decode row under bf16-prompt is not f32's"
+            );
+        }
+    }
+}
