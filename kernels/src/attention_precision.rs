@@ -14,11 +14,11 @@ pub enum AttentionPrecision {
     /// a scalar path elsewhere (slower than f32 there). The rounding is
     /// written out in `kernels/src/cpu/attention/bf16.rs`.
     Bf16,
-    /// [`AttentionPrecision::Bf16`] for the rows of a prompt chunk that
-    /// AMX tiles take (chunks of 128 rows or more, on CPUs with AMX-BF16),
-    /// f32 for every other row (decode and speculative steps, shorter
-    /// chunks) and on every other CPU: long prompts at AMX's speed,
-    /// decode at f32's.
+    /// [`AttentionPrecision::Bf16`] on AMX tiles for the rows of a prompt
+    /// (any chunk of it: `AttentionRows::prompt`) on CPUs with AMX-BF16,
+    /// f32 for decode and speculative-verify rows and for every row on
+    /// other CPUs: prompts at AMX's speed, decode at f32's, and a prompt
+    /// row's result independent of its chunk (a prompt-cache hit exact).
     Bf16Prompt,
 }
 

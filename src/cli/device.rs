@@ -67,14 +67,14 @@ pub struct DeviceArgs {
     pub kv_type: Option<KvType>,
     /// Attention's products (queries·keys, probabilities·values): f32;
     /// bf16 (inputs rounded to BF16, f32 accumulation; AVX-512 BF16's
-    /// `vdpbf16ps`, and AMX tiles for prompt chunks, where the CPU has
-    /// them); or bf16-prompt (BF16 on AMX tiles for the rows of prompt
-    /// chunks of 128 tokens or more, f32 for decode and every other row
-    /// and on CPUs without AMX) [default: f32: bf16 moves the logits and
-    /// can change greedy output; bf16-prompt keeps decode's f32 speed and
-    /// speeds prompts at 4k-32k tokens of context on an AMX host, but a
-    /// prompt's logits then depend on how it was chunked (a prompt-cache
-    /// hit differs from a miss); docs/ATTENTION_PRECISION.md].
+    /// `vdpbf16ps`, and AMX tiles for prompt rows, where the CPU has
+    /// them); or bf16-prompt (BF16 on AMX tiles for every prompt row, in
+    /// any chunk, f32 for decode and verify rows and on CPUs without AMX)
+    /// [default: f32: BF16 moves every prompt's logits (greedy output can
+    /// change at near-ties) and AMX hosts would answer otherwise than the
+    /// rest; bf16-prompt keeps decode's f32 speed and the prompt cache's
+    /// exactness and speeds prompts at 1k-32k tokens of context on an AMX
+    /// host; docs/ATTENTION_PRECISION.md].
     #[arg(long)]
     pub attention_precision: Option<AttentionPrecision>,
 }
