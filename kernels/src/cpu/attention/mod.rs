@@ -268,9 +268,14 @@ fn attention_job<E: Stored>(
     let segment = segment_len(window);
     let mut units = Vec::new();
     for (s, seq) in seqs.iter().enumerate() {
-        // A prompt's tiles on AMX take more rows (`blocked::for_rows`).
+        // A prompt's tiles on AMX take more rows (`blocked::for_rows`),
+        // but a short chunk's (a warm tail) keep `ROW_TILE` so that its few
+        // rows still spread over the threads: a row's bits do not depend
+        // on its tile.
         let (_, tile) = blocked::for_rows(call.products, seq.prompt, head_dim);
-        let tile = tile.unwrap_or(ROW_TILE);
+        let tile = tile
+            .filter(|&t| seq.rows.len() >= pool.threads() * t)
+            .unwrap_or(ROW_TILE);
         for first in seq.rows.clone().step_by(tile) {
             let rows = first..(first + tile).min(seq.rows.end);
             let first_pos = seq.start_pos + (first - seq.rows.start);
