@@ -8,6 +8,7 @@
 
 use rand::{Rng, SeedableRng};
 
+use super::window_tests::{attend_chunk, Sequence};
 use super::*;
 use crate::cpu::kv_cache::CpuKvCache;
 use crate::cpu::Isa;
@@ -24,14 +25,6 @@ fn random(rng: &mut impl Rng, n: usize, range: f32) -> Vec<f32> {
     (0..n).map(|_| rng.random_range(-range..range)).collect()
 }
 
-/// The prompt's queries, keys and values, rows of `n_heads · head_dim`
-/// and `n_kv_heads · head_dim`.
-struct Prompt {
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-}
-
 /// Chunk lengths from `lens` in turn (the last one repeated) until the
 /// prompt is fed.
 fn chunks(lens: &[usize]) -> Vec<usize> {
@@ -43,46 +36,6 @@ fn chunks(lens: &[usize]) -> Vec<usize> {
         fed += n;
     }
     out
-}
-
-/// Rows `start..start + n` of `prompt` through one attention call on a
-/// cache's layer 0 (`prompt_rows`: `AttentionRows::prompt`): the chunk's
-/// outputs.
-fn attend_chunk(
-    (pool, isa): (&ThreadPool, CheckedIsa),
-    cache: &mut CpuKvCache,
-    (shape, products): (AttentionShape, Products),
-    (prompt, prompt_rows): (&Prompt, bool),
-    (start, n): (usize, usize),
-) -> Vec<f32> {
-    let (q_cols, kv_cols) = (
-        shape.n_heads * shape.head_dim,
-        shape.n_kv_heads * shape.head_dim,
-    );
-    let act = |data: &[f32], cols: usize| CpuActivations {
-        rows: n,
-        cols,
-        data: data[start * cols..(start + n) * cols].to_vec(),
-    };
-    let (q, k, v) = (
-        act(&prompt.q, q_cols),
-        act(&prompt.k, kv_cols),
-        act(&prompt.v, kv_cols),
-    );
-    let call = AttentionCall {
-        layer: 0,
-        shape,
-        q: &q,
-        k: &k,
-        v: &v,
-        products,
-    };
-    let mut out = CpuActivations::zeros(n, q_cols);
-    let (store, rows) = cache
-        .rows(0..n, start, prompt_rows)
-        .expect("the cache's blocks");
-    attention(pool, isa, call, store, &[rows], &mut out).expect("attention over the cache");
-    out.data
 }
 
 /// A fresh cache for `shape`, the prompt and one more row.
@@ -107,10 +60,13 @@ fn a_prompt_row_gives_the_same_bits_in_any_chunk() {
     let (n_heads, n_kv_heads, head_dim) = HEADS;
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(41);
     // Scores up to a few units: later blocks raise the running maxima.
-    let prompt = Prompt {
-        q: random(&mut rng, (PROMPT + 1) * n_heads * head_dim, 3.0),
-        k: random(&mut rng, (PROMPT + 1) * n_kv_heads * head_dim, 3.0),
-        v: random(&mut rng, (PROMPT + 1) * n_kv_heads * head_dim, 1.0),
+    let (q_cols, kv_cols) = (n_heads * head_dim, n_kv_heads * head_dim);
+    let prompt = Sequence {
+        q: random(&mut rng, (PROMPT + 1) * q_cols, 3.0),
+        k: random(&mut rng, (PROMPT + 1) * kv_cols, 3.0),
+        v: random(&mut rng, (PROMPT + 1) * kv_cols, 1.0),
+        q_cols,
+        kv_cols,
     };
     let feeds = [
         chunks(&[PROMPT]),

@@ -80,21 +80,22 @@ fn attend(
 
 /// A whole sequence's queries, keys and values (rows of `q_cols` and
 /// `kv_cols`), from which a test feeds chunks.
-struct Sequence {
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    q_cols: usize,
-    kv_cols: usize,
+pub(super) struct Sequence {
+    pub(super) q: Vec<f32>,
+    pub(super) k: Vec<f32>,
+    pub(super) v: Vec<f32>,
+    pub(super) q_cols: usize,
+    pub(super) kv_cols: usize,
 }
 
 /// Rows `start..start + n` of `seq` through one attention call on layer 0
-/// of `cache`: the chunk's outputs.
-fn attend_chunk(
+/// of `cache` (a prompt's rows where `prompt`: `AttentionRows::prompt`):
+/// the chunk's outputs.
+pub(super) fn attend_chunk(
     (pool, isa): (&ThreadPool, CheckedIsa),
     cache: &mut CpuKvCache,
     (shape, products): (AttentionShape, Products),
-    seq: &Sequence,
+    (seq, prompt): (&Sequence, bool),
     (start, n): (usize, usize),
 ) -> Vec<f32> {
     let act = |data: &[f32], cols: usize| CpuActivations {
@@ -116,7 +117,7 @@ fn attend_chunk(
         products,
     };
     let mut out = CpuActivations::zeros(n, seq.q_cols);
-    let (store, rows) = cache.rows(0..n, start, true).expect("the cache's blocks");
+    let (store, rows) = cache.rows(0..n, start, prompt).expect("the cache's blocks");
     attention(pool, isa, call, store, &[rows], &mut out)
         .expect("attention over an allocated cache");
     out.data
@@ -182,7 +183,13 @@ fn a_ring_of_slots_attends_over_the_window_like_the_whole_cache() {
                 let outs: Vec<Vec<f32>> = [&mut ring, &mut whole]
                     .into_iter()
                     .map(|cache| {
-                        attend_chunk((&pool, isa), cache, (shape, products), &seq, (start, n))
+                        attend_chunk(
+                            (&pool, isa),
+                            cache,
+                            (shape, products),
+                            (&seq, true),
+                            (start, n),
+                        )
                     })
                     .collect();
                 assert_eq!(
@@ -305,7 +312,7 @@ fn windowed_prompt_chunks_on_amx_match_the_reference() {
                         (&pool, isa),
                         &mut ring,
                         shape,
-                        &seq,
+                        (&seq, true),
                         (start, n),
                     ));
                     start += n;
