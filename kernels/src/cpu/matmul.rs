@@ -368,10 +368,10 @@ fn run_group_block(
     }
 }
 
-/// On AMX, the whole tiles of [`AMX_ROWS`] activation rows against
-/// `groups`, a group at a time: each group is unpacked once and meets
-/// every tile (see `packed::amx`). Returns the rows done (the rest take
-/// the VNNI tiles: same results bit for bit).
+/// On AMX, from [`AMX_MIN_ROWS`] rows, the whole tiles of [`AMX_ROWS`]
+/// activation rows against `groups`, a group at a time: each group is
+/// unpacked once and meets every tile (see `packed::amx`). Returns the
+/// rows done (the rest take the VNNI tiles: same results bit for bit).
 #[cfg(target_arch = "x86_64")]
 fn run_amx(
     isa: CheckedIsa,
