@@ -2,7 +2,8 @@
 //! sequence at depth `DEPTH` runs its last token plus `k` drafted tokens
 //! as `k + 1` rows (every row's logits, as `speculate::verify` needs them)
 //! for k = 0 (a plain step: one row, the last row's logits), 1, 2, 3, 4, 6,
-//! 8, 12 and 16. Each round times every `k` back to back, in alternating order, so
+//! 8, 12, 16, 24, 32, 48 and 64 (the larger ones: where AMX starts to pay, see
+//! `matmul.rs`'s `AMX_MIN_ROWS`). Each round times every `k` back to back, in alternating order, so
 //! each ratio to k = 0 compares measurements seconds apart under the same
 //! load; the report gives per-round ratios' medians and ranges.
 //!
@@ -35,7 +36,7 @@ use switchyard_kernels::device::OnDevice;
 use switchyard_kernels::{Backend, KvPrefix, KvType};
 
 /// Drafted tokens per verify step measured (0: a plain decode step).
-const DRAFTS: [usize; 9] = [0, 1, 2, 3, 4, 6, 8, 12, 16];
+const DRAFTS: [usize; 13] = [0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64];
 /// Tokens in the cache before the timed steps: a retrieval prompt and
 /// part of its answer.
 const DEPTH: usize = 256;

@@ -1,7 +1,8 @@
 """Prompt matmuls on AMX-INT8 tiles give the VNNI kernels' bits.
 
-On a CPU with AMX-INT8 (Intel Sapphire Rapids and later), whole tiles of
-16 prompt rows take the quantized matrix products on AMX (`tdpbssd`,
+On a CPU with AMX-INT8 (Intel Sapphire Rapids and later), a prompt of 64
+rows or more takes the quantized matrix products in whole tiles of 16
+rows on AMX (`tdpbssd`,
 `kernels/src/cpu/packed/amx.rs`); `SWITCHYARD_AMX=0` keeps them on the
 AVX-512 VNNI kernels. The integer block sums are exact and the f32 steps
 the same, so the logits of every prompt row and the greedy continuation

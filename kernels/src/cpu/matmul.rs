@@ -239,6 +239,29 @@ struct Task {
     unit: Unit,
 }
 
+/// Activation rows from which a matrix's whole tiles of [`AMX_ROWS`] go
+/// through AMX. Each group is unpacked for AMX once per task and its tile
+/// products wait on `tileloadd` and `tdpbssd` latencies, a cost per group
+/// that only several tiles share: below this, the VNNI tiles are faster
+/// (SmolLM2's 17-, 25- and 33-row steps 24%, 18% and 12% faster without
+/// AMX, `cargo bench --bench verify_cost`, docs/bench/speculation.md), so
+/// a 16-sequence decode step and a long verify step stay on VNNI while
+/// prompt chunks take AMX. `SWITCHYARD_AMX_MIN_ROWS` overrides it (to
+/// measure).
+#[cfg(target_arch = "x86_64")]
+const AMX_MIN_ROWS: usize = 64;
+
+#[cfg(target_arch = "x86_64")]
+fn amx_min_rows() -> usize {
+    static ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *ROWS.get_or_init(|| {
+        std::env::var("SWITCHYARD_AMX_MIN_ROWS")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(AMX_MIN_ROWS)
+    })
+}
+
 /// Activation rows from which the group kernels take a repacked matrix: 1,
 /// i.e. always. Results must not depend on batch composition (the engine
 /// checks that a sequence decodes the same alone or batched, to 1e-3 in
@@ -345,10 +368,10 @@ fn run_group_block(
     }
 }
 
-/// On AMX, the whole tiles of [`AMX_ROWS`] activation rows against
-/// `groups`, a group at a time: each group is unpacked once and meets
-/// every tile (see `packed::amx`). Returns the rows done (the rest take
-/// the VNNI tiles: same results bit for bit).
+/// On AMX, from [`AMX_MIN_ROWS`] rows, the whole tiles of [`AMX_ROWS`]
+/// activation rows against `groups`, a group at a time: each group is
+/// unpacked once and meets every tile (see `packed::amx`). Returns the
+/// rows done (the rest take the VNNI tiles: same results bit for bit).
 #[cfg(target_arch = "x86_64")]
 fn run_amx(
     isa: CheckedIsa,
@@ -360,7 +383,7 @@ fn run_amx(
     groups: Range<usize>,
 ) -> usize {
     let rows = n / AMX_ROWS * AMX_ROWS;
-    if rows == 0 || !packed.takes_amx(isa) {
+    if rows == 0 || n < amx_min_rows() || !packed.takes_amx(isa) {
         return 0;
     }
     let q_tiles: Vec<[QRow<'_>; AMX_ROWS]> = (0..rows)

@@ -8,9 +8,9 @@
 //! blocks; float weights multiply f32 activations directly. On AVX-512
 //! VNNI, Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL/Q8_0 matrices are also repacked at load into 16-row
 //! groups (see `packed`) for prompt processing and batched decode; where
-//! the CPU has AMX-INT8, whole tiles of 16 prompt rows take those groups
-//! on AMX tiles (`packed::amx`, the same bits; `SWITCHYARD_AMX=0` turns it
-//! off).
+//! the CPU has AMX-INT8, a prompt chunk of 64 rows or more takes those
+//! groups in whole tiles of 16 rows on AMX tiles (`packed::amx`, the same
+//! bits; `SWITCHYARD_AMX=0` turns it off).
 //! `SWITCHYARD_ISA` also accepts `neon` on aarch64 (per-row Q8_0/Q4_0/Q4_1
 //! dot products).
 
