@@ -28,6 +28,8 @@ pub(crate) struct JobTrace {
     origin: Instant,
     /// When the current job became visible to the workers.
     dispatched: AtomicU64,
+    /// When the first worker joined the current job (0: none yet).
+    joined_at: AtomicU64,
     /// When the last worker that joined the current job ran out of tasks
     /// (0: none yet).
     worker_end: AtomicU64,
@@ -53,6 +55,7 @@ impl JobTrace {
         Some(JobTrace {
             origin: Instant::now(),
             dispatched: zero(),
+            joined_at: zero(),
             worker_end: zero(),
             last_end: zero(),
             jobs: zero(),
@@ -78,14 +81,14 @@ impl JobTrace {
         let now = self.now();
         self.setup_ns.fetch_add(now.saturating_sub(start), Relaxed);
         self.dispatched.store(now, Relaxed);
+        self.joined_at.store(0, Relaxed);
         self.worker_end.store(0, Relaxed);
     }
 
     /// A worker joined the current job.
     pub(crate) fn joined(&self) {
-        let late = self.now().saturating_sub(self.dispatched.load(Relaxed));
-        self.joins.fetch_add(1, Relaxed);
-        self.join_ns.fetch_add(late, Relaxed);
+        let now = self.now();
+        let _ = self.joined_at.compare_exchange(0, now, Relaxed, Relaxed);
     }
 
     /// A worker ran out of the current job's tasks.
@@ -112,6 +115,14 @@ impl JobTrace {
         self.job_ns.fetch_add(end.saturating_sub(start), Relaxed);
         self.caller_tail_ns
             .fetch_add(end.saturating_sub(caller_done), Relaxed);
+        let joined_at = self.joined_at.load(Relaxed);
+        if joined_at > 0 {
+            self.joins.fetch_add(1, Relaxed);
+            self.join_ns.fetch_add(
+                joined_at.saturating_sub(self.dispatched.load(Relaxed)),
+                Relaxed,
+            );
+        }
         let worker_end = self.worker_end.load(Relaxed);
         if worker_end > 0 {
             self.worker_tail_ns
@@ -131,8 +142,8 @@ impl JobTrace {
         };
         let jobs = self.jobs.load(Relaxed).max(1) as f64;
         format!(
-            "pool trace: {} jobs; per job, µs: job {:.2}, caller's setup {:.2}, worker joins after {:.2} \
-             ({} joins), second-phase tasks wait for the first phase {:.2} in all ({:.2} tasks of {:.3}), \
+            "pool trace: {} jobs; per job, µs: job {:.2}, caller's setup {:.2}, first worker joins after {:.2} \
+             ({} jobs joined), second-phase tasks wait for the first phase {:.2} in all ({:.2} tasks of {:.3}), \
              caller waits at the end {:.2}, worker idle at the end {:.2}, caller between jobs {:.2} ({} gaps)",
             self.jobs.load(Relaxed),
             mean(&self.job_ns, &self.jobs),
