@@ -51,8 +51,12 @@ impl JobTrace {
     /// A trace when [`POOL_TRACE_VAR`] is set.
     pub(crate) fn from_env() -> Option<JobTrace> {
         std::env::var_os(POOL_TRACE_VAR)?;
+        Some(JobTrace::new())
+    }
+
+    fn new() -> JobTrace {
         let zero = || AtomicU64::new(0);
-        Some(JobTrace {
+        JobTrace {
             origin: Instant::now(),
             dispatched: zero(),
             joined_at: zero(),
@@ -69,7 +73,7 @@ impl JobTrace {
             worker_tail_ns: zero(),
             gaps: zero(),
             gap_ns: zero(),
-        })
+        }
     }
 
     pub(crate) fn now(&self) -> u64 {
@@ -158,5 +162,44 @@ impl JobTrace {
             mean(&self.gap_ns, &self.gaps),
             self.gaps.load(Relaxed),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// A job's time runs from the caller's start to its end, its join and
+    /// its worker's end fall inside it, a job of a millisecond or more is
+    /// left out, and the gap before the next job counts.
+    #[test]
+    fn jobs_are_timed_and_long_ones_left_out() {
+        let t = JobTrace::new();
+        let job = |worker: bool, length: Duration| {
+            let start = t.now();
+            t.dispatched(start);
+            if worker {
+                t.joined();
+            }
+            std::thread::sleep(length);
+            if worker {
+                t.worker_done();
+            }
+            t.job_end(start, t.now());
+        };
+        job(true, Duration::from_micros(200));
+        job(false, Duration::from_micros(1_100));
+        job(false, Duration::from_micros(10));
+        assert_eq!(t.jobs.load(Relaxed), 2);
+        assert!(t.job_ns.load(Relaxed) >= 210_000);
+        assert_eq!(t.joins.load(Relaxed), 1);
+        assert!(t.join_ns.load(Relaxed) < 200_000);
+        assert!(t.worker_tail_ns.load(Relaxed) < 200_000);
+        // The first job had none before it; the third's follows the
+        // long one's end.
+        assert_eq!(t.gaps.load(Relaxed), 1);
+        assert!(t.gap_ns.load(Relaxed) < 1_000_000);
+        assert!(t.summary().starts_with("pool trace: 2 jobs;"));
     }
 }
