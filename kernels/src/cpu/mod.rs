@@ -51,6 +51,7 @@ mod rope;
 mod row_copy;
 mod tensors;
 pub mod threads;
+mod threads_trace;
 mod vecmath;
 mod weight_arena;
 

@@ -21,6 +21,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::threads_trace::JobTrace;
+
 /// How long an idle worker spins before it sleeps. Kernels of one forward
 /// pass follow each other within a few microseconds, so a short spin
 /// catches the next one; longer gaps (sampling, scheduling) end in sleep.
@@ -58,6 +60,8 @@ struct Shared {
     wake: Condvar,
     shutdown: AtomicBool,
     panicked: AtomicBool,
+    /// Per-job timings, when measuring (see `threads_trace`).
+    trace: Option<JobTrace>,
 }
 
 // SAFETY: every field but `job` is a sync primitive. `job` is written only
@@ -106,6 +110,7 @@ impl ThreadPool {
             wake: Condvar::new(),
             shutdown: AtomicBool::new(false),
             panicked: AtomicBool::new(false),
+            trace: JobTrace::from_env(),
         });
         let mut workers = Vec::with_capacity(threads - 1);
         for index in 1..threads {
@@ -146,6 +151,8 @@ impl ThreadPool {
             (0..tasks).for_each(job);
             return;
         }
+        let trace = self.shared.trace.as_ref();
+        let start = trace.map_or(0, JobTrace::now);
         let _dispatch = match self.dispatch.try_lock() {
             Ok(guard) => guard,
             Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
@@ -173,13 +180,20 @@ impl ThreadPool {
             .gate
             .store(job_id(generation) << GATE_COUNT_BITS, Ordering::Release);
         shared.generation.store(generation, Ordering::SeqCst);
+        if let Some(trace) = trace {
+            trace.dispatched(start);
+        }
         if shared.sleeping.load(Ordering::SeqCst) > 0 {
             let _lock = lock(&shared.sleep_lock);
             shared.wake.notify_all();
         }
         let close = CloseAndWait(shared);
         run_tasks(shared, job);
+        let caller_done = trace.map_or(0, JobTrace::now);
         drop(close);
+        if let Some(trace) = trace {
+            trace.job_end(start, caller_done);
+        }
         if shared.panicked.swap(false, Ordering::Relaxed) {
             panic!("a CPU kernel task panicked on a worker thread (see the message above)");
         }
@@ -207,12 +221,17 @@ impl ThreadPool {
         second: &(dyn Fn(usize) + Sync),
     ) {
         let finished = AtomicUsize::new(0);
+        let trace = self.shared.trace.as_ref();
         self.run(first_tasks + second_tasks, &|i| {
             if i < first_tasks {
                 let _count = CountOnDrop(&finished);
                 first(i);
             } else {
+                let since = trace.map_or(0, JobTrace::now);
                 wait_for(&finished, first_tasks);
+                if let Some(trace) = trace {
+                    trace.waited_for_first_phase(since);
+                }
                 second(i - first_tasks);
             }
         });
@@ -292,6 +311,11 @@ impl Iterator for GuidedRanges {
 
 impl Drop for ThreadPool {
     fn drop(&mut self) {
+        if let Some(trace) = &self.shared.trace {
+            // A measurement's output, asked for by the variable (a bench
+            // has no log subscriber).
+            eprintln!("{}", trace.summary());
+        }
         self.shared.shutdown.store(true, Ordering::SeqCst);
         self.shared.generation.fetch_add(1, Ordering::SeqCst);
         {
@@ -393,12 +417,18 @@ fn worker_loop(shared: &Shared) {
             // The caller already finished that job without us.
             continue;
         }
+        if let Some(trace) = &shared.trace {
+            trace.joined();
+        }
         // SAFETY: we joined an open gate (Acquire), which the dispatcher
         // opened (Release) after writing `job`; it will not write `job`
         // again before `done` counts us.
         let job = unsafe { *shared.job.get() };
         if let Some(job) = job {
             run_tasks(shared, job);
+        }
+        if let Some(trace) = &shared.trace {
+            trace.worker_done();
         }
         shared.done.fetch_add(1, Ordering::Release);
     }
