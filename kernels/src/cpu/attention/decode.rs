@@ -18,14 +18,6 @@
 //! down the head's stream (`x86::AHEAD_BLOCKS`): at depth the fold had
 //! been waiting on its loads, not computing. A prefetch changes no result.
 //!
-//! A call takes a few consecutive key blocks of one segment
-//! ([`BATCH_MAX`] at most) and computes the next block's scores before the
-//! current block's weighted sum: the softmax step of a block is a chain of
-//! dependent operations (the block's largest score, `exp`, the sum) that
-//! the weighted sum waits on, and with the next block's score products
-//! between them the core has independent work while the chain completes.
-//! Each state still sees the same operations in the same order.
-//!
 //! AVX-512 only, for heads of a multiple of sixteen dimensions (every
 //! model here); anything else takes the per-row path.
 
@@ -60,15 +52,11 @@ pub(super) struct RowState<'a> {
     pub(super) acc: &'a mut [f32],
 }
 
-/// Key blocks one [`fold_rows`] call takes at most.
-pub(super) const BATCH_MAX: usize = 8;
-
 /// Folds positions `lanes` of the key block `run` (keys and values of one
 /// KV head, the layout of `kv_layout`) into the states of the heads
 /// `qs` (each `head_dim` long; any number, [`GROUP_MAX`] at a time).
 /// `false`, with nothing changed, where [`fast`] does not hold or the
 /// lengths do not fit; the caller then takes the per-row path.
-#[cfg(test)]
 pub(super) fn fold_row(
     isa: CheckedIsa,
     run: Direct<'_>,
@@ -77,44 +65,17 @@ pub(super) fn fold_row(
     lanes: Range<usize>,
     state: RowState<'_>,
 ) -> bool {
-    fold_rows(isa, &[run], qs, scale, lanes, state)
-}
-
-/// [`fold_row`] for consecutive key blocks `runs` (one to [`BATCH_MAX`],
-/// of one type) in order: `lanes.start..` of the first, every lane of
-/// those between, `..lanes.end` of the last (with one block, `lanes` of
-/// it). The states come out bit for bit as from one [`fold_row`] call per
-/// block.
-pub(super) fn fold_rows(
-    isa: CheckedIsa,
-    runs: &[Direct<'_>],
-    qs: &[&[f32]],
-    scale: f32,
-    lanes: Range<usize>,
-    state: RowState<'_>,
-) -> bool {
     let hd = qs.first().map_or(0, |q| q.len());
     let g = qs.len();
-    let f16 = matches!(runs.first(), Some(Direct::F16(_)));
-    let run_fits = |run: &Direct<'_>| {
-        let len = match run {
-            Direct::F32(r) if !f16 => r.len(),
-            Direct::F16(r) if f16 => r.len(),
-            _ => 0,
-        };
-        len >= 2 * KEY_BLOCK * hd
-    };
-    let lanes_fit = if runs.len() == 1 {
-        lanes.start < lanes.end && lanes.end <= KEY_BLOCK
-    } else {
-        lanes.start < KEY_BLOCK && lanes.end > 0 && lanes.end <= KEY_BLOCK
+    let run_len = match run {
+        Direct::F32(r) => r.len(),
+        Direct::F16(r) => r.len(),
     };
     let fits = fast(isa, hd)
-        && !runs.is_empty()
-        && runs.len() <= BATCH_MAX
-        && runs.iter().all(run_fits)
         && qs.iter().all(|q| q.len() == hd)
-        && lanes_fit
+        && run_len >= 2 * KEY_BLOCK * hd
+        && lanes.start < lanes.end
+        && lanes.end <= KEY_BLOCK
         && state.max.len() >= g
         && state.sum.len() >= g
         && state.acc.len() >= g * hd;
@@ -122,40 +83,30 @@ pub(super) fn fold_rows(
         return false;
     }
     #[cfg(target_arch = "x86_64")]
-    {
-        let mut at = [std::ptr::null::<u8>(); BATCH_MAX];
-        for (to, run) in at.iter_mut().zip(runs) {
-            *to = match run {
-                Direct::F32(r) => r.as_ptr().cast(),
-                Direct::F16(r) => r.as_ptr().cast(),
-            };
-        }
-        let at = &at[..runs.len()];
-        for h0 in (0..g).step_by(GROUP_MAX) {
-            let n = (g - h0).min(GROUP_MAX);
-            let heads = h0..h0 + n;
-            let group = x86::Group {
-                qs: &qs[heads.clone()],
-                scale,
-                lanes: (lanes.start, lanes.end),
-                max: &mut state.max[heads.clone()],
-                sum: &mut state.sum[heads.clone()],
-                acc: &mut state.acc[h0 * hd..(h0 + n) * hd],
-            };
-            // SAFETY: `fast` checked AVX-512 F and `hd % 16 == 0`; `fits`
-            // checked the runs' (all of one type), the queries' and the
-            // states' lengths and `lanes` inside one key block.
-            unsafe {
-                match (f16, n) {
-                    (true, 1) => x86::fold::<1, true>(isa, at, group),
-                    (true, 2) => x86::fold::<2, true>(isa, at, group),
-                    (true, 3) => x86::fold::<3, true>(isa, at, group),
-                    (true, _) => x86::fold::<4, true>(isa, at, group),
-                    (false, 1) => x86::fold::<1, false>(isa, at, group),
-                    (false, 2) => x86::fold::<2, false>(isa, at, group),
-                    (false, 3) => x86::fold::<3, false>(isa, at, group),
-                    (false, _) => x86::fold::<4, false>(isa, at, group),
-                }
+    for h0 in (0..g).step_by(GROUP_MAX) {
+        let n = (g - h0).min(GROUP_MAX);
+        let heads = h0..h0 + n;
+        let group = x86::Group {
+            qs: &qs[heads.clone()],
+            scale,
+            lanes: (lanes.start, lanes.end),
+            max: &mut state.max[heads.clone()],
+            sum: &mut state.sum[heads.clone()],
+            acc: &mut state.acc[h0 * hd..(h0 + n) * hd],
+        };
+        // SAFETY: `fast` checked AVX-512 F and `hd % 16 == 0`; `fits`
+        // checked the run's, the queries' and the states' lengths and
+        // `lanes` inside one key block.
+        unsafe {
+            match (run, n) {
+                (Direct::F16(r), 1) => x86::fold::<1, true>(isa, r.as_ptr().cast(), group),
+                (Direct::F16(r), 2) => x86::fold::<2, true>(isa, r.as_ptr().cast(), group),
+                (Direct::F16(r), 3) => x86::fold::<3, true>(isa, r.as_ptr().cast(), group),
+                (Direct::F16(r), _) => x86::fold::<4, true>(isa, r.as_ptr().cast(), group),
+                (Direct::F32(r), 1) => x86::fold::<1, false>(isa, r.as_ptr().cast(), group),
+                (Direct::F32(r), 2) => x86::fold::<2, false>(isa, r.as_ptr().cast(), group),
+                (Direct::F32(r), 3) => x86::fold::<3, false>(isa, r.as_ptr().cast(), group),
+                (Direct::F32(r), _) => x86::fold::<4, false>(isa, r.as_ptr().cast(), group),
             }
         }
     }
@@ -223,105 +174,36 @@ mod x86 {
         unsafe { _mm_prefetch::<_MM_HINT_T0>(line) }
     }
 
-    /// `super::fold_rows` for `G` heads of runs of f16 (`F16`) or f32:
-    /// block `k`'s scores, then block `k + 1`'s scores, block `k`'s
-    /// weighted sum and block `k + 1`'s softmax step.
+    /// `super::fold_row` for `G` heads of a run of f16 (`F16`) or f32.
     ///
     /// # Safety
-    /// AVX-512 F; the lengths `super::fold_rows` checks, `G == qs.len()`,
-    /// `runs` not empty.
+    /// AVX-512 F; the lengths `super::fold_row` checks, `G == qs.len()`.
+    // Index loops over constant bounds: fully unrolled, every chain a
+    // register (as in `scores` and `vecmath`).
+    #[allow(clippy::needless_range_loop)]
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn fold<const G: usize, const F16: bool>(
         isa: CheckedIsa,
-        runs: &[*const u8],
+        run: *const u8,
         group: Group<'_, '_>,
     ) {
         let Group {
             qs,
             scale,
-            lanes: (lo, end),
+            lanes: (lo, n),
             max,
             sum,
             acc,
         } = group;
         let hd = qs[0].len();
-        let last = runs.len() - 1;
-        // Block k's lanes: from `lo` in the first, to `end` in the last.
-        let lanes = |k: usize| {
-            (
-                if k == 0 { lo } else { 0 },
-                if k == last { end } else { KEY_BLOCK },
-            )
-        };
         // Bytes from a line of this run to the same line of the run
         // `AHEAD_BLOCKS` key blocks on (see `ahead`).
         let next = AHEAD_BLOCKS * 2 * KEY_BLOCK * hd * if F16 { 2 } else { 4 };
         let q: [*const f32; G] = std::array::from_fn(|g| qs[g].as_ptr());
-        let mut p = [[[0.0f32; KEY_BLOCK]; G]; 2];
-        let (lo0, n0) = lanes(0);
-        // SAFETY: the caller's, for each run.
-        unsafe { scores::<G, F16>(runs[0], q, (hd, next), scale, n0, &mut p[0]) };
-        // SAFETY: AVX-512 F, as the caller's.
-        unsafe { softmax::<G>(isa, &mut p[0], (lo0, n0), (&mut *max, &mut *sum, &mut *acc)) };
-        for (k, &run) in runs.iter().enumerate() {
-            let (here, there) = p.split_at_mut(1);
-            let (cur, nxt) = if k % 2 == 0 {
-                (&mut here[0], &mut there[0])
-            } else {
-                (&mut there[0], &mut here[0])
-            };
-            if k < last {
-                // SAFETY: as above.
-                unsafe { scores::<G, F16>(runs[k + 1], q, (hd, next), scale, lanes(k + 1).1, nxt) };
-            }
-            let (lo, n) = lanes(k);
-            // The weighted sum: 64 output elements of every head at a
-            // time, each a chain over the positions in order
-            // (`weighted_sum_group`).
-            let values = KEY_BLOCK * hd;
-            let a = acc.as_mut_ptr();
-            let mut c = 0;
-            while c < hd {
-                // SAFETY: columns c.. of every head's output and of the
-                // value rows lo..n, inside `acc` and the run.
-                unsafe {
-                    match (hd - c) / 16 {
-                        1 => chunk::<G, F16, 1>(run, a, cur, (hd, c), (values, next), (lo, n)),
-                        2 => chunk::<G, F16, 2>(run, a, cur, (hd, c), (values, next), (lo, n)),
-                        3 => chunk::<G, F16, 3>(run, a, cur, (hd, c), (values, next), (lo, n)),
-                        _ => chunk::<G, F16, 4>(run, a, cur, (hd, c), (values, next), (lo, n)),
-                    }
-                }
-                c += 64;
-            }
-            if k < last {
-                // SAFETY: as above.
-                unsafe { softmax::<G>(isa, nxt, lanes(k + 1), (&mut *max, &mut *sum, &mut *acc)) };
-            }
-        }
-    }
-
-    /// A block's scaled scores per head into `p`: `scores16`'s four
-    /// chains over the dimensions `d ≡ 0..3 (mod 4)`,
-    /// `(p0 + p1) + (p2 + p3)`, times the scale; the tiles past lane `n`
-    /// skipped.
-    ///
-    /// # Safety
-    /// AVX-512 F; the run holds the block, each query `hd` (a multiple of
-    /// 16) elements.
-    // Index loops over constant bounds: fully unrolled, every chain a
-    // register (as in `scores` and `vecmath`).
-    #[allow(clippy::needless_range_loop)]
-    #[target_feature(enable = "avx512f")]
-    #[inline]
-    unsafe fn scores<const G: usize, const F16: bool>(
-        run: *const u8,
-        q: [*const f32; G],
-        (hd, next): (usize, usize),
-        scale: f32,
-        n: usize,
-        p: &mut [[f32; KEY_BLOCK]; G],
-    ) {
+        // Scores, then probabilities, per head: `scores16`'s four chains
+        // over the dimensions `d ≡ 0..3 (mod 4)`, `(p0 + p1) + (p2 + p3)`,
+        // times the scale; the tiles past the block's last lane skipped.
+        let mut p = [[0.0f32; KEY_BLOCK]; G];
         let s = _mm512_set1_ps(scale);
         for t in 0..n.div_ceil(KEY_TILE) {
             let tile = t * KEY_TILE * hd;
@@ -351,26 +233,29 @@ mod x86 {
                 };
             }
         }
-    }
-
-    /// The softmax step per head over lanes `lo..n` of its scores, and the
-    /// rescale of its output so far.
-    ///
-    /// # Safety
-    /// AVX-512 F.
-    #[target_feature(enable = "avx512f")]
-    #[inline]
-    unsafe fn softmax<const G: usize>(
-        isa: CheckedIsa,
-        p: &mut [[f32; KEY_BLOCK]; G],
-        (lo, n): (usize, usize),
-        (max, sum, acc): (&mut [f32], &mut [f32], &mut [f32]),
-    ) {
-        let hd = acc.len() / G;
+        // The softmax step per head, and the rescale of its output so far.
         for g in 0..G {
             if let Some(c) = online_step(isa, &mut p[g][lo..n], &mut max[g], &mut sum[g]) {
                 scale_in_place(isa, c, &mut acc[g * hd..(g + 1) * hd]);
             }
+        }
+        // The weighted sum: 64 output elements of every head at a time,
+        // each a chain over the positions in order (`weighted_sum_group`).
+        let values = KEY_BLOCK * hd;
+        let a = acc.as_mut_ptr();
+        let mut c = 0;
+        while c < hd {
+            // SAFETY: columns c.. of every head's output and of the
+            // value rows lo..n, inside `acc` and the run.
+            unsafe {
+                match (hd - c) / 16 {
+                    1 => chunk::<G, F16, 1>(run, a, &p, (hd, c), (values, next), (lo, n)),
+                    2 => chunk::<G, F16, 2>(run, a, &p, (hd, c), (values, next), (lo, n)),
+                    3 => chunk::<G, F16, 3>(run, a, &p, (hd, c), (values, next), (lo, n)),
+                    _ => chunk::<G, F16, 4>(run, a, &p, (hd, c), (values, next), (lo, n)),
+                }
+            }
+            c += 64;
         }
     }
 

@@ -11,7 +11,7 @@ use std::ops::Range;
 use half::f16;
 use rand::{Rng, SeedableRng};
 
-use super::decode::{fast, fold_row, fold_rows, RowState, BATCH_MAX};
+use super::decode::{fast, fold_row, RowState};
 use super::online::online_step;
 use super::scores::{scores16_group, GROUP_MAX};
 use crate::cpu::isa::CheckedIsa;
@@ -172,98 +172,4 @@ fn shapes_it_does_not_take_are_left_unchanged() {
         };
         assert!(!fold_row(isa, Direct::F32(run), &[&q], 1.0, lanes, state));
     }
-}
-
-/// Several key blocks in one call (the next block's scores taken before
-/// this block's weighted sum) leave every state bit for bit as one call a
-/// block does: from `lanes.start` in the first block, whole blocks between,
-/// up to `lanes.end` in the last; f16 and f32 runs, one to six heads.
-#[test]
-fn consecutive_blocks_in_one_call_match_one_call_a_block() {
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(42);
-    let mut checked = 0;
-    for isa in Isa::supported() {
-        let isa = CheckedIsa::at_most(isa);
-        for hd in [64usize, 256] {
-            if !fast(isa, hd) {
-                continue;
-            }
-            let blocks: Vec<Vec<f32>> = (0..BATCH_MAX)
-                .map(|_| random(&mut rng, 2 * KEY_BLOCK * hd, 2.0))
-                .collect();
-            let halves: Vec<Vec<f16>> = blocks
-                .iter()
-                .map(|b| b.iter().map(|x| f16::from_f32(*x)).collect())
-                .collect();
-            for g in [1usize, 3, 4, 6] {
-                let queries: Vec<Vec<f32>> = (0..g).map(|_| random(&mut rng, hd, 2.0)).collect();
-                let qs: Vec<&[f32]> = queries.iter().map(|q| &q[..]).collect();
-                let start = States {
-                    max: vec![-3.0; g],
-                    sum: vec![1.5; g],
-                    acc: random(&mut rng, g * hd, 1.0),
-                };
-                for count in 1..=BATCH_MAX {
-                    for lanes in [0..32, 5..32, 0..7, 3..20] {
-                        if count == 1 && lanes.start >= lanes.end {
-                            continue;
-                        }
-                        let f16_runs: Vec<Direct<'_>> =
-                            halves[..count].iter().map(|h| Direct::F16(h)).collect();
-                        let f32_runs: Vec<Direct<'_>> =
-                            blocks[..count].iter().map(|b| Direct::F32(b)).collect();
-                        for runs in [&f16_runs, &f32_runs] {
-                            let mut want = start.clone();
-                            for (k, run) in runs.iter().enumerate() {
-                                let lo = if k == 0 { lanes.start } else { 0 };
-                                let end = if k + 1 == count { lanes.end } else { KEY_BLOCK };
-                                let state = RowState {
-                                    max: &mut want.max,
-                                    sum: &mut want.sum,
-                                    acc: &mut want.acc,
-                                };
-                                assert!(fold_row(isa, *run, &qs, 0.125, lo..end, state));
-                            }
-                            let mut got = start.clone();
-                            let state = RowState {
-                                max: &mut got.max,
-                                sum: &mut got.sum,
-                                acc: &mut got.acc,
-                            };
-                            assert!(fold_rows(isa, runs, &qs, 0.125, lanes.clone(), state));
-                            assert_eq!(
-                                got.bits(),
-                                want.bits(),
-                                "{isa:?} hd {hd} heads {g} blocks {count} lanes {lanes:?}"
-                            );
-                            checked += 1;
-                        }
-                    }
-                }
-            }
-            // More blocks than one call takes, or runs of two types, are
-            // refused with the states unchanged.
-            let q = vec![1.0f32; hd];
-            let mut s = States {
-                max: vec![1.0],
-                sum: vec![2.0],
-                acc: vec![3.0; hd],
-            };
-            let before = s.clone();
-            let mut too_many: Vec<Direct<'_>> = blocks.iter().map(|b| Direct::F32(b)).collect();
-            too_many.push(Direct::F32(&blocks[0]));
-            let mixed = [Direct::F32(&blocks[0]), Direct::F16(&halves[1])];
-            for runs in [&too_many[..], &mixed[..]] {
-                let state = RowState {
-                    max: &mut s.max,
-                    sum: &mut s.sum,
-                    acc: &mut s.acc,
-                };
-                assert!(!fold_rows(isa, runs, &[&q], 1.0, 0..32, state));
-                assert_eq!(s, before);
-            }
-        }
-    }
-    let simd = Isa::supported().contains(&Isa::Avx512);
-    assert!(!simd || checked > 0, "AVX-512 present but nothing checked");
 }

@@ -330,30 +330,20 @@ impl State {
         }
     }
 
-    /// Folds the key blocks from `blocks.start` up to `blocks.end` into the
-    /// tile's one row by the `decode` kernel, positions `lanes` of the
-    /// last; `false`, with nothing changed, where it does not take them
-    /// (see `decode::fold_rows`).
+    /// Folds positions `lanes` of the key block at `block` into the
+    /// tile's one row by the `decode` kernel; `false`, with nothing
+    /// changed, where it does not take them (see `decode::fold_row`).
     fn fold_direct<'q, E: KvElem>(
         &mut self,
         isa: CheckedIsa,
         tile: &Tile<'_, E>,
         query: &impl Fn(usize, usize) -> &'q [f32],
-        blocks: Range<usize>,
+        block: usize,
         lanes: Range<usize>,
     ) -> bool {
-        let Some(first) = E::direct(tile.run(blocks.start)) else {
+        let Some(run) = E::direct(tile.run(block)) else {
             return false;
         };
-        let mut runs = [first; decode::BATCH_MAX];
-        let mut count = 0;
-        for (to, at) in runs.iter_mut().zip(blocks.step_by(KEY_BLOCK)) {
-            let Some(run) = E::direct(tile.run(at)) else {
-                return false;
-            };
-            *to = run;
-            count += 1;
-        }
         let hd = tile.head_dim;
         // The heads `GROUP_MAX` at a time, as `fold`: the same states.
         for h0 in (0..tile.group).step_by(GROUP_MAX) {
@@ -365,14 +355,7 @@ impl State {
                 acc: &mut self.acc[h0 * hd..(h0 + g) * hd],
             };
             // The first pass fails or none does (the same lengths).
-            if !decode::fold_rows(
-                isa,
-                &runs[..count],
-                &qs[..g],
-                tile.scale,
-                lanes.clone(),
-                state,
-            ) {
+            if !decode::fold_row(isa, run, &qs[..g], tile.scale, lanes.clone(), state) {
                 return false;
             }
         }
@@ -570,7 +553,7 @@ fn run_general<'q, E: KvElem>(
             let p = tile.first_pos;
             let (lo, hi) = (first_seen(p).max(block), (block + KEY_BLOCK).min(p + 1));
             let lanes = lo.saturating_sub(block)..hi.saturating_sub(block);
-            if lanes.is_empty() || state.fold_direct(isa, tile, query, block..block + 1, lanes) {
+            if lanes.is_empty() || state.fold_direct(isa, tile, query, block, lanes) {
                 block += KEY_BLOCK;
                 continue;
             }
@@ -662,26 +645,11 @@ fn run<'q, E: KvElem>(
         if block + KEY_BLOCK < end {
             tile.prefetch(block + KEY_BLOCK);
         }
-        if direct {
-            // Up to `decode::BATCH_MAX` key blocks in one call, never past
-            // the segment or the block of the cache.
-            let cache_block = tile.key_blocks.max(1) * KEY_BLOCK;
-            let stop = end
-                .min(block + decode::BATCH_MAX * KEY_BLOCK)
-                .min((block / tile.segment + 1) * tile.segment)
-                .min((block / cache_block + 1) * cache_block);
-            let last = stop.saturating_sub(1) / KEY_BLOCK * KEY_BLOCK;
-            // One row (a decode step) sees the last block up to its position.
-            let lanes = 0..(last + KEY_BLOCK).min(tile.first_pos + 1) - last;
-            if state.fold_direct(isa, tile, query, block..stop, lanes) {
-                for at in (block + KEY_BLOCK..stop).step_by(KEY_BLOCK) {
-                    if at + KEY_BLOCK < end {
-                        tile.prefetch(at + KEY_BLOCK);
-                    }
-                }
-                block = stop.next_multiple_of(KEY_BLOCK);
-                continue;
-            }
+        // One row (a decode step) sees the block up to its position.
+        let lanes = 0..(block + KEY_BLOCK).min(tile.first_pos + 1) - block;
+        if direct && state.fold_direct(isa, tile, query, block, lanes) {
+            block += KEY_BLOCK;
+            continue;
         }
         if let Some(b) = span {
             let stop = blocked_span::stop(block, tile.first_pos, end, tile.segment);
