@@ -154,6 +154,7 @@ fn main() {
         table: &table,
         rows: 0..fill,
         start_pos: 0,
+        prompt: true,
     }];
     backend
         .attention(0, shape, &q, &k, &v, &mut store, &rows, &mut out)
@@ -178,6 +179,7 @@ fn main() {
         table: &table,
         rows: 0..1,
         start_pos: depth,
+        prompt: false,
     }];
     let step_bytes = layers * (depth + 1) * kv_cols * 2 * 2;
     let buffer = vec![1u8; step_bytes];
