@@ -254,12 +254,7 @@ const AMX_MIN_ROWS: usize = 64;
 #[cfg(target_arch = "x86_64")]
 fn amx_min_rows() -> usize {
     static ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *ROWS.get_or_init(|| {
-        std::env::var("SWITCHYARD_AMX_MIN_ROWS")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(AMX_MIN_ROWS)
-    })
+    super::knob::usize_or(&ROWS, "SWITCHYARD_AMX_MIN_ROWS", AMX_MIN_ROWS, |_| true)
 }
 
 /// Activation rows from which the group kernels take a repacked matrix: 1,

@@ -25,6 +25,7 @@ mod dot;
 mod elementwise;
 mod exp;
 mod isa;
+mod knob;
 #[cfg(test)]
 mod kv_cache;
 mod kv_elem;

@@ -100,13 +100,7 @@ pub(super) fn for_rows(
 /// `SWITCHYARD_AMX_ROWS` overrides it (to measure).
 fn amx_rows() -> usize {
     static ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *ROWS.get_or_init(|| {
-        std::env::var("SWITCHYARD_AMX_ROWS")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .filter(|&r| r > 0)
-            .unwrap_or(AMX_TILE_ROWS)
-    })
+    crate::cpu::knob::usize_or(&ROWS, "SWITCHYARD_AMX_ROWS", AMX_TILE_ROWS, |r| r > 0)
 }
 
 /// Elements of one query's chain in [`pack_f32`]'s layout.

@@ -69,12 +69,8 @@ pub(super) fn stop(at: usize, end: usize, segment: usize) -> usize {
 /// measure).
 fn span_blocks() -> usize {
     static BLOCKS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *BLOCKS.get_or_init(|| {
-        std::env::var("SWITCHYARD_AMX_SPAN")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .filter(|&b| (1..=32).contains(&b))
-            .unwrap_or(SPAN_BLOCKS)
+    crate::cpu::knob::usize_or(&BLOCKS, "SWITCHYARD_AMX_SPAN", SPAN_BLOCKS, |b| {
+        (1..=32).contains(&b)
     })
 }
 

@@ -239,21 +239,11 @@ impl State {
         }
     }
 
-    /// Folds a block into every query of the tile at once (`keys` and
+    /// Folds a block that every query of the tile sees whole (`keys` and
     /// `values` as `Tile::block` gives them; for BF16 products, packed by
-    /// [`State::pack_block`]): per query the operations of
-    /// [`State::fold`] over the positions `lanes(row)` of the block that
-    /// its row sees, the products from `blocked`. The block's scores are
-    /// computed for every lane; those a row does not see become weights
-    /// of 0, and a row that sees none of the block keeps its state. Every
-    /// lane for a block the whole tile sees (`lanes` names them all).
-    fn fold_all<E>(
-        &mut self,
-        isa: CheckedIsa,
-        tile: &Tile<'_, E>,
-        (keys, values): (&[f32], &[f32]),
-        lanes: impl Fn(usize) -> Range<usize>,
-    ) {
+    /// [`State::pack_block`]) into all of them at once: per query the
+    /// operations of [`State::fold`], the products from `blocked`.
+    fn fold_all<E>(&mut self, isa: CheckedIsa, tile: &Tile<'_, E>, keys: &[f32], values: &[f32]) {
         const PAIRS: usize = KEY_BLOCK / 2;
         let (n, hd) = (tile.rows * tile.group, tile.head_dim);
         let mut all = std::mem::take(&mut self.all);
@@ -270,14 +260,6 @@ impl State {
             }
         }
         for (qi, scores) in all.chunks_exact_mut(KEY_BLOCK).enumerate() {
-            let seen = lanes(qi / tile.group);
-            let (before, rest) = scores.split_at_mut(seen.start.min(KEY_BLOCK));
-            let (scores, after) = rest.split_at_mut(seen.len().min(rest.len()));
-            before.fill(0.0);
-            after.fill(0.0);
-            if scores.is_empty() {
-                continue;
-            }
             if let Some(cap) = tile.softcap {
                 for s in scores.iter_mut() {
                     *s = cap * (*s / cap).tanh();
@@ -546,13 +528,6 @@ fn run_general<'q, E: KvElem>(
         block + KEY_BLOCK <= tile.first_pos + 1
             && first_seen(tile.first_pos + tile.rows - 1) <= block
     };
-    // The positions of the block at `block` that row `i` sees.
-    let seen_by = |block: usize, i: usize| {
-        let p = tile.first_pos + i;
-        let lo = first_seen(p).max(block);
-        let hi = (block + KEY_BLOCK).min(p + 1).min(end).max(lo);
-        lo - block..hi - block
-    };
     let mut block = start;
     while block < end {
         if block > start && block.is_multiple_of(tile.segment) {
@@ -576,7 +551,7 @@ fn run_general<'q, E: KvElem>(
             state.pack_block(b, hd, keys, values, (end - block).min(KEY_BLOCK));
         }
         if blocked && whole(block) {
-            state.fold_all(isa, tile, (keys, values), |i| seen_by(block, i));
+            state.fold_all(isa, tile, keys, values);
             block += KEY_BLOCK;
             continue;
         }
@@ -638,9 +613,6 @@ fn run<'q, E: KvElem>(
         state.pack_chains(tile, query);
     }
     let direct = tile.direct(isa);
-    // The positions of the block at `block` that row `i` sees (causal mask).
-    let seen_by =
-        |block: usize, i: usize| 0..(tile.first_pos + i + 1).min(end).saturating_sub(block);
     let mut block = start;
     while block < end {
         if block > start && block.is_multiple_of(tile.segment) {
@@ -661,7 +633,7 @@ fn run<'q, E: KvElem>(
         }
         // Every row sees the whole block (past the first row's position).
         if blocked && block + KEY_BLOCK <= tile.first_pos + 1 {
-            state.fold_all(isa, tile, (keys, values), |i| seen_by(block, i));
+            state.fold_all(isa, tile, keys, values);
             block += KEY_BLOCK;
             continue;
         }
