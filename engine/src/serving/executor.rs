@@ -24,6 +24,7 @@ use super::checkpoint::{CheckpointHandle, CheckpointId};
 use super::group::{Admission, Group};
 use super::interleave::Newcomers;
 use super::queue::{SequenceRequest, Submission, SubmitError, Waiting};
+use super::step_profile::{Stage, StepProfile};
 use super::table::WeightTable;
 use super::tenant_cap::{TenantKv, TenantQueue};
 use super::{choice, prefetch, step_family, ExecutorObserver};
@@ -159,6 +160,7 @@ impl<B: Backend> Executor<B> {
             blocks,
             cached_blocks: 0,
             blocked_head: None,
+            profile: StepProfile::from_env(),
             scratch: None,
             newcomer_scratch: None,
             backend,
@@ -391,6 +393,8 @@ struct Scheduler<B: Backend> {
     /// The oldest request while the KV budget has no room for it, and how
     /// many younger ones were admitted past it since (see `admit`).
     blocked_head: Option<(Instant, usize)>,
+    /// Stage times of decode steps, when asked for (`step_profile.rs`).
+    profile: StepProfile,
 }
 
 /// Younger requests that may be admitted past an oldest one the KV budget
@@ -432,6 +436,7 @@ impl<B: Backend> Scheduler<B> {
                         Err(mpsc::RecvError) => return,
                     }
                 }
+                self.profile.resume();
             }
             while let Ok(submission) = self.requests.try_recv() {
                 self.accept(submission);
@@ -450,6 +455,7 @@ impl<B: Backend> Scheduler<B> {
                 // Idle: let go of the last weights so that an unloaded or
                 // evicted version's memory is freed now, not at the next swap.
                 self.table.store(None);
+                self.profile.report();
             }
             let active = self.groups.iter().map(Group::active_len).sum();
             self.shared.active.store(active, Ordering::Release);
@@ -632,8 +638,10 @@ impl<B: Backend> Scheduler<B> {
     /// Picks a checkpoint and the checkpoints that can share its step,
     /// points the weight table at them if it is not already, runs the step.
     fn step_one(&mut self) {
+        self.profile.start_step();
         let budget = self.config.max_step_tokens;
         self.draft(budget);
+        self.profile.mark(Stage::Draft);
         let now = Instant::now();
         let current = self.table.load_full();
         let claims: Vec<choice::Claim> = self
@@ -672,6 +680,9 @@ impl<B: Backend> Scheduler<B> {
         if plan.is_empty() {
             return;
         }
+        let decode_rows = plan.iter().try_fold(0, |rows, (i, spans)| {
+            Some(rows + self.groups.get(*i)?.decode_rows_of(spans)?)
+        });
         let wanted: Vec<CheckpointHandle<B>> = plan
             .iter()
             .filter_map(|(i, _)| self.groups.get(*i))
@@ -698,9 +709,11 @@ impl<B: Backend> Scheduler<B> {
             self.shared.swaps.fetch_add(1, Ordering::AcqRel);
             self.observer.swap(from.as_ref(), &lead.id, latency);
         }
+        self.profile.mark(Stage::Plan);
         let started = Instant::now();
-        self.run_step(&table, plan);
+        let emitted = self.run_step(&table, plan);
         let elapsed = started.elapsed();
+        self.profile.end_step(decode_rows, emitted);
         self.shared.steps.fetch_add(1, Ordering::AcqRel);
         let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
         let average = self.shared.step_micros.load(Ordering::Acquire);
@@ -766,8 +779,9 @@ impl<B: Backend> Scheduler<B> {
 
     /// One forward over the planned groups' chunks with the table's
     /// weights (the table lists the groups' checkpoints in plan order),
-    /// then sampling.
-    fn run_step(&mut self, table: &WeightTable<B>, plan: Vec<(usize, Spans)>) {
+    /// then sampling. Returns the tokens it emitted (each sequence's
+    /// one and the drafts it kept; for the step profile).
+    fn run_step(&mut self, table: &WeightTable<B>, plan: Vec<(usize, Spans)>) -> usize {
         // Who may come as a newcomer during the step (`interleave.rs`): a
         // tenant with nothing running or waiting, while a slot is free and
         // no older request waits for KV room.
@@ -789,7 +803,7 @@ impl<B: Backend> Scheduler<B> {
             .collect();
         picked.sort_by_key(|(i, _)| order.iter().position(|o| o == i));
         let spans: Vec<Spans> = plan.into_iter().map(|(_, s)| s).collect();
-        let Some(lead) = table.lead() else { return };
+        let Some(lead) = table.lead() else { return 0 };
         let scratch = self
             .scratch
             .get_or_insert_with(|| lead.model.new_scratch(&self.backend));
@@ -807,9 +821,10 @@ impl<B: Backend> Scheduler<B> {
                 for (_, group) in picked.iter_mut() {
                     group.fail_all(&message);
                 }
-                return;
+                return 0;
             }
         };
+        self.profile.mark(Stage::Chunks);
         let mut parts: Vec<ModelPart<'_, '_, B>> = chunk_lists
             .iter_mut()
             .zip(&table.checkpoints)
@@ -859,7 +874,9 @@ impl<B: Backend> Scheduler<B> {
             None => (Vec::new(), Vec::new(), std::time::Duration::ZERO),
         };
         let elapsed = started.elapsed().saturating_sub(paused);
+        self.profile.mark(Stage::Forward);
 
+        let mut emitted = 0;
         match result {
             Ok(out) => {
                 let vocab = lead.model.config().vocab_size.max(1);
@@ -878,6 +895,7 @@ impl<B: Backend> Scheduler<B> {
                         self.prefix.as_mut(),
                     );
                     let (drafted, accepted) = group.take_speculation();
+                    emitted += sequences + accepted;
                     if drafted > 0 {
                         self.observer
                             .speculation(&group.checkpoint.id, drafted, accepted);
@@ -891,6 +909,7 @@ impl<B: Backend> Scheduler<B> {
                 }
             }
         }
+        self.profile.mark(Stage::Finish);
         drop(picked);
         for submission in later {
             self.accept(submission);
@@ -909,6 +928,7 @@ impl<B: Backend> Scheduler<B> {
                 }
             }
         }
+        emitted
     }
 }
 

@@ -324,6 +324,16 @@ impl<B: Backend> Group<B> {
         (rows, sequences)
     }
 
+    /// The rows `spans` runs when every sequence in it decodes (plain or
+    /// verifying); `None` when one runs prompt rows.
+    pub(super) fn decode_rows_of(&self, spans: &[Option<Range<usize>>]) -> Option<usize> {
+        (self.active.iter().zip(spans))
+            .filter_map(|(sequence, span)| Some((sequence, span.as_ref()?)))
+            .try_fold(0, |rows, (sequence, span)| {
+                sequence.is_decoding().then(|| rows + span.len())
+            })
+    }
+
     /// Ends every sequence with `message` (the step's forward failed; which
     /// sequence caused it is unknown, so the whole batch fails rather than
     /// loop on the same error).

@@ -28,6 +28,7 @@
 //! - `table.rs`: the weight table a step reads;
 //! - `prefetch.rs`: checkpoints run once on the device, the next one copied
 //!   up beside the current step;
+//! - `step_profile.rs`: where a decode step's time goes (a measuring aid);
 //! - `executor.rs`: the handle, the weight table and the scheduling loop.
 //!
 //! KV memory (the budget, admission by blocks, the prompt cache) is the
@@ -44,6 +45,7 @@ mod prefetch;
 mod queue;
 mod sequence;
 mod step_family;
+mod step_profile;
 mod step_room;
 mod table;
 mod tenant_cap;
