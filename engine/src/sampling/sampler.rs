@@ -5,6 +5,7 @@
 //! is left. Reported log-probabilities are those of the biased and
 //! penalised logits at temperature 1, before any truncation.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use rand::{Rng, SeedableRng};
@@ -62,20 +63,28 @@ impl Sampler {
         logits: &[f32],
         history: &[u32],
     ) -> Result<SampledToken, SamplingError> {
-        let mut adjusted = logits.to_vec();
-        for &(id, bias) in &self.params.logit_bias {
-            if let Some(logit) = adjusted.get_mut(id as usize) {
-                *logit += bias;
+        // The row is copied only to change it: every greedy token of a
+        // plain request reads it as it is (`spread.rs` on why this pass counts).
+        let changes = !self.params.logit_bias.is_empty() || penalizes(&self.params);
+        let adjusted: Cow<'_, [f32]> = if changes || has_nan(logits) {
+            let mut adjusted = logits.to_vec();
+            for &(id, bias) in &self.params.logit_bias {
+                if let Some(logit) = adjusted.get_mut(id as usize) {
+                    *logit += bias;
+                }
             }
-        }
-        apply_penalties(&mut adjusted, history, &self.params);
-        // NaN would poison every comparison below; treat it as impossible.
-        for logit in &mut adjusted {
-            if logit.is_nan() {
-                *logit = f32::NEG_INFINITY;
+            apply_penalties(&mut adjusted, history, &self.params);
+            // NaN would poison every comparison below; treat it as impossible.
+            for logit in &mut adjusted {
+                if logit.is_nan() {
+                    *logit = f32::NEG_INFINITY;
+                }
             }
-        }
-        let max = adjusted.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            Cow::Owned(adjusted)
+        } else {
+            Cow::Borrowed(logits)
+        };
+        let max = largest(&adjusted);
         if !max.is_finite() {
             return Err(SamplingError::NoFiniteLogits);
         }
@@ -214,11 +223,38 @@ fn top_n(logits: &[f32], n: usize) -> Vec<(u32, f32)> {
 }
 
 /// Repetition (CTRL / llama.cpp), presence and frequency (OpenAI) penalties.
+/// Whether `params` penalise seen tokens at all.
+fn penalizes(params: &SamplingParams) -> bool {
+    params.repetition_penalty != 1.0
+        || params.presence_penalty != 0.0
+        || params.frequency_penalty != 0.0
+}
+
+/// Whether any logit is NaN (every entry looked at: no early exit, so it vectorizes).
+fn has_nan(logits: &[f32]) -> bool {
+    logits.iter().fold(false, |nan, l| nan | l.is_nan())
+}
+
+/// The largest of `logits` (no NaN among them); minus infinity for none.
+fn largest(logits: &[f32]) -> f32 {
+    // Lanes as in `argmax`: `f32::max` one value after another is a serial chain.
+    const LANES: usize = 16;
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let chunks = logits.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for chunk in chunks {
+        for (m, &l) in lanes.iter_mut().zip(chunk) {
+            *m = if l > *m { l } else { *m };
+        }
+    }
+    (lanes.iter().chain(rest)).fold(f32::NEG_INFINITY, |m, &l| if l > m { l } else { m })
+}
+
 fn apply_penalties(logits: &mut [f32], history: &[u32], params: &SamplingParams) {
-    let repetition = params.repetition_penalty;
-    if repetition == 1.0 && params.presence_penalty == 0.0 && params.frequency_penalty == 0.0 {
+    if !penalizes(params) {
         return;
     }
+    let repetition = params.repetition_penalty;
     let mut counts: HashMap<u32, u32> = HashMap::new();
     for &id in history {
         *counts.entry(id).or_insert(0) += 1;
