@@ -12,7 +12,7 @@ use crate::kv::KvFormat;
 
 /// As `tests::STREAM_ABS_TOL`: the same scores and sums in another order,
 /// plus `tanh` on both sides (f32 against f64, a few 1e-7).
-const WINDOW_ABS_TOL: f32 = 3e-6;
+pub(super) const WINDOW_ABS_TOL: f32 = 3e-6;
 /// BF16 products against the reference on the same BF16 queries, keys
 /// and values: the probabilities' rounding (relative 2⁻⁹ on each weight of
 /// the output's numerator; values in ±1) on top of the f32 tolerance.
@@ -23,13 +23,13 @@ fn to_bf16(x: f32) -> f32 {
     f32::from_bits(u32::from(bf16::round(x)) << 16)
 }
 
-fn random(rng: &mut impl Rng, n: usize, range: f32) -> Vec<f32> {
+pub(super) fn random(rng: &mut impl Rng, n: usize, range: f32) -> Vec<f32> {
     (0..n).map(|_| rng.random_range(-range..range)).collect()
 }
 
 /// `x` as a cache of `dtype` stores it (so that the f64 reference sees
 /// the keys and values the kernel reads).
-fn stored(dtype: KvType, x: Vec<f32>) -> Vec<f32> {
+pub(super) fn stored(dtype: KvType, x: Vec<f32>) -> Vec<f32> {
     match dtype {
         KvType::F32 => x,
         KvType::F16 => x
@@ -42,7 +42,7 @@ fn stored(dtype: KvType, x: Vec<f32>) -> Vec<f32> {
 }
 
 /// One query over `keys`/`values` of the positions it sees, in f64.
-fn attend(
+pub(super) fn attend(
     q: &[f32],
     keys: &[&[f32]],
     values: &[&[f32]],
