@@ -48,7 +48,9 @@ impl CpuBackend {
             AttentionPrecision::Bf16Prompt => {
                 Products::Bf16(Bf16Isa::new(self.isa).for_prompts_only())
             }
-            AttentionPrecision::Bf16x3 => Products::Bf16(Bf16Isa::new(self.isa).split_for_prompts()),
+            AttentionPrecision::Bf16x3 => {
+                Products::Bf16(Bf16Isa::new(self.isa).split_for_prompts())
+            }
             AttentionPrecision::Bf16 => {
                 let isa = Bf16Isa::new(self.isa);
                 if !isa.simd() {

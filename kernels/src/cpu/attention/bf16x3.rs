@@ -175,10 +175,14 @@ mod x86 {
         // SAFETY: both are 64 bytes of plain lanes.
         let words = |x: __m512bh| unsafe { std::mem::transmute::<__m512bh, __m512i>(x) };
         let h = words(_mm512_cvtne2ps_pbh(o, e));
-        let widen = |w: __m256i| _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(w)));
+        let widen =
+            |w: __m256i| _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(w)));
         let e_hi = widen(_mm512_castsi512_si256(h));
         let o_hi = widen(_mm512_extracti64x4_epi64::<1>(h));
-        let l = words(_mm512_cvtne2ps_pbh(_mm512_sub_ps(o, o_hi), _mm512_sub_ps(e, e_hi)));
+        let l = words(_mm512_cvtne2ps_pbh(
+            _mm512_sub_ps(o, o_hi),
+            _mm512_sub_ps(e, e_hi),
+        ));
         (h, l)
     }
 
@@ -220,7 +224,12 @@ mod x86 {
     /// # Safety
     /// See the module.
     #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-    pub(super) unsafe fn split_rows(src: &[f32], row: usize, hi: &mut [u32], lo: &mut [u32]) -> usize {
+    pub(super) unsafe fn split_rows(
+        src: &[f32],
+        row: usize,
+        hi: &mut [u32],
+        lo: &mut [u32],
+    ) -> usize {
         let load = |i: usize| {
             // SAFETY: `rows` below keeps element i + 16 inside `src`.
             unsafe { _mm512_loadu_ps(src.as_ptr().add(i)) }

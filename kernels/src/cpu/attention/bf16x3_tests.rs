@@ -57,10 +57,17 @@ fn the_split_packers_give_their_scalar_twins_bits_and_the_parts_sum_to_the_value
     for d in 0..hd {
         let err = (hi[d] + lo[d] - q[d]).abs();
         assert!(err <= q[d].abs() * 2f32.powi(-17), "dimension {d}: {err:e}");
-        assert!(lo[d].abs() <= q[d].abs() * 2f32.powi(-8), "dimension {d}: lo {}", lo[d]);
+        assert!(
+            lo[d].abs() <= q[d].abs() * 2f32.powi(-8),
+            "dimension {d}: lo {}",
+            lo[d]
+        );
     }
     // Probabilities of two blocks: each block's sixteen pairs in three.
-    let p: Vec<f32> = random(&mut rng, 2 * KEY_BLOCK, 1.0).iter().map(|x| x.abs()).collect();
+    let p: Vec<f32> = random(&mut rng, 2 * KEY_BLOCK, 1.0)
+        .iter()
+        .map(|x| x.abs())
+        .collect();
     let pack = |b| {
         let mut to = vec![0u32; TERMS * KEY_BLOCK];
         bf16x3::pack_probabilities(b, &p, &mut to);
@@ -89,7 +96,10 @@ fn the_split_packers_give_their_scalar_twins_bits_and_the_parts_sum_to_the_value
                 to
             };
             let (a, s) = (pack(simd), pack(scalar));
-            assert!(a == s, "pack_rows {name} of rows of {row}: SIMD and scalar differ");
+            assert!(
+                a == s,
+                "pack_rows {name} of rows of {row}: SIMD and scalar differ"
+            );
             let w = words(&a);
             let (hi, lo, hi2) = (&w[..n], &w[n..2 * n], &w[2 * n..]);
             assert_eq!(hi, hi2);
@@ -102,7 +112,11 @@ fn the_split_packers_give_their_scalar_twins_bits_and_the_parts_sum_to_the_value
                     Rows::F16(x) => x[at].to_f32(),
                 };
                 let err = (hi[k] + lo[k] - v).abs();
-                let tol = if name == "f16" { 0.0 } else { v.abs() * 2f32.powi(-17) };
+                let tol = if name == "f16" {
+                    0.0
+                } else {
+                    v.abs() * 2f32.powi(-17)
+                };
                 assert!(err <= tol, "{name} rows of {row}, element {at}: {err:e}");
             }
         }
@@ -115,6 +129,37 @@ fn the_split_packers_give_their_scalar_twins_bits_and_the_parts_sum_to_the_value
 /// over the inputs as the cache stores them (unrounded to BF16).
 #[test]
 fn bf16x3_prompt_rows_on_amx_match_the_float64_reference() {
+    let chunks = [130usize, 200, 1, 300];
+    for (case, (window, dtype)) in [
+        (None, KvType::F16),
+        (Some(300), KvType::F16),
+        (None, KvType::F32),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        check_against_float64(900 + case as u64, window, dtype, &chunks, 0, &[1, 3]);
+    }
+}
+
+/// The same deep in a context: the last 64 rows of a prompt of 3,000
+/// (past two segments of 1,024 and many spans), fed as a prefix and a
+/// tail.
+#[test]
+fn bf16x3_rows_deep_in_a_prompt_match_the_float64_reference() {
+    check_against_float64(950, None, KvType::F16, &[2936, 64], 2936, &[3]);
+}
+
+/// Feeds a random prompt of Gemma 3's heads in `chunks` under `bf16x3`
+/// and compares its rows from `from` with the float64 attention.
+fn check_against_float64(
+    seed: u64,
+    window: Option<usize>,
+    dtype: KvType,
+    chunks: &[usize],
+    from: usize,
+    threads: &[usize],
+) {
     let isa = best();
     let b = bf16::Bf16Isa::new(isa);
     if !b.amx() {
@@ -123,62 +168,62 @@ fn bf16x3_prompt_rows_on_amx_match_the_float64_reference() {
     let products = Products::Bf16(b.split_for_prompts());
     let (n_heads, n_kv_heads, head_dim) = (4, 1, 256);
     let (q_cols, kv_cols) = (n_heads * head_dim, n_kv_heads * head_dim);
-    let chunks = [130usize, 200, 1, 300];
     let total: usize = chunks.iter().sum();
-    for (case, (window, dtype)) in [(None, KvType::F16), (Some(300), KvType::F16), (None, KvType::F32)]
-        .into_iter()
-        .enumerate()
-    {
-        let shape = AttentionShape {
-            n_heads,
-            n_kv_heads,
-            head_dim,
-            scale: 1.0 / (head_dim as f32).sqrt(),
-            window,
-            softcap: None,
-        };
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(900 + case as u64);
-        let seq = Sequence {
-            q: random(&mut rng, total * q_cols, 3.0),
-            k: stored(dtype, random(&mut rng, total * kv_cols, 3.0)),
-            v: stored(dtype, random(&mut rng, total * kv_cols, 1.0)),
-            q_cols,
-            kv_cols,
-        };
-        for threads in [1, 3] {
-            let pool = ThreadPool::new(threads);
-            let kv = KvFormat::new(dtype, 64);
-            let mut cache =
-                CpuKvCache::windowed(&kv, 1, n_kv_heads, head_dim, total, &[window])
-                    .expect("an unlimited pool holds the cache");
-            let mut out = Vec::new();
-            let mut start = 0;
-            for n in chunks {
-                let call = (shape, products);
-                out.extend(attend_chunk((&pool, isa), &mut cache, call, (&seq, true), (start, n)));
-                start += n;
-            }
-            let mut worst = 0.0f32;
-            for p in 0..total {
-                let seen = window.map_or(0, |w| (p + 1).saturating_sub(w))..p + 1;
-                let at_pos = |pos: usize| pos * kv_cols..(pos + 1) * kv_cols;
-                let keys: Vec<&[f32]> = seen.clone().map(|pos| &seq.k[at_pos(pos)]).collect();
-                let values: Vec<&[f32]> = seen.map(|pos| &seq.v[at_pos(pos)]).collect();
-                for h in 0..n_heads {
-                    let at = p * q_cols + h * head_dim;
-                    let q = &seq.q[at..at + head_dim];
-                    let want = attend(q, &keys, &values, shape, |x| x);
-                    for (got, w) in out[at..at + head_dim].iter().zip(&want) {
-                        worst = worst.max((got - w).abs());
-                        assert!(
-                            (got - w).abs() <= BF16X3_ABS_TOL,
-                            "{dtype:?} window {window:?} t{threads} position {p} head {h}: \
-                             {got} vs {w}"
-                        );
-                    }
+    let shape = AttentionShape {
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        scale: 1.0 / (head_dim as f32).sqrt(),
+        window,
+        softcap: None,
+    };
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let seq = Sequence {
+        q: random(&mut rng, total * q_cols, 3.0),
+        k: stored(dtype, random(&mut rng, total * kv_cols, 3.0)),
+        v: stored(dtype, random(&mut rng, total * kv_cols, 1.0)),
+        q_cols,
+        kv_cols,
+    };
+    for &threads in threads {
+        let pool = ThreadPool::new(threads);
+        let kv = KvFormat::new(dtype, 64);
+        let mut cache = CpuKvCache::windowed(&kv, 1, n_kv_heads, head_dim, total, &[window])
+            .expect("an unlimited pool holds the cache");
+        let mut out = Vec::new();
+        let mut start = 0;
+        for &n in chunks {
+            let call = (shape, products);
+            out.extend(attend_chunk(
+                (&pool, isa),
+                &mut cache,
+                call,
+                (&seq, true),
+                (start, n),
+            ));
+            start += n;
+        }
+        let mut worst = 0.0f32;
+        for p in from..total {
+            let seen = window.map_or(0, |w| (p + 1).saturating_sub(w))..p + 1;
+            let at_pos = |pos: usize| pos * kv_cols..(pos + 1) * kv_cols;
+            let keys: Vec<&[f32]> = seen.clone().map(|pos| &seq.k[at_pos(pos)]).collect();
+            let values: Vec<&[f32]> = seen.map(|pos| &seq.v[at_pos(pos)]).collect();
+            for h in 0..n_heads {
+                let at = p * q_cols + h * head_dim;
+                let q = &seq.q[at..at + head_dim];
+                let want = attend(q, &keys, &values, shape, |x| x);
+                for (got, w) in out[at..at + head_dim].iter().zip(&want) {
+                    worst = worst.max((got - w).abs());
+                    assert!(
+                        (got - w).abs() <= BF16X3_ABS_TOL,
+                        "{dtype:?} window {window:?} t{threads} position {p} head {h}: {got} vs {w}"
+                    );
                 }
             }
-            println!("{dtype:?} window {window:?} t{threads}: worst error {worst:e}");
         }
+        println!(
+            "{dtype:?} window {window:?} t{threads} rows {from}..{total}: worst error {worst:e}"
+        );
     }
 }

@@ -101,21 +101,24 @@ impl Span {
     /// `values` 32 rows of `head_dim`, as `Tile::block` gives them.
     pub(super) fn push(&mut self, b: Bf16Isa, head_dim: usize, keys: &[f32], values: &[f32]) {
         if b.split() {
-            let (k, v) = (&keys[..KEY_BLOCK * head_dim], &values[..KEY_BLOCK * head_dim]);
+            let (k, v) = (
+                &keys[..KEY_BLOCK * head_dim],
+                &values[..KEY_BLOCK * head_dim],
+            );
             self.push_split(b, head_dim, Rows::F32(k), Rows::F32(v));
             return;
         }
         let pairs = head_dim / 2;
         let tile = pairs * KEY_TILE;
         let w = self.blocks;
-        self.keys.resize((w + 1) * 2 * tile, 0);
+        grow(&mut self.keys, (w + 1) * 2 * tile);
         for t in 0..2 {
             let from = &keys[t * KEY_TILE * head_dim..(t + 1) * KEY_TILE * head_dim];
             let to = &mut self.keys[(2 * w + t) * tile..(2 * w + t + 1) * tile];
             bf16::pack_key_tile(b, from, head_dim, to);
         }
         let rows = KEY_BLOCK / 2;
-        self.values.resize((w + 1) * rows * head_dim, 0);
+        grow(&mut self.values, (w + 1) * rows * head_dim);
         for m in 0..rows {
             let even = &values[2 * m * head_dim..(2 * m + 1) * head_dim];
             let odd = &values[(2 * m + 1) * head_dim..(2 * m + 2) * head_dim];
@@ -142,8 +145,8 @@ impl Span {
         }
         let pairs = head_dim / 2;
         let w = self.blocks;
-        self.keys.resize((w + 1) * 2 * pairs * KEY_TILE, 0);
-        self.values.resize((w + 1) * len / 2, 0);
+        grow(&mut self.keys, (w + 1) * 2 * pairs * KEY_TILE);
+        grow(&mut self.values, (w + 1) * len / 2);
         let keys = &mut self.keys[w * 2 * pairs * KEY_TILE..];
         let values = &mut self.values[w * len / 2..];
         #[cfg(target_arch = "x86_64")]
@@ -167,8 +170,8 @@ impl Span {
         let len = KEY_BLOCK * head_dim;
         let block = bf16x3::TERMS * len / 2;
         let w = self.blocks;
-        self.keys.resize((w + 1) * block, 0);
-        self.values.resize((w + 1) * block, 0);
+        grow(&mut self.keys, (w + 1) * block);
+        grow(&mut self.values, (w + 1) * block);
         let tile = block / 2;
         let keys_at = &mut self.keys[w * block..(w + 1) * block];
         for (t, to) in keys_at.chunks_exact_mut(tile).enumerate() {
@@ -216,8 +219,8 @@ impl Span {
         let (max, sum) = (&mut max[..n], &mut sum[..n]);
         let k = &self.keys[..self.blocks * 2 * pairs * KEY_TILE];
         let v = &self.values[..rows * head_dim];
-        self.scores.resize(GROUP * keys, 0.0);
-        self.p.resize(GROUP * rows, 0);
+        grow(&mut self.scores, GROUP * keys);
+        grow(&mut self.p, GROUP * rows);
         for q0 in (0..padded).step_by(GROUP) {
             let m = (padded - q0).min(GROUP);
             let two = m > QUERY_ROWS;
@@ -287,6 +290,15 @@ impl Span {
             #[cfg(not(target_arch = "x86_64"))]
             let _ = (k, v, two);
         }
+    }
+}
+
+/// `v` at least `len` long. Never shorter: a span's buffers are written
+/// before they are read, and truncating them to grow them again block
+/// by block cost a fill of every block as large as its packing.
+fn grow<T: Copy + Default>(v: &mut Vec<T>, len: usize) {
+    if v.len() < len {
+        v.resize(len, T::default());
     }
 }
 

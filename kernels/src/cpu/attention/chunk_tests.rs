@@ -152,23 +152,24 @@ fn a_prompt_row_gives_the_same_bits_in_any_chunk() {
             }
             // A decode step's row after the prompt: under bf16-prompt and
             // bf16x3 the f32 walk's bits.
-            let step = [("f32", Products::F32), precisions[1], precisions[5]].map(|(_, products)| {
-                let mut ring = cache(shape);
-                attend_chunk(
-                    (&pool, isa),
-                    &mut ring,
-                    (shape, products),
-                    (&prompt, true),
-                    (0, PROMPT),
-                );
-                attend_chunk(
-                    (&pool, isa),
-                    &mut ring,
-                    (shape, products),
-                    (&prompt, false),
-                    (PROMPT, 1),
-                )
-            });
+            let step =
+                [("f32", Products::F32), precisions[1], precisions[5]].map(|(_, products)| {
+                    let mut ring = cache(shape);
+                    attend_chunk(
+                        (&pool, isa),
+                        &mut ring,
+                        (shape, products),
+                        (&prompt, true),
+                        (0, PROMPT),
+                    );
+                    attend_chunk(
+                        (&pool, isa),
+                        &mut ring,
+                        (shape, products),
+                        (&prompt, false),
+                        (PROMPT, 1),
+                    )
+                });
             for (at, name) in [(1, "bf16-prompt"), (2, "bf16x3")] {
                 assert!(
                     bits(&step[0]) == bits(&step[at]),

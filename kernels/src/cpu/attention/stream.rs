@@ -696,7 +696,9 @@ fn run_amx<'q, E: KvElem>(
     state.acc.resize(padded * hd, 0.0);
     // Split operands (`bf16x3`) take `terms` times the pairs.
     state.pack_queries(b, b.split(), tile, query);
-    state.q_pairs.resize(padded * bf16x3::terms(b) * hd.div_ceil(2), 0);
+    state
+        .q_pairs
+        .resize(padded * bf16x3::terms(b) * hd.div_ceil(2), 0);
     let mut scratch = std::mem::take(&mut state.widened);
     let first_seen = |p: usize| tile.window.map_or(0, |w| (p + 1).saturating_sub(w));
     let (start, end) = tile.span(first_seen(tile.first_pos) / KEY_BLOCK * KEY_BLOCK);
