@@ -6,7 +6,7 @@
 use rand::SeedableRng;
 
 use super::bf16x3::{self, Rows, TERMS};
-use super::window_tests::{attend, attend_chunk, random, stored, Sequence, WINDOW_ABS_TOL};
+use super::window_tests::{attend, attend_chunk, random, shape, Sequence, WINDOW_ABS_TOL};
 use super::*;
 use crate::cpu::kv_cache::CpuKvCache;
 use crate::cpu::kv_layout::KEY_TILE;
@@ -166,25 +166,13 @@ fn check_against_float64(
         println!("no AMX here: bf16x3 is f32 for every row (still checked)");
     }
     let products = Products::Bf16(b.split_for_prompts());
-    let (n_heads, n_kv_heads, head_dim) = (4, 1, 256);
-    let (q_cols, kv_cols) = (n_heads * head_dim, n_kv_heads * head_dim);
+    // Gemma 3 270M's heads: four query heads on one KV head of 256.
+    let heads @ (n_heads, n_kv_heads, head_dim) = (4, 1, 256);
     let total: usize = chunks.iter().sum();
-    let shape = AttentionShape {
-        n_heads,
-        n_kv_heads,
-        head_dim,
-        scale: 1.0 / (head_dim as f32).sqrt(),
-        window,
-        softcap: None,
-    };
+    let shape = shape(heads, window);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let seq = Sequence {
-        q: random(&mut rng, total * q_cols, 3.0),
-        k: stored(dtype, random(&mut rng, total * kv_cols, 3.0)),
-        v: stored(dtype, random(&mut rng, total * kv_cols, 1.0)),
-        q_cols,
-        kv_cols,
-    };
+    let seq = Sequence::random(&mut rng, dtype, total, heads);
+    let (q_cols, kv_cols) = (seq.q_cols, seq.kv_cols);
     for &threads in threads {
         let pool = ThreadPool::new(threads);
         let kv = KvFormat::new(dtype, 64);

@@ -8,7 +8,7 @@
 
 use rand::{Rng, SeedableRng};
 
-use super::window_tests::{attend_chunk, Sequence};
+use super::window_tests::{attend_chunk, shape, Sequence};
 use super::*;
 use crate::cpu::kv_cache::CpuKvCache;
 use crate::cpu::Isa;
@@ -93,14 +93,7 @@ fn a_prompt_row_gives_the_same_bits_in_any_chunk() {
         ),
     ];
     for window in [None, Some(512)] {
-        let shape = AttentionShape {
-            n_heads,
-            n_kv_heads,
-            head_dim,
-            scale: 1.0 / (head_dim as f32).sqrt(),
-            window,
-            softcap: None,
-        };
+        let shape = shape(HEADS, window);
         for threads in [1, 3] {
             let pool = ThreadPool::new(threads);
             let mut whole_of = Vec::new();
