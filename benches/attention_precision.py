@@ -17,11 +17,12 @@ per-depth figures are `benches/long_context.py --attention f32,bf16`).
 Prompts past ~28k tokens do not fit one command-line argument.
 
 `--against bf16-prompt` compares that precision (BF16 only for the rows of
-prompt chunks that AMX takes) with f32 instead of bf16.
+prompt chunks that AMX takes) with f32 instead of bf16; `--against bf16x3`
+the same rows with split operands (three BF16 products each).
 
 Usage: .venv/bin/python benches/attention_precision.py [--models gemma3,smollm2]
   [--long 4096] [--greedy 32] [--threads 2] [--speed N,N...] [--repeats 1]
-  [--against bf16|bf16-prompt]
+  [--against bf16|bf16-prompt|bf16x3]
 Prints a Markdown table; JSON lines on stderr.
 """
 
@@ -132,8 +133,9 @@ def main() -> None:
     ap.add_argument("--speed", default=None, help="prompt lengths to time instead")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--against", default="bf16",
-                    help="the precision compared with f32: bf16, or bf16-prompt (BF16 for the "
-                         "rows of prompt chunks on AMX, f32 for the rest)")
+                    help="the precision compared with f32: bf16, bf16-prompt (BF16 for the "
+                         "rows of prompt chunks on AMX, f32 for the rest) or bf16x3 (those "
+                         "rows with split operands)")
     args = ap.parse_args()
     if args.speed:
         model = model_path(args.models.split(",")[0] if "," not in args.models else "gemma3")

@@ -20,6 +20,14 @@ pub enum AttentionPrecision {
     /// other CPUs: prompts at AMX's speed, decode at f32's, and a prompt
     /// row's result independent of its chunk (a prompt-cache hit exact).
     Bf16Prompt,
+    /// The rows of [`AttentionPrecision::Bf16Prompt`] (a prompt's, on
+    /// AMX-BF16 CPUs), each operand split in two BF16 parts and a product
+    /// summed from three (`hi·hi + hi·lo + lo·hi`, f32 accumulation): about
+    /// 16 bits of each query and probability, all 11 of an F16 key or
+    /// value, so close to f32's results at about three times
+    /// `bf16-prompt`'s AMX work. f32 elsewhere, as `bf16-prompt`. Written
+    /// out in `kernels/src/cpu/attention/bf16x3.rs`.
+    Bf16x3,
 }
 
 impl AttentionPrecision {
@@ -28,6 +36,7 @@ impl AttentionPrecision {
             AttentionPrecision::F32 => "f32",
             AttentionPrecision::Bf16 => "bf16",
             AttentionPrecision::Bf16Prompt => "bf16-prompt",
+            AttentionPrecision::Bf16x3 => "bf16x3",
         }
     }
 }
@@ -46,8 +55,9 @@ impl std::str::FromStr for AttentionPrecision {
             "f32" => Ok(AttentionPrecision::F32),
             "bf16" => Ok(AttentionPrecision::Bf16),
             "bf16-prompt" => Ok(AttentionPrecision::Bf16Prompt),
+            "bf16x3" => Ok(AttentionPrecision::Bf16x3),
             _ => Err(format!(
-                "unknown attention precision {s:?}; known: f32, bf16, bf16-prompt"
+                "unknown attention precision {s:?}; known: f32, bf16, bf16-prompt, bf16x3"
             )),
         }
     }

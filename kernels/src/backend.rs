@@ -179,8 +179,9 @@ pub struct AttentionRows<'a> {
     pub start_pos: usize,
     /// Rows of a prompt (any chunk of it, however short), not of a decode
     /// or speculative-verify step: under `AttentionPrecision::Bf16Prompt`
-    /// (and `Bf16`) the CPU gives exactly these rows BF16 products on AMX
-    /// tiles, so a prompt row's result does not depend on its chunk.
+    /// and `Bf16x3` (and `Bf16`) the CPU gives exactly these rows BF16
+    /// products on AMX tiles, so a prompt row's result does not depend on
+    /// its chunk.
     pub prompt: bool,
 }
 

@@ -68,8 +68,10 @@ pub struct DeviceArgs {
     /// Attention's products (queries·keys, probabilities·values): f32;
     /// bf16 (inputs rounded to BF16, f32 accumulation; AVX-512 BF16's
     /// `vdpbf16ps`, and AMX tiles for prompt rows, where the CPU has
-    /// them); or bf16-prompt (BF16 on AMX tiles for every prompt row, in
-    /// any chunk, f32 for decode and verify rows and on CPUs without AMX)
+    /// them); bf16-prompt (BF16 on AMX tiles for every prompt row, in
+    /// any chunk, f32 for decode and verify rows and on CPUs without AMX);
+    /// or bf16x3 (bf16-prompt's rows with each operand split in two BF16
+    /// parts, three products summed: close to f32's results at AMX speed)
     /// [default: f32: BF16 moves every prompt's logits (greedy output can
     /// change at near-ties) and AMX hosts would answer otherwise than the
     /// rest; bf16-prompt keeps decode's f32 speed and the prompt cache's

@@ -147,6 +147,18 @@ def test_long_prompt_with_bf16_prompt_attention_matches_reference(switchyard_bin
                  attention="bf16-prompt")
 
 
+def test_long_prompt_with_bf16x3_attention_matches_reference(switchyard_bin, gemma3_path, reference,
+                                                             tmp_path):
+    """`--attention-precision bf16x3` (bf16-prompt's rows with each operand
+    split in two BF16 parts, three products summed: about 16 bits of a
+    query or probability, all of an F16 key or value) against the f32
+    reference at the f32 engine's own tolerances (the F16 case's): on a
+    host with AMX the prompt's rows take the split products, elsewhere it
+    is the f32 engine."""
+    check_prompt("long", "f16", switchyard_bin, gemma3_path, reference, tmp_path,
+                 attention="bf16x3")
+
+
 def check_prompt(name, kv, switchyard_bin, gemma3_path, reference, tmp_path, attention="f32"):
     ids = run_json(switchyard_bin, "tokenize", "--model", gemma3_path, "--text", PROMPTS[name])["ids"]
     long = name == "long"

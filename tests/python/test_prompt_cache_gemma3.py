@@ -10,8 +10,8 @@ every request after the first reports
 and a copy of the local layers' rings where the first prompt ended
 (docs/SLIDING_WINDOW_PROMPT_CACHE.md). Run with f32 attention and with
 `--attention-precision bf16-prompt`, whose prompt rows take BF16 on AMX
-tiles in any chunk, the warm request's short tail included
-(docs/ATTENTION_PRECISION.md). The warm time to first token is measured in
+tiles in any chunk, the warm request's short tail included, and with
+`bf16x3` (the same rows with split operands) (docs/ATTENTION_PRECISION.md). The warm time to first token is measured in
 `benches/prompt_cache.py --model gemma3`.
 """
 
@@ -26,7 +26,7 @@ from test_prompt_cache import SYSTEM, client_for
 
 QUESTIONS = ["What is rule 3?", "Who reviews the gamma reports?", "Say hello."]
 MAX_TOKENS = 12
-PRECISIONS = ["f32", "bf16-prompt"]
+PRECISIONS = ["f32", "bf16-prompt", "bf16x3"]
 
 
 def serve(bin_path, model, port, precision, *extra):
@@ -99,3 +99,13 @@ def test_bf16_prompt_rows_take_other_products_than_f32_on_an_amx_host(switchyard
     f32 = cold(switchyard_bin, gemma3_path, "f32")
     bf16 = cold(switchyard_bin, gemma3_path, "bf16-prompt")
     assert any(f32[q][2] != bf16[q][2] for q in QUESTIONS)
+
+
+def test_bf16x3_prompt_rows_take_other_products_than_f32_on_an_amx_host(switchyard_bin, gemma3_path):
+    """Else the bf16x3 case above could pass with AMX never running: its
+    log-probabilities are close to f32's but not their bits."""
+    if not amx_host():
+        pytest.skip("no AMX-BF16 here (or SWITCHYARD_AMX=0): bf16x3 is f32 for every row")
+    f32 = cold(switchyard_bin, gemma3_path, "f32")
+    split = cold(switchyard_bin, gemma3_path, "bf16x3")
+    assert any(f32[q][2] != split[q][2] for q in QUESTIONS)

@@ -48,6 +48,9 @@ impl CpuBackend {
             AttentionPrecision::Bf16Prompt => {
                 Products::Bf16(Bf16Isa::new(self.isa).for_prompts_only())
             }
+            AttentionPrecision::Bf16x3 => {
+                Products::Bf16(Bf16Isa::new(self.isa).split_for_prompts())
+            }
             AttentionPrecision::Bf16 => {
                 let isa = Bf16Isa::new(self.isa);
                 if !isa.simd() {
@@ -67,6 +70,7 @@ impl CpuBackend {
     pub fn attention_precision(&self) -> AttentionPrecision {
         match self.attention {
             Products::F32 => AttentionPrecision::F32,
+            Products::Bf16(b) if b.split() => AttentionPrecision::Bf16x3,
             Products::Bf16(b) if b.prompt_only() => AttentionPrecision::Bf16Prompt,
             Products::Bf16(_) => AttentionPrecision::Bf16,
         }

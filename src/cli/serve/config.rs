@@ -41,7 +41,7 @@ pub struct ServeFile {
     /// `f16`, `f32` or `q8_0`.
     #[serde(default, deserialize_with = "kv_type")]
     pub kv_type: Option<switchyard_kernels::KvType>,
-    /// `f32`, `bf16` or `bf16-prompt` (see `--attention-precision`).
+    /// `f32`, `bf16`, `bf16-prompt` or `bf16x3` (see `--attention-precision`).
     #[serde(default, deserialize_with = "attention_precision")]
     pub attention_precision: Option<switchyard_kernels::AttentionPrecision>,
     /// Positions per KV block (a multiple of 32).

@@ -151,6 +151,11 @@ fn attention_precision_reaches_the_settings() {
         attention(&prompt).expect("bf16-prompt is a precision"),
         AttentionPrecision::Bf16Prompt
     );
+    let split = [&model[..], &["--attention-precision", "bf16x3"]].concat();
+    assert_eq!(
+        attention(&split).expect("bf16x3 is a precision"),
+        AttentionPrecision::Bf16x3
+    );
     let err = attention(&[&model[..], &["--attention-precision", "fp8"]].concat()).unwrap_err();
     assert!(err.to_string().contains("known: f32, bf16"), "{err}");
     let dir = tempfile::tempdir().unwrap();

@@ -58,6 +58,9 @@ pub(crate) struct Bf16Isa {
     /// BF16 only where AMX takes a prompt chunk's rows, f32 for the rest
     /// (`AttentionPrecision::Bf16Prompt`; `blocked::for_rows` decides).
     prompt_only: bool,
+    /// Each AMX operand split in a BF16 high and low part, three products
+    /// summed (`AttentionPrecision::Bf16x3`; see `bf16x3`).
+    split: bool,
 }
 
 impl Bf16Isa {
@@ -69,6 +72,7 @@ impl Bf16Isa {
             simd,
             amx,
             prompt_only: false,
+            split: false,
         }
     }
 
@@ -78,6 +82,7 @@ impl Bf16Isa {
             simd: false,
             amx: false,
             prompt_only: false,
+            split: false,
         }
     }
 
@@ -88,6 +93,7 @@ impl Bf16Isa {
             simd: false,
             amx: false,
             prompt_only: false,
+            split: false,
         }
     }
 
@@ -114,6 +120,21 @@ impl Bf16Isa {
         self.prompt_only
     }
 
+    /// BF16 products only for the rows AMX takes, each operand split in
+    /// two BF16 parts (see `bf16x3`); f32 for the rest.
+    pub(crate) fn split_for_prompts(self) -> Bf16Isa {
+        Bf16Isa {
+            prompt_only: true,
+            split: true,
+            ..self
+        }
+    }
+
+    /// Whether AMX's operands are split in two BF16 parts (`bf16x3`).
+    pub(crate) fn split(self) -> bool {
+        self.split
+    }
+
     /// The same kernels without AMX: `vdpbf16ps`'s bits.
     pub(crate) fn without_amx(self) -> Bf16Isa {
         Bf16Isa { amx: false, ..self }
@@ -138,7 +159,7 @@ pub(crate) fn round(x: f32) -> u16 {
 
 /// A BF16 value as f32 (exact).
 #[inline]
-fn widen(b: u16) -> f32 {
+pub(super) fn widen(b: u16) -> f32 {
     f32::from_bits(u32::from(b) << 16)
 }
 

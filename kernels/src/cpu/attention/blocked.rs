@@ -78,9 +78,10 @@ const AMX_TILE_ROWS: usize = 32;
 /// spans at fixed positions (`stream::run_amx`), so a prompt row's result
 /// does not depend on its chunk. Decode and speculative-verify rows never
 /// take AMX, whose sums are not `vdpbf16ps`'s bits: f32 under
-/// `bf16-prompt`, `vdpbf16ps` under `bf16`, so greedy output with and
-/// without speculation stays the same. Where AMX does not take a prompt's
-/// rows, `bf16-prompt` is f32 for every row.
+/// `bf16-prompt` and `bf16x3` (split operands, `bf16x3`), `vdpbf16ps`
+/// under `bf16`, so greedy output with and without speculation stays the
+/// same. Where AMX does not take a prompt's rows, `bf16-prompt` and
+/// `bf16x3` are f32 for every row.
 pub(super) fn for_rows(
     products: Products,
     prompt: bool,

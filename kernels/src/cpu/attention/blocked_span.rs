@@ -27,6 +27,7 @@
 use std::ops::Range;
 
 use super::bf16::{self, Bf16Isa};
+use super::bf16x3::{self, Rows};
 use crate::cpu::exp::{exp_one, exp_shifted, max_of};
 use crate::cpu::isa::CheckedIsa;
 use crate::cpu::kv_layout::{KEY_BLOCK, KEY_TILE};
@@ -99,17 +100,25 @@ impl Span {
     /// Adds a whole key block: `keys` two key tiles dimension-major,
     /// `values` 32 rows of `head_dim`, as `Tile::block` gives them.
     pub(super) fn push(&mut self, b: Bf16Isa, head_dim: usize, keys: &[f32], values: &[f32]) {
+        if b.split() {
+            let (k, v) = (
+                &keys[..KEY_BLOCK * head_dim],
+                &values[..KEY_BLOCK * head_dim],
+            );
+            self.push_split(b, head_dim, Rows::F32(k), Rows::F32(v));
+            return;
+        }
         let pairs = head_dim / 2;
         let tile = pairs * KEY_TILE;
         let w = self.blocks;
-        self.keys.resize((w + 1) * 2 * tile, 0);
+        grow(&mut self.keys, (w + 1) * 2 * tile);
         for t in 0..2 {
             let from = &keys[t * KEY_TILE * head_dim..(t + 1) * KEY_TILE * head_dim];
             let to = &mut self.keys[(2 * w + t) * tile..(2 * w + t + 1) * tile];
             bf16::pack_key_tile(b, from, head_dim, to);
         }
         let rows = KEY_BLOCK / 2;
-        self.values.resize((w + 1) * rows * head_dim, 0);
+        grow(&mut self.values, (w + 1) * rows * head_dim);
         for m in 0..rows {
             let even = &values[2 * m * head_dim..(2 * m + 1) * head_dim];
             let odd = &values[(2 * m + 1) * head_dim..(2 * m + 2) * head_dim];
@@ -129,10 +138,15 @@ impl Span {
         if !b.simd() || !head_dim.is_multiple_of(16) || run.len() < 2 * len {
             return false;
         }
+        if b.split() {
+            let (k, v) = (&run[..len], &run[len..2 * len]);
+            self.push_split(b, head_dim, Rows::F16(k), Rows::F16(v));
+            return true;
+        }
         let pairs = head_dim / 2;
         let w = self.blocks;
-        self.keys.resize((w + 1) * 2 * pairs * KEY_TILE, 0);
-        self.values.resize((w + 1) * len / 2, 0);
+        grow(&mut self.keys, (w + 1) * 2 * pairs * KEY_TILE);
+        grow(&mut self.values, (w + 1) * len / 2);
         let keys = &mut self.keys[w * 2 * pairs * KEY_TILE..];
         let values = &mut self.values[w * len / 2..];
         #[cfg(target_arch = "x86_64")]
@@ -150,9 +164,31 @@ impl Span {
         true
     }
 
-    /// Folds the span into the queries `q.q` (pairs in order, as
-    /// `bf16::pack_in_order`, `head_dim / 2` each; `q.n` of them, then
-    /// zeros up to a multiple of [`QUERY_ROWS`]): per query the scores of
+    /// [`Span::push`] of split operands (`bf16x3`): each key tile and the
+    /// block's values in three sections (`bf16x3::pack_rows`).
+    fn push_split(&mut self, b: Bf16Isa, head_dim: usize, keys: Rows<'_>, values: Rows<'_>) {
+        let len = KEY_BLOCK * head_dim;
+        let block = bf16x3::TERMS * len / 2;
+        let w = self.blocks;
+        grow(&mut self.keys, (w + 1) * block);
+        grow(&mut self.values, (w + 1) * block);
+        let tile = block / 2;
+        let keys_at = &mut self.keys[w * block..(w + 1) * block];
+        for (t, to) in keys_at.chunks_exact_mut(tile).enumerate() {
+            let from = |s: usize, e: usize| match keys {
+                Rows::F32(k) => Rows::F32(&k[s..e]),
+                Rows::F16(k) => Rows::F16(&k[s..e]),
+            };
+            let from = from(t * len / 2, (t + 1) * len / 2);
+            bf16x3::pack_rows(b, from, KEY_TILE, to);
+        }
+        let to = &mut self.values[w * block..(w + 1) * block];
+        bf16x3::pack_rows(b, values, head_dim, to);
+        self.blocks += 1;
+    }
+
+    /// Folds the span into the queries `q.q` (see [`SpanQueries`]; the
+    /// span and the queries both split, or neither, as `b` says): per query the scores of
     /// the span's positions it sees (`seen(qi)`, lanes of the span) times
     /// `scale` (then capped), one online-softmax step over them (`max`,
     /// `sum`, and `acc` rescaled when they raise the maximum), and the
@@ -170,8 +206,11 @@ impl Span {
         (max, sum, acc): (&mut [f32], &mut [f32], &mut [f32]),
     ) {
         let (n, head_dim) = (q.n, q.head_dim);
-        let pairs = head_dim / 2;
+        // Split operands (`bf16x3`) are `terms` times as long.
+        let terms = bf16x3::terms(b);
+        let pairs = terms * head_dim / 2;
         let keys = self.blocks * KEY_BLOCK;
+        let rows = terms * keys / 2;
         let padded = n.next_multiple_of(QUERY_ROWS);
         if keys == 0 || !takes(b, head_dim) {
             return;
@@ -179,9 +218,9 @@ impl Span {
         let (qs, acc) = (&q.q[..padded * pairs], &mut acc[..padded * head_dim]);
         let (max, sum) = (&mut max[..n], &mut sum[..n]);
         let k = &self.keys[..self.blocks * 2 * pairs * KEY_TILE];
-        let v = &self.values[..keys / 2 * head_dim];
-        self.scores.resize(GROUP * keys, 0.0);
-        self.p.resize(GROUP * keys / 2, 0);
+        let v = &self.values[..rows * head_dim];
+        grow(&mut self.scores, GROUP * keys);
+        grow(&mut self.p, GROUP * rows);
         for q0 in (0..padded).step_by(GROUP) {
             let m = (padded - q0).min(GROUP);
             let two = m > QUERY_ROWS;
@@ -228,16 +267,21 @@ impl Span {
                     }
                     sum[qi] += exp_shifted(isa, s, max[qi]);
                 }
-                bf16::pack_in_order(b, row, &mut self.p[i * keys / 2..(i + 1) * keys / 2]);
+                let p = &mut self.p[i * rows..(i + 1) * rows];
+                if b.split() {
+                    bf16x3::pack_probabilities(b, row, p);
+                } else {
+                    bf16::pack_in_order(b, row, p);
+                }
             }
-            // SAFETY: as above; `p` holds `m` rows of `keys / 2` pairs (a
+            // SAFETY: as above; `p` holds `m` rows of `rows` pairs (a
             // multiple of sixteen), `v` that many pair rows of
             // `head_dim` (a multiple of 32), `acc` rows q0..q0 + m.
             #[cfg(target_arch = "x86_64")]
             unsafe {
                 super::blocked_amx::span_weighted(
                     (self.p.as_ptr(), two),
-                    keys / 2,
+                    rows,
                     (v.as_ptr(), head_dim),
                     acc[q0 * head_dim..].as_mut_ptr(),
                 )
@@ -249,10 +293,20 @@ impl Span {
     }
 }
 
+/// `v` at least `len` long. Never shorter: a span's buffers are written
+/// before they are read, and truncating them to grow them again block
+/// by block cost a fill of every block as large as its packing.
+fn grow<T: Copy + Default>(v: &mut Vec<T>, len: usize) {
+    if v.len() < len {
+        v.resize(len, T::default());
+    }
+}
+
 /// The queries of [`Span::fold`] and what their scores take.
 pub(super) struct SpanQueries<'a> {
-    /// BF16 pairs in order, `head_dim / 2` a query, padded with zero
-    /// queries to a multiple of [`QUERY_ROWS`].
+    /// BF16 pairs in order, `head_dim / 2` a query (`bf16::pack_in_order`;
+    /// three times that for split operands, `bf16x3::pack_query`), padded
+    /// with zero queries to a multiple of [`QUERY_ROWS`].
     pub(super) q: &'a [u32],
     /// Queries before the padding.
     pub(super) n: usize,

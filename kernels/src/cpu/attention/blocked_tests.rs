@@ -221,16 +221,22 @@ fn amx_products_are_the_chains_within_f32_rounding() {
     println!("AMX against the chains: worst error {worst:e} of the bound");
 }
 
-/// `--attention-precision bf16-prompt`: BF16 products on AMX tiles for
-/// a prompt's rows in a chunk of any length where AMX takes the head
-/// size, f32 for a decode or verify step's rows and for every row where
-/// AMX (or a head size it takes) is missing; `bf16` keeps BF16 for every
-/// row, off AMX outside prompts.
+/// `--attention-precision bf16-prompt` (and `bf16x3`, its split
+/// operands): BF16 products on AMX tiles for a prompt's rows in a chunk
+/// of any length where AMX takes the head size, f32 for a decode or
+/// verify step's rows and for every row where AMX (or a head size it
+/// takes) is missing; `bf16` keeps BF16 for every row, off AMX outside
+/// prompts.
 #[test]
 fn bf16_for_prompts_only_is_f32_outside_amx_prompt_rows() {
-    for isa in Isa::supported() {
+    let isas = Isa::supported().into_iter();
+    for (isa, split) in isas.flat_map(|isa| [(isa, false), (isa, true)]) {
         let b = Bf16Isa::new(CheckedIsa::at_most(isa));
-        let prompt_only = Products::Bf16(b.for_prompts_only());
+        let prompt_only = if split {
+            Products::Bf16(b.split_for_prompts())
+        } else {
+            Products::Bf16(b.for_prompts_only())
+        };
         for hd in [64, 256] {
             let step = for_rows(prompt_only, false, hd);
             assert_eq!(step, (Products::F32, None), "{isa:?} {hd}");

@@ -2,13 +2,13 @@
 //! same prompt fed whole, in chunks of 7, 128 and 300, and as a prefix
 //! already in the cache with a tail of 12 or 1 rows after it gives the
 //! same bits, under every precision (BF16 on AMX tiles included:
-//! `stream::run_amx`), in a layer with a window and one without, at one
-//! and three threads. And a decode step's row under `bf16-prompt` is the
-//! f32 walk's, bit for bit.
+//! `stream::run_amx`, split in `bf16x3` too), in a layer with a window
+//! and one without, at one and three threads. And a decode step's row
+//! under `bf16-prompt` and `bf16x3` is the f32 walk's, bit for bit.
 
 use rand::{Rng, SeedableRng};
 
-use super::window_tests::{attend_chunk, Sequence};
+use super::window_tests::{attend_chunk, shape, Sequence};
 use super::*;
 use crate::cpu::kv_cache::CpuKvCache;
 use crate::cpu::Isa;
@@ -86,16 +86,14 @@ fn a_prompt_row_gives_the_same_bits_in_any_chunk() {
             Products::Bf16(b.without_amx().for_prompts_only()),
         ),
         ("bf16 without AMX", Products::Bf16(b.without_amx())),
+        ("bf16x3", Products::Bf16(b.split_for_prompts())),
+        (
+            "bf16x3 without AMX",
+            Products::Bf16(b.without_amx().split_for_prompts()),
+        ),
     ];
     for window in [None, Some(512)] {
-        let shape = AttentionShape {
-            n_heads,
-            n_kv_heads,
-            head_dim,
-            scale: 1.0 / (head_dim as f32).sqrt(),
-            window,
-            softcap: None,
-        };
+        let shape = shape(HEADS, window);
         for threads in [1, 3] {
             let pool = ThreadPool::new(threads);
             let mut whole_of = Vec::new();
@@ -139,30 +137,38 @@ fn a_prompt_row_gives_the_same_bits_in_any_chunk() {
                     bits(&whole_of[1]) != bits(&whole_of[0]),
                     "bf16-prompt took AMX's products (window {window:?} t{threads})"
                 );
-            }
-            // A decode step's row after the prompt: under bf16-prompt the
-            // f32 walk's bits.
-            let step = [("f32", Products::F32), precisions[1]].map(|(_, products)| {
-                let mut ring = cache(shape);
-                attend_chunk(
-                    (&pool, isa),
-                    &mut ring,
-                    (shape, products),
-                    (&prompt, true),
-                    (0, PROMPT),
+                assert!(
+                    bits(&whole_of[5]) != bits(&whole_of[0])
+                        && bits(&whole_of[5]) != bits(&whole_of[1]),
+                    "bf16x3 took AMX's split products (window {window:?} t{threads})"
                 );
-                attend_chunk(
-                    (&pool, isa),
-                    &mut ring,
-                    (shape, products),
-                    (&prompt, false),
-                    (PROMPT, 1),
-                )
-            });
-            assert!(
-                bits(&step[0]) == bits(&step[1]),
-                "window {window:?} t{threads}: a decode row under bf16-prompt is not f32's"
-            );
+            }
+            // A decode step's row after the prompt: under bf16-prompt and
+            // bf16x3 the f32 walk's bits.
+            let step =
+                [("f32", Products::F32), precisions[1], precisions[5]].map(|(_, products)| {
+                    let mut ring = cache(shape);
+                    attend_chunk(
+                        (&pool, isa),
+                        &mut ring,
+                        (shape, products),
+                        (&prompt, true),
+                        (0, PROMPT),
+                    );
+                    attend_chunk(
+                        (&pool, isa),
+                        &mut ring,
+                        (shape, products),
+                        (&prompt, false),
+                        (PROMPT, 1),
+                    )
+                });
+            for (at, name) in [(1, "bf16-prompt"), (2, "bf16x3")] {
+                assert!(
+                    bits(&step[0]) == bits(&step[at]),
+                    "window {window:?} t{threads}: a decode row under {name} is not f32's"
+                );
+            }
         }
     }
 }

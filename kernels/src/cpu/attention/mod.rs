@@ -15,6 +15,9 @@
 //! before the job.
 
 pub(crate) mod bf16;
+mod bf16x3;
+#[cfg(test)]
+mod bf16x3_tests;
 mod blocked;
 #[cfg(target_arch = "x86_64")]
 mod blocked_amx;

@@ -30,6 +30,7 @@ use std::cell::RefCell;
 use std::ops::Range;
 
 use super::bf16::{self, Bf16Isa, Products};
+use super::bf16x3;
 use super::blocked;
 use super::blocked_span::{self, Span};
 use super::decode::{self, RowState};
@@ -198,23 +199,27 @@ impl State {
     }
 
     /// Every query of `tile` in pairs, `head_dim.div_ceil(2)` from
-    /// `qi · pairs` (query `qi = row · group + head`).
+    /// `qi · pairs` (query `qi = row · group + head`); with `split`
+    /// (`bf16x3`, an even `head_dim`), three times as many.
     fn pack_queries<'q, E>(
         &mut self,
         isa: Bf16Isa,
+        split: bool,
         tile: &Tile<'_, E>,
         query: &impl Fn(usize, usize) -> &'q [f32],
     ) {
-        let pairs = tile.head_dim.div_ceil(2);
+        let terms = if split { bf16x3::TERMS } else { 1 };
+        let pairs = terms * tile.head_dim.div_ceil(2);
         self.q_pairs.resize(tile.rows * tile.group * pairs, 0);
         for i in 0..tile.rows {
             for h in 0..tile.group {
                 let qi = i * tile.group + h;
-                bf16::pack_in_order(
-                    isa,
-                    query(i, h),
-                    &mut self.q_pairs[qi * pairs..(qi + 1) * pairs],
-                );
+                let to = &mut self.q_pairs[qi * pairs..(qi + 1) * pairs];
+                if split {
+                    bf16x3::pack_query(isa, query(i, h), to);
+                } else {
+                    bf16::pack_in_order(isa, query(i, h), to);
+                }
             }
         }
     }
@@ -515,7 +520,7 @@ fn run_general<'q, E: KvElem>(
     let first_seen = |p: usize| tile.window.map_or(0, |w| (p + 1).saturating_sub(w));
     let (start, end) = tile.span(first_seen(tile.first_pos) / KEY_BLOCK * KEY_BLOCK);
     if let Products::Bf16(b) = tile.products {
-        state.pack_queries(b, tile, query);
+        state.pack_queries(b, false, tile, query);
     }
     let blocked = blocked_tile(isa, tile);
     if blocked {
@@ -606,7 +611,7 @@ fn run<'q, E: KvElem>(
     let mut scratch = std::mem::take(&mut state.widened);
     let (start, end) = tile.span(0);
     if let Products::Bf16(b) = tile.products {
-        state.pack_queries(b, tile, query);
+        state.pack_queries(b, false, tile, query);
     }
     let blocked = blocked_tile(isa, tile);
     if blocked {
@@ -689,8 +694,11 @@ fn run_amx<'q, E: KvElem>(
     let padded = n.next_multiple_of(blocked_span::QUERY_ROWS);
     state.reset(tile);
     state.acc.resize(padded * hd, 0.0);
-    state.pack_queries(b, tile, query);
-    state.q_pairs.resize(padded * hd.div_ceil(2), 0);
+    // Split operands (`bf16x3`) take `terms` times the pairs.
+    state.pack_queries(b, b.split(), tile, query);
+    state
+        .q_pairs
+        .resize(padded * bf16x3::terms(b) * hd.div_ceil(2), 0);
     let mut scratch = std::mem::take(&mut state.widened);
     let first_seen = |p: usize| tile.window.map_or(0, |w| (p + 1).saturating_sub(w));
     let (start, end) = tile.span(first_seen(tile.first_pos) / KEY_BLOCK * KEY_BLOCK);

@@ -12,7 +12,7 @@ use crate::kv::KvFormat;
 
 /// As `tests::STREAM_ABS_TOL`: the same scores and sums in another order,
 /// plus `tanh` on both sides (f32 against f64, a few 1e-7).
-const WINDOW_ABS_TOL: f32 = 3e-6;
+pub(super) const WINDOW_ABS_TOL: f32 = 3e-6;
 /// BF16 products against the reference on the same BF16 queries, keys
 /// and values: the probabilities' rounding (relative 2⁻⁹ on each weight of
 /// the output's numerator; values in ±1) on top of the f32 tolerance.
@@ -23,13 +23,13 @@ fn to_bf16(x: f32) -> f32 {
     f32::from_bits(u32::from(bf16::round(x)) << 16)
 }
 
-fn random(rng: &mut impl Rng, n: usize, range: f32) -> Vec<f32> {
+pub(super) fn random(rng: &mut impl Rng, n: usize, range: f32) -> Vec<f32> {
     (0..n).map(|_| rng.random_range(-range..range)).collect()
 }
 
 /// `x` as a cache of `dtype` stores it (so that the f64 reference sees
 /// the keys and values the kernel reads).
-fn stored(dtype: KvType, x: Vec<f32>) -> Vec<f32> {
+pub(super) fn stored(dtype: KvType, x: Vec<f32>) -> Vec<f32> {
     match dtype {
         KvType::F32 => x,
         KvType::F16 => x
@@ -42,7 +42,7 @@ fn stored(dtype: KvType, x: Vec<f32>) -> Vec<f32> {
 }
 
 /// One query over `keys`/`values` of the positions it sees, in f64.
-fn attend(
+pub(super) fn attend(
     q: &[f32],
     keys: &[&[f32]],
     values: &[&[f32]],
@@ -86,6 +86,44 @@ pub(super) struct Sequence {
     pub(super) v: Vec<f32>,
     pub(super) q_cols: usize,
     pub(super) kv_cols: usize,
+}
+
+/// Heads `(n_heads, n_kv_heads, head_dim)` with `window`, scaled by
+/// `1 / √head_dim`, scores uncapped.
+pub(super) fn shape(
+    (n_heads, n_kv_heads, head_dim): (usize, usize, usize),
+    window: Option<usize>,
+) -> AttentionShape {
+    AttentionShape {
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        scale: 1.0 / (head_dim as f32).sqrt(),
+        window,
+        softcap: None,
+    }
+}
+
+impl Sequence {
+    /// `rows` random rows of `n_heads` query and `n_kv_heads` KV heads of
+    /// `head_dim`: queries and keys in ±3 (scores up to a few units, so
+    /// later blocks raise the running maxima), values in ±1, keys and
+    /// values as a cache of `dtype` stores them.
+    pub(super) fn random(
+        rng: &mut impl Rng,
+        dtype: KvType,
+        rows: usize,
+        (n_heads, n_kv_heads, head_dim): (usize, usize, usize),
+    ) -> Sequence {
+        let (q_cols, kv_cols) = (n_heads * head_dim, n_kv_heads * head_dim);
+        Sequence {
+            q: random(rng, rows * q_cols, 3.0),
+            k: stored(dtype, random(rng, rows * kv_cols, 3.0)),
+            v: stored(dtype, random(rng, rows * kv_cols, 1.0)),
+            q_cols,
+            kv_cols,
+        }
+    }
 }
 
 /// Rows `start..start + n` of `seq` through one attention call on layer 0
@@ -169,14 +207,8 @@ fn a_ring_of_slots_attends_over_the_window_like_the_whole_cache() {
             let mut whole = CpuKvCache::windowed(&kv, 1, n_kv_heads, head_dim, capacity, &[])
                 .expect("an unlimited pool holds the whole cache");
             assert!(ring.layout().bytes_beyond(0) < whole.layout().bytes_beyond(0));
-            let (q_cols, kv_cols) = (n_heads * head_dim, n_kv_heads * head_dim);
-            let seq = Sequence {
-                q: random(&mut rng, total * q_cols, 3.0),
-                k: stored(dtype, random(&mut rng, total * kv_cols, 3.0)),
-                v: stored(dtype, random(&mut rng, total * kv_cols, 1.0)),
-                q_cols,
-                kv_cols,
-            };
+            let seq = Sequence::random(&mut rng, dtype, total, (n_heads, n_kv_heads, head_dim));
+            let (q_cols, kv_cols) = (seq.q_cols, seq.kv_cols);
             let (q_all, k_all, v_all) = (&seq.q, &seq.k, &seq.v);
             let mut start = 0;
             for n in chunks {
