@@ -39,6 +39,15 @@ fn random(rng: &mut impl Rng, n: usize, range: f32) -> Vec<f32> {
     (0..n).map(|_| rng.random_range(-range..range)).collect()
 }
 
+/// Queries and keys in ±3, values in ±1, for `total` rows of `l`.
+fn random_qkv(rng: &mut impl Rng, l: &Layout, total: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let (q_cols, kv_cols) = (l.n_heads * l.head_dim, l.n_kv_heads * l.head_dim);
+    let q = random(rng, total * q_cols, 3.0);
+    let k = random(rng, total * kv_cols, 3.0);
+    let v = random(rng, total * kv_cols, 1.0);
+    (q, k, v)
+}
+
 fn rows_of(data: &[f32], rows: Range<usize>, cols: usize) -> CpuActivations {
     CpuActivations {
         rows: rows.len(),
@@ -133,12 +142,9 @@ fn a_split_decode_step_matches_one_task_and_the_prompt_bit_for_bit() {
     let depth = 2 * SEGMENT - 3;
     let decode = [depth, 1, 1, 1, 1, 3];
     let prompt = [depth + 7];
+    let total = depth + 7;
     for l in &layouts {
-        let (q_cols, kv_cols) = (l.n_heads * l.head_dim, l.n_kv_heads * l.head_dim);
-        let total = depth + 7;
-        let q = random(&mut rng, total * q_cols, 3.0);
-        let k = random(&mut rng, total * kv_cols, 3.0);
-        let v = random(&mut rng, total * kv_cols, 1.0);
+        let (q, k, v) = random_qkv(&mut rng, l, total);
         let qkv = (&q[..], &k[..], &v[..]);
         for isa in Isa::supported() {
             let isa = CheckedIsa::at_most(isa);
@@ -275,10 +281,7 @@ fn a_short_decode_step_of_one_kv_head_splits_its_query_heads_bit_for_bit() {
     let decode = vec![1; total];
     let prompt = [total];
     for l in &layouts {
-        let (q_cols, kv_cols) = (l.n_heads * l.head_dim, l.n_kv_heads * l.head_dim);
-        let q = random(&mut rng, total * q_cols, 3.0);
-        let k = random(&mut rng, total * kv_cols, 3.0);
-        let v = random(&mut rng, total * kv_cols, 1.0);
+        let (q, k, v) = random_qkv(&mut rng, l, total);
         let qkv = (&q[..], &k[..], &v[..]);
         for isa in Isa::supported() {
             let isa = CheckedIsa::at_most(isa);
