@@ -389,4 +389,33 @@ mod tests {
         // Expected 3000 of 4000; 5 standard deviations is about 137.
         assert!((2860..3140).contains(&ones), "{ones}");
     }
+
+    #[test]
+    fn a_row_read_in_place_samples_as_its_copy() {
+        let logits: Vec<f32> = (0..5000u32)
+            .map(|i| ((i * 7919) % 1000) as f32 / 97.0 - 4.0)
+            .collect();
+        for temperature in [0.0, 0.8] {
+            let plain = params(|p| {
+                p.temperature = temperature;
+                p.top_logprobs = 3;
+                p.seed = Some(5);
+            });
+            // A bias (of nothing) makes the sampler copy the row.
+            let copied = SamplingParams {
+                logit_bias: vec![(11, 0.0)],
+                ..plain.clone()
+            };
+            let (mut a, mut b) = (Sampler::new(plain), Sampler::new(copied));
+            for _ in 0..20 {
+                let (x, y) = (
+                    a.sample(&logits, &[]).expect("finite logits"),
+                    b.sample(&logits, &[]).expect("finite logits"),
+                );
+                assert_eq!((x.id, x.logprob.to_bits()), (y.id, y.logprob.to_bits()));
+                assert_eq!(x.top_logprobs, y.top_logprobs);
+                assert_eq!(x.margin, y.margin);
+            }
+        }
+    }
 }

@@ -9,10 +9,11 @@
 //! those tasks are too few to keep the threads busy (a decode step of one
 //! or a few sequences: SmolLM2 has three KV heads, Gemma 3 one), each
 //! tile is split into its segments of the context (`partial`), one task
-//! each, and a second phase merges every tile's segments in order. A
-//! sequence whose rows fit one unsplit tile (decode) has its new keys and
-//! values stored by its tasks, each its own KV head; any other stores them
-//! before the job.
+//! each, and a second phase merges every tile's segments in order; a
+//! decode step with still fewer tasks than threads splits its query heads
+//! (`split`). A sequence whose rows fit one unsplit tile (decode) has its
+//! new keys and values stored by its tasks, each its own KV head; any
+//! other stores them before the job.
 
 pub(crate) mod bf16;
 mod bf16x3;
@@ -300,15 +301,21 @@ fn attention_job<E: Stored>(
         tasks,
         splits,
         partial_len,
-    } = plan(units, pool.threads(), group * state_len(head_dim));
+    } = plan(units, pool.threads(), group, group * state_len(head_dim));
     // A sequence of one unsplit tile (a decode step) leaves its writes to
     // its tasks, which run in parallel; any other (a prompt, or a step split
-    // across its context) writes here first, since other tasks read the
-    // new rows' keys of the same KV head.
+    // across its context or its query heads) writes here first, since other
+    // tasks read the new rows' keys of the same KV head.
     let writes: Vec<bool> = seqs
         .iter()
         .enumerate()
-        .map(|(s, seq)| seq.rows.len() <= ROW_TILE && !splits.iter().any(|u| u.unit.seq == s))
+        .map(|(s, seq)| {
+            seq.rows.len() <= ROW_TILE
+                && !splits.iter().any(|u| u.unit.seq == s)
+                && !tasks
+                    .iter()
+                    .any(|t| t.unit.seq == s && t.heads.len() < group)
+        })
         .collect();
     let tables: Vec<_> = seqs
         .iter()
@@ -365,7 +372,8 @@ fn attention_job<E: Stored>(
                 let key = &call.k.data[at..at + kv_cols][span.clone()];
                 let value = &call.v.data[at..at + kv_cols][span.clone()];
                 // SAFETY: a writing task is its sequence's only task for
-                // `kv_head` (its rows fit one unsplit tile), so nothing
+                // `kv_head` (its rows fit one tile split neither across
+                // its context nor its query heads), so nothing
                 // else touches that head of the layer during the job.
                 unsafe { cache.write(unit.kv_head, unit.first_pos + i, key, value) };
             }
@@ -387,11 +395,13 @@ fn attention_job<E: Stored>(
             .map(|b| unsafe { cache.key_block(unit.kv_head, b) })
             .collect();
         let (products, _) = blocked::for_rows(call.products, seqs[unit.seq].prompt, head_dim);
+        // The task's query heads, from `heads.start` of the group.
+        let heads = task.heads.clone();
         let tile = Tile {
             products,
             rows: unit.rows.len(),
             first_pos: unit.first_pos,
-            group,
+            group: heads.len(),
             head_dim,
             scale,
             window,
@@ -404,22 +414,23 @@ fn attention_job<E: Stored>(
             segments: task.segments.clone(),
         };
         let query = |i: usize, h: usize| {
-            let at = out_at(unit, i, h);
+            let at = out_at(unit, i, heads.start + h);
             &call.q.data[at..at + head_dim]
         };
         match task.partial {
             None => attend_tile(isa, &tile, query, |merged| {
                 let (i, h, values) = merged.output(isa);
-                // SAFETY: this task alone writes the heads of KV head
+                // SAFETY: this task alone writes its heads of KV head
                 // `kv_head` in its rows, and sequences' rows are disjoint
                 // (checked above).
-                let o = unsafe { out_data.range(out_at(unit, i, h), head_dim) };
+                let o = unsafe { out_data.range(out_at(unit, i, heads.start + h), head_dim) };
                 o.copy_from_slice(values);
             }),
             Some(at) => attend_tile(isa, &tile, query, |merged| {
                 let len = state_len(head_dim);
-                let qi = merged.row * group + merged.head;
-                // SAFETY: each split task owns its slot of the buffer.
+                let qi = merged.row * group + heads.start + merged.head;
+                // SAFETY: each split task owns its queries' slots of the
+                // buffer.
                 let slot = unsafe { partial_data.range(at + qi * len, len) };
                 slot[0] = merged.max;
                 slot[1] = merged.sum;

@@ -7,6 +7,10 @@
 //! fewer (a decode step of one or a few sequences, whose tasks would be
 //! one per KV head) runs a task per segment of each tile, so a deep
 //! context spreads over every thread whatever the number of KV heads.
+//! A call that still has fewer tasks than threads (a decode step of one
+//! KV head before its context spans two segments: Gemma 3 below 256
+//! positions) also splits each one-row task's query heads: every head's
+//! arithmetic is its own, so that changes no result either.
 
 use std::cmp::Reverse;
 use std::ops::Range;
@@ -48,11 +52,13 @@ pub(super) fn seen_segments(
     (segment, first_seen / segment..last / segment + 1)
 }
 
-/// One task of the first phase: some segments of a unit, with the buffer
-/// offset of its segment's states when the unit is split.
+/// One task of the first phase: some segments of a unit for some of its
+/// query heads (of the group), with the buffer offset of its segment's
+/// states when the unit is split.
 pub(super) struct Task {
     pub(super) unit: Unit,
     pub(super) segments: Range<usize>,
+    pub(super) heads: Range<usize>,
     pub(super) partial: Option<usize>,
 }
 
@@ -76,9 +82,10 @@ pub(super) struct Plan {
     pub(super) partial_len: usize,
 }
 
-/// Tasks for `units` on `threads` threads; `per_row` is the floats one
-/// query row's states take for a segment (group × `state_len`).
-pub(super) fn plan(units: Vec<Unit>, threads: usize, per_row: usize) -> Plan {
+/// Tasks for `units` on `threads` threads, each unit's query rows having
+/// `group` heads; `per_row` is the floats one query row's states take for
+/// a segment (group × `state_len`).
+pub(super) fn plan(units: Vec<Unit>, threads: usize, group: usize, per_row: usize) -> Plan {
     let slot = |u: &Unit| u.rows.len() * per_row;
     let deep = |u: &Unit| u.segments.len() > 1;
     let needed: usize = units
@@ -100,6 +107,7 @@ pub(super) fn plan(units: Vec<Unit>, threads: usize, per_row: usize) -> Plan {
                 tasks.push(Task {
                     unit: unit.clone(),
                     segments: segment..segment + 1,
+                    heads: 0..group,
                     partial: Some(at + k * slot),
                 });
             }
@@ -110,22 +118,52 @@ pub(super) fn plan(units: Vec<Unit>, threads: usize, per_row: usize) -> Plan {
             tasks.push(Task {
                 segments: unit.segments.clone(),
                 unit,
+                heads: 0..group,
                 partial: None,
             });
         }
+    }
+    if !tasks.is_empty() && tasks.len() < threads {
+        tasks = split_heads(tasks, threads, group);
     }
     // Most positions to read first: the pool hands tasks out in index
     // order, so a long one does not end up alone on one thread at the end.
     tasks.sort_by_key(|t| {
         let segment = t.unit.segment;
         let end = (t.segments.end * segment).min(t.unit.first_pos + t.unit.rows.len());
-        Reverse(t.unit.rows.len() * end.saturating_sub(t.segments.start * segment))
+        let positions = end.saturating_sub(t.segments.start * segment);
+        Reverse(t.unit.rows.len() * t.heads.len() * positions)
     });
     Plan {
         tasks,
         splits,
         partial_len: at,
     }
+}
+
+/// `tasks` (fewer than `threads`) with each one-row task's query heads
+/// cut into as many parts as there are threads per task, at most one head
+/// each. Both parts read the whole KV head, but it is short here: fewer
+/// tasks than threads means at most one or two segments per KV head.
+fn split_heads(tasks: Vec<Task>, threads: usize, group: usize) -> Vec<Task> {
+    let parts = (threads / tasks.len()).clamp(1, group.max(1));
+    let mut out = Vec::with_capacity(tasks.len() * parts);
+    for task in tasks {
+        if task.unit.rows.len() != 1 || parts == 1 {
+            out.push(task);
+            continue;
+        }
+        for part in 0..parts {
+            let heads = group * part / parts..group * (part + 1) / parts;
+            out.push(Task {
+                unit: task.unit.clone(),
+                segments: task.segments.clone(),
+                heads,
+                partial: task.partial,
+            });
+        }
+    }
+    out
 }
 
 /// Merges a split unit's segment states (`partials`, in segment order) and

@@ -1,7 +1,8 @@
 //! Splitting a deep context across tasks (`split`, `partial`) changes no
 //! result: a decode step gives the same bits on one thread (one task per KV
 //! head, segments merged as the walk goes) as on two or three (one task
-//! per segment, merged in a second phase), and as the same row computed
+//! per segment, merged in a second phase; or, in a short context, one
+//! task per part of the query heads), and as the same row computed
 //! inside a prompt; and the split output stays within the streaming
 //! tolerance of the straightforward reference.
 
@@ -36,6 +37,15 @@ struct Layout {
 
 fn random(rng: &mut impl Rng, n: usize, range: f32) -> Vec<f32> {
     (0..n).map(|_| rng.random_range(-range..range)).collect()
+}
+
+/// Queries and keys in ±3, values in ±1, for `total` rows of `l`.
+fn random_qkv(rng: &mut impl Rng, l: &Layout, total: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let (q_cols, kv_cols) = (l.n_heads * l.head_dim, l.n_kv_heads * l.head_dim);
+    let q = random(rng, total * q_cols, 3.0);
+    let k = random(rng, total * kv_cols, 3.0);
+    let v = random(rng, total * kv_cols, 1.0);
+    (q, k, v)
 }
 
 fn rows_of(data: &[f32], rows: Range<usize>, cols: usize) -> CpuActivations {
@@ -132,12 +142,9 @@ fn a_split_decode_step_matches_one_task_and_the_prompt_bit_for_bit() {
     let depth = 2 * SEGMENT - 3;
     let decode = [depth, 1, 1, 1, 1, 3];
     let prompt = [depth + 7];
+    let total = depth + 7;
     for l in &layouts {
-        let (q_cols, kv_cols) = (l.n_heads * l.head_dim, l.n_kv_heads * l.head_dim);
-        let total = depth + 7;
-        let q = random(&mut rng, total * q_cols, 3.0);
-        let k = random(&mut rng, total * kv_cols, 3.0);
-        let v = random(&mut rng, total * kv_cols, 1.0);
+        let (q, k, v) = random_qkv(&mut rng, l, total);
         let qkv = (&q[..], &k[..], &v[..]);
         for isa in Isa::supported() {
             let isa = CheckedIsa::at_most(isa);
@@ -231,7 +238,7 @@ fn a_short_window_decode_step_splits_across_two_threads() {
             segment,
             segments,
         };
-        let tasks = plan(vec![unit], 2, 4 * (256 + 2)).tasks;
+        let tasks = plan(vec![unit], 2, 4, 4 * (256 + 2)).tasks;
         assert!(tasks.len() >= 2, "position {p}: {} task(s)", tasks.len());
         // The longest task reads at most 256 of the window's 512 positions:
         // the two threads share it evenly.
@@ -244,4 +251,94 @@ fn a_short_window_decode_step_splits_across_two_threads() {
             .max();
         assert!(longest <= Some(256), "position {p}: {longest:?}");
     }
+}
+
+/// A decode step of one KV head whose context is one segment (Gemma 3
+/// below 256 positions) splits its query heads across the threads and
+/// gives the bits of one task and of the prompt: on two and three threads,
+/// for each KV type (F16 and F32 through the decode kernel, Q8_0 through
+/// the per-row path), with and without a window and a softcap, from the
+/// first position on.
+#[test]
+fn a_short_decode_step_of_one_kv_head_splits_its_query_heads_bit_for_bit() {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(41);
+    let layout = |head_dim, window, softcap, dtype| Layout {
+        n_heads: 4,
+        n_kv_heads: 1,
+        head_dim,
+        window,
+        softcap,
+        dtype,
+    };
+    let layouts = [
+        layout(256, Some(512), None, KvType::F16),
+        layout(256, None, None, KvType::F32),
+        layout(64, Some(40), None, KvType::Q8_0),
+        layout(32, None, Some(5.0), KvType::F16),
+    ];
+    // A one-token prompt, then decode steps to position 99.
+    let total = 100;
+    let decode = vec![1; total];
+    let prompt = [total];
+    for l in &layouts {
+        let (q, k, v) = random_qkv(&mut rng, l, total);
+        let qkv = (&q[..], &k[..], &v[..]);
+        for isa in Isa::supported() {
+            let isa = CheckedIsa::at_most(isa);
+            let (whole, _) = run(l, 1, isa, qkv, &prompt);
+            let (one, _) = run(l, 1, isa, qkv, &decode);
+            assert!(
+                one == whole,
+                "{isa:?} {}: one-task decode differs from the prompt",
+                l.dtype
+            );
+            for threads in [2, 3] {
+                let (split, mut cache) = run(l, threads, isa, qkv, &decode);
+                assert!(
+                    split == one,
+                    "{isa:?} {} t{threads}: head-split decode differs from one task",
+                    l.dtype
+                );
+                if l.dtype != KvType::Q8_0 {
+                    check_reference(l, &q, &split, &mut cache, 0..total);
+                }
+            }
+        }
+    }
+}
+
+/// The plan behind it: one task of one row and a group of four on two
+/// threads becomes two tasks of two heads each, on three threads three
+/// tasks of one or two heads; a tile of several rows, or as many tasks
+/// as threads, is left whole.
+#[test]
+fn fewer_tasks_than_threads_split_a_decode_steps_query_heads() {
+    let unit = |rows: Range<usize>, first_pos: usize| {
+        let (segment, segments) = seen_segments(None, first_pos, first_pos + rows.len() - 1);
+        Unit {
+            seq: 0,
+            kv_head: 0,
+            rows,
+            first_pos,
+            segment,
+            segments,
+        }
+    };
+    let heads = |units: Vec<Unit>, threads: usize| -> Vec<Range<usize>> {
+        plan(units, threads, 4, 4 * (64 + 2))
+            .tasks
+            .iter()
+            .map(|t| t.heads.clone())
+            .collect()
+    };
+    assert_eq!(heads(vec![unit(0..1, 10)], 1), vec![0..4]);
+    assert_eq!(heads(vec![unit(0..1, 10)], 2), vec![0..2, 2..4]);
+    // Largest part first.
+    assert_eq!(heads(vec![unit(0..1, 10)], 3), vec![2..4, 0..1, 1..2]);
+    assert_eq!(heads(vec![unit(0..1, 10)], 8), vec![0..1, 1..2, 2..3, 3..4]);
+    assert_eq!(heads(vec![unit(0..3, 10)], 2), vec![0..4]);
+    assert_eq!(
+        heads(vec![unit(0..1, 10), unit(1..2, 11)], 2),
+        vec![0..4, 0..4]
+    );
 }
