@@ -2,6 +2,7 @@
 
 pub mod config;
 mod error;
+mod layer_tail;
 mod layered;
 pub mod llama;
 mod lora_rows;

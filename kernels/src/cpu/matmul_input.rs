@@ -18,7 +18,8 @@ use super::isa::CheckedIsa;
 use super::norm::{self, rms_norm_row};
 use super::tensors::CpuActivations;
 use super::threads::ThreadPool;
-use crate::KernelError;
+use super::cpu_backend::CpuBackend;
+use crate::{KernelError, MatmulInput};
 
 /// The input of [`super::matmul::matmul_many`] (see `MatmulInput`).
 pub(crate) enum Input<'a> {
@@ -37,6 +38,27 @@ pub(crate) enum Input<'a> {
         gate: &'a mut CpuActivations,
         up: &'a CpuActivations,
     },
+}
+
+impl<'a> From<MatmulInput<'a, CpuBackend>> for Input<'a> {
+    fn from(input: MatmulInput<'a, CpuBackend>) -> Self {
+        match input {
+            MatmulInput::Rows(x) => Input::Rows(x),
+            MatmulInput::RmsNorm {
+                x,
+                weight,
+                eps,
+                out,
+            } => Input::RmsNorm {
+                x,
+                weight: &weight.values,
+                eps,
+                out,
+            },
+            MatmulInput::SiluMul { gate, up } => Input::SiluMul { gate, up },
+            MatmulInput::GeluMul { gate, up } => Input::GeluMul { gate, up },
+        }
+    }
 }
 
 impl<'a> Input<'a> {
@@ -90,61 +112,50 @@ impl<'a> Input<'a> {
     /// The step lent to the tasks of one job, a row at a time (the caller
     /// validated the operands).
     pub(crate) fn by_rows(self, isa: CheckedIsa) -> RowSteps<'a> {
-        match self {
-            Input::Rows(x) => RowSteps {
-                isa,
-                cols: x.cols,
-                step: Step::Rows(x),
-            },
+        let cols = self.shape().1;
+        // SAFETY (each `reading`): the step only reads `x` and `up`.
+        let step = match self {
+            Input::Rows(x) => Step::Rows(unsafe { DisjointSlice::reading(&x.data) }),
             Input::RmsNorm {
                 x,
                 weight,
                 eps,
                 out,
-            } => RowSteps {
-                isa,
-                cols: x.cols,
-                step: Step::RmsNorm {
-                    x,
-                    weight,
-                    eps,
-                    out: DisjointSlice::new(&mut out.data),
-                },
+            } => Step::RmsNorm {
+                x: unsafe { DisjointSlice::reading(&x.data) },
+                weight,
+                eps,
+                out: DisjointSlice::new(&mut out.data),
             },
-            Input::SiluMul { gate, up } => RowSteps {
-                isa,
-                cols: gate.cols,
-                step: Step::SiluMul {
-                    up,
-                    gate: DisjointSlice::new(&mut gate.data),
-                },
+            Input::SiluMul { gate, up } => Step::SiluMul {
+                up: unsafe { DisjointSlice::reading(&up.data) },
+                gate: DisjointSlice::new(&mut gate.data),
             },
-            Input::GeluMul { gate, up } => RowSteps {
-                isa,
-                cols: gate.cols,
-                step: Step::GeluMul {
-                    up,
-                    gate: DisjointSlice::new(&mut gate.data),
-                },
+            Input::GeluMul { gate, up } => Step::GeluMul {
+                up: unsafe { DisjointSlice::reading(&up.data) },
+                gate: DisjointSlice::new(&mut gate.data),
             },
-        }
+        };
+        RowSteps::new(isa, cols, step)
     }
 }
 
-enum Step<'a> {
-    Rows(&'a CpuActivations),
+/// The elementwise step of a matmul's input over views of its buffers
+/// (read views only read from; see [`RowSteps::row`]).
+pub(crate) enum Step<'a> {
+    Rows(DisjointSlice<'a, f32>),
     RmsNorm {
-        x: &'a CpuActivations,
+        x: DisjointSlice<'a, f32>,
         weight: &'a [f32],
         eps: f32,
         out: DisjointSlice<'a, f32>,
     },
     SiluMul {
-        up: &'a CpuActivations,
+        up: DisjointSlice<'a, f32>,
         gate: DisjointSlice<'a, f32>,
     },
     GeluMul {
-        up: &'a CpuActivations,
+        up: DisjointSlice<'a, f32>,
         gate: DisjointSlice<'a, f32>,
     },
 }
@@ -156,37 +167,41 @@ pub(crate) struct RowSteps<'a> {
     step: Step<'a>,
 }
 
-impl RowSteps<'_> {
+impl<'a> RowSteps<'a> {
+    /// `step` on rows of `cols` columns.
+    pub(crate) fn new(isa: CheckedIsa, cols: usize, step: Step<'a>) -> Self {
+        RowSteps { isa, cols, step }
+    }
+
     /// Runs the step on row `r` and returns the row the products take.
     ///
     /// # Safety
-    /// No other thread may touch row `r` of the step's output while the
-    /// call and the returned borrow last.
+    /// No other thread may touch row `r` of the step's output, nor write
+    /// row `r` of its inputs, while the call and the returned borrow last.
     pub(crate) unsafe fn row(&self, r: usize) -> &[f32] {
-        let (k, span) = (self.cols, r * self.cols..(r + 1) * self.cols);
+        let k = self.cols;
+        let at = r * k;
+        // SAFETY (every `get` and `range`): row r is the caller's alone.
         match &self.step {
-            Step::Rows(x) => &x.data[span],
+            Step::Rows(x) => unsafe { x.get(at, k) },
             Step::RmsNorm {
                 x,
                 weight,
                 eps,
                 out,
             } => {
-                // SAFETY: row r is the caller's alone.
-                let o = unsafe { out.range(r * k, k) };
-                rms_norm_row(&x.data[span], weight, *eps, o);
+                let o = unsafe { out.range(at, k) };
+                rms_norm_row(unsafe { x.get(at, k) }, weight, *eps, o);
                 o
             }
             Step::SiluMul { up, gate } => {
-                // SAFETY: row r is the caller's alone.
-                let g = unsafe { gate.range(r * k, k) };
-                exp::silu_mul(self.isa, g, &up.data[span]);
+                let g = unsafe { gate.range(at, k) };
+                exp::silu_mul(self.isa, g, unsafe { up.get(at, k) });
                 g
             }
             Step::GeluMul { up, gate } => {
-                // SAFETY: row r is the caller's alone.
-                let g = unsafe { gate.range(r * k, k) };
-                activation::gelu_mul_row(self.isa, g, &up.data[span]);
+                let g = unsafe { gate.range(at, k) };
+                activation::gelu_mul_row(self.isa, g, unsafe { up.get(at, k) });
                 g
             }
         }

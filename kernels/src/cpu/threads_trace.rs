@@ -100,7 +100,8 @@ impl JobTrace {
         self.worker_end.fetch_max(self.now(), Relaxed);
     }
 
-    /// A second-phase task waited from `since` for the first phase.
+    /// A task past the first phase waited from `since` for the phases
+    /// before it.
     pub(crate) fn waited_for_first_phase(&self, since: u64) {
         self.phase_waits.fetch_add(1, Relaxed);
         self.phase_wait_ns
