@@ -239,7 +239,7 @@ impl ThreadPool {
     /// # Panics
     /// As [`ThreadPool::run_phased`].
     pub fn run_phases(&self, counts: &[usize], job: &(dyn Fn(usize, usize) + Sync)) {
-        let finished: Vec<AtomicUsize> = counts.iter().map(|_| AtomicUsize::new(0)).collect();
+        let finished: Vec<PhaseCount> = counts.iter().map(|_| PhaseCount::default()).collect();
         let trace = self.shared.trace.as_ref();
         self.run(counts.iter().sum(), &|task| {
             // Tasks are numbered phase after phase; `task` is below the sum.
@@ -252,13 +252,13 @@ impl ThreadPool {
                 let since = trace.map_or(0, JobTrace::now);
                 // Every earlier phase, not only the last: one may be empty.
                 for (done, &count) in finished.iter().zip(counts).take(phase) {
-                    wait_for(done, count);
+                    wait_for(&done.0, count);
                 }
                 if let Some(trace) = trace {
                     trace.waited_for_first_phase(since);
                 }
             }
-            let _count = finished.get(phase).map(CountOnDrop);
+            let _count = finished.get(phase).map(|done| CountOnDrop(&done.0));
             job(phase, i);
         });
     }
@@ -354,6 +354,14 @@ impl Drop for ThreadPool {
         }
     }
 }
+
+/// A phase's finished tasks (see [`ThreadPool::run_phases`]), on cache
+/// lines of its own: every task of a phase adds to its count while the
+/// tasks of the next phase read the count before it, and on one line the
+/// adds would take the line from the readers at every task.
+#[derive(Default)]
+#[repr(align(128))]
+struct PhaseCount(AtomicUsize);
 
 /// Adds one to its counter when dropped (also while unwinding).
 struct CountOnDrop<'a>(&'a AtomicUsize);
