@@ -40,5 +40,5 @@ pub use backend::{
 };
 pub use dtype::DType;
 pub use error::KernelError;
-pub use matmul_chain::{matmul_stages_one_by_one, MatmulStage, Slot};
 pub use kv::{BlockId, BlockTable, KvBlockShape, KvFormat, KvLayout, KvPrefix, KvType};
+pub use matmul_chain::{matmul_stages_one_by_one, MatmulStage, Slot};

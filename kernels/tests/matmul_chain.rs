@@ -136,7 +136,13 @@ fn run(backend: &CpuBackend, l: &Layer, n: usize, gelu: bool, fused: bool) -> Ve
         },
     ];
     let mut buffers = [
-        &mut attn, &mut x, &mut normed, &mut gate, &mut up, &mut q, &mut kv,
+        &mut attn,
+        &mut x,
+        &mut normed,
+        &mut gate,
+        &mut up,
+        &mut q,
+        &mut kv,
     ];
     if fused {
         backend.matmul_chain(&mut buffers, &stages).unwrap();
@@ -169,9 +175,8 @@ fn a_chain_equals_its_stages_one_by_one() {
                         let fused = run(&backend, &l, n, gelu, true);
                         let apart = run(&backend, &l, n, gelu, false);
                         for (slot, (f, a)) in fused.iter().zip(&apart).enumerate() {
-                            let what = format!(
-                                "{isa} {threads}t {dtype} float={float} n={n} gelu={gelu}"
-                            );
+                            let what =
+                                format!("{isa} {threads}t {dtype} float={float} n={n} gelu={gelu}");
                             assert_eq!(f, a, "buffer {slot}, {what}");
                         }
                     }

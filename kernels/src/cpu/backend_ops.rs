@@ -14,11 +14,11 @@ use super::{
 };
 use crate::formats::dequantize_row;
 use crate::kv::{BlockId, KvBlockShape};
+use crate::matmul_chain::matmul_stages_one_by_one;
 use crate::{
     AttentionRows, AttentionShape, Backend, DType, KernelError, KvFormat, LoraRows, LoraSide,
     LoraUpdate, MatmulInput, MatmulProduct, MatmulStage, RopeStyle, WeightView,
 };
-use crate::matmul_chain::matmul_stages_one_by_one;
 
 use super::cpu_backend::CpuBackend;
 

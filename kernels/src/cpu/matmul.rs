@@ -14,6 +14,7 @@
 use std::cell::RefCell;
 use std::ops::Range;
 
+use super::cpu_backend::CpuBackend;
 use super::disjoint::DisjointSlice;
 use super::dot::{dot_float, dot_quantized, tile_rows};
 use super::isa::CheckedIsa;
@@ -24,7 +25,6 @@ use super::packed::{PackedRows, GROUP_ROWS};
 use super::quant_act::{QRow, QuantizedRows, SharedRows};
 use super::tensors::{CpuActivations, CpuMatrix};
 use super::threads::ThreadPool;
-use super::cpu_backend::CpuBackend;
 use crate::{KernelError, MatmulProduct};
 
 thread_local! {
@@ -214,11 +214,23 @@ impl<'a> Stage<'a> {
     }
 }
 
+/// Stages of one [`run_stages`] job (more go to a job of their own).
+const MAX_STAGES: usize = 4;
+
 /// Every stage of `stages` in one pool job, each behind a barrier: no
 /// task of a stage starts before every task of the stages before it has
 /// finished, so a stage's input may be an earlier stage's output.
 pub(crate) fn run_stages(pool: &ThreadPool, isa: CheckedIsa, stages: &[Stage<'_>]) {
-    let counts: Vec<usize> = stages.iter().flat_map(Stage::phases).collect();
+    if stages.len() > MAX_STAGES {
+        let (now, later) = stages.split_at(MAX_STAGES);
+        run_stages(pool, isa, now);
+        return run_stages(pool, isa, later);
+    }
+    let mut counts = [0; 2 * MAX_STAGES];
+    for (c, n) in counts.iter_mut().zip(stages.iter().flat_map(Stage::phases)) {
+        *c = n;
+    }
+    let counts = &counts[..(2 * stages.len()).min(2 * MAX_STAGES)];
     let run = |scratch: &mut Vec<QuantizedRows>| {
         if scratch.len() < stages.len() {
             scratch.resize_with(stages.len(), QuantizedRows::default);
@@ -229,12 +241,10 @@ pub(crate) fn run_stages(pool: &ThreadPool, isa: CheckedIsa, stages: &[Stage<'_>
             .map(|(q, s)| q.shared(isa, s.n, s.k))
             .collect();
         let amx: Vec<AmxTiles> = stages.iter().map(|_| AmxTiles::default()).collect();
-        pool.run_phases(&counts, &|phase, i| {
-            let (Some(s), Some(q), Some(amx)) = (
-                stages.get(phase / 2),
-                qs.get(phase / 2),
-                amx.get(phase / 2),
-            ) else {
+        pool.run_phases(counts, &|phase, i| {
+            let (Some(s), Some(q), Some(amx)) =
+                (stages.get(phase / 2), qs.get(phase / 2), amx.get(phase / 2))
+            else {
                 return;
             };
             if phase % 2 == 0 {

@@ -10,13 +10,13 @@
 //! quantization and product tasks as its `matmul_many` call would, so the
 //! chain gives the same bits as the calls one by one.
 
+use super::cpu_backend::CpuBackend;
 use super::disjoint::DisjointSlice;
 use super::isa::CheckedIsa;
 use super::matmul::{self, run_stages, Stage, Target};
 use super::matmul_input::{Input, RowSteps, Step};
 use super::tensors::CpuActivations;
 use super::threads::ThreadPool;
-use super::cpu_backend::CpuBackend;
 use crate::matmul_chain::borrow_stage;
 use crate::{KernelError, MatmulInput, MatmulStage, Slot};
 
@@ -146,11 +146,5 @@ fn stage<'a>(
         })
         .collect::<Result<Vec<_>, KernelError>>()?;
     let (n, k) = (rows.rows, rows.cols);
-    Ok(Stage::new(
-        pool,
-        RowSteps::new(isa, k, step),
-        targets,
-        n,
-        k,
-    ))
+    Ok(Stage::new(pool, RowSteps::new(isa, k, step), targets, n, k))
 }

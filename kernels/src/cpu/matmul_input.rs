@@ -11,6 +11,7 @@
 //! `activation::gelu_mul_row` on the row), so fusing changes no bit.
 
 use super::activation;
+use super::cpu_backend::CpuBackend;
 use super::disjoint::DisjointSlice;
 use super::elementwise;
 use super::exp;
@@ -18,7 +19,6 @@ use super::isa::CheckedIsa;
 use super::norm::{self, rms_norm_row};
 use super::tensors::CpuActivations;
 use super::threads::ThreadPool;
-use super::cpu_backend::CpuBackend;
 use crate::{KernelError, MatmulInput};
 
 /// The input of [`super::matmul::matmul_many`] (see `MatmulInput`).

@@ -239,19 +239,23 @@ impl ThreadPool {
     /// # Panics
     /// As [`ThreadPool::run_phased`].
     pub fn run_phases(&self, counts: &[usize], job: &(dyn Fn(usize, usize) + Sync)) {
-        let finished: Vec<PhaseCount> = counts.iter().map(|_| PhaseCount::default()).collect();
+        // The counts live on the stack (an allocation per job, aligned
+        // to a cache line, cost more than a job's dispatch); phases past
+        // them go to a job of their own, whose start is a barrier too.
+        let (now, later) = counts.split_at(counts.len().min(MAX_PHASES));
+        let finished: [PhaseCount; MAX_PHASES] = Default::default();
         let trace = self.shared.trace.as_ref();
-        self.run(counts.iter().sum(), &|task| {
+        self.run(now.iter().sum(), &|task| {
             // Tasks are numbered phase after phase; `task` is below the sum.
             let (mut phase, mut i) = (0, task);
-            while counts.get(phase).is_some_and(|&c| i >= c) {
-                i -= counts[phase];
+            while now.get(phase).is_some_and(|&c| i >= c) {
+                i -= now[phase];
                 phase += 1;
             }
             if phase > 0 {
                 let since = trace.map_or(0, JobTrace::now);
                 // Every earlier phase, not only the last: one may be empty.
-                for (done, &count) in finished.iter().zip(counts).take(phase) {
+                for (done, &count) in finished.iter().zip(now).take(phase) {
                     wait_for(&done.0, count);
                 }
                 if let Some(trace) = trace {
@@ -261,6 +265,9 @@ impl ThreadPool {
             let _count = finished.get(phase).map(|done| CountOnDrop(&done.0));
             job(phase, i);
         });
+        if !later.is_empty() {
+            self.run_phases(later, &|phase, i| job(phase + MAX_PHASES, i));
+        }
     }
 
     /// Splits `0..len` into consecutive ranges of at most `chunk` (at least
@@ -354,6 +361,10 @@ impl Drop for ThreadPool {
         }
     }
 }
+
+/// Phases of one job of [`ThreadPool::run_phases`]: a chain of four
+/// stages of two phases each.
+const MAX_PHASES: usize = 8;
 
 /// A phase's finished tasks (see [`ThreadPool::run_phases`]), on cache
 /// lines of its own: every task of a phase adds to its count while the
@@ -637,7 +648,9 @@ mod tests {
             let pool = ThreadPool::new(threads);
             // An empty phase between two others must not let the third
             // start before the first has finished.
-            for counts in [&[3usize, 5, 1, 4][..], &[1, 0, 2], &[0, 0, 3], &[2]] {
+            // Ten phases: two jobs.
+            let many = [2usize, 1, 0, 3, 1, 2, 1, 1, 2, 3];
+            for counts in [&[3usize, 5, 1, 4][..], &[1, 0, 2], &[0, 0, 3], &[2], &many] {
                 for _ in 0..20 {
                     let ends: Vec<AtomicU64> = counts.iter().map(|_| AtomicU64::new(0)).collect();
                     let late = AtomicU64::new(0);
@@ -655,7 +668,11 @@ mod tests {
                         }
                         ends[phase].fetch_add(1, Ordering::Relaxed);
                     });
-                    assert_eq!(late.load(Ordering::Relaxed), 0, "{threads} threads {counts:?}");
+                    assert_eq!(
+                        late.load(Ordering::Relaxed),
+                        0,
+                        "{threads} threads {counts:?}"
+                    );
                     let ran: Vec<u64> = ends.iter().map(|e| e.load(Ordering::Relaxed)).collect();
                     let want: Vec<u64> = counts.iter().map(|&c| c as u64).collect();
                     assert_eq!(ran, want, "{threads} threads {counts:?}");
