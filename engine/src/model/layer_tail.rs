@@ -70,12 +70,6 @@ pub(super) fn run<B: Backend>(
             products: &down,
         },
     ];
-    let mut buffers = [
-        &mut s.attn,
-        &mut s.x,
-        &mut s.normed,
-        &mut s.gate,
-        &mut s.up,
-    ];
+    let mut buffers = [&mut s.attn, &mut s.x, &mut s.normed, &mut s.gate, &mut s.up];
     backend.matmul_chain(&mut buffers, &stages)
 }

@@ -14,8 +14,8 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use switchyard_kernels::{AttentionRows, Backend, MatmulInput, MatmulProduct, StepKey};
 
 use super::config::{Activation, ModelConfig};
-use super::llama::{LlamaModel, LogitRows, Scratch, SequenceChunk};
 use super::layer_tail::{self, LayerTail};
+use super::llama::{LlamaModel, LogitRows, Scratch, SequenceChunk};
 use super::lora_rows::AdapterRuns;
 use super::part::ModelPart;
 use super::runs::{by_runs, runs, Gather, Run, SameTensor, Widths};
