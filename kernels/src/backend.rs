@@ -101,44 +101,39 @@ pub struct AttentionShape {
 /// One product of [`Backend::matmul_many`]: `out = x · wᵀ (+ bias)`, or
 /// with `accumulate`, `out += x · wᵀ (+ bias)` (a residual connection,
 /// rounded as a product into a buffer and then an add would be).
-///
-/// `Out` is how the output buffer is named: a borrow for `matmul_many`, a
-/// [`crate::Slot`] of the call's buffers in a [`crate::MatmulStage`].
-pub struct MatmulProduct<'a, B: Backend, Out = &'a mut <B as Backend>::Activations> {
+pub struct MatmulProduct<'a, B: Backend> {
     pub w: &'a B::Matrix,
     pub bias: Option<&'a B::Vector>,
-    pub out: Out,
+    pub out: &'a mut B::Activations,
     pub accumulate: bool,
 }
 
 /// The rows [`Backend::matmul_many`] multiplies, with the elementwise step
 /// that makes them when there is one: a backend can run that step inside
 /// the multiply's parallel job instead of as a job of its own.
-///
-/// `X` (read) and `Out` (written) name the buffers: borrows for
-/// `matmul_many`, [`crate::Slot`]s in a [`crate::MatmulStage`].
-pub enum MatmulInput<
-    'a,
-    B: Backend,
-    X = &'a <B as Backend>::Activations,
-    Out = &'a mut <B as Backend>::Activations,
-> {
+pub enum MatmulInput<'a, B: Backend> {
     /// `x` as it is.
-    Rows(X),
+    Rows(&'a B::Activations),
     /// `out = rms_norm(x) · weight` as [`Backend::rms_norm`] computes it;
     /// the products take `out`.
     RmsNorm {
-        x: X,
+        x: &'a B::Activations,
         weight: &'a B::Vector,
         eps: f32,
-        out: Out,
+        out: &'a mut B::Activations,
     },
     /// `gate = silu(gate) · up` as [`Backend::silu_mul`] computes it; the
     /// products take `gate`.
-    SiluMul { gate: Out, up: X },
+    SiluMul {
+        gate: &'a mut B::Activations,
+        up: &'a B::Activations,
+    },
     /// `gate = gelu_tanh(gate) · up` as [`Backend::gelu_mul`] computes it;
     /// the products take `gate`.
-    GeluMul { gate: Out, up: X },
+    GeluMul {
+        gate: &'a mut B::Activations,
+        up: &'a B::Activations,
+    },
 }
 
 /// One run of rows of [`Backend::lora`]: rows `rows` of `x` and `out` take
@@ -380,22 +375,6 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<(), KernelError>
     where
         Self: Sized;
-    /// Every stage of `stages` in order, each a [`Backend::matmul_many`]
-    /// over `buffers` (named by [`crate::Slot`]): a stage's input may be
-    /// what an earlier stage wrote. A backend can run the whole chain as
-    /// one parallel job, each stage's input made behind a barrier inside
-    /// it. The default runs the stages one by one
-    /// ([`crate::matmul_stages_one_by_one`]).
-    fn matmul_chain(
-        &self,
-        buffers: &mut [&mut Self::Activations],
-        stages: &[crate::MatmulStage<'_, Self>],
-    ) -> Result<(), KernelError>
-    where
-        Self: Sized,
-    {
-        crate::matmul_stages_one_by_one(self, buffers, stages)
-    }
     /// Rotates each head of each row in place; row `i` is at `positions[i]`.
     /// `inv_freq` has `head_dim / 2` entries (scaling already applied).
     fn rope(

@@ -31,7 +31,6 @@ pub mod dtype;
 pub mod error;
 pub mod formats;
 pub mod kv;
-pub mod matmul_chain;
 
 pub use attention_precision::AttentionPrecision;
 pub use backend::{
@@ -41,4 +40,3 @@ pub use backend::{
 pub use dtype::DType;
 pub use error::KernelError;
 pub use kv::{BlockId, BlockTable, KvBlockShape, KvFormat, KvLayout, KvPrefix, KvType};
-pub use matmul_chain::{matmul_stages_one_by_one, MatmulStage, Slot};

@@ -34,11 +34,6 @@ impl<'a, B: Backend> AdapterRuns<'a, B> {
         AdapterRuns { runs }
     }
 
-    /// Whether no row of the step takes an adapter.
-    pub(super) fn is_empty(&self) -> bool {
-        self.runs.is_empty()
-    }
-
     /// `out[rows] += update(x[rows])` for every run whose adapter changes
     /// `target` of layer `layer`.
     pub(super) fn apply(

@@ -2,7 +2,6 @@
 
 pub mod config;
 mod error;
-mod layer_tail;
 mod layered;
 pub mod llama;
 mod lora_rows;

@@ -14,7 +14,6 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use switchyard_kernels::{AttentionRows, Backend, MatmulInput, MatmulProduct, StepKey};
 
 use super::config::{Activation, ModelConfig};
-use super::layer_tail::{self, LayerTail};
 use super::llama::{LlamaModel, LogitRows, Scratch, SequenceChunk};
 use super::lora_rows::AdapterRuns;
 use super::part::ModelPart;
@@ -269,10 +268,6 @@ pub(super) fn layer<B: Backend>(
         return Err(ModelError::MissingLayer { index });
     }
     step.attention_block(index, &layers, parts, kv, s)?;
-    if let Some(tail) = step.tail(&layers) {
-        return Ok(layer_tail::run(backend, &tail, s)?);
-    }
-    step.output_block(index, &layers, s)?;
     step.mlp_block(index, &layers, s)
 }
 
@@ -537,49 +532,8 @@ impl<B: Backend> Step<'_, B> {
             })
             .collect();
         b.attention(index, shape, &s.q, &s.k, &s.v, kv, &seqs, &mut s.attn)?;
-        Ok(())
-    }
+        drop(seqs);
 
-    /// The layer's tail after attention as one chain ([`layer_tail`]),
-    /// where every part shares its tensors, no row takes an adapter and
-    /// the family has no post norms; else `None`.
-    fn tail<'w>(&self, layers: &[&'w LayerWeights<B>]) -> Option<LayerTail<'w, B>> {
-        let c = self.lead.config();
-        if c.traits.post_norms || !self.adapters.is_empty() {
-            return None;
-        }
-        let one = |runs: Vec<Run<&'w B::Matrix>>| match runs.as_slice() {
-            [only] => Some(only.tensor),
-            _ => None,
-        };
-        let ffn_norm = match self.runs(layers.iter().map(|l| &**l.ffn_norm)).as_slice() {
-            [only] => only.tensor,
-            _ => return None,
-        };
-        Some(LayerTail {
-            wo: one(self.runs(layers.iter().map(|l| &**l.wo)))?,
-            ffn_norm,
-            eps: c.rms_norm_eps,
-            gate: one(self.runs(layers.iter().map(|l| &**l.gate)))?,
-            up: one(self.runs(layers.iter().map(|l| &**l.up)))?,
-            down: one(self.runs(layers.iter().map(|l| &**l.down)))?,
-            activation: c.traits.activation,
-        })
-    }
-
-    /// The O product and the residual add after attention.
-    fn output_block(
-        &self,
-        index: usize,
-        layers: &[&LayerWeights<B>],
-        s: &mut Scratch<B>,
-    ) -> Result<(), ModelError> {
-        let (b, c) = (self.backend, self.lead.config());
-        let hidden = c.hidden_size;
-        let q_width = c.n_heads * c.head_dim;
-        let matmul = |x: &B::Activations,
-                      (w, bias): (&B::Matrix, Option<&B::Vector>),
-                      out: &mut B::Activations| { b.matmul(x, w, bias, out) };
         let wo = self.runs(layers.iter().map(|l| (&**l.wo, None::<&B::Vector>)));
         let post_norms = c.traits.post_norms;
         if let ([wo], false) = (wo.as_slice(), post_norms) {

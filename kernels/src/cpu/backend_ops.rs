@@ -9,15 +9,12 @@ use super::kv_store::CpuKvStore;
 use super::matmul_input::Input;
 use super::packed::{self, PackedRows};
 use super::tensors::{CpuActivations, CpuMatrix, CpuVector};
-use super::{
-    activation, elementwise, lora, lora_elems, lora_q8, matmul, matmul_chain, norm, rope, row_copy,
-};
+use super::{activation, elementwise, lora, lora_elems, lora_q8, matmul, norm, rope, row_copy};
 use crate::formats::dequantize_row;
 use crate::kv::{BlockId, KvBlockShape};
-use crate::matmul_chain::matmul_stages_one_by_one;
 use crate::{
     AttentionRows, AttentionShape, Backend, DType, KernelError, KvFormat, LoraRows, LoraSide,
-    LoraUpdate, MatmulInput, MatmulProduct, MatmulStage, RopeStyle, WeightView,
+    LoraUpdate, MatmulInput, MatmulProduct, RopeStyle, WeightView,
 };
 
 use super::cpu_backend::CpuBackend;
@@ -199,21 +196,32 @@ impl Backend for CpuBackend {
         input: MatmulInput<'_, Self>,
         products: &mut [MatmulProduct<'_, Self>],
     ) -> Result<(), KernelError> {
-        let mut products = matmul::products(products);
-        matmul::matmul_many(&self.pool, self.isa, Input::from(input), &mut products)
-    }
-
-    /// One pool job for the whole chain when every weight is quantized
-    /// (`matmul_chain`); else the stages one by one.
-    fn matmul_chain(
-        &self,
-        buffers: &mut [&mut CpuActivations],
-        stages: &[MatmulStage<'_, Self>],
-    ) -> Result<(), KernelError> {
-        if !matmul_chain::fuses(stages) {
-            return matmul_stages_one_by_one(self, buffers, stages);
-        }
-        matmul_chain::matmul_chain(&self.pool, self.isa, buffers, stages)
+        let input = match input {
+            MatmulInput::Rows(x) => Input::Rows(x),
+            MatmulInput::RmsNorm {
+                x,
+                weight,
+                eps,
+                out,
+            } => Input::RmsNorm {
+                x,
+                weight: &weight.values,
+                eps,
+                out,
+            },
+            MatmulInput::SiluMul { gate, up } => Input::SiluMul { gate, up },
+            MatmulInput::GeluMul { gate, up } => Input::GeluMul { gate, up },
+        };
+        let mut products: Vec<matmul::Product<'_>> = products
+            .iter_mut()
+            .map(|p| matmul::Product {
+                w: p.w,
+                bias: p.bias.map(|b| b.values.as_slice()),
+                out: &mut *p.out,
+                accumulate: p.accumulate,
+            })
+            .collect();
+        matmul::matmul_many(&self.pool, self.isa, input, &mut products)
     }
 
     fn rope(

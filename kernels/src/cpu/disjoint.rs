@@ -25,20 +25,6 @@ impl<'a, T> DisjointSlice<'a, T> {
         }
     }
 
-    /// A view of `slice` to read only: tasks take rows of it with
-    /// [`DisjointSlice::get`], as they take rows of a view they write.
-    ///
-    /// # Safety
-    /// Nothing may be written through the view ([`DisjointSlice::range`],
-    /// [`DisjointSlice::write`]): `slice` is shared.
-    pub(crate) unsafe fn reading(slice: &'a [T]) -> Self {
-        DisjointSlice {
-            ptr: slice.as_ptr().cast_mut(),
-            len: slice.len(),
-            _borrow: std::marker::PhantomData,
-        }
-    }
-
     /// A view of the `len` elements at `ptr`, borrowed for `'a`.
     ///
     /// # Safety

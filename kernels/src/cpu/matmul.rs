@@ -14,23 +14,21 @@
 use std::cell::RefCell;
 use std::ops::Range;
 
-use super::cpu_backend::CpuBackend;
 use super::disjoint::DisjointSlice;
 use super::dot::{dot_float, dot_quantized, tile_rows};
 use super::isa::CheckedIsa;
-use super::matmul_input::{Input, RowSteps};
+use super::matmul_input::Input;
 #[cfg(target_arch = "x86_64")]
 use super::packed::amx::{AmxRows, AMX_ROWS};
 use super::packed::{PackedRows, GROUP_ROWS};
 use super::quant_act::{QRow, QuantizedRows, SharedRows};
 use super::tensors::{CpuActivations, CpuMatrix};
 use super::threads::ThreadPool;
-use crate::{KernelError, MatmulProduct};
+use crate::KernelError;
 
 thread_local! {
-    /// Quantized activations (one buffer per stage of a job), reused so a
-    /// matmul does not allocate.
-    static SCRATCH: RefCell<Vec<QuantizedRows>> = const { RefCell::new(Vec::new()) };
+    /// Quantized activations, reused so a matmul does not allocate.
+    static SCRATCH: RefCell<QuantizedRows> = RefCell::new(QuantizedRows::default());
 }
 
 /// Tasks of a matrix come from [`ThreadPool::guided_ranges`]: a few large
@@ -75,19 +73,6 @@ pub(crate) struct Product<'a> {
     pub(crate) accumulate: bool,
 }
 
-/// The backend's products as the kernel's.
-pub(crate) fn products<'p>(products: &'p mut [MatmulProduct<'_, CpuBackend>]) -> Vec<Product<'p>> {
-    products
-        .iter_mut()
-        .map(|p| Product {
-            w: p.w,
-            bias: p.bias.map(|b| b.values.as_slice()),
-            out: &mut *p.out,
-            accumulate: p.accumulate,
-        })
-        .collect()
-}
-
 pub(crate) fn matmul(
     pool: &ThreadPool,
     isa: CheckedIsa,
@@ -116,7 +101,11 @@ pub(crate) fn matmul_many(
     input: Input<'_>,
     products: &mut [Product<'_>],
 ) -> Result<(), KernelError> {
-    check(&input, products)?;
+    input.validate()?;
+    let (n, k) = input.shape();
+    for p in products.iter() {
+        validate(n, k, p)?;
+    }
     if products.iter().all(|p| p.w.dtype().is_quantized()) {
         run_quantized(pool, isa, input, products);
         return Ok(());
@@ -141,14 +130,6 @@ pub(crate) fn matmul_many(
     Ok(())
 }
 
-/// Checks `input`'s step and every product against its rows, as
-/// [`matmul_many`] does before it runs anything.
-pub(crate) fn check(input: &Input<'_>, products: &[Product<'_>]) -> Result<(), KernelError> {
-    input.validate()?;
-    let (n, k) = input.shape();
-    products.iter().try_for_each(|p| validate(n, k, p))
-}
-
 /// First-phase tasks per thread: enough that both threads share the step
 /// and the quantization, few enough that each is worth its atomic.
 const ROW_TASKS_PER_THREAD: usize = 4;
@@ -170,110 +151,41 @@ fn run_quantized(
             out: DisjointSlice::new(&mut p.out.data),
         })
         .collect();
-    let stage = Stage::new(pool, input.by_rows(isa), targets, n, k);
-    run_stages(pool, isa, &[stage]);
-}
-
-/// One stage of a quantized job: an input's rows made and quantized (a
-/// phase of row tasks), then the products' tasks on them (a second
-/// phase).
-pub(crate) struct Stage<'a> {
-    steps: RowSteps<'a>,
-    targets: Vec<Target<'a>>,
-    tasks: Vec<Task>,
-    n: usize,
-    k: usize,
-    rows_per_task: usize,
-}
-
-impl<'a> Stage<'a> {
-    /// `targets` on the `n × k` rows `steps` makes (validated: every
-    /// weight quantized, `k` their width, each output `n` rows of it).
-    pub(crate) fn new(
-        pool: &ThreadPool,
-        steps: RowSteps<'a>,
-        targets: Vec<Target<'a>>,
-        n: usize,
-        k: usize,
-    ) -> Self {
-        let tasks = plan(pool, &targets, n);
-        let rows_per_task = pool.chunk_for(n, ROW_TASKS_PER_THREAD, 1);
-        Stage {
-            steps,
-            targets,
-            tasks,
-            n,
-            k,
-            rows_per_task,
-        }
-    }
-
-    /// Its row tasks (one phase) and product tasks (the next).
-    fn phases(&self) -> [usize; 2] {
-        [self.n.div_ceil(self.rows_per_task), self.tasks.len()]
-    }
-}
-
-/// Stages of one [`run_stages`] job (more go to a job of their own).
-const MAX_STAGES: usize = 4;
-
-/// Every stage of `stages` in one pool job, each behind a barrier: no
-/// task of a stage starts before every task of the stages before it has
-/// finished, so a stage's input may be an earlier stage's output.
-pub(crate) fn run_stages(pool: &ThreadPool, isa: CheckedIsa, stages: &[Stage<'_>]) {
-    if stages.len() > MAX_STAGES {
-        let (now, later) = stages.split_at(MAX_STAGES);
-        run_stages(pool, isa, now);
-        return run_stages(pool, isa, later);
-    }
-    let mut counts = [0; 2 * MAX_STAGES];
-    for (c, n) in counts.iter_mut().zip(stages.iter().flat_map(Stage::phases)) {
-        *c = n;
-    }
-    let counts = &counts[..(2 * stages.len()).min(2 * MAX_STAGES)];
-    let run = |scratch: &mut Vec<QuantizedRows>| {
-        if scratch.len() < stages.len() {
-            scratch.resize_with(stages.len(), QuantizedRows::default);
-        }
-        let qs: Vec<SharedRows<'_>> = scratch
-            .iter_mut()
-            .zip(stages)
-            .map(|(q, s)| q.shared(isa, s.n, s.k))
-            .collect();
-        let amx: Vec<AmxTiles> = stages.iter().map(|_| AmxTiles::default()).collect();
-        pool.run_phases(counts, &|phase, i| {
-            let (Some(s), Some(q), Some(amx)) =
-                (stages.get(phase / 2), qs.get(phase / 2), amx.get(phase / 2))
-            else {
-                return;
-            };
-            if phase % 2 == 0 {
-                for r in i * s.rows_per_task..((i + 1) * s.rows_per_task).min(s.n) {
-                    // SAFETY: each row task makes and quantizes its own
-                    // rows; nothing reads them before the next phase, and
-                    // the stages before, which wrote the step's inputs,
-                    // have finished.
-                    unsafe { q.quantize_row(r, s.steps.row(r)) };
+    let steps = input.by_rows(isa);
+    let tasks = plan(pool, &targets, n);
+    let rows_per_task = pool.chunk_for(n, ROW_TASKS_PER_THREAD, 1);
+    let run = |q: &mut QuantizedRows| {
+        let q = q.shared(isa, n, k);
+        let amx = AmxTiles::default();
+        pool.run_phased(
+            n.div_ceil(rows_per_task),
+            &|i| {
+                for r in i * rows_per_task..((i + 1) * rows_per_task).min(n) {
+                    // SAFETY: each first-phase task makes and quantizes its
+                    // own rows; nothing reads them before the second phase.
+                    unsafe { q.quantize_row(r, steps.row(r)) };
                 }
-                return;
-            }
-            let task = &s.tasks[i];
-            let target = &s.targets[task.target];
-            match &task.unit {
-                Unit::Groups(groups) => {
-                    if let Some(packed) = &target.w.packed {
-                        run_groups(isa, packed, target, q, amx, s.n, groups.clone());
+            },
+            tasks.len(),
+            &|i| {
+                let task = &tasks[i];
+                let target = &targets[task.target];
+                match &task.unit {
+                    Unit::Groups(groups) => {
+                        if let Some(packed) = &target.w.packed {
+                            run_groups(isa, packed, target, &q, &amx, n, groups.clone());
+                        }
                     }
+                    Unit::Rows(rows) => run_rows(isa, target, &q, n, rows.clone()),
                 }
-                Unit::Rows(rows) => run_rows(isa, target, q, s.n, rows.clone()),
-            }
-        });
+            },
+        );
     };
     SCRATCH.with(|cell| match cell.try_borrow_mut() {
         Ok(mut q) => run(&mut q),
         // Only a nested matmul on this thread gets here; it pays for its
-        // own buffers.
-        Err(_) => run(&mut Vec::new()),
+        // own buffer.
+        Err(_) => run(&mut QuantizedRows::default()),
     });
 }
 
@@ -308,11 +220,11 @@ fn validate(n: usize, k: usize, p: &Product<'_>) -> Result<(), KernelError> {
 }
 
 /// A quantized product as the tasks see it.
-pub(crate) struct Target<'a> {
-    pub(crate) w: &'a CpuMatrix,
-    pub(crate) bias: Option<&'a [f32]>,
-    pub(crate) accumulate: bool,
-    pub(crate) out: DisjointSlice<'a, f32>,
+struct Target<'a> {
+    w: &'a CpuMatrix,
+    bias: Option<&'a [f32]>,
+    accumulate: bool,
+    out: DisjointSlice<'a, f32>,
 }
 
 enum Unit {

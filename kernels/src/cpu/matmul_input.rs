@@ -11,7 +11,6 @@
 //! `activation::gelu_mul_row` on the row), so fusing changes no bit.
 
 use super::activation;
-use super::cpu_backend::CpuBackend;
 use super::disjoint::DisjointSlice;
 use super::elementwise;
 use super::exp;
@@ -19,7 +18,7 @@ use super::isa::CheckedIsa;
 use super::norm::{self, rms_norm_row};
 use super::tensors::CpuActivations;
 use super::threads::ThreadPool;
-use crate::{KernelError, MatmulInput};
+use crate::KernelError;
 
 /// The input of [`super::matmul::matmul_many`] (see `MatmulInput`).
 pub(crate) enum Input<'a> {
@@ -38,27 +37,6 @@ pub(crate) enum Input<'a> {
         gate: &'a mut CpuActivations,
         up: &'a CpuActivations,
     },
-}
-
-impl<'a> From<MatmulInput<'a, CpuBackend>> for Input<'a> {
-    fn from(input: MatmulInput<'a, CpuBackend>) -> Self {
-        match input {
-            MatmulInput::Rows(x) => Input::Rows(x),
-            MatmulInput::RmsNorm {
-                x,
-                weight,
-                eps,
-                out,
-            } => Input::RmsNorm {
-                x,
-                weight: &weight.values,
-                eps,
-                out,
-            },
-            MatmulInput::SiluMul { gate, up } => Input::SiluMul { gate, up },
-            MatmulInput::GeluMul { gate, up } => Input::GeluMul { gate, up },
-        }
-    }
 }
 
 impl<'a> Input<'a> {
@@ -112,50 +90,61 @@ impl<'a> Input<'a> {
     /// The step lent to the tasks of one job, a row at a time (the caller
     /// validated the operands).
     pub(crate) fn by_rows(self, isa: CheckedIsa) -> RowSteps<'a> {
-        let cols = self.shape().1;
-        // SAFETY (each `reading`): the step only reads `x` and `up`.
-        let step = match self {
-            Input::Rows(x) => Step::Rows(unsafe { DisjointSlice::reading(&x.data) }),
+        match self {
+            Input::Rows(x) => RowSteps {
+                isa,
+                cols: x.cols,
+                step: Step::Rows(x),
+            },
             Input::RmsNorm {
                 x,
                 weight,
                 eps,
                 out,
-            } => Step::RmsNorm {
-                x: unsafe { DisjointSlice::reading(&x.data) },
-                weight,
-                eps,
-                out: DisjointSlice::new(&mut out.data),
+            } => RowSteps {
+                isa,
+                cols: x.cols,
+                step: Step::RmsNorm {
+                    x,
+                    weight,
+                    eps,
+                    out: DisjointSlice::new(&mut out.data),
+                },
             },
-            Input::SiluMul { gate, up } => Step::SiluMul {
-                up: unsafe { DisjointSlice::reading(&up.data) },
-                gate: DisjointSlice::new(&mut gate.data),
+            Input::SiluMul { gate, up } => RowSteps {
+                isa,
+                cols: gate.cols,
+                step: Step::SiluMul {
+                    up,
+                    gate: DisjointSlice::new(&mut gate.data),
+                },
             },
-            Input::GeluMul { gate, up } => Step::GeluMul {
-                up: unsafe { DisjointSlice::reading(&up.data) },
-                gate: DisjointSlice::new(&mut gate.data),
+            Input::GeluMul { gate, up } => RowSteps {
+                isa,
+                cols: gate.cols,
+                step: Step::GeluMul {
+                    up,
+                    gate: DisjointSlice::new(&mut gate.data),
+                },
             },
-        };
-        RowSteps::new(isa, cols, step)
+        }
     }
 }
 
-/// The elementwise step of a matmul's input over views of its buffers
-/// (read views only read from; see [`RowSteps::row`]).
-pub(crate) enum Step<'a> {
-    Rows(DisjointSlice<'a, f32>),
+enum Step<'a> {
+    Rows(&'a CpuActivations),
     RmsNorm {
-        x: DisjointSlice<'a, f32>,
+        x: &'a CpuActivations,
         weight: &'a [f32],
         eps: f32,
         out: DisjointSlice<'a, f32>,
     },
     SiluMul {
-        up: DisjointSlice<'a, f32>,
+        up: &'a CpuActivations,
         gate: DisjointSlice<'a, f32>,
     },
     GeluMul {
-        up: DisjointSlice<'a, f32>,
+        up: &'a CpuActivations,
         gate: DisjointSlice<'a, f32>,
     },
 }
@@ -167,41 +156,37 @@ pub(crate) struct RowSteps<'a> {
     step: Step<'a>,
 }
 
-impl<'a> RowSteps<'a> {
-    /// `step` on rows of `cols` columns.
-    pub(crate) fn new(isa: CheckedIsa, cols: usize, step: Step<'a>) -> Self {
-        RowSteps { isa, cols, step }
-    }
-
+impl RowSteps<'_> {
     /// Runs the step on row `r` and returns the row the products take.
     ///
     /// # Safety
-    /// No other thread may touch row `r` of the step's output, nor write
-    /// row `r` of its inputs, while the call and the returned borrow last.
+    /// No other thread may touch row `r` of the step's output while the
+    /// call and the returned borrow last.
     pub(crate) unsafe fn row(&self, r: usize) -> &[f32] {
-        let k = self.cols;
-        let at = r * k;
-        // SAFETY (every `get` and `range`): row r is the caller's alone.
+        let (k, span) = (self.cols, r * self.cols..(r + 1) * self.cols);
         match &self.step {
-            Step::Rows(x) => unsafe { x.get(at, k) },
+            Step::Rows(x) => &x.data[span],
             Step::RmsNorm {
                 x,
                 weight,
                 eps,
                 out,
             } => {
-                let o = unsafe { out.range(at, k) };
-                rms_norm_row(unsafe { x.get(at, k) }, weight, *eps, o);
+                // SAFETY: row r is the caller's alone.
+                let o = unsafe { out.range(r * k, k) };
+                rms_norm_row(&x.data[span], weight, *eps, o);
                 o
             }
             Step::SiluMul { up, gate } => {
-                let g = unsafe { gate.range(at, k) };
-                exp::silu_mul(self.isa, g, unsafe { up.get(at, k) });
+                // SAFETY: row r is the caller's alone.
+                let g = unsafe { gate.range(r * k, k) };
+                exp::silu_mul(self.isa, g, &up.data[span]);
                 g
             }
             Step::GeluMul { up, gate } => {
-                let g = unsafe { gate.range(at, k) };
-                activation::gelu_mul_row(self.isa, g, unsafe { up.get(at, k) });
+                // SAFETY: row r is the caller's alone.
+                let g = unsafe { gate.range(r * k, k) };
+                activation::gelu_mul_row(self.isa, g, &up.data[span]);
                 g
             }
         }

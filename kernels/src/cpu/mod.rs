@@ -43,7 +43,6 @@ mod lora_q8_operands;
 mod lora_q8_vnni;
 mod lora_shrink;
 mod matmul;
-mod matmul_chain;
 mod matmul_input;
 mod norm;
 mod packed;

@@ -220,54 +220,21 @@ impl ThreadPool {
         second_tasks: usize,
         second: &(dyn Fn(usize) + Sync),
     ) {
-        self.run_phases(&[first_tasks, second_tasks], &|phase, i| {
-            if phase == 0 {
+        let finished = AtomicUsize::new(0);
+        let trace = self.shared.trace.as_ref();
+        self.run(first_tasks + second_tasks, &|i| {
+            if i < first_tasks {
+                let _count = CountOnDrop(&finished);
                 first(i);
             } else {
-                second(i);
-            }
-        });
-    }
-
-    /// One job in several phases: `job(p, i)` for every `i` in
-    /// `0..counts[p]`, phase after phase, where no task of a phase starts
-    /// before every task of the phases before it has finished (a barrier
-    /// inside the job, as in [`ThreadPool::run_phased`], which is this
-    /// with two phases). A chain of stages, each reading what the one
-    /// before wrote, then costs one dispatch and one join.
-    ///
-    /// # Panics
-    /// As [`ThreadPool::run_phased`].
-    pub fn run_phases(&self, counts: &[usize], job: &(dyn Fn(usize, usize) + Sync)) {
-        // The counts live on the stack (an allocation per job, aligned
-        // to a cache line, cost more than a job's dispatch); phases past
-        // them go to a job of their own, whose start is a barrier too.
-        let (now, later) = counts.split_at(counts.len().min(MAX_PHASES));
-        let finished: [PhaseCount; MAX_PHASES] = Default::default();
-        let trace = self.shared.trace.as_ref();
-        self.run(now.iter().sum(), &|task| {
-            // Tasks are numbered phase after phase; `task` is below the sum.
-            let (mut phase, mut i) = (0, task);
-            while now.get(phase).is_some_and(|&c| i >= c) {
-                i -= now[phase];
-                phase += 1;
-            }
-            if phase > 0 {
                 let since = trace.map_or(0, JobTrace::now);
-                // Every earlier phase, not only the last: one may be empty.
-                for (done, &count) in finished.iter().zip(now).take(phase) {
-                    wait_for(&done.0, count);
-                }
+                wait_for(&finished, first_tasks);
                 if let Some(trace) = trace {
                     trace.waited_for_first_phase(since);
                 }
+                second(i - first_tasks);
             }
-            let _count = finished.get(phase).map(|done| CountOnDrop(&done.0));
-            job(phase, i);
         });
-        if !later.is_empty() {
-            self.run_phases(later, &|phase, i| job(phase + MAX_PHASES, i));
-        }
     }
 
     /// Splits `0..len` into consecutive ranges of at most `chunk` (at least
@@ -361,18 +328,6 @@ impl Drop for ThreadPool {
         }
     }
 }
-
-/// Phases of one job of [`ThreadPool::run_phases`]: a chain of four
-/// stages of two phases each.
-const MAX_PHASES: usize = 8;
-
-/// A phase's finished tasks (see [`ThreadPool::run_phases`]), on cache
-/// lines of its own: every task of a phase adds to its count while the
-/// tasks of the next phase read the count before it, and on one line the
-/// adds would take the line from the readers at every task.
-#[derive(Default)]
-#[repr(align(128))]
-struct PhaseCount(AtomicUsize);
 
 /// Adds one to its counter when dropped (also while unwinding).
 struct CountOnDrop<'a>(&'a AtomicUsize);
@@ -637,45 +592,6 @@ mod tests {
                     let all = (first as u64) * (first as u64 + 1) / 2;
                     assert_eq!(runs.load(Ordering::Relaxed), second as u64);
                     assert_eq!(seen.load(Ordering::Relaxed), all * second as u64);
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn each_phase_sees_every_earlier_phase_finished() {
-        for threads in 1..=3 {
-            let pool = ThreadPool::new(threads);
-            // An empty phase between two others must not let the third
-            // start before the first has finished.
-            // Ten phases: two jobs.
-            let many = [2usize, 1, 0, 3, 1, 2, 1, 1, 2, 3];
-            for counts in [&[3usize, 5, 1, 4][..], &[1, 0, 2], &[0, 0, 3], &[2], &many] {
-                for _ in 0..20 {
-                    let ends: Vec<AtomicU64> = counts.iter().map(|_| AtomicU64::new(0)).collect();
-                    let late = AtomicU64::new(0);
-                    pool.run_phases(counts, &|phase, i| {
-                        if i == 0 {
-                            std::thread::sleep(Duration::from_micros(100));
-                        }
-                        let earlier: u64 = ends[..phase]
-                            .iter()
-                            .map(|e| e.load(Ordering::Relaxed))
-                            .sum();
-                        let want: usize = counts[..phase].iter().sum();
-                        if earlier != want as u64 {
-                            late.fetch_add(1, Ordering::Relaxed);
-                        }
-                        ends[phase].fetch_add(1, Ordering::Relaxed);
-                    });
-                    assert_eq!(
-                        late.load(Ordering::Relaxed),
-                        0,
-                        "{threads} threads {counts:?}"
-                    );
-                    let ran: Vec<u64> = ends.iter().map(|e| e.load(Ordering::Relaxed)).collect();
-                    let want: Vec<u64> = counts.iter().map(|&c| c as u64).collect();
-                    assert_eq!(ran, want, "{threads} threads {counts:?}");
                 }
             }
         }

@@ -100,8 +100,7 @@ impl JobTrace {
         self.worker_end.fetch_max(self.now(), Relaxed);
     }
 
-    /// A task past the first phase waited from `since` for the phases
-    /// before it.
+    /// A second-phase task waited from `since` for the first phase.
     pub(crate) fn waited_for_first_phase(&self, since: u64) {
         self.phase_waits.fetch_add(1, Relaxed);
         self.phase_wait_ns
