@@ -82,7 +82,11 @@ impl JobTrace {
 
     /// The caller made the job (entered at `start`) visible to the workers.
     pub(crate) fn dispatched(&self, start: u64) {
-        let now = self.now();
+        self.record_dispatch(start, self.now());
+    }
+
+    /// [`Self::dispatched`] at a given time (the tests give their own).
+    fn record_dispatch(&self, start: u64, now: u64) {
         self.setup_ns.fetch_add(now.saturating_sub(start), Relaxed);
         self.dispatched.store(now, Relaxed);
         self.joined_at.store(0, Relaxed);
@@ -91,13 +95,22 @@ impl JobTrace {
 
     /// A worker joined the current job.
     pub(crate) fn joined(&self) {
-        let now = self.now();
+        self.record_join(self.now());
+    }
+
+    /// [`Self::joined`] at a given time (the tests give their own).
+    fn record_join(&self, now: u64) {
         let _ = self.joined_at.compare_exchange(0, now, Relaxed, Relaxed);
     }
 
     /// A worker ran out of the current job's tasks.
     pub(crate) fn worker_done(&self) {
-        self.worker_end.fetch_max(self.now(), Relaxed);
+        self.record_worker_done(self.now());
+    }
+
+    /// [`Self::worker_done`] at a given time (the tests give their own).
+    fn record_worker_done(&self, now: u64) {
+        self.worker_end.fetch_max(now, Relaxed);
     }
 
     /// A second-phase task waited from `since` for the first phase.
@@ -110,7 +123,11 @@ impl JobTrace {
     /// The job the caller entered at `start` ended; the caller ran out of
     /// tasks at `caller_done`.
     pub(crate) fn job_end(&self, start: u64, caller_done: u64) {
-        let end = self.now();
+        self.record_job_end(start, caller_done, self.now());
+    }
+
+    /// [`Self::job_end`] at a given time (the tests give their own).
+    fn record_job_end(&self, start: u64, caller_done: u64, end: u64) {
         let last = self.last_end.swap(end, Relaxed);
         if end.saturating_sub(start) >= LONG_NS {
             return;
@@ -168,38 +185,36 @@ impl JobTrace {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     /// A job's time runs from the caller's start to its end, its join and
     /// its worker's end fall inside it, a job of a millisecond or more is
-    /// left out, and the gap before the next job counts.
+    /// left out, and the gap before the next job counts. The events carry
+    /// their own times (µs below), so the host's scheduling cannot move them.
     #[test]
     fn jobs_are_timed_and_long_ones_left_out() {
         let t = JobTrace::new();
-        let job = |worker: bool, length: Duration| {
-            let start = t.now();
-            t.dispatched(start);
+        let us = |n: u64| n * 1_000;
+        let job = |start: u64, worker: bool, length: u64| {
+            t.record_dispatch(us(start), us(start + 1));
             if worker {
-                t.joined();
+                t.record_join(us(start + 2));
+                t.record_worker_done(us(start + length - 1));
             }
-            std::thread::sleep(length);
-            if worker {
-                t.worker_done();
-            }
-            t.job_end(start, t.now());
+            t.record_job_end(us(start), us(start + length), us(start + length));
         };
-        job(true, Duration::from_micros(200));
-        job(false, Duration::from_micros(1_100));
-        job(false, Duration::from_micros(10));
+        job(100, true, 200);
+        job(400, false, 1_100);
+        job(1_510, false, 10);
         assert_eq!(t.jobs.load(Relaxed), 2);
-        assert!(t.job_ns.load(Relaxed) >= 210_000);
+        assert_eq!(t.job_ns.load(Relaxed), us(210));
+        assert_eq!(t.setup_ns.load(Relaxed), us(3));
         assert_eq!(t.joins.load(Relaxed), 1);
-        assert!(t.join_ns.load(Relaxed) < 200_000);
-        assert!(t.worker_tail_ns.load(Relaxed) < 200_000);
+        assert_eq!(t.join_ns.load(Relaxed), us(1));
+        assert_eq!(t.worker_tail_ns.load(Relaxed), us(1));
         // The first job had none before it; the third's follows the
         // long one's end.
         assert_eq!(t.gaps.load(Relaxed), 1);
-        assert!(t.gap_ns.load(Relaxed) < 1_000_000);
+        assert_eq!(t.gap_ns.load(Relaxed), us(10));
         assert!(t.summary().starts_with("pool trace: 2 jobs;"));
     }
 }
