@@ -222,7 +222,6 @@ fn top_n(logits: &[f32], n: usize) -> Vec<(u32, f32)> {
     all
 }
 
-/// Repetition (CTRL / llama.cpp), presence and frequency (OpenAI) penalties.
 /// Whether `params` penalise seen tokens at all.
 fn penalizes(params: &SamplingParams) -> bool {
     params.repetition_penalty != 1.0
@@ -250,6 +249,7 @@ fn largest(logits: &[f32]) -> f32 {
     (lanes.iter().chain(rest)).fold(f32::NEG_INFINITY, |m, &l| if l > m { l } else { m })
 }
 
+/// Repetition (CTRL / llama.cpp), presence and frequency (OpenAI) penalties.
 fn apply_penalties(logits: &mut [f32], history: &[u32], params: &SamplingParams) {
     if !penalizes(params) {
         return;

@@ -80,9 +80,16 @@ impl StepProfile {
         self.mark(Stage::Between);
     }
 
+    /// Whether it records (the executor counts a step's rows only then).
+    pub(super) fn on(&self) -> bool {
+        self.on
+    }
+
     /// The executor woke from idle: the wait is no stage's.
     pub(super) fn resume(&mut self) {
-        self.since = Instant::now();
+        if self.on {
+            self.since = Instant::now();
+        }
     }
 
     /// `stage` ended now.
