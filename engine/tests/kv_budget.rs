@@ -116,6 +116,67 @@ fn finish(rx: &mpsc::Receiver<SequenceEvent>) -> (usize, FinishReason) {
     (finished.ids.len(), finished.finish_reason)
 }
 
+/// Where one sequence's events fell in the executor's order.
+struct Timeline {
+    /// Tokens received.
+    tokens: usize,
+    /// The index of its first token among every event received.
+    started: usize,
+    /// The index of its `Done`.
+    done: usize,
+}
+
+/// Reads every sequence to its end. Each sink hands over one event at a
+/// time, so the executor waits on whichever one this has not yet taken:
+/// the order events arrive in is the executor's, not the order in which
+/// reader threads happened to wake.
+fn in_executor_order<const N: usize>(
+    receivers: [mpsc::Receiver<SequenceEvent>; N],
+) -> [Timeline; N] {
+    let mut lines: [Option<Timeline>; N] = std::array::from_fn(|_| None);
+    let mut tokens = [0; N];
+    let mut started = [usize::MAX; N];
+    let mut received = 0;
+    let deadline = std::time::Instant::now() + requests::EVENT_WAIT;
+    while lines.iter().any(Option::is_none) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a sequence fell silent"
+        );
+        let mut idle = true;
+        for (i, receiver) in receivers.iter().enumerate() {
+            if lines[i].is_some() {
+                continue;
+            }
+            let event = match receiver.try_recv() {
+                Ok(event) => event,
+                Err(mpsc::TryRecvError::Empty) => continue,
+                Err(mpsc::TryRecvError::Disconnected) => panic!("sequence {i}'s sink closed"),
+            };
+            idle = false;
+            match event {
+                SequenceEvent::Token(_) => {
+                    tokens[i] += 1;
+                    started[i] = started[i].min(received);
+                }
+                SequenceEvent::Done { .. } => {
+                    lines[i] = Some(Timeline {
+                        tokens: tokens[i],
+                        started: started[i],
+                        done: received,
+                    })
+                }
+                other => panic!("sequence {i} failed: {other:?}"),
+            }
+            received += 1;
+        }
+        if idle {
+            std::thread::yield_now();
+        }
+    }
+    lines.map(|line| line.expect("the loop ends when every line is done"))
+}
+
 fn a_cache_that_can_never_fit_is_refused_with_what_to_change<B: Backend>(backend: Arc<B>) {
     let f = fixture(&backend);
     let exec = executor(&f);
@@ -250,19 +311,16 @@ fn a_small_request_passes_a_head_that_waits_for_room<B: Backend>(backend: Arc<B>
     ));
     submit(&exec, &f, head);
     submit(&exec, &f, small);
-    let first_reader = std::thread::spawn(move || {
-        let finished = finish(&first_rx);
-        (finished, std::time::Instant::now())
-    });
-    assert_eq!(finish(&small_rx), (20, FinishReason::Length));
-    let small_done = std::time::Instant::now();
-    let ((rest, _), first_done) = first_reader.join().unwrap();
-    assert_eq!(rest, 79);
+    let [first, head, small] = in_executor_order([first_rx, head_rx, small_rx]);
+    assert_eq!((first.tokens, head.tokens, small.tokens), (79, 80, 20));
     assert!(
-        small_done < first_done,
+        small.done < first.done,
         "the small request waited for the first to end"
     );
-    assert_eq!(finish(&head_rx), (80, FinishReason::Length));
+    assert!(
+        head.started > first.done,
+        "the head ran before there was room"
+    );
     let pool = Arc::clone(exec.kv_pool());
     exec.shutdown();
     assert_eq!(pool.reserved_bytes(), 0);
@@ -324,31 +382,15 @@ fn one_tenant_flooding_leaves_the_other_its_part_of_the_budget<B: Backend>(backe
     submit(&exec, &f, heavy_second);
     submit(&exec, &f, heavy_third);
     submit(&exec, &f, light);
-    let timed = |rx: mpsc::Receiver<SequenceEvent>| {
-        std::thread::spawn(move || {
-            let first = rx.recv_timeout(Duration::from_secs(60)).unwrap();
-            let started = std::time::Instant::now();
-            assert!(matches!(first, SequenceEvent::Token(_)), "{first:?}");
-            let finished = finish(&rx);
-            (started, finished, std::time::Instant::now())
-        })
-    };
-    let first = timed(heavy_first_rx);
-    let second = timed(heavy_second_rx);
-    let third = timed(heavy_third_rx);
-    let (light_started, light_finished, _) = timed(light_rx).join().unwrap();
-    let (_, first_finished, first_done) = first.join().unwrap();
-    let (second_started, _, _) = second.join().unwrap();
-    let (third_started, _, _) = third.join().unwrap();
-    assert_eq!(light_finished, (49, FinishReason::Length));
-    assert_eq!(first_finished, (48, FinishReason::Length));
+    let [first, second, third, light] =
+        in_executor_order([heavy_first_rx, heavy_second_rx, heavy_third_rx, light_rx]);
+    assert_eq!((first.tokens, light.tokens), (49, 50));
     assert!(
-        light_started < first_done,
+        light.started < first.done,
         "the light tenant waited for the heavy one's sequence to end"
     );
-    // The heavy tenant's own requests all ran, one after another (their start
-    // times are read on different threads, so their order is not asserted).
-    assert!(second_started > light_started && third_started > light_started);
+    // The heavy tenant's own requests ran one after another.
+    assert!(second.started > first.done && third.started > second.done);
     let pool = Arc::clone(exec.kv_pool());
     exec.shutdown();
     assert_eq!(pool.reserved_bytes(), 0);
