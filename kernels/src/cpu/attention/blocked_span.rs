@@ -27,9 +27,11 @@
 use std::ops::Range;
 
 use super::bf16::{self, Bf16Isa};
-use super::bf16x3::{self, Rows};
+use super::bf16x3;
+use super::span_pack::{self, BlockOut, Widened};
 use crate::cpu::exp::{exp_one, exp_shifted, max_of};
 use crate::cpu::isa::CheckedIsa;
+use crate::cpu::kv_elem::KvElem;
 use crate::cpu::kv_layout::{KEY_BLOCK, KEY_TILE};
 use crate::cpu::vecmath::scale_in_place;
 
@@ -85,9 +87,23 @@ pub(super) struct Span {
     values: Vec<u32>,
     /// Blocks packed so far.
     blocks: usize,
-    /// A group's scores, then its probabilities, `GROUP` rows of the span.
+    scratch: FoldScratch,
+}
+
+/// The packed blocks a span fold reads: its own (`Span`) or a call's
+/// shared ones (`span_share`), `span_pack::block_pairs` a block each.
+#[derive(Clone, Copy)]
+pub(super) struct SpanBlocks<'a> {
+    pub(super) keys: &'a [u32],
+    pub(super) values: &'a [u32],
+    pub(super) blocks: usize,
+}
+
+/// A group's scores, then its probabilities (`GROUP` rows of the span),
+/// and the probabilities in pairs of positions.
+#[derive(Default)]
+pub(super) struct FoldScratch {
     scores: Vec<f32>,
-    /// The probabilities in pairs of positions.
     p: Vec<u32>,
 }
 
@@ -97,98 +113,70 @@ impl Span {
         self.blocks = 0;
     }
 
+    /// The next block's place, the buffers grown to hold it.
+    fn next(&mut self, b: Bf16Isa, head_dim: usize) -> BlockOut<'_> {
+        let len = span_pack::block_pairs(b, head_dim);
+        let w = self.blocks;
+        grow(&mut self.keys, (w + 1) * len);
+        grow(&mut self.values, (w + 1) * len);
+        BlockOut {
+            keys: &mut self.keys[w * len..(w + 1) * len],
+            values: &mut self.values[w * len..(w + 1) * len],
+        }
+    }
+
     /// Adds a whole key block: `keys` two key tiles dimension-major,
     /// `values` 32 rows of `head_dim`, as `Tile::block` gives them.
+    #[cfg(test)]
     pub(super) fn push(&mut self, b: Bf16Isa, head_dim: usize, keys: &[f32], values: &[f32]) {
-        if b.split() {
-            let (k, v) = (
-                &keys[..KEY_BLOCK * head_dim],
-                &values[..KEY_BLOCK * head_dim],
-            );
-            self.push_split(b, head_dim, Rows::F32(k), Rows::F32(v));
-            return;
-        }
-        let pairs = head_dim / 2;
-        let tile = pairs * KEY_TILE;
-        let w = self.blocks;
-        grow(&mut self.keys, (w + 1) * 2 * tile);
-        for t in 0..2 {
-            let from = &keys[t * KEY_TILE * head_dim..(t + 1) * KEY_TILE * head_dim];
-            let to = &mut self.keys[(2 * w + t) * tile..(2 * w + t + 1) * tile];
-            bf16::pack_key_tile(b, from, head_dim, to);
-        }
-        let rows = KEY_BLOCK / 2;
-        grow(&mut self.values, (w + 1) * rows * head_dim);
-        for m in 0..rows {
-            let even = &values[2 * m * head_dim..(2 * m + 1) * head_dim];
-            let odd = &values[(2 * m + 1) * head_dim..(2 * m + 2) * head_dim];
-            let at = (w * rows + m) * head_dim;
-            bf16::pack(b, even, odd, &mut self.values[at..at + head_dim]);
-        }
+        span_pack::pack_f32(b, head_dim, keys, values, self.next(b, head_dim));
         self.blocks += 1;
     }
 
     /// [`Span::push`] straight from an F16 cache's run (two key tiles,
-    /// then 32 value rows, as stored): each element widened and rounded
-    /// to BF16 in registers, the same bits as widening the run to f32 and
-    /// packing that, without the f32 copy. False, with nothing added,
-    /// where the AVX-512 kernel does not run.
+    /// then 32 value rows, as stored; `span_pack::pack_f16`). False, with
+    /// nothing added, where the AVX-512 kernel does not run.
+    #[cfg(test)]
     pub(super) fn push_f16(&mut self, b: Bf16Isa, head_dim: usize, run: &[half::f16]) -> bool {
-        let len = KEY_BLOCK * head_dim;
-        if !b.simd() || !head_dim.is_multiple_of(16) || run.len() < 2 * len {
-            return false;
-        }
-        if b.split() {
-            let (k, v) = (&run[..len], &run[len..2 * len]);
-            self.push_split(b, head_dim, Rows::F16(k), Rows::F16(v));
-            return true;
-        }
-        let pairs = head_dim / 2;
-        let w = self.blocks;
-        grow(&mut self.keys, (w + 1) * 2 * pairs * KEY_TILE);
-        grow(&mut self.values, (w + 1) * len / 2);
-        let keys = &mut self.keys[w * 2 * pairs * KEY_TILE..];
-        let values = &mut self.values[w * len / 2..];
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `simd` is set only where AVX-512 BF16 (with F and BW)
-        // was detected; each call reads `len` elements of the run and
-        // writes `len / 2` pairs, inside the slices sized above, in rows
-        // of 16 (key tiles) or `head_dim` (a multiple of 16).
-        unsafe {
-            x86::pack_f16_rows(&run[..len], KEY_TILE, &mut keys[..len / 2]);
-            x86::pack_f16_rows(&run[len..2 * len], head_dim, &mut values[..len / 2]);
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = (keys, values);
-        self.blocks += 1;
-        true
+        let added = span_pack::pack_f16(b, head_dim, run, self.next(b, head_dim)).is_ok();
+        self.blocks += usize::from(added);
+        added
     }
 
-    /// [`Span::push`] of split operands (`bf16x3`): each key tile and the
-    /// block's values in three sections (`bf16x3::pack_rows`).
-    fn push_split(&mut self, b: Bf16Isa, head_dim: usize, keys: Rows<'_>, values: Rows<'_>) {
-        let len = KEY_BLOCK * head_dim;
-        let block = bf16x3::TERMS * len / 2;
-        let w = self.blocks;
-        grow(&mut self.keys, (w + 1) * block);
-        grow(&mut self.values, (w + 1) * block);
-        let tile = block / 2;
-        let keys_at = &mut self.keys[w * block..(w + 1) * block];
-        for (t, to) in keys_at.chunks_exact_mut(tile).enumerate() {
-            let from = |s: usize, e: usize| match keys {
-                Rows::F32(k) => Rows::F32(&k[s..e]),
-                Rows::F16(k) => Rows::F16(&k[s..e]),
-            };
-            let from = from(t * len / 2, (t + 1) * len / 2);
-            bf16x3::pack_rows(b, from, KEY_TILE, to);
-        }
-        let to = &mut self.values[w * block..(w + 1) * block];
-        bf16x3::pack_rows(b, values, head_dim, to);
+    /// Adds the key block `run` of a cache, its first `written` positions
+    /// this walk's (`span_pack::pack_run`).
+    pub(super) fn push_run<E: KvElem>(
+        &mut self,
+        isa: CheckedIsa,
+        (b, head_dim): (Bf16Isa, usize),
+        run: (&[E], usize),
+        scratch: &mut Widened,
+    ) {
+        span_pack::pack_run(isa, b, head_dim, run, scratch, self.next(b, head_dim));
         self.blocks += 1;
     }
 
-    /// Folds the span into the queries `q.q` (see [`SpanQueries`]; the
-    /// span and the queries both split, or neither, as `b` says): per query the scores of
+    /// [`FoldScratch::fold`] of the blocks packed here.
+    pub(super) fn fold(
+        &mut self,
+        isa: CheckedIsa,
+        b: Bf16Isa,
+        q: &SpanQueries<'_>,
+        seen: impl Fn(usize) -> Range<usize>,
+        state: (&mut [f32], &mut [f32], &mut [f32]),
+    ) {
+        let blocks = SpanBlocks {
+            keys: &self.keys,
+            values: &self.values,
+            blocks: self.blocks,
+        };
+        self.scratch.fold(isa, b, blocks, q, seen, state);
+    }
+}
+
+impl FoldScratch {
+    /// Folds the span `span` into the queries `q.q` (see [`SpanQueries`];
+    /// the span and the queries both split, or neither, as `b` says): per query the scores of
     /// the span's positions it sees (`seen(qi)`, lanes of the span) times
     /// `scale` (then capped), one online-softmax step over them (`max`,
     /// `sum`, and `acc` rescaled when they raise the maximum), and the
@@ -201,6 +189,7 @@ impl Span {
         &mut self,
         isa: CheckedIsa,
         b: Bf16Isa,
+        span: SpanBlocks<'_>,
         q: &SpanQueries<'_>,
         seen: impl Fn(usize) -> Range<usize>,
         (max, sum, acc): (&mut [f32], &mut [f32], &mut [f32]),
@@ -209,7 +198,7 @@ impl Span {
         // Split operands (`bf16x3`) are `terms` times as long.
         let terms = bf16x3::terms(b);
         let pairs = terms * head_dim / 2;
-        let keys = self.blocks * KEY_BLOCK;
+        let keys = span.blocks * KEY_BLOCK;
         let rows = terms * keys / 2;
         let padded = n.next_multiple_of(QUERY_ROWS);
         if keys == 0 || !takes(b, head_dim) {
@@ -217,8 +206,8 @@ impl Span {
         }
         let (qs, acc) = (&q.q[..padded * pairs], &mut acc[..padded * head_dim]);
         let (max, sum) = (&mut max[..n], &mut sum[..n]);
-        let k = &self.keys[..self.blocks * 2 * pairs * KEY_TILE];
-        let v = &self.values[..rows * head_dim];
+        let k = &span.keys[..span.blocks * 2 * pairs * KEY_TILE];
+        let v = &span.values[..rows * head_dim];
         grow(&mut self.scores, GROUP * keys);
         grow(&mut self.p, GROUP * rows);
         for q0 in (0..padded).step_by(GROUP) {
@@ -233,7 +222,7 @@ impl Span {
                 super::blocked_amx::span_scores(
                     (qs[q0 * pairs..].as_ptr(), two),
                     pairs,
-                    (k.as_ptr(), 2 * self.blocks),
+                    (k.as_ptr(), 2 * span.blocks),
                     self.scores.as_mut_ptr(),
                 )
             };
@@ -314,44 +303,6 @@ pub(super) struct SpanQueries<'a> {
     pub(super) scale: f32,
     /// Scores become `cap · tanh(score / cap)` (Gemma 2).
     pub(super) softcap: Option<f32>,
-}
-
-#[cfg(target_arch = "x86_64")]
-mod x86 {
-    use std::arch::x86_64::*;
-
-    /// Rows `2m` and `2m + 1` of `src` (rows of `row` F16 values, `row` a
-    /// multiple of 16) as BF16 pairs, row `m` of `dst`: pair `i` is
-    /// `src[2m][i] | src[2m + 1][i] << 16`. As `bf16::pack` of the rows
-    /// widened (`vcvtph2ps` is exact, `vcvtne2ps2bf16` rounds as
-    /// `bf16::round`).
-    ///
-    /// # Safety
-    /// AVX-512 F, BW and BF16; `dst.len() == src.len() / 2`, both whole
-    /// pairs of rows.
-    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-    pub(super) unsafe fn pack_f16_rows(src: &[half::f16], row: usize, dst: &mut [u32]) {
-        // Word 2j of the result is word j (even[j]), word 2j + 1 is word
-        // 16 + j (odd[j]).
-        let order: [i16; 32] = std::array::from_fn(|w| ((w % 2) * 16 + w / 2) as i16);
-        // SAFETY: 64 bytes from a 64-byte array.
-        let order = unsafe { _mm512_loadu_si512(order.as_ptr().cast()) };
-        let s = src.as_ptr().cast::<u16>();
-        for m in 0..src.len() / (2 * row) {
-            for i in (0..row).step_by(16) {
-                // SAFETY: elements 2m·row + i and (2m + 1)·row + i, 16 each,
-                // are inside `src`, pairs m·row + i.. inside `dst`.
-                unsafe {
-                    let e = _mm512_cvtph_ps(_mm256_loadu_si256(s.add(2 * m * row + i).cast()));
-                    let o =
-                        _mm512_cvtph_ps(_mm256_loadu_si256(s.add((2 * m + 1) * row + i).cast()));
-                    let halves: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(o, e));
-                    let pairs = _mm512_permutexvar_epi16(order, halves);
-                    _mm512_storeu_si512(dst.as_mut_ptr().add(m * row + i).cast(), pairs);
-                }
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -35,6 +35,8 @@ mod q8_tests;
 #[cfg(test)]
 mod reference;
 mod scores;
+mod span_pack;
+mod span_share;
 mod split;
 #[cfg(test)]
 mod split_tests;
@@ -54,6 +56,7 @@ use super::threads::ThreadPool;
 use crate::kv::{KvLayout, KvType};
 use crate::{AttentionRows, AttentionShape, KernelError};
 use partial::{segment_len, state_len};
+use span_share::Want;
 use split::{plan, seen_segments, Plan, Unit};
 use stream::{attend_tile, Tile, ROW_TILE};
 
@@ -297,6 +300,14 @@ fn attention_job<E: Stored>(
             }
         }
     }
+    let tiles: Vec<usize> = (0..seqs.len())
+        .map(|s| {
+            units
+                .iter()
+                .filter(|u| u.seq == s && u.kv_head == 0)
+                .count()
+        })
+        .collect();
     let Plan {
         tasks,
         splits,
@@ -338,118 +349,165 @@ fn attention_job<E: Stored>(
             }
         }
     }
-    let mut partials = vec![0.0f32; partial_len];
-    let partial_data = DisjointSlice::new(&mut partials);
-    let out_data = DisjointSlice::new(&mut out.data);
-    let out_at = |unit: &Unit, i: usize, h: usize| {
-        (unit.rows.start + i) * q_cols + (unit.kv_head * group + h) * head_dim
-    };
-    let attend = |t: usize| {
-        let task = &tasks[t];
-        let unit = &task.unit;
-        let cache = &heads[unit.seq];
-        let seen_last = unit.first_pos + unit.rows.len();
-        // Blocks to read: every position's so far, or the whole ring
-        // (allocated up to the last position: `ensure` above).
-        let blocks = seen_last
-            .div_ceil(KEY_BLOCK)
-            .min(cache.ring())
-            .min(cache.allocated());
-        let ring = cache.ring().max(1);
-        // Ask for this task's first block now (see `prefetch`); the walk
-        // asks for each next one while it computes the one before.
-        let first_block =
-            (unit.segments.start * segment).max(first_seen(unit.first_pos)) / KEY_BLOCK;
-        if first_block % ring < blocks {
-            // SAFETY: no other task writes this KV head during the job (see
-            // the writes below), and this view ends here.
-            unsafe { prefetch_all(cache.key_block(unit.kv_head, first_block % ring)) };
-        }
-        let span = unit.kv_head * head_dim..(unit.kv_head + 1) * head_dim;
-        if writes[unit.seq] {
-            for (i, row) in unit.rows.clone().enumerate() {
-                let at = row * kv_cols;
-                let key = &call.k.data[at..at + kv_cols][span.clone()];
-                let value = &call.v.data[at..at + kv_cols][span.clone()];
-                // SAFETY: a writing task is its sequence's only task for
-                // `kv_head` (its rows fit one tile split neither across
-                // its context nor its query heads), so nothing
-                // else touches that head of the layer during the job.
-                unsafe { cache.write(unit.kv_head, unit.first_pos + i, key, value) };
+    let wants = share_wants(&call, seqs, &tiles, &writes, &heads);
+    // The caches are written above, and only by decode tasks below, whose
+    // sequences share nothing (`share_wants`).
+    span_share::with_shared(pool, isa, head_dim, &wants, |shared| {
+        let mut partials = vec![0.0f32; partial_len];
+        let partial_data = DisjointSlice::new(&mut partials);
+        let out_data = DisjointSlice::new(&mut out.data);
+        let out_at = |unit: &Unit, i: usize, h: usize| {
+            (unit.rows.start + i) * q_cols + (unit.kv_head * group + h) * head_dim
+        };
+        let attend = |t: usize| {
+            let task = &tasks[t];
+            let unit = &task.unit;
+            let cache = &heads[unit.seq];
+            let seen_last = unit.first_pos + unit.rows.len();
+            // Blocks to read: every position's so far, or the whole ring
+            // (allocated up to the last position: `ensure` above).
+            let blocks = seen_last
+                .div_ceil(KEY_BLOCK)
+                .min(cache.ring())
+                .min(cache.allocated());
+            let ring = cache.ring().max(1);
+            // Ask for this task's first block now (see `prefetch`); the walk
+            // asks for each next one while it computes the one before.
+            let first_block =
+                (unit.segments.start * segment).max(first_seen(unit.first_pos)) / KEY_BLOCK;
+            if first_block % ring < blocks {
+                // SAFETY: no other task writes this KV head during the job (see
+                // the writes below), and this view ends here.
+                unsafe { prefetch_all(cache.key_block(unit.kv_head, first_block % ring)) };
             }
-        }
-        // The key blocks this task reads: its segments' (a deep context's
-        // task reads a few of hundreds), or a windowed layer's whole ring
-        // (where positions wrap around it).
-        let reads = match window {
-            Some(_) => 0..blocks,
-            None => {
-                let end = (task.segments.end * segment).min(seen_last);
-                first_block.min(blocks)..end.div_ceil(KEY_BLOCK).min(blocks)
+            let span = unit.kv_head * head_dim..(unit.kv_head + 1) * head_dim;
+            if writes[unit.seq] {
+                for (i, row) in unit.rows.clone().enumerate() {
+                    let at = row * kv_cols;
+                    let key = &call.k.data[at..at + kv_cols][span.clone()];
+                    let value = &call.v.data[at..at + kv_cols][span.clone()];
+                    // SAFETY: a writing task is its sequence's only task for
+                    // `kv_head` (its rows fit one tile split neither across
+                    // its context nor its query heads), so nothing
+                    // else touches that head of the layer during the job.
+                    unsafe { cache.write(unit.kv_head, unit.first_pos + i, key, value) };
+                }
+            }
+            // The key blocks this task reads: its segments' (a deep context's
+            // task reads a few of hundreds), or a windowed layer's whole ring
+            // (where positions wrap around it).
+            let reads = match window {
+                Some(_) => 0..blocks,
+                None => {
+                    let end = (task.segments.end * segment).min(seen_last);
+                    first_block.min(blocks)..end.div_ceil(KEY_BLOCK).min(blocks)
+                }
+            };
+            // SAFETY: the head is written only by this task (just above, now
+            // finished) or before the job; other tasks only read it.
+            let runs: Vec<&[E]> = reads
+                .clone()
+                .map(|b| unsafe { cache.key_block(unit.kv_head, b) })
+                .collect();
+            let (products, _) = blocked::for_rows(call.products, seqs[unit.seq].prompt, head_dim);
+            // The task's query heads, from `heads.start` of the group.
+            let heads = task.heads.clone();
+            let tile = Tile {
+                products,
+                rows: unit.rows.len(),
+                first_pos: unit.first_pos,
+                group: heads.len(),
+                head_dim,
+                scale,
+                window,
+                softcap,
+                ring: cache.ring(),
+                key_blocks: cache.key_blocks(),
+                runs: &runs,
+                first_run: reads.start,
+                segment,
+                segments: task.segments.clone(),
+                shared: shared.get(unit.seq, unit.kv_head),
+            };
+            let query = |i: usize, h: usize| {
+                let at = out_at(unit, i, heads.start + h);
+                &call.q.data[at..at + head_dim]
+            };
+            match task.partial {
+                None => attend_tile(isa, &tile, query, |merged| {
+                    let (i, h, values) = merged.output(isa);
+                    // SAFETY: this task alone writes its heads of KV head
+                    // `kv_head` in its rows, and sequences' rows are disjoint
+                    // (checked above).
+                    let o = unsafe { out_data.range(out_at(unit, i, heads.start + h), head_dim) };
+                    o.copy_from_slice(values);
+                }),
+                Some(at) => attend_tile(isa, &tile, query, |merged| {
+                    let len = state_len(head_dim);
+                    let qi = merged.row * group + heads.start + merged.head;
+                    // SAFETY: each split task owns its queries' slots of the
+                    // buffer.
+                    let slot = unsafe { partial_data.range(at + qi * len, len) };
+                    slot[0] = merged.max;
+                    slot[1] = merged.sum;
+                    slot[2..].copy_from_slice(merged.acc);
+                }),
             }
         };
-        // SAFETY: the head is written only by this task (just above, now
-        // finished) or before the job; other tasks only read it.
-        let runs: Vec<&[E]> = reads
-            .clone()
-            .map(|b| unsafe { cache.key_block(unit.kv_head, b) })
-            .collect();
-        let (products, _) = blocked::for_rows(call.products, seqs[unit.seq].prompt, head_dim);
-        // The task's query heads, from `heads.start` of the group.
-        let heads = task.heads.clone();
-        let tile = Tile {
-            products,
-            rows: unit.rows.len(),
-            first_pos: unit.first_pos,
-            group: heads.len(),
-            head_dim,
-            scale,
-            window,
-            softcap,
-            ring: cache.ring(),
-            key_blocks: cache.key_blocks(),
-            runs: &runs,
-            first_run: reads.start,
-            segment,
-            segments: task.segments.clone(),
-        };
-        let query = |i: usize, h: usize| {
-            let at = out_at(unit, i, heads.start + h);
-            &call.q.data[at..at + head_dim]
-        };
-        match task.partial {
-            None => attend_tile(isa, &tile, query, |merged| {
-                let (i, h, values) = merged.output(isa);
-                // SAFETY: this task alone writes its heads of KV head
-                // `kv_head` in its rows, and sequences' rows are disjoint
-                // (checked above).
-                let o = unsafe { out_data.range(out_at(unit, i, heads.start + h), head_dim) };
+        let finish = |u: usize| {
+            let split = &splits[u];
+            let unit = &split.unit;
+            // SAFETY: the first phase has finished; the buffer is only read now.
+            let partials = unsafe { partial_data.range(split.at, split.len()) };
+            split::merge_unit(isa, split, group, head_dim, partials, |i, h, values| {
+                // SAFETY: this unit alone writes the heads of its KV head in
+                // its rows (its segments' tasks wrote only the buffer).
+                let o = unsafe { out_data.range(out_at(unit, i, h), head_dim) };
                 o.copy_from_slice(values);
-            }),
-            Some(at) => attend_tile(isa, &tile, query, |merged| {
-                let len = state_len(head_dim);
-                let qi = merged.row * group + heads.start + merged.head;
-                // SAFETY: each split task owns its queries' slots of the
-                // buffer.
-                let slot = unsafe { partial_data.range(at + qi * len, len) };
-                slot[0] = merged.max;
-                slot[1] = merged.sum;
-                slot[2..].copy_from_slice(merged.acc);
-            }),
-        }
-    };
-    let finish = |u: usize| {
-        let split = &splits[u];
-        let unit = &split.unit;
-        // SAFETY: the first phase has finished; the buffer is only read now.
-        let partials = unsafe { partial_data.range(split.at, split.len()) };
-        split::merge_unit(isa, split, group, head_dim, partials, |i, h, values| {
-            // SAFETY: this unit alone writes the heads of its KV head in
-            // its rows (its segments' tasks wrote only the buffer).
-            let o = unsafe { out_data.range(out_at(unit, i, h), head_dim) };
-            o.copy_from_slice(values);
-        });
-    };
-    pool.run_phased(tasks.len(), &attend, splits.len(), &finish);
+            });
+        };
+        pool.run_phased(tasks.len(), &attend, splits.len(), &finish);
+    });
     Ok(())
+}
+
+/// The (sequence, KV head)s whose tiles share their packed blocks
+/// (`span_share`): a prompt's on AMX in two tiles or more (`tiles`),
+/// its keys and values written before the job.
+fn share_wants<'c, 'a, E: Stored>(
+    call: &AttentionCall<'_>,
+    seqs: &[SeqRows<'_>],
+    tiles: &[usize],
+    writes: &[bool],
+    heads: &'c [LayerHeads<'a, E>],
+) -> Vec<Want<'c, 'a, E>> {
+    let AttentionShape {
+        n_kv_heads,
+        head_dim,
+        window,
+        ..
+    } = call.shape;
+    let mut wants = Vec::new();
+    for (s, (seq, cache)) in seqs.iter().zip(heads).enumerate() {
+        let b = match blocked::for_rows(call.products, seq.prompt, head_dim).0 {
+            Products::Bf16(b) if blocked_span::takes(b, head_dim) => b,
+            _ => continue,
+        };
+        if tiles[s] < 2 || writes[s] {
+            continue;
+        }
+        let first_seen = window.map_or(0, |w| (seq.start_pos + 1).saturating_sub(w));
+        let end = seq.start_pos + seq.rows.len();
+        for kv_head in 0..n_kv_heads {
+            wants.push(Want {
+                seq: s,
+                kv_head,
+                cache,
+                b,
+                blocks: first_seen / KEY_BLOCK..end.div_ceil(KEY_BLOCK),
+                end,
+            });
+        }
+    }
+    wants
 }

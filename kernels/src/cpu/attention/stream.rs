@@ -32,13 +32,15 @@ use std::ops::Range;
 use super::bf16::{self, Bf16Isa, Products};
 use super::bf16x3;
 use super::blocked;
-use super::blocked_span::{self, Span};
+use super::blocked_span::{self, FoldScratch, Span};
 use super::decode::{self, RowState};
 use super::online::online_step;
 use super::partial::{merge, normalize};
 use super::scores::{scores16_group, scores32_group, GROUP_MAX};
+use super::span_pack::Widened;
+use super::span_share::SharedBlocks;
 use crate::cpu::isa::CheckedIsa;
-use crate::cpu::kv_elem::{Direct, KvElem};
+use crate::cpu::kv_elem::KvElem;
 use crate::cpu::kv_layout::{KEY_BLOCK, KEY_TILE};
 use crate::cpu::prefetch::prefetch_all;
 use crate::cpu::vecmath::{scale_in_place, weighted_sum_group};
@@ -80,6 +82,9 @@ pub(super) struct Tile<'a, E> {
     /// The segments this task reads (see `partial`): every one the rows
     /// see, or one of them when a deep context is split across tasks.
     pub(super) segments: Range<usize>,
+    /// The KV head's blocks packed once for every tile of the call, where
+    /// they are (`span_share`; AMX walks only).
+    pub(super) shared: Option<SharedBlocks<'a>>,
 }
 
 impl<E> Tile<'_, E> {
@@ -167,11 +172,12 @@ struct State {
     q_chain_pairs: Vec<u32>,
     all: Vec<f32>,
     part: Vec<f32>,
-    /// AMX only: the blocks of a span, packed (`blocked_span`), and the
-    /// values of a block that ends past the tile's last row, with the
-    /// positions not written yet as 0.
+    /// AMX only: the blocks of a span, packed (`blocked_span`), with the
+    /// buffers its packing widens into, and the scratch of a fold of
+    /// shared blocks (`span_share`).
     span: Span,
-    tail: Vec<f32>,
+    packing: Widened,
+    fold: FoldScratch,
 }
 
 /// The values [`State::fold`] weighs: a block's f32 rows (from the first
@@ -699,7 +705,6 @@ fn run_amx<'q, E: KvElem>(
     state
         .q_pairs
         .resize(padded * bf16x3::terms(b) * hd.div_ceil(2), 0);
-    let mut scratch = std::mem::take(&mut state.widened);
     let first_seen = |p: usize| tile.window.map_or(0, |w| (p + 1).saturating_sub(w));
     let (start, end) = tile.span(first_seen(tile.first_pos) / KEY_BLOCK * KEY_BLOCK);
     let mut at = start;
@@ -708,13 +713,6 @@ fn run_amx<'q, E: KvElem>(
             state.close_segment(isa, hd);
         }
         let stop = blocked_span::stop(at, end, tile.segment);
-        state.span.clear();
-        for block in (at..stop).step_by(KEY_BLOCK) {
-            if block + KEY_BLOCK < end {
-                tile.prefetch(block + KEY_BLOCK);
-            }
-            pack_span_block(isa, tile, state, b, block, end, &mut scratch);
-        }
         // The lanes of the span that query `qi`'s row sees.
         let seen = |qi: usize| {
             let p = tile.first_pos + qi / tile.group;
@@ -733,44 +731,27 @@ fn run_amx<'q, E: KvElem>(
             softcap: tile.softcap,
         };
         let (max, sum, acc) = (&mut state.max, &mut state.sum, &mut state.acc);
-        state.span.fold(isa, b, &queries, seen, (max, sum, acc));
+        let shared = tile
+            .shared
+            .and_then(|s| s.span(at / KEY_BLOCK, stop / KEY_BLOCK, end));
+        if let Some(blocks) = shared {
+            state
+                .fold
+                .fold(isa, b, blocks, &queries, seen, (max, sum, acc));
+        } else {
+            state.span.clear();
+            for block in (at..stop).step_by(KEY_BLOCK) {
+                if block + KEY_BLOCK < end {
+                    tile.prefetch(block + KEY_BLOCK);
+                }
+                let run = (tile.run(block), end - block);
+                state.span.push_run(isa, (b, hd), run, &mut state.packing);
+            }
+            state.span.fold(isa, b, &queries, seen, (max, sum, acc));
+        }
         at = stop;
     }
-    state.widened = scratch;
     state.finish(isa, tile, out);
-}
-
-/// Adds the key block at `block` to the span, straight from an F16
-/// cache's run where it can; a block that holds positions from `end` on
-/// (not written yet, or an older turn of a ring) gets those values as 0,
-/// so that their zero weights meet finite values.
-fn pack_span_block<E: KvElem>(
-    isa: CheckedIsa,
-    tile: &Tile<'_, E>,
-    state: &mut State,
-    b: Bf16Isa,
-    block: usize,
-    end: usize,
-    scratch: &mut Vec<f32>,
-) {
-    let hd = tile.head_dim;
-    let written = end - block;
-    if written >= KEY_BLOCK {
-        if let Some(Direct::F16(run)) = E::direct(tile.run(block)) {
-            if state.span.push_f16(b, hd, run) {
-                return;
-            }
-        }
-    }
-    let (keys, values) = tile.block(isa, block, scratch);
-    if written >= KEY_BLOCK {
-        state.span.push(b, hd, keys, values);
-        return;
-    }
-    state.tail.clear();
-    state.tail.extend_from_slice(values);
-    state.tail[written * hd..].fill(0.0);
-    state.span.push(b, hd, keys, &state.tail);
 }
 
 /// Whether `tile` folds whole blocks into all its queries at once
