@@ -120,17 +120,19 @@ fn depths_on<B: Backend>(backend: &B, run: &Depths) {
                     .expect("context");
             }
             let start = Instant::now();
-            let mut logits = session
+            let logits = session
                 .feed(&ids(depth, prompt), LogitRows::Last)
                 .expect("prompt");
             best_prompt = best_prompt.max(prompt as f64 / start.elapsed().as_secs_f64());
             let start = Instant::now();
             // The fixed ids llama.cpp gets (not the greedy ones), so both
-            // engines see exactly the same tokens; the argmax stays, as
-            // the sampling a real step does.
+            // engines see exactly the same tokens; the greedy pick stays, as
+            // the sampling a real step does, taken where the step left its
+            // logits (the server's sampler reads them in place too).
+            black_box(argmax(&logits));
             for next in ids(depth + prompt, decode) {
-                black_box(argmax(&logits));
-                logits = session.decode(&[next], LogitRows::Last).expect("decode");
+                let token = session.decode_greedy(&[next]).expect("decode");
+                black_box(token);
             }
             best_decode = best_decode.max(decode as f64 / start.elapsed().as_secs_f64());
             let cache = session.cache();

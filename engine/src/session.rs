@@ -149,6 +149,19 @@ impl<'m, B: Backend> Session<'m, B> {
         self.run(tokens, rows, false)
     }
 
+    /// The greedy token after a decode step of `tokens` (none when
+    /// `tokens` is empty), picked where the step left the last token's
+    /// logits ([`Backend::argmax`]: on every thread of a CPU backend), as
+    /// the server's sampler reads them in place: the row is not copied.
+    pub fn decode_greedy(&mut self, tokens: &[u32]) -> Result<Option<u32>, SessionError> {
+        let backend = self.backend;
+        let mut token = None;
+        self.run_each(tokens, LogitRows::Last, false, |row| {
+            token = Some(backend.argmax(row));
+        })?;
+        Ok(token)
+    }
+
     fn run(
         &mut self,
         tokens: &[u32],
@@ -156,6 +169,20 @@ impl<'m, B: Backend> Session<'m, B> {
         prompt: bool,
     ) -> Result<Vec<f32>, SessionError> {
         let mut logits = Vec::new();
+        self.run_each(tokens, rows, prompt, |rows| logits.extend_from_slice(rows))?;
+        Ok(logits)
+    }
+
+    /// Runs `tokens` in chunks and hands each chunk's logits (`rows` of
+    /// them; none for a chunk that makes none) to `each`, lent from the
+    /// scratch.
+    fn run_each(
+        &mut self,
+        tokens: &[u32],
+        rows: LogitRows,
+        prompt: bool,
+        mut each: impl FnMut(&[f32]),
+    ) -> Result<(), SessionError> {
         let chunks = tokens.chunks(PREFILL_CHUNK);
         let count = chunks.len();
         for (i, piece) in chunks.enumerate() {
@@ -173,15 +200,18 @@ impl<'m, B: Backend> Session<'m, B> {
                 logits: wanted,
                 prompt,
             }];
-            logits.extend(self.model.forward_adapted(
+            let logits = self.model.forward_adapted(
                 self.backend,
                 &mut blocks.lock(),
                 &mut batch,
                 self.adapter,
                 &mut self.scratch,
-            )?);
+            )?;
+            if !logits.is_empty() {
+                each(logits);
+            }
             self.len += piece.len();
         }
-        Ok(logits)
+        Ok(())
     }
 }

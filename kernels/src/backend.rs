@@ -252,6 +252,11 @@ pub trait Backend: Send + Sync + 'static {
     /// backend copies them into `staging` (kept by the caller and reused,
     /// so a step's logits cost no allocation).
     fn host_rows<'a>(&self, x: &'a Self::Activations, staging: &'a mut Vec<f32>) -> &'a [f32];
+    /// The greedy token of `row`, one row of logits on the host (see
+    /// [`crate::argmax`]): the CPU backend searches it on all its threads.
+    fn argmax(&self, row: &[f32]) -> u32 {
+        crate::argmax::argmax(row)
+    }
     /// Reshapes `x` to `rows × cols` without preserving contents (reuses the allocation).
     fn resize(&self, x: &mut Self::Activations, rows: usize, cols: usize);
     /// An empty store for blocks of `format` (a device backend may set

@@ -22,6 +22,7 @@
 //! assert_eq!(y.row(0), Some(&[32.0, 64.0][..]));
 //! ```
 
+pub mod argmax;
 pub mod attention_precision;
 pub mod backend;
 pub mod cpu;

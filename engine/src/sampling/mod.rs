@@ -12,5 +12,6 @@ mod spread;
 mod stop;
 
 pub use params::{SamplingError, SamplingParams, MAX_TOP_LOGPROBS};
-pub use sampler::{argmax, SampledToken, Sampler};
+pub use sampler::{SampledToken, Sampler};
 pub use stop::{FinishReason, StopChecker, StopCondition, StopStep};
+pub use switchyard_kernels::argmax::argmax;

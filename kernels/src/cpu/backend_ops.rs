@@ -9,7 +9,9 @@ use super::kv_store::CpuKvStore;
 use super::matmul_input::Input;
 use super::packed::{self, PackedRows};
 use super::tensors::{CpuActivations, CpuMatrix, CpuVector};
-use super::{activation, elementwise, lora, lora_elems, lora_q8, matmul, norm, rope, row_copy};
+use super::{
+    activation, argmax, elementwise, lora, lora_elems, lora_q8, matmul, norm, rope, row_copy,
+};
 use crate::formats::dequantize_row;
 use crate::kv::{BlockId, KvBlockShape};
 use crate::{
@@ -71,6 +73,10 @@ impl Backend for CpuBackend {
     /// Lends `x`'s own buffer: no copy (`staging` stays untouched).
     fn host_rows<'a>(&self, x: &'a CpuActivations, _staging: &'a mut Vec<f32>) -> &'a [f32] {
         x.data.get(..x.rows * x.cols).unwrap_or(&x.data)
+    }
+
+    fn argmax(&self, row: &[f32]) -> u32 {
+        argmax::argmax(&self.pool, row)
     }
 
     fn resize(&self, x: &mut CpuActivations, rows: usize, cols: usize) {

@@ -17,6 +17,7 @@
 mod activation;
 #[cfg(target_arch = "x86_64")]
 mod amx;
+mod argmax;
 mod attention;
 mod backend_ops;
 mod cpu_backend;
