@@ -16,15 +16,16 @@
 //! does ([`SharedBlocks::span`]); otherwise it packs that span itself as
 //! before (only where a chunk does not start at a block's edge).
 //!
-//! Memory: a block packs to 2 · `span_pack::block_pairs` pairs, 96 KB
-//! under `bf16x3` at 256 dimensions (32 KB under `bf16-prompt`): Gemma
-//! 3's one KV head at 32k positions is 96 MiB (32 MiB). A call shares at
+//! Memory: a block packs to 2 · `span_pack::block_pairs` pairs, 96 KiB
+//! under `bf16x3` at 256 dimensions (32 KiB under `bf16-prompt`): Gemma
+//! 3's one KV head at 32k positions is 94 MiB (31 MiB). A call shares at
 //! most [`MAX_MIB`]: each (sequence, KV head)'s first blocks up to it,
 //! the tiles packing the rest themselves. The buffer is kept for the next
 //! call on the calling thread, so it holds up to that much between calls.
 
 use std::cell::RefCell;
 use std::ops::Range;
+use std::thread::LocalKey;
 
 use super::bf16::Bf16Isa;
 use super::blocked_span::{SpanBlocks, SPAN_BLOCKS};
@@ -129,6 +130,15 @@ thread_local! {
     static WIDENED: RefCell<Widened> = RefCell::new(Widened::default());
 }
 
+/// `f` of this thread's `key`, or of a fresh one where a nested call on
+/// this thread holds it.
+fn reuse<T: Default, R>(key: &'static LocalKey<RefCell<T>>, f: impl FnOnce(&mut T) -> R) -> R {
+    key.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut held) => f(&mut held),
+        Err(_) => f(&mut T::default()),
+    })
+}
+
 /// Packs `wants`' blocks (up to [`MAX_MIB`], in order) over `pool`, then
 /// runs `job` with them. The caches must not be written until it returns.
 pub(super) fn with_shared<E: KvElem, R>(
@@ -145,14 +155,7 @@ pub(super) fn with_shared<E: KvElem, R>(
             pairs: &[],
         });
     }
-    BUFFER.with(|buffer| {
-        let mut borrowed = buffer.try_borrow_mut();
-        // Only a nested call on this thread finds the buffer borrowed.
-        let mut fresh = Vec::new();
-        let buffer: &mut Vec<u32> = match &mut borrowed {
-            Ok(buffer) => buffer,
-            Err(_) => &mut fresh,
-        };
+    reuse(&BUFFER, |buffer| {
         if buffer.len() < len {
             buffer.resize(len, 0);
         }
@@ -229,13 +232,7 @@ fn pack<E: KvElem>(
             )
         };
         let ring = w.cache.ring().max(1);
-        WIDENED.with(|scratch| {
-            let mut borrowed = scratch.try_borrow_mut();
-            let mut fresh = Widened::default();
-            let scratch: &mut Widened = match &mut borrowed {
-                Ok(scratch) => scratch,
-                Err(_) => &mut fresh,
-            };
+        reuse(&WIDENED, |scratch| {
             let each = keys.chunks_exact_mut(bp).zip(values.chunks_exact_mut(bp));
             for (k, (keys, values)) in blocks.clone().zip(each) {
                 let block = e.first + k;
@@ -249,3 +246,7 @@ fn pack<E: KvElem>(
         });
     });
 }
+
+#[cfg(test)]
+#[path = "span_share_tests.rs"]
+mod tests;

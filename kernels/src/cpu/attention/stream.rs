@@ -686,7 +686,9 @@ fn run<'q, E: KvElem>(
 /// `first_seen(p)..=p` weighed 0 outside its softmax. So a row's
 /// arithmetic depends only on its query, position and the cache, as in
 /// [`run`]: a prompt gives the same bits fed whole, in chunks of any
-/// length, or as a cached prefix and its tail.
+/// length, or as a cached prefix and its tail. A span's blocks come from
+/// the call's shared packing where it holds them as this tile would pack
+/// them (`span_share`), else are packed here.
 fn run_amx<'q, E: KvElem>(
     isa: CheckedIsa,
     tile: &Tile<'_, E>,
