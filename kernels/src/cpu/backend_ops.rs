@@ -212,7 +212,7 @@ impl Backend for CpuBackend {
             MatmulInput::SiluMul { gate, up } => Input::SiluMul { gate, up },
             MatmulInput::GeluMul { gate, up } => Input::GeluMul { gate, up },
         };
-        let mut products: Vec<matmul::Product<'_>> = products
+        let mut products: matmul::ProductList<matmul::Product<'_>> = products
             .iter_mut()
             .map(|p| matmul::Product {
                 w: p.w,
