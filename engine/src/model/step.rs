@@ -519,21 +519,19 @@ impl<B: Backend> Step<'_, B> {
         let shape = self.lead.attention_shape(index);
         // Every sequence's attention in one call: one parallel job per layer
         // rather than one per sequence.
+        // Filled in place: a collected SmallVec is moved out, a `memcpy`.
         let mut row = 0;
-        let seqs: SmallVec<[AttentionRows<'_>; 4]> = parts
-            .iter()
-            .flat_map(|p| p.chunks.iter())
-            .map(|chunk| {
-                let rows = row..row + chunk.tokens.len();
-                row = rows.end;
-                AttentionRows {
-                    table: chunk.table,
-                    rows,
-                    start_pos: chunk.start_pos,
-                    prompt: chunk.prompt,
-                }
-            })
-            .collect();
+        let mut seqs = SmallVec::<[AttentionRows<'_>; 4]>::new();
+        seqs.extend(parts.iter().flat_map(|p| p.chunks.iter()).map(|chunk| {
+            let rows = row..row + chunk.tokens.len();
+            row = rows.end;
+            AttentionRows {
+                table: chunk.table,
+                rows,
+                start_pos: chunk.start_pos,
+                prompt: chunk.prompt,
+            }
+        }));
         b.attention(index, shape, &s.q, &s.k, &s.v, kv, &seqs, &mut s.attn)?;
         drop(seqs);
 

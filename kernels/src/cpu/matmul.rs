@@ -46,6 +46,8 @@ struct CallScratch {
 }
 
 /// Products of one call held without an allocation: Q/K/V is three.
+/// Filled in place (`new`, then `extend`): a collected list is returned
+/// by value, a `memcpy` call of its whole inline buffer.
 pub(crate) type ProductList<T> = SmallVec<[T; 4]>;
 
 /// Tasks of a matrix come from [`ThreadPool::guided_ranges`]: a few large
@@ -159,15 +161,13 @@ fn run_quantized(
     products: &mut [Product<'_>],
 ) {
     let (n, k) = input.shape();
-    let targets: ProductList<Target<'_>> = products
-        .iter_mut()
-        .map(|p| Target {
-            w: p.w,
-            bias: p.bias,
-            accumulate: p.accumulate,
-            out: DisjointSlice::new(&mut p.out.data),
-        })
-        .collect();
+    let mut targets = ProductList::new();
+    targets.extend(products.iter_mut().map(|p| Target {
+        w: p.w,
+        bias: p.bias,
+        accumulate: p.accumulate,
+        out: DisjointSlice::new(&mut p.out.data),
+    }));
     let steps = input.by_rows(isa);
     let rows_per_task = pool.chunk_for(n, ROW_TASKS_PER_THREAD, 1);
     let run = |scratch: &mut CallScratch| {
