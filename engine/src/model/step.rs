@@ -518,8 +518,8 @@ impl<B: Backend> Step<'_, B> {
         b.rope(&mut s.k, c.head_dim, self.positions, inv_freq, c.rope_style)?;
         let shape = self.lead.attention_shape(index);
         // Every sequence's attention in one call: one parallel job per layer
-        // rather than one per sequence.
-        // Filled in place: a collected SmallVec is moved out, a `memcpy`.
+        // rather than one per sequence. (Filled in place: a collected
+        // SmallVec is moved out, a `memcpy` call.)
         let mut row = 0;
         let mut seqs = SmallVec::<[AttentionRows<'_>; 4]>::new();
         seqs.extend(parts.iter().flat_map(|p| p.chunks.iter()).map(|chunk| {
