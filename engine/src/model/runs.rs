@@ -8,6 +8,7 @@
 
 use std::ops::Range;
 
+use smallvec::SmallVec;
 use switchyard_kernels::{Backend, KernelError};
 
 use super::ModelError;
@@ -42,13 +43,18 @@ pub(super) struct Run<K> {
     pub(super) tensor: K,
 }
 
+/// A step's runs of one tensor, held without an allocation when they are
+/// few: a step makes a dozen lists a layer, and usually each is one run
+/// (one checkpoint, or several sharing the tensor).
+pub(super) type Runs<K> = SmallVec<[Run<K>; 2]>;
+
 /// Merges each part's rows (`rows[i]` reads `tensors[i]`) into runs of
 /// adjacent parts that read the same tensors. Parts with no rows are skipped.
 pub(super) fn runs<K: SameTensor>(
     rows: &[Range<usize>],
     tensors: impl IntoIterator<Item = K>,
-) -> Vec<Run<K>> {
-    let mut out: Vec<Run<K>> = Vec::with_capacity(rows.len());
+) -> Runs<K> {
+    let mut out: Runs<K> = SmallVec::new();
     for (range, tensor) in rows.iter().zip(tensors) {
         if range.is_empty() {
             continue;

@@ -11,13 +11,14 @@ use std::ops::Range;
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 
+use smallvec::SmallVec;
 use switchyard_kernels::{AttentionRows, Backend, MatmulInput, MatmulProduct, StepKey};
 
 use super::config::{Activation, ModelConfig};
 use super::llama::{LlamaModel, LogitRows, Scratch, SequenceChunk};
 use super::lora_rows::AdapterRuns;
 use super::part::ModelPart;
-use super::runs::{by_runs, runs, Gather, Run, SameTensor, Widths};
+use super::runs::{by_runs, runs, Gather, Run, Runs, SameTensor, Widths};
 use super::weights::LayerWeights;
 use super::ModelError;
 use crate::adapter::{ResidentAdapter, Target};
@@ -260,7 +261,9 @@ pub(super) fn layer<B: Backend>(
         positions,
         adapters: &adapters,
     };
-    let layers: Vec<&LayerWeights<B>> = parts
+    // On the stack, as the lists below: the layer path allocates nothing
+    // (its allocations were serial work between the step's pool jobs).
+    let layers: SmallVec<[&LayerWeights<B>; 2]> = parts
         .iter()
         .filter_map(|p| p.model.weights().layers.get(index))
         .collect();
@@ -388,7 +391,7 @@ impl<B: Backend> Step<'_, B> {
         self.adapters.apply(self.backend, layer, target, x, out)
     }
 
-    fn runs<K: SameTensor>(&self, tensors: impl IntoIterator<Item = K>) -> Vec<Run<K>> {
+    fn runs<K: SameTensor>(&self, tensors: impl IntoIterator<Item = K>) -> Runs<K> {
         runs(self.part_rows, tensors)
     }
 
@@ -515,22 +518,20 @@ impl<B: Backend> Step<'_, B> {
         b.rope(&mut s.k, c.head_dim, self.positions, inv_freq, c.rope_style)?;
         let shape = self.lead.attention_shape(index);
         // Every sequence's attention in one call: one parallel job per layer
-        // rather than one per sequence.
+        // rather than one per sequence. (Filled in place: a collected
+        // SmallVec is moved out, a `memcpy` call.)
         let mut row = 0;
-        let seqs: Vec<AttentionRows<'_>> = parts
-            .iter()
-            .flat_map(|p| p.chunks.iter())
-            .map(|chunk| {
-                let rows = row..row + chunk.tokens.len();
-                row = rows.end;
-                AttentionRows {
-                    table: chunk.table,
-                    rows,
-                    start_pos: chunk.start_pos,
-                    prompt: chunk.prompt,
-                }
-            })
-            .collect();
+        let mut seqs = SmallVec::<[AttentionRows<'_>; 4]>::new();
+        seqs.extend(parts.iter().flat_map(|p| p.chunks.iter()).map(|chunk| {
+            let rows = row..row + chunk.tokens.len();
+            row = rows.end;
+            AttentionRows {
+                table: chunk.table,
+                rows,
+                start_pos: chunk.start_pos,
+                prompt: chunk.prompt,
+            }
+        }));
         b.attention(index, shape, &s.q, &s.k, &s.v, kv, &seqs, &mut s.attn)?;
         drop(seqs);
 

@@ -218,16 +218,14 @@ impl Backend for CpuBackend {
             MatmulInput::SiluMul { gate, up } => Input::SiluMul { gate, up },
             MatmulInput::GeluMul { gate, up } => Input::GeluMul { gate, up },
         };
-        let mut products: Vec<matmul::Product<'_>> = products
-            .iter_mut()
-            .map(|p| matmul::Product {
-                w: p.w,
-                bias: p.bias.map(|b| b.values.as_slice()),
-                out: &mut *p.out,
-                accumulate: p.accumulate,
-            })
-            .collect();
-        matmul::matmul_many(&self.pool, self.isa, input, &mut products)
+        let mut list = matmul::ProductList::new();
+        list.extend(products.iter_mut().map(|p| matmul::Product {
+            w: p.w,
+            bias: p.bias.map(|b| b.values.as_slice()),
+            out: &mut *p.out,
+            accumulate: p.accumulate,
+        }));
+        matmul::matmul_many(&self.pool, self.isa, input, &mut list)
     }
 
     fn rope(

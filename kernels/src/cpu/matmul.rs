@@ -14,6 +14,8 @@
 use std::cell::RefCell;
 use std::ops::Range;
 
+use smallvec::SmallVec;
+
 use super::disjoint::DisjointSlice;
 use super::dot::{dot_float, dot_quantized, tile_rows};
 use super::isa::CheckedIsa;
@@ -27,9 +29,26 @@ use super::threads::ThreadPool;
 use crate::KernelError;
 
 thread_local! {
-    /// Quantized activations, reused so a matmul does not allocate.
-    static SCRATCH: RefCell<QuantizedRows> = RefCell::new(QuantizedRows::default());
+    /// What a call builds and drops again, reused so that a matmul does not
+    /// allocate: at decode the caller's allocations between two jobs
+    /// (the task list grew by doubling, call after call) are time the
+    /// worker spends idle.
+    static SCRATCH: RefCell<CallScratch> = RefCell::new(CallScratch::default());
 }
+
+/// A quantized call's buffers (see [`SCRATCH`]).
+#[derive(Default)]
+struct CallScratch {
+    /// The quantized activations.
+    rows: QuantizedRows,
+    /// The call's tasks (see [`plan`]).
+    tasks: Vec<Task>,
+}
+
+/// Products of one call held without an allocation: Q/K/V is three.
+/// Filled in place (`new`, then `extend`): a collected list is returned
+/// by value, a `memcpy` call of its whole inline buffer.
+pub(crate) type ProductList<T> = SmallVec<[T; 4]>;
 
 /// Tasks of a matrix come from [`ThreadPool::guided_ranges`]: a few large
 /// ones first, then smaller ones that even out the threads' finishing
@@ -114,7 +133,7 @@ pub(crate) fn matmul_many(
     for p in products.iter_mut().filter(|p| !p.w.dtype().is_quantized()) {
         matmul_float(pool, isa, x, p);
     }
-    let mut quantized: Vec<Product<'_>> = products
+    let mut quantized: ProductList<Product<'_>> = products
         .iter_mut()
         .filter(|p| p.w.dtype().is_quantized())
         .map(|p| Product {
@@ -142,20 +161,20 @@ fn run_quantized(
     products: &mut [Product<'_>],
 ) {
     let (n, k) = input.shape();
-    let targets: Vec<Target<'_>> = products
-        .iter_mut()
-        .map(|p| Target {
-            w: p.w,
-            bias: p.bias,
-            accumulate: p.accumulate,
-            out: DisjointSlice::new(&mut p.out.data),
-        })
-        .collect();
+    let mut targets = ProductList::new();
+    targets.extend(products.iter_mut().map(|p| Target {
+        w: p.w,
+        bias: p.bias,
+        accumulate: p.accumulate,
+        out: DisjointSlice::new(&mut p.out.data),
+    }));
     let steps = input.by_rows(isa);
-    let tasks = plan(pool, &targets, n);
     let rows_per_task = pool.chunk_for(n, ROW_TASKS_PER_THREAD, 1);
-    let run = |q: &mut QuantizedRows| {
-        let q = q.shared(isa, n, k);
+    let run = |scratch: &mut CallScratch| {
+        let CallScratch { rows, tasks } = scratch;
+        plan(pool, &targets, n, tasks);
+        let tasks = &*tasks;
+        let q = rows.shared(isa, n, k);
         let amx = AmxTiles::default();
         pool.run_phased(
             n.div_ceil(rows_per_task),
@@ -184,8 +203,8 @@ fn run_quantized(
     SCRATCH.with(|cell| match cell.try_borrow_mut() {
         Ok(mut q) => run(&mut q),
         // Only a nested matmul on this thread gets here; it pays for its
-        // own buffer.
-        Err(_) => run(&mut QuantizedRows::default()),
+        // own buffers.
+        Err(_) => run(&mut CallScratch::default()),
     });
 }
 
@@ -276,10 +295,11 @@ type AmxTiles = std::sync::OnceLock<Option<Vec<AmxRows>>>;
 #[cfg(not(target_arch = "x86_64"))]
 type AmxTiles = ();
 
-/// Splits every target's output rows into tasks: its groups (if repacked
-/// and `n` rows make them pay), then the rows no group covers.
-fn plan(pool: &ThreadPool, targets: &[Target<'_>], n: usize) -> Vec<Task> {
-    let mut tasks = Vec::new();
+/// Splits every target's output rows into `tasks` (emptied first): its
+/// groups (if repacked and `n` rows make them pay), then the rows no group
+/// covers.
+fn plan(pool: &ThreadPool, targets: &[Target<'_>], n: usize, tasks: &mut Vec<Task>) {
+    tasks.clear();
     for (i, t) in targets.iter().enumerate() {
         let packed = t.w.packed.as_ref().filter(|_| n >= GROUP_MIN_ROWS);
         let groups = packed.map_or(0, |p| p.groups());
@@ -295,7 +315,6 @@ fn plan(pool: &ThreadPool, targets: &[Target<'_>], n: usize) -> Vec<Task> {
             unit: Unit::Rows(r),
         }));
     }
-    tasks
 }
 
 /// The group kernels over `groups`, activation rows a tile at a time.

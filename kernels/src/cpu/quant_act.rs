@@ -69,11 +69,14 @@ impl QuantizedRows {
         } else {
             0
         };
-        self.qs.resize(rows * k, 0);
-        self.ds.resize(rows * 2 * blocks, 0.0);
-        self.sums.resize(rows * blocks, 0);
-        self.half_sums.resize(rows * 2 * blocks, 0);
-        self.spread.resize(rows * self.spread_per_row, 0.0);
+        // Grown, never shrunk: a row is found by its offset, and a step's
+        // products alternate between widths (Q/K/V's and down's), each
+        // shrink-and-regrow rewriting the difference with zeros.
+        grow(&mut self.qs, rows * k);
+        grow(&mut self.ds, rows * 2 * blocks);
+        grow(&mut self.sums, rows * blocks);
+        grow(&mut self.half_sums, rows * 2 * blocks);
+        grow(&mut self.spread, rows * self.spread_per_row);
         SharedRows {
             isa,
             k,
@@ -109,6 +112,13 @@ impl QuantizedRows {
             half_sums: &self.half_sums[r * 2 * blocks..(r + 1) * 2 * blocks],
             spread: &self.spread[r * spread..(r + 1) * spread],
         }
+    }
+}
+
+/// `v` at least `len` long (new elements zero).
+fn grow<T: Copy + Default>(v: &mut Vec<T>, len: usize) {
+    if v.len() < len {
+        v.resize(len, T::default());
     }
 }
 

@@ -45,12 +45,14 @@ pub(crate) fn rope(
     let data = DisjointSlice::new(&mut x.data);
     pool.for_each_range(x.rows, 4, &|rows| {
         ANGLES.with(|tables| {
-            let mut fresh = AngleTable::new(inv_freq);
+            let mut fresh = None;
             let mut tables = tables.try_borrow_mut();
             let table = match tables.as_deref_mut() {
                 Ok(tables) => for_freq(tables, inv_freq),
-                // Only a nested call on this thread gets here.
-                Err(_) => &mut fresh,
+                // Only a nested call on this thread gets here (the table
+                // is made here, not on every call: one row's rope is
+                // serial work between the step's jobs).
+                Err(_) => fresh.insert(AngleTable::new(inv_freq)),
             };
             for row in rows {
                 let (cos, sin) = table.angles(positions[row]);
