@@ -204,8 +204,9 @@ fn a_stream_survives_activation_rollback_and_unload_of_its_version<B: Backend>(b
         step += 1;
     }
     assert_eq!(ids, expected[2], "the stream changed weights mid-way");
-    // Its last user gone, the unloaded version's bytes leave RAM.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    // Its last user gone, the unloaded version's bytes leave RAM, on the executor's
+    // thread and its own time: polled, with a deadline that only guards against a hang.
+    let deadline = std::time::Instant::now() + requests::EVENT_WAIT;
     while registry.memory().ram_bytes >= ram_before && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }

@@ -6,8 +6,9 @@
 mod policy_support;
 mod support;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use http::StatusCode;
@@ -69,21 +70,36 @@ async fn burst(encodes: bool, clients: usize) -> (Vec<StatusCode>, u64, f64) {
         Arc::new(backend.clone()),
         &POLICY.replace("ACME", &sha256_hex("sk-acme")),
     );
+    // Replies in before the release: the refused (a held generation cannot end).
+    let answered = AtomicUsize::new(0);
     let sends = (0..clients).map(|_| {
-        let app = app.clone();
+        let (app, answered) = (app.clone(), &answered);
         async move {
-            chat_body(
+            let reply = chat_body(
                 &app,
                 json!({"model": "small", "max_tokens": 5,
                        "messages": [{"role": "user", "content": DENSE}]}),
                 &[("authorization", "Bearer sk-acme")],
             )
-            .await
+            .await;
+            answered.fetch_add(1, Ordering::SeqCst);
+            reply
         }
     });
     let release = async {
-        // Every request has been routed (and refused or held) well before this.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Once every request has been routed: refused (answered) or held (submitted).
+        // A timed wait released early on a busy machine, and the late requests then
+        // met settled spends instead of holds.
+        let routed = || backend.submitted().len() + answered.load(Ordering::SeqCst);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while routed() < clients {
+            assert!(
+                Instant::now() < deadline,
+                "{} of {clients} routed",
+                routed()
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
         backend.release();
     };
     let (replies, ()) = tokio::join!(join_all(sends), release);

@@ -287,11 +287,11 @@ def test_the_console_drives_versions_with_the_keyboard(server, browser):
         wait(driver, lambda d: d.execute_script(
             "const p = document.querySelector('#chart-throughput polyline');"
             "return !!p && p.getAttribute('points').split(' ').some(xy => Number(xy.split(',')[1]) < 87);"),
-            "the throughput chart to show the traffic", timeout=15)
+            "the throughput chart to show the traffic", timeout=60)
     wait(driver, lambda d: d.execute_script(
         "const p = document.querySelector('#chart-swaps polyline');"
         "return !!p && p.getAttribute('points').split(' ').some(xy => Number(xy.split(',')[1]) < 87);"),
-        "the swap chart to show swaps", timeout=15)
+        "the swap chart to show swaps", timeout=60)
     driver.execute_script("window.scrollTo(0, 0)")
     time.sleep(2.5)  # one more poll, so the tables show the traffic gone
     screenshot(driver, "dashboard-1280x800")

@@ -160,7 +160,7 @@ def redis_port(tmp_path):
                              str(tmp_path), "--save", ""],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.time() + 10
+        deadline = time.time() + 60  # a guard against a hang: it starts in milliseconds
         while subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True,
                              text=True).stdout.strip() != "PONG":
             assert time.time() < deadline, "redis-server did not start"
