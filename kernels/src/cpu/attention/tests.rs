@@ -57,6 +57,7 @@ fn layer0<'a>(
         k,
         v,
         products,
+        then: &[],
     }
 }
 
