@@ -412,28 +412,6 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<(), KernelError>
     where
         Self: Sized;
-    /// [`Backend::attention`], told the weights the caller multiplies
-    /// next (`then`, in the order it will), which a backend may start
-    /// fetching while it attends. A hint: the results are `attention`'s.
-    #[allow(clippy::too_many_arguments)]
-    fn attention_then(
-        &self,
-        layer: usize,
-        shape: AttentionShape,
-        q: &Self::Activations,
-        k: &Self::Activations,
-        v: &Self::Activations,
-        store: &mut Self::KvStore,
-        seqs: &[AttentionRows<'_>],
-        then: &[&Self::Matrix],
-        out: &mut Self::Activations,
-    ) -> Result<(), KernelError>
-    where
-        Self: Sized,
-    {
-        let _ = then;
-        self.attention(layer, shape, q, k, v, store, seqs, out)
-    }
     /// `gate = silu(gate) * up`, elementwise.
     fn silu_mul(
         &self,

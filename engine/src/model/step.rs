@@ -532,11 +532,10 @@ impl<B: Backend> Step<'_, B> {
                 prompt: chunk.prompt,
             }
         }));
-        let wo = self.runs(layers.iter().map(|l| (&**l.wo, None::<&B::Vector>)));
-        let then = self.after_attention(layers, &wo);
-        b.attention_then(index, shape, &s.q, &s.k, &s.v, kv, &seqs, &then, &mut s.attn)?;
+        b.attention(index, shape, &s.q, &s.k, &s.v, kv, &seqs, &mut s.attn)?;
         drop(seqs);
 
+        let wo = self.runs(layers.iter().map(|l| (&**l.wo, None::<&B::Vector>)));
         let post_norms = c.traits.post_norms;
         if let ([wo], false) = (wo.as_slice(), post_norms) {
             // The residual add rides on the product's job.
@@ -564,23 +563,6 @@ impl<B: Backend> Step<'_, B> {
         )?;
         self.lora(index, Target::O, &s.attn, &mut s.proj)?;
         self.residual(layers, 0, s)
-    }
-
-    /// The weights a layer multiplies after its attention, in order, where
-    /// every part shares them (the O product, then gate and up): the
-    /// backend may fetch them while it attends.
-    fn after_attention<'w>(
-        &self,
-        layers: &[&'w LayerWeights<B>],
-        wo: &[Run<(&'w B::Matrix, Option<&'w B::Vector>)>],
-    ) -> SmallVec<[&'w B::Matrix; 3]> {
-        let mut then = SmallVec::new();
-        let gate = self.runs(layers.iter().map(|l| &**l.gate));
-        let up = self.runs(layers.iter().map(|l| &**l.up));
-        if let ([wo], [gate], [up]) = (wo, gate.as_slice(), up.as_slice()) {
-            then.extend([wo.tensor.0, gate.tensor, up.tensor]);
-        }
-        then
     }
 
     /// `x += proj`, through the layer's post norm (`which`: 0 after

@@ -4,8 +4,6 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use smallvec::SmallVec;
-
 use super::attention::{attention, AttentionCall};
 use super::kv_store::CpuKvStore;
 use super::matmul_input::Input;
@@ -252,23 +250,6 @@ impl Backend for CpuBackend {
         seqs: &[AttentionRows<'_>],
         out: &mut CpuActivations,
     ) -> Result<(), KernelError> {
-        self.attention_then(layer, shape, q, k, v, store, seqs, &[], out)
-    }
-
-    fn attention_then(
-        &self,
-        layer: usize,
-        shape: AttentionShape,
-        q: &CpuActivations,
-        k: &CpuActivations,
-        v: &CpuActivations,
-        store: &mut CpuKvStore,
-        seqs: &[AttentionRows<'_>],
-        then: &[&CpuMatrix],
-        out: &mut CpuActivations,
-    ) -> Result<(), KernelError> {
-        let mut bytes = SmallVec::<[&[u8]; 4]>::new();
-        bytes.extend(then.iter().map(|w| w.product_bytes()));
         let call = AttentionCall {
             layer,
             shape,
@@ -276,7 +257,6 @@ impl Backend for CpuBackend {
             k,
             v,
             products: self.attention,
-            then: &bytes,
         };
         attention(&self.pool, self.isa, call, store, seqs, out)
     }

@@ -26,15 +26,6 @@ impl CpuMatrix {
         self.view.dtype
     }
 
-    /// The bytes a product reads, most of them: the repacked groups
-    /// where the matrix has them (the rows past them are a short tail),
-    /// else the stored rows.
-    pub(crate) fn product_bytes(&self) -> &[u8] {
-        self.packed
-            .as_ref()
-            .map_or(&self.view.data[..], |p| p.bytes())
-    }
-
     /// Output features (one per row).
     pub fn rows(&self) -> usize {
         self.view.rows

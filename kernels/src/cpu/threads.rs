@@ -79,19 +79,6 @@ fn job_id(generation: usize) -> u64 {
     (generation as u64 % ((1 << (64 - GATE_COUNT_BITS)) - 1)) + 1
 }
 
-thread_local! {
-    /// This thread's place in its pool: 0 for a caller, 1.. for workers.
-    static INDEX: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-
-/// The running thread's place in its pool: 0 on any thread that calls
-/// jobs, `1..threads` on the workers. A pool's tasks run on no thread in
-/// particular; this only lets a task share work out by thread (see
-/// `prefetch::Upcoming`).
-pub(crate) fn thread_index() -> usize {
-    INDEX.get()
-}
-
 /// A fixed set of worker threads plus the calling thread.
 pub struct ThreadPool {
     shared: Arc<Shared>,
@@ -130,10 +117,7 @@ impl ThreadPool {
             let shared = Arc::clone(&shared);
             let spawned = std::thread::Builder::new()
                 .name(format!("switchyard-cpu-{index}"))
-                .spawn(move || {
-                    INDEX.set(index);
-                    worker_loop(&shared)
-                });
+                .spawn(move || worker_loop(&shared));
             match spawned {
                 Ok(handle) => workers.push(handle),
                 // Fewer workers only means less parallelism; the caller

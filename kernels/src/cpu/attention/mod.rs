@@ -43,7 +43,6 @@ mod split_tests;
 mod stream;
 #[cfg(test)]
 mod tests;
-mod then;
 #[cfg(test)]
 mod window_tests;
 
@@ -72,9 +71,6 @@ pub(crate) struct AttentionCall<'a> {
     pub(crate) k: &'a CpuActivations,
     pub(crate) v: &'a CpuActivations,
     pub(crate) products: Products,
-    /// The weights the caller multiplies after this call, in order (a
-    /// hint: see `prefetch::Upcoming`).
-    pub(crate) then: &'a [&'a [u8]],
 }
 
 /// One sequence of a call, as the backend's callers give it.
@@ -317,10 +313,6 @@ fn attention_job<E: Stored>(
         splits,
         partial_len,
     } = plan(units, pool.threads(), group, group * state_len(head_dim));
-    let decode = seqs.iter().all(|s| s.rows.len() == 1);
-    let on = then::flip_on(call.layer, decode);
-    let then_parts: &[&[u8]] = if on { call.then } else { &[] };
-    let then = then::upcoming(then_parts, decode, &tasks, pool.threads(), window);
     // A sequence of one unsplit tile (a decode step) leaves its writes to
     // its tasks, which run in parallel; any other (a prompt, or a step split
     // across its context or its query heads) writes here first, since other
@@ -436,7 +428,6 @@ fn attention_job<E: Stored>(
                 segment,
                 segments: task.segments.clone(),
                 shared: shared.get(unit.seq, unit.kv_head),
-                then: then.as_ref(),
             };
             let query = |i: usize, h: usize| {
                 let at = out_at(unit, i, heads.start + h);

@@ -77,7 +77,6 @@ fn a_q8_0_cache_attends_as_an_f32_cache_of_its_rounded_values() {
                         k: &k,
                         v: &v,
                         products: Products::F32,
-                        then: &[],
                     };
                     let mut out = CpuActivations::zeros(n, q_cols);
                     let (store, seq) = cache.rows(0..n, start, true).expect("the cache's blocks");

@@ -97,7 +97,6 @@ fn run(
             k: &k,
             v: &v,
             products: Products::F32,
-            then: &[],
         };
         let (store, seq) = cache.rows(0..n, start, true).expect("the cache's blocks");
         attention(&pool, isa, call, store, &[seq], &mut out).expect("attention over the cache");

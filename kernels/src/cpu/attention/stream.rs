@@ -42,7 +42,7 @@ use super::span_share::SharedBlocks;
 use crate::cpu::isa::CheckedIsa;
 use crate::cpu::kv_elem::KvElem;
 use crate::cpu::kv_layout::{KEY_BLOCK, KEY_TILE};
-use crate::cpu::prefetch::{prefetch_all, Upcoming};
+use crate::cpu::prefetch::prefetch_all;
 use crate::cpu::vecmath::{scale_in_place, weighted_sum_group};
 
 /// Query rows per task: with a group of three heads, 24 queries share each
@@ -85,9 +85,6 @@ pub(super) struct Tile<'a, E> {
     /// The KV head's blocks packed once for every tile of the call, where
     /// they are (`span_share`; AMX walks only).
     pub(super) shared: Option<SharedBlocks<'a>>,
-    /// Weights the caller multiplies next, asked for a few lines per key
-    /// block a decode step folds (see `prefetch::Upcoming`).
-    pub(super) then: Option<&'a Upcoming<'a>>,
 }
 
 impl<E> Tile<'_, E> {
@@ -556,9 +553,6 @@ fn run_general<'q, E: KvElem>(
             let (lo, hi) = (first_seen(p).max(block), (block + KEY_BLOCK).min(p + 1));
             let lanes = lo.saturating_sub(block)..hi.saturating_sub(block);
             if lanes.is_empty() || state.fold_direct(isa, tile, query, block, lanes) {
-                if let Some(then) = tile.then {
-                    then.step();
-                }
                 block += KEY_BLOCK;
                 continue;
             }
@@ -641,9 +635,6 @@ fn run<'q, E: KvElem>(
         // One row (a decode step) sees the block up to its position.
         let lanes = 0..(block + KEY_BLOCK).min(tile.first_pos + 1) - block;
         if direct && state.fold_direct(isa, tile, query, block, lanes) {
-            if let Some(then) = tile.then {
-                then.step();
-            }
             block += KEY_BLOCK;
             continue;
         }

@@ -57,7 +57,6 @@ fn layer0<'a>(
         k,
         v,
         products,
-        then: &[],
     }
 }
 

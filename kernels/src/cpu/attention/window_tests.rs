@@ -153,7 +153,6 @@ pub(super) fn attend_chunk(
         k: &k,
         v: &v,
         products,
-        then: &[],
     };
     let mut out = CpuActivations::zeros(n, seq.q_cols);
     let (store, rows) = cache.rows(0..n, start, prompt).expect("the cache's blocks");
@@ -283,7 +282,6 @@ fn a_ring_refuses_a_call_without_its_window() {
         k: &x,
         v: &x,
         products: Products::F32,
-        then: &[],
     };
     let (store, seq) = cache.rows(0..1, 0, false).expect("the ring's blocks");
     let isa = CheckedIsa::at_most(Isa::Scalar);

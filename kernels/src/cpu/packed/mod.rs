@@ -174,11 +174,6 @@ impl PackedRows {
         self.group_bytes
     }
 
-    /// Every group's bytes, in order.
-    pub(crate) fn bytes(&self) -> &[u8] {
-        self.bytes.as_slice()
-    }
-
     fn group(&self, g: usize) -> &[u8] {
         &self.bytes.as_slice()[g * self.group_bytes..(g + 1) * self.group_bytes]
     }
