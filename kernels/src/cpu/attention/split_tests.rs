@@ -1,7 +1,7 @@
 //! Splitting a deep context across tasks (`split`, `partial`) changes no
 //! result: a decode step gives the same bits on one thread (one task per KV
 //! head, segments merged as the walk goes) as on two or three (one task
-//! per segment, merged in a second phase; or, in a short context, one
+//! per segment, merged by the last to finish; or, in a short context, one
 //! task per part of the query heads), and as the same row computed
 //! inside a prompt; and the split output stays within the streaming
 //! tolerance of the straightforward reference.
