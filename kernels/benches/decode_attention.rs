@@ -186,7 +186,10 @@ fn main() {
     };
     let layers = arg(4, model.layers).max(1);
     let backend = CpuBackend::new(threads);
-    let (q_cols, kv_cols) = (model.heads * model.head_dim, model.kv_heads * model.head_dim);
+    let (q_cols, kv_cols) = (
+        model.heads * model.head_dim,
+        model.kv_heads * model.head_dim,
+    );
     let format = KvFormat::of(KvType::F16);
     let windows: Vec<Option<usize>> = (0..layers).map(|l| model.window(l)).collect();
     let layout = KvLayout::new(
@@ -212,7 +215,10 @@ fn main() {
     let mut rng = ChaCha8Rng::seed_from_u64(7);
     // Layer 0's first block from a prompt, then copied into every block
     // (whole units of `KV_UNIT` positions, as copies go).
-    let fill = layout.block_positions().min((depth + 1) / KV_UNIT * KV_UNIT).max(KV_UNIT);
+    let fill = layout
+        .block_positions()
+        .min((depth + 1) / KV_UNIT * KV_UNIT)
+        .max(KV_UNIT);
     let (q, k, v) = (
         random(&mut rng, fill, q_cols),
         random(&mut rng, fill, kv_cols),

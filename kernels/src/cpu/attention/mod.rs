@@ -58,8 +58,8 @@ use crate::{AttentionRows, AttentionShape, KernelError};
 use partial::{segment_len, state_len};
 use smallvec::SmallVec;
 use span_share::Want;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use split::{plan, seen_segments, Plan, Unit};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use stream::{attend_tile, Tile, ROW_TILE};
 
 pub(crate) use bf16::Products;
