@@ -67,7 +67,7 @@ const MODELS: [Model; 2] = [
 impl Model {
     fn window(&self, layer: usize) -> Option<usize> {
         self.window
-            .filter(|(_, every)| (layer + 1) % every != 0)
+            .filter(|(_, every)| !(layer + 1).is_multiple_of(*every))
             .map(|(w, _)| w)
     }
 
