@@ -11,9 +11,9 @@
 //! tile is split into its segments of the context (`partial`), one task
 //! each, and the last of a tile's tasks to finish merges its segments in
 //! order; a decode step with still fewer tasks than threads splits its
-//! query heads (`split`). A sequence whose rows fit one unsplit tile (decode) has its
-//! new keys and values stored by its tasks, each its own KV head; any
-//! other stores them before the job.
+//! query heads (`split`). A sequence whose rows fit one unsplit tile
+//! (decode) has its new keys and values stored by its tasks, each its own
+//! KV head; any other stores them before the job.
 
 pub(crate) mod bf16;
 mod bf16x3;
