@@ -9,11 +9,11 @@
 //! those tasks are too few to keep the threads busy (a decode step of one
 //! or a few sequences: SmolLM2 has three KV heads, Gemma 3 one), each
 //! tile is split into its segments of the context (`partial`), one task
-//! each, and a second phase merges every tile's segments in order; a
-//! decode step with still fewer tasks than threads splits its query heads
-//! (`split`). A sequence whose rows fit one unsplit tile (decode) has its
-//! new keys and values stored by its tasks, each its own KV head; any
-//! other stores them before the job.
+//! each, and the last of a tile's tasks to finish merges its segments in
+//! order; a decode step with still fewer tasks than threads splits its
+//! query heads (`split`). A sequence whose rows fit one unsplit tile
+//! (decode) has its new keys and values stored by its tasks, each its own
+//! KV head; any other stores them before the job.
 
 pub(crate) mod bf16;
 mod bf16x3;
@@ -56,8 +56,10 @@ use super::threads::ThreadPool;
 use crate::kv::{KvLayout, KvType};
 use crate::{AttentionRows, AttentionShape, KernelError};
 use partial::{segment_len, state_len};
+use smallvec::SmallVec;
 use span_share::Want;
 use split::{plan, seen_segments, Plan, Unit};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use stream::{attend_tile, Tile, ROW_TILE};
 
 pub(crate) use bf16::Products;
@@ -457,7 +459,8 @@ fn attention_job<E: Stored>(
         let finish = |u: usize| {
             let split = &splits[u];
             let unit = &split.unit;
-            // SAFETY: the first phase has finished; the buffer is only read now.
+            // SAFETY: every task of the unit has finished (`remaining`); its
+            // part of the buffer is only read now.
             let partials = unsafe { partial_data.range(split.at, split.len()) };
             split::merge_unit(isa, split, group, head_dim, partials, |i, h, values| {
                 // SAFETY: this unit alone writes the heads of its KV head in
@@ -466,7 +469,22 @@ fn attention_job<E: Stored>(
                 o.copy_from_slice(values);
             });
         };
-        pool.run_phased(tasks.len(), &attend, splits.len(), &finish);
+        // The last of a split unit's tasks to finish merges its states,
+        // rather than a second phase after every task: a thread done early
+        // then leaves the job instead of waiting in it (where, past the
+        // pool's spin, it yields its core to whatever else is runnable and
+        // may be late back for the merge). The decrement releases the
+        // task's states and the last one's acquires them all.
+        let remaining: SmallVec<[AtomicUsize; 4]> =
+            splits.iter().map(|s| AtomicUsize::new(s.tasks)).collect();
+        pool.run(tasks.len(), &|t| {
+            attend(t);
+            if let Some(u) = tasks[t].split {
+                if remaining[u].fetch_sub(1, Ordering::AcqRel) == 1 {
+                    finish(u);
+                }
+            }
+        });
     });
     Ok(())
 }

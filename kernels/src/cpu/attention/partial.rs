@@ -6,8 +6,8 @@
 //! the position (not of anything about the call), every segment's state is
 //! computed from an empty one, and the states are merged in position order
 //! with [`merge`]. Whether one task walks every segment and merges as it
-//! goes, or one task per segment leaves its state in a buffer and a second
-//! phase merges them (flash-decoding: a deep context split across threads),
+//! goes, or one task per segment leaves its state in a buffer and the last
+//! to finish merges them (flash-decoding: a deep context split across threads),
 //! the operations are the same, so a row's output does not depend on how
 //! the call was split, batched or chunked.
 

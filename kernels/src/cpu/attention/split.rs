@@ -1,5 +1,6 @@
 //! Which tiles of a call are split across their context's segments, and
-//! the second phase that merges a split tile's segment states.
+//! the merge of a split tile's segment states (by whichever of its tasks
+//! finishes last).
 //!
 //! Splitting never changes a result (see `partial`): the choice is about
 //! keeping the threads busy. A call whose tiles already give every thread
@@ -52,21 +53,24 @@ pub(super) fn seen_segments(
     (segment, first_seen / segment..last / segment + 1)
 }
 
-/// One task of the first phase: some segments of a unit for some of its
-/// query heads (of the group), with the buffer offset of its segment's
-/// states when the unit is split.
+/// One task: some segments of a unit for some of its query heads (of the
+/// group); when the unit is split, the buffer offset of its segment's
+/// states and the unit's index in [`Plan::splits`].
 pub(super) struct Task {
     pub(super) unit: Unit,
     pub(super) segments: Range<usize>,
     pub(super) heads: Range<usize>,
     pub(super) partial: Option<usize>,
+    pub(super) split: Option<usize>,
 }
 
-/// A split unit: its segments' states lie at `at`, `slot` floats each.
+/// A split unit: its segments' states lie at `at`, `slot` floats each,
+/// written by `tasks` tasks; the last of them to finish merges them.
 pub(super) struct Split {
     pub(super) unit: Unit,
     pub(super) at: usize,
     slot: usize,
+    pub(super) tasks: usize,
 }
 
 impl Split {
@@ -109,9 +113,15 @@ pub(super) fn plan(units: Vec<Unit>, threads: usize, group: usize, per_row: usiz
                     segments: segment..segment + 1,
                     heads: 0..group,
                     partial: Some(at + k * slot),
+                    split: Some(splits.len()),
                 });
             }
-            let split = Split { unit, at, slot };
+            let split = Split {
+                unit,
+                at,
+                slot,
+                tasks: 0,
+            };
             at += split.len();
             splits.push(split);
         } else {
@@ -120,11 +130,17 @@ pub(super) fn plan(units: Vec<Unit>, threads: usize, group: usize, per_row: usiz
                 unit,
                 heads: 0..group,
                 partial: None,
+                split: None,
             });
         }
     }
     if !tasks.is_empty() && tasks.len() < threads {
         tasks = split_heads(tasks, threads, group);
+    }
+    for task in &tasks {
+        if let Some(split) = task.split.and_then(|u| splits.get_mut(u)) {
+            split.tasks += 1;
+        }
     }
     // Most positions to read first: the pool hands tasks out in index
     // order, so a long one does not end up alone on one thread at the end.
@@ -160,6 +176,7 @@ fn split_heads(tasks: Vec<Task>, threads: usize, group: usize) -> Vec<Task> {
                 segments: task.segments.clone(),
                 heads,
                 partial: task.partial,
+                split: task.split,
             });
         }
     }

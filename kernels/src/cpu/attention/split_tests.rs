@@ -1,7 +1,7 @@
 //! Splitting a deep context across tasks (`split`, `partial`) changes no
 //! result: a decode step gives the same bits on one thread (one task per KV
 //! head, segments merged as the walk goes) as on two or three (one task
-//! per segment, merged in a second phase; or, in a short context, one
+//! per segment, merged by the last to finish; or, in a short context, one
 //! task per part of the query heads), and as the same row computed
 //! inside a prompt; and the split output stays within the streaming
 //! tolerance of the straightforward reference.
@@ -341,4 +341,48 @@ fn fewer_tasks_than_threads_split_a_decode_steps_query_heads() {
         heads(vec![unit(0..1, 10), unit(1..2, 11)], 2),
         vec![0..4, 0..4]
     );
+}
+
+/// Each split unit's count of tasks (which the last to finish counts down
+/// to its merge) is the number of tasks that name it, also when those
+/// tasks are cut again by query heads; an unsplit task names none.
+#[test]
+fn a_split_units_task_count_is_the_tasks_that_name_it() {
+    let unit = |seq: usize, first_pos: usize| {
+        let (segment, segments) = seen_segments(None, first_pos, first_pos);
+        Unit {
+            seq,
+            kv_head: 0,
+            rows: first_pos..first_pos + 1,
+            first_pos,
+            segment,
+            segments,
+        }
+    };
+    // (units' positions, threads, split units, tasks)
+    let cases = [
+        (vec![10], 2, 0, 2),
+        (vec![SEGMENT], 2, 1, 2),
+        (vec![4 * SEGMENT], 2, 1, 5),
+        (vec![SEGMENT + 7], 4, 1, 4),
+        (vec![3 * SEGMENT, 10], 2, 1, 5),
+    ];
+    for (positions, threads, n_splits, n_tasks) in cases {
+        let units = positions
+            .iter()
+            .enumerate()
+            .map(|(s, &p)| unit(s, p))
+            .collect();
+        let plan = plan(units, threads, 4, 4 * (64 + 2));
+        assert_eq!(plan.splits.len(), n_splits, "{positions:?} on {threads}");
+        assert_eq!(plan.tasks.len(), n_tasks, "{positions:?} on {threads}");
+        for (u, split) in plan.splits.iter().enumerate() {
+            let naming = plan.tasks.iter().filter(|t| t.split == Some(u)).count();
+            assert_eq!(split.tasks, naming, "{positions:?} on {threads}, unit {u}");
+        }
+        assert!(plan
+            .tasks
+            .iter()
+            .all(|t| t.split.is_some() == t.partial.is_some()));
+    }
 }
