@@ -10,8 +10,11 @@
 //! calls it (the row's quantization and the pool's dispatch included),
 //! with its weights
 //!
-//! - `cache`: a set of copies of the matrix of at least 4 MB (one copy of
-//!   a larger matrix), read again and again: what L2/L3 serve;
+//! - `l2`: a set of copies of the matrix of at least 1 MB (one copy of a
+//!   larger matrix), read again and again: the kernel's own rate where
+//!   the L2 serves it;
+//! - `l3`: copies of at least 16 MB: what a decode step's weights, which
+//!   the host's L3 mostly holds, are served from;
 //! - `dram`: copies of at least 512 MB, cycled through: past the L3.
 //!
 //! Each round, per thread count and set: a plain AVX-512 read of as many
@@ -82,8 +85,7 @@ const SHAPES: [Shape; 13] = [
     shape("smollm2", "down", DType::Q4_1, 576, 1536, 30),
 ];
 
-const CACHE_SET: usize = 4 << 20;
-const DRAM_SET: usize = 512 << 20;
+const SETS: [(&str, usize); 3] = [("l2", 1 << 20), ("l3", 16 << 20), ("dram", 512 << 20)];
 const MIN_MEASURED: Duration = Duration::from_millis(200);
 /// Bytes each timing of the plain read covers at least.
 const MIN_READ_BYTES: usize = 2_000_000_000;
@@ -138,7 +140,7 @@ fn main() {
     );
     let mut rng = common::rng(11);
     // Per model: (bytes a step, seconds a step at the median) per set and thread count.
-    let mut step: Vec<(&str, [[(f64, f64); 2]; 2])> = Vec::new();
+    let mut step: Vec<(&str, [[(f64, f64); 2]; SETS.len()])> = Vec::new();
     for s in SHAPES
         .iter()
         .filter(|s| format!("{}/{}", s.model, s.name).contains(&filter))
@@ -146,15 +148,12 @@ fn main() {
         let bytes = Bytes::from(common::random_weights(&mut rng, s.dtype, s.rows, s.k));
         let x = CpuActivations::from_values(1, s.k, &common::random_activations(&mut rng, 1, s.k))
             .expect("one row");
-        let sets = [
-            ("cache", copies(&backends[0], s, &bytes, CACHE_SET)),
-            ("dram", copies(&backends[0], s, &bytes, DRAM_SET)),
-        ];
+        let sets = SETS.map(|(place, at_least)| (place, copies(&backends[0], s, &bytes, at_least)));
         let reads: Vec<Vec<u8>> = sets
             .iter()
             .map(|(_, set)| vec![1u8; set.len() * bytes.len()])
             .collect();
-        let mut series: Vec<Series> = (0..4).map(|_| Series::default()).collect();
+        let mut series: Vec<Series> = (0..2 * SETS.len()).map(|_| Series::default()).collect();
         for _ in 0..rounds {
             for (ti, backend) in backends.iter().enumerate() {
                 for (si, (_, set)) in sets.iter().enumerate() {
@@ -173,7 +172,7 @@ fn main() {
         let at = match step.iter().position(|(m, _)| *m == s.model) {
             Some(i) => i,
             None => {
-                step.push((s.model, [[(0.0, 0.0); 2]; 2]));
+                step.push((s.model, [[(0.0, 0.0); 2]; SETS.len()]));
                 step.len() - 1
             }
         };
@@ -207,7 +206,7 @@ fn main() {
         }
     }
     for (model, by_set) in step {
-        for (si, place) in ["cache", "dram"].iter().enumerate() {
+        for (si, (place, _)) in SETS.iter().enumerate() {
             for (ti, (b, t)) in by_set[si].iter().enumerate() {
                 println!(
                     "{model} step's products measured above, {place}, t{}: {:.1} MB in {:.2} ms, {:.1} GB/s",
