@@ -122,6 +122,9 @@ fn products(backend: &CpuBackend, set: &[CpuMatrix], x: &CpuActivations, bytes: 
     (calls * bytes) as f64 / start.elapsed().as_secs_f64() / 1e9
 }
 
+/// Per set and thread count: (bytes a step, seconds a step at the median).
+type StepTotals = [[(f64, f64); 2]; SETS.len()];
+
 #[derive(Default)]
 struct Series {
     product: Vec<f64>,
@@ -140,7 +143,7 @@ fn main() {
     );
     let mut rng = common::rng(11);
     // Per model: (bytes a step, seconds a step at the median) per set and thread count.
-    let mut step: Vec<(&str, [[(f64, f64); 2]; SETS.len()])> = Vec::new();
+    let mut step: Vec<(&str, StepTotals)> = Vec::new();
     for s in SHAPES
         .iter()
         .filter(|s| format!("{}/{}", s.model, s.name).contains(&filter))
