@@ -22,8 +22,12 @@
 //! prompt-filled block copied into every block (`kv_copy`): what is read
 //! is real, what it holds does not matter to the time.
 
+#[path = "plain_read/mod.rs"]
+mod plain_read;
+
 use std::time::{Duration, Instant};
 
+use plain_read::{plain_read, spread};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use switchyard_kernels::cpu::{CpuActivations, CpuBackend};
@@ -90,6 +94,8 @@ impl Model {
 }
 
 const MIN_MEASURED: Duration = Duration::from_millis(300);
+/// Bytes each timing of the plain read covers at least.
+const MIN_READ_BYTES: usize = 6_000_000_000;
 
 fn arg(i: usize, default: usize) -> usize {
     std::env::args()
@@ -104,72 +110,6 @@ fn random(rng: &mut ChaCha8Rng, rows: usize, cols: usize) -> CpuActivations {
         .map(|_| rng.random_range(-1.0f32..1.0))
         .collect();
     CpuActivations::from_values(rows, cols, &values).expect("rows × cols values")
-}
-
-/// Sums the buffer with 64-byte loads into eight accumulators (the
-/// roofline program's kernel).
-///
-/// # Safety
-/// AVX-512 F.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn read_avx512(bytes: &[u8]) -> i64 {
-    use std::arch::x86_64::*;
-    let mut acc = [_mm512_setzero_si512(); 8];
-    let chunks = bytes.chunks_exact(512);
-    for chunk in chunks {
-        for (k, a) in acc.iter_mut().enumerate() {
-            // SAFETY: 64 bytes at 64·k of a 512-byte chunk.
-            let v = unsafe { _mm512_loadu_si512(chunk.as_ptr().add(64 * k).cast()) };
-            *a = _mm512_add_epi64(*a, v);
-        }
-    }
-    let mut total = _mm512_setzero_si512();
-    for a in acc {
-        total = _mm512_add_epi64(total, a);
-    }
-    _mm512_reduce_add_epi64(total)
-}
-
-fn read(bytes: &[u8]) -> i64 {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") {
-        // SAFETY: AVX-512 F detected.
-        return unsafe { read_avx512(bytes) };
-    }
-    bytes.iter().map(|b| i64::from(*b)).sum()
-}
-
-/// Bytes each timing of the plain read covers at least (as the roofline
-/// program's `MIN_TIMED_BYTES`): a few passes of a small buffer last a
-/// scheduler tick or two.
-const MIN_READ_BYTES: usize = 6_000_000_000;
-
-/// GB/s of reading `buffer` on `threads` threads, each its share again
-/// and again, started once for the whole timing.
-fn plain_read(buffer: &[u8], threads: usize) -> f64 {
-    let share = buffer.len().div_ceil(threads);
-    let passes = MIN_READ_BYTES.div_ceil(buffer.len().max(1));
-    let start = Instant::now();
-    let sink = std::thread::scope(|s| {
-        let handles: Vec<_> = buffer
-            .chunks(share)
-            .map(|part| {
-                s.spawn(move || (0..passes).fold(0, |a, _| a ^ read(std::hint::black_box(part))))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("a read thread does not panic"))
-            .fold(0, |a, b| a ^ b)
-    });
-    std::hint::black_box(sink);
-    (passes * buffer.len()) as f64 / start.elapsed().as_secs_f64() / 1e9
-}
-
-fn spread(mut v: Vec<f64>) -> String {
-    v.sort_by(f64::total_cmp);
-    format!("{:.1} ({:.1}-{:.1})", v[v.len() / 2], v[0], v[v.len() - 1])
 }
 
 fn main() {
@@ -279,13 +219,13 @@ fn main() {
     let (mut att, mut plain, mut share) = (Vec::new(), Vec::new(), Vec::new());
     let (mut windowed_us, mut global_us) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
-        let before = plain_read(&buffer, threads);
+        let before = plain_read(&buffer, threads, MIN_READ_BYTES);
         let gbs = steps_per_s(&all) * step_bytes as f64 / 1e9;
         if kinds {
             windowed_us.push(1e6 / steps_per_s(&windowed));
             global_us.push(1e6 / steps_per_s(&global));
         }
-        let after = plain_read(&buffer, threads);
+        let after = plain_read(&buffer, threads, MIN_READ_BYTES);
         let read = (before + after) / 2.0;
         att.push(gbs);
         plain.push(read);

@@ -219,7 +219,7 @@ unsafe fn unpack(dtype: DType, shape: Shape, group: &[u8], blocks: usize, u: &mu
                 for b in 0..blocks {
                     let (d, dmin) = k_scales(g, &layout, b);
                     for j in 0..8 {
-                        let (w, scale, min) = q4k_sub(g, &layout, b, j, d, dmin);
+                        let (w, scale, min) = q4k_sub::<false>(g, &layout, b, j, d, dmin);
                         put_pair(u, 8 * b + j, w);
                         u.scale[8 * b + j] = f32s(scale);
                         u.min[8 * b + j] = f32s(min);
@@ -248,11 +248,11 @@ unsafe fn unpack(dtype: DType, shape: Shape, group: &[u8], blocks: usize, u: &mu
             _ => {
                 for b in 0..blocks {
                     let (w, d, m) = match dtype {
-                        DType::Q4_1 => nibble_block::<true, false, false>(g, &layout, b),
-                        DType::Q5_0 => nibble_block::<false, true, false>(g, &layout, b),
-                        DType::Q5_1 => nibble_block::<true, true, false>(g, &layout, b),
-                        DType::IQ4NL => nibble_block::<false, false, true>(g, &layout, b),
-                        _ => nibble_block::<false, false, false>(g, &layout, b),
+                        DType::Q4_1 => nibble_block::<true, false, false, false>(g, &layout, b),
+                        DType::Q5_0 => nibble_block::<false, true, false, false>(g, &layout, b),
+                        DType::Q5_1 => nibble_block::<true, true, false, false>(g, &layout, b),
+                        DType::IQ4NL => nibble_block::<false, false, true, false>(g, &layout, b),
+                        _ => nibble_block::<false, false, false, false>(g, &layout, b),
                     };
                     put_pair(u, b, w);
                     u.scale[b] = f32s(d);

@@ -26,11 +26,22 @@ pub(super) unsafe fn dot_group<const T: usize>(
     // SAFETY (all arms): forwarded preconditions.
     unsafe {
         match dtype {
-            DType::Q4_1 => dot_nibbles::<T, true, false, false>(group, blocks, a, out, accumulate),
-            DType::Q4_0 => dot_nibbles::<T, false, false, false>(group, blocks, a, out, accumulate),
-            DType::Q5_1 => dot_nibbles::<T, true, true, false>(group, blocks, a, out, accumulate),
-            DType::Q5_0 => dot_nibbles::<T, false, true, false>(group, blocks, a, out, accumulate),
-            DType::IQ4NL => dot_nibbles::<T, false, false, true>(group, blocks, a, out, accumulate),
+            // `HIGH16` for the Q4 types (see `nibble_block`).
+            DType::Q4_1 => {
+                dot_nibbles::<T, true, false, false, true>(group, blocks, a, out, accumulate)
+            }
+            DType::Q4_0 => {
+                dot_nibbles::<T, false, false, false, true>(group, blocks, a, out, accumulate)
+            }
+            DType::Q5_1 => {
+                dot_nibbles::<T, true, true, false, false>(group, blocks, a, out, accumulate)
+            }
+            DType::Q5_0 => {
+                dot_nibbles::<T, false, true, false, false>(group, blocks, a, out, accumulate)
+            }
+            DType::IQ4NL => {
+                dot_nibbles::<T, false, false, true, false>(group, blocks, a, out, accumulate)
+            }
             DType::Q8_0 => dot_q8_0(group, blocks, a, out, accumulate),
             _ => out.into_iter().for_each(|o| *o = [f32::NAN; GROUP_ROWS]),
         }
@@ -71,13 +82,17 @@ pub(super) unsafe fn halves(p: *const u8) -> __m512 {
 
 /// One block of one activation row against the group's sixteen rows:
 /// `acc + (offset + Σ w·qa) · (d · da)`, `w` the block's quants as eight
-/// four-element columns, `offset` the format's integer correction.
+/// four-element columns, `offset` the format's integer correction. Words
+/// `0..4` may hold their quants times `2^SHIFT0` and words `4..8` times
+/// `2^SHIFT1` (a high nibble masked in place, `q · 16`, rather than
+/// shifted down: one op a word fewer); their sums are shifted back, exactly,
+/// as every term is a multiple.
 ///
 /// # Safety
 /// `qa` points at the activation block's 32 bytes.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma")]
 #[inline]
-pub(super) unsafe fn add_block(
+pub(super) unsafe fn add_block<const SHIFT0: u32, const SHIFT1: u32>(
     acc: __m512,
     w: &[__m512i; 8],
     qa: *const i8,
@@ -88,7 +103,8 @@ pub(super) unsafe fn add_block(
     // Two chains halve the dependent vpdpbusd latency of one block. (One
     // chain per row, starting at the offset, saves the vpaddd; with a tile
     // of 16 rows it measured no faster, within noise, so the one body
-    // serves every tile size.)
+    // serves every tile size.) The offset is in `s0`, which callers with
+    // an offset leave unscaled.
     let mut s0 = offset;
     let mut s1 = _mm512_setzero_si512();
     for c in 0..4 {
@@ -98,7 +114,15 @@ pub(super) unsafe fn add_block(
             s1 = _mm512_dpbusd_epi32(s1, w[c + 4], word(qa, c + 4));
         }
     }
-    let isum = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
+    let sum = if SHIFT0 == SHIFT1 {
+        _mm512_srai_epi32::<SHIFT0>(_mm512_add_epi32(s0, s1))
+    } else {
+        _mm512_add_epi32(
+            _mm512_srai_epi32::<SHIFT0>(s0),
+            _mm512_srai_epi32::<SHIFT1>(s1),
+        )
+    };
+    let isum = _mm512_cvtepi32_ps(sum);
     let scale = _mm512_mul_ps(d, _mm512_set1_ps(da));
     _mm512_fmadd_ps(isum, scale, acc)
 }
@@ -159,12 +183,20 @@ const IQ4_UNSIGNED: [u8; 16] = {
 /// for the const parameters): its quants as eight words of sixteen rows,
 /// word `i` holding elements `4i..4i+4` (`vpdpbusd`'s unsigned operand,
 /// the format's offset still in), its `d`, and its `m` (zero without).
+/// With `HIGH16` (not with `FIVE` or `TABLE`, whose high quants need
+/// their low bits) words `4..8` hold `16 · q`, the high nibbles masked in
+/// place (`add_block` with `SHIFT1` 4 takes them).
 ///
 /// # Safety
 /// Block `b` lies inside the group at `g` in `layout`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
 #[inline]
-pub(super) unsafe fn nibble_block<const HAS_MIN: bool, const FIVE: bool, const TABLE: bool>(
+pub(super) unsafe fn nibble_block<
+    const HAS_MIN: bool,
+    const FIVE: bool,
+    const TABLE: bool,
+    const HIGH16: bool,
+>(
     g: *const u8,
     layout: &Layout,
     b: usize,
@@ -189,7 +221,11 @@ pub(super) unsafe fn nibble_block<const HAS_MIN: bool, const FIVE: bool, const T
             let raw = _mm512_loadu_si512(q.add(64 * c).cast());
             // Low nibbles: elements 4c..4c+4; high: 16+4c..16+4c+4.
             w[c] = _mm512_and_si512(raw, low);
-            w[c + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low);
+            w[c + 4] = if HIGH16 {
+                _mm512_andnot_si512(low, raw)
+            } else {
+                _mm512_and_si512(_mm512_srli_epi16(raw, 4), low)
+            };
             if TABLE {
                 w[c] = _mm512_shuffle_epi8(table, w[c]);
                 w[c + 4] = _mm512_shuffle_epi8(table, w[c + 4]);
@@ -240,7 +276,13 @@ pub(super) unsafe fn q8_block(g: *const u8, layout: &Layout, b: usize) -> ([__m5
 /// looked up as `T[q] + 128`, offset 128).
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
 #[inline]
-unsafe fn dot_nibbles<const T: usize, const HAS_MIN: bool, const FIVE: bool, const TABLE: bool>(
+unsafe fn dot_nibbles<
+    const T: usize,
+    const HAS_MIN: bool,
+    const FIVE: bool,
+    const TABLE: bool,
+    const HIGH16: bool,
+>(
     group: &[u8],
     blocks: usize,
     a: &[QRow<'_>; T],
@@ -254,6 +296,9 @@ unsafe fn dot_nibbles<const T: usize, const HAS_MIN: bool, const FIVE: bool, con
         (true, true) => DType::Q5_1,
         (false, true) => DType::Q5_0,
     };
+    // High nibbles masked in place where no table or fifth bit needs them
+    // low.
+    const { assert!(!(HIGH16 && (FIVE || TABLE))) };
     let layout = Layout::of(dtype);
     let offset_per_sum = -quant_offset(dtype);
     let g = group.as_ptr();
@@ -265,7 +310,7 @@ unsafe fn dot_nibbles<const T: usize, const HAS_MIN: bool, const FIVE: bool, con
     for b in 0..blocks {
         prefetch_unit::<T>(g, &layout, b);
         // SAFETY: block b lies inside the group (the caller's contract).
-        let (w, d, m) = unsafe { nibble_block::<HAS_MIN, FIVE, TABLE>(g, &layout, b) };
+        let (w, d, m) = unsafe { nibble_block::<HAS_MIN, FIVE, TABLE, HIGH16>(g, &layout, b) };
         for_each_row!(T, t, {
             // SAFETY: every activation row holds `blocks` blocks (checked
             // by the caller), so block b's bytes, scales and sum exist.
@@ -283,7 +328,13 @@ unsafe fn dot_nibbles<const T: usize, const HAS_MIN: bool, const FIVE: bool, con
                 _mm512_set1_epi32(offset_per_sum * sum)
             };
             // SAFETY: qa points at block b's 32 bytes.
-            acc[t] = unsafe { add_block(acc[t], &w, qa, offset, d, da) };
+            acc[t] = unsafe {
+                if HIGH16 {
+                    add_block::<0, 4>(acc[t], &w, qa, offset, d, da)
+                } else {
+                    add_block::<0, 0>(acc[t], &w, qa, offset, d, da)
+                }
+            };
             if HAS_MIN {
                 acc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(sa), acc[t]);
             }
@@ -320,7 +371,7 @@ unsafe fn dot_q8_0<const T: usize>(
             let (qa, da, sum) = unsafe { (qs[t].add(QK * b), *ds[t].add(2 * b), *sums[t].add(b)) };
             let offset = _mm512_set1_epi32(-128 * sum);
             // SAFETY: qa points at block b's 32 bytes.
-            acc[t] = unsafe { add_block(acc[t], &w, qa, offset, d, da) };
+            acc[t] = unsafe { add_block::<0, 0>(acc[t], &w, qa, offset, d, da) };
         });
     }
     for (o, acc) in out.into_iter().zip(acc) {

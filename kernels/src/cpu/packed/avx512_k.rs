@@ -46,13 +46,15 @@ pub(super) unsafe fn k_scales(g: *const u8, layout: &Layout, b: usize) -> (__m51
 
 /// Sub-block `j` of Q4_K block `b` (its `d`, `dmin` given): eight words
 /// of sixteen rows (word `i` elements `4i..4i+4`, 0..16), the rows'
-/// `d · sc` and `dmin · m`.
+/// `d · sc` and `dmin · m`. With `HIGH16` an odd sub-block's words hold
+/// `16 · q`, its high nibbles masked in place (`add_block::<4, 4>` takes
+/// them: one op a word fewer than shifting them down).
 ///
 /// # Safety
 /// Block `b` lies inside the group at `g` in `layout`; `j < 8`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
 #[inline]
-pub(super) unsafe fn q4k_sub(
+pub(super) unsafe fn q4k_sub<const HIGH16: bool>(
     g: *const u8,
     layout: &Layout,
     b: usize,
@@ -68,12 +70,11 @@ pub(super) unsafe fn q4k_sub(
         let mut w = [_mm512_setzero_si512(); 8];
         for (c, w) in w.iter_mut().enumerate() {
             let raw = _mm512_loadu_si512(pair.add(64 * c).cast());
-            let raw = if j % 2 == 1 {
-                _mm512_srli_epi16(raw, 4)
-            } else {
-                raw
+            *w = match (j % 2 == 1, HIGH16) {
+                (false, _) => _mm512_and_si512(raw, low),
+                (true, true) => _mm512_andnot_si512(low, raw),
+                (true, false) => _mm512_and_si512(_mm512_srli_epi16(raw, 4), low),
             };
-            *w = _mm512_and_si512(raw, low);
         }
         let sc = _mm512_cvtepi32_ps(row_bytes_u8(g.add(p_at + 64 + 16 * j)));
         let m = _mm512_cvtepi32_ps(row_bytes_u8(g.add(p_at + 192 + 16 * j)));
@@ -131,7 +132,7 @@ pub(super) unsafe fn dot_q4k<const T: usize>(
         let (d, dmin) = unsafe { k_scales(g, &layout, b) };
         for j in 0..8 {
             // SAFETY: block b lies inside the group (the caller's contract).
-            let (w, scale, min) = unsafe { q4k_sub(g, &layout, b, j, d, dmin) };
+            let (w, scale, min) = unsafe { q4k_sub::<true>(g, &layout, b, j, d, dmin) };
             let ab = 8 * b + j;
             for_each_row!(T, t, {
                 // SAFETY: every activation row holds `8 · blocks` blocks
@@ -143,8 +144,15 @@ pub(super) unsafe fn dot_q4k<const T: usize>(
                         *ds[t].add(2 * ab + 1),
                     )
                 };
-                // SAFETY: qa points at block ab's 32 bytes.
-                acc[t] = unsafe { add_block(acc[t], &w, qa, zero, scale, da) };
+                // SAFETY: qa points at block ab's 32 bytes; an odd
+                // sub-block's words are `16 · q` (`q4k_sub`).
+                acc[t] = unsafe {
+                    if j % 2 == 1 {
+                        add_block::<4, 4>(acc[t], &w, qa, zero, scale, da)
+                    } else {
+                        add_block::<0, 0>(acc[t], &w, qa, zero, scale, da)
+                    }
+                };
                 acc[t] = _mm512_fnmadd_ps(min, _mm512_set1_ps(sa), acc[t]);
             });
         }
